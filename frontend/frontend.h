@@ -1,0 +1,133 @@
+/* frontend.h — the model language: lexer, parser (AST), checker and lowering to the IR.
+ *
+ * The pipeline is  text --lex--> tokens --parse--> Ast --check+lower--> Graph.
+ * The grammar is in docs/language.md. Every stage reports through a Diag and never stops
+ * at the first error: the lexer skips bad bytes, the parser resynchronises at the next
+ * statement, the checker keeps going with an error value. Nothing the user writes may
+ * crash, hang or leak: recursion depth, token counts and sizes are all bounded. */
+#ifndef KILN_FRONTEND_H
+#define KILN_FRONTEND_H
+
+#include "../ir/ir.h"
+
+/* ---- tokens ---- */
+#define KILN_TOKENS(T)                                   \
+    T(EOF, "end of file") T(NEWLINE, "end of line")      \
+    T(IDENT, "name") T(NUMBER, "number") T(STRING, "string") \
+    T(LPAREN, "'('") T(RPAREN, "')'") T(LBRACKET, "'['") T(RBRACKET, "']'") \
+    T(LBRACE, "'{'") T(RBRACE, "'}'") T(COMMA, "','") T(COLON, "':'") T(DOT, "'.'") \
+    T(ASSIGN, "'='") T(ARROW, "'->'") T(PLUS, "'+'") T(MINUS, "'-'") T(STAR, "'*'") \
+    T(SLASH, "'/'") T(AT, "'@'") T(POW, "'**'") T(EQ, "'=='") T(NE, "'!='") T(LT, "'<'") \
+    T(LE, "'<='") T(GT, "'>'") T(GE, "'>='") \
+    /* keywords */ \
+    T(KW_MODEL, "'model'") T(KW_MODULE, "'module'") T(KW_CONST, "'const'") T(KW_DIM, "'dim'") \
+    T(KW_FORWARD, "'forward'") T(KW_LOSS, "'loss'") T(KW_METRIC, "'metric'") T(KW_INIT, "'init'") \
+    T(KW_TRAIN, "'train'") T(KW_RETURN, "'return'") T(KW_FOR, "'for'") T(KW_IN, "'in'") \
+    T(KW_AND, "'and'") T(KW_OR, "'or'") T(KW_NOT, "'not'")
+
+typedef enum {
+#define TOK_ENUM(e, desc) TOK_##e,
+    KILN_TOKENS(TOK_ENUM)
+#undef TOK_ENUM
+    TOK_COUNT
+} TokKind;
+
+typedef struct {
+    uint8_t kind;  /* TokKind */
+    bool is_int;   /* NUMBER: written without '.', exponent or suffix */
+    Loc loc;
+    uint32_t start, len; /* byte range in the source text */
+    double num;    /* NUMBER value */
+    int64_t ival;  /* NUMBER value when is_int (saturated: a too-large literal is an error) */
+} Token;
+
+const char *lex_token_desc(TokKind k);
+/* Tokenizes source `file` of d. NEWLINE tokens are produced only outside ( ) and [ ];
+ * ';' also ends a statement; '#' starts a comment to end of line. Returns the number of
+ * tokens (the last is EOF); errors are reported to d and the bad bytes skipped. */
+int32_t lex_source(Diag *d, uint16_t file, Token **out);
+
+/* ---- the AST ----
+ * Nodes live in one array and refer to their children by index (kids), like the IR.
+ * Layout of each kind (kids are indices into Ast.nodes, -1 = absent):
+ *   FILE        kids: items
+ *   MODEL       str: model name
+ *   CONST       str: name; kids: [value]                ('const a = 1, b = 2' gives two)
+ *   DIM         str: name; kids: [bound] or []          ('dim T <= 128')
+ *   MODULE      str: name; aux: nparams; kids: [PARAM x nparams, items...]
+ *   PARAM       str: name; aux: 0 bare, 1 typed, 2 default; kids: [] | [TYPE] | [default expr]
+ *   MEMBER      str: name; kids: [CALL or COMPREHENSION]
+ *   FORWARD     aux: nparams; aux2: noutputs; kids: [PARAM x nparams, NAME x noutputs, stmts...]
+ *   LOSS        aux: nparams; kids: [PARAM x nparams, stmts...]   ('loss(..) = e' becomes RETURN e)
+ *   METRIC      str: name; kids: [expr]
+ *   INIT        str: the pattern as written, e.g. "h.*.attn.c_proj.weight"; kids: [expr]
+ *   TRAIN       kids: KEY...
+ *   KEY         str: key; kids: [expr]
+ *   ASSIGN      aux: ntargets; kids: [NAME x ntargets, value]
+ *   RETURN      kids: values
+ *   FOR         str: loop variable; kids: [iterable expr, stmts...]
+ *   NUMBER      num, ival, aux: 1 when an integer literal
+ *   STRING      str: the contents (escapes \" \\ \n \t resolved)
+ *   NAME        str: identifier
+ *   LIST        kids: elements                           ('[1, 2, 3]')
+ *   COMPREHENSION kids: [element expr, count expr]       ('[Block(C, H) for 4]')
+ *   UNARY       op: TOK_MINUS | TOK_PLUS | TOK_KW_NOT; kids: [x]
+ *   BINARY      op: the operator token; kids: [a, b]
+ *   CALL        kids: [callee, args...]; an arg is an expr or a KWARG
+ *   KWARG       str: name; kids: [value]
+ *   INDEX       kids: [base, subscripts...]; a subscript is an expr or a SLICE
+ *   SLICE       kids: [start, stop, step], each -1 when omitted
+ *   ATTR        str: attribute name; kids: [base]   ('wte.weight', 'h.0' gives ATTR "0")
+ *   TYPE        aux: DType; kids: dims (exprs)       ('u8[B, 28, 28]')
+ */
+#define KILN_AST_KINDS(A) \
+    A(FILE) A(MODEL) A(CONST) A(DIM) A(MODULE) A(PARAM) A(MEMBER) A(FORWARD) A(LOSS) \
+    A(METRIC) A(INIT) A(TRAIN) A(KEY) A(ASSIGN) A(RETURN) A(FOR) A(NUMBER) A(STRING) \
+    A(NAME) A(LIST) A(COMPREHENSION) A(UNARY) A(BINARY) A(CALL) A(KWARG) A(INDEX) \
+    A(SLICE) A(ATTR) A(TYPE)
+
+typedef enum {
+#define AST_ENUM(e) AST_##e,
+    KILN_AST_KINDS(AST_ENUM)
+#undef AST_ENUM
+    AST_KIND_COUNT
+} AstKind;
+
+typedef int32_t AstId;
+#define AST_NONE (-1)
+
+typedef struct {
+    uint8_t kind; /* AstKind */
+    uint8_t op;   /* TokKind for UNARY/BINARY */
+    int32_t aux, aux2;
+    Loc loc;
+    int32_t str;  /* index into Ast.strs, -1 = none */
+    double num;
+    int64_t ival;
+    int32_t kids, nkids; /* kids: index of the first child in Ast.kids */
+} AstNode;
+
+typedef struct {
+    AstNode *nodes;
+    int32_t nnodes, nodes_cap;
+    AstId *kids;
+    int32_t nkids, kids_cap;
+    char **strs;
+    int32_t nstrs, strs_cap;
+    AstId root; /* the FILE node */
+    uint16_t file;
+} Ast;
+
+const char *ast_kind_name(AstKind k);
+/* Parses source `file` of d. Always returns an Ast (possibly partial); syntax errors are
+ * reported to d. Nesting deeper than AST_MAX_DEPTH is an error, never a stack overflow. */
+#define AST_MAX_DEPTH 200
+Ast *ast_parse(Diag *d, uint16_t file);
+void ast_free(Ast *a);
+static inline const AstNode *ast_node(const Ast *a, AstId id) { return &a->nodes[id]; }
+static inline AstId ast_kid(const Ast *a, AstId id, int i) { return a->kids[a->nodes[id].kids + i]; }
+static inline const char *ast_str(const Ast *a, AstId id) { return a->nodes[id].str >= 0 ? a->strs[a->nodes[id].str] : ""; }
+/* One-line S-expression of a subtree, for tests: (call (name relu) (name x)). */
+void ast_dump(const Ast *a, AstId id, StrBuf *out);
+
+#endif

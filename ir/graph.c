@@ -1,0 +1,200 @@
+/* graph.c — the Graph container: nodes, operand and attribute pools, interned strings,
+ * symbols, source files and outputs, plus the op/dtype/init tables' accessors. */
+#include "ir.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const OpInfo ir_op_info[OP_COUNT] = {
+#define OP_ROW(e, name, arity, flags, attrs) [OP_##e] = {name, arity, flags, attrs},
+    KILN_OPS(OP_ROW)
+#undef OP_ROW
+};
+
+static const struct {
+    const char *name;
+    int size;
+    bool is_float, is_int;
+} dtype_info[DT_COUNT] = {
+#define DT_ROW(e, name, size, is_float, is_int) [DT_##e] = {name, size, is_float, is_int},
+    KILN_DTYPES(DT_ROW)
+#undef DT_ROW
+};
+
+const char *ir_dtype_name(DType t) { return t < DT_COUNT ? dtype_info[t].name : "?"; }
+int ir_dtype_size(DType t) { return t < DT_COUNT ? dtype_info[t].size : 0; }
+bool ir_dtype_is_float(DType t) { return t < DT_COUNT && dtype_info[t].is_float; }
+bool ir_dtype_is_int(DType t) { return t < DT_COUNT && dtype_info[t].is_int; }
+
+int ir_dtype_from_name(const char *s, size_t n)
+{
+    for (int t = 0; t < DT_COUNT; t++)
+        if (strlen(dtype_info[t].name) == n && !memcmp(dtype_info[t].name, s, n)) return t;
+    return -1;
+}
+
+static const struct {
+    const char *name;
+    int nargs;
+} init_info[INIT_COUNT] = {
+#define IN_ROW(e, name, nargs) [INIT_##e] = {name, nargs},
+    KILN_INITS(IN_ROW)
+#undef IN_ROW
+};
+
+const char *ir_init_name(InitKind k) { return k < INIT_COUNT ? init_info[k].name : "?"; }
+int ir_init_nargs(InitKind k) { return k < INIT_COUNT ? init_info[k].nargs : 0; }
+
+int ir_init_from_name(const char *s, size_t n)
+{
+    for (int k = 0; k < INIT_COUNT; k++)
+        if (strlen(init_info[k].name) == n && !memcmp(init_info[k].name, s, n)) return k;
+    return -1;
+}
+
+const char *ir_output_kind_name(OutputKind k)
+{
+    static const char *names[OUT_KIND_COUNT] = {"output", "loss", "metric", "update", "grad"};
+    return k < OUT_KIND_COUNT ? names[k] : "?";
+}
+
+Graph *ir_graph_new(const char *name)
+{
+    Graph *g = xcalloc(1, sizeof *g);
+    g->name = xstrdup(name ? name : "model");
+    g->mode = MODE_TRAIN;
+    GROW(g->strings, g->strings_cap, 1);
+    g->strings[0] = 0;
+    g->nstrings = 1;
+    return g;
+}
+
+void ir_graph_free(Graph *g)
+{
+    if (!g) return;
+    free(g->name);
+    free(g->nodes);
+    free(g->operands);
+    free(g->attrs);
+    free(g->strings);
+    for (int i = 0; i < g->nsyms; i++) free(g->syms[i].name);
+    for (int i = 0; i < g->nfiles; i++) free(g->files[i]);
+    free(g->files);
+    free(g->outputs);
+    free(g);
+}
+
+NodeId ir_add_node(Graph *g, Op op, DType dtype, const Shape *shape, const NodeId *inputs, int ninputs,
+                   const int64_t *attrs, int nattrs, Loc loc)
+{
+    GROW(g->nodes, g->nodes_cap, (int64_t)g->nnodes + 1);
+    GROW(g->operands, g->operands_cap, (int64_t)g->noperands + ninputs);
+    GROW(g->attrs, g->attrs_cap, (int64_t)g->nattrs + nattrs);
+    Node *n = &g->nodes[g->nnodes];
+    memset(n, 0, sizeof *n);
+    n->op = (uint16_t)op;
+    n->dtype = (uint8_t)dtype;
+    if (shape) n->shape = *shape;
+    n->ninputs = (uint32_t)ninputs;
+    n->inputs = (uint32_t)g->noperands;
+    if (ninputs) memcpy(g->operands + g->noperands, inputs, (size_t)ninputs * sizeof *inputs);
+    g->noperands += ninputs;
+    n->nattrs = (uint32_t)nattrs;
+    n->attrs = (uint32_t)g->nattrs;
+    if (nattrs) memcpy(g->attrs + g->nattrs, attrs, (size_t)nattrs * sizeof *attrs);
+    g->nattrs += nattrs;
+    n->loc = loc;
+    return g->nnodes++;
+}
+
+uint32_t ir_intern(Graph *g, const char *s)
+{
+    if (!s || !*s) return 0;
+    size_t len = strlen(s);
+    /* Linear search keeps names unique; graphs have at most a few thousand names. */
+    for (int32_t off = 1; off < g->nstrings;) {
+        size_t l = strlen(g->strings + off);
+        if (l == len && !memcmp(g->strings + off, s, len)) return (uint32_t)off;
+        off += (int32_t)l + 1;
+    }
+    GROW(g->strings, g->strings_cap, (int64_t)g->nstrings + (int64_t)len + 1);
+    uint32_t off = (uint32_t)g->nstrings;
+    memcpy(g->strings + off, s, len + 1);
+    g->nstrings += (int32_t)len + 1;
+    return off;
+}
+
+const char *ir_node_name(const Graph *g, NodeId id) { return g->strings + g->nodes[id].name; }
+void ir_set_name(Graph *g, NodeId id, const char *name) { g->nodes[id].name = ir_intern(g, name); }
+
+int ir_find_symbol(const Graph *g, const char *name)
+{
+    for (int i = 0; i < g->nsyms; i++)
+        if (!strcmp(g->syms[i].name, name)) return i;
+    return -1;
+}
+
+int ir_add_symbol(Graph *g, const char *name, int64_t max)
+{
+    int i = ir_find_symbol(g, name);
+    if (i >= 0) return i;
+    if (g->nsyms >= IR_MAX_SYMS) return -1;
+    g->syms[g->nsyms].name = xstrdup(name);
+    g->syms[g->nsyms].max = max;
+    return g->nsyms++;
+}
+
+uint16_t ir_add_file(Graph *g, const char *path)
+{
+    for (int i = 0; i < g->nfiles; i++)
+        if (!strcmp(g->files[i], path)) return (uint16_t)i;
+    GROW(g->files, g->files_cap, (int64_t)g->nfiles + 1);
+    g->files[g->nfiles] = xstrdup(path);
+    return (uint16_t)g->nfiles++;
+}
+
+void ir_add_output(Graph *g, OutputKind kind, const char *name, NodeId node)
+{
+    GROW(g->outputs, g->outputs_cap, (int64_t)g->noutputs + 1);
+    Output *o = &g->outputs[g->noutputs++];
+    o->name = ir_intern(g, name);
+    o->node = node;
+    o->kind = (uint8_t)kind;
+}
+
+NodeId ir_find_named(const Graph *g, Op op, const char *name)
+{
+    for (NodeId i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == op && !strcmp(ir_node_name(g, i), name)) return i;
+    return IR_NONE;
+}
+
+static void *dup_array(const void *p, size_t n)
+{
+    if (!n) return NULL;
+    void *q = xmalloc(n);
+    memcpy(q, p, n);
+    return q;
+}
+
+Graph *ir_graph_clone(const Graph *g)
+{
+    Graph *c = xcalloc(1, sizeof *c);
+    *c = *g;
+    c->name = xstrdup(g->name);
+    c->nodes = dup_array(g->nodes, (size_t)g->nnodes * sizeof *g->nodes);
+    c->nodes_cap = g->nnodes;
+    c->operands = dup_array(g->operands, (size_t)g->noperands * sizeof *g->operands);
+    c->operands_cap = g->noperands;
+    c->attrs = dup_array(g->attrs, (size_t)g->nattrs * sizeof *g->attrs);
+    c->attrs_cap = g->nattrs;
+    c->strings = dup_array(g->strings, (size_t)g->nstrings);
+    c->strings_cap = g->nstrings;
+    for (int i = 0; i < g->nsyms; i++) c->syms[i].name = xstrdup(g->syms[i].name);
+    c->files = g->nfiles ? xmalloc((size_t)g->nfiles * sizeof *c->files) : NULL;
+    for (int i = 0; i < g->nfiles; i++) c->files[i] = xstrdup(g->files[i]);
+    c->files_cap = g->nfiles;
+    c->outputs = dup_array(g->outputs, (size_t)g->noutputs * sizeof *g->outputs);
+    c->outputs_cap = g->noutputs;
+    return c;
+}

@@ -1,0 +1,38 @@
+/* support.c — see support.h. */
+#include "support.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+const char *support_path(const char *relpath)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "%s/%s", KILN_SOURCE_DIR, relpath);
+    return buf;
+}
+
+char *support_read(const char *relpath, size_t *len)
+{
+    StrBuf err;
+    sb_init(&err);
+    size_t n = 0;
+    char *text = util_read_file(support_path(relpath), &n, &err);
+    sb_free(&err);
+    if (len) *len = n;
+    return text;
+}
+
+int support_run_kiln(const char *args, StrBuf *out)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", KILN_BINARY, args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0) sb_putn(out, chunk, n);
+    int status = pclose(p);
+    if (status == -1 || !WIFEXITED(status)) return -1;
+    return WEXITSTATUS(status);
+}

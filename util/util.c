@@ -1,0 +1,165 @@
+/* util.c — allocation, buffers, file reading and number formatting shared by all layers. */
+#include "util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void out_of_memory(size_t n)
+{
+    fprintf(stderr, "kiln: out of memory (allocating %zu bytes)\n", n);
+    abort();
+}
+
+void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) out_of_memory(n);
+    return p;
+}
+
+void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) out_of_memory(n * size);
+    return p;
+}
+
+void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q) out_of_memory(n);
+    return q;
+}
+
+char *xstrdup(const char *s) { return xstrndup(s, strlen(s)); }
+
+char *xstrndup(const char *s, size_t n)
+{
+    char *p = xmalloc(n + 1);
+    memcpy(p, s, n);
+    p[n] = 0;
+    return p;
+}
+
+void grow_array(void **p, size_t elem, int32_t *cap, int64_t need)
+{
+    if (need <= *cap) return;
+    if (need > INT32_MAX) out_of_memory((size_t)need * elem);
+    int64_t c = *cap ? *cap : 8;
+    while (c < need) c *= 2;
+    if (c > INT32_MAX) c = INT32_MAX;
+    *p = xrealloc(*p, (size_t)c * elem);
+    *cap = (int32_t)c;
+}
+
+void sb_init(StrBuf *b) { b->data = NULL, b->len = b->cap = 0; }
+void sb_free(StrBuf *b) { free(b->data); sb_init(b); }
+
+static void sb_reserve(StrBuf *b, size_t extra)
+{
+    if (b->len + extra + 1 <= b->cap) return;
+    size_t c = b->cap ? b->cap : 64;
+    while (c < b->len + extra + 1) c *= 2;
+    b->data = xrealloc(b->data, c);
+    b->cap = c;
+}
+
+void sb_putn(StrBuf *b, const char *s, size_t n)
+{
+    sb_reserve(b, n);
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = 0;
+}
+
+void sb_putc(StrBuf *b, char c) { sb_putn(b, &c, 1); }
+void sb_puts(StrBuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
+
+void sb_vprintf(StrBuf *b, const char *fmt, va_list ap)
+{
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0) return;
+    sb_reserve(b, (size_t)n);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    b->len += (size_t)n;
+}
+
+void sb_printf(StrBuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(b, fmt, ap);
+    va_end(ap);
+}
+
+char *sb_take(StrBuf *b)
+{
+    char *d = b->data ? b->data : xstrdup("");
+    sb_init(b);
+    return d;
+}
+
+char *util_read_file(const char *path, size_t *len, StrBuf *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        sb_printf(err, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    StrBuf b;
+    sb_init(&b);
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) sb_putn(&b, chunk, n);
+    int failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        sb_printf(err, "%s: read error", path);
+        sb_free(&b);
+        return NULL;
+    }
+    *len = b.len;
+    return sb_take(&b);
+}
+
+void util_format_double(char *out, size_t outsz, double v)
+{
+    if (isnan(v)) { snprintf(out, outsz, "nan"); return; }
+    if (isinf(v)) { snprintf(out, outsz, v < 0 ? "-inf" : "inf"); return; }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(out, outsz, "%.*g", prec, v);
+        if (strtod(out, NULL) == v) break;
+    }
+    /* Keep a marker that this is a real number, so "2" and "2.0" read back the same way. */
+    if (!strpbrk(out, ".eEn")) {
+        size_t l = strlen(out);
+        if (l + 2 < outsz) memcpy(out + l, ".0", 3);
+    }
+}
+
+int util_edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64) return 1000;
+    int row[65];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j];
+            int cost = a[i - 1] == b[j - 1] ? 0 : 1;
+            int best = diag + cost;
+            if (row[j] + 1 < best) best = row[j] + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
