@@ -131,3 +131,50 @@ static inline const char *ast_str(const Ast *a, AstId id) { return a->nodes[id].
 void ast_dump(const Ast *a, AstId id, StrBuf *out);
 
 #endif
+
+/* ---- the training recipe (recipe.c) ----
+ * The `train { ... }` section, checked against a schema (every key, loader, optimizer,
+ * schedule and argument is known; types are checked) and completed with defaults, so
+ * `kiln check` can print the full recipe and later stages read typed values. */
+typedef enum { RV_NUM, RV_STR, RV_NAME, RV_BOOL, RV_CALL, RV_LIST } RecipeValueKind;
+
+typedef struct RecipeValue {
+    char *key;      /* the key or keyword-argument name; "" for positional args */
+    uint8_t kind;   /* RecipeValueKind */
+    bool is_int;
+    bool is_default; /* filled in from the schema, not written by the user */
+    double num;
+    char *str;      /* RV_STR contents, RV_NAME identifier, RV_CALL function name */
+    struct RecipeValue *args; /* RV_CALL arguments, RV_LIST elements */
+    int32_t nargs;
+    Loc loc;
+} RecipeValue;
+
+typedef struct {
+    RecipeValue *entries;
+    int32_t n;
+} Recipe;
+
+/* Checks the TRAIN item (AST_NONE: no train section, all defaults) against the schema;
+ * `g` supplies the model's input names, which data loaders must cover. */
+bool recipe_check(Recipe *r, const Ast *a, AstId train, const Graph *g, Diag *d);
+void recipe_free(Recipe *r);
+const RecipeValue *recipe_get(const Recipe *r, const char *key);
+const RecipeValue *recipe_arg(const RecipeValue *call, const char *key);
+double recipe_num(const Recipe *r, const char *key, double dflt);
+void recipe_print(const Recipe *r, StrBuf *out);
+/* Value of `batch` written in the train section, or 0, read straight from the AST (the
+ * batch bounds the batch symbol before the recipe is checked). */
+int64_t recipe_batch_hint(const Ast *a, AstId train);
+
+/* ---- whole-file compilation (lower.c) ---- */
+typedef struct {
+    Graph *graph;   /* forward, loss, metrics (and buffer updates) in the given mode */
+    Recipe recipe;
+    Ast *ast;
+} Model;
+
+/* Parses, checks and lowers source `path`; NULL with diagnostics on error. The text is
+ * registered with d. */
+Model *frontend_compile(Diag *d, const char *path, const char *text, size_t len, GraphMode mode);
+void frontend_model_free(Model *m);

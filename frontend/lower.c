@@ -1,0 +1,1594 @@
+/* lower.c — checks a parsed model and lowers it to the IR.
+ *
+ * Lowering is elaboration: the root module's members are instantiated (built-in or user
+ * modules, repeated with `[M(...) for N]`), which creates every parameter under its PyTorch
+ * state_dict name with its init; then forward, loss and metrics are evaluated with
+ * compile-time values (numbers, symbolic sizes, module instances) and tensors built through
+ * the checked IR builder. Errors carry the source location and lowering goes on after
+ * them (with an error value that silences follow-on errors), so a file's problems are all
+ * reported at once. Declarations (consts, dims, modules, members) are checked in check.c. */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_MODULE_DEPTH 32
+#define MAX_REPEAT 100000
+#define MAX_INSTANCES 1000000
+
+/* ---- values and errors ---- */
+
+Value value_num(double v, bool is_int)
+{
+    Value r = {.kind = V_NUM, .num = v, .is_int = is_int, .node = IR_NONE};
+    return r;
+}
+
+Value value_tensor(NodeId n)
+{
+    Value r = {.kind = n == IR_NONE ? V_ERROR : V_TENSOR, .node = n};
+    return r;
+}
+
+Value value_error(void)
+{
+    Value r = {.kind = V_ERROR, .node = IR_NONE};
+    return r;
+}
+
+static Value value_none(void)
+{
+    Value r = {.kind = V_NONE, .node = IR_NONE};
+    return r;
+}
+
+static Loc loc_of(Lower *L, AstId at)
+{
+    if (at < 0 || at >= L->ast->nnodes) {
+        Loc l = {L->ast->file, 0, 0};
+        return l;
+    }
+    return L->ast->nodes[at].loc;
+}
+
+void lower_error(Lower *L, AstId at, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    diag_vreport(L->d, DIAG_ERROR, loc_of(L, at), fmt, ap);
+    va_end(ap);
+    L->failed = true;
+}
+
+Value lower_builder_error(Lower *L, AstId at)
+{
+    lower_error(L, at, "%s", L->err.len ? L->err.data : "invalid operation");
+    L->err.len = 0;
+    if (L->err.data) L->err.data[0] = 0;
+    return value_error();
+}
+
+static const char *kind_desc(Value v)
+{
+    switch ((ValueKind)v.kind) {
+    case V_ERROR: return "an error";
+    case V_NONE: return "nothing";
+    case V_NUM: return v.is_int ? "an integer" : "a number";
+    case V_DIM: return "a size";
+    case V_STR: return "a string";
+    case V_TENSOR: return "a tensor";
+    case V_MODULE: return "a module";
+    case V_LIST: return "a list of modules";
+    case V_TUPLE: return "a list";
+    case V_BOOL: return "a boolean";
+    }
+    return "a value";
+}
+
+bool value_is_scalar_number(Value v) { return v.kind == V_NUM || v.kind == V_BOOL; }
+
+bool value_int(Lower *L, Value v, AstId at, const char *what, int64_t *out)
+{
+    if (v.kind == V_ERROR) return false;
+    if (v.kind == V_DIM && ir_dim_is_const(v.dim)) { *out = v.dim.k; return true; }
+    if (v.kind == V_NUM && v.num == floor(v.num) && fabs(v.num) < 9.2e18) { *out = (int64_t)v.num; return true; }
+    if (v.kind == V_BOOL) { *out = (int64_t)v.num; return true; }
+    lower_error(L, at, "%s: expected an integer, found %s", what, kind_desc(v));
+    return false;
+}
+
+bool value_number(Lower *L, Value v, AstId at, const char *what, double *out)
+{
+    if (v.kind == V_ERROR) return false;
+    if (v.kind == V_NUM || v.kind == V_BOOL) { *out = v.num; return true; }
+    if (v.kind == V_DIM && ir_dim_is_const(v.dim)) { *out = (double)v.dim.k; return true; }
+    lower_error(L, at, "%s: expected a number, found %s", what, kind_desc(v));
+    return false;
+}
+
+bool value_bool(Lower *L, Value v, AstId at, const char *what, bool *out)
+{
+    if (v.kind == V_ERROR) return false;
+    if (v.kind == V_BOOL || v.kind == V_NUM) { *out = v.num != 0; return true; }
+    lower_error(L, at, "%s: expected true or false, found %s", what, kind_desc(v));
+    return false;
+}
+
+NodeId lower_as_tensor(Lower *L, Value v, DType like)
+{
+    if (v.kind == V_TENSOR) return v.node;
+    if (v.kind == V_NUM || v.kind == V_BOOL) {
+        DType t = v.kind == V_BOOL ? DT_BOOL : v.is_int ? (ir_dtype_is_float(like) ? like : DT_I64)
+                                                        : (ir_dtype_is_float(like) ? like : DT_F32);
+        return ir_b_const(&L->b, v.num, t);
+    }
+    if (v.kind == V_DIM) {
+        if (ir_dim_is_const(v.dim)) return ir_b_const(&L->b, (double)v.dim.k, ir_dtype_is_float(like) ? like : DT_I64);
+        /* A symbolic size as a tensor: the sum of ones over an iota of that length. */
+        Shape s = ir_shape_make(1, &v.dim);
+        NodeId ones = ir_b_full(&L->b, 1.0, DT_I64, &s);
+        if (ones == IR_NONE) return IR_NONE;
+        return ir_b_reduce(&L->b, OP_REDUCE_SUM, ones, 1, false);
+    }
+    return IR_NONE;
+}
+
+NodeId lower_tensor_arg(Lower *L, Value v, AstId at, const char *what)
+{
+    if (v.kind == V_ERROR) return IR_NONE;
+    if (v.kind == V_TENSOR || v.kind == V_NUM || v.kind == V_BOOL || v.kind == V_DIM) {
+        NodeId n = lower_as_tensor(L, v, DT_F32);
+        if (n == IR_NONE) lower_builder_error(L, at);
+        return n;
+    }
+    lower_error(L, at, "%s: expected a tensor, found %s", what, kind_desc(v));
+    return IR_NONE;
+}
+
+/* ---- scopes ---- */
+
+static Scope *scope_new(Lower *L, Scope *parent, bool boundary)
+{
+    Scope *s = xcalloc(1, sizeof *s);
+    s->parent = parent;
+    s->boundary = boundary;
+    GROW(L->scopes, L->scopes_cap, L->nscopes + 1);
+    L->scopes[L->nscopes++] = s;
+    return s;
+}
+
+static void scope_free(Scope *s)
+{
+    for (int32_t i = 0; i < s->n; i++) free(s->names[i]);
+    free(s->names);
+    free(s->vals);
+    free(s);
+}
+
+static Value *scope_find_here(Scope *s, const char *name)
+{
+    for (int32_t i = s->n - 1; i >= 0; i--)
+        if (!strcmp(s->names[i], name)) return &s->vals[i];
+    return NULL;
+}
+
+static void scope_set(Scope *s, const char *name, Value v)
+{
+    Value *old = scope_find_here(s, name);
+    if (old) { *old = v; return; }
+    GROW(s->names, s->names_cap, s->n + 1);
+    GROW(s->vals, s->vals_cap, s->n + 1);
+    s->names[s->n] = xstrdup(name);
+    s->vals[s->n++] = v;
+}
+
+/* ---- instances ---- */
+
+int32_t lower_inst_new(Lower *L, int32_t parent, const char *name, const char *type, Loc loc)
+{
+    GROW(L->insts, L->insts_cap, L->ninsts + 1);
+    Inst *in = &L->insts[L->ninsts];
+    memset(in, 0, sizeof *in);
+    if (parent < 0 || !L->insts[parent].path[0]) in->path = xstrdup(name);
+    else {
+        StrBuf p;
+        sb_init(&p);
+        sb_printf(&p, "%s.%s", L->insts[parent].path, name);
+        in->path = sb_take(&p);
+    }
+    in->type = xstrdup(type);
+    in->def = AST_NONE;
+    in->forward = AST_NONE;
+    in->parent = parent;
+    in->loc = loc;
+    return L->ninsts++;
+}
+
+Value *inst_member(Lower *L, int32_t inst, const char *name)
+{
+    if (inst < 0) return NULL;
+    Inst *in = &L->insts[inst];
+    for (int32_t i = 0; i < in->nmembers; i++)
+        if (!strcmp(in->members[i].name, name)) return &in->members[i].v;
+    return NULL;
+}
+
+void lower_add_member(Lower *L, int32_t inst, const char *name, Value v)
+{
+    Inst *in = &L->insts[inst];
+    GROW(in->members, in->members_cap, in->nmembers + 1);
+    in->members[in->nmembers].name = xstrdup(name);
+    in->members[in->nmembers++].v = v;
+}
+
+static int32_t seq_push(Lower *L, Value v)
+{
+    GROW(L->seq, L->seq_cap, L->nseq + 1);
+    L->seq[L->nseq] = v;
+    return L->nseq++;
+}
+
+/* ---- name lookup and suggestions ---- */
+
+static Value *lookup(Lower *L, Scope *s, int32_t inst, const char *name)
+{
+    bool members_checked = false;
+    for (; s; s = s->parent) {
+        if (s->boundary && !members_checked) {
+            Value *m = inst_member(L, inst, name);
+            if (m) return m;
+            members_checked = true;
+        }
+        Value *v = scope_find_here(s, name);
+        if (v) return v;
+    }
+    return members_checked ? NULL : inst_member(L, inst, name);
+}
+
+static void consider(const char *cand, const char *name, const char **best, int *bestd)
+{
+    int dist = util_edit_distance(cand, name);
+    if (dist < *bestd) { *bestd = dist; *best = cand; }
+}
+
+/* The visible name (or function or module name) closest to `name`, or NULL. */
+static const char *suggest(Lower *L, Scope *s, int32_t inst, const char *name, bool calls)
+{
+    const char *best = NULL;
+    int bestd = 1000;
+    for (Scope *t = s; t; t = t->parent)
+        for (int32_t i = 0; i < t->n; i++) consider(t->names[i], name, &best, &bestd);
+    if (inst >= 0)
+        for (int32_t i = 0; i < L->insts[inst].nmembers; i++) consider(L->insts[inst].members[i].name, name, &best, &bestd);
+    if (calls) {
+        int n;
+        const char *const *fns = functions_names(&n);
+        for (int i = 0; i < n; i++) consider(fns[i], name, &best, &bestd);
+        const BuiltinModule *mods = builtin_all(&n);
+        for (int i = 0; i < n; i++) consider(mods[i].name, name, &best, &bestd);
+    }
+    size_t len = strlen(name);
+    int limit = len <= 3 ? 1 : len <= 6 ? 2 : 3;
+    return bestd <= limit ? best : NULL;
+}
+
+static void unknown_name(Lower *L, Scope *s, int32_t inst, const char *name, AstId at, bool call)
+{
+    const char *sug = suggest(L, s, inst, name, call);
+    if (sug) lower_error(L, at, "unknown %s '%s' (did you mean '%s'?)", call ? "function or module" : "name", name, sug);
+    else lower_error(L, at, "unknown %s '%s'", call ? "function or module" : "name", name);
+}
+
+/* ---- argument binding ---- */
+
+static bool parse_default(const char *text, Value *out)
+{
+    if (!strcmp(text, "none")) { *out = value_none(); return true; }
+    if (!strcmp(text, "true") || !strcmp(text, "false")) {
+        *out = (Value){.kind = V_BOOL, .num = text[0] == 't', .node = IR_NONE};
+        return true;
+    }
+    char *end;
+    double v = strtod(text, &end);
+    *out = value_num(v, !strpbrk(text, ".eEn"));
+    return *end == 0;
+}
+
+/* Splits a signature into its parameters; each entry is "name|alias" and an optional
+ * default. Returns the count, or -1 for a malformed signature (a Kiln bug). */
+typedef struct {
+    char names[3][24];
+    int nnames;
+    char dflt[24];
+    bool has_default, rest;
+} SigParam;
+
+static int parse_sig(const char *sig, SigParam *ps, int max)
+{
+    int n = 0;
+    const char *p = sig;
+    while (*p && n < max) {
+        while (*p == ' ' || *p == ',') p++;
+        if (!*p) break;
+        SigParam *q = &ps[n];
+        memset(q, 0, sizeof *q);
+        if (*p == '*') { q->rest = true; p++; }
+        for (;;) {
+            size_t len = strcspn(p, "|=, ");
+            if (len >= sizeof q->names[0] || q->nnames >= 3) return -1;
+            memcpy(q->names[q->nnames++], p, len);
+            p += len;
+            if (*p != '|') break;
+            p++;
+        }
+        if (*p == '=') {
+            p++;
+            size_t len = strcspn(p, ", ");
+            if (len >= sizeof q->dflt) return -1;
+            memcpy(q->dflt, p, len);
+            q->has_default = true;
+            p += len;
+        }
+        n++;
+    }
+    return n;
+}
+
+static int sig_index(const SigParam *ps, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < ps[i].nnames; k++)
+            if (!ps[i].rest && !strcmp(ps[i].names[k], name)) return i;
+    return -1;
+}
+
+bool lower_bind_args(Lower *L, Scope *s, int32_t inst, AstId call, const char *fname, const char *sig,
+                     BoundArgs *out)
+{
+    SigParam ps[CALL_MAX_ARGS];
+    int np = parse_sig(sig, ps, CALL_MAX_ARGS);
+    memset(out, 0, sizeof *out);
+    if (np < 0) {
+        lower_error(L, call, "internal error: bad signature for %s", fname);
+        return false;
+    }
+    out->n = np;
+    int rest = -1;
+    for (int i = 0; i < np; i++) {
+        out->at[i] = call;
+        if (ps[i].rest) rest = i;
+    }
+    const AstNode *cn = ast_node(L->ast, call);
+    int npos = 0;
+    bool ok = true, seen_kw = false;
+    for (int k = 1; k < cn->nkids; k++) {
+        AstId a = ast_kid(L->ast, call, k);
+        const AstNode *an = ast_node(L->ast, a);
+        if (an->kind == AST_KWARG) {
+            seen_kw = true;
+            const char *kw = ast_str(L->ast, a);
+            int i = sig_index(ps, np, kw);
+            if (i < 0) {
+                const char *best = NULL;
+                int bestd = 1000;
+                StrBuf names;
+                sb_init(&names);
+                for (int j = 0; j < np; j++) {
+                    if (ps[j].rest) continue;
+                    consider(ps[j].names[0], kw, &best, &bestd);
+                    sb_printf(&names, "%s%s", names.len ? ", " : "", ps[j].names[0]);
+                }
+                if (bestd <= 2)
+                    lower_error(L, a, "%s has no argument '%s' (did you mean '%s'?)", fname, kw, best);
+                else
+                    lower_error(L, a, "%s has no argument '%s'; it takes: %s", fname, kw, names.len ? names.data : "nothing");
+                sb_free(&names);
+                ok = false;
+                continue;
+            }
+            if (out->given[i]) {
+                lower_error(L, a, "%s: argument '%s' is given twice", fname, ps[i].names[0]);
+                ok = false;
+                continue;
+            }
+            out->v[i] = lower_expr(L, s, inst, ast_kid(L->ast, a, 0));
+            out->at[i] = a;
+            out->given[i] = true;
+            continue;
+        }
+        if (seen_kw) {
+            lower_error(L, a, "%s: a positional argument cannot follow keyword arguments", fname);
+            ok = false;
+            continue;
+        }
+        Value v = lower_expr(L, s, inst, a);
+        if (npos < np && !ps[npos].rest) {
+            out->v[npos] = v;
+            out->at[npos] = a;
+            out->given[npos] = true;
+            npos++;
+        } else if (rest >= 0 && npos >= rest) {
+            if (out->nrest >= (int)(sizeof out->rest / sizeof out->rest[0])) {
+                lower_error(L, a, "%s: too many arguments", fname);
+                return false;
+            }
+            out->rest_at[out->nrest] = a;
+            out->rest[out->nrest++] = v;
+        } else {
+            int maxpos = rest >= 0 ? rest : np;
+            lower_error(L, a, "%s takes at most %d positional argument%s, found more", fname, maxpos, maxpos == 1 ? "" : "s");
+            return false;
+        }
+    }
+    for (int i = 0; i < np; i++) {
+        if (out->given[i] || ps[i].rest) continue;
+        if (ps[i].has_default) {
+            parse_default(ps[i].dflt, &out->v[i]);
+            continue;
+        }
+        lower_error(L, call, "%s: missing argument '%s'", fname, ps[i].names[0]);
+        ok = false;
+    }
+    for (int i = 0; i < np; i++)
+        if (out->v[i].kind == V_ERROR && (out->given[i])) ok = false;
+    for (int i = 0; i < out->nrest; i++)
+        if (out->rest[i].kind == V_ERROR) ok = false;
+    return ok;
+}
+
+/* ---- parameters and init rules ---- */
+
+/* Does `pattern` (segments with '*', or "Type.name") match param `name` of instance `inst`
+ * relative to the rule's owner? */
+static bool rule_matches(Lower *L, const InitRule *r, int32_t inst, const char *pname)
+{
+    /* The owner must be the instance or one of its ancestors. */
+    int32_t up = inst;
+    while (up >= 0 && up != r->owner) up = L->insts[up].parent;
+    if (up < 0) return false;
+    const char *pat = r->pattern;
+    const char *dot = strchr(pat, '.');
+    /* "Type.param": every instance of a module type below the owner. */
+    if (dot && !strchr(dot + 1, '.') && pat[0] >= 'A' && pat[0] <= 'Z') {
+        size_t tl = (size_t)(dot - pat);
+        return strlen(L->insts[inst].type) == tl && !strncmp(L->insts[inst].type, pat, tl) && !strcmp(dot + 1, pname);
+    }
+    /* Relative path of the parameter from the owner. */
+    const char *ipath = L->insts[inst].path, *opath = L->insts[r->owner].path;
+    size_t ol = strlen(opath);
+    const char *rel = ipath + ol;
+    if (*rel == '.') rel++;
+    StrBuf full;
+    sb_init(&full);
+    sb_printf(&full, "%s%s%s", rel, *rel ? "." : "", pname);
+    const char *p = pat, *q = full.data;
+    bool match = true;
+    while (match) {
+        size_t pl = strcspn(p, "."), ql = strcspn(q, ".");
+        if (!(pl == 1 && p[0] == '*') && !(pl == ql && !strncmp(p, q, pl))) match = false;
+        p += pl;
+        q += ql;
+        if (!*p || !*q) {
+            match = match && !*p && !*q;
+            break;
+        }
+        p++;
+        q++;
+    }
+    sb_free(&full);
+    return match;
+}
+
+/* PyTorch's fan_in and fan_out (torch.nn.init._calculate_fan_in_and_fan_out). */
+static void fans(const Shape *s, double *fan_in, double *fan_out)
+{
+    double receptive = 1;
+    for (int i = 2; i < s->rank; i++) receptive *= (double)s->d[i].k;
+    *fan_in = s->rank >= 2 ? (double)s->d[1].k * receptive : (s->rank == 1 ? (double)s->d[0].k : 1);
+    *fan_out = s->rank >= 1 ? (double)s->d[0].k * receptive : 1;
+}
+
+/* Evaluates an init expression (normal(0, 0.02), zeros, xavier_uniform(), ...) for a
+ * parameter of shape s; false after reporting an error. */
+static bool eval_init(Lower *L, const InitRule *r, const Shape *s, InitKind *kind, double *a0, double *a1)
+{
+    AstId e = r->expr;
+    const AstNode *n = ast_node(L->ast, e);
+    const char *fname;
+    if (n->kind == AST_NAME) fname = ast_str(L->ast, e);
+    else if (n->kind == AST_CALL && ast_node(L->ast, ast_kid(L->ast, e, 0))->kind == AST_NAME)
+        fname = ast_str(L->ast, ast_kid(L->ast, e, 0));
+    else {
+        lower_error(L, e, "expected an initialiser such as normal(0, 0.02), uniform(-a, a), zeros, ones, constant(v)");
+        return false;
+    }
+    static const struct {
+        const char *name, *sig;
+    } inits[] = {
+        {"zeros", ""}, {"ones", ""}, {"constant", "value"}, {"uniform", "a=0.0, b=1.0"},
+        {"normal", "mean=0.0, std=1.0"}, {"xavier_uniform", "gain=1.0"}, {"xavier_normal", "gain=1.0"},
+        {"kaiming_uniform", "a=0.0"}, {"kaiming_normal", "a=0.0"},
+    };
+    int which = -1;
+    for (int i = 0; i < (int)(sizeof inits / sizeof inits[0]); i++)
+        if (!strcmp(inits[i].name, fname)) which = i;
+    if (which < 0) {
+        const char *best = NULL;
+        int bestd = 1000;
+        for (int i = 0; i < (int)(sizeof inits / sizeof inits[0]); i++) consider(inits[i].name, fname, &best, &bestd);
+        if (bestd <= 3) lower_error(L, e, "unknown initialiser '%s' (did you mean '%s'?)", fname, best);
+        else lower_error(L, e, "unknown initialiser '%s'; known: zeros, ones, constant, uniform, normal, xavier_uniform, xavier_normal, kaiming_uniform, kaiming_normal", fname);
+        return false;
+    }
+    BoundArgs ba;
+    memset(&ba, 0, sizeof ba);
+    if (n->kind == AST_CALL) {
+        if (!lower_bind_args(L, L->insts[r->owner].scope, r->owner, e, fname, inits[which].sig, &ba)) return false;
+    } else {
+        if (inits[which].sig[0] && !strchr(inits[which].sig, '=')) {
+            lower_error(L, e, "%s needs arguments", fname);
+            return false;
+        }
+        SigParam ps[4];
+        int np = parse_sig(inits[which].sig, ps, 4);
+        for (int i = 0; i < np; i++) parse_default(ps[i].dflt, &ba.v[i]);
+        ba.n = np;
+    }
+    double v[2] = {0, 0};
+    for (int i = 0; i < ba.n; i++)
+        if (!value_number(L, ba.v[i], ba.at[i] >= 0 ? ba.at[i] : e, fname, &v[i])) return false;
+    double fi, fo;
+    fans(s, &fi, &fo);
+    switch (which) {
+    case 0: *kind = INIT_ZEROS; break;
+    case 1: *kind = INIT_ONES; break;
+    case 2: *kind = INIT_CONSTANT, *a0 = v[0]; break;
+    case 3: *kind = INIT_UNIFORM, *a0 = v[0], *a1 = v[1]; break;
+    case 4: *kind = INIT_NORMAL, *a0 = v[0], *a1 = v[1]; break;
+    case 5: { double bd = v[0] * sqrt(6.0 / (fi + fo)); *kind = INIT_UNIFORM, *a0 = -bd, *a1 = bd; break; }
+    case 6: *kind = INIT_NORMAL, *a0 = 0, *a1 = v[0] * sqrt(2.0 / (fi + fo)); break;
+    case 7: { double bd = sqrt(2.0 / (1 + v[0] * v[0])) * sqrt(3.0 / fi); *kind = INIT_UNIFORM, *a0 = -bd, *a1 = bd; break; }
+    case 8: *kind = INIT_NORMAL, *a0 = 0, *a1 = sqrt(2.0 / (1 + v[0] * v[0])) / sqrt(fi); break;
+    }
+    if ((*kind == INIT_NORMAL && !(*a1 >= 0)) || (*kind == INIT_UNIFORM && !(*a0 <= *a1)) || !isfinite(*a0) || !isfinite(*a1)) {
+        lower_error(L, e, "%s: invalid arguments (%g, %g): need std >= 0, a <= b, finite values", fname, *a0, *a1);
+        return false;
+    }
+    return true;
+}
+
+NodeId lower_param(Lower *L, int32_t inst, const char *name, const Shape *s, InitKind init, double a0, double a1,
+                   bool trainable, AstId at)
+{
+    /* The outermost matching rule wins: the user of a module overrides its defaults. */
+    const InitRule *rule = NULL;
+    int32_t chain[MAX_MODULE_DEPTH + 2];
+    int nchain = 0;
+    for (int32_t up = inst; up >= 0 && nchain < MAX_MODULE_DEPTH + 2; up = L->insts[up].parent) chain[nchain++] = up;
+    for (int c = nchain - 1; c >= 0 && !rule; c--)
+        for (int32_t i = L->nrules - 1; i >= 0; i--) {
+            InitRule *r = &L->rules[i];
+            if (r->owner == chain[c] && rule_matches(L, r, inst, name)) {
+                r->matches++;
+                if (!rule) rule = r;
+            }
+        }
+    if (rule && !eval_init(L, rule, s, &init, &a0, &a1)) return IR_NONE;
+    StrBuf full;
+    sb_init(&full);
+    sb_printf(&full, "%s%s%s", L->insts[inst].path, L->insts[inst].path[0] ? "." : "", name);
+    Loc saved = L->b.loc;
+    L->b.loc = loc_of(L, at);
+    NodeId p = ir_b_param(&L->b, full.data, s, init, a0, a1, trainable);
+    L->b.loc = saved;
+    sb_free(&full);
+    if (p == IR_NONE) lower_builder_error(L, at);
+    else lower_add_member(L, inst, name, value_tensor(p));
+    return p;
+}
+
+/* ---- expressions ---- */
+
+static Value binary_numbers(Lower *L, AstId e, int op, Value a, Value b)
+{
+    bool ints = a.is_int && b.is_int;
+    double x = a.num, y = b.num, r = 0;
+    switch (op) {
+    case TOK_PLUS: r = x + y; break;
+    case TOK_MINUS: r = x - y; break;
+    case TOK_STAR: r = x * y; break;
+    case TOK_SLASH:
+        if (y == 0) {
+            lower_error(L, e, "division by zero in a constant expression");
+            return value_error();
+        }
+        r = x / y;
+        ints = false;
+        break;
+    case TOK_POW: r = pow(x, y); ints = ints && y >= 0; break;
+    case TOK_EQ: return (Value){.kind = V_BOOL, .num = x == y, .node = IR_NONE};
+    case TOK_NE: return (Value){.kind = V_BOOL, .num = x != y, .node = IR_NONE};
+    case TOK_LT: return (Value){.kind = V_BOOL, .num = x < y, .node = IR_NONE};
+    case TOK_LE: return (Value){.kind = V_BOOL, .num = x <= y, .node = IR_NONE};
+    case TOK_GT: return (Value){.kind = V_BOOL, .num = x > y, .node = IR_NONE};
+    case TOK_GE: return (Value){.kind = V_BOOL, .num = x >= y, .node = IR_NONE};
+    case TOK_KW_AND: return (Value){.kind = V_BOOL, .num = x != 0 && y != 0, .node = IR_NONE};
+    case TOK_KW_OR: return (Value){.kind = V_BOOL, .num = x != 0 || y != 0, .node = IR_NONE};
+    default:
+        lower_error(L, e, "operator %s is not defined on numbers", lex_token_desc((TokKind)op));
+        return value_error();
+    }
+    if (ints && fabs(r) > 9.2e18) {
+        lower_error(L, e, "integer overflow in a constant expression");
+        return value_error();
+    }
+    return value_num(r, ints);
+}
+
+static Value binary_dims(Lower *L, AstId e, int op, Value a, Value b)
+{
+    Dim da = a.kind == V_DIM ? a.dim : ir_dim_const((int64_t)a.num);
+    Dim db = b.kind == V_DIM ? b.dim : ir_dim_const((int64_t)b.num);
+    bool ints_a = a.kind == V_DIM || a.is_int, ints_b = b.kind == V_DIM || b.is_int;
+    Value r = {.kind = V_DIM, .node = IR_NONE};
+    if (op == TOK_STAR && ints_a && ints_b) {
+        if (ir_dim_mul(da, db, &r.dim)) return r;
+    } else if (op == TOK_SLASH && ints_a && ints_b) {
+        if (ir_dim_div(da, db, &r.dim)) return r;
+    } else if ((op == TOK_EQ || op == TOK_NE) && ints_a && ints_b) {
+        bool eq = ir_dim_eq(da, db);
+        return (Value){.kind = V_BOOL, .num = op == TOK_EQ ? eq : !eq, .node = IR_NONE};
+    }
+    StrBuf t;
+    sb_init(&t);
+    ir_dim_format(&t, L->g, da);
+    sb_printf(&t, " %s ", lex_token_desc((TokKind)op));
+    ir_dim_format(&t, L->g, db);
+    lower_error(L, e, "symbolic sizes support only * and exact /; cannot compute %s", t.data);
+    sb_free(&t);
+    return value_error();
+}
+
+static Op token_op(int tok)
+{
+    switch (tok) {
+    case TOK_PLUS: return OP_ADD;
+    case TOK_MINUS: return OP_SUB;
+    case TOK_STAR: return OP_MUL;
+    case TOK_SLASH: return OP_DIV;
+    case TOK_POW: return OP_POW;
+    case TOK_EQ: return OP_EQ;
+    case TOK_NE: return OP_NE;
+    case TOK_LT: return OP_LT;
+    case TOK_LE: return OP_LE;
+    case TOK_GT: return OP_GT;
+    case TOK_GE: return OP_GE;
+    case TOK_KW_AND: return OP_AND;
+    case TOK_KW_OR: return OP_OR;
+    default: return OP_COUNT;
+    }
+}
+
+static Value lower_binary(Lower *L, Scope *s, int32_t inst, AstId e)
+{
+    const AstNode *n = ast_node(L->ast, e);
+    AstId ea = ast_kid(L->ast, e, 0), eb = ast_kid(L->ast, e, 1);
+    Value a = lower_expr(L, s, inst, ea), b = lower_expr(L, s, inst, eb);
+    if (a.kind == V_ERROR || b.kind == V_ERROR) return value_error();
+    int op = n->op;
+    if (value_is_scalar_number(a) && value_is_scalar_number(b)) return binary_numbers(L, e, op, a, b);
+    bool da = a.kind == V_DIM || (a.kind == V_NUM && a.is_int), db = b.kind == V_DIM || (b.kind == V_NUM && b.is_int);
+    if ((a.kind == V_DIM || b.kind == V_DIM) && da && db) return binary_dims(L, e, op, a, b);
+    bool ta = a.kind == V_TENSOR || a.kind == V_NUM || a.kind == V_BOOL || a.kind == V_DIM;
+    bool tb = b.kind == V_TENSOR || b.kind == V_NUM || b.kind == V_BOOL || b.kind == V_DIM;
+    if (!ta || !tb) {
+        lower_error(L, e, "operator %s cannot be applied to %s and %s", lex_token_desc((TokKind)op), kind_desc(a), kind_desc(b));
+        return value_error();
+    }
+    L->b.loc = n->loc;
+    if (op == TOK_AT) {
+        if (a.kind != V_TENSOR || b.kind != V_TENSOR) {
+            lower_error(L, e, "'@' needs two tensors, found %s and %s", kind_desc(a), kind_desc(b));
+            return value_error();
+        }
+        NodeId r = ir_b_matmul(&L->b, a.node, b.node);
+        return r == IR_NONE ? lower_builder_error(L, e) : value_tensor(r);
+    }
+    Op iop = token_op(op);
+    if (iop == OP_COUNT) {
+        lower_error(L, e, "operator %s is not defined on tensors", lex_token_desc((TokKind)op));
+        return value_error();
+    }
+    NodeId r;
+    if (a.kind == V_TENSOR && b.kind != V_TENSOR && b.kind != V_DIM) r = comp_scalar_op(&L->b, iop, a.node, b.num, false);
+    else if (b.kind == V_TENSOR && a.kind != V_TENSOR && a.kind != V_DIM) r = comp_scalar_op(&L->b, iop, b.node, a.num, true);
+    else {
+        NodeId x = lower_as_tensor(L, a, b.kind == V_TENSOR ? (DType)L->g->nodes[b.node].dtype : DT_I64);
+        NodeId y = lower_as_tensor(L, b, a.kind == V_TENSOR ? (DType)L->g->nodes[a.node].dtype : DT_I64);
+        if (x == IR_NONE || y == IR_NONE) return lower_builder_error(L, e);
+        if ((iop == OP_AND || iop == OP_OR) &&
+            (L->g->nodes[x].dtype != DT_BOOL || L->g->nodes[y].dtype != DT_BOOL)) {
+            lower_error(L, e, "'%s' needs bool tensors (comparisons), found %s and %s", op == TOK_KW_AND ? "and" : "or",
+                        ir_dtype_name((DType)L->g->nodes[x].dtype), ir_dtype_name((DType)L->g->nodes[y].dtype));
+            return value_error();
+        }
+        r = ir_b_binary(&L->b, iop, x, y);
+    }
+    return r == IR_NONE ? lower_builder_error(L, e) : value_tensor(r);
+}
+
+static Value lower_index(Lower *L, Scope *s, int32_t inst, AstId e)
+{
+    const AstNode *n = ast_node(L->ast, e);
+    Value base = lower_expr(L, s, inst, ast_kid(L->ast, e, 0));
+    if (base.kind == V_ERROR) return base;
+    if (base.kind == V_LIST || base.kind == V_TUPLE) {
+        int64_t i;
+        if (n->nkids != 2 || ast_node(L->ast, ast_kid(L->ast, e, 1))->kind == AST_SLICE) {
+            lower_error(L, e, "a list takes one integer index");
+            return value_error();
+        }
+        Value iv = lower_expr(L, s, inst, ast_kid(L->ast, e, 1));
+        if (!value_int(L, iv, ast_kid(L->ast, e, 1), "index", &i)) return value_error();
+        if (i < 0) i += base.count;
+        if (i < 0 || i >= base.count) {
+            lower_error(L, e, "index %lld is out of range for a list of %d", (long long)i, base.count);
+            return value_error();
+        }
+        return L->seq[base.idx + i];
+    }
+    if (base.kind != V_TENSOR) {
+        lower_error(L, e, "cannot index %s", kind_desc(base));
+        return value_error();
+    }
+    NodeId x = base.node;
+    int rank = L->g->nodes[x].shape.rank;
+    if (n->nkids - 1 > rank) {
+        lower_error(L, e, "too many indices (%d) for a tensor of rank %d", n->nkids - 1, rank);
+        return value_error();
+    }
+    uint64_t drop = 0;
+    L->b.loc = n->loc;
+    for (int k = 1; k < n->nkids; k++) {
+        AstId sub = ast_kid(L->ast, e, k);
+        int axis = k - 1;
+        if (ast_node(L->ast, sub)->kind == AST_SLICE) {
+            int64_t v[3] = {0, IR_SLICE_END, 1};
+            for (int j = 0; j < 3; j++) {
+                AstId part = ast_kid(L->ast, sub, j);
+                if (part == AST_NONE) continue;
+                if (!value_int(L, lower_expr(L, s, inst, part), part, "slice bound", &v[j])) return value_error();
+            }
+            x = ir_b_slice(&L->b, x, axis, v[0], v[1], v[2]);
+        } else {
+            int64_t i;
+            if (!value_int(L, lower_expr(L, s, inst, sub), sub, "index", &i)) return value_error();
+            Dim d = L->g->nodes[x].shape.d[axis];
+            if (ir_dim_is_const(d) && (i >= d.k || i < -d.k)) {
+                lower_error(L, sub, "index %lld is out of range for axis %d of size %lld", (long long)i, axis, (long long)d.k);
+                return value_error();
+            }
+            if (i < 0 && ir_dim_is_const(d)) i += d.k;
+            x = ir_b_slice(&L->b, x, axis, i, i + 1, 1);
+            drop |= UINT64_C(1) << axis;
+        }
+        if (x == IR_NONE) return lower_builder_error(L, e);
+    }
+    if (drop) {
+        Shape sh = L->g->nodes[x].shape, out = ir_shape_make(0, NULL);
+        for (int i = 0; i < sh.rank; i++)
+            if (!(drop >> i & 1)) out.d[out.rank++] = sh.d[i];
+        x = ir_b_reshape(&L->b, x, &out);
+        if (x == IR_NONE) return lower_builder_error(L, e);
+    }
+    return value_tensor(x);
+}
+
+static Value lower_stmts(Lower *L, Scope *s, int32_t inst, AstId parent, int first, bool *returned);
+
+/* Applies module instance `m` to the arguments of CALL e. */
+static Value apply_module(Lower *L, Scope *s, int32_t inst, int32_t m, AstId e)
+{
+    const AstNode *n = ast_node(L->ast, e);
+    Inst *mi = &L->insts[m];
+    Value args[8];
+    int nargs = 0;
+    for (int k = 1; k < n->nkids; k++) {
+        AstId a = ast_kid(L->ast, e, k);
+        if (ast_node(L->ast, a)->kind == AST_KWARG) {
+            lower_error(L, a, "module '%s' takes its inputs by position, not by name", mi->path);
+            return value_error();
+        }
+        if (nargs >= 8) {
+            lower_error(L, a, "module '%s' called with too many inputs", mi->path);
+            return value_error();
+        }
+        args[nargs] = lower_expr(L, s, inst, a);
+        if (args[nargs].kind == V_ERROR) return value_error();
+        nargs++;
+    }
+    if (mi->builtin) {
+        L->b.loc = n->loc;
+        return mi->builtin->apply(L, m, args, nargs, e);
+    }
+    AstId fwd = mi->forward;
+    if (fwd == AST_NONE) {
+        lower_error(L, e, "module '%s' (%s) has no forward", mi->path, mi->type);
+        return value_error();
+    }
+    const AstNode *fn = ast_node(L->ast, fwd);
+    if (nargs != fn->aux) {
+        lower_error(L, e, "module %s's forward takes %d input%s, found %d", mi->type, fn->aux, fn->aux == 1 ? "" : "s", nargs);
+        return value_error();
+    }
+    if (L->depth >= MAX_MODULE_DEPTH) {
+        lower_error(L, e, "modules nested deeper than %d", MAX_MODULE_DEPTH);
+        return value_error();
+    }
+    L->depth++;
+    Scope *local = scope_new(L, mi->scope, false);
+    for (int i = 0; i < nargs; i++) scope_set(local, ast_str(L->ast, ast_kid(L->ast, fwd, i)), args[i]);
+    bool returned = false;
+    Value r = lower_stmts(L, local, m, fwd, fn->aux + fn->aux2, &returned);
+    L->depth--;
+    if (!returned && r.kind != V_ERROR) {
+        lower_error(L, fwd, "forward of module %s does not return a value", mi->type);
+        return value_error();
+    }
+    return r;
+}
+
+static Value lower_call(Lower *L, Scope *s, int32_t inst, AstId e)
+{
+    AstId callee = ast_kid(L->ast, e, 0);
+    const AstNode *cn = ast_node(L->ast, callee);
+    if (cn->kind == AST_NAME) {
+        const char *name = ast_str(L->ast, callee);
+        Value *v = lookup(L, s, inst, name);
+        if (v && v->kind == V_MODULE) return apply_module(L, s, inst, v->idx, e);
+        if (v && v->kind != V_ERROR) {
+            lower_error(L, callee, "'%s' is %s, not a function or module", name, kind_desc(*v));
+            return value_error();
+        }
+        if (v) return value_error();
+        Value out;
+        if (functions_call(L, s, inst, name, e, &out)) return out;
+        if (builtin_find(name)) {
+            lower_error(L, callee, "module %s must be created as a member (`name = %s(...)`) and then called by its name", name, name);
+            return value_error();
+        }
+        unknown_name(L, s, inst, name, callee, true);
+        return value_error();
+    }
+    Value f = lower_expr(L, s, inst, callee);
+    if (f.kind == V_MODULE) return apply_module(L, s, inst, f.idx, e);
+    if (f.kind != V_ERROR) lower_error(L, callee, "%s cannot be called", kind_desc(f));
+    return value_error();
+}
+
+Value lower_expr(Lower *L, Scope *s, int32_t inst, AstId e)
+{
+    if (e < 0) return value_error();
+    const AstNode *n = ast_node(L->ast, e);
+    switch ((AstKind)n->kind) {
+    case AST_NUMBER: return value_num(n->aux ? (double)n->ival : n->num, n->aux != 0);
+    case AST_STRING: return (Value){.kind = V_STR, .str = ast_str(L->ast, e), .node = IR_NONE};
+    case AST_NAME: {
+        const char *name = ast_str(L->ast, e);
+        Value *v = lookup(L, s, inst, name);
+        if (v) return *v;
+        if (!strcmp(name, "true") || !strcmp(name, "false"))
+            return (Value){.kind = V_BOOL, .num = name[0] == 't', .node = IR_NONE};
+        if (!strcmp(name, "inf")) return value_num(INFINITY, false);
+        if (!strcmp(name, "pi")) return value_num(KILN_PI, false);
+        if (!strcmp(name, "none")) return value_none();
+        unknown_name(L, s, inst, name, e, false);
+        return value_error();
+    }
+    case AST_UNARY: {
+        Value x = lower_expr(L, s, inst, ast_kid(L->ast, e, 0));
+        if (x.kind == V_ERROR) return x;
+        if (n->op == TOK_PLUS) return x;
+        if (n->op == TOK_KW_NOT) {
+            if (x.kind == V_BOOL || x.kind == V_NUM) return (Value){.kind = V_BOOL, .num = x.num == 0, .node = IR_NONE};
+            if (x.kind == V_TENSOR) {
+                L->b.loc = n->loc;
+                NodeId r = ir_b_unary(&L->b, OP_NOT, x.node);
+                return r == IR_NONE ? lower_builder_error(L, e) : value_tensor(r);
+            }
+        } else {
+            if (x.kind == V_NUM) return value_num(-x.num, x.is_int);
+            if (x.kind == V_TENSOR) {
+                L->b.loc = n->loc;
+                NodeId r = ir_b_unary(&L->b, OP_NEG, x.node);
+                return r == IR_NONE ? lower_builder_error(L, e) : value_tensor(r);
+            }
+        }
+        lower_error(L, e, "operator %s cannot be applied to %s", lex_token_desc((TokKind)n->op), kind_desc(x));
+        return value_error();
+    }
+    case AST_BINARY: return lower_binary(L, s, inst, e);
+    case AST_CALL: return lower_call(L, s, inst, e);
+    case AST_INDEX: return lower_index(L, s, inst, e);
+    case AST_ATTR: {
+        Value base = lower_expr(L, s, inst, ast_kid(L->ast, e, 0));
+        const char *attr = ast_str(L->ast, e);
+        if (base.kind == V_ERROR) return base;
+        if (base.kind == V_MODULE) {
+            Value *m = inst_member(L, base.idx, attr);
+            if (m) return *m;
+            Inst *bi = &L->insts[base.idx];
+            const char *best = NULL;
+            int bestd = 1000;
+            for (int32_t i = 0; i < bi->nmembers; i++) consider(bi->members[i].name, attr, &best, &bestd);
+            if (best && bestd <= 2) lower_error(L, e, "module '%s' (%s) has no member '%s' (did you mean '%s'?)", bi->path, bi->type, attr, best);
+            else lower_error(L, e, "module '%s' (%s) has no member '%s'", bi->path, bi->type, attr);
+            return value_error();
+        }
+        if (base.kind == V_LIST) {
+            char *end;
+            long i = strtol(attr, &end, 10);
+            if (*end || i < 0 || i >= base.count) {
+                lower_error(L, e, "'%s' is not an index of a list of %d modules", attr, base.count);
+                return value_error();
+            }
+            return L->seq[base.idx + i];
+        }
+        if (base.kind == V_TENSOR && !strcmp(attr, "T")) {
+            L->b.loc = n->loc;
+            NodeId r = ir_b_transpose(&L->b, base.node, -2, -1);
+            return r == IR_NONE ? lower_builder_error(L, e) : value_tensor(r);
+        }
+        lower_error(L, e, "%s has no attribute '%s'", kind_desc(base), attr);
+        return value_error();
+    }
+    case AST_LIST: {
+        Value t = {.kind = V_TUPLE, .node = IR_NONE, .count = n->nkids};
+        Value tmp[64];
+        if (n->nkids > 64) {
+            lower_error(L, e, "lists are limited to 64 elements here");
+            return value_error();
+        }
+        for (int k = 0; k < n->nkids; k++) {
+            tmp[k] = lower_expr(L, s, inst, ast_kid(L->ast, e, k));
+            if (tmp[k].kind == V_ERROR) return value_error();
+        }
+        t.idx = L->nseq;
+        for (int k = 0; k < n->nkids; k++) seq_push(L, tmp[k]);
+        return t;
+    }
+    case AST_COMPREHENSION:
+        lower_error(L, e, "a repeated module `[M(...) for N]` can only be a member, not part of an expression");
+        return value_error();
+    default:
+        lower_error(L, e, "expected an expression, found %s", ast_kind_name((AstKind)n->kind));
+        return value_error();
+    }
+}
+
+/* ---- statements ---- */
+
+static void name_new_nodes(Lower *L, NodeId from, Value v, const char *name)
+{
+    if (v.kind != V_TENSOR || v.node < from) return;
+    Node *nd = &L->g->nodes[v.node];
+    if (!nd->name && nd->op != OP_INPUT && nd->op != OP_PARAM) ir_set_name(L->g, v.node, name);
+}
+
+static Value lower_stmts(Lower *L, Scope *s, int32_t inst, AstId parent, int first, bool *returned)
+{
+    const AstNode *pn = ast_node(L->ast, parent);
+    for (int k = first; k < pn->nkids; k++) {
+        AstId st = ast_kid(L->ast, parent, k);
+        const AstNode *sn = ast_node(L->ast, st);
+        NodeId mark = L->g->nnodes;
+        switch ((AstKind)sn->kind) {
+        case AST_ASSIGN: {
+            int nt = sn->aux;
+            Value v = lower_expr(L, s, inst, ast_kid(L->ast, st, nt));
+            if (nt == 1) {
+                const char *name = ast_str(L->ast, ast_kid(L->ast, st, 0));
+                if (v.kind == V_TUPLE) {
+                    lower_error(L, st, "this produces %d values; assign them to %d names (`a, b = ...`)", v.count, v.count);
+                    v = value_error();
+                }
+                name_new_nodes(L, mark, v, name);
+                scope_set(s, name, v);
+                break;
+            }
+            if (v.kind != V_TUPLE || v.count != nt) {
+                if (v.kind != V_ERROR)
+                    lower_error(L, st, "%d names are assigned but the value is %s%s", nt, kind_desc(v),
+                                v.kind == V_TUPLE ? " of a different length" : "");
+                for (int i = 0; i < nt; i++) scope_set(s, ast_str(L->ast, ast_kid(L->ast, st, i)), value_error());
+                break;
+            }
+            for (int i = 0; i < nt; i++) {
+                const char *name = ast_str(L->ast, ast_kid(L->ast, st, i));
+                name_new_nodes(L, mark, L->seq[v.idx + i], name);
+                scope_set(s, name, L->seq[v.idx + i]);
+            }
+            break;
+        }
+        case AST_RETURN: {
+            *returned = true;
+            if (k + 1 < pn->nkids) lower_error(L, ast_kid(L->ast, parent, k + 1), "statement after return is never run");
+            if (sn->nkids == 1) return lower_expr(L, s, inst, ast_kid(L->ast, st, 0));
+            Value t = {.kind = V_TUPLE, .node = IR_NONE, .count = sn->nkids};
+            Value tmp[16];
+            if (sn->nkids > 16) {
+                lower_error(L, st, "at most 16 values can be returned");
+                return value_error();
+            }
+            for (int i = 0; i < sn->nkids; i++) tmp[i] = lower_expr(L, s, inst, ast_kid(L->ast, st, i));
+            t.idx = L->nseq;
+            for (int i = 0; i < sn->nkids; i++) seq_push(L, tmp[i]);
+            return t;
+        }
+        case AST_FOR: {
+            AstId it = ast_kid(L->ast, st, 0);
+            Value iv = lower_expr(L, s, inst, it);
+            const char *var = ast_str(L->ast, st);
+            if (iv.kind == V_ERROR) break;
+            int64_t count;
+            if (iv.kind == V_LIST || iv.kind == V_TUPLE) count = iv.count;
+            else if (iv.kind == V_NUM && iv.is_int && iv.num >= 0 && iv.num <= MAX_REPEAT) count = (int64_t)iv.num;
+            else {
+                lower_error(L, it, "`for` iterates over a list of modules or a count, found %s", kind_desc(iv));
+                break;
+            }
+            for (int64_t i = 0; i < count && !L->failed; i++) {
+                Value elem = iv.kind == V_NUM ? value_num((double)i, true) : L->seq[iv.idx + i];
+                scope_set(s, var, elem);
+                bool ret = false;
+                lower_stmts(L, s, inst, st, 1, &ret);
+                if (ret) {
+                    lower_error(L, st, "`return` inside a `for` loop is not supported; assign and return after the loop");
+                    break;
+                }
+            }
+            break;
+        }
+        default:
+            lower_error(L, st, "expected a statement, found %s", ast_kind_name((AstKind)sn->kind));
+            break;
+        }
+    }
+    return value_none();
+}
+
+/* ---- instantiation ---- */
+
+static void collect_init_rules(Lower *L, AstId container, int first, int32_t owner)
+{
+    const AstNode *cn = ast_node(L->ast, container);
+    for (int k = first; k < cn->nkids; k++) {
+        AstId it = ast_kid(L->ast, container, k);
+        if (ast_node(L->ast, it)->kind != AST_INIT) continue;
+        GROW(L->rules, L->rules_cap, L->nrules + 1);
+        InitRule *r = &L->rules[L->nrules++];
+        r->pattern = ast_str(L->ast, it);
+        r->expr = ast_kid(L->ast, it, 0);
+        r->at = it;
+        r->owner = owner;
+        r->matches = 0;
+    }
+}
+
+static AstId find_user_module(Lower *L, const char *name)
+{
+    AstId root = L->ast->root;
+    const AstNode *rn = ast_node(L->ast, root);
+    for (int k = 0; k < rn->nkids; k++) {
+        AstId it = ast_kid(L->ast, root, k);
+        if (ast_node(L->ast, it)->kind == AST_MODULE && !strcmp(ast_str(L->ast, it), name)) return it;
+    }
+    return AST_NONE;
+}
+
+static void instantiate_items(Lower *L, int32_t inst, AstId container, int first);
+
+/* Creates the member `name` of instance `parent` from expression e (a module call, a
+ * repetition, or Parameter(...)). */
+static Value instantiate(Lower *L, int32_t parent, const char *name, AstId e)
+{
+    if (L->ninsts >= MAX_INSTANCES) {
+        lower_error(L, e, "more than %d module instances", MAX_INSTANCES);
+        return value_error();
+    }
+    const AstNode *n = ast_node(L->ast, e);
+    Scope *ps = L->insts[parent].scope;
+    if (n->kind == AST_COMPREHENSION) {
+        int64_t count;
+        AstId ce = ast_kid(L->ast, e, 1);
+        if (!value_int(L, lower_expr(L, ps, parent, ce), ce, "repeat count", &count)) return value_error();
+        if (count < 0 || count > MAX_REPEAT) {
+            lower_error(L, ce, "repeat count %lld must be between 0 and %d", (long long)count, MAX_REPEAT);
+            return value_error();
+        }
+        Value *elems = xmalloc((size_t)(count ? count : 1) * sizeof *elems);
+        for (int64_t i = 0; i < count; i++) {
+            char idx[32];
+            snprintf(idx, sizeof idx, "%lld", (long long)i);
+            /* Members of the list are named "h.0", "h.1", ... like nn.ModuleList. */
+            StrBuf full;
+            sb_init(&full);
+            sb_printf(&full, "%s.%s", name, idx);
+            elems[i] = instantiate(L, parent, full.data, ast_kid(L->ast, e, 0));
+            sb_free(&full);
+            if (elems[i].kind == V_ERROR) {
+                free(elems);
+                return value_error();
+            }
+        }
+        Value list = {.kind = V_LIST, .node = IR_NONE, .idx = L->nseq, .count = (int32_t)count};
+        for (int64_t i = 0; i < count; i++) seq_push(L, elems[i]);
+        free(elems);
+        return list;
+    }
+    if (n->kind != AST_CALL || ast_node(L->ast, ast_kid(L->ast, e, 0))->kind != AST_NAME) {
+        lower_error(L, e, "a member must be a module, e.g. `fc = Linear(784, 256)`, a repetition `[Block(C) for 4]`, or Parameter(...)");
+        return value_error();
+    }
+    AstId callee = ast_kid(L->ast, e, 0);
+    const char *type = ast_str(L->ast, callee);
+    if (!strcmp(type, "Parameter") || !strcmp(type, "Buffer")) {
+        bool buffer = type[0] == 'B';
+        BoundArgs ba;
+        if (!lower_bind_args(L, ps, parent, e, type, "*shape, init=none", &ba)) return value_error();
+        Shape s = ir_shape_make(0, NULL);
+        for (int i = 0; i < ba.nrest; i++) {
+            int64_t d;
+            if (s.rank >= IR_MAX_RANK) {
+                lower_error(L, e, "%s: rank exceeds %d", type, IR_MAX_RANK);
+                return value_error();
+            }
+            if (!value_int(L, ba.rest[i], ba.rest_at[i], type, &d)) return value_error();
+            s.d[s.rank++] = ir_dim_const(d);
+        }
+        InitKind kind = INIT_ZEROS;
+        double a0 = 0, a1 = 0;
+        if (ba.given[1]) {
+            InitRule tmp = {.pattern = "", .expr = ast_kid(L->ast, ba.at[1], 0), .at = e, .owner = parent};
+            if (!eval_init(L, &tmp, &s, &kind, &a0, &a1)) return value_error();
+        }
+        NodeId p = lower_param(L, parent, name, &s, kind, a0, a1, !buffer, e);
+        /* lower_param already added the member; return it without adding twice. */
+        if (p == IR_NONE) return value_error();
+        Value v = value_tensor(p);
+        v.count = -1; /* marks "already a member" for the caller */
+        return v;
+    }
+    const BuiltinModule *bm = builtin_find(type);
+    AstId def = bm ? AST_NONE : find_user_module(L, type);
+    if (!bm && def == AST_NONE) {
+        unknown_name(L, ps, -1, type, callee, true);
+        return value_error();
+    }
+    if (bm) {
+        BoundArgs ba;
+        StrBuf sig;
+        sb_init(&sig);
+        for (int i = 0; i < BUILTIN_MAX_ARGS && bm->args[i]; i++)
+            sb_printf(&sig, "%s%s%s%s", i ? ", " : "", bm->args[i], bm->defaults[i] ? "=" : "", bm->defaults[i] ? bm->defaults[i] : "");
+        bool ok = lower_bind_args(L, ps, parent, e, type, sig.data ? sig.data : "", &ba);
+        sb_free(&sig);
+        if (!ok) return value_error();
+        int32_t m = lower_inst_new(L, parent, name, type, n->loc);
+        L->insts[m].builtin = bm;
+        L->insts[m].scope = ps;
+        for (int i = 0; i < ba.n && i < 8; i++) L->insts[m].args[i] = ba.v[i];
+        for (int i = 0; i < ba.n && i < 8; i++) L->insts[m].args[i].count = ba.at[i]; /* where, for errors */
+        if (!bm->create(L, m, e)) return value_error();
+        return (Value){.kind = V_MODULE, .idx = m, .node = IR_NONE};
+    }
+    /* A user module: bind arguments, then instantiate its body. */
+    for (int32_t i = 0; i < L->ninst_stack; i++)
+        if (L->inst_stack[i] == def) {
+            StrBuf chain;
+            sb_init(&chain);
+            for (int32_t j = i; j < L->ninst_stack; j++) sb_printf(&chain, "%s -> ", ast_str(L->ast, L->inst_stack[j]));
+            sb_puts(&chain, type);
+            lower_error(L, e, "module %s contains itself: %s", type, chain.data);
+            sb_free(&chain);
+            return value_error();
+        }
+    if (L->ninst_stack >= MAX_MODULE_DEPTH) {
+        lower_error(L, e, "modules nested deeper than %d", MAX_MODULE_DEPTH);
+        return value_error();
+    }
+    const AstNode *dn = ast_node(L->ast, def);
+    StrBuf sig;
+    sb_init(&sig);
+    for (int i = 0; i < dn->aux; i++) {
+        AstId p = ast_kid(L->ast, def, i);
+        sb_printf(&sig, "%s%s%s", i ? ", " : "", ast_str(L->ast, p), ast_node(L->ast, p)->aux == 2 ? "=none" : "");
+    }
+    BoundArgs ba;
+    if (dn->aux > CALL_MAX_ARGS) {
+        sb_free(&sig);
+        lower_error(L, def, "module %s has more than %d arguments", type, CALL_MAX_ARGS);
+        return value_error();
+    }
+    bool ok = lower_bind_args(L, ps, parent, e, type, sig.data ? sig.data : "", &ba);
+    sb_free(&sig);
+    if (!ok) return value_error();
+    int32_t m = lower_inst_new(L, parent, name, type, n->loc);
+    Scope *ms = scope_new(L, L->globals, true);
+    L->insts[m].scope = ms;
+    L->insts[m].def = def;
+    for (int i = 0; i < dn->aux; i++) {
+        AstId p = ast_kid(L->ast, def, i);
+        Value v = ba.v[i];
+        if (!ba.given[i] && ast_node(L->ast, p)->aux == 2) v = lower_expr(L, ms, -1, ast_kid(L->ast, p, 0));
+        scope_set(ms, ast_str(L->ast, p), v);
+    }
+    GROW(L->inst_stack, L->inst_stack_cap, L->ninst_stack + 1);
+    L->inst_stack[L->ninst_stack++] = def;
+    collect_init_rules(L, def, dn->aux, m);
+    instantiate_items(L, m, def, dn->aux);
+    L->ninst_stack--;
+    return (Value){.kind = V_MODULE, .idx = m, .node = IR_NONE};
+}
+
+/* Consts and members of a module body (or the file), in order. */
+static void instantiate_items(Lower *L, int32_t inst, AstId container, int first)
+{
+    const AstNode *cn = ast_node(L->ast, container);
+    for (int k = first; k < cn->nkids; k++) {
+        AstId it = ast_kid(L->ast, container, k);
+        const AstNode *in = ast_node(L->ast, it);
+        const char *name = ast_str(L->ast, it);
+        if (in->kind == AST_CONST && inst != 0) {
+            scope_set(L->insts[inst].scope, name, lower_expr(L, L->insts[inst].scope, inst, ast_kid(L->ast, it, 0)));
+        } else if (in->kind == AST_MEMBER) {
+            if (inst_member(L, inst, name)) {
+                lower_error(L, it, "member '%s' is defined twice", name);
+                continue;
+            }
+            Value v = instantiate(L, inst, name, ast_kid(L->ast, it, 0));
+            if (v.kind == V_TENSOR && v.count == -1) continue; /* Parameter: already added */
+            lower_add_member(L, inst, name, v);
+        } else if (in->kind == AST_FORWARD && inst != 0) {
+            if (L->insts[inst].forward != AST_NONE) lower_error(L, it, "module %s has two forward definitions", L->insts[inst].type);
+            else L->insts[inst].forward = it;
+        }
+    }
+}
+
+/* ---- inputs ---- */
+
+static bool lower_type(Lower *L, AstId ty, Shape *s, int first_input)
+{
+    const AstNode *tn = ast_node(L->ast, ty);
+    *s = ir_shape_make(0, NULL);
+    if (tn->nkids > IR_MAX_RANK) {
+        lower_error(L, ty, "rank %d exceeds the maximum of %d", tn->nkids, IR_MAX_RANK);
+        return false;
+    }
+    for (int k = 0; k < tn->nkids; k++) {
+        AstId de = ast_kid(L->ast, ty, k);
+        const AstNode *dn = ast_node(L->ast, de);
+        if (dn->kind == AST_NAME && !lookup(L, L->globals, 0, ast_str(L->ast, de))) {
+            const char *sym = ast_str(L->ast, de);
+            /* An undeclared name as the leading dim of an input is the batch size. */
+            if (k == 0 && first_input) {
+                if (L->batch <= 0) {
+                    lower_error(L, de, "size '%s' has no bound: set `batch` in the train section or declare `dim %s <= N`", sym, sym);
+                    return false;
+                }
+                int id = ir_add_symbol(L->g, sym, L->batch);
+                if (id < 0) {
+                    lower_error(L, de, "too many symbolic sizes (at most %d)", IR_MAX_SYMS);
+                    return false;
+                }
+                Value dv = {.kind = V_DIM, .dim = ir_dim_sym(id), .node = IR_NONE};
+                scope_set(L->globals, sym, dv);
+                s->d[s->rank++] = dv.dim;
+                continue;
+            }
+            lower_error(L, de, "unknown size '%s': declare it with `dim %s <= N` or `const %s = N`", sym, sym, sym);
+            return false;
+        }
+        Value v = lower_expr(L, L->globals, 0, de);
+        if (v.kind == V_DIM) {
+            s->d[s->rank++] = v.dim;
+            continue;
+        }
+        int64_t d;
+        if (!value_int(L, v, de, "dimension", &d)) return false;
+        if (d < 0 || d > IR_MAX_DIM) {
+            lower_error(L, de, "dimension %lld is out of range (0 to 2^32)", (long long)d);
+            return false;
+        }
+        s->d[s->rank++] = ir_dim_const(d);
+    }
+    return true;
+}
+
+static Value make_input(Lower *L, AstId param, bool first)
+{
+    const AstNode *pn = ast_node(L->ast, param);
+    const char *name = ast_str(L->ast, param);
+    if (ir_find_named(L->g, OP_INPUT, name) != IR_NONE) {
+        lower_error(L, param, "input '%s' is declared twice", name);
+        return value_error();
+    }
+    AstId ty = ast_kid(L->ast, param, 0);
+    Shape s;
+    if (!lower_type(L, ty, &s, first)) return value_error();
+    L->b.loc = pn->loc;
+    NodeId id = ir_b_input(&L->b, name, (DType)ast_node(L->ast, ty)->aux, &s);
+    return id == IR_NONE ? lower_builder_error(L, param) : value_tensor(id);
+}
+
+/* ---- the whole model ---- */
+
+static bool is_scalar_shape(const Shape *s)
+{
+    for (int i = 0; i < s->rank; i++)
+        if (!ir_dim_is_const(s->d[i]) || s->d[i].k != 1) return false;
+    return true;
+}
+
+static NodeId scalar_output(Lower *L, Value v, AstId at, const char *what)
+{
+    if (v.kind == V_ERROR) return IR_NONE;
+    if (v.kind != V_TENSOR) {
+        lower_error(L, at, "%s must be a tensor, found %s", what, kind_desc(v));
+        return IR_NONE;
+    }
+    const Node *n = &L->g->nodes[v.node];
+    if (!is_scalar_shape(&n->shape)) {
+        StrBuf t;
+        sb_init(&t);
+        ir_shape_format(&t, L->g, &n->shape);
+        lower_error(L, at, "%s must be a scalar, found shape %s (reduce it with mean(...) or sum(...))", what, t.data);
+        sb_free(&t);
+        return IR_NONE;
+    }
+    NodeId id = v.node;
+    if (!ir_dtype_is_float((DType)n->dtype)) id = ir_b_cast(&L->b, id, DT_F32);
+    if (L->g->nodes[id].shape.rank) {
+        Shape s0 = ir_shape_make(0, NULL);
+        id = ir_b_reshape(&L->b, id, &s0);
+    }
+    return id;
+}
+
+static void lower_model(Lower *L, AstId forward, AstId loss, AstId train)
+{
+    AstId root = L->ast->root;
+    /* Inputs first, in declaration order: forward's, then the loss's typed ones. */
+    Scope *fs = scope_new(L, L->globals, false);
+    const AstNode *fn = forward != AST_NONE ? ast_node(L->ast, forward) : NULL;
+    if (fn)
+        for (int i = 0; i < fn->aux; i++) {
+            AstId p = ast_kid(L->ast, forward, i);
+            if (ast_node(L->ast, p)->aux != 1) {
+                lower_error(L, p, "input '%s' of forward needs a type, e.g. `%s: f32[B, 784]`", ast_str(L->ast, p), ast_str(L->ast, p));
+                scope_set(fs, ast_str(L->ast, p), value_error());
+                continue;
+            }
+            scope_set(fs, ast_str(L->ast, p), make_input(L, p, i == 0));
+        }
+    const AstNode *ln = loss != AST_NONE ? ast_node(L->ast, loss) : NULL;
+    Scope *ls = scope_new(L, L->globals, false);
+    if (ln)
+        for (int i = 0; i < ln->aux; i++) {
+            AstId p = ast_kid(L->ast, loss, i);
+            if (ast_node(L->ast, p)->aux == 1) scope_set(ls, ast_str(L->ast, p), make_input(L, p, false));
+        }
+    (void)train;
+
+    /* Parameters: the root's members, in order (state_dict order). */
+    L->insts[0].scope = L->globals;
+    collect_init_rules(L, root, 0, 0);
+    GROW(L->inst_stack, L->inst_stack_cap, 1);
+    instantiate_items(L, 0, root, 0);
+    for (int32_t i = 0; i < L->nrules; i++)
+        if (L->rules[i].matches == 0 && !L->failed)
+            lower_error(L, L->rules[i].at, "init pattern '%s' matches no parameter", L->rules[i].pattern);
+
+    if (!fn) {
+        lower_error(L, root, "the model has no forward: add `forward(x: f32[B, N]) -> y { ... }`");
+        return;
+    }
+    bool returned = false;
+    Value ret = lower_stmts(L, fs, 0, forward, fn->aux + fn->aux2, &returned);
+    Scope *outs = scope_new(L, L->globals, false);
+    if (fn->aux2 == 0) {
+        if (!returned) lower_error(L, forward, "forward has no outputs: name them (`forward(...) -> logits`) or `return` a value");
+        else if (ret.kind == V_TENSOR) {
+            ir_add_output(L->g, OUT_FORWARD, "output", ret.node);
+            scope_set(outs, "output", ret);
+        } else if (ret.kind != V_ERROR) lower_error(L, forward, "forward must return a tensor, found %s", kind_desc(ret));
+    } else {
+        if (returned) lower_error(L, forward, "forward names its outputs with `->`; use assignments, not `return`");
+        for (int i = 0; i < fn->aux2; i++) {
+            AstId on = ast_kid(L->ast, forward, fn->aux + i);
+            const char *name = ast_str(L->ast, on);
+            Value *v = scope_find_here(fs, name);
+            if (!v) {
+                lower_error(L, on, "output '%s' is never assigned in forward", name);
+                continue;
+            }
+            if (v->kind == V_ERROR) continue;
+            if (v->kind != V_TENSOR) {
+                lower_error(L, on, "output '%s' is %s, not a tensor", name, kind_desc(*v));
+                continue;
+            }
+            ir_add_output(L->g, OUT_FORWARD, name, v->node);
+            scope_set(outs, name, *v);
+        }
+    }
+    if (L->failed) return;
+
+    /* Loss: untyped parameters are forward outputs, typed ones are extra inputs. */
+    if (ln) {
+        for (int i = 0; i < ln->aux; i++) {
+            AstId p = ast_kid(L->ast, loss, i);
+            if (ast_node(L->ast, p)->aux == 1) continue;
+            const char *name = ast_str(L->ast, p);
+            Value *v = scope_find_here(outs, name);
+            if (!v) {
+                StrBuf names;
+                sb_init(&names);
+                for (int32_t j = 0; j < outs->n; j++) sb_printf(&names, "%s%s", j ? ", " : "", outs->names[j]);
+                lower_error(L, p, "loss input '%s' is not an output of forward (outputs: %s); give it a type to make it a data input",
+                            name, names.len ? names.data : "none");
+                sb_free(&names);
+                scope_set(ls, name, value_error());
+                continue;
+            }
+            scope_set(ls, name, *v);
+        }
+        returned = false;
+        Value lv = lower_stmts(L, ls, 0, loss, ln->aux, &returned);
+        if (!returned && !L->failed) lower_error(L, loss, "loss does not return a value");
+        NodeId l = scalar_output(L, lv, loss, "the loss");
+        if (l != IR_NONE) {
+            ir_add_output(L->g, OUT_LOSS, "loss", l);
+            scope_set(ls, "loss", value_tensor(l));
+        }
+    }
+    /* Metrics see forward outputs, loss inputs and the loss. */
+    const AstNode *rn = ast_node(L->ast, root);
+    for (int k = 0; k < rn->nkids; k++) {
+        AstId it = ast_kid(L->ast, root, k);
+        if (ast_node(L->ast, it)->kind != AST_METRIC) continue;
+        Scope *ms = scope_new(L, ls, false);
+        for (int32_t j = 0; j < outs->n; j++)
+            if (!scope_find_here(ls, outs->names[j])) scope_set(ms, outs->names[j], outs->vals[j]);
+        L->b.loc = ast_node(L->ast, it)->loc;
+        Value mv = lower_expr(L, ms, 0, ast_kid(L->ast, it, 0));
+        StrBuf what;
+        sb_init(&what);
+        sb_printf(&what, "metric '%s'", ast_str(L->ast, it));
+        NodeId m = scalar_output(L, mv, ast_kid(L->ast, it, 0), what.data);
+        sb_free(&what);
+        if (m != IR_NONE) ir_add_output(L->g, OUT_METRIC, ast_str(L->ast, it), m);
+    }
+}
+
+/* Top-level declarations: consts and dims (check.c validated names and duplicates). */
+static void lower_globals(Lower *L)
+{
+    AstId root = L->ast->root;
+    const AstNode *rn = ast_node(L->ast, root);
+    for (int k = 0; k < rn->nkids; k++) {
+        AstId it = ast_kid(L->ast, root, k);
+        const AstNode *in = ast_node(L->ast, it);
+        const char *name = ast_str(L->ast, it);
+        if (in->kind == AST_CONST) {
+            Value v = lower_expr(L, L->globals, -1, ast_kid(L->ast, it, 0));
+            if (v.kind == V_TENSOR) {
+                lower_error(L, it, "const '%s' must be a number known at compile time", name);
+                v = value_error();
+            }
+            scope_set(L->globals, name, v);
+        } else if (in->kind == AST_DIM) {
+            int64_t bound = -1;
+            if (in->nkids == 1) {
+                AstId be = ast_kid(L->ast, it, 0);
+                if (!value_int(L, lower_expr(L, L->globals, -1, be), be, "dim bound", &bound)) continue;
+            } else if (L->batch > 0) bound = L->batch;
+            if (bound < 1 || bound > IR_MAX_DIM) {
+                lower_error(L, it, bound == -1 ? "dim '%s' needs a bound: `dim %s <= N`" : "dim '%s' bound must be between 1 and 2^32",
+                            name, name);
+                continue;
+            }
+            int id = ir_add_symbol(L->g, name, bound);
+            if (id < 0) {
+                lower_error(L, it, "too many symbolic sizes (at most %d)", IR_MAX_SYMS);
+                continue;
+            }
+            scope_set(L->globals, name, (Value){.kind = V_DIM, .dim = ir_dim_sym(id), .node = IR_NONE});
+        }
+    }
+}
+
+bool check_declarations(Lower *L, AstId *forward, AstId *loss, AstId *train, const char **model_name);
+
+Model *frontend_compile(Diag *d, const char *path, const char *text, size_t len, GraphMode mode)
+{
+    int errors_before = d->nerrors;
+    uint16_t file = diag_add_source(d, path, text, len);
+    Ast *ast = ast_parse(d, file);
+    if (d->nerrors > errors_before) {
+        ast_free(ast);
+        return NULL;
+    }
+    Lower L;
+    memset(&L, 0, sizeof L);
+    L.d = d;
+    L.ast = ast;
+    sb_init(&L.err);
+    AstId forward = AST_NONE, loss = AST_NONE, train = AST_NONE;
+    const char *model_name = NULL;
+    bool ok = check_declarations(&L, &forward, &loss, &train, &model_name);
+    Model *m = NULL;
+    if (ok) {
+        L.g = ir_graph_new(model_name);
+        L.g->mode = (uint8_t)mode;
+        ir_add_file(L.g, path);
+        L.b.g = L.g;
+        L.b.err = &L.err;
+        L.b.loc.file = 0;
+        L.batch = recipe_batch_hint(ast, train);
+        L.globals = scope_new(&L, NULL, true);
+        lower_inst_new(&L, -1, "", model_name, ast_node(ast, ast->root)->loc);
+        lower_globals(&L);
+        if (!L.failed) lower_model(&L, forward, loss, train);
+        /* The graph's locations use the graph's own file table (index 0 = this file). */
+        for (NodeId i = 0; i < L.g->nnodes; i++) L.g->nodes[i].loc.file = 0;
+        if (!L.failed) {
+            StrBuf verr;
+            sb_init(&verr);
+            if (ir_verify(L.g, &verr)) {
+                diag_error(d, ast_node(ast, ast->root)->loc, "internal error: the lowered graph is invalid:\n%s", verr.data);
+                L.failed = true;
+            }
+            sb_free(&verr);
+        }
+        if (!L.failed) {
+            m = xcalloc(1, sizeof *m);
+            if (!recipe_check(&m->recipe, ast, train, L.g, d)) {
+                recipe_free(&m->recipe);
+                free(m);
+                m = NULL;
+            } else {
+                m->graph = L.g;
+                m->ast = ast;
+                L.g = NULL;
+                ast = NULL;
+            }
+        }
+        ir_graph_free(L.g);
+    }
+    for (int32_t i = 0; i < L.ninsts; i++) {
+        free(L.insts[i].path);
+        free(L.insts[i].type);
+        for (int32_t j = 0; j < L.insts[i].nmembers; j++) free(L.insts[i].members[j].name);
+        free(L.insts[i].members);
+    }
+    free(L.insts);
+    free(L.seq);
+    free(L.rules);
+    free(L.inst_stack);
+    for (int32_t i = 0; i < L.nscopes; i++) scope_free(L.scopes[i]);
+    free(L.scopes);
+    sb_free(&L.err);
+    ast_free(ast);
+    return m;
+}
+
+void frontend_model_free(Model *m)
+{
+    if (!m) return;
+    ir_graph_free(m->graph);
+    recipe_free(&m->recipe);
+    ast_free(m->ast);
+    free(m);
+}

@@ -1,0 +1,539 @@
+/* recipe.c — the `train { ... }` section: checked against one schema table and completed
+ * with defaults. Every key, data loader, optimizer, schedule and argument is known here;
+ * anything else is an error with its location and the nearest known name, never a silent
+ * default. Data loaders must name inputs the model really has. The schema is also what
+ * `kiln check` prints and what docs/language.md lists. */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { A_NUM, A_INT, A_STR, A_NAME, A_BOOL, A_PAIR } ArgKind;
+
+typedef struct {
+    const char *name;
+    uint8_t kind;       /* ArgKind */
+    const char *dflt;   /* NULL = required; "" = optional with no value */
+    double lo, hi;
+    const char *choices; /* A_NAME/A_STR: space-separated allowed values, or NULL */
+} ArgSpec;
+
+typedef struct {
+    const char *name;
+    const ArgSpec *args;
+    bool input_map; /* keyword arguments are model inputs mapped to file paths */
+    const char *doc;
+} CallSpec;
+
+typedef struct {
+    const char *key;
+    uint8_t kind;        /* ArgKind, or A_CALL below */
+    const CallSpec *calls;
+    const char *dflt;    /* NULL = no default (absent unless written) */
+    double lo, hi;
+    const char *choices;
+    const char *doc;
+} KeySpec;
+
+#define A_CALL 100
+#define INF 1e300
+#define END {NULL, 0, NULL, 0, 0, NULL}
+
+static const ArgSpec lm_args[] = {
+    {"path", A_STR, NULL, 0, 0, NULL}, {"input", A_NAME, NULL, 0, 0, NULL}, {"target", A_NAME, NULL, 0, 0, NULL},
+    {"val", A_NUM, "0.1", 0, 0.9, NULL}, END};
+static const ArgSpec map_args[] = {{"val", A_NUM, "0.0", 0, 0.9, NULL}, END};
+static const CallSpec data_calls[] = {
+    {"idx", map_args, true, "IDX files (plain or .gz), one per input: idx(image = \"...\", label = \"...\")"},
+    {"npy", map_args, true, "NumPy .npy files, one per input"},
+    {"text", lm_args, false, "raw bytes of text files (a glob), windows of input and next-byte target"},
+    {"tokens", lm_args, false, "a token file (docs/formats.md), windows of input and next-token target"},
+    {NULL, NULL, false, NULL}};
+
+static const ArgSpec sgd_args[] = {
+    {"lr", A_NUM, "0.01", 0, 10, NULL}, {"momentum", A_NUM, "0.0", 0, 1, NULL}, {"dampening", A_NUM, "0.0", 0, 1, NULL},
+    {"nesterov", A_BOOL, "false", 0, 0, NULL}, {"weight_decay", A_NUM, "0.0", 0, 10, NULL},
+    {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
+static const ArgSpec adam_args[] = {
+    {"lr", A_NUM, "0.001", 0, 10, NULL}, {"betas", A_PAIR, "0.9 0.999", 0, 1, NULL}, {"eps", A_NUM, "1e-8", 0, 1, NULL},
+    {"weight_decay", A_NUM, "0.0", 0, 10, NULL}, {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
+static const ArgSpec adamw_args[] = {
+    {"lr", A_NUM, "0.001", 0, 10, NULL}, {"betas", A_PAIR, "0.9 0.999", 0, 1, NULL}, {"eps", A_NUM, "1e-8", 0, 1, NULL},
+    {"weight_decay", A_NUM, "0.01", 0, 10, NULL}, {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
+static const CallSpec optim_calls[] = {
+    {"SGD", sgd_args, false, "stochastic gradient descent with optional (Nesterov) momentum"},
+    {"Adam", adam_args, false, "Adam; weight_decay is L2 added to the gradient"},
+    {"AdamW", adamw_args, false, "Adam with decoupled weight decay (on >= 2-D parameters unless decay = all)"},
+    {NULL, NULL, false, NULL}};
+
+static const ArgSpec const_args[] = {{"warmup", A_INT, "0", 0, INF, NULL}, END};
+static const ArgSpec step_args[] = {
+    {"step_size", A_INT, NULL, 1, INF, NULL}, {"gamma", A_NUM, "0.1", 0, 1, NULL}, {"warmup", A_INT, "0", 0, INF, NULL}, END};
+static const ArgSpec decay_args[] = {{"warmup", A_INT, "0", 0, INF, NULL}, {"min_lr", A_NUM, "0.0", 0, 10, NULL}, END};
+static const CallSpec sched_calls[] = {
+    {"constant", const_args, false, "constant learning rate after a linear warmup"},
+    {"step", step_args, false, "multiply by gamma every step_size steps"},
+    {"linear", decay_args, false, "linear warmup, then linear decay to min_lr"},
+    {"cosine", decay_args, false, "linear warmup, then cosine decay to min_lr"},
+    {NULL, NULL, false, NULL}};
+
+static const ArgSpec ckpt_args[] = {
+    {"steps", A_INT, "0", 0, INF, NULL}, {"epochs", A_INT, "1", 0, INF, NULL}, {"dir", A_STR, "checkpoints", 0, 0, NULL},
+    {"keep", A_INT, "2", 1, 1000, NULL}, END};
+static const ArgSpec eval_args[] = {
+    {"steps", A_INT, "0", 0, INF, NULL}, {"epochs", A_INT, "1", 0, INF, NULL}, {"batches", A_INT, "0", 0, INF, NULL}, END};
+static const CallSpec ckpt_calls[] = {{"every", ckpt_args, false, "save every N steps and/or epochs"}, {NULL, NULL, false, NULL}};
+static const CallSpec eval_calls[] = {{"every", eval_args, false, "evaluate every N steps and/or epochs (batches = 0: all)"},
+                                      {NULL, NULL, false, NULL}};
+
+static const KeySpec keys[] = {
+    {"data", A_CALL, data_calls, NULL, 0, 0, NULL, "training data"},
+    {"eval_data", A_CALL, data_calls, NULL, 0, 0, NULL, "evaluation data (default: the loader's val split)"},
+    {"optimizer", A_CALL, optim_calls, "AdamW", 0, 0, NULL, "SGD, Adam or AdamW with their hyperparameters"},
+    {"schedule", A_CALL, sched_calls, "constant", 0, 0, NULL, "learning-rate schedule"},
+    {"batch", A_INT, NULL, "64", 1, 1 << 24, NULL, "samples per step (bounds the batch size symbol)"},
+    {"epochs", A_INT, NULL, "1", 1, 1e9, NULL, "passes over the training data"},
+    {"steps", A_INT, NULL, "", 1, 1e12, NULL, "optimizer steps (overrides epochs)"},
+    {"clip", A_NUM, NULL, "0.0", 0, 1e12, NULL, "global gradient-norm clipping (0 = off)"},
+    {"accumulate", A_INT, NULL, "1", 1, 65536, NULL, "micro-batches per optimizer step"},
+    {"precision", A_NAME, NULL, "f32", 0, 0, "f32 bf16 f16", "f32, or mixed precision with bf16 / f16"},
+    {"checkpoint", A_CALL, ckpt_calls, "every", 0, 0, NULL, "checkpoint policy"},
+    {"eval", A_CALL, eval_calls, "every", 0, 0, NULL, "evaluation policy"},
+    {"seed", A_INT, NULL, "0", 0, 1e18, NULL, "seed of initialisation, shuffling and dropout"},
+    {"log", A_STR, NULL, "", 0, 0, NULL, "JSONL metrics log file"},
+};
+#define NKEYS ((int)(sizeof keys / sizeof keys[0]))
+
+/* ---- helpers ---- */
+
+static const char *nearest(const char *name, const char *const *cands, int n)
+{
+    const char *best = NULL;
+    int bestd = 1000;
+    for (int i = 0; i < n; i++) {
+        int d = util_edit_distance(cands[i], name);
+        if (d < bestd) bestd = d, best = cands[i];
+    }
+    return bestd <= (strlen(name) <= 4 ? 1 : 3) ? best : NULL;
+}
+
+static bool in_choices(const char *choices, const char *v)
+{
+    size_t n = strlen(v);
+    for (const char *p = choices; *p;) {
+        size_t l = strcspn(p, " ");
+        if (l == n && !strncmp(p, v, n)) return true;
+        p += l;
+        while (*p == ' ') p++;
+    }
+    return false;
+}
+
+static void free_value(RecipeValue *v)
+{
+    free(v->key);
+    free(v->str);
+    for (int32_t i = 0; i < v->nargs; i++) free_value(&v->args[i]);
+    free(v->args);
+}
+
+static RecipeValue *push(RecipeValue **arr, int32_t *n)
+{
+    *arr = xrealloc(*arr, (size_t)(*n + 1) * sizeof **arr);
+    RecipeValue *v = &(*arr)[(*n)++];
+    memset(v, 0, sizeof *v);
+    return v;
+}
+
+/* Constant-folds a simple expression (numbers, + - * / **, unary minus). */
+static bool fold_number(const Ast *a, AstId e, double *out, bool *is_int)
+{
+    const AstNode *n = ast_node(a, e);
+    if (n->kind == AST_NUMBER) {
+        *out = n->aux ? (double)n->ival : n->num;
+        *is_int = n->aux != 0;
+        return true;
+    }
+    if (n->kind == AST_UNARY && n->op == TOK_MINUS) {
+        if (!fold_number(a, ast_kid(a, e, 0), out, is_int)) return false;
+        *out = -*out;
+        return true;
+    }
+    if (n->kind == AST_BINARY) {
+        double x, y;
+        bool ix, iy;
+        if (!fold_number(a, ast_kid(a, e, 0), &x, &ix) || !fold_number(a, ast_kid(a, e, 1), &y, &iy)) return false;
+        *is_int = ix && iy;
+        switch (n->op) {
+        case TOK_PLUS: *out = x + y; return true;
+        case TOK_MINUS: *out = x - y; return true;
+        case TOK_STAR: *out = x * y; return true;
+        case TOK_SLASH: *is_int = false; *out = x / y; return y != 0;
+        case TOK_POW: *out = pow(x, y); return true;
+        default: return false;
+        }
+    }
+    return false;
+}
+
+/* Converts expression e to a value of the given kind, reporting errors at e. */
+static bool convert(const Ast *a, AstId e, uint8_t kind, double lo, double hi, const char *choices, const char *what,
+                    RecipeValue *out, Diag *d)
+{
+    const AstNode *n = ast_node(a, e);
+    out->loc = n->loc;
+    switch ((ArgKind)kind) {
+    case A_NUM:
+    case A_INT: {
+        double v;
+        bool is_int;
+        if (!fold_number(a, e, &v, &is_int)) {
+            diag_error(d, n->loc, "%s: expected %s", what, kind == A_INT ? "an integer" : "a number");
+            return false;
+        }
+        if (kind == A_INT && !is_int && v != floor(v)) {
+            diag_error(d, n->loc, "%s: expected an integer, found %g", what, v);
+            return false;
+        }
+        if (!(v >= lo && v <= hi)) {
+            diag_error(d, n->loc, "%s: %g is out of range [%g, %g]", what, v, lo, hi);
+            return false;
+        }
+        out->kind = RV_NUM;
+        out->num = v;
+        out->is_int = kind == A_INT;
+        return true;
+    }
+    case A_STR:
+        if (n->kind != AST_STRING) {
+            diag_error(d, n->loc, "%s: expected a string in double quotes", what);
+            return false;
+        }
+        out->kind = RV_STR;
+        out->str = xstrdup(ast_str(a, e));
+        return true;
+    case A_NAME:
+    case A_BOOL: {
+        if (n->kind != AST_NAME && n->kind != AST_STRING) {
+            diag_error(d, n->loc, "%s: expected %s", what, kind == A_BOOL ? "true or false" : "a name");
+            return false;
+        }
+        const char *s = ast_str(a, e);
+        if (kind == A_BOOL) {
+            if (strcmp(s, "true") && strcmp(s, "false")) {
+                diag_error(d, n->loc, "%s: expected true or false, found '%s'", what, s);
+                return false;
+            }
+            out->kind = RV_BOOL;
+            out->num = s[0] == 't';
+            return true;
+        }
+        if (choices && !in_choices(choices, s)) {
+            diag_error(d, n->loc, "%s: unknown value '%s'; expected one of: %s", what, s, choices);
+            return false;
+        }
+        out->kind = RV_NAME;
+        out->str = xstrdup(s);
+        return true;
+    }
+    case A_PAIR: {
+        if (n->kind != AST_LIST || n->nkids != 2) {
+            diag_error(d, n->loc, "%s: expected two numbers, e.g. [0.9, 0.95]", what);
+            return false;
+        }
+        out->kind = RV_LIST;
+        for (int i = 0; i < 2; i++)
+            if (!convert(a, ast_kid(a, e, i), A_NUM, lo, hi, NULL, what, push(&out->args, &out->nargs), d)) return false;
+        return true;
+    }
+    }
+    return false;
+}
+
+/* Default value of an argument, from its schema text. */
+static void set_default(RecipeValue *v, uint8_t kind, const char *dflt)
+{
+    v->is_default = true;
+    switch ((ArgKind)kind) {
+    case A_NUM:
+    case A_INT:
+        v->kind = RV_NUM;
+        v->num = strtod(dflt, NULL);
+        v->is_int = kind == A_INT;
+        break;
+    case A_STR: v->kind = RV_STR; v->str = xstrdup(dflt); break;
+    case A_NAME: v->kind = RV_NAME; v->str = xstrdup(dflt); break;
+    case A_BOOL: v->kind = RV_BOOL; v->num = dflt[0] == 't'; break;
+    case A_PAIR: {
+        v->kind = RV_LIST;
+        char *end;
+        double x = strtod(dflt, &end), y = strtod(end, NULL);
+        RecipeValue *e0 = push(&v->args, &v->nargs);
+        e0->kind = RV_NUM, e0->num = x, e0->key = xstrdup("");
+        RecipeValue *e1 = push(&v->args, &v->nargs);
+        e1->kind = RV_NUM, e1->num = y, e1->key = xstrdup("");
+        break;
+    }
+    }
+}
+
+static void fill_call_defaults(RecipeValue *v, const CallSpec *cs)
+{
+    for (const ArgSpec *as = cs->args; as->name; as++) {
+        if (!as->dflt || !as->dflt[0] || recipe_arg(v, as->name)) continue;
+        RecipeValue *arg = push(&v->args, &v->nargs);
+        arg->key = xstrdup(as->name);
+        set_default(arg, as->kind, as->dflt);
+    }
+}
+
+static bool graph_has_input(const Graph *g, const char *name)
+{
+    return g && ir_find_named(g, OP_INPUT, name) != IR_NONE;
+}
+
+static bool check_call(const Ast *a, AstId e, const KeySpec *ks, const Graph *g, RecipeValue *out, Diag *d)
+{
+    const AstNode *n = ast_node(a, e);
+    AstId callee = n->kind == AST_CALL ? ast_kid(a, e, 0) : e;
+    const char *fname = ast_node(a, callee)->kind == AST_NAME ? ast_str(a, callee) : NULL;
+    const char *names[16];
+    int nc = 0;
+    for (const CallSpec *c = ks->calls; c->name && nc < 16; c++) names[nc++] = c->name;
+    StrBuf list;
+    sb_init(&list);
+    for (int i = 0; i < nc; i++) sb_printf(&list, "%s%s", i ? ", " : "", names[i]);
+    const CallSpec *cs = NULL;
+    for (const CallSpec *c = ks->calls; c->name; c++)
+        if (fname && !strcmp(c->name, fname)) cs = c;
+    if (!cs) {
+        const char *near = fname ? nearest(fname, names, nc) : NULL;
+        if (!fname) diag_error(d, n->loc, "%s: expected one of %s, e.g. %s(...)", ks->key, list.data, names[0]);
+        else if (near) diag_error(d, ast_node(a, callee)->loc, "unknown %s '%s' (did you mean '%s'?)", ks->key, fname, near);
+        else diag_error(d, ast_node(a, callee)->loc, "unknown %s '%s'; expected one of: %s", ks->key, fname, list.data);
+        sb_free(&list);
+        return false;
+    }
+    sb_free(&list);
+    out->kind = RV_CALL;
+    out->str = xstrdup(cs->name);
+    out->loc = n->loc;
+    bool ok = true;
+    int npos = 0;
+    for (int k = 1; n->kind == AST_CALL && k < n->nkids; k++) {
+        AstId arg = ast_kid(a, e, k);
+        const AstNode *an = ast_node(a, arg);
+        const char *kw = an->kind == AST_KWARG ? ast_str(a, arg) : NULL;
+        AstId val = kw ? ast_kid(a, arg, 0) : arg;
+        const ArgSpec *as = NULL;
+        if (!kw) {
+            int i = 0;
+            for (const ArgSpec *s = cs->args; s->name; s++, i++)
+                if (i == npos) as = s;
+            npos++;
+            if (!as || cs->input_map) {
+                diag_error(d, an->loc, "%s(...): too many positional arguments%s", cs->name,
+                           cs->input_map ? "; name each model input: input = \"path\"" : "");
+                ok = false;
+                continue;
+            }
+        } else {
+            for (const ArgSpec *s = cs->args; s->name; s++)
+                if (!strcmp(s->name, kw)) as = s;
+        }
+        if (!as && cs->input_map && graph_has_input(g, kw)) {
+            /* A model input mapped to its file. */
+            RecipeValue *v = push(&out->args, &out->nargs);
+            v->key = xstrdup(kw);
+            if (!convert(a, val, A_STR, 0, 0, NULL, kw, v, d)) ok = false;
+            continue;
+        }
+        if (!as) {
+            const char *cands[32];
+            int ncand = 0;
+            for (const ArgSpec *s = cs->args; s->name && ncand < 32; s++) cands[ncand++] = s->name;
+            for (NodeId i = 0; cs->input_map && g && i < g->nnodes && ncand < 32; i++)
+                if (g->nodes[i].op == OP_INPUT) cands[ncand++] = ir_node_name(g, i);
+            const char *near = nearest(kw, cands, ncand);
+            if (cs->input_map && !near)
+                diag_error(d, an->loc, "%s(...): '%s' is not an input of the model", cs->name, kw);
+            else if (near) diag_error(d, an->loc, "%s(...) has no argument '%s' (did you mean '%s'?)", cs->name, kw, near);
+            else diag_error(d, an->loc, "%s(...) has no argument '%s'", cs->name, kw);
+            ok = false;
+            continue;
+        }
+        if (recipe_arg(out, as->name)) {
+            diag_error(d, an->loc, "%s(...): argument '%s' is given twice", cs->name, as->name);
+            ok = false;
+            continue;
+        }
+        RecipeValue *v = push(&out->args, &out->nargs);
+        v->key = xstrdup(as->name);
+        StrBuf what;
+        sb_init(&what);
+        sb_printf(&what, "%s(%s)", cs->name, as->name);
+        if (!convert(a, val, as->kind, as->lo, as->hi, as->choices, what.data, v, d)) ok = false;
+        else if (as->kind == A_NAME && !as->choices && g && !graph_has_input(g, v->str)) {
+            diag_error(d, v->loc, "%s: '%s' is not an input of the model", what.data, v->str);
+            ok = false;
+        }
+        sb_free(&what);
+    }
+    for (const ArgSpec *as = cs->args; ok && as->name; as++)
+        if (!as->dflt && !recipe_arg(out, as->name)) {
+            diag_error(d, n->loc, "%s(...): missing argument '%s'", cs->name, as->name);
+            ok = false;
+        }
+    if (ok && cs->input_map && g) {
+        /* Every input of the model must come from a file. */
+        for (NodeId i = 0; i < g->nnodes; i++) {
+            if (g->nodes[i].op != OP_INPUT || recipe_arg(out, ir_node_name(g, i))) continue;
+            diag_error(d, n->loc, "%s(...): no file for model input '%s'", cs->name, ir_node_name(g, i));
+            ok = false;
+        }
+    }
+    if (ok) fill_call_defaults(out, cs);
+    return ok;
+}
+
+int64_t recipe_batch_hint(const Ast *a, AstId train)
+{
+    if (train == AST_NONE) return 64;
+    const AstNode *tn = ast_node(a, train);
+    for (int k = 0; k < tn->nkids; k++) {
+        AstId key = ast_kid(a, train, k);
+        if (strcmp(ast_str(a, key), "batch")) continue;
+        double v;
+        bool is_int;
+        /* An invalid batch is reported by recipe_check; bound the symbol meanwhile. */
+        if (fold_number(a, ast_kid(a, key, 0), &v, &is_int) && v >= 1 && v <= (1 << 24)) return (int64_t)v;
+        return 64;
+    }
+    return 64;
+}
+
+bool recipe_check(Recipe *r, const Ast *a, AstId train, const Graph *g, Diag *d)
+{
+    memset(r, 0, sizeof *r);
+    bool ok = true;
+    const char *names[NKEYS];
+    for (int i = 0; i < NKEYS; i++) names[i] = keys[i].key;
+    const AstNode *tn = train != AST_NONE ? ast_node(a, train) : NULL;
+    for (int k = 0; tn && k < tn->nkids; k++) {
+        AstId key = ast_kid(a, train, k);
+        const char *name = ast_str(a, key);
+        const KeySpec *ks = NULL;
+        for (int i = 0; i < NKEYS; i++)
+            if (!strcmp(keys[i].key, name)) ks = &keys[i];
+        Loc loc = ast_node(a, key)->loc;
+        if (!ks) {
+            const char *near = nearest(name, names, NKEYS);
+            if (near) diag_error(d, loc, "unknown train key '%s' (did you mean '%s'?)", name, near);
+            else {
+                StrBuf all;
+                sb_init(&all);
+                for (int i = 0; i < NKEYS; i++) sb_printf(&all, "%s%s", i ? ", " : "", names[i]);
+                diag_error(d, loc, "unknown train key '%s'; known keys: %s", name, all.data);
+                sb_free(&all);
+            }
+            ok = false;
+            continue;
+        }
+        if (recipe_get(r, name)) {
+            diag_error(d, loc, "train key '%s' is given twice", name);
+            ok = false;
+            continue;
+        }
+        RecipeValue *v = push(&r->entries, &r->n);
+        v->key = xstrdup(name);
+        AstId val = ast_kid(a, key, 0);
+        bool good = ks->kind == A_CALL ? check_call(a, val, ks, g, v, d)
+                                       : convert(a, val, ks->kind, ks->lo, ks->hi, ks->choices, name, v, d);
+        if (!good) {
+            ok = false;
+            free_value(v);
+            r->n--;
+        }
+    }
+    if (!ok) return false;
+    /* Defaults for everything not written, so the full recipe is explicit. */
+    for (int i = 0; i < NKEYS; i++) {
+        const KeySpec *ks = &keys[i];
+        if (!ks->dflt || !ks->dflt[0] || recipe_get(r, ks->key)) continue;
+        RecipeValue *v = push(&r->entries, &r->n);
+        v->key = xstrdup(ks->key);
+        if (ks->kind == A_CALL) {
+            const CallSpec *cs = NULL;
+            for (const CallSpec *c = ks->calls; c->name; c++)
+                if (!strcmp(c->name, ks->dflt)) cs = c;
+            v->kind = RV_CALL;
+            v->is_default = true;
+            v->str = xstrdup(cs->name);
+            fill_call_defaults(v, cs);
+        } else set_default(v, ks->kind, ks->dflt);
+    }
+    return true;
+}
+
+void recipe_free(Recipe *r)
+{
+    for (int32_t i = 0; i < r->n; i++) free_value(&r->entries[i]);
+    free(r->entries);
+    memset(r, 0, sizeof *r);
+}
+
+const RecipeValue *recipe_get(const Recipe *r, const char *key)
+{
+    for (int32_t i = 0; i < r->n; i++)
+        if (!strcmp(r->entries[i].key, key)) return &r->entries[i];
+    return NULL;
+}
+
+const RecipeValue *recipe_arg(const RecipeValue *call, const char *key)
+{
+    for (int32_t i = 0; i < call->nargs; i++)
+        if (call->args[i].key && !strcmp(call->args[i].key, key)) return &call->args[i];
+    return NULL;
+}
+
+double recipe_num(const Recipe *r, const char *key, double dflt)
+{
+    const RecipeValue *v = recipe_get(r, key);
+    return v && v->kind == RV_NUM ? v->num : dflt;
+}
+
+static void print_value(const RecipeValue *v, StrBuf *out)
+{
+    char num[64];
+    switch ((RecipeValueKind)v->kind) {
+    case RV_NUM:
+        if (v->is_int) snprintf(num, sizeof num, "%.0f", v->num);
+        else snprintf(num, sizeof num, "%g", v->num);
+        sb_puts(out, num);
+        break;
+    case RV_STR: sb_printf(out, "\"%s\"", v->str); break;
+    case RV_NAME: sb_puts(out, v->str); break;
+    case RV_BOOL: sb_puts(out, v->num ? "true" : "false"); break;
+    case RV_LIST:
+    case RV_CALL:
+        if (v->kind == RV_CALL) sb_puts(out, v->str);
+        sb_putc(out, v->kind == RV_CALL ? '(' : '[');
+        for (int32_t i = 0; i < v->nargs; i++) {
+            if (i) sb_puts(out, ", ");
+            if (v->kind == RV_CALL && v->args[i].key && v->args[i].key[0]) sb_printf(out, "%s = ", v->args[i].key);
+            print_value(&v->args[i], out);
+        }
+        sb_putc(out, v->kind == RV_CALL ? ')' : ']');
+        break;
+    }
+}
+
+void recipe_print(const Recipe *r, StrBuf *out)
+{
+    for (int32_t i = 0; i < r->n; i++) {
+        sb_printf(out, "  %-11s = ", r->entries[i].key);
+        print_value(&r->entries[i], out);
+        sb_puts(out, r->entries[i].is_default ? "   (default)\n" : "\n");
+    }
+}

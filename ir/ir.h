@@ -155,9 +155,10 @@ void ir_graph_free(Graph *g);
 NodeId ir_add_node(Graph *g, Op op, DType dtype, const Shape *shape, const NodeId *inputs, int ninputs,
                    const int64_t *attrs, int nattrs, Loc loc);
 static inline Node *ir_node(Graph *g, NodeId id) { return &g->nodes[id]; }
-static inline const NodeId *ir_inputs(const Graph *g, NodeId id) { return g->operands + g->nodes[id].inputs; }
+/* NULL when the graph has no operands (attrs) at all: NULL + 0 is undefined behaviour. */
+static inline const NodeId *ir_inputs(const Graph *g, NodeId id) { return g->operands ? g->operands + g->nodes[id].inputs : NULL; }
 static inline NodeId ir_input(const Graph *g, NodeId id, int i) { return g->operands[g->nodes[id].inputs + (uint32_t)i]; }
-static inline const int64_t *ir_attrs(const Graph *g, NodeId id) { return g->attrs + g->nodes[id].attrs; }
+static inline const int64_t *ir_attrs(const Graph *g, NodeId id) { return g->attrs ? g->attrs + g->nodes[id].attrs : NULL; }
 uint32_t ir_intern(Graph *g, const char *s); /* adds a string, returns its offset */
 static inline const char *ir_str(const Graph *g, uint32_t off) { return g->strings + off; }
 const char *ir_node_name(const Graph *g, NodeId id); /* "" when unnamed */

@@ -100,7 +100,7 @@ Shape ir_shape_make(int rank, const Dim *d)
     Shape s;
     memset(&s, 0, sizeof s);
     s.rank = (uint8_t)rank;
-    for (int i = 0; i < rank; i++) s.d[i] = d[i];
+    for (int i = 0; d && i < rank; i++) s.d[i] = d[i];
     return s;
 }
 

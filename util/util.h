@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #define KILN_VERSION "0.1.0"
+#define KILN_PI 3.14159265358979323846
 
 #if defined(__GNUC__)
 #define KILN_PRINTF(a, b) __attribute__((format(printf, a, b)))

@@ -1,0 +1,585 @@
+/* functions.c — the functions a model can call: activations, reductions, losses, shape
+ * functions, casts, where, arange and checkpoint(...). One table maps each name to its
+ * signature (bound by lower_bind_args, so unknown or missing arguments get one clear
+ * message) and to the code that expands it into IR through the builder or composite.c.
+ * Math functions on plain numbers are evaluated at compile time (0.02 / sqrt(2 * L)). */
+#include "internal.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef Value (*FnImpl)(Lower *L, const BoundArgs *a, AstId call, int variant);
+
+typedef struct {
+    const char *name;
+    const char *sig;
+    FnImpl impl;
+    int variant;
+} Function;
+
+static Value done(Lower *L, NodeId r, AstId at) { return r == IR_NONE ? lower_builder_error(L, at) : value_tensor(r); }
+
+static NodeId tensor(Lower *L, const BoundArgs *a, int i, const char *fn)
+{
+    return lower_tensor_arg(L, a->v[i], a->at[i], fn);
+}
+
+static int rank_of(Lower *L, NodeId x) { return L->g->nodes[x].shape.rank; }
+
+/* An axis argument (number, or none = all axes) as a bitmask over rank r. */
+static bool axes_arg(Lower *L, const BoundArgs *a, int i, int r, const char *fn, uint64_t *mask)
+{
+    Value v = a->v[i];
+    if (v.kind == V_NONE) {
+        *mask = r ? (UINT64_C(1) << r) - 1 : 0;
+        return true;
+    }
+    *mask = 0;
+    int n = v.kind == V_TUPLE ? v.count : 1;
+    for (int k = 0; k < n; k++) {
+        Value e = v.kind == V_TUPLE ? L->seq[v.idx + k] : v;
+        int64_t ax;
+        if (!value_int(L, e, a->at[i], fn, &ax)) return false;
+        int norm = ir_b_axis(&L->b, fn, ax, r);
+        if (norm < 0) {
+            lower_builder_error(L, a->at[i]);
+            return false;
+        }
+        *mask |= UINT64_C(1) << norm;
+    }
+    return true;
+}
+
+static bool int_arg(Lower *L, const BoundArgs *a, int i, const char *fn, int64_t *out)
+{
+    return value_int(L, a->v[i], a->at[i], fn, out);
+}
+
+/* ---- elementwise ---- */
+
+static const struct {
+    const char *name;
+    Op op;
+    double (*num)(double);
+} unary_fns[] = {
+    {"exp", OP_EXP, exp}, {"log", OP_LOG, log}, {"sqrt", OP_SQRT, sqrt}, {"tanh", OP_TANH, tanh},
+    {"abs", OP_ABS, fabs}, {"sigmoid", OP_SIGMOID, NULL}, {"relu", OP_RELU, NULL},
+};
+
+static Value fn_unary(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    Value x = a->v[0];
+    if (x.kind == V_NUM && unary_fns[v].num) {
+        double r = unary_fns[v].num(x.num);
+        if (!isfinite(r) && isfinite(x.num)) {
+            lower_error(L, call, "%s(%g) is not a finite number", unary_fns[v].name, x.num);
+            return value_error();
+        }
+        return value_num(r, false);
+    }
+    if (x.kind == V_NUM) {
+        double r = v == 5 ? 1 / (1 + exp(-x.num)) : (x.num > 0 ? x.num : 0);
+        return value_num(r, false);
+    }
+    NodeId t = tensor(L, a, 0, unary_fns[v].name);
+    if (t == IR_NONE) return value_error();
+    return done(L, ir_b_unary(&L->b, unary_fns[v].op, t), call);
+}
+
+static Value fn_gelu(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    if (a->v[1].kind != V_NONE && (a->v[1].kind != V_STR || strcmp(a->v[1].str, "tanh"))) {
+        lower_error(L, a->at[1], "gelu: only approximate = \"tanh\" is supported (GPT-2's form)");
+        return value_error();
+    }
+    NodeId t = tensor(L, a, 0, "gelu");
+    return t == IR_NONE ? value_error() : done(L, comp_gelu_tanh(&L->b, t), call);
+}
+
+static Value fn_binary(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    static const Op ops[] = {OP_MAX, OP_MIN, OP_POW};
+    static const char *names[] = {"maximum", "minimum", "pow"};
+    if (value_is_scalar_number(a->v[0]) && value_is_scalar_number(a->v[1])) {
+        double x = a->v[0].num, y = a->v[1].num;
+        return value_num(v == 0 ? fmax(x, y) : v == 1 ? fmin(x, y) : pow(x, y), a->v[0].is_int && a->v[1].is_int && v < 2);
+    }
+    NodeId x = tensor(L, a, 0, names[v]), y = tensor(L, a, 1, names[v]);
+    if (x == IR_NONE || y == IR_NONE) return value_error();
+    return done(L, ir_b_binary(&L->b, ops[v], x, y), call);
+}
+
+static Value fn_clamp(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "clamp");
+    if (x == IR_NONE) return value_error();
+    if (a->v[1].kind != V_NONE) {
+        double lo;
+        if (!value_number(L, a->v[1], a->at[1], "clamp(min)", &lo)) return value_error();
+        x = comp_scalar_op(&L->b, OP_MAX, x, lo, false);
+        if (x == IR_NONE) return lower_builder_error(L, call);
+    }
+    if (a->v[2].kind != V_NONE) {
+        double hi;
+        if (!value_number(L, a->v[2], a->at[2], "clamp(max)", &hi)) return value_error();
+        x = comp_scalar_op(&L->b, OP_MIN, x, hi, false);
+    }
+    return done(L, x, call);
+}
+
+static Value fn_where(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId c = tensor(L, a, 0, "where");
+    if (c == IR_NONE) return value_error();
+    DType like = DT_F32;
+    for (int i = 1; i < 3; i++)
+        if (a->v[i].kind == V_TENSOR) like = (DType)L->g->nodes[a->v[i].node].dtype;
+    NodeId x = lower_as_tensor(L, a->v[1], like), y = lower_as_tensor(L, a->v[2], like);
+    if (x == IR_NONE || y == IR_NONE) {
+        lower_error(L, call, "where: the branches must be tensors or numbers");
+        return value_error();
+    }
+    return done(L, ir_b_where(&L->b, c, x, y), call);
+}
+
+static Value fn_cast(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, ir_dtype_name((DType)v));
+    return x == IR_NONE ? value_error() : done(L, ir_b_cast(&L->b, x, (DType)v), call);
+}
+
+/* ---- softmax family and losses ---- */
+
+static Value fn_softmax(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    static const char *names[] = {"softmax", "log_softmax", "logsumexp"};
+    NodeId x = tensor(L, a, 0, names[v]);
+    int64_t axis;
+    if (x == IR_NONE || !int_arg(L, a, 1, names[v], &axis)) return value_error();
+    if (v == 0) return done(L, comp_softmax(&L->b, x, (int)axis), call);
+    if (v == 1) return done(L, comp_log_softmax(&L->b, x, (int)axis), call);
+    bool keep;
+    if (!value_bool(L, a->v[2], a->at[2], "logsumexp(keepdim)", &keep)) return value_error();
+    return done(L, comp_logsumexp(&L->b, x, (int)axis, keep), call);
+}
+
+static Value fn_loss(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    const char *name = v == 0 ? "cross_entropy" : "mse";
+    NodeId x = tensor(L, a, 0, name), y = tensor(L, a, 1, name);
+    if (x == IR_NONE || y == IR_NONE) return value_error();
+    return done(L, v == 0 ? comp_cross_entropy(&L->b, x, y) : comp_mse(&L->b, x, y), call);
+}
+
+static Value fn_dropout(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "dropout");
+    double p;
+    if (x == IR_NONE || !value_number(L, a->v[1], a->at[1], "dropout(p)", &p)) return value_error();
+    if (!(p >= 0 && p <= 1)) {
+        lower_error(L, a->at[1], "dropout: p must be between 0 and 1, found %g", p);
+        return value_error();
+    }
+    return done(L, comp_dropout(&L->b, x, p, L->g->mode == MODE_TRAIN), call);
+}
+
+static Value fn_one_hot(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "one_hot");
+    int64_t n;
+    if (x == IR_NONE || !int_arg(L, a, 1, "one_hot", &n)) return value_error();
+    if (n < 1 || n > IR_MAX_DIM) {
+        lower_error(L, a->at[1], "one_hot: num_classes must be positive, found %lld", (long long)n);
+        return value_error();
+    }
+    Shape s = L->g->nodes[x].shape;
+    if (s.rank >= IR_MAX_RANK) {
+        lower_error(L, call, "one_hot: rank exceeds %d", IR_MAX_RANK);
+        return value_error();
+    }
+    Shape s1 = s;
+    s1.d[s1.rank++] = ir_dim_const(1);
+    s.d[s.rank++] = ir_dim_const(n);
+    NodeId xi = ir_b_reshape(&L->b, x, &s1);
+    NodeId cls = ir_b_iota(&L->b, &s, s.rank - 1, (DType)L->g->nodes[x].dtype);
+    if (xi == IR_NONE || cls == IR_NONE) return lower_builder_error(L, call);
+    NodeId eq = ir_b_binary(&L->b, OP_EQ, cls, xi);
+    return eq == IR_NONE ? lower_builder_error(L, call) : done(L, ir_b_cast(&L->b, eq, DT_F32), call);
+}
+
+/* ---- reductions ---- */
+
+static Value fn_reduce(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    static const char *names[] = {"sum", "mean", "max", "min", "var"};
+    NodeId x = tensor(L, a, 0, names[v]);
+    uint64_t axes;
+    bool keep;
+    if (x == IR_NONE || !axes_arg(L, a, 1, rank_of(L, x), names[v], &axes) ||
+        !value_bool(L, a->v[2], a->at[2], "keepdim", &keep))
+        return value_error();
+    IrBuilder *b = &L->b;
+    switch (v) {
+    case 0: return done(L, ir_b_reduce(b, OP_REDUCE_SUM, x, axes, keep), call);
+    case 1: return done(L, comp_mean(b, x, axes, keep), call);
+    case 2: return done(L, ir_b_reduce(b, OP_REDUCE_MAX, x, axes, keep), call);
+    case 3: {
+        /* min(x) = -max(-x) keeps the primitive set small. */
+        NodeId n = ir_b_unary(b, OP_NEG, x);
+        NodeId m = n == IR_NONE ? IR_NONE : ir_b_reduce(b, OP_REDUCE_MAX, n, axes, keep);
+        return done(L, m == IR_NONE ? IR_NONE : ir_b_unary(b, OP_NEG, m), call);
+    }
+    default: {
+        bool unbiased;
+        if (!value_bool(L, a->v[3], a->at[3], "var(unbiased)", &unbiased)) return value_error();
+        return done(L, comp_var(b, x, axes, keep, unbiased), call);
+    }
+    }
+}
+
+static Value fn_argmax(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "argmax");
+    int64_t axis;
+    bool keep;
+    if (x == IR_NONE || !int_arg(L, a, 1, "argmax", &axis) || !value_bool(L, a->v[2], a->at[2], "keepdim", &keep))
+        return value_error();
+    return done(L, ir_b_argmax(&L->b, x, (int)axis, keep), call);
+}
+
+/* ---- shapes ---- */
+
+/* Collects dims from rest arguments or a single list argument; -1 marks the inferred one. */
+static bool dims_arg(Lower *L, const BoundArgs *a, const char *fn, Dim *dims, int *n, int *infer)
+{
+    const Value *vals = a->rest;
+    int nv = a->nrest;
+    if (nv == 1 && a->rest[0].kind == V_TUPLE) {
+        vals = &L->seq[a->rest[0].idx];
+        nv = a->rest[0].count;
+    }
+    if (nv > IR_MAX_RANK) {
+        lower_error(L, a->rest_at[0], "%s: rank %d exceeds the maximum of %d", fn, nv, IR_MAX_RANK);
+        return false;
+    }
+    *infer = -1;
+    for (int i = 0; i < nv; i++) {
+        AstId at = a->rest_at[i < a->nrest ? i : 0];
+        if (vals[i].kind == V_DIM) {
+            dims[i] = vals[i].dim;
+            continue;
+        }
+        int64_t d;
+        if (!value_int(L, vals[i], at, fn, &d)) return false;
+        if (d == -1 && *infer < 0) {
+            *infer = i;
+            dims[i] = ir_dim_const(1);
+            continue;
+        }
+        if (d < 0 || d > IR_MAX_DIM) {
+            lower_error(L, at, "%s: dimension %lld is out of range", fn, (long long)d);
+            return false;
+        }
+        dims[i] = ir_dim_const(d);
+    }
+    *n = nv;
+    return true;
+}
+
+static Value fn_reshape(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "reshape");
+    if (x == IR_NONE) return value_error();
+    Dim dims[IR_MAX_RANK];
+    int n, infer;
+    if (!dims_arg(L, a, "reshape", dims, &n, &infer)) return value_error();
+    Shape s = ir_shape_make(n, dims);
+    if (infer >= 0) {
+        Dim total, known;
+        if (!ir_shape_numel(&L->g->nodes[x].shape, &total) || !ir_shape_numel(&s, &known) || !ir_dim_div(total, known, &s.d[infer])) {
+            StrBuf t;
+            sb_init(&t);
+            ir_shape_format(&t, L->g, &L->g->nodes[x].shape);
+            lower_error(L, call, "reshape: cannot infer the -1 dimension: %s does not divide evenly", t.data);
+            sb_free(&t);
+            return value_error();
+        }
+    }
+    return done(L, ir_b_reshape(&L->b, x, &s), call);
+}
+
+static Value fn_flatten(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "flatten");
+    int64_t s0, e0;
+    if (x == IR_NONE || !int_arg(L, a, 1, "flatten", &s0) || !int_arg(L, a, 2, "flatten", &e0)) return value_error();
+    const Shape *xs = &L->g->nodes[x].shape;
+    int st = ir_b_axis(&L->b, "flatten", s0, xs->rank), en = ir_b_axis(&L->b, "flatten", e0, xs->rank);
+    if (st < 0 || en < 0) return lower_builder_error(L, call);
+    if (en < st) {
+        lower_error(L, call, "flatten: start axis %d is after end axis %d", st, en);
+        return value_error();
+    }
+    Shape s = ir_shape_make(0, NULL);
+    for (int i = 0; i < st; i++) s.d[s.rank++] = xs->d[i];
+    Dim p = ir_dim_const(1);
+    for (int i = st; i <= en; i++)
+        if (!ir_dim_mul(p, xs->d[i], &p)) {
+            lower_error(L, call, "flatten: too many symbolic sizes in one dimension");
+            return value_error();
+        }
+    s.d[s.rank++] = p;
+    for (int i = en + 1; i < xs->rank; i++) s.d[s.rank++] = xs->d[i];
+    return done(L, ir_b_reshape(&L->b, x, &s), call);
+}
+
+static Value fn_transpose(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "transpose");
+    int64_t a0, a1;
+    if (x == IR_NONE || !int_arg(L, a, 1, "transpose", &a0) || !int_arg(L, a, 2, "transpose", &a1)) return value_error();
+    return done(L, ir_b_transpose(&L->b, x, (int)a0, (int)a1), call);
+}
+
+static Value fn_permute(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "permute");
+    if (x == IR_NONE) return value_error();
+    Dim dims[IR_MAX_RANK];
+    int n, infer;
+    if (!dims_arg(L, a, "permute", dims, &n, &infer)) return value_error();
+    int r = rank_of(L, x);
+    if (n != r || infer >= 0) {
+        lower_error(L, call, "permute: expected %d axes for a tensor of rank %d, found %d", r, r, n);
+        return value_error();
+    }
+    int perm[IR_MAX_RANK];
+    for (int i = 0; i < n; i++) perm[i] = (int)dims[i].k;
+    return done(L, ir_b_permute(&L->b, x, perm), call);
+}
+
+static Value fn_unsqueeze(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, v ? "squeeze" : "unsqueeze");
+    if (x == IR_NONE) return value_error();
+    const Shape *xs = &L->g->nodes[x].shape;
+    Shape s = ir_shape_make(0, NULL);
+    if (!v) {
+        int64_t ax;
+        if (!int_arg(L, a, 1, "unsqueeze", &ax)) return value_error();
+        int norm = ir_b_axis(&L->b, "unsqueeze", ax, xs->rank + 1);
+        if (norm < 0) return lower_builder_error(L, a->at[1]);
+        if (xs->rank >= IR_MAX_RANK) {
+            lower_error(L, call, "unsqueeze: rank exceeds %d", IR_MAX_RANK);
+            return value_error();
+        }
+        for (int i = 0; i <= xs->rank; i++) s.d[s.rank++] = i == norm ? ir_dim_const(1) : xs->d[i < norm ? i : i - 1];
+    } else {
+        uint64_t axes;
+        if (!axes_arg(L, a, 1, xs->rank, "squeeze", &axes)) return value_error();
+        for (int i = 0; i < xs->rank; i++) {
+            bool one = ir_dim_is_const(xs->d[i]) && xs->d[i].k == 1;
+            if ((axes >> i & 1) && one) continue;
+            if ((axes >> i & 1) && a->v[1].kind != V_NONE) {
+                lower_error(L, a->at[1], "squeeze: axis %d has size other than 1", i);
+                return value_error();
+            }
+            s.d[s.rank++] = xs->d[i];
+        }
+    }
+    return done(L, ir_b_reshape(&L->b, x, &s), call);
+}
+
+static Value make_tuple(Lower *L, const NodeId *parts, int n)
+{
+    Value t = {.kind = V_TUPLE, .node = IR_NONE, .idx = L->nseq, .count = n};
+    for (int i = 0; i < n; i++) {
+        GROW(L->seq, L->seq_cap, L->nseq + 1);
+        L->seq[L->nseq++] = value_tensor(parts[i]);
+    }
+    return t;
+}
+
+static Value fn_split(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    const char *fn = v ? "chunk" : "split";
+    NodeId x = tensor(L, a, 0, fn);
+    int64_t axis;
+    if (x == IR_NONE || !int_arg(L, a, 2, fn, &axis)) return value_error();
+    const Shape *xs = &L->g->nodes[x].shape;
+    int ax = ir_b_axis(&L->b, fn, axis, xs->rank);
+    if (ax < 0) return lower_builder_error(L, a->at[2]);
+    Dim d = xs->d[ax];
+    if (!ir_dim_is_const(d)) {
+        lower_error(L, call, "%s: axis %d has a symbolic size; split along a fixed-size axis", fn, ax);
+        return value_error();
+    }
+    int64_t sizes[64];
+    int n = 0;
+    Value sv = a->v[1];
+    if (sv.kind == V_TUPLE) {
+        int64_t total = 0;
+        for (int i = 0; i < sv.count && i < 64; i++) {
+            if (!value_int(L, L->seq[sv.idx + i], a->at[1], fn, &sizes[n])) return value_error();
+            if (sizes[n] < 0) {
+                lower_error(L, a->at[1], "%s: negative size", fn);
+                return value_error();
+            }
+            total += sizes[n++];
+        }
+        if (total != d.k) {
+            lower_error(L, a->at[1], "%s: sizes add up to %lld but axis %d has size %lld", fn, (long long)total, ax, (long long)d.k);
+            return value_error();
+        }
+    } else {
+        int64_t k;
+        if (!int_arg(L, a, 1, fn, &k)) return value_error();
+        if (k < 1) {
+            lower_error(L, a->at[1], "%s: expected a positive number, found %lld", fn, (long long)k);
+            return value_error();
+        }
+        /* split(x, size) as torch.split: pieces of `size`; chunk(x, n): n pieces. */
+        int64_t size = v ? (d.k + k - 1) / k : k;
+        if (size < 1) size = 1;
+        if ((d.k + size - 1) / size > 64) {
+            lower_error(L, a->at[1], "%s: more than 64 pieces", fn);
+            return value_error();
+        }
+        for (int64_t s = 0; s < d.k; s += size) sizes[n++] = s + size <= d.k ? size : d.k - s;
+    }
+    NodeId parts[64];
+    int64_t start = 0;
+    for (int i = 0; i < n; i++) {
+        parts[i] = ir_b_slice(&L->b, x, ax, start, start + sizes[i], 1);
+        if (parts[i] == IR_NONE) return lower_builder_error(L, call);
+        start += sizes[i];
+    }
+    return make_tuple(L, parts, n);
+}
+
+static Value fn_concat(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    const Value *vals = a->rest;
+    int n = a->nrest;
+    if (n == 1 && vals[0].kind == V_TUPLE) {
+        n = vals[0].count;
+        vals = &L->seq[vals[0].idx];
+    }
+    int64_t axis;
+    if (!int_arg(L, a, 0, "concat", &axis)) return value_error();
+    NodeId xs[64];
+    if (n < 1 || n > 64) {
+        lower_error(L, call, "concat: expected between 1 and 64 tensors, found %d", n);
+        return value_error();
+    }
+    for (int i = 0; i < n; i++) {
+        xs[i] = lower_tensor_arg(L, vals[i], call, "concat");
+        if (xs[i] == IR_NONE) return value_error();
+    }
+    return done(L, ir_b_concat(&L->b, xs, n, (int)axis), call);
+}
+
+static Value fn_slice(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "slice");
+    int64_t axis, start, end = IR_SLICE_END, step;
+    if (x == IR_NONE || !int_arg(L, a, 1, "slice", &axis) || !int_arg(L, a, 2, "slice", &start) ||
+        !int_arg(L, a, 4, "slice", &step))
+        return value_error();
+    if (a->v[3].kind != V_NONE && !int_arg(L, a, 3, "slice", &end)) return value_error();
+    return done(L, ir_b_slice(&L->b, x, (int)axis, start, end, step), call);
+}
+
+static Value fn_arange(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    Dim d;
+    if (a->v[0].kind == V_DIM) d = a->v[0].dim;
+    else {
+        int64_t n;
+        if (!int_arg(L, a, 0, "arange", &n)) return value_error();
+        if (n < 0 || n > IR_MAX_DIM) {
+            lower_error(L, a->at[0], "arange: length %lld is out of range", (long long)n);
+            return value_error();
+        }
+        d = ir_dim_const(n);
+    }
+    Shape s = ir_shape_make(1, &d);
+    return done(L, ir_b_iota(&L->b, &s, 0, DT_I64), call);
+}
+
+static Value fn_matmul(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "matmul"), y = tensor(L, a, 1, "matmul");
+    return x == IR_NONE || y == IR_NONE ? value_error() : done(L, ir_b_matmul(&L->b, x, y), call);
+}
+
+static const Function functions[] = {
+    {"exp", "x", fn_unary, 0}, {"log", "x", fn_unary, 1}, {"sqrt", "x", fn_unary, 2}, {"tanh", "x", fn_unary, 3},
+    {"abs", "x", fn_unary, 4}, {"sigmoid", "x", fn_unary, 5}, {"relu", "x", fn_unary, 6},
+    {"gelu", "x, approximate=none", fn_gelu, 0},
+    {"maximum", "x, y", fn_binary, 0}, {"minimum", "x, y", fn_binary, 1}, {"pow", "x, y", fn_binary, 2},
+    {"clamp", "x, min=none, max=none", fn_clamp, 0},
+    {"where", "condition, x, y", fn_where, 0},
+    {"f32", "x", fn_cast, DT_F32}, {"f64", "x", fn_cast, DT_F64}, {"f16", "x", fn_cast, DT_F16},
+    {"bf16", "x", fn_cast, DT_BF16}, {"i32", "x", fn_cast, DT_I32}, {"i64", "x", fn_cast, DT_I64},
+    {"u8", "x", fn_cast, DT_U8}, {"bool", "x", fn_cast, DT_BOOL},
+    {"softmax", "x, axis|dim=-1", fn_softmax, 0}, {"log_softmax", "x, axis|dim=-1", fn_softmax, 1},
+    {"logsumexp", "x, axis|dim=-1, keepdim=false", fn_softmax, 2},
+    {"cross_entropy", "input|logits, target", fn_loss, 0}, {"mse", "input, target", fn_loss, 1},
+    {"mse_loss", "input, target", fn_loss, 1},
+    {"dropout", "x, p=0.5", fn_dropout, 0}, {"one_hot", "x, num_classes", fn_one_hot, 0},
+    {"sum", "x, axis|dim=none, keepdim=false", fn_reduce, 0}, {"mean", "x, axis|dim=none, keepdim=false", fn_reduce, 1},
+    {"max", "x, axis|dim=none, keepdim=false", fn_reduce, 2}, {"min", "x, axis|dim=none, keepdim=false", fn_reduce, 3},
+    {"var", "x, axis|dim=none, keepdim=false, unbiased=true", fn_reduce, 4},
+    {"argmax", "x, axis|dim=-1, keepdim=false", fn_argmax, 0},
+    {"reshape", "x, *shape", fn_reshape, 0}, {"view", "x, *shape", fn_reshape, 0},
+    {"flatten", "x, start|start_dim=1, end|end_dim=-1", fn_flatten, 0},
+    {"transpose", "x, dim0=-2, dim1=-1", fn_transpose, 0}, {"permute", "x, *axes", fn_permute, 0},
+    {"unsqueeze", "x, axis|dim", fn_unsqueeze, 0}, {"squeeze", "x, axis|dim=none", fn_unsqueeze, 1},
+    {"split", "x, size, axis|dim=-1", fn_split, 0}, {"chunk", "x, chunks, axis|dim=-1", fn_split, 1},
+    {"concat", "*xs, axis|dim=0", fn_concat, 0}, {"cat", "*xs, axis|dim=0", fn_concat, 0},
+    {"slice", "x, axis|dim, start=0, end=none, step=1", fn_slice, 0},
+    {"arange", "n", fn_arange, 0}, {"matmul", "x, y", fn_matmul, 0},
+};
+
+#define NFUNCTIONS ((int)(sizeof functions / sizeof functions[0]))
+
+const char *const *functions_names(int *n)
+{
+    static const char *names[NFUNCTIONS + 1];
+    for (int i = 0; i < NFUNCTIONS; i++) names[i] = functions[i].name;
+    names[NFUNCTIONS] = "checkpoint";
+    *n = NFUNCTIONS + 1;
+    return names;
+}
+
+bool functions_call(Lower *L, Scope *s, int32_t inst, const char *name, AstId call, Value *out)
+{
+    const AstNode *cn = ast_node(L->ast, call);
+    if (!strcmp(name, "checkpoint")) {
+        /* The nodes built for the argument form one region that the backward pass may
+         * recompute instead of storing (the remat pass reads Node.ckpt). */
+        if (cn->nkids != 2 || ast_node(L->ast, ast_kid(L->ast, call, 1))->kind == AST_KWARG) {
+            lower_error(L, call, "checkpoint takes one expression, e.g. checkpoint(block(x))");
+            *out = value_error();
+            return true;
+        }
+        int32_t saved = L->b.ckpt;
+        L->b.ckpt = ++L->next_ckpt;
+        *out = lower_expr(L, s, inst, ast_kid(L->ast, call, 1));
+        L->b.ckpt = saved;
+        return true;
+    }
+    for (int i = 0; i < NFUNCTIONS; i++) {
+        if (strcmp(functions[i].name, name)) continue;
+        BoundArgs ba;
+        if (!lower_bind_args(L, s, inst, call, name, functions[i].sig, &ba)) {
+            *out = value_error();
+            return true;
+        }
+        L->b.loc = cn->loc;
+        *out = functions[i].impl(L, &ba, call, functions[i].variant);
+        return true;
+    }
+    return false;
+}

@@ -1,0 +1,169 @@
+/* internal.h — what the frontend's files share and nothing outside frontend/ sees: the
+ * lowering context, compile-time values, module instances, the composite layers built
+ * from primitives (composite.c), the built-in modules (builtins.c), and the callable
+ * functions (functions.c). */
+#ifndef KILN_FRONTEND_INTERNAL_H
+#define KILN_FRONTEND_INTERNAL_H
+
+#include "frontend.h"
+
+/* A value during lowering: a compile-time number, a symbolic size, a string, a tensor in
+ * the graph, a module instance, a list of instances, or a tuple (from split). */
+typedef enum { V_ERROR, V_NONE, V_NUM, V_DIM, V_STR, V_TENSOR, V_MODULE, V_LIST, V_TUPLE, V_BOOL } ValueKind;
+
+typedef struct {
+    uint8_t kind;   /* ValueKind */
+    bool is_int;    /* V_NUM */
+    double num;     /* V_NUM, V_BOOL */
+    Dim dim;        /* V_DIM */
+    NodeId node;    /* V_TENSOR */
+    int32_t idx;    /* V_MODULE: instance; V_LIST/V_TUPLE: start in Lower.seq */
+    int32_t count;  /* V_LIST/V_TUPLE: length */
+    const char *str; /* V_STR (points into the AST) */
+} Value;
+
+typedef struct BuiltinModule BuiltinModule;
+
+/* A named member of a module instance: a parameter, submodule, list or constant. */
+typedef struct {
+    char *name;
+    Value v;
+} Member;
+
+typedef struct {
+    char *path;                   /* state_dict prefix: "" (root), "fc1", "h.0.attn" */
+    char *type;                   /* "Linear", "Block", the model name for the root */
+    AstId def;                    /* user module definition, or AST_NONE */
+    const BuiltinModule *builtin; /* or NULL */
+    Value args[8];                /* builtin arguments after defaults */
+    Member *members;
+    int32_t nmembers, members_cap;
+    int32_t parent;
+    Loc loc;                      /* where it was instantiated */
+    struct Scope *scope;          /* module arguments and constants */
+    AstId forward;                /* user module: its FORWARD item */
+} Inst;
+
+/* An `init PATTERN = expr` rule, owned by the module instance whose body declared it. */
+typedef struct {
+    const char *pattern;
+    AstId expr, at;
+    int32_t owner;
+    int32_t matches;
+} InitRule;
+
+/* Names visible in a forward body: locals over members over constants. */
+typedef struct Scope {
+    struct Scope *parent;
+    bool boundary; /* the module scope: instance members are looked up just before it */
+    char **names;
+    Value *vals;
+    int32_t n, names_cap, vals_cap;
+} Scope;
+
+typedef struct {
+    Diag *d;
+    Ast *ast;
+    Graph *g;
+    IrBuilder b;
+    StrBuf err;
+    Inst *insts;
+    int32_t ninsts, insts_cap;
+    Value *seq; /* elements of lists and tuples */
+    int32_t nseq, seq_cap;
+    int depth;          /* module nesting, bounded against recursion */
+    int32_t next_ckpt;
+    int64_t batch;      /* train.batch: the bound of the batch symbol */
+    bool failed;
+    Scope *globals;     /* consts and dims of the file */
+    InitRule *rules;
+    int32_t nrules, rules_cap;
+    int32_t *inst_stack; /* user module definitions being instantiated, for recursion */
+    int32_t ninst_stack, inst_stack_cap;
+    Scope **scopes;     /* every scope made, freed at the end */
+    int32_t nscopes, scopes_cap;
+} Lower;
+
+/* Evaluates an expression in scope s inside module instance inst. */
+Value lower_expr(Lower *L, Scope *s, int32_t inst, AstId e);
+
+/* Arguments bound to a signature such as "x, axis|dim=-1, keepdim=false, *rest":
+ * names with '|' aliases, defaults (numbers, true, false, none), and one '*' rest list. */
+#define CALL_MAX_ARGS 12
+typedef struct {
+    Value v[CALL_MAX_ARGS];
+    AstId at[CALL_MAX_ARGS]; /* where each came from (the call itself for defaults) */
+    bool given[CALL_MAX_ARGS];
+    int n;
+    Value rest[IR_MAX_RANK * 2];
+    AstId rest_at[IR_MAX_RANK * 2];
+    int nrest;
+} BoundArgs;
+/* Evaluates and binds the arguments of CALL node `call`; false after reporting an error. */
+bool lower_bind_args(Lower *L, Scope *s, int32_t inst, AstId call, const char *fname, const char *sig,
+                     BoundArgs *out);
+/* Reads an integer / number / bool from a value, reporting at `at` when it is not one. */
+bool value_int(Lower *L, Value v, AstId at, const char *what, int64_t *out);
+bool value_number(Lower *L, Value v, AstId at, const char *what, double *out);
+bool value_bool(Lower *L, Value v, AstId at, const char *what, bool *out);
+
+/* Reports an error at the AST node's location and marks the lowering as failed. */
+void lower_error(Lower *L, AstId at, const char *fmt, ...) KILN_PRINTF(3, 4);
+/* Reports the builder's pending message (L->err) at `at`; returns an error value. */
+Value lower_builder_error(Lower *L, AstId at);
+Value value_num(double v, bool is_int);
+Value value_tensor(NodeId n);
+Value value_error(void);
+/* Converts a number or size to a tensor (scalar constant of dtype like). */
+NodeId lower_as_tensor(Lower *L, Value v, DType like);
+bool value_is_scalar_number(Value v);
+
+/* ---- composite layers (composite.c): expansions into primitives ---- */
+NodeId comp_mean(IrBuilder *b, NodeId x, uint64_t axes, bool keepdim);
+NodeId comp_var(IrBuilder *b, NodeId x, uint64_t axes, bool keepdim, bool unbiased);
+NodeId comp_softmax(IrBuilder *b, NodeId x, int axis);
+NodeId comp_log_softmax(IrBuilder *b, NodeId x, int axis);
+NodeId comp_logsumexp(IrBuilder *b, NodeId x, int axis, bool keepdim);
+NodeId comp_gelu_tanh(IrBuilder *b, NodeId x);
+NodeId comp_cross_entropy(IrBuilder *b, NodeId logits, NodeId target);
+NodeId comp_mse(IrBuilder *b, NodeId x, NodeId y);
+NodeId comp_dropout(IrBuilder *b, NodeId x, double p, bool train);
+NodeId comp_layer_norm(IrBuilder *b, NodeId x, NodeId weight, NodeId bias, int nnorm, double eps);
+NodeId comp_linear(IrBuilder *b, NodeId x, NodeId weight, NodeId bias);
+NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, int stride, int pad, int dilation);
+NodeId comp_pool2d(IrBuilder *b, NodeId x, bool max, int k, int stride, int pad);
+NodeId comp_scalar_op(IrBuilder *b, Op op, NodeId x, double s, bool scalar_left);
+
+/* ---- built-in modules (builtins.c) ---- */
+#define BUILTIN_MAX_ARGS 8
+struct BuiltinModule {
+    const char *name;
+    const char *args[BUILTIN_MAX_ARGS];     /* argument names, in positional order */
+    const char *defaults[BUILTIN_MAX_ARGS]; /* NULL = required; else "1", "0.0", "true" */
+    const char *doc;                        /* one line: what it computes and its init */
+    /* Creates the parameters of inst (args already bound); false on error (reported). */
+    bool (*create)(Lower *L, int32_t inst, AstId at);
+    /* Applies the module to its call arguments. */
+    Value (*apply)(Lower *L, int32_t inst, const Value *args, int nargs, AstId at);
+};
+const BuiltinModule *builtin_find(const char *name);
+const BuiltinModule *builtin_all(int *n);
+
+/* ---- lowering helpers used by builtins ---- */
+/* Creates parameter `name` of inst with the given shape, applying init rules; returns it. */
+NodeId lower_param(Lower *L, int32_t inst, const char *name, const Shape *s, InitKind init, double a0, double a1,
+                   bool trainable, AstId at);
+Value *inst_member(Lower *L, int32_t inst, const char *name);
+/* Adds a module instance below parent (path parent.name) and a member to an instance. */
+int32_t lower_inst_new(Lower *L, int32_t parent, const char *name, const char *type, Loc loc);
+void lower_add_member(Lower *L, int32_t inst, const char *name, Value v);
+NodeId lower_tensor_arg(Lower *L, Value v, AstId at, const char *what);
+
+/* ---- callable functions (functions.c) ---- */
+/* Lowers a call of a named built-in function; returns false when no function has that
+ * name (so the caller can try modules and suggest names). */
+bool functions_call(Lower *L, Scope *s, int32_t inst, const char *name, AstId call, Value *out);
+/* All function names, for suggestions and docs. */
+const char *const *functions_names(int *n);
+
+#endif
