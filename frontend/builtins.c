@@ -231,8 +231,8 @@ static Value bn_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstI
     arg_num(L, inst, 2, at, 0, 1, &mom);
     IrBuilder *b = &L->b;
     if (!ir_dtype_is_float((DType)L->g->nodes[x].dtype)) x = ir_b_cast(b, x, DT_F32);
-    Dim cd[3] = {L->g->nodes[rm].shape.d[0], ir_dim_const(1), ir_dim_const(1)};
-    Shape c11 = ir_shape_make(3, cd);
+    Dim cd[4] = {ir_dim_const(1), L->g->nodes[rm].shape.d[0], ir_dim_const(1), ir_dim_const(1)};
+    Shape c11 = ir_shape_make(4, cd);
     NodeId mean, var;
     if (L->g->mode == MODE_TRAIN) {
         /* Batch statistics (biased variance) normalise; the running statistics are updated

@@ -42,11 +42,14 @@ static NodeId count_of(IrBuilder *b, NodeId x, uint64_t axes, DType t)
     for (int i = 0; i < s->rank; i++)
         if (axes >> i & 1) ir_dim_mul(n, s->d[i], &n);
     if (ir_dim_is_const(n)) return ir_b_const(b, (double)n.k, t);
-    /* A symbolic count (e.g. the batch size B): the sum of ones over those axes, which
-     * evaluates to the actual size at run time. */
-    NodeId ones = ir_b_full(b, 1.0, t, s);
+    /* A symbolic count (e.g. the batch size B): the sum of ones over just those axes,
+     * which evaluates to the actual size at run time. */
+    Shape only = ir_shape_make(0, NULL);
+    for (int i = 0; i < s->rank; i++)
+        if (axes >> i & 1) only.d[only.rank++] = s->d[i];
+    NodeId ones = ir_b_full(b, 1.0, t, &only);
     TRY(ones);
-    return ir_b_reduce(b, OP_REDUCE_SUM, ones, axes, false);
+    return ir_b_reduce(b, OP_REDUCE_SUM, ones, (UINT64_C(1) << only.rank) - 1, false);
 }
 
 NodeId comp_mean(IrBuilder *b, NodeId x, uint64_t axes, bool keepdim)

@@ -63,7 +63,9 @@ void lower_error(Lower *L, AstId at, const char *fmt, ...)
 
 Value lower_builder_error(Lower *L, AstId at)
 {
-    lower_error(L, at, "%s", L->err.len ? L->err.data : "invalid operation");
+    /* Only the first message: a failed composite may have collected several. */
+    const char *msg = L->err.len ? L->err.data : "invalid operation";
+    lower_error(L, at, "%s", msg);
     L->err.len = 0;
     if (L->err.data) L->err.data[0] = 0;
     return value_error();
@@ -1115,9 +1117,10 @@ static Value instantiate(Lower *L, int32_t parent, const char *name, AstId e)
             StrBuf full;
             sb_init(&full);
             sb_printf(&full, "%s.%s", name, idx);
+            int errors = L->d->nerrors;
             elems[i] = instantiate(L, parent, full.data, ast_kid(L->ast, e, 0));
             sb_free(&full);
-            if (elems[i].kind == V_ERROR) {
+            if (elems[i].kind == V_ERROR || L->d->nerrors > errors) {
                 free(elems);
                 return value_error();
             }
@@ -1134,30 +1137,43 @@ static Value instantiate(Lower *L, int32_t parent, const char *name, AstId e)
     AstId callee = ast_kid(L->ast, e, 0);
     const char *type = ast_str(L->ast, callee);
     if (!strcmp(type, "Parameter") || !strcmp(type, "Buffer")) {
+        /* Parameter(dims..., init = normal(0, 0.02)): dims are evaluated, the initialiser
+         * is read as an initialiser (like an `init` rule), not as a function call. */
         bool buffer = type[0] == 'B';
-        BoundArgs ba;
-        if (!lower_bind_args(L, ps, parent, e, type, "*shape, init=none", &ba)) return value_error();
         Shape s = ir_shape_make(0, NULL);
-        for (int i = 0; i < ba.nrest; i++) {
+        AstId init = AST_NONE;
+        for (int k = 1; k < n->nkids; k++) {
+            AstId a = ast_kid(L->ast, e, k);
+            if (ast_node(L->ast, a)->kind == AST_KWARG) {
+                if (strcmp(ast_str(L->ast, a), "init")) {
+                    lower_error(L, a, "%s has no argument '%s'; it takes sizes and init = ...", type, ast_str(L->ast, a));
+                    return value_error();
+                }
+                init = ast_kid(L->ast, a, 0);
+                continue;
+            }
             int64_t d;
             if (s.rank >= IR_MAX_RANK) {
-                lower_error(L, e, "%s: rank exceeds %d", type, IR_MAX_RANK);
+                lower_error(L, a, "%s: rank exceeds %d", type, IR_MAX_RANK);
                 return value_error();
             }
-            if (!value_int(L, ba.rest[i], ba.rest_at[i], type, &d)) return value_error();
+            if (!value_int(L, lower_expr(L, ps, parent, a), a, type, &d)) return value_error();
+            if (d < 0 || d > IR_MAX_DIM) {
+                lower_error(L, a, "%s: size %lld is out of range (0 to 2^32)", type, (long long)d);
+                return value_error();
+            }
             s.d[s.rank++] = ir_dim_const(d);
         }
         InitKind kind = INIT_ZEROS;
         double a0 = 0, a1 = 0;
-        if (ba.given[1]) {
-            InitRule tmp = {.pattern = "", .expr = ast_kid(L->ast, ba.at[1], 0), .at = e, .owner = parent};
+        if (init != AST_NONE) {
+            InitRule tmp = {.pattern = "", .expr = init, .at = e, .owner = parent};
             if (!eval_init(L, &tmp, &s, &kind, &a0, &a1)) return value_error();
         }
         NodeId p = lower_param(L, parent, name, &s, kind, a0, a1, !buffer, e);
-        /* lower_param already added the member; return it without adding twice. */
         if (p == IR_NONE) return value_error();
         Value v = value_tensor(p);
-        v.count = -1; /* marks "already a member" for the caller */
+        v.count = -1; /* lower_param already made it a member */
         return v;
     }
     const BuiltinModule *bm = builtin_find(type);

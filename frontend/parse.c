@@ -189,7 +189,8 @@ static bool enter(Parser *p, bool chain)
  * between when a '(' or '[' was left open, and then it is the best place to resume. */
 static bool restart_point(const Parser *p, int32_t i, bool top)
 {
-    if (i <= 0 || p->toks[i].loc.line == p->toks[i - 1].loc.line) return false;
+    if (i <= 0 || p->toks[i].loc.line == p->toks[i - 1].loc.line || p->toks[i - 1].kind == TOK_NEWLINE)
+        return false;
     TokKind k = (TokKind)p->toks[i].kind, next = (TokKind)p->toks[i + 1 < p->ntoks ? i + 1 : i].kind;
     if (k == TOK_KW_CONST || k == TOK_KW_FORWARD || k == TOK_KW_INIT) return true;
     if (top)
@@ -204,6 +205,15 @@ static bool restart_point(const Parser *p, int32_t i, bool top)
  * stray '}' is skipped too. */
 static void sync(Parser *p, bool top, int32_t from)
 {
+    /* An error on a later line than the statement start, with no NEWLINE in between: that
+     * line is probably a statement of its own, joined to this one by an unclosed bracket. */
+    int32_t i = p->pos;
+    while (i - 1 > from && p->toks[i - 1].loc.line == p->toks[p->pos].loc.line) i--;
+    if (i > from && !at(p, TOK_EOF) && restart_point(p, i, top)) {
+        p->pos = i;
+        p->panic = false;
+        return;
+    }
     int braces = 0;
     for (;;) {
         TokKind k = (TokKind)cur(p)->kind;

@@ -42,12 +42,12 @@ typedef struct {
 
 static const ArgSpec lm_args[] = {
     {"path", A_STR, NULL, 0, 0, NULL}, {"input", A_NAME, NULL, 0, 0, NULL}, {"target", A_NAME, NULL, 0, 0, NULL},
-    {"val", A_NUM, "0.1", 0, 0.9, NULL}, END};
+    {"val", A_NUM, "0.1", 0, 0.9, NULL}, {"exclude", A_STR, "", 0, 0, NULL}, END};
 static const ArgSpec map_args[] = {{"val", A_NUM, "0.0", 0, 0.9, NULL}, END};
 static const CallSpec data_calls[] = {
     {"idx", map_args, true, "IDX files (plain or .gz), one per input: idx(image = \"...\", label = \"...\")"},
     {"npy", map_args, true, "NumPy .npy files, one per input"},
-    {"text", lm_args, false, "raw bytes of text files (a glob), windows of input and next-byte target"},
+    {"text", lm_args, false, "raw bytes of text files (a glob, minus an exclude glob, sorted by name), windows of input and next-byte target"},
     {"tokens", lm_args, false, "a token file (docs/formats.md), windows of input and next-token target"},
     {NULL, NULL, false, NULL}};
 

@@ -20,7 +20,7 @@ static NodeId add(IrBuilder *b, Op op, DType t, const Shape *s, const NodeId *in
 static NodeId fail(IrBuilder *b, const char *fmt, ...) KILN_PRINTF(2, 3);
 static NodeId fail(IrBuilder *b, const char *fmt, ...)
 {
-    if (b->err) {
+    if (b->err && b->err->len == 0) { /* the first failure is the cause; keep it */
         va_list ap;
         va_start(ap, fmt);
         sb_vprintf(b->err, fmt, ap);

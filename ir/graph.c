@@ -87,6 +87,26 @@ void ir_graph_free(Graph *g)
 NodeId ir_add_node(Graph *g, Op op, DType dtype, const Shape *shape, const NodeId *inputs, int ninputs,
                    const int64_t *attrs, int nattrs, Loc loc)
 {
+    /* Copy first: shape, inputs or attrs may point into this graph's arrays, which the
+     * growth below can move. */
+    Shape sh;
+    memset(&sh, 0, sizeof sh);
+    if (shape) sh = *shape;
+    NodeId in_copy[8];
+    NodeId *in_heap = NULL;
+    if (ninputs > 8) {
+        in_heap = xmalloc((size_t)ninputs * sizeof *in_heap);
+        memcpy(in_heap, inputs, (size_t)ninputs * sizeof *in_heap);
+        inputs = in_heap;
+    } else if (ninputs) {
+        memcpy(in_copy, inputs, (size_t)ninputs * sizeof *in_copy);
+        inputs = in_copy;
+    }
+    int64_t attr_copy[2 * IR_MAX_RANK];
+    if (nattrs > 0 && nattrs <= 2 * IR_MAX_RANK) {
+        memcpy(attr_copy, attrs, (size_t)nattrs * sizeof *attrs);
+        attrs = attr_copy;
+    }
     GROW(g->nodes, g->nodes_cap, (int64_t)g->nnodes + 1);
     GROW(g->operands, g->operands_cap, (int64_t)g->noperands + ninputs);
     GROW(g->attrs, g->attrs_cap, (int64_t)g->nattrs + nattrs);
@@ -94,7 +114,7 @@ NodeId ir_add_node(Graph *g, Op op, DType dtype, const Shape *shape, const NodeI
     memset(n, 0, sizeof *n);
     n->op = (uint16_t)op;
     n->dtype = (uint8_t)dtype;
-    if (shape) n->shape = *shape;
+    n->shape = sh;
     n->ninputs = (uint32_t)ninputs;
     n->inputs = (uint32_t)g->noperands;
     if (ninputs) memcpy(g->operands + g->noperands, inputs, (size_t)ninputs * sizeof *inputs);
@@ -104,6 +124,7 @@ NodeId ir_add_node(Graph *g, Op op, DType dtype, const Shape *shape, const NodeI
     if (nattrs) memcpy(g->attrs + g->nattrs, attrs, (size_t)nattrs * sizeof *attrs);
     g->nattrs += nattrs;
     n->loc = loc;
+    free(in_heap);
     return g->nnodes++;
 }
 

@@ -512,7 +512,7 @@ Test(parse, node_layout)
     AstId ty = ast_kid(a, ast_kid(a, fwd, 0), 0);
     cr_assert_eq(ast_node(a, ty)->kind, AST_TYPE);
     cr_assert_eq(ast_node(a, ty)->aux, DT_I32);
-    AstId asg = ast_kid(a, fwd, 5); /* q, k, v = split(...) */
+    AstId asg = ast_kid(a, fwd, 4); /* q, k, v = split(...) */
     cr_assert_eq(ast_node(a, asg)->aux, 3);
     cr_assert_eq(ast_node(a, asg)->loc.line, 14);
     cr_assert_eq(ast_node(a, asg)->loc.col, 5);
@@ -567,9 +567,9 @@ Test(parse, members)
 Test(parse, forwards)
 {
     ASSERT_DUMP("forward() {}", "(file (forward))");
-    ASSERT_DUMP("forward(a: f32[], b: bf16[B, T, 4 * C], c) -> y, z {\n  y, z = a, b\n}",
+    ASSERT_DUMP("forward(a: f32[], b: bf16[B, T, 4 * C], c) -> y, z {\n  y, z = f(a, b)\n}",
                 "(file (forward (param a (type f32)) (param b (type bf16 (name B) (name T) (binary * (number 4) (name C)))) "
-                "(param c) (name y) (name z) (assign (name y) (name z) (name a))))");
+                "(param c) (name y) (name z) (assign (name y) (name z) (call (name f) (name a) (name b)))))");
     ASSERT_DUMP("forward(x: bool[N]) {\n\n  y = x\n\n  return y, x\n}",
                 "(file (forward (param x (type bool (name N))) (assign (name y) (name x)) (return (name y) (name x))))");
 }
@@ -899,27 +899,27 @@ Test(depth, parentheses)
 
 Test(depth, every_kind_of_nesting)
 {
-    const char *cases[][4] = {
-        {"const a = ", "[", "1", "]"},
-        {"const a = ", "f(", "1", ")"},
-        {"const a = ", "x[", "1", "]"},
-        {"const a = ", "-", "1", ""},
-        {"const a = ", "not ", "1", ""},
-        {"const a = ", "2 ** ", "1", ""},
-        {"const a = ", "f(k = ", "1", ")"},
-        {"forward() { ", "for i in h { ", "x = 1", " }"},
-        {"const a = ", "1 + ", "1", ""},
-        {"const a = ", "1 or ", "1", ""},
-        {"const a = x", ".a", "", ""},
-        {"const a = f", "(1)", "", ""},
-        {"const a = x", "[0]", "", ""},
+    const char *cases[][5] = {
+        {"const a = ", "[", "1", "]", "\n"},
+        {"const a = ", "f(", "1", ")", "\n"},
+        {"const a = ", "x[", "1", "]", "\n"},
+        {"const a = ", "-", "1", "", "\n"},
+        {"const a = ", "not ", "1", "", "\n"},
+        {"const a = ", "2 ** ", "1", "", "\n"},
+        {"const a = ", "f(k = ", "1", ")", "\n"},
+        {"forward() { ", "for i in h { ", "x = 1", " }", " }\n"},
+        {"const a = ", "1 + ", "1", "", "\n"},
+        {"const a = ", "1 or ", "1", "", "\n"},
+        {"const a = x", ".a", "", "", "\n"},
+        {"const a = f", "(1)", "", "", "\n"},
+        {"const a = x", "[0]", "", "", "\n"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char *src = repeat_wrap(cases[i][0], cases[i][1], 100000, cases[i][2], cases[i][3], "\n");
+        char *src = repeat_wrap(cases[i][0], cases[i][1], 100000, cases[i][2], cases[i][3], cases[i][4]);
         int n = nerrors_of(src, "nesting deeper than 200 levels");
         cr_assert_eq(n, 1, "case %zu (%s)", i, cases[i][1]);
         free(src);
-        char *fine = repeat_wrap(cases[i][0], cases[i][1], 50, cases[i][2], cases[i][3], "\n");
+        char *fine = repeat_wrap(cases[i][0], cases[i][1], 50, cases[i][2], cases[i][3], cases[i][4]);
         cr_assert_eq(nerrors_of(fine, NULL), 0, "case %zu (%s) at depth 50", i, cases[i][1]);
         free(fine);
     }
