@@ -213,7 +213,7 @@ static double unary(Op op, double x)
     case OP_TANH: return tanh(x);
     /* Two forms so that exp never overflows to inf/inf. */
     case OP_SIGMOID: return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
-    case OP_RELU: return x > 0 ? x : 0.0;
+    case OP_RELU: return x > 0 || isnan(x) ? x : 0.0; /* NaN propagates, as in PyTorch */
     case OP_NOT: return x == 0 ? 1.0 : 0.0;
     default: return x; /* cast: the conversion is the normalise() that follows every op */
     }

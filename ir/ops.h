@@ -19,7 +19,7 @@
  *   random_uniform   counter-based uniform [0,1): element e of out =
  *                    rng_uniform(seed, step, attrs[0] = stream, e) (util/rng.h)
  *   neg abs sign exp log sqrt tanh sigmoid relu
- *                    elementwise maths; relu(x) = x > 0 ? x : 0; sign(0) = 0
+ *                    elementwise maths; relu(x) = x > 0 ? x : 0 (NaN stays NaN); sign(0) = 0
  *   not              logical not of a bool
  *   cast             convert to the node's dtype (floats to ints truncate toward zero;
  *                    to bool is x != 0; to u8/i32 wraps like C's conversion of i64)

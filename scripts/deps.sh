@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Kiln needs that are missing, and nothing else.
+# Used by the two README commands; safe to run repeatedly (no network when all present).
+set -euo pipefail
+
+packages=(
+  gcc make cmake pkg-config          # build
+  libcriterion-dev                   # tests
+  libopenblas-dev zlib1g-dev         # the runtime: BLAS for matmuls, gzip for IDX data
+  graphviz                           # `kiln ir --dot` output is checked with dot
+  dataset-fashion-mnist fortunes     # the reference models' training data
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "kiln: installing missing packages: ${missing[*]}" >&2
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
