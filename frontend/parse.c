@@ -100,9 +100,27 @@ static const char *found_desc(const Parser *p, const Token *t, char *buf, size_t
 
 /* ---- errors ---- */
 
+/* Whether a STRING token has its closing quote (the lexer reported it if not). */
+static bool string_closed(const Parser *p, const Token *t)
+{
+    const char *s = p->src + t->start;
+    uint32_t i = 1;
+    while (i < t->len && s[i] != '"') i += s[i] == '\\' ? 2 : 1;
+    return i < t->len;
+}
+
+/* An unterminated string swallows the rest of its line (often a ',' or ')'), so errors
+ * after it on the same statement are consequences, not news. */
+static bool after_bad_string(const Parser *p, int32_t tok)
+{
+    for (int32_t i = tok - 1, n = 0; i >= 0 && n < 64 && p->toks[i].kind != TOK_NEWLINE; i--, n++)
+        if (p->toks[i].kind == TOK_STRING && !string_closed(p, &p->toks[i])) return true;
+    return false;
+}
+
 static void report_at(Parser *p, int32_t tok, bool panic, const char *fmt, va_list ap)
 {
-    bool quiet = p->panic || p->stop || tok == p->last_err_tok;
+    bool quiet = p->panic || p->stop || tok == p->last_err_tok || after_bad_string(p, tok);
     if (panic) p->panic = true;
     if (quiet) return;
     p->last_err_tok = tok;
@@ -124,23 +142,14 @@ static void syntax_error(Parser *p, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Reports at token `tok` and starts unwinding (for errors found after `tok` was passed). */
-static void syntax_error_at(Parser *p, int32_t tok, const char *fmt, ...) KILN_PRINTF(3, 4);
-static void syntax_error_at(Parser *p, int32_t tok, const char *fmt, ...)
+/* Reports at token `tok`; without `panic` the construct is still well formed and parsing
+ * simply goes on. */
+static void error_at(Parser *p, int32_t tok, bool panic, const char *fmt, ...) KILN_PRINTF(4, 5);
+static void error_at(Parser *p, int32_t tok, bool panic, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    report_at(p, tok, true, fmt, ap);
-    va_end(ap);
-}
-
-/* Reports at token `tok` without unwinding: the construct is still well formed. */
-static void soft_error(Parser *p, int32_t tok, const char *fmt, ...) KILN_PRINTF(3, 4);
-static void soft_error(Parser *p, int32_t tok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    report_at(p, tok, false, fmt, ap);
+    report_at(p, tok, panic, fmt, ap);
     va_end(ap);
 }
 
@@ -287,14 +296,22 @@ static void finish(Parser *p, AstId id, int32_t base)
     p->nscratch = base;
 }
 
+/* A node whose kids are scratch[base..]. */
+static AstId make(Parser *p, AstKind kind, Loc loc, int32_t base)
+{
+    AstId id = new_node(p, kind, loc);
+    finish(p, id, base);
+    return id;
+}
+
+/* A node with kid x (and y, for BINARY). */
 static AstId node2(Parser *p, AstKind kind, Loc loc, uint8_t op, AstId x, AstId y)
 {
     int32_t base = p->nscratch;
     push(p, x);
-    if (y != AST_NONE || kind == AST_BINARY) push(p, y);
-    AstId id = new_node(p, kind, loc);
+    if (kind == AST_BINARY) push(p, y);
+    AstId id = make(p, kind, loc, base);
     p->a->nodes[id].op = op;
-    finish(p, id, base);
     return id;
 }
 
@@ -302,6 +319,7 @@ static AstId node2(Parser *p, AstKind kind, Loc loc, uint8_t op, AstId x, AstId 
 
 static AstId parse_expr(Parser *p);
 static AstId parse_unary(Parser *p);
+static AstId parse_named(Parser *p, AstKind kind, const char *what);
 
 static AstId parse_number(Parser *p)
 {
@@ -345,39 +363,24 @@ static AstId parse_string(Parser *p)
 /* '[' already current: a list or a comprehension. */
 static AstId parse_bracket(Parser *p)
 {
-    int32_t open = p->pos;
+    int32_t open = p->pos, base = p->nscratch;
     Loc loc = cur(p)->loc;
     if (!enter(p, false)) return AST_NONE;
     advance(p);
-    int32_t base = p->nscratch;
-    AstId id = AST_NONE;
-    if (accept(p, TOK_RBRACKET)) {
-        id = new_node(p, AST_LIST, loc);
-        finish(p, id, base);
-        p->depth--;
-        return id;
-    }
-    AstId first = parse_expr(p);
-    if (p->panic) return AST_NONE;
-    push(p, first);
-    if (accept(p, TOK_KW_FOR)) {
-        AstId count = parse_expr(p);
+    AstKind kind = AST_LIST;
+    if (!at(p, TOK_RBRACKET)) {
+        push(p, parse_expr(p));
         if (p->panic) return AST_NONE;
-        push(p, count);
-        if (!expect_close(p, TOK_RBRACKET, open)) return AST_NONE;
-        id = new_node(p, AST_COMPREHENSION, loc);
-    } else {
-        while (accept(p, TOK_COMMA) && !at(p, TOK_RBRACKET)) {
-            AstId e = parse_expr(p);
-            if (p->panic) return AST_NONE;
-            push(p, e);
+        if (accept(p, TOK_KW_FOR)) {
+            kind = AST_COMPREHENSION;
+            push(p, parse_expr(p));
+        } else {
+            while (!p->panic && accept(p, TOK_COMMA) && !at(p, TOK_RBRACKET)) push(p, parse_expr(p));
         }
-        if (!expect_close(p, TOK_RBRACKET, open)) return AST_NONE;
-        id = new_node(p, AST_LIST, loc);
     }
-    finish(p, id, base);
+    if (p->panic || !expect_close(p, TOK_RBRACKET, open)) return AST_NONE;
     p->depth--;
-    return id;
+    return make(p, kind, loc, base);
 }
 
 static AstId parse_primary(Parser *p)
@@ -385,12 +388,7 @@ static AstId parse_primary(Parser *p)
     const Token *t = cur(p);
     if (t->kind == TOK_NUMBER) return parse_number(p);
     if (t->kind == TOK_STRING) return parse_string(p);
-    if (is_name((TokKind)t->kind)) {
-        AstId id = new_node(p, AST_NAME, t->loc);
-        set_tok_str(p, id, t);
-        advance(p);
-        return id;
-    }
+    if (is_name((TokKind)t->kind)) return parse_named(p, AST_NAME, NULL);
     if (t->kind == TOK_LPAREN) {
         int32_t open = p->pos;
         if (!enter(p, false)) return AST_NONE;
@@ -416,15 +414,11 @@ static AstId parse_call(Parser *p, AstId callee)
         AstId arg;
         if (is_name(kind_at(p, 0)) && kind_at(p, 1) == TOK_ASSIGN) {
             const Token *name = cur(p);
-            advance(p);
-            advance(p);
+            p->pos += 2;
             AstId v = parse_expr(p);
             if (p->panic) return AST_NONE;
-            arg = new_node(p, AST_KWARG, name->loc);
+            arg = node2(p, AST_KWARG, name->loc, 0, v, AST_NONE);
             set_tok_str(p, arg, name);
-            int32_t kb = p->nscratch;
-            push(p, v);
-            finish(p, arg, kb);
         } else {
             arg = parse_expr(p);
             if (p->panic) return AST_NONE;
@@ -433,55 +427,40 @@ static AstId parse_call(Parser *p, AstId callee)
         if (!accept(p, TOK_COMMA)) break;
     }
     if (!expect_close(p, TOK_RPAREN, open)) return AST_NONE;
-    AstId id = new_node(p, AST_CALL, p->a->nodes[callee].loc);
-    finish(p, id, base);
-    return id;
+    return make(p, AST_CALL, p->a->nodes[callee].loc, base);
+}
+
+/* An expression, or AST_NONE where a slice part is omitted. */
+static AstId slice_part(Parser *p)
+{
+    return at(p, TOK_COLON) || at(p, TOK_COMMA) || at(p, TOK_RBRACKET) ? AST_NONE : parse_expr(p);
 }
 
 /* subscript := expr | [expr] ':' [expr] [ ':' [expr] ] */
 static AstId parse_subscript(Parser *p)
 {
     Loc loc = cur(p)->loc;
-    AstId start = AST_NONE, stop = AST_NONE, step = AST_NONE;
-    if (!at(p, TOK_COLON)) {
-        start = parse_expr(p);
-        if (p->panic || !at(p, TOK_COLON)) return start;
-    }
-    advance(p);
-    if (!at(p, TOK_COLON) && !at(p, TOK_COMMA) && !at(p, TOK_RBRACKET)) {
-        stop = parse_expr(p);
-        if (p->panic) return AST_NONE;
-    }
-    if (accept(p, TOK_COLON) && !at(p, TOK_COMMA) && !at(p, TOK_RBRACKET)) {
-        step = parse_expr(p);
-        if (p->panic) return AST_NONE;
-    }
     int32_t base = p->nscratch;
+    AstId start = slice_part(p);
+    if (p->panic || (start != AST_NONE && !at(p, TOK_COLON))) return start;
     push(p, start);
-    push(p, stop);
-    push(p, step);
-    AstId id = new_node(p, AST_SLICE, loc);
-    finish(p, id, base);
-    return id;
+    if (!expect(p, TOK_COLON, NULL)) return AST_NONE;
+    push(p, slice_part(p));
+    push(p, !p->panic && accept(p, TOK_COLON) ? slice_part(p) : AST_NONE);
+    return p->panic ? AST_NONE : make(p, AST_SLICE, loc, base);
 }
 
 /* '[' current; base already parsed. */
 static AstId parse_index(Parser *p, AstId of)
 {
-    int32_t open = p->pos;
+    int32_t open = p->pos, base = p->nscratch;
     Loc loc = cur(p)->loc;
     advance(p);
-    int32_t base = p->nscratch;
     push(p, of);
-    do {
-        AstId s = parse_subscript(p);
-        if (p->panic) return AST_NONE;
-        push(p, s);
-    } while (accept(p, TOK_COMMA));
-    if (!expect_close(p, TOK_RBRACKET, open)) return AST_NONE;
-    AstId id = new_node(p, AST_INDEX, loc);
-    finish(p, id, base);
-    return id;
+    do push(p, parse_subscript(p));
+    while (!p->panic && accept(p, TOK_COMMA));
+    if (p->panic || !expect_close(p, TOK_RBRACKET, open)) return AST_NONE;
+    return make(p, AST_INDEX, loc, base);
 }
 
 static AstId parse_postfix(Parser *p)
@@ -504,13 +483,9 @@ static AstId parse_postfix(Parser *p)
                 error_expected(p, "an attribute name or index after '.'");
                 break;
             }
-            AstId id = new_node(p, AST_ATTR, t->loc);
-            set_tok_str(p, id, t);
-            int32_t base = p->nscratch;
-            push(p, e);
-            finish(p, id, base);
+            e = node2(p, AST_ATTR, t->loc, 0, e, AST_NONE);
+            set_tok_str(p, e, t);
             advance(p);
-            e = id;
         }
     }
     p->depth -= levels;
@@ -621,22 +596,59 @@ static AstId parse_expr(Parser *p) { return parse_binary(p, 0); }
 
 /* ---- declarations shared by items ---- */
 
-/* A name token (identifiers, and the soft keywords) made into a node of `kind`, or
- * AST_NONE with an error mentioning `what`. */
-static AstId parse_named(Parser *p, AstKind kind, const char *what)
+/* The current token if it is a name (consumed), else NULL with "expected <what>". */
+static const Token *take_name(Parser *p, const char *what)
 {
     const Token *t = cur(p);
     if (!is_name((TokKind)t->kind)) {
         error_expected(p, what);
-        return AST_NONE;
+        return NULL;
     }
+    advance(p);
+    return t;
+}
+
+/* A name token (identifiers, and the soft keywords) made into a node of `kind`, or
+ * AST_NONE with an error mentioning `what`. */
+static AstId parse_named(Parser *p, AstKind kind, const char *what)
+{
+    const Token *t = take_name(p, what);
+    if (!t) return AST_NONE;
     AstId id = new_node(p, kind, t->loc);
     set_tok_str(p, id, t);
-    advance(p);
     return id;
 }
 
 static const char *const dtype_list = "bool, u8, i32, i64, f16, bf16, f32 or f64";
+
+/* The dtype a mistyped name most likely meant, or NULL: the names of other frameworks
+ * first, then a swap of two neighbouring characters ('f23'), then a small edit distance. */
+static const char *suggest_dtype(const char *name)
+{
+    static const char *const aliases[][2] = {
+        {"float", "f32"}, {"float32", "f32"}, {"double", "f64"}, {"float64", "f64"}, {"half", "f16"},
+        {"float16", "f16"}, {"bfloat16", "bf16"}, {"int", "i32"}, {"int32", "i32"}, {"long", "i64"},
+        {"int64", "i64"}, {"uint8", "u8"}, {"byte", "u8"}, {"boolean", "bool"},
+    };
+    for (size_t i = 0; i < sizeof aliases / sizeof *aliases; i++)
+        if (!strcmp(name, aliases[i][0])) return aliases[i][1];
+    size_t n = strlen(name);
+    for (int t = 0; t < DT_COUNT; t++) {
+        const char *dt = ir_dtype_name((DType)t);
+        if (strlen(dt) != n) continue;
+        for (size_t i = 0; i + 1 < n; i++)
+            if (name[i] == dt[i + 1] && name[i + 1] == dt[i] && !memcmp(name, dt, i) &&
+                !strcmp(name + i + 2, dt + i + 2))
+                return dt;
+    }
+    const char *best = NULL;
+    int best_d = n <= 2 ? 2 : 3; /* one past the largest distance worth suggesting */
+    for (int t = 0; t < DT_COUNT; t++) {
+        int dist = util_edit_distance(name, ir_dtype_name((DType)t));
+        if (dist < best_d) best_d = dist, best = ir_dtype_name((DType)t);
+    }
+    return best;
+}
 
 /* type := dtype '[' [ expr { ',' expr } ] ']' */
 static AstId parse_type(Parser *p)
@@ -652,16 +664,11 @@ static AstId parse_type(Parser *p)
          * what follows too; the node gets a placeholder dtype. */
         char name[40];
         snprintf(name, sizeof name, "%.*s", (int)(t->len < 32 ? t->len : 32), p->src + t->start);
-        const char *best = NULL;
-        int best_d = 1000;
-        for (int i = 0; i < DT_COUNT; i++) {
-            int dist = util_edit_distance(name, ir_dtype_name((DType)i));
-            if (dist < best_d) best_d = dist, best = ir_dtype_name((DType)i);
-        }
-        if (best && best_d <= (strlen(name) <= 3 ? 1 : 2))
-            soft_error(p, p->pos, "unknown dtype '%s' (did you mean '%s'?)", name, best);
+        const char *best = suggest_dtype(name);
+        if (best)
+            error_at(p, p->pos, false, "unknown dtype '%s' (did you mean '%s'?)", name, best);
         else
-            soft_error(p, p->pos, "unknown dtype '%s' (expected %s)", name, dtype_list);
+            error_at(p, p->pos, false, "unknown dtype '%s' (expected %s)", name, dtype_list);
         dt = DT_F32;
     }
     advance(p);
@@ -696,12 +703,8 @@ static int parse_params(Parser *p, bool module, const char *after)
     if (!expect(p, TOK_LPAREN, after)) return -1;
     int n = 0;
     while (!at(p, TOK_RPAREN)) {
-        const Token *name = cur(p);
-        if (!is_name((TokKind)name->kind)) {
-            error_expected(p, "a parameter name");
-            return -1;
-        }
-        advance(p);
+        const Token *name = take_name(p, "a parameter name");
+        if (!name) return -1;
         int32_t base = p->nscratch;
         int aux = 0;
         if (module && accept(p, TOK_ASSIGN)) {
@@ -727,6 +730,17 @@ static int parse_params(Parser *p, bool module, const char *after)
     return n;
 }
 
+/* Whether the current token starts an item that only exists at the top level (and is not
+ * a soft keyword used as a name, as in `loss = ...`). */
+static bool starts_top_item(const Parser *p)
+{
+    TokKind k = kind_at(p, 0), next = kind_at(p, 1);
+    if (k == TOK_KW_MODULE) return true;
+    bool top_only = k == TOK_KW_DIM || k == TOK_KW_LOSS || k == TOK_KW_METRIC || k == TOK_KW_TRAIN ||
+                    k == TOK_KW_MODEL;
+    return top_only && next != TOK_ASSIGN && next != TOK_COMMA;
+}
+
 /* '{' { item } '}' with per-item recovery; items push their nodes onto scratch. */
 static bool parse_braced(Parser *p, ItemFn item, const char *after)
 {
@@ -743,6 +757,15 @@ static bool parse_braced(Parser *p, ItemFn item, const char *after)
             expect_close(p, TOK_RBRACE, open);
             p->depth = depth - 1;
             return false;
+        }
+        if (starts_top_item(p)) {
+            /* Most likely this block's '}' is missing: end the block here so that the item
+             * and everything after it are parsed as written. */
+            char buf[64];
+            const Token *o = &p->toks[open];
+            error_at(p, p->pos, false, "expected '}' to close '{' at %u:%u, found %s (which starts a top-level item)",
+                       o->loc.line, o->loc.col, found_desc(p, cur(p), buf, sizeof buf));
+            break;
         }
         int32_t mark = p->nscratch, pos = p->pos;
         item(p);
@@ -782,12 +805,8 @@ static void parse_for(Parser *p)
 {
     Loc loc = cur(p)->loc;
     advance(p);
-    const Token *var = cur(p);
-    if (!is_name((TokKind)var->kind)) {
-        error_expected(p, "a loop variable after 'for'");
-        return;
-    }
-    advance(p);
+    const Token *var = take_name(p, "a loop variable after 'for'");
+    if (!var) return;
     if (!expect(p, TOK_KW_IN, "after the loop variable")) return;
     int32_t base = p->nscratch;
     AstId iter = parse_expr(p);
@@ -841,19 +860,14 @@ static void parse_stmt(Parser *p)
 /* name '=' expr NL as a node of `kind` holding the value; used by member, metric, key. */
 static AstId parse_binding(Parser *p, AstKind kind, const char *what)
 {
-    const Token *name = cur(p);
-    if (!is_name((TokKind)name->kind)) {
-        error_expected(p, what);
-        return AST_NONE;
-    }
-    advance(p);
-    if (!expect(p, TOK_ASSIGN, "after the name")) return AST_NONE;
+    const Token *name = take_name(p, what);
+    if (!name || !expect(p, TOK_ASSIGN, "after the name")) return AST_NONE;
     int32_t vtok = p->pos;
     AstId v = parse_expr(p);
     if (p->panic) return AST_NONE;
     if (kind == AST_MEMBER && p->a->nodes[v].kind != AST_CALL && p->a->nodes[v].kind != AST_COMPREHENSION) {
         /* Members are layers; the checker and lowering rely on this shape. */
-        syntax_error_at(p, vtok, "a member must be a layer: `name = Layer(...)` or `name = [Layer(...) for n]` "
+        error_at(p, vtok, true, "a member must be a layer: `name = Layer(...)` or `name = [Layer(...) for n]` "
                         "(use `const` for a value)");
         return AST_NONE;
     }
@@ -877,12 +891,8 @@ static void parse_const(Parser *p)
 {
     advance(p);
     do {
-        const Token *name = cur(p);
-        if (!is_name((TokKind)name->kind)) {
-            error_expected(p, "a constant name after 'const'");
-            return;
-        }
-        advance(p);
+        const Token *name = take_name(p, "a constant name after 'const'");
+        if (!name) return;
         if (!expect(p, TOK_ASSIGN, "after the constant name")) return;
         int32_t base = p->nscratch;
         AstId v = parse_expr(p);
@@ -899,12 +909,8 @@ static void parse_const(Parser *p)
 static void parse_dim(Parser *p)
 {
     advance(p);
-    const Token *name = cur(p);
-    if (!is_name((TokKind)name->kind)) {
-        error_expected(p, "a dimension name after 'dim'");
-        return;
-    }
-    advance(p);
+    const Token *name = take_name(p, "a dimension name after 'dim'");
+    if (!name) return;
     int32_t base = p->nscratch;
     if (accept(p, TOK_LE)) {
         AstId bound = parse_expr(p);
@@ -1053,12 +1059,8 @@ static void parse_module_item(Parser *p)
 static void parse_module(Parser *p)
 {
     advance(p);
-    const Token *name = cur(p);
-    if (!is_name((TokKind)name->kind)) {
-        error_expected(p, "a module name after 'module'");
-        return;
-    }
-    advance(p);
+    const Token *name = take_name(p, "a module name after 'module'");
+    if (!name) return;
     int32_t base = p->nscratch;
     int np = parse_params(p, true, "after the module name");
     if (np < 0) return;

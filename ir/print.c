@@ -180,7 +180,7 @@ static void put_attrs(StrBuf *b, const Graph *g, const Node *n, const int64_t *a
         sb_puts(b, " lo=");
         put_int_list(b, a, r);
         sb_puts(b, " hi=");
-        put_int_list(b, a + r, r);
+        put_int_list(b, r ? a + r : a, r);
         sb_puts(b, " value=");
         put_double(b, n->fattr[0]);
         break;

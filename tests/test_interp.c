@@ -187,7 +187,7 @@ Test(interp, unary_ops)
     cr_assert(isnan(interp_value(&ip, smz)->data[3]));
     cr_assert_eq(interp_value(&ip, smz)->data[4], 0.5);
     EXPECT(&ip, sgz, 0, -1, -1, 1, NAN, 0); /* sign(NaN) = NaN, sign(-0) = 0 */
-    EXPECT(&ip, rez, 0, 0, 0, 800, 0, 0);   /* relu(NaN) = 0, as ops.h defines it */
+    EXPECT(&ip, rez, 0, 0, 0, 800, NAN, 0); /* relu(NaN) = NaN, as in PyTorch */
     EXPECT(&ip, nb, 0, 0, 1, 0);
     interp_free(&ip);
     ir_graph_free(g);

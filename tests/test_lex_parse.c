@@ -737,6 +737,10 @@ Test(errors, messages)
     ASSERT_ERROR("forward(x) { 1 }", "1:14: error: expected a statement: `name = expr`, `return`, or `for`, found '1'");
     ASSERT_ERROR("forward(x: f33[B]) {}", "1:12: error: unknown dtype 'f33' (did you mean 'f32'?)");
     ASSERT_ERROR("forward(x: bf61[B]) {}", "1:12: error: unknown dtype 'bf61' (did you mean 'bf16'?)");
+    ASSERT_ERROR("forward(x: f23[B]) {}", "1:12: error: unknown dtype 'f23' (did you mean 'f32'?)");
+    ASSERT_ERROR("forward(x: float[B]) {}", "1:12: error: unknown dtype 'float' (did you mean 'f32'?)");
+    ASSERT_ERROR("forward(x: int64[B]) {}", "1:12: error: unknown dtype 'int64' (did you mean 'i64'?)");
+    ASSERT_ERROR("forward(x: u9[B]) {}", "1:12: error: unknown dtype 'u9' (did you mean 'u8'?)");
     ASSERT_ERROR("forward(x: tensor[B]) {}",
                  "1:12: error: unknown dtype 'tensor' (expected bool, u8, i32, i64, f16, bf16, f32 or f64)");
     ASSERT_ERROR("forward(x: f32) {}", "1:15: error: expected '[' after the dtype (a scalar is written f32[]), found ')'");
@@ -748,8 +752,8 @@ Test(errors, messages)
     ASSERT_ERROR("return 1",
                  "1:1: error: expected an item at top level: const, dim, module, member `name = Layer(...)`, "
                  "forward, loss, metric, init or train; found 'return'");
-    ASSERT_ERROR("module M() { dim T }",
-                 "1:14: error: expected a module item: const, member `name = Layer(...)`, forward or init; found 'dim'");
+    ASSERT_ERROR("module M() { return 1 }",
+                 "1:14: error: expected a module item: const, member `name = Layer(...)`, forward or init; found 'return'");
     ASSERT_ERROR("forward(x) {\n  y = x\n", "2:8: error: expected '}' to close '{' at 1:12, found end of file");
     ASSERT_ERROR("x = 3", "1:5: error: a member must be a layer: `name = Layer(...)` or `name = [Layer(...) for n]` "
                           "(use `const` for a value)");
@@ -831,6 +835,35 @@ Test(errors, unclosed_paren_does_not_swallow_the_file)
     cr_assert(strstr(errs, "t.kiln:4:3: error: expected ')' to close '(' at 3:8, found 'z'"), "%s", errs);
     cr_assert(strstr(errs, "t.kiln:5:1: error: expected an expression, found '}'"), "%s", errs);
     cr_assert(strstr(errs, "t.kiln:6:14: error: expected an expression, found end of line"), "%s", errs);
+    free(errs);
+}
+
+Test(errors, missing_close_brace_before_next_item)
+{
+    int n;
+    char *errs;
+    const char *src = "forward(x) -> y {\n  y = f(x)\n  for b in h {\n    y = b(y)\n\n"
+                      "loss(y) = mean(y)\nmetric m = y\ntrain { loss = 1 }\n";
+    char *dump = parse_n(src, strlen(src), &errs, &n);
+    cr_assert_eq(n, 1, "%s", errs);
+    cr_assert(strstr(errs, "t.kiln:6:1: error: expected '}' to close '{' at 3:14, found 'loss' "
+                           "(which starts a top-level item)\n"), "%s", errs);
+    cr_assert_str_eq(dump, "(file (forward (param x) (name y) (assign (name y) (call (name f) (name x))) "
+                           "(for b (name h) (assign (name y) (call (name b) (name y))))) "
+                           "(loss (param y) (return (call (name mean) (name y)))) (metric m (name y)) "
+                           "(train (key loss (number 1))))");
+    free(dump);
+    free(errs);
+    ASSERT_ERROR("module M() {\n  fc = Linear(1, 2)\nmodule N() {}\n",
+                 "3:1: error: expected '}' to close '{' at 1:12, found 'module' (which starts a top-level item)");
+}
+
+Test(errors, nothing_after_an_unterminated_string)
+{
+    int n;
+    char *errs = errors_of("train {\n  data = idx(image = \"a.gz,\n    label = \"b.gz\")\n  batch = 1\n}\n", &n);
+    cr_assert_eq(n, 1, "%s", errs);
+    cr_assert(strstr(errs, "t.kiln:2:22: error: unterminated string\n"), "%s", errs);
     free(errs);
 }
 
