@@ -15,5 +15,15 @@ ctest --test-dir build-test -j"$jobs" --output-on-failure
 echo "== build and test (ASan + UBSan)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$jobs"
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+# Criterion's test workers exit 0 even when LeakSanitizer reports at exit, so every
+# sanitizer report goes to a log file, and any log file fails the run.
+logs="$PWD/build-asan/sanitizer-logs"
+rm -rf "$logs" && mkdir -p "$logs"
+ASAN_OPTIONS="detect_leaks=1:log_path=$logs/asan" UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$logs/ubsan" \
   ctest --test-dir build-asan -j"$jobs" --output-on-failure
+if [ -n "$(ls -A "$logs")" ]; then
+  echo "sanitizer reports:" >&2
+  cat "$logs"/* >&2
+  exit 1
+fi
+echo "ASan+UBSan: no reports"
