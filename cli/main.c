@@ -3,6 +3,7 @@
  * stderr), 2 the command line is wrong. Output files are written atomically (a temp file,
  * fsync, rename), so an interrupted or failed run never leaves a truncated file behind. */
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "../frontend/frontend.h"
+#include "../passes/passes.h"
 
 static const char *usage_main =
     "usage: kiln COMMAND [options]\n"
@@ -18,7 +20,8 @@ static const char *usage_main =
     "\n"
     "commands:\n"
     "  check FILE        parse and check a model; print its parameters, inputs, outputs and recipe\n"
-    "  ir FILE           print the model's IR as text (or Graphviz DOT with --dot)\n"
+    "  ir FILE           print the model's IR after any pass, as text or Graphviz DOT\n"
+    "  gradcheck FILE    check every parameter gradient against finite differences\n"
     "\n"
     "options:\n"
     "  -h, --help        show this help (kiln COMMAND --help for a command's options)\n"
@@ -35,28 +38,73 @@ static const char *usage_check =
     "  --mode train|eval  graph to build (default train: dropout on, batch statistics)\n";
 
 static const char *usage_ir =
-    "usage: kiln ir FILE [--dot] [-o OUT] [--mode train|eval]\n"
+    "usage: kiln ir FILE [--after PASS] [--stats] [--dot] [-o OUT] [--mode train|eval]\n"
+    "       kiln ir --passes\n"
     "\n"
-    "Prints the IR of FILE's forward, loss and metrics in Kiln's text form (docs/ir.md),\n"
-    "or as a Graphviz graph with --dot (render with: dot -Tsvg OUT -o graph.svg).\n"
+    "Prints the IR of FILE in Kiln's text form (docs/ir.md), or as a Graphviz graph with\n"
+    "--dot (render with: dot -Tsvg OUT -o graph.svg). By default the graph as lowered\n"
+    "(forward, loss, metrics); --after PASS runs the pipeline up to PASS.\n"
     "\n"
     "options:\n"
+    "  --after PASS       print the graph after PASS (lower, autodiff, simplify)\n"
+    "  --passes           list the passes in pipeline order\n"
+    "  --stats            print node counts before and after each pass (to stderr)\n"
     "  --dot              print Graphviz DOT instead of text\n"
     "  -o, --output OUT   write to OUT (atomically) instead of standard output\n"
     "  --mode train|eval  graph to build (default train)\n";
 
+static const char *usage_gradcheck =
+    "usage: kiln gradcheck FILE [--seed N] [--tolerance T] [--samples N] [--size N] [--inputs]\n"
+    "\n"
+    "Differentiates FILE's loss, then compares every parameter gradient (run by the\n"
+    "reference interpreter in double precision, parameters initialised as PyTorch does,\n"
+    "random inputs) against central finite differences on a sample of its elements.\n"
+    "Prints one line per parameter with the largest relative error; exits 1 when any\n"
+    "exceeds the tolerance.\n"
+    "\n"
+    "options:\n"
+    "  --seed N           seed of parameters, inputs and samples (default 0)\n"
+    "  --tolerance T      largest relative error allowed (default 1e-6)\n"
+    "  --samples N        elements checked per tensor (default 8)\n"
+    "  --size N           value of every symbolic size such as B and T (default 2)\n"
+    "  --inputs           also check the gradients of float inputs\n";
+
 typedef struct {
     const char *file;
     const char *output;
-    bool dot;
+    const char *after;
+    bool dot, stats, list_passes, inputs;
     GraphMode mode;
+    uint64_t seed;
+    double tolerance;
+    int samples;
+    int64_t size;
 } Options;
+
+/* Parses a number option's value; false when it is not a valid number in [lo, hi]. */
+static bool number_arg(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !(v >= lo && v <= hi)) return false;
+    *out = v;
+    return true;
+}
+
+static const char *usage_of(const char *cmd)
+{
+    if (!cmd) return usage_main;
+    if (!strcmp(cmd, "check")) return usage_check;
+    if (!strcmp(cmd, "ir")) return usage_ir;
+    if (!strcmp(cmd, "gradcheck")) return usage_gradcheck;
+    return usage_main;
+}
 
 static int usage_error(const char *cmd, const char *fmt, const char *arg)
 {
     fprintf(stderr, "kiln%s%s: error: ", cmd ? " " : "", cmd ? cmd : "");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", cmd && !strcmp(cmd, "check") ? usage_check : cmd && !strcmp(cmd, "ir") ? usage_ir : usage_main);
+    fprintf(stderr, "\n%s", usage_of(cmd));
     return 2;
 }
 
@@ -65,12 +113,36 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
 {
     memset(o, 0, sizeof *o);
     o->mode = MODE_TRAIN;
-    bool ir = !strcmp(cmd, "ir");
+    o->tolerance = 1e-6;
+    o->samples = 8;
+    o->size = 2;
+    bool ir = !strcmp(cmd, "ir"), gc = !strcmp(cmd, "gradcheck");
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
+        double v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(usage, stdout);
             return 0;
+        }
+        bool has_value = i + 1 < argc;
+        if (ir && !strcmp(a, "--after")) {
+            if (!has_value) return usage_error(cmd, "--after needs a pass name (see kiln ir --passes)%s", "");
+            o->after = argv[++i];
+            if (!pipeline_has_pass(o->after)) return usage_error(cmd, "unknown pass '%s' (kiln ir --passes lists them)", o->after);
+            continue;
+        }
+        if (ir && !strcmp(a, "--stats")) { o->stats = true; continue; }
+        if (ir && !strcmp(a, "--passes")) { o->list_passes = true; continue; }
+        if (gc && !strcmp(a, "--inputs")) { o->inputs = true; continue; }
+        if (gc && (!strcmp(a, "--seed") || !strcmp(a, "--tolerance") || !strcmp(a, "--samples") || !strcmp(a, "--size"))) {
+            if (!has_value) return usage_error(cmd, "%s needs a value", a);
+            const char *val = argv[++i];
+            if (!strcmp(a, "--seed") && number_arg(val, 0, 9e15, &v) && v == floor(v)) o->seed = (uint64_t)v;
+            else if (!strcmp(a, "--tolerance") && number_arg(val, 0, 1e300, &v)) o->tolerance = v;
+            else if (!strcmp(a, "--samples") && number_arg(val, 1, 1e6, &v) && v == floor(v)) o->samples = (int)v;
+            else if (!strcmp(a, "--size") && number_arg(val, 1, 1 << 20, &v) && v == floor(v)) o->size = (int64_t)v;
+            else return usage_error(cmd, "invalid value '%s' for this option", val);
+            continue;
         }
         if (!strcmp(a, "--mode")) {
             if (i + 1 >= argc) return usage_error(cmd, "--mode needs a value: train or eval%s", "");
@@ -91,7 +163,7 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
             o->file = a;
         }
     }
-    if (!o->file) return usage_error(cmd, "no model file given%s", "");
+    if (!o->file && !o->list_passes) return usage_error(cmd, "no model file given%s", "");
     return -1;
 }
 
@@ -230,12 +302,54 @@ static void print_check(const Model *m, const char *file, StrBuf *out)
     sb_printf(out, "\n%d IR nodes; the model is valid.\n", g->nnodes);
 }
 
-static int cmd_check_or_ir(const char *cmd, int argc, char **argv)
+static int cmd_gradcheck(const Options *o, Model *m)
+{
+    GradcheckOptions go = {.seed = o->seed, .tolerance = o->tolerance, .samples = o->samples, .sym_value = o->size,
+                           .wrt_inputs = o->inputs};
+    GradcheckResult *res;
+    int nres;
+    StrBuf err;
+    sb_init(&err);
+    int failures = gradcheck_run(m->graph, &go, &res, &nres, &err);
+    if (failures < 0) {
+        fprintf(stderr, "%s\n", err.data);
+        sb_free(&err);
+        return 1;
+    }
+    size_t w = 9;
+    for (int i = 0; i < nres; i++)
+        if (strlen(res[i].name) > w) w = strlen(res[i].name);
+    printf("gradcheck %s: seed %llu, sizes %lld, double precision, tolerance %g\n", o->file,
+           (unsigned long long)o->seed, (long long)o->size, o->tolerance);
+    printf("  %-*s  %7s  %12s  %12s\n", (int)w, "parameter", "checked", "max |grad|", "max rel err");
+    double worst = 0;
+    for (int i = 0; i < nres; i++) {
+        const GradcheckResult *r = &res[i];
+        printf("  %-*s  %7lld  %12.3e  %12.3e%s", (int)w, r->name, (long long)r->checked, r->max_abs_grad, r->max_rel_error,
+               r->max_rel_error > o->tolerance ? "  FAIL" : "");
+        if (r->skipped) printf("  (%lld samples at kinks replaced)", (long long)r->skipped);
+        putchar('\n');
+        if (r->max_rel_error > worst) worst = r->max_rel_error;
+    }
+    printf("%s: %d of %d tensors within tolerance; worst relative error %.3e\n", failures ? "FAIL" : "ok", nres - failures,
+           nres, worst);
+    gradcheck_free(res, nres);
+    sb_free(&err);
+    return failures ? 1 : 0;
+}
+
+static int cmd_model(const char *cmd, int argc, char **argv)
 {
     bool ir = !strcmp(cmd, "ir");
     Options o;
-    int rc = parse_options(cmd, argc, argv, &o, ir ? usage_ir : usage_check);
+    int rc = parse_options(cmd, argc, argv, &o, usage_of(cmd));
     if (rc >= 0) return rc;
+    if (o.list_passes) {
+        int n;
+        const PassInfo *p = pipeline_passes(&n);
+        for (int i = 0; i < n; i++) printf("%-10s %s\n", p[i].name, p[i].doc);
+        return 0;
+    }
     Diag d;
     diag_init(&d, stderr);
     Model *m = load(&o, &d);
@@ -243,6 +357,28 @@ static int cmd_check_or_ir(const char *cmd, int argc, char **argv)
         if (d.nerrors) fprintf(stderr, "kiln: %d error%s in %s\n", d.nerrors, d.nerrors == 1 ? "" : "s", o.file);
         diag_free(&d);
         return 1;
+    }
+    if (!strcmp(cmd, "gradcheck")) {
+        rc = cmd_gradcheck(&o, m);
+        frontend_model_free(m);
+        diag_free(&d);
+        return rc;
+    }
+    if (ir && (o.after || o.stats)) {
+        StrBuf stats, err;
+        sb_init(&stats);
+        sb_init(&err);
+        if (pipeline_run(m->graph, o.after, o.stats ? &stats : NULL, &err) != 0) {
+            fprintf(stderr, "%s\n", err.data);
+            sb_free(&stats);
+            sb_free(&err);
+            frontend_model_free(m);
+            diag_free(&d);
+            return 1;
+        }
+        if (o.stats) fputs(stats.data, stderr);
+        sb_free(&stats);
+        sb_free(&err);
     }
     StrBuf out;
     sb_init(&out);
@@ -273,18 +409,18 @@ int main(int argc, char **argv)
         printf("kiln %s\n", KILN_VERSION);
         return 0;
     }
-    if (!strcmp(cmd, "check") || !strcmp(cmd, "ir")) return cmd_check_or_ir(cmd, argc - 2, argv + 2);
-    static const char *commands[] = {"check", "ir", "help", "version"};
+    if (!strcmp(cmd, "check") || !strcmp(cmd, "ir") || !strcmp(cmd, "gradcheck")) return cmd_model(cmd, argc - 2, argv + 2);
+    static const char *commands[] = {"check", "ir", "gradcheck", "help", "version"};
     const char *best = NULL;
     int bestd = 1000;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         int dist = util_edit_distance(commands[i], cmd);
         if (dist < bestd) bestd = dist, best = commands[i];
     }
-    if (cmd[0] == '-') return usage_error(NULL, "unknown option '%s'; commands: check, ir", cmd);
+    if (cmd[0] == '-') return usage_error(NULL, "unknown option '%s'; commands: check, ir, gradcheck", cmd);
     if (bestd <= 2) {
         fprintf(stderr, "kiln: error: unknown command '%s' (did you mean '%s'?)\n", cmd, best);
         return 2;
     }
-    return usage_error(NULL, "unknown command '%s'; commands: check, ir", cmd);
+    return usage_error(NULL, "unknown command '%s'; commands: check, ir, gradcheck", cmd);
 }

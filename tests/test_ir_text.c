@@ -327,6 +327,32 @@ Test(ir_text, reader_accepts_comments_blank_lines_crlf_and_spacing)
     diag_free(&d);
 }
 
+/* The golden dumps of the reference models, written by the frontend's tests, must read
+ * back and print identically: the printer and reader agree on real graphs too. */
+Test(ir_text, golden_dumps_round_trip)
+{
+    static const char *const files[] = {"tests/golden/mlp.ir", "tests/golden/mlp.eval.ir", "tests/golden/cnn.ir",
+                                        "tests/golden/gpt.ir"};
+    int found = 0;
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        size_t len;
+        char *text = support_read(files[i], &len);
+        if (!text) continue;
+        found++;
+        Diag d;
+        diag_init(&d, NULL);
+        Graph *g = ir_read(text, len, files[i], &d);
+        cr_assert_not_null(g, "%s", d.out.data);
+        char *t = print_graph(g);
+        cr_assert_str_eq(t, text, "%s does not print back identically", files[i]);
+        free(t);
+        free(text);
+        ir_graph_free(g);
+        diag_free(&d);
+    }
+    if (!found) cr_skip_test("no golden dumps yet");
+}
+
 /* ---- reader diagnostics ---- */
 
 static const char *HEAD = "kiln-ir 1\ngraph g mode=train\n";
@@ -535,6 +561,14 @@ static void expect_problem(Graph *g, const char *needle)
     ir_graph_free(g);
 }
 
+/* A fresh graph "t" holding one input "a". */
+static Graph *with_a(NodeId *a, DType t, Shape s)
+{
+    Graph *g = ir_graph_new("t");
+    *a = input(g, "a", t, s);
+    return g;
+}
+
 static Graph *g_with_B(int *B)
 {
     Graph *g = ir_graph_new("t");
@@ -554,16 +588,16 @@ Test(verify, accepts_valid_graphs)
 
 Test(verify, op_in_range)
 {
-    Graph *g = ir_graph_new("t");
-    NodeId a = input(g, "a", DT_F32, SH(D(4)));
+    NodeId a;
+    Graph *g = with_a(&a, DT_F32, SH(D(4)));
     g->nodes[a].op = 200;
     expect_problem(g, "node %0: unknown op 200");
 }
 
 Test(verify, arity)
 {
-    Graph *g = ir_graph_new("t");
-    NodeId a = input(g, "a", DT_F32, SH(D(4)));
+    NodeId a;
+    Graph *g = with_a(&a, DT_F32, SH(D(4)));
     nd(g, OP_ADD, DT_F32, SH(D(4)), IN(a), NO_AT);
     expect_problem(g, "node %1 (add): expects 2 operands, got 1");
     g = ir_graph_new("t");
@@ -573,8 +607,8 @@ Test(verify, arity)
 
 Test(verify, operands_are_earlier_nodes)
 {
-    Graph *g = ir_graph_new("t");
-    NodeId a = input(g, "a", DT_F32, SH(D(4)));
+    NodeId a;
+    Graph *g = with_a(&a, DT_F32, SH(D(4)));
     nd(g, OP_NEG, DT_F32, SH(D(4)), IN(2), NO_AT);
     nd(g, OP_NEG, DT_F32, SH(D(4)), IN(a), NO_AT);
     expect_problem(g, "node %1 (neg): operand 0 is %2, which is not an earlier node");
@@ -585,36 +619,33 @@ Test(verify, operands_are_earlier_nodes)
 
 Test(verify, attribute_counts)
 {
-    Graph *g = ir_graph_new("t");
-    NodeId a = input(g, "a", DT_F32, SH(D(4), D(2)));
+    NodeId a;
+    Graph *g = with_a(&a, DT_F32, SH(D(4), D(2)));
     nd(g, OP_REDUCE_SUM, DT_F32, SH(D(1), D(2)), IN(a), NO_AT);
     expect_problem(g, "node %1 (reduce_sum): expects 1 attribute, got 0");
-    g = ir_graph_new("t");
-    a = input(g, "a", DT_F32, SH(D(4), D(2)));
+    g = with_a(&a, DT_F32, SH(D(4), D(2)));
     nd(g, OP_PERMUTE, DT_F32, SH(D(2), D(4)), IN(a), AT(1));
     expect_problem(g, "node %1 (permute): expects 2 attributes, got 1");
-    g = ir_graph_new("t");
-    a = input(g, "a", DT_F32, SH(D(4), D(2)));
+    g = with_a(&a, DT_F32, SH(D(4), D(2)));
     nd(g, OP_PAD, DT_F32, SH(D(4), D(2)), IN(a), AT(0, 0));
     expect_problem(g, "node %1 (pad): expects 4 attributes, got 2");
-    g = ir_graph_new("t");
-    a = input(g, "a", DT_F32, SH(D(4)));
+    g = with_a(&a, DT_F32, SH(D(4)));
     nd(g, OP_NEG, DT_F32, SH(D(4)), IN(a), AT(7));
     expect_problem(g, "node %1 (neg): expects 0 attributes, got 1");
 }
 
 Test(verify, dtype_valid)
 {
-    Graph *g = ir_graph_new("t");
-    NodeId a = input(g, "a", DT_F32, SH(D(4)));
+    NodeId a;
+    Graph *g = with_a(&a, DT_F32, SH(D(4)));
     g->nodes[a].dtype = 42;
     expect_problem(g, "node %0 (input): invalid dtype 42");
 }
 
 Test(verify, rank_limit)
 {
-    Graph *g = ir_graph_new("t");
-    NodeId a = input(g, "a", DT_F32, SH(D(4)));
+    NodeId a;
+    Graph *g = with_a(&a, DT_F32, SH(D(4)));
     g->nodes[a].shape.rank = 9;
     expect_problem(g, "node %0 (input): rank 9 exceeds the maximum 8");
 }
@@ -641,20 +672,19 @@ Test(verify, element_count_limit)
 
 Test(verify, unary_same_shape_and_dtype)
 {
-    Graph *g = ir_graph_new("t");
-    NodeId a = input(g, "a", DT_F32, SH(D(4)));
+    NodeId a;
+    Graph *g = with_a(&a, DT_F32, SH(D(4)));
     nd(g, OP_NEG, DT_F32, SH(D(3)), IN(a), NO_AT);
     expect_problem(g, "node %1 (neg): shape is [3], expected [4]");
-    g = ir_graph_new("t");
-    a = input(g, "a", DT_F32, SH(D(4)));
+    g = with_a(&a, DT_F32, SH(D(4)));
     nd(g, OP_RELU, DT_F64, SH(D(4)), IN(a), NO_AT);
     expect_problem(g, "node %1 (relu): dtype is f64, expected f32");
 }
 
 Test(verify, cast_keeps_shape_any_dtype)
 {
-    Graph *g = ir_graph_new("t");
-    NodeId a = input(g, "a", DT_F32, SH(D(4)));
+    NodeId a;
+    Graph *g = with_a(&a, DT_F32, SH(D(4)));
     nd(g, OP_CAST, DT_BOOL, SH(D(4)), IN(a), NO_AT);
     assert_valid(g);
     nd(g, OP_CAST, DT_I32, SH(D(2), D(2)), IN(a), NO_AT);
@@ -663,20 +693,19 @@ Test(verify, cast_keeps_shape_any_dtype)
 
 Test(verify, float_ops_need_float)
 {
-    Graph *g = ir_graph_new("t");
-    NodeId a = input(g, "a", DT_I32, SH(D(4)));
+    NodeId a;
+    Graph *g = with_a(&a, DT_I32, SH(D(4)));
     nd(g, OP_EXP, DT_I32, SH(D(4)), IN(a), NO_AT);
     expect_problem(g, "node %1 (exp): operand must be floating point, got i32");
 }
 
 Test(verify, logic_ops_need_bool)
 {
-    Graph *g = ir_graph_new("t");
-    NodeId a = input(g, "a", DT_F32, SH(D(4)));
+    NodeId a;
+    Graph *g = with_a(&a, DT_F32, SH(D(4)));
     nd(g, OP_NOT, DT_F32, SH(D(4)), IN(a), NO_AT);
     expect_problem(g, "node %1 (not): operand must be bool, got f32");
-    g = ir_graph_new("t");
-    a = input(g, "a", DT_I32, SH(D(4)));
+    g = with_a(&a, DT_I32, SH(D(4)));
     nd(g, OP_AND, DT_I32, SH(D(4)), IN(a, a), NO_AT);
     expect_problem(g, "node %1 (and): operand must be bool, got i32");
 }
@@ -693,29 +722,28 @@ Test(verify, binary_identical_shapes)
 
 Test(verify, binary_identical_dtypes)
 {
-    Graph *g = ir_graph_new("t");
-    NodeId a = input(g, "a", DT_F32, SH(D(4)));
+    NodeId a;
+    Graph *g = with_a(&a, DT_F32, SH(D(4)));
     NodeId b = input(g, "b", DT_I32, SH(D(4)));
     nd(g, OP_MUL, DT_F32, SH(D(4)), IN(a, b), NO_AT);
     expect_problem(g, "node %2 (mul): operand dtypes differ: f32 vs i32");
-    g = ir_graph_new("t");
-    a = input(g, "a", DT_F32, SH(D(4)));
+    g = with_a(&a, DT_F32, SH(D(4)));
     nd(g, OP_SUB, DT_F32, SH(D(5)), IN(a, a), NO_AT);
     expect_problem(g, "node %1 (sub): shape is [5], expected [4]");
 }
 
 Test(verify, compare_gives_bool)
 {
-    Graph *g = ir_graph_new("t");
-    NodeId a = input(g, "a", DT_F32, SH(D(4)));
+    NodeId a;
+    Graph *g = with_a(&a, DT_F32, SH(D(4)));
     nd(g, OP_LT, DT_F32, SH(D(4)), IN(a, a), NO_AT);
     expect_problem(g, "node %1 (lt): dtype is f32, expected bool");
 }
 
 Test(verify, where_rules)
 {
-    Graph *g = ir_graph_new("t");
-    NodeId a = input(g, "a", DT_F32, SH(D(4)));
+    NodeId a;
+    Graph *g = with_a(&a, DT_F32, SH(D(4)));
     nd(g, OP_WHERE, DT_F32, SH(D(4)), IN(a, a, a), NO_AT);
     expect_problem(g, "node %1 (where): condition must be bool, got f32");
     g = ir_graph_new("t");
@@ -752,12 +780,11 @@ Test(verify, reduce_rules)
 
 Test(verify, argmax_rules)
 {
-    Graph *g = ir_graph_new("t");
-    NodeId a = input(g, "a", DT_F32, SH(D(4), D(8)));
+    NodeId a;
+    Graph *g = with_a(&a, DT_F32, SH(D(4), D(8)));
     nd(g, OP_ARGMAX, DT_I32, SH(D(4), D(1)), IN(a), AT(1));
     expect_problem(g, "node %1 (argmax): dtype is i32, expected i64");
-    g = ir_graph_new("t");
-    a = input(g, "a", DT_F32, SH(D(4), D(8)));
+    g = with_a(&a, DT_F32, SH(D(4), D(8)));
     nd(g, OP_ARGMAX, DT_I64, SH(D(4), D(1)), IN(a), AT(2));
     expect_problem(g, "node %1 (argmax): axis 2 is out of range for rank 2");
 }
@@ -778,26 +805,24 @@ Test(verify, reshape_element_counts)
 
 Test(verify, expand_rules)
 {
-    Graph *g = ir_graph_new("t");
-    NodeId a = input(g, "a", DT_F32, SH(D(1), D(3)));
+    NodeId a;
+    Graph *g = with_a(&a, DT_F32, SH(D(1), D(3)));
     nd(g, OP_EXPAND, DT_F32, SH(D(5), D(3)), IN(a), NO_AT);
     assert_valid(g);
     nd(g, OP_EXPAND, DT_F32, SH(D(5), D(4)), IN(a), NO_AT);
     expect_problem(g, "node %2 (expand): cannot expand [1, 3] to [5, 4]: dim 1 is neither 1 nor equal");
-    g = ir_graph_new("t");
-    a = input(g, "a", DT_F32, SH(D(3)));
+    g = with_a(&a, DT_F32, SH(D(3)));
     nd(g, OP_EXPAND, DT_F32, SH(D(5), D(3)), IN(a), NO_AT);
     expect_problem(g, "node %1 (expand): rank differs from the operand's: [5, 3] vs [3]");
 }
 
 Test(verify, permute_rules)
 {
-    Graph *g = ir_graph_new("t");
-    NodeId a = input(g, "a", DT_F32, SH(D(2), D(3)));
+    NodeId a;
+    Graph *g = with_a(&a, DT_F32, SH(D(2), D(3)));
     nd(g, OP_PERMUTE, DT_F32, SH(D(3), D(2)), IN(a), AT(0, 0));
     expect_problem(g, "node %1 (permute): perm is not a permutation of 0..1 (entry 1 is 0)");
-    g = ir_graph_new("t");
-    a = input(g, "a", DT_F32, SH(D(2), D(3)));
+    g = with_a(&a, DT_F32, SH(D(2), D(3)));
     nd(g, OP_PERMUTE, DT_F32, SH(D(2), D(3)), IN(a), AT(1, 0));
     expect_problem(g, "node %1 (permute): shape is [2, 3], expected [3, 2]");
 }
@@ -830,20 +855,18 @@ Test(verify, slice_rules)
 
 Test(verify, concat_rules)
 {
-    Graph *g = ir_graph_new("t");
-    NodeId a = input(g, "a", DT_F32, SH(D(2), D(3)));
+    NodeId a;
+    Graph *g = with_a(&a, DT_F32, SH(D(2), D(3)));
     NodeId b = input(g, "b", DT_F32, SH(D(2), D(4)));
     nd(g, OP_CONCAT, DT_F32, SH(D(2), D(7)), IN(a, b), AT(1));
     assert_valid(g);
     nd(g, OP_CONCAT, DT_F32, SH(D(2), D(8)), IN(a, b), AT(1));
     expect_problem(g, "node %3 (concat): axis 1 has size 8, but the operands add up to 7");
-    g = ir_graph_new("t");
-    a = input(g, "a", DT_F32, SH(D(2), D(3)));
+    g = with_a(&a, DT_F32, SH(D(2), D(3)));
     b = input(g, "b", DT_F32, SH(D(2), D(4)));
     nd(g, OP_CONCAT, DT_F32, SH(D(4), D(3)), IN(a, b), AT(0));
     expect_problem(g, "node %2 (concat): operand 1 shape [2, 4] differs from the result [4, 3] off the concat axis");
-    g = ir_graph_new("t");
-    a = input(g, "a", DT_F32, SH(D(2)));
+    g = with_a(&a, DT_F32, SH(D(2)));
     b = input(g, "b", DT_I32, SH(D(2)));
     nd(g, OP_CONCAT, DT_F32, SH(D(4)), IN(a, b), AT(0));
     expect_problem(g, "node %2 (concat): operand 1 dtype i32 differs from the result dtype f32");
@@ -851,14 +874,13 @@ Test(verify, concat_rules)
 
 Test(verify, pad_rules)
 {
-    Graph *g = ir_graph_new("t");
-    NodeId a = input(g, "a", DT_F32, SH(D(2), D(3)));
+    NodeId a;
+    Graph *g = with_a(&a, DT_F32, SH(D(2), D(3)));
     nd(g, OP_PAD, DT_F32, SH(D(3), D(3)), IN(a), AT(1, 0, 0, 0));
     assert_valid(g);
     nd(g, OP_PAD, DT_F32, SH(D(2), D(6)), IN(a), AT(0, 1, 0, 1));
     expect_problem(g, "node %2 (pad): shape is [2, 6], expected [2, 5]");
-    g = ir_graph_new("t");
-    a = input(g, "a", DT_F32, SH(D(2), D(3)));
+    g = with_a(&a, DT_F32, SH(D(2), D(3)));
     nd(g, OP_PAD, DT_F32, SH(D(2), D(2)), IN(a), AT(0, -1, 0, 0));
     expect_problem(g, "node %1 (pad): padding lo=-1 hi=0 on axis 1 is negative or too large");
 }
@@ -982,20 +1004,17 @@ Test(verify, iota_and_random_attrs)
 
 Test(verify, outputs_valid)
 {
-    Graph *g = ir_graph_new("t");
-    NodeId a = input(g, "a", DT_F32, SH(D(2)));
+    NodeId a;
+    Graph *g = with_a(&a, DT_F32, SH(D(2)));
     ir_add_output(g, OUT_FORWARD, "y", 5);
     expect_problem(g, "output 'y': refers to %5, which is not a node");
-    g = ir_graph_new("t");
-    a = input(g, "a", DT_F32, SH(D(2)));
+    g = with_a(&a, DT_F32, SH(D(2)));
     ir_add_output(g, OUT_LOSS, "l", a);
     expect_problem(g, "loss 'l': must be a floating-point scalar, but %0 is f32[2]");
-    g = ir_graph_new("t");
-    a = input(g, "a", DT_I64, SH(D(1), D(1)));
+    g = with_a(&a, DT_I64, SH(D(1), D(1)));
     ir_add_output(g, OUT_LOSS, "l", a);
     expect_problem(g, "loss 'l': must be a floating-point scalar, but %0 is i64[1, 1]");
-    g = ir_graph_new("t");
-    a = input(g, "a", DT_F32, SH(D(1), D(1)));
+    g = with_a(&a, DT_F32, SH(D(1), D(1)));
     ir_add_output(g, OUT_LOSS, "l", a);
     assert_valid(g);
     ir_add_output(g, OUT_GRAD, "w", a);

@@ -1,0 +1,339 @@
+/* simplify.c — constant folding, algebraic identities, CSE and dead-node elimination.
+ *
+ * Requires: a verified graph. Guarantees: an equivalent verified graph (the interpreter
+ * gives the same outputs on every input) whose nodes are renumbered densely in the same
+ * topological order; no node is unreachable from an output; no two nodes compute the same
+ * value. The rewrites:
+ *   folding      unary ops, casts, reshape/expand of a constant fill, and binary ops of two
+ *                fills become one fill (`const 2.0 : f32[B, 10]`)
+ *   identities   x + 0, x - 0, x * 1, x / 1, 0 + x, 1 * x -> x; neg(neg(x)) -> x;
+ *                cast/reshape/expand/permute to what x already is -> x;
+ *                reshape(reshape(x)) -> reshape(x); permute(permute(x)) -> one permute
+ *                (or x); expand(expand(x)) -> expand(x)
+ *   CSE          identical op, dtype, shape, operands and attributes -> one node
+ *   DCE          drop nodes no output depends on
+ * x * 0 is not folded: it is NaN when x is inf or NaN, and Kiln keeps IEEE semantics.
+ * It runs a forward sweep building a new graph (operands always precede their users, so
+ * every operand is already rewritten), then a reverse sweep for liveness. */
+#include "passes.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    Graph *out;
+    NodeId *map;      /* old id -> new id */
+    NodeId *table;    /* open-addressing hash of new nodes for CSE */
+    size_t tcap;
+} Simp;
+
+static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * UINT64_C(0x100000001b3); }
+
+static uint64_t node_hash(const Graph *g, NodeId id)
+{
+    const Node *n = &g->nodes[id];
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    h = mix(h, n->op);
+    h = mix(h, n->dtype);
+    h = mix(h, n->shape.rank);
+    for (int i = 0; i < n->shape.rank; i++) {
+        h = mix(h, (uint64_t)n->shape.d[i].k);
+        for (int s = 0; s < n->shape.d[i].nsym; s++) h = mix(h, n->shape.d[i].sym[s]);
+    }
+    for (uint32_t i = 0; i < n->ninputs; i++) h = mix(h, (uint64_t)ir_input(g, id, (int)i));
+    for (uint32_t i = 0; i < n->nattrs; i++) h = mix(h, (uint64_t)ir_attrs(g, id)[i]);
+    uint64_t f[2];
+    memcpy(f, n->fattr, sizeof f);
+    return mix(mix(h, f[0]), f[1]);
+}
+
+static bool same_node(const Graph *g, NodeId a, NodeId b)
+{
+    const Node *x = &g->nodes[a], *y = &g->nodes[b];
+    if (x->op != y->op || x->dtype != y->dtype || x->ninputs != y->ninputs || x->nattrs != y->nattrs) return false;
+    if (!ir_shape_eq(&x->shape, &y->shape) || memcmp(x->fattr, y->fattr, sizeof x->fattr)) return false;
+    if (memcmp(ir_inputs(g, a), ir_inputs(g, b), x->ninputs * sizeof(NodeId))) return false;
+    if (x->nattrs && memcmp(ir_attrs(g, a), ir_attrs(g, b), x->nattrs * sizeof(int64_t))) return false;
+    /* Inputs and parameters are distinct by name even when everything else matches. */
+    if ((x->op == OP_INPUT || x->op == OP_PARAM) && x->name != y->name) return false;
+    return true;
+}
+
+static void table_grow(Simp *s);
+
+/* Returns an existing equal node, or registers id and returns it. */
+static NodeId cse(Simp *s, NodeId id)
+{
+    Graph *g = s->out;
+    if ((size_t)g->nnodes * 2 >= s->tcap) table_grow(s);
+    size_t mask = s->tcap - 1, h = (size_t)node_hash(g, id) & mask;
+    while (s->table[h] != IR_NONE) {
+        if (same_node(g, s->table[h], id)) return s->table[h];
+        h = (h + 1) & mask;
+    }
+    s->table[h] = id;
+    return id;
+}
+
+static void table_grow(Simp *s)
+{
+    NodeId *old = s->table;
+    size_t oldcap = s->tcap;
+    s->tcap = oldcap ? oldcap * 2 : 1024;
+    s->table = xmalloc(s->tcap * sizeof *s->table);
+    for (size_t i = 0; i < s->tcap; i++) s->table[i] = IR_NONE;
+    size_t mask = s->tcap - 1;
+    for (size_t i = 0; i < oldcap; i++) {
+        if (old[i] == IR_NONE) continue;
+        size_t h = (size_t)node_hash(s->out, old[i]) & mask;
+        while (s->table[h] != IR_NONE) h = (h + 1) & mask;
+        s->table[h] = old[i];
+    }
+    free(old);
+}
+
+static bool is_fill(const Graph *g, NodeId id, double *v)
+{
+    if (g->nodes[id].op != OP_CONST) return false;
+    *v = g->nodes[id].fattr[0];
+    return true;
+}
+
+static bool is_fill_of(const Graph *g, NodeId id, double want)
+{
+    double v;
+    return is_fill(g, id, &v) && v == want;
+}
+
+/* The value a cast to t gives, as the interpreter computes it. */
+static double cast_value(double v, DType t)
+{
+    if (ir_dtype_is_float(t)) return v;
+    if (t == DT_BOOL) return v != 0;
+    if (isnan(v) || isinf(v)) return 0;
+    double r = trunc(v);
+    if (t == DT_U8) return fmod(fmod(r, 256) + 256, 256);
+    if (t == DT_I32) {
+        double m = fmod(r, 4294967296.0);
+        if (m < 0) m += 4294967296.0;
+        return m >= 2147483648.0 ? m - 4294967296.0 : m;
+    }
+    return r;
+}
+
+static double fold_unary(Op op, double x)
+{
+    switch (op) {
+    case OP_NEG: return -x;
+    case OP_ABS: return fabs(x);
+    case OP_SIGN: return isnan(x) ? x : (x > 0) - (x < 0);
+    case OP_EXP: return exp(x);
+    case OP_LOG: return log(x);
+    case OP_SQRT: return sqrt(x);
+    case OP_TANH: return tanh(x);
+    case OP_SIGMOID: return 1 / (1 + exp(-x));
+    case OP_RELU: return x > 0 || isnan(x) ? x : 0;
+    case OP_NOT: return x == 0;
+    default: return NAN;
+    }
+}
+
+/* Folds a binary op of two fills; false when not foldable exactly (integer division,
+ * which the interpreter checks for zero at run time). */
+static bool fold_binary(Op op, DType t, double x, double y, double *r)
+{
+    switch (op) {
+    case OP_ADD: *r = x + y; break;
+    case OP_SUB: *r = x - y; break;
+    case OP_MUL: *r = x * y; break;
+    case OP_DIV:
+        if (!ir_dtype_is_float(t)) return false;
+        *r = x / y;
+        break;
+    case OP_MAX: *r = isnan(x) || isnan(y) ? NAN : fmax(x, y); break;
+    case OP_MIN: *r = isnan(x) || isnan(y) ? NAN : fmin(x, y); break;
+    case OP_POW: *r = pow(x, y); break;
+    case OP_EQ: *r = x == y; return true;
+    case OP_NE: *r = x != y; return true;
+    case OP_LT: *r = x < y; return true;
+    case OP_LE: *r = x <= y; return true;
+    case OP_GT: *r = x > y; return true;
+    case OP_GE: *r = x >= y; return true;
+    case OP_AND: *r = x != 0 && y != 0; return true;
+    case OP_OR: *r = x != 0 || y != 0; return true;
+    default: return false;
+    }
+    if (!ir_dtype_is_float(t)) *r = cast_value(*r, t);
+    return true;
+}
+
+static NodeId emit_fill(Simp *s, double v, DType t, const Shape *shape, Loc loc)
+{
+    NodeId id = ir_add_node(s->out, OP_CONST, t, shape, NULL, 0, NULL, 0, loc);
+    s->out->nodes[id].fattr[0] = v;
+    return cse(s, id);
+}
+
+/* Tries the rewrites for old node n whose operands are already mapped to ins[]; returns
+ * the new node it becomes, or IR_NONE to copy it unchanged. */
+static NodeId rewrite(Simp *s, const Node *n, const NodeId *ins, const int64_t *attrs)
+{
+    Graph *o = s->out;
+    Op op = (Op)n->op;
+    DType t = (DType)n->dtype;
+    unsigned flags = ir_op_info[op].flags;
+    double v0, v1;
+    NodeId x = n->ninputs > 0 ? ins[0] : IR_NONE, y = n->ninputs > 1 ? ins[1] : IR_NONE;
+    const Node *xn = x != IR_NONE ? &o->nodes[x] : NULL;
+    bool same_as_x = xn && xn->dtype == t && ir_shape_eq(&xn->shape, &n->shape);
+
+    if ((flags & OPF_UNARY) && is_fill(o, x, &v0))
+        return emit_fill(s, op == OP_CAST ? cast_value(v0, t) : fold_unary(op, v0), t, &n->shape, n->loc);
+    if ((op == OP_RESHAPE || op == OP_EXPAND) && is_fill(o, x, &v0)) return emit_fill(s, v0, t, &n->shape, n->loc);
+    if ((flags & OPF_BINARY) && is_fill(o, x, &v0) && is_fill(o, y, &v1)) {
+        double r;
+        if (fold_binary(op, (DType)xn->dtype, v0, v1, &r)) return emit_fill(s, r, t, &n->shape, n->loc);
+    }
+    switch (op) {
+    case OP_ADD:
+        if (is_fill_of(o, y, 0.0)) return x;
+        if (is_fill_of(o, x, 0.0)) return y;
+        break;
+    case OP_SUB:
+        if (is_fill_of(o, y, 0.0)) return x;
+        break;
+    case OP_MUL:
+        if (is_fill_of(o, y, 1.0)) return x;
+        if (is_fill_of(o, x, 1.0)) return y;
+        break;
+    case OP_DIV:
+        if (ir_dtype_is_float(t) && is_fill_of(o, y, 1.0)) return x;
+        break;
+    case OP_NEG:
+        if (xn->op == OP_NEG) return ir_input(o, x, 0);
+        break;
+    case OP_CAST:
+    case OP_EXPAND:
+        if (same_as_x) return x;
+        if (op == OP_EXPAND && xn->op == OP_EXPAND) {
+            NodeId inner = ir_input(o, x, 0);
+            return cse(s, ir_add_node(o, OP_EXPAND, t, &n->shape, &inner, 1, NULL, 0, n->loc));
+        }
+        break;
+    case OP_RESHAPE:
+        if (same_as_x) return x;
+        if (xn->op == OP_RESHAPE) {
+            NodeId inner = ir_input(o, x, 0);
+            if (ir_shape_eq(&o->nodes[inner].shape, &n->shape)) return inner;
+            return cse(s, ir_add_node(o, OP_RESHAPE, t, &n->shape, &inner, 1, NULL, 0, n->loc));
+        }
+        break;
+    case OP_PERMUTE: {
+        bool identity = true;
+        for (uint32_t k = 0; k < n->nattrs; k++) identity &= attrs[k] == (int64_t)k;
+        if (identity) return x;
+        if (xn->op == OP_PERMUTE) {
+            /* permute(permute(z, p), q)[i] = z[p[q[i]]] */
+            NodeId inner = ir_input(o, x, 0);
+            const int64_t *p = ir_attrs(o, x);
+            int64_t comp[IR_MAX_RANK];
+            bool id2 = true;
+            for (uint32_t k = 0; k < n->nattrs; k++) {
+                comp[k] = p[attrs[k]];
+                id2 &= comp[k] == (int64_t)k;
+            }
+            if (id2) return inner;
+            return cse(s, ir_add_node(o, OP_PERMUTE, t, &n->shape, &inner, 1, comp, (int)n->nattrs, n->loc));
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    return IR_NONE;
+}
+
+/* Copies the live nodes of g (reachable from outputs) into a fresh graph. */
+static Graph *eliminate_dead(const Graph *g)
+{
+    bool *live = xcalloc((size_t)g->nnodes + 1, sizeof *live);
+    for (int32_t k = 0; k < g->noutputs; k++) live[g->outputs[k].node] = true;
+    for (NodeId i = g->nnodes - 1; i >= 0; i--) {
+        if (!live[i]) continue;
+        for (uint32_t k = 0; k < g->nodes[i].ninputs; k++) live[ir_input(g, i, (int)k)] = true;
+    }
+    /* Inputs and parameters stay even when unused: they are the model's interface. */
+    for (NodeId i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == OP_INPUT || g->nodes[i].op == OP_PARAM) live[i] = true;
+    Graph *o = ir_graph_new(g->name);
+    o->mode = g->mode;
+    for (int i = 0; i < g->nsyms; i++) ir_add_symbol(o, g->syms[i].name, g->syms[i].max);
+    for (int i = 0; i < g->nfiles; i++) ir_add_file(o, g->files[i]);
+    NodeId *map = xmalloc((size_t)g->nnodes * sizeof *map + 1);
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        map[i] = IR_NONE;
+        if (!live[i]) continue;
+        const Node *n = &g->nodes[i];
+        NodeId ins[64];
+        NodeId *in = n->ninputs <= 64 ? ins : xmalloc(n->ninputs * sizeof *in);
+        for (uint32_t k = 0; k < n->ninputs; k++) in[k] = map[ir_input(g, i, (int)k)];
+        NodeId id = ir_add_node(o, (Op)n->op, (DType)n->dtype, &n->shape, in, (int)n->ninputs, ir_attrs(g, i),
+                                (int)n->nattrs, n->loc);
+        if (in != ins) free(in);
+        Node *m = &o->nodes[id];
+        m->fattr[0] = n->fattr[0];
+        m->fattr[1] = n->fattr[1];
+        m->ckpt = n->ckpt;
+        if (n->name) ir_set_name(o, id, ir_str(g, n->name));
+        map[i] = id;
+    }
+    for (int32_t k = 0; k < g->noutputs; k++)
+        ir_add_output(o, (OutputKind)g->outputs[k].kind, ir_str(g, g->outputs[k].name), map[g->outputs[k].node]);
+    free(map);
+    free(live);
+    return o;
+}
+
+void pass_simplify(Graph *g)
+{
+    Simp s;
+    memset(&s, 0, sizeof s);
+    s.out = ir_graph_new(g->name);
+    s.out->mode = g->mode;
+    for (int i = 0; i < g->nsyms; i++) ir_add_symbol(s.out, g->syms[i].name, g->syms[i].max);
+    for (int i = 0; i < g->nfiles; i++) ir_add_file(s.out, g->files[i]);
+    s.map = xmalloc((size_t)g->nnodes * sizeof *s.map + 1);
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        NodeId ins[64];
+        NodeId *in = n->ninputs <= 64 ? ins : xmalloc(n->ninputs * sizeof *in);
+        for (uint32_t k = 0; k < n->ninputs; k++) in[k] = s.map[ir_input(g, i, (int)k)];
+        NodeId r = rewrite(&s, n, in, ir_attrs(g, i));
+        if (r == IR_NONE) {
+            r = ir_add_node(s.out, (Op)n->op, (DType)n->dtype, &n->shape, in, (int)n->ninputs, ir_attrs(g, i), (int)n->nattrs,
+                            n->loc);
+            Node *m = &s.out->nodes[r];
+            m->fattr[0] = n->fattr[0];
+            m->fattr[1] = n->fattr[1];
+            m->ckpt = n->ckpt;
+            if (n->name) ir_set_name(s.out, r, ir_str(g, n->name));
+            r = cse(&s, r); /* a duplicate left behind is removed with the dead nodes */
+        } else if (n->name && !s.out->nodes[r].name && s.out->nodes[r].op != OP_INPUT && s.out->nodes[r].op != OP_PARAM) {
+            ir_set_name(s.out, r, ir_str(g, n->name));
+        }
+        if (in != ins) free(in);
+        s.map[i] = r;
+    }
+    for (int32_t k = 0; k < g->noutputs; k++)
+        ir_add_output(s.out, (OutputKind)g->outputs[k].kind, ir_str(g, g->outputs[k].name), s.map[g->outputs[k].node]);
+    Graph *live = eliminate_dead(s.out);
+    ir_graph_free(s.out);
+    free(s.map);
+    free(s.table);
+    /* Replace g's contents with the result. */
+    Graph tmp = *g;
+    *g = *live;
+    *live = tmp;
+    ir_graph_free(live);
+}
