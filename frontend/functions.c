@@ -466,7 +466,7 @@ static Value fn_concat(Lower *L, const BoundArgs *a, AstId call, int v)
         vals = &L->seq[vals[0].idx];
     }
     int64_t axis;
-    if (!int_arg(L, a, 0, "concat", &axis)) return value_error();
+    if (!int_arg(L, a, 1, "concat", &axis)) return value_error(); /* slot 0 is *xs */
     NodeId xs[64];
     if (n < 1 || n > 64) {
         lower_error(L, call, "concat: expected between 1 and 64 tensors, found %d", n);

@@ -1350,7 +1350,10 @@ static bool is_scalar_shape(const Shape *s)
 
 static NodeId scalar_output(Lower *L, Value v, AstId at, const char *what)
 {
-    if (v.kind == V_ERROR) return IR_NONE;
+    if (v.kind == V_ERROR) {
+        if (!L->failed) lower_error(L, at, "internal error: %s has no value", what);
+        return IR_NONE;
+    }
     if (v.kind != V_TENSOR) {
         lower_error(L, at, "%s must be a tensor, found %s", what, kind_desc(v));
         return IR_NONE;
@@ -1430,7 +1433,11 @@ static void lower_model(Lower *L, AstId forward, AstId loss, AstId train)
                 lower_error(L, on, "output '%s' is never assigned in forward", name);
                 continue;
             }
-            if (v->kind == V_ERROR) continue;
+            if (v->kind == V_ERROR) {
+                /* Errors are reported where they happen; this guards against a silent one. */
+                if (!L->failed) lower_error(L, on, "internal error: output '%s' has no value", name);
+                continue;
+            }
             if (v->kind != V_TENSOR) {
                 lower_error(L, on, "output '%s' is %s, not a tensor", name, kind_desc(*v));
                 continue;
