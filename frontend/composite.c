@@ -88,8 +88,11 @@ NodeId comp_softmax(IrBuilder *b, NodeId x, int axis)
     if (axis < 0) return IR_NONE;
     if (!ir_dtype_is_float(dtype_of(b, x))) x = ir_b_cast(b, x, DT_F32);
     uint64_t m = UINT64_C(1) << axis;
-    /* Subtracting the row maximum keeps exp() finite; it does not change the result. */
+    /* Subtracting the row maximum keeps exp() finite; it does not change the result, so it
+     * is detached: its gradient is exactly zero and autodiff need not compute it. */
     NodeId mx = ir_b_reduce(b, OP_REDUCE_MAX, x, m, true);
+    TRY(mx);
+    mx = ir_b_unary(b, OP_DETACH, mx);
     TRY(mx);
     NodeId z = ir_b_binary(b, OP_SUB, x, mx);
     TRY(z);
@@ -107,6 +110,8 @@ NodeId comp_logsumexp(IrBuilder *b, NodeId x, int axis, bool keepdim)
     if (!ir_dtype_is_float(dtype_of(b, x))) x = ir_b_cast(b, x, DT_F32);
     uint64_t m = UINT64_C(1) << axis;
     NodeId mx = ir_b_reduce(b, OP_REDUCE_MAX, x, m, true);
+    TRY(mx);
+    mx = ir_b_unary(b, OP_DETACH, mx); /* a stabiliser: see comp_softmax */
     TRY(mx);
     NodeId z = ir_b_binary(b, OP_SUB, x, mx);
     TRY(z);

@@ -142,6 +142,12 @@ static Value fn_where(Lower *L, const BoundArgs *a, AstId call, int v)
     return done(L, ir_b_where(&L->b, c, x, y), call);
 }
 
+static Value fn_detach(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "detach");
+    return x == IR_NONE ? value_error() : done(L, ir_b_unary(&L->b, OP_DETACH, x), call);
+}
+
 static Value fn_cast(Lower *L, const BoundArgs *a, AstId call, int v)
 {
     NodeId x = tensor(L, a, 0, ir_dtype_name((DType)v));
@@ -539,7 +545,7 @@ static const Function functions[] = {
     {"split", "x, size, axis|dim=-1", fn_split, 0}, {"chunk", "x, chunks, axis|dim=-1", fn_split, 1},
     {"concat", "*xs, axis|dim=0", fn_concat, 0}, {"cat", "*xs, axis|dim=0", fn_concat, 0},
     {"slice", "x, axis|dim, start=0, end=none, step=1", fn_slice, 0},
-    {"arange", "n", fn_arange, 0}, {"matmul", "x, y", fn_matmul, 0},
+    {"arange", "n", fn_arange, 0}, {"matmul", "x, y", fn_matmul, 0}, {"detach", "x", fn_detach, 0},
 };
 
 #define NFUNCTIONS ((int)(sizeof functions / sizeof functions[0]))

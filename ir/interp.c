@@ -215,7 +215,7 @@ static double unary(Op op, double x)
     case OP_SIGMOID: return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
     case OP_RELU: return x > 0 || isnan(x) ? x : 0.0; /* NaN propagates, as in PyTorch */
     case OP_NOT: return x == 0 ? 1.0 : 0.0;
-    default: return x; /* cast: the conversion is the normalise() that follows every op */
+    default: return x; /* cast and detach: identity here (a cast converts in the normalise() that follows every op) */
     }
 }
 
@@ -554,7 +554,7 @@ static int eval_node(Interp *ip, NodeId id)
             o->data[e] = kiln_rng_uniform24(ip->seed, ip->step, (uint64_t)a[0], (uint64_t)e);
         break;
     case OP_NEG: case OP_ABS: case OP_SIGN: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_TANH:
-    case OP_SIGMOID: case OP_RELU: case OP_NOT: case OP_CAST:
+    case OP_SIGMOID: case OP_RELU: case OP_NOT: case OP_CAST: case OP_DETACH:
         for (int64_t e = 0; e < o->n; e++) o->data[e] = unary(op, in[0]->data[e]);
         break;
     case OP_DIV:

@@ -21,6 +21,8 @@
  *   neg abs sign exp log sqrt tanh sigmoid relu
  *                    elementwise maths; relu(x) = x > 0 ? x : 0 (NaN stays NaN); sign(0) = 0
  *   not              logical not of a bool
+ *   detach           identity whose gradient is zero (stop_gradient): marks values that
+ *                    only stabilise a computation, such as softmax's max shift
  *   cast             convert to the node's dtype (floats to ints truncate toward zero;
  *                    to bool is x != 0; to u8/i32 wraps like C's conversion of i64)
  *   add sub mul div max min pow
@@ -94,6 +96,7 @@ typedef enum {
     OP(SIGMOID, "sigmoid", 1, OPF_UNARY | OPF_FLOAT, ATTRS_NONE)                \
     OP(RELU, "relu", 1, OPF_UNARY, ATTRS_NONE)                                  \
     OP(NOT, "not", 1, OPF_UNARY | OPF_LOGIC, ATTRS_NONE)                        \
+    OP(DETACH, "detach", 1, OPF_UNARY, ATTRS_NONE)                              \
     OP(CAST, "cast", 1, OPF_UNARY, ATTRS_NONE)                                  \
     OP(ADD, "add", 2, OPF_BINARY, ATTRS_NONE)                                   \
     OP(SUB, "sub", 2, OPF_BINARY, ATTRS_NONE)                                   \

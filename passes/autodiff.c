@@ -138,7 +138,9 @@ static void backprop(Ad *a, NodeId i)
         break;
     case OP_NEG: accumulate(a, x, un(a, OP_NEG, g)); break;
     case OP_ABS: accumulate(a, x, bin(a, OP_MUL, g, un(a, OP_SIGN, x))); break;
-    case OP_SIGN: break;
+    case OP_SIGN:
+    case OP_DETACH:
+        break;
     case OP_EXP: accumulate(a, x, bin(a, OP_MUL, g, i)); break;
     case OP_LOG: accumulate(a, x, bin(a, OP_DIV, g, x)); break;
     case OP_SQRT: accumulate(a, x, bin(a, OP_DIV, g, scalar_op(a, OP_MUL, i, 2.0))); break;
@@ -298,9 +300,8 @@ static void backprop(Ad *a, NodeId i)
         accumulate(a, x, ok(a, ir_b_unfold(&a->b, g, (int)at[0], (int)at[1], (int)at[2], (int)at[3], (int)at[4], (int)at[5])));
         break;
     case OP_COUNT:
-    default:
-        /* Unreachable for verified graphs; kept so a new op without a rule is an error
-         * naming it, never a silently zero gradient. */
+        /* No default: -Wswitch flags a new op without a rule at compile time, and a bad
+         * op value is an error naming it, never a silently zero gradient. */
         if (a->err && !a->err->len)
             sb_printf(a->err, "%s:%u:%u: error: no gradient rule for op '%s'", a->g->nfiles ? a->g->files[0] : "?",
                       n.loc.line, n.loc.col, n.op < OP_COUNT ? ir_op_info[n.op].name : "?");

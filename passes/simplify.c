@@ -135,6 +135,7 @@ static double fold_unary(Op op, double x)
     case OP_SIGMOID: return 1 / (1 + exp(-x));
     case OP_RELU: return x > 0 || isnan(x) ? x : 0;
     case OP_NOT: return x == 0;
+    case OP_DETACH: return x;
     default: return NAN;
     }
 }

@@ -104,6 +104,8 @@ Test(golden, mlp_ir) { check_golden("models/mlp.kiln", "tests/golden/mlp.ir", ""
 Test(golden, cnn_ir) { check_golden("models/cnn.kiln", "tests/golden/cnn.ir", ""); }
 Test(golden, gpt_ir) { check_golden("models/gpt.kiln", "tests/golden/gpt.ir", ""); }
 Test(golden, mlp_eval_ir) { check_golden("models/mlp.kiln", "tests/golden/mlp.eval.ir", "--mode eval"); }
+Test(golden, mlp_after_autodiff) { check_golden("models/mlp.kiln", "tests/golden/mlp.autodiff.ir", "--after autodiff"); }
+Test(golden, mlp_after_simplify) { check_golden("models/mlp.kiln", "tests/golden/mlp.simplify.ir", "--after simplify"); }
 
 Test(roundtrip, reference_models_print_read_print)
 {

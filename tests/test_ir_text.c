@@ -144,6 +144,7 @@ static Graph *everything(void)
     NodeId im = input(g, "im", DT_F32, SH(SY(B), D(3), D(8), D(8)));
     NodeId cols = nd(g, OP_UNFOLD, DT_F32, SH(SY(B), D(27), D(36)), IN(im), AT(3, 3, 1, 1, 1, 1));
     nd(g, OP_FOLD, DT_F32, SH(SY(B), D(3), D(8), D(8)), IN(cols), AT(3, 3, 1, 1, 1, 1));
+    nd(g, OP_DETACH, DT_F32, SH(SY(B), D(3), D(8), D(8)), IN(im), NO_AT);
     ir_add_output(g, OUT_FORWARD, "logits", logits);
     ir_add_output(g, OUT_LOSS, "loss", loss);
     ir_add_output(g, OUT_METRIC, "accuracy", acc);
