@@ -102,17 +102,50 @@ static void push_newline(Lexer *lx, size_t at)
     if (lx->ntoks > 0 && lx->toks[lx->ntoks - 1].kind != TOK_NEWLINE) push_tok(lx, TOK_NEWLINE, at, 1);
 }
 
-static void lex_ident(Lexer *lx)
+/* Length of the curly double quote (U+201C or U+201D, as UTF-8) at pos+off, or 0. Text
+ * pasted from a document has them where '"' belongs; they get a string token of their own
+ * so that one wrong quote is one error, not a cascade. */
+static size_t curly_quote(const Lexer *lx, size_t off)
+{
+    int last = peek(lx, off + 2);
+    return peek(lx, off) == 0xE2 && peek(lx, off + 1) == 0x80 && (last == 0x9C || last == 0x9D) ? 3 : 0;
+}
+
+/* A word: identifier characters and non-ASCII bytes (a UTF-8 letter inside a name).
+ * Returns its end; *ascii tells whether it has any ASCII identifier character. */
+static size_t word_end(const Lexer *lx, size_t from, bool *ascii)
+{
+    *ascii = false;
+    size_t e = from;
+    while (e < lx->len) {
+        unsigned char c = (unsigned char)lx->src[e];
+        if (is_ident_char(c)) *ascii = true;
+        else if (c < 0x80 || curly_quote(lx, e - lx->pos)) break;
+        e++;
+    }
+    return e;
+}
+
+static void lex_word(Lexer *lx)
 {
     size_t s = lx->pos;
-    while (lx->pos < lx->len && is_ident_char((unsigned char)lx->src[lx->pos])) lx->pos++;
+    bool ascii;
+    lx->pos = word_end(lx, s, &ascii);
     size_t n = lx->pos - s;
     TokKind kind = TOK_IDENT;
-    for (size_t i = 0; i < sizeof keywords / sizeof *keywords; i++)
-        if (keywords[i].len == n && !memcmp(keywords[i].text, lx->src + s, n)) {
-            kind = (TokKind)keywords[i].kind;
-            break;
-        }
+    bool non_ascii = false;
+    for (size_t i = 0; i < n; i++) non_ascii |= (unsigned char)lx->src[s + i] >= 0x80;
+    if (non_ascii) {
+        /* One error for the whole name, and a name token so that the parser carries on. */
+        lex_error(lx, s, "non-ASCII character in name '%.*s%s' (names use A-Z, a-z, 0-9 and _)",
+                  (int)(n > 40 ? 40 : n), lx->src + s, n > 40 ? "..." : "");
+    } else {
+        for (size_t i = 0; i < sizeof keywords / sizeof *keywords; i++)
+            if (keywords[i].len == n && !memcmp(keywords[i].text, lx->src + s, n)) {
+                kind = (TokKind)keywords[i].kind;
+                break;
+            }
+    }
     push_tok(lx, kind, s, n);
 }
 
@@ -178,18 +211,24 @@ static void lex_number(Lexer *lx)
     }
 }
 
-/* The token keeps the raw text, quotes included; the parser resolves the escapes. */
+/* The token keeps the raw text, quotes included; the parser resolves the escapes. A
+ * string opened by a curly quote (reported here) may also close with one. */
 static void lex_string(Lexer *lx)
 {
-    size_t s = lx->pos++;
+    size_t s = lx->pos;
+    size_t open = curly_quote(lx, 0);
+    if (open)
+        lex_error(lx, s, "unexpected character '%.3s' (U+%04X): strings use straight quotes \"...\"",
+                  lx->src + s, peek(lx, 2) == 0x9C ? 0x201C : 0x201D);
+    lx->pos += open ? open : 1;
     for (;;) {
         int c = peek(lx, 0);
         if (lx->pos >= lx->len || c == '\n') {
             lex_error(lx, s, "unterminated string");
             break;
         }
-        if (c == '"') {
-            lx->pos++;
+        if (c == '"' || (open && curly_quote(lx, 0))) {
+            lx->pos += c == '"' ? 1 : 3;
             break;
         }
         if (c == '\\') {
@@ -254,11 +293,25 @@ static bool starts_something(const Lexer *lx)
     return operator_at(lx, &w) >= 0;
 }
 
+/* A run of bad bytes, reported once. Non-ASCII bytes belong to it unless they are part of a
+ * word with ASCII letters (a misspelt name, lexed by lex_word) or a curly quote. */
 static void lex_bad_bytes(Lexer *lx)
 {
     size_t s = lx->pos;
     int c = peek(lx, 0);
-    while (lx->pos < lx->len && !starts_something(lx)) lx->pos++;
+    while (lx->pos < lx->len) {
+        if (peek(lx, 0) >= 0x80) {
+            bool ascii;
+            size_t e = word_end(lx, lx->pos, &ascii);
+            if (ascii || e == lx->pos) break;
+            lx->pos = e;
+        } else if (starts_something(lx)) {
+            break;
+        } else {
+            lx->pos++;
+        }
+    }
+    if (lx->pos == s) lx->pos++; /* always make progress */
     if (c > 32 && c < 127)
         lex_error(lx, s, "unexpected character '%c'", c);
     else
@@ -276,6 +329,8 @@ int32_t lex_source(Diag *d, uint16_t file, Token **out)
         lx.src = d->sources[file].text;
         lx.len = d->sources[file].len;
     }
+    /* A UTF-8 byte-order mark, as some Windows editors write, is not part of the text. */
+    if (lx.len >= 3 && !memcmp(lx.src, "\xEF\xBB\xBF", 3)) lx.pos = 3;
     if (lx.len > LEX_MAX_SOURCE) {
         Loc none = {file, 0, 0};
         diag_error(d, none, "source file too large (%zu bytes; the limit is %zu)", lx.len, LEX_MAX_SOURCE);
@@ -296,12 +351,17 @@ int32_t lex_source(Diag *d, uint16_t file, Token **out)
         } else if (c == ';') {
             push_newline(&lx, lx.pos);
             lx.pos++;
-        } else if (is_ident_start(c)) {
-            lex_ident(&lx);
         } else if (is_digit(c)) {
             lex_number(&lx);
-        } else if (c == '"') {
+        } else if (c == '"' || curly_quote(&lx, 0)) {
             lex_string(&lx);
+        } else if (is_ident_start(c)) {
+            lex_word(&lx);
+        } else if (c >= 0x80) {
+            bool ascii;
+            word_end(&lx, lx.pos, &ascii);
+            if (ascii) lex_word(&lx);
+            else lex_bad_bytes(&lx);
         } else {
             int kind = operator_at(&lx, &width);
             if (kind < 0) {

@@ -100,13 +100,21 @@ static const char *found_desc(const Parser *p, const Token *t, char *buf, size_t
 
 /* ---- errors ---- */
 
+/* Length of the quote at s (of a string ending at end): 1 for '"', 3 for a curly double
+ * quote, which the lexer reported but still made a string. */
+static int quote_len(const char *s, const char *end)
+{
+    if (s < end && *s == '"') return 1;
+    return end - s >= 3 && !memcmp(s, "\xE2\x80", 2) && (s[2] == '\x9C' || s[2] == '\x9D') ? 3 : 0;
+}
+
 /* Whether a STRING token has its closing quote (the lexer reported it if not). */
 static bool string_closed(const Parser *p, const Token *t)
 {
-    const char *s = p->src + t->start;
-    uint32_t i = 1;
-    while (i < t->len && s[i] != '"') i += s[i] == '\\' ? 2 : 1;
-    return i < t->len;
+    const char *s = p->src + t->start, *end = s + t->len;
+    s += quote_len(s, end);
+    while (s < end && !quote_len(s, end)) s += *s == '\\' ? 2 : 1;
+    return s < end;
 }
 
 /* An unterminated string swallows the rest of its line (often a ',' or ')'), so errors
@@ -336,11 +344,12 @@ static AstId parse_number(Parser *p)
 static AstId parse_string(Parser *p)
 {
     const Token *t = cur(p);
-    const char *s = p->src + t->start + 1, *end = p->src + t->start + t->len;
+    const char *s = p->src + t->start, *end = p->src + t->start + t->len;
+    s += quote_len(s, end);
     StrBuf b;
     sb_init(&b);
     /* The lexer reported any bad escape or unterminated string; decode what is there. */
-    while (s < end && *s != '"') {
+    while (s < end && !quote_len(s, end)) {
         if (*s == '\\' && s + 1 < end) {
             char e = s[1];
             if (e == 'n') sb_putc(&b, '\n');
@@ -441,10 +450,10 @@ static AstId parse_subscript(Parser *p)
 {
     Loc loc = cur(p)->loc;
     int32_t base = p->nscratch;
-    AstId start = slice_part(p);
-    if (p->panic || (start != AST_NONE && !at(p, TOK_COLON))) return start;
+    AstId start = at(p, TOK_COLON) ? AST_NONE : parse_expr(p);
+    if (p->panic || !at(p, TOK_COLON)) return start;
     push(p, start);
-    if (!expect(p, TOK_COLON, NULL)) return AST_NONE;
+    advance(p);
     push(p, slice_part(p));
     push(p, !p->panic && accept(p, TOK_COLON) ? slice_part(p) : AST_NONE);
     return p->panic ? AST_NONE : make(p, AST_SLICE, loc, base);
@@ -695,6 +704,17 @@ static AstId parse_type(Parser *p)
     return id;
 }
 
+/* Completes an item, statement or parameter: a node from scratch[base..], named after
+ * `name` when given, pushed onto scratch as a kid of what encloses it. */
+static AstId emit(Parser *p, AstKind kind, Loc loc, int32_t base, const Token *name, int32_t aux)
+{
+    AstId id = make(p, kind, loc, base);
+    if (name) set_tok_str(p, id, name);
+    p->a->nodes[id].aux = aux;
+    push(p, id);
+    return id;
+}
+
 /* '(' params ')' pushing PARAM nodes; module parameters take defaults, forward and loss
  * parameters take types. Returns the count, or -1 after an error. */
 static int parse_params(Parser *p, bool module, const char *after)
@@ -708,26 +728,18 @@ static int parse_params(Parser *p, bool module, const char *after)
         int32_t base = p->nscratch;
         int aux = 0;
         if (module && accept(p, TOK_ASSIGN)) {
-            AstId e = parse_expr(p);
-            if (p->panic) return -1;
-            push(p, e);
+            push(p, parse_expr(p));
             aux = 2;
         } else if (!module && accept(p, TOK_COLON)) {
-            AstId t = parse_type(p);
-            if (p->panic) return -1;
-            push(p, t);
+            push(p, parse_type(p));
             aux = 1;
         }
-        AstId id = new_node(p, AST_PARAM, name->loc);
-        set_tok_str(p, id, name);
-        p->a->nodes[id].aux = aux;
-        finish(p, id, base);
-        push(p, id);
+        if (p->panic) return -1;
+        emit(p, AST_PARAM, name->loc, base, name, aux);
         n++;
         if (!accept(p, TOK_COMMA)) break;
     }
-    if (!expect_close(p, TOK_RPAREN, open)) return -1;
-    return n;
+    return expect_close(p, TOK_RPAREN, open) ? n : -1;
 }
 
 /* Whether the current token starts an item that only exists at the top level (and is not
@@ -763,8 +775,9 @@ static bool parse_braced(Parser *p, ItemFn item, const char *after)
              * and everything after it are parsed as written. */
             char buf[64];
             const Token *o = &p->toks[open];
-            error_at(p, p->pos, false, "expected '}' to close '{' at %u:%u, found %s (which starts a top-level item)",
-                       o->loc.line, o->loc.col, found_desc(p, cur(p), buf, sizeof buf));
+            error_at(p, p->pos, false,
+                     "expected '}' to close '{' at %u:%u, found %s (which starts a top-level item)",
+                     o->loc.line, o->loc.col, found_desc(p, cur(p), buf, sizeof buf));
             break;
         }
         int32_t mark = p->nscratch, pos = p->pos;
@@ -784,21 +797,11 @@ static bool parse_braced(Parser *p, ItemFn item, const char *after)
 
 static void parse_stmt(Parser *p);
 
-static void parse_return(Parser *p)
+/* expr { ',' expr } pushed onto scratch. */
+static void parse_expr_list(Parser *p)
 {
-    Loc loc = cur(p)->loc;
-    advance(p);
-    int32_t base = p->nscratch;
-    do {
-        AstId e = parse_expr(p);
-        if (p->panic) return;
-        push(p, e);
-    } while (accept(p, TOK_COMMA));
-    end_line(p);
-    if (p->panic) return;
-    AstId id = new_node(p, AST_RETURN, loc);
-    finish(p, id, base);
-    push(p, id);
+    do push(p, parse_expr(p));
+    while (!p->panic && accept(p, TOK_COMMA));
 }
 
 static void parse_for(Parser *p)
@@ -806,27 +809,25 @@ static void parse_for(Parser *p)
     Loc loc = cur(p)->loc;
     advance(p);
     const Token *var = take_name(p, "a loop variable after 'for'");
-    if (!var) return;
-    if (!expect(p, TOK_KW_IN, "after the loop variable")) return;
+    if (!var || !expect(p, TOK_KW_IN, "after the loop variable")) return;
     int32_t base = p->nscratch;
-    AstId iter = parse_expr(p);
-    if (p->panic) return;
-    push(p, iter);
-    if (!parse_braced(p, parse_stmt, "after the loop's iterable")) return;
-    AstId id = new_node(p, AST_FOR, loc);
-    set_tok_str(p, id, var);
-    finish(p, id, base);
-    push(p, id);
+    push(p, parse_expr(p));
+    if (!p->panic && parse_braced(p, parse_stmt, "after the loop's iterable"))
+        emit(p, AST_FOR, loc, base, var, 0);
 }
 
 static void parse_stmt(Parser *p)
 {
-    if (at(p, TOK_KW_RETURN)) {
-        parse_return(p);
-        return;
-    }
+    Loc loc = cur(p)->loc;
+    int32_t base = p->nscratch;
     if (at(p, TOK_KW_FOR)) {
         parse_for(p);
+        return;
+    }
+    if (accept(p, TOK_KW_RETURN)) {
+        parse_expr_list(p);
+        end_line(p);
+        if (!p->panic) emit(p, AST_RETURN, loc, base, NULL, 0);
         return;
     }
     TokKind next = kind_at(p, 1);
@@ -834,57 +835,44 @@ static void parse_stmt(Parser *p)
         error_expected(p, "a statement: `name = expr`, `return`, or `for`");
         return;
     }
-    Loc loc = cur(p)->loc;
-    int32_t base = p->nscratch;
     int n = 0;
-    do {
-        AstId t = parse_named(p, AST_NAME, "a name to assign to");
-        if (p->panic) return;
-        push(p, t);
-        n++;
-    } while (accept(p, TOK_COMMA));
-    if (!expect(p, TOK_ASSIGN, "after the assignment targets")) return;
-    AstId v = parse_expr(p);
-    if (p->panic) return;
-    push(p, v);
-    end_line(p);
-    if (p->panic) return;
-    AstId id = new_node(p, AST_ASSIGN, loc);
-    p->a->nodes[id].aux = n;
-    finish(p, id, base);
-    push(p, id);
+    do push(p, parse_named(p, AST_NAME, "a name to assign to")), n++;
+    while (!p->panic && accept(p, TOK_COMMA));
+    if (p->panic || !expect(p, TOK_ASSIGN, "after the assignment targets")) return;
+    push(p, parse_expr(p));
+    if (!p->panic) end_line(p);
+    if (!p->panic) emit(p, AST_ASSIGN, loc, base, NULL, n);
 }
 
 /* ---- items ---- */
 
-/* name '=' expr NL as a node of `kind` holding the value; used by member, metric, key. */
-static AstId parse_binding(Parser *p, AstKind kind, const char *what)
+/* name '=' expr NL as a node of `kind` holding the value: member, metric, train key. */
+static void parse_binding(Parser *p, AstKind kind, const char *what)
 {
     const Token *name = take_name(p, what);
-    if (!name || !expect(p, TOK_ASSIGN, "after the name")) return AST_NONE;
-    int32_t vtok = p->pos;
+    if (!name || !expect(p, TOK_ASSIGN, "after the name")) return;
+    int32_t vtok = p->pos, base = p->nscratch;
     AstId v = parse_expr(p);
-    if (p->panic) return AST_NONE;
+    if (p->panic) return;
     if (kind == AST_MEMBER && p->a->nodes[v].kind != AST_CALL && p->a->nodes[v].kind != AST_COMPREHENSION) {
         /* Members are layers; the checker and lowering rely on this shape. */
-        error_at(p, vtok, true, "a member must be a layer: `name = Layer(...)` or `name = [Layer(...) for n]` "
-                        "(use `const` for a value)");
-        return AST_NONE;
+        error_at(p, vtok, true,
+                 "a member must be a layer: `name = Layer(...)` or `name = [Layer(...) for n]` "
+                 "(use `const` for a value)");
+        return;
     }
-    end_line(p);
-    if (p->panic) return AST_NONE;
-    AstId id = new_node(p, kind, name->loc);
-    set_tok_str(p, id, name);
-    int32_t base = p->nscratch;
     push(p, v);
-    finish(p, id, base);
-    return id;
+    end_line(p);
+    if (!p->panic) emit(p, kind, name->loc, base, name, 0);
 }
 
-static void parse_member(Parser *p)
+static void parse_member(Parser *p) { parse_binding(p, AST_MEMBER, "a member name"); }
+static void parse_train_item(Parser *p) { parse_binding(p, AST_KEY, "a training setting `name = value`"); }
+
+static void parse_metric(Parser *p)
 {
-    AstId id = parse_binding(p, AST_MEMBER, "a member name");
-    if (!p->panic) push(p, id);
+    advance(p);
+    parse_binding(p, AST_METRIC, "a metric name after 'metric'");
 }
 
 static void parse_const(Parser *p)
@@ -892,16 +880,11 @@ static void parse_const(Parser *p)
     advance(p);
     do {
         const Token *name = take_name(p, "a constant name after 'const'");
-        if (!name) return;
-        if (!expect(p, TOK_ASSIGN, "after the constant name")) return;
+        if (!name || !expect(p, TOK_ASSIGN, "after the constant name")) return;
         int32_t base = p->nscratch;
-        AstId v = parse_expr(p);
+        push(p, parse_expr(p));
         if (p->panic) return;
-        push(p, v);
-        AstId id = new_node(p, AST_CONST, name->loc);
-        set_tok_str(p, id, name);
-        finish(p, id, base);
-        push(p, id);
+        emit(p, AST_CONST, name->loc, base, name, 0);
     } while (accept(p, TOK_COMMA));
     end_line(p);
 }
@@ -912,17 +895,9 @@ static void parse_dim(Parser *p)
     const Token *name = take_name(p, "a dimension name after 'dim'");
     if (!name) return;
     int32_t base = p->nscratch;
-    if (accept(p, TOK_LE)) {
-        AstId bound = parse_expr(p);
-        if (p->panic) return;
-        push(p, bound);
-    }
-    end_line(p);
-    if (p->panic) return;
-    AstId id = new_node(p, AST_DIM, name->loc);
-    set_tok_str(p, id, name);
-    finish(p, id, base);
-    push(p, id);
+    if (accept(p, TOK_LE)) push(p, parse_expr(p));
+    if (!p->panic) end_line(p);
+    if (!p->panic) emit(p, AST_DIM, name->loc, base, name, 0);
 }
 
 static void parse_forward(Parser *p)
@@ -933,19 +908,13 @@ static void parse_forward(Parser *p)
     int np = parse_params(p, false, "after 'forward'"), no = 0;
     if (np < 0) return;
     if (accept(p, TOK_ARROW)) {
-        do {
-            AstId out = parse_named(p, AST_NAME, "an output name after '->'");
-            if (p->panic) return;
-            push(p, out);
-            no++;
-        } while (accept(p, TOK_COMMA));
+        do push(p, parse_named(p, AST_NAME, "an output name after '->'")), no++;
+        while (!p->panic && accept(p, TOK_COMMA));
+        if (p->panic) return;
     }
     if (!parse_braced(p, parse_stmt, "to start the forward body")) return;
-    AstId id = new_node(p, AST_FORWARD, loc);
-    p->a->nodes[id].aux = np;
+    AstId id = emit(p, AST_FORWARD, loc, base, NULL, np);
     p->a->nodes[id].aux2 = no;
-    finish(p, id, base);
-    push(p, id);
 }
 
 static void parse_loss(Parser *p)
@@ -957,30 +926,19 @@ static void parse_loss(Parser *p)
     if (np < 0) return;
     if (at(p, TOK_ASSIGN)) {
         Loc rloc = cur(p)->loc;
+        int32_t rbase = p->nscratch;
         advance(p);
-        AstId e = parse_expr(p);
+        push(p, parse_expr(p));
+        if (!p->panic) end_line(p);
         if (p->panic) return;
-        end_line(p);
-        if (p->panic) return;
-        AstId r = node2(p, AST_RETURN, rloc, 0, e, AST_NONE);
-        push(p, r);
-    } else if (at(p, TOK_LBRACE)) {
-        if (!parse_braced(p, parse_stmt, NULL)) return;
-    } else {
+        emit(p, AST_RETURN, rloc, rbase, NULL, 0);
+    } else if (!at(p, TOK_LBRACE)) {
         error_expected(p, "'=' or '{' after the loss parameters");
         return;
+    } else if (!parse_braced(p, parse_stmt, NULL)) {
+        return;
     }
-    AstId id = new_node(p, AST_LOSS, loc);
-    p->a->nodes[id].aux = np;
-    finish(p, id, base);
-    push(p, id);
-}
-
-static void parse_metric(Parser *p)
-{
-    advance(p);
-    AstId id = parse_binding(p, AST_METRIC, "a metric name after 'metric'");
-    if (!p->panic) push(p, id);
+    emit(p, AST_LOSS, loc, base, NULL, np);
 }
 
 /* pattern := seg { '.' seg }, seg := name | integer | '*', kept as the text written. */
@@ -993,37 +951,21 @@ static void parse_init(Parser *p)
     do {
         const Token *t = cur(p);
         if (!is_name((TokKind)t->kind) && !(t->kind == TOK_NUMBER && t->is_int) && t->kind != TOK_STAR) {
-            sb_free(&pat);
             error_expected(p, "a parameter name, index or '*' in the init pattern");
-            return;
+            break;
         }
         if (pat.len) sb_putc(&pat, '.');
         sb_putn(&pat, p->src + t->start, t->len);
         advance(p);
     } while (accept(p, TOK_DOT));
-    if (!expect(p, TOK_ASSIGN, "after the init pattern")) {
-        sb_free(&pat);
-        return;
-    }
     int32_t base = p->nscratch;
-    AstId v = parse_expr(p);
+    if (!p->panic && expect(p, TOK_ASSIGN, "after the init pattern")) push(p, parse_expr(p));
     if (!p->panic) end_line(p);
-    if (p->panic) {
-        sb_free(&pat);
-        return;
+    if (!p->panic) {
+        AstId id = emit(p, AST_INIT, loc, base, NULL, 0);
+        set_str(p, id, pat.data, pat.len);
     }
-    push(p, v);
-    AstId id = new_node(p, AST_INIT, loc);
-    set_str(p, id, pat.data, pat.len);
     sb_free(&pat);
-    finish(p, id, base);
-    push(p, id);
-}
-
-static void parse_train_item(Parser *p)
-{
-    AstId id = parse_binding(p, AST_KEY, "a training setting `name = value`");
-    if (!p->panic) push(p, id);
 }
 
 static void parse_train(Parser *p)
@@ -1031,29 +973,22 @@ static void parse_train(Parser *p)
     Loc loc = cur(p)->loc;
     advance(p);
     int32_t base = p->nscratch;
-    if (!parse_braced(p, parse_train_item, "after 'train'")) return;
-    AstId id = new_node(p, AST_TRAIN, loc);
-    finish(p, id, base);
-    push(p, id);
+    if (parse_braced(p, parse_train_item, "after 'train'")) emit(p, AST_TRAIN, loc, base, NULL, 0);
 }
 
 static void parse_module_item(Parser *p)
 {
-    switch (cur(p)->kind) {
-    case TOK_KW_CONST: parse_const(p); return;
-    case TOK_KW_FORWARD: parse_forward(p); return;
-    case TOK_KW_INIT: parse_init(p); return;
-    case TOK_IDENT:
-        if (kind_at(p, 1) == TOK_ASSIGN) {
-            parse_member(p);
-            return;
-        }
-        break;
-    default: break;
+    TokKind k = (TokKind)cur(p)->kind;
+    if (k == TOK_KW_CONST) parse_const(p);
+    else if (k == TOK_KW_FORWARD) parse_forward(p);
+    else if (k == TOK_KW_INIT) parse_init(p);
+    else if (k == TOK_IDENT && kind_at(p, 1) == TOK_ASSIGN) parse_member(p);
+    else {
+        char buf[64];
+        syntax_error(p,
+                     "expected a module item: const, member `name = Layer(...)`, forward or init; found %s",
+                     found_desc(p, cur(p), buf, sizeof buf));
     }
-    char buf[64];
-    syntax_error(p, "expected a module item: const, member `name = Layer(...)`, forward or init; found %s",
-                 found_desc(p, cur(p), buf, sizeof buf));
 }
 
 static void parse_module(Parser *p)
@@ -1063,22 +998,17 @@ static void parse_module(Parser *p)
     if (!name) return;
     int32_t base = p->nscratch;
     int np = parse_params(p, true, "after the module name");
-    if (np < 0) return;
-    if (!parse_braced(p, parse_module_item, "to start the module body")) return;
-    AstId id = new_node(p, AST_MODULE, name->loc);
-    set_tok_str(p, id, name);
-    p->a->nodes[id].aux = np;
-    finish(p, id, base);
-    push(p, id);
+    if (np >= 0 && parse_braced(p, parse_module_item, "to start the module body"))
+        emit(p, AST_MODULE, name->loc, base, name, np);
 }
 
 static void parse_model(Parser *p)
 {
     advance(p);
-    AstId id = parse_named(p, AST_MODEL, "a model name after 'model'");
-    if (p->panic) return;
+    const Token *name = take_name(p, "a model name after 'model'");
+    if (!name) return;
     end_line(p);
-    if (!p->panic) push(p, id);
+    if (!p->panic) emit(p, AST_MODEL, name->loc, p->nscratch, name, 0);
 }
 
 static void parse_top_item(Parser *p)

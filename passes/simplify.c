@@ -53,7 +53,7 @@ static bool same_node(const Graph *g, NodeId a, NodeId b)
     const Node *x = &g->nodes[a], *y = &g->nodes[b];
     if (x->op != y->op || x->dtype != y->dtype || x->ninputs != y->ninputs || x->nattrs != y->nattrs) return false;
     if (!ir_shape_eq(&x->shape, &y->shape) || memcmp(x->fattr, y->fattr, sizeof x->fattr)) return false;
-    if (memcmp(ir_inputs(g, a), ir_inputs(g, b), x->ninputs * sizeof(NodeId))) return false;
+    if (x->ninputs && memcmp(ir_inputs(g, a), ir_inputs(g, b), x->ninputs * sizeof(NodeId))) return false;
     if (x->nattrs && memcmp(ir_attrs(g, a), ir_attrs(g, b), x->nattrs * sizeof(int64_t))) return false;
     /* Inputs and parameters are distinct by name even when everything else matches. */
     if ((x->op == OP_INPUT || x->op == OP_PARAM) && x->name != y->name) return false;

@@ -7,13 +7,13 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 jobs=$(nproc)
 
-echo "== build and test (Debug)"
-cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Debug >/dev/null
+echo "== build and test (optimised, with debug info)"
+cmake -S . -B build-test -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-test -j"$jobs"
 ctest --test-dir build-test -j"$jobs" --output-on-failure
 
 echo "== build and test (ASan + UBSan)"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON >/dev/null
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 # Criterion's test workers exit 0 even when LeakSanitizer reports at exit, so every
 # sanitizer report goes to a log file, and any log file fails the run.

@@ -211,8 +211,7 @@ static char *first_error(const char *src)
     int n;
     char *errs = errors_of(src, &n);
     cr_assert(n > 0, "expected an error for %s", src);
-    char *nl = strchr(errs, '\n');
-    if (nl) *nl = 0;
+    errs[strcspn(errs, "\n")] = 0;
     char *out = xstrdup(strncmp(errs, "t.kiln:", 7) == 0 ? errs + 7 : errs);
     free(errs);
     return out;
@@ -461,6 +460,44 @@ Test(lex, bad_bytes)
     cr_assert(strstr(l.d.out.data, "t.kiln:1:3: error: unexpected byte 0xC3\n"), "%s", l.d.out.data);
     cr_assert_eq(l.n, 3);
     lex_done(&l);
+}
+
+Test(lex, unicode)
+{
+    /* A byte-order mark is skipped; columns stay byte columns. */
+    Lexed l;
+    lex_str(&l, "\xEF\xBB\xBFmodel m");
+    cr_assert_eq(l.d.nerrors, 0, "%s", l.d.out.data);
+    cr_assert_eq(l.toks[0].kind, TOK_KW_MODEL);
+    cr_assert_eq(l.toks[0].loc.col, 4);
+    lex_done(&l);
+    /* A name with a non-ASCII letter is one error and one name token. */
+    lex_str(&l, "gr\xC3\xB6\xC3\x9F" "e = f(\xC3\xBC" "ber)");
+    cr_assert_eq(l.d.nerrors, 2, "%s", l.d.out.data);
+    cr_assert(strstr(l.d.out.data, "t.kiln:1:1: error: non-ASCII character in name 'gr\xC3\xB6\xC3\x9F" "e' "
+                                   "(names use A-Z, a-z, 0-9 and _)\n"), "%s", l.d.out.data);
+    cr_assert(strstr(l.d.out.data, "t.kiln:1:13: error: non-ASCII character in name '\xC3\xBC" "ber'"), "%s",
+              l.d.out.data);
+    lex_done(&l);
+    ASSERT_KINDS("gr\xC3\xB6\xC3\x9F" "e = f(\xC3\xBC" "ber)", "IDENT ASSIGN IDENT LPAREN IDENT RPAREN EOF");
+    /* Non-ASCII bytes on their own are a bad-byte run, however they are mixed. */
+    ASSERT_KINDS("a \xE2\x86\x92\x01\xC3\xA9 b", "IDENT IDENT EOF");
+    /* Curly quotes make a string, reported once per string. */
+    lex_str(&l, "idx(a = \xE2\x80\x9Cx.gz\xE2\x80\x9D, b = \"y\")");
+    cr_assert_eq(l.d.nerrors, 1, "%s", l.d.out.data);
+    cr_assert(strstr(l.d.out.data, "t.kiln:1:9: error: unexpected character '\xE2\x80\x9C' (U+201C): strings use "
+                                   "straight quotes \"...\"\n"), "%s", l.d.out.data);
+    lex_done(&l);
+    ASSERT_KINDS("idx(a = \xE2\x80\x9Cx.gz\xE2\x80\x9D, b = \"y\")",
+                 "IDENT LPAREN IDENT ASSIGN STRING COMMA IDENT ASSIGN STRING RPAREN EOF");
+    char *errs;
+    int n;
+    const char *src = "const s = \xE2\x80\x9D" "a b\"\n";
+    char *dump = parse_n(src, strlen(src), &errs, &n);
+    cr_assert_eq(n, 1, "%s", errs);
+    cr_assert_str_eq(dump, "(file (const s (string \"a b\")))");
+    free(dump);
+    free(errs);
 }
 
 Test(lex, error_cap)
