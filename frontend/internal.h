@@ -102,6 +102,12 @@ typedef struct {
 /* Evaluates and binds the arguments of CALL node `call`; false after reporting an error. */
 bool lower_bind_args(Lower *L, Scope *s, int32_t inst, AstId call, const char *fname, const char *sig,
                      BoundArgs *out);
+#define MAX_MODULE_DEPTH 32
+/* Keeps in *best the candidate closest to name (for "did you mean" suggestions). */
+void lower_consider(const char *cand, const char *name, const char **best, int *bestd);
+/* Evaluates the initialiser of rule r for a parameter of shape s. */
+bool lower_eval_init(Lower *L, const InitRule *r, const Shape *s, InitKind *kind, double *a0, double *a1);
+
 /* Reads an integer / number / bool from a value, reporting at `at` when it is not one. */
 bool value_int(Lower *L, Value v, AstId at, const char *what, int64_t *out);
 bool value_number(Lower *L, Value v, AstId at, const char *what, double *out);
@@ -114,6 +120,9 @@ Value lower_builder_error(Lower *L, AstId at);
 Value value_num(double v, bool is_int);
 Value value_tensor(NodeId n);
 Value value_error(void);
+Value value_none(void);
+/* Source location of an AST node (file-level for AST_NONE). */
+Loc lower_loc(Lower *L, AstId at);
 /* Converts a number or size to a tensor (scalar constant of dtype like). */
 NodeId lower_as_tensor(Lower *L, Value v, DType like);
 bool value_is_scalar_number(Value v);

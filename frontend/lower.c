@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_MODULE_DEPTH 32
 #define MAX_REPEAT 100000
 #define MAX_INSTANCES 1000000
 
@@ -37,13 +36,13 @@ Value value_error(void)
     return r;
 }
 
-static Value value_none(void)
+Value value_none(void)
 {
     Value r = {.kind = V_NONE, .node = IR_NONE};
     return r;
 }
 
-static Loc loc_of(Lower *L, AstId at)
+Loc lower_loc(Lower *L, AstId at)
 {
     if (at < 0 || at >= L->ast->nnodes) {
         Loc l = {L->ast->file, 0, 0};
@@ -56,7 +55,7 @@ void lower_error(Lower *L, AstId at, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    diag_vreport(L->d, DIAG_ERROR, loc_of(L, at), fmt, ap);
+    diag_vreport(L->d, DIAG_ERROR, lower_loc(L, at), fmt, ap);
     va_end(ap);
     L->failed = true;
 }
@@ -248,7 +247,7 @@ static Value *lookup(Lower *L, Scope *s, int32_t inst, const char *name)
     return members_checked ? NULL : inst_member(L, inst, name);
 }
 
-static void consider(const char *cand, const char *name, const char **best, int *bestd)
+void lower_consider(const char *cand, const char *name, const char **best, int *bestd)
 {
     int dist = util_edit_distance(cand, name);
     if (dist < *bestd) { *bestd = dist; *best = cand; }
@@ -260,15 +259,15 @@ static const char *suggest(Lower *L, Scope *s, int32_t inst, const char *name, b
     const char *best = NULL;
     int bestd = 1000;
     for (Scope *t = s; t; t = t->parent)
-        for (int32_t i = 0; i < t->n; i++) consider(t->names[i], name, &best, &bestd);
+        for (int32_t i = 0; i < t->n; i++) lower_consider(t->names[i], name, &best, &bestd);
     if (inst >= 0)
-        for (int32_t i = 0; i < L->insts[inst].nmembers; i++) consider(L->insts[inst].members[i].name, name, &best, &bestd);
+        for (int32_t i = 0; i < L->insts[inst].nmembers; i++) lower_consider(L->insts[inst].members[i].name, name, &best, &bestd);
     if (calls) {
         int n;
         const char *const *fns = functions_names(&n);
-        for (int i = 0; i < n; i++) consider(fns[i], name, &best, &bestd);
+        for (int i = 0; i < n; i++) lower_consider(fns[i], name, &best, &bestd);
         const BuiltinModule *mods = builtin_all(&n);
-        for (int i = 0; i < n; i++) consider(mods[i].name, name, &best, &bestd);
+        for (int i = 0; i < n; i++) lower_consider(mods[i].name, name, &best, &bestd);
     }
     size_t len = strlen(name);
     int limit = len <= 3 ? 1 : len <= 6 ? 2 : 3;
@@ -280,314 +279,6 @@ static void unknown_name(Lower *L, Scope *s, int32_t inst, const char *name, Ast
     const char *sug = suggest(L, s, inst, name, call);
     if (sug) lower_error(L, at, "unknown %s '%s' (did you mean '%s'?)", call ? "function or module" : "name", name, sug);
     else lower_error(L, at, "unknown %s '%s'", call ? "function or module" : "name", name);
-}
-
-/* ---- argument binding ---- */
-
-static bool parse_default(const char *text, Value *out)
-{
-    if (!strcmp(text, "none")) { *out = value_none(); return true; }
-    if (!strcmp(text, "true") || !strcmp(text, "false")) {
-        *out = (Value){.kind = V_BOOL, .num = text[0] == 't', .node = IR_NONE};
-        return true;
-    }
-    char *end;
-    double v = strtod(text, &end);
-    *out = value_num(v, !strpbrk(text, ".eEn"));
-    return *end == 0;
-}
-
-/* Splits a signature into its parameters; each entry is "name|alias" and an optional
- * default. Returns the count, or -1 for a malformed signature (a Kiln bug). */
-typedef struct {
-    char names[3][24];
-    int nnames;
-    char dflt[24];
-    bool has_default, rest;
-} SigParam;
-
-static int parse_sig(const char *sig, SigParam *ps, int max)
-{
-    int n = 0;
-    const char *p = sig;
-    while (*p && n < max) {
-        while (*p == ' ' || *p == ',') p++;
-        if (!*p) break;
-        SigParam *q = &ps[n];
-        memset(q, 0, sizeof *q);
-        if (*p == '*') { q->rest = true; p++; }
-        for (;;) {
-            size_t len = strcspn(p, "|=, ");
-            if (len >= sizeof q->names[0] || q->nnames >= 3) return -1;
-            memcpy(q->names[q->nnames++], p, len);
-            p += len;
-            if (*p != '|') break;
-            p++;
-        }
-        if (*p == '=') {
-            p++;
-            size_t len = strcspn(p, ", ");
-            if (len >= sizeof q->dflt) return -1;
-            memcpy(q->dflt, p, len);
-            q->has_default = true;
-            p += len;
-        }
-        n++;
-    }
-    return n;
-}
-
-static int sig_index(const SigParam *ps, int n, const char *name)
-{
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < ps[i].nnames; k++)
-            if (!ps[i].rest && !strcmp(ps[i].names[k], name)) return i;
-    return -1;
-}
-
-bool lower_bind_args(Lower *L, Scope *s, int32_t inst, AstId call, const char *fname, const char *sig,
-                     BoundArgs *out)
-{
-    SigParam ps[CALL_MAX_ARGS];
-    int np = parse_sig(sig, ps, CALL_MAX_ARGS);
-    memset(out, 0, sizeof *out);
-    if (np < 0) {
-        lower_error(L, call, "internal error: bad signature for %s", fname);
-        return false;
-    }
-    out->n = np;
-    int rest = -1;
-    for (int i = 0; i < np; i++) {
-        out->at[i] = call;
-        if (ps[i].rest) rest = i;
-    }
-    const AstNode *cn = ast_node(L->ast, call);
-    int npos = 0;
-    bool ok = true, seen_kw = false;
-    for (int k = 1; k < cn->nkids; k++) {
-        AstId a = ast_kid(L->ast, call, k);
-        const AstNode *an = ast_node(L->ast, a);
-        if (an->kind == AST_KWARG) {
-            seen_kw = true;
-            const char *kw = ast_str(L->ast, a);
-            int i = sig_index(ps, np, kw);
-            if (i < 0) {
-                const char *best = NULL;
-                int bestd = 1000;
-                StrBuf names;
-                sb_init(&names);
-                for (int j = 0; j < np; j++) {
-                    if (ps[j].rest) continue;
-                    consider(ps[j].names[0], kw, &best, &bestd);
-                    sb_printf(&names, "%s%s", names.len ? ", " : "", ps[j].names[0]);
-                }
-                if (bestd <= 2)
-                    lower_error(L, a, "%s has no argument '%s' (did you mean '%s'?)", fname, kw, best);
-                else
-                    lower_error(L, a, "%s has no argument '%s'; it takes: %s", fname, kw, names.len ? names.data : "nothing");
-                sb_free(&names);
-                ok = false;
-                continue;
-            }
-            if (out->given[i]) {
-                lower_error(L, a, "%s: argument '%s' is given twice", fname, ps[i].names[0]);
-                ok = false;
-                continue;
-            }
-            out->v[i] = lower_expr(L, s, inst, ast_kid(L->ast, a, 0));
-            out->at[i] = a;
-            out->given[i] = true;
-            continue;
-        }
-        if (seen_kw) {
-            lower_error(L, a, "%s: a positional argument cannot follow keyword arguments", fname);
-            ok = false;
-            continue;
-        }
-        Value v = lower_expr(L, s, inst, a);
-        if (npos < np && !ps[npos].rest) {
-            out->v[npos] = v;
-            out->at[npos] = a;
-            out->given[npos] = true;
-            npos++;
-        } else if (rest >= 0 && npos >= rest) {
-            if (out->nrest >= (int)(sizeof out->rest / sizeof out->rest[0])) {
-                lower_error(L, a, "%s: too many arguments", fname);
-                return false;
-            }
-            out->rest_at[out->nrest] = a;
-            out->rest[out->nrest++] = v;
-        } else {
-            int maxpos = rest >= 0 ? rest : np;
-            lower_error(L, a, "%s takes at most %d positional argument%s, found more", fname, maxpos, maxpos == 1 ? "" : "s");
-            return false;
-        }
-    }
-    for (int i = 0; i < np; i++) {
-        if (out->given[i] || ps[i].rest) continue;
-        if (ps[i].has_default) {
-            parse_default(ps[i].dflt, &out->v[i]);
-            continue;
-        }
-        lower_error(L, call, "%s: missing argument '%s'", fname, ps[i].names[0]);
-        ok = false;
-    }
-    for (int i = 0; i < np; i++)
-        if (out->v[i].kind == V_ERROR && (out->given[i])) ok = false;
-    for (int i = 0; i < out->nrest; i++)
-        if (out->rest[i].kind == V_ERROR) ok = false;
-    return ok;
-}
-
-/* ---- parameters and init rules ---- */
-
-/* Does `pattern` (segments with '*', or "Type.name") match param `name` of instance `inst`
- * relative to the rule's owner? */
-static bool rule_matches(Lower *L, const InitRule *r, int32_t inst, const char *pname)
-{
-    /* The owner must be the instance or one of its ancestors. */
-    int32_t up = inst;
-    while (up >= 0 && up != r->owner) up = L->insts[up].parent;
-    if (up < 0) return false;
-    const char *pat = r->pattern;
-    const char *dot = strchr(pat, '.');
-    /* "Type.param": every instance of a module type below the owner. */
-    if (dot && !strchr(dot + 1, '.') && pat[0] >= 'A' && pat[0] <= 'Z') {
-        size_t tl = (size_t)(dot - pat);
-        return strlen(L->insts[inst].type) == tl && !strncmp(L->insts[inst].type, pat, tl) && !strcmp(dot + 1, pname);
-    }
-    /* Relative path of the parameter from the owner. */
-    const char *ipath = L->insts[inst].path, *opath = L->insts[r->owner].path;
-    size_t ol = strlen(opath);
-    const char *rel = ipath + ol;
-    if (*rel == '.') rel++;
-    StrBuf full;
-    sb_init(&full);
-    sb_printf(&full, "%s%s%s", rel, *rel ? "." : "", pname);
-    const char *p = pat, *q = full.data;
-    bool match = true;
-    while (match) {
-        size_t pl = strcspn(p, "."), ql = strcspn(q, ".");
-        if (!(pl == 1 && p[0] == '*') && !(pl == ql && !strncmp(p, q, pl))) match = false;
-        p += pl;
-        q += ql;
-        if (!*p || !*q) {
-            match = match && !*p && !*q;
-            break;
-        }
-        p++;
-        q++;
-    }
-    sb_free(&full);
-    return match;
-}
-
-/* PyTorch's fan_in and fan_out (torch.nn.init._calculate_fan_in_and_fan_out). */
-static void fans(const Shape *s, double *fan_in, double *fan_out)
-{
-    double receptive = 1;
-    for (int i = 2; i < s->rank; i++) receptive *= (double)s->d[i].k;
-    *fan_in = s->rank >= 2 ? (double)s->d[1].k * receptive : (s->rank == 1 ? (double)s->d[0].k : 1);
-    *fan_out = s->rank >= 1 ? (double)s->d[0].k * receptive : 1;
-}
-
-/* Evaluates an init expression (normal(0, 0.02), zeros, xavier_uniform(), ...) for a
- * parameter of shape s; false after reporting an error. */
-static bool eval_init(Lower *L, const InitRule *r, const Shape *s, InitKind *kind, double *a0, double *a1)
-{
-    AstId e = r->expr;
-    const AstNode *n = ast_node(L->ast, e);
-    const char *fname;
-    if (n->kind == AST_NAME) fname = ast_str(L->ast, e);
-    else if (n->kind == AST_CALL && ast_node(L->ast, ast_kid(L->ast, e, 0))->kind == AST_NAME)
-        fname = ast_str(L->ast, ast_kid(L->ast, e, 0));
-    else {
-        lower_error(L, e, "expected an initialiser such as normal(0, 0.02), uniform(-a, a), zeros, ones, constant(v)");
-        return false;
-    }
-    static const struct {
-        const char *name, *sig;
-    } inits[] = {
-        {"zeros", ""}, {"ones", ""}, {"constant", "value"}, {"uniform", "a=0.0, b=1.0"},
-        {"normal", "mean=0.0, std=1.0"}, {"xavier_uniform", "gain=1.0"}, {"xavier_normal", "gain=1.0"},
-        {"kaiming_uniform", "a=0.0"}, {"kaiming_normal", "a=0.0"},
-    };
-    int which = -1;
-    for (int i = 0; i < (int)(sizeof inits / sizeof inits[0]); i++)
-        if (!strcmp(inits[i].name, fname)) which = i;
-    if (which < 0) {
-        const char *best = NULL;
-        int bestd = 1000;
-        for (int i = 0; i < (int)(sizeof inits / sizeof inits[0]); i++) consider(inits[i].name, fname, &best, &bestd);
-        if (bestd <= 3) lower_error(L, e, "unknown initialiser '%s' (did you mean '%s'?)", fname, best);
-        else lower_error(L, e, "unknown initialiser '%s'; known: zeros, ones, constant, uniform, normal, xavier_uniform, xavier_normal, kaiming_uniform, kaiming_normal", fname);
-        return false;
-    }
-    BoundArgs ba;
-    memset(&ba, 0, sizeof ba);
-    if (n->kind == AST_CALL) {
-        if (!lower_bind_args(L, L->insts[r->owner].scope, r->owner, e, fname, inits[which].sig, &ba)) return false;
-    } else {
-        if (inits[which].sig[0] && !strchr(inits[which].sig, '=')) {
-            lower_error(L, e, "%s needs arguments", fname);
-            return false;
-        }
-        SigParam ps[4];
-        int np = parse_sig(inits[which].sig, ps, 4);
-        for (int i = 0; i < np; i++) parse_default(ps[i].dflt, &ba.v[i]);
-        ba.n = np;
-    }
-    double v[2] = {0, 0};
-    for (int i = 0; i < ba.n; i++)
-        if (!value_number(L, ba.v[i], ba.at[i] >= 0 ? ba.at[i] : e, fname, &v[i])) return false;
-    double fi, fo;
-    fans(s, &fi, &fo);
-    switch (which) {
-    case 0: *kind = INIT_ZEROS; break;
-    case 1: *kind = INIT_ONES; break;
-    case 2: *kind = INIT_CONSTANT, *a0 = v[0]; break;
-    case 3: *kind = INIT_UNIFORM, *a0 = v[0], *a1 = v[1]; break;
-    case 4: *kind = INIT_NORMAL, *a0 = v[0], *a1 = v[1]; break;
-    case 5: { double bd = v[0] * sqrt(6.0 / (fi + fo)); *kind = INIT_UNIFORM, *a0 = -bd, *a1 = bd; break; }
-    case 6: *kind = INIT_NORMAL, *a0 = 0, *a1 = v[0] * sqrt(2.0 / (fi + fo)); break;
-    case 7: { double bd = sqrt(2.0 / (1 + v[0] * v[0])) * sqrt(3.0 / fi); *kind = INIT_UNIFORM, *a0 = -bd, *a1 = bd; break; }
-    case 8: *kind = INIT_NORMAL, *a0 = 0, *a1 = sqrt(2.0 / (1 + v[0] * v[0])) / sqrt(fi); break;
-    }
-    if ((*kind == INIT_NORMAL && !(*a1 >= 0)) || (*kind == INIT_UNIFORM && !(*a0 <= *a1)) || !isfinite(*a0) || !isfinite(*a1)) {
-        lower_error(L, e, "%s: invalid arguments (%g, %g): need std >= 0, a <= b, finite values", fname, *a0, *a1);
-        return false;
-    }
-    return true;
-}
-
-NodeId lower_param(Lower *L, int32_t inst, const char *name, const Shape *s, InitKind init, double a0, double a1,
-                   bool trainable, AstId at)
-{
-    /* The outermost matching rule wins: the user of a module overrides its defaults. */
-    const InitRule *rule = NULL;
-    int32_t chain[MAX_MODULE_DEPTH + 2];
-    int nchain = 0;
-    for (int32_t up = inst; up >= 0 && nchain < MAX_MODULE_DEPTH + 2; up = L->insts[up].parent) chain[nchain++] = up;
-    for (int c = nchain - 1; c >= 0 && !rule; c--)
-        for (int32_t i = L->nrules - 1; i >= 0; i--) {
-            InitRule *r = &L->rules[i];
-            if (r->owner == chain[c] && rule_matches(L, r, inst, name)) {
-                r->matches++;
-                if (!rule) rule = r;
-            }
-        }
-    if (rule && !eval_init(L, rule, s, &init, &a0, &a1)) return IR_NONE;
-    StrBuf full;
-    sb_init(&full);
-    sb_printf(&full, "%s%s%s", L->insts[inst].path, L->insts[inst].path[0] ? "." : "", name);
-    Loc saved = L->b.loc;
-    L->b.loc = loc_of(L, at);
-    NodeId p = ir_b_param(&L->b, full.data, s, init, a0, a1, trainable);
-    L->b.loc = saved;
-    sb_free(&full);
-    if (p == IR_NONE) lower_builder_error(L, at);
-    else lower_add_member(L, inst, name, value_tensor(p));
-    return p;
 }
 
 /* ---- expressions ---- */
@@ -923,7 +614,7 @@ Value lower_expr(Lower *L, Scope *s, int32_t inst, AstId e)
             Inst *bi = &L->insts[base.idx];
             const char *best = NULL;
             int bestd = 1000;
-            for (int32_t i = 0; i < bi->nmembers; i++) consider(bi->members[i].name, attr, &best, &bestd);
+            for (int32_t i = 0; i < bi->nmembers; i++) lower_consider(bi->members[i].name, attr, &best, &bestd);
             if (best && bestd <= 2) lower_error(L, e, "module '%s' (%s) has no member '%s' (did you mean '%s'?)", bi->path, bi->type, attr, best);
             else lower_error(L, e, "module '%s' (%s) has no member '%s'", bi->path, bi->type, attr);
             return value_error();
@@ -1168,7 +859,7 @@ static Value instantiate(Lower *L, int32_t parent, const char *name, AstId e)
         double a0 = 0, a1 = 0;
         if (init != AST_NONE) {
             InitRule tmp = {.pattern = "", .expr = init, .at = e, .owner = parent};
-            if (!eval_init(L, &tmp, &s, &kind, &a0, &a1)) return value_error();
+            if (!lower_eval_init(L, &tmp, &s, &kind, &a0, &a1)) return value_error();
         }
         NodeId p = lower_param(L, parent, name, &s, kind, a0, a1, !buffer, e);
         if (p == IR_NONE) return value_error();
