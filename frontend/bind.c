@@ -146,8 +146,9 @@ bool lower_bind_args(Lower *L, Scope *s, int32_t inst, AstId call, const char *f
             out->rest_at[out->nrest] = a;
             out->rest[out->nrest++] = v;
         } else {
-            int maxpos = rest >= 0 ? rest : np;
-            lower_error(L, a, "%s takes at most %d positional argument%s, found more", fname, maxpos, maxpos == 1 ? "" : "s");
+            int maxpos = rest >= 0 ? rest : np, total = 0;
+            for (int j = 1; j < cn->nkids; j++) total += ast_node(L->ast, ast_kid(L->ast, call, j))->kind != AST_KWARG;
+            lower_error(L, a, "%s takes at most %d positional argument%s, found %d", fname, maxpos, maxpos == 1 ? "" : "s", total);
             return false;
         }
     }
@@ -304,7 +305,11 @@ NodeId lower_param(Lower *L, int32_t inst, const char *name, const Shape *s, Ini
                 if (!rule) rule = r;
             }
         }
-    if (rule && !lower_eval_init(L, rule, s, &init, &a0, &a1)) return IR_NONE;
+    if (rule && rule->failed) return IR_NONE; /* reported once, at its first parameter */
+    if (rule && !lower_eval_init(L, rule, s, &init, &a0, &a1)) {
+        ((InitRule *)rule)->failed = true;
+        return IR_NONE;
+    }
     StrBuf full;
     sb_init(&full);
     sb_printf(&full, "%s%s%s", L->insts[inst].path, L->insts[inst].path[0] ? "." : "", name);

@@ -5,6 +5,7 @@
  * file's declaration errors; lowering (lower.c) then only sees a well-formed file. */
 #include "internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -13,34 +14,50 @@ typedef struct {
     const char *what;
 } Decl;
 
-/* Reports a duplicate of name among decls[0..n), else appends it. */
-static void declare(Lower *L, Decl *decls, int *n, int max, const char *name, AstId at, const char *what)
+/* A set of declared names (no fixed capacity: large generated models stay correct). */
+typedef struct {
+    Decl *decls;
+    int32_t n, cap;
+    StrMap index;
+} Decls;
+
+static void decls_free(Decls *ds)
 {
-    for (int i = 0; i < *n; i++)
-        if (!strcmp(decls[i].name, name)) {
-            lower_error(L, at, "%s '%s' is already defined as a %s", what, name, decls[i].what);
-            diag_note(L->d, ast_node(L->ast, decls[i].at)->loc, "'%s' was first defined here", name);
-            return;
-        }
-    if (*n < max) decls[(*n)++] = (Decl){name, at, what};
+    free(ds->decls);
+    strmap_free(&ds->index);
+}
+
+static const char *article(const char *what) { return strchr("aeiou", what[0]) ? "an" : "a"; }
+
+/* Reports a duplicate of name, else records it. */
+static void declare(Lower *L, Decls *ds, const char *name, AstId at, const char *what)
+{
+    int32_t i = strmap_get(&ds->index, name, -1);
+    if (i >= 0) {
+        lower_error(L, at, "%s '%s' is already defined as %s %s", what, name, article(ds->decls[i].what), ds->decls[i].what);
+        diag_note(L->d, ast_node(L->ast, ds->decls[i].at)->loc, "'%s' was first defined here", name);
+        return;
+    }
+    GROW(ds->decls, ds->cap, ds->n + 1);
+    ds->decls[ds->n] = (Decl){name, at, what};
+    strmap_put(&ds->index, name, ds->n++);
 }
 
 static void check_module(Lower *L, AstId mod)
 {
     const AstNode *mn = ast_node(L->ast, mod);
-    Decl decls[256];
-    int nd = 0;
+    Decls decls = {0};
     for (int i = 0; i < mn->aux; i++) {
         AstId p = ast_kid(L->ast, mod, i);
-        declare(L, decls, &nd, 256, ast_str(L->ast, p), p, "module argument");
+        declare(L, &decls, ast_str(L->ast, p), p, "module argument");
     }
     AstId fwd = AST_NONE;
     for (int k = mn->aux; k < mn->nkids; k++) {
         AstId it = ast_kid(L->ast, mod, k);
         const AstNode *in = ast_node(L->ast, it);
         switch ((AstKind)in->kind) {
-        case AST_CONST: declare(L, decls, &nd, 256, ast_str(L->ast, it), it, "constant"); break;
-        case AST_MEMBER: declare(L, decls, &nd, 256, ast_str(L->ast, it), it, "member"); break;
+        case AST_CONST: declare(L, &decls, ast_str(L->ast, it), it, "constant"); break;
+        case AST_MEMBER: declare(L, &decls, ast_str(L->ast, it), it, "member"); break;
         case AST_FORWARD:
             if (fwd != AST_NONE) lower_error(L, it, "module %s has more than one forward", ast_str(L->ast, mod));
             fwd = it;
@@ -54,6 +71,7 @@ static void check_module(Lower *L, AstId mod)
         }
     }
     if (fwd == AST_NONE) lower_error(L, mod, "module %s has no forward", ast_str(L->ast, mod));
+    decls_free(&decls);
 }
 
 bool check_declarations(Lower *L, AstId *forward, AstId *loss, AstId *train, const char **model_name);
@@ -61,8 +79,7 @@ bool check_declarations(Lower *L, AstId *forward, AstId *loss, AstId *train, con
 {
     AstId root = L->ast->root;
     const AstNode *rn = ast_node(L->ast, root);
-    Decl decls[4096], modules[1024];
-    int nd = 0, nm = 0;
+    Decls decls = {0}, modules = {0}, metrics = {0}, inputs = {0};
     AstId model = AST_NONE;
     for (int k = 0; k < rn->nkids; k++) {
         AstId it = ast_kid(L->ast, root, k);
@@ -74,12 +91,12 @@ bool check_declarations(Lower *L, AstId *forward, AstId *loss, AstId *train, con
             else if (k != 0) lower_error(L, it, "`model NAME` must be the first line of the file");
             model = it;
             break;
-        case AST_CONST: declare(L, decls, &nd, 4096, name, it, "constant"); break;
-        case AST_DIM: declare(L, decls, &nd, 4096, name, it, "size"); break;
-        case AST_MEMBER: declare(L, decls, &nd, 4096, name, it, "member"); break;
+        case AST_CONST: declare(L, &decls, name, it, "constant"); break;
+        case AST_DIM: declare(L, &decls, name, it, "size"); break;
+        case AST_MEMBER: declare(L, &decls, name, it, "member"); break;
         case AST_MODULE:
             if (builtin_find(name)) lower_error(L, it, "module %s redefines a built-in module; choose another name", name);
-            else declare(L, modules, &nm, 1024, name, it, "module");
+            else declare(L, &modules, name, it, "module");
             check_module(L, it);
             break;
         case AST_FORWARD:
@@ -96,21 +113,13 @@ bool check_declarations(Lower *L, AstId *forward, AstId *loss, AstId *train, con
             break;
         case AST_METRIC:
             if (!strcmp(name, "loss")) lower_error(L, it, "metric 'loss' would hide the loss; choose another name");
+            else declare(L, &metrics, name, it, "metric");
             break;
         case AST_INIT: break;
         default: lower_error(L, it, "%s is not allowed at the top level", ast_kind_name((AstKind)in->kind)); break;
         }
     }
-    /* Metric names are unique among themselves. */
-    Decl metrics[256];
-    int nmet = 0;
-    for (int k = 0; k < rn->nkids; k++) {
-        AstId it = ast_kid(L->ast, root, k);
-        if (ast_node(L->ast, it)->kind == AST_METRIC) declare(L, metrics, &nmet, 256, ast_str(L->ast, it), it, "metric");
-    }
     /* Forward and loss inputs are distinct names. */
-    Decl inputs[64];
-    int ni = 0;
     AstId sigs[2] = {*forward, *loss};
     for (int s = 0; s < 2; s++) {
         if (sigs[s] == AST_NONE) continue;
@@ -118,9 +127,15 @@ bool check_declarations(Lower *L, AstId *forward, AstId *loss, AstId *train, con
         for (int i = 0; i < fn->aux; i++) {
             AstId p = ast_kid(L->ast, sigs[s], i);
             if (s == 1 && ast_node(L->ast, p)->aux != 1) continue; /* forward outputs */
-            declare(L, inputs, &ni, 64, ast_str(L->ast, p), p, "input");
+            declare(L, &inputs, ast_str(L->ast, p), p, "input");
         }
     }
+    if (*forward == AST_NONE)
+        lower_error(L, model, "the model has no forward: add `forward(x: f32[B, N]) -> y { ... }`");
+    decls_free(&decls);
+    decls_free(&modules);
+    decls_free(&metrics);
+    decls_free(&inputs);
     *model_name = model != AST_NONE ? ast_str(L->ast, model) : "model";
     return !L->failed;
 }

@@ -333,7 +333,7 @@ NodeId comp_pool2d(IrBuilder *b, NodeId x, bool max, int k, int stride, int pad)
 {
     Shape xshape = *shape_of(b, x);
     const Shape *xs = &xshape;
-    const char *what = max ? "max_pool2d" : "avg_pool2d";
+    const char *what = max ? "MaxPool2d" : "AvgPool2d";
     if (xs->rank != 4) {
         if (b->err) {
             sb_printf(b->err, "%s: expected an input of shape [N, C, H, W], found ", what);
@@ -343,6 +343,12 @@ NodeId comp_pool2d(IrBuilder *b, NodeId x, bool max, int k, int stride, int pad)
     }
     if (pad < 0 || pad * 2 > k) {
         if (b->err) sb_printf(b->err, "%s: padding %d must be at most half the kernel size %d", what, pad, k);
+        return IR_NONE;
+    }
+    if (ir_dim_is_const(xs->d[2]) && ir_dim_is_const(xs->d[3]) && (k > xs->d[2].k + 2 * pad || k > xs->d[3].k + 2 * pad)) {
+        if (b->err)
+            sb_printf(b->err, "%s: kernel %dx%d is larger than the input's %lldx%lld (after padding %d)", what, k, k,
+                      (long long)xs->d[2].k, (long long)xs->d[3].k, pad);
         return IR_NONE;
     }
     if (!ir_dtype_is_float(dtype_of(b, x))) x = ir_b_cast(b, x, DT_F32);

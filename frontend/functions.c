@@ -55,6 +55,21 @@ static bool int_arg(Lower *L, const BoundArgs *a, int i, const char *fn, int64_t
     return value_int(L, a->v[i], a->at[i], fn, out);
 }
 
+/* An axis argument for a tensor of rank r, normalised (negative counts from the end);
+ * checked as int64 so that 2^32 + 1 is an error, not axis 1. */
+static bool axis_arg(Lower *L, const BoundArgs *a, int i, const char *fn, int rank, int *out)
+{
+    int64_t v;
+    if (!int_arg(L, a, i, fn, &v)) return false;
+    int ax = ir_b_axis(&L->b, fn, v, rank);
+    if (ax < 0) {
+        lower_builder_error(L, a->at[i]);
+        return false;
+    }
+    *out = ax;
+    return true;
+}
+
 /* ---- elementwise ---- */
 
 static const struct {
@@ -160,13 +175,13 @@ static Value fn_softmax(Lower *L, const BoundArgs *a, AstId call, int v)
 {
     static const char *names[] = {"softmax", "log_softmax", "logsumexp"};
     NodeId x = tensor(L, a, 0, names[v]);
-    int64_t axis;
-    if (x == IR_NONE || !int_arg(L, a, 1, names[v], &axis)) return value_error();
-    if (v == 0) return done(L, comp_softmax(&L->b, x, (int)axis), call);
-    if (v == 1) return done(L, comp_log_softmax(&L->b, x, (int)axis), call);
+    int axis;
+    if (x == IR_NONE || !axis_arg(L, a, 1, names[v], rank_of(L, x), &axis)) return value_error();
+    if (v == 0) return done(L, comp_softmax(&L->b, x, axis), call);
+    if (v == 1) return done(L, comp_log_softmax(&L->b, x, axis), call);
     bool keep;
     if (!value_bool(L, a->v[2], a->at[2], "logsumexp(keepdim)", &keep)) return value_error();
-    return done(L, comp_logsumexp(&L->b, x, (int)axis, keep), call);
+    return done(L, comp_logsumexp(&L->b, x, axis, keep), call);
 }
 
 static Value fn_loss(Lower *L, const BoundArgs *a, AstId call, int v)
@@ -195,12 +210,23 @@ static Value fn_one_hot(Lower *L, const BoundArgs *a, AstId call, int v)
     int64_t n;
     if (x == IR_NONE || !int_arg(L, a, 1, "one_hot", &n)) return value_error();
     if (n < 1 || n > IR_MAX_DIM) {
-        lower_error(L, a->at[1], "one_hot: num_classes must be positive, found %lld", (long long)n);
+        lower_error(L, a->at[1], "one_hot: num_classes must be between 1 and 2^32, found %lld", (long long)n);
         return value_error();
     }
     Shape s = L->g->nodes[x].shape;
     if (s.rank >= IR_MAX_RANK) {
         lower_error(L, call, "one_hot: rank exceeds %d", IR_MAX_RANK);
+        return value_error();
+    }
+    int64_t count = ir_shape_max_numel(L->g, &s);
+    if (count < 0 || count > IR_MAX_ELEMENTS / n) {
+        StrBuf t;
+        sb_init(&t);
+        Shape r = s;
+        r.d[r.rank++] = ir_dim_const(n);
+        ir_shape_format(&t, L->g, &r);
+        lower_error(L, call, "one_hot: the result %s has too many elements (the limit is 2^40)", t.data);
+        sb_free(&t);
         return value_error();
     }
     Shape s1 = s;
@@ -246,11 +272,11 @@ static Value fn_reduce(Lower *L, const BoundArgs *a, AstId call, int v)
 static Value fn_argmax(Lower *L, const BoundArgs *a, AstId call, int v)
 {
     NodeId x = tensor(L, a, 0, "argmax");
-    int64_t axis;
+    int axis;
     bool keep;
-    if (x == IR_NONE || !int_arg(L, a, 1, "argmax", &axis) || !value_bool(L, a->v[2], a->at[2], "keepdim", &keep))
+    if (x == IR_NONE || !axis_arg(L, a, 1, "argmax", rank_of(L, x), &axis) || !value_bool(L, a->v[2], a->at[2], "keepdim", &keep))
         return value_error();
-    return done(L, ir_b_argmax(&L->b, x, (int)axis, keep), call);
+    return done(L, ir_b_argmax(&L->b, x, axis, keep), call);
 }
 
 /* ---- shapes ---- */
@@ -277,7 +303,11 @@ static bool dims_arg(Lower *L, const BoundArgs *a, const char *fn, Dim *dims, in
         }
         int64_t d;
         if (!value_int(L, vals[i], at, fn, &d)) return false;
-        if (d == -1 && *infer < 0) {
+        if (d == -1) {
+            if (*infer >= 0) {
+                lower_error(L, at, "%s: only one dimension can be -1", fn);
+                return false;
+            }
             *infer = i;
             dims[i] = ir_dim_const(1);
             continue;
@@ -342,9 +372,11 @@ static Value fn_flatten(Lower *L, const BoundArgs *a, AstId call, int v)
 static Value fn_transpose(Lower *L, const BoundArgs *a, AstId call, int v)
 {
     NodeId x = tensor(L, a, 0, "transpose");
-    int64_t a0, a1;
-    if (x == IR_NONE || !int_arg(L, a, 1, "transpose", &a0) || !int_arg(L, a, 2, "transpose", &a1)) return value_error();
-    return done(L, ir_b_transpose(&L->b, x, (int)a0, (int)a1), call);
+    int a0, a1;
+    if (x == IR_NONE || !axis_arg(L, a, 1, "transpose", rank_of(L, x), &a0) ||
+        !axis_arg(L, a, 2, "transpose", rank_of(L, x), &a1))
+        return value_error();
+    return done(L, ir_b_transpose(&L->b, x, a0, a1), call);
 }
 
 static Value fn_permute(Lower *L, const BoundArgs *a, AstId call, int v)
@@ -471,8 +503,6 @@ static Value fn_concat(Lower *L, const BoundArgs *a, AstId call, int v)
         n = vals[0].count;
         vals = &L->seq[vals[0].idx];
     }
-    int64_t axis;
-    if (!int_arg(L, a, 1, "concat", &axis)) return value_error(); /* slot 0 is *xs */
     NodeId xs[64];
     if (n < 1 || n > 64) {
         lower_error(L, call, "concat: expected between 1 and 64 tensors, found %d", n);
@@ -482,18 +512,21 @@ static Value fn_concat(Lower *L, const BoundArgs *a, AstId call, int v)
         xs[i] = lower_tensor_arg(L, vals[i], call, "concat");
         if (xs[i] == IR_NONE) return value_error();
     }
-    return done(L, ir_b_concat(&L->b, xs, n, (int)axis), call);
+    int axis;
+    if (!axis_arg(L, a, 1, "concat", rank_of(L, xs[0]), &axis)) return value_error(); /* slot 0 is *xs */
+    return done(L, ir_b_concat(&L->b, xs, n, axis), call);
 }
 
 static Value fn_slice(Lower *L, const BoundArgs *a, AstId call, int v)
 {
     NodeId x = tensor(L, a, 0, "slice");
-    int64_t axis, start, end = IR_SLICE_END, step;
-    if (x == IR_NONE || !int_arg(L, a, 1, "slice", &axis) || !int_arg(L, a, 2, "slice", &start) ||
+    int axis;
+    int64_t start, end = IR_SLICE_END, step;
+    if (x == IR_NONE || !axis_arg(L, a, 1, "slice", rank_of(L, x), &axis) || !int_arg(L, a, 2, "slice", &start) ||
         !int_arg(L, a, 4, "slice", &step))
         return value_error();
     if (a->v[3].kind != V_NONE && !int_arg(L, a, 3, "slice", &end)) return value_error();
-    return done(L, ir_b_slice(&L->b, x, (int)axis, start, end, step), call);
+    return done(L, ir_b_slice(&L->b, x, axis, start, end, step), call);
 }
 
 static Value fn_arange(Lower *L, const BoundArgs *a, AstId call, int v)

@@ -38,6 +38,7 @@ typedef struct {
     Value args[8];                /* builtin arguments after defaults */
     Member *members;
     int32_t nmembers, members_cap;
+    StrMap member_index; /* name -> index in members */
     int32_t parent;
     Loc loc;                      /* where it was instantiated */
     struct Scope *scope;          /* module arguments and constants */
@@ -50,6 +51,7 @@ typedef struct {
     AstId expr, at;
     int32_t owner;
     int32_t matches;
+    bool failed; /* its initialiser was reported as invalid */
 } InitRule;
 
 /* Names visible in a forward body: locals over members over constants. */
@@ -59,6 +61,7 @@ typedef struct Scope {
     char **names;
     Value *vals;
     int32_t n, names_cap, vals_cap;
+    StrMap index; /* name -> index */
 } Scope;
 
 typedef struct {
@@ -72,6 +75,7 @@ typedef struct {
     Value *seq; /* elements of lists and tuples */
     int32_t nseq, seq_cap;
     int depth;          /* module nesting, bounded against recursion */
+    int loop_depth;     /* `for` loops being lowered */
     int32_t next_ckpt;
     int64_t batch;      /* train.batch: the bound of the batch symbol */
     bool failed;

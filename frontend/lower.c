@@ -94,8 +94,8 @@ bool value_int(Lower *L, Value v, AstId at, const char *what, int64_t *out)
     if (v.kind == V_ERROR) return false;
     if (v.kind == V_DIM && ir_dim_is_const(v.dim)) { *out = v.dim.k; return true; }
     if (v.kind == V_NUM && v.num == floor(v.num) && fabs(v.num) < 9.2e18) { *out = (int64_t)v.num; return true; }
-    if (v.kind == V_BOOL) { *out = (int64_t)v.num; return true; }
-    lower_error(L, at, "%s: expected an integer, found %s", what, kind_desc(v));
+    if (v.kind == V_NUM) lower_error(L, at, "%s: expected an integer, found %g", what, v.num);
+    else lower_error(L, at, "%s: expected an integer, found %s", what, kind_desc(v));
     return false;
 }
 
@@ -161,6 +161,7 @@ static Scope *scope_new(Lower *L, Scope *parent, bool boundary)
 
 static void scope_free(Scope *s)
 {
+    strmap_free(&s->index);
     for (int32_t i = 0; i < s->n; i++) free(s->names[i]);
     free(s->names);
     free(s->vals);
@@ -169,9 +170,8 @@ static void scope_free(Scope *s)
 
 static Value *scope_find_here(Scope *s, const char *name)
 {
-    for (int32_t i = s->n - 1; i >= 0; i--)
-        if (!strcmp(s->names[i], name)) return &s->vals[i];
-    return NULL;
+    int32_t i = strmap_get(&s->index, name, -1);
+    return i >= 0 ? &s->vals[i] : NULL;
 }
 
 static void scope_set(Scope *s, const char *name, Value v)
@@ -181,6 +181,7 @@ static void scope_set(Scope *s, const char *name, Value v)
     GROW(s->names, s->names_cap, s->n + 1);
     GROW(s->vals, s->vals_cap, s->n + 1);
     s->names[s->n] = xstrdup(name);
+    strmap_put(&s->index, s->names[s->n], s->n);
     s->vals[s->n++] = v;
 }
 
@@ -210,9 +211,8 @@ Value *inst_member(Lower *L, int32_t inst, const char *name)
 {
     if (inst < 0) return NULL;
     Inst *in = &L->insts[inst];
-    for (int32_t i = 0; i < in->nmembers; i++)
-        if (!strcmp(in->members[i].name, name)) return &in->members[i].v;
-    return NULL;
+    int32_t i = strmap_get(&in->member_index, name, -1);
+    return i >= 0 ? &in->members[i].v : NULL;
 }
 
 void lower_add_member(Lower *L, int32_t inst, const char *name, Value v)
@@ -220,6 +220,7 @@ void lower_add_member(Lower *L, int32_t inst, const char *name, Value v)
     Inst *in = &L->insts[inst];
     GROW(in->members, in->members_cap, in->nmembers + 1);
     in->members[in->nmembers].name = xstrdup(name);
+    strmap_put(&in->member_index, in->members[in->nmembers].name, in->nmembers);
     in->members[in->nmembers++].v = v;
 }
 
@@ -276,6 +277,11 @@ static const char *suggest(Lower *L, Scope *s, int32_t inst, const char *name, b
 
 static void unknown_name(Lower *L, Scope *s, int32_t inst, const char *name, AstId at, bool call)
 {
+    size_t len = strlen(name);
+    if (len > 40) {
+        lower_error(L, at, "unknown %s '%.40s...' (%zu characters)", call ? "function or module" : "name", name, len);
+        return;
+    }
     const char *sug = suggest(L, s, inst, name, call);
     if (sug) lower_error(L, at, "unknown %s '%s' (did you mean '%s'?)", call ? "function or module" : "name", name, sug);
     else lower_error(L, at, "unknown %s '%s'", call ? "function or module" : "name", name);
@@ -520,10 +526,13 @@ static Value apply_module(Lower *L, Scope *s, int32_t inst, int32_t m, AstId e)
         return value_error();
     }
     L->depth++;
+    int saved_loops = L->loop_depth; /* a module's own body is not inside the caller's loop */
+    L->loop_depth = 0;
     Scope *local = scope_new(L, mi->scope, false);
     for (int i = 0; i < nargs; i++) scope_set(local, ast_str(L->ast, ast_kid(L->ast, fwd, i)), args[i]);
     bool returned = false;
     Value r = lower_stmts(L, local, m, fwd, fn->aux + fn->aux2, &returned);
+    L->loop_depth = saved_loops;
     L->depth--;
     if (!returned && r.kind != V_ERROR) {
         lower_error(L, fwd, "forward of module %s does not return a value", mi->type);
@@ -546,6 +555,11 @@ static Value lower_call(Lower *L, Scope *s, int32_t inst, AstId e)
         }
         if (v) return value_error();
         Value out;
+        if (!strcmp(name, "Parameter") || !strcmp(name, "Buffer")) {
+            lower_error(L, callee, "%s(...) creates a parameter and can only be a member (`w = %s(10)`), not part of an expression",
+                        name, name);
+            return value_error();
+        }
         if (functions_call(L, s, inst, name, e, &out)) return out;
         if (builtin_find(name)) {
             lower_error(L, callee, "module %s must be created as a member (`name = %s(...)`) and then called by its name", name, name);
@@ -691,9 +705,8 @@ static Value lower_stmts(Lower *L, Scope *s, int32_t inst, AstId parent, int fir
                 break;
             }
             if (v.kind != V_TUPLE || v.count != nt) {
-                if (v.kind != V_ERROR)
-                    lower_error(L, st, "%d names are assigned but the value is %s%s", nt, kind_desc(v),
-                                v.kind == V_TUPLE ? " of a different length" : "");
+                if (v.kind == V_TUPLE) lower_error(L, st, "the value has %d elements but %d names are assigned", v.count, nt);
+                else if (v.kind != V_ERROR) lower_error(L, st, "%d names are assigned but the value is %s", nt, kind_desc(v));
                 for (int i = 0; i < nt; i++) scope_set(s, ast_str(L->ast, ast_kid(L->ast, st, i)), value_error());
                 break;
             }
@@ -706,6 +719,10 @@ static Value lower_stmts(Lower *L, Scope *s, int32_t inst, AstId parent, int fir
         }
         case AST_RETURN: {
             *returned = true;
+            if (L->loop_depth > 0) {
+                lower_error(L, st, "`return` inside a `for` loop is not supported; assign in the loop and return after it");
+                return value_error();
+            }
             if (k + 1 < pn->nkids) lower_error(L, ast_kid(L->ast, parent, k + 1), "statement after return is never run");
             if (sn->nkids == 1) return lower_expr(L, s, inst, ast_kid(L->ast, st, 0));
             Value t = {.kind = V_TUPLE, .node = IR_NONE, .count = sn->nkids};
@@ -731,16 +748,18 @@ static Value lower_stmts(Lower *L, Scope *s, int32_t inst, AstId parent, int fir
                 lower_error(L, it, "`for` iterates over a list of modules or a count, found %s", kind_desc(iv));
                 break;
             }
+            L->loop_depth++;
             for (int64_t i = 0; i < count && !L->failed; i++) {
                 Value elem = iv.kind == V_NUM ? value_num((double)i, true) : L->seq[iv.idx + i];
                 scope_set(s, var, elem);
                 bool ret = false;
                 lower_stmts(L, s, inst, st, 1, &ret);
                 if (ret) {
-                    lower_error(L, st, "`return` inside a `for` loop is not supported; assign and return after the loop");
+                    *returned = true; /* reported at the return; no second "does not return" */
                     break;
                 }
             }
+            L->loop_depth--;
             break;
         }
         default:
@@ -767,6 +786,46 @@ static void collect_init_rules(Lower *L, AstId container, int first, int32_t own
         r->owner = owner;
         r->matches = 0;
     }
+}
+
+static bool is_function_name(const char *name)
+{
+    int n;
+    const char *const *fns = functions_names(&n);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(fns[i], name)) return true;
+    return false;
+}
+
+/* An unknown name where a module type is expected: suggest only module types. */
+static void unknown_module(Lower *L, const char *type, AstId at)
+{
+    if (is_function_name(type)) {
+        lower_error(L, at, "'%s' is a function, not a module: call it in forward (`x = %s(x)`) instead of making it a member",
+                    type, type);
+        return;
+    }
+    const char *best = NULL;
+    int bestd = 1000, n;
+    StrBuf all;
+    sb_init(&all);
+    const BuiltinModule *mods = builtin_all(&n);
+    for (int i = 0; i < n; i++) {
+        lower_consider(mods[i].name, type, &best, &bestd);
+        sb_printf(&all, "%s%s", i ? ", " : "", mods[i].name);
+    }
+    const AstNode *rn = ast_node(L->ast, L->ast->root);
+    for (int k = 0; k < rn->nkids; k++) {
+        AstId it = ast_kid(L->ast, L->ast->root, k);
+        if (ast_node(L->ast, it)->kind != AST_MODULE) continue;
+        lower_consider(ast_str(L->ast, it), type, &best, &bestd);
+        sb_printf(&all, ", %s", ast_str(L->ast, it));
+    }
+    size_t len = strlen(type);
+    if (best && (bestd <= (len <= 3 ? 1 : len <= 6 ? 2 : 3) || util_edit_distance_nocase(best, type) == 0))
+        lower_error(L, at, "unknown module '%s' (did you mean '%s'?)", type, best);
+    else lower_error(L, at, "unknown module '%s'; modules: %s", type, all.data);
+    sb_free(&all);
 }
 
 static AstId find_user_module(Lower *L, const char *name)
@@ -870,7 +929,7 @@ static Value instantiate(Lower *L, int32_t parent, const char *name, AstId e)
     const BuiltinModule *bm = builtin_find(type);
     AstId def = bm ? AST_NONE : find_user_module(L, type);
     if (!bm && def == AST_NONE) {
-        unknown_name(L, ps, -1, type, callee, true);
+        unknown_module(L, type, callee);
         return value_error();
     }
     if (bm) {
@@ -1207,10 +1266,13 @@ static void lower_globals(Lower *L)
             if (in->nkids == 1) {
                 AstId be = ast_kid(L->ast, it, 0);
                 if (!value_int(L, lower_expr(L, L->globals, -1, be), be, "dim bound", &bound)) continue;
+                if (bound < 1 || bound > IR_MAX_DIM) {
+                    lower_error(L, be, "dim '%s' bound must be between 1 and 2^32, found %lld", name, (long long)bound);
+                    continue;
+                }
             } else if (L->batch > 0) bound = L->batch;
-            if (bound < 1 || bound > IR_MAX_DIM) {
-                lower_error(L, it, bound == -1 ? "dim '%s' needs a bound: `dim %s <= N`" : "dim '%s' bound must be between 1 and 2^32",
-                            name, name);
+            if (bound < 1) {
+                lower_error(L, it, "dim '%s' needs a bound: `dim %s <= N`", name, name);
                 continue;
             }
             int id = ir_add_symbol(L->g, name, bound);
@@ -1279,6 +1341,13 @@ Model *frontend_compile(Diag *d, const char *path, const char *text, size_t len,
                 ast = NULL;
             }
         }
+        else if (L.failed) {
+            /* Report the recipe's own errors too: one run shows all of a file's problems.
+             * Without a valid graph, data loaders' input names are not checked. */
+            Recipe r;
+            recipe_check(&r, ast, train, NULL, d);
+            recipe_free(&r);
+        }
         ir_graph_free(L.g);
     }
     for (int32_t i = 0; i < L.ninsts; i++) {
@@ -1286,6 +1355,7 @@ Model *frontend_compile(Diag *d, const char *path, const char *text, size_t len,
         free(L.insts[i].type);
         for (int32_t j = 0; j < L.insts[i].nmembers; j++) free(L.insts[i].members[j].name);
         free(L.insts[i].members);
+        strmap_free(&L.insts[i].member_index);
     }
     free(L.insts);
     free(L.seq);

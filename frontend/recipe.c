@@ -107,15 +107,39 @@ static const KeySpec keys[] = {
 
 /* ---- helpers ---- */
 
+/* The known name closest to `name`: a case-insensitive match first (Adamw -> AdamW, not
+ * Adam), then the smallest edit distance within a third of the length. */
 static const char *nearest(const char *name, const char *const *cands, int n)
 {
+    for (int i = 0; i < n; i++)
+        if (util_edit_distance_nocase(cands[i], name) == 0) return cands[i];
     const char *best = NULL;
     int bestd = 1000;
     for (int i = 0; i < n; i++) {
         int d = util_edit_distance(cands[i], name);
         if (d < bestd) bestd = d, best = cands[i];
     }
-    return bestd <= (strlen(name) <= 4 ? 1 : 3) ? best : NULL;
+    size_t len = strlen(name);
+    return bestd <= (len <= 4 ? 1 : len <= 8 ? 2 : 3) ? best : NULL;
+}
+
+static const char *ast_desc(const Ast *a, AstId e)
+{
+    switch ((AstKind)ast_node(a, e)->kind) {
+    case AST_STRING: return "a string";
+    case AST_NAME: return "a name";
+    case AST_CALL: return "a call";
+    case AST_LIST: return "a list";
+    case AST_NUMBER: return "a number";
+    default: return "an expression";
+    }
+}
+
+/* Prints a range bound: integers in full (16777216, not 1.67772e+07). */
+static void fmt_bound(char *buf, size_t n, double v)
+{
+    if (v == floor(v) && fabs(v) < 1e18) snprintf(buf, n, "%.0f", v);
+    else snprintf(buf, n, "%g", v);
 }
 
 static bool in_choices(const char *choices, const char *v)
@@ -189,7 +213,7 @@ static bool convert(const Ast *a, AstId e, uint8_t kind, double lo, double hi, c
         double v;
         bool is_int;
         if (!fold_number(a, e, &v, &is_int)) {
-            diag_error(d, n->loc, "%s: expected %s", what, kind == A_INT ? "an integer" : "a number");
+            diag_error(d, n->loc, "%s: expected %s, found %s", what, kind == A_INT ? "an integer" : "a number", ast_desc(a, e));
             return false;
         }
         if (kind == A_INT && !is_int && v != floor(v)) {
@@ -197,7 +221,12 @@ static bool convert(const Ast *a, AstId e, uint8_t kind, double lo, double hi, c
             return false;
         }
         if (!(v >= lo && v <= hi)) {
-            diag_error(d, n->loc, "%s: %g is out of range [%g, %g]", what, v, lo, hi);
+            char l[32], h[32], x[32];
+            fmt_bound(l, sizeof l, lo);
+            fmt_bound(h, sizeof h, hi);
+            fmt_bound(x, sizeof x, v);
+            if (hi >= INF) diag_error(d, n->loc, "%s: %s is out of range (at least %s)", what, x, l);
+            else diag_error(d, n->loc, "%s: %s is out of range [%s, %s]", what, x, l, h);
             return false;
         }
         out->kind = RV_NUM;
@@ -207,7 +236,7 @@ static bool convert(const Ast *a, AstId e, uint8_t kind, double lo, double hi, c
     }
     case A_STR:
         if (n->kind != AST_STRING) {
-            diag_error(d, n->loc, "%s: expected a string in double quotes", what);
+            diag_error(d, n->loc, "%s: expected a string in double quotes, found %s", what, ast_desc(a, e));
             return false;
         }
         out->kind = RV_STR;
@@ -216,7 +245,7 @@ static bool convert(const Ast *a, AstId e, uint8_t kind, double lo, double hi, c
     case A_NAME:
     case A_BOOL: {
         if (n->kind != AST_NAME && n->kind != AST_STRING) {
-            diag_error(d, n->loc, "%s: expected %s", what, kind == A_BOOL ? "true or false" : "a name");
+            diag_error(d, n->loc, "%s: expected %s, found %s", what, kind == A_BOOL ? "true or false" : "a name", ast_desc(a, e));
             return false;
         }
         const char *s = ast_str(a, e);
@@ -356,10 +385,14 @@ static bool check_call(const Ast *a, AstId e, const KeySpec *ks, const Graph *g,
             for (NodeId i = 0; cs->input_map && g && i < g->nnodes && ncand < 32; i++)
                 if (g->nodes[i].op == OP_INPUT) cands[ncand++] = ir_node_name(g, i);
             const char *near = nearest(kw, cands, ncand);
+            StrBuf takes;
+            sb_init(&takes);
+            for (const ArgSpec *sp = cs->args; sp->name; sp++) sb_printf(&takes, "%s%s", takes.len ? ", " : "", sp->name);
             if (cs->input_map && !near)
                 diag_error(d, an->loc, "%s(...): '%s' is not an input of the model", cs->name, kw);
             else if (near) diag_error(d, an->loc, "%s(...) has no argument '%s' (did you mean '%s'?)", cs->name, kw, near);
-            else diag_error(d, an->loc, "%s(...) has no argument '%s'", cs->name, kw);
+            else diag_error(d, an->loc, "%s(...) has no argument '%s'; it takes: %s", cs->name, kw, takes.data);
+            sb_free(&takes);
             ok = false;
             continue;
         }

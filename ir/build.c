@@ -312,8 +312,14 @@ NodeId ir_b_permute(IrBuilder *b, NodeId x, const int *perm)
     Shape s = ir_shape_make(xs->rank, NULL);
     for (int i = 0; i < xs->rank; i++) {
         int a = perm[i] < 0 ? perm[i] + xs->rank : perm[i];
-        if (a < 0 || a >= xs->rank || (seen >> a & 1))
-            return fail(b, "permute: (%d ...) is not a permutation of the %d axes of %s", perm[0], xs->rank, shp(b, xs));
+        if (a < 0 || a >= xs->rank || (seen >> a & 1)) {
+            char list[128];
+            size_t o = 0;
+            for (int k = 0; k < xs->rank && o + 16 < sizeof list; k++)
+                o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", k ? ", " : "", perm[k]);
+            list[o] = 0;
+            return fail(b, "permute: (%s) is not a permutation of the %d axes of %s", list, xs->rank, shp(b, xs));
+        }
         seen |= 1u << a;
         p[i] = a;
         s.d[i] = xs->d[a];

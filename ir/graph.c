@@ -77,6 +77,7 @@ void ir_graph_free(Graph *g)
     free(g->operands);
     free(g->attrs);
     free(g->strings);
+    free(g->intern_slots);
     for (int i = 0; i < g->nsyms; i++) free(g->syms[i].name);
     for (int i = 0; i < g->nfiles; i++) free(g->files[i]);
     free(g->files);
@@ -128,20 +129,45 @@ NodeId ir_add_node(Graph *g, Op op, DType dtype, const Shape *shape, const NodeI
     return g->nnodes++;
 }
 
+static void intern_index(Graph *g, uint32_t off)
+{
+    uint32_t mask = g->intern_cap - 1, i = (uint32_t)util_hash_string(g->strings + off) & mask;
+    while (g->intern_slots[i]) i = (i + 1) & mask;
+    g->intern_slots[i] = off;
+    g->intern_n++;
+}
+
+/* (Re)builds the hash index over all strings, at twice the size needed. */
+static void intern_rebuild(Graph *g, uint32_t want)
+{
+    free(g->intern_slots);
+    g->intern_cap = 16;
+    while (g->intern_cap < 2 * want) g->intern_cap *= 2;
+    g->intern_slots = xcalloc(g->intern_cap, sizeof *g->intern_slots);
+    g->intern_n = 0;
+    for (int32_t off = 1; off < g->nstrings;) {
+        intern_index(g, (uint32_t)off);
+        off += (int32_t)strlen(g->strings + off) + 1;
+    }
+}
+
 uint32_t ir_intern(Graph *g, const char *s)
 {
     if (!s || !*s) return 0;
+    if (!g->intern_slots) intern_rebuild(g, 16);
+    uint32_t mask = g->intern_cap - 1, i = (uint32_t)util_hash_string(s) & mask;
+    for (; g->intern_slots[i]; i = (i + 1) & mask)
+        if (!strcmp(g->strings + g->intern_slots[i], s)) return g->intern_slots[i];
     size_t len = strlen(s);
-    /* Linear search keeps names unique; graphs have at most a few thousand names. */
-    for (int32_t off = 1; off < g->nstrings;) {
-        size_t l = strlen(g->strings + off);
-        if (l == len && !memcmp(g->strings + off, s, len)) return (uint32_t)off;
-        off += (int32_t)l + 1;
-    }
+    /* s may point into g->strings (a name being copied): copy it before growing. */
+    char *copy = xstrndup(s, len);
     GROW(g->strings, g->strings_cap, (int64_t)g->nstrings + (int64_t)len + 1);
     uint32_t off = (uint32_t)g->nstrings;
-    memcpy(g->strings + off, s, len + 1);
+    memcpy(g->strings + off, copy, len + 1);
+    free(copy);
     g->nstrings += (int32_t)len + 1;
+    if ((g->intern_n + 1) * 2 > g->intern_cap) intern_rebuild(g, g->intern_n + 1);
+    else intern_index(g, off);
     return off;
 }
 
@@ -211,6 +237,8 @@ Graph *ir_graph_clone(const Graph *g)
     c->attrs_cap = g->nattrs;
     c->strings = dup_array(g->strings, (size_t)g->nstrings);
     c->strings_cap = g->nstrings;
+    c->intern_slots = NULL; /* rebuilt on first use */
+    c->intern_cap = c->intern_n = 0;
     for (int i = 0; i < g->nsyms; i++) c->syms[i].name = xstrdup(g->syms[i].name);
     c->files = g->nfiles ? xmalloc((size_t)g->nfiles * sizeof *c->files) : NULL;
     for (int i = 0; i < g->nfiles; i++) c->files[i] = xstrdup(g->files[i]);

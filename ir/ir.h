@@ -140,6 +140,8 @@ typedef struct {
     int32_t nattrs, attrs_cap;
     char *strings; /* NUL-separated names; offset 0 is the empty string */
     int32_t nstrings, strings_cap;
+    uint32_t *intern_slots; /* hash index of strings (offsets; 0 = empty), built lazily */
+    uint32_t intern_cap, intern_n;
     Symbol syms[IR_MAX_SYMS];
     int32_t nsyms;
     char **files; /* source file paths, indexed by Loc.file */

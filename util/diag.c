@@ -52,6 +52,7 @@ static void put_source_line(StrBuf *b, const DiagSource *s, Loc loc)
     const char *eol = memchr(p, '\n', (size_t)(end - p));
     if (!eol) eol = end;
     size_t len = (size_t)(eol - p);
+    if (len && p[len - 1] == '\r') len--; /* CRLF files: the CR is not part of the line */
     size_t col = loc.col ? loc.col - 1 : 0;
     if (col > len) col = len;
     /* Show a window of at most 100 bytes around the column. */
@@ -89,7 +90,14 @@ void diag_vreport(Diag *d, DiagLevel level, Loc loc, const char *fmt, va_list ap
         sb_printf(&d->out, "%s: %s: ", d->sources[loc.file].path, what);
     else
         sb_printf(&d->out, "kiln: %s: ", what);
+    size_t msg_start = d->out.len;
     sb_vprintf(&d->out, fmt, ap);
+    /* One mistake must not flood the terminal (a 64 KB name quoted in full). */
+    if (d->out.len - msg_start > 1000) {
+        d->out.len = msg_start + 1000;
+        d->out.data[d->out.len] = 0;
+        sb_puts(&d->out, "...");
+    }
     sb_putc(&d->out, '\n');
     if (loc.file < d->nsources) put_source_line(&d->out, &d->sources[loc.file], loc);
     if (d->echo) {

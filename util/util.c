@@ -142,6 +142,17 @@ void util_format_double(char *out, size_t outsz, double v)
     }
 }
 
+int util_edit_distance_nocase(const char *a, const char *b)
+{
+    char la[65], lb[65];
+    size_t i;
+    for (i = 0; a[i] && i < 64; i++) la[i] = (char)(a[i] >= 'A' && a[i] <= 'Z' ? a[i] + 32 : a[i]);
+    la[i] = 0;
+    for (i = 0; b[i] && i < 64; i++) lb[i] = (char)(b[i] >= 'A' && b[i] <= 'Z' ? b[i] + 32 : b[i]);
+    lb[i] = 0;
+    return util_edit_distance(la, lb);
+}
+
 int util_edit_distance(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
@@ -162,4 +173,57 @@ int util_edit_distance(const char *a, const char *b)
         }
     }
     return row[lb];
+}
+
+uint64_t util_hash_string(const char *s)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+void strmap_free(StrMap *m)
+{
+    free(m->keys);
+    free(m->vals);
+    memset(m, 0, sizeof *m);
+}
+
+static uint32_t strmap_slot(const StrMap *m, const char *key)
+{
+    uint32_t mask = m->cap - 1, i = (uint32_t)util_hash_string(key) & mask;
+    while (m->keys[i] && strcmp(m->keys[i], key)) i = (i + 1) & mask;
+    return i;
+}
+
+int32_t strmap_get(const StrMap *m, const char *key, int32_t dflt)
+{
+    if (!m->cap) return dflt;
+    uint32_t i = strmap_slot(m, key);
+    return m->keys[i] ? m->vals[i] : dflt;
+}
+
+void strmap_put(StrMap *m, const char *key, int32_t val)
+{
+    if ((m->n + 1) * 2 > m->cap) {
+        StrMap bigger = {0};
+        bigger.cap = m->cap ? m->cap * 2 : 16;
+        bigger.keys = xcalloc(bigger.cap, sizeof *bigger.keys);
+        bigger.vals = xcalloc(bigger.cap, sizeof *bigger.vals);
+        for (uint32_t i = 0; i < m->cap; i++)
+            if (m->keys[i]) {
+                uint32_t j = strmap_slot(&bigger, m->keys[i]);
+                bigger.keys[j] = m->keys[i];
+                bigger.vals[j] = m->vals[i];
+                bigger.n++;
+            }
+        strmap_free(m);
+        *m = bigger;
+    }
+    uint32_t i = strmap_slot(m, key);
+    if (!m->keys[i]) {
+        m->keys[i] = key;
+        m->n++;
+    }
+    m->vals[i] = val;
 }

@@ -52,6 +52,8 @@ void util_format_double(char *out, size_t outsz, double v);
 
 /* Levenshtein distance, capped: used for "did you mean" suggestions. */
 int util_edit_distance(const char *a, const char *b);
+/* The same, ignoring ASCII case: 0 means the names differ only in case. */
+int util_edit_distance_nocase(const char *a, const char *b);
 
 /* ---- source locations and diagnostics ---- */
 typedef struct {
@@ -89,5 +91,20 @@ void diag_vreport(Diag *d, DiagLevel level, Loc loc, const char *fmt, va_list ap
 #define diag_note(d, loc, ...) diag_report((d), DIAG_NOTE, (loc), __VA_ARGS__)
 /* Writes the "N more errors not shown" line if any were suppressed. */
 void diag_finish(Diag *d);
+
+/* A string -> int32 hash map. Keys are not copied: they must outlive the map (they point
+ * at names the caller owns). Used wherever a name is looked up among many, so that large
+ * models stay linear time. */
+typedef struct {
+    const char **keys;
+    int32_t *vals;
+    uint32_t cap, n;
+} StrMap;
+void strmap_free(StrMap *m);
+/* Value for key, or dflt. */
+int32_t strmap_get(const StrMap *m, const char *key, int32_t dflt);
+/* Sets key's value (replacing an existing one). */
+void strmap_put(StrMap *m, const char *key, int32_t val);
+uint64_t util_hash_string(const char *s);
 
 #endif

@@ -67,7 +67,7 @@ write("raw_nested_for_300.kiln", "\n".join(lines))
 # A 64 KB identifier used as an unknown name.
 write("raw_long_name_64k.kiln",
       "# An unknown name 65,536 characters long.\n" + HEADER +
-      "forward(x: f32[B, 4]) -> y {\n    y = fc(" + "x" * 65536 + ")\n}\n" + TRAIN, pending=True)
+      "forward(x: f32[B, 4]) -> y {\n    y = fc(" + "x" * 65536 + ")\n}\n" + TRAIN)
 
 # The reference GPT cut off in the middle of a token (inside `transpose`).
 with open(os.path.join(HERE, "..", "..", "models", "gpt.kiln"), "rb") as f:
@@ -95,25 +95,25 @@ write("raw_nul_byte.kiln",
       b"forward(image: u8[B, 28, 28]) -> logits {\n"
       b"    logits = fc1(flatten(f32(image)\x00 / 255))\n}\n\ntrain { batch = 128 }\n")
 
-# ---- pending/: inputs that show a compiler problem (see pending/README.md) ----
+# ---- large generated inputs that once showed compiler problems (now fixed) ----
 
 # 20,000 members: compile time grows quadratically (minutes).
 write("members_20000_slow.kiln",
       "# 20,000 members, and forward calls fc20000, which does not exist; kiln check should\n"
       "# report that in well under a second, not after minutes.\nmodel wide\n\n" +
       "".join("fc%d = Linear(4, 4)\n" % i for i in range(20000)) +
-      "\nforward(x: f32[B, 4]) -> y {\n    y = fc20000(x)\n}\n" + TRAIN, pending=True)
+      "\nforward(x: f32[B, 4]) -> y {\n    y = fc20000(x)\n}\n" + TRAIN)
 
 # A metric name repeated after the 256th metric: the duplicate check stops at 256 names.
 write("dup_metric_beyond_256.kiln",
       "# metric m280 is defined twice; the duplicate comes after 300 metrics.\nmodel many\n\n" +
       "forward(x: f32[B, 4]) -> y {\n    y = x * 2\n}\n\n" +
       "".join("metric m%d = mean(y) * %d\n" % (i, i) for i in range(300)) +
-      "metric m280 = sum(y)\n" + TRAIN, pending=True)
+      "metric m280 = sum(y)\n" + TRAIN)
 
 # A constant redefined after the 4096th declaration: accepted silently, the last value wins.
 write("dup_const_beyond_4096.kiln",
       "# const c4099 is defined twice (4099, then 5); kiln accepts it and uses 5.\nmodel many\n\n" +
       "".join("const c%d = %d\n" % (i, i) for i in range(4100)) +
       "const c4099 = 5\n\nfc = Linear(4, c4099)\n\n" +
-      "forward(x: f32[B, 4]) -> y {\n    y = fc(x)\n}\n" + TRAIN, pending=True)
+      "forward(x: f32[B, 4]) -> y {\n    y = fc(x)\n}\n" + TRAIN)
