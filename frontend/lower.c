@@ -785,6 +785,7 @@ static void collect_init_rules(Lower *L, AstId container, int first, int32_t own
         r->at = it;
         r->owner = owner;
         r->matches = 0;
+        r->failed = false;
     }
 }
 
