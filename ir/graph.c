@@ -140,6 +140,9 @@ static void intern_index(Graph *g, uint32_t off)
 /* (Re)builds the hash index over all strings, at twice the size needed. */
 static void intern_rebuild(Graph *g, uint32_t want)
 {
+    uint32_t count = 0;
+    for (int32_t off = 1; off < g->nstrings; off += (int32_t)strlen(g->strings + off) + 1) count++;
+    if (want < count + 1) want = count + 1;
     free(g->intern_slots);
     g->intern_cap = 16;
     while (g->intern_cap < 2 * want) g->intern_cap *= 2;

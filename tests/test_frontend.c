@@ -513,3 +513,25 @@ Test(cli, ir_to_file_and_dot)
     unlink(path);
     sb_free(&out);
 }
+
+/* Interning after a clone rebuilds the name index at the right size (it once looped
+ * forever when a cloned graph had more than 16 names). */
+Test(graph, intern_after_clone)
+{
+    Graph *g = ir_graph_new("t");
+    char name[32];
+    uint32_t offs[100];
+    for (int i = 0; i < 100; i++) {
+        snprintf(name, sizeof name, "name.%d", i);
+        offs[i] = ir_intern(g, name);
+    }
+    Graph *c = ir_graph_clone(g);
+    for (int i = 0; i < 100; i++) {
+        snprintf(name, sizeof name, "name.%d", i);
+        cr_expect_eq(ir_intern(c, name), offs[i]);
+    }
+    uint32_t fresh = ir_intern(c, "another");
+    cr_expect_str_eq(ir_str(c, fresh), "another");
+    ir_graph_free(c);
+    ir_graph_free(g);
+}
