@@ -63,7 +63,7 @@ static double to_dtype(DType t, double x)
     }
 }
 
-static void normalise(DType t, double *v, int64_t n)
+void interp_normalise(DType t, double *v, int64_t n)
 {
     if (ir_dtype_is_float(t)) return;
     for (int64_t i = 0; i < n; i++) v[i] = to_dtype(t, v[i]);
@@ -201,7 +201,7 @@ static const char *leaf_kind(Op op) { return op == OP_INPUT ? "input" : "param";
 
 /* ---- elementwise maths ---- */
 
-static double unary(Op op, double x)
+double interp_unary(Op op, double x)
 {
     switch (op) {
     case OP_NEG: return -x;
@@ -219,7 +219,7 @@ static double unary(Op op, double x)
     }
 }
 
-static double binary(Op op, double x, double y)
+double interp_binary(Op op, double x, double y)
 {
     switch (op) {
     case OP_ADD: return x + y;
@@ -555,7 +555,7 @@ static int eval_node(Interp *ip, NodeId id)
         break;
     case OP_NEG: case OP_ABS: case OP_SIGN: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_TANH:
     case OP_SIGMOID: case OP_RELU: case OP_NOT: case OP_CAST: case OP_DETACH:
-        for (int64_t e = 0; e < o->n; e++) o->data[e] = unary(op, in[0]->data[e]);
+        for (int64_t e = 0; e < o->n; e++) o->data[e] = interp_unary(op, in[0]->data[e]);
         break;
     case OP_DIV:
         if (!ir_dtype_is_float((DType)nd->dtype)) {
@@ -568,7 +568,7 @@ static int eval_node(Interp *ip, NodeId id)
         /* fall through */
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_MAX: case OP_MIN: case OP_POW:
     case OP_EQ: case OP_NE: case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_AND: case OP_OR:
-        for (int64_t e = 0; e < o->n; e++) o->data[e] = binary(op, in[0]->data[e], in[1]->data[e]);
+        for (int64_t e = 0; e < o->n; e++) o->data[e] = interp_binary(op, in[0]->data[e], in[1]->data[e]);
         break;
     case OP_WHERE:
         for (int64_t e = 0; e < o->n; e++) o->data[e] = in[0]->data[e] != 0 ? in[1]->data[e] : in[2]->data[e];
@@ -614,7 +614,7 @@ static int eval_node(Interp *ip, NodeId id)
     case OP_COUNT: break;
     }
     if (rc < 0) return rc;
-    normalise((DType)nd->dtype, o->data, o->n);
+    interp_normalise((DType)nd->dtype, o->data, o->n);
     return 0;
 }
 
@@ -672,7 +672,7 @@ void interp_set(Interp *ip, NodeId leaf, const double *data)
     }
     double *v = xmalloc((size_t)(t.n ? t.n : 1) * sizeof *v);
     if (t.n) memcpy(v, data, (size_t)t.n * sizeof *v);
-    normalise((DType)nd->dtype, v, t.n);
+    interp_normalise((DType)nd->dtype, v, t.n);
     set_leaf(ip, leaf, &t, v);
 }
 
@@ -716,7 +716,7 @@ void interp_init_params(Interp *ip, uint64_t seed)
             case INIT_COUNT: v[e] = 0; break;
             }
         }
-        normalise((DType)nd->dtype, v, t.n);
+        interp_normalise((DType)nd->dtype, v, t.n);
         set_leaf(ip, id, &t, v);
     }
 }

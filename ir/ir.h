@@ -286,5 +286,11 @@ void interp_init_params(Interp *ip, uint64_t seed);
  * index out of range, a symbol value that makes a shape invalid). */
 int interp_run(Interp *ip);
 const ITensor *interp_value(const Interp *ip, NodeId id);
+/* The interpreter's elementwise semantics, shared with constant folding so that a folded
+ * value is exactly what the interpreter would compute: an op on doubles, then the value
+ * stored as dtype t holds it (truncated and wrapped for integers). */
+double interp_unary(Op op, double x);
+double interp_binary(Op op, double x, double y);
+void interp_normalise(DType t, double *v, int64_t n);
 
 #endif

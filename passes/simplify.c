@@ -106,67 +106,14 @@ static bool is_fill_of(const Graph *g, NodeId id, double want)
     return is_fill(g, id, &v) && v == want;
 }
 
-/* The value a cast to t gives, as the interpreter computes it. */
-static double cast_value(double v, DType t)
+/* Folding uses the interpreter's own elementwise semantics, so a folded constant is exactly
+ * the value the unfolded graph computes. Integer division is not folded: the interpreter
+ * checks it for zero at run time. */
+static double fold_value(Op op, DType t, double x, double y, bool binary)
 {
-    if (ir_dtype_is_float(t)) return v;
-    if (t == DT_BOOL) return v != 0;
-    if (isnan(v) || isinf(v)) return 0;
-    double r = trunc(v);
-    if (t == DT_U8) return fmod(fmod(r, 256) + 256, 256);
-    if (t == DT_I32) {
-        double m = fmod(r, 4294967296.0);
-        if (m < 0) m += 4294967296.0;
-        return m >= 2147483648.0 ? m - 4294967296.0 : m;
-    }
+    double r = binary ? interp_binary(op, x, y) : interp_unary(op, x);
+    interp_normalise(t, &r, 1);
     return r;
-}
-
-static double fold_unary(Op op, double x)
-{
-    switch (op) {
-    case OP_NEG: return -x;
-    case OP_ABS: return fabs(x);
-    case OP_SIGN: return isnan(x) ? x : (x > 0) - (x < 0);
-    case OP_EXP: return exp(x);
-    case OP_LOG: return log(x);
-    case OP_SQRT: return sqrt(x);
-    case OP_TANH: return tanh(x);
-    case OP_SIGMOID: return 1 / (1 + exp(-x));
-    case OP_RELU: return x > 0 || isnan(x) ? x : 0;
-    case OP_NOT: return x == 0;
-    case OP_DETACH: return x;
-    default: return NAN;
-    }
-}
-
-/* Folds a binary op of two fills; false when not foldable exactly (integer division,
- * which the interpreter checks for zero at run time). */
-static bool fold_binary(Op op, DType t, double x, double y, double *r)
-{
-    switch (op) {
-    case OP_ADD: *r = x + y; break;
-    case OP_SUB: *r = x - y; break;
-    case OP_MUL: *r = x * y; break;
-    case OP_DIV:
-        if (!ir_dtype_is_float(t)) return false;
-        *r = x / y;
-        break;
-    case OP_MAX: *r = isnan(x) || isnan(y) ? NAN : fmax(x, y); break;
-    case OP_MIN: *r = isnan(x) || isnan(y) ? NAN : fmin(x, y); break;
-    case OP_POW: *r = pow(x, y); break;
-    case OP_EQ: *r = x == y; return true;
-    case OP_NE: *r = x != y; return true;
-    case OP_LT: *r = x < y; return true;
-    case OP_LE: *r = x <= y; return true;
-    case OP_GT: *r = x > y; return true;
-    case OP_GE: *r = x >= y; return true;
-    case OP_AND: *r = x != 0 && y != 0; return true;
-    case OP_OR: *r = x != 0 || y != 0; return true;
-    default: return false;
-    }
-    if (!ir_dtype_is_float(t)) *r = cast_value(*r, t);
-    return true;
 }
 
 static NodeId emit_fill(Simp *s, double v, DType t, const Shape *shape, Loc loc)
@@ -189,13 +136,10 @@ static NodeId rewrite(Simp *s, const Node *n, const NodeId *ins, const int64_t *
     const Node *xn = x != IR_NONE ? &o->nodes[x] : NULL;
     bool same_as_x = xn && xn->dtype == t && ir_shape_eq(&xn->shape, &n->shape);
 
-    if ((flags & OPF_UNARY) && is_fill(o, x, &v0))
-        return emit_fill(s, op == OP_CAST ? cast_value(v0, t) : fold_unary(op, v0), t, &n->shape, n->loc);
+    if ((flags & OPF_UNARY) && is_fill(o, x, &v0)) return emit_fill(s, fold_value(op, t, v0, 0, false), t, &n->shape, n->loc);
     if ((op == OP_RESHAPE || op == OP_EXPAND) && is_fill(o, x, &v0)) return emit_fill(s, v0, t, &n->shape, n->loc);
-    if ((flags & OPF_BINARY) && is_fill(o, x, &v0) && is_fill(o, y, &v1)) {
-        double r;
-        if (fold_binary(op, (DType)xn->dtype, v0, v1, &r)) return emit_fill(s, r, t, &n->shape, n->loc);
-    }
+    if ((flags & OPF_BINARY) && is_fill(o, x, &v0) && is_fill(o, y, &v1) && !(op == OP_DIV && !ir_dtype_is_float(t)))
+        return emit_fill(s, fold_value(op, t, v0, v1, true), t, &n->shape, n->loc);
     switch (op) {
     case OP_ADD:
         if (is_fill_of(o, y, 0.0)) return x;
