@@ -1,0 +1,45 @@
+/* core.c — the small shared pieces of the runtime: status and dtype names, arrays. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln_rt.h"
+
+const char *krt_status_name(krt_status s)
+{
+    switch (s) {
+    case KRT_OK: return "ok";
+    case KRT_EIO: return "I/O error";
+    case KRT_EFORMAT: return "bad format";
+    case KRT_EINVAL: return "invalid value";
+    case KRT_ENOMEM: return "out of memory";
+    case KRT_ENOSPC: return "disk full";
+    case KRT_EMISMATCH: return "mismatch";
+    }
+    return "unknown status";
+}
+
+size_t krt_dtype_size(krt_dtype t)
+{
+    static const size_t sizes[KRT_DTYPE_COUNT] = {1, 1, 4, 8, 2, 2, 4, 8};
+    return t < KRT_DTYPE_COUNT ? sizes[t] : 0;
+}
+
+const char *krt_dtype_name(krt_dtype t)
+{
+    static const char *names[KRT_DTYPE_COUNT] = {"bool", "u8", "i32", "i64", "f16", "bf16", "f32", "f64"};
+    return t < KRT_DTYPE_COUNT ? names[t] : "?";
+}
+
+void krt_array_free(krt_array *a)
+{
+    if (!a) return;
+    free(a->data);
+    memset(a, 0, sizeof *a);
+}
+
+int64_t krt_array_count(const krt_array *a)
+{
+    int64_t n = 1;
+    for (int i = 0; i < a->rank; i++) n *= a->dims[i];
+    return n;
+}

@@ -1,0 +1,184 @@
+/* kiln_rt.h — the public interface of Kiln's runtime library, which generated training
+ * and inference programs link against: data loading, optimizers, learning-rate schedules,
+ * safetensors checkpoints. Independent of the compiler (no IR here), so a generated
+ * program needs only this header, this library, libm, zlib, pthreads and a BLAS.
+ *
+ * Every function returns a krt_status and fills a krt_error whose message names the file
+ * (or the argument) and what is wrong; nothing here calls exit() or prints. */
+#ifndef KILN_RT_H
+#define KILN_RT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KRT_MAX_RANK 8
+
+typedef enum {
+    KRT_OK = 0,
+    KRT_EIO,       /* cannot open, read or write a file */
+    KRT_EFORMAT,   /* a file is truncated, corrupted or not of the expected format */
+    KRT_EINVAL,    /* an argument or value is out of range */
+    KRT_ENOMEM,
+    KRT_ENOSPC,    /* the disk is full */
+    KRT_EMISMATCH, /* a file belongs to another model, or shapes/dtypes differ */
+} krt_status;
+
+typedef struct {
+    krt_status code;
+    char msg[1024]; /* "path: what is wrong" */
+} krt_error;
+
+const char *krt_status_name(krt_status s);
+
+/* Same order and sizes as the compiler's dtypes (ir/ir.h). */
+typedef enum { KRT_BOOL, KRT_U8, KRT_I32, KRT_I64, KRT_F16, KRT_BF16, KRT_F32, KRT_F64, KRT_DTYPE_COUNT } krt_dtype;
+size_t krt_dtype_size(krt_dtype t);
+const char *krt_dtype_name(krt_dtype t);
+
+/* An n-d array, row-major, owning its data (free with krt_array_free). */
+typedef struct {
+    krt_dtype dtype;
+    int rank;
+    int64_t dims[KRT_MAX_RANK];
+    void *data;
+    size_t nbytes;
+} krt_array;
+void krt_array_free(krt_array *a);
+int64_t krt_array_count(const krt_array *a);
+
+/* ---- data (data.c) ---- */
+
+/* IDX files (plain or gzip, detected by content): u8, i8, i16, i32, f32, f64 element
+ * types. The header's dims must match the file's size exactly. */
+krt_status krt_idx_load(const char *path, krt_array *out, krt_error *err);
+/* NumPy .npy (format 1.0/2.0/3.0, C order, little-endian): |b1 |u1 <i4 <i8 <f4 <f8. */
+krt_status krt_npy_load(const char *path, krt_array *out, krt_error *err);
+/* The bytes of every file matching the glob `pattern`, minus those whose base name
+ * matches the glob `exclude` (NULL or "" for none), sorted by name, concatenated: a u8
+ * array of one dimension. An empty result is an error. */
+krt_status krt_text_load(const char *pattern, const char *exclude, krt_array *out, krt_error *err);
+/* Token files (docs/formats.md): a 16-byte header "KILNTOK1", u32 bytes per token (2 or
+ * 4), u32 reserved 0; then u64 count; then the tokens, little-endian. Loaded as I32. */
+krt_status krt_tokens_load(const char *path, krt_array *out, krt_error *err);
+/* Writes a token file atomically; width is 2 or 4; every token must fit. */
+krt_status krt_tokens_write(const char *path, const int32_t *tokens, int64_t count, int width, krt_error *err);
+
+/* Where a dataset's iteration stands; saved in checkpoints so resume is exact. */
+typedef struct {
+    uint64_t seed;
+    int64_t epoch;    /* 0-based */
+    int64_t position; /* samples of this epoch already delivered */
+} krt_cursor;
+
+typedef struct krt_dataset krt_dataset;
+
+/* Samples are rows (axis 0) of n arrays of equal length, rows [first, first + count). */
+krt_dataset *krt_dataset_rows(const krt_array *arrays, int n, int64_t first, int64_t count, krt_error *err);
+/* Language-model windows over a 1-D token stream, tokens [first, first + count): sample i
+ * is input = tokens[o, o + T), target = tokens[o + 1, o + T + 1) for the window start o
+ * of sample i (non-overlapping windows; the epoch's order of windows is shuffled). */
+krt_dataset *krt_dataset_windows(const krt_array *stream, int64_t T, int64_t first, int64_t count, krt_error *err);
+int64_t krt_dataset_size(const krt_dataset *ds); /* samples per epoch */
+int krt_dataset_arity(const krt_dataset *ds);    /* arrays per sample (2 for windows) */
+void krt_dataset_free(krt_dataset *ds);
+
+/* Fills the next batch at the cursor: dst[k] receives `batch` samples of array k,
+ * converted to dtypes[k], contiguous. With shuffle, each epoch's order is a seeded
+ * permutation (seed, epoch); the cursor advances, moving to the next epoch at its end
+ * (a final partial batch is dropped when drop_last). *got is the samples delivered. */
+krt_status krt_dataset_next(krt_dataset *ds, krt_cursor *cur, int64_t batch, bool shuffle, bool drop_last, void *const *dst,
+                            const krt_dtype *dtypes, int64_t *got, krt_error *err);
+
+/* A background thread that prepares the next batch while the current one trains;
+ * results are identical to calling krt_dataset_next directly. */
+typedef struct krt_prefetch krt_prefetch;
+krt_prefetch *krt_prefetch_start(krt_dataset *ds, krt_cursor cur, int64_t batch, bool shuffle, bool drop_last,
+                                 const krt_dtype *dtypes, krt_error *err);
+/* Copies the next batch into dst (as krt_dataset_next) and its cursor after it. */
+krt_status krt_prefetch_next(krt_prefetch *p, void *const *dst, int64_t *got, krt_cursor *after, krt_error *err);
+void krt_prefetch_stop(krt_prefetch *p);
+
+/* ---- optimizers and schedules (optim.c, sched.c) ---- */
+
+typedef enum { KRT_SGD, KRT_ADAM, KRT_ADAMW } krt_optim_kind;
+
+typedef struct {
+    krt_optim_kind kind;
+    double lr;
+    double momentum, dampening; /* SGD */
+    bool nesterov;              /* SGD */
+    double beta1, beta2, eps;   /* Adam, AdamW */
+    double weight_decay;        /* SGD, Adam: L2 added to the gradient; AdamW: decoupled */
+} krt_optim_config;
+
+/* One parameter tensor inside the flat parameter slab. */
+typedef struct {
+    int64_t offset, count;
+    bool decay; /* weight decay applies (by default: tensors of rank >= 2) */
+} krt_param_span;
+
+/* Optimizer state: one or two moment slabs the size of the parameter slab. */
+typedef struct {
+    float *m, *v;    /* SGD momentum buffer in m; Adam first and second moments */
+    int64_t n;
+    int64_t step;    /* optimizer steps taken (Adam bias correction), starts at 0 */
+} krt_optim_state;
+
+krt_status krt_optim_init(krt_optim_state *s, const krt_optim_config *c, int64_t n, krt_error *err);
+void krt_optim_free(krt_optim_state *s);
+/* One update of params from grads with learning rate lr, exactly as torch.optim does it. */
+void krt_optim_step(const krt_optim_config *c, krt_optim_state *s, double lr, float *params, const float *grads,
+                    const krt_param_span *spans, int nspans);
+/* Global L2 norm of the gradients (accumulated in double). */
+double krt_grad_norm(const float *grads, int64_t n);
+/* Scales grads so that their norm is at most max_norm (torch.nn.utils.clip_grad_norm_:
+ * factor max_norm / (norm + 1e-6) when norm > max_norm); returns the norm before. */
+double krt_clip_grad_norm(float *grads, int64_t n, double max_norm);
+
+typedef enum { KRT_SCHED_CONSTANT, KRT_SCHED_STEP, KRT_SCHED_LINEAR, KRT_SCHED_COSINE } krt_sched_kind;
+typedef struct {
+    krt_sched_kind kind;
+    int64_t warmup;      /* linear warmup steps from 0 */
+    int64_t step_size;   /* STEP */
+    double gamma;        /* STEP */
+    double min_lr;       /* LINEAR, COSINE: value at total_steps */
+    int64_t total_steps; /* LINEAR, COSINE */
+} krt_schedule;
+/* Learning rate for optimizer step `step` (0-based). */
+double krt_schedule_lr(const krt_schedule *s, double base_lr, int64_t step);
+
+/* ---- checkpoints (ckpt.c): safetensors ---- */
+
+typedef struct {
+    const char *name;
+    krt_dtype dtype;
+    int rank;
+    int64_t dims[KRT_MAX_RANK];
+    const void *data;
+} krt_st_tensor;
+
+typedef struct {
+    const char *key, *value;
+} krt_st_meta;
+
+/* Writes a safetensors file (https://github.com/huggingface/safetensors format: u64 header
+ * length, JSON header with dtype/shape/data_offsets per tensor and "__metadata__", then the
+ * data) atomically: a temporary file in the same directory, fsync, rename, fsync of the
+ * directory. On any failure (a full disk included) the previous file is left untouched. */
+krt_status krt_safetensors_write(const char *path, const krt_st_tensor *tensors, int n, const krt_st_meta *meta, int nmeta,
+                                 krt_error *err);
+
+typedef struct krt_safetensors krt_safetensors;
+/* Reads and validates a whole file: header length and JSON, dtypes, shapes, offsets
+ * inside the file, contiguous and not overlapping. A truncated or foreign file is
+ * refused with a message naming it. */
+krt_status krt_safetensors_read(const char *path, krt_safetensors **out, krt_error *err);
+int krt_safetensors_count(const krt_safetensors *st);
+/* The i-th tensor (data points into the loaded file), or NULL. */
+const krt_st_tensor *krt_safetensors_tensor(const krt_safetensors *st, int i);
+const krt_st_tensor *krt_safetensors_find(const krt_safetensors *st, const char *name);
+const char *krt_safetensors_meta(const krt_safetensors *st, const char *key); /* or NULL */
+void krt_safetensors_free(krt_safetensors *st);
+
+#endif
