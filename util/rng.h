@@ -1,48 +1,6 @@
-/* rng.h — the counter-based random generator shared by the compiler, the interpreter and
- * the generated code. A value is a pure function of (seed, a, b, index), so a run is
- * reproducible, resume is exact and a dropout mask can be recomputed in the backward pass
- * without being stored. The mixing function is SplitMix64's finaliser (Stafford's Mix13)
- * applied to the combined key; it passes BigCrush as a counter-based generator. */
-#ifndef KILN_RNG_H
-#define KILN_RNG_H
-
-#include <math.h>
-#include <stdint.h>
-
-static inline uint64_t kiln_rng_mix(uint64_t z)
-{
-    z += UINT64_C(0x9e3779b97f4a7c15);
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
-/* 64 random bits for element `index` of stream (a, b) under `seed`. */
-static inline uint64_t kiln_rng_bits(uint64_t seed, uint64_t a, uint64_t b, uint64_t index)
-{
-    uint64_t k = kiln_rng_mix(seed ^ kiln_rng_mix(a ^ kiln_rng_mix(b)));
-    return kiln_rng_mix(k ^ kiln_rng_mix(index));
-}
-
-/* Uniform in [0, 1) with 24 random bits: exactly representable in float32, so the C, CUDA
- * and interpreter paths agree bit for bit. */
-static inline float kiln_rng_uniform24(uint64_t seed, uint64_t a, uint64_t b, uint64_t index)
-{
-    return (float)(kiln_rng_bits(seed, a, b, index) >> 40) * (1.0f / 16777216.0f);
-}
-
-/* Uniform in (0, 1) with 53 bits, never 0 (safe for log). */
-static inline double kiln_rng_uniform53(uint64_t seed, uint64_t a, uint64_t b, uint64_t index)
-{
-    return ((double)(kiln_rng_bits(seed, a, b, index) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-/* Standard normal by Box-Muller from the two uniforms of (index*2, index*2+1). */
-static inline double kiln_rng_normal(uint64_t seed, uint64_t a, uint64_t b, uint64_t index)
-{
-    double u1 = kiln_rng_uniform53(seed, a, b, 2 * index);
-    double u2 = kiln_rng_uniform53(seed, a, b, 2 * index + 1);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
+/* rng.h — the compiler's view of the counter-based generator. It is defined once, in the
+ * runtime's header, because generated programs must produce bit-identical numbers. */
+#ifndef KILN_UTIL_RNG_H
+#define KILN_UTIL_RNG_H
+#include "../runtime/kiln_rng.h"
 #endif

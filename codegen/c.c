@@ -1,0 +1,967 @@
+/* c.c — the C target: the numerical reference for generated code.
+ *
+ * One C file per model: the parameter, input and symbol tables, then one static function
+ * per computing node ("kernel") with a comment giving its op, shapes and the model line it
+ * came from, then a train step and an eval step that call the kernels in order. Matmuls go
+ * through cblas_sgemm; everything else is plain loops the C compiler vectorises. Memory:
+ * parameters, gradients and buffers come from the caller's slabs; activations from one
+ * arena whose offsets are planned here by liveness (first fit), so a step never
+ * allocates. Reshape and detach are views (no copy). Fusion comes later (passes/fusion.c);
+ * until then a kernel is one node. */
+#include "codegen.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { ST_NONE, ST_INPUT, ST_PARAM, ST_BUFFER, ST_ARENA, ST_ALIAS, ST_INLINE };
+
+typedef struct {
+    const Graph *g;
+    StrBuf *o;
+    StrBuf *err;
+    const char *prefix;
+    uint8_t *storage;
+    int64_t *off;   /* arena byte offset, param element offset, buffer byte offset, input index */
+    NodeId *root;   /* the node whose storage a view uses */
+    int64_t arena;
+    char **lines;   /* source lines, for comments */
+    int nlines;
+    const char *source;
+} Cg;
+
+static const char *ctype(DType t)
+{
+    switch (t) {
+    case DT_BOOL: return "uint8_t";
+    case DT_U8: return "uint8_t";
+    case DT_I32: return "int32_t";
+    case DT_I64: return "int64_t";
+    case DT_F32: return "float";
+    case DT_F64: return "double";
+    default: return NULL;
+    }
+}
+
+static const char *krt_dtype_c(DType t)
+{
+    static const char *names[DT_COUNT] = {"KRT_BOOL", "KRT_U8", "KRT_I32", "KRT_I64", "KRT_F16", "KRT_BF16", "KRT_F32", "KRT_F64"};
+    return t < DT_COUNT ? names[t] : "KRT_F32";
+}
+
+/* A C expression for a dim, using the symbols' names (declared in each kernel). */
+static void dim_c(StrBuf *b, const Graph *g, Dim d)
+{
+    if (d.nsym == 0) {
+        sb_printf(b, "%lld", (long long)d.k);
+        return;
+    }
+    if (d.k != 1) sb_printf(b, "%lld * ", (long long)d.k);
+    for (int i = 0; i < d.nsym; i++) sb_printf(b, "%s%s", i ? " * " : "", g->syms[d.sym[i]].name);
+}
+
+static void literal(StrBuf *b, double v, DType t)
+{
+    if (ir_dtype_is_float(t)) {
+        if (isnan(v)) sb_puts(b, "NAN");
+        else if (isinf(v)) sb_puts(b, v < 0 ? "-INFINITY" : "INFINITY");
+        else {
+            char buf[64];
+            util_format_double(buf, sizeof buf, v);
+            sb_printf(b, "%s%s", buf, t == DT_F32 ? "f" : "");
+        }
+    } else {
+        sb_printf(b, "(%s)%lld", ctype(t), (long long)v);
+    }
+}
+
+static const Node *N(const Cg *c, NodeId id) { return &c->g->nodes[id]; }
+
+static bool is_elementwise(const Graph *g, NodeId id)
+{
+    unsigned f = ir_op_info[g->nodes[id].op].flags;
+    return (f & (OPF_UNARY | OPF_BINARY)) || g->nodes[id].op == OP_WHERE;
+}
+
+/* ---- kernel text ---- */
+
+/* Declares `const int64_t B = s[0], ...` for the symbols used by the node and operands. */
+static void declare_syms(Cg *c, NodeId id)
+{
+    uint64_t used = 0;
+    const Node *n = N(c, id);
+    for (int i = 0; i < n->shape.rank; i++)
+        for (int k = 0; k < n->shape.d[i].nsym; k++) used |= UINT64_C(1) << n->shape.d[i].sym[k];
+    for (uint32_t j = 0; j < n->ninputs; j++) {
+        const Node *x = N(c, ir_input(c->g, id, (int)j));
+        for (int i = 0; i < x->shape.rank; i++)
+            for (int k = 0; k < x->shape.d[i].nsym; k++) used |= UINT64_C(1) << x->shape.d[i].sym[k];
+    }
+    for (int s = 0; s < c->g->nsyms; s++)
+        if (used >> s & 1) sb_printf(c->o, "    const int64_t %s = s[%d];\n", c->g->syms[s].name, s);
+}
+
+/* `const int64_t P0 = ..., P1 = ...;` naming the dims of a shape. */
+static void declare_dims(Cg *c, const char *prefix, const Shape *s)
+{
+    if (!s->rank) return;
+    sb_puts(c->o, "    const int64_t ");
+    for (int i = 0; i < s->rank; i++) {
+        sb_printf(c->o, "%s%s%d = ", i ? ", " : "", prefix, i);
+        dim_c(c->o, c->g, s->d[i]);
+    }
+    sb_puts(c->o, ";\n");
+}
+
+static void numel_c(Cg *c, const Shape *s)
+{
+    if (!s->rank) {
+        sb_puts(c->o, "1");
+        return;
+    }
+    for (int i = 0; i < s->rank; i++) {
+        if (i) sb_puts(c->o, " * ");
+        Dim d = s->d[i];
+        if (d.nsym && d.k != 1) sb_putc(c->o, '(');
+        dim_c(c->o, c->g, d);
+        if (d.nsym && d.k != 1) sb_putc(c->o, ')');
+    }
+}
+
+static const char *fsuffix(DType t) { return t == DT_F32 ? "f" : ""; }
+
+/* The expression of an elementwise op on operand expressions a, b, w (where). */
+static void elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const char *w)
+{
+    const Node *n = N(c, id);
+    DType in = (DType)N(c, ir_input(c->g, id, 0))->dtype;
+    const char *f = fsuffix(in);
+    bool fl = ir_dtype_is_float(in);
+    StrBuf *o = c->o;
+    switch ((Op)n->op) {
+    case OP_NEG: sb_printf(o, "-%s", a); break;
+    case OP_ABS:
+        if (fl) sb_printf(o, "fabs%s(%s)", f, a);
+        else sb_printf(o, "(%s < 0 ? -%s : %s)", a, a, a);
+        break;
+    case OP_SIGN: sb_printf(o, "(%s > 0) - (%s < 0)", a, a); break;
+    case OP_EXP: sb_printf(o, "exp%s(%s)", f, a); break;
+    case OP_LOG: sb_printf(o, "log%s(%s)", f, a); break;
+    case OP_SQRT: sb_printf(o, "sqrt%s(%s)", f, a); break;
+    case OP_TANH: sb_printf(o, "tanh%s(%s)", f, a); break;
+    case OP_SIGMOID: sb_printf(o, "%s >= 0 ? 1 / (1 + exp%s(-%s)) : exp%s(%s) / (1 + exp%s(%s))", a, f, a, f, a, f, a); break;
+    case OP_RELU: /* NaN propagates, as in PyTorch */
+        if (fl) sb_printf(o, "%s > 0 || %s != %s ? %s : 0", a, a, a, a);
+        else sb_printf(o, "%s > 0 ? %s : 0", a, a);
+        break;
+    case OP_NOT: sb_printf(o, "!%s", a); break;
+    case OP_DETACH: sb_puts(o, a); break;
+    case OP_CAST:
+        if (n->dtype == DT_BOOL) sb_printf(o, "%s != 0", a);
+        else sb_printf(o, "(%s)%s", ctype((DType)n->dtype), a);
+        break;
+    case OP_ADD: sb_printf(o, "%s + %s", a, b); break;
+    case OP_SUB: sb_printf(o, "%s - %s", a, b); break;
+    case OP_MUL: sb_printf(o, "%s * %s", a, b); break;
+    case OP_DIV: sb_printf(o, "%s / %s", a, b); break;
+    case OP_MAX:
+    case OP_MIN: {
+        const char *cmp = n->op == OP_MAX ? ">" : "<";
+        if (fl) sb_printf(o, "%s %s %s || %s != %s ? %s : %s", a, cmp, b, a, a, a, b); /* NaN wins */
+        else sb_printf(o, "%s %s %s ? %s : %s", a, cmp, b, a, b);
+        break;
+    }
+    case OP_POW: sb_printf(o, "pow%s(%s, %s)", f, a, b); break;
+    case OP_EQ: sb_printf(o, "%s == %s", a, b); break;
+    case OP_NE: sb_printf(o, "%s != %s", a, b); break;
+    case OP_LT: sb_printf(o, "%s < %s", a, b); break;
+    case OP_LE: sb_printf(o, "%s <= %s", a, b); break;
+    case OP_GT: sb_printf(o, "%s > %s", a, b); break;
+    case OP_GE: sb_printf(o, "%s >= %s", a, b); break;
+    case OP_AND: sb_printf(o, "%s && %s", a, b); break;
+    case OP_OR: sb_printf(o, "%s || %s", a, b); break;
+    case OP_WHERE: sb_printf(o, "%s ? %s : %s", a, b, w); break;
+    default: break;
+    }
+}
+
+/* Operand k of an elementwise kernel: a literal for an inlined constant, else x_k[i]. */
+static void operand_expr(Cg *c, NodeId id, int k, char *buf, size_t n)
+{
+    NodeId x = ir_input(c->g, id, k);
+    if (c->storage[x] == ST_INLINE) {
+        StrBuf t;
+        sb_init(&t);
+        literal(&t, N(c, x)->fattr[0], (DType)N(c, x)->dtype);
+        snprintf(buf, n, "%s", t.data);
+        sb_free(&t);
+    } else {
+        snprintf(buf, n, "x%d[i]", k);
+    }
+}
+
+/* Nested loops over a shape with coordinates c0.. and a running index i. */
+static void open_loops(Cg *c, const char *dims, int rank, int indent)
+{
+    for (int d = 0; d < rank; d++)
+        sb_printf(c->o, "%*sfor (int64_t c%d = 0; c%d < %s%d; c%d++)\n", indent + 4 * d, "", d, d, dims, d, d);
+}
+
+/* Row-major strides of a shape named by dims prefix: `const int64_t Xs0 = X1 * X2, ...`. */
+static void declare_strides(Cg *c, const char *dims, int rank)
+{
+    if (!rank) return;
+    sb_puts(c->o, "    const int64_t ");
+    for (int i = 0; i < rank; i++) {
+        sb_printf(c->o, "%s%ss%d = 1", i ? ", " : "", dims, i);
+        for (int j = i + 1; j < rank; j++) sb_printf(c->o, " * %s%d", dims, j);
+    }
+    sb_puts(c->o, ";\n");
+}
+
+/* 64-bit element index of coordinates under strides, e.g. c0 * Xs0 + c1 * Xs1. */
+static void index_expr(Cg *c, const char *strides, const int *axis_of_coord, int rank)
+{
+    if (!rank) {
+        sb_puts(c->o, "0");
+        return;
+    }
+    for (int i = 0; i < rank; i++) sb_printf(c->o, "%sc%d * %ss%d", i ? " + " : "", axis_of_coord[i], strides, i);
+}
+
+static void kernel_body(Cg *c, NodeId id)
+{
+    const Node *n = N(c, id);
+    const Graph *g = c->g;
+    const int64_t *at = ir_attrs(g, id);
+    StrBuf *o = c->o;
+    int r = n->shape.rank;
+    const char *t = ctype((DType)n->dtype);
+    Op op = (Op)n->op;
+    if (is_elementwise(g, id)) {
+        char a[96] = "", b[96] = "", w[96] = "";
+        operand_expr(c, id, 0, a, sizeof a);
+        if (n->ninputs > 1) operand_expr(c, id, 1, b, sizeof b);
+        if (n->ninputs > 2) operand_expr(c, id, 2, w, sizeof w);
+        sb_puts(o, "    const int64_t n = ");
+        numel_c(c, &n->shape);
+        sb_puts(o, ";\n    for (int64_t i = 0; i < n; i++)\n        y[i] = ");
+        elementwise_expr(c, id, a, b, w);
+        sb_puts(o, ";\n");
+        return;
+    }
+    const Node *x = n->ninputs ? N(c, ir_input(g, id, 0)) : NULL;
+    switch (op) {
+    case OP_CONST:
+        sb_puts(o, "    const int64_t n = ");
+        numel_c(c, &n->shape);
+        sb_puts(o, ";\n    for (int64_t i = 0; i < n; i++)\n        y[i] = ");
+        literal(o, n->fattr[0], (DType)n->dtype);
+        sb_puts(o, ";\n");
+        break;
+    case OP_IOTA:
+    case OP_EXPAND:
+    case OP_PERMUTE:
+    case OP_PAD:
+    case OP_SLICE: {
+        declare_dims(c, "Y", &n->shape);
+        if (x) {
+            declare_dims(c, "X", &x->shape);
+            declare_strides(c, "X", x->shape.rank);
+        }
+        sb_puts(o, "    int64_t i = 0;\n");
+        open_loops(c, "Y", r, 4);
+        sb_printf(o, "%*s", 4 + 4 * r, "");
+        if (op == OP_IOTA) {
+            sb_printf(o, "y[i++] = (%s)c%lld;\n", t, (long long)at[0]);
+        } else if (op == OP_PERMUTE) {
+            /* y[c] = x at coordinates (c_{inv[a]}) for input axis a. */
+            int coord_of_axis[IR_MAX_RANK];
+            for (int k = 0; k < r; k++) coord_of_axis[at[k]] = k;
+            sb_puts(o, "y[i++] = x0[");
+            index_expr(c, "X", coord_of_axis, r);
+            sb_puts(o, "];\n");
+        } else if (op == OP_EXPAND) {
+            sb_puts(o, "y[i++] = x0[");
+            bool first = true;
+            for (int k = 0; k < r; k++) {
+                if (ir_dim_eq(x->shape.d[k], n->shape.d[k]) || !(ir_dim_is_const(x->shape.d[k]) && x->shape.d[k].k == 1)) {
+                    sb_printf(o, "%sc%d * Xs%d", first ? "" : " + ", k, k);
+                    first = false;
+                }
+            }
+            sb_puts(o, first ? "0];\n" : "];\n");
+        } else if (op == OP_SLICE) {
+            int ax = (int)at[0];
+            sb_puts(o, "y[i++] = x0[");
+            for (int k = 0; k < r; k++) {
+                if (k == ax) sb_printf(o, "%s(%lld + c%d * %lld) * Xs%d", k ? " + " : "", (long long)at[1], k, (long long)at[3], k);
+                else sb_printf(o, "%sc%d * Xs%d", k ? " + " : "", k, k);
+            }
+            sb_puts(o, "];\n");
+        } else { /* PAD */
+            sb_puts(o, "{\n");
+            for (int k = 0; k < r; k++)
+                sb_printf(o, "%*sconst int64_t u%d = c%d - %lld;\n", 8 + 4 * r, "", k, k, (long long)at[k]);
+            sb_printf(o, "%*sy[i++] = ", 8 + 4 * r, "");
+            for (int k = 0; k < r; k++) sb_printf(o, "%su%d >= 0 && u%d < X%d", k ? " && " : "(", k, k, k);
+            sb_puts(o, r ? ") ? x0[" : "1 ? x0[");
+            for (int k = 0; k < r; k++) sb_printf(o, "%su%d * Xs%d", k ? " + " : "", k, k);
+            sb_puts(o, r ? "] : " : "0] : ");
+            literal(o, n->fattr[0], (DType)n->dtype);
+            sb_printf(o, ";\n%*s}\n", 4 + 4 * r, "");
+        }
+        break;
+    }
+    case OP_CONCAT: {
+        int ax = (int)at[0];
+        declare_dims(c, "Y", &n->shape);
+        declare_strides(c, "Y", r);
+        sb_puts(o, "    int64_t off = 0;\n");
+        for (uint32_t k = 0; k < n->ninputs; k++) {
+            const Node *xk = N(c, ir_input(g, id, (int)k));
+            char pre[24];
+            snprintf(pre, sizeof pre, "X%u_", k);
+            declare_dims(c, pre, &xk->shape);
+            sb_puts(o, "    {\n        int64_t i = 0;\n");
+            open_loops(c, pre, r, 8);
+            sb_printf(o, "%*sy[", 8 + 4 * r, "");
+            for (int d = 0; d < r; d++) sb_printf(o, "%s%sc%d%s * Ys%d", d ? " + " : "", d == ax ? "(off + " : "", d, d == ax ? ")" : "", d);
+            sb_printf(o, "] = x%u[i++];\n", k);
+            sb_printf(o, "        off += %s%d;\n    }\n", pre, ax);
+        }
+        break;
+    }
+    case OP_REDUCE_SUM:
+    case OP_REDUCE_MAX: {
+        uint64_t axes = (uint64_t)at[0];
+        declare_dims(c, "X", &x->shape);
+        declare_dims(c, "Y", &n->shape);
+        declare_strides(c, "Y", r);
+        sb_puts(o, "    const int64_t n = ");
+        numel_c(c, &n->shape);
+        sb_printf(o, ";\n    for (int64_t j = 0; j < n; j++)\n        y[j] = %s;\n", op == OP_REDUCE_SUM ? "0" : "-INFINITY");
+        sb_puts(o, "    int64_t i = 0;\n");
+        open_loops(c, "X", r, 4);
+        sb_printf(o, "%*s{\n", 4 + 4 * r, "");
+        sb_printf(o, "%*sconst int64_t j = ", 8 + 4 * r, "");
+        bool first = true;
+        for (int k = 0; k < r; k++)
+            if (!(axes >> k & 1)) {
+                sb_printf(o, "%sc%d * Ys%d", first ? "" : " + ", k, k);
+                first = false;
+            }
+        if (first) sb_puts(o, "0");
+        sb_puts(o, ";\n");
+        if (op == OP_REDUCE_SUM) sb_printf(o, "%*sy[j] += x0[i++];\n", 8 + 4 * r, "");
+        else sb_printf(o, "%*sconst %s v = x0[i++];\n%*sif (v > y[j] || v != v) y[j] = v;\n", 8 + 4 * r, "", t, 8 + 4 * r, "");
+        sb_printf(o, "%*s}\n", 4 + 4 * r, "");
+        break;
+    }
+    case OP_ARGMAX: {
+        int ax = (int)at[0];
+        declare_dims(c, "X", &x->shape);
+        sb_puts(o, "    int64_t outer = 1, inner = 1;\n");
+        for (int k = 0; k < ax; k++) sb_printf(o, "    outer *= X%d;\n", k);
+        for (int k = ax + 1; k < r; k++) sb_printf(o, "    inner *= X%d;\n", k);
+        sb_printf(o, "    for (int64_t a = 0; a < outer; a++)\n"
+                     "        for (int64_t b = 0; b < inner; b++) {\n"
+                     "            const %s *row = x0 + a * X%d * inner + b;\n"
+                     "            int64_t best = 0;\n"
+                     "            for (int64_t k = 1; k < X%d; k++)\n"
+                     "                if (row[k * inner] > row[best * inner] || (row[k * inner] != row[k * inner] && row[best * inner] == row[best * inner])) best = k;\n"
+                     "            y[a * inner + b] = best;\n"
+                     "        }\n",
+                  ctype((DType)x->dtype), ax, ax);
+        break;
+    }
+    case OP_GATHER: {
+        const Node *idx = N(c, ir_input(g, id, 1));
+        sb_puts(o, "    const int64_t rows = ");
+        numel_c(c, &idx->shape);
+        sb_puts(o, ", width = 1");
+        for (int k = 1; k < x->shape.rank; k++) {
+            sb_puts(o, " * ");
+            dim_c(o, g, x->shape.d[k]);
+        }
+        sb_puts(o, ";\n    for (int64_t r = 0; r < rows; r++)\n        memcpy(y + r * width, x0 + (int64_t)x1[r] * width, sizeof(*y) * (size_t)width);\n");
+        break;
+    }
+    case OP_SCATTER_ADD: {
+        const Node *src = N(c, ir_input(g, id, 1));
+        sb_puts(o, "    const int64_t n = ");
+        numel_c(c, &n->shape);
+        sb_puts(o, ", rows = ");
+        numel_c(c, &x->shape);
+        sb_puts(o, ", width = 1");
+        for (int k = x->shape.rank; k < src->shape.rank; k++) {
+            sb_puts(o, " * ");
+            dim_c(o, g, src->shape.d[k]);
+        }
+        sb_puts(o, ";\n    memset(y, 0, sizeof(*y) * (size_t)n);\n"
+                   "    for (int64_t r = 0; r < rows; r++)\n"
+                   "        for (int64_t j = 0; j < width; j++)\n"
+                   "            y[(int64_t)x0[r] * width + j] += x1[r * width + j];\n");
+        break;
+    }
+    case OP_MATMUL: {
+        /* y[b] = x0[b] @ x1[b] for each batch b, through BLAS. */
+        const Node *yb = N(c, ir_input(g, id, 1));
+        sb_puts(o, "    const int64_t batch = 1");
+        for (int k = 0; k < r - 2; k++) {
+            sb_puts(o, " * ");
+            dim_c(o, g, n->shape.d[k]);
+        }
+        sb_puts(o, ", M = ");
+        dim_c(o, g, n->shape.d[r - 2]);
+        sb_puts(o, ", N = ");
+        dim_c(o, g, n->shape.d[r - 1]);
+        sb_puts(o, ", K = ");
+        dim_c(o, g, yb->shape.d[r - 2]);
+        sb_printf(o, ";\n    for (int64_t b = 0; b < batch; b++)\n"
+                     "        cblas_%cgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1, x0 + b * M * K, (int)K,\n"
+                     "                    x1 + b * K * N, (int)N, 0, y + b * M * N, (int)N);\n",
+                  n->dtype == DT_F64 ? 'd' : 's');
+        break;
+    }
+    case OP_UNFOLD:
+    case OP_FOLD: {
+        const Shape *img = op == OP_UNFOLD ? &x->shape : &n->shape;
+        sb_puts(o, "    const int64_t Nb = ");
+        dim_c(o, g, img->d[0]);
+        sb_printf(o, ", C = %lld, H = %lld, W = %lld;\n", (long long)img->d[1].k, (long long)img->d[2].k, (long long)img->d[3].k);
+        sb_printf(o, "    const int64_t KH = %lld, KW = %lld, SH = %lld, SW = %lld, DH = %lld, DW = %lld;\n", (long long)at[0],
+                  (long long)at[1], (long long)at[2], (long long)at[3], (long long)at[4], (long long)at[5]);
+        sb_puts(o, "    const int64_t OH = (H - DH * (KH - 1) - 1) / SH + 1, OW = (W - DW * (KW - 1) - 1) / SW + 1, L = OH * OW;\n");
+        if (op == OP_FOLD) sb_puts(o, "    memset(y, 0, sizeof(*y) * (size_t)(Nb * C * H * W));\n");
+        sb_puts(o, "    for (int64_t b = 0; b < Nb; b++)\n"
+                   "        for (int64_t ch = 0; ch < C; ch++)\n"
+                   "            for (int64_t ki = 0; ki < KH; ki++)\n"
+                   "                for (int64_t kj = 0; kj < KW; kj++) {\n"
+                   "                    const int64_t row = (ch * KH + ki) * KW + kj;\n"
+                   "                    for (int64_t oh = 0; oh < OH; oh++)\n"
+                   "                        for (int64_t ow = 0; ow < OW; ow++) {\n"
+                   "                            const int64_t pix = ((b * C + ch) * H + oh * SH + ki * DH) * W + ow * SW + kj * DW;\n"
+                   "                            const int64_t col = (b * C * KH * KW + row) * L + oh * OW + ow;\n");
+        if (op == OP_UNFOLD) sb_puts(o, "                            y[col] = x0[pix];\n");
+        else sb_puts(o, "                            y[pix] += x0[col];\n");
+        sb_puts(o, "                        }\n                }\n");
+        break;
+    }
+    case OP_RANDOM_UNIFORM:
+        sb_puts(o, "    const int64_t n = ");
+        numel_c(c, &n->shape);
+        sb_printf(o, ";\n    for (int64_t i = 0; i < n; i++)\n        y[i] = kiln_rng_uniform24(seed, step, %lld, (uint64_t)i);\n",
+                  (long long)at[0]);
+        break;
+    default:
+        break;
+    }
+}
+
+/* Comment: op, shapes, then the model file, line and its text. */
+static void kernel_comment(Cg *c, NodeId id)
+{
+    const Node *n = N(c, id);
+    StrBuf *o = c->o;
+    sb_printf(o, "/* %%%d %s: %s", id, ir_op_info[n->op].name, ir_dtype_name((DType)n->dtype));
+    ir_shape_format(o, c->g, &n->shape);
+    if (n->ninputs) {
+        sb_puts(o, " <- ");
+        for (uint32_t k = 0; k < n->ninputs && k < 4; k++) {
+            const Node *x = N(c, ir_input(c->g, id, (int)k));
+            if (k) sb_puts(o, ", ");
+            sb_puts(o, ir_dtype_name((DType)x->dtype));
+            ir_shape_format(o, c->g, &x->shape);
+        }
+        if (n->ninputs > 4) sb_puts(o, ", ...");
+    }
+    if (n->loc.line) {
+        sb_printf(o, "\n * %s:%u", c->source, n->loc.line);
+        if ((int)n->loc.line <= c->nlines) {
+            const char *line = c->lines[n->loc.line - 1];
+            while (*line == ' ') line++;
+            /* Keep the comment valid C whatever the model line holds. */
+            sb_puts(o, ": ");
+            for (const char *p = line; *p && p - line < 100; p++) {
+                if (p[0] == '*' && p[1] == '/') { sb_puts(o, "* /"); p++; continue; }
+                sb_putc(o, (unsigned char)*p < 32 ? ' ' : *p);
+            }
+        }
+    }
+    sb_puts(o, " */\n");
+}
+
+static bool needs_kernel(Cg *c, NodeId id)
+{
+    uint8_t st = c->storage[id];
+    return st == ST_ARENA;
+}
+
+static void kernel_name(Cg *c, NodeId id, StrBuf *b)
+{
+    sb_printf(b, "%s_%d_%s", c->prefix, id, ir_op_info[N(c, id)->op].name);
+}
+
+static void emit_kernel(Cg *c, NodeId id)
+{
+    const Node *n = N(c, id);
+    const char *t = ctype((DType)n->dtype);
+    kernel_comment(c, id);
+    sb_puts(c->o, "static void ");
+    kernel_name(c, id, c->o);
+    sb_puts(c->o, "(const int64_t *s");
+    for (uint32_t k = 0; k < n->ninputs; k++) {
+        NodeId x = ir_input(c->g, id, (int)k);
+        if (c->storage[x] == ST_INLINE && is_elementwise(c->g, id)) continue;
+        sb_printf(c->o, ", const %s *restrict x%u", ctype((DType)N(c, x)->dtype), k);
+    }
+    if (n->op == OP_RANDOM_UNIFORM) sb_puts(c->o, ", uint64_t seed, uint64_t step");
+    sb_printf(c->o, ", %s *restrict y)\n{\n", t);
+    declare_syms(c, id);
+    /* Kernels that do not use every declared name stay warning-free. */
+    sb_puts(c->o, "    (void)s;\n");
+    kernel_body(c, id);
+    sb_puts(c->o, "}\n\n");
+}
+
+/* ---- storage planning ---- */
+
+typedef struct {
+    int64_t off, size;
+} Block;
+
+static int64_t node_bytes(const Graph *g, NodeId id)
+{
+    int64_t n = ir_shape_max_numel(g, &g->nodes[id].shape);
+    int64_t b = n * ir_dtype_size((DType)g->nodes[id].dtype);
+    return (b + 63) / 64 * 64;
+}
+
+/* First-fit allocation with coalescing; returns the offset. */
+static int64_t alloc_block(Block **free_list, int *nfree, int64_t *top, int64_t size)
+{
+    for (int i = 0; i < *nfree; i++) {
+        Block *b = &(*free_list)[i];
+        if (b->size >= size) {
+            int64_t off = b->off;
+            b->off += size;
+            b->size -= size;
+            if (!b->size) {
+                memmove(b, b + 1, (size_t)(*nfree - i - 1) * sizeof *b);
+                (*nfree)--;
+            }
+            return off;
+        }
+    }
+    int64_t off = *top;
+    *top += size;
+    return off;
+}
+
+static void free_block(Block **free_list, int *nfree, int *cap, int64_t off, int64_t size)
+{
+    int i = 0;
+    while (i < *nfree && (*free_list)[i].off < off) i++;
+    if (*nfree + 1 > *cap) {
+        *cap = *cap ? *cap * 2 : 16;
+        *free_list = xrealloc(*free_list, (size_t)*cap * sizeof **free_list);
+    }
+    memmove(*free_list + i + 1, *free_list + i, (size_t)(*nfree - i) * sizeof **free_list);
+    (*free_list)[i] = (Block){off, size};
+    (*nfree)++;
+    /* Merge with the neighbours. */
+    if (i + 1 < *nfree && (*free_list)[i].off + (*free_list)[i].size == (*free_list)[i + 1].off) {
+        (*free_list)[i].size += (*free_list)[i + 1].size;
+        memmove(*free_list + i + 1, *free_list + i + 2, (size_t)(*nfree - i - 2) * sizeof **free_list);
+        (*nfree)--;
+    }
+    if (i > 0 && (*free_list)[i - 1].off + (*free_list)[i - 1].size == (*free_list)[i].off) {
+        (*free_list)[i - 1].size += (*free_list)[i].size;
+        memmove(*free_list + i, *free_list + i + 1, (size_t)(*nfree - i - 1) * sizeof **free_list);
+        (*nfree)--;
+    }
+}
+
+static void plan(Cg *c, const int64_t *param_off, const int64_t *buffer_off, const int *input_index)
+{
+    const Graph *g = c->g;
+    int32_t nn = g->nnodes;
+    c->storage = xcalloc((size_t)nn + 1, 1);
+    c->off = xcalloc((size_t)nn + 1, sizeof *c->off);
+    c->root = xmalloc(((size_t)nn + 1) * sizeof *c->root);
+    int32_t *last = xmalloc(((size_t)nn + 1) * sizeof *last);
+    for (NodeId i = 0; i < nn; i++) {
+        const Node *n = &g->nodes[i];
+        c->root[i] = i;
+        last[i] = -1;
+        switch ((Op)n->op) {
+        case OP_INPUT: c->storage[i] = ST_INPUT, c->off[i] = input_index[i]; break;
+        case OP_PARAM:
+            if (ir_attrs(g, i)[1]) c->storage[i] = ST_PARAM, c->off[i] = param_off[i];
+            else c->storage[i] = ST_BUFFER, c->off[i] = buffer_off[i];
+            break;
+        case OP_RESHAPE:
+        case OP_DETACH:
+            c->storage[i] = ST_ALIAS;
+            c->root[i] = c->root[ir_input(g, i, 0)];
+            break;
+        case OP_CONST: {
+            bool all_elementwise = true;
+            for (NodeId j = i + 1; j < nn && all_elementwise; j++)
+                for (uint32_t k = 0; k < g->nodes[j].ninputs; k++)
+                    if (ir_input(g, j, (int)k) == i && !is_elementwise(g, j)) all_elementwise = false;
+            for (int32_t k = 0; k < g->noutputs; k++)
+                if (g->outputs[k].node == i) all_elementwise = false;
+            c->storage[i] = all_elementwise ? ST_INLINE : ST_ARENA;
+            break;
+        }
+        default: c->storage[i] = ST_ARENA; break;
+        }
+    }
+    for (NodeId j = 0; j < nn; j++)
+        for (uint32_t k = 0; k < g->nodes[j].ninputs; k++) {
+            NodeId r = c->root[ir_input(g, j, (int)k)];
+            if (last[r] < j) last[r] = j;
+        }
+    for (int32_t k = 0; k < g->noutputs; k++) last[c->root[g->outputs[k].node]] = nn;
+    Block *fl = NULL;
+    int nfree = 0, cap = 0;
+    int64_t top = 0;
+    for (NodeId i = 0; i < nn; i++) {
+        if (c->storage[i] == ST_ARENA) c->off[i] = alloc_block(&fl, &nfree, &top, node_bytes(g, i));
+        /* Free what node i was the last user of, after i's own buffer is placed: kernels
+         * never write over their own inputs. */
+        for (uint32_t k = 0; k < g->nodes[i].ninputs; k++) {
+            NodeId r = c->root[ir_input(g, i, (int)k)];
+            if (last[r] == i && c->storage[r] == ST_ARENA) {
+                free_block(&fl, &nfree, &cap, c->off[r], node_bytes(g, r));
+                last[r] = -2; /* freed */
+            }
+        }
+        if (c->storage[i] == ST_ARENA && last[i] == -1) free_block(&fl, &nfree, &cap, c->off[i], node_bytes(g, i));
+    }
+    c->arena = top;
+    free(fl);
+    free(last);
+}
+
+static void pointer_decl(Cg *c, NodeId id)
+{
+    const Node *n = N(c, id);
+    const char *t = ctype((DType)n->dtype);
+    StrBuf *o = c->o;
+    switch (c->storage[id]) {
+    case ST_INPUT: sb_printf(o, "    const %s *v%d = io->inputs[%lld];\n", t, id, (long long)c->off[id]); break;
+    case ST_PARAM: sb_printf(o, "    %s *v%d = io->params + %lld; /* %s */\n", t, id, (long long)c->off[id], ir_node_name(c->g, id)); break;
+    case ST_BUFFER:
+        sb_printf(o, "    %s *v%d = (%s *)(io->buffers + %lld); /* %s */\n", t, id, t, (long long)c->off[id], ir_node_name(c->g, id));
+        break;
+    case ST_ARENA: sb_printf(o, "    %s *v%d = (%s *)(io->arena + %lld);\n", t, id, t, (long long)c->off[id]); break;
+    case ST_ALIAS: sb_printf(o, "    %s *v%d = (%s *)v%d; /* a view */\n", t, id, t, ir_input(c->g, id, 0)); break;
+    default: break;
+    }
+}
+
+static void emit_call(Cg *c, NodeId id)
+{
+    const Node *n = N(c, id);
+    StrBuf *o = c->o;
+    sb_puts(o, "    ");
+    kernel_name(c, id, o);
+    sb_puts(o, "(io->syms");
+    for (uint32_t k = 0; k < n->ninputs; k++) {
+        NodeId x = ir_input(c->g, id, (int)k);
+        if (c->storage[x] == ST_INLINE && is_elementwise(c->g, id)) continue;
+        sb_printf(o, ", v%d", x);
+    }
+    if (n->op == OP_RANDOM_UNIFORM) sb_puts(o, ", io->seed, io->step");
+    sb_printf(o, ", v%d);", id);
+    if (n->name && n->op != OP_INPUT && n->op != OP_PARAM) sb_printf(o, " /* %s */", ir_node_name(c->g, id));
+    sb_putc(o, '\n');
+}
+
+/* Copies n elements of node id's value to a destination expression. */
+static void emit_copy_out(Cg *c, NodeId id, const char *dst, const char *dst_type)
+{
+    const Node *n = N(c, id);
+    StrBuf *o = c->o;
+    if (c->storage[id] == ST_INLINE) {
+        sb_printf(o, "    for (int64_t i = 0, n = ");
+        numel_c(c, &n->shape);
+        sb_printf(o, "; i < n; i++)\n        ((%s)(%s))[i] = ", dst_type, dst);
+        literal(o, n->fattr[0], (DType)n->dtype);
+        sb_puts(o, ";\n");
+        return;
+    }
+    sb_printf(o, "    memcpy(%s, v%d, sizeof(*v%d) * (size_t)(", dst, id, id);
+    numel_c(c, &n->shape);
+    sb_puts(o, "));\n");
+}
+
+static int check_supported(const Graph *g, StrBuf *err)
+{
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (!ctype((DType)n->dtype)) {
+            sb_printf(err, "%s:%u: error: the C target does not support %s tensors yet (node %%%d %s)",
+                      g->nfiles ? g->files[0] : "?", n->loc.line, ir_dtype_name((DType)n->dtype), i, ir_op_info[n->op].name);
+            return -1;
+        }
+        if (n->shape.rank > 6 && n->op != OP_RESHAPE) {
+            sb_printf(err, "%s:%u: error: the C target supports tensors up to rank 6 (node %%%d)", g->nfiles ? g->files[0] : "?",
+                      n->loc.line, i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Parameter layout shared by both graphs: trainable f32 in the slab, buffers by bytes. */
+typedef struct {
+    int64_t *param_off, *buffer_off;
+    int *input_index;
+} Layout;
+
+static void layout_for(const Graph *g, const Graph *ref, Layout *l)
+{
+    l->param_off = xcalloc((size_t)g->nnodes + 1, sizeof *l->param_off);
+    l->buffer_off = xcalloc((size_t)g->nnodes + 1, sizeof *l->buffer_off);
+    l->input_index = xcalloc((size_t)g->nnodes + 1, sizeof *l->input_index);
+    int64_t po = 0, bo = 0;
+    int ni = 0;
+    for (NodeId i = 0; i < ref->nnodes; i++) {
+        const Node *n = &ref->nodes[i];
+        if (n->op == OP_INPUT) {
+            NodeId j = ir_find_named(g, OP_INPUT, ir_node_name(ref, i));
+            if (j != IR_NONE) l->input_index[j] = ni;
+            ni++;
+        }
+        if (n->op != OP_PARAM) continue;
+        NodeId j = ir_find_named(g, OP_PARAM, ir_node_name(ref, i));
+        int64_t count = ir_shape_max_numel(ref, &n->shape);
+        if (ir_attrs(ref, i)[1]) {
+            if (j != IR_NONE) l->param_off[j] = po;
+            po += count;
+        } else {
+            if (j != IR_NONE) l->buffer_off[j] = bo;
+            bo += (count * ir_dtype_size((DType)n->dtype) + 7) / 8 * 8;
+        }
+    }
+}
+
+static void layout_free(Layout *l)
+{
+    free(l->param_off);
+    free(l->buffer_off);
+    free(l->input_index);
+}
+
+static void cg_free(Cg *c)
+{
+    free(c->storage);
+    free(c->off);
+    free(c->root);
+}
+
+/* Emits the kernels and the step function of one graph. */
+static int64_t emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *prefix, bool train)
+{
+    Layout l;
+    layout_for(g, ref, &l);
+    c->g = g;
+    c->prefix = prefix;
+    plan(c, l.param_off, l.buffer_off, l.input_index);
+    int nkernels = 0;
+    for (NodeId i = 0; i < g->nnodes; i++)
+        if (needs_kernel(c, i)) emit_kernel(c, i), nkernels++;
+    StrBuf *o = c->o;
+    sb_printf(o, "/* The %s step: %d kernels, %lld bytes of activations at the largest sizes. */\n",
+              train ? "training" : "evaluation", nkernels, (long long)c->arena);
+    sb_printf(o, "static void %s_step(kiln_step_io *io)\n{\n", prefix);
+    for (int sy = 0; sy < g->nsyms; sy++)
+        sb_printf(o, "    const int64_t %s = io->syms[%d];\n    (void)%s;\n", g->syms[sy].name, sy, g->syms[sy].name);
+    for (NodeId i = 0; i < g->nnodes; i++) pointer_decl(c, i);
+    for (NodeId i = 0; i < g->nnodes; i++)
+        if (needs_kernel(c, i)) emit_call(c, i);
+    int metric = 0, fwd = 0;
+    for (int32_t k = 0; k < g->noutputs; k++) {
+        const Output *out = &g->outputs[k];
+        NodeId v = out->node;
+        switch ((OutputKind)out->kind) {
+        case OUT_LOSS:
+            if (c->storage[v] == ST_INLINE) sb_printf(o, "    io->loss = %.17g;\n", N(c, v)->fattr[0]);
+            else sb_printf(o, "    io->loss = v%d[0];\n", v);
+            break;
+        case OUT_METRIC:
+            if (c->storage[v] == ST_INLINE) sb_printf(o, "    io->metrics[%d] = %.17g;\n", metric++, N(c, v)->fattr[0]);
+            else sb_printf(o, "    io->metrics[%d] = v%d[0];\n", metric++, v);
+            break;
+        case OUT_GRAD: {
+            if (!train) break;
+            NodeId p = ir_find_named(g, OP_PARAM, ir_str(g, out->name));
+            char dst[64];
+            snprintf(dst, sizeof dst, "io->grads + %lld", (long long)l.param_off[p]);
+            sb_printf(o, "    /* gradient of %s */\n", ir_str(g, out->name));
+            emit_copy_out(c, v, dst, "float *");
+            break;
+        }
+        case OUT_UPDATE: {
+            NodeId p = ir_find_named(g, OP_PARAM, ir_str(g, out->name));
+            char dst[64];
+            snprintf(dst, sizeof dst, "v%d", p);
+            sb_printf(o, "    /* new value of %s */\n", ir_str(g, out->name));
+            char ty[32];
+            snprintf(ty, sizeof ty, "%s *", ctype((DType)N(c, p)->dtype));
+            emit_copy_out(c, v, dst, ty);
+            break;
+        }
+        case OUT_FORWARD: {
+            char dst[64], ty[32];
+            snprintf(dst, sizeof dst, "io->outputs[%d]", fwd);
+            snprintf(ty, sizeof ty, "%s *", ctype((DType)N(c, v)->dtype));
+            sb_printf(o, "    if (io->outputs[%d])\n    ", fwd++);
+            emit_copy_out(c, v, dst, ty);
+            break;
+        }
+        default: break;
+        }
+    }
+    sb_puts(o, "}\n\n");
+    int64_t arena = c->arena;
+    layout_free(&l);
+    cg_free(c);
+    return arena;
+}
+
+static void read_lines(Cg *c, const char *path)
+{
+    StrBuf err;
+    sb_init(&err);
+    size_t len;
+    char *text = util_read_file(path, &len, &err);
+    sb_free(&err);
+    c->lines = NULL;
+    c->nlines = 0;
+    if (!text) return;
+    int32_t cap = 0;
+    char *p = text;
+    for (;;) {
+        char *nl = strchr(p, '\n');
+        GROW(c->lines, cap, c->nlines + 1);
+        c->lines[c->nlines++] = xstrndup(p, nl ? (size_t)(nl - p) : strlen(p));
+        if (!nl) break;
+        p = nl + 1;
+    }
+    free(text);
+}
+
+int64_t codegen_arena_bytes(const Graph *g)
+{
+    Cg c;
+    memset(&c, 0, sizeof c);
+    Layout l;
+    layout_for(g, g, &l);
+    c.g = g;
+    plan(&c, l.param_off, l.buffer_off, l.input_index);
+    int64_t a = c.arena;
+    layout_free(&l);
+    cg_free(&c);
+    return a;
+}
+
+static uint64_t graph_hash(const Graph *g)
+{
+    StrBuf t;
+    sb_init(&t);
+    ir_print(g, &t);
+    uint64_t h = util_hash_string(t.data ? t.data : "");
+    sb_free(&t);
+    return h;
+}
+
+int codegen_c(const Graph *train, const Graph *eval, const char *source_path, StrBuf *out, StrBuf *err)
+{
+    if (check_supported(train, err) || check_supported(eval, err)) return -1;
+    Cg c;
+    memset(&c, 0, sizeof c);
+    c.o = out;
+    c.err = err;
+    c.source = source_path;
+    read_lines(&c, source_path);
+    const Graph *g = train;
+    sb_printf(out, "/* %s — generated by kiln %s from %s. Do not edit: edit the model and rebuild.\n"
+                   " *\n"
+                   " * Every kernel below is one operation of the model's graph (kiln ir --after simplify\n"
+                   " * shows the same graph), with its shapes and the model line it comes from. */\n"
+                   "#include <cblas.h>\n#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n"
+                   "#include \"kiln_model.h\"\n#include \"kiln_rng.h\"\n\n",
+              g->name, KILN_VERSION, source_path);
+    /* Tables. */
+    sb_puts(out, "static const kiln_param params[] = {\n");
+    int np = 0;
+    int64_t po = 0, bo = 0;
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_PARAM) continue;
+        bool trainable = ir_attrs(g, i)[1] != 0;
+        int64_t count = ir_shape_max_numel(g, &n->shape);
+        sb_printf(out, "    {\"%s\", %s, %d, {", ir_node_name(g, i), krt_dtype_c((DType)n->dtype), n->shape.rank);
+        for (int k = 0; k < n->shape.rank; k++) sb_printf(out, "%s%lld", k ? ", " : "", (long long)n->shape.d[k].k);
+        static const char *inits[] = {"KILN_INIT_ZEROS", "KILN_INIT_ONES", "KILN_INIT_CONSTANT", "KILN_INIT_UNIFORM", "KILN_INIT_NORMAL"};
+        sb_printf(out, "}, %lld, %lld, %s, %.17g, %.17g, %s, %s},\n", (long long)count, (long long)(trainable ? po : bo),
+                  inits[ir_attrs(g, i)[0]], n->fattr[0], n->fattr[1], trainable ? "true" : "false",
+                  trainable && n->shape.rank >= 2 ? "true" : "false");
+        if (trainable) po += count;
+        else bo += (count * ir_dtype_size((DType)n->dtype) + 7) / 8 * 8;
+        np++;
+    }
+    sb_puts(out, "};\n\nstatic const kiln_input inputs[] = {\n");
+    int ni = 0;
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_INPUT) continue;
+        sb_printf(out, "    {\"%s\", %s, %d, {", ir_node_name(g, i), krt_dtype_c((DType)n->dtype), n->shape.rank);
+        for (int k = 0; k < n->shape.rank; k++) sb_printf(out, "%s%lld", k ? ", " : "", (long long)ir_dim_max(g, n->shape.d[k]));
+        sb_puts(out, "}, {");
+        for (int k = 0; k < n->shape.rank; k++) {
+            Dim d = n->shape.d[k];
+            sb_printf(out, "%s%d", k ? ", " : "", d.nsym == 1 && d.k == 1 ? d.sym[0] : -1);
+        }
+        sb_puts(out, "}, 0},\n");
+        ni++;
+    }
+    sb_puts(out, "};\n\nstatic const kiln_symbol syms[] = {\n");
+    for (int s = 0; s < g->nsyms; s++) sb_printf(out, "    {\"%s\", %lld},\n", g->syms[s].name, (long long)g->syms[s].max);
+    if (!g->nsyms) sb_puts(out, "    {\"\", 0},\n");
+    sb_puts(out, "};\n\nstatic const char *const metric_names[] = {");
+    int nm = 0, no = 0;
+    for (int32_t k = 0; k < g->noutputs; k++)
+        if (g->outputs[k].kind == OUT_METRIC) sb_printf(out, "%s\"%s\"", nm++ ? ", " : "", ir_str(g, g->outputs[k].name));
+    if (!nm) sb_puts(out, "NULL");
+    sb_puts(out, "};\nstatic const char *const output_names[] = {");
+    for (int32_t k = 0; k < g->noutputs; k++)
+        if (g->outputs[k].kind == OUT_FORWARD) sb_printf(out, "%s\"%s\"", no++ ? ", " : "", ir_str(g, g->outputs[k].name));
+    if (!no) sb_puts(out, "NULL");
+    sb_puts(out, "};\nstatic const krt_dtype output_dtypes[] = {");
+    no = 0;
+    for (int32_t k = 0; k < g->noutputs; k++)
+        if (g->outputs[k].kind == OUT_FORWARD) sb_printf(out, "%s%s", no++ ? ", " : "", krt_dtype_c((DType)g->nodes[g->outputs[k].node].dtype));
+    if (!no) sb_puts(out, "KRT_F32");
+    sb_puts(out, "};\n\n");
+    int64_t train_arena = emit_graph(&c, train, train, "train", true);
+    int64_t eval_arena = emit_graph(&c, eval, train, "eval", false);
+    sb_printf(out, "const kiln_model kiln_model_def = {\n"
+                   "    .name = \"%s\",\n    .source = \"%s\",\n    .hash = \"%016llx\",\n"
+                   "    .nparams = %d, .params = params, .nparam_floats = %lld, .buffer_bytes = %lld,\n"
+                   "    .ninputs = %d, .inputs = inputs, .nsyms = %d, .syms = syms,\n"
+                   "    .nmetrics = %d, .metric_names = metric_names,\n"
+                   "    .noutputs = %d, .output_names = output_names, .output_dtypes = output_dtypes,\n"
+                   "    .train_arena_bytes = %lld, .eval_arena_bytes = %lld,\n"
+                   "    .train_step = train_step, .eval_step = eval_step,\n};\n",
+              g->name, source_path, (unsigned long long)graph_hash(train), np, (long long)po, (long long)bo, ni, g->nsyms, nm, no,
+              (long long)train_arena, (long long)eval_arena);
+    for (int i = 0; i < c.nlines; i++) free(c.lines[i]);
+    free(c.lines);
+    return 0;
+}

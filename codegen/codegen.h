@@ -1,0 +1,18 @@
+/* codegen.h — code generation from the IR: the C target (c.c) writes one C file that
+ * defines a `kiln_model` (runtime/kiln_model.h), and build.c compiles it with the system
+ * C compiler against the runtime and OpenBLAS. */
+#ifndef KILN_CODEGEN_H
+#define KILN_CODEGEN_H
+
+#include "../ir/ir.h"
+
+/* Writes the C source of a model: `train` is the training graph (forward, loss, metrics,
+ * buffer updates and OUT_GRAD outputs, after autodiff and simplify), `eval` the graph in
+ * eval mode (forward, loss, metrics). Returns 0, or -1 with a message in *err (an op or
+ * dtype the C target does not support yet, named with its model line). */
+int codegen_c(const Graph *train, const Graph *eval, const char *source_path, StrBuf *out, StrBuf *err);
+
+/* Bytes of activation memory each step needs at the symbols' bounds (after planning). */
+int64_t codegen_arena_bytes(const Graph *g);
+
+#endif

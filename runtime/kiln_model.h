@@ -1,0 +1,79 @@
+/* kiln_model.h — the interface between a generated model (codegen/c.c writes model.c) and
+ * the programs that run it (the training executable, tests). A generated model exports
+ * one `kiln_model` describing its parameters, inputs and outputs, and the functions that
+ * initialise parameters and run a training or evaluation step. All memory is given by the
+ * caller, sized from the numbers in the description: the steps never allocate. */
+#ifndef KILN_MODEL_H
+#define KILN_MODEL_H
+
+#include "kiln_rt.h"
+
+typedef enum { KILN_INIT_ZEROS, KILN_INIT_ONES, KILN_INIT_CONSTANT, KILN_INIT_UNIFORM, KILN_INIT_NORMAL } kiln_init_kind;
+
+typedef struct {
+    const char *name; /* PyTorch state_dict key */
+    krt_dtype dtype;
+    int rank;
+    int64_t dims[KRT_MAX_RANK];
+    int64_t count;
+    int64_t offset;   /* in elements: trainable f32 params in the parameter slab, buffers in
+                         the buffer area (bytes) */
+    kiln_init_kind init;
+    double init_a, init_b;
+    bool trainable;
+    bool decay;       /* weight decay applies by default (rank >= 2) */
+} kiln_param;
+
+typedef struct {
+    const char *name;
+    krt_dtype dtype;
+    int rank;
+    int64_t dims[KRT_MAX_RANK]; /* at the symbols' bounds */
+    int sym[KRT_MAX_RANK];      /* index of the symbol a dim is (-1: a fixed number) */
+    int64_t max_value;          /* integer inputs: valid values are [0, max_value); 0 = any */
+} kiln_input;
+
+typedef struct {
+    const char *name;
+    int64_t max;
+} kiln_symbol;
+
+/* Buffers a step reads and writes. */
+typedef struct {
+    float *params;        /* trainable parameters, `nparam_floats` floats */
+    float *grads;         /* gradients, same layout (train step only) */
+    unsigned char *buffers; /* non-trained state (batch-norm statistics), `buffer_bytes` */
+    const void *const *inputs; /* one per input, batch-major, at the current sizes */
+    int64_t syms[8];      /* current value of every symbol (B, T, ...) */
+    unsigned char *arena; /* activations, `arena_bytes` */
+    uint64_t seed, step;  /* for dropout's counter-based random numbers */
+    double loss;          /* out */
+    double metrics[16];   /* out, in the order of metric_names */
+    void *outputs[8];     /* out: forward outputs copied here when not NULL */
+} kiln_step_io;
+
+typedef struct {
+    const char *name;
+    const char *source;   /* the .kiln file it was generated from */
+    const char *hash;     /* of the model's graph: checkpoints must match it */
+    int nparams;
+    const kiln_param *params;
+    int64_t nparam_floats;
+    int64_t buffer_bytes;
+    int ninputs;
+    const kiln_input *inputs;
+    int nsyms;
+    const kiln_symbol *syms;
+    int nmetrics;
+    const char *const *metric_names;
+    int noutputs;
+    const char *const *output_names;
+    const krt_dtype *output_dtypes;
+    int64_t train_arena_bytes, eval_arena_bytes;
+    /* Forward, loss, metrics and all gradients (grads are overwritten, not accumulated). */
+    void (*train_step)(kiln_step_io *io);
+    /* Forward, loss and metrics in eval mode (no dropout, running statistics). */
+    void (*eval_step)(kiln_step_io *io);
+} kiln_model;
+
+#endif

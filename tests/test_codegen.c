@@ -1,0 +1,218 @@
+/* test_codegen.c — generated C against the reference interpreter: every model is compiled
+ * to C, built with the system compiler, run on the same parameters and inputs as the
+ * interpreter, and its loss, metrics and every gradient compared (float32 vs double). */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../codegen/codegen.h"
+#include "../frontend/frontend.h"
+#include "../passes/passes.h"
+#include "support.h"
+
+typedef struct {
+    Graph *train, *eval;
+    Model *mt, *me;
+    Diag d;
+} Graphs;
+
+static void build_graphs(const char *path, const char *text, size_t len, Graphs *gs)
+{
+    diag_init(&gs->d, NULL);
+    gs->mt = frontend_compile(&gs->d, path, text, len, MODE_TRAIN);
+    cr_assert(gs->mt, "%s", gs->d.out.data);
+    gs->me = frontend_compile(&gs->d, path, text, len, MODE_EVAL);
+    cr_assert(gs->me, "%s", gs->d.out.data);
+    gs->train = gs->mt->graph;
+    gs->eval = gs->me->graph;
+    StrBuf err;
+    sb_init(&err);
+    cr_assert_eq(pipeline_run(gs->train, NULL, NULL, &err), 0, "%s", err.data);
+    pass_simplify(gs->eval);
+    sb_free(&err);
+}
+
+static void free_graphs(Graphs *gs)
+{
+    frontend_model_free(gs->mt);
+    frontend_model_free(gs->me);
+    diag_free(&gs->d);
+}
+
+static void write_file(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "cannot write %s", path);
+    cr_assert_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+/* Compiles the generated model with the test driver; returns the driver's path. */
+static void build_driver(const char *dir, const Graphs *gs, const char *source)
+{
+    StrBuf c, err;
+    sb_init(&c);
+    sb_init(&err);
+    cr_assert_eq(codegen_c(gs->train, gs->eval, source, &c, &err), 0, "%s", err.data);
+    char path[512], cmd[4096];
+    snprintf(path, sizeof path, "%s/model.c", dir);
+    write_file(path, c.data, c.len);
+    snprintf(cmd, sizeof cmd,
+             "%s %s -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unused-variable -I%s/runtime %s/model.c "
+             "%s/tests/codegen_driver.c -o %s/driver %s %s -lz -lm -lpthread 2>&1",
+             KILN_CC, KILN_GENERATED_CFLAGS, KILN_SOURCE_DIR, dir, KILN_SOURCE_DIR, dir, KILN_RT_LIB, KILN_OPENBLAS);
+    FILE *p = popen(cmd, "r");
+    StrBuf log;
+    sb_init(&log);
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0) sb_putn(&log, chunk, n);
+    int rc = pclose(p);
+    cr_assert_eq(rc, 0, "the generated C does not compile:\n%s", log.data ? log.data : "");
+    sb_free(&log);
+    sb_free(&c);
+    sb_free(&err);
+}
+
+static int64_t numel_at(const Graph *g, const Shape *s, const int64_t *symvals)
+{
+    int64_t n = 1;
+    for (int k = 0; k < s->rank; k++) n *= ir_dim_eval(s->d[k], symvals);
+    return n;
+}
+
+static void put_elem(StrBuf *b, DType t, double v)
+{
+    switch (t) {
+    case DT_F32: { float f = (float)v; sb_putn(b, (char *)&f, 4); break; }
+    case DT_F64: sb_putn(b, (char *)&v, 8); break;
+    case DT_I32: { int32_t x = (int32_t)v; sb_putn(b, (char *)&x, 4); break; }
+    case DT_I64: { int64_t x = (int64_t)v; sb_putn(b, (char *)&x, 8); break; }
+    default: { uint8_t x = (uint8_t)v; sb_putn(b, (char *)&x, 1); break; }
+    }
+}
+
+/* Runs the generated code and the interpreter on the same data; compares. */
+static void compare(const char *name, const char *path, const char *text, size_t len, int64_t symval)
+{
+    Graphs gs;
+    build_graphs(path, text, len, &gs);
+    char dir[] = "/tmp/kiln-codegen-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    build_driver(dir, &gs, path);
+    Graph *g = gs.train;
+    Interp ip;
+    interp_init(&ip, g);
+    for (int s = 0; s < g->nsyms; s++) interp_set_symbol(&ip, g->syms[s].name, symval < g->syms[s].max ? symval : g->syms[s].max);
+    StrBuf in;
+    sb_init(&in);
+    int64_t nsyms = g->nsyms;
+    sb_putn(&in, (char *)&nsyms, 8);
+    for (int s = 0; s < g->nsyms; s++) sb_putn(&in, (char *)&ip.symvals[s], 8);
+    /* Inputs: small integers valid as labels and tokens, or smooth floats. */
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_INPUT) continue;
+        int64_t cnt = numel_at(g, &n->shape, ip.symvals);
+        double *v = malloc(sizeof(double) * (size_t)(cnt ? cnt : 1));
+        for (int64_t e = 0; e < cnt; e++)
+            v[e] = ir_dtype_is_float((DType)n->dtype) ? sin((double)e * 0.37 + i) : (double)((e * 7 + i) % 10);
+        for (int64_t e = 0; e < cnt; e++) put_elem(&in, (DType)n->dtype, v[e]);
+        interp_set(&ip, i, v);
+        free(v);
+    }
+    /* Parameters: PyTorch-style init in double, rounded to float for both sides. */
+    interp_init_params(&ip, 11);
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_PARAM || !ir_attrs(g, i)[1]) continue;
+        ITensor *t = &ip.vals[i];
+        for (int64_t e = 0; e < t->n; e++) {
+            t->data[e] = (double)(float)t->data[e];
+            put_elem(&in, DT_F32, t->data[e]);
+        }
+    }
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_PARAM || ir_attrs(g, i)[1]) continue;
+        ITensor *t = &ip.vals[i];
+        size_t before = in.len;
+        for (int64_t e = 0; e < t->n; e++) put_elem(&in, (DType)n->dtype, t->data[e]);
+        while ((in.len - before) % 8) sb_putc(&in, 0);
+    }
+    char inpath[600], outpath[600], cmd[1400];
+    snprintf(inpath, sizeof inpath, "%s/in.bin", dir);
+    snprintf(outpath, sizeof outpath, "%s/out.bin", dir);
+    write_file(inpath, in.data, in.len);
+    snprintf(cmd, sizeof cmd, "%s/driver %s %s", dir, inpath, outpath);
+    cr_assert_eq(system(cmd), 0, "%s: the generated program failed", name);
+    cr_assert_eq(interp_run(&ip), 0, "%s", ip.err.data);
+    size_t olen;
+    StrBuf e2;
+    sb_init(&e2);
+    char *out = util_read_file(outpath, &olen, &e2);
+    cr_assert(out);
+    const char *p = out;
+    double loss;
+    memcpy(&loss, p, 8);
+    p += 8;
+    /* Compare loss, metrics, then each gradient relative to its largest element. */
+    int nmet = 0;
+    for (int32_t k = 0; k < g->noutputs; k++) {
+        const Output *o = &g->outputs[k];
+        if (o->kind == OUT_LOSS) {
+            double want = interp_value(&ip, o->node)->data[0];
+            cr_expect(fabs(loss - want) <= 1e-4 * fmax(1, fabs(want)), "%s: loss %.9g vs interpreter %.9g", name, loss, want);
+        }
+        if (o->kind == OUT_METRIC) nmet++;
+    }
+    int m = 0;
+    for (int32_t k = 0; k < g->noutputs; k++) {
+        const Output *o = &g->outputs[k];
+        if (o->kind != OUT_METRIC) continue;
+        double got;
+        memcpy(&got, p + 8 * m++, 8);
+        double want = interp_value(&ip, o->node)->data[0];
+        cr_expect(fabs(got - want) <= 1e-4 * fmax(1, fabs(want)), "%s: metric %s %.9g vs %.9g", name, ir_str(g, o->name), got, want);
+    }
+    p += 8 * nmet;
+    const float *grads = (const float *)p;
+    int64_t goff = 0;
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_PARAM || !ir_attrs(g, i)[1]) continue;
+        NodeId gn = IR_NONE;
+        for (int32_t k = 0; k < g->noutputs; k++)
+            if (g->outputs[k].kind == OUT_GRAD && !strcmp(ir_str(g, g->outputs[k].name), ir_node_name(g, i))) gn = g->outputs[k].node;
+        const ITensor *want = interp_value(&ip, gn);
+        double scale = 0, worst = 0;
+        for (int64_t e = 0; e < want->n; e++) scale = fmax(scale, fabs(want->data[e]));
+        for (int64_t e = 0; e < want->n; e++) worst = fmax(worst, fabs((double)grads[goff + e] - want->data[e]));
+        cr_expect(worst <= 2e-3 * fmax(scale, 1e-6), "%s: gradient of %s differs by %g (largest %g)", name, ir_node_name(g, i), worst,
+                  scale);
+        goff += want->n;
+    }
+    free(out);
+    sb_free(&e2);
+    sb_free(&in);
+    interp_free(&ip);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    (void)system(cmd);
+    free_graphs(&gs);
+}
+
+static void compare_file(const char *rel, int64_t symval)
+{
+    size_t len;
+    char *text = support_read(rel, &len);
+    cr_assert(text);
+    compare(rel, rel, text, len, symval);
+    free(text);
+}
+
+Test(models, mlp, .timeout = 300) { compare_file("models/mlp.kiln", 5); }
+Test(models, cnn, .timeout = 300) { compare_file("models/cnn.kiln", 2); }
+Test(models, gpt, .timeout = 300) { compare_file("models/gpt.kiln", 3); }
