@@ -12,6 +12,8 @@
 
 #include "../frontend/frontend.h"
 #include "../passes/passes.h"
+#include "../codegen/codegen.h"
+#include <sys/stat.h>
 
 static const char *usage_main =
     "usage: kiln COMMAND [options]\n"
@@ -22,6 +24,7 @@ static const char *usage_main =
     "  check FILE        parse and check a model; print its parameters, inputs, outputs and recipe\n"
     "  ir FILE           print the model's IR after any pass, as text or Graphviz DOT\n"
     "  gradcheck FILE    check every parameter gradient against finite differences\n"
+    "  emit FILE -o DIR  write the model's generated C (DIR/model.c)\n"
     "\n"
     "options:\n"
     "  -h, --help        show this help (kiln COMMAND --help for a command's options)\n"
@@ -52,6 +55,13 @@ static const char *usage_ir =
     "  --dot              print Graphviz DOT instead of text\n"
     "  -o, --output OUT   write to OUT (atomically) instead of standard output\n"
     "  --mode train|eval  graph to build (default train)\n";
+
+static const char *usage_emit =
+    "usage: kiln emit FILE -o DIR\n"
+    "\n"
+    "Compiles FILE (forward, loss, gradients; train and eval modes) to C and writes\n"
+    "DIR/model.c, which defines `kiln_model_def` (runtime/kiln_model.h). Build it with the\n"
+    "runtime: cc -O2 -Iruntime DIR/model.c ... -lkiln_rt -lopenblas -lz -lm -lpthread.\n";
 
 static const char *usage_gradcheck =
     "usage: kiln gradcheck FILE [--seed N] [--tolerance T] [--samples N] [--size N] [--inputs]\n"
@@ -97,6 +107,7 @@ static const char *usage_of(const char *cmd)
     if (!strcmp(cmd, "check")) return usage_check;
     if (!strcmp(cmd, "ir")) return usage_ir;
     if (!strcmp(cmd, "gradcheck")) return usage_gradcheck;
+    if (!strcmp(cmd, "emit")) return usage_emit;
     return usage_main;
 }
 
@@ -152,7 +163,7 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
             else return usage_error(cmd, "--mode must be train or eval, not '%s'", m);
         } else if (ir && !strcmp(a, "--dot")) {
             o->dot = true;
-        } else if (ir && (!strcmp(a, "-o") || !strcmp(a, "--output"))) {
+        } else if ((ir || !strcmp(cmd, "emit")) && (!strcmp(a, "-o") || !strcmp(a, "--output"))) {
             if (i + 1 >= argc) return usage_error(cmd, "%s needs a file name", a);
             o->output = argv[++i];
         } else if (a[0] == '-' && a[1]) {
@@ -164,6 +175,7 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
         }
     }
     if (!o->file && !o->list_passes) return usage_error(cmd, "no model file given%s", "");
+    if (!strcmp(cmd, "emit") && !o->output) return usage_error(cmd, "emit needs an output directory: -o DIR%s", "");
     return -1;
 }
 
@@ -338,6 +350,47 @@ static int cmd_gradcheck(const Options *o, Model *m)
     return failures ? 1 : 0;
 }
 
+/* Emits DIR/model.c: the training graph (after every pass) and the eval graph. */
+static int cmd_emit(const Options *o, Model *train, Diag *d)
+{
+    StrBuf err, c;
+    sb_init(&err);
+    sb_init(&c);
+    int rc = 1;
+    Model *eval = NULL;
+    if (pipeline_run(train->graph, NULL, NULL, &err) != 0) goto done;
+    {
+        StrBuf e2;
+        sb_init(&e2);
+        size_t len;
+        char *text = util_read_file(o->file, &len, &e2);
+        sb_free(&e2);
+        if (text) eval = frontend_compile(d, o->file, text, len, MODE_EVAL);
+        free(text);
+    }
+    if (!eval) goto done;
+    pass_simplify(eval->graph);
+    if (codegen_c(train->graph, eval->graph, o->file, &c, &err) != 0) goto done;
+    if (mkdir(o->output, 0755) != 0 && errno != EEXIST) {
+        sb_printf(&err, "kiln: error: %s: cannot create directory: %s", o->output, strerror(errno));
+        goto done;
+    }
+    {
+        size_t pl = strlen(o->output) + 16;
+        char *path = xmalloc(pl);
+        snprintf(path, pl, "%s/model.c", o->output);
+        rc = write_atomic(path, c.data, c.len);
+        if (!rc) fprintf(stderr, "kiln: wrote %s (%zu bytes)\n", path, c.len);
+        free(path);
+    }
+done:
+    if (rc && err.len) fprintf(stderr, "%s\n", err.data);
+    frontend_model_free(eval);
+    sb_free(&err);
+    sb_free(&c);
+    return rc;
+}
+
 static int cmd_model(const char *cmd, int argc, char **argv)
 {
     bool ir = !strcmp(cmd, "ir");
@@ -357,6 +410,12 @@ static int cmd_model(const char *cmd, int argc, char **argv)
         if (d.nerrors) fprintf(stderr, "kiln: %d error%s in %s\n", d.nerrors, d.nerrors == 1 ? "" : "s", o.file);
         diag_free(&d);
         return 1;
+    }
+    if (!strcmp(cmd, "emit")) {
+        rc = cmd_emit(&o, m, &d);
+        frontend_model_free(m);
+        diag_free(&d);
+        return rc;
     }
     if (!strcmp(cmd, "gradcheck")) {
         rc = cmd_gradcheck(&o, m);
@@ -409,18 +468,19 @@ int main(int argc, char **argv)
         printf("kiln %s\n", KILN_VERSION);
         return 0;
     }
-    if (!strcmp(cmd, "check") || !strcmp(cmd, "ir") || !strcmp(cmd, "gradcheck")) return cmd_model(cmd, argc - 2, argv + 2);
-    static const char *commands[] = {"check", "ir", "gradcheck", "help", "version"};
+    if (!strcmp(cmd, "check") || !strcmp(cmd, "ir") || !strcmp(cmd, "gradcheck") || !strcmp(cmd, "emit"))
+        return cmd_model(cmd, argc - 2, argv + 2);
+    static const char *commands[] = {"check", "ir", "gradcheck", "emit", "help", "version"};
     const char *best = NULL;
     int bestd = 1000;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         int dist = util_edit_distance(commands[i], cmd);
         if (dist < bestd) bestd = dist, best = commands[i];
     }
-    if (cmd[0] == '-') return usage_error(NULL, "unknown option '%s'; commands: check, ir, gradcheck", cmd);
+    if (cmd[0] == '-') return usage_error(NULL, "unknown option '%s'; commands: check, ir, gradcheck, emit", cmd);
     if (bestd <= 2) {
         fprintf(stderr, "kiln: error: unknown command '%s' (did you mean '%s'?)\n", cmd, best);
         return 2;
     }
-    return usage_error(NULL, "unknown command '%s'; commands: check, ir, gradcheck", cmd);
+    return usage_error(NULL, "unknown command '%s'; commands: check, ir, gradcheck, emit", cmd);
 }
