@@ -370,7 +370,13 @@ static int cmd_emit(const Options *o, Model *train, Diag *d)
     }
     if (!eval) goto done;
     pass_simplify(eval->graph);
-    if (codegen_c(train->graph, eval->graph, o->file, &c, &err) != 0) goto done;
+    {
+        int nkv;
+        char **kv = recipe_flatten(&train->recipe, &nkv);
+        int cg = codegen_c(train->graph, eval->graph, o->file, kv, nkv, &c, &err);
+        recipe_flat_free(kv, nkv);
+        if (cg != 0) goto done;
+    }
     if (mkdir(o->output, 0755) != 0 && errno != EEXIST) {
         sb_printf(&err, "kiln: error: %s: cannot create directory: %s", o->output, strerror(errno));
         goto done;

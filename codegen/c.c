@@ -880,7 +880,21 @@ static uint64_t graph_hash(const Graph *g)
     return h;
 }
 
-int codegen_c(const Graph *train, const Graph *eval, const char *source_path, StrBuf *out, StrBuf *err)
+/* A C string literal with escapes. */
+static void c_string(StrBuf *b, const char *s)
+{
+    sb_putc(b, '"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') sb_printf(b, "\\%c", ch);
+        else if (ch < 32 || ch >= 127) sb_printf(b, "\\%03o", ch);
+        else sb_putc(b, (char)ch);
+    }
+    sb_putc(b, '"');
+}
+
+int codegen_c(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe,
+              StrBuf *out, StrBuf *err)
 {
     if (check_supported(train, err) || check_supported(eval, err)) return -1;
     Cg c;
@@ -928,7 +942,7 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, St
             Dim d = n->shape.d[k];
             sb_printf(out, "%s%d", k ? ", " : "", d.nsym == 1 && d.k == 1 ? d.sym[0] : -1);
         }
-        sb_puts(out, "}, 0},\n");
+        sb_printf(out, "}, %lld},\n", (long long)(ir_dtype_is_float((DType)n->dtype) ? 0 : ir_index_range(g, i)));
         ni++;
     }
     sb_puts(out, "};\n\nstatic const kiln_symbol syms[] = {\n");
@@ -949,6 +963,16 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, St
         if (g->outputs[k].kind == OUT_FORWARD) sb_printf(out, "%s%s", no++ ? ", " : "", krt_dtype_c((DType)g->nodes[g->outputs[k].node].dtype));
     if (!no) sb_puts(out, "KRT_F32");
     sb_puts(out, "};\n\n");
+    sb_puts(out, "static const kiln_recipe_entry recipe[] = {\n");
+    for (int i = 0; i < nrecipe; i++) {
+        sb_puts(out, "    {");
+        c_string(out, recipe_kv[2 * i]);
+        sb_puts(out, ", ");
+        c_string(out, recipe_kv[2 * i + 1]);
+        sb_puts(out, "},\n");
+    }
+    if (!nrecipe) sb_puts(out, "    {\"\", \"\"},\n");
+    sb_puts(out, "};\n\n");
     int64_t train_arena = emit_graph(&c, train, train, "train", true);
     int64_t eval_arena = emit_graph(&c, eval, train, "eval", false);
     sb_printf(out, "const kiln_model kiln_model_def = {\n"
@@ -958,9 +982,10 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, St
                    "    .nmetrics = %d, .metric_names = metric_names,\n"
                    "    .noutputs = %d, .output_names = output_names, .output_dtypes = output_dtypes,\n"
                    "    .train_arena_bytes = %lld, .eval_arena_bytes = %lld,\n"
+                   "    .nrecipe = %d, .recipe = recipe,\n"
                    "    .train_step = train_step, .eval_step = eval_step,\n};\n",
               g->name, source_path, (unsigned long long)graph_hash(train), np, (long long)po, (long long)bo, ni, g->nsyms, nm, no,
-              (long long)train_arena, (long long)eval_arena);
+              (long long)train_arena, (long long)eval_arena, nrecipe);
     for (int i = 0; i < c.nlines; i++) free(c.lines[i]);
     free(c.lines);
     return 0;

@@ -9,8 +9,10 @@
 /* Writes the C source of a model: `train` is the training graph (forward, loss, metrics,
  * buffer updates and OUT_GRAD outputs, after autodiff and simplify), `eval` the graph in
  * eval mode (forward, loss, metrics). Returns 0, or -1 with a message in *err (an op or
- * dtype the C target does not support yet, named with its model line). */
-int codegen_c(const Graph *train, const Graph *eval, const char *source_path, StrBuf *out, StrBuf *err);
+ * dtype the C target does not support yet, named with its model line). recipe_kv holds
+ * nrecipe key/value string pairs (the flattened train section). */
+int codegen_c(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe,
+              StrBuf *out, StrBuf *err);
 
 /* Bytes of activation memory each step needs at the symbols' bounds (after planning). */
 int64_t codegen_arena_bytes(const Graph *g);

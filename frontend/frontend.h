@@ -163,6 +163,11 @@ const RecipeValue *recipe_get(const Recipe *r, const char *key);
 const RecipeValue *recipe_arg(const RecipeValue *call, const char *key);
 double recipe_num(const Recipe *r, const char *key, double dflt);
 void recipe_print(const Recipe *r, StrBuf *out);
+/* The recipe as flat key/value strings for generated programs: "optimizer" = "AdamW",
+ * "optimizer.lr" = "0.001", "optimizer.betas" = "0.9,0.95", "data.image" = "path", ...
+ * Returns 2 * *n strings (key, value, key, value...); free with recipe_flat_free. */
+char **recipe_flatten(const Recipe *r, int *n);
+void recipe_flat_free(char **kv, int n);
 /* Value of `batch` written in the train section, or 0, read straight from the AST (the
  * batch bounds the batch symbol before the recipe is checked). */
 int64_t recipe_batch_hint(const Ast *a, AstId train);

@@ -570,3 +570,69 @@ void recipe_print(const Recipe *r, StrBuf *out)
         sb_puts(out, r->entries[i].is_default ? "   (default)\n" : "\n");
     }
 }
+
+static void flat_value(const RecipeValue *v, StrBuf *b)
+{
+    char num[64];
+    switch ((RecipeValueKind)v->kind) {
+    case RV_NUM:
+        if (v->is_int) snprintf(num, sizeof num, "%.0f", v->num);
+        else util_format_double(num, sizeof num, v->num); /* shortest exact form */
+        sb_puts(b, num);
+        break;
+    case RV_BOOL: sb_puts(b, v->num ? "true" : "false"); break;
+    case RV_LIST:
+        for (int32_t i = 0; i < v->nargs; i++) {
+            if (i) sb_putc(b, ',');
+            flat_value(&v->args[i], b);
+        }
+        break;
+    default: sb_puts(b, v->str ? v->str : ""); break;
+    }
+}
+
+static void flat_push(char ***kv, int *n, int *cap, const char *key, const char *value)
+{
+    if (*n + 1 > *cap) {
+        *cap = *cap ? *cap * 2 : 32;
+        *kv = xrealloc(*kv, (size_t)*cap * 2 * sizeof **kv);
+    }
+    (*kv)[2 * *n] = xstrdup(key);
+    (*kv)[2 * *n + 1] = xstrdup(value);
+    (*n)++;
+}
+
+char **recipe_flatten(const Recipe *r, int *n)
+{
+    char **kv = NULL;
+    int cap = 0;
+    *n = 0;
+    for (int32_t i = 0; i < r->n; i++) {
+        const RecipeValue *e = &r->entries[i];
+        StrBuf v;
+        sb_init(&v);
+        flat_value(e, &v);
+        flat_push(&kv, n, &cap, e->key, v.data ? v.data : "");
+        sb_free(&v);
+        if (e->kind != RV_CALL) continue;
+        for (int32_t k = 0; k < e->nargs; k++) {
+            const RecipeValue *a = &e->args[k];
+            StrBuf key, val;
+            sb_init(&key);
+            sb_init(&val);
+            if (a->key && a->key[0]) sb_printf(&key, "%s.%s", e->key, a->key);
+            else sb_printf(&key, "%s.%d", e->key, k);
+            flat_value(a, &val);
+            flat_push(&kv, n, &cap, key.data, val.data ? val.data : "");
+            sb_free(&key);
+            sb_free(&val);
+        }
+    }
+    return kv;
+}
+
+void recipe_flat_free(char **kv, int n)
+{
+    for (int i = 0; i < 2 * n; i++) free(kv[i]);
+    free(kv);
+}

@@ -250,3 +250,39 @@ Graph *ir_graph_clone(const Graph *g)
     c->outputs_cap = g->noutputs;
     return c;
 }
+
+/* See ir.h. */
+int64_t ir_index_range(const Graph *g, NodeId in)
+{
+    int64_t best = INT64_MAX;
+    bool *reach = xcalloc((size_t)g->nnodes, sizeof *reach);
+    reach[in] = true;
+    for (NodeId i = in + 1; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        bool from_input = false;
+        for (uint32_t k = 0; k < n->ninputs; k++) from_input |= reach[ir_input(g, i, (int)k)];
+        if (!from_input) continue;
+        if (n->op == OP_CAST || n->op == OP_RESHAPE || n->op == OP_EXPAND || n->op == OP_PERMUTE || n->op == OP_SLICE) {
+            reach[i] = true;
+            continue;
+        }
+        if (n->op == OP_GATHER && reach[ir_input(g, i, 1)]) {
+            int64_t rows = ir_dim_max(g, g->nodes[ir_input(g, i, 0)].shape.d[0]);
+            if (rows > 0 && rows < best) best = rows;
+        }
+        if (n->op == OP_EQ || n->op == OP_NE) {
+            /* The other side traced back through shape ops to an iota: its axis size. */
+            NodeId other = reach[ir_input(g, i, 0)] ? ir_input(g, i, 1) : ir_input(g, i, 0);
+            while (g->nodes[other].op == OP_EXPAND || g->nodes[other].op == OP_RESHAPE || g->nodes[other].op == OP_CAST)
+                other = ir_input(g, other, 0);
+            if (g->nodes[other].op == OP_IOTA) {
+                int64_t axis = ir_attrs(g, other)[0];
+                int64_t c = ir_dim_max(g, g->nodes[other].shape.d[axis]);
+                if (c > 0 && c < best) best = c;
+            }
+        }
+    }
+    free(reach);
+    return best != INT64_MAX ? best : 0;
+}
+

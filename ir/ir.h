@@ -175,6 +175,9 @@ const char *ir_output_kind_name(OutputKind k);
 NodeId ir_find_named(const Graph *g, Op op, const char *name);
 /* Deep copy. */
 Graph *ir_graph_clone(const Graph *g);
+/* Valid values of an integer input are [0, range): found from its uses (rows of a table
+ * it indexes with gather, classes of a one-hot it is compared with); 0 when no use bounds it. */
+int64_t ir_index_range(const Graph *g, NodeId input);
 
 /* ---- shapes (shape.c) ---- */
 Dim ir_dim_const(int64_t k);

@@ -27,42 +27,6 @@
 
 #include "../util/rng.h"
 
-/* Largest valid value + 1 for integer input `in`, from its uses. */
-static int64_t int_input_range(const Graph *g, NodeId in)
-{
-    int64_t best = INT64_MAX;
-    bool *reach = xcalloc((size_t)g->nnodes, sizeof *reach);
-    reach[in] = true;
-    for (NodeId i = in + 1; i < g->nnodes; i++) {
-        const Node *n = &g->nodes[i];
-        bool from_input = false;
-        for (uint32_t k = 0; k < n->ninputs; k++) from_input |= reach[ir_input(g, i, (int)k)];
-        if (!from_input) continue;
-        if (n->op == OP_CAST || n->op == OP_RESHAPE || n->op == OP_EXPAND || n->op == OP_PERMUTE || n->op == OP_SLICE) {
-            reach[i] = true;
-            continue;
-        }
-        if (n->op == OP_GATHER && reach[ir_input(g, i, 1)]) {
-            int64_t rows = ir_dim_max(g, g->nodes[ir_input(g, i, 0)].shape.d[0]);
-            if (rows > 0 && rows < best) best = rows;
-        }
-        if (n->op == OP_EQ || n->op == OP_NE) {
-            /* The other side traced back through shape ops to an iota: its axis size. */
-            NodeId other = reach[ir_input(g, i, 0)] ? ir_input(g, i, 1) : ir_input(g, i, 0);
-            while (g->nodes[other].op == OP_EXPAND || g->nodes[other].op == OP_RESHAPE || g->nodes[other].op == OP_CAST)
-                other = ir_input(g, other, 0);
-            if (g->nodes[other].op == OP_IOTA) {
-                int64_t axis = ir_attrs(g, other)[0];
-                int64_t c = ir_dim_max(g, g->nodes[other].shape.d[axis]);
-                if (c > 0 && c < best) best = c;
-            }
-        }
-    }
-    free(reach);
-    if (best != INT64_MAX) return best;
-    return g->nodes[in].dtype == DT_U8 ? 256 : 10;
-}
-
 static NodeId loss_node(const Graph *g)
 {
     for (int32_t k = 0; k < g->noutputs; k++)
@@ -183,7 +147,8 @@ int gradcheck_run(const Graph *forward, const GradcheckOptions *opt, GradcheckRe
         int64_t count = 1;
         for (int k = 0; k < n->shape.rank; k++) count *= ir_dim_eval(n->shape.d[k], ip.symvals);
         double *v = xmalloc((size_t)(count ? count : 1) * sizeof *v);
-        int64_t range = ir_dtype_is_float((DType)n->dtype) ? 0 : n->dtype == DT_BOOL ? 2 : int_input_range(g, i);
+        int64_t range = ir_dtype_is_float((DType)n->dtype) ? 0 : n->dtype == DT_BOOL ? 2 : ir_index_range(g, i);
+        if (!range && !ir_dtype_is_float((DType)n->dtype)) range = n->dtype == DT_U8 ? 256 : 10;
         for (int64_t e = 0; e < count; e++) {
             if (range) v[e] = floor(kiln_rng_uniform53(opt->seed, 1000 + (uint64_t)i, 1, (uint64_t)e) * (double)range);
             else v[e] = kiln_rng_normal(opt->seed, 1000 + (uint64_t)i, 2, (uint64_t)e);

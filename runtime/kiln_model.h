@@ -38,6 +38,12 @@ typedef struct {
     int64_t max;
 } kiln_symbol;
 
+/* The model file's train section, flattened: "optimizer" = "AdamW", "optimizer.lr" =
+ * "0.001", "data.image" = "/path", ... (every key, defaults included). */
+typedef struct {
+    const char *key, *value;
+} kiln_recipe_entry;
+
 /* Buffers a step reads and writes. */
 typedef struct {
     float *params;        /* trainable parameters, `nparam_floats` floats */
@@ -70,6 +76,8 @@ typedef struct {
     const char *const *output_names;
     const krt_dtype *output_dtypes;
     int64_t train_arena_bytes, eval_arena_bytes;
+    int nrecipe;
+    const kiln_recipe_entry *recipe;
     /* Forward, loss, metrics and all gradients (grads are overwritten, not accumulated). */
     void (*train_step)(kiln_step_io *io);
     /* Forward, loss and metrics in eval mode (no dropout, running statistics). */

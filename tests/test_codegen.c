@@ -56,7 +56,10 @@ static void build_driver(const char *dir, const Graphs *gs, const char *source)
     StrBuf c, err;
     sb_init(&c);
     sb_init(&err);
-    cr_assert_eq(codegen_c(gs->train, gs->eval, source, &c, &err), 0, "%s", err.data);
+    int nkv;
+    char **kv = recipe_flatten(&gs->mt->recipe, &nkv);
+    cr_assert_eq(codegen_c(gs->train, gs->eval, source, kv, nkv, &c, &err), 0, "%s", err.data);
+    recipe_flat_free(kv, nkv);
     char path[512], cmd[4096];
     snprintf(path, sizeof path, "%s/model.c", dir);
     write_file(path, c.data, c.len);
