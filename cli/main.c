@@ -13,6 +13,7 @@
 #include "../frontend/frontend.h"
 #include "../passes/passes.h"
 #include "../codegen/codegen.h"
+#include "build.h"
 #include <sys/stat.h>
 
 static const char *usage_main =
@@ -25,6 +26,8 @@ static const char *usage_main =
     "  ir FILE           print the model's IR after any pass, as text or Graphviz DOT\n"
     "  gradcheck FILE    check every parameter gradient against finite differences\n"
     "  emit FILE -o DIR  write the model's generated C (DIR/model.c)\n"
+    "  build FILE -o PROG  compile the model into a training program\n"
+    "  train FILE [FLAGS]  build (cached) and run the training program; FLAGS go to it\n"
     "\n"
     "options:\n"
     "  -h, --help        show this help (kiln COMMAND --help for a command's options)\n"
@@ -63,6 +66,19 @@ static const char *usage_emit =
     "DIR/model.c, which defines `kiln_model_def` (runtime/kiln_model.h). Build it with the\n"
     "runtime: cc -O2 -Iruntime DIR/model.c ... -lkiln_rt -lopenblas -lz -lm -lpthread.\n";
 
+static const char *usage_build =
+    "usage: kiln build FILE -o PROG [--cflags FLAGS]\n"
+    "\n"
+    "Compiles FILE into a standalone training program PROG (generated C + the runtime,\n"
+    "with $CC or the compiler Kiln was built with). Run PROG --help for its options.\n";
+
+static const char *usage_train =
+    "usage: kiln train FILE [PROGRAM FLAGS...]\n"
+    "\n"
+    "Builds FILE's training program (cached by the content of the generated code, in\n"
+    "$XDG_CACHE_HOME/kiln or ~/.cache/kiln) and runs it; every flag after FILE is passed\n"
+    "to the program (e.g. --steps 100, --resume DIR; see kiln train FILE --help).\n";
+
 static const char *usage_gradcheck =
     "usage: kiln gradcheck FILE [--seed N] [--tolerance T] [--samples N] [--size N] [--inputs]\n"
     "\n"
@@ -83,6 +99,7 @@ typedef struct {
     const char *file;
     const char *output;
     const char *after;
+    const char *cflags;
     bool dot, stats, list_passes, inputs;
     GraphMode mode;
     uint64_t seed;
@@ -108,6 +125,8 @@ static const char *usage_of(const char *cmd)
     if (!strcmp(cmd, "ir")) return usage_ir;
     if (!strcmp(cmd, "gradcheck")) return usage_gradcheck;
     if (!strcmp(cmd, "emit")) return usage_emit;
+    if (!strcmp(cmd, "build")) return usage_build;
+    if (!strcmp(cmd, "train")) return usage_train;
     return usage_main;
 }
 
@@ -163,7 +182,10 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
             else return usage_error(cmd, "--mode must be train or eval, not '%s'", m);
         } else if (ir && !strcmp(a, "--dot")) {
             o->dot = true;
-        } else if ((ir || !strcmp(cmd, "emit")) && (!strcmp(a, "-o") || !strcmp(a, "--output"))) {
+        } else if (!strcmp(cmd, "build") && !strcmp(a, "--cflags")) {
+            if (!has_value) return usage_error(cmd, "--cflags needs a value%s", "");
+            o->cflags = argv[++i];
+        } else if ((ir || !strcmp(cmd, "emit") || !strcmp(cmd, "build")) && (!strcmp(a, "-o") || !strcmp(a, "--output"))) {
             if (i + 1 >= argc) return usage_error(cmd, "%s needs a file name", a);
             o->output = argv[++i];
         } else if (a[0] == '-' && a[1]) {
@@ -176,6 +198,7 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
     }
     if (!o->file && !o->list_passes) return usage_error(cmd, "no model file given%s", "");
     if (!strcmp(cmd, "emit") && !o->output) return usage_error(cmd, "emit needs an output directory: -o DIR%s", "");
+    if (!strcmp(cmd, "build") && !o->output) return usage_error(cmd, "build needs an output program: -o PROG%s", "");
     return -1;
 }
 
@@ -350,51 +373,168 @@ static int cmd_gradcheck(const Options *o, Model *m)
     return failures ? 1 : 0;
 }
 
-/* Emits DIR/model.c: the training graph (after every pass) and the eval graph. */
+/* The generated C of the model: the training graph after every pass, and the eval graph. */
+static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *err)
+{
+    if (pipeline_run(train->graph, NULL, NULL, err) != 0) return -1;
+    StrBuf e2;
+    sb_init(&e2);
+    size_t len;
+    char *text = util_read_file(file, &len, &e2);
+    sb_free(&e2);
+    Model *eval = text ? frontend_compile(d, file, text, len, MODE_EVAL) : NULL;
+    free(text);
+    if (!eval) return -1;
+    pass_simplify(eval->graph);
+    int nkv;
+    char **kv = recipe_flatten(&train->recipe, &nkv);
+    int rc = codegen_c(train->graph, eval->graph, file, kv, nkv, c, err);
+    recipe_flat_free(kv, nkv);
+    frontend_model_free(eval);
+    return rc;
+}
+
+static int write_model_c(const char *dir, const StrBuf *c, char **path_out)
+{
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "kiln: error: %s: cannot create directory: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    size_t pl = strlen(dir) + 16;
+    char *path = xmalloc(pl);
+    snprintf(path, pl, "%s/model.c", dir);
+    int rc = write_atomic(path, c->data ? c->data : "", c->len);
+    if (path_out && !rc) *path_out = path;
+    else free(path);
+    return rc;
+}
+
 static int cmd_emit(const Options *o, Model *train, Diag *d)
 {
     StrBuf err, c;
     sb_init(&err);
     sb_init(&c);
-    int rc = 1;
-    Model *eval = NULL;
-    if (pipeline_run(train->graph, NULL, NULL, &err) != 0) goto done;
-    {
-        StrBuf e2;
-        sb_init(&e2);
-        size_t len;
-        char *text = util_read_file(o->file, &len, &e2);
-        sb_free(&e2);
-        if (text) eval = frontend_compile(d, o->file, text, len, MODE_EVAL);
-        free(text);
-    }
-    if (!eval) goto done;
-    pass_simplify(eval->graph);
-    {
-        int nkv;
-        char **kv = recipe_flatten(&train->recipe, &nkv);
-        int cg = codegen_c(train->graph, eval->graph, o->file, kv, nkv, &c, &err);
-        recipe_flat_free(kv, nkv);
-        if (cg != 0) goto done;
-    }
-    if (mkdir(o->output, 0755) != 0 && errno != EEXIST) {
-        sb_printf(&err, "kiln: error: %s: cannot create directory: %s", o->output, strerror(errno));
-        goto done;
-    }
-    {
-        size_t pl = strlen(o->output) + 16;
-        char *path = xmalloc(pl);
-        snprintf(path, pl, "%s/model.c", o->output);
-        rc = write_atomic(path, c.data, c.len);
-        if (!rc) fprintf(stderr, "kiln: wrote %s (%zu bytes)\n", path, c.len);
-        free(path);
-    }
-done:
-    if (rc && err.len) fprintf(stderr, "%s\n", err.data);
-    frontend_model_free(eval);
+    int rc = generate(o->file, train, d, &c, &err) ? 1 : write_model_c(o->output, &c, NULL);
+    if (!rc) fprintf(stderr, "kiln: wrote %s/model.c (%zu bytes)\n", o->output, c.len);
+    if (err.len) fprintf(stderr, "%s\n", err.data);
     sb_free(&err);
     sb_free(&c);
     return rc;
+}
+
+/* Builds the program into prog; with a cache directory, reuses a build of identical code. */
+static int build_to(const Options *o, Model *train, Diag *d, const char *prog)
+{
+    StrBuf err, c, log;
+    sb_init(&err);
+    sb_init(&c);
+    sb_init(&log);
+    int rc = 1;
+    char dir[] = "/tmp/kiln-build-XXXXXX";
+    char *model_c = NULL;
+    if (generate(o->file, train, d, &c, &err)) goto done;
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "kiln: error: cannot create a temporary directory: %s\n", strerror(errno));
+        goto done;
+    }
+    if (write_model_c(dir, &c, &model_c)) goto done;
+    if (build_program(model_c, prog, o->cflags, &log) != 0) {
+        fprintf(stderr, "kiln: error: building %s failed:\n%s\n", prog, log.data ? log.data : "");
+        goto done;
+    }
+    rc = 0;
+done:
+    if (err.len) fprintf(stderr, "%s\n", err.data);
+    if (model_c) {
+        unlink(model_c);
+        rmdir(dir);
+    }
+    free(model_c);
+    sb_free(&err);
+    sb_free(&c);
+    sb_free(&log);
+    return rc;
+}
+
+/* kiln train: the program is cached under a name derived from the generated code and
+ * the compiler settings, so an unchanged model starts at once. */
+static int cmd_train(const char *file, Model *train, Diag *d, int argc, char **argv)
+{
+    StrBuf err, c;
+    sb_init(&err);
+    sb_init(&c);
+    Options o;
+    memset(&o, 0, sizeof o);
+    o.file = file;
+    if (generate(file, train, d, &c, &err)) {
+        fprintf(stderr, "%s\n", err.data);
+        return 1;
+    }
+    const char *cc = getenv("CC");
+    StrBuf key;
+    sb_init(&key);
+    sb_printf(&key, "%s|%s|%s|", c.data, cc ? cc : "", KILN_VERSION);
+    uint64_t h = util_hash_string(key.data);
+    sb_free(&key);
+    const char *cache = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    StrBuf dir;
+    sb_init(&dir);
+    if (cache && *cache) sb_printf(&dir, "%s/kiln", cache);
+    else sb_printf(&dir, "%s/.cache/kiln", home && *home ? home : "/tmp");
+    StrBuf mk;
+    sb_init(&mk);
+    for (char *p = dir.data + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(dir.data, 0755);
+            *p = '/';
+        }
+    mkdir(dir.data, 0755);
+    sb_free(&mk);
+    StrBuf prog;
+    sb_init(&prog);
+    sb_printf(&prog, "%s/%s-%016llx", dir.data, train->graph->name, (unsigned long long)h);
+    int rc = 0;
+    if (access(prog.data, X_OK) != 0) {
+        fprintf(stderr, "kiln: building %s\n", prog.data);
+        /* The build writes to a temporary name first: an interrupted build never leaves a
+         * broken program in the cache. */
+        StrBuf tmp;
+        sb_init(&tmp);
+        sb_printf(&tmp, "%s.tmp%ld", prog.data, (long)getpid());
+        Model *again = NULL;
+        {
+            StrBuf e2;
+            sb_init(&e2);
+            size_t len;
+            char *text = util_read_file(file, &len, &e2);
+            sb_free(&e2);
+            again = text ? frontend_compile(d, file, text, len, MODE_TRAIN) : NULL;
+            free(text);
+        }
+        rc = again ? build_to(&o, again, d, tmp.data) : 1;
+        frontend_model_free(again);
+        if (!rc && rename(tmp.data, prog.data) != 0) rc = 1;
+        if (rc) unlink(tmp.data);
+        sb_free(&tmp);
+    }
+    sb_free(&err);
+    sb_free(&c);
+    sb_free(&dir);
+    if (rc) {
+        sb_free(&prog);
+        return 1;
+    }
+    char **args = xcalloc((size_t)argc + 2, sizeof *args);
+    args[0] = prog.data;
+    for (int i = 0; i < argc; i++) args[i + 1] = argv[i];
+    fflush(stdout);
+    execv(prog.data, args);
+    fprintf(stderr, "kiln: error: cannot run %s: %s\n", prog.data, strerror(errno));
+    free(args);
+    sb_free(&prog);
+    return 1;
 }
 
 static int cmd_model(const char *cmd, int argc, char **argv)
@@ -416,6 +556,13 @@ static int cmd_model(const char *cmd, int argc, char **argv)
         if (d.nerrors) fprintf(stderr, "kiln: %d error%s in %s\n", d.nerrors, d.nerrors == 1 ? "" : "s", o.file);
         diag_free(&d);
         return 1;
+    }
+    if (!strcmp(cmd, "build")) {
+        rc = build_to(&o, m, &d, o.output);
+        if (!rc) fprintf(stderr, "kiln: built %s\n", o.output);
+        frontend_model_free(m);
+        diag_free(&d);
+        return rc;
     }
     if (!strcmp(cmd, "emit")) {
         rc = cmd_emit(&o, m, &d);
@@ -474,19 +621,39 @@ int main(int argc, char **argv)
         printf("kiln %s\n", KILN_VERSION);
         return 0;
     }
-    if (!strcmp(cmd, "check") || !strcmp(cmd, "ir") || !strcmp(cmd, "gradcheck") || !strcmp(cmd, "emit"))
+    if (!strcmp(cmd, "check") || !strcmp(cmd, "ir") || !strcmp(cmd, "gradcheck") || !strcmp(cmd, "emit") || !strcmp(cmd, "build"))
         return cmd_model(cmd, argc - 2, argv + 2);
-    static const char *commands[] = {"check", "ir", "gradcheck", "emit", "help", "version"};
+    if (!strcmp(cmd, "train")) {
+        if (argc < 3 || argv[2][0] == '-') {
+            if (argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
+                fputs(usage_train, stdout);
+                return 0;
+            }
+            return usage_error("train", "no model file given%s", "");
+        }
+        Options o;
+        memset(&o, 0, sizeof o);
+        o.file = argv[2];
+        o.mode = MODE_TRAIN;
+        Diag d;
+        diag_init(&d, stderr);
+        Model *m = load(&o, &d);
+        int rc = m ? cmd_train(o.file, m, &d, argc - 3, argv + 3) : 1;
+        frontend_model_free(m);
+        diag_free(&d);
+        return rc;
+    }
+    static const char *commands[] = {"check", "ir", "gradcheck", "emit", "build", "train", "help", "version"};
     const char *best = NULL;
     int bestd = 1000;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         int dist = util_edit_distance(commands[i], cmd);
         if (dist < bestd) bestd = dist, best = commands[i];
     }
-    if (cmd[0] == '-') return usage_error(NULL, "unknown option '%s'; commands: check, ir, gradcheck, emit", cmd);
+    if (cmd[0] == '-') return usage_error(NULL, "unknown option '%s'; commands: check, ir, gradcheck, emit, build, train", cmd);
     if (bestd <= 2) {
         fprintf(stderr, "kiln: error: unknown command '%s' (did you mean '%s'?)\n", cmd, best);
         return 2;
     }
-    return usage_error(NULL, "unknown command '%s'; commands: check, ir, gradcheck, emit", cmd);
+    return usage_error(NULL, "unknown command '%s'; commands: check, ir, gradcheck, emit, build, train", cmd);
 }

@@ -1,0 +1,11 @@
+/* build.h — compiling generated C into a training program (build.c). */
+#ifndef KILN_CLI_BUILD_H
+#define KILN_CLI_BUILD_H
+
+#include "../util/util.h"
+
+/* Compiles model_c with the runtime's train_main.c into prog. Returns 0, or -1 with the
+ * compiler's output in *log. */
+int build_program(const char *model_c, const char *prog, const char *extra_cflags, StrBuf *log);
+
+#endif
