@@ -1,0 +1,173 @@
+/* test_train.c — training executables end to end: mlp.kiln trains on a Fashion-MNIST
+ * subset (loss falls, accuracy passes a bound), resume is bit-identical to an
+ * uninterrupted run, and every bad input gives one clear message and a non-zero exit
+ * without replacing a good checkpoint. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "support.h"
+
+static char dir[64];
+static char prog[128];
+
+static int run(const char *cmd, StrBuf *out)
+{
+    char full[4096];
+    snprintf(full, sizeof full, "cd %s && %s 2>&1", dir, cmd);
+    FILE *p = popen(full, "r");
+    if (!p) return -1;
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0) sb_putn(out, chunk, n);
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static bool have_fashion_mnist(void)
+{
+    return access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) == 0;
+}
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/kiln-train-XXXXXX");
+    cr_assert(mkdtemp(dir));
+    snprintf(prog, sizeof prog, "%s/mlp", dir);
+    StrBuf out;
+    sb_init(&out);
+    char args[512];
+    snprintf(args, sizeof args, "build %s -o %s", support_path("models/mlp.kiln"), prog);
+    cr_assert_eq(support_run_kiln(args, &out), 0, "kiln build failed:\n%s", out.data);
+    sb_free(&out);
+}
+
+static void teardown(void)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    (void)system(cmd);
+}
+
+TestSuite(train, .init = setup, .fini = teardown, .timeout = 300);
+
+static double last_number_after(const char *text, const char *key)
+{
+    const char *p = NULL, *q = text;
+    while ((q = strstr(q, key))) p = q++;
+    return p ? strtod(p + strlen(key), NULL) : -1;
+}
+
+Test(train, mlp_learns_fashion_mnist)
+{
+    if (!have_fashion_mnist()) cr_skip_test("dataset-fashion-mnist is not installed");
+    StrBuf out;
+    sb_init(&out);
+    int rc = run("./mlp --steps 150 --limit 8000 --eval-every 150 --eval-batches 20 --log log.jsonl", &out);
+    cr_assert_eq(rc, 0, "%s", out.data);
+    double first = last_number_after(strstr(out.data, "step 50/") ? strstr(out.data, "step 50/") : out.data, "loss ");
+    double acc = last_number_after(out.data, "accuracy ");
+    cr_expect(acc > 0.72, "accuracy after 150 steps is %g:\n%s", acc, out.data);
+    FILE *f = fopen(strcat(strcpy((char[256]){0}, dir), "/log.jsonl"), "r");
+    cr_assert(f, "no metrics log");
+    char line[512];
+    double l0 = -1, ln = -1;
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "\"loss\": ");
+        if (!p) continue;
+        double v = strtod(p + 8, NULL);
+        if (l0 < 0) l0 = v;
+        ln = v;
+    }
+    fclose(f);
+    cr_expect(l0 > 1.5 && ln < l0 - 0.8, "the loss did not fall: first %g, last %g (%g)", l0, ln, first);
+    sb_free(&out);
+}
+
+static char *slurp(const char *rel, size_t *n)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    StrBuf err;
+    sb_init(&err);
+    char *d = util_read_file(path, n, &err);
+    sb_free(&err);
+    return d;
+}
+
+Test(train, resume_is_bit_identical)
+{
+    if (!have_fashion_mnist()) cr_skip_test("dataset-fashion-mnist is not installed");
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(run("./mlp --steps 40 --limit 3000 --checkpoint-dir a --eval-every 1000", &out), 0, "%s", out.data);
+    cr_assert_eq(run("./mlp --steps 20 --limit 3000 --checkpoint-dir b --eval-every 1000", &out), 0, "%s", out.data);
+    cr_assert_eq(run("./mlp --steps 40 --limit 3000 --checkpoint-dir b --resume b --eval-every 1000", &out), 0, "%s", out.data);
+    const char *files[] = {"model.safetensors", "train_state.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        char a[64], b[64];
+        snprintf(a, sizeof a, "a/%s", files[i]);
+        snprintf(b, sizeof b, "b/%s", files[i]);
+        size_t na, nb;
+        char *da = slurp(a, &na), *db = slurp(b, &nb);
+        cr_assert(da && db);
+        cr_expect(na == nb && !memcmp(da, db, na), "%s differs between 40 steps and 20 + resume + 20", files[i]);
+        free(da);
+        free(db);
+    }
+    sb_free(&out);
+}
+
+/* Each bad input: exit status non-zero and a message containing `want`. */
+static void expect_error(const char *cmd, const char *want)
+{
+    StrBuf out;
+    sb_init(&out);
+    int rc = run(cmd, &out);
+    cr_expect(rc != 0 && rc != -1, "`%s` should fail cleanly, exit %d:\n%s", cmd, rc, out.data);
+    cr_expect(strstr(out.data, want) != NULL, "`%s`: expected a message containing '%s', got:\n%s", cmd, want, out.data);
+    sb_free(&out);
+}
+
+Test(train, bad_inputs)
+{
+    expect_error("./mlp --frobnicate 1", "unknown option '--frobnicate'");
+    expect_error("./mlp --steps many", "--steps: 'many' is not a number");
+    expect_error("./mlp --batch 100000", "at most 128");
+    expect_error("./mlp --data image=/nonexistent/images.gz --steps 1", "/nonexistent/images.gz");
+    /* A truncated data file. */
+    FILE *f = fopen(strcat(strcpy((char[256]){0}, dir), "/trunc.gz"), "wb");
+    cr_assert(f);
+    const unsigned char hdr[] = {0, 0, 8, 3, 0, 0, 0, 10, 0, 0, 0, 28, 0, 0, 0, 28, 1, 2, 3};
+    fwrite(hdr, 1, sizeof hdr, f);
+    fclose(f);
+    expect_error("./mlp --data image=trunc.gz --steps 1", "trunc.gz");
+    if (!have_fashion_mnist()) return;
+    /* Labels out of range: images given as labels (values up to 255, 10 classes). */
+    expect_error("./mlp --data label=/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz --steps 1", "rank");
+    /* Checkpoints: a good one, then a truncated copy and a foreign file are refused. */
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(run("./mlp --steps 2 --limit 1000 --checkpoint-dir good --eval-every 1000", &out), 0, "%s", out.data);
+    cr_assert_eq(run("mkdir bad && head -c 1000 good/model.safetensors > bad/model.safetensors && cp good/train_state.safetensors bad/", &out), 0);
+    expect_error("./mlp --steps 4 --limit 1000 --resume bad", "bad/model.safetensors");
+    cr_assert_eq(run("mkdir foreign && echo 'not a checkpoint at all' > foreign/model.safetensors", &out), 0);
+    expect_error("./mlp --steps 4 --limit 1000 --resume foreign", "foreign/model.safetensors");
+    expect_error("./mlp --steps 4 --limit 1000 --resume nowhere", "nowhere/model.safetensors");
+    /* Saving into an unwritable place fails with a message and leaves the good one. */
+    size_t n0;
+    char *before = slurp("good/model.safetensors", &n0);
+    cr_assert_eq(run("chmod a-w good", &out), 0);
+    if (geteuid() != 0) expect_error("./mlp --steps 2 --limit 1000 --checkpoint-dir good --eval-every 1000", "good");
+    cr_assert_eq(run("chmod u+w good", &out), 0);
+    size_t n1;
+    char *after = slurp("good/model.safetensors", &n1);
+    cr_expect(after && n0 == n1 && !memcmp(before, after, n0), "the good checkpoint was changed");
+    free(before);
+    free(after);
+    sb_free(&out);
+}
