@@ -676,13 +676,6 @@ void interp_set(Interp *ip, NodeId leaf, const double *data)
     set_leaf(ip, leaf, &t, v);
 }
 
-static uint64_t fnv1a64(const char *s)
-{
-    uint64_t h = UINT64_C(0xcbf29ce484222325);
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * UINT64_C(0x100000001b3);
-    return h;
-}
-
 /* Fills each param without a value from its init kind and arguments. The frontend has
  * already turned PyTorch's default initialisers into these (e.g. nn.Linear's weight into
  * uniform(-1/sqrt(in), 1/sqrt(in))), so the values follow PyTorch's distributions, but not
@@ -703,7 +696,7 @@ void interp_init_params(Interp *ip, uint64_t seed)
         ip->err.len = errlen;
         if (ip->err.data) ip->err.data[errlen] = 0;
         if (rc < 0) continue;
-        uint64_t key = fnv1a64(ir_node_name(g, id));
+        uint64_t key = kiln_rng_name_key(ir_node_name(g, id));
         double a0 = nd->fattr[0], a1 = nd->fattr[1];
         double *v = xmalloc((size_t)(t.n ? t.n : 1) * sizeof *v);
         for (int64_t e = 0; e < t.n; e++) {

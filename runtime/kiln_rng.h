@@ -45,4 +45,13 @@ static inline double kiln_rng_normal(uint64_t seed, uint64_t a, uint64_t b, uint
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+/* The stream key of a parameter: FNV-1a 64 of its state_dict name, so initialisation does
+ * not depend on the order parameters are declared or stored in. */
+static inline uint64_t kiln_rng_name_key(const char *name)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (; *name; name++) h = (h ^ (unsigned char)*name) * UINT64_C(0x100000001b3);
+    return h;
+}
+
 #endif
