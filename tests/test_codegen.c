@@ -11,6 +11,7 @@
 #include "../codegen/codegen.h"
 #include "../frontend/frontend.h"
 #include "../passes/passes.h"
+#include "op_cases.h"
 #include "support.h"
 
 typedef struct {
@@ -121,8 +122,10 @@ static void compare(const char *name, const char *path, const char *text, size_t
         if (n->op != OP_INPUT) continue;
         int64_t cnt = numel_at(g, &n->shape, ip.symvals);
         double *v = malloc(sizeof(double) * (size_t)(cnt ? cnt : 1));
+        int64_t range = ir_index_range(g, i);
+        if (range <= 0 || range > 10) range = 10;
         for (int64_t e = 0; e < cnt; e++)
-            v[e] = ir_dtype_is_float((DType)n->dtype) ? sin((double)e * 0.37 + i) : (double)((e * 7 + i) % 10);
+            v[e] = ir_dtype_is_float((DType)n->dtype) ? sin((double)e * 0.37 + i) : (double)((e * 7 + i) % range);
         for (int64_t e = 0; e < cnt; e++) put_elem(&in, (DType)n->dtype, v[e]);
         interp_set(&ip, i, v);
         free(v);
@@ -219,3 +222,29 @@ static void compare_file(const char *rel, int64_t symval)
 Test(models, mlp, .timeout = 300) { compare_file("models/mlp.kiln", 5); }
 Test(models, cnn, .timeout = 300) { compare_file("models/cnn.kiln", 2); }
 Test(models, gpt, .timeout = 300) { compare_file("models/gpt.kiln", 3); }
+
+/* Every op and module case: generated C against the interpreter. Parameters are indices:
+ * Criterion's workers do not share the parent's pointers. */
+#define NOPS (sizeof op_cases / sizeof op_cases[0])
+#define NMODULES (sizeof module_cases / sizeof module_cases[0])
+static int case_index[NOPS + NMODULES];
+
+ParameterizedTestParameters(cases, generated_c)
+{
+    for (size_t i = 0; i < NOPS + NMODULES; i++) case_index[i] = (int)i;
+    return cr_make_param_array(int, case_index, NOPS + NMODULES);
+}
+
+ParameterizedTest(int *ci, cases, generated_c, .timeout = 120)
+{
+    char text[2048];
+    const char *name;
+    if ((size_t)*ci < NOPS) {
+        op_case_text(text, sizeof text, &op_cases[*ci]);
+        name = op_cases[*ci].name;
+    } else {
+        module_case_text(text, sizeof text, &module_cases[*ci - NOPS]);
+        name = module_cases[*ci - NOPS].name;
+    }
+    compare(name, "case.kiln", text, strlen(text), 3);
+}

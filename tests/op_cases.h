@@ -1,0 +1,105 @@
+/* op_cases.h — small models exercising every op, function and built-in module, shared by
+ * the gradient tests (test_autodiff.c) and the generated-code tests (test_codegen.c). Each
+ * op case differentiates loss = sum(y * y / 2 + y) of its body. */
+#ifndef KILN_TESTS_OP_CASES_H
+#define KILN_TESTS_OP_CASES_H
+
+typedef struct {
+    const char *name;
+    const char *inputs; /* forward inputs */
+    const char *body;   /* statements assigning y */
+} OpCase;
+
+/* Each case differentiates loss = sum(y * y / 2 + y) w.r.t. the inputs (and parameters). */
+static const OpCase op_cases[] = {
+    {"neg", "x: f32[3, 4]", "y = -x"},
+    {"abs", "x: f32[3, 4]", "y = abs(x)"},
+    {"exp", "x: f32[3, 4]", "y = exp(x)"},
+    {"log", "x: f32[3, 4]", "y = log(exp(x) + 1)"},
+    {"sqrt", "x: f32[3, 4]", "y = sqrt(x * x + 0.5)"},
+    {"tanh", "x: f32[3, 4]", "y = tanh(x)"},
+    {"sigmoid", "x: f32[3, 4]", "y = sigmoid(x)"},
+    {"relu", "x: f32[3, 4]", "y = relu(x)"},
+    {"cast", "x: f64[3, 4]", "y = f32(x) * 2"},
+    {"add_broadcast", "x: f32[3, 4], z: f32[4]", "y = x + z"},
+    {"sub_size1", "x: f32[3, 1], z: f32[1, 4]", "y = x - z"},
+    {"mul_broadcast", "x: f32[2, 3, 4], z: f32[3, 1]", "y = x * z"},
+    {"div", "x: f32[3, 4], z: f32[3, 4]", "y = x / (exp(z) + 0.5)"},
+    {"div_scalar_left", "x: f32[3, 4]", "y = 2 / (x * x + 1)"},
+    {"maximum", "x: f32[3, 4], z: f32[4]", "y = maximum(x, z)"},
+    {"minimum", "x: f32[3, 4], z: f32[3, 4]", "y = minimum(x, z)"},
+    {"pow", "x: f32[3, 4], z: f32[3, 4]", "y = pow(exp(x), z)"},
+    {"pow_operator", "x: f32[3, 4]", "y = x ** 3"},
+    {"where", "x: f32[3, 4], z: f32[3, 4]", "y = where(x > z, x * 2, z * 3)"},
+    {"sum_axis", "x: f32[2, 3, 4]", "y = sum(x, axis = 1)"},
+    {"sum_axes_keepdim", "x: f32[2, 3, 4]", "y = sum(x, axis = [0, 2], keepdim = true) * x"},
+    {"mean_all", "x: f32[2, 3, 4]", "y = mean(x * x)"},
+    {"max_axis", "x: f32[2, 3, 4]", "y = max(x, axis = -1)"},
+    {"min_all", "x: f32[3, 4]", "y = min(x)"},
+    {"var", "x: f32[3, 5]", "y = var(x, axis = 1)"},
+    {"reshape", "x: f32[2, 6]", "y = reshape(x, 3, 4) * reshape(x, [3, -1])"},
+    {"flatten", "x: f32[2, 3, 2]", "y = flatten(x)"},
+    {"transpose", "x: f32[2, 3, 4]", "y = transpose(x, 0, 2)"},
+    {"permute", "x: f32[2, 3, 4, 1]", "y = permute(x, 3, 1, 0, 2)"},
+    {"unsqueeze_squeeze", "x: f32[3, 4]", "y = squeeze(unsqueeze(x, 1) * 2)"},
+    {"slice", "x: f32[5, 7]", "y = x[1:4, 2:7:2]"},
+    {"slice_index", "x: f32[5, 7]", "y = x[2, 1:6] + x[:, 6]"},
+    {"split", "x: f32[3, 6]", "a, b = split(x, [2, 4], axis = 1)\n y = sum(a, axis = 1) * sum(b, axis = 1)"},
+    {"chunk_concat", "x: f32[4, 6]", "a, b, c = chunk(x, 3)\n y = concat(c, a, b * 2, axis = 1)"},
+    {"softmax", "x: f32[3, 5]", "y = softmax(x) * x"},
+    {"log_softmax", "x: f32[3, 5]", "y = log_softmax(x, axis = 0)"},
+    {"logsumexp", "x: f32[3, 5]", "y = logsumexp(x)"},
+    {"gelu", "x: f32[3, 4]", "y = gelu(x)"},
+    {"clamp", "x: f32[3, 4]", "y = clamp(x, -0.5, 0.7)"},
+    {"matmul", "x: f32[3, 4], z: f32[4, 5]", "y = x @ z"},
+    {"matmul_batched", "x: f32[2, 3, 4], z: f32[2, 4, 5]", "y = x @ z"},
+    {"matmul_broadcast", "x: f32[2, 3, 4], z: f32[4, 5]", "y = x @ z"},
+    {"matmul_batch_broadcast", "x: f32[3, 4], z: f32[2, 4, 5]", "y = x @ z"},
+    {"matmul_vector", "x: f32[4], z: f32[4, 5]", "y = x @ z"},
+    {"cross_entropy", "x: f32[4, 5], t: i64[4]", "y = cross_entropy(x, t)"},
+    {"cross_entropy_3d", "x: f32[2, 3, 5], t: i32[2, 3]", "y = cross_entropy(x, t)"},
+    {"mse", "x: f32[3, 4], z: f32[3, 4]", "y = mse(x, z)"},
+    {"one_hot", "x: f32[4, 5], t: i64[4]", "y = x * one_hot(t, 5)"},
+    {"symbolic_batch", "x: f32[B, 4]", "y = x * mean(x)"},
+};
+
+typedef struct {
+    const char *name;
+    const char *members;
+    const char *inputs;
+    const char *body;
+} ModuleCase;
+
+static const ModuleCase module_cases[] = {
+    {"Linear", "m = Linear(4, 3)", "x: f32[B, 4]", "y = m(x)"},
+    {"Linear_nobias_3d", "m = Linear(4, 3, bias = false)", "x: f32[2, 3, 4]", "y = m(x)"},
+    {"Conv2d", "m = Conv2d(2, 3, 3, padding = 1)", "x: f32[2, 2, 5, 5]", "y = m(x)"},
+    {"Conv2d_stride_dilation", "m = Conv2d(1, 2, 2, stride = 2, dilation = 2)", "x: f32[1, 1, 7, 7]", "y = m(x)"},
+    {"MaxPool2d", "m = MaxPool2d(2)", "x: f32[2, 2, 4, 4]", "y = m(x)"},
+    {"MaxPool2d_pad_stride", "m = MaxPool2d(3, stride = 2, padding = 1)", "x: f32[1, 2, 5, 5]", "y = m(x)"},
+    {"AvgPool2d", "m = AvgPool2d(2, padding = 1)", "x: f32[1, 2, 4, 4]", "y = m(x)"},
+    {"BatchNorm2d", "m = BatchNorm2d(3)", "x: f32[2, 3, 2, 2]", "y = m(x)"},
+    {"LayerNorm", "m = LayerNorm(5)", "x: f32[2, 3, 5]", "y = m(x)"},
+    {"Embedding", "m = Embedding(7, 4)", "i: i32[2, 3], x: f32[4]", "y = m(i) * x"},
+    {"Dropout", "m = Dropout(0.3)", "x: f32[4, 5]", "y = m(x)"},
+    {"MLP", "m = MLP(4, 8)", "x: f32[2, 3, 4]", "y = m(x)"},
+    {"CausalSelfAttention", "m = CausalSelfAttention(8, 2)", "x: f32[2, T, 8]", "y = m(x)"},
+    {"tied_weights", "e = Embedding(6, 4)", "i: i32[2, 3]", "y = e(i) @ transpose(e.weight)"},
+    {"checkpoint", "a = Linear(4, 4)\nb = Linear(4, 4)", "x: f32[2, 4]", "y = checkpoint(b(relu(a(x))))"},
+    {"Parameter", "s = Parameter(4, init = normal(0, 1))", "x: f32[3, 4]", "y = x * s"},
+};
+
+
+/* The model text of a case, into buf. */
+static inline void op_case_text(char *buf, size_t n, const OpCase *c)
+{
+    snprintf(buf, n, "model t\nforward(%s) -> y {\n %s\n}\nloss(y) = sum(y * y / 2 + y)\ntrain { batch = 3 }\n", c->inputs, c->body);
+}
+
+static inline void module_case_text(char *buf, size_t n, const ModuleCase *c)
+{
+    snprintf(buf, n, "model t\ndim T <= 4\n%s\nforward(%s) -> y {\n %s\n}\nloss(y) = sum(y * y / 2 + y)\ntrain { batch = 2 }\n",
+             c->members, c->inputs, c->body);
+}
+
+#endif
