@@ -18,7 +18,7 @@ static char prog[128];
 static int run(const char *cmd, StrBuf *out)
 {
     char full[4096];
-    snprintf(full, sizeof full, "cd %s && %s 2>&1", dir, cmd);
+    snprintf(full, sizeof full, "cd %s || exit 99; %s 2>&1", dir, cmd);
     FILE *p = popen(full, "r");
     if (!p) return -1;
     char chunk[4096];
@@ -169,5 +169,31 @@ Test(train, bad_inputs)
     cr_expect(after && n0 == n1 && !memcmp(before, after, n0), "the good checkpoint was changed");
     free(before);
     free(after);
+    sb_free(&out);
+}
+
+Test(train, diverging_loss_names_the_step)
+{
+    if (!have_fashion_mnist()) cr_skip_test("dataset-fashion-mnist is not installed");
+    expect_error("./mlp --steps 50 --limit 2000 --lr 1e30 --eval-every 1000", "at step");
+}
+
+Test(train, ctrl_c_saves_a_checkpoint)
+{
+    if (!have_fashion_mnist()) cr_skip_test("dataset-fashion-mnist is not installed");
+    StrBuf out;
+    sb_init(&out);
+    /* Start a long run, interrupt it once training is under way. */
+    int rc = run("./mlp --steps 100000 --limit 3000 --checkpoint-dir ck --eval-every 100000 > run.log 2>&1 & pid=$!; "
+                 "for i in $(seq 100); do grep -q 'step ' run.log 2>/dev/null && break; sleep 0.1; done; "
+                 "kill -INT $pid; wait $pid; echo exit=$?; cat run.log",
+                 &out);
+    cr_assert_eq(rc, 0, "%s", out.data);
+    cr_expect(strstr(out.data, "exit=130"), "the program should exit 130 after Ctrl-C:\n%s", out.data);
+    cr_expect(strstr(out.data, "saving a checkpoint"), "%s", out.data);
+    size_t n;
+    char *ck = slurp("ck/model.safetensors", &n);
+    cr_expect(ck && n > 1000000, "no checkpoint after Ctrl-C");
+    free(ck);
     sb_free(&out);
 }

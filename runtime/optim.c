@@ -1,0 +1,263 @@
+/* optim.c — the optimizers a generated training program steps (SGD, Adam, AdamW) and
+ * gradient-norm clipping, over one flat float32 parameter slab.
+ *
+ * The goal is that a model trained by Kiln follows the same trajectory as the same model
+ * under torch.optim (PyTorch 2.x, the single-tensor path: foreach=False, fused=False,
+ * capturable=False, amsgrad=False, maximize=False). So each update below performs the
+ * same float32 operations, in the same order and with the same scalars, as PyTorch's
+ * Python code and its scalar CPU kernels:
+ *   - a Python float passed to a tensor op (lr, momentum, betas, eps, ...) is first
+ *     computed in double (as Python does) and then rounded once to float32, as ATen does
+ *     when it dispatches a float32 kernel with a Scalar;
+ *   - add(x, alpha=a) is x + a*y; addcmul is x + (a*y)*z; addcdiv is x + (a*y)/z;
+ *     lerp(x, y, w) is x + w*(y - x) when |w| < 0.5, else y - (y - x)*(1 - w).
+ * PyTorch's vectorised CPU kernels fuse some of these multiply-adds into one FMA, so a
+ * PyTorch run on an AVX2 machine can differ from this code (and from PyTorch's own scalar
+ * tail) by an ulp per operation; we keep the unfused scalar forms because they give the
+ * same bits on every platform. For the same reason each intermediate result is its own
+ * float statement and contraction is off (GCC does not contract in ISO C mode; clang
+ * would within an expression, hence the pragma), so the compiler cannot fuse them either.
+ *
+ * Decisions where the header is silent:
+ *   - spans == NULL means one span over the whole slab, with weight decay;
+ *   - spans are clamped to the slab; they must not overlap (the compiler emits them
+ *     disjoint), elements outside every span are not touched, nor is their state;
+ *   - the state's step counter counts every krt_optim_step call, for every kind (SGD uses
+ *     step == 0 to seed its momentum buffer with the first gradient, as PyTorch does);
+ *   - a state that was not initialised for this kind of optimizer is left alone. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln_rt.h"
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+static krt_status fail(krt_error *err, krt_status code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->code = code;
+    }
+    return code;
+}
+
+static const char *kind_name(krt_optim_kind k)
+{
+    switch (k) {
+    case KRT_SGD: return "SGD";
+    case KRT_ADAM: return "Adam";
+    case KRT_ADAMW: return "AdamW";
+    }
+    return "optimizer";
+}
+
+/* The same range checks torch.optim's constructors make, plus finiteness. */
+static krt_status check_config(const krt_optim_config *c, krt_error *err)
+{
+    const char *k = kind_name(c->kind);
+    if (c->kind != KRT_SGD && c->kind != KRT_ADAM && c->kind != KRT_ADAMW)
+        return fail(err, KRT_EINVAL, "optimizer: unknown kind %d", (int)c->kind);
+    if (!(c->lr >= 0 && isfinite(c->lr))) return fail(err, KRT_EINVAL, "%s: invalid learning rate %g", k, c->lr);
+    if (!(c->weight_decay >= 0 && isfinite(c->weight_decay)))
+        return fail(err, KRT_EINVAL, "%s: invalid weight_decay %g (must be >= 0)", k, c->weight_decay);
+    if (c->kind == KRT_SGD) {
+        if (!(c->momentum >= 0 && isfinite(c->momentum)))
+            return fail(err, KRT_EINVAL, "SGD: invalid momentum %g (must be >= 0)", c->momentum);
+        if (!isfinite(c->dampening)) return fail(err, KRT_EINVAL, "SGD: invalid dampening %g", c->dampening);
+        if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
+            return fail(err, KRT_EINVAL, "SGD: Nesterov momentum requires a momentum > 0 and zero dampening "
+                                         "(momentum %g, dampening %g)", c->momentum, c->dampening);
+    } else {
+        if (!(c->beta1 >= 0 && c->beta1 < 1))
+            return fail(err, KRT_EINVAL, "%s: invalid beta1 %g (must be in [0, 1))", k, c->beta1);
+        if (!(c->beta2 >= 0 && c->beta2 < 1))
+            return fail(err, KRT_EINVAL, "%s: invalid beta2 %g (must be in [0, 1))", k, c->beta2);
+        if (!(c->eps >= 0 && isfinite(c->eps))) return fail(err, KRT_EINVAL, "%s: invalid eps %g (must be >= 0)", k, c->eps);
+    }
+    return KRT_OK;
+}
+
+krt_status krt_optim_init(krt_optim_state *s, const krt_optim_config *c, int64_t n, krt_error *err)
+{
+    if (!s || !c) return fail(err, KRT_EINVAL, "optimizer: NULL %s", s ? "config" : "state");
+    memset(s, 0, sizeof *s);
+    krt_status st = check_config(c, err);
+    if (st != KRT_OK) return st;
+    if (n < 0) return fail(err, KRT_EINVAL, "%s: negative parameter count %lld", kind_name(c->kind), (long long)n);
+    if ((uint64_t)n > SIZE_MAX / sizeof(float))
+        return fail(err, KRT_ENOMEM, "%s: %lld parameters do not fit in memory", kind_name(c->kind), (long long)n);
+    bool need_m = c->kind != KRT_SGD || c->momentum != 0;
+    bool need_v = c->kind != KRT_SGD;
+    size_t count = n > 0 ? (size_t)n : 1; /* a valid pointer even for an empty slab */
+    if (need_m && !(s->m = calloc(count, sizeof(float)))) goto oom;
+    if (need_v && !(s->v = calloc(count, sizeof(float)))) goto oom;
+    s->n = n;
+    return KRT_OK;
+oom:
+    krt_optim_free(s);
+    return fail(err, KRT_ENOMEM, "%s: out of memory for the state of %lld parameters", kind_name(c->kind), (long long)n);
+}
+
+void krt_optim_free(krt_optim_state *s)
+{
+    if (!s) return;
+    free(s->m);
+    free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
+/* torch.optim.SGD for elements [lo, hi). `first` seeds the momentum buffer with the
+ * gradient (PyTorch's `buf = clone(grad)` when no buffer exists yet). */
+static void sgd_span(const krt_optim_config *c, float *buf, bool first, double lr, bool decay, float *p, const float *grads,
+                     int64_t lo, int64_t hi)
+{
+    const bool l2 = decay && c->weight_decay != 0;
+    const float wd = (float)c->weight_decay;
+    const float mom = (float)c->momentum;
+    const float keep = (float)(1.0 - c->dampening); /* add_(grad, alpha=1 - dampening) */
+    const float neg_lr = (float)(-lr);              /* param.add_(grad, alpha=-lr) */
+    const bool use_mom = c->momentum != 0;
+    for (int64_t i = lo; i < hi; i++) {
+        float g = grads[i];
+        if (l2) {
+            float t = wd * p[i];
+            g = g + t;
+        }
+        if (use_mom) {
+            float b;
+            if (first) {
+                b = g;
+            } else {
+                float t = keep * g;
+                b = buf[i] * mom;
+                b = b + t;
+            }
+            buf[i] = b;
+            if (c->nesterov) {
+                float t = mom * b;
+                g = g + t;
+            } else {
+                g = b;
+            }
+        }
+        float u = neg_lr * g;
+        p[i] = p[i] + u;
+    }
+}
+
+/* torch.optim.Adam / AdamW for elements [lo, hi) at step `step` (already incremented). */
+static void adam_span(const krt_optim_config *c, krt_optim_state *s, double lr, bool decay, float *p, const float *grads,
+                      int64_t lo, int64_t hi)
+{
+    const bool adamw = c->kind == KRT_ADAMW;
+    const bool l2 = !adamw && decay && c->weight_decay != 0;
+    const bool decoupled = adamw && decay;
+    const float wd = (float)c->weight_decay;
+    const float shrink = (float)(1.0 - lr * c->weight_decay); /* AdamW: param.mul_(1 - lr*wd) */
+    const float w1 = (float)(1.0 - c->beta1);                 /* exp_avg.lerp_(grad, 1 - beta1) */
+    const bool small_w = fabsf(w1) < 0.5f;
+    const float one_minus_w1 = 1.0f - w1;
+    const float b2 = (float)c->beta2;
+    const float w2 = (float)(1.0 - c->beta2); /* addcmul_(grad, grad, value=1 - beta2) */
+    const double step = (double)s->step;
+    const double bias1 = 1.0 - pow(c->beta1, step);
+    const double bias2 = 1.0 - pow(c->beta2, step);
+    const float bias2_sqrt = (float)sqrt(bias2);
+    const float neg_step_size = (float)(-(lr / bias1)); /* addcdiv_(m, denom, value=-step_size) */
+    const float eps = (float)c->eps;
+    float *m = s->m, *v = s->v;
+    for (int64_t i = lo; i < hi; i++) {
+        float pi = p[i];
+        if (decoupled) pi = pi * shrink;
+        float g = grads[i];
+        if (l2) {
+            float t = wd * pi;
+            g = g + t;
+        }
+        float mi = m[i];
+        float diff = g - mi;
+        if (small_w) {
+            float t = w1 * diff;
+            mi = mi + t;
+        } else {
+            float t = diff * one_minus_w1;
+            mi = g - t;
+        }
+        float vi = v[i] * b2;
+        float t = w2 * g;
+        t = t * g;
+        vi = vi + t;
+        float denom = sqrtf(vi);
+        denom = denom / bias2_sqrt;
+        denom = denom + eps;
+        float u = neg_step_size * mi;
+        u = u / denom;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi + u;
+    }
+}
+
+void krt_optim_step(const krt_optim_config *c, krt_optim_state *s, double lr, float *params, const float *grads,
+                    const krt_param_span *spans, int nspans)
+{
+    if (!c || !s) return;
+    bool is_sgd = c->kind == KRT_SGD;
+    if (!is_sgd && c->kind != KRT_ADAM && c->kind != KRT_ADAMW) return;
+    if (is_sgd ? (c->momentum != 0 && !s->m) : (!s->m || !s->v)) return; /* not initialised for this kind */
+    if (s->n > 0 && (!params || !grads)) return;
+    bool first = s->step == 0;
+    s->step++;
+    krt_param_span whole = {0, s->n, true};
+    if (!spans) {
+        spans = &whole;
+        nspans = 1;
+    }
+    for (int k = 0; k < nspans; k++) {
+        int64_t off = spans[k].offset, cnt = spans[k].count;
+        if (cnt <= 0) continue;
+        int64_t lo = off < 0 ? 0 : off;
+        int64_t hi = off > 0 && cnt > INT64_MAX - off ? INT64_MAX : off + cnt;
+        if (hi > s->n) hi = s->n;
+        if (lo >= hi) continue;
+        if (is_sgd)
+            sgd_span(c, s->m, first, lr, spans[k].decay, params, grads, lo, hi);
+        else
+            adam_span(c, s, lr, spans[k].decay, params, grads, lo, hi);
+    }
+}
+
+double krt_grad_norm(const float *grads, int64_t n)
+{
+    if (!grads || n <= 0) return 0;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)grads[i] * (double)grads[i];
+    return sqrt(sum);
+}
+
+/* torch.nn.utils.clip_grad_norm_ computes clip_coef = max_norm / (total_norm + 1e-6) in
+ * float32 and multiplies by clamp(clip_coef, max=1); we compute the norm and the factor in
+ * double and multiply by the factor rounded to float32, only when it is below 1 (the
+ * multiplication by 1 PyTorch performs otherwise changes nothing). A NaN or infinite
+ * norm leaves the gradients as they are: the caller sees it in the returned value and
+ * skips the step, instead of finding every gradient turned into NaN. */
+double krt_clip_grad_norm(float *grads, int64_t n, double max_norm)
+{
+    double norm = krt_grad_norm(grads, n);
+    if (!grads || n <= 0 || !isfinite(norm)) return norm;
+    double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0) {
+        float f = (float)coef;
+        for (int64_t i = 0; i < n; i++) grads[i] = grads[i] * f;
+    }
+    return norm;
+}
