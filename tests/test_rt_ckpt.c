@@ -32,7 +32,7 @@ static const char *mkdir_tmp(void)
 
 static const char *in_dir(const char *name)
 {
-    static char buf[4][256];
+    static char buf[4][600];
     static int k;
     k = (k + 1) % 4;
     snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
