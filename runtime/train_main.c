@@ -419,15 +419,32 @@ int main(int argc, char **argv)
             } else set_override("data.path", v);
         } else return die("unknown option '%s' (see --help)", a), 2;
     }
+    /* Every resource is released at `out`, on success and on every error alike. */
+    Data data;
+    memset(&data, 0, sizeof data);
+    float *params = NULL, *grads = NULL, *acc = NULL;
+    unsigned char *buffers = NULL, *arena = NULL;
+    krt_param_span *spans = NULL;
+    void *bufs[16] = {0};
+    krt_optim_state st;
+    memset(&st, 0, sizeof st);
+    FILE *log = NULL;
+    int rc = 0;
+    bool tty = isatty(2);
     int64_t batch = (int64_t)recipe_num("batch", 64);
     int bs = batch_symbol();
     int64_t bmax = bs >= 0 ? M->syms[bs].max : batch;
     if (batch < 1 || batch > bmax) return die("--batch %lld: the model was built for batches of at most %lld", (long long)batch, (long long)bmax), 2;
     uint64_t seed = (uint64_t)recipe_num("seed", 0);
-    Data data;
     int64_t ntrain = 0, neval = 0;
-    if (load_data(&data, &ntrain, &neval)) return 1;
-    if (ntrain < batch) return die("the training data has %lld samples, fewer than one batch of %lld", (long long)ntrain, (long long)batch);
+    if (load_data(&data, &ntrain, &neval)) {
+        rc = 1;
+        goto out;
+    }
+    if (ntrain < batch) {
+        rc = die("the training data has %lld samples, fewer than one batch of %lld", (long long)ntrain, (long long)batch);
+        goto out;
+    }
     int64_t steps_per_epoch = ntrain / batch;
     int64_t accumulate = (int64_t)recipe_num("accumulate", 1);
     if (accumulate < 1) accumulate = 1;
@@ -460,17 +477,17 @@ int main(int argc, char **argv)
     double clip = recipe_num("clip", 0);
     /* Memory: every buffer allocated once, here. */
     int64_t np = M->nparam_floats;
-    float *params = calloc((size_t)np + 1, sizeof(float)), *grads = calloc((size_t)np + 1, sizeof(float));
-    float *acc = accumulate > 1 ? calloc((size_t)np + 1, sizeof(float)) : NULL;
-    unsigned char *buffers = calloc((size_t)M->buffer_bytes + 8, 1);
+    params = calloc((size_t)np + 1, sizeof(float));
+    grads = calloc((size_t)np + 1, sizeof(float));
+    acc = accumulate > 1 ? calloc((size_t)np + 1, sizeof(float)) : NULL;
+    buffers = calloc((size_t)M->buffer_bytes + 8, 1);
     int64_t arena_bytes = M->train_arena_bytes > M->eval_arena_bytes ? M->train_arena_bytes : M->eval_arena_bytes;
-    unsigned char *arena = malloc((size_t)arena_bytes + 64);
-    krt_param_span *spans = calloc((size_t)M->nparams + 1, sizeof *spans);
+    arena = malloc((size_t)arena_bytes + 64);
+    spans = calloc((size_t)M->nparams + 1, sizeof *spans);
     int nspans = 0;
     for (int i = 0; i < M->nparams; i++)
         if (M->params[i].trainable)
             spans[nspans++] = (krt_param_span){M->params[i].offset, M->params[i].count, decay_all || M->params[i].decay};
-    void *bufs[16];
     krt_dtype dtypes[16];
     for (int k = 0; k < M->ninputs; k++) {
         int64_t per = 1;
@@ -478,14 +495,22 @@ int main(int argc, char **argv)
         bufs[k] = calloc((size_t)(per * batch) + 1, krt_dtype_size(M->inputs[k].dtype));
         dtypes[k] = M->inputs[k].dtype;
     }
-    if (!params || !grads || !buffers || !arena || !spans || (accumulate > 1 && !acc)) return die("out of memory");
     krt_error err;
-    krt_optim_state st;
-    if (krt_optim_init(&st, &oc, np, &err) != KRT_OK) return die("%s", err.msg);
-    init_params(params, buffers, seed);
     krt_cursor cur = {seed, 0, 0};
     int64_t step = 0;
-    if (resume && load_checkpoint(resume, params, buffers, &st, &cur, &step)) return 1;
+    if (!params || !grads || !buffers || !arena || !spans || (accumulate > 1 && !acc)) {
+        rc = die("out of memory");
+        goto out;
+    }
+    if (krt_optim_init(&st, &oc, np, &err) != KRT_OK) {
+        rc = die("%s", err.msg);
+        goto out;
+    }
+    init_params(params, buffers, seed);
+    if (resume && load_checkpoint(resume, params, buffers, &st, &cur, &step)) {
+        rc = 1;
+        goto out;
+    }
     kiln_step_io io;
     memset(&io, 0, sizeof io);
     io.params = params;
@@ -497,17 +522,18 @@ int main(int argc, char **argv)
     for (int s = 0; s < M->nsyms; s++) io.syms[s] = M->syms[s].max;
     if (bs >= 0) io.syms[bs] = batch;
     const char *logpath = recipe("log", "");
-    FILE *log = *logpath ? fopen(logpath, "a") : NULL;
-    if (*logpath && !log) return die("%s: cannot open the log file: %s", logpath, strerror(errno));
+    log = *logpath ? fopen(logpath, "a") : NULL;
+    if (*logpath && !log) {
+        rc = die("%s: cannot open the log file: %s", logpath, strerror(errno));
+        goto out;
+    }
     const char *ckdir = recipe("checkpoint.dir", "checkpoints");
     int64_t ck_every = (int64_t)recipe_num("checkpoint.steps", 0), ev_every = (int64_t)recipe_num("eval.steps", 0);
     int64_t ev_batches = (int64_t)recipe_num("eval.batches", 0);
-    bool tty = isatty(2);
     signal(SIGINT, on_sigint);
     printf("%s: %lld parameters, %lld training samples, %lld steps of %lld (x%lld), %s lr %g\n", M->name, (long long)np,
            (long long)ntrain, (long long)total_steps, (long long)batch, (long long)accumulate, opt, oc.lr);
     double t0 = now(), tlast = t0;
-    int rc = 0;
     while (step < total_steps && !interrupted) {
         double loss_sum = 0, msum[16] = {0};
         for (int64_t micro = 0; micro < accumulate; micro++) {
@@ -590,7 +616,7 @@ out:
     free(arena);
     free(spans);
     for (int k = 0; k < M->ninputs; k++) free(bufs[k]);
-    krt_dataset_free(data.train);
+    if (data.train) krt_dataset_free(data.train);
     if (data.eval) krt_dataset_free(data.eval);
     for (int k = 0; k < 2 * M->ninputs && k < 8; k++) krt_array_free(&data.arrays[k]);
     krt_array_free(&data.stream);
