@@ -35,23 +35,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kiln_rt.h"
+#include "rt_internal.h"
 
 #define MAX_HEADER 100000000u   /* the Rust reader's limit on N */
 #define MAX_DEPTH 64            /* JSON nesting; the format itself needs 3 */
 #define MAX_VALUES (1 << 22)    /* JSON values in a header (~1M for a 100k-tensor model) */
-
-static krt_status fail(krt_error *err, krt_status code, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-        err->code = code;
-    }
-    return code;
-}
 
 /* A name for a message: quoted, control characters escaped, long names shortened, so
  * that a hostile or binary name cannot garble the message. */
@@ -192,46 +180,46 @@ static krt_status check_write_args(const char *path, const krt_st_tensor *t, int
     uint64_t total = 0;
     for (int i = 0; i < n; i++) {
         const krt_st_tensor *x = &t[i];
-        if (!x->name) return fail(err, KRT_EINVAL, "%s: tensor %d has no name", path, i);
+        if (!x->name) return krt_fail(err, KRT_EINVAL, "%s: tensor %d has no name", path, i);
         if (!utf8_ok(x->name))
-            return fail(err, KRT_EINVAL, "%s: tensor %d: name %s is not valid UTF-8", path, i, quote(q, x->name));
+            return krt_fail(err, KRT_EINVAL, "%s: tensor %d: name %s is not valid UTF-8", path, i, quote(q, x->name));
         if (strcmp(x->name, "__metadata__") == 0)
-            return fail(err, KRT_EINVAL, "%s: tensor %d: the name \"__metadata__\" is reserved for metadata", path, i);
+            return krt_fail(err, KRT_EINVAL, "%s: tensor %d: the name \"__metadata__\" is reserved for metadata", path, i);
         if ((unsigned)x->dtype >= KRT_DTYPE_COUNT)
-            return fail(err, KRT_EINVAL, "%s: tensor %s: invalid dtype %d", path, quote(q, x->name), (int)x->dtype);
+            return krt_fail(err, KRT_EINVAL, "%s: tensor %s: invalid dtype %d", path, quote(q, x->name), (int)x->dtype);
         if (x->rank < 0 || x->rank > KRT_MAX_RANK)
-            return fail(err, KRT_EINVAL, "%s: tensor %s: invalid rank %d", path, quote(q, x->name), x->rank);
+            return krt_fail(err, KRT_EINVAL, "%s: tensor %s: invalid rank %d", path, quote(q, x->name), x->rank);
         uint64_t bytes = krt_dtype_size(x->dtype);
         for (int d = 0; d < x->rank; d++) {
             if (x->dims[d] < 0)
-                return fail(err, KRT_EINVAL, "%s: tensor %s: negative dimension %lld", path, quote(q, x->name),
+                return krt_fail(err, KRT_EINVAL, "%s: tensor %s: negative dimension %lld", path, quote(q, x->name),
                             (long long)x->dims[d]);
             uint64_t dim = (uint64_t)x->dims[d];
             if (dim != 0 && bytes > UINT64_MAX / dim)
-                return fail(err, KRT_EINVAL, "%s: tensor %s: too large", path, quote(q, x->name));
+                return krt_fail(err, KRT_EINVAL, "%s: tensor %s: too large", path, quote(q, x->name));
             bytes *= dim;
         }
         if (bytes > UINT64_MAX - total || bytes > (uint64_t)SIZE_MAX)
-            return fail(err, KRT_EINVAL, "%s: tensor %s: the tensors are too large", path, quote(q, x->name));
+            return krt_fail(err, KRT_EINVAL, "%s: tensor %s: the tensors are too large", path, quote(q, x->name));
         total += bytes;
-        if (bytes > 0 && !x->data) return fail(err, KRT_EINVAL, "%s: tensor %s has no data", path, quote(q, x->name));
+        if (bytes > 0 && !x->data) return krt_fail(err, KRT_EINVAL, "%s: tensor %s has no data", path, quote(q, x->name));
         sizes[i] = bytes;
     }
     for (int i = 0; i < nmeta; i++) {
-        if (!meta[i].key || !meta[i].value) return fail(err, KRT_EINVAL, "%s: metadata entry %d is NULL", path, i);
+        if (!meta[i].key || !meta[i].value) return krt_fail(err, KRT_EINVAL, "%s: metadata entry %d is NULL", path, i);
         if (!utf8_ok(meta[i].key) || !utf8_ok(meta[i].value))
-            return fail(err, KRT_EINVAL, "%s: metadata %s is not valid UTF-8", path,
+            return krt_fail(err, KRT_EINVAL, "%s: metadata %s is not valid UTF-8", path,
                         quote(q, utf8_ok(meta[i].key) ? meta[i].value : meta[i].key));
     }
     /* Duplicates would make a file every reader refuses. */
     const char **names = malloc(((size_t)(n > nmeta ? n : nmeta) + 1) * sizeof *names);
-    if (!names) return fail(err, KRT_ENOMEM, "%s: out of memory", path);
+    if (!names) return krt_fail(err, KRT_ENOMEM, "%s: out of memory", path);
     for (int i = 0; i < n; i++) names[i] = t[i].name;
     const char *dup = find_duplicate(names, n);
-    krt_status st = dup ? fail(err, KRT_EINVAL, "%s: two tensors are named %s", path, quote(q, dup)) : KRT_OK;
+    krt_status st = dup ? krt_fail(err, KRT_EINVAL, "%s: two tensors are named %s", path, quote(q, dup)) : KRT_OK;
     for (int i = 0; i < nmeta; i++) names[i] = meta[i].key;
     if (!dup && (dup = find_duplicate(names, nmeta)))
-        st = fail(err, KRT_EINVAL, "%s: metadata key %s appears twice", path, quote(q, dup));
+        st = krt_fail(err, KRT_EINVAL, "%s: metadata key %s appears twice", path, quote(q, dup));
     free(names);
     return st;
 }
@@ -242,7 +230,7 @@ static krt_status io_fail(krt_error *err, int e, const char *path, const char *w
 #ifdef EDQUOT
     full = full || e == EDQUOT;
 #endif
-    return fail(err, full ? KRT_ENOSPC : KRT_EIO, "%s: %s: %s%s", path, what, strerror(e), full ? " (disk full)" : "");
+    return krt_fail(err, full ? KRT_ENOSPC : KRT_EIO, "%s: %s: %s%s", path, what, strerror(e), full ? " (disk full)" : "");
 }
 
 static int write_all(int fd, const void *data, size_t len)
@@ -267,7 +255,7 @@ static krt_status sync_dir(const char *path, krt_error *err)
 {
     const char *slash = strrchr(path, '/');
     char *dir = slash ? malloc((size_t)(slash - path) + 2) : NULL;
-    if (slash && !dir) return fail(err, KRT_ENOMEM, "%s: out of memory", path);
+    if (slash && !dir) return krt_fail(err, KRT_ENOMEM, "%s: out of memory", path);
     if (dir) {
         size_t len = slash == path ? 1 : (size_t)(slash - path);
         memcpy(dir, path, len);
@@ -289,7 +277,7 @@ static krt_status write_atomic(const char *path, const char *header, size_t hlen
     static atomic_uint counter;
     size_t tlen = strlen(path) + 48;
     char *tmp = malloc(tlen);
-    if (!tmp) return fail(err, KRT_ENOMEM, "%s: out of memory", path);
+    if (!tmp) return krt_fail(err, KRT_ENOMEM, "%s: out of memory", path);
     int fd = -1;
     for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
         snprintf(tmp, tlen, "%s.tmp-%ld-%u", path, (long)getpid(), atomic_fetch_add(&counter, 1u));
@@ -324,11 +312,11 @@ static krt_status write_atomic(const char *path, const char *header, size_t hlen
 krt_status krt_safetensors_write(const char *path, const krt_st_tensor *tensors, int n, const krt_st_meta *meta, int nmeta,
                                  krt_error *err)
 {
-    if (!path || !*path) return fail(err, KRT_EINVAL, "safetensors: no file name");
+    if (!path || !*path) return krt_fail(err, KRT_EINVAL, "safetensors: no file name");
     if (n < 0 || nmeta < 0 || (n > 0 && !tensors) || (nmeta > 0 && !meta))
-        return fail(err, KRT_EINVAL, "%s: invalid tensor or metadata list", path);
+        return krt_fail(err, KRT_EINVAL, "%s: invalid tensor or metadata list", path);
     uint64_t *sizes = malloc(((size_t)n + 1) * sizeof *sizes);
-    if (!sizes) return fail(err, KRT_ENOMEM, "%s: out of memory", path);
+    if (!sizes) return krt_fail(err, KRT_ENOMEM, "%s: out of memory", path);
     krt_status st = check_write_args(path, tensors, n, meta, nmeta, sizes, err);
     if (st != KRT_OK) {
         free(sizes);
@@ -367,7 +355,7 @@ krt_status krt_safetensors_write(const char *path, const krt_st_tensor *tensors,
     }
     sb_add(&h, "}", 1);
     while (!h.oom && h.len % 8) sb_add(&h, " ", 1); /* as the Rust writer: data 8-aligned */
-    if (h.oom) st = fail(err, KRT_ENOMEM, "%s: out of memory", path);
+    if (h.oom) st = krt_fail(err, KRT_ENOMEM, "%s: out of memory", path);
     else st = write_atomic(path, h.p, h.len, tensors, sizes, n, err);
     free(h.p);
     free(sizes);
@@ -636,16 +624,16 @@ struct krt_safetensors {
 static krt_status check_length(const char *path, uint64_t n, uint64_t size, krt_error *err)
 {
     if (n > size - 8 && n > MAX_HEADER)
-        return fail(err, KRT_EFORMAT, "%s: not a safetensors file (header length %llu is larger than the file)", path,
+        return krt_fail(err, KRT_EFORMAT, "%s: not a safetensors file (header length %llu is larger than the file)", path,
                     (unsigned long long)n);
     if (n > size - 8)
-        return fail(err, KRT_EFORMAT, "%s: truncated: the header is %llu bytes long, the file has only %llu after the length",
+        return krt_fail(err, KRT_EFORMAT, "%s: truncated: the header is %llu bytes long, the file has only %llu after the length",
                     path, (unsigned long long)n, (unsigned long long)(size - 8));
     if (n > MAX_HEADER)
-        return fail(err, KRT_EFORMAT, "%s: not a safetensors file (header length %llu exceeds the limit of %u bytes)", path,
+        return krt_fail(err, KRT_EFORMAT, "%s: not a safetensors file (header length %llu exceeds the limit of %u bytes)", path,
                     (unsigned long long)n, MAX_HEADER);
     if (n < 2)
-        return fail(err, KRT_EFORMAT, "%s: not a safetensors file (header length %llu is too small)", path, (unsigned long long)n);
+        return krt_fail(err, KRT_EFORMAT, "%s: not a safetensors file (header length %llu is too small)", path, (unsigned long long)n);
     return KRT_OK;
 }
 
@@ -660,18 +648,18 @@ static krt_status load_file(const char *path, krt_safetensors *st, uint64_t *hle
     unsigned char len8[8];
     krt_status rc = KRT_OK;
     if (fstat(fileno(f), &sb) < 0) rc = io_fail(err, errno, path, "cannot stat");
-    else if (!S_ISREG(sb.st_mode)) rc = fail(err, KRT_EIO, "%s: not a regular file", path);
+    else if (!S_ISREG(sb.st_mode)) rc = krt_fail(err, KRT_EIO, "%s: not a regular file", path);
     else if ((*size = (uint64_t)sb.st_size) < 8)
-        rc = fail(err, KRT_EFORMAT, "%s: not a safetensors file (%llu bytes, too short even for the header length)", path,
+        rc = krt_fail(err, KRT_EFORMAT, "%s: not a safetensors file (%llu bytes, too short even for the header length)", path,
                   (unsigned long long)*size);
-    else if (fread(len8, 1, 8, f) != 8) rc = fail(err, KRT_EIO, "%s: read error", path);
+    else if (fread(len8, 1, 8, f) != 8) rc = krt_fail(err, KRT_EIO, "%s: read error", path);
     if (rc == KRT_OK) {
         *hlen = 0;
         for (int i = 7; i >= 0; i--) *hlen = *hlen << 8 | len8[i];
         rc = check_length(path, *hlen, *size, err);
     }
     if (rc == KRT_OK && (*size > (uint64_t)SIZE_MAX - 32 || !(st->buf = malloc((size_t)*size + 16))))
-        rc = fail(err, KRT_ENOMEM, "%s: out of memory for %llu bytes", path, (unsigned long long)*size);
+        rc = krt_fail(err, KRT_ENOMEM, "%s: out of memory for %llu bytes", path, (unsigned long long)*size);
     if (rc == KRT_OK) {
         /* Place the file so that its data section (at 8 + N) starts on a 16-byte boundary. */
         *shift = (16 - ((uintptr_t)st->buf + 8 + (uintptr_t)*hlen) % 16) % 16;
@@ -680,7 +668,7 @@ static krt_status load_file(const char *path, krt_safetensors *st, uint64_t *hle
         size_t want = (size_t)*size - 8;
         if (fread(base + 8, 1, want, f) != want)
             rc = ferror(f) ? io_fail(err, errno ? errno : EIO, path, "read error")
-                           : fail(err, KRT_EIO, "%s: the file became shorter while it was read", path);
+                           : krt_fail(err, KRT_EIO, "%s: the file became shorter while it was read", path);
     }
     fclose(f);
     return rc;
@@ -692,7 +680,7 @@ static krt_status parse_tensor(const char *path, const jv *V, int at, krt_st_ten
     char q[100], q2[100];
     const char *name = V[at].key;
     if (V[at].kind != J_OBJ)
-        return fail(err, KRT_EFORMAT, "%s: tensor %s: expected an object with dtype, shape and data_offsets", path,
+        return krt_fail(err, KRT_EFORMAT, "%s: tensor %s: expected an object with dtype, shape and data_offsets", path,
                     quote(q, name));
     const jv *dtype = NULL, *shape = NULL, *offs = NULL;
     for (int k = V[at].first; k >= 0; k = V[k].next) {
@@ -701,28 +689,28 @@ static krt_status parse_tensor(const char *path, const jv *V, int at, krt_st_ten
         else if (strcmp(f, "shape") == 0) shape = &V[k];
         else if (strcmp(f, "data_offsets") == 0) offs = &V[k];
         else
-            return fail(err, KRT_EFORMAT, "%s: tensor %s: unknown field %s (expected only dtype, shape and data_offsets)",
+            return krt_fail(err, KRT_EFORMAT, "%s: tensor %s: unknown field %s (expected only dtype, shape and data_offsets)",
                         path, quote(q, name), quote(q2, f));
     }
     const char *missing = !dtype ? "dtype" : !shape ? "shape" : !offs ? "data_offsets" : NULL;
-    if (missing) return fail(err, KRT_EFORMAT, "%s: tensor %s: missing \"%s\"", path, quote(q, name), missing);
+    if (missing) return krt_fail(err, KRT_EFORMAT, "%s: tensor %s: missing \"%s\"", path, quote(q, name), missing);
     t->name = name;
-    if (dtype->kind != J_STR) return fail(err, KRT_EFORMAT, "%s: tensor %s: dtype is not a string", path, quote(q, name));
+    if (dtype->kind != J_STR) return krt_fail(err, KRT_EFORMAT, "%s: tensor %s: dtype is not a string", path, quote(q, name));
     int dt = -1;
     for (int k = 0; k < KRT_DTYPE_COUNT; k++)
         if (strcmp(dtype->s, st_dtype[k]) == 0) dt = k;
     if (dt < 0) {
         for (size_t k = 0; k < sizeof st_other / sizeof *st_other; k++)
             if (strcmp(dtype->s, st_other[k]) == 0)
-                return fail(err, KRT_EFORMAT, "%s: tensor %s: dtype %s is not supported by the Kiln runtime", path,
+                return krt_fail(err, KRT_EFORMAT, "%s: tensor %s: dtype %s is not supported by the Kiln runtime", path,
                             quote(q, name), st_other[k]);
-        return fail(err, KRT_EFORMAT, "%s: tensor %s: unknown dtype %s", path, quote(q, name), quote(q2, dtype->s));
+        return krt_fail(err, KRT_EFORMAT, "%s: tensor %s: unknown dtype %s", path, quote(q, name), quote(q2, dtype->s));
     }
     t->dtype = (krt_dtype)dt;
     if (shape->kind != J_ARR)
-        return fail(err, KRT_EFORMAT, "%s: tensor %s: shape is not an array", path, quote(q, name));
+        return krt_fail(err, KRT_EFORMAT, "%s: tensor %s: shape is not an array", path, quote(q, name));
     if (shape->n > KRT_MAX_RANK)
-        return fail(err, KRT_EFORMAT, "%s: tensor %s: rank %d is more than the runtime supports (%d)", path, quote(q, name),
+        return krt_fail(err, KRT_EFORMAT, "%s: tensor %s: rank %d is more than the runtime supports (%d)", path, quote(q, name),
                     shape->n, KRT_MAX_RANK);
     t->rank = shape->n;
     uint64_t bytes = krt_dtype_size(t->dtype);
@@ -730,23 +718,23 @@ static krt_status parse_tensor(const char *path, const jv *V, int at, krt_st_ten
     for (int k = shape->first; k >= 0; k = V[k].next, d++) {
         const jv *x = &V[k];
         if (x->kind != J_NUM || !x->uint_ok || x->u > (uint64_t)INT64_MAX)
-            return fail(err, KRT_EFORMAT, "%s: tensor %s: shape must hold non-negative integers", path, quote(q, name));
+            return krt_fail(err, KRT_EFORMAT, "%s: tensor %s: shape must hold non-negative integers", path, quote(q, name));
         t->dims[d] = (int64_t)x->u;
         if (x->u != 0 && bytes > UINT64_MAX / x->u)
-            return fail(err, KRT_EFORMAT, "%s: tensor %s: shape is impossibly large", path, quote(q, name));
+            return krt_fail(err, KRT_EFORMAT, "%s: tensor %s: shape is impossibly large", path, quote(q, name));
         bytes *= x->u;
     }
     const jv *b = offs->kind == J_ARR && offs->n == 2 ? &V[offs->first] : NULL, *e = b ? &V[b->next] : NULL;
     if (!b || b->kind != J_NUM || !b->uint_ok || e->kind != J_NUM || !e->uint_ok)
-        return fail(err, KRT_EFORMAT, "%s: tensor %s: data_offsets must be two non-negative integers [begin, end]", path,
+        return krt_fail(err, KRT_EFORMAT, "%s: tensor %s: data_offsets must be two non-negative integers [begin, end]", path,
                     quote(q, name));
     off[0] = b->u;
     off[1] = e->u;
     if (off[1] < off[0])
-        return fail(err, KRT_EFORMAT, "%s: tensor %s: data_offsets [%llu, %llu] end before they begin", path, quote(q, name),
+        return krt_fail(err, KRT_EFORMAT, "%s: tensor %s: data_offsets [%llu, %llu] end before they begin", path, quote(q, name),
                     (unsigned long long)off[0], (unsigned long long)off[1]);
     if (off[1] - off[0] != bytes)
-        return fail(err, KRT_EFORMAT, "%s: tensor %s: its shape and dtype %s need %llu bytes, data_offsets [%llu, %llu] hold %llu",
+        return krt_fail(err, KRT_EFORMAT, "%s: tensor %s: its shape and dtype %s need %llu bytes, data_offsets [%llu, %llu] hold %llu",
                     path, quote(q, name), st_dtype[dt], (unsigned long long)bytes, (unsigned long long)off[0],
                     (unsigned long long)off[1], (unsigned long long)(off[1] - off[0]));
     return KRT_OK;
@@ -781,24 +769,24 @@ static krt_status check_coverage(const char *path, const krt_st_tensor *t, place
     for (int i = 0; i < count; i++)
         if (pl[i].end > max_end) max_end = pl[i].end;
     if (max_end > data_len)
-        return fail(err, KRT_EFORMAT, "%s: truncated: header says %llu bytes of tensor data, file has %llu", path,
+        return krt_fail(err, KRT_EFORMAT, "%s: truncated: header says %llu bytes of tensor data, file has %llu", path,
                     (unsigned long long)max_end, (unsigned long long)data_len);
     qsort(pl, (size_t)count, sizeof *pl, cmp_place);
     uint64_t at = 0;
     for (int i = 0; i < count; i++) {
         const place *x = &pl[i];
         if (x->begin > at)
-            return fail(err, KRT_EFORMAT, "%s: bytes %llu..%llu of the data belong to no tensor (a gap before tensor %s)", path,
+            return krt_fail(err, KRT_EFORMAT, "%s: bytes %llu..%llu of the data belong to no tensor (a gap before tensor %s)", path,
                         (unsigned long long)at, (unsigned long long)x->begin, quote(q, t[x->index].name));
         if (x->begin < at)
-            return fail(err, KRT_EFORMAT, "%s: tensors %s [%llu, %llu] and %s [%llu, %llu] overlap", path,
+            return krt_fail(err, KRT_EFORMAT, "%s: tensors %s [%llu, %llu] and %s [%llu, %llu] overlap", path,
                         quote(q, t[pl[i - 1].index].name), (unsigned long long)pl[i - 1].begin,
                         (unsigned long long)pl[i - 1].end, quote(q2, t[x->index].name), (unsigned long long)x->begin,
                         (unsigned long long)x->end);
         at = x->end;
     }
     if (at < data_len)
-        return fail(err, KRT_EFORMAT, "%s: %llu bytes after the last tensor belong to no tensor (the header describes %llu bytes "
+        return krt_fail(err, KRT_EFORMAT, "%s: %llu bytes after the last tensor belong to no tensor (the header describes %llu bytes "
                     "of data, the file has %llu)", path, (unsigned long long)(data_len - at), (unsigned long long)at,
                     (unsigned long long)data_len);
     return KRT_OK;
@@ -815,12 +803,12 @@ static krt_status build(const char *path, krt_safetensors *st, const jv *V, cons
     if (meta_at >= 0) {
         const jv *m = &V[meta_at];
         if (m->kind != J_OBJ && m->kind != J_NULL)
-            return fail(err, KRT_EFORMAT, "%s: __metadata__ is not an object of strings", path);
-        if (!(st->meta = calloc((size_t)m->n + 1, sizeof *st->meta))) return fail(err, KRT_ENOMEM, "%s: out of memory", path);
+            return krt_fail(err, KRT_EFORMAT, "%s: __metadata__ is not an object of strings", path);
+        if (!(st->meta = calloc((size_t)m->n + 1, sizeof *st->meta))) return krt_fail(err, KRT_ENOMEM, "%s: out of memory", path);
         for (int k = m->kind == J_OBJ ? m->first : -1; k >= 0; k = V[k].next) {
             char q[100];
             if (V[k].kind != J_STR)
-                return fail(err, KRT_EFORMAT, "%s: __metadata__: the value of %s is not a string", path, quote(q, V[k].key));
+                return krt_fail(err, KRT_EFORMAT, "%s: __metadata__: the value of %s is not a string", path, quote(q, V[k].key));
             st->meta[st->nmeta++] = (krt_st_meta){V[k].key, V[k].s};
         }
     }
@@ -829,7 +817,7 @@ static krt_status build(const char *path, krt_safetensors *st, const jv *V, cons
     st->by_name = malloc(((size_t)count + 1) * sizeof *st->by_name);
     if (!st->tensors || !pl || !st->by_name) {
         free(pl);
-        return fail(err, KRT_ENOMEM, "%s: out of memory", path);
+        return krt_fail(err, KRT_ENOMEM, "%s: out of memory", path);
     }
     krt_status rc = KRT_OK;
     for (int k = V[0].first, i = 0; k >= 0 && rc == KRT_OK; k = V[k].next) {
@@ -846,7 +834,7 @@ static krt_status build(const char *path, krt_safetensors *st, const jv *V, cons
         size_t sz = krt_dtype_size(st->tensors[pl[i].index].dtype);
         if (pl[i].begin % sz) extra += (size_t)(pl[i].end - pl[i].begin + 15) / 16 * 16;
     }
-    if (rc == KRT_OK && extra && !(st->realigned = malloc(extra))) rc = fail(err, KRT_ENOMEM, "%s: out of memory", path);
+    if (rc == KRT_OK && extra && !(st->realigned = malloc(extra))) rc = krt_fail(err, KRT_ENOMEM, "%s: out of memory", path);
     size_t at = 0;
     for (int i = 0; i < count && rc == KRT_OK; i++) {
         krt_st_tensor *t = &st->tensors[pl[i].index];
@@ -870,9 +858,9 @@ static krt_status build(const char *path, krt_safetensors *st, const jv *V, cons
 krt_status krt_safetensors_read(const char *path, krt_safetensors **out, krt_error *err)
 {
     if (out) *out = NULL;
-    if (!path || !out) return fail(err, KRT_EINVAL, "safetensors: NULL %s", path ? "result pointer" : "file name");
+    if (!path || !out) return krt_fail(err, KRT_EINVAL, "safetensors: NULL %s", path ? "result pointer" : "file name");
     krt_safetensors *st = calloc(1, sizeof *st);
-    if (!st) return fail(err, KRT_ENOMEM, "%s: out of memory", path);
+    if (!st) return krt_fail(err, KRT_ENOMEM, "%s: out of memory", path);
     uint64_t hlen = 0, size = 0;
     size_t shift = 0;
     krt_status rc = load_file(path, st, &hlen, &size, &shift, err);
@@ -880,11 +868,11 @@ krt_status krt_safetensors_read(const char *path, krt_safetensors **out, krt_err
     unsigned char *hdr = st->buf + shift + 8;
     size_t bad_at = utf8_check(hdr, (size_t)hlen);
     if (bad_at != hlen) {
-        rc = fail(err, KRT_EFORMAT, "%s: the header is not valid UTF-8 (at header byte %zu)", path, bad_at);
+        rc = krt_fail(err, KRT_EFORMAT, "%s: the header is not valid UTF-8 (at header byte %zu)", path, bad_at);
         goto bad;
     }
     if (hdr[0] != '{') {
-        rc = fail(err, KRT_EFORMAT, "%s: not a safetensors file (the header does not start with '{')", path);
+        rc = krt_fail(err, KRT_EFORMAT, "%s: not a safetensors file (the header does not start with '{')", path);
         goto bad;
     }
     jparser p = {.t = hdr, .n = (size_t)hlen};
@@ -893,7 +881,7 @@ krt_status krt_safetensors_read(const char *path, krt_safetensors **out, krt_err
         if (p.i < p.n) jerr(&p, "unexpected data after the JSON object");
     }
     if (p.msg[0]) {
-        rc = fail(err, p.oom ? KRT_ENOMEM : KRT_EFORMAT, "%s: bad JSON in the header at byte %zu: %s", path, p.at, p.msg);
+        rc = krt_fail(err, p.oom ? KRT_ENOMEM : KRT_EFORMAT, "%s: bad JSON in the header at byte %zu: %s", path, p.at, p.msg);
         free(p.v);
         goto bad;
     }

@@ -2,7 +2,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kiln_rt.h"
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "rt_internal.h"
 
 const char *krt_status_name(krt_status s)
 {
@@ -42,4 +45,25 @@ int64_t krt_array_count(const krt_array *a)
     int64_t n = 1;
     for (int i = 0; i < a->rank; i++) n *= a->dims[i];
     return n;
+}
+
+krt_status krt_fail(krt_error *err, krt_status code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->code = code;
+    }
+    return code;
+}
+
+krt_status krt_ok(krt_error *err)
+{
+    if (err) {
+        err->code = KRT_OK;
+        err->msg[0] = '\0';
+    }
+    return KRT_OK;
 }

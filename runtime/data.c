@@ -21,28 +21,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "kiln_rt.h"
-
-__attribute__((format(printf, 3, 4))) static krt_status fail(krt_error *err, krt_status code, const char *fmt, ...)
-{
-    if (err) {
-        err->code = code;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
-static krt_status ok(krt_error *err)
-{
-    if (err) {
-        err->code = KRT_OK;
-        err->msg[0] = '\0';
-    }
-    return KRT_OK;
-}
+#include "rt_internal.h"
 
 /* ---- files ---- */
 
@@ -51,16 +30,16 @@ static krt_status ok(krt_error *err)
 static krt_status open_regular(const char *path, int *fd_out, size_t *size, krt_error *err)
 {
     int fd = open(path, O_RDONLY | O_NONBLOCK);
-    if (fd < 0) return fail(err, KRT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return krt_fail(err, KRT_EIO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return fail(err, KRT_EIO, "%s: cannot stat: %s", path, strerror(e));
+        return krt_fail(err, KRT_EIO, "%s: cannot stat: %s", path, strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, KRT_EIO, "%s: not a regular file", path);
+        return krt_fail(err, KRT_EIO, "%s: not a regular file", path);
     }
     int flags = fcntl(fd, F_GETFL);
     if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
@@ -147,10 +126,10 @@ static krt_status src_open(Src *s, const char *path, size_t *size, krt_error *er
         s->gz = true;
         s->zlen = *size;
         s->zraw = malloc(s->zlen ? s->zlen : 1);
-        if (!s->zraw) return fail(err, KRT_ENOMEM, "%s: out of memory for %zu compressed bytes", path, s->zlen);
+        if (!s->zraw) return krt_fail(err, KRT_ENOMEM, "%s: out of memory for %zu compressed bytes", path, s->zlen);
         ssize_t r = read_full(s->fd, s->zraw, s->zlen);
-        if (r < 0 || (size_t)r != s->zlen) return fail(err, KRT_EIO, "%s: read error: %s", path, r < 0 ? strerror(errno) : "file shrank");
-        if (inflateInit2(&s->zs, 15 + 16) != Z_OK) return fail(err, KRT_ENOMEM, "%s: cannot start zlib", path);
+        if (r < 0 || (size_t)r != s->zlen) return krt_fail(err, KRT_EIO, "%s: read error: %s", path, r < 0 ? strerror(errno) : "file shrank");
+        if (inflateInit2(&s->zs, 15 + 16) != Z_OK) return krt_fail(err, KRT_ENOMEM, "%s: cannot start zlib", path);
         s->zinit = true;
     }
     return KRT_OK;
@@ -163,7 +142,7 @@ static krt_status src_read(Src *s, void *dst, size_t n, size_t *got, krt_error *
     *got = 0;
     if (!s->gz) {
         ssize_t r = read_full(s->fd, dst, n);
-        if (r < 0) return fail(err, KRT_EIO, "%s: read error: %s", s->path, strerror(errno));
+        if (r < 0) return krt_fail(err, KRT_EIO, "%s: read error: %s", s->path, strerror(errno));
         *got = (size_t)r;
         return KRT_OK;
     }
@@ -179,7 +158,7 @@ static krt_status src_read(Src *s, void *dst, size_t n, size_t *got, krt_error *
             if (s->zs.avail_in == 0) break; /* the clean end */
             /* Another gzip member may follow (gzip allows concatenation); anything else is junk. */
             if (s->zs.avail_in < 2 || s->zs.next_in[0] != 0x1f || s->zs.next_in[1] != 0x8b)
-                return fail(err, KRT_EFORMAT, "%s: corrupt gzip file: garbage after the compressed data", s->path);
+                return krt_fail(err, KRT_EFORMAT, "%s: corrupt gzip file: garbage after the compressed data", s->path);
             inflateReset(&s->zs);
             s->zend = false;
         }
@@ -192,9 +171,9 @@ static krt_status src_read(Src *s, void *dst, size_t n, size_t *got, krt_error *
         else if (r == Z_BUF_ERROR && s->zs.avail_in == 0 && s->zpos == s->zlen) {
             s->cut = true; /* needs more input and there is none */
             break;
-        } else if (r == Z_MEM_ERROR) return fail(err, KRT_ENOMEM, "%s: out of memory in zlib", s->path);
+        } else if (r == Z_MEM_ERROR) return krt_fail(err, KRT_ENOMEM, "%s: out of memory in zlib", s->path);
         else if (r != Z_OK && r != Z_BUF_ERROR)
-            return fail(err, KRT_EFORMAT, "%s: corrupt gzip data: %s", s->path, s->zs.msg ? s->zs.msg : "inflate failed");
+            return krt_fail(err, KRT_EFORMAT, "%s: corrupt gzip data: %s", s->path, s->zs.msg ? s->zs.msg : "inflate failed");
     }
     return KRT_OK;
 }
@@ -203,7 +182,7 @@ static krt_status src_read(Src *s, void *dst, size_t n, size_t *got, krt_error *
 
 krt_status krt_idx_load(const char *path, krt_array *out, krt_error *err)
 {
-    if (!path || !out) return fail(err, KRT_EINVAL, "krt_idx_load: NULL %s", path ? "output" : "path");
+    if (!path || !out) return krt_fail(err, KRT_EINVAL, "krt_idx_load: NULL %s", path ? "output" : "path");
     memset(out, 0, sizeof *out);
     size_t fsize;
     Src s;
@@ -215,11 +194,11 @@ krt_status krt_idx_load(const char *path, krt_array *out, krt_error *err)
     size_t got;
     if ((st = src_read(&s, hdr, 4, &got, err))) goto done;
     if (got < 4) {
-        st = fail(err, KRT_EFORMAT, "%s: truncated: %zu bytes, shorter than an IDX header", path, got);
+        st = krt_fail(err, KRT_EFORMAT, "%s: truncated: %zu bytes, shorter than an IDX header", path, got);
         goto done;
     }
     if (hdr[0] || hdr[1]) {
-        st = fail(err, KRT_EFORMAT, "%s: not an IDX file (magic %02x %02x %02x %02x, expected 00 00 type rank)", path,
+        st = krt_fail(err, KRT_EFORMAT, "%s: not an IDX file (magic %02x %02x %02x %02x, expected 00 00 type rank)", path,
                   hdr[0], hdr[1], hdr[2], hdr[3]);
         goto done;
     }
@@ -234,17 +213,17 @@ krt_status krt_idx_load(const char *path, krt_array *out, krt_error *err)
     case 0x0C: esize = 4, dt = KRT_I32; break;
     case 0x0D: esize = 4, dt = KRT_F32; break;
     case 0x0E: esize = 8, dt = KRT_F64; break;
-    default: st = fail(err, KRT_EFORMAT, "%s: unsupported IDX element type 0x%02X", path, hdr[2]); goto done;
+    default: st = krt_fail(err, KRT_EFORMAT, "%s: unsupported IDX element type 0x%02X", path, hdr[2]); goto done;
     }
     int rank = hdr[3];
     if (rank < 1 || rank > KRT_MAX_RANK) {
-        st = fail(err, KRT_EFORMAT, "%s: IDX rank %d is out of range 1..%d", path, rank, KRT_MAX_RANK);
+        st = krt_fail(err, KRT_EFORMAT, "%s: IDX rank %d is out of range 1..%d", path, rank, KRT_MAX_RANK);
         goto done;
     }
     size_t hlen = 4 + 4 * (size_t)rank;
     if ((st = src_read(&s, hdr + 4, hlen - 4, &got, err))) goto done;
     if (got < hlen - 4) {
-        st = fail(err, KRT_EFORMAT, "%s: truncated: the header ends after %zu of its %zu bytes", path, 4 + got, hlen);
+        st = krt_fail(err, KRT_EFORMAT, "%s: truncated: the header ends after %zu of its %zu bytes", path, 4 + got, hlen);
         goto done;
     }
     int64_t count = 1, nbytes;
@@ -258,13 +237,13 @@ krt_status krt_idx_load(const char *path, krt_array *out, krt_error *err)
     int64_t outbytes;
     if (count < 0 || !mul_ok(count, esize, &nbytes) || !mul_ok(count, (int64_t)krt_dtype_size(dt), &outbytes) ||
         (uint64_t)outbytes > SIZE_MAX) {
-        st = fail(err, KRT_EFORMAT, "%s: header dims %s overflow", path, dtext);
+        st = krt_fail(err, KRT_EFORMAT, "%s: header dims %s overflow", path, dtext);
         goto done;
     }
     const char *says = "truncated: header says";
     if (!s.gz && fsize - hlen != (size_t)nbytes) { /* check before allocating anything */
         bool shrt = fsize - hlen < (size_t)nbytes;
-        st = fail(err, KRT_EFORMAT, "%s: %s %s (%lld bytes of data) but the file has %zu bytes of data", path,
+        st = krt_fail(err, KRT_EFORMAT, "%s: %s %s (%lld bytes of data) but the file has %zu bytes of data", path,
                   shrt ? says : "trailing data: header says", dtext, (long long)nbytes, fsize - hlen);
         goto done;
     }
@@ -273,7 +252,7 @@ krt_status krt_idx_load(const char *path, krt_array *out, krt_error *err)
     size_t cap = s.gz ? ((size_t)nbytes < (1u << 20) ? (size_t)nbytes : (1u << 20)) : (size_t)nbytes, have = 0;
     raw = malloc(cap ? cap : 1);
     if (!raw) {
-        st = fail(err, KRT_ENOMEM, "%s: out of memory for %zu bytes", path, cap);
+        st = krt_fail(err, KRT_ENOMEM, "%s: out of memory for %zu bytes", path, cap);
         goto done;
     }
     for (;;) {
@@ -283,25 +262,25 @@ krt_status krt_idx_load(const char *path, krt_array *out, krt_error *err)
         size_t ncap = cap * 2 < (size_t)nbytes ? cap * 2 : (size_t)nbytes;
         unsigned char *g = realloc(raw, ncap);
         if (!g) {
-            st = fail(err, KRT_ENOMEM, "%s: out of memory for %zu bytes", path, ncap);
+            st = krt_fail(err, KRT_ENOMEM, "%s: out of memory for %zu bytes", path, ncap);
             goto done;
         }
         raw = g, cap = ncap;
     }
     if (have < (size_t)nbytes) {
-        st = fail(err, KRT_EFORMAT, "%s: %s %s (%lld bytes of data) but the decompressed file has %zu%s", path, says,
+        st = krt_fail(err, KRT_EFORMAT, "%s: %s %s (%lld bytes of data) but the decompressed file has %zu%s", path, says,
                   dtext, (long long)nbytes, have, s.cut ? " (the gzip stream is cut off)" : " (the gzip stream ends there)");
         goto done;
     }
     unsigned char extra;
     if ((st = src_read(&s, &extra, 1, &got, err))) goto done;
     if (got) {
-        st = fail(err, KRT_EFORMAT, "%s: trailing data: header says %s (%lld bytes of data) but the data goes on", path,
+        st = krt_fail(err, KRT_EFORMAT, "%s: trailing data: header says %s (%lld bytes of data) but the data goes on", path,
                   dtext, (long long)nbytes);
         goto done;
     }
     if (s.cut) { /* all the data arrived, but not the gzip trailer that checks it */
-        st = fail(err, KRT_EFORMAT, "%s: truncated: the gzip stream is cut off after the data (its check is missing)", path);
+        st = krt_fail(err, KRT_EFORMAT, "%s: truncated: the gzip stream is cut off after the data (its check is missing)", path);
         goto done;
     }
     /* IDX is big-endian; convert to host order (and widen i8/i16). */
@@ -322,7 +301,7 @@ krt_status krt_idx_load(const char *path, krt_array *out, krt_error *err)
     } else {
         conv = malloc(count ? (size_t)outbytes : 1);
         if (!conv) {
-            st = fail(err, KRT_ENOMEM, "%s: out of memory for %lld bytes", path, (long long)outbytes);
+            st = krt_fail(err, KRT_ENOMEM, "%s: out of memory for %lld bytes", path, (long long)outbytes);
             goto done;
         }
         int32_t *o = (int32_t *)conv;
@@ -333,7 +312,7 @@ krt_status krt_idx_load(const char *path, krt_array *out, krt_error *err)
     out->dtype = dt;
     out->rank = rank;
     out->nbytes = (size_t)outbytes;
-    st = ok(err);
+    st = krt_ok(err);
 done:
     free(raw);
     free(conv);
@@ -423,7 +402,7 @@ static const char *npy_header(const char *p, char *descr, size_t dcap, int *fort
 
 krt_status krt_npy_load(const char *path, krt_array *out, krt_error *err)
 {
-    if (!path || !out) return fail(err, KRT_EINVAL, "krt_npy_load: NULL %s", path ? "output" : "path");
+    if (!path || !out) return krt_fail(err, KRT_EINVAL, "krt_npy_load: NULL %s", path ? "output" : "path");
     memset(out, 0, sizeof *out);
     int fd;
     size_t fsize;
@@ -433,47 +412,47 @@ krt_status krt_npy_load(const char *path, krt_array *out, krt_error *err)
     unsigned char pre[12];
     ssize_t r = read_full(fd, pre, sizeof pre);
     if (r < 0) {
-        st = fail(err, KRT_EIO, "%s: read error: %s", path, strerror(errno));
+        st = krt_fail(err, KRT_EIO, "%s: read error: %s", path, strerror(errno));
         goto done;
     }
     if (r < 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
-        st = fail(err, KRT_EFORMAT, "%s: not a .npy file (too short, or no \\x93NUMPY magic)", path);
+        st = krt_fail(err, KRT_EFORMAT, "%s: not a .npy file (too short, or no \\x93NUMPY magic)", path);
         goto done;
     }
     if (pre[6] < 1 || pre[6] > 3) {
-        st = fail(err, KRT_EFORMAT, "%s: unsupported .npy format version %d.%d", path, pre[6], pre[7]);
+        st = krt_fail(err, KRT_EFORMAT, "%s: unsupported .npy format version %d.%d", path, pre[6], pre[7]);
         goto done;
     }
     /* Version 1 has a u16 header length, 2 and 3 a u32 (3 only allows UTF-8 in it). */
     size_t pl = pre[6] == 1 ? 10 : 12;
     if ((size_t)r < pl) {
-        st = fail(err, KRT_EFORMAT, "%s: truncated in the .npy preamble", path);
+        st = krt_fail(err, KRT_EFORMAT, "%s: truncated in the .npy preamble", path);
         goto done;
     }
     size_t hlen = (size_t)le_u(pre + 8, pre[6] == 1 ? 2 : 4);
     if (hlen > fsize - pl) {
-        st = fail(err, KRT_EFORMAT, "%s: truncated: header of %zu bytes but the file has %zu after the preamble", path, hlen,
+        st = krt_fail(err, KRT_EFORMAT, "%s: truncated: header of %zu bytes but the file has %zu after the preamble", path, hlen,
                   fsize - pl);
         goto done;
     }
     if (!(hdr = malloc(hlen + 1)) ) {
-        st = fail(err, KRT_ENOMEM, "%s: out of memory for the header", path);
+        st = krt_fail(err, KRT_ENOMEM, "%s: out of memory for the header", path);
         goto done;
     }
     if (pread(fd, hdr, hlen, (off_t)pl) != (ssize_t)hlen) {
-        st = fail(err, KRT_EIO, "%s: read error in the header", path);
+        st = krt_fail(err, KRT_EIO, "%s: read error in the header", path);
         goto done;
     }
     hdr[hlen] = '\0';
     if (strlen(hdr) != hlen) {
-        st = fail(err, KRT_EFORMAT, "%s: NUL byte in the .npy header", path);
+        st = krt_fail(err, KRT_EFORMAT, "%s: NUL byte in the .npy header", path);
         goto done;
     }
     char descr[32];
     int fortran = 0;
     const char *why = npy_header(hdr, descr, sizeof descr, &fortran, &out->rank, out->dims);
     if (why) {
-        st = fail(err, KRT_EFORMAT, "%s: %s", path, why);
+        st = krt_fail(err, KRT_EFORMAT, "%s: %s", path, why);
         goto done;
     }
     static const struct { const char *descr; krt_dtype dt; } types[] = {
@@ -484,11 +463,11 @@ krt_status krt_npy_load(const char *path, krt_array *out, krt_error *err)
     for (int i = 0; i < (int)(sizeof types / sizeof types[0]); i++)
         if (!strcmp(descr, types[i].descr)) t = i;
     if (t < 0) {
-        st = fail(err, KRT_EFORMAT, "%s: unsupported dtype '%s' (supported: |b1 |u1 <i4 <i8 <f4 <f8)", path, descr);
+        st = krt_fail(err, KRT_EFORMAT, "%s: unsupported dtype '%s' (supported: |b1 |u1 <i4 <i8 <f4 <f8)", path, descr);
         goto done;
     }
     if (fortran) {
-        st = fail(err, KRT_EFORMAT, "%s: fortran_order is True; only C order is supported", path);
+        st = krt_fail(err, KRT_EFORMAT, "%s: fortran_order is True; only C order is supported", path);
         goto done;
     }
     out->dtype = types[t].dt;
@@ -498,21 +477,21 @@ krt_status krt_npy_load(const char *path, krt_array *out, krt_error *err)
     for (int i = 0; i < out->rank && count >= 0; i++)
         if (!mul_ok(count, out->dims[i], &count)) count = -1;
     if (count < 0 || !mul_ok(count, (int64_t)krt_dtype_size(out->dtype), &nbytes) || (uint64_t)nbytes > SIZE_MAX) {
-        st = fail(err, KRT_EFORMAT, "%s: shape %s overflows", path, dtext);
+        st = krt_fail(err, KRT_EFORMAT, "%s: shape %s overflows", path, dtext);
         goto done;
     }
     size_t have = fsize - pl - hlen;
     if (have != (size_t)nbytes) {
-        st = fail(err, KRT_EFORMAT, "%s: %s: shape %s of %s (%lld bytes of data) but the file has %zu bytes of data", path,
+        st = krt_fail(err, KRT_EFORMAT, "%s: %s: shape %s of %s (%lld bytes of data) but the file has %zu bytes of data", path,
                   have < (size_t)nbytes ? "truncated" : "trailing data", dtext, descr, (long long)nbytes, have);
         goto done;
     }
     if (!(out->data = malloc(nbytes ? (size_t)nbytes : 1))) {
-        st = fail(err, KRT_ENOMEM, "%s: out of memory for %lld bytes", path, (long long)nbytes);
+        st = krt_fail(err, KRT_ENOMEM, "%s: out of memory for %lld bytes", path, (long long)nbytes);
         goto done;
     }
     if (pread(fd, out->data, (size_t)nbytes, (off_t)(pl + hlen)) != (ssize_t)nbytes) {
-        st = fail(err, KRT_EIO, "%s: read error in the data", path);
+        st = krt_fail(err, KRT_EIO, "%s: read error in the data", path);
         goto done;
     }
     /* Little-endian data is already in host order on every platform this targets; bools
@@ -520,7 +499,7 @@ krt_status krt_npy_load(const char *path, krt_array *out, krt_error *err)
     if (out->dtype == KRT_BOOL)
         for (int64_t i = 0; i < count; i++) ((unsigned char *)out->data)[i] = ((unsigned char *)out->data)[i] != 0;
     out->nbytes = (size_t)nbytes;
-    st = ok(err);
+    st = krt_ok(err);
 done:
     free(hdr);
     close(fd);
@@ -537,7 +516,7 @@ static int cmp_str(const void *a, const void *b)
 
 krt_status krt_text_load(const char *pattern, const char *exclude, krt_array *out, krt_error *err)
 {
-    if (!pattern || !out) return fail(err, KRT_EINVAL, "krt_text_load: NULL %s", pattern ? "output" : "pattern");
+    if (!pattern || !out) return krt_fail(err, KRT_EINVAL, "krt_text_load: NULL %s", pattern ? "output" : "pattern");
     memset(out, 0, sizeof *out);
     glob_t g;
     /* GLOB_NOSORT + strcmp: byte order whatever the locale, so the same files always give
@@ -545,11 +524,11 @@ krt_status krt_text_load(const char *pattern, const char *exclude, krt_array *ou
     int gr = glob(pattern, GLOB_NOSORT, NULL, &g);
     if (gr == GLOB_NOMATCH) {
         globfree(&g);
-        return fail(err, KRT_EIO, "%s: no file matches", pattern);
+        return krt_fail(err, KRT_EIO, "%s: no file matches", pattern);
     }
     if (gr != 0) {
         globfree(&g);
-        return fail(err, gr == GLOB_NOSPACE ? KRT_ENOMEM : KRT_EIO, "%s: cannot read the directories it names", pattern);
+        return krt_fail(err, gr == GLOB_NOSPACE ? KRT_ENOMEM : KRT_EIO, "%s: cannot read the directories it names", pattern);
     }
     qsort(g.gl_pathv, g.gl_pathc, sizeof *g.gl_pathv, cmp_str);
     unsigned char *buf = NULL;
@@ -568,13 +547,13 @@ krt_status krt_text_load(const char *pattern, const char *exclude, krt_array *ou
         if ((st = open_regular(p, &fd, &size, err))) break;
         if (size > SIZE_MAX - len - 1) {
             close(fd);
-            st = fail(err, KRT_ENOMEM, "%s: the matching files are too large", pattern);
+            st = krt_fail(err, KRT_ENOMEM, "%s: the matching files are too large", pattern);
             break;
         }
         unsigned char *nb = realloc(buf, len + size + 1);
         if (!nb) {
             close(fd);
-            st = fail(err, KRT_ENOMEM, "%s: out of memory for %zu bytes", pattern, len + size);
+            st = krt_fail(err, KRT_ENOMEM, "%s: out of memory for %zu bytes", pattern, len + size);
             break;
         }
         buf = nb;
@@ -582,7 +561,7 @@ krt_status krt_text_load(const char *pattern, const char *exclude, krt_array *ou
         int e = errno;
         close(fd);
         if (r < 0 || (size_t)r != size) {
-            st = fail(err, KRT_EIO, "%s: %s", p, r < 0 ? strerror(e) : "file shrank while being read");
+            st = krt_fail(err, KRT_EIO, "%s: %s", p, r < 0 ? strerror(e) : "file shrank while being read");
             break;
         }
         len += size;
@@ -590,9 +569,9 @@ krt_status krt_text_load(const char *pattern, const char *exclude, krt_array *ou
     }
     globfree(&g);
     if (!st && !files)
-        st = fail(err, KRT_EIO, "%s: no regular file matches%s%s%s", pattern, exclude && *exclude ? " once '" : "",
+        st = krt_fail(err, KRT_EIO, "%s: no regular file matches%s%s%s", pattern, exclude && *exclude ? " once '" : "",
                   exclude && *exclude ? exclude : "", exclude && *exclude ? "' is excluded" : "");
-    else if (!st && !len) st = fail(err, KRT_EFORMAT, "%s: the %zu matching files are empty", pattern, files);
+    else if (!st && !len) st = krt_fail(err, KRT_EFORMAT, "%s: the %zu matching files are empty", pattern, files);
     if (st) {
         free(buf);
         return st;
@@ -602,7 +581,7 @@ krt_status krt_text_load(const char *pattern, const char *exclude, krt_array *ou
     out->dims[0] = (int64_t)len;
     out->data = buf;
     out->nbytes = len;
-    return ok(err);
+    return krt_ok(err);
 }
 
 /* ---- token files (docs/formats.md) ---- */
@@ -612,7 +591,7 @@ krt_status krt_text_load(const char *pattern, const char *exclude, krt_array *ou
 
 krt_status krt_tokens_load(const char *path, krt_array *out, krt_error *err)
 {
-    if (!path || !out) return fail(err, KRT_EINVAL, "krt_tokens_load: NULL %s", path ? "output" : "path");
+    if (!path || !out) return krt_fail(err, KRT_EINVAL, "krt_tokens_load: NULL %s", path ? "output" : "path");
     memset(out, 0, sizeof *out);
     int fd;
     size_t fsize;
@@ -620,29 +599,29 @@ krt_status krt_tokens_load(const char *path, krt_array *out, krt_error *err)
     if (st) return st;
     unsigned char h[TOK_HEADER];
     ssize_t r = read_full(fd, h, sizeof h);
-    if (r < 0) st = fail(err, KRT_EIO, "%s: read error: %s", path, strerror(errno));
-    else if (r < 8 || memcmp(h, TOK_MAGIC, 8) != 0) st = fail(err, KRT_EFORMAT, "%s: not a token file (no KILNTOK1 magic)", path);
-    else if (r < TOK_HEADER) st = fail(err, KRT_EFORMAT, "%s: truncated: the header ends after %zd bytes", path, r);
+    if (r < 0) st = krt_fail(err, KRT_EIO, "%s: read error: %s", path, strerror(errno));
+    else if (r < 8 || memcmp(h, TOK_MAGIC, 8) != 0) st = krt_fail(err, KRT_EFORMAT, "%s: not a token file (no KILNTOK1 magic)", path);
+    else if (r < TOK_HEADER) st = krt_fail(err, KRT_EFORMAT, "%s: truncated: the header ends after %zd bytes", path, r);
     if (st) goto done;
     uint32_t width = (uint32_t)le_u(h + 8, 4), reserved = (uint32_t)le_u(h + 12, 4);
     uint64_t count = le_u(h + 16, 8);
     if (width != 2 && width != 4) {
-        st = fail(err, KRT_EFORMAT, "%s: token width %u (expected 2 or 4)", path, width);
+        st = krt_fail(err, KRT_EFORMAT, "%s: token width %u (expected 2 or 4)", path, width);
         goto done;
     }
     if (reserved != 0) {
-        st = fail(err, KRT_EFORMAT, "%s: reserved header field is %u, not 0 (a newer format?)", path, reserved);
+        st = krt_fail(err, KRT_EFORMAT, "%s: reserved header field is %u, not 0 (a newer format?)", path, reserved);
         goto done;
     }
     if (count > (uint64_t)INT64_MAX / 4 || count * 4 > SIZE_MAX || count * width != fsize - TOK_HEADER) {
-        st = fail(err, KRT_EFORMAT, "%s: %s: header says %llu tokens of %u bytes but the file has %zu bytes of tokens", path,
+        st = krt_fail(err, KRT_EFORMAT, "%s: %s: header says %llu tokens of %u bytes but the file has %zu bytes of tokens", path,
                   count > (fsize - TOK_HEADER) / width ? "truncated" : "trailing data", (unsigned long long)count, width,
                   fsize - TOK_HEADER);
         goto done;
     }
     int32_t *t = malloc(count ? (size_t)count * 4 : 1);
     if (!t) {
-        st = fail(err, KRT_ENOMEM, "%s: out of memory for %llu tokens", path, (unsigned long long)count);
+        st = krt_fail(err, KRT_ENOMEM, "%s: out of memory for %llu tokens", path, (unsigned long long)count);
         goto done;
     }
     out->data = t;
@@ -651,13 +630,13 @@ krt_status krt_tokens_load(const char *path, krt_array *out, krt_error *err)
      * second buffer is needed. */
     r = read_full(fd, raw, (size_t)count * width);
     if (r < 0 || (uint64_t)r != count * width) {
-        st = fail(err, KRT_EIO, "%s: read error: %s", path, r < 0 ? strerror(errno) : "file shrank");
+        st = krt_fail(err, KRT_EIO, "%s: read error: %s", path, r < 0 ? strerror(errno) : "file shrank");
         goto done;
     }
     for (uint64_t i = count; i-- > 0;) {
         uint64_t v = le_u(raw + i * width, (int)width);
         if (v > INT32_MAX) {
-            st = fail(err, KRT_EFORMAT, "%s: token %llu at index %llu does not fit i32", path, (unsigned long long)v,
+            st = krt_fail(err, KRT_EFORMAT, "%s: token %llu at index %llu does not fit i32", path, (unsigned long long)v,
                       (unsigned long long)i);
             goto done;
         }
@@ -667,7 +646,7 @@ krt_status krt_tokens_load(const char *path, krt_array *out, krt_error *err)
     out->rank = 1;
     out->dims[0] = (int64_t)count;
     out->nbytes = (size_t)count * 4;
-    st = ok(err);
+    st = krt_ok(err);
 done:
     close(fd);
     if (st) krt_array_free(out);
@@ -676,7 +655,7 @@ done:
 
 static krt_status write_fail(krt_error *err, const char *path, const char *what, int e)
 {
-    return fail(err, e == ENOSPC || e == EDQUOT ? KRT_ENOSPC : KRT_EIO, "%s: %s: %s", path, what, strerror(e));
+    return krt_fail(err, e == ENOSPC || e == EDQUOT ? KRT_ENOSPC : KRT_EIO, "%s: %s: %s", path, what, strerror(e));
 }
 
 static bool write_all(int fd, const unsigned char *p, size_t n)
@@ -692,20 +671,20 @@ static bool write_all(int fd, const unsigned char *p, size_t n)
 
 krt_status krt_tokens_write(const char *path, const int32_t *tokens, int64_t count, int width, krt_error *err)
 {
-    if (!path) return fail(err, KRT_EINVAL, "krt_tokens_write: NULL path");
-    if (width != 2 && width != 4) return fail(err, KRT_EINVAL, "%s: token width %d (expected 2 or 4)", path, width);
-    if (count < 0 || (count > 0 && !tokens)) return fail(err, KRT_EINVAL, "%s: bad token count %lld", path, (long long)count);
+    if (!path) return krt_fail(err, KRT_EINVAL, "krt_tokens_write: NULL path");
+    if (width != 2 && width != 4) return krt_fail(err, KRT_EINVAL, "%s: token width %d (expected 2 or 4)", path, width);
+    if (count < 0 || (count > 0 && !tokens)) return krt_fail(err, KRT_EINVAL, "%s: bad token count %lld", path, (long long)count);
     int64_t max = width == 2 ? 65535 : INT32_MAX;
     for (int64_t i = 0; i < count; i++) /* all checks before the file is touched */
         if (tokens[i] < 0 || tokens[i] > max)
-            return fail(err, KRT_EINVAL, "%s: token %d at index %lld does not fit in %d bytes (0..%lld)", path, tokens[i],
+            return krt_fail(err, KRT_EINVAL, "%s: token %d at index %lld does not fit in %d bytes (0..%lld)", path, tokens[i],
                         (long long)i, width, (long long)max);
     /* Atomic replace: write a temporary file next to the target (rename is only atomic
      * within a file system), fsync it, rename it over the target, fsync the directory. */
     static atomic_uint serial;
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 64);
-    if (!tmp) return fail(err, KRT_ENOMEM, "%s: out of memory", path);
+    if (!tmp) return krt_fail(err, KRT_ENOMEM, "%s: out of memory", path);
     int fd = -1;
     for (int tries = 0; fd < 0 && tries < 100; tries++) {
         snprintf(tmp, plen + 64, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&serial, 1));
@@ -755,5 +734,5 @@ krt_status krt_tokens_write(const char *path, const int32_t *tokens, int64_t cou
         }
         free(dir);
     }
-    return ok(err);
+    return krt_ok(err);
 }

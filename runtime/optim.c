@@ -32,23 +32,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kiln_rt.h"
+#include "rt_internal.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
 #endif
-
-static krt_status fail(krt_error *err, krt_status code, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-        err->code = code;
-    }
-    return code;
-}
 
 static const char *kind_name(krt_optim_kind k)
 {
@@ -65,36 +53,36 @@ static krt_status check_config(const krt_optim_config *c, krt_error *err)
 {
     const char *k = kind_name(c->kind);
     if (c->kind != KRT_SGD && c->kind != KRT_ADAM && c->kind != KRT_ADAMW)
-        return fail(err, KRT_EINVAL, "optimizer: unknown kind %d", (int)c->kind);
-    if (!(c->lr >= 0 && isfinite(c->lr))) return fail(err, KRT_EINVAL, "%s: invalid learning rate %g", k, c->lr);
+        return krt_fail(err, KRT_EINVAL, "optimizer: unknown kind %d", (int)c->kind);
+    if (!(c->lr >= 0 && isfinite(c->lr))) return krt_fail(err, KRT_EINVAL, "%s: invalid learning rate %g", k, c->lr);
     if (!(c->weight_decay >= 0 && isfinite(c->weight_decay)))
-        return fail(err, KRT_EINVAL, "%s: invalid weight_decay %g (must be >= 0)", k, c->weight_decay);
+        return krt_fail(err, KRT_EINVAL, "%s: invalid weight_decay %g (must be >= 0)", k, c->weight_decay);
     if (c->kind == KRT_SGD) {
         if (!(c->momentum >= 0 && isfinite(c->momentum)))
-            return fail(err, KRT_EINVAL, "SGD: invalid momentum %g (must be >= 0)", c->momentum);
-        if (!isfinite(c->dampening)) return fail(err, KRT_EINVAL, "SGD: invalid dampening %g", c->dampening);
+            return krt_fail(err, KRT_EINVAL, "SGD: invalid momentum %g (must be >= 0)", c->momentum);
+        if (!isfinite(c->dampening)) return krt_fail(err, KRT_EINVAL, "SGD: invalid dampening %g", c->dampening);
         if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
-            return fail(err, KRT_EINVAL, "SGD: Nesterov momentum requires a momentum > 0 and zero dampening "
+            return krt_fail(err, KRT_EINVAL, "SGD: Nesterov momentum requires a momentum > 0 and zero dampening "
                                          "(momentum %g, dampening %g)", c->momentum, c->dampening);
     } else {
         if (!(c->beta1 >= 0 && c->beta1 < 1))
-            return fail(err, KRT_EINVAL, "%s: invalid beta1 %g (must be in [0, 1))", k, c->beta1);
+            return krt_fail(err, KRT_EINVAL, "%s: invalid beta1 %g (must be in [0, 1))", k, c->beta1);
         if (!(c->beta2 >= 0 && c->beta2 < 1))
-            return fail(err, KRT_EINVAL, "%s: invalid beta2 %g (must be in [0, 1))", k, c->beta2);
-        if (!(c->eps >= 0 && isfinite(c->eps))) return fail(err, KRT_EINVAL, "%s: invalid eps %g (must be >= 0)", k, c->eps);
+            return krt_fail(err, KRT_EINVAL, "%s: invalid beta2 %g (must be in [0, 1))", k, c->beta2);
+        if (!(c->eps >= 0 && isfinite(c->eps))) return krt_fail(err, KRT_EINVAL, "%s: invalid eps %g (must be >= 0)", k, c->eps);
     }
     return KRT_OK;
 }
 
 krt_status krt_optim_init(krt_optim_state *s, const krt_optim_config *c, int64_t n, krt_error *err)
 {
-    if (!s || !c) return fail(err, KRT_EINVAL, "optimizer: NULL %s", s ? "config" : "state");
+    if (!s || !c) return krt_fail(err, KRT_EINVAL, "optimizer: NULL %s", s ? "config" : "state");
     memset(s, 0, sizeof *s);
     krt_status st = check_config(c, err);
     if (st != KRT_OK) return st;
-    if (n < 0) return fail(err, KRT_EINVAL, "%s: negative parameter count %lld", kind_name(c->kind), (long long)n);
+    if (n < 0) return krt_fail(err, KRT_EINVAL, "%s: negative parameter count %lld", kind_name(c->kind), (long long)n);
     if ((uint64_t)n > SIZE_MAX / sizeof(float))
-        return fail(err, KRT_ENOMEM, "%s: %lld parameters do not fit in memory", kind_name(c->kind), (long long)n);
+        return krt_fail(err, KRT_ENOMEM, "%s: %lld parameters do not fit in memory", kind_name(c->kind), (long long)n);
     bool need_m = c->kind != KRT_SGD || c->momentum != 0;
     bool need_v = c->kind != KRT_SGD;
     size_t count = n > 0 ? (size_t)n : 1; /* a valid pointer even for an empty slab */
@@ -104,7 +92,7 @@ krt_status krt_optim_init(krt_optim_state *s, const krt_optim_config *c, int64_t
     return KRT_OK;
 oom:
     krt_optim_free(s);
-    return fail(err, KRT_ENOMEM, "%s: out of memory for the state of %lld parameters", kind_name(c->kind), (long long)n);
+    return krt_fail(err, KRT_ENOMEM, "%s: out of memory for the state of %lld parameters", kind_name(c->kind), (long long)n);
 }
 
 void krt_optim_free(krt_optim_state *s)

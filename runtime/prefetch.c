@@ -17,28 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kiln_rt.h"
-
-__attribute__((format(printf, 3, 4))) static krt_status fail(krt_error *err, krt_status code, const char *fmt, ...)
-{
-    if (err) {
-        err->code = code;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
-static krt_status ok(krt_error *err)
-{
-    if (err) {
-        err->code = KRT_OK;
-        err->msg[0] = '\0';
-    }
-    return KRT_OK;
-}
+#include "rt_internal.h"
 
 /* a * b into *out unless it overflows int64 (both non-negative). */
 static bool mul_ok(int64_t a, int64_t b, int64_t *out)
@@ -100,29 +79,29 @@ static const char *array_bad(const krt_array *a)
 krt_dataset *krt_dataset_rows(const krt_array *arrays, int n, int64_t first, int64_t count, krt_error *err)
 {
     if (!arrays || n < 1) {
-        fail(err, KRT_EINVAL, "krt_dataset_rows: %s", arrays ? "no arrays" : "NULL arrays");
+        krt_fail(err, KRT_EINVAL, "krt_dataset_rows: %s", arrays ? "no arrays" : "NULL arrays");
         return NULL;
     }
     for (int k = 0; k < n; k++) {
         const char *why = arrays[k].rank < 1 ? "rank 0 (rows need rank >= 1)" : array_bad(&arrays[k]);
         if (why) {
-            fail(err, KRT_EINVAL, "krt_dataset_rows: array %d: %s", k, why);
+            krt_fail(err, KRT_EINVAL, "krt_dataset_rows: array %d: %s", k, why);
             return NULL;
         }
         if (arrays[k].dims[0] != arrays[0].dims[0]) {
-            fail(err, KRT_EMISMATCH, "krt_dataset_rows: array %d has %lld rows but array 0 has %lld", k,
+            krt_fail(err, KRT_EMISMATCH, "krt_dataset_rows: array %d has %lld rows but array 0 has %lld", k,
                  (long long)arrays[k].dims[0], (long long)arrays[0].dims[0]);
             return NULL;
         }
     }
     if (first < 0 || count < 1 || count > arrays[0].dims[0] - first) {
-        fail(err, KRT_EINVAL, "krt_dataset_rows: rows [%lld, %lld + %lld) are not a non-empty range of the %lld rows",
+        krt_fail(err, KRT_EINVAL, "krt_dataset_rows: rows [%lld, %lld + %lld) are not a non-empty range of the %lld rows",
              (long long)first, (long long)first, (long long)count, (long long)arrays[0].dims[0]);
         return NULL;
     }
     krt_dataset *ds = ds_new(n, n);
     if (!ds) {
-        fail(err, KRT_ENOMEM, "krt_dataset_rows: out of memory");
+        krt_fail(err, KRT_ENOMEM, "krt_dataset_rows: out of memory");
         return NULL;
     }
     for (int k = 0; k < n; k++) {
@@ -132,7 +111,7 @@ krt_dataset *krt_dataset_rows(const krt_array *arrays, int n, int64_t first, int
     }
     ds->first = first;
     ds->size = count;
-    ok(err);
+    krt_ok(err);
     return ds;
 }
 
@@ -140,23 +119,23 @@ krt_dataset *krt_dataset_windows(const krt_array *stream, int64_t T, int64_t fir
 {
     const char *why = !stream ? "NULL" : stream->rank != 1 ? "not 1-D" : array_bad(stream);
     if (why) {
-        fail(err, KRT_EINVAL, "krt_dataset_windows: token stream: %s", why);
+        krt_fail(err, KRT_EINVAL, "krt_dataset_windows: token stream: %s", why);
         return NULL;
     }
     if (T < 1 || first < 0 || count < 0 || count > stream->dims[0] - first) {
-        fail(err, KRT_EINVAL, "krt_dataset_windows: window %lld or tokens [%lld, %lld + %lld) out of range of %lld tokens",
+        krt_fail(err, KRT_EINVAL, "krt_dataset_windows: window %lld or tokens [%lld, %lld + %lld) out of range of %lld tokens",
              (long long)T, (long long)first, (long long)first, (long long)count, (long long)stream->dims[0]);
         return NULL;
     }
     /* Each window needs T inputs and, for its last target, one token more. */
     if (count < 2 || (count - 1) / T < 1) {
-        fail(err, KRT_EINVAL, "krt_dataset_windows: text of %lld tokens is shorter than one window of %lld+1",
+        krt_fail(err, KRT_EINVAL, "krt_dataset_windows: text of %lld tokens is shorter than one window of %lld+1",
              (long long)count, (long long)T);
         return NULL;
     }
     krt_dataset *ds = ds_new(1, 2);
     if (!ds) {
-        fail(err, KRT_ENOMEM, "krt_dataset_windows: out of memory");
+        krt_fail(err, KRT_ENOMEM, "krt_dataset_windows: out of memory");
         return NULL;
     }
     ds->windows = true;
@@ -165,7 +144,7 @@ krt_dataset *krt_dataset_windows(const krt_array *stream, int64_t T, int64_t fir
     ds->T = T;
     ds->first = first;
     ds->size = (count - 1) / T;
-    ok(err);
+    krt_ok(err);
     return ds;
 }
 
@@ -206,7 +185,7 @@ static krt_status ensure_perm(krt_dataset *ds, uint64_t seed, int64_t epoch, krt
 {
     if (ds->perm && ds->perm_epoch == epoch && ds->perm_seed == seed) return KRT_OK;
     if (!ds->perm && !(ds->perm = malloc((size_t)ds->size * sizeof *ds->perm)))
-        return fail(err, KRT_ENOMEM, "krt_dataset_next: out of memory for a permutation of %lld samples", (long long)ds->size);
+        return krt_fail(err, KRT_ENOMEM, "krt_dataset_next: out of memory for a permutation of %lld samples", (long long)ds->size);
     uint64_t key = splitmix64(seed ^ splitmix64((uint64_t)epoch));
     for (int64_t i = 0; i < ds->size; i++) ds->perm[i] = i;
     for (int64_t i = ds->size - 1; i > 0; i--) { /* Fisher-Yates */
@@ -289,18 +268,18 @@ static bool cursor_roll(const krt_dataset *ds, krt_cursor *c, int64_t batch, boo
 static krt_status check_args(const krt_dataset *ds, const krt_cursor *cur, int64_t batch, bool drop_last,
                               const krt_dtype *dtypes, krt_error *err)
 {
-    if (!ds || !cur || !dtypes) return fail(err, KRT_EINVAL, "krt_dataset_next: NULL dataset, cursor or dtypes");
-    if (batch < 1) return fail(err, KRT_EINVAL, "krt_dataset_next: batch size %lld is not positive", (long long)batch);
+    if (!ds || !cur || !dtypes) return krt_fail(err, KRT_EINVAL, "krt_dataset_next: NULL dataset, cursor or dtypes");
+    if (batch < 1) return krt_fail(err, KRT_EINVAL, "krt_dataset_next: batch size %lld is not positive", (long long)batch);
     if (drop_last && batch > ds->size)
-        return fail(err, KRT_EINVAL, "krt_dataset_next: batch of %lld with drop_last but the dataset has only %lld samples",
+        return krt_fail(err, KRT_EINVAL, "krt_dataset_next: batch of %lld with drop_last but the dataset has only %lld samples",
                     (long long)batch, (long long)ds->size);
     if (cur->epoch < 0 || cur->position < 0 || cur->position > ds->size)
-        return fail(err, KRT_EINVAL, "krt_dataset_next: cursor (epoch %lld, position %lld) is outside a dataset of %lld samples",
+        return krt_fail(err, KRT_EINVAL, "krt_dataset_next: cursor (epoch %lld, position %lld) is outside a dataset of %lld samples",
                     (long long)cur->epoch, (long long)cur->position, (long long)ds->size);
     for (int k = 0; k < krt_dataset_arity(ds); k++) {
         krt_dtype src = ds->arrays[ds->windows ? 0 : k].dtype, d = dtypes[k];
         if (d >= KRT_DTYPE_COUNT || (d != src && (d == KRT_F16 || d == KRT_BF16 || src == KRT_F16 || src == KRT_BF16)))
-            return fail(err, KRT_EINVAL, "krt_dataset_next: cannot convert array %d from %s to %s", k, krt_dtype_name(src),
+            return krt_fail(err, KRT_EINVAL, "krt_dataset_next: cannot convert array %d from %s to %s", k, krt_dtype_name(src),
                         krt_dtype_name(d));
     }
     return KRT_OK;
@@ -313,9 +292,9 @@ krt_status krt_dataset_next(krt_dataset *ds, krt_cursor *cur, int64_t batch, boo
     if (st) return st;
     int arity = krt_dataset_arity(ds);
     for (int k = 0; k < arity; k++)
-        if (!dst || !dst[k]) return fail(err, KRT_EINVAL, "krt_dataset_next: NULL destination for array %d", k);
+        if (!dst || !dst[k]) return krt_fail(err, KRT_EINVAL, "krt_dataset_next: NULL destination for array %d", k);
     krt_cursor c = *cur; /* the caller's cursor changes only on success */
-    if (!cursor_roll(ds, &c, batch, drop_last)) return fail(err, KRT_EINVAL, "krt_dataset_next: epoch counter overflow");
+    if (!cursor_roll(ds, &c, batch, drop_last)) return krt_fail(err, KRT_EINVAL, "krt_dataset_next: epoch counter overflow");
     if (shuffle && (st = ensure_perm(ds, c.seed, c.epoch, err))) return st;
     int64_t take = ds->size - c.position < batch ? ds->size - c.position : batch;
     for (int64_t j = 0; j < take; j++) {
@@ -334,7 +313,7 @@ krt_status krt_dataset_next(krt_dataset *ds, krt_cursor *cur, int64_t batch, boo
     cursor_roll(ds, &c, batch, drop_last); /* at INT64_MAX epochs the next call reports it */
     *cur = c;
     if (got) *got = take;
-    return ok(err);
+    return krt_ok(err);
 }
 
 /* ---- prefetch ----
@@ -439,20 +418,20 @@ krt_prefetch *krt_prefetch_start(krt_dataset *ds, krt_cursor cur, int64_t batch,
         pthread_cond_destroy(&p->cv);
         pthread_mutex_destroy(&p->mu);
         prefetch_free(p);
-        fail(err, KRT_ENOMEM, "krt_prefetch_start: cannot start the prefetch thread: %s", strerror(e));
+        krt_fail(err, KRT_ENOMEM, "krt_prefetch_start: cannot start the prefetch thread: %s", strerror(e));
         return NULL;
     }
-    ok(err);
+    krt_ok(err);
     return p;
 nomem:
     if (p) prefetch_free(p);
-    fail(err, KRT_ENOMEM, "krt_prefetch_start: out of memory for two batches of %lld", (long long)batch);
+    krt_fail(err, KRT_ENOMEM, "krt_prefetch_start: out of memory for two batches of %lld", (long long)batch);
     return NULL;
 }
 
 krt_status krt_prefetch_next(krt_prefetch *p, void *const *dst, int64_t *got, krt_cursor *after, krt_error *err)
 {
-    if (!p || !dst) return fail(err, KRT_EINVAL, "krt_prefetch_next: NULL %s", p ? "destination" : "prefetch");
+    if (!p || !dst) return krt_fail(err, KRT_EINVAL, "krt_prefetch_next: NULL %s", p ? "destination" : "prefetch");
     pthread_mutex_lock(&p->mu);
     while (p->filled == 0) pthread_cond_wait(&p->cv, &p->mu);
     Slot *s = &p->slot[p->head];
@@ -469,7 +448,7 @@ krt_status krt_prefetch_next(krt_prefetch *p, void *const *dst, int64_t *got, kr
     p->filled--;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    return ok(err);
+    return krt_ok(err);
 }
 
 void krt_prefetch_stop(krt_prefetch *p)
