@@ -84,6 +84,11 @@ static const ArgSpec ckpt_args[] = {
 static const ArgSpec eval_args[] = {
     {"steps", A_INT, "0", 0, INF, NULL}, {"epochs", A_INT, "1", 0, INF, NULL}, {"batches", A_INT, "0", 0, INF, NULL}, END};
 static const CallSpec ckpt_calls[] = {{"every", ckpt_args, false, "save every N steps and/or epochs"}, {NULL, NULL, false, NULL}};
+static const ArgSpec sample_args[] = {
+    {"tokens", A_INT, "200", 0, 100000, NULL}, {"temperature", A_NUM, "0.8", 1e-3, 100, NULL},
+    {"top_k", A_INT, "40", 0, 1e9, NULL}, {"prompt", A_STR, "\n", 0, 0, NULL}, END};
+static const CallSpec sample_calls[] = {{"generate", sample_args, false, "language models: a sample printed at each evaluation"},
+                                        {NULL, NULL, false, NULL}};
 static const CallSpec eval_calls[] = {{"every", eval_args, false, "evaluate every N steps and/or epochs (batches = 0: all)"},
                                       {NULL, NULL, false, NULL}};
 
@@ -101,6 +106,7 @@ static const KeySpec keys[] = {
     {"checkpoint", A_CALL, ckpt_calls, "every", 0, 0, NULL, "checkpoint policy"},
     {"eval", A_CALL, eval_calls, "every", 0, 0, NULL, "evaluation policy"},
     {"seed", A_INT, NULL, "0", 0, 1e18, NULL, "seed of initialisation, shuffling and dropout"},
+    {"sample", A_CALL, sample_calls, NULL, 0, 0, NULL, "text generation at each evaluation (language models)"},
     {"log", A_STR, NULL, "", 0, 0, NULL, "JSONL metrics log file"},
 };
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))

@@ -88,6 +88,10 @@ static const Flag flags[] = {
     {"--eval-batches", "eval.batches", "batches per evaluation (0: all)", true},
     {"--log", "log", "append JSONL metrics to FILE", false},
     {"--limit", "limit", "use only the first N training samples (quick runs)", true},
+    {"--sample-tokens", "sample.tokens", "language models: tokens generated at each evaluation (0: none)", true},
+    {"--temperature", "sample.temperature", "sampling temperature", true},
+    {"--top-k", "sample.top_k", "sample among the k most likely tokens (0: all)", true},
+    {"--prompt", "sample.prompt", "text the generated sample continues", false},
 };
 #define NFLAGS ((int)(sizeof flags / sizeof flags[0]))
 
@@ -350,6 +354,83 @@ static int load_checkpoint(const char *dir, float *params, unsigned char *buffer
     return 0;
 }
 
+/* ---- sampling from a language model ---- */
+
+/* Continues `prompt` by n tokens: the eval step on the last (at most T) tokens, the
+ * logits of the last position divided by the temperature, the top k kept, one draw from
+ * the counter-based generator keyed by (seed, step). Byte-level models print text. */
+static void sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t batch, uint64_t seed, int64_t step)
+{
+    const kiln_input *in = &M->inputs[0];
+    int64_t Tmax = in->dims[1], V = 0;
+    const char *prompt = recipe("sample.prompt", "\n");
+    int64_t n = (int64_t)recipe_num("sample.tokens", 0);
+    double temperature = recipe_num("sample.temperature", 0.8);
+    int64_t top_k = (int64_t)recipe_num("sample.top_k", 40);
+    int bs = batch_symbol(), ts = in->sym[1];
+    if (n <= 0 || ts < 0 || M->noutputs < 1 || M->output_dtypes[0] != KRT_F32) return;
+    V = in->max_value > 0 ? in->max_value : 256;
+    int64_t len = (int64_t)strlen(prompt), cap = len + n;
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)(cap + 1));
+    float *row = malloc(sizeof(float) * (size_t)V);
+    if (!tokens || !row) {
+        free(tokens);
+        free(row);
+        return;
+    }
+    for (int64_t i = 0; i < len; i++) tokens[i] = (unsigned char)prompt[i];
+    void *saved_out = io->outputs[0];
+    io->outputs[0] = logits;
+    printf("sample at step %lld: %s", (long long)step, prompt);
+    for (int64_t t = 0; t < n; t++) {
+        int64_t ctx = len < Tmax ? len : Tmax, first = len - ctx;
+        int32_t *x = bufs[0];
+        for (int64_t i = 0; i < ctx; i++) x[i] = tokens[first + i];
+        if (M->ninputs > 1) memset(bufs[1], 0, (size_t)ctx * krt_dtype_size(M->inputs[1].dtype));
+        if (bs >= 0) io->syms[bs] = 1;
+        io->syms[ts] = ctx;
+        M->eval_step(io);
+        const float *last = logits + (ctx - 1) * V;
+        float mx = -INFINITY;
+        for (int64_t v = 0; v < V; v++) {
+            row[v] = (float)(last[v] / temperature);
+            if (row[v] > mx) mx = row[v];
+        }
+        /* The k-th largest logit: everything below it is dropped. */
+        float cut = -INFINITY;
+        if (top_k > 0 && top_k < V) {
+            float lo = -INFINITY;
+            for (int64_t k = 0; k < top_k; k++) {
+                float best = -INFINITY;
+                for (int64_t v = 0; v < V; v++)
+                    if (row[v] > best && (k == 0 || row[v] < lo)) best = row[v];
+                lo = best;
+            }
+            cut = lo;
+        }
+        double total = 0;
+        for (int64_t v = 0; v < V; v++) total += row[v] >= cut ? exp((double)(row[v] - mx)) : 0;
+        double u = kiln_rng_uniform53(seed, 0x73616d706c65 /* "sample" */, (uint64_t)step, (uint64_t)t) * total, acc = 0;
+        int64_t pick = 0;
+        for (int64_t v = 0; v < V; v++) {
+            if (row[v] < cut) continue;
+            acc += exp((double)(row[v] - mx));
+            pick = v;
+            if (acc >= u) break;
+        }
+        tokens[len++] = (int32_t)pick;
+        if (V <= 256) putchar(pick == '\n' || (pick >= 32 && pick < 127) ? (int)pick : '?');
+        else printf(" %lld", (long long)pick);
+    }
+    printf("\n");
+    fflush(stdout);
+    io->outputs[0] = saved_out;
+    if (bs >= 0) io->syms[bs] = batch;
+    io->syms[ts] = Tmax;
+    free(tokens);
+    free(row);
+}
+
 /* ---- evaluation ---- */
 
 static int evaluate(krt_dataset *ds, kiln_step_io *io, void **bufs, const krt_dtype *dtypes, int64_t batch, int64_t max_batches,
@@ -429,6 +510,7 @@ int main(int argc, char **argv)
     krt_optim_state st;
     memset(&st, 0, sizeof st);
     FILE *log = NULL;
+    float *sample_logits = NULL;
     int rc = 0;
     bool tty = isatty(2);
     int64_t batch = (int64_t)recipe_num("batch", 64);
@@ -495,6 +577,11 @@ int main(int argc, char **argv)
         bufs[k] = calloc((size_t)(per * batch) + 1, krt_dtype_size(M->inputs[k].dtype));
         dtypes[k] = M->inputs[k].dtype;
     }
+    /* Language models print a generated sample at each evaluation: logits of one row. */
+    bool lm = (!strcmp(recipe("data", ""), "text") || !strcmp(recipe("data", ""), "tokens")) && M->noutputs > 0 &&
+              M->inputs[0].rank == 2;
+    int64_t vocab = M->inputs[0].max_value > 0 ? M->inputs[0].max_value : 256;
+    sample_logits = lm ? malloc(sizeof(float) * (size_t)(M->inputs[0].dims[1] * vocab)) : NULL;
     krt_error err;
     krt_cursor cur = {seed, 0, 0};
     int64_t step = 0;
@@ -587,6 +674,7 @@ int main(int argc, char **argv)
             for (int k = 0; k < M->nmetrics; k++) printf("  %s %.4f", M->metric_names[k], em[k]);
             putchar('\n');
             fflush(stdout);
+            if (sample_logits) sample_text(&io, bufs, sample_logits, batch, seed, step);
             if (log) {
                 fprintf(log, "{\"step\": %lld, \"eval_loss\": %.6g", (long long)step, el);
                 for (int k = 0; k < M->nmetrics; k++) fprintf(log, ", \"eval_%s\": %.6g", M->metric_names[k], em[k]);
@@ -615,6 +703,7 @@ out:
     free(buffers);
     free(arena);
     free(spans);
+    free(sample_logits);
     for (int k = 0; k < M->ninputs; k++) free(bufs[k]);
     if (data.train) krt_dataset_free(data.train);
     if (data.eval) krt_dataset_free(data.eval);
