@@ -14,6 +14,7 @@
 #include "../passes/passes.h"
 #include "../codegen/codegen.h"
 #include "build.h"
+#include "../runtime/kiln_rt.h"
 #include <sys/stat.h>
 
 static const char *usage_main =
@@ -28,6 +29,7 @@ static const char *usage_main =
     "  emit FILE -o DIR  write the model's generated C (DIR/model.c)\n"
     "  build FILE -o PROG  compile the model into a training program\n"
     "  train FILE [FLAGS]  build (cached) and run the training program; FLAGS go to it\n"
+    "  tokens GLOB -o OUT  write a token file (docs/formats.md) of the bytes of text files\n"
     "\n"
     "options:\n"
     "  -h, --help        show this help (kiln COMMAND --help for a command's options)\n"
@@ -373,6 +375,50 @@ static int cmd_gradcheck(const Options *o, Model *m)
     return failures ? 1 : 0;
 }
 
+/* kiln tokens GLOB -o OUT [--exclude GLOB] [--width 2|4]: byte-level tokens of text files. */
+static int cmd_tokens(int argc, char **argv)
+{
+    const char *pattern = NULL, *out = NULL, *exclude = "";
+    int width = 2;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        bool has = i + 1 < argc;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            puts("usage: kiln tokens GLOB -o OUT [--exclude GLOB] [--width 2|4]\n\n"
+                 "Writes the bytes of every file matching GLOB (sorted by name, minus --exclude) as a\n"
+                 "token file (docs/formats.md) for `data = tokens(\"OUT\", ...)`.");
+            return 0;
+        }
+        if (!strcmp(a, "-o") && has) out = argv[++i];
+        else if (!strcmp(a, "--exclude") && has) exclude = argv[++i];
+        else if (!strcmp(a, "--width") && has) {
+            width = atoi(argv[++i]);
+            if (width != 2 && width != 4) return usage_error("tokens", "--width must be 2 or 4, not '%s'", argv[i]);
+        } else if (a[0] == '-') return usage_error("tokens", "unknown option '%s'", a);
+        else if (!pattern) pattern = a;
+        else return usage_error("tokens", "more than one input pattern given ('%s')", a);
+    }
+    if (!pattern || !out) return usage_error("tokens", "needs an input pattern and -o OUT%s", "");
+    krt_array text;
+    krt_error err;
+    if (krt_text_load(pattern, exclude, &text, &err) != KRT_OK) {
+        fprintf(stderr, "kiln: error: %s\n", err.msg);
+        return 1;
+    }
+    int64_t n = krt_array_count(&text);
+    int32_t *tokens = xmalloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) tokens[i] = ((const unsigned char *)text.data)[i];
+    krt_status s = krt_tokens_write(out, tokens, n, width, &err);
+    free(tokens);
+    krt_array_free(&text);
+    if (s != KRT_OK) {
+        fprintf(stderr, "kiln: error: %s\n", err.msg);
+        return 1;
+    }
+    fprintf(stderr, "kiln: wrote %lld tokens to %s\n", (long long)n, out);
+    return 0;
+}
+
 /* The generated C of the model: the training graph after every pass, and the eval graph. */
 static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *err)
 {
@@ -623,6 +669,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "check") || !strcmp(cmd, "ir") || !strcmp(cmd, "gradcheck") || !strcmp(cmd, "emit") || !strcmp(cmd, "build"))
         return cmd_model(cmd, argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokens")) return cmd_tokens(argc - 2, argv + 2);
     if (!strcmp(cmd, "train")) {
         if (argc < 3 || argv[2][0] == '-') {
             if (argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
@@ -643,17 +690,17 @@ int main(int argc, char **argv)
         diag_free(&d);
         return rc;
     }
-    static const char *commands[] = {"check", "ir", "gradcheck", "emit", "build", "train", "help", "version"};
+    static const char *commands[] = {"check", "ir", "gradcheck", "emit", "build", "train", "tokens", "help", "version"};
     const char *best = NULL;
     int bestd = 1000;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         int dist = util_edit_distance(commands[i], cmd);
         if (dist < bestd) bestd = dist, best = commands[i];
     }
-    if (cmd[0] == '-') return usage_error(NULL, "unknown option '%s'; commands: check, ir, gradcheck, emit, build, train", cmd);
+    if (cmd[0] == '-') return usage_error(NULL, "unknown option '%s'; commands: check, ir, gradcheck, emit, build, train, tokens", cmd);
     if (bestd <= 2) {
         fprintf(stderr, "kiln: error: unknown command '%s' (did you mean '%s'?)\n", cmd, best);
         return 2;
     }
-    return usage_error(NULL, "unknown command '%s'; commands: check, ir, gradcheck, emit, build, train", cmd);
+    return usage_error(NULL, "unknown command '%s'; commands: check, ir, gradcheck, emit, build, train, tokens", cmd);
 }

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../runtime/kiln_rt.h"
 #include "support.h"
 
 static char dir[64];
@@ -195,5 +196,27 @@ Test(train, ctrl_c_saves_a_checkpoint)
     char *ck = slurp("ck/model.safetensors", &n);
     cr_expect(ck && n > 1000000, "no checkpoint after Ctrl-C");
     free(ck);
+    sb_free(&out);
+}
+
+Test(train, kiln_tokens_writes_a_token_file)
+{
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(run("mkdir txt && printf 'ab' > txt/a.txt && printf 'c\\n' > txt/b.txt && printf 'zz' > txt/skip.dat", &out), 0);
+    char args[512];
+    snprintf(args, sizeof args, "tokens '%s/txt/*' --exclude '*.dat' -o %s/t.tok", dir, dir);
+    cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+    snprintf(args, sizeof args, "%s/t.tok", dir);
+    krt_array a;
+    krt_error err;
+    cr_assert_eq(krt_tokens_load(args, &a, &err), KRT_OK, "%s", err.msg);
+    cr_assert_eq(krt_array_count(&a), 4);
+    const int32_t *t = a.data;
+    cr_expect(t[0] == 'a' && t[1] == 'b' && t[2] == 'c' && t[3] == '\n');
+    krt_array_free(&a);
+    out.len = 0;
+    cr_expect_eq(support_run_kiln("tokens '/nonexistent/*' -o /tmp/x.tok", &out), 1);
+    cr_expect(strstr(out.data, "/nonexistent/*"), "%s", out.data);
     sb_free(&out);
 }
