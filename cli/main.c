@@ -69,10 +69,11 @@ static const char *usage_emit =
     "runtime: cc -O2 -Iruntime DIR/model.c ... -lkiln_rt -lopenblas -lz -lm -lpthread.\n";
 
 static const char *usage_build =
-    "usage: kiln build FILE -o PROG [--cflags FLAGS]\n"
+    "usage: kiln build FILE -o PROG [--cflags FLAGS] [--bound NAME=N]\n"
     "\n"
     "Compiles FILE into a standalone training program PROG (generated C + the runtime,\n"
-    "with $CC or the compiler Kiln was built with). Run PROG --help for its options.\n";
+    "with $CC or the compiler Kiln was built with). Run PROG --help for its options.\n"
+    "--bound T=64 lowers a size's bound for this program (memory is planned for it).\n";
 
 static const char *usage_train =
     "usage: kiln train FILE [PROGRAM FLAGS...]\n"
@@ -102,6 +103,8 @@ typedef struct {
     const char *output;
     const char *after;
     const char *cflags;
+    const char *bounds[8]; /* "T=64": lower a symbol's bound for this build */
+    int nbounds;
     bool dot, stats, list_passes, inputs;
     GraphMode mode;
     uint64_t seed;
@@ -184,6 +187,10 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
             else return usage_error(cmd, "--mode must be train or eval, not '%s'", m);
         } else if (ir && !strcmp(a, "--dot")) {
             o->dot = true;
+        } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--bound")) {
+            if (!has_value || !strchr(argv[i + 1], '=')) return usage_error(cmd, "--bound needs NAME=N, e.g. --bound T=64%s", "");
+            if (o->nbounds < 8) o->bounds[o->nbounds++] = argv[i + 1];
+            i++;
         } else if (!strcmp(cmd, "build") && !strcmp(a, "--cflags")) {
             if (!has_value) return usage_error(cmd, "--cflags needs a value%s", "");
             o->cflags = argv[++i];
@@ -419,9 +426,36 @@ static int cmd_tokens(int argc, char **argv)
     return 0;
 }
 
+/* Lowers symbol bounds ("T=64") in a graph: memory is planned for the new bound. */
+static int apply_bounds(Graph *g, const char *const *bounds, int n, StrBuf *err)
+{
+    for (int i = 0; i < n; i++) {
+        const char *eq = strchr(bounds[i], '=');
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - bounds[i]), bounds[i]);
+        int s = ir_find_symbol(g, name);
+        char *end;
+        long long v = strtoll(eq + 1, &end, 10);
+        if (s < 0) {
+            sb_printf(err, "kiln: error: --bound %s: the model has no size '%s'", bounds[i], name);
+            return -1;
+        }
+        if (*end || v < 1 || v > g->syms[s].max) {
+            sb_printf(err, "kiln: error: --bound %s: must be between 1 and %s's bound %lld", bounds[i], name, (long long)g->syms[s].max);
+            return -1;
+        }
+        g->syms[s].max = v;
+    }
+    return 0;
+}
+
 /* The generated C of the model: the training graph after every pass, and the eval graph. */
+static const char *const *g_bounds;
+static int g_nbounds;
+
 static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *err)
 {
+    if (apply_bounds(train->graph, g_bounds, g_nbounds, err)) return -1;
     if (pipeline_run(train->graph, NULL, NULL, err) != 0) return -1;
     StrBuf e2;
     sb_init(&e2);
@@ -432,6 +466,10 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
     free(text);
     if (!eval) return -1;
     pass_simplify(eval->graph);
+    if (apply_bounds(eval->graph, g_bounds, g_nbounds, err)) {
+        frontend_model_free(eval);
+        return -1;
+    }
     int nkv;
     char **kv = recipe_flatten(&train->recipe, &nkv);
     int rc = codegen_c(train->graph, eval->graph, file, kv, nkv, c, err);
@@ -603,6 +641,8 @@ static int cmd_model(const char *cmd, int argc, char **argv)
         diag_free(&d);
         return 1;
     }
+    g_bounds = o.bounds;
+    g_nbounds = o.nbounds;
     if (!strcmp(cmd, "build")) {
         rc = build_to(&o, m, &d, o.output);
         if (!rc) fprintf(stderr, "kiln: built %s\n", o.output);
