@@ -220,3 +220,109 @@ Test(train, kiln_tokens_writes_a_token_file)
     cr_expect(strstr(out.data, "/nonexistent/*"), "%s", out.data);
     sb_free(&out);
 }
+
+/* A tiny byte-level GPT (with dropout) on a small text: it learns, resume is exact with
+ * dropout on, and language-model data errors are clear. */
+static const char *tiny_gpt =
+    "model tiny\n"
+    "const V = 256, block = 16, C = 32\n"
+    "dim T <= block\n"
+    "wte = Embedding(V, C)\n"
+    "wpe = Embedding(block, C)\n"
+    "ln = LayerNorm(C)\n"
+    "attn = CausalSelfAttention(C, 2, dropout = 0.1)\n"
+    "mlp = MLP(C, 4 * C, dropout = 0.1)\n"
+    "ln_f = LayerNorm(C)\n"
+    "forward(idx: i32[B, T]) -> logits {\n"
+    "    x = wte(idx) + wpe(arange(T))\n"
+    "    x = x + attn(ln(x))\n"
+    "    x = x + mlp(ln(x))\n"
+    "    logits = ln_f(x) @ transpose(wte.weight)\n"
+    "}\n"
+    "loss(logits, targets: i32[B, T]) = cross_entropy(logits, targets)\n"
+    "train {\n"
+    "    data = text(\"corpus/*.txt\", input = idx, target = targets, val = 0.1)\n"
+    "    optimizer = AdamW(lr = 3e-3)\n"
+    "    batch = 8\n"
+    "    steps = 150\n"
+    "    eval = every(steps = 150)\n"
+    "    sample = generate(tokens = 20, prompt = \"the \")\n"
+    "}\n";
+
+static void build_tiny_gpt(void)
+{
+    StrBuf out;
+    sb_init(&out);
+    char path[256];
+    snprintf(path, sizeof path, "%s/tiny.kiln", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs(tiny_gpt, f);
+    fclose(f);
+    /* A repetitive text a small model can learn quickly. */
+    cr_assert_eq(run("mkdir corpus && for i in $(seq 400); do echo 'the quick brown fox jumps over the lazy dog'; done > corpus/a.txt", &out), 0);
+    char args[512];
+    snprintf(args, sizeof args, "build %s -o %s/tiny", path, dir);
+    cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+    sb_free(&out);
+}
+
+Test(train, tiny_gpt_learns_and_resumes_exactly_with_dropout)
+{
+    build_tiny_gpt();
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(run("./tiny --log lm.jsonl --checkpoint-dir full", &out), 0, "%s", out.data);
+    double val = last_number_after(out.data, "eval at step 150: loss ");
+    cr_expect(val > 0 && val < 1.5, "validation loss after 150 steps is %g:\n%s", val, out.data);
+    cr_expect(strstr(out.data, "sample at step 150: the "), "no sample printed:\n%s", out.data);
+    out.len = 0;
+    cr_assert_eq(run("./tiny --steps 70 --checkpoint-dir half && ./tiny --resume half --checkpoint-dir half", &out), 0, "%s", out.data);
+    size_t na, nb;
+    char *a = slurp("full/model.safetensors", &na), *b = slurp("half/model.safetensors", &nb);
+    cr_assert(a && b);
+    cr_expect(na == nb && !memcmp(a, b, na), "150 steps differ from 70 + resume + 80 (dropout must be reproducible)");
+    free(a);
+    free(b);
+    sb_free(&out);
+}
+
+Test(train, language_model_data_errors)
+{
+    build_tiny_gpt();
+    expect_error("./tiny --data 'nothing/*.txt'", "nothing/*.txt");
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(run("mkdir short && printf 'tiny' > short/a.txt", &out), 0);
+    expect_error("./tiny --data 'short/*.txt'", "shorter than one window");
+    sb_free(&out);
+}
+
+Test(train, token_beyond_vocabulary_is_an_error)
+{
+    /* The tiny GPT reading a token file whose token 300 is beyond its 256 symbols. */
+    char text[4096], path[256], tok[256];
+    snprintf(text, sizeof text, "%s", tiny_gpt);
+    char *at = strstr(text, "text(\"corpus/*.txt\"");
+    cr_assert(at);
+    char rest[4096];
+    snprintf(rest, sizeof rest, "%s", strchr(at, ','));
+    snprintf(at, sizeof text - (size_t)(at - text), "tokens(\"big.tok\"%s", rest);
+    snprintf(path, sizeof path, "%s/tok.kiln", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs(text, f);
+    fclose(f);
+    int32_t tokens[200];
+    for (int i = 0; i < 200; i++) tokens[i] = i == 150 ? 300 : i % 50;
+    snprintf(tok, sizeof tok, "%s/big.tok", dir);
+    krt_error err;
+    cr_assert_eq(krt_tokens_write(tok, tokens, 200, 2, &err), KRT_OK, "%s", err.msg);
+    StrBuf out;
+    sb_init(&out);
+    char args[512];
+    snprintf(args, sizeof args, "build %s -o %s/tok", path, dir);
+    cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+    expect_error("./tok", "token 300 at position 150 is not below the vocabulary size 256");
+    sb_free(&out);
+}
