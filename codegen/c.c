@@ -870,11 +870,18 @@ int64_t codegen_arena_bytes(const Graph *g)
     return a;
 }
 
-static uint64_t graph_hash(const Graph *g)
+/* Identifies the model's computation for checkpoints: the graph without source locations,
+ * so editing comments or building from another directory keeps checkpoints usable. */
+static uint64_t graph_hash(const Graph *g0)
 {
+    Graph *g = ir_graph_clone(g0);
+    for (NodeId i = 0; i < g->nnodes; i++) memset(&g->nodes[i].loc, 0, sizeof g->nodes[i].loc);
+    for (int i = 0; i < g->nfiles; i++) free(g->files[i]);
+    g->nfiles = 0;
     StrBuf t;
     sb_init(&t);
     ir_print(g, &t);
+    ir_graph_free(g);
     uint64_t h = util_hash_string(t.data ? t.data : "");
     sb_free(&t);
     return h;

@@ -305,8 +305,9 @@ static int load_checkpoint(const char *dir, float *params, unsigned char *buffer
     if (krt_safetensors_read(path, &w, &err) != KRT_OK) return die("%s", err.msg);
     const char *h = krt_safetensors_meta(w, "kiln_hash");
     if (!h || strcmp(h, M->hash)) {
-        krt_safetensors_free(w);
-        return die("%s: this checkpoint belongs to another model (hash %s, this model is %s)", path, h ? h : "none", M->hash);
+        die("%s: this checkpoint belongs to another model (hash %s, this model is %s)", path, h ? h : "none", M->hash);
+        krt_safetensors_free(w); /* after the message: h points into it */
+        return 1;
     }
     for (int i = 0; i < M->nparams; i++) {
         const kiln_param *p = &M->params[i];
