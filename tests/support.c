@@ -26,7 +26,14 @@ char *support_read(const char *relpath, size_t *len)
 int support_run_kiln(const char *args, StrBuf *out)
 {
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", KILN_BINARY, args);
+    snprintf(cmd, sizeof cmd, "'%s' %s", KILN_BINARY, args);
+    return support_run(cmd, out);
+}
+
+int support_run(const char *cmdline, StrBuf *out)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "%s 2>&1", cmdline);
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
     char chunk[4096];

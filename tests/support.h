@@ -12,6 +12,9 @@ char *support_read(const char *relpath, size_t *len);
 /* Runs `KILN_BINARY args` with stdout and stderr captured together into out; returns the
  * exit status (or -1 when it was killed by a signal). */
 int support_run_kiln(const char *args, StrBuf *out);
+/* Runs a shell command line with stdout and stderr captured into out; returns the exit
+ * status, or -1 when it was killed by a signal. */
+int support_run(const char *cmdline, StrBuf *out);
 /* Absolute path of a file in the source tree (static buffer, valid until the next call). */
 const char *support_path(const char *relpath);
 

@@ -16,17 +16,12 @@
 static char dir[64];
 static char prog[128];
 
+/* Runs a command in the test's directory. */
 static int run(const char *cmd, StrBuf *out)
 {
     char full[4096];
-    snprintf(full, sizeof full, "cd %s || exit 99; %s 2>&1", dir, cmd);
-    FILE *p = popen(full, "r");
-    if (!p) return -1;
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0) sb_putn(out, chunk, n);
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    snprintf(full, sizeof full, "cd %s || exit 99; %s", dir, cmd);
+    return support_run(full, out);
 }
 
 static bool have_fashion_mnist(void)
