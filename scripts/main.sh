@@ -11,4 +11,5 @@ cmake --build build -j"$(nproc)" --target kiln kiln_rt >/dev/null
 
 build/kiln check models/mlp.kiln | sed -n '1,/^total/p'
 echo
+mkdir -p out
 build/kiln train models/mlp.kiln --checkpoint-dir out/mlp --log out/mlp.jsonl "$@"
