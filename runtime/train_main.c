@@ -233,6 +233,14 @@ static int load_data(Data *d, int64_t *ntrain, int64_t *neval)
 
 /* ---- checkpoints ---- */
 
+/* Moment slab k of the optimizer state (NULL when the optimizer has none) and the prefix of
+ * its tensors in train_state.safetensors: one naming for saving and loading. */
+static float *moment_slab(const krt_optim_state *st, int k, const char **prefix)
+{
+    *prefix = k == 0 ? "exp_avg" : "exp_avg_sq";
+    return k == 0 ? st->m : st->v;
+}
+
 static int save_checkpoint(const char *dir, const float *params, const unsigned char *buffers, const krt_optim_state *st,
                            const krt_cursor *cur, int64_t step)
 {
@@ -271,11 +279,12 @@ static int save_checkpoint(const char *dir, const float *params, const unsigned 
         const kiln_param *p = &M->params[i];
         if (!p->trainable) continue;
         for (int k = 0; k < 2; k++) {
-            float *slab = k == 0 ? st->m : st->v;
+            const char *prefix;
+            float *slab = moment_slab(st, k, &prefix);
             if (!slab) continue;
             size_t len = strlen(p->name) + 16;
             names[m] = malloc(len);
-            snprintf(names[m], len, "%s.%s", k == 0 ? "exp_avg" : "exp_avg_sq", p->name);
+            snprintf(names[m], len, "%s.%s", prefix, p->name);
             krt_st_tensor *x = &t[m];
             x->name = names[m++];
             x->dtype = KRT_F32;
@@ -333,10 +342,11 @@ static int load_checkpoint(const char *dir, float *params, unsigned char *buffer
         const kiln_param *p = &M->params[i];
         if (!p->trainable) continue;
         for (int k = 0; k < 2; k++) {
-            float *slab = k == 0 ? st->m : st->v;
+            const char *prefix;
+            float *slab = moment_slab(st, k, &prefix);
             if (!slab) continue;
             char name[1024];
-            snprintf(name, sizeof name, "%s.%s", k == 0 ? "exp_avg" : "exp_avg_sq", p->name);
+            snprintf(name, sizeof name, "%s.%s", prefix, p->name);
             const krt_st_tensor *x = krt_safetensors_find(s, name);
             if (!x || x->dtype != KRT_F32) {
                 krt_safetensors_free(s);
