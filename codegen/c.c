@@ -28,6 +28,7 @@ typedef struct {
     char **lines;   /* source lines, for comments */
     int nlines;
     const char *source;
+    int ngemms;
 } Cg;
 
 static const char *ctype(DType t)
@@ -834,6 +835,62 @@ static int64_t emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *p
     return arena;
 }
 
+/* The FLOP count of a graph's matrix products at the current symbols, and (train graph)
+ * the distinct product shapes at the bounds, for benchmarks. */
+static void emit_gemm_info(Cg *c, const Graph *g, const char *prefix, bool table)
+{
+    StrBuf *o = c->o;
+    sb_printf(o, "static double %s_gemm_flops(const int64_t *s)\n{\n    double flops = 0;\n    (void)s;\n", prefix);
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_MATMUL) continue;
+        int r = n->shape.rank;
+        const Node *b = &g->nodes[ir_input(g, i, 1)];
+        sb_puts(o, "    flops += 2.0");
+        for (int k = 0; k < r; k++) {
+            sb_puts(o, " * (double)(");
+            Dim d = n->shape.d[k];
+            if (d.nsym == 0) sb_printf(o, "%lld", (long long)d.k);
+            else {
+                if (d.k != 1) sb_printf(o, "%lld * ", (long long)d.k);
+                for (int q = 0; q < d.nsym; q++) sb_printf(o, "%ss[%d]", q ? " * " : "", d.sym[q]);
+            }
+            sb_puts(o, ")");
+        }
+        Dim kd = b->shape.d[r - 2];
+        sb_puts(o, " * (double)(");
+        if (kd.nsym == 0 || kd.k != 1) sb_printf(o, "%lld%s", (long long)kd.k, kd.nsym ? " * " : "");
+        for (int q = 0; q < kd.nsym; q++) sb_printf(o, "%ss[%d]", q ? " * " : "", kd.sym[q]);
+        sb_printf(o, "); /* %%%d */\n", i);
+    }
+    sb_puts(o, "    return flops;\n}\n\n");
+    if (!table) return;
+    sb_printf(o, "static const kiln_gemm_shape %s_gemms[] = {\n", prefix);
+    int64_t(*seen)[5] = xmalloc(((size_t)g->nnodes + 1) * sizeof *seen);
+    int *count = xcalloc((size_t)g->nnodes + 1, sizeof *count);
+    int nseen = 0;
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_MATMUL) continue;
+        int r = n->shape.rank;
+        int64_t key[5] = {1, ir_dim_max(g, n->shape.d[r - 2]), ir_dim_max(g, n->shape.d[r - 1]),
+                          ir_dim_max(g, g->nodes[ir_input(g, i, 1)].shape.d[r - 2]), 0};
+        for (int k = 0; k < r - 2; k++) key[0] *= ir_dim_max(g, n->shape.d[k]);
+        int j = 0;
+        while (j < nseen && memcmp(seen[j], key, sizeof key)) j++;
+        if (j == nseen) memcpy(seen[nseen++], key, sizeof key);
+        count[j]++;
+    }
+    for (int j = 0; j < nseen; j++)
+        sb_printf(o, "    {%lld, %lld, %lld, %lld, false, false, %d},\n", (long long)seen[j][0], (long long)seen[j][1],
+                  (long long)seen[j][2], (long long)seen[j][3], count[j]);
+    if (!nseen) sb_puts(o, "    {0, 0, 0, 0, false, false, 0},\n");
+    sb_puts(o, "};\n\n");
+    c->ngemms = nseen;
+    free(seen);
+    free(count);
+}
+
 static void read_lines(Cg *c, const char *path)
 {
     StrBuf err;
@@ -982,6 +1039,8 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, ch
     sb_puts(out, "};\n\n");
     int64_t train_arena = emit_graph(&c, train, train, "train", true);
     int64_t eval_arena = emit_graph(&c, eval, train, "eval", false);
+    emit_gemm_info(&c, train, "train", true);
+    emit_gemm_info(&c, eval, "eval", false);
     sb_printf(out, "const kiln_model kiln_model_def = {\n"
                    "    .name = \"%s\",\n    .source = \"%s\",\n    .hash = \"%016llx\",\n"
                    "    .nparams = %d, .params = params, .nparam_floats = %lld, .buffer_bytes = %lld,\n"
@@ -990,9 +1049,11 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, ch
                    "    .noutputs = %d, .output_names = output_names, .output_dtypes = output_dtypes,\n"
                    "    .train_arena_bytes = %lld, .eval_arena_bytes = %lld,\n"
                    "    .nrecipe = %d, .recipe = recipe,\n"
-                   "    .train_step = train_step, .eval_step = eval_step,\n};\n",
+                   "    .train_step = train_step, .eval_step = eval_step,\n"
+                   "    .train_gemm_flops = train_gemm_flops, .eval_gemm_flops = eval_gemm_flops,\n"
+                   "    .ntrain_gemms = %d, .train_gemms = train_gemms,\n};\n",
               g->name, source_path, (unsigned long long)graph_hash(train), np, (long long)po, (long long)bo, ni, g->nsyms, nm, no,
-              (long long)train_arena, (long long)eval_arena, nrecipe);
+              (long long)train_arena, (long long)eval_arena, nrecipe, c.ngemms);
     for (int i = 0; i < c.nlines; i++) free(c.lines[i]);
     free(c.lines);
     return 0;

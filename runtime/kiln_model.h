@@ -58,6 +58,14 @@ typedef struct {
     void *outputs[8];     /* out: forward outputs copied here when not NULL */
 } kiln_step_io;
 
+/* One distinct matrix product of a step, at the symbols' bounds: `count` calls of
+ * [batch x] (M x K) @ (K x N). Benchmarks time these shapes alone to know the BLAS rate. */
+typedef struct {
+    int64_t batch, M, N, K;
+    bool trans_a, trans_b;
+    int count;
+} kiln_gemm_shape;
+
 typedef struct {
     const char *name;
     const char *source;   /* the .kiln file it was generated from */
@@ -82,6 +90,12 @@ typedef struct {
     void (*train_step)(kiln_step_io *io);
     /* Forward, loss and metrics in eval mode (no dropout, running statistics). */
     void (*eval_step)(kiln_step_io *io);
+    /* Floating-point operations in matrix products (2*M*N*K each) of one step at the
+     * current symbol values, for benchmarks' fraction-of-BLAS-rate figures. */
+    double (*train_gemm_flops)(const int64_t *syms);
+    double (*eval_gemm_flops)(const int64_t *syms);
+    int ntrain_gemms;
+    const kiln_gemm_shape *train_gemms;
 } kiln_model;
 
 #endif
