@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -92,6 +93,7 @@ static const Flag flags[] = {
     {"--temperature", "sample.temperature", "sampling temperature", true},
     {"--top-k", "sample.top_k", "sample among the k most likely tokens (0: all)", true},
     {"--prompt", "sample.prompt", "text the generated sample continues", false},
+    {"--bench-steps", "bench.steps", "time N training steps and the eval step on random inputs, print one bench: JSON line, exit", true},
 };
 #define NFLAGS ((int)(sizeof flags / sizeof flags[0]))
 
@@ -475,6 +477,135 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* ---- --bench-steps N: speed and memory on random inputs (bench/run.sh) ---- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median_of(double *v, int64_t n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Peak resident set size of the process so far, in MiB. */
+static double peak_rss_mb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+/* Median milliseconds of the eval step at batch b: one untimed call, then calls until
+ * 0.5 s have passed (at least 3, at most 100). */
+static double time_eval(kiln_step_io *io, int bs, int64_t b, int *reps)
+{
+    double t[100];
+    int n = 0;
+    if (bs >= 0) io->syms[bs] = b;
+    M->eval_step(io);
+    for (double start = now(); n < 100 && (n < 3 || now() - start < 0.5); n++) {
+        double t0 = now();
+        M->eval_step(io);
+        t[n] = 1e3 * (now() - t0);
+    }
+    *reps = n;
+    return median_of(t, n);
+}
+
+/* Runs 2 warm-up and n timed training steps exactly as the training loop does (train
+ * step per micro-batch, accumulation, clipping, schedule, optimizer), then times the eval
+ * step at batch 1 and at 256 (or the batch bound when smaller), all on random inputs in
+ * their valid ranges made before timing, and prints one machine-readable line. */
+static int bench(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *st, const krt_schedule *sc,
+                 const krt_param_span *spans, int nspans, float *acc, int64_t accumulate, double clip, int64_t batch, int64_t n)
+{
+    const int64_t warm = 2, np = M->nparam_floats;
+    int bs = batch_symbol();
+    int64_t bmax = bs >= 0 ? M->syms[bs].max : batch, big = bmax < 256 ? bmax : 256;
+    void *in[16] = {0};
+    double *times = malloc(sizeof(double) * (size_t)n);
+    int rc = times ? 0 : die("out of memory");
+    for (int k = 0; k < M->ninputs && !rc; k++) {
+        const kiln_input *x = &M->inputs[k];
+        int64_t count = bmax;
+        for (int d = 1; d < x->rank; d++) count *= x->dims[d];
+        int64_t range = x->max_value > 0 ? x->max_value : 256;
+        in[k] = malloc((size_t)count * krt_dtype_size(x->dtype) + 1);
+        if (!in[k]) {
+            rc = die("out of memory");
+            break;
+        }
+        for (int64_t e = 0; e < count; e++) {
+            double u = kiln_rng_uniform53(io->seed, 0x62656e6368 /* "bench" */, (uint64_t)k, (uint64_t)e);
+            int64_t v = (int64_t)(u * (double)range);
+            switch (x->dtype) {
+            case KRT_F32: ((float *)in[k])[e] = (float)u; break;
+            case KRT_F64: ((double *)in[k])[e] = u; break;
+            case KRT_BOOL: ((unsigned char *)in[k])[e] = u < 0.5; break;
+            case KRT_U8: ((uint8_t *)in[k])[e] = (uint8_t)v; break;
+            case KRT_I32: ((int32_t *)in[k])[e] = (int32_t)v; break;
+            case KRT_I64: ((int64_t *)in[k])[e] = v; break;
+            default: memset((char *)in[k] + e * (int64_t)krt_dtype_size(x->dtype), 0, krt_dtype_size(x->dtype)); break;
+            }
+        }
+    }
+    const void *const *saved_inputs = io->inputs;
+    io->inputs = (const void *const *)in;
+    for (int64_t s = 0; s < warm + n && !rc; s++) {
+        double t0 = now(), loss = 0;
+        for (int64_t micro = 0; micro < accumulate; micro++) {
+            io->step = (uint64_t)(s * accumulate + micro);
+            M->train_step(io);
+            loss += io->loss;
+            if (accumulate > 1)
+                for (int64_t e = 0; e < np; e++) acc[e] += io->grads[e] / (float)accumulate;
+        }
+        float *g = accumulate > 1 ? acc : io->grads;
+        if (clip > 0) krt_clip_grad_norm(g, np, clip);
+        krt_optim_step(oc, st, krt_schedule_lr(sc, oc->lr, s), io->params, g, spans, nspans);
+        if (acc) memset(acc, 0, sizeof(float) * (size_t)np);
+        if (s >= warm) times[s - warm] = 1e3 * (now() - t0);
+        if (!isfinite(loss)) rc = die("the loss is %g at benchmark step %lld", loss, (long long)s + 1);
+    }
+    if (!rc) {
+        double flops = M->train_gemm_flops ? M->train_gemm_flops(io->syms) * (double)accumulate : 0;
+        double train_rss = peak_rss_mb(), step_ms = median_of(times, n), min_ms = times[0];
+        int reps1, repsb;
+        double b1 = time_eval(io, bs, 1, &reps1);
+        double f1 = M->eval_gemm_flops ? M->eval_gemm_flops(io->syms) : 0;
+        double bb = time_eval(io, bs, big, &repsb);
+        double fb = M->eval_gemm_flops ? M->eval_gemm_flops(io->syms) : 0;
+        if (bs >= 0) io->syms[bs] = batch;
+        printf("bench: {\"model\": \"%s\", \"batch\": %lld, \"accumulate\": %lld, \"sizes\": {", M->name, (long long)batch,
+               (long long)accumulate);
+        for (int s = 0; s < M->nsyms; s++)
+            printf("%s\"%s\": %lld", s ? ", " : "", M->syms[s].name, (long long)io->syms[s]);
+        printf("}, \"bounds\": {");
+        for (int s = 0; s < M->nsyms; s++) printf("%s\"%s\": %lld", s ? ", " : "", M->syms[s].name, (long long)M->syms[s].max);
+        printf("}, \"threads\": %d, \"warmup_steps\": %lld, \"train_steps\": %lld, \"train_step_ms_median\": %.4f, "
+               "\"train_step_ms_min\": %.4f, \"gemm_flops_per_step\": %.6g, \"infer_b1_ms\": %.4f, \"infer_b1_repeats\": %d, "
+               "\"infer_b1_gemm_flops\": %.6g, \"infer_b256_batch\": %lld, \"infer_b256_ms\": %.4f, \"infer_b256_repeats\": %d, "
+               "\"infer_b256_gemm_flops\": %.6g, \"train_rss_mb\": %.1f, \"peak_rss_mb\": %.1f, \"gemms\": [",
+               openblas_get_num_threads(), (long long)warm, (long long)n, step_ms, min_ms, flops, b1, reps1, f1, (long long)big, bb,
+               repsb, fb, train_rss, peak_rss_mb());
+        for (int i = 0; i < M->ntrain_gemms; i++) {
+            const kiln_gemm_shape *g = &M->train_gemms[i];
+            printf("%s[%lld, %lld, %lld, %lld, %d, %d, %d]", i ? ", " : "", (long long)g->batch, (long long)g->M, (long long)g->N,
+                   (long long)g->K, g->trans_a, g->trans_b, g->count);
+        }
+        printf("]}\n");
+        fflush(stdout);
+    }
+    io->inputs = saved_inputs;
+    for (int k = 0; k < 16; k++) free(in[k]);
+    free(times);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *resume = NULL;
@@ -530,7 +661,14 @@ int main(int argc, char **argv)
     if (batch < 1 || batch > bmax) return die("--batch %lld: the model was built for batches of at most %lld", (long long)batch, (long long)bmax), 2;
     uint64_t seed = (uint64_t)recipe_num("seed", 0);
     int64_t ntrain = 0, neval = 0;
-    if (load_data(&data, &ntrain, &neval)) {
+    const char *bench_steps = recipe("bench.steps", NULL); /* --bench-steps N: random inputs, no data */
+    if (bench_steps) {
+        char *end;
+        long long n = strtoll(bench_steps, &end, 10);
+        if (*end || end == bench_steps || n < 1)
+            return die("--bench-steps %s: give a whole number of timed steps, at least 1", bench_steps), 2;
+        ntrain = batch;
+    } else if (load_data(&data, &ntrain, &neval)) {
         rc = 1;
         goto out;
     }
@@ -628,6 +766,10 @@ int main(int argc, char **argv)
     const char *ckdir = recipe("checkpoint.dir", "checkpoints");
     int64_t ck_every = (int64_t)recipe_num("checkpoint.steps", 0), ev_every = (int64_t)recipe_num("eval.steps", 0);
     int64_t ev_batches = (int64_t)recipe_num("eval.batches", 0);
+    if (bench_steps) {
+        rc = bench(&io, &oc, &st, &sc, spans, nspans, acc, accumulate, clip, batch, strtoll(bench_steps, NULL, 10));
+        goto out;
+    }
     signal(SIGINT, on_sigint);
     printf("%s: %lld parameters, %lld training samples, %lld steps of %lld (x%lld), %s lr %g\n", M->name, (long long)np,
            (long long)ntrain, (long long)total_steps, (long long)batch, (long long)accumulate, opt, oc.lr);
