@@ -17,6 +17,8 @@
 #include "../runtime/kiln_rt.h"
 #include <sys/stat.h>
 
+static void print_plan(const Graph *g, const char *after, StrBuf *out);
+
 static const char *usage_main =
     "usage: kiln COMMAND [options]\n"
     "\n"
@@ -54,7 +56,7 @@ static const char *usage_ir =
     "(forward, loss, metrics); --after PASS runs the pipeline up to PASS.\n"
     "\n"
     "options:\n"
-    "  --after PASS       print the graph after PASS (lower, autodiff, simplify)\n"
+    "  --after PASS       print the graph after PASS (lower, autodiff, simplify, fusion, memplan)\n"
     "  --passes           list the passes in pipeline order\n"
     "  --stats            print node counts before and after each pass (to stderr)\n"
     "  --dot              print Graphviz DOT instead of text\n"
@@ -682,6 +684,7 @@ static int cmd_model(const char *cmd, int argc, char **argv)
     sb_init(&out);
     if (!ir) print_check(m, o.file, &out);
     else if (o.dot) ir_print_dot(m->graph, &out);
+    else if (o.after && (!strcmp(o.after, "fusion") || !strcmp(o.after, "memplan"))) print_plan(m->graph, o.after, &out);
     else ir_print(m->graph, &out);
     rc = 0;
     if (o.output) rc = write_atomic(o.output, out.data ? out.data : "", out.len);
@@ -690,6 +693,30 @@ static int cmd_model(const char *cmd, int argc, char **argv)
     frontend_model_free(m);
     diag_free(&d);
     return rc;
+}
+
+/* `kiln ir --after fusion|memplan`: the graph, then its kernels (and their memory). */
+static void print_plan(const Graph *g, const char *after, StrBuf *out)
+{
+    ir_print(g, out);
+    FusionPlan f;
+    fusion_plan(g, &f);
+    StrBuf listing;
+    sb_init(&listing);
+    fusion_print(g, &f, &listing);
+    if (!strcmp(after, "memplan")) {
+        MemPlan mp;
+        memplan_run(g, &f, &mp);
+        sb_printf(out, "# activation arena: %lld bytes at the largest sizes\n", (long long)mp.arena_bytes);
+        for (NodeId i = 0; i < g->nnodes; i++)
+            if (mp.kind[i] == MEM_ARENA)
+                sb_printf(out, "# %%%d at %lld, %lld bytes\n", i, (long long)mp.offset[i], (long long)memplan_node_bytes(g, i));
+        memplan_free(&mp);
+    }
+    sb_puts(out, "\n");
+    sb_puts(out, listing.data ? listing.data : "");
+    sb_free(&listing);
+    fusion_free(&f);
 }
 
 int main(int argc, char **argv)

@@ -8,30 +8,14 @@
  * arena whose offsets are planned here by liveness (first fit), so a step never
  * allocates. Reshape and detach are views (no copy). Fusion comes later (passes/fusion.c);
  * until then a kernel is one node. */
-#include "codegen.h"
+#include "c_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { ST_NONE, ST_INPUT, ST_PARAM, ST_BUFFER, ST_ARENA, ST_ALIAS, ST_INLINE };
 
-typedef struct {
-    const Graph *g;
-    StrBuf *o;
-    StrBuf *err;
-    const char *prefix;
-    uint8_t *storage;
-    int64_t *off;   /* arena byte offset, param element offset, buffer byte offset, input index */
-    NodeId *root;   /* the node whose storage a view uses */
-    int64_t arena;
-    char **lines;   /* source lines, for comments */
-    int nlines;
-    const char *source;
-    int ngemms;
-} Cg;
-
-static const char *ctype(DType t)
+const char *cg_ctype(DType t)
 {
     switch (t) {
     case DT_BOOL: return "uint8_t";
@@ -51,7 +35,7 @@ static const char *krt_dtype_c(DType t)
 }
 
 /* A C expression for a dim, using the symbols' names (declared in each kernel). */
-static void dim_c(StrBuf *b, const Graph *g, Dim d)
+void cg_dim(StrBuf *b, const Graph *g, Dim d)
 {
     if (d.nsym == 0) {
         sb_printf(b, "%lld", (long long)d.k);
@@ -61,7 +45,7 @@ static void dim_c(StrBuf *b, const Graph *g, Dim d)
     for (int i = 0; i < d.nsym; i++) sb_printf(b, "%s%s", i ? " * " : "", g->syms[d.sym[i]].name);
 }
 
-static void literal(StrBuf *b, double v, DType t)
+void cg_literal(StrBuf *b, double v, DType t)
 {
     if (ir_dtype_is_float(t)) {
         if (isnan(v)) sb_puts(b, "NAN");
@@ -72,22 +56,16 @@ static void literal(StrBuf *b, double v, DType t)
             sb_printf(b, "%s%s", buf, t == DT_F32 ? "f" : "");
         }
     } else {
-        sb_printf(b, "(%s)%lld", ctype(t), (long long)v);
+        sb_printf(b, "(%s)%lld", cg_ctype(t), (long long)v);
     }
 }
 
-static const Node *N(const Cg *c, NodeId id) { return &c->g->nodes[id]; }
 
-static bool is_elementwise(const Graph *g, NodeId id)
-{
-    unsigned f = ir_op_info[g->nodes[id].op].flags;
-    return (f & (OPF_UNARY | OPF_BINARY)) || g->nodes[id].op == OP_WHERE;
-}
 
 /* ---- kernel text ---- */
 
 /* Declares `const int64_t B = s[0], ...` for the symbols used by the node and operands. */
-static void declare_syms(Cg *c, NodeId id)
+void cg_declare_syms(Cg *c, NodeId id)
 {
     uint64_t used = 0;
     const Node *n = N(c, id);
@@ -103,18 +81,18 @@ static void declare_syms(Cg *c, NodeId id)
 }
 
 /* `const int64_t P0 = ..., P1 = ...;` naming the dims of a shape. */
-static void declare_dims(Cg *c, const char *prefix, const Shape *s)
+void cg_declare_dims(Cg *c, const char *prefix, const Shape *s)
 {
     if (!s->rank) return;
     sb_puts(c->o, "    const int64_t ");
     for (int i = 0; i < s->rank; i++) {
         sb_printf(c->o, "%s%s%d = ", i ? ", " : "", prefix, i);
-        dim_c(c->o, c->g, s->d[i]);
+        cg_dim(c->o, c->g, s->d[i]);
     }
     sb_puts(c->o, ";\n");
 }
 
-static void numel_c(Cg *c, const Shape *s)
+void cg_numel(Cg *c, const Shape *s)
 {
     if (!s->rank) {
         sb_puts(c->o, "1");
@@ -124,7 +102,7 @@ static void numel_c(Cg *c, const Shape *s)
         if (i) sb_puts(c->o, " * ");
         Dim d = s->d[i];
         if (d.nsym && d.k != 1) sb_putc(c->o, '(');
-        dim_c(c->o, c->g, d);
+        cg_dim(c->o, c->g, d);
         if (d.nsym && d.k != 1) sb_putc(c->o, ')');
     }
 }
@@ -132,7 +110,7 @@ static void numel_c(Cg *c, const Shape *s)
 static const char *fsuffix(DType t) { return t == DT_F32 ? "f" : ""; }
 
 /* The expression of an elementwise op on operand expressions a, b, w (where). */
-static void elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const char *w)
+void cg_elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const char *w)
 {
     const Node *n = N(c, id);
     DType in = (DType)N(c, ir_input(c->g, id, 0))->dtype;
@@ -159,7 +137,7 @@ static void elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, con
     case OP_DETACH: sb_puts(o, a); break;
     case OP_CAST:
         if (n->dtype == DT_BOOL) sb_printf(o, "%s != 0", a);
-        else sb_printf(o, "(%s)%s", ctype((DType)n->dtype), a);
+        else sb_printf(o, "(%s)%s", cg_ctype((DType)n->dtype), a);
         break;
     case OP_ADD: sb_printf(o, "%s + %s", a, b); break;
     case OP_SUB: sb_printf(o, "%s - %s", a, b); break;
@@ -186,21 +164,6 @@ static void elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, con
     }
 }
 
-/* Operand k of an elementwise kernel: a literal for an inlined constant, else x_k[i]. */
-static void operand_expr(Cg *c, NodeId id, int k, char *buf, size_t n)
-{
-    NodeId x = ir_input(c->g, id, k);
-    if (c->storage[x] == ST_INLINE) {
-        StrBuf t;
-        sb_init(&t);
-        literal(&t, N(c, x)->fattr[0], (DType)N(c, x)->dtype);
-        snprintf(buf, n, "%s", t.data);
-        sb_free(&t);
-    } else {
-        snprintf(buf, n, "x%d[i]", k);
-    }
-}
-
 /* Nested loops over a shape with coordinates c0.. and a running index i. */
 static void open_loops(Cg *c, const char *dims, int rank, int indent)
 {
@@ -209,7 +172,7 @@ static void open_loops(Cg *c, const char *dims, int rank, int indent)
 }
 
 /* Row-major strides of a shape named by dims prefix: `const int64_t Xs0 = X1 * X2, ...`. */
-static void declare_strides(Cg *c, const char *dims, int rank)
+void cg_declare_strides(Cg *c, const char *dims, int rank)
 {
     if (!rank) return;
     sb_puts(c->o, "    const int64_t ");
@@ -237,27 +200,15 @@ static void kernel_body(Cg *c, NodeId id)
     const int64_t *at = ir_attrs(g, id);
     StrBuf *o = c->o;
     int r = n->shape.rank;
-    const char *t = ctype((DType)n->dtype);
+    const char *t = cg_ctype((DType)n->dtype);
     Op op = (Op)n->op;
-    if (is_elementwise(g, id)) {
-        char a[96] = "", b[96] = "", w[96] = "";
-        operand_expr(c, id, 0, a, sizeof a);
-        if (n->ninputs > 1) operand_expr(c, id, 1, b, sizeof b);
-        if (n->ninputs > 2) operand_expr(c, id, 2, w, sizeof w);
-        sb_puts(o, "    const int64_t n = ");
-        numel_c(c, &n->shape);
-        sb_puts(o, ";\n    for (int64_t i = 0; i < n; i++)\n        y[i] = ");
-        elementwise_expr(c, id, a, b, w);
-        sb_puts(o, ";\n");
-        return;
-    }
     const Node *x = n->ninputs ? N(c, ir_input(g, id, 0)) : NULL;
     switch (op) {
     case OP_CONST:
         sb_puts(o, "    const int64_t n = ");
-        numel_c(c, &n->shape);
+        cg_numel(c, &n->shape);
         sb_puts(o, ";\n    for (int64_t i = 0; i < n; i++)\n        y[i] = ");
-        literal(o, n->fattr[0], (DType)n->dtype);
+        cg_literal(o, n->fattr[0], (DType)n->dtype);
         sb_puts(o, ";\n");
         break;
     case OP_IOTA:
@@ -265,10 +216,10 @@ static void kernel_body(Cg *c, NodeId id)
     case OP_PERMUTE:
     case OP_PAD:
     case OP_SLICE: {
-        declare_dims(c, "Y", &n->shape);
+        cg_declare_dims(c, "Y", &n->shape);
         if (x) {
-            declare_dims(c, "X", &x->shape);
-            declare_strides(c, "X", x->shape.rank);
+            cg_declare_dims(c, "X", &x->shape);
+            cg_declare_strides(c, "X", x->shape.rank);
         }
         sb_puts(o, "    int64_t i = 0;\n");
         open_loops(c, "Y", r, 4);
@@ -309,21 +260,21 @@ static void kernel_body(Cg *c, NodeId id)
             sb_puts(o, r ? ") ? x0[" : "1 ? x0[");
             for (int k = 0; k < r; k++) sb_printf(o, "%su%d * Xs%d", k ? " + " : "", k, k);
             sb_puts(o, r ? "] : " : "0] : ");
-            literal(o, n->fattr[0], (DType)n->dtype);
+            cg_literal(o, n->fattr[0], (DType)n->dtype);
             sb_printf(o, ";\n%*s}\n", 4 + 4 * r, "");
         }
         break;
     }
     case OP_CONCAT: {
         int ax = (int)at[0];
-        declare_dims(c, "Y", &n->shape);
-        declare_strides(c, "Y", r);
+        cg_declare_dims(c, "Y", &n->shape);
+        cg_declare_strides(c, "Y", r);
         sb_puts(o, "    int64_t off = 0;\n");
         for (uint32_t k = 0; k < n->ninputs; k++) {
             const Node *xk = N(c, ir_input(g, id, (int)k));
             char pre[24];
             snprintf(pre, sizeof pre, "X%u_", k);
-            declare_dims(c, pre, &xk->shape);
+            cg_declare_dims(c, pre, &xk->shape);
             sb_puts(o, "    {\n        int64_t i = 0;\n");
             open_loops(c, pre, r, 8);
             sb_printf(o, "%*sy[", 8 + 4 * r, "");
@@ -336,11 +287,11 @@ static void kernel_body(Cg *c, NodeId id)
     case OP_REDUCE_SUM:
     case OP_REDUCE_MAX: {
         uint64_t axes = (uint64_t)at[0];
-        declare_dims(c, "X", &x->shape);
-        declare_dims(c, "Y", &n->shape);
-        declare_strides(c, "Y", r);
+        cg_declare_dims(c, "X", &x->shape);
+        cg_declare_dims(c, "Y", &n->shape);
+        cg_declare_strides(c, "Y", r);
         sb_puts(o, "    const int64_t n = ");
-        numel_c(c, &n->shape);
+        cg_numel(c, &n->shape);
         sb_printf(o, ";\n    for (int64_t j = 0; j < n; j++)\n        y[j] = %s;\n", op == OP_REDUCE_SUM ? "0" : "-INFINITY");
         sb_puts(o, "    int64_t i = 0;\n");
         open_loops(c, "X", r, 4);
@@ -361,7 +312,7 @@ static void kernel_body(Cg *c, NodeId id)
     }
     case OP_ARGMAX: {
         int ax = (int)at[0];
-        declare_dims(c, "X", &x->shape);
+        cg_declare_dims(c, "X", &x->shape);
         sb_puts(o, "    int64_t outer = 1, inner = 1;\n");
         for (int k = 0; k < ax; k++) sb_printf(o, "    outer *= X%d;\n", k);
         for (int k = ax + 1; k < r; k++) sb_printf(o, "    inner *= X%d;\n", k);
@@ -373,17 +324,17 @@ static void kernel_body(Cg *c, NodeId id)
                      "                if (row[k * inner] > row[best * inner] || (row[k * inner] != row[k * inner] && row[best * inner] == row[best * inner])) best = k;\n"
                      "            y[a * inner + b] = best;\n"
                      "        }\n",
-                  ctype((DType)x->dtype), ax, ax);
+                  cg_ctype((DType)x->dtype), ax, ax);
         break;
     }
     case OP_GATHER: {
         const Node *idx = N(c, ir_input(g, id, 1));
         sb_puts(o, "    const int64_t rows = ");
-        numel_c(c, &idx->shape);
+        cg_numel(c, &idx->shape);
         sb_puts(o, ", width = 1");
         for (int k = 1; k < x->shape.rank; k++) {
             sb_puts(o, " * ");
-            dim_c(o, g, x->shape.d[k]);
+            cg_dim(o, g, x->shape.d[k]);
         }
         sb_puts(o, ";\n    for (int64_t r = 0; r < rows; r++)\n        memcpy(y + r * width, x0 + (int64_t)x1[r] * width, sizeof(*y) * (size_t)width);\n");
         break;
@@ -391,13 +342,13 @@ static void kernel_body(Cg *c, NodeId id)
     case OP_SCATTER_ADD: {
         const Node *src = N(c, ir_input(g, id, 1));
         sb_puts(o, "    const int64_t n = ");
-        numel_c(c, &n->shape);
+        cg_numel(c, &n->shape);
         sb_puts(o, ", rows = ");
-        numel_c(c, &x->shape);
+        cg_numel(c, &x->shape);
         sb_puts(o, ", width = 1");
         for (int k = x->shape.rank; k < src->shape.rank; k++) {
             sb_puts(o, " * ");
-            dim_c(o, g, src->shape.d[k]);
+            cg_dim(o, g, src->shape.d[k]);
         }
         sb_puts(o, ";\n    memset(y, 0, sizeof(*y) * (size_t)n);\n"
                    "    for (int64_t r = 0; r < rows; r++)\n"
@@ -411,14 +362,14 @@ static void kernel_body(Cg *c, NodeId id)
         sb_puts(o, "    const int64_t batch = 1");
         for (int k = 0; k < r - 2; k++) {
             sb_puts(o, " * ");
-            dim_c(o, g, n->shape.d[k]);
+            cg_dim(o, g, n->shape.d[k]);
         }
         sb_puts(o, ", M = ");
-        dim_c(o, g, n->shape.d[r - 2]);
+        cg_dim(o, g, n->shape.d[r - 2]);
         sb_puts(o, ", N = ");
-        dim_c(o, g, n->shape.d[r - 1]);
+        cg_dim(o, g, n->shape.d[r - 1]);
         sb_puts(o, ", K = ");
-        dim_c(o, g, yb->shape.d[r - 2]);
+        cg_dim(o, g, yb->shape.d[r - 2]);
         sb_printf(o, ";\n    for (int64_t b = 0; b < batch; b++)\n"
                      "        cblas_%cgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1, x0 + b * M * K, (int)K,\n"
                      "                    x1 + b * K * N, (int)N, 0, y + b * M * N, (int)N);\n",
@@ -429,7 +380,7 @@ static void kernel_body(Cg *c, NodeId id)
     case OP_FOLD: {
         const Shape *img = op == OP_UNFOLD ? &x->shape : &n->shape;
         sb_puts(o, "    const int64_t Nb = ");
-        dim_c(o, g, img->d[0]);
+        cg_dim(o, g, img->d[0]);
         sb_printf(o, ", C = %lld, H = %lld, W = %lld;\n", (long long)img->d[1].k, (long long)img->d[2].k, (long long)img->d[3].k);
         sb_printf(o, "    const int64_t KH = %lld, KW = %lld, SH = %lld, SW = %lld, DH = %lld, DW = %lld;\n", (long long)at[0],
                   (long long)at[1], (long long)at[2], (long long)at[3], (long long)at[4], (long long)at[5]);
@@ -451,12 +402,31 @@ static void kernel_body(Cg *c, NodeId id)
     }
     case OP_RANDOM_UNIFORM:
         sb_puts(o, "    const int64_t n = ");
-        numel_c(c, &n->shape);
+        cg_numel(c, &n->shape);
         sb_printf(o, ";\n    for (int64_t i = 0; i < n; i++)\n        y[i] = kiln_rng_uniform24(seed, step, %lld, (uint64_t)i);\n",
                   (long long)at[0]);
         break;
     default:
         break;
+    }
+}
+
+void cg_source_line(Cg *c, NodeId id)
+{
+    const Node *n = N(c, id);
+    StrBuf *o = c->o;
+    if (n->loc.line) {
+        sb_printf(o, "\n * %s:%u", c->source, n->loc.line);
+        if ((int)n->loc.line <= c->nlines) {
+            const char *line = c->lines[n->loc.line - 1];
+            while (*line == ' ') line++;
+            /* Keep the comment valid C whatever the model line holds. */
+            sb_puts(o, ": ");
+            for (const char *p = line; *p && p - line < 100; p++) {
+                if (p[0] == '*' && p[1] == '/') { sb_puts(o, "* /"); p++; continue; }
+                sb_putc(o, (unsigned char)*p < 32 ? ' ' : *p);
+            }
+        }
     }
 }
 
@@ -477,27 +447,10 @@ static void kernel_comment(Cg *c, NodeId id)
         }
         if (n->ninputs > 4) sb_puts(o, ", ...");
     }
-    if (n->loc.line) {
-        sb_printf(o, "\n * %s:%u", c->source, n->loc.line);
-        if ((int)n->loc.line <= c->nlines) {
-            const char *line = c->lines[n->loc.line - 1];
-            while (*line == ' ') line++;
-            /* Keep the comment valid C whatever the model line holds. */
-            sb_puts(o, ": ");
-            for (const char *p = line; *p && p - line < 100; p++) {
-                if (p[0] == '*' && p[1] == '/') { sb_puts(o, "* /"); p++; continue; }
-                sb_putc(o, (unsigned char)*p < 32 ? ' ' : *p);
-            }
-        }
-    }
+    cg_source_line(c, id);
     sb_puts(o, " */\n");
 }
 
-static bool needs_kernel(Cg *c, NodeId id)
-{
-    uint8_t st = c->storage[id];
-    return st == ST_ARENA;
-}
 
 static void kernel_name(Cg *c, NodeId id, StrBuf *b)
 {
@@ -507,160 +460,41 @@ static void kernel_name(Cg *c, NodeId id, StrBuf *b)
 static void emit_kernel(Cg *c, NodeId id)
 {
     const Node *n = N(c, id);
-    const char *t = ctype((DType)n->dtype);
+    const char *t = cg_ctype((DType)n->dtype);
     kernel_comment(c, id);
     sb_puts(c->o, "static void ");
     kernel_name(c, id, c->o);
     sb_puts(c->o, "(const int64_t *s");
     for (uint32_t k = 0; k < n->ninputs; k++) {
         NodeId x = ir_input(c->g, id, (int)k);
-        if (c->storage[x] == ST_INLINE && is_elementwise(c->g, id)) continue;
-        sb_printf(c->o, ", const %s *restrict x%u", ctype((DType)N(c, x)->dtype), k);
+        sb_printf(c->o, ", const %s *restrict x%u", cg_ctype((DType)N(c, x)->dtype), k);
     }
     if (n->op == OP_RANDOM_UNIFORM) sb_puts(c->o, ", uint64_t seed, uint64_t step");
     sb_printf(c->o, ", %s *restrict y)\n{\n", t);
-    declare_syms(c, id);
+    cg_declare_syms(c, id);
     /* Kernels that do not use every declared name stay warning-free. */
     sb_puts(c->o, "    (void)s;\n");
     kernel_body(c, id);
     sb_puts(c->o, "}\n\n");
 }
 
-/* ---- storage planning ---- */
-
-typedef struct {
-    int64_t off, size;
-} Block;
-
-static int64_t node_bytes(const Graph *g, NodeId id)
-{
-    int64_t n = ir_shape_max_numel(g, &g->nodes[id].shape);
-    int64_t b = n * ir_dtype_size((DType)g->nodes[id].dtype);
-    return (b + 63) / 64 * 64;
-}
-
-/* First-fit allocation with coalescing; returns the offset. */
-static int64_t alloc_block(Block **free_list, int *nfree, int64_t *top, int64_t size)
-{
-    for (int i = 0; i < *nfree; i++) {
-        Block *b = &(*free_list)[i];
-        if (b->size >= size) {
-            int64_t off = b->off;
-            b->off += size;
-            b->size -= size;
-            if (!b->size) {
-                memmove(b, b + 1, (size_t)(*nfree - i - 1) * sizeof *b);
-                (*nfree)--;
-            }
-            return off;
-        }
-    }
-    int64_t off = *top;
-    *top += size;
-    return off;
-}
-
-static void free_block(Block **free_list, int *nfree, int *cap, int64_t off, int64_t size)
-{
-    int i = 0;
-    while (i < *nfree && (*free_list)[i].off < off) i++;
-    if (*nfree + 1 > *cap) {
-        *cap = *cap ? *cap * 2 : 16;
-        *free_list = xrealloc(*free_list, (size_t)*cap * sizeof **free_list);
-    }
-    memmove(*free_list + i + 1, *free_list + i, (size_t)(*nfree - i) * sizeof **free_list);
-    (*free_list)[i] = (Block){off, size};
-    (*nfree)++;
-    /* Merge with the neighbours. */
-    if (i + 1 < *nfree && (*free_list)[i].off + (*free_list)[i].size == (*free_list)[i + 1].off) {
-        (*free_list)[i].size += (*free_list)[i + 1].size;
-        memmove(*free_list + i + 1, *free_list + i + 2, (size_t)(*nfree - i - 2) * sizeof **free_list);
-        (*nfree)--;
-    }
-    if (i > 0 && (*free_list)[i - 1].off + (*free_list)[i - 1].size == (*free_list)[i].off) {
-        (*free_list)[i - 1].size += (*free_list)[i].size;
-        memmove(*free_list + i, *free_list + i + 1, (size_t)(*nfree - i - 1) * sizeof **free_list);
-        (*nfree)--;
-    }
-}
-
-static void plan(Cg *c, const int64_t *param_off, const int64_t *buffer_off, const int *input_index)
-{
-    const Graph *g = c->g;
-    int32_t nn = g->nnodes;
-    c->storage = xcalloc((size_t)nn + 1, 1);
-    c->off = xcalloc((size_t)nn + 1, sizeof *c->off);
-    c->root = xmalloc(((size_t)nn + 1) * sizeof *c->root);
-    int32_t *last = xmalloc(((size_t)nn + 1) * sizeof *last);
-    for (NodeId i = 0; i < nn; i++) {
-        const Node *n = &g->nodes[i];
-        c->root[i] = i;
-        last[i] = -1;
-        switch ((Op)n->op) {
-        case OP_INPUT: c->storage[i] = ST_INPUT, c->off[i] = input_index[i]; break;
-        case OP_PARAM:
-            if (ir_attrs(g, i)[1]) c->storage[i] = ST_PARAM, c->off[i] = param_off[i];
-            else c->storage[i] = ST_BUFFER, c->off[i] = buffer_off[i];
-            break;
-        case OP_RESHAPE:
-        case OP_DETACH:
-            c->storage[i] = ST_ALIAS;
-            c->root[i] = c->root[ir_input(g, i, 0)];
-            break;
-        case OP_CONST: {
-            bool all_elementwise = true;
-            for (NodeId j = i + 1; j < nn && all_elementwise; j++)
-                for (uint32_t k = 0; k < g->nodes[j].ninputs; k++)
-                    if (ir_input(g, j, (int)k) == i && !is_elementwise(g, j)) all_elementwise = false;
-            for (int32_t k = 0; k < g->noutputs; k++)
-                if (g->outputs[k].node == i) all_elementwise = false;
-            c->storage[i] = all_elementwise ? ST_INLINE : ST_ARENA;
-            break;
-        }
-        default: c->storage[i] = ST_ARENA; break;
-        }
-    }
-    for (NodeId j = 0; j < nn; j++)
-        for (uint32_t k = 0; k < g->nodes[j].ninputs; k++) {
-            NodeId r = c->root[ir_input(g, j, (int)k)];
-            if (last[r] < j) last[r] = j;
-        }
-    for (int32_t k = 0; k < g->noutputs; k++) last[c->root[g->outputs[k].node]] = nn;
-    Block *fl = NULL;
-    int nfree = 0, cap = 0;
-    int64_t top = 0;
-    for (NodeId i = 0; i < nn; i++) {
-        if (c->storage[i] == ST_ARENA) c->off[i] = alloc_block(&fl, &nfree, &top, node_bytes(g, i));
-        /* Free what node i was the last user of, after i's own buffer is placed: kernels
-         * never write over their own inputs. */
-        for (uint32_t k = 0; k < g->nodes[i].ninputs; k++) {
-            NodeId r = c->root[ir_input(g, i, (int)k)];
-            if (last[r] == i && c->storage[r] == ST_ARENA) {
-                free_block(&fl, &nfree, &cap, c->off[r], node_bytes(g, r));
-                last[r] = -2; /* freed */
-            }
-        }
-        if (c->storage[i] == ST_ARENA && last[i] == -1) free_block(&fl, &nfree, &cap, c->off[i], node_bytes(g, i));
-    }
-    c->arena = top;
-    free(fl);
-    free(last);
-}
-
 static void pointer_decl(Cg *c, NodeId id)
 {
     const Node *n = N(c, id);
-    const char *t = ctype((DType)n->dtype);
+    const char *t = cg_ctype((DType)n->dtype);
     StrBuf *o = c->o;
-    switch (c->storage[id]) {
-    case ST_INPUT: sb_printf(o, "    const %s *v%d = io->inputs[%lld];\n", t, id, (long long)c->off[id]); break;
-    case ST_PARAM: sb_printf(o, "    %s *v%d = io->params + %lld; /* %s */\n", t, id, (long long)c->off[id], ir_node_name(c->g, id)); break;
-    case ST_BUFFER:
-        sb_printf(o, "    %s *v%d = (%s *)(io->buffers + %lld); /* %s */\n", t, id, t, (long long)c->off[id], ir_node_name(c->g, id));
+    switch ((MemKind)c->mp.kind[id]) {
+    case MEM_CALLER:
+        if (n->op == OP_INPUT) sb_printf(o, "    const %s *v%d = io->inputs[%d];\n", t, id, c->input_index[id]);
+        else if (ir_attrs(c->g, id)[1])
+            sb_printf(o, "    %s *v%d = io->params + %lld; /* %s */\n", t, id, (long long)c->param_off[id], ir_node_name(c->g, id));
+        else
+            sb_printf(o, "    %s *v%d = (%s *)(io->buffers + %lld); /* %s */\n", t, id, t, (long long)c->buffer_off[id],
+                      ir_node_name(c->g, id));
         break;
-    case ST_ARENA: sb_printf(o, "    %s *v%d = (%s *)(io->arena + %lld);\n", t, id, t, (long long)c->off[id]); break;
-    case ST_ALIAS: sb_printf(o, "    %s *v%d = (%s *)v%d; /* a view */\n", t, id, t, ir_input(c->g, id, 0)); break;
-    default: break;
+    case MEM_ARENA: sb_printf(o, "    %s *v%d = (%s *)(io->arena + %lld);\n", t, id, t, (long long)c->mp.offset[id]); break;
+    case MEM_VIEW: sb_printf(o, "    %s *v%d = (%s *)v%d; /* a view */\n", t, id, t, ir_input(c->g, id, 0)); break;
+    case MEM_NONE: break;
     }
 }
 
@@ -673,7 +507,6 @@ static void emit_call(Cg *c, NodeId id)
     sb_puts(o, "(io->syms");
     for (uint32_t k = 0; k < n->ninputs; k++) {
         NodeId x = ir_input(c->g, id, (int)k);
-        if (c->storage[x] == ST_INLINE && is_elementwise(c->g, id)) continue;
         sb_printf(o, ", v%d", x);
     }
     if (n->op == OP_RANDOM_UNIFORM) sb_puts(o, ", io->seed, io->step");
@@ -687,16 +520,8 @@ static void emit_copy_out(Cg *c, NodeId id, const char *dst, const char *dst_typ
 {
     const Node *n = N(c, id);
     StrBuf *o = c->o;
-    if (c->storage[id] == ST_INLINE) {
-        sb_printf(o, "    for (int64_t i = 0, n = ");
-        numel_c(c, &n->shape);
-        sb_printf(o, "; i < n; i++)\n        ((%s)(%s))[i] = ", dst_type, dst);
-        literal(o, n->fattr[0], (DType)n->dtype);
-        sb_puts(o, ";\n");
-        return;
-    }
     sb_printf(o, "    memcpy(%s, v%d, sizeof(*v%d) * (size_t)(", dst, id, id);
-    numel_c(c, &n->shape);
+    cg_numel(c, &n->shape);
     sb_puts(o, "));\n");
 }
 
@@ -704,7 +529,7 @@ static int check_supported(const Graph *g, StrBuf *err)
 {
     for (NodeId i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
-        if (!ctype((DType)n->dtype)) {
+        if (!cg_ctype((DType)n->dtype)) {
             sb_printf(err, "%s:%u: error: the C target does not support %s tensors yet (node %%%d %s)",
                       g->nfiles ? g->files[0] : "?", n->loc.line, ir_dtype_name((DType)n->dtype), i, ir_op_info[n->op].name);
             return -1;
@@ -760,9 +585,8 @@ static void layout_free(Layout *l)
 
 static void cg_free(Cg *c)
 {
-    free(c->storage);
-    free(c->off);
-    free(c->root);
+    fusion_free(&c->fp);
+    memplan_free(&c->mp);
 }
 
 /* Emits the kernels and the step function of one graph. */
@@ -772,31 +596,38 @@ static int64_t emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *p
     layout_for(g, ref, &l);
     c->g = g;
     c->prefix = prefix;
-    plan(c, l.param_off, l.buffer_off, l.input_index);
-    int nkernels = 0;
-    for (NodeId i = 0; i < g->nnodes; i++)
-        if (needs_kernel(c, i)) emit_kernel(c, i), nkernels++;
+    c->param_off = l.param_off;
+    c->buffer_off = l.buffer_off;
+    c->input_index = l.input_index;
+    fusion_plan(g, &c->fp);
+    memplan_run(g, &c->fp, &c->mp);
+    for (int32_t k = 0; k < c->fp.nkernels; k++) {
+        const Kernel *K = &c->fp.kernels[k];
+        if (K->kind == KERNEL_SINGLE) emit_kernel(c, K->anchor);
+        else cg_emit_fused_kernel(c, k);
+    }
     StrBuf *o = c->o;
     sb_printf(o, "/* The %s step: %d kernels, %lld bytes of activations at the largest sizes. */\n",
-              train ? "training" : "evaluation", nkernels, (long long)c->arena);
+              train ? "training" : "evaluation", c->fp.nkernels, (long long)c->mp.arena_bytes);
     sb_printf(o, "static void %s_step(kiln_step_io *io)\n{\n", prefix);
     for (int sy = 0; sy < g->nsyms; sy++)
         sb_printf(o, "    const int64_t %s = io->syms[%d];\n    (void)%s;\n", g->syms[sy].name, sy, g->syms[sy].name);
     for (NodeId i = 0; i < g->nnodes; i++) pointer_decl(c, i);
-    for (NodeId i = 0; i < g->nnodes; i++)
-        if (needs_kernel(c, i)) emit_call(c, i);
+    for (int32_t k = 0; k < c->fp.nkernels; k++) {
+        const Kernel *K = &c->fp.kernels[k];
+        if (K->kind == KERNEL_SINGLE) emit_call(c, K->anchor);
+        else cg_emit_fused_call(c, k);
+    }
     int metric = 0, fwd = 0;
     for (int32_t k = 0; k < g->noutputs; k++) {
         const Output *out = &g->outputs[k];
         NodeId v = out->node;
         switch ((OutputKind)out->kind) {
         case OUT_LOSS:
-            if (c->storage[v] == ST_INLINE) sb_printf(o, "    io->loss = %.17g;\n", N(c, v)->fattr[0]);
-            else sb_printf(o, "    io->loss = v%d[0];\n", v);
+            sb_printf(o, "    io->loss = v%d[0];\n", v);
             break;
         case OUT_METRIC:
-            if (c->storage[v] == ST_INLINE) sb_printf(o, "    io->metrics[%d] = %.17g;\n", metric++, N(c, v)->fattr[0]);
-            else sb_printf(o, "    io->metrics[%d] = v%d[0];\n", metric++, v);
+            sb_printf(o, "    io->metrics[%d] = v%d[0];\n", metric++, v);
             break;
         case OUT_GRAD: {
             if (!train) break;
@@ -813,14 +644,14 @@ static int64_t emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *p
             snprintf(dst, sizeof dst, "v%d", p);
             sb_printf(o, "    /* new value of %s */\n", ir_str(g, out->name));
             char ty[32];
-            snprintf(ty, sizeof ty, "%s *", ctype((DType)N(c, p)->dtype));
+            snprintf(ty, sizeof ty, "%s *", cg_ctype((DType)N(c, p)->dtype));
             emit_copy_out(c, v, dst, ty);
             break;
         }
         case OUT_FORWARD: {
             char dst[64], ty[32];
             snprintf(dst, sizeof dst, "io->outputs[%d]", fwd);
-            snprintf(ty, sizeof ty, "%s *", ctype((DType)N(c, v)->dtype));
+            snprintf(ty, sizeof ty, "%s *", cg_ctype((DType)N(c, v)->dtype));
             sb_printf(o, "    if (io->outputs[%d])\n    ", fwd++);
             emit_copy_out(c, v, dst, ty);
             break;
@@ -829,7 +660,7 @@ static int64_t emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *p
         }
     }
     sb_puts(o, "}\n\n");
-    int64_t arena = c->arena;
+    int64_t arena = c->mp.arena_bytes;
     layout_free(&l);
     cg_free(c);
     return arena;
@@ -915,15 +746,13 @@ static void read_lines(Cg *c, const char *path)
 
 int64_t codegen_arena_bytes(const Graph *g)
 {
-    Cg c;
-    memset(&c, 0, sizeof c);
-    Layout l;
-    layout_for(g, g, &l);
-    c.g = g;
-    plan(&c, l.param_off, l.buffer_off, l.input_index);
-    int64_t a = c.arena;
-    layout_free(&l);
-    cg_free(&c);
+    FusionPlan f;
+    MemPlan m;
+    fusion_plan(g, &f);
+    memplan_run(g, &f, &m);
+    int64_t a = m.arena_bytes;
+    memplan_free(&m);
+    fusion_free(&f);
     return a;
 }
 

@@ -59,4 +59,75 @@ int gradcheck_run(const Graph *forward, const GradcheckOptions *opt, GradcheckRe
                   StrBuf *err);
 void gradcheck_free(GradcheckResult *results, int n);
 
+/* fusion.c — groups the nodes of a finished graph into kernels, the unit of generated code
+ * (one function each). It does not change the graph; it decides, per node, how it is
+ * computed:
+ *   - a loop kernel: elementwise ops, broadcasts and reductions over one set of axes
+ *     ("rows") in one loop nest: softmax, layer norm forward and backward, cross-entropy
+ *     with its mean, bias-gradient sums. Values stay in registers; reductions that depend
+ *     on earlier ones of the same row take another pass over the row (recomputing the
+ *     cheap elementwise ops rather than storing them);
+ *   - a GEMM kernel: a matrix product through BLAS followed by its elementwise consumers
+ *     (bias, activation, residual add), applied to each block of rows while it is in cache;
+ *   - a single-node kernel for everything else (gathers, concat, convolution windows, ...).
+ * Reshapes and detaches are views of their operand's memory; constants, iotas, random
+ * numbers and broadcasts of stored tensors are recomputed inside every kernel that reads
+ * them. A node's value is stored to memory only when another kernel or a graph output reads
+ * it. Kernels are listed in an order that respects their dependencies. */
+typedef enum { KERNEL_SINGLE, KERNEL_LOOP, KERNEL_GEMM } KernelKind;
+typedef enum {
+    ROLE_MEMORY, /* input or parameter: the caller's memory */
+    ROLE_VIEW,   /* reshape, detach: reads its operand's memory, no kernel */
+    ROLE_INLINE, /* recomputed where it is used (const, iota, random, broadcast loads) */
+    ROLE_KERNEL, /* computed by kernels[kernel_of[id]] */
+} NodeRole;
+typedef enum { CLASS_FULL, CLASS_ROW, CLASS_TOTAL } MemberClass;
+
+typedef struct {
+    uint8_t kind;      /* KernelKind */
+    NodeId anchor;     /* SINGLE: the node; GEMM: the matmul; LOOP: the node that set the shape */
+    Shape shape;       /* iteration space: every member has its element count (CLASS_FULL) or,
+                          reduced over `axes`, the row count (CLASS_ROW), or one (CLASS_TOTAL) */
+    uint64_t axes;     /* LOOP: the reduced axes of `shape` (0: elementwise only) */
+    int32_t first, count; /* members: FusionPlan.members[first .. first + count), ascending */
+} Kernel;
+
+typedef struct {
+    int32_t nnodes, nkernels;
+    Kernel *kernels;    /* in execution order */
+    NodeId *members;
+    uint8_t *role;      /* NodeRole, per node */
+    uint8_t *cls;       /* MemberClass of kernel members */
+    int32_t *kernel_of; /* per node: index in kernels, or -1 */
+    uint8_t *stored;    /* per node: its value is written to memory */
+} FusionPlan;
+
+void fusion_plan(const Graph *g, FusionPlan *plan);
+void fusion_free(FusionPlan *plan);
+/* The root whose memory or value a node stands for: skips views (reshape, detach). */
+NodeId fusion_root(const Graph *g, const FusionPlan *plan, NodeId id);
+/* Does node `reader` of kernel k read root r as a broadcast of r's operand (recomputed,
+ * not loaded)? Matrix products and single-node kernels read stored values only. */
+bool fusion_is_broadcast(const Graph *g, const FusionPlan *plan, NodeId r, int32_t k, NodeId reader);
+/* `kiln ir --after fusion`: the kernels with their members, one line each. */
+void fusion_print(const Graph *g, const FusionPlan *plan, StrBuf *out);
+
+/* memplan.c — where every stored value lives: one activation arena per graph, offsets
+ * planned by liveness over the kernel order of a FusionPlan (first fit with coalescing;
+ * values whose lifetimes do not overlap share bytes). A kernel's outputs never overlap its
+ * inputs. Sizes are for the symbols' bounds, so a step never allocates. Parameters,
+ * gradients, buffers and optimizer state are separate slabs laid out by the code
+ * generator's tables. */
+typedef enum { MEM_NONE, MEM_CALLER, MEM_ARENA, MEM_VIEW } MemKind;
+typedef struct {
+    uint8_t *kind;       /* MemKind per node: MEM_CALLER for inputs and parameters */
+    int64_t *offset;     /* MEM_ARENA: byte offset */
+    int64_t arena_bytes; /* the peak */
+} MemPlan;
+
+void memplan_run(const Graph *g, const FusionPlan *f, MemPlan *m);
+void memplan_free(MemPlan *m);
+/* Bytes of a node's value at the symbols' bounds, rounded up to 64 (a cache line). */
+int64_t memplan_node_bytes(const Graph *g, NodeId id);
+
 #endif

@@ -27,6 +27,10 @@ static const struct {
 } passes[] = {
     {{"autodiff", "reverse-mode gradients of the loss for every trainable parameter"}, run_autodiff},
     {{"simplify", "constant folding, algebraic identities, CSE, dead-node elimination"}, run_simplify},
+    /* Planning passes: they annotate the final graph (kernels, memory) without changing it;
+     * `kiln ir --after fusion|memplan` prints their plan. */
+    {{"fusion", "kernel groups: elementwise chains, row reductions, GEMM epilogues (plan only)"}, NULL},
+    {{"memplan", "kernel order and activation-arena offsets by liveness (plan only)"}, NULL},
 };
 #define NPASSES ((int)(sizeof passes / sizeof passes[0]))
 
@@ -61,6 +65,10 @@ int pipeline_run(Graph *g, const char *after, StrBuf *stats, StrBuf *err)
     if (after && !strcmp(after, "lower")) return 0;
     for (int i = 0; i < NPASSES; i++) {
         int before = g->nnodes;
+        if (!passes[i].run) {
+            if (after && !strcmp(after, passes[i].info.name)) break;
+            continue;
+        }
         if (passes[i].run(g, err) != 0) return -1;
         StrBuf verr;
         sb_init(&verr);

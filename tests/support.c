@@ -32,9 +32,11 @@ int support_run_kiln(const char *args, StrBuf *out)
 
 int support_run(const char *cmdline, StrBuf *out)
 {
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "%s 2>&1", cmdline);
-    FILE *p = popen(cmd, "r");
+    StrBuf cmd;
+    sb_init(&cmd);
+    sb_printf(&cmd, "%s 2>&1", cmdline);
+    FILE *p = popen(cmd.data, "r");
+    sb_free(&cmd);
     if (!p) return -1;
     char chunk[4096];
     size_t n;

@@ -1,0 +1,44 @@
+/* c_internal.h — what the files of the C target share: the generator's state and the
+ * helpers that print C for dims, literals and elementwise expressions. c.c writes the
+ * tables, the single-node kernels and the step functions; c_loops.c the fused kernels
+ * (loop nests and GEMMs with epilogues) of passes/fusion.c. */
+#ifndef KILN_CODEGEN_C_INTERNAL_H
+#define KILN_CODEGEN_C_INTERNAL_H
+
+#include "../passes/passes.h"
+#include "codegen.h"
+
+typedef struct {
+    const Graph *g;
+    StrBuf *o;
+    StrBuf *err;
+    const char *prefix; /* "train" or "eval": kernel names */
+    FusionPlan fp;
+    MemPlan mp;
+    int64_t *param_off, *buffer_off; /* per node: offsets in the caller's slabs */
+    int *input_index;
+    char **lines; /* source lines, for comments */
+    int nlines;
+    const char *source;
+    int ngemms;
+} Cg;
+
+static inline const Node *N(const Cg *c, NodeId id) { return &c->g->nodes[id]; }
+
+const char *cg_ctype(DType t);
+void cg_dim(StrBuf *b, const Graph *g, Dim d);
+void cg_literal(StrBuf *b, double v, DType t);
+void cg_numel(Cg *c, const Shape *s);
+void cg_declare_syms(Cg *c, NodeId id);
+void cg_declare_dims(Cg *c, const char *prefix, const Shape *s);
+void cg_declare_strides(Cg *c, const char *dims, int rank);
+/* The C expression of elementwise node id applied to operand expressions a, b, w. */
+void cg_elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const char *w);
+/* " * FILE:LINE: source text" of a node, for kernel comments (nothing without a line). */
+void cg_source_line(Cg *c, NodeId id);
+
+/* c_loops.c: a loop or GEMM kernel of the fusion plan, and its call in the step. */
+void cg_emit_fused_kernel(Cg *c, int32_t k);
+void cg_emit_fused_call(Cg *c, int32_t k);
+
+#endif

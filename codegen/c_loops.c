@@ -1,0 +1,606 @@
+/* c_loops.c — the C of fused kernels: loop nests and GEMMs with epilogues.
+ *
+ * A loop kernel (passes/fusion.c) iterates over its shape S. Full members are values at
+ * one element (locals t<id>), row members values at one row (w<id>: S reduced over the
+ * kernel's axes), totals sums over all rows (tot<id>). Per row, each reduction stage is one
+ * pass over the row's elements that recomputes the full values it needs, then the row
+ * values that depend on it are computed; a last pass writes the full values other kernels
+ * read. Loop shapes, from cheapest to most general:
+ *   flat    one loop over all elements (no member needs a coordinate);
+ *   rows    a loop over rows and one over the elements of a row (only the last coordinate
+ *           is needed, as j);
+ *   nested  one loop per axis, with every coordinate c<axis>.
+ * A GEMM kernel computes its matrix product with cblas_sgemm in blocks of rows, and runs
+ * its epilogue over each block while it is in cache.
+ * Outer loops are shared between threads with OpenMP when the kernel is large enough to
+ * pay for it; inner loops are marked for SIMD. */
+#include "c_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Work below this many elements stays on one thread: a parallel region costs a few
+ * microseconds. */
+#define PARALLEL_MIN 32768
+/* Rows of a GEMM block: about 512 KiB of output, in cache for the epilogue. */
+#define GEMM_BLOCK_FLOATS 131072
+
+enum { MODE_FLAT, MODE_ROWS, MODE_NESTED, MODE_GEMM };
+
+typedef struct {
+    Cg *c;
+    const Graph *g;
+    const FusionPlan *f;
+    const Kernel *K;
+    int32_t k;
+    int rank;
+    uint64_t inner;   /* axes of the inner loops */
+    uint64_t coords;  /* axes whose coordinates members use */
+    int mode;
+    int32_t *avail;   /* per node: the stage after which a member can be computed */
+    uint8_t *needed;  /* per node: scratch */
+    NodeId *reads;    /* roots loaded from memory */
+    int nreads;
+    NodeId *stores;   /* members written to memory */
+    int nstores;
+    int nstages;
+    bool random;
+} Loop;
+
+#define MEMBER(L, i) ((L)->f->members[(L)->K->first + (i)])
+
+static bool in_kernel(const Loop *L, NodeId r) { return L->f->role[r] == ROLE_KERNEL && L->f->kernel_of[r] == L->k; }
+
+static bool is_one(Dim d) { return d.nsym == 0 && d.k == 1; }
+
+/* First axis of an expand's operand that is not broadcast (rank when all are). */
+static int first_kept_axis(const Graph *g, NodeId expand)
+{
+    const Shape *xs = &g->nodes[ir_input(g, expand, 0)].shape, *es = &g->nodes[expand].shape;
+    for (int a = 0; a < xs->rank; a++)
+        if (!is_one(xs->d[a]) || is_one(es->d[a])) return a;
+    return xs->rank;
+}
+
+static void add_read(Loop *L, NodeId r)
+{
+    for (int i = 0; i < L->nreads; i++)
+        if (L->reads[i] == r) return;
+    L->reads[L->nreads++] = r;
+}
+
+/* Collects loads, coordinates and random use of operand x. */
+static void scan_operand(Loop *L, NodeId x, NodeId reader)
+{
+    const Graph *g = L->g;
+    NodeId r = fusion_root(g, L->f, x);
+    if (in_kernel(L, r)) return;
+    int off = L->rank - g->nodes[r].shape.rank;
+    if (fusion_is_broadcast(g, L->f, r, L->k, reader)) {
+        NodeId q = fusion_root(g, L->f, ir_input(g, r, 0));
+        if (L->f->role[q] == ROLE_INLINE) return; /* a constant */
+        add_read(L, q);
+        const Shape *xs = &g->nodes[ir_input(g, r, 0)].shape, *es = &g->nodes[r].shape;
+        for (int a = first_kept_axis(g, r); a < xs->rank; a++)
+            if (!(is_one(xs->d[a]) && !is_one(es->d[a]))) L->coords |= (uint64_t)1 << (a + off);
+        return;
+    }
+    if (L->f->role[r] == ROLE_INLINE) {
+        if (g->nodes[r].op == OP_IOTA) L->coords |= (uint64_t)1 << (ir_attrs(g, r)[0] + off);
+        if (g->nodes[r].op == OP_RANDOM_UNIFORM) L->random = true;
+        return;
+    }
+    add_read(L, r);
+}
+
+/* ---- expressions ---- */
+
+/* C product of dims [from, rank) of a shape: a row-major stride. */
+static void stride_c(StrBuf *b, const Graph *g, const Shape *s, int from)
+{
+    bool any = false;
+    for (int a = from; a < s->rank; a++) {
+        if (is_one(s->d[a])) continue;
+        sb_puts(b, any ? " * " : "");
+        cg_dim(b, g, s->d[a]);
+        any = true;
+    }
+    if (!any) sb_puts(b, "1");
+}
+
+/* The value of operand x in a full (row == false) or row context. */
+static void ref(Loop *L, NodeId x, NodeId reader, bool row, StrBuf *b)
+{
+    const Graph *g = L->g;
+    NodeId r = fusion_root(g, L->f, x);
+    if (in_kernel(L, r)) {
+        sb_printf(b, L->f->cls[r] == CLASS_ROW ? "w%d" : "t%d", r);
+        return;
+    }
+    int off = L->rank - g->nodes[r].shape.rank;
+    if (fusion_is_broadcast(g, L->f, r, L->k, reader)) {
+        NodeId x0 = ir_input(g, r, 0);
+        NodeId q = fusion_root(g, L->f, x0);
+        if (L->f->role[q] == ROLE_INLINE) {
+            cg_literal(b, g->nodes[q].fattr[0], (DType)g->nodes[q].dtype);
+            return;
+        }
+        const Shape *xs = &g->nodes[x0].shape, *es = &g->nodes[r].shape;
+        sb_printf(b, "p%d[", q);
+        bool any = false;
+        for (int a = first_kept_axis(g, r); a < xs->rank; a++) {
+            if (is_one(xs->d[a]) && !is_one(es->d[a])) continue;
+            if (is_one(xs->d[a])) continue; /* size 1 in both: coordinate 0 */
+            sb_printf(b, "%sc%d * (", any ? " + " : "", a + off);
+            stride_c(b, g, xs, a + 1);
+            sb_puts(b, ")");
+            any = true;
+        }
+        sb_puts(b, any ? "]" : "0]");
+        return;
+    }
+    if (L->f->role[r] == ROLE_INLINE) {
+        const Node *n = &g->nodes[r];
+        switch ((Op)n->op) {
+        case OP_CONST: cg_literal(b, n->fattr[0], (DType)n->dtype); return;
+        case OP_IOTA: sb_printf(b, "(%s)c%lld", cg_ctype((DType)n->dtype), (long long)(ir_attrs(g, r)[0] + off)); return;
+        case OP_RANDOM_UNIFORM:
+            sb_printf(b, "kiln_rng_uniform24(seed, step, %lld, (uint64_t)%s)", (long long)ir_attrs(g, r)[0], row ? "row" : "i");
+            return;
+        default: break;
+        }
+    }
+    sb_printf(b, "p%d[%s]", r, row ? "row" : "i");
+}
+
+/* `const T t<id> = ...;` for a member, its operands already in scope. */
+static void member_value(Loop *L, NodeId id, bool row, const char *indent)
+{
+    const Graph *g = L->g;
+    Cg *c = L->c;
+    const Node *n = &g->nodes[id];
+    StrBuf *o = c->o;
+    sb_printf(o, "%sconst %s %c%d = ", indent, cg_ctype((DType)n->dtype), row ? 'w' : 't', id);
+    if (n->op == OP_MATMUL) {
+        sb_printf(o, "y%d[i];\n", id);
+        return;
+    }
+    if (n->op == OP_EXPAND || n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX) { /* a row value, or an identity */
+        ref(L, ir_input(g, id, 0), id, row, o);
+        sb_puts(o, ";\n");
+        return;
+    }
+    StrBuf ops[3];
+    for (uint32_t j = 0; j < 3; j++) {
+        sb_init(&ops[j]);
+        if (j < n->ninputs) ref(L, ir_input(g, id, (int)j), id, row, &ops[j]);
+        else sb_puts(&ops[j], "");
+    }
+    cg_elementwise_expr(c, id, ops[0].data, ops[1].data, ops[2].data);
+    for (int j = 0; j < 3; j++) sb_free(&ops[j]);
+    sb_puts(o, ";\n");
+}
+
+/* Marks the full members needed to compute full member id. */
+static void need(Loop *L, NodeId id)
+{
+    if (L->needed[id]) return;
+    L->needed[id] = 1;
+    const Node *n = &L->g->nodes[id];
+    if (n->op == OP_MATMUL) return;
+    for (uint32_t j = 0; j < n->ninputs; j++) {
+        NodeId r = fusion_root(L->g, L->f, ir_input(L->g, id, (int)j));
+        if (in_kernel(L, r) && L->f->cls[r] == CLASS_FULL) need(L, r);
+    }
+}
+
+static void clear_needed(Loop *L)
+{
+    for (int32_t i = 0; i < L->K->count; i++) L->needed[MEMBER(L, i)] = 0;
+}
+
+/* The body of an element loop: the needed full members, in order. */
+static void emit_needed(Loop *L, const char *indent)
+{
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = MEMBER(L, i);
+        if (L->needed[id] && L->f->cls[id] == CLASS_FULL) member_value(L, id, false, indent);
+    }
+}
+
+/* ---- loop nests ---- */
+
+static int popcount64(uint64_t x)
+{
+    int n = 0;
+    for (; x; x &= x - 1) n++;
+    return n;
+}
+
+/* Opens the element loop of a row (rows and nested modes) and defines i (and the
+ * coordinates of the inner axes). Returns the number of braces to close. */
+static int open_inner(Loop *L, const char *pragma, const char *indent)
+{
+    StrBuf *o = L->c->o;
+    if (L->mode == MODE_ROWS) {
+        if (pragma) sb_printf(o, "%s%s\n", indent, pragma);
+        if (L->coords >> (L->rank - 1) & 1) {
+            sb_printf(o, "%sfor (int64_t c%d = 0; c%d < W; c%d++) {\n", indent, L->rank - 1, L->rank - 1, L->rank - 1);
+            sb_printf(o, "%s    const int64_t i = row * W + c%d;\n", indent, L->rank - 1);
+        } else {
+            sb_printf(o, "%sfor (int64_t j = 0; j < W; j++) {\n", indent);
+            sb_printf(o, "%s    const int64_t i = row * W + j;\n", indent);
+        }
+        return 1;
+    }
+    /* nested: one loop per inner axis */
+    int depth = 0, ninner = popcount64(L->inner), seen = 0;
+    for (int a = 0; a < L->rank; a++) {
+        if (!(L->inner >> a & 1)) continue;
+        if (++seen == ninner && pragma) sb_printf(o, "%s%*s%s\n", indent, 4 * depth, "", pragma);
+        sb_printf(o, "%s%*sfor (int64_t c%d = 0; c%d < S%d; c%d++) {\n", indent, 4 * depth, "", a, a, a, a);
+        depth++;
+    }
+    sb_printf(o, "%s%*sconst int64_t i = ", indent, 4 * depth, "");
+    for (int a = 0; a < L->rank; a++) sb_printf(o, "%sc%d * Ss%d", a ? " + " : "", a, a);
+    if (!L->rank) sb_puts(o, "0");
+    sb_puts(o, ";\n");
+    return depth;
+}
+
+static void close_braces(StrBuf *o, int n, const char *indent)
+{
+    for (int d = n - 1; d >= 0; d--) sb_printf(o, "%s%*s}\n", indent, 4 * d, "");
+}
+
+/* The inner indentation after open_inner. */
+static void inner_indent(Loop *L, const char *indent, char *buf, size_t n)
+{
+    int depth = L->mode == MODE_ROWS ? 1 : popcount64(L->inner);
+    snprintf(buf, n, "%s%*s", indent, 4 * depth, "");
+}
+
+/* Per row: the reduction stages, row values, the final pass and the row stores. */
+static void emit_row_body(Loop *L, const char *indent)
+{
+    const Graph *g = L->g;
+    StrBuf *o = L->c->o;
+    char in[128];
+    inner_indent(L, indent, in, sizeof in);
+    for (int s = 0; s <= L->nstages; s++) {
+        if (s > 0) {
+            bool any_max = false;
+            StrBuf red;
+            sb_init(&red);
+            clear_needed(L);
+            for (int32_t i = 0; i < L->K->count; i++) {
+                NodeId id = MEMBER(L, i);
+                const Node *n = &g->nodes[id];
+                if (L->f->cls[id] != CLASS_ROW || L->avail[id] != s || (n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX)) continue;
+                const char *t = cg_ctype((DType)n->dtype);
+                sb_printf(o, "%s%s a%d = %s;\n", indent, t, id, n->op == OP_REDUCE_SUM ? "0" : "-INFINITY");
+                if (n->op == OP_REDUCE_MAX) any_max = true;
+                else sb_printf(&red, "%sa%d", red.len ? ", " : "", id);
+                NodeId r = fusion_root(g, L->f, ir_input(g, id, 0));
+                if (in_kernel(L, r)) need(L, r);
+            }
+            char pragma[512];
+            if (!any_max && red.len) snprintf(pragma, sizeof pragma, "#pragma omp simd reduction(+: %s)", red.data);
+            int braces = open_inner(L, any_max ? NULL : (red.len ? pragma : "#pragma omp simd"), indent);
+            emit_needed(L, in);
+            for (int32_t i = 0; i < L->K->count; i++) {
+                NodeId id = MEMBER(L, i);
+                const Node *n = &g->nodes[id];
+                if (L->f->cls[id] != CLASS_ROW || L->avail[id] != s || (n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX)) continue;
+                StrBuf v;
+                sb_init(&v);
+                ref(L, ir_input(g, id, 0), id, false, &v);
+                if (n->op == OP_REDUCE_SUM) sb_printf(o, "%sa%d += %s;\n", in, id, v.data);
+                else
+                    sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    if (v > a%d || v != v) a%d = v;\n%s}\n", in, in,
+                              cg_ctype((DType)n->dtype), v.data, in, id, id, in);
+                sb_free(&v);
+            }
+            close_braces(o, braces, indent);
+            sb_free(&red);
+            for (int32_t i = 0; i < L->K->count; i++) {
+                NodeId id = MEMBER(L, i);
+                const Node *n = &g->nodes[id];
+                if (L->f->cls[id] == CLASS_ROW && L->avail[id] == s && (n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX))
+                    sb_printf(o, "%sconst %s w%d = a%d;\n", indent, cg_ctype((DType)n->dtype), id, id);
+            }
+        }
+        for (int32_t i = 0; i < L->K->count; i++) {
+            NodeId id = MEMBER(L, i);
+            const Node *n = &g->nodes[id];
+            if (L->f->cls[id] == CLASS_ROW && L->avail[id] == s && n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX)
+                member_value(L, id, true, indent);
+        }
+    }
+    /* the final pass: full values other kernels read */
+    clear_needed(L);
+    bool any = false;
+    for (int i = 0; i < L->nstores; i++)
+        if (L->f->cls[L->stores[i]] == CLASS_FULL) need(L, L->stores[i]), any = true;
+    if (any) {
+        int braces = open_inner(L, "#pragma omp simd", indent);
+        emit_needed(L, in);
+        for (int i = 0; i < L->nstores; i++)
+            if (L->f->cls[L->stores[i]] == CLASS_FULL) sb_printf(o, "%sy%d[i] = t%d;\n", in, L->stores[i], L->stores[i]);
+        close_braces(o, braces, indent);
+    }
+    for (int i = 0; i < L->nstores; i++) {
+        NodeId id = L->stores[i];
+        if (L->f->cls[id] == CLASS_ROW) sb_printf(o, "%sy%d[row] = w%d;\n", indent, id, id);
+        if (L->f->cls[id] == CLASS_TOTAL) {
+            sb_printf(o, "%stot%d += ", indent, id);
+            ref(L, ir_input(g, id, 0), id, true, o);
+            sb_puts(o, ";\n");
+        }
+    }
+}
+
+/* ---- kernels ---- */
+
+static void kernel_name(Cg *c, int32_t k, StrBuf *b)
+{
+    const Kernel *K = &c->fp.kernels[k];
+    sb_printf(b, "%s_k%d_%s", c->prefix, k, K->kind == KERNEL_GEMM ? "gemm" : K->axes ? "rows" : "map");
+}
+
+static void setup(Loop *L, Cg *c, int32_t k)
+{
+    memset(L, 0, sizeof *L);
+    L->c = c;
+    L->g = c->g;
+    L->f = &c->fp;
+    L->k = k;
+    L->K = &c->fp.kernels[k];
+    L->rank = L->K->shape.rank;
+    size_t nn = (size_t)c->g->nnodes + 1;
+    L->avail = xcalloc(nn, sizeof *L->avail);
+    L->needed = xcalloc(nn, 1);
+    size_t cap = 2 + (size_t)L->K->count * 3;
+    L->reads = xmalloc(cap * sizeof *L->reads);
+    L->stores = xmalloc(cap * sizeof *L->stores);
+    const Graph *g = L->g;
+    if (L->K->kind == KERNEL_GEMM) {
+        NodeId mm = L->K->anchor;
+        add_read(L, fusion_root(g, L->f, ir_input(g, mm, 0)));
+        add_read(L, fusion_root(g, L->f, ir_input(g, mm, 1)));
+    }
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = MEMBER(L, i);
+        const Node *n = &g->nodes[id];
+        if (L->f->stored[id]) L->stores[L->nstores++] = id;
+        if (n->op == OP_MATMUL) continue;
+        for (uint32_t j = 0; j < n->ninputs; j++) scan_operand(L, ir_input(g, id, (int)j), id);
+        /* stages */
+        int32_t a = 0;
+        for (uint32_t j = 0; j < n->ninputs; j++) {
+            NodeId r = fusion_root(g, L->f, ir_input(g, id, (int)j));
+            if (in_kernel(L, r) && L->avail[r] > a) a = L->avail[r];
+        }
+        bool reduce = (n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX) && L->f->cls[id] == CLASS_ROW;
+        L->avail[id] = reduce ? a + 1 : a;
+        if (reduce && a + 1 > L->nstages) L->nstages = a + 1;
+    }
+    uint64_t all = L->rank ? (((uint64_t)1 << L->rank) - 1) : 0;
+    uint64_t axes = L->K->axes;
+    uint64_t last = L->rank ? (uint64_t)1 << (L->rank - 1) : 0;
+    if (L->K->kind == KERNEL_GEMM) {
+        L->mode = MODE_GEMM;
+    } else if (!axes) {
+        L->inner = last;
+        L->mode = !L->coords ? MODE_FLAT : (L->coords & ~last) ? MODE_NESTED : MODE_ROWS;
+    } else {
+        L->inner = axes;
+        int lo = L->rank;
+        while (lo > 0 && (axes >> (lo - 1) & 1)) lo--;
+        bool trailing = axes == (all & ~(((uint64_t)1 << lo) - 1));
+        bool rows_ok = trailing && !(L->coords & ~last) && (!(L->coords & last) || popcount64(axes) == 1);
+        L->mode = rows_ok ? MODE_ROWS : MODE_NESTED;
+    }
+}
+
+static void teardown(Loop *L)
+{
+    free(L->avail);
+    free(L->needed);
+    free(L->reads);
+    free(L->stores);
+}
+
+static void kernel_comment(Loop *L)
+{
+    Cg *c = L->c;
+    StrBuf *o = c->o;
+    const Graph *g = L->g;
+    sb_printf(o, "/* kernel %d: ", L->k);
+    if (L->K->kind == KERNEL_GEMM) sb_puts(o, "matrix product");
+    else sb_puts(o, L->K->axes ? "row reductions" : "elementwise");
+    sb_printf(o, " over %s", cg_ctype((DType)g->nodes[L->K->anchor].dtype));
+    ir_shape_format(o, g, &L->K->shape);
+    if (L->K->axes) {
+        sb_puts(o, ", rows reduced over axes");
+        for (int a = 0; a < L->rank; a++)
+            if (L->K->axes >> a & 1) sb_printf(o, " %d", a);
+    }
+    sb_puts(o, "\n");
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = MEMBER(L, i);
+        const Node *n = &g->nodes[id];
+        sb_printf(o, " *   %%%d %s", id, ir_op_info[n->op].name);
+        for (uint32_t j = 0; j < n->ninputs; j++) sb_printf(o, "%s%%%d", j ? ", " : " ", ir_input(g, id, (int)j));
+        sb_printf(o, " -> %s", cg_ctype((DType)n->dtype));
+        ir_shape_format(o, g, &n->shape);
+        if (L->f->stored[id]) sb_puts(o, " (stored)");
+        sb_puts(o, "\n");
+    }
+    sb_puts(o, " *");
+    cg_source_line(c, L->K->anchor);
+    sb_puts(o, " */\n");
+}
+
+static void signature(Loop *L)
+{
+    Cg *c = L->c;
+    StrBuf *o = c->o;
+    const Graph *g = L->g;
+    sb_puts(o, "static void ");
+    kernel_name(c, L->k, o);
+    sb_puts(o, "(const int64_t *s");
+    for (int i = 0; i < L->nreads; i++)
+        sb_printf(o, ", const %s *restrict p%d", cg_ctype((DType)g->nodes[L->reads[i]].dtype), L->reads[i]);
+    for (int i = 0; i < L->nstores; i++)
+        sb_printf(o, ", %s *restrict y%d", cg_ctype((DType)g->nodes[L->stores[i]].dtype), L->stores[i]);
+    if (L->random) sb_puts(o, ", uint64_t seed, uint64_t step");
+    sb_puts(o, ")\n{\n");
+    for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, "    const int64_t %s = s[%d];\n", g->syms[sy].name, sy);
+    sb_puts(o, "    (void)s;\n");
+    for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, "    (void)%s;\n", g->syms[sy].name);
+    cg_declare_dims(c, "S", &L->K->shape);
+    for (int a = 0; a < L->rank; a++) sb_printf(o, "    (void)S%d;\n", a);
+}
+
+static void emit_loop_kernel(Loop *L)
+{
+    Cg *c = L->c;
+    StrBuf *o = c->o;
+    const Graph *g = L->g;
+    signature(L);
+    StrBuf tot;
+    sb_init(&tot);
+    for (int i = 0; i < L->nstores; i++)
+        if (L->f->cls[L->stores[i]] == CLASS_TOTAL) {
+            sb_printf(o, "    %s tot%d = 0;\n", cg_ctype((DType)g->nodes[L->stores[i]].dtype), L->stores[i]);
+            sb_printf(&tot, "%stot%d", tot.len ? ", " : "", L->stores[i]);
+        }
+    char reduction[600] = "";
+    if (tot.len) snprintf(reduction, sizeof reduction, " reduction(+: %s)", tot.data);
+    if (L->mode == MODE_FLAT) {
+        sb_puts(o, "    const int64_t n = ");
+        cg_numel(c, &L->K->shape);
+        sb_printf(o, ";\n    #pragma omp parallel for simd if (n >= %d)\n    for (int64_t i = 0; i < n; i++) {\n", PARALLEL_MIN);
+        clear_needed(L);
+        for (int i = 0; i < L->nstores; i++) need(L, L->stores[i]);
+        emit_needed(L, "        ");
+        for (int i = 0; i < L->nstores; i++) sb_printf(o, "        y%d[i] = t%d;\n", L->stores[i], L->stores[i]);
+        sb_puts(o, "    }\n");
+    } else if (L->mode == MODE_ROWS) {
+        sb_puts(o, "    const int64_t R = 1");
+        for (int a = 0; a < L->rank; a++)
+            if (!(L->inner >> a & 1)) sb_printf(o, " * S%d", a);
+        sb_puts(o, ", W = 1");
+        for (int a = 0; a < L->rank; a++)
+            if (L->inner >> a & 1) sb_printf(o, " * S%d", a);
+        sb_printf(o, ";\n    #pragma omp parallel for if (R * W >= %d)%s\n", PARALLEL_MIN, reduction);
+        sb_puts(o, "    for (int64_t row = 0; row < R; row++) {\n");
+        emit_row_body(L, "        ");
+        sb_puts(o, "    }\n");
+    } else {
+        cg_declare_strides(c, "S", L->rank);
+        for (int a = 0; a < L->rank; a++) sb_printf(o, "    (void)Ss%d;\n", a);
+        int nouter = L->rank - popcount64(L->inner);
+        /* row strides: over the outer axes only */
+        if (nouter) {
+            sb_puts(o, "    const int64_t work = ");
+            cg_numel(c, &L->K->shape);
+            sb_puts(o, ";\n");
+            sb_printf(o, "    #pragma omp parallel for collapse(%d) if (work >= %d)%s\n", nouter, PARALLEL_MIN, reduction);
+        }
+        int depth = 0;
+        for (int a = 0; a < L->rank; a++) {
+            if (L->inner >> a & 1) continue;
+            sb_printf(o, "    %*sfor (int64_t c%d = 0; c%d < S%d; c%d++)%s\n", 4 * depth, "", a, a, a, a, depth == nouter - 1 ? " {" : "");
+            depth++;
+        }
+        if (!nouter) sb_puts(o, "    {\n");
+        char indent[96];
+        snprintf(indent, sizeof indent, "    %*s", 4 * (nouter ? nouter : 1), "");
+        sb_printf(o, "%sconst int64_t row = 0", indent);
+        for (int a = 0; a < L->rank; a++) {
+            if (L->inner >> a & 1) continue;
+            sb_printf(o, " + c%d", a);
+            for (int b = a + 1; b < L->rank; b++)
+                if (!(L->inner >> b & 1)) sb_printf(o, " * S%d", b);
+        }
+        sb_printf(o, ";\n%s(void)row;\n", indent);
+        emit_row_body(L, indent);
+        sb_printf(o, "    %*s}\n", 4 * (nouter ? nouter - 1 : 0), "");
+    }
+    for (int i = 0; i < L->nstores; i++)
+        if (L->f->cls[L->stores[i]] == CLASS_TOTAL) sb_printf(o, "    y%d[0] = tot%d;\n", L->stores[i], L->stores[i]);
+    sb_free(&tot);
+    sb_puts(o, "}\n\n");
+}
+
+static void emit_gemm_kernel(Loop *L)
+{
+    Cg *c = L->c;
+    StrBuf *o = c->o;
+    const Graph *g = L->g;
+    NodeId mm = L->K->anchor;
+    NodeId a = fusion_root(g, L->f, ir_input(g, mm, 0)), bm = fusion_root(g, L->f, ir_input(g, mm, 1));
+    signature(L);
+    int r = L->rank;
+    char f = g->nodes[mm].dtype == DT_F64 ? 'd' : 's';
+    sb_puts(o, "    const int64_t batch = 1");
+    for (int k = 0; k < r - 2; k++) sb_printf(o, " * S%d", k);
+    sb_printf(o, ", M = S%d, N = S%d, K = ", r - 2, r - 1);
+    cg_dim(o, g, g->nodes[ir_input(g, mm, 1)].shape.d[r - 2]);
+    sb_puts(o, ";\n");
+    if (L->K->count == 1) {
+        sb_printf(o, "    for (int64_t b = 0; b < batch; b++)\n"
+                     "        cblas_%cgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1, p%d + b * M * K, (int)K,\n"
+                     "                    p%d + b * K * N, (int)N, 0, y%d + b * M * N, (int)N);\n}\n\n",
+                  f, a, bm, mm);
+        return;
+    }
+    sb_printf(o, "    /* blocks of rows: the epilogue reads each while it is in cache */\n"
+                 "    const int64_t block = N >= %d ? 8 : %d / N;\n",
+              GEMM_BLOCK_FLOATS / 8, GEMM_BLOCK_FLOATS);
+    sb_printf(o, "    for (int64_t b = 0; b < batch; b++)\n"
+                 "        for (int64_t m0 = 0; m0 < M; m0 += block) {\n"
+                 "            const int64_t mb = M - m0 < block ? M - m0 : block;\n"
+                 "            cblas_%cgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mb, (int)N, (int)K, 1, p%d + (b * M + m0) * K,\n"
+                 "                        (int)K, p%d + b * K * N, (int)N, 0, y%d + (b * M + m0) * N, (int)N);\n",
+              f, a, bm, mm);
+    sb_printf(o, "            #pragma omp parallel for if (mb * N >= %d)\n", PARALLEL_MIN);
+    sb_printf(o, "            for (int64_t c%d = m0; c%d < m0 + mb; c%d++) {\n", r - 2, r - 2, r - 2);
+    sb_puts(o, "                #pragma omp simd\n");
+    sb_printf(o, "                for (int64_t c%d = 0; c%d < N; c%d++) {\n", r - 1, r - 1, r - 1);
+    sb_printf(o, "                    const int64_t i = (b * M + c%d) * N + c%d;\n", r - 2, r - 1);
+    clear_needed(L);
+    for (int i = 0; i < L->nstores; i++)
+        if (L->stores[i] != mm) need(L, L->stores[i]);
+    emit_needed(L, "                    ");
+    for (int i = 0; i < L->nstores; i++)
+        if (L->stores[i] != mm) sb_printf(o, "                    y%d[i] = t%d;\n", L->stores[i], L->stores[i]);
+    sb_puts(o, "                }\n            }\n        }\n}\n\n");
+}
+
+void cg_emit_fused_kernel(Cg *c, int32_t k)
+{
+    Loop L;
+    setup(&L, c, k);
+    kernel_comment(&L);
+    if (L.mode == MODE_GEMM) emit_gemm_kernel(&L);
+    else emit_loop_kernel(&L);
+    teardown(&L);
+}
+
+void cg_emit_fused_call(Cg *c, int32_t k)
+{
+    Loop L;
+    setup(&L, c, k);
+    StrBuf *o = c->o;
+    sb_puts(o, "    ");
+    kernel_name(c, k, o);
+    sb_puts(o, "(io->syms");
+    for (int i = 0; i < L.nreads; i++) sb_printf(o, ", v%d", L.reads[i]);
+    for (int i = 0; i < L.nstores; i++) sb_printf(o, ", v%d", L.stores[i]);
+    if (L.random) sb_puts(o, ", io->seed, io->step");
+    sb_puts(o, ");\n");
+    teardown(&L);
+}

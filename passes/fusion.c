@@ -1,0 +1,645 @@
+/* fusion.c — kernel grouping: which nodes share one generated loop nest (see passes.h).
+ *
+ * Greedy, in node order (a topological order): each fusible node tries to join the
+ * kernel of one of its operands, newest first, and otherwise starts its own. A node may
+ * join when
+ *   - its element count is the kernel's (a full member) or, in a kernel that reduces
+ *     over some axes, the kernel's row count (a row member);
+ *   - every operand it reads from outside the kernel can be read there: a stored tensor at
+ *     the same linear index, a broadcast of a stored tensor whose broadcast axes line up
+ *     with a suffix of the kernel's shape, a constant, an iota or random numbers;
+ *   - no kernel it reads from depends on the kernel already (that would be a cycle).
+ * Reductions fix the kernel's reduced axes; a second set of axes starts a new kernel,
+ * except a sum of the row values over everything (a loss mean), which is accumulated across
+ * rows. A GEMM kernel takes only full elementwise members (its epilogue).
+ *
+ * Why greedy: the graphs are small (thousands of nodes) and the patterns we care about
+ * (softmax, layer norm, cross-entropy, their gradients, epilogues) are chains that the
+ * first fit finds; a cost model can replace it when a benchmark asks. */
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const Graph *g;
+    FusionPlan *p;
+    int32_t cap_kernels;
+    /* per kernel, while grouping */
+    NodeId **mem;
+    int32_t *nmem, *capmem;
+    int32_t **deps; /* kernels it reads from */
+    int32_t *ndeps, *capdeps;
+    bool *has_rows; /* has row or total members: its axes are fixed */
+    /* DFS marks */
+    int32_t *mark;
+    int32_t stamp;
+} Fuser;
+
+/* ---- shapes ---- */
+
+/* Element count as a monomial: constant factor and per-symbol exponents. */
+typedef struct {
+    int64_t k;
+    uint8_t e[64];
+} Numel;
+
+static Numel numel_of(const Shape *s, uint64_t skip_axes)
+{
+    Numel n = {1, {0}};
+    for (int i = 0; i < s->rank; i++) {
+        if (skip_axes >> i & 1) continue;
+        n.k *= s->d[i].k;
+        for (int q = 0; q < s->d[i].nsym; q++) n.e[s->d[i].sym[q] & 63]++;
+    }
+    return n;
+}
+
+static bool numel_eq(Numel a, Numel b) { return a.k == b.k && !memcmp(a.e, b.e, sizeof a.e); }
+
+static bool is_one(Dim d) { return d.nsym == 0 && d.k == 1; }
+
+/* Do dims [from, rank(e)) of e equal the last dims of s? (Coordinates of those axes are
+ * then the same at every linear index, since both are row-major.) With max_suffix >= 0 the
+ * suffix may be at most that long (GEMM kernels know only the last two coordinates). */
+static bool suffix_aligned(const Shape *s, const Shape *e, int from, int max_suffix)
+{
+    int len = e->rank - from;
+    if (len <= 0) return true;
+    if (len > s->rank || (max_suffix >= 0 && len > max_suffix)) return false;
+    for (int k = 0; k < len; k++)
+        if (!ir_dim_eq(e->d[from + k], s->d[s->rank - len + k])) return false;
+    return true;
+}
+
+/* ---- node kinds ---- */
+
+static bool is_elementwise(const Graph *g, NodeId id)
+{
+    unsigned f = ir_op_info[g->nodes[id].op].flags;
+    return ((f & (OPF_UNARY | OPF_BINARY)) || g->nodes[id].op == OP_WHERE) && g->nodes[id].op != OP_DETACH;
+}
+
+NodeId fusion_root(const Graph *g, const FusionPlan *p, NodeId id)
+{
+    while (p->role[id] == ROLE_VIEW) id = ir_input(g, id, 0);
+    return id;
+}
+
+/* Is a read of root r from kernel k a broadcast (recomputed from the expand's operand)?
+ * True for inline expands and for expands computed as members of another kernel: a reader
+ * elsewhere reads the small operand instead of a stored full-size copy. */
+bool fusion_is_broadcast(const Graph *g, const FusionPlan *p, NodeId r, int32_t k, NodeId reader)
+{
+    if (g->nodes[r].op != OP_EXPAND || g->nodes[reader].op == OP_MATMUL || p->kernels[k].kind == KERNEL_SINGLE) return false;
+    if (p->role[r] == ROLE_INLINE) return true;
+    return p->role[r] == ROLE_KERNEL && p->kernel_of[r] != k && p->kernels[p->kernel_of[r]].kind == KERNEL_LOOP;
+}
+
+/* ---- kernels ---- */
+
+static int32_t new_kernel(Fuser *f, KernelKind kind, NodeId anchor, const Shape *shape, uint64_t axes)
+{
+    FusionPlan *p = f->p;
+    if (p->nkernels == f->cap_kernels) {
+        f->cap_kernels = f->cap_kernels ? 2 * f->cap_kernels : 64;
+        size_t n = (size_t)f->cap_kernels;
+        p->kernels = xrealloc(p->kernels, n * sizeof *p->kernels);
+        f->mem = xrealloc(f->mem, n * sizeof *f->mem);
+        f->nmem = xrealloc(f->nmem, n * sizeof *f->nmem);
+        f->capmem = xrealloc(f->capmem, n * sizeof *f->capmem);
+        f->deps = xrealloc(f->deps, n * sizeof *f->deps);
+        f->ndeps = xrealloc(f->ndeps, n * sizeof *f->ndeps);
+        f->capdeps = xrealloc(f->capdeps, n * sizeof *f->capdeps);
+        f->has_rows = xrealloc(f->has_rows, n * sizeof *f->has_rows);
+        f->mark = xrealloc(f->mark, n * sizeof *f->mark);
+    }
+    int32_t k = p->nkernels++;
+    p->kernels[k] = (Kernel){.kind = (uint8_t)kind, .anchor = anchor, .shape = *shape, .axes = axes};
+    f->mem[k] = NULL;
+    f->nmem[k] = f->capmem[k] = 0;
+    f->deps[k] = NULL;
+    f->ndeps[k] = f->capdeps[k] = 0;
+    f->has_rows[k] = false;
+    f->mark[k] = 0;
+    return k;
+}
+
+static void add_member(Fuser *f, int32_t k, NodeId id, MemberClass cls)
+{
+    GROW(f->mem[k], f->capmem[k], f->nmem[k] + 1);
+    f->mem[k][f->nmem[k]++] = id;
+    f->p->role[id] = ROLE_KERNEL;
+    f->p->kernel_of[id] = k;
+    f->p->cls[id] = (uint8_t)cls;
+    if (cls != CLASS_FULL) f->has_rows[k] = true;
+}
+
+static void add_dep(Fuser *f, int32_t k, int32_t on)
+{
+    if (on < 0 || on == k) return;
+    for (int32_t i = 0; i < f->ndeps[k]; i++)
+        if (f->deps[k][i] == on) return;
+    GROW(f->deps[k], f->capdeps[k], f->ndeps[k] + 1);
+    f->deps[k][f->ndeps[k]++] = on;
+}
+
+/* Does kernel `from` depend, through any chain of reads, on kernel `to`? */
+static bool reaches(Fuser *f, int32_t from, int32_t to)
+{
+    if (from < 0) return false;
+    f->stamp++;
+    int32_t *stack = xmalloc((size_t)f->p->nkernels * sizeof *stack);
+    int32_t top = 0;
+    stack[top++] = from;
+    f->mark[from] = f->stamp;
+    bool found = false;
+    while (top && !found) {
+        int32_t k = stack[--top];
+        if (k == to) found = true;
+        for (int32_t i = 0; i < f->ndeps[k] && !found; i++) {
+            int32_t d = f->deps[k][i];
+            if (f->mark[d] != f->stamp) {
+                f->mark[d] = f->stamp;
+                stack[top++] = d;
+            }
+        }
+    }
+    free(stack);
+    return found;
+}
+
+/* Makes an inline node a kernel of its own (a consumer cannot recompute it). */
+static void materialise(Fuser *f, NodeId id)
+{
+    const Graph *g = f->g;
+    if (f->p->role[id] != ROLE_INLINE) return;
+    int32_t k = new_kernel(f, KERNEL_SINGLE, id, &g->nodes[id].shape, 0);
+    add_member(f, k, id, CLASS_FULL);
+    for (uint32_t j = 0; j < g->nodes[id].ninputs; j++) {
+        NodeId r = fusion_root(g, f->p, ir_input(g, id, (int)j));
+        materialise(f, r);
+        add_dep(f, k, f->p->kernel_of[r]);
+    }
+}
+
+/* The kernels an external read of root r makes kernel k depend on (r itself, or what an
+ * inline broadcast reads). Returns false when r cannot be read inside kernel k as a
+ * member of class cls. */
+static bool readable(Fuser *f, int32_t k, NodeId r, MemberClass cls, NodeId reader, int32_t *dep)
+{
+    const Graph *g = f->g;
+    const FusionPlan *p = f->p;
+    const Kernel *K = &p->kernels[k];
+    const Node *n = &g->nodes[r];
+    int max_suffix = K->kind == KERNEL_GEMM ? 2 : -1;
+    *dep = -1;
+    if (p->role[r] == ROLE_KERNEL && !fusion_is_broadcast(g, p, r, k, reader)) {
+        if (p->kernel_of[r] == k) return false; /* handled by the caller */
+        *dep = p->kernel_of[r];
+        return true;
+    }
+    if (p->role[r] == ROLE_MEMORY) return true;
+    /* inline, or a broadcast */
+    switch ((Op)n->op) {
+    case OP_CONST: return true;
+    case OP_IOTA: return cls == CLASS_FULL && suffix_aligned(&K->shape, &n->shape, (int)ir_attrs(g, r)[0], max_suffix);
+    case OP_RANDOM_UNIFORM: return cls != CLASS_TOTAL;
+    case OP_EXPAND: {
+        NodeId x = ir_input(g, r, 0);
+        NodeId q = fusion_root(g, p, x);
+        if (p->role[q] == ROLE_INLINE && g->nodes[q].op != OP_CONST) return false;
+        if (p->role[r] == ROLE_KERNEL && reaches(f, p->kernel_of[r], k)) return false;
+        if (p->role[q] == ROLE_KERNEL) {
+            if (p->kernel_of[q] == k) return false;
+            *dep = p->kernel_of[q];
+        }
+        const Shape *xs = &g->nodes[x].shape;
+        int first = xs->rank;
+        for (int a = 0; a < xs->rank; a++)
+            if (!is_one(xs->d[a]) || is_one(n->shape.d[a])) {
+                first = a;
+                break;
+            }
+        if (first == xs->rank) return true; /* a scalar broadcast */
+        return cls == CLASS_FULL && suffix_aligned(&K->shape, &n->shape, first, max_suffix);
+    }
+    default: return false;
+    }
+}
+
+/* Can node n (elementwise or reduction) join kernel k? Sets *cls. On success also
+ * records the dependencies. */
+static bool try_join(Fuser *f, int32_t k, NodeId id)
+{
+    const Graph *g = f->g;
+    FusionPlan *p = f->p;
+    Kernel *K = &p->kernels[k];
+    const Node *n = &g->nodes[id];
+    if (K->kind == KERNEL_SINGLE) return false;
+    Numel full = numel_of(&K->shape, 0), rows = numel_of(&K->shape, K->axes);
+    Numel mine = numel_of(&n->shape, 0);
+    MemberClass cls;
+    uint64_t new_axes = K->axes;
+    if (n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX) {
+        if (K->kind != KERNEL_LOOP) return false;
+        NodeId x = ir_input(g, id, 0);
+        NodeId r = fusion_root(g, p, x);
+        if (p->role[r] != ROLE_KERNEL || p->kernel_of[r] != k) return false;
+        uint64_t axes = (uint64_t)ir_attrs(g, id)[0];
+        const Shape *xs = &g->nodes[x].shape;
+        if (p->cls[r] == CLASS_ROW) {
+            /* a sum over every row: a total */
+            if (n->op != OP_REDUCE_SUM || mine.k != 1 || !numel_eq(mine, numel_of(xs, ~UINT64_C(0)))) return false;
+            Numel one = {1, {0}};
+            if (!numel_eq(mine, one)) return false;
+            cls = CLASS_TOTAL;
+        } else if (p->cls[r] == CLASS_FULL) {
+            /* the reduced axes in the kernel's terms */
+            uint64_t a_s = 0;
+            if (ir_shape_eq(xs, &K->shape)) {
+                a_s = axes;
+            } else {
+                int lo = xs->rank;
+                while (lo > 0 && (axes >> (lo - 1) & 1)) lo--;
+                if (axes != (((uint64_t)1 << xs->rank) - 1) - (((uint64_t)1 << lo) - 1)) return false; /* not trailing */
+                if (!suffix_aligned(&K->shape, xs, lo, -1)) return false;
+                int len = xs->rank - lo;
+                for (int a = K->shape.rank - len; a < K->shape.rank; a++) a_s |= (uint64_t)1 << a;
+            }
+            if (f->has_rows[k] && a_s != K->axes) return false;
+            if (!f->has_rows[k] && K->axes && a_s != K->axes) return false;
+            if (numel_eq(numel_of(&K->shape, a_s), full)) return false; /* reduces only size-1 axes */
+            new_axes = a_s;
+            cls = CLASS_ROW;
+        } else {
+            return false;
+        }
+    } else {
+        if (numel_eq(mine, full)) cls = CLASS_FULL;
+        else if (K->kind == KERNEL_LOOP && f->has_rows[k] && numel_eq(mine, rows)) cls = CLASS_ROW;
+        else return false;
+        /* An elementwise node that would be ambiguous between the two (rows == elements) was
+         * refused above by the reduction's check. */
+        for (uint32_t j = 0; j < n->ninputs; j++) {
+            NodeId r = fusion_root(g, p, ir_input(g, id, (int)j));
+            if (p->role[r] == ROLE_KERNEL && p->kernel_of[r] == k) {
+                if (p->cls[r] != cls) return false;
+                continue;
+            }
+            int32_t dep;
+            if (!readable(f, k, r, cls, id, &dep)) return false;
+            if (dep >= 0 && reaches(f, dep, k)) return false;
+        }
+    }
+    if (cls == CLASS_ROW) K->axes = new_axes;
+    add_member(f, k, id, cls);
+    for (uint32_t j = 0; j < n->ninputs; j++) {
+        NodeId r = fusion_root(g, p, ir_input(g, id, (int)j));
+        int32_t dep = -1;
+        if (!(p->role[r] == ROLE_KERNEL && p->kernel_of[r] == k)) readable(f, k, r, cls, id, &dep);
+        add_dep(f, k, dep);
+    }
+    return true;
+}
+
+/* An expand of a row member, back to the kernel's full shape: a full member whose value
+ * is its row's. */
+static bool try_join_expand(Fuser *f, NodeId id)
+{
+    const Graph *g = f->g;
+    FusionPlan *p = f->p;
+    NodeId x = ir_input(g, id, 0);
+    NodeId r = fusion_root(g, p, x);
+    if (p->role[r] != ROLE_KERNEL || p->kernel_of[r] < 0) return false;
+    int32_t k = p->kernel_of[r];
+    const Kernel *K = &p->kernels[k];
+    if (K->kind != KERNEL_LOOP || p->cls[r] != CLASS_ROW) return false;
+    const Shape *xs = &g->nodes[x].shape, *s = &K->shape;
+    if (!ir_shape_eq(&g->nodes[id].shape, s) || xs->rank != s->rank) return false;
+    for (int a = 0; a < s->rank; a++) {
+        bool reduced = K->axes >> a & 1;
+        if (reduced ? !is_one(xs->d[a]) : !ir_dim_eq(xs->d[a], s->d[a])) return false;
+    }
+    add_member(f, k, id, CLASS_FULL);
+    return true;
+}
+
+/* A new loop kernel for n, reading its operands from outside. */
+static void start_loop(Fuser *f, NodeId id)
+{
+    const Graph *g = f->g;
+    FusionPlan *p = f->p;
+    const Node *n = &g->nodes[id];
+    bool reduce = n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX;
+    const Shape *s = reduce ? &g->nodes[ir_input(g, id, 0)].shape : &n->shape;
+    uint64_t axes = reduce ? (uint64_t)ir_attrs(g, id)[0] : 0;
+    int32_t k = new_kernel(f, KERNEL_LOOP, id, s, axes);
+    MemberClass cls = reduce ? CLASS_ROW : CLASS_FULL;
+    for (uint32_t j = 0; j < n->ninputs; j++) {
+        NodeId r = fusion_root(g, p, ir_input(g, id, (int)j));
+        int32_t dep;
+        /* a reduction reads its operand as a full value */
+        if (!readable(f, k, r, reduce ? CLASS_FULL : cls, id, &dep)) {
+            materialise(f, r);
+            readable(f, k, r, CLASS_FULL, id, &dep);
+        }
+        add_dep(f, k, dep);
+    }
+    if (reduce && numel_eq(numel_of(s, axes), numel_of(s, 0))) {
+        /* over size-1 axes only: the identity, a full member */
+        p->kernels[k].axes = 0;
+        cls = CLASS_FULL;
+    }
+    add_member(f, k, id, cls);
+}
+
+static void start_single(Fuser *f, NodeId id, KernelKind kind)
+{
+    const Graph *g = f->g;
+    int32_t k = new_kernel(f, kind, id, &g->nodes[id].shape, 0);
+    for (uint32_t j = 0; j < g->nodes[id].ninputs; j++) {
+        NodeId r = fusion_root(g, f->p, ir_input(g, id, (int)j));
+        materialise(f, r);
+        add_dep(f, k, f->p->kernel_of[r]);
+    }
+    add_member(f, k, id, CLASS_FULL);
+}
+
+static int cmp_node(const void *a, const void *b)
+{
+    NodeId x = *(const NodeId *)a, y = *(const NodeId *)b;
+    return (x > y) - (x < y);
+}
+
+/* Orders kernels so that each follows the kernels it reads: repeatedly the ready kernel
+ * whose first member comes first in the graph. */
+static void order_kernels(Fuser *f)
+{
+    FusionPlan *p = f->p;
+    int32_t nk = p->nkernels;
+    int32_t *pending = xcalloc((size_t)nk + 1, sizeof *pending);
+    int32_t **users = xcalloc((size_t)nk + 1, sizeof *users);
+    int32_t *nusers = xcalloc((size_t)nk + 1, sizeof *nusers), *capusers = xcalloc((size_t)nk + 1, sizeof *capusers);
+    for (int32_t k = 0; k < nk; k++)
+        for (int32_t i = 0; i < f->ndeps[k]; i++) {
+            int32_t d = f->deps[k][i];
+            pending[k]++;
+            GROW(users[d], capusers[d], nusers[d] + 1);
+            users[d][nusers[d]++] = k;
+        }
+    /* ready set as a binary heap keyed by first member */
+    int32_t *heap = xmalloc(((size_t)nk + 1) * sizeof *heap), nheap = 0;
+#define KEY(k) (f->mem[k][0])
+#define SWAP(a, b) do { int32_t t_ = heap[a]; heap[a] = heap[b]; heap[b] = t_; } while (0)
+    int32_t *order = xmalloc(((size_t)nk + 1) * sizeof *order), norder = 0;
+    for (int32_t k = 0; k < nk; k++)
+        if (!pending[k]) {
+            heap[nheap] = k;
+            for (int32_t i = nheap++; i > 0 && KEY(heap[(i - 1) / 2]) > KEY(heap[i]); i = (i - 1) / 2) SWAP(i, (i - 1) / 2);
+        }
+    while (nheap) {
+        int32_t k = heap[0];
+        heap[0] = heap[--nheap];
+        for (int32_t i = 0;;) {
+            int32_t l = 2 * i + 1, r = l + 1, m = i;
+            if (l < nheap && KEY(heap[l]) < KEY(heap[m])) m = l;
+            if (r < nheap && KEY(heap[r]) < KEY(heap[m])) m = r;
+            if (m == i) break;
+            SWAP(i, m);
+            i = m;
+        }
+        order[norder++] = k;
+        for (int32_t u = 0; u < nusers[k]; u++) {
+            int32_t c = users[k][u];
+            if (--pending[c] == 0) {
+                heap[nheap] = c;
+                for (int32_t i = nheap++; i > 0 && KEY(heap[(i - 1) / 2]) > KEY(heap[i]); i = (i - 1) / 2) SWAP(i, (i - 1) / 2);
+            }
+        }
+    }
+#undef KEY
+#undef SWAP
+    /* norder == nk: joins never create cycles (checked in try_join). */
+    Kernel *kernels = xmalloc(((size_t)nk + 1) * sizeof *kernels);
+    int32_t *renum = xmalloc(((size_t)nk + 1) * sizeof *renum);
+    int32_t total = 0;
+    for (int32_t k = 0; k < nk; k++) total += f->nmem[k];
+    p->members = xmalloc(((size_t)total + 1) * sizeof *p->members);
+    int32_t at = 0;
+    for (int32_t i = 0; i < norder; i++) {
+        int32_t k = order[i];
+        renum[k] = i;
+        kernels[i] = p->kernels[k];
+        kernels[i].first = at;
+        kernels[i].count = f->nmem[k];
+        qsort(f->mem[k], (size_t)f->nmem[k], sizeof(NodeId), cmp_node);
+        memcpy(p->members + at, f->mem[k], (size_t)f->nmem[k] * sizeof(NodeId));
+        at += f->nmem[k];
+    }
+    for (int32_t id = 0; id < p->nnodes; id++)
+        if (p->kernel_of[id] >= 0) p->kernel_of[id] = renum[p->kernel_of[id]];
+    free(p->kernels);
+    p->kernels = kernels;
+    for (int32_t k = 0; k < nk; k++) free(users[k]);
+    free(users);
+    free(nusers);
+    free(capusers);
+    free(pending);
+    free(heap);
+    free(order);
+    free(renum);
+}
+
+/* Marks what must be written to memory: values read by another kernel (directly, through
+ * views, or through an inline broadcast) and graph outputs. */
+static void mark_stored(const Graph *g, FusionPlan *p)
+{
+    for (NodeId id = 0; id < g->nnodes; id++) {
+        if (p->role[id] != ROLE_KERNEL) continue;
+        int32_t k = p->kernel_of[id];
+        const Node *n = &g->nodes[id];
+        if (p->kernels[k].kind == KERNEL_GEMM && n->op == OP_MATMUL) p->stored[id] = 1; /* BLAS writes it */
+        if (p->cls[id] == CLASS_TOTAL) p->stored[id] = 1;
+        for (uint32_t j = 0; j < n->ninputs; j++) {
+            NodeId r = fusion_root(g, p, ir_input(g, id, (int)j));
+            if (fusion_is_broadcast(g, p, r, k, id)) r = fusion_root(g, p, ir_input(g, r, 0));
+            if (p->role[r] == ROLE_KERNEL && p->kernel_of[r] != k) p->stored[r] = 1;
+        }
+    }
+    for (int32_t o = 0; o < g->noutputs; o++) {
+        NodeId r = fusion_root(g, p, g->outputs[o].node);
+        if (p->role[r] == ROLE_KERNEL) p->stored[r] = 1;
+    }
+}
+
+void fusion_plan(const Graph *g, FusionPlan *p)
+{
+    memset(p, 0, sizeof *p);
+    size_t nn = (size_t)g->nnodes + 1;
+    p->nnodes = g->nnodes;
+    p->role = xcalloc(nn, 1);
+    p->cls = xcalloc(nn, 1);
+    p->stored = xcalloc(nn, 1);
+    p->kernel_of = xmalloc(nn * sizeof *p->kernel_of);
+    for (NodeId i = 0; i < g->nnodes; i++) p->kernel_of[i] = -1;
+    Fuser f = {.g = g, .p = p};
+    for (NodeId id = 0; id < g->nnodes; id++) {
+        const Node *n = &g->nodes[id];
+        switch ((Op)n->op) {
+        case OP_INPUT:
+        case OP_PARAM: p->role[id] = ROLE_MEMORY; continue;
+        case OP_RESHAPE:
+        case OP_DETACH: p->role[id] = ROLE_VIEW; continue;
+        case OP_CONST:
+        case OP_IOTA:
+        case OP_RANDOM_UNIFORM: p->role[id] = ROLE_INLINE; continue;
+        case OP_EXPAND:
+            if (!try_join_expand(&f, id)) p->role[id] = ROLE_INLINE;
+            continue;
+        case OP_MATMUL: start_single(&f, id, KERNEL_GEMM); continue;
+        default: break;
+        }
+        if (is_elementwise(g, id) || n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX) {
+            /* the kernels of the operands, newest first */
+            int32_t cand[4];
+            int nc = 0;
+            for (uint32_t j = 0; j < n->ninputs && j < 4; j++) {
+                NodeId r = fusion_root(g, p, ir_input(g, id, (int)j));
+                if (p->role[r] != ROLE_KERNEL) continue;
+                int32_t k = p->kernel_of[r];
+                bool dup = false;
+                for (int c = 0; c < nc; c++) dup |= cand[c] == k;
+                if (!dup) cand[nc++] = k;
+            }
+            for (int a = 0; a < nc; a++)
+                for (int b = a + 1; b < nc; b++)
+                    if (cand[b] > cand[a]) {
+                        int32_t t = cand[a];
+                        cand[a] = cand[b];
+                        cand[b] = t;
+                    }
+            bool joined = false;
+            for (int c = 0; c < nc && !joined; c++) joined = try_join(&f, cand[c], id);
+            if (!joined) start_loop(&f, id);
+            continue;
+        }
+        start_single(&f, id, KERNEL_SINGLE);
+    }
+    /* Graph outputs that are inline values get a kernel to compute them into memory. */
+    for (int32_t o = 0; o < g->noutputs; o++) materialise(&f, fusion_root(g, p, g->outputs[o].node));
+    order_kernels(&f);
+    mark_stored(g, p);
+    for (int32_t k = 0; k < p->nkernels; k++) {
+        free(f.mem[k]);
+        free(f.deps[k]);
+    }
+    free(f.mem);
+    free(f.nmem);
+    free(f.capmem);
+    free(f.deps);
+    free(f.ndeps);
+    free(f.capdeps);
+    free(f.has_rows);
+    free(f.mark);
+}
+
+void fusion_free(FusionPlan *p)
+{
+    free(p->kernels);
+    free(p->members);
+    free(p->role);
+    free(p->cls);
+    free(p->kernel_of);
+    free(p->stored);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---- listing ---- */
+
+/* What a loop kernel computes, for the listing: the classic patterns by their ops. */
+static const char *loop_label(const Graph *g, const FusionPlan *p, const Kernel *K)
+{
+    int sums = 0, maxes = 0, exps = 0, logs = 0, sqrts = 0, totals = 0;
+    for (int32_t i = 0; i < K->count; i++) {
+        NodeId id = p->members[K->first + i];
+        switch ((Op)g->nodes[id].op) {
+        case OP_REDUCE_SUM:
+            if (p->cls[id] == CLASS_TOTAL) totals++;
+            else sums++;
+            break;
+        case OP_REDUCE_MAX: maxes++; break;
+        case OP_EXP: exps++; break;
+        case OP_LOG: logs++; break;
+        case OP_SQRT: sqrts++; break;
+        default: break;
+        }
+    }
+    if (maxes && exps && logs) return totals ? "log-softmax with a total (cross-entropy)" : "log-softmax (cross-entropy)";
+    if (maxes && exps) return "softmax";
+    if (sums >= 2 && sqrts) return "normalisation (layer norm)";
+    if (sums && K->axes && !(K->axes >> (K->shape.rank - 1) & 1)) return "column sums (bias gradients)";
+    if (sums >= 2) return "row reductions (normalisation gradient)";
+    if (sums || maxes) return "row reduction";
+    return "elementwise";
+}
+
+static void print_axes(StrBuf *o, uint64_t axes)
+{
+    sb_puts(o, "[");
+    bool first = true;
+    for (int a = 0; a < 64; a++)
+        if (axes >> a & 1) {
+            sb_printf(o, "%s%d", first ? "" : ", ", a);
+            first = false;
+        }
+    sb_puts(o, "]");
+}
+
+void fusion_print(const Graph *g, const FusionPlan *p, StrBuf *o)
+{
+    int loops = 0, gemms = 0, singles = 0, fused_nodes = 0;
+    for (int32_t k = 0; k < p->nkernels; k++) {
+        const Kernel *K = &p->kernels[k];
+        loops += K->kind == KERNEL_LOOP;
+        gemms += K->kind == KERNEL_GEMM;
+        singles += K->kind == KERNEL_SINGLE;
+        fused_nodes += K->count;
+    }
+    sb_printf(o, "# %d kernels for %d computing nodes: %d loop, %d GEMM, %d single-node\n", p->nkernels, fused_nodes, loops,
+              gemms, singles);
+    for (int32_t k = 0; k < p->nkernels; k++) {
+        const Kernel *K = &p->kernels[k];
+        const Node *a = &g->nodes[K->anchor];
+        sb_printf(o, "kernel %d ", k);
+        if (K->kind == KERNEL_LOOP) {
+            sb_printf(o, "loop %s", ir_dtype_name((DType)a->dtype));
+            ir_shape_format(o, g, &K->shape);
+            if (K->axes) {
+                sb_puts(o, " rows over axes ");
+                print_axes(o, K->axes);
+            }
+            sb_printf(o, ": %s", loop_label(g, p, K));
+        } else if (K->kind == KERNEL_GEMM) {
+            sb_puts(o, "gemm f32");
+            ir_shape_format(o, g, &K->shape);
+            sb_puts(o, K->count > 1 ? ": matmul with epilogue" : ": matmul");
+        } else {
+            sb_printf(o, "%s", ir_op_info[a->op].name);
+        }
+        if (a->loc.line && g->nfiles) sb_printf(o, " @%s:%u", g->files[a->loc.file < (uint32_t)g->nfiles ? a->loc.file : 0], a->loc.line);
+        sb_putc(o, '\n');
+        for (int32_t i = 0; i < K->count; i++) {
+            NodeId id = p->members[K->first + i];
+            const Node *n = &g->nodes[id];
+            static const char *cls[] = {"full", "row", "total"};
+            sb_printf(o, "    %%%d = %s", id, ir_op_info[n->op].name);
+            for (uint32_t j = 0; j < n->ninputs; j++) sb_printf(o, "%s%%%d", j ? ", " : " ", ir_input(g, id, (int)j));
+            sb_printf(o, " : %s", ir_dtype_name((DType)n->dtype));
+            ir_shape_format(o, g, &n->shape);
+            if (K->kind == KERNEL_LOOP) sb_printf(o, " %s", cls[p->cls[id]]);
+            if (p->stored[id]) sb_puts(o, " stored");
+            sb_putc(o, '\n');
+        }
+    }
+}

@@ -1,0 +1,147 @@
+/* memplan.c — activation memory: liveness-based offsets in one arena (see passes.h).
+ *
+ * A stored value is live from the kernel that computes it to the last kernel that reads
+ * it (directly, through views, or through a broadcast recomputed inside the reader), or to
+ * the end for graph outputs. Kernels run in FusionPlan order; at each, its outputs are
+ * placed first (first fit), then the values it was the last reader of are released, so
+ * an output never shares bytes with an input of the same kernel. */
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int64_t off, size;
+} Block;
+
+int64_t memplan_node_bytes(const Graph *g, NodeId id)
+{
+    int64_t n = ir_shape_max_numel(g, &g->nodes[id].shape);
+    int64_t b = n * ir_dtype_size((DType)g->nodes[id].dtype);
+    return (b + 63) / 64 * 64;
+}
+
+typedef struct {
+    Block *list;
+    int n, cap;
+    int64_t top;
+} FreeList;
+
+static int64_t alloc_block(FreeList *fl, int64_t size)
+{
+    for (int i = 0; i < fl->n; i++) {
+        Block *b = &fl->list[i];
+        if (b->size >= size) {
+            int64_t off = b->off;
+            b->off += size;
+            b->size -= size;
+            if (!b->size) {
+                memmove(b, b + 1, (size_t)(fl->n - i - 1) * sizeof *b);
+                fl->n--;
+            }
+            return off;
+        }
+    }
+    /* Grow the arena, reusing a free block that ends at the top. */
+    if (fl->n && fl->list[fl->n - 1].off + fl->list[fl->n - 1].size == fl->top) {
+        int64_t off = fl->list[fl->n - 1].off;
+        fl->n--;
+        fl->top = off + size;
+        return off;
+    }
+    int64_t off = fl->top;
+    fl->top += size;
+    return off;
+}
+
+static void free_block(FreeList *fl, int64_t off, int64_t size)
+{
+    int i = 0;
+    while (i < fl->n && fl->list[i].off < off) i++;
+    GROW(fl->list, fl->cap, fl->n + 1);
+    memmove(fl->list + i + 1, fl->list + i, (size_t)(fl->n - i) * sizeof *fl->list);
+    fl->list[i] = (Block){off, size};
+    fl->n++;
+    if (i + 1 < fl->n && fl->list[i].off + fl->list[i].size == fl->list[i + 1].off) {
+        fl->list[i].size += fl->list[i + 1].size;
+        memmove(fl->list + i + 1, fl->list + i + 2, (size_t)(fl->n - i - 2) * sizeof *fl->list);
+        fl->n--;
+    }
+    if (i > 0 && fl->list[i - 1].off + fl->list[i - 1].size == fl->list[i].off) {
+        fl->list[i - 1].size += fl->list[i].size;
+        memmove(fl->list + i, fl->list + i + 1, (size_t)(fl->n - i - 1) * sizeof *fl->list);
+        fl->n--;
+    }
+}
+
+/* The stored value a read of node x by kernel k stands for (through views and broadcasts). */
+static NodeId read_root(const Graph *g, const FusionPlan *f, NodeId x, int32_t k, NodeId reader)
+{
+    NodeId r = fusion_root(g, f, x);
+    if (fusion_is_broadcast(g, f, r, k, reader)) r = fusion_root(g, f, ir_input(g, r, 0));
+    return r;
+}
+
+void memplan_run(const Graph *g, const FusionPlan *f, MemPlan *m)
+{
+    size_t nn = (size_t)g->nnodes + 1;
+    m->kind = xcalloc(nn, 1);
+    m->offset = xcalloc(nn, sizeof *m->offset);
+    int32_t *last = xmalloc(nn * sizeof *last);
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        last[i] = -1;
+        switch ((NodeRole)f->role[i]) {
+        case ROLE_MEMORY: m->kind[i] = MEM_CALLER; break;
+        case ROLE_VIEW: m->kind[i] = MEM_VIEW; break;
+        case ROLE_KERNEL: m->kind[i] = f->stored[i] ? MEM_ARENA : MEM_NONE; break;
+        case ROLE_INLINE: m->kind[i] = MEM_NONE; break;
+        }
+    }
+    /* A view of a value that lives only in registers has no memory either. */
+    for (NodeId i = 0; i < g->nnodes; i++)
+        if (m->kind[i] == MEM_VIEW && m->kind[fusion_root(g, f, i)] == MEM_NONE) m->kind[i] = MEM_NONE;
+    for (int32_t k = 0; k < f->nkernels; k++) {
+        const Kernel *K = &f->kernels[k];
+        for (int32_t j = 0; j < K->count; j++) {
+            NodeId id = f->members[K->first + j];
+            for (uint32_t q = 0; q < g->nodes[id].ninputs; q++) {
+                NodeId r = read_root(g, f, ir_input(g, id, (int)q), k, id);
+                if (m->kind[r] == MEM_ARENA && f->kernel_of[r] != k && last[r] < k) last[r] = k;
+            }
+        }
+    }
+    for (int32_t o = 0; o < g->noutputs; o++) last[fusion_root(g, f, g->outputs[o].node)] = f->nkernels;
+    FreeList fl = {0};
+    for (int32_t k = 0; k < f->nkernels; k++) {
+        const Kernel *K = &f->kernels[k];
+        for (int32_t j = 0; j < K->count; j++) {
+            NodeId id = f->members[K->first + j];
+            if (m->kind[id] == MEM_ARENA) m->offset[id] = alloc_block(&fl, memplan_node_bytes(g, id));
+        }
+        for (int32_t j = 0; j < K->count; j++) {
+            NodeId id = f->members[K->first + j];
+            for (uint32_t q = 0; q < g->nodes[id].ninputs; q++) {
+                NodeId r = read_root(g, f, ir_input(g, id, (int)q), k, id);
+                if (m->kind[r] == MEM_ARENA && last[r] == k) {
+                    free_block(&fl, m->offset[r], memplan_node_bytes(g, r));
+                    last[r] = -2; /* released */
+                }
+            }
+            /* stored but never read (cannot happen for stored values; kept safe) */
+            if (m->kind[id] == MEM_ARENA && last[id] == -1) {
+                free_block(&fl, m->offset[id], memplan_node_bytes(g, id));
+                last[id] = -2;
+            }
+        }
+    }
+    m->arena_bytes = fl.top;
+    free(fl.list);
+    free(last);
+}
+
+void memplan_free(MemPlan *m)
+{
+    free(m->kind);
+    free(m->offset);
+    memset(m, 0, sizeof *m);
+}
