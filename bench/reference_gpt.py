@@ -15,14 +15,16 @@ V, T, C, L, H = 256, 128, 128, 4, 4
 
 
 class Block(nn.Module):
-    def __init__(self):
+    def __init__(self, C=C, H=H):
         super().__init__()
+        self.C, self.H = C, H
         self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
         self.c_attn, self.attn_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
         self.c_fc, self.mlp_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
 
     def forward(self, x):
         B, t, _ = x.shape
+        C, H = self.C, self.H
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
         q, k, v = [z.view(B, t, H, C // H).transpose(1, 2) for z in (q, k, v)]
         att = (q @ k.transpose(-2, -1)) / math.sqrt(C // H)
@@ -33,10 +35,11 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self):
+    """models/gpt.kiln by default; other sizes (bench/torch_bench.py's GPT-2 small) by keyword."""
+    def __init__(self, V=V, T=T, C=C, L=L, H=H):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
-        self.h = nn.ModuleList(Block() for _ in range(L))
+        self.h = nn.ModuleList(Block(C, H) for _ in range(L))
         self.ln_f = nn.LayerNorm(C)
         for name, p in self.named_parameters():
             if name.endswith("bias"):
