@@ -32,7 +32,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
-command -v python3 >/dev/null || { echo "bench/run.sh: python3 is needed for the table" >&2; exit 1; }
+# Debian's python3 (python3-torch) even where another python3 comes first on PATH.
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3) || { echo "bench/run.sh: python3 is needed for the table" >&2; exit 1; }
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKILN_TESTS=OFF >/dev/null
 cmake --build build -j"$(nproc)" --target kiln kiln_rt >/dev/null
 
@@ -43,7 +45,6 @@ work=out/bench
 mkdir -p "$work" bench/results
 raw="$work/raw.txt"
 : >"$raw"
-PY=/usr/bin/python3
 have_torch=1
 $PY -c "import torch" 2>/dev/null || { have_torch=0; echo "PyTorch is not installed (apt-get install python3-torch): Kiln only" >&2; }
 json() { $PY -c 'import json, sys; v = json.loads(sys.argv[1])[sys.argv[2]]; print(" ".join(",".join(str(int(x)) for x in s) for s in v) if isinstance(v, list) else v)' "$@"; }
