@@ -124,11 +124,21 @@ void cg_elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const c
         else sb_printf(o, "(%s < 0 ? -%s : %s)", a, a, a);
         break;
     case OP_SIGN: sb_printf(o, "(%s > 0) - (%s < 0)", a, a); break;
-    case OP_EXP: sb_printf(o, "exp%s(%s)", f, a); break;
+    case OP_EXP:
+        if (in == DT_F32) sb_printf(o, "kiln_expf(%s)", a); /* vectorises: kiln_math.h */
+        else sb_printf(o, "exp(%s)", a);
+        break;
     case OP_LOG: sb_printf(o, "log%s(%s)", f, a); break;
     case OP_SQRT: sb_printf(o, "sqrt%s(%s)", f, a); break;
-    case OP_TANH: sb_printf(o, "tanh%s(%s)", f, a); break;
-    case OP_SIGMOID: sb_printf(o, "%s >= 0 ? 1 / (1 + exp%s(-%s)) : exp%s(%s) / (1 + exp%s(%s))", a, f, a, f, a, f, a); break;
+    case OP_TANH:
+        if (in == DT_F32) sb_printf(o, "kiln_tanhf(%s)", a);
+        else sb_printf(o, "tanh(%s)", a);
+        break;
+    case OP_SIGMOID: {
+        const char *e = in == DT_F32 ? "kiln_expf" : "exp";
+        sb_printf(o, "%s >= 0 ? 1 / (1 + %s(-%s)) : %s(%s) / (1 + %s(%s))", a, e, a, e, a, e, a);
+        break;
+    }
     case OP_RELU: /* NaN propagates, as in PyTorch */
         if (fl) sb_printf(o, "%s > 0 || %s != %s ? %s : 0", a, a, a, a);
         else sb_printf(o, "%s > 0 ? %s : 0", a, a);
@@ -802,7 +812,7 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, ch
                    " * Every kernel below is one operation of the model's graph (kiln ir --after simplify\n"
                    " * shows the same graph), with its shapes and the model line it comes from. */\n"
                    "#include <cblas.h>\n#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n"
-                   "#include \"kiln_model.h\"\n#include \"kiln_rng.h\"\n\n",
+                   "#include \"kiln_math.h\"\n#include \"kiln_model.h\"\n#include \"kiln_rng.h\"\n\n",
               g->name, KILN_VERSION, source_path);
     /* Tables. */
     sb_puts(out, "static const kiln_param params[] = {\n");

@@ -9,6 +9,8 @@
  *   flat    one loop over all elements (no member needs a coordinate);
  *   rows    a loop over rows and one over the elements of a row (only the last coordinate
  *           is needed, as j);
+ *   columns reductions over leading axes (bias gradients) whose results nothing else in
+ *           the kernel uses: memory order, accumulating into the outputs column by column;
  *   nested  one loop per axis, with every coordinate c<axis>.
  * A GEMM kernel computes its matrix product with cblas_sgemm in blocks of rows, and runs
  * its epilogue over each block while it is in cache.
@@ -25,7 +27,7 @@
 /* Rows of a GEMM block: about 512 KiB of output, in cache for the epilogue. */
 #define GEMM_BLOCK_FLOATS 131072
 
-enum { MODE_FLAT, MODE_ROWS, MODE_NESTED, MODE_GEMM };
+enum { MODE_FLAT, MODE_ROWS, MODE_COLUMNS, MODE_NESTED, MODE_GEMM };
 
 typedef struct {
     Cg *c;
@@ -399,7 +401,20 @@ static void setup(Loop *L, Cg *c, int32_t k)
         while (lo > 0 && (axes >> (lo - 1) & 1)) lo--;
         bool trailing = axes == (all & ~(((uint64_t)1 << lo) - 1));
         bool rows_ok = trailing && !(L->coords & ~last) && (!(L->coords & last) || popcount64(axes) == 1);
-        L->mode = rows_ok ? MODE_ROWS : MODE_NESTED;
+        /* leading axes reduced, and the kernel's only row members are stored reductions */
+        int hi = 0;
+        while (hi < L->rank && (axes >> hi & 1)) hi++;
+        bool leading = axes == (((uint64_t)1 << hi) - 1);
+        bool columns_ok = leading && !L->coords && L->nstages == 1;
+        for (int32_t i = 0; i < L->K->count && columns_ok; i++) {
+            NodeId id = MEMBER(L, i);
+            const Node *n = &g->nodes[id];
+            if (L->f->cls[id] == CLASS_FULL && L->avail[id]) columns_ok = false;
+            if (L->f->cls[id] == CLASS_TOTAL) columns_ok = false;
+            if (L->f->cls[id] == CLASS_ROW && (!L->f->stored[id] || (n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX)))
+                columns_ok = false;
+        }
+        L->mode = rows_ok ? MODE_ROWS : columns_ok ? MODE_COLUMNS : MODE_NESTED;
     }
 }
 
@@ -463,6 +478,59 @@ static void signature(Loop *L)
     for (int a = 0; a < L->rank; a++) sb_printf(o, "    (void)S%d;\n", a);
 }
 
+/* Reductions over the leading axes, in memory order: each thread takes a block of
+ * columns and walks down the rows, accumulating into the outputs. */
+static void emit_columns(Loop *L)
+{
+    Cg *c = L->c;
+    StrBuf *o = c->o;
+    const Graph *g = L->g;
+    sb_puts(o, "    const int64_t H = 1");
+    for (int a = 0; a < L->rank; a++)
+        if (L->K->axes >> a & 1) sb_printf(o, " * S%d", a);
+    sb_puts(o, ", R = 1");
+    for (int a = 0; a < L->rank; a++)
+        if (!(L->K->axes >> a & 1)) sb_printf(o, " * S%d", a);
+    sb_puts(o, ";\n    for (int64_t row = 0; row < R; row++) {\n");
+    for (int i = 0; i < L->nstores; i++) {
+        NodeId id = L->stores[i];
+        if (L->f->cls[id] == CLASS_ROW) sb_printf(o, "        y%d[row] = %s;\n", id, g->nodes[id].op == OP_REDUCE_SUM ? "0" : "-INFINITY");
+    }
+    sb_puts(o, "    }\n");
+    sb_printf(o, "    #pragma omp parallel for if (H * R >= %d)\n", PARALLEL_MIN);
+    sb_puts(o, "    for (int64_t r0 = 0; r0 < R; r0 += 64) {\n"
+               "        const int64_t r1 = R - r0 < 64 ? R : r0 + 64;\n"
+               "        for (int64_t h = 0; h < H; h++) {\n"
+               "            #pragma omp simd\n"
+               "            for (int64_t row = r0; row < r1; row++) {\n"
+               "                const int64_t i = h * R + row;\n");
+    clear_needed(L);
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = MEMBER(L, i);
+        if (L->f->cls[id] == CLASS_FULL && L->f->stored[id]) need(L, id);
+        if (L->f->cls[id] == CLASS_ROW) {
+            NodeId r = fusion_root(g, L->f, ir_input(g, id, 0));
+            if (in_kernel(L, r)) need(L, r);
+        }
+    }
+    const char *in = "                ";
+    emit_needed(L, in);
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = MEMBER(L, i);
+        if (L->f->cls[id] == CLASS_FULL && L->f->stored[id]) sb_printf(o, "%sy%d[i] = t%d;\n", in, id, id);
+        if (L->f->cls[id] != CLASS_ROW) continue;
+        StrBuf v;
+        sb_init(&v);
+        ref(L, ir_input(g, id, 0), id, false, &v);
+        if (g->nodes[id].op == OP_REDUCE_SUM) sb_printf(o, "%sy%d[row] += %s;\n", in, id, v.data);
+        else
+            sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    if (v > y%d[row] || v != v) y%d[row] = v;\n%s}\n", in, in,
+                      cg_ctype((DType)g->nodes[id].dtype), v.data, in, id, id, in);
+        sb_free(&v);
+    }
+    sb_puts(o, "            }\n        }\n    }\n");
+}
+
 static void emit_loop_kernel(Loop *L)
 {
     Cg *c = L->c;
@@ -498,6 +566,8 @@ static void emit_loop_kernel(Loop *L)
         sb_puts(o, "    for (int64_t row = 0; row < R; row++) {\n");
         emit_row_body(L, "        ");
         sb_puts(o, "    }\n");
+    } else if (L->mode == MODE_COLUMNS) {
+        emit_columns(L);
     } else {
         cg_declare_strides(c, "S", L->rank);
         for (int a = 0; a < L->rank; a++) sb_printf(o, "    (void)Ss%d;\n", a);

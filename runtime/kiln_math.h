@@ -1,0 +1,64 @@
+/* kiln_math.h — float exp and tanh that vectorise, for generated kernels.
+ *
+ * glibc's expf/tanhf are function calls the compiler cannot vectorise without
+ * -ffast-math (which would also break NaN propagation that the generated code keeps), so
+ * softmax, cross-entropy and GELU spent most of their time in them. These are the Cephes
+ * single-precision algorithms (Moshier): range reduction by ln 2 and a degree-6
+ * polynomial for exp (max error about 1 ulp over the float range), and for tanh an odd
+ * polynomial below 0.625 and 1 - 2 / (exp(2|x|) + 1) above. Every branch is a select, so
+ * a loop of them becomes SIMD code; NaN in gives NaN out, overflow gives inf, underflow 0
+ * (through the subnormals). tests/test_math.c checks them against double precision. */
+#ifndef KILN_MATH_H
+#define KILN_MATH_H
+
+#include <stdint.h>
+
+/* 2^n for an integral float n in [-126, 127], by building the float's bits. Adding
+ * 1.5 * 2^23 puts n in the low mantissa bits; no float-to-int conversion, which GCC will
+ * not vectorise while trapping math is on. */
+static inline float kiln_pow2f_(float n)
+{
+    union {
+        float f;
+        uint32_t u;
+    } v = {.f = n + 12582912.0f}, r;
+    r.u = (v.u - 0x4B400000u + 127u) << 23;
+    return r.f;
+}
+
+static inline float kiln_expf(float x)
+{
+    const float lo = -104.0f, hi = 88.8f;
+    float xc = x != x ? 0.0f : x < lo ? lo : x > hi ? hi : x;
+    /* round to nearest by adding and removing 1.5 * 2^23 (floorf does not vectorise while
+     * trapping math is on) */
+    const float magic = 12582912.0f;
+    float n = (xc * 1.44269504088896341f + magic) - magic;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float e = p * r * r + r + 1.0f;
+    /* 2^n in two factors, each a normal float, so subnormal results round once */
+    float h = (n * 0.5f + magic) - magic;
+    float y = e * kiln_pow2f_(h) * kiln_pow2f_(n - h);
+    return x != x ? x : y;
+}
+
+static inline float kiln_tanhf(float x)
+{
+    float a = x < 0 ? -x : x;
+    float z = x * x;
+    float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f) * z -
+                   3.33332819422e-1f) * z * x + x;
+    float big = 1.0f - 2.0f / (kiln_expf(2.0f * a) + 1.0f);
+    big = x < 0 ? -big : big;
+    float y = a < 0.625f ? small : big;
+    return x != x || x == 0 ? x : y; /* NaN, and the sign of zero */
+}
+
+#endif
