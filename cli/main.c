@@ -71,11 +71,13 @@ static const char *usage_emit =
     "runtime: cc -O2 -Iruntime DIR/model.c ... -lkiln_rt -lopenblas -lz -lm -lpthread.\n";
 
 static const char *usage_build =
-    "usage: kiln build FILE -o PROG [--cflags FLAGS] [--bound NAME=N]\n"
+    "usage: kiln build FILE -o PROG [--cflags FLAGS] [--bound NAME=N] [--report]\n"
     "\n"
     "Compiles FILE into a standalone training program PROG (generated C + the runtime,\n"
     "with $CC or the compiler Kiln was built with). Run PROG --help for its options.\n"
-    "--bound T=64 lowers a size's bound for this program (memory is planned for it).\n";
+    "--bound T=64 lowers a size's bound for this program (memory is planned for it).\n"
+    "--report prints, before anything runs, the bytes of each memory slab (parameters,\n"
+    "gradients, optimizer state, buffers) and the activation arenas at the bounds.\n";
 
 static const char *usage_train =
     "usage: kiln train FILE [PROGRAM FLAGS...]\n"
@@ -107,7 +109,7 @@ typedef struct {
     const char *cflags;
     const char *bounds[8]; /* "T=64": lower a symbol's bound for this build */
     int nbounds;
-    bool dot, stats, list_passes, inputs;
+    bool dot, stats, list_passes, inputs, report;
     GraphMode mode;
     uint64_t seed;
     double tolerance;
@@ -193,6 +195,8 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
             if (!has_value || !strchr(argv[i + 1], '=')) return usage_error(cmd, "--bound needs NAME=N, e.g. --bound T=64%s", "");
             if (o->nbounds < 8) o->bounds[o->nbounds++] = argv[i + 1];
             i++;
+        } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--report")) {
+            o->report = true;
         } else if (!strcmp(cmd, "build") && !strcmp(a, "--cflags")) {
             if (!has_value) return usage_error(cmd, "--cflags needs a value%s", "");
             o->cflags = argv[++i];
@@ -454,6 +458,33 @@ static int apply_bounds(Graph *g, const char *const *bounds, int n, StrBuf *err)
 /* The generated C of the model: the training graph after every pass, and the eval graph. */
 static const char *const *g_bounds;
 static int g_nbounds;
+static bool g_report;
+
+/* `kiln build --report`: the memory a training step of the program uses, from the plan. */
+static void print_memory_report(const Model *train, const Graph *eval)
+{
+    const Graph *g = train->graph;
+    int64_t params = 0, buffers = 0;
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        if (g->nodes[i].op != OP_PARAM) continue;
+        int64_t bytes = ir_shape_max_numel(g, &g->nodes[i].shape) * ir_dtype_size((DType)g->nodes[i].dtype);
+        if (ir_attrs(g, i)[1]) params += bytes;
+        else buffers += bytes;
+    }
+    const RecipeValue *opt = recipe_get(&train->recipe, "optimizer");
+    const char *name = opt && opt->kind == RV_CALL && opt->str ? opt->str : "";
+    int moments = !strcmp(name, "Adam") || !strcmp(name, "AdamW") ? 2 : !strcmp(name, "SGD") ? 1 : 0;
+    int64_t train_arena = codegen_arena_bytes(g), eval_arena = codegen_arena_bytes(eval);
+    fprintf(stderr, "kiln: memory at the bounds (bytes):\n");
+    fprintf(stderr, "  parameters        %14lld\n", (long long)params);
+    fprintf(stderr, "  gradients         %14lld\n", (long long)params);
+    fprintf(stderr, "  optimizer state   %14lld  (%s: %d per parameter%s)\n", (long long)params * moments, *name ? name : "none",
+            moments, moments == 1 ? ", momentum buffer if used" : "");
+    fprintf(stderr, "  buffers           %14lld\n", (long long)buffers);
+    fprintf(stderr, "  activations train %14lld\n", (long long)train_arena);
+    fprintf(stderr, "  activations eval  %14lld\n", (long long)eval_arena);
+    fprintf(stderr, "  total             %14lld\n", (long long)(params * (2 + moments) + buffers + train_arena + eval_arena));
+}
 
 static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *err)
 {
@@ -472,6 +503,7 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
         frontend_model_free(eval);
         return -1;
     }
+    if (g_report) print_memory_report(train, eval->graph);
     int nkv;
     char **kv = recipe_flatten(&train->recipe, &nkv);
     int rc = codegen_c(train->graph, eval->graph, file, kv, nkv, c, err);
@@ -645,6 +677,7 @@ static int cmd_model(const char *cmd, int argc, char **argv)
     }
     g_bounds = o.bounds;
     g_nbounds = o.nbounds;
+    g_report = o.report;
     if (!strcmp(cmd, "build")) {
         rc = build_to(&o, m, &d, o.output);
         if (!rc) fprintf(stderr, "kiln: built %s\n", o.output);

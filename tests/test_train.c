@@ -321,3 +321,29 @@ Test(train, token_beyond_vocabulary_is_an_error)
     expect_error("./tok", "token 300 at position 150 is not below the vocabulary size 256");
     sb_free(&out);
 }
+
+/* kiln emit/build --report: the memory plan's slabs for mlp.kiln, exact for the parameters
+ * (269,322 floats) and AdamW's two moments, and a non-empty activation arena. */
+Test(train, memory_report)
+{
+    char tmp[] = "/tmp/kiln-report-XXXXXX";
+    cr_assert(mkdtemp(tmp));
+    char args[256];
+    snprintf(args, sizeof args, "emit models/mlp.kiln -o %s --report", tmp);
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "parameters               1077288"), "%s", out.data);
+    cr_expect(strstr(out.data, "gradients                1077288"), "%s", out.data);
+    long long train = 0;
+    const char *t = strstr(out.data, "activations train");
+    cr_assert(t, "%s", out.data);
+    sscanf(t + strlen("activations train"), "%lld", &train);
+    cr_expect(train > 0, "%s", out.data);
+    sb_free(&out);
+    snprintf(args, sizeof args, "rm -rf %s", tmp);
+    StrBuf rm;
+    sb_init(&rm);
+    support_run(args, &rm);
+    sb_free(&rm);
+}
