@@ -811,6 +811,8 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, ch
                    " *\n"
                    " * Every kernel below is one operation of the model's graph (kiln ir --after simplify\n"
                    " * shows the same graph), with its shapes and the model line it comes from. */\n"
+                   "/* Without OpenMP (--cflags -fno-openmp) the pragmas are ignored: one thread. */\n"
+                   "#pragma GCC diagnostic ignored \"-Wunknown-pragmas\"\n"
                    "#include <cblas.h>\n#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n"
                    "#include \"kiln_math.h\"\n#include \"kiln_model.h\"\n#include \"kiln_rng.h\"\n\n",
               g->name, KILN_VERSION, source_path);
