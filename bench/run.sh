@@ -20,8 +20,9 @@
 #                for the python process only; oneDNN at PyTorch's default
 #   sgemm        bench/sgemm.c, compiled with the compiler and flags `kiln build` uses and
 #                linked with the same OpenBLAS: cblas_sgemm on 1024^3 and on the Kiln
-#                step's own shapes, so the table gives each step's GEMM rate (FLOPs per
-#                step / step time) as a percentage of the sgemm rate on those shapes
+#                step's own shapes (best of repeated calls), so the table gives each
+#                step's GEMM rate (FLOPs per step / median step time) as a percentage of
+#                the sgemm rate on those shapes (PyTorch's step: the same FLOPs, its time)
 # Inference of gpt/gpt2 is one full-length sequence per batch element (gpt 128 tokens,
 # gpt2 64); gpt2's large batch is its training batch 4 (256 tokens): batch 256 x 64 would
 # need 3.3 GB of logits alone. Kiln's programs run without those two variables (they choose
@@ -54,7 +55,10 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 # The BLAS-rate program, compiled as `kiln build` compiles a model.
 cc=$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' build/CMakeCache.txt)
 blas=$(sed -n 's/^KILN_BLAS_LIB:[A-Z]*=//p' build/CMakeCache.txt)
-cflags=$(sed -n 's/.*-DKILN_DEFAULT_CFLAGS="\\"\([^"\\]*\)\\"".*/\1/p' build/CMakeFiles/kiln.dir/flags.make)
+cflags=$($PY -c 'import shlex, sys
+for line in open(sys.argv[1]):
+    for w in shlex.split(line.split("=", 1)[1]) if line.startswith("C_DEFINES") else []:
+        if w.startswith("-DKILN_DEFAULT_CFLAGS="): print(w.split("=", 1)[1].strip("\""))' build/CMakeFiles/kiln.dir/flags.make)
 "${cc:-cc}" ${cflags:--O2} -std=c11 bench/sgemm.c -o "$work/sgemm" "${blas:--lopenblas}" -lm -lpthread
 
 for m in "${models[@]}"; do

@@ -8,7 +8,8 @@
  * Prints one line: sgemm: {"threads": .., "square1024_gflops": .., "shapes": [{"shape":
  * [..], "ms_per_call": .., "gflops": ..}, ..], "flops": .., "ms": .., "gflops": ..} where
  * a call is `batch` products (as Kiln makes them), flops and ms add up count calls of every
- * shape, and gflops = flops / ms: the sgemm rate for the step's own mix of shapes. */
+ * shape, and gflops = flops / ms: the sgemm rate for the step's own mix of shapes. Times
+ * are the best of repeated calls. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,8 +46,9 @@ static float *filled(size_t n)
     return p;
 }
 
-/* Median milliseconds of one call (batch products): one untimed call, then calls until
- * 0.3 s have passed (at least 3, at most 200). */
+/* Milliseconds of one call (batch products), the best of the calls made after one untimed
+ * call until 0.3 s have passed (at least 3, at most 200): what the library can do on the
+ * shape, the least disturbed by other work on the machine. */
 static double time_shape(const Shape *s)
 {
     size_t a = (size_t)(s->m * s->k), b = (size_t)(s->k * s->n), c = (size_t)(s->m * s->n);
@@ -69,7 +71,7 @@ static double time_shape(const Shape *s)
     free(B);
     free(C);
     qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+    return t[0];
 }
 
 int main(int argc, char **argv)
