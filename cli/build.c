@@ -1,7 +1,8 @@
 /* build.c — turns a generated model.c into a training program with the system C
  * compiler: model.c + the runtime's train_main.c, linked against the runtime library,
- * OpenBLAS, zlib, libm and pthreads. The compiler is $CC (default: the one Kiln was built
- * with) and flags are overridable, so users can build with their own toolchain. */
+ * OpenBLAS, OpenMP (libgomp), zlib, libm and pthreads. The compiler is $CC (default: the
+ * one Kiln was built with) and flags are overridable, so users can build with their own
+ * toolchain. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -35,7 +36,8 @@ int build_program(const char *model_c, const char *prog, const char *extra_cflag
     shell_word(&cmd, prog);
     shell_word(&cmd, KILN_RUNTIME_LIB);
     shell_word(&cmd, KILN_BLAS_LIB);
-    sb_puts(&cmd, "-lz -lm -lpthread 2>&1");
+    /* libgomp by name too: the runtime's loops need it even when --cflags says -fno-openmp. */
+    sb_printf(&cmd, "%s -lz -lm -lpthread 2>&1", KILN_OPENMP_LIBS);
     FILE *p = popen(cmd.data, "r");
     if (!p) {
         sb_printf(log, "cannot run the C compiler: %s", cmd.data);

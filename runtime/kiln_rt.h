@@ -148,6 +148,25 @@ typedef struct {
 /* Learning rate for optimizer step `step` (0-based). */
 double krt_schedule_lr(const krt_schedule *s, double base_lr, int64_t step);
 
+/* ---- the process environment (env.c) ---- */
+
+/* Called first in a training program's main: full speed with no environment variables.
+ * Where the user did not set them, sets OMP_WAIT_POLICY=passive, OPENBLAS_CORETYPE (when
+ * OpenBLAS chose kernels older than the CPU supports) and one thread count for OpenMP and
+ * BLAS (every CPU the process may use); the first two are read when the libraries load,
+ * so it then execs /proc/self/exe once with argv (marked by KILN_ENV_READY; when the exec
+ * fails the program goes on). Then flushes denormals to zero (x86; KILN_FTZ=0 keeps
+ * them). With KILN_VERBOSE=1 prints one line on stderr saying what was chosen. */
+void krt_fast_environment(int argc, char **argv);
+/* --threads N: N threads for both OpenMP and BLAS (reported with KILN_VERBOSE=1). */
+void krt_set_threads(int n);
+/* The OpenBLAS core whose kernels this CPU runs best: "SkylakeX" (AVX-512 F, BW, DQ,
+ * VL), "Haswell" (AVX2 and FMA), or NULL. */
+const char *krt_cpu_blas_core(void);
+/* `best` when `current` is an OpenBLAS core known to be older than `best`, else NULL
+ * (never for a core name it does not know). */
+const char *krt_blas_core_upgrade(const char *current, const char *best);
+
 /* ---- checkpoints (ckpt.c): safetensors ---- */
 
 typedef struct {

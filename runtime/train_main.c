@@ -104,7 +104,7 @@ static void usage(FILE *f)
     for (int i = 0; i < NFLAGS; i++) fprintf(f, "  %-20s %s (recipe: %s)\n", flags[i].flag, flags[i].help, flags[i].key);
     fprintf(f, "  %-20s %s\n", "--data INPUT=PATH", "read model input INPUT from PATH (or --data PATH for text/tokens)");
     fprintf(f, "  %-20s %s\n", "--resume DIR", "continue from the checkpoint in DIR");
-    fprintf(f, "  %-20s %s\n", "--threads N", "BLAS threads (default: all cores)");
+    fprintf(f, "  %-20s %s\n", "--threads N", "threads for OpenMP and BLAS (default: all cores)");
     fprintf(f, "  %-20s %s\n", "--help", "show this help");
 }
 
@@ -608,6 +608,7 @@ static int bench(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *
 
 int main(int argc, char **argv)
 {
+    krt_fast_environment(argc, argv); /* BLAS kernels, OpenMP wait policy, threads, FTZ (env.c) */
     const char *resume = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -629,7 +630,7 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--resume")) resume = v;
         else if (!strcmp(a, "--threads")) {
             if (atoi(v) < 1) return die("--threads: '%s' is not a positive number", v), 2;
-            openblas_set_num_threads(atoi(v)); /* the environment is read only at load time */
+            krt_set_threads(atoi(v)); /* OpenMP and BLAS alike */
         } else if (!strcmp(a, "--data")) {
             const char *eq = strchr(v, '=');
             if (eq) {

@@ -1,0 +1,246 @@
+/* env.c — fast defaults for a generated training program, with no environment variables
+ * to set: the right OpenBLAS kernels, a non-spinning OpenMP, one thread count shared by
+ * OpenMP and BLAS, and denormals flushed to zero.
+ *
+ * OpenBLAS (DYNAMIC_ARCH) chooses its kernels and libgomp reads OMP_WAIT_POLICY when the
+ * libraries load, before main, so changing them takes a new process image:
+ * krt_fast_environment sets what the user did not, marks the environment (KILN_ENV_READY)
+ * and execs /proc/self/exe once with the same arguments. If the exec fails, the program
+ * goes on as it is. A value the user set is never changed. Thread counts need no exec:
+ * both libraries take them at run time. KILN_VERBOSE=1 prints one line saying what was
+ * chosen (docs/training.md). */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include <errno.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <pmmintrin.h>
+#include <xmmintrin.h>
+#define KRT_X86 1
+#endif
+
+#include "kiln_rt.h"
+
+/* OpenBLAS's extensions, weak: linked with another BLAS they are NULL and skipped. */
+extern char *openblas_get_corename(void) __attribute__((weak));
+extern char *openblas_get_config(void) __attribute__((weak));
+extern int openblas_get_num_threads(void) __attribute__((weak));
+extern void openblas_set_num_threads(int n) __attribute__((weak));
+
+#define MARKER "KILN_ENV_READY"
+
+const char *krt_cpu_blas_core(void)
+{
+#ifdef KRT_X86
+    __builtin_cpu_init();
+    /* libgcc reports AVX/AVX-512 only when the OS saves their registers (XCR0). */
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+    return NULL;
+}
+
+static bool in_list(const char *name, const char *const *list)
+{
+    for (; *list; list++)
+        if (!strcasecmp(name, *list)) return true;
+    return false;
+}
+
+/* 3: AVX-512 kernels, 2: AVX2, 1: a known older core, 0: a name we do not know (perhaps
+ * newer than this file), which is never replaced. */
+static int core_level(const char *name)
+{
+    static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids", NULL};
+    static const char *const avx2[] = {"Haswell", "Zen", NULL};
+    static const char *const older[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Sandybridge", "Atom",
+                                        "Katmai", "Coppermine", "Northwood", "Banias", "Athlon", "Opteron", "Opteron_SSE3",
+                                        "Barcelona", "Nano", "Bobcat", "Bulldozer", "Piledriver", "Steamroller",
+                                        "Excavator", "Unknown", NULL};
+    if (!name) return 0;
+    if (in_list(name, avx512)) return 3;
+    if (in_list(name, avx2)) return 2;
+    if (in_list(name, older)) return 1;
+    return 0;
+}
+
+const char *krt_blas_core_upgrade(const char *current, const char *best)
+{
+    int have = core_level(current), want = core_level(best);
+    return have > 0 && want > have ? best : NULL;
+}
+
+/* CPUs this process may run on. */
+static int cpu_count(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* The first number of a thread-count variable ("4" or OpenMP's "4,2"), or 0. */
+static int thread_value(const char *v)
+{
+    if (!v) return 0;
+    char *end;
+    long n = strtol(v, &end, 10);
+    return end != v && n > 0 && n < 1 << 16 ? (int)n : 0;
+}
+
+static bool set(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v;
+}
+
+static bool verbose(void)
+{
+    const char *v = getenv("KILN_VERBOSE");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+static int omp_threads(void)
+{
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int blas_threads(void)
+{
+    return openblas_get_num_threads ? openblas_get_num_threads() : 0;
+}
+
+/* The threads line of the report, e.g. "2 threads" or "OpenMP 4 threads, BLAS 2". */
+static void print_threads(void)
+{
+    int o = omp_threads(), b = blas_threads();
+    if (!b || b == o) fprintf(stderr, "%d thread%s", o, o == 1 ? "" : "s");
+    else fprintf(stderr, "OpenMP %d threads, BLAS %d", o, b);
+}
+
+void krt_fast_environment(int argc, char **argv)
+{
+    /* What the libraries saw when this image loaded, before anything below changes it. */
+    const bool ready = set(MARKER);
+    const bool had_policy = set("OMP_WAIT_POLICY");
+    /* What kiln set: the names the previous image listed in the marker, then ours. */
+    char kiln_set[256] = "";
+    if (ready) {
+        static const char *const names[] = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_WAIT_POLICY",
+                                            "OPENBLAS_CORETYPE", NULL};
+        const char *listed = getenv(MARKER);
+        for (int i = 0; names[i]; i++) {
+            const char *at = strstr(listed, names[i]);
+            size_t len = strlen(names[i]);
+            if (at && (at == listed || at[-1] == ' ') && (at[len] == ' ' || !at[len]))
+                strcat(strcat(kiln_set, *kiln_set ? " " : ""), names[i]);
+        }
+    }
+#define NOTE(name) (strcat(kiln_set, *kiln_set ? " " name : name))
+
+    /* One thread count for OpenMP and BLAS: the user's for either, else every CPU. */
+    const bool user_omp = set("OMP_NUM_THREADS");
+    const bool user_blas = set("OPENBLAS_NUM_THREADS") || set("GOTO_NUM_THREADS");
+    int n_omp = thread_value(getenv("OMP_NUM_THREADS"));
+    int n_blas = thread_value(getenv(set("OPENBLAS_NUM_THREADS") ? "OPENBLAS_NUM_THREADS" : "GOTO_NUM_THREADS"));
+    if (!n_omp) n_omp = n_blas ? n_blas : cpu_count();
+    if (!n_blas) n_blas = n_omp;
+    char num[16];
+    if (!user_omp) {
+        snprintf(num, sizeof num, "%d", n_omp);
+        setenv("OMP_NUM_THREADS", num, 1);
+        NOTE("OMP_NUM_THREADS");
+    }
+    if (!user_blas) {
+        snprintf(num, sizeof num, "%d", n_blas);
+        setenv("OPENBLAS_NUM_THREADS", num, 1);
+        NOTE("OPENBLAS_NUM_THREADS");
+    }
+
+    /* What needs a new image: libgomp's wait policy and OpenBLAS's kernels. */
+    const char *config = openblas_get_config ? openblas_get_config() : NULL;
+    const char *core = openblas_get_corename ? openblas_get_corename() : NULL;
+    const char *better = krt_blas_core_upgrade(core, krt_cpu_blas_core());
+    if (set("OPENBLAS_CORETYPE") || !config || !strstr(config, "DYNAMIC_ARCH")) better = NULL;
+    int exec_error = 0; /* errno of a failed exec */
+    if (!ready && (!had_policy || better) && argc > 0 && argv && !argv[argc]) {
+        char before[sizeof kiln_set];
+        memcpy(before, kiln_set, sizeof before);
+        if (!had_policy) {
+            setenv("OMP_WAIT_POLICY", "passive", 0);
+            NOTE("OMP_WAIT_POLICY");
+        }
+        if (better) {
+            setenv("OPENBLAS_CORETYPE", better, 0);
+            NOTE("OPENBLAS_CORETYPE");
+        }
+        setenv(MARKER, kiln_set, 1);
+        fflush(NULL);
+        execv("/proc/self/exe", argv);
+        /* No exec (no /proc, a seccomp policy...): carry on in this image, as it is. */
+        exec_error = errno ? errno : ENOEXEC;
+        if (!had_policy) unsetenv("OMP_WAIT_POLICY");
+        if (better) unsetenv("OPENBLAS_CORETYPE");
+        unsetenv(MARKER);
+        memcpy(kiln_set, before, sizeof before);
+    }
+#undef NOTE
+
+    /* Thread counts apply at run time; the user's values were read by the libraries. */
+#ifdef _OPENMP
+    if (!user_omp) omp_set_num_threads(n_omp);
+#endif
+    if (!user_blas && openblas_set_num_threads) openblas_set_num_threads(n_blas);
+
+    /* Flush denormals to zero (FTZ) and read them as zero (DAZ) before any OpenMP thread
+     * exists, so that every worker inherits it. KILN_FTZ=0 keeps IEEE denormals. */
+    const char *ftz = getenv("KILN_FTZ");
+    bool flush = !(ftz && !strcmp(ftz, "0"));
+#ifdef KRT_X86
+    if (flush) {
+        _MM_SET_FLUSH_ZERO_MODE(_MM_FLUSH_ZERO_ON);
+        _MM_SET_DENORMALS_ZERO_MODE(_MM_DENORMALS_ZERO_ON);
+    }
+#else
+    flush = false;
+#endif
+
+    if (verbose()) {
+        fprintf(stderr, "kiln: ");
+        print_threads();
+        fprintf(stderr, ", BLAS core %s, OMP_WAIT_POLICY=%s, denormals %s", core ? core : "unknown",
+                had_policy ? getenv("OMP_WAIT_POLICY") : "unset", flush ? "flushed to zero" : "kept");
+        if (*kiln_set) fprintf(stderr, "; set by kiln: %s", kiln_set);
+        if (exec_error) fprintf(stderr, " (re-executing failed: %s)", strerror(exec_error));
+        fprintf(stderr, "\n");
+    }
+}
+
+void krt_set_threads(int n)
+{
+    if (n < 1) return;
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#endif
+    if (openblas_set_num_threads) openblas_set_num_threads(n);
+    if (verbose()) {
+        fprintf(stderr, "kiln: --threads %d: ", n);
+        print_threads();
+        fprintf(stderr, "\n");
+    }
+}
