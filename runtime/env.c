@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/auxv.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef _OPENMP
@@ -99,6 +101,18 @@ static int thread_value(const char *v)
     return end != v && n > 0 && n < 1 << 16 ? (int)n : 0;
 }
 
+/* Whether executing /proc/self/exe starts this program again: not when it was started
+ * through the dynamic loader (`ld.so ./prog`) or under valgrind, where /proc/self/exe is
+ * that tool, which would then run with the program's arguments. AT_EXECFN names the
+ * program (the loader rewrites it) and is still valid at the start of main. */
+static bool self_exe_is_program(void)
+{
+    const char *fn = (const char *)getauxval(AT_EXECFN);
+    struct stat a, b;
+    if (!fn || stat(fn, &a) != 0 || stat("/proc/self/exe", &b) != 0) return false;
+    return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 static bool set(const char *name)
 {
     const char *v = getenv(name);
@@ -178,7 +192,9 @@ void krt_fast_environment(int argc, char **argv)
     const char *better = krt_blas_core_upgrade(core, krt_cpu_blas_core());
     if (set("OPENBLAS_CORETYPE") || !config || !strstr(config, "DYNAMIC_ARCH")) better = NULL;
     int exec_error = 0; /* errno of a failed exec */
-    if (!ready && (!had_policy || better) && argc > 0 && argv && !argv[argc]) {
+    const bool exec_wanted = !ready && (!had_policy || better);
+    const bool exec_ok = exec_wanted && argc > 0 && argv && !argv[argc] && self_exe_is_program();
+    if (exec_ok) {
         char before[sizeof kiln_set];
         memcpy(before, kiln_set, sizeof before);
         if (!had_policy) {
@@ -227,6 +243,7 @@ void krt_fast_environment(int argc, char **argv)
                 had_policy ? getenv("OMP_WAIT_POLICY") : "unset", flush ? "flushed to zero" : "kept");
         if (*kiln_set) fprintf(stderr, "; set by kiln: %s", kiln_set);
         if (exec_error) fprintf(stderr, " (re-executing failed: %s)", strerror(exec_error));
+        else if (exec_wanted && !exec_ok) fprintf(stderr, " (not re-executed: /proc/self/exe is not this program)");
         fprintf(stderr, "\n");
     }
 }

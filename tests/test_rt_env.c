@@ -158,6 +158,21 @@ Test(env_program, user_values_are_kept)
     free(out);
 }
 
+Test(env_program, started_through_the_loader_it_does_not_reexecute)
+{
+    /* /proc/self/exe is then the loader: executing it would run the loader with the
+     * program's arguments. The program goes on without the new image. */
+    const char *ld = "/lib64/ld-linux-x86-64.so.2";
+    if (access(ld, X_OK) != 0) cr_skip_test("no %s", ld);
+    char vars[256];
+    snprintf(vars, sizeof vars, "KILN_VERBOSE=1 %s", ld);
+    char *out = run_mlp(vars, "--help");
+    cr_expect(strstr(out, "usage: mlp"), "%s", out);
+    char *r = report_of(out);
+    cr_expect(strstr(r, "OMP_WAIT_POLICY=unset") && strstr(r, "not re-executed"), "%s", r);
+    free(out);
+}
+
 /* A stand-in for openblas_get_corename (LD_PRELOAD) that reports the old Prescott core
  * unless OPENBLAS_CORETYPE is set, as OpenBLAS does on CPUs it does not know. */
 static const char *shim_c = "#define _GNU_SOURCE\n"
