@@ -45,3 +45,26 @@ int support_run(const char *cmdline, StrBuf *out)
     if (status == -1 || !WIFEXITED(status)) return -1;
     return WEXITSTATUS(status);
 }
+
+int support_build_in_temp(const char *tag, const char *model, const char *name, char *dir, size_t dirsize, StrBuf *out)
+{
+    snprintf(dir, dirsize, "/tmp/kiln-%s-XXXXXX", tag);
+    if (!mkdtemp(dir)) return -1;
+    StrBuf args;
+    sb_init(&args);
+    sb_printf(&args, "build %s -o %s/%s", support_path(model), dir, name);
+    int rc = support_run_kiln(args.data, out);
+    sb_free(&args);
+    return rc;
+}
+
+void support_remove_dir(const char *dir)
+{
+    StrBuf cmd, out;
+    sb_init(&cmd);
+    sb_init(&out);
+    sb_printf(&cmd, "rm -rf '%s'", dir);
+    support_run(cmd.data, &out);
+    sb_free(&cmd);
+    sb_free(&out);
+}

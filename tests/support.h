@@ -15,6 +15,12 @@ int support_run_kiln(const char *args, StrBuf *out);
 /* Runs a shell command line with stdout and stderr captured into out; returns the exit
  * status, or -1 when it was killed by a signal. */
 int support_run(const char *cmdline, StrBuf *out);
+/* Makes a fresh directory /tmp/kiln-TAG-XXXXXX (into dir, at least 64 bytes) and builds
+ * the model file `model` (relative to the source tree) into dir/NAME with `kiln build`;
+ * returns kiln's exit status, its output in out. */
+int support_build_in_temp(const char *tag, const char *model, const char *name, char *dir, size_t dirsize, StrBuf *out);
+/* rm -rf of a directory made by support_build_in_temp. */
+void support_remove_dir(const char *dir);
 /* Absolute path of a file in the source tree (static buffer, valid until the next call). */
 const char *support_path(const char *relpath);
 

@@ -22,22 +22,14 @@ static int run(const char *cmd, StrBuf *out)
 
 static void setup(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/kiln-bench-XXXXXX");
-    cr_assert(mkdtemp(dir));
     StrBuf out;
     sb_init(&out);
-    char args[512];
-    snprintf(args, sizeof args, "build %s -o %s/mlp", support_path("models/mlp.kiln"), dir);
-    cr_assert_eq(support_run_kiln(args, &out), 0, "kiln build failed:\n%s", out.data);
+    int rc = support_build_in_temp("bench", "models/mlp.kiln", "mlp", dir, sizeof dir, &out);
+    cr_assert_eq(rc, 0, "kiln build failed:\n%s", out.data);
     sb_free(&out);
 }
 
-static void teardown(void)
-{
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    (void)system(cmd);
-}
+static void teardown(void) { support_remove_dir(dir); }
 
 TestSuite(bench, .init = setup, .fini = teardown, .timeout = 300);
 

@@ -31,23 +31,15 @@ static bool have_fashion_mnist(void)
 
 static void setup(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/kiln-train-XXXXXX");
-    cr_assert(mkdtemp(dir));
-    snprintf(prog, sizeof prog, "%s/mlp", dir);
     StrBuf out;
     sb_init(&out);
-    char args[512];
-    snprintf(args, sizeof args, "build %s -o %s", support_path("models/mlp.kiln"), prog);
-    cr_assert_eq(support_run_kiln(args, &out), 0, "kiln build failed:\n%s", out.data);
+    int rc = support_build_in_temp("train", "models/mlp.kiln", "mlp", dir, sizeof dir, &out);
+    cr_assert_eq(rc, 0, "kiln build failed:\n%s", out.data);
     sb_free(&out);
+    snprintf(prog, sizeof prog, "%s/mlp", dir);
 }
 
-static void teardown(void)
-{
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    (void)system(cmd);
-}
+static void teardown(void) { support_remove_dir(dir); }
 
 TestSuite(train, .init = setup, .fini = teardown, .timeout = 300);
 
@@ -341,9 +333,5 @@ Test(train, memory_report)
     sscanf(t + strlen("activations train"), "%lld", &train);
     cr_expect(train > 0, "%s", out.data);
     sb_free(&out);
-    snprintf(args, sizeof args, "rm -rf %s", tmp);
-    StrBuf rm;
-    sb_init(&rm);
-    support_run(args, &rm);
-    sb_free(&rm);
+    support_remove_dir(tmp);
 }
