@@ -250,9 +250,8 @@ static bool try_join(Fuser *f, int32_t k, NodeId id)
         const Shape *xs = &g->nodes[x].shape;
         if (p->cls[r] == CLASS_ROW) {
             /* a sum over every row: a total */
-            if (n->op != OP_REDUCE_SUM || mine.k != 1 || !numel_eq(mine, numel_of(xs, ~UINT64_C(0)))) return false;
             Numel one = {1, {0}};
-            if (!numel_eq(mine, one)) return false;
+            if (n->op != OP_REDUCE_SUM || !numel_eq(mine, one)) return false;
             cls = CLASS_TOTAL;
         } else if (p->cls[r] == CLASS_FULL) {
             /* the reduced axes in the kernel's terms */
