@@ -18,6 +18,7 @@
  * pay for it; inner loops are marked for SIMD. */
 #include "c_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -605,37 +606,135 @@ static void emit_loop_kernel(Loop *L)
     sb_puts(o, "}\n\n");
 }
 
+/* A matrix-product operand as BLAS reads it: its base pointer, transposed or not, and
+ * the strides of its axes (a strided view of the base, or the base's own rows). */
+typedef struct {
+    FusionLayout lay;
+    bool trans;
+} Operand;
+
+static void operand(Loop *L, NodeId x, Operand *op)
+{
+    if (!fusion_layout(L->g, L->f, x, &op->lay) || !fusion_gemm_operand(L->g, &op->lay, x, &op->trans)) {
+        /* fusion only makes views that BLAS can read; anything else is a bug there */
+        fprintf(stderr, "kiln: internal error: matrix operand %%%d has no BLAS layout\n", x);
+        abort();
+    }
+}
+
+/* The offset of an operand's element (c_0, ..., c_{r-3}, row, col): its offset terms plus
+ * the batch coordinates (c<axis>) and `row` (an expression) times their strides. */
+static void operand_offset(Loop *L, const Operand *op, int nbatch, const char *row, StrBuf *b)
+{
+    bool any = false;
+    for (int t = 0; t < op->lay.nterms; t++) {
+        sb_puts(b, any ? " + " : "");
+        cg_dim(b, L->g, op->lay.offset[t]);
+        any = true;
+    }
+    for (int a = 0; a <= nbatch; a++) {
+        Dim st = op->lay.stride[a];
+        if ((st.nsym == 0 && st.k == 0) || (a == nbatch && !strcmp(row, "0"))) continue;
+        sb_puts(b, any ? " + " : "");
+        if (a < nbatch) sb_printf(b, "c%d * ", a);
+        else sb_printf(b, "%s * ", row);
+        bool paren = st.nsym + (st.k != 1) > 1;
+        sb_puts(b, paren ? "(" : "");
+        cg_dim(b, L->g, st);
+        sb_puts(b, paren ? ")" : "");
+        any = true;
+    }
+    if (!any) sb_puts(b, "0");
+}
+
+static void operand_comment(Loop *L, const char *name, NodeId x, const Operand *op)
+{
+    StrBuf *o = L->c->o;
+    const Graph *g = L->g;
+    sb_printf(o, "    /* %s = %%%d %s", name, x, cg_ctype((DType)g->nodes[x].dtype));
+    ir_shape_format(o, g, &g->nodes[x].shape);
+    if (fusion_is_contiguous(g, &op->lay, x)) {
+        if (op->lay.base != x) sb_printf(o, ": the memory of %%%d", op->lay.base);
+    } else {
+        sb_puts(o, ": read in place from ");
+        fusion_layout_format(o, g, &op->lay);
+    }
+    sb_puts(o, op->trans ? " (transposed) */\n" : " */\n");
+}
+
+/* The leading dimension BLAS needs: the stride between rows of the matrix as stored. */
+static void operand_ld(Loop *L, const char *name, NodeId x, const Operand *op)
+{
+    const Graph *g = L->g;
+    StrBuf *o = L->c->o;
+    const Shape *s = &g->nodes[x].shape;
+    int r = s->rank - 2, c = s->rank - 1;
+    /* stored rows run along the columns' axis when transposed */
+    int along = op->trans ? c : r, other = op->trans ? r : c;
+    sb_printf(o, "    const int ld%s = (int)kiln_blas_ld(", name);
+    cg_dim(o, g, op->lay.stride[along]);
+    sb_puts(o, ", ");
+    cg_dim(o, g, s->d[other]);
+    sb_puts(o, ");\n");
+}
+
 static void emit_gemm_kernel(Loop *L)
 {
     Cg *c = L->c;
     StrBuf *o = c->o;
     const Graph *g = L->g;
     NodeId mm = L->K->anchor;
-    NodeId a = fusion_root(g, L->f, ir_input(g, mm, 0)), bm = fusion_root(g, L->f, ir_input(g, mm, 1));
+    NodeId xa = ir_input(g, mm, 0), xb = ir_input(g, mm, 1);
+    Operand A, B;
+    operand(L, xa, &A);
+    operand(L, xb, &B);
     signature(L);
-    int r = L->rank;
+    int r = L->rank, nbatch = r - 2;
     char f = g->nodes[mm].dtype == DT_F64 ? 'd' : 's';
     sb_puts(o, "    const int64_t batch = 1");
-    for (int k = 0; k < r - 2; k++) sb_printf(o, " * S%d", k);
+    for (int k = 0; k < nbatch; k++) sb_printf(o, " * S%d", k);
     sb_printf(o, ", M = S%d, N = S%d, K = ", r - 2, r - 1);
-    cg_dim(o, g, g->nodes[ir_input(g, mm, 1)].shape.d[r - 2]);
+    cg_dim(o, g, g->nodes[xb].shape.d[r - 2]);
     sb_puts(o, ";\n");
-    if (L->K->count == 1) {
-        sb_printf(o, "    for (int64_t b = 0; b < batch; b++)\n"
-                     "        cblas_%cgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1, p%d + b * M * K, (int)K,\n"
-                     "                    p%d + b * K * N, (int)N, 0, y%d + b * M * N, (int)N);\n}\n\n",
-                  f, a, bm, mm);
+    operand_comment(L, "A", xa, &A);
+    operand_comment(L, "B", xb, &B);
+    operand_ld(L, "a", xa, &A);
+    operand_ld(L, "b", xb, &B);
+    bool epilogue = L->K->count > 1;
+    sb_puts(o, "    for (int64_t b = 0; b < batch; b++) {\n");
+    if (nbatch) {
+        sb_puts(o, "        int64_t q = b;\n");
+        for (int k = nbatch - 1; k >= 0; k--) {
+            if (k) sb_printf(o, "        const int64_t c%d = q %% S%d;\n        q /= S%d;\n", k, k, k);
+            else sb_puts(o, "        const int64_t c0 = q;\n");
+        }
+        for (int k = 0; k < nbatch; k++) sb_printf(o, "        (void)c%d;\n", k);
+    }
+    StrBuf offa, offb;
+    sb_init(&offa);
+    sb_init(&offb);
+    operand_offset(L, &A, nbatch, epilogue ? "m0" : "0", &offa);
+    operand_offset(L, &B, nbatch, "0", &offb);
+    const char *ta = A.trans ? "CblasTrans" : "CblasNoTrans", *tb = B.trans ? "CblasTrans" : "CblasNoTrans";
+    NodeId pa = A.lay.base, pb = B.lay.base;
+    if (!epilogue) {
+        sb_printf(o, "        cblas_%cgemm(CblasRowMajor, %s, %s, (int)M, (int)N, (int)K, 1, p%d + (%s), lda,\n"
+                     "                    p%d + (%s), ldb, 0, y%d + b * M * N, (int)N);\n    }\n}\n\n",
+                  f, ta, tb, pa, offa.data, pb, offb.data, mm);
+        sb_free(&offa);
+        sb_free(&offb);
         return;
     }
-    sb_printf(o, "    /* blocks of rows: the epilogue reads each while it is in cache */\n"
-                 "    const int64_t block = N >= %d ? 8 : %d / N;\n",
+    sb_printf(o, "        /* blocks of rows: the epilogue reads each while it is in cache */\n"
+                 "        const int64_t block = N >= %d ? 8 : %d / N;\n",
               GEMM_BLOCK_FLOATS / 8, GEMM_BLOCK_FLOATS);
-    sb_printf(o, "    for (int64_t b = 0; b < batch; b++)\n"
-                 "        for (int64_t m0 = 0; m0 < M; m0 += block) {\n"
+    sb_printf(o, "        for (int64_t m0 = 0; m0 < M; m0 += block) {\n"
                  "            const int64_t mb = M - m0 < block ? M - m0 : block;\n"
-                 "            cblas_%cgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mb, (int)N, (int)K, 1, p%d + (b * M + m0) * K,\n"
-                 "                        (int)K, p%d + b * K * N, (int)N, 0, y%d + (b * M + m0) * N, (int)N);\n",
-              f, a, bm, mm);
+                 "            cblas_%cgemm(CblasRowMajor, %s, %s, (int)mb, (int)N, (int)K, 1, p%d + (%s), lda,\n"
+                 "                        p%d + (%s), ldb, 0, y%d + (b * M + m0) * N, (int)N);\n",
+              f, ta, tb, pa, offa.data, pb, offb.data, mm);
+    sb_free(&offa);
+    sb_free(&offb);
     sb_printf(o, "            #pragma omp parallel for if (mb * N >= %d)\n", PARALLEL_MIN);
     sb_printf(o, "            for (int64_t c%d = m0; c%d < m0 + mb; c%d++) {\n", r - 2, r - 2, r - 2);
     sb_puts(o, "                #pragma omp simd\n");
@@ -647,7 +746,7 @@ static void emit_gemm_kernel(Loop *L)
     emit_needed(L, "                    ");
     for (int i = 0; i < L->nstores; i++)
         if (L->stores[i] != mm) sb_printf(o, "                    y%d[i] = t%d;\n", L->stores[i], L->stores[i]);
-    sb_puts(o, "                }\n            }\n        }\n}\n\n");
+    sb_puts(o, "                }\n            }\n        }\n    }\n}\n\n");
 }
 
 void cg_emit_fused_kernel(Cg *c, int32_t k)

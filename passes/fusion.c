@@ -82,7 +82,7 @@ static bool is_elementwise(const Graph *g, NodeId id)
 
 NodeId fusion_root(const Graph *g, const FusionPlan *p, NodeId id)
 {
-    while (p->role[id] == ROLE_VIEW) id = ir_input(g, id, 0);
+    while (p->role[id] == ROLE_VIEW || p->role[id] == ROLE_STRIDED) id = ir_input(g, id, 0);
     return id;
 }
 
@@ -472,6 +472,71 @@ static void mark_stored(const Graph *g, FusionPlan *p)
     }
 }
 
+/* ---- strided views ---- */
+
+typedef struct {
+    int32_t *first, *list; /* users of node v: list[first[v] .. first[v + 1]) */
+    bool *output;
+} Users;
+
+/* Do all readers of v, through reshapes, detaches and other strided views, take it as a
+ * matrix-product operand that BLAS can read in place? */
+static bool read_in_place(const Graph *g, const FusionPlan *p, const Users *U, NodeId v)
+{
+    if (U->output[v]) return false;
+    for (int32_t i = U->first[v]; i < U->first[v + 1]; i++) {
+        NodeId u = U->list[i];
+        Op op = (Op)g->nodes[u].op;
+        if (op == OP_RESHAPE || op == OP_DETACH) {
+            if (!read_in_place(g, p, U, u)) return false;
+        } else if (op == OP_MATMUL) {
+            FusionLayout L;
+            bool trans;
+            if (!fusion_layout(g, p, v, &L) || !fusion_gemm_operand(g, &L, v, &trans)) return false;
+        } else if (!((op == OP_PERMUTE || op == OP_SLICE) && p->role[u] == ROLE_STRIDED)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Permutes and slices whose every reader is a matrix product that can read them in place
+ * become strided views: no kernel, no memory. A candidate that some reader cannot take is
+ * dropped (it becomes a copy kernel) and the rest re-checked until nothing changes. */
+static void plan_strided(const Graph *g, FusionPlan *p)
+{
+    size_t nn = (size_t)g->nnodes + 1;
+    Users U = {xcalloc(nn + 1, sizeof *U.first), NULL, xcalloc(nn, sizeof *U.output)};
+    int32_t total = 0;
+    for (NodeId id = 0; id < g->nnodes; id++) total += (int32_t)g->nodes[id].ninputs;
+    U.list = xmalloc(((size_t)total + 1) * sizeof *U.list);
+    for (NodeId id = 0; id < g->nnodes; id++)
+        for (uint32_t j = 0; j < g->nodes[id].ninputs; j++) U.first[ir_input(g, id, (int)j) + 1]++;
+    for (NodeId v = 0; v < g->nnodes; v++) U.first[v + 1] += U.first[v];
+    int32_t *fill = xmalloc(nn * sizeof *fill);
+    memcpy(fill, U.first, (size_t)g->nnodes * sizeof *fill);
+    for (NodeId id = 0; id < g->nnodes; id++)
+        for (uint32_t j = 0; j < g->nodes[id].ninputs; j++) {
+            NodeId x = ir_input(g, id, (int)j);
+            U.list[fill[x]++] = id;
+        }
+    for (int32_t o = 0; o < g->noutputs; o++) U.output[g->outputs[o].node] = true;
+    for (NodeId id = 0; id < g->nnodes; id++)
+        if (g->nodes[id].op == OP_PERMUTE || g->nodes[id].op == OP_SLICE) p->role[id] = ROLE_STRIDED;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (NodeId id = 0; id < g->nnodes; id++)
+            if (p->role[id] == ROLE_STRIDED && !read_in_place(g, p, &U, id)) {
+                p->role[id] = ROLE_MEMORY; /* decided by the grouping below */
+                changed = true;
+            }
+    }
+    free(fill);
+    free(U.first);
+    free(U.list);
+    free(U.output);
+}
+
 void fusion_plan(const Graph *g, FusionPlan *p)
 {
     memset(p, 0, sizeof *p);
@@ -483,8 +548,10 @@ void fusion_plan(const Graph *g, FusionPlan *p)
     p->kernel_of = xmalloc(nn * sizeof *p->kernel_of);
     for (NodeId i = 0; i < g->nnodes; i++) p->kernel_of[i] = -1;
     Fuser f = {.g = g, .p = p};
+    plan_strided(g, p);
     for (NodeId id = 0; id < g->nnodes; id++) {
         const Node *n = &g->nodes[id];
+        if (p->role[id] == ROLE_STRIDED) continue;
         switch ((Op)n->op) {
         case OP_INPUT:
         case OP_PARAM: p->role[id] = ROLE_MEMORY; continue;
@@ -623,6 +690,15 @@ void fusion_print(const Graph *g, const FusionPlan *p, StrBuf *o)
             sb_puts(o, "gemm f32");
             ir_shape_format(o, g, &K->shape);
             sb_puts(o, K->count > 1 ? ": matmul with epilogue" : ": matmul");
+            for (int j = 0; j < 2; j++) {
+                NodeId x = ir_input(g, K->anchor, j);
+                FusionLayout L;
+                bool trans;
+                if (!fusion_layout(g, p, x, &L) || fusion_is_contiguous(g, &L, x)) continue;
+                sb_printf(o, "; %s = %%%d in place from ", j ? "B" : "A", x);
+                fusion_layout_format(o, g, &L);
+                if (fusion_gemm_operand(g, &L, x, &trans) && trans) sb_puts(o, " transposed");
+            }
         } else {
             sb_printf(o, "%s", ir_op_info[a->op].name);
         }

@@ -95,11 +95,17 @@ void memplan_run(const Graph *g, const FusionPlan *f, MemPlan *m)
         case ROLE_VIEW: m->kind[i] = MEM_VIEW; break;
         case ROLE_KERNEL: m->kind[i] = f->stored[i] ? MEM_ARENA : MEM_NONE; break;
         case ROLE_INLINE: m->kind[i] = MEM_NONE; break;
+        case ROLE_STRIDED: m->kind[i] = MEM_NONE; break; /* matrix products read its base */
         }
     }
-    /* A view of a value that lives only in registers has no memory either. */
-    for (NodeId i = 0; i < g->nnodes; i++)
-        if (m->kind[i] == MEM_VIEW && m->kind[fusion_root(g, f, i)] == MEM_NONE) m->kind[i] = MEM_NONE;
+    /* A view of a value that lives only in registers, or of a strided view, has no memory
+     * of its own either. */
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        if (m->kind[i] != MEM_VIEW) continue;
+        NodeId v = i;
+        while (f->role[v] == ROLE_VIEW) v = ir_input(g, v, 0);
+        if (f->role[v] == ROLE_STRIDED || m->kind[v] == MEM_NONE) m->kind[i] = MEM_NONE;
+    }
     for (int32_t k = 0; k < f->nkernels; k++) {
         const Kernel *K = &f->kernels[k];
         for (int32_t j = 0; j < K->count; j++) {

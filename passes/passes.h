@@ -80,6 +80,7 @@ typedef enum {
     ROLE_VIEW,   /* reshape, detach: reads its operand's memory, no kernel */
     ROLE_INLINE, /* recomputed where it is used (const, iota, random, broadcast loads) */
     ROLE_KERNEL, /* computed by kernels[kernel_of[id]] */
+    ROLE_STRIDED, /* permute or slice read in place by matrix products only (layout.c) */
 } NodeRole;
 typedef enum { CLASS_FULL, CLASS_ROW, CLASS_TOTAL } MemberClass;
 
@@ -104,11 +105,32 @@ typedef struct {
 
 void fusion_plan(const Graph *g, FusionPlan *plan);
 void fusion_free(FusionPlan *plan);
-/* The root whose memory or value a node stands for: skips views (reshape, detach). */
+/* The root whose memory or value a node stands for: skips views (reshape, detach) and
+ * strided views (which only matrix products read, through fusion_layout). */
 NodeId fusion_root(const Graph *g, const FusionPlan *plan, NodeId id);
 /* Does node `reader` of kernel k read root r as a broadcast of r's operand (recomputed,
  * not loaded)? Matrix products and single-node kernels read stored values only. */
 bool fusion_is_broadcast(const Graph *g, const FusionPlan *plan, NodeId r, int32_t k, NodeId reader);
+/* layout.c — a strided view of stored memory: element (c_0, ..., c_{rank-1}) of a value
+ * is at base[sum of offset terms + sum c_a * stride[a]]; offsets and strides are products
+ * of dims, valid for every value of the symbols. */
+#define FUSION_LAYOUT_TERMS 8
+typedef struct {
+    NodeId base; /* the stored value (or parameter, input) the view reads */
+    int rank;
+    Dim stride[IR_MAX_RANK];
+    int nterms;
+    Dim offset[FUSION_LAYOUT_TERMS];
+} FusionLayout;
+/* The layout of node x through views and strided views; false when it has none. */
+bool fusion_layout(const Graph *g, const FusionPlan *plan, NodeId x, FusionLayout *layout);
+/* Can BLAS read operand x of a matrix product with this layout: a unit stride along its
+ * columns (*trans = false) or its rows (*trans = true)? Batch axes may have any stride. */
+bool fusion_gemm_operand(const Graph *g, const FusionLayout *layout, NodeId x, bool *trans);
+/* Is the layout plain row-major memory of x's shape? */
+bool fusion_is_contiguous(const Graph *g, const FusionLayout *layout, NodeId x);
+/* "%85, strides [384*T, 32, 384, 1], offset 128" */
+void fusion_layout_format(StrBuf *b, const Graph *g, const FusionLayout *layout);
 /* `kiln ir --after fusion`: the kernels with their members, one line each. */
 void fusion_print(const Graph *g, const FusionPlan *plan, StrBuf *out);
 

@@ -10,6 +10,9 @@
  *                cast/reshape/expand/permute to what x already is -> x;
  *                reshape(reshape(x)) -> reshape(x); permute(permute(x)) -> one permute
  *                (or x); expand(expand(x)) -> expand(x)
+ *   transposes   permute(a @ b) swapping the last two axes, where nothing else reads the
+ *                product -> permute(b) @ permute(a): BLAS reads the operands transposed in
+ *                place (fusion's strided views) instead of a kernel copying the product
  *   CSE          identical op, dtype, shape, operands and attributes -> one node
  *   DCE          drop nodes no output depends on
  * x * 0 is not folded: it is NaN when x is inf or NaN, and Kiln keeps IEEE semantics.
@@ -22,6 +25,8 @@
 #include <string.h>
 
 typedef struct {
+    const Graph *in;
+    int32_t *uses;    /* per old node: readers, outputs counted */
     Graph *out;
     NodeId *map;      /* old id -> new id */
     NodeId *table;    /* open-addressing hash of new nodes for CSE */
@@ -123,9 +128,45 @@ static NodeId emit_fill(Simp *s, double v, DType t, const Shape *shape, Loc loc)
     return cse(s, id);
 }
 
-/* Tries the rewrites for old node n whose operands are already mapped to ins[]; returns
- * the new node it becomes, or IR_NONE to copy it unchanged. */
-static NodeId rewrite(Simp *s, const Node *n, const NodeId *ins, const int64_t *attrs)
+static bool swaps_last_two(const int64_t *perm, int rank)
+{
+    if (rank < 2 || perm[rank - 1] != rank - 2 || perm[rank - 2] != rank - 1) return false;
+    for (int k = 0; k < rank - 2; k++)
+        if (perm[k] != k) return false;
+    return true;
+}
+
+/* permute(x, perm) in the new graph: x itself for the identity, one permute for a permute
+ * of a permute. */
+static NodeId emit_permute(Simp *s, NodeId x, const int64_t *perm, int rank, Loc loc)
+{
+    Graph *o = s->out;
+    const Node *xn = &o->nodes[x];
+    bool identity = true;
+    for (int k = 0; k < rank; k++) identity &= perm[k] == (int64_t)k;
+    if (identity) return x;
+    NodeId inner = x;
+    int64_t comp[IR_MAX_RANK];
+    memcpy(comp, perm, (size_t)rank * sizeof *comp);
+    if (xn->op == OP_PERMUTE) {
+        /* permute(permute(z, p), q)[i] = z[p[q[i]]] */
+        inner = ir_input(o, x, 0);
+        const int64_t *p = ir_attrs(o, x);
+        bool id2 = true;
+        for (int k = 0; k < rank; k++) {
+            comp[k] = p[perm[k]];
+            id2 &= comp[k] == (int64_t)k;
+        }
+        if (id2) return inner;
+    }
+    Shape sh = o->nodes[inner].shape;
+    for (int k = 0; k < rank; k++) sh.d[k] = o->nodes[inner].shape.d[comp[k]];
+    return cse(s, ir_add_node(o, OP_PERMUTE, (DType)xn->dtype, &sh, &inner, 1, comp, rank, loc));
+}
+
+/* Tries the rewrites for old node `old` (n) whose operands are already mapped to ins[];
+ * returns the new node it becomes, or IR_NONE to copy it unchanged. */
+static NodeId rewrite(Simp *s, NodeId old, const Node *n, const NodeId *ins, const int64_t *attrs)
 {
     Graph *o = s->out;
     Op op = (Op)n->op;
@@ -175,22 +216,18 @@ static NodeId rewrite(Simp *s, const Node *n, const NodeId *ins, const int64_t *
         }
         break;
     case OP_PERMUTE: {
+        NodeId m = ir_input(s->in, old, 0);
+        if (xn->op == OP_MATMUL && s->uses[m] == 1 && swaps_last_two(attrs, (int)n->nattrs)) {
+            /* (a @ b)^T = b^T @ a^T: the transposes become BLAS flags (fusion's strided
+             * views) instead of a copy of the product; weight gradients are such */
+            NodeId a = emit_permute(s, ir_input(o, x, 1), attrs, (int)n->nattrs, n->loc);
+            NodeId b = emit_permute(s, ir_input(o, x, 0), attrs, (int)n->nattrs, n->loc);
+            NodeId ab[2] = {a, b};
+            return cse(s, ir_add_node(o, OP_MATMUL, t, &n->shape, ab, 2, NULL, 0, n->loc));
+        }
         bool identity = true;
         for (uint32_t k = 0; k < n->nattrs; k++) identity &= attrs[k] == (int64_t)k;
-        if (identity) return x;
-        if (xn->op == OP_PERMUTE) {
-            /* permute(permute(z, p), q)[i] = z[p[q[i]]] */
-            NodeId inner = ir_input(o, x, 0);
-            const int64_t *p = ir_attrs(o, x);
-            int64_t comp[IR_MAX_RANK];
-            bool id2 = true;
-            for (uint32_t k = 0; k < n->nattrs; k++) {
-                comp[k] = p[attrs[k]];
-                id2 &= comp[k] == (int64_t)k;
-            }
-            if (id2) return inner;
-            return cse(s, ir_add_node(o, OP_PERMUTE, t, &n->shape, &inner, 1, comp, (int)n->nattrs, n->loc));
-        }
+        if (identity || xn->op == OP_PERMUTE) return emit_permute(s, x, attrs, (int)n->nattrs, n->loc);
         break;
     }
     default:
@@ -244,6 +281,11 @@ void pass_simplify(Graph *g)
 {
     Simp s;
     memset(&s, 0, sizeof s);
+    s.in = g;
+    s.uses = xcalloc((size_t)g->nnodes + 1, sizeof *s.uses);
+    for (NodeId i = 0; i < g->nnodes; i++)
+        for (uint32_t k = 0; k < g->nodes[i].ninputs; k++) s.uses[ir_input(g, i, (int)k)]++;
+    for (int32_t k = 0; k < g->noutputs; k++) s.uses[g->outputs[k].node]++;
     s.out = ir_graph_new(g->name);
     s.out->mode = g->mode;
     for (int i = 0; i < g->nsyms; i++) ir_add_symbol(s.out, g->syms[i].name, g->syms[i].max);
@@ -254,7 +296,7 @@ void pass_simplify(Graph *g)
         NodeId ins[64];
         NodeId *in = n->ninputs <= 64 ? ins : xmalloc(n->ninputs * sizeof *in);
         for (uint32_t k = 0; k < n->ninputs; k++) in[k] = s.map[ir_input(g, i, (int)k)];
-        NodeId r = rewrite(&s, n, in, ir_attrs(g, i));
+        NodeId r = rewrite(&s, i, n, in, ir_attrs(g, i));
         if (r == IR_NONE) {
             r = ir_add_node(s.out, (Op)n->op, (DType)n->dtype, &n->shape, in, (int)n->ninputs, ir_attrs(g, i), (int)n->nattrs,
                             n->loc);
@@ -276,6 +318,7 @@ void pass_simplify(Graph *g)
     ir_graph_free(s.out);
     free(s.map);
     free(s.table);
+    free(s.uses);
     /* Replace g's contents with the result. */
     Graph tmp = *g;
     *g = *live;

@@ -66,6 +66,10 @@ typedef struct {
     int count;
 } kiln_gemm_shape;
 
+/* The leading dimension of a matrix that generated code hands to BLAS: its row stride,
+ * or, where a single row makes the stride meaningless, the smallest value BLAS accepts. */
+static inline int64_t kiln_blas_ld(int64_t stride, int64_t cols) { return stride >= cols && stride > 0 ? stride : cols > 1 ? cols : 1; }
+
 typedef struct {
     const char *name;
     const char *source;   /* the .kiln file it was generated from */
