@@ -700,7 +700,24 @@ static void emit_gemm_kernel(Loop *L)
     operand_comment(L, "B", xb, &B);
     operand_ld(L, "a", xa, &A);
     operand_ld(L, "b", xb, &B);
-    bool epilogue = L->K->count > 1;
+    NodeId wr = L->K->written;
+    bool epilogue = L->K->count > 1 && wr == IR_NONE;
+    Operand C = {.trans = false};
+    if (wr != IR_NONE) {
+        /* the product goes straight into the permuted memory of %wr */
+        if (!fusion_gemm_output(g, mm, wr, C.lay.stride, &C.trans)) {
+            fprintf(stderr, "kiln: internal error: product %%%d cannot be written as %%%d\n", mm, wr);
+            abort();
+        }
+        C.lay.base = wr;
+        C.lay.rank = r;
+        sb_printf(o, "    /* C = %%%d, written in the order of %%%d %s", mm, wr, cg_ctype((DType)g->nodes[wr].dtype));
+        ir_shape_format(o, g, &g->nodes[wr].shape);
+        sb_puts(o, C.trans ? ": computed as B^T A^T, whose rows are its columns */\n" : " */\n");
+        sb_puts(o, "    const int ldc = (int)kiln_blas_ld(");
+        cg_dim(o, g, C.lay.stride[C.trans ? r - 1 : r - 2]);
+        sb_printf(o, ", %s);\n", C.trans ? "M" : "N");
+    }
     sb_puts(o, "    for (int64_t b = 0; b < batch; b++) {\n");
     if (nbatch) {
         sb_puts(o, "        int64_t q = b;\n");
@@ -717,6 +734,24 @@ static void emit_gemm_kernel(Loop *L)
     operand_offset(L, &B, nbatch, "0", &offb);
     const char *ta = A.trans ? "CblasTrans" : "CblasNoTrans", *tb = B.trans ? "CblasTrans" : "CblasNoTrans";
     NodeId pa = A.lay.base, pb = B.lay.base;
+    if (wr != IR_NONE) {
+        StrBuf offc;
+        sb_init(&offc);
+        operand_offset(L, &C, nbatch, "0", &offc);
+        if (!C.trans)
+            sb_printf(o, "        cblas_%cgemm(CblasRowMajor, %s, %s, (int)M, (int)N, (int)K, 1, p%d + (%s), lda,\n"
+                         "                    p%d + (%s), ldb, 0, y%d + (%s), ldc);\n    }\n}\n\n",
+                      f, ta, tb, pa, offa.data, pb, offb.data, wr, offc.data);
+        else
+            sb_printf(o, "        cblas_%cgemm(CblasRowMajor, %s, %s, (int)N, (int)M, (int)K, 1, p%d + (%s), ldb,\n"
+                         "                    p%d + (%s), lda, 0, y%d + (%s), ldc);\n    }\n}\n\n",
+                      f, B.trans ? "CblasNoTrans" : "CblasTrans", A.trans ? "CblasNoTrans" : "CblasTrans", pb, offb.data, pa,
+                      offa.data, wr, offc.data);
+        sb_free(&offa);
+        sb_free(&offb);
+        sb_free(&offc);
+        return;
+    }
     if (!epilogue) {
         sb_printf(o, "        cblas_%cgemm(CblasRowMajor, %s, %s, (int)M, (int)N, (int)K, 1, p%d + (%s), lda,\n"
                      "                    p%d + (%s), ldb, 0, y%d + b * M * N, (int)N);\n    }\n}\n\n",

@@ -31,6 +31,7 @@ typedef struct {
     int32_t **deps; /* kernels it reads from */
     int32_t *ndeps, *capdeps;
     bool *has_rows; /* has row or total members: its axes are fixed */
+    int32_t *uses;  /* per node: readers, a graph output counted as one */
     /* DFS marks */
     int32_t *mark;
     int32_t stamp;
@@ -115,7 +116,7 @@ static int32_t new_kernel(Fuser *f, KernelKind kind, NodeId anchor, const Shape 
         f->mark = xrealloc(f->mark, n * sizeof *f->mark);
     }
     int32_t k = p->nkernels++;
-    p->kernels[k] = (Kernel){.kind = (uint8_t)kind, .anchor = anchor, .shape = *shape, .axes = axes};
+    p->kernels[k] = (Kernel){.kind = (uint8_t)kind, .anchor = anchor, .shape = *shape, .axes = axes, .written = IR_NONE};
     f->mem[k] = NULL;
     f->nmem[k] = f->capmem[k] = 0;
     f->deps[k] = NULL;
@@ -236,7 +237,7 @@ static bool try_join(Fuser *f, int32_t k, NodeId id)
     FusionPlan *p = f->p;
     Kernel *K = &p->kernels[k];
     const Node *n = &g->nodes[id];
-    if (K->kind == KERNEL_SINGLE) return false;
+    if (K->kind == KERNEL_SINGLE || K->written != IR_NONE) return false;
     Numel full = numel_of(&K->shape, 0), rows = numel_of(&K->shape, K->axes);
     Numel mine = numel_of(&n->shape, 0);
     MemberClass cls;
@@ -353,6 +354,26 @@ static void start_loop(Fuser *f, NodeId id)
     add_member(f, k, id, cls);
 }
 
+/* A permute whose operand is a matrix product nothing else reads: BLAS writes the product
+ * in the permuted order (attention's heads back to [B, T, H, D], and their gradients)
+ * instead of a kernel copying it. */
+static bool try_join_written(Fuser *f, NodeId id)
+{
+    const Graph *g = f->g;
+    FusionPlan *p = f->p;
+    NodeId mm = ir_input(g, id, 0);
+    if (g->nodes[mm].op != OP_MATMUL || p->role[mm] != ROLE_KERNEL || f->uses[mm] != 1) return false;
+    int32_t k = p->kernel_of[mm];
+    Kernel *K = &p->kernels[k];
+    Dim stride[IR_MAX_RANK];
+    bool swapped;
+    if (K->kind != KERNEL_GEMM || f->nmem[k] != 1 || K->written != IR_NONE || !fusion_gemm_output(g, mm, id, stride, &swapped))
+        return false;
+    add_member(f, k, id, CLASS_FULL);
+    p->kernels[k].written = id;
+    return true;
+}
+
 static void start_single(Fuser *f, NodeId id, KernelKind kind)
 {
     const Graph *g = f->g;
@@ -458,7 +479,8 @@ static void mark_stored(const Graph *g, FusionPlan *p)
         if (p->role[id] != ROLE_KERNEL) continue;
         int32_t k = p->kernel_of[id];
         const Node *n = &g->nodes[id];
-        if (p->kernels[k].kind == KERNEL_GEMM && n->op == OP_MATMUL) p->stored[id] = 1; /* BLAS writes it */
+        if (p->kernels[k].kind == KERNEL_GEMM && n->op == OP_MATMUL && p->kernels[k].written == IR_NONE)
+            p->stored[id] = 1; /* BLAS writes it */
         if (p->cls[id] == CLASS_TOTAL) p->stored[id] = 1;
         for (uint32_t j = 0; j < n->ninputs; j++) {
             NodeId r = fusion_root(g, p, ir_input(g, id, (int)j));
@@ -548,6 +570,10 @@ void fusion_plan(const Graph *g, FusionPlan *p)
     p->kernel_of = xmalloc(nn * sizeof *p->kernel_of);
     for (NodeId i = 0; i < g->nnodes; i++) p->kernel_of[i] = -1;
     Fuser f = {.g = g, .p = p};
+    f.uses = xcalloc(nn, sizeof *f.uses);
+    for (NodeId id = 0; id < g->nnodes; id++)
+        for (uint32_t j = 0; j < g->nodes[id].ninputs; j++) f.uses[ir_input(g, id, (int)j)]++;
+    for (int32_t o = 0; o < g->noutputs; o++) f.uses[g->outputs[o].node]++;
     plan_strided(g, p);
     for (NodeId id = 0; id < g->nnodes; id++) {
         const Node *n = &g->nodes[id];
@@ -564,6 +590,9 @@ void fusion_plan(const Graph *g, FusionPlan *p)
             if (!try_join_expand(&f, id)) p->role[id] = ROLE_INLINE;
             continue;
         case OP_MATMUL: start_single(&f, id, KERNEL_GEMM); continue;
+        case OP_PERMUTE:
+            if (try_join_written(&f, id)) continue;
+            break;
         default: break;
         }
         if (is_elementwise(g, id) || n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX) {
@@ -608,6 +637,7 @@ void fusion_plan(const Graph *g, FusionPlan *p)
     free(f.capdeps);
     free(f.has_rows);
     free(f.mark);
+    free(f.uses);
 }
 
 void fusion_free(FusionPlan *p)
@@ -689,7 +719,8 @@ void fusion_print(const Graph *g, const FusionPlan *p, StrBuf *o)
         } else if (K->kind == KERNEL_GEMM) {
             sb_puts(o, "gemm f32");
             ir_shape_format(o, g, &K->shape);
-            sb_puts(o, K->count > 1 ? ": matmul with epilogue" : ": matmul");
+            sb_puts(o, K->written != IR_NONE ? ": matmul" : K->count > 1 ? ": matmul with epilogue" : ": matmul");
+            if (K->written != IR_NONE) sb_printf(o, " written permuted as %%%d", K->written);
             for (int j = 0; j < 2; j++) {
                 NodeId x = ir_input(g, K->anchor, j);
                 FusionLayout L;

@@ -136,6 +136,26 @@ bool fusion_gemm_operand(const Graph *g, const FusionLayout *L, NodeId x, bool *
     return false;
 }
 
+bool fusion_gemm_output(const Graph *g, NodeId mm, NodeId pm, Dim *stride, bool *swapped)
+{
+    const Shape *ps = &g->nodes[pm].shape, *ms = &g->nodes[mm].shape;
+    Dim pst[IR_MAX_RANK];
+    if (g->nodes[pm].op != OP_PERMUTE || ms->rank < 2 || !contiguous(ps, pst)) return false;
+    const int64_t *perm = ir_attrs(g, pm);
+    for (int i = 0; i < ps->rank; i++) stride[perm[i]] = pst[i];
+    int r = ms->rank - 2, c = ms->rank - 1;
+    Dim unit = ir_dim_const(1);
+    if (is_one(ms->d[c]) || ir_dim_eq(stride[c], unit)) {
+        *swapped = false;
+        return true;
+    }
+    if (is_one(ms->d[r]) || ir_dim_eq(stride[r], unit)) {
+        *swapped = true;
+        return true;
+    }
+    return false;
+}
+
 bool fusion_is_contiguous(const Graph *g, const FusionLayout *L, NodeId x)
 {
     if (L->nterms) return false;

@@ -91,6 +91,8 @@ typedef struct {
                           reduced over `axes`, the row count (CLASS_ROW), or one (CLASS_TOTAL) */
     uint64_t axes;     /* LOOP: the reduced axes of `shape` (0: elementwise only) */
     int32_t first, count; /* members: FusionPlan.members[first .. first + count), ascending */
+    NodeId written;    /* GEMM: a permute of the product that BLAS writes instead of the
+                          product itself (fusion_gemm_output), or IR_NONE */
 } Kernel;
 
 typedef struct {
@@ -127,6 +129,11 @@ bool fusion_layout(const Graph *g, const FusionPlan *plan, NodeId x, FusionLayou
 /* Can BLAS read operand x of a matrix product with this layout: a unit stride along its
  * columns (*trans = false) or its rows (*trans = true)? Batch axes may have any stride. */
 bool fusion_gemm_operand(const Graph *g, const FusionLayout *layout, NodeId x, bool *trans);
+/* Can BLAS write the product of matrix product mm straight into the memory of pm, a
+ * permute of it (row-major in pm's shape)? Sets the strides of that memory per axis of the
+ * product; *swapped when the rows, not the columns, have unit stride (BLAS then computes
+ * the transposed product, b^T a^T). */
+bool fusion_gemm_output(const Graph *g, NodeId mm, NodeId pm, Dim *stride, bool *swapped);
 /* Is the layout plain row-major memory of x's shape? */
 bool fusion_is_contiguous(const Graph *g, const FusionLayout *layout, NodeId x);
 /* "%85, strides [384*T, 32, 384, 1], offset 128" */

@@ -64,6 +64,8 @@ static const OpCase op_cases[] = {
      " v = permute(reshape(v, 2, 3, 2, 2), 0, 2, 1, 3)\n y = (q @ k) @ v"},
     {"matmul_view_also_read", "x: f32[4, 3], z: f32[4, 5]", "y = transpose(x) @ z + sum(transpose(x), axis = 1, keepdim = true)"},
     {"matmul_step_slice", "x: f32[3, 8], z: f32[4, 5]", "y = x[:, 0:8:2] @ z"},
+    {"matmul_written_permuted", "x: f32[2, 3, 4], z: f32[2, 4, 5]", "y = permute(x @ z, 1, 0, 2) * 2"},
+    {"matmul_written_transposed", "x: f32[2, 3, 4], z: f32[2, 4, 5]", "y = permute(x @ z, 2, 0, 1)"},
     {"matmul_merged_permute", "x: f32[2, 3, 4], z: f32[6, 5]", "y = reshape(permute(x, 2, 1, 0), 4, 6) @ z"},
     {"cross_entropy", "x: f32[4, 5], t: i64[4]", "y = cross_entropy(x, t)"},
     {"cross_entropy_3d", "x: f32[2, 3, 5], t: i32[2, 3]", "y = cross_entropy(x, t)"},
