@@ -10,6 +10,8 @@
  *                cast/reshape/expand/permute to what x already is -> x;
  *                reshape(reshape(x)) -> reshape(x); permute(permute(x)) -> one permute
  *                (or x); expand(expand(x)) -> expand(x)
+ *   concat       pad(a) + pad(b) with zeros over adjacent ranges of one axis ->
+ *                pad(concat(a, b)) (the gradient of split)
  *   transposes   permute(a @ b) swapping the last two axes, where nothing else reads the
  *                product -> permute(b) @ permute(a): BLAS reads the operands transposed in
  *                place (fusion's strided views) instead of a kernel copying the product
@@ -164,6 +166,72 @@ static NodeId emit_permute(Simp *s, NodeId x, const int64_t *perm, int rank, Loc
     return cse(s, ir_add_node(o, OP_PERMUTE, (DType)xn->dtype, &sh, &inner, 1, comp, rank, loc));
 }
 
+/* The axis a zero pad pads (along one axis only, by constants), or -1. */
+static int pad_axis(const Graph *o, NodeId id, int64_t *lo, int64_t *hi, int64_t *len)
+{
+    const Node *n = &o->nodes[id];
+    if (n->op != OP_PAD || n->fattr[0] != 0.0) return -1;
+    const int64_t *a = ir_attrs(o, id);
+    int r = n->shape.rank, axis = -1;
+    for (int k = 0; k < r; k++)
+        if (a[k] || a[r + k]) {
+            if (axis >= 0 || a[k] < 0 || a[r + k] < 0) return -1;
+            axis = k;
+        }
+    if (axis < 0) return -1;
+    Dim d = o->nodes[ir_input(o, id, 0)].shape.d[axis];
+    if (d.nsym) return -1;
+    *lo = a[axis], *hi = a[r + axis], *len = d.k;
+    return axis;
+}
+
+/* pad(a) + pad(b) with zeros, where a and b fill adjacent ranges of one axis, is a pad of
+ * concat(a, b) (or the concat itself): one copy instead of two padded ones and an add,
+ * as autodiff writes the gradient of split (attention's q, k, v). Nested concats on the
+ * same axis flatten. */
+static NodeId sum_of_pads(Simp *s, NodeId x, NodeId y, Loc loc)
+{
+    Graph *o = s->out;
+    int64_t lo1, hi1, n1, lo2, hi2, n2;
+    int ax = pad_axis(o, x, &lo1, &hi1, &n1);
+    if (ax < 0 || pad_axis(o, y, &lo2, &hi2, &n2) != ax) return IR_NONE;
+    if (lo2 < lo1) {
+        NodeId t = x;
+        x = y, y = t;
+        int64_t q;
+        q = lo1, lo1 = lo2, lo2 = q;
+        q = hi1, hi1 = hi2, hi2 = q;
+        q = n1, n1 = n2, n2 = q;
+    }
+    if (lo1 + n1 != lo2) return IR_NONE;
+    NodeId parts[64];
+    int np = 0;
+    NodeId halves[2] = {ir_input(o, x, 0), ir_input(o, y, 0)};
+    for (int h = 0; h < 2; h++) {
+        NodeId v = halves[h];
+        const Node *vn = &o->nodes[v];
+        if (vn->op == OP_CONCAT && ir_attrs(o, v)[0] == ax && np + (int)vn->ninputs <= 64) {
+            for (uint32_t k = 0; k < vn->ninputs; k++) parts[np++] = ir_input(o, v, (int)k);
+        } else {
+            if (np == 64) return IR_NONE;
+            parts[np++] = v;
+        }
+    }
+    const Node *xn = &o->nodes[x];
+    Shape cs = xn->shape;
+    cs.d[ax] = ir_dim_const(n1 + n2);
+    int64_t axis = ax;
+    NodeId cat = cse(s, ir_add_node(o, OP_CONCAT, (DType)xn->dtype, &cs, parts, np, &axis, 1, loc));
+    if (lo1 == 0 && hi2 == 0) return cat;
+    int r = xn->shape.rank;
+    int64_t pads[2 * IR_MAX_RANK] = {0};
+    pads[ax] = lo1;
+    pads[r + ax] = hi2;
+    NodeId pad = ir_add_node(o, OP_PAD, (DType)xn->dtype, &xn->shape, &cat, 1, pads, 2 * r, loc);
+    o->nodes[pad].fattr[0] = 0.0;
+    return cse(s, pad);
+}
+
 /* Tries the rewrites for old node `old` (n) whose operands are already mapped to ins[];
  * returns the new node it becomes, or IR_NONE to copy it unchanged. */
 static NodeId rewrite(Simp *s, NodeId old, const Node *n, const NodeId *ins, const int64_t *attrs)
@@ -182,10 +250,13 @@ static NodeId rewrite(Simp *s, NodeId old, const Node *n, const NodeId *ins, con
     if ((flags & OPF_BINARY) && is_fill(o, x, &v0) && is_fill(o, y, &v1) && !(op == OP_DIV && !ir_dtype_is_float(t)))
         return emit_fill(s, fold_value(op, t, v0, v1, true), t, &n->shape, n->loc);
     switch (op) {
-    case OP_ADD:
+    case OP_ADD: {
         if (is_fill_of(o, y, 0.0)) return x;
         if (is_fill_of(o, x, 0.0)) return y;
+        NodeId r = sum_of_pads(s, x, y, n->loc);
+        if (r != IR_NONE) return r;
         break;
+    }
     case OP_SUB:
         if (is_fill_of(o, y, 0.0)) return x;
         break;

@@ -90,6 +90,39 @@ Test(rewrites, double_transpose)
                       "output a = %0\noutput b = %1\n");
 }
 
+Test(rewrites, transposed_product_reads_its_operands_transposed)
+{
+    /* one reader: (a @ b)^T = b^T @ a^T, and a^T^T folds to a */
+    expect_simplified("%0 = input \"a\" : f32[2, 3]\n%1 = input \"b\" : f32[4, 3]\n%2 = permute %1 perm=[1, 0] : f32[3, 4]\n"
+                      "%3 = matmul %0, %2 : f32[2, 4]\n%4 = permute %3 perm=[1, 0] : f32[4, 2]\noutput y = %4\n",
+                      "%0 = input \"a\" : f32[2, 3]\n%1 = input \"b\" : f32[4, 3]\n%2 = permute %0 perm=[1, 0] : f32[3, 2]\n"
+                      "%3 = matmul %1, %2 : f32[4, 2]\noutput y = %3\n");
+    /* the product is also an output: kept, not computed twice */
+    expect_simplified("%0 = input \"a\" : f32[2, 3]\n%1 = input \"b\" : f32[3, 4]\n%2 = matmul %0, %1 : f32[2, 4]\n"
+                      "%3 = permute %2 perm=[1, 0] : f32[4, 2]\noutput y = %3\noutput z = %2\n",
+                      "%0 = input \"a\" : f32[2, 3]\n%1 = input \"b\" : f32[3, 4]\n%2 = matmul %0, %1 : f32[2, 4]\n"
+                      "%3 = permute %2 perm=[1, 0] : f32[4, 2]\noutput y = %3\noutput z = %2\n");
+}
+
+Test(rewrites, sum_of_adjacent_pads_is_a_concat)
+{
+    expect_simplified("%0 = input \"q\" : f32[2, 3]\n%1 = input \"k\" : f32[2, 3]\n%2 = input \"v\" : f32[2, 3]\n"
+                      "%3 = pad %0 lo=[0, 0] hi=[0, 6] value=0.0 : f32[2, 9]\n%4 = pad %1 lo=[0, 3] hi=[0, 3] value=0.0 : f32[2, 9]\n"
+                      "%5 = pad %2 lo=[0, 6] hi=[0, 0] value=0.0 : f32[2, 9]\n%6 = add %5, %4 : f32[2, 9]\n"
+                      "%7 = add %6, %3 : f32[2, 9]\noutput y = %7\n",
+                      "%0 = input \"q\" : f32[2, 3]\n%1 = input \"k\" : f32[2, 3]\n%2 = input \"v\" : f32[2, 3]\n"
+                      "%3 = concat %0, %1, %2 axis=1 : f32[2, 9]\noutput y = %3\n");
+    /* a gap between the ranges, or a non-zero fill: left alone */
+    const char *gap = "%0 = input \"q\" : f32[2, 3]\n%1 = input \"k\" : f32[2, 3]\n"
+                      "%2 = pad %0 lo=[0, 0] hi=[0, 6] value=0.0 : f32[2, 9]\n%3 = pad %1 lo=[0, 6] hi=[0, 0] value=0.0 : f32[2, 9]\n"
+                      "%4 = add %2, %3 : f32[2, 9]\noutput y = %4\n";
+    expect_simplified(gap, gap);
+    const char *fill = "%0 = input \"q\" : f32[2, 3]\n%1 = input \"k\" : f32[2, 3]\n"
+                       "%2 = pad %0 lo=[0, 0] hi=[0, 3] value=1.0 : f32[2, 6]\n%3 = pad %1 lo=[0, 3] hi=[0, 0] value=0.0 : f32[2, 6]\n"
+                       "%4 = add %2, %3 : f32[2, 6]\noutput y = %4\n";
+    expect_simplified(fill, fill);
+}
+
 Test(rewrites, common_subexpressions)
 {
     expect_simplified("%0 = input \"x\" : f32[4]\n%1 = exp %0 : f32[4]\n%2 = exp %0 : f32[4]\n%3 = add %1, %2 : f32[4]\n"
