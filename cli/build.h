@@ -6,6 +6,9 @@
 
 /* Compiles model_c with the runtime's train_main.c into prog. Returns 0, or -1 with the
  * compiler's output in *log. */
+/* What else a cached program depends on: the CPU (generated code is built with
+ * -march=native), and the runtime library and driver it links (their size and time). */
+void build_fingerprint(StrBuf *key);
 int build_program(const char *model_c, const char *prog, const char *extra_cflags, StrBuf *log);
 
 #endif

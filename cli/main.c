@@ -591,7 +591,8 @@ static int cmd_train(const char *file, Model *train, Diag *d, int argc, char **a
     const char *cc = getenv("CC");
     StrBuf key;
     sb_init(&key);
-    sb_printf(&key, "%s|%s|%s|", c.data, cc ? cc : "", KILN_VERSION);
+    sb_printf(&key, "%s|%s|%s|%s|", c.data, cc ? cc : "", KILN_VERSION, KILN_DEFAULT_CFLAGS);
+    build_fingerprint(&key);
     uint64_t h = util_hash_string(key.data);
     sb_free(&key);
     const char *cache = getenv("XDG_CACHE_HOME");

@@ -597,6 +597,8 @@ static void cg_free(Cg *c)
 {
     fusion_free(&c->fp);
     memplan_free(&c->mp);
+    free(c->fused_name); /* the names belong to c->shared_name */
+    c->fused_name = NULL;
 }
 
 /* Emits the kernels and the step function of one graph. */
@@ -611,6 +613,7 @@ static int64_t emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *p
     c->input_index = l.input_index;
     fusion_plan(g, &c->fp);
     memplan_run(g, &c->fp, &c->mp);
+    c->fused_name = xcalloc((size_t)c->fp.nkernels + 1, sizeof *c->fused_name);
     for (int32_t k = 0; k < c->fp.nkernels; k++) {
         const Kernel *K = &c->fp.kernels[k];
         if (K->kind == KERNEL_SINGLE) emit_kernel(c, K->anchor);
@@ -897,5 +900,6 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, ch
               (long long)train_arena, (long long)eval_arena, nrecipe, c.ngemms);
     for (int i = 0; i < c.nlines; i++) free(c.lines[i]);
     free(c.lines);
+    cg_free_shared(&c);
     return 0;
 }

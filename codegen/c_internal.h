@@ -21,6 +21,12 @@ typedef struct {
     int nlines;
     const char *source;
     int ngemms;
+    /* Fused kernels with the same code (up to the names of their values) share one
+     * function, across layers and between the train and eval graphs: */
+    StrMap shared;        /* canonical code -> index in shared_code */
+    char **shared_code, **shared_name;
+    int nshared, capshared;
+    char **fused_name;    /* per kernel of the current graph: the function it calls */
 } Cg;
 
 static inline const Node *N(const Cg *c, NodeId id) { return &c->g->nodes[id]; }
@@ -40,5 +46,6 @@ void cg_source_line(Cg *c, NodeId id);
 /* c_loops.c: a loop or GEMM kernel of the fusion plan, and its call in the step. */
 void cg_emit_fused_kernel(Cg *c, int32_t k);
 void cg_emit_fused_call(Cg *c, int32_t k);
+void cg_free_shared(Cg *c);
 
 #endif

@@ -784,14 +784,116 @@ static void emit_gemm_kernel(Loop *L)
     sb_puts(o, "                }\n            }\n        }\n    }\n}\n\n");
 }
 
+/* ---- sharing ---- */
+
+static bool is_value_name(const char *id, size_t n)
+{
+    static const char *const prefixes[] = {"p", "y", "t", "w", "a", "tot"};
+    for (size_t q = 0; q < sizeof prefixes / sizeof *prefixes; q++) {
+        size_t l = strlen(prefixes[q]);
+        if (n <= l || strncmp(id, prefixes[q], l)) continue;
+        bool digits = true;
+        for (size_t i = l; i < n; i++) digits &= id[i] >= '0' && id[i] <= '9';
+        if (digits) return true;
+    }
+    return false;
+}
+
+/* The code of a kernel without its comments, with the names of values (p85, t96, ...)
+ * numbered by first appearance: equal for the same kernel in every layer. */
+static void canonical_code(const char *src, StrBuf *out)
+{
+    StrMap names = {0};
+    char **owned = NULL;
+    int nowned = 0, capowned = 0;
+    for (const char *s = src; *s;) {
+        if (s[0] == '/' && s[1] == '*') {
+            const char *e = strstr(s + 2, "*/");
+            s = e ? e + 2 : s + strlen(s);
+            continue;
+        }
+        if ((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_' || (*s >= '0' && *s <= '9')) {
+            const char *b = s;
+            bool number = *s >= '0' && *s <= '9';
+            while ((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_' || (*s >= '0' && *s <= '9') ||
+                   (number && *s == '.'))
+                s++;
+            size_t n = (size_t)(s - b);
+            if (!number && is_value_name(b, n)) {
+                GROW(owned, capowned, nowned + 1);
+                owned[nowned] = xmalloc(n + 1);
+                memcpy(owned[nowned], b, n);
+                owned[nowned][n] = 0;
+                int32_t v = strmap_get(&names, owned[nowned], -1);
+                if (v < 0) {
+                    v = (int32_t)names.n;
+                    strmap_put(&names, owned[nowned], v);
+                    nowned++;
+                } else {
+                    free(owned[nowned]);
+                }
+                sb_printf(out, "$%d", v);
+            } else {
+                sb_putn(out, b, n);
+            }
+            continue;
+        }
+        sb_putc(out, *s++);
+    }
+    for (int i = 0; i < nowned; i++) free(owned[i]);
+    free(owned);
+    strmap_free(&names);
+}
+
+void cg_free_shared(Cg *c)
+{
+    strmap_free(&c->shared);
+    for (int i = 0; i < c->nshared; i++) {
+        free(c->shared_code[i]);
+        free(c->shared_name[i]);
+    }
+    free(c->shared_code);
+    free(c->shared_name);
+    c->nshared = c->capshared = 0;
+}
+
+/* Writes the kernel's function, unless a kernel with the same code already has one: then
+ * the call uses that function (the step function's comment says so). */
 void cg_emit_fused_kernel(Cg *c, int32_t k)
 {
+    StrBuf text, name, code;
+    sb_init(&text);
+    sb_init(&name);
+    sb_init(&code);
+    kernel_name(c, k, &name);
+    StrBuf *out = c->o;
+    c->o = &text;
     Loop L;
     setup(&L, c, k);
     kernel_comment(&L);
     if (L.mode == MODE_GEMM) emit_gemm_kernel(&L);
     else emit_loop_kernel(&L);
     teardown(&L);
+    c->o = out;
+    /* the key: the code after the function's name */
+    const char *after = strstr(text.data, name.data);
+    canonical_code(after ? after + name.len : text.data, &code);
+    int32_t j = strmap_get(&c->shared, code.data, -1);
+    if (j >= 0) {
+        c->fused_name[k] = c->shared_name[j];
+        sb_free(&code);
+    } else {
+        GROW(c->shared_code, c->capshared, c->nshared + 1);
+        c->shared_name = xrealloc(c->shared_name, (size_t)c->capshared * sizeof *c->shared_name);
+        j = c->nshared++;
+        c->shared_code[j] = code.data; /* the map's key: owned here */
+        c->shared_name[j] = xstrdup(name.data);
+        strmap_put(&c->shared, c->shared_code[j], j);
+        c->fused_name[k] = c->shared_name[j];
+        sb_puts(out, text.data);
+    }
+    sb_free(&text);
+    sb_free(&name);
 }
 
 void cg_emit_fused_call(Cg *c, int32_t k)
@@ -799,12 +901,16 @@ void cg_emit_fused_call(Cg *c, int32_t k)
     Loop L;
     setup(&L, c, k);
     StrBuf *o = c->o;
-    sb_puts(o, "    ");
-    kernel_name(c, k, o);
-    sb_puts(o, "(io->syms");
+    sb_printf(o, "    %s(io->syms", c->fused_name[k]);
     for (int i = 0; i < L.nreads; i++) sb_printf(o, ", v%d", L.reads[i]);
     for (int i = 0; i < L.nstores; i++) sb_printf(o, ", v%d", L.stores[i]);
     if (L.random) sb_puts(o, ", io->seed, io->step");
-    sb_puts(o, ");\n");
+    sb_puts(o, ");");
+    StrBuf own;
+    sb_init(&own);
+    kernel_name(c, k, &own);
+    if (strcmp(own.data, c->fused_name[k])) sb_printf(o, " /* kernel %d: the same code */", k);
+    sb_puts(o, "\n");
+    sb_free(&own);
     teardown(&L);
 }
