@@ -710,24 +710,34 @@ static void emit_gemm_info(Cg *c, const Graph *g, const char *prefix, bool table
     sb_puts(o, "    return flops;\n}\n\n");
     if (!table) return;
     sb_printf(o, "static const kiln_gemm_shape %s_gemms[] = {\n", prefix);
-    int64_t(*seen)[5] = xmalloc(((size_t)g->nnodes + 1) * sizeof *seen);
+    int64_t(*seen)[6] = xmalloc(((size_t)g->nnodes + 1) * sizeof *seen);
     int *count = xcalloc((size_t)g->nnodes + 1, sizeof *count);
     int nseen = 0;
+    FusionPlan fp; /* which operands BLAS reads transposed */
+    fusion_plan(g, &fp);
     for (NodeId i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
         if (n->op != OP_MATMUL) continue;
         int r = n->shape.rank;
-        int64_t key[5] = {1, ir_dim_max(g, n->shape.d[r - 2]), ir_dim_max(g, n->shape.d[r - 1]),
-                          ir_dim_max(g, g->nodes[ir_input(g, i, 1)].shape.d[r - 2]), 0};
+        int64_t key[6] = {1, ir_dim_max(g, n->shape.d[r - 2]), ir_dim_max(g, n->shape.d[r - 1]),
+                          ir_dim_max(g, g->nodes[ir_input(g, i, 1)].shape.d[r - 2]), 0, 0};
         for (int k = 0; k < r - 2; k++) key[0] *= ir_dim_max(g, n->shape.d[k]);
+        for (int q = 0; q < 2; q++) {
+            FusionLayout lay;
+            bool trans = false;
+            NodeId x = ir_input(g, i, q);
+            if (fusion_layout(g, &fp, x, &lay) && fusion_gemm_operand(g, &lay, x, &trans)) key[4 + q] = trans;
+        }
         int j = 0;
         while (j < nseen && memcmp(seen[j], key, sizeof key)) j++;
         if (j == nseen) memcpy(seen[nseen++], key, sizeof key);
         count[j]++;
     }
+    fusion_free(&fp);
     for (int j = 0; j < nseen; j++)
-        sb_printf(o, "    {%lld, %lld, %lld, %lld, false, false, %d},\n", (long long)seen[j][0], (long long)seen[j][1],
-                  (long long)seen[j][2], (long long)seen[j][3], count[j]);
+        sb_printf(o, "    {%lld, %lld, %lld, %lld, %s, %s, %d},\n", (long long)seen[j][0], (long long)seen[j][1],
+                  (long long)seen[j][2], (long long)seen[j][3], seen[j][4] ? "true" : "false", seen[j][5] ? "true" : "false",
+                  count[j]);
     if (!nseen) sb_puts(o, "    {0, 0, 0, 0, false, false, 0},\n");
     sb_puts(o, "};\n\n");
     c->ngemms = nseen;
