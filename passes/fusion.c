@@ -515,7 +515,7 @@ static bool read_in_place(const Graph *g, const FusionPlan *p, const Users *U, N
             FusionLayout L;
             bool trans;
             if (!fusion_layout(g, p, v, &L) || !fusion_gemm_operand(g, &L, v, &trans)) return false;
-        } else if (!((op == OP_PERMUTE || op == OP_SLICE) && p->role[u] == ROLE_STRIDED)) {
+        } else if (!((op == OP_PERMUTE || op == OP_SLICE || op == OP_EXPAND) && p->role[u] == ROLE_STRIDED)) {
             return false;
         }
     }
@@ -544,7 +544,8 @@ static void plan_strided(const Graph *g, FusionPlan *p)
         }
     for (int32_t o = 0; o < g->noutputs; o++) U.output[g->outputs[o].node] = true;
     for (NodeId id = 0; id < g->nnodes; id++)
-        if (g->nodes[id].op == OP_PERMUTE || g->nodes[id].op == OP_SLICE) p->role[id] = ROLE_STRIDED;
+        if (g->nodes[id].op == OP_PERMUTE || g->nodes[id].op == OP_SLICE || g->nodes[id].op == OP_EXPAND)
+            p->role[id] = ROLE_STRIDED;
     for (bool changed = true; changed;) {
         changed = false;
         for (NodeId id = 0; id < g->nnodes; id++)

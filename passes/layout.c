@@ -7,7 +7,9 @@
  * Strides and offsets are products of dims (ir/ir.h), so a layout holds for every value
  * the symbols take at run time; a view whose strides cannot be written that way (a
  * reshape that merges axes that are not adjacent in memory) is not a layout, and fusion
- * keeps a copy kernel for it. */
+ * keeps a copy kernel for it. A broadcast (expand) has stride 0 along its new axes: a
+ * convolution's weight, shared by every image of a batched product, is read once per
+ * image instead of being copied B times. */
 #include "passes.h"
 
 #include <string.h>
@@ -18,7 +20,7 @@ static bool in_chain(const Graph *g, const FusionPlan *p, NodeId id)
 {
     Op op = (Op)g->nodes[id].op;
     if (op == OP_RESHAPE || op == OP_DETACH) return true;
-    return (op == OP_PERMUTE || op == OP_SLICE) && p->role[id] == ROLE_STRIDED;
+    return (op == OP_PERMUTE || op == OP_SLICE || op == OP_EXPAND) && p->role[id] == ROLE_STRIDED;
 }
 
 /* Row-major strides of a contiguous shape. */
@@ -108,6 +110,13 @@ bool fusion_layout(const Graph *g, const FusionPlan *p, NodeId x, FusionLayout *
             L->stride[axis].k *= step;
             break;
         }
+        case OP_EXPAND: { /* a broadcast axis repeats the same elements: stride 0 */
+            const Shape *xs = &g->nodes[ir_input(g, v, 0)].shape;
+            if (xs->rank != nd->shape.rank) return false;
+            for (int a = 0; a < xs->rank; a++)
+                if (is_one(xs->d[a]) && !is_one(nd->shape.d[a])) L->stride[a] = ir_dim_const(0);
+            break;
+        }
         case OP_RESHAPE:
             if (!reshape_strides(&g->nodes[ir_input(g, v, 0)].shape, L->stride, &nd->shape, st)) return false;
             memcpy(L->stride, st, sizeof st);
@@ -124,12 +133,13 @@ bool fusion_gemm_operand(const Graph *g, const FusionLayout *L, NodeId x, bool *
     const Shape *s = &g->nodes[x].shape;
     if (s->rank < 2) return false;
     int r = s->rank - 2, c = s->rank - 1;
-    Dim unit = ir_dim_const(1);
-    if (is_one(s->d[c]) || ir_dim_eq(L->stride[c], unit)) {
+    Dim unit = ir_dim_const(1), zero = ir_dim_const(0);
+    /* the other axis is the leading dimension: BLAS cannot repeat rows (stride 0) */
+    if ((is_one(s->d[c]) || ir_dim_eq(L->stride[c], unit)) && (is_one(s->d[r]) || !ir_dim_eq(L->stride[r], zero))) {
         *trans = false;
         return true;
     }
-    if (is_one(s->d[r]) || ir_dim_eq(L->stride[r], unit)) {
+    if ((is_one(s->d[r]) || ir_dim_eq(L->stride[r], unit)) && (is_one(s->d[c]) || !ir_dim_eq(L->stride[c], zero))) {
         *trans = true;
         return true;
     }

@@ -80,7 +80,7 @@ typedef enum {
     ROLE_VIEW,   /* reshape, detach: reads its operand's memory, no kernel */
     ROLE_INLINE, /* recomputed where it is used (const, iota, random, broadcast loads) */
     ROLE_KERNEL, /* computed by kernels[kernel_of[id]] */
-    ROLE_STRIDED, /* permute or slice read in place by matrix products only (layout.c) */
+    ROLE_STRIDED, /* permute, slice or expand read in place by matrix products only (layout.c) */
 } NodeRole;
 typedef enum { CLASS_FULL, CLASS_ROW, CLASS_TOTAL } MemberClass;
 
