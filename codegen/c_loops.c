@@ -678,6 +678,13 @@ static void operand_ld(Loop *L, const char *name, NodeId x, const Operand *op)
     sb_puts(o, ");\n");
 }
 
+/* After the batch loop of a GEMM kernel. */
+static void gemm_close(StrBuf *o, int nbatch)
+{
+    if (nbatch) sb_puts(o, "    if (side_by_side) kiln_blas_serial_end(blas_threads);\n");
+    sb_puts(o, "}\n\n");
+}
+
 static void emit_gemm_kernel(Loop *L)
 {
     Cg *c = L->c;
@@ -718,6 +725,12 @@ static void emit_gemm_kernel(Loop *L)
         cg_dim(o, g, C.lay.stride[C.trans ? r - 1 : r - 2]);
         sb_printf(o, ", %s);\n", C.trans ? "M" : "N");
     }
+    if (nbatch) {
+        sb_puts(o, "    /* small products side by side, one per thread, each single-threaded in BLAS */\n"
+                   "    const int side_by_side = batch > 1 && M * N * K <= (1 << 24);\n"
+                   "    const int blas_threads = side_by_side ? kiln_blas_serial_begin() : 0;\n"
+                   "    #pragma omp parallel for if (side_by_side)\n");
+    }
     sb_puts(o, "    for (int64_t b = 0; b < batch; b++) {\n");
     if (nbatch) {
         sb_puts(o, "        int64_t q = b;\n");
@@ -740,24 +753,26 @@ static void emit_gemm_kernel(Loop *L)
         operand_offset(L, &C, nbatch, "0", &offc);
         if (!C.trans)
             sb_printf(o, "        cblas_%cgemm(CblasRowMajor, %s, %s, (int)M, (int)N, (int)K, 1, p%d + (%s), lda,\n"
-                         "                    p%d + (%s), ldb, 0, y%d + (%s), ldc);\n    }\n}\n\n",
+                         "                    p%d + (%s), ldb, 0, y%d + (%s), ldc);\n    }\n",
                       f, ta, tb, pa, offa.data, pb, offb.data, wr, offc.data);
         else
             sb_printf(o, "        cblas_%cgemm(CblasRowMajor, %s, %s, (int)N, (int)M, (int)K, 1, p%d + (%s), ldb,\n"
-                         "                    p%d + (%s), lda, 0, y%d + (%s), ldc);\n    }\n}\n\n",
+                         "                    p%d + (%s), lda, 0, y%d + (%s), ldc);\n    }\n",
                       f, B.trans ? "CblasNoTrans" : "CblasTrans", A.trans ? "CblasNoTrans" : "CblasTrans", pb, offb.data, pa,
                       offa.data, wr, offc.data);
         sb_free(&offa);
         sb_free(&offb);
         sb_free(&offc);
+        gemm_close(o, nbatch);
         return;
     }
     if (!epilogue) {
         sb_printf(o, "        cblas_%cgemm(CblasRowMajor, %s, %s, (int)M, (int)N, (int)K, 1, p%d + (%s), lda,\n"
-                     "                    p%d + (%s), ldb, 0, y%d + b * M * N, (int)N);\n    }\n}\n\n",
+                     "                    p%d + (%s), ldb, 0, y%d + b * M * N, (int)N);\n    }\n",
                   f, ta, tb, pa, offa.data, pb, offb.data, mm);
         sb_free(&offa);
         sb_free(&offb);
+        gemm_close(o, nbatch);
         return;
     }
     sb_printf(o, "        /* blocks of rows: the epilogue reads each while it is in cache */\n"
@@ -781,7 +796,8 @@ static void emit_gemm_kernel(Loop *L)
     emit_needed(L, "                    ");
     for (int i = 0; i < L->nstores; i++)
         if (L->stores[i] != mm) sb_printf(o, "                    y%d[i] = t%d;\n", L->stores[i], L->stores[i]);
-    sb_puts(o, "                }\n            }\n        }\n    }\n}\n\n");
+    sb_puts(o, "                }\n            }\n        }\n    }\n");
+    gemm_close(o, nbatch);
 }
 
 /* ---- sharing ---- */

@@ -66,6 +66,30 @@ typedef struct {
     int count;
 } kiln_gemm_shape;
 
+/* A batch of small matrix products runs side by side, one product per OpenMP thread, each
+ * single-threaded in BLAS: OpenBLAS would otherwise spread every small product over all
+ * threads and synchronise them once per product. Only where OpenBLAS's cblas.h was
+ * included first (generated code); elsewhere BLAS threads are left alone. */
+static inline int kiln_blas_serial_begin(void)
+{
+#ifdef OPENBLAS_VERSION
+    int n = openblas_get_num_threads();
+    if (n > 1) openblas_set_num_threads(1);
+    return n;
+#else
+    return 0;
+#endif
+}
+
+static inline void kiln_blas_serial_end(int threads)
+{
+#ifdef OPENBLAS_VERSION
+    if (threads > 1) openblas_set_num_threads(threads);
+#else
+    (void)threads;
+#endif
+}
+
 /* The leading dimension of a matrix that generated code hands to BLAS: its row stride,
  * or, where a single row makes the stride meaningless, the smallest value BLAS accepts. */
 static inline int64_t kiln_blas_ld(int64_t stride, int64_t cols) { return stride >= cols && stride > 0 ? stride : cols > 1 ? cols : 1; }
