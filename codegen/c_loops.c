@@ -220,6 +220,28 @@ static int popcount64(uint64_t x)
     return n;
 }
 
+/* The last axis of the run of adjacent inner axes from a that can share one loop: none
+ * of their coordinates is used. */
+static int run_end(const Loop *L, int a)
+{
+    if (L->coords >> a & 1) return a;
+    int b = a;
+    while (b + 1 < L->rank && (L->inner >> (b + 1) & 1) && !(L->coords >> (b + 1) & 1)) b++;
+    return b;
+}
+
+/* The number of loops open_inner opens in nested mode. */
+static int nested_loops(const Loop *L)
+{
+    int n = 0;
+    for (int a = 0; a < L->rank; a++)
+        if (L->inner >> a & 1) {
+            a = run_end(L, a);
+            n++;
+        }
+    return n;
+}
+
 /* Opens the element loop of a row (rows and nested modes) and defines i (and the
  * coordinates of the inner axes). Returns the number of braces to close. */
 static int open_inner(Loop *L, const char *pragma, const char *indent)
@@ -236,18 +258,32 @@ static int open_inner(Loop *L, const char *pragma, const char *indent)
         }
         return 1;
     }
-    /* nested: one loop per inner axis */
-    int depth = 0, ninner = popcount64(L->inner), seen = 0;
+    /* nested: one loop per run of adjacent inner axes whose coordinates no member uses
+     * (memory-contiguous, so one loop), one per other inner axis */
+    int depth = 0, nloops = nested_loops(L), seen = 0;
+    StrBuf idx;
+    sb_init(&idx);
     for (int a = 0; a < L->rank; a++) {
-        if (!(L->inner >> a & 1)) continue;
-        if (++seen == ninner && pragma) sb_printf(o, "%s%*s%s\n", indent, 4 * depth, "", pragma);
-        sb_printf(o, "%s%*sfor (int64_t c%d = 0; c%d < S%d; c%d++) {\n", indent, 4 * depth, "", a, a, a, a);
+        if (!(L->inner >> a & 1)) {
+            sb_printf(&idx, "%sc%d * Ss%d", idx.len ? " + " : "", a, a);
+            continue;
+        }
+        int b = run_end(L, a);
+        if (++seen == nloops && pragma) sb_printf(o, "%s%*s%s\n", indent, 4 * depth, "", pragma);
+        if (b == a) {
+            sb_printf(o, "%s%*sfor (int64_t c%d = 0; c%d < S%d; c%d++) {\n", indent, 4 * depth, "", a, a, a, a);
+            sb_printf(&idx, "%sc%d * Ss%d", idx.len ? " + " : "", a, a);
+        } else {
+            sb_printf(o, "%s%*sfor (int64_t m%d = 0; m%d < S%d", indent, 4 * depth, "", a, a, a);
+            for (int q = a + 1; q <= b; q++) sb_printf(o, " * S%d", q);
+            sb_printf(o, "; m%d++) {\n", a);
+            sb_printf(&idx, "%sm%d * Ss%d", idx.len ? " + " : "", a, b);
+            a = b;
+        }
         depth++;
     }
-    sb_printf(o, "%s%*sconst int64_t i = ", indent, 4 * depth, "");
-    for (int a = 0; a < L->rank; a++) sb_printf(o, "%sc%d * Ss%d", a ? " + " : "", a, a);
-    if (!L->rank) sb_puts(o, "0");
-    sb_puts(o, ";\n");
+    sb_printf(o, "%s%*sconst int64_t i = %s;\n", indent, 4 * depth, "", idx.len ? idx.data : "0");
+    sb_free(&idx);
     return depth;
 }
 
@@ -259,7 +295,7 @@ static void close_braces(StrBuf *o, int n, const char *indent)
 /* The inner indentation after open_inner. */
 static void inner_indent(Loop *L, const char *indent, char *buf, size_t n)
 {
-    int depth = L->mode == MODE_ROWS ? 1 : popcount64(L->inner);
+    int depth = L->mode == MODE_ROWS ? 1 : nested_loops(L);
     snprintf(buf, n, "%s%*s", indent, 4 * depth, "");
 }
 
@@ -287,6 +323,10 @@ static void emit_row_body(Loop *L, const char *indent)
                 NodeId r = fusion_root(g, L->f, ir_input(g, id, 0));
                 if (in_kernel(L, r)) need(L, r);
             }
+            /* stored full values that need only earlier stages are written in this pass,
+             * not in another pass over the row at the end */
+            for (int i = 0; i < L->nstores; i++)
+                if (L->f->cls[L->stores[i]] == CLASS_FULL && L->avail[L->stores[i]] == s - 1) need(L, L->stores[i]);
             char pragma[512];
             if (!any_max && red.len) snprintf(pragma, sizeof pragma, "#pragma omp simd reduction(+: %s)", red.data);
             int braces = open_inner(L, any_max ? NULL : (red.len ? pragma : "#pragma omp simd"), indent);
@@ -304,6 +344,9 @@ static void emit_row_body(Loop *L, const char *indent)
                               cg_ctype((DType)n->dtype), v.data, in, id, id, in);
                 sb_free(&v);
             }
+            for (int i = 0; i < L->nstores; i++)
+                if (L->f->cls[L->stores[i]] == CLASS_FULL && L->avail[L->stores[i]] == s - 1)
+                    sb_printf(o, "%sy%d[i] = t%d;\n", in, L->stores[i], L->stores[i]);
             close_braces(o, braces, indent);
             sb_free(&red);
             for (int32_t i = 0; i < L->K->count; i++) {
@@ -324,12 +367,13 @@ static void emit_row_body(Loop *L, const char *indent)
     clear_needed(L);
     bool any = false;
     for (int i = 0; i < L->nstores; i++)
-        if (L->f->cls[L->stores[i]] == CLASS_FULL) need(L, L->stores[i]), any = true;
+        if (L->f->cls[L->stores[i]] == CLASS_FULL && L->avail[L->stores[i]] == L->nstages) need(L, L->stores[i]), any = true;
     if (any) {
         int braces = open_inner(L, "#pragma omp simd", indent);
         emit_needed(L, in);
         for (int i = 0; i < L->nstores; i++)
-            if (L->f->cls[L->stores[i]] == CLASS_FULL) sb_printf(o, "%sy%d[i] = t%d;\n", in, L->stores[i], L->stores[i]);
+            if (L->f->cls[L->stores[i]] == CLASS_FULL && L->avail[L->stores[i]] == L->nstages)
+                sb_printf(o, "%sy%d[i] = t%d;\n", in, L->stores[i], L->stores[i]);
         close_braces(o, braces, indent);
     }
     for (int i = 0; i < L->nstores; i++) {

@@ -329,6 +329,31 @@ NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, int stride, in
     return ir_b_binary(b, OP_ADD, y, b3);
 }
 
+/* Pooling whose windows tile the image (stride = kernel, no padding, the usual 2x2): the
+ * windows are axes of a reshape, [N, C, OH, k, OW, k], reduced where they lie — no unfold
+ * copy of the windows, and the gradient stays elementwise. Rows and columns past the last
+ * whole window are dropped, as PyTorch does. */
+static NodeId pool_tiles(IrBuilder *b, NodeId x, bool max, int k)
+{
+    const Shape *xs = shape_of(b, x);
+    int64_t oh = xs->d[2].k / k, ow = xs->d[3].k / k;
+    if (oh * k != xs->d[2].k) x = ir_b_slice(b, x, 2, 0, oh * k, 1);
+    TRY(x);
+    if (ow * k != shape_of(b, x)->d[3].k) x = ir_b_slice(b, x, 3, 0, ow * k, 1);
+    TRY(x);
+    Shape tiles = ir_shape_make(6, NULL);
+    tiles.d[0] = shape_of(b, x)->d[0];
+    tiles.d[1] = shape_of(b, x)->d[1];
+    tiles.d[2] = ir_dim_const(oh);
+    tiles.d[3] = ir_dim_const(k);
+    tiles.d[4] = ir_dim_const(ow);
+    tiles.d[5] = ir_dim_const(k);
+    NodeId t = ir_b_reshape(b, x, &tiles);
+    TRY(t);
+    uint64_t axes = (uint64_t)1 << 3 | (uint64_t)1 << 5;
+    return max ? ir_b_reduce(b, OP_REDUCE_MAX, t, axes, false) : comp_mean(b, t, axes, false);
+}
+
 NodeId comp_pool2d(IrBuilder *b, NodeId x, bool max, int k, int stride, int pad)
 {
     Shape xshape = *shape_of(b, x);
@@ -352,6 +377,8 @@ NodeId comp_pool2d(IrBuilder *b, NodeId x, bool max, int k, int stride, int pad)
         return IR_NONE;
     }
     if (!ir_dtype_is_float(dtype_of(b, x))) x = ir_b_cast(b, x, DT_F32);
+    if (stride == k && pad == 0 && ir_dim_is_const(xs->d[2]) && ir_dim_is_const(xs->d[3]))
+        return pool_tiles(b, x, max, k);
     /* Max pooling pads with -inf so padding never wins; average pooling counts padding
      * as zeros (PyTorch's count_include_pad=True default). */
     int64_t lo[4] = {0, 0, pad, pad}, hi[4] = {0, 0, pad, pad};

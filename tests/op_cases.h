@@ -89,6 +89,9 @@ static const ModuleCase module_cases[] = {
     {"MaxPool2d", "m = MaxPool2d(2)", "x: f32[2, 2, 4, 4]", "y = m(x)"},
     {"MaxPool2d_pad_stride", "m = MaxPool2d(3, stride = 2, padding = 1)", "x: f32[1, 2, 5, 5]", "y = m(x)"},
     {"AvgPool2d", "m = AvgPool2d(2, padding = 1)", "x: f32[1, 2, 4, 4]", "y = m(x)"},
+    /* windows that tile the image: reshaped and reduced in place, the ragged edge dropped */
+    {"MaxPool2d_ragged", "m = MaxPool2d(2)", "x: f32[2, 3, 5, 7]", "y = m(x)"},
+    {"AvgPool2d_tiles", "m = AvgPool2d(3)", "x: f32[1, 2, 6, 7]", "y = m(x)"},
     {"BatchNorm2d", "m = BatchNorm2d(3)", "x: f32[2, 3, 2, 2]", "y = m(x)"},
     {"LayerNorm", "m = LayerNorm(5)", "x: f32[2, 3, 5]", "y = m(x)"},
     {"Embedding", "m = Embedding(7, 4)", "i: i32[2, 3], x: f32[4]", "y = m(i) * x"},
