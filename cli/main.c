@@ -743,8 +743,11 @@ static void print_plan(const Graph *g, const char *after, StrBuf *out)
         memplan_run(g, &f, &mp);
         sb_printf(out, "# activation arena: %lld bytes at the largest sizes\n", (long long)mp.arena_bytes);
         for (NodeId i = 0; i < g->nnodes; i++)
-            if (mp.kind[i] == MEM_ARENA)
-                sb_printf(out, "# %%%d at %lld, %lld bytes\n", i, (long long)mp.offset[i], (long long)memplan_node_bytes(g, i));
+            if (mp.kind[i] == MEM_ARENA) {
+                sb_printf(out, "# %%%d at %lld, %lld bytes", i, (long long)mp.offset[i], (long long)memplan_node_bytes(g, i));
+                if (mp.inplace_of[i] != IR_NONE) sb_printf(out, ", in place of %%%d", mp.inplace_of[i]);
+                sb_puts(out, "\n");
+            }
         memplan_free(&mp);
     }
     sb_puts(out, "\n");

@@ -510,10 +510,15 @@ static void signature(Loop *L)
     sb_puts(o, "static void ");
     kernel_name(c, L->k, o);
     sb_puts(o, "(const int64_t *s");
-    for (int i = 0; i < L->nreads; i++)
-        sb_printf(o, ", const %s *restrict p%d", cg_ctype((DType)g->nodes[L->reads[i]].dtype), L->reads[i]);
+    /* an output written in place of an input (memplan) shares its memory: no restrict */
+    for (int i = 0; i < L->nreads; i++) {
+        bool shared = false;
+        for (int j = 0; j < L->nstores; j++) shared |= c->mp.inplace_of[L->stores[j]] == L->reads[i];
+        sb_printf(o, ", const %s *%sp%d", cg_ctype((DType)g->nodes[L->reads[i]].dtype), shared ? "" : "restrict ", L->reads[i]);
+    }
     for (int i = 0; i < L->nstores; i++)
-        sb_printf(o, ", %s *restrict y%d", cg_ctype((DType)g->nodes[L->stores[i]].dtype), L->stores[i]);
+        sb_printf(o, ", %s *%sy%d", cg_ctype((DType)g->nodes[L->stores[i]].dtype),
+                  c->mp.inplace_of[L->stores[i]] != IR_NONE ? "" : "restrict ", L->stores[i]);
     if (L->random) sb_puts(o, ", uint64_t seed, uint64_t step");
     sb_puts(o, ")\n{\n");
     for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, "    const int64_t %s = s[%d];\n", g->syms[sy].name, sy);

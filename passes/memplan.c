@@ -82,11 +82,50 @@ static NodeId read_root(const Graph *g, const FusionPlan *f, NodeId x, int32_t k
     return r;
 }
 
+/* An input of elementwise loop kernel k whose bytes output `out` can take: stored in the
+ * arena, read last by k, read only element for element (not as a broadcast), and of the
+ * same element size and count. IR_NONE when there is none. */
+static NodeId inplace_input(const Graph *g, const FusionPlan *f, const MemPlan *m, int32_t k, NodeId out,
+                            const int32_t *last, const bool *taken)
+{
+    const Kernel *K = &f->kernels[k];
+    if (K->kind != KERNEL_LOOP || K->axes || f->cls[out] != CLASS_FULL) return IR_NONE;
+    int64_t size = ir_dtype_size((DType)g->nodes[out].dtype), bytes = memplan_node_bytes(g, out);
+    Dim n_out;
+    if (!ir_shape_numel(&g->nodes[out].shape, &n_out)) return IR_NONE;
+    for (int32_t j = 0; j < K->count; j++) {
+        NodeId id = f->members[K->first + j];
+        for (uint32_t q = 0; q < g->nodes[id].ninputs; q++) {
+            NodeId x = ir_input(g, id, (int)q);
+            NodeId r = fusion_root(g, f, x);
+            if (fusion_is_broadcast(g, f, r, k, id) || m->kind[r] != MEM_ARENA || f->kernel_of[r] == k) continue;
+            if (last[r] != k || taken[r] || memplan_node_bytes(g, r) != bytes) continue;
+            if (ir_dtype_size((DType)g->nodes[r].dtype) != size) continue;
+            Dim n_r;
+            if (!ir_shape_numel(&g->nodes[r].shape, &n_r) || !ir_dim_eq(n_r, n_out)) continue;
+            /* every read of r in the kernel must be element for element */
+            bool plain = true;
+            for (int32_t j2 = 0; j2 < K->count && plain; j2++) {
+                NodeId id2 = f->members[K->first + j2];
+                for (uint32_t q2 = 0; q2 < g->nodes[id2].ninputs; q2++) {
+                    NodeId r2 = fusion_root(g, f, ir_input(g, id2, (int)q2));
+                    if (r2 == r) continue;
+                    if (fusion_is_broadcast(g, f, r2, k, id2) && fusion_root(g, f, ir_input(g, r2, 0)) == r) plain = false;
+                }
+            }
+            if (plain) return r;
+        }
+    }
+    return IR_NONE;
+}
+
 void memplan_run(const Graph *g, const FusionPlan *f, MemPlan *m)
 {
     size_t nn = (size_t)g->nnodes + 1;
     m->kind = xcalloc(nn, 1);
     m->offset = xcalloc(nn, sizeof *m->offset);
+    m->inplace_of = xmalloc(nn * sizeof *m->inplace_of);
+    for (NodeId i = 0; i < g->nnodes; i++) m->inplace_of[i] = IR_NONE;
     int32_t *last = xmalloc(nn * sizeof *last);
     for (NodeId i = 0; i < g->nnodes; i++) {
         last[i] = -1;
@@ -118,11 +157,21 @@ void memplan_run(const Graph *g, const FusionPlan *f, MemPlan *m)
     }
     for (int32_t o = 0; o < g->noutputs; o++) last[fusion_root(g, f, g->outputs[o].node)] = f->nkernels;
     FreeList fl = {0};
+    bool *taken = xcalloc(nn, sizeof *taken);
     for (int32_t k = 0; k < f->nkernels; k++) {
         const Kernel *K = &f->kernels[k];
         for (int32_t j = 0; j < K->count; j++) {
             NodeId id = f->members[K->first + j];
-            if (m->kind[id] == MEM_ARENA) m->offset[id] = alloc_block(&fl, memplan_node_bytes(g, id));
+            if (m->kind[id] != MEM_ARENA) continue;
+            NodeId r = inplace_input(g, f, m, k, id, last, taken);
+            if (r != IR_NONE) {
+                m->offset[id] = m->offset[r];
+                m->inplace_of[id] = r;
+                taken[r] = true;
+                last[r] = -2; /* its bytes now belong to id */
+            } else {
+                m->offset[id] = alloc_block(&fl, memplan_node_bytes(g, id));
+            }
         }
         for (int32_t j = 0; j < K->count; j++) {
             NodeId id = f->members[K->first + j];
@@ -143,11 +192,13 @@ void memplan_run(const Graph *g, const FusionPlan *f, MemPlan *m)
     m->arena_bytes = fl.top;
     free(fl.list);
     free(last);
+    free(taken);
 }
 
 void memplan_free(MemPlan *m)
 {
     free(m->kind);
     free(m->offset);
+    free(m->inplace_of);
     memset(m, 0, sizeof *m);
 }

@@ -144,13 +144,18 @@ void fusion_print(const Graph *g, const FusionPlan *plan, StrBuf *out);
 /* memplan.c — where every stored value lives: one activation arena per graph, offsets
  * planned by liveness over the kernel order of a FusionPlan (first fit with coalescing;
  * values whose lifetimes do not overlap share bytes). A kernel's outputs never overlap its
- * inputs. Sizes are for the symbols' bounds, so a step never allocates. Parameters,
+ * inputs, except in place: an elementwise loop kernel (one pass, element i read and written
+ * in the same iteration) writes an output over an input of the same element size and count
+ * that nothing reads afterwards. Sizes are for the symbols' bounds, so a step never allocates. Parameters,
  * gradients, buffers and optimizer state are separate slabs laid out by the code
  * generator's tables. */
 typedef enum { MEM_NONE, MEM_CALLER, MEM_ARENA, MEM_VIEW } MemKind;
 typedef struct {
     uint8_t *kind;       /* MemKind per node: MEM_CALLER for inputs and parameters */
     int64_t *offset;     /* MEM_ARENA: byte offset */
+    NodeId *inplace_of;  /* per node: the operand whose bytes it overwrites (an elementwise
+                            kernel's output taking the place of an input it is the last
+                            reader of, element for element), or IR_NONE */
     int64_t arena_bytes; /* the peak */
 } MemPlan;
 

@@ -1,0 +1,232 @@
+/* test_fusion.c — the decisions of passes/fusion.c, layout.c and memplan.c on small IR
+ * texts: which views BLAS reads in place (and with which strides), which products are
+ * written permuted, which outputs take an input's bytes, and the arena's one invariant:
+ * a kernel's output never overlaps its inputs except where memplan says it is in place.
+ * Numerical correctness of the same decisions is test_codegen's (generated C against the
+ * interpreter). */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../frontend/frontend.h"
+#include "../passes/passes.h"
+#include "support.h"
+
+#define HEADER "kiln-ir 1\ngraph t mode=train\n"
+
+typedef struct {
+    Graph *g;
+    FusionPlan f;
+    MemPlan m;
+    Diag d;
+} Planned;
+
+static void plan(const char *body, Planned *p)
+{
+    StrBuf text;
+    sb_init(&text);
+    sb_printf(&text, HEADER "%s", body);
+    diag_init(&p->d, NULL);
+    p->g = ir_read(text.data, text.len, "t.ir", &p->d);
+    cr_assert(p->g, "bad test IR:\n%s", p->d.out.data);
+    fusion_plan(p->g, &p->f);
+    memplan_run(p->g, &p->f, &p->m);
+    sb_free(&text);
+}
+
+static void unplan(Planned *p)
+{
+    memplan_free(&p->m);
+    fusion_free(&p->f);
+    ir_graph_free(p->g);
+    diag_free(&p->d);
+}
+
+/* The training graph of a model file after the pipeline (autodiff, simplify). */
+static Graph *training_graph(const char *rel)
+{
+    size_t len;
+    char *text = support_read(rel, &len);
+    cr_assert(text, "cannot read %s", rel);
+    Diag d;
+    diag_init(&d, NULL);
+    Model *m = frontend_compile(&d, rel, text, len, MODE_TRAIN);
+    free(text);
+    cr_assert(m, "%s", d.out.data);
+    StrBuf err;
+    sb_init(&err);
+    cr_assert_eq(pipeline_run(m->graph, NULL, NULL, &err), 0, "%s", err.data);
+    Graph *g = ir_graph_clone(m->graph);
+    sb_free(&err);
+    frontend_model_free(m);
+    diag_free(&d);
+    return g;
+}
+
+static bool is_one(Dim d) { return d.nsym == 0 && d.k == 1; }
+
+static void expect_strides(const Planned *p, NodeId x, NodeId base, const int64_t *want, int rank, int64_t offset)
+{
+    FusionLayout L;
+    cr_assert(fusion_layout(p->g, &p->f, x, &L), "%%%d has no layout", x);
+    cr_expect_eq(L.base, base, "%%%d: base %%%d, expected %%%d", x, L.base, base);
+    cr_assert_eq(L.rank, rank);
+    for (int a = 0; a < rank; a++) {
+        if (is_one(p->g->nodes[x].shape.d[a])) continue;
+        cr_expect(L.stride[a].nsym == 0 && L.stride[a].k == want[a], "%%%d axis %d: stride %lld, expected %lld", x, a,
+                  (long long)L.stride[a].k, (long long)want[a]);
+    }
+    int64_t off = 0;
+    for (int t = 0; t < L.nterms; t++) off += L.offset[t].k;
+    cr_expect_eq(off, offset);
+}
+
+Test(strided, attention_heads_are_read_in_place)
+{
+    /* q and k of a [2, 3, 12] projection, two heads of 2: slices, reshapes and permutes */
+    Planned p;
+    plan("%0 = input \"x\" : f32[2, 3, 12]\n"
+         "%1 = slice %0 axis=2 start=0 end=4 step=1 : f32[2, 3, 4]\n"
+         "%2 = reshape %1 : f32[2, 3, 2, 2]\n%3 = permute %2 perm=[0, 2, 1, 3] : f32[2, 2, 3, 2]\n"
+         "%4 = slice %0 axis=2 start=4 end=8 step=1 : f32[2, 3, 4]\n"
+         "%5 = reshape %4 : f32[2, 3, 2, 2]\n%6 = permute %5 perm=[0, 2, 3, 1] : f32[2, 2, 2, 3]\n"
+         "%7 = matmul %3, %6 : f32[2, 2, 3, 3]\noutput y = %7\n",
+         &p);
+    for (NodeId v = 1; v <= 6; v++)
+        if (p.g->nodes[v].op != OP_RESHAPE) cr_expect_eq(p.f.role[v], ROLE_STRIDED, "%%%d is not a strided view", v);
+    cr_expect_eq(p.f.nkernels, 1, "only the product is a kernel");
+    expect_strides(&p, 3, 0, (int64_t[]){36, 2, 12, 1}, 4, 0);
+    expect_strides(&p, 6, 0, (int64_t[]){36, 2, 1, 12}, 4, 4);
+    bool trans;
+    FusionLayout L;
+    cr_assert(fusion_layout(p.g, &p.f, 6, &L) && fusion_gemm_operand(p.g, &L, 6, &trans));
+    cr_expect(trans, "k^T is read transposed");
+    cr_expect_eq(p.m.kind[3], MEM_NONE);
+    unplan(&p);
+}
+
+Test(strided, views_blas_cannot_read_are_copied)
+{
+    Planned p;
+    /* a step-2 slice has no unit stride; the permute is also read by an elementwise op */
+    plan("%0 = input \"x\" : f32[3, 8]\n%1 = input \"w\" : f32[4, 5]\n"
+         "%2 = slice %0 axis=1 start=0 end=8 step=2 : f32[3, 4]\n%3 = matmul %2, %1 : f32[3, 5]\n"
+         "%4 = input \"z\" : f32[4, 3]\n%5 = permute %4 perm=[1, 0] : f32[3, 4]\n%6 = matmul %5, %1 : f32[3, 5]\n"
+         "%7 = exp %5 : f32[3, 4]\noutput a = %3\noutput b = %6\noutput c = %7\n",
+         &p);
+    cr_expect_eq(p.f.role[2], ROLE_KERNEL);
+    cr_expect_eq(p.f.role[5], ROLE_KERNEL);
+    cr_expect(p.f.stored[5], "the copy is stored for the product");
+    unplan(&p);
+}
+
+Test(strided, a_broadcast_batch_operand_has_stride_zero)
+{
+    Planned p;
+    plan("%0 = input \"w\" : f32[4, 3]\n%1 = input \"x\" : f32[5, 3, 6]\n"
+         "%2 = reshape %0 : f32[1, 4, 3]\n%3 = expand %2 : f32[5, 4, 3]\n%4 = matmul %3, %1 : f32[5, 4, 6]\noutput y = %4\n",
+         &p);
+    cr_expect_eq(p.f.role[3], ROLE_STRIDED);
+    expect_strides(&p, 3, 0, (int64_t[]){0, 3, 1}, 3, 0);
+    unplan(&p);
+    /* a repeated row (stride 0 on the matrix's rows) is not something BLAS can read */
+    plan("%0 = input \"v\" : f32[1, 3]\n%1 = input \"x\" : f32[3, 6]\n"
+         "%2 = expand %0 : f32[4, 3]\n%3 = matmul %2, %1 : f32[4, 6]\noutput y = %3\n",
+         &p);
+    cr_expect_neq(p.f.role[2], ROLE_STRIDED);
+    unplan(&p);
+}
+
+Test(written, a_permute_of_a_product_is_written_by_blas)
+{
+    Planned p;
+    plan("%0 = input \"a\" : f32[2, 3, 4]\n%1 = input \"b\" : f32[2, 4, 5]\n%2 = matmul %0, %1 : f32[2, 3, 5]\n"
+         "%3 = permute %2 perm=[1, 0, 2] : f32[3, 2, 5]\n%4 = exp %3 : f32[3, 2, 5]\noutput y = %4\n",
+         &p);
+    int32_t k = p.f.kernel_of[2];
+    cr_assert(k >= 0);
+    cr_expect_eq(p.f.kernels[k].written, 3);
+    cr_expect_eq(p.f.kernel_of[3], k);
+    cr_expect(!p.f.stored[2] && p.f.stored[3], "the permuted order is the only copy");
+    unplan(&p);
+}
+
+/* Every kernel's stored outputs and the values it reads lie in disjoint bytes, unless the
+ * output is in place of that input. */
+static void expect_no_overlap(const Planned *p)
+{
+    const Graph *g = p->g;
+    for (int32_t k = 0; k < p->f.nkernels; k++) {
+        const Kernel *K = &p->f.kernels[k];
+        for (int32_t i = 0; i < K->count; i++) {
+            NodeId out = p->f.members[K->first + i];
+            if (p->m.kind[out] != MEM_ARENA) continue;
+            int64_t o0 = p->m.offset[out], o1 = o0 + memplan_node_bytes(g, out);
+            for (int32_t j = 0; j < K->count; j++) {
+                NodeId id = p->f.members[K->first + j];
+                for (uint32_t q = 0; q < g->nodes[id].ninputs; q++) {
+                    NodeId r = fusion_root(g, &p->f, ir_input(g, id, (int)q));
+                    if (fusion_is_broadcast(g, &p->f, r, k, id)) r = fusion_root(g, &p->f, ir_input(g, r, 0));
+                    if (p->m.kind[r] != MEM_ARENA || p->f.kernel_of[r] == k || p->m.inplace_of[out] == r) continue;
+                    int64_t r0 = p->m.offset[r], r1 = r0 + memplan_node_bytes(g, r);
+                    cr_expect(o1 <= r0 || r1 <= o0, "kernel %d: %%%d overlaps its input %%%d", k, out, r);
+                }
+            }
+        }
+    }
+}
+
+Test(memplan, outputs_never_overlap_inputs_in_a_small_graph)
+{
+    Planned p;
+    plan("%0 = input \"x\" : f32[4, 8]\n%1 = reduce_sum %0 axes=[1] : f32[4, 1]\n%2 = exp %0 : f32[4, 8]\n"
+         "%3 = reduce_max %2 axes=[0] : f32[1, 8]\n%4 = neg %2 : f32[4, 8]\n%5 = mul %4, %4 : f32[4, 8]\n"
+         "%6 = add %5, %0 : f32[4, 8]\n%7 = reduce_sum %6 axes=[0, 1] : f32[1, 1]\noutput y = %7\noutput m = %3\noutput s = %1\n",
+         &p);
+    expect_no_overlap(&p);
+    unplan(&p);
+}
+
+static void expect_models_have_no_overlap(const char *path)
+{
+    Graph *g = training_graph(path);
+    Planned p = {.g = g};
+    fusion_plan(g, &p.f);
+    memplan_run(g, &p.f, &p.m);
+    int inplace = 0;
+    for (NodeId i = 0; i < g->nnodes; i++) inplace += p.m.inplace_of[i] != IR_NONE;
+    cr_log_info("%s: %d outputs in place", path, inplace);
+    expect_no_overlap(&p);
+    memplan_free(&p.m);
+    fusion_free(&p.f);
+    ir_graph_free(g);
+}
+
+Test(memplan, reference_models_never_overlap_a_kernels_inputs)
+{
+    expect_models_have_no_overlap("models/mlp.kiln");
+    expect_models_have_no_overlap("models/cnn.kiln");
+    expect_models_have_no_overlap("models/gpt.kiln");
+}
+
+Test(memplan, cnn_has_outputs_in_place)
+{
+    Graph *g = training_graph("models/cnn.kiln");
+    FusionPlan f;
+    MemPlan m;
+    fusion_plan(g, &f);
+    memplan_run(g, &f, &m);
+    int inplace = 0;
+    for (NodeId i = 0; i < g->nnodes; i++)
+        if (m.inplace_of[i] != IR_NONE) {
+            inplace++;
+            NodeId r = m.inplace_of[i];
+            cr_expect_eq(m.offset[i], m.offset[r]);
+            cr_expect_eq(ir_dtype_size((DType)g->nodes[i].dtype), ir_dtype_size((DType)g->nodes[r].dtype));
+            cr_expect_eq(f.kernels[f.kernel_of[i]].axes, 0, "in place only in elementwise kernels");
+        }
+    cr_expect_gt(inplace, 0);
+    memplan_free(&m);
+    fusion_free(&f);
+    ir_graph_free(g);
+}
