@@ -460,8 +460,9 @@ static const char *const *g_bounds;
 static int g_nbounds;
 static bool g_report;
 
-/* `kiln build --report`: the memory a training step of the program uses, from the plan. */
-static void print_memory_report(const Model *train, const Graph *eval)
+/* `kiln build --report` and `kiln check`: the memory a training step of the program uses,
+ * from the plan (train: the training graph after the pipeline). */
+static void print_memory_report(const Model *train, const Graph *eval, StrBuf *out)
 {
     const Graph *g = train->graph;
     int64_t params = 0, buffers = 0;
@@ -475,21 +476,20 @@ static void print_memory_report(const Model *train, const Graph *eval)
     const char *name = opt && opt->kind == RV_CALL && opt->str ? opt->str : "";
     int moments = !strcmp(name, "Adam") || !strcmp(name, "AdamW") ? 2 : !strcmp(name, "SGD") ? 1 : 0;
     int64_t train_arena = codegen_arena_bytes(g), eval_arena = codegen_arena_bytes(eval);
-    fprintf(stderr, "kiln: memory at the bounds (bytes):\n");
-    fprintf(stderr, "  parameters        %14lld\n", (long long)params);
-    fprintf(stderr, "  gradients         %14lld\n", (long long)params);
-    fprintf(stderr, "  optimizer state   %14lld  (%s: %d per parameter%s)\n", (long long)params * moments, *name ? name : "none",
-            moments, moments == 1 ? ", momentum buffer if used" : "");
-    fprintf(stderr, "  buffers           %14lld\n", (long long)buffers);
-    fprintf(stderr, "  activations train %14lld\n", (long long)train_arena);
-    fprintf(stderr, "  activations eval  %14lld\n", (long long)eval_arena);
-    fprintf(stderr, "  total             %14lld\n", (long long)(params * (2 + moments) + buffers + train_arena + eval_arena));
+    sb_puts(out, "memory at the bounds (bytes):\n");
+    sb_printf(out, "  parameters        %14lld\n", (long long)params);
+    sb_printf(out, "  gradients         %14lld\n", (long long)params);
+    sb_printf(out, "  optimizer state   %14lld  (%s: %d per parameter%s)\n", (long long)params * moments, *name ? name : "none",
+              moments, moments == 1 ? ", momentum buffer if used" : "");
+    sb_printf(out, "  buffers           %14lld\n", (long long)buffers);
+    sb_printf(out, "  activations train %14lld\n", (long long)train_arena);
+    sb_printf(out, "  activations eval  %14lld\n", (long long)eval_arena);
+    sb_printf(out, "  total             %14lld\n", (long long)(params * (2 + moments) + buffers + train_arena + eval_arena));
 }
 
-static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *err)
+/* The eval graph of a model file, simplified, with the --bound settings applied. */
+static Model *eval_model(const char *file, Diag *d, StrBuf *err)
 {
-    if (apply_bounds(train->graph, g_bounds, g_nbounds, err)) return -1;
-    if (pipeline_run(train->graph, NULL, NULL, err) != 0) return -1;
     StrBuf e2;
     sb_init(&e2);
     size_t len;
@@ -497,13 +497,28 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
     sb_free(&e2);
     Model *eval = text ? frontend_compile(d, file, text, len, MODE_EVAL) : NULL;
     free(text);
-    if (!eval) return -1;
+    if (!eval) return NULL;
     pass_simplify(eval->graph);
     if (apply_bounds(eval->graph, g_bounds, g_nbounds, err)) {
         frontend_model_free(eval);
-        return -1;
+        return NULL;
     }
-    if (g_report) print_memory_report(train, eval->graph);
+    return eval;
+}
+
+static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *err)
+{
+    if (apply_bounds(train->graph, g_bounds, g_nbounds, err)) return -1;
+    if (pipeline_run(train->graph, NULL, NULL, err) != 0) return -1;
+    Model *eval = eval_model(file, d, err);
+    if (!eval) return -1;
+    if (g_report) {
+        StrBuf rep;
+        sb_init(&rep);
+        print_memory_report(train, eval->graph, &rep);
+        fprintf(stderr, "kiln: %s", rep.data);
+        sb_free(&rep);
+    }
     int nkv;
     char **kv = recipe_flatten(&train->recipe, &nkv);
     int rc = codegen_c(train->graph, eval->graph, file, kv, nkv, c, err);
@@ -716,7 +731,19 @@ static int cmd_model(const char *cmd, int argc, char **argv)
     }
     StrBuf out;
     sb_init(&out);
-    if (!ir) print_check(m, o.file, &out);
+    if (!ir) {
+        print_check(m, o.file, &out);
+        if (m->graph->mode == MODE_TRAIN) {
+            /* the memory plan of the program `kiln build` would make */
+            StrBuf err;
+            sb_init(&err);
+            Model *eval = pipeline_run(m->graph, NULL, NULL, &err) == 0 ? eval_model(o.file, &d, &err) : NULL;
+            if (eval) print_memory_report(m, eval->graph, &out);
+            else sb_printf(&out, "(no memory plan: %s)\n", err.len ? err.data : "the eval graph failed");
+            frontend_model_free(eval);
+            sb_free(&err);
+        }
+    }
     else if (o.dot) ir_print_dot(m->graph, &out);
     else if (o.after && (!strcmp(o.after, "fusion") || !strcmp(o.after, "memplan"))) print_plan(m->graph, o.after, &out);
     else ir_print(m->graph, &out);

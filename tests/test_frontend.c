@@ -484,6 +484,10 @@ Test(cli, help_version_and_usage_errors)
     out.len = 0;
     cr_expect_eq(support_run_kiln("check models/mlp.kiln", &out), 0);
     cr_expect(strstr(out.data, "total: 269,322 parameters"), "%s", out.data);
+    /* the memory plan: 269,322 f32 parameters are 1,077,288 bytes, as are their gradients */
+    cr_expect(strstr(out.data, "memory at the bounds (bytes):\n  parameters               1077288\n"
+                               "  gradients                1077288\n"), "%s", out.data);
+    cr_expect(strstr(out.data, "  activations train "), "%s", out.data);
     sb_free(&out);
 }
 
