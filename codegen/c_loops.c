@@ -824,14 +824,24 @@ static void emit_gemm_kernel(Loop *L)
         gemm_close(o, nbatch);
         return;
     }
-    sb_printf(o, "        /* blocks of rows: the epilogue reads each while it is in cache */\n"
-                 "        const int64_t block = N >= %d ? 8 : %d / N;\n",
-              GEMM_BLOCK_FLOATS / 8, GEMM_BLOCK_FLOATS);
-    sb_printf(o, "        for (int64_t m0 = 0; m0 < M; m0 += block) {\n"
+    sb_printf(o, "        /* blocks of rows (about %d KiB of output each, at least one per thread) shared\n"
+                 "         * between the threads: each computes its block with single-threaded BLAS, then\n"
+                 "         * the block's epilogue while it is in cache */\n"
+                 "        const int64_t threads = kiln_threads(), by_size = (M * N + %d) / %d;\n"
+                 "        const int64_t nblocks = by_size > threads ? by_size : M < threads ? 1 : threads;\n"
+                 "        const int64_t block = (M + nblocks - 1) / nblocks;\n"
+                 "        /* (a thread pool's wake-up and BLAS's setting cost tens of microseconds: only for\n"
+                 "         * products of at least 2^25 multiply-adds, half a millisecond on one core) */\n"
+                 "        const int shared = nblocks > 1 && threads > 1 && (double)M * N * K >= 33554432.0;\n"
+                 "        const int blas_saved = shared ? kiln_blas_serial_begin() : 0;\n"
+                 "        #pragma omp parallel for schedule(static) if (shared)\n"
+                 "        for (int64_t j = 0; j < nblocks; j++) {\n"
+                 "            const int64_t m0 = j * block;\n"
                  "            const int64_t mb = M - m0 < block ? M - m0 : block;\n"
+                 "            if (mb <= 0) continue;\n"
                  "            cblas_%cgemm(CblasRowMajor, %s, %s, (int)mb, (int)N, (int)K, 1, p%d + (%s), lda,\n"
                  "                        p%d + (%s), ldb, 0, y%d + (b * M + m0) * N, (int)N);\n",
-              f, ta, tb, pa, offa.data, pb, offb.data, mm);
+              GEMM_BLOCK_FLOATS / 256, GEMM_BLOCK_FLOATS - 1, GEMM_BLOCK_FLOATS, f, ta, tb, pa, offa.data, pb, offb.data, mm);
     sb_free(&offa);
     sb_free(&offb);
     sb_printf(o, "            #pragma omp parallel for if (mb * N >= %d)\n", PARALLEL_MIN);
@@ -845,7 +855,8 @@ static void emit_gemm_kernel(Loop *L)
     emit_needed(L, "                    ");
     for (int i = 0; i < L->nstores; i++)
         if (L->stores[i] != mm) sb_printf(o, "                    y%d[i] = t%d;\n", L->stores[i], L->stores[i]);
-    sb_puts(o, "                }\n            }\n        }\n    }\n");
+    sb_puts(o, "                }\n            }\n        }\n"
+               "        if (shared) kiln_blas_serial_end(blas_saved);\n    }\n");
     gemm_close(o, nbatch);
 }
 

@@ -7,6 +7,9 @@
 #define KILN_MODEL_H
 
 #include "kiln_rt.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 typedef enum { KILN_INIT_ZEROS, KILN_INIT_ONES, KILN_INIT_CONSTANT, KILN_INIT_UNIFORM, KILN_INIT_NORMAL } kiln_init_kind;
 
@@ -65,6 +68,16 @@ typedef struct {
     bool trans_a, trans_b;
     int count;
 } kiln_gemm_shape;
+
+/* Threads a kernel may share work between: none more inside a parallel region. */
+static inline int64_t kiln_threads(void)
+{
+#ifdef _OPENMP
+    return omp_in_parallel() ? 1 : omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
 
 /* A batch of small matrix products runs side by side, one product per OpenMP thread, each
  * single-threaded in BLAS: OpenBLAS would otherwise spread every small product over all
