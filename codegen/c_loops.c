@@ -792,7 +792,8 @@ static void emit_gemm_kernel(Loop *L)
     StrBuf offa, offb;
     sb_init(&offa);
     sb_init(&offb);
-    operand_offset(L, &A, nbatch, epilogue ? "m0" : "0", &offa);
+    bool blocked = epilogue || !nbatch; /* row blocks: the operand A starts at row m0 */
+    operand_offset(L, &A, nbatch, blocked ? "m0" : "0", &offa);
     operand_offset(L, &B, nbatch, "0", &offb);
     const char *ta = A.trans ? "CblasTrans" : "CblasNoTrans", *tb = B.trans ? "CblasTrans" : "CblasNoTrans";
     NodeId pa = A.lay.base, pb = B.lay.base;
@@ -815,7 +816,7 @@ static void emit_gemm_kernel(Loop *L)
         gemm_close(o, nbatch);
         return;
     }
-    if (!epilogue) {
+    if (!epilogue && nbatch) {
         sb_printf(o, "        cblas_%cgemm(CblasRowMajor, %s, %s, (int)M, (int)N, (int)K, 1, p%d + (%s), lda,\n"
                      "                    p%d + (%s), ldb, 0, y%d + b * M * N, (int)N);\n    }\n",
                   f, ta, tb, pa, offa.data, pb, offb.data, mm);
@@ -825,8 +826,7 @@ static void emit_gemm_kernel(Loop *L)
         return;
     }
     sb_printf(o, "        /* blocks of rows (about %d KiB of output each, at least one per thread) shared\n"
-                 "         * between the threads: each computes its block with single-threaded BLAS, then\n"
-                 "         * the block's epilogue while it is in cache */\n"
+                 "         * between the threads: each computes its block with single-threaded BLAS%s */\n"
                  "        const int64_t threads = kiln_threads(), by_size = (M * N + %d) / %d;\n"
                  "        const int64_t nblocks = by_size > threads ? by_size : M < threads ? 1 : threads;\n"
                  "        const int64_t block = (M + nblocks - 1) / nblocks;\n"
@@ -841,9 +841,15 @@ static void emit_gemm_kernel(Loop *L)
                  "            if (mb <= 0) continue;\n"
                  "            cblas_%cgemm(CblasRowMajor, %s, %s, (int)mb, (int)N, (int)K, 1, p%d + (%s), lda,\n"
                  "                        p%d + (%s), ldb, 0, y%d + (b * M + m0) * N, (int)N);\n",
-              GEMM_BLOCK_FLOATS / 256, GEMM_BLOCK_FLOATS - 1, GEMM_BLOCK_FLOATS, f, ta, tb, pa, offa.data, pb, offb.data, mm);
+              GEMM_BLOCK_FLOATS / 256, epilogue ? ",\n         * then the block's epilogue while it is in cache" : "", GEMM_BLOCK_FLOATS - 1,
+              GEMM_BLOCK_FLOATS, f, ta, tb, pa, offa.data, pb, offb.data, mm);
     sb_free(&offa);
     sb_free(&offb);
+    if (!epilogue) { /* a plain product: the blocks share it between the threads */
+        sb_puts(o, "        }\n        if (shared) kiln_blas_serial_end(blas_saved);\n    }\n");
+        gemm_close(o, nbatch);
+        return;
+    }
     sb_printf(o, "            #pragma omp parallel for if (mb * N >= %d)\n", PARALLEL_MIN);
     sb_printf(o, "            for (int64_t c%d = m0; c%d < m0 + mb; c%d++) {\n", r - 2, r - 2, r - 2);
     sb_puts(o, "                #pragma omp simd\n");

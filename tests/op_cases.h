@@ -66,6 +66,8 @@ static const OpCase op_cases[] = {
     {"matmul_step_slice", "x: f32[3, 8], z: f32[4, 5]", "y = x[:, 0:8:2] @ z"},
     {"matmul_written_permuted", "x: f32[2, 3, 4], z: f32[2, 4, 5]", "y = permute(x @ z, 1, 0, 2) * 2"},
     {"matmul_written_transposed", "x: f32[2, 3, 4], z: f32[2, 4, 5]", "y = permute(x @ z, 2, 0, 1)"},
+    /* large enough (2^25 multiply-adds) for row blocks shared between threads */
+    {"matmul_shared_rows", "x: f32[256, 512], z: f32[256, 256]", "y = (transpose(x) @ z) * 0.01"},
     {"matmul_merged_permute", "x: f32[2, 3, 4], z: f32[6, 5]", "y = reshape(permute(x, 2, 1, 0), 4, 6) @ z"},
     {"cross_entropy", "x: f32[4, 5], t: i64[4]", "y = cross_entropy(x, t)"},
     {"cross_entropy_3d", "x: f32[2, 3, 5], t: i32[2, 3]", "y = cross_entropy(x, t)"},
