@@ -6,13 +6,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKILN_TESTS=OFF >/dev/null
-cmake --build build -j"$(nproc)" --target kiln kiln_rt >/dev/null
+cmake -S . -B out/build-bench -DCMAKE_BUILD_TYPE=Release -DKILN_TESTS=OFF >/dev/null
+cmake --build out/build-bench -j"$(nproc)" --target kiln kiln_rt >/dev/null
 models=("${@:-mlp cnn}")
 mkdir -p out
 for m in ${models[@]}; do
   echo "== kiln $m"
-  build/kiln build "models/$m.kiln" -o "out/$m-train"
+  out/build-bench/kiln build "models/$m.kiln" -o "out/$m-train"
   start=$(date +%s.%N)
   "out/$m-train" --checkpoint-dir "out/$m-ckpt" --eval-every 0 | grep -E "eval|parameters"
   echo "kiln $m: $(echo "$(date +%s.%N) - $start" | bc) s in total"

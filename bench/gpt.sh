@@ -5,10 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKILN_TESTS=OFF >/dev/null
-cmake --build build -j"$(nproc)" --target kiln kiln_rt >/dev/null
+cmake -S . -B out/build-bench -DCMAKE_BUILD_TYPE=Release -DKILN_TESTS=OFF >/dev/null
+cmake --build out/build-bench -j"$(nproc)" --target kiln kiln_rt >/dev/null
 mkdir -p out
-build/kiln build models/gpt.kiln -o out/gpt-train
+out/build-bench/kiln build models/gpt.kiln -o out/gpt-train
 start=$(date +%s.%N)
 out/gpt-train --checkpoint-dir out/gpt-ckpt --steps "${STEPS:-500}" | grep -E "eval|sample|gpt:"
 echo "kiln gpt: $(echo "($(date +%s.%N) - $start) / ${STEPS:-500}" | bc -l | cut -c1-5) s per step (including evaluation)"

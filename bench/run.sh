@@ -36,8 +36,8 @@ scripts/deps.sh
 # Debian's python3 (python3-torch) even where another python3 comes first on PATH.
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=$(command -v python3) || { echo "bench/run.sh: python3 is needed for the table" >&2; exit 1; }
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DKILN_TESTS=OFF >/dev/null
-cmake --build build -j"$(nproc)" --target kiln kiln_rt >/dev/null
+cmake -S . -B out/build-bench -DCMAKE_BUILD_TYPE=Release -DKILN_TESTS=OFF >/dev/null
+cmake --build out/build-bench -j"$(nproc)" --target kiln kiln_rt >/dev/null
 
 models=("${@:-mlp cnn gpt gpt2}")
 models=(${models[@]})
@@ -53,12 +53,12 @@ kiln_env=(env -u OMP_WAIT_POLICY -u OPENBLAS_CORETYPE)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # The BLAS-rate program, compiled as `kiln build` compiles a model.
-cc=$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' build/CMakeCache.txt)
-blas=$(sed -n 's/^KILN_BLAS_LIB:[A-Z]*=//p' build/CMakeCache.txt)
+cc=$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' out/build-bench/CMakeCache.txt)
+blas=$(sed -n 's/^KILN_BLAS_LIB:[A-Z]*=//p' out/build-bench/CMakeCache.txt)
 cflags=$($PY -c 'import shlex, sys
 for line in open(sys.argv[1]):
     for w in shlex.split(line.split("=", 1)[1]) if line.startswith("C_DEFINES") else []:
-        if w.startswith("-DKILN_DEFAULT_CFLAGS="): print(w.split("=", 1)[1].strip("\""))' build/CMakeFiles/kiln.dir/flags.make)
+        if w.startswith("-DKILN_DEFAULT_CFLAGS="): print(w.split("=", 1)[1].strip("\""))' out/build-bench/CMakeFiles/kiln.dir/flags.make)
 "${cc:-cc}" ${cflags:--O2} -std=c11 bench/sgemm.c -o "$work/sgemm" "${blas:--lopenblas}" -lm -lpthread
 
 for m in "${models[@]}"; do
@@ -67,7 +67,7 @@ for m in "${models[@]}"; do
   steps=$(echo "$steps_spec" | sed -n "s/.* $m=\([0-9]*\) .*/\1/p")
   echo "== $m: kiln build" >&2
   t0=$EPOCHREALTIME
-  build/kiln build "$src" "${bound[@]}" -o "$work/$m" >/dev/null
+  out/build-bench/kiln build "$src" "${bound[@]}" -o "$work/$m" >/dev/null
   echo "kiln $m {\"build_s\": $(awk "BEGIN { printf \"%.2f\", $EPOCHREALTIME - $t0 }")}" >>"$raw"
   echo "== $m: kiln --bench-steps ${steps:=5}" >&2
   line=$("${kiln_env[@]}" "$work/$m" --bench-steps "$steps" | sed -n 's/^bench: //p')
@@ -78,7 +78,7 @@ for m in "${models[@]}"; do
     echo "== $m: kiln, batch bound 256, for batch-256 inference" >&2
     sed -E 's/^([[:space:]]*batch[[:space:]]*=[[:space:]]*)[0-9]+/\1256/' "$src" >"$work/$m-b256.kiln"
     [ "$(grep -cE '^[[:space:]]*batch[[:space:]]*= 256' "$work/$m-b256.kiln")" = 1 ] || { echo "bench/run.sh: no batch line in $src" >&2; exit 1; }
-    build/kiln build "$work/$m-b256.kiln" "${bound[@]}" -o "$work/$m-b256" >/dev/null
+    out/build-bench/kiln build "$work/$m-b256.kiln" "${bound[@]}" -o "$work/$m-b256" >/dev/null
     wide=$("${kiln_env[@]}" "$work/$m-b256" --bench-steps 1 --batch "$(json "$line" batch)" | sed -n 's/^bench: //p')
     [ -n "$wide" ] || { echo "bench/run.sh: $work/$m-b256 printed no bench line" >&2; exit 1; }
     echo "kiln-b256 $m $wide" >>"$raw"
