@@ -828,7 +828,10 @@ static void emit_gemm_kernel(Loop *L)
     sb_printf(o, "        /* blocks of rows (about %d KiB of output each, at least one per thread) shared\n"
                  "         * between the threads: each computes its block with single-threaded BLAS%s */\n"
                  "        const int64_t threads = kiln_threads(), by_size = (M * N + %d) / %d;\n"
-                 "        const int64_t nblocks = by_size > threads ? by_size : M < threads ? 1 : threads;\n"
+                 "        /* a wide product (fewer than 64 rows per block) is one call: every block would\n"
+                 "         * pack all of B again, and BLAS shares a single call between threads well */\n"
+                 "        const int wide = N * 64 > %d;\n"
+                 "        const int64_t nblocks = wide ? 1 : by_size > threads ? by_size : M < threads ? 1 : threads;\n"
                  "        const int64_t block = (M + nblocks - 1) / nblocks;\n"
                  "        /* (a thread pool's wake-up and BLAS's setting cost tens of microseconds: only for\n"
                  "         * products of at least 2^25 multiply-adds, half a millisecond on one core) */\n"
@@ -842,7 +845,7 @@ static void emit_gemm_kernel(Loop *L)
                  "            cblas_%cgemm(CblasRowMajor, %s, %s, (int)mb, (int)N, (int)K, 1, p%d + (%s), lda,\n"
                  "                        p%d + (%s), ldb, 0, y%d + (b * M + m0) * N, (int)N);\n",
               GEMM_BLOCK_FLOATS / 256, epilogue ? ",\n         * then the block's epilogue while it is in cache" : "", GEMM_BLOCK_FLOATS - 1,
-              GEMM_BLOCK_FLOATS, f, ta, tb, pa, offa.data, pb, offb.data, mm);
+              GEMM_BLOCK_FLOATS, GEMM_BLOCK_FLOATS, f, ta, tb, pa, offa.data, pb, offb.data, mm);
     sb_free(&offa);
     sb_free(&offb);
     if (!epilogue) { /* a plain product: the blocks share it between the threads */
