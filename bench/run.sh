@@ -51,6 +51,11 @@ $PY -c "import torch" 2>/dev/null || { have_torch=0; echo "PyTorch is not instal
 json() { $PY -c 'import json, sys; v = json.loads(sys.argv[1])[sys.argv[2]]; print(" ".join(",".join(str(int(x)) for x in s) for s in v) if isinstance(v, list) else v)' "$@"; }
 kiln_env=(env -u OMP_WAIT_POLICY -u OPENBLAS_CORETYPE)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+# CPU time taken by other virtual machines on the host ("steal"): on a shared VM it, not
+# the load average, is what makes timings move between runs.
+cpu_start=$(grep -m1 '^cpu ' /proc/stat)
+# before anything is written: the results file itself is tracked
+dirty=$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with uncommitted changes)')
 
 # The BLAS-rate program, compiled as `kiln build` compiles a model.
 cc=$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' out/build-bench/CMakeCache.txt)
@@ -97,9 +102,12 @@ done
 
 result="bench/results/run-$(date +%F).txt"
 {
-  echo "# bench/run.sh, $(date -u '+%F %H:%M UTC'), kiln $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "# bench/run.sh, $(date -u '+%F %H:%M UTC'), kiln $(git rev-parse --short HEAD)$dirty"
   echo "# $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores; load average $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
   awk -v l="$load_start" 'BEGIN { if (l + 0 > 0.5) print "# WARNING: the machine was busy at the start (load " l "): other work skews these timings" }'
+  printf '%s\n%s\n' "$cpu_start" "$(grep -m1 '^cpu ' /proc/stat)" | awk '
+    { t = 0; for (i = 2; i <= NF; i++) t += $i; tot[NR] = t; st[NR] = $9 }
+    END { d = tot[2] - tot[1]; if (d > 0) printf "# CPU steal during the run: %.1f%% of all CPU time (other virtual machines on the host)\n", 100 * (st[2] - st[1]) / d }'
   echo "# sgemm: $cc $cflags, $blas; PyTorch: $([ $have_torch = 1 ] && $PY -c 'import torch; print(torch.__version__)' || echo 'not installed')"
   echo
   $PY bench/table.py "$raw"
