@@ -601,6 +601,8 @@ static void cg_free(Cg *c)
     c->fused_name = NULL;
 }
 
+static void emit_gemm_info(Cg *c, const Graph *g, const char *prefix, bool table);
+
 /* Emits the kernels and the step function of one graph. */
 static int64_t emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *prefix, bool train)
 {
@@ -674,6 +676,7 @@ static int64_t emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *p
     }
     sb_puts(o, "}\n\n");
     int64_t arena = c->mp.arena_bytes;
+    emit_gemm_info(c, g, prefix, train); /* the plan says which operands BLAS reads transposed */
     layout_free(&l);
     cg_free(c);
     return arena;
@@ -713,8 +716,6 @@ static void emit_gemm_info(Cg *c, const Graph *g, const char *prefix, bool table
     int64_t(*seen)[6] = xmalloc(((size_t)g->nnodes + 1) * sizeof *seen);
     int *count = xcalloc((size_t)g->nnodes + 1, sizeof *count);
     int nseen = 0;
-    FusionPlan fp; /* which operands BLAS reads transposed */
-    fusion_plan(g, &fp);
     for (NodeId i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
         if (n->op != OP_MATMUL) continue;
@@ -726,14 +727,13 @@ static void emit_gemm_info(Cg *c, const Graph *g, const char *prefix, bool table
             FusionLayout lay;
             bool trans = false;
             NodeId x = ir_input(g, i, q);
-            if (fusion_layout(g, &fp, x, &lay) && fusion_gemm_operand(g, &lay, x, &trans)) key[4 + q] = trans;
+            if (fusion_layout(g, &c->fp, x, &lay) && fusion_gemm_operand(g, &lay, x, &trans)) key[4 + q] = trans;
         }
         int j = 0;
         while (j < nseen && memcmp(seen[j], key, sizeof key)) j++;
         if (j == nseen) memcpy(seen[nseen++], key, sizeof key);
         count[j]++;
     }
-    fusion_free(&fp);
     for (int j = 0; j < nseen; j++)
         sb_printf(o, "    {%lld, %lld, %lld, %lld, %s, %s, %d},\n", (long long)seen[j][0], (long long)seen[j][1],
                   (long long)seen[j][2], (long long)seen[j][3], seen[j][4] ? "true" : "false", seen[j][5] ? "true" : "false",
@@ -893,8 +893,6 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, ch
     sb_puts(out, "};\n\n");
     int64_t train_arena = emit_graph(&c, train, train, "train", true);
     int64_t eval_arena = emit_graph(&c, eval, train, "eval", false);
-    emit_gemm_info(&c, train, "train", true);
-    emit_gemm_info(&c, eval, "eval", false);
     sb_printf(out, "const kiln_model kiln_model_def = {\n"
                    "    .name = \"%s\",\n    .source = \"%s\",\n    .hash = \"%016llx\",\n"
                    "    .nparams = %d, .params = params, .nparam_floats = %lld, .buffer_bytes = %lld,\n"

@@ -22,6 +22,11 @@
 #include <string.h>
 
 typedef struct {
+    int32_t *first, *list; /* users of node v: list[first[v] .. first[v + 1]) */
+    bool *output;
+} Users; /* a graph output counts as a reader too */
+
+typedef struct {
     const Graph *g;
     FusionPlan *p;
     int32_t cap_kernels;
@@ -31,7 +36,7 @@ typedef struct {
     int32_t **deps; /* kernels it reads from */
     int32_t *ndeps, *capdeps;
     bool *has_rows; /* has row or total members: its axes are fixed */
-    int32_t *uses;  /* per node: readers, a graph output counted as one */
+    Users users;
     /* DFS marks */
     int32_t *mark;
     int32_t stamp;
@@ -362,7 +367,7 @@ static bool try_join_written(Fuser *f, NodeId id)
     const Graph *g = f->g;
     FusionPlan *p = f->p;
     NodeId mm = ir_input(g, id, 0);
-    if (g->nodes[mm].op != OP_MATMUL || p->role[mm] != ROLE_KERNEL || f->uses[mm] != 1) return false;
+    if (g->nodes[mm].op != OP_MATMUL || p->role[mm] != ROLE_KERNEL || f->users.first[mm + 1] - f->users.first[mm] + f->users.output[mm] != 1) return false;
     int32_t k = p->kernel_of[mm];
     Kernel *K = &p->kernels[k];
     Dim stride[IR_MAX_RANK];
@@ -496,11 +501,6 @@ static void mark_stored(const Graph *g, FusionPlan *p)
 
 /* ---- strided views ---- */
 
-typedef struct {
-    int32_t *first, *list; /* users of node v: list[first[v] .. first[v + 1]) */
-    bool *output;
-} Users;
-
 /* Do all readers of v, through reshapes, detaches and other strided views, take it as a
  * matrix-product operand that BLAS can read in place? */
 static bool read_in_place(const Graph *g, const FusionPlan *p, const Users *U, NodeId v)
@@ -525,39 +525,48 @@ static bool read_in_place(const Graph *g, const FusionPlan *p, const Users *U, N
 /* Permutes and slices whose every reader is a matrix product that can read them in place
  * become strided views: no kernel, no memory. A candidate that some reader cannot take is
  * dropped (it becomes a copy kernel) and the rest re-checked until nothing changes. */
-static void plan_strided(const Graph *g, FusionPlan *p)
+static void users_build(const Graph *g, Users *U)
 {
     size_t nn = (size_t)g->nnodes + 1;
-    Users U = {xcalloc(nn + 1, sizeof *U.first), NULL, xcalloc(nn, sizeof *U.output)};
+    U->first = xcalloc(nn + 1, sizeof *U->first);
+    U->output = xcalloc(nn, sizeof *U->output);
     int32_t total = 0;
     for (NodeId id = 0; id < g->nnodes; id++) total += (int32_t)g->nodes[id].ninputs;
-    U.list = xmalloc(((size_t)total + 1) * sizeof *U.list);
+    U->list = xmalloc(((size_t)total + 1) * sizeof *U->list);
     for (NodeId id = 0; id < g->nnodes; id++)
-        for (uint32_t j = 0; j < g->nodes[id].ninputs; j++) U.first[ir_input(g, id, (int)j) + 1]++;
-    for (NodeId v = 0; v < g->nnodes; v++) U.first[v + 1] += U.first[v];
+        for (uint32_t j = 0; j < g->nodes[id].ninputs; j++) U->first[ir_input(g, id, (int)j) + 1]++;
+    for (NodeId v = 0; v < g->nnodes; v++) U->first[v + 1] += U->first[v];
     int32_t *fill = xmalloc(nn * sizeof *fill);
-    memcpy(fill, U.first, (size_t)g->nnodes * sizeof *fill);
+    memcpy(fill, U->first, (size_t)g->nnodes * sizeof *fill);
     for (NodeId id = 0; id < g->nnodes; id++)
         for (uint32_t j = 0; j < g->nodes[id].ninputs; j++) {
             NodeId x = ir_input(g, id, (int)j);
-            U.list[fill[x]++] = id;
+            U->list[fill[x]++] = id;
         }
-    for (int32_t o = 0; o < g->noutputs; o++) U.output[g->outputs[o].node] = true;
+    free(fill);
+    for (int32_t o = 0; o < g->noutputs; o++) U->output[g->outputs[o].node] = true;
+}
+
+static void users_free(Users *U)
+{
+    free(U->first);
+    free(U->list);
+    free(U->output);
+}
+
+static void plan_strided(const Graph *g, FusionPlan *p, const Users *U)
+{
     for (NodeId id = 0; id < g->nnodes; id++)
         if (g->nodes[id].op == OP_PERMUTE || g->nodes[id].op == OP_SLICE || g->nodes[id].op == OP_EXPAND)
             p->role[id] = ROLE_STRIDED;
     for (bool changed = true; changed;) {
         changed = false;
         for (NodeId id = 0; id < g->nnodes; id++)
-            if (p->role[id] == ROLE_STRIDED && !read_in_place(g, p, &U, id)) {
+            if (p->role[id] == ROLE_STRIDED && !read_in_place(g, p, U, id)) {
                 p->role[id] = ROLE_MEMORY; /* decided by the grouping below */
                 changed = true;
             }
     }
-    free(fill);
-    free(U.first);
-    free(U.list);
-    free(U.output);
 }
 
 void fusion_plan(const Graph *g, FusionPlan *p)
@@ -571,11 +580,8 @@ void fusion_plan(const Graph *g, FusionPlan *p)
     p->kernel_of = xmalloc(nn * sizeof *p->kernel_of);
     for (NodeId i = 0; i < g->nnodes; i++) p->kernel_of[i] = -1;
     Fuser f = {.g = g, .p = p};
-    f.uses = xcalloc(nn, sizeof *f.uses);
-    for (NodeId id = 0; id < g->nnodes; id++)
-        for (uint32_t j = 0; j < g->nodes[id].ninputs; j++) f.uses[ir_input(g, id, (int)j)]++;
-    for (int32_t o = 0; o < g->noutputs; o++) f.uses[g->outputs[o].node]++;
-    plan_strided(g, p);
+    users_build(g, &f.users);
+    plan_strided(g, p, &f.users);
     for (NodeId id = 0; id < g->nnodes; id++) {
         const Node *n = &g->nodes[id];
         if (p->role[id] == ROLE_STRIDED) continue;
@@ -638,7 +644,7 @@ void fusion_plan(const Graph *g, FusionPlan *p)
     free(f.capdeps);
     free(f.has_rows);
     free(f.mark);
-    free(f.uses);
+    users_free(&f.users);
 }
 
 void fusion_free(FusionPlan *p)
