@@ -1,5 +1,5 @@
 /* build.c — turns a generated model.c into a training program with the system C
- * compiler: model.c + the runtime's train_main.c, linked against the runtime library,
+ * compiler: model.c + the runtime's train_main.o, linked against the runtime library,
  * OpenBLAS, OpenMP (libgomp), zlib, libm and pthreads. The compiler is $CC (default: the
  * one Kiln was built with) and flags are overridable, so users can build with their own
  * toolchain. The default flags (KILN_GENERATED_CFLAGS in CMakeLists.txt) are fast ones:
@@ -42,70 +42,66 @@ void build_fingerprint(StrBuf *key)
         }
         fclose(f);
     }
-    const char *files[] = {KILN_RUNTIME_LIB, KILN_RUNTIME_DIR "/train_main.c", KILN_RUNTIME_DIR "/kiln_model.h"};
+    const char *files[] = {KILN_RUNTIME_LIB, KILN_TRAIN_MAIN, KILN_RUNTIME_DIR "/kiln_model.h"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         struct stat st;
         if (stat(files[i], &st) == 0) sb_printf(key, "|%lld.%lld", (long long)st.st_size, (long long)st.st_mtime);
     }
 }
 
-/* Compiles the model and the driver at the same time (two compilers, one per core of a
- * small machine), then links them. The objects go next to model_c and are removed. */
+/* Compiles the two halves of model.c at the same time (two compilers, one per core of a
+ * small machine; see KILN_PART in the generated file), then links them with the driver
+ * (train_main.c, compiled when Kiln was built). The objects go next to model_c and are
+ * removed. */
 int build_program(const char *model_c, const char *prog, const char *extra_cflags, StrBuf *log)
 {
     const char *cc = getenv("CC");
     if (!cc || !*cc) cc = KILN_DEFAULT_CC;
-    StrBuf flags, cmd, obj_model, obj_main;
+    StrBuf flags, cmd, obj[2];
     sb_init(&flags);
     sb_init(&cmd);
-    sb_init(&obj_model);
-    sb_init(&obj_main);
     sb_printf(&flags, "%s %s -std=c11 ", cc, KILN_DEFAULT_CFLAGS);
     if (extra_cflags && *extra_cflags) sb_printf(&flags, "%s ", extra_cflags);
     sb_puts(&flags, "-I");
     shell_word(&flags, KILN_RUNTIME_DIR);
     const char *slash = strrchr(model_c, '/');
     int dirlen = slash ? (int)(slash - model_c + 1) : 0;
-    sb_printf(&obj_model, "%.*smodel.o", dirlen, model_c);
-    sb_printf(&obj_main, "%.*strain_main.o", dirlen, model_c);
-    /* sh: the model in the background, the driver in the foreground, then the link */
-    sb_printf(&cmd, "%s-c ", flags.data);
-    shell_word(&cmd, model_c);
-    sb_puts(&cmd, "-o ");
-    shell_word(&cmd, obj_model.data);
-    sb_printf(&cmd, "2>&1 & %s-c ", flags.data);
-    shell_word(&cmd, KILN_RUNTIME_DIR "/train_main.c");
-    sb_puts(&cmd, "-o ");
-    shell_word(&cmd, obj_main.data);
-    sb_printf(&cmd, "2>&1; main=$?; wait $!; model=$?; [ $main = 0 ] && [ $model = 0 ] && %s", flags.data);
-    shell_word(&cmd, obj_model.data);
-    shell_word(&cmd, obj_main.data);
+    /* sh: the first half in the background, the second in the foreground, then the link */
+    for (int part = 0; part < 2; part++) {
+        sb_init(&obj[part]);
+        sb_printf(&obj[part], "%.*smodel%d.o", dirlen, model_c, part + 1);
+        sb_printf(&cmd, "%s-DKILN_PART=%d -c ", flags.data, part + 1);
+        shell_word(&cmd, model_c);
+        sb_puts(&cmd, "-o ");
+        shell_word(&cmd, obj[part].data);
+        sb_puts(&cmd, part ? "2>&1; second=$?; wait $!; first=$?; " : "2>&1 & ");
+    }
+    sb_printf(&cmd, "[ $first = 0 ] && [ $second = 0 ] && %s", flags.data);
+    shell_word(&cmd, obj[0].data);
+    shell_word(&cmd, obj[1].data);
+    shell_word(&cmd, KILN_TRAIN_MAIN);
     sb_puts(&cmd, "-o ");
     shell_word(&cmd, prog);
     shell_word(&cmd, KILN_RUNTIME_LIB);
     shell_word(&cmd, KILN_BLAS_LIB);
     /* libgomp by name too: the runtime's loops need it even when --cflags says -fno-openmp. */
     sb_printf(&cmd, "%s -lz -lm -lpthread 2>&1", KILN_OPENMP_LIBS);
+    int rc = -1;
     FILE *p = popen(cmd.data, "r");
     if (!p) {
         sb_printf(log, "cannot run the C compiler: %s", cmd.data);
-        sb_free(&flags);
-        sb_free(&cmd);
-        sb_free(&obj_model);
-        sb_free(&obj_main);
-        return -1;
+    } else {
+        char chunk[4096];
+        size_t n;
+        while ((n = fread(chunk, 1, sizeof chunk, p)) > 0) sb_putn(log, chunk, n);
+        rc = pclose(p) == 0 ? 0 : -1;
+        if (rc) sb_printf(log, "\nthe C compiler failed (%s)", cmd.data);
     }
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0) sb_putn(log, chunk, n);
-    int status = pclose(p);
-    int rc = status == 0 ? 0 : -1;
-    if (rc) sb_printf(log, "\nthe C compiler failed (%s)", cmd.data);
-    unlink(obj_model.data);
-    unlink(obj_main.data);
+    for (int part = 0; part < 2; part++) {
+        unlink(obj[part].data);
+        sb_free(&obj[part]);
+    }
     sb_free(&flags);
     sb_free(&cmd);
-    sb_free(&obj_model);
-    sb_free(&obj_main);
     return rc;
 }

@@ -616,8 +616,6 @@ static int cmd_train(const char *file, Model *train, Diag *d, int argc, char **a
     sb_init(&dir);
     if (cache && *cache) sb_printf(&dir, "%s/kiln", cache);
     else sb_printf(&dir, "%s/.cache/kiln", home && *home ? home : "/tmp");
-    StrBuf mk;
-    sb_init(&mk);
     for (char *p = dir.data + 1; *p; p++)
         if (*p == '/') {
             *p = 0;
@@ -625,7 +623,6 @@ static int cmd_train(const char *file, Model *train, Diag *d, int argc, char **a
             *p = '/';
         }
     mkdir(dir.data, 0755);
-    sb_free(&mk);
     StrBuf prog;
     sb_init(&prog);
     sb_printf(&prog, "%s/%s-%016llx", dir.data, train->graph->name, (unsigned long long)h);

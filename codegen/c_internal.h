@@ -27,6 +27,10 @@ typedef struct {
     char **shared_code, **shared_name;
     int nshared, capshared;
     char **fused_name;    /* per kernel of the current graph: the function it calls */
+    /* Where each kernel of the training graph starts in the output, and where its step
+     * function starts: the points at which the file may be cut in two halves. */
+    size_t *kernel_at, step_at, kernel_bytes;
+    int nkernel_at, capkernel_at;
 } Cg;
 
 static inline const Node *N(const Cg *c, NodeId id) { return &c->g->nodes[id]; }

@@ -507,7 +507,7 @@ static void signature(Loop *L)
     Cg *c = L->c;
     StrBuf *o = c->o;
     const Graph *g = L->g;
-    sb_puts(o, "static void ");
+    sb_puts(o, "KILN_KERNEL void ");
     kernel_name(c, L->k, o);
     sb_puts(o, "(const int64_t *s");
     /* an output written in place of an input (memplan) shares its memory: no restrict */

@@ -823,7 +823,7 @@ int main(int argc, char **argv)
         }
         bool epoch_end = cur.position == 0 && step > 0;
         if (data.eval && ((ev_every > 0 && step % ev_every == 0) || (ev_every <= 0 && epoch_end) || step == total_steps)) {
-            double el, em[16];
+            double el = 0, em[16];
             if (evaluate(data.eval, &io, bufs, dtypes, batch, ev_batches, &el, em)) {
                 rc = 1;
                 goto out;
