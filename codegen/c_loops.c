@@ -25,8 +25,6 @@
 /* Work below this many elements stays on one thread: a parallel region costs a few
  * microseconds. */
 #define PARALLEL_MIN 32768
-/* Rows of a GEMM block: about 512 KiB of output, in cache for the epilogue. */
-#define GEMM_BLOCK_FLOATS 131072
 
 enum { MODE_FLAT, MODE_ROWS, MODE_COLUMNS, MODE_NESTED, MODE_GEMM };
 
@@ -47,6 +45,9 @@ typedef struct {
     NodeId *stores;   /* members written to memory */
     int nstores;
     int nstages;
+    /* The pass over a row being written (1 ... nstages + 1; 0 outside rows): a stored
+     * member that an earlier pass wrote is read back, not computed again. */
+    int pass;
     bool random;
 } Loop;
 
@@ -156,6 +157,12 @@ static void ref(Loop *L, NodeId x, NodeId reader, bool row, StrBuf *b)
     sb_printf(b, "p%d[%s]", r, row ? "row" : "i");
 }
 
+/* Whether full member id was stored by an earlier pass over the current row. */
+static bool written_before(const Loop *L, NodeId id)
+{
+    return L->pass && L->f->stored[id] && L->f->cls[id] == CLASS_FULL && L->avail[id] + 1 < L->pass;
+}
+
 /* `const T t<id> = ...;` for a member, its operands already in scope. */
 static void member_value(Loop *L, NodeId id, bool row, const char *indent)
 {
@@ -164,7 +171,7 @@ static void member_value(Loop *L, NodeId id, bool row, const char *indent)
     const Node *n = &g->nodes[id];
     StrBuf *o = c->o;
     sb_printf(o, "%sconst %s %c%d = ", indent, cg_ctype((DType)n->dtype), row ? 'w' : 't', id);
-    if (n->op == OP_MATMUL) {
+    if (n->op == OP_MATMUL || (!row && written_before(L, id))) {
         sb_printf(o, "y%d[i];\n", id);
         return;
     }
@@ -190,7 +197,7 @@ static void need(Loop *L, NodeId id)
     if (L->needed[id]) return;
     L->needed[id] = 1;
     const Node *n = &L->g->nodes[id];
-    if (n->op == OP_MATMUL) return;
+    if (n->op == OP_MATMUL || written_before(L, id)) return;
     for (uint32_t j = 0; j < n->ninputs; j++) {
         NodeId r = fusion_root(L->g, L->f, ir_input(L->g, id, (int)j));
         if (in_kernel(L, r) && L->f->cls[r] == CLASS_FULL) need(L, r);
@@ -308,9 +315,11 @@ static void emit_row_body(Loop *L, const char *indent)
     inner_indent(L, indent, in, sizeof in);
     for (int s = 0; s <= L->nstages; s++) {
         if (s > 0) {
-            bool any_max = false;
-            StrBuf red;
+            L->pass = s;
+            StrBuf red, maxes, nans;
             sb_init(&red);
+            sb_init(&maxes);
+            sb_init(&nans);
             clear_needed(L);
             for (int32_t i = 0; i < L->K->count; i++) {
                 NodeId id = MEMBER(L, i);
@@ -318,8 +327,15 @@ static void emit_row_body(Loop *L, const char *indent)
                 if (L->f->cls[id] != CLASS_ROW || L->avail[id] != s || (n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX)) continue;
                 const char *t = cg_ctype((DType)n->dtype);
                 sb_printf(o, "%s%s a%d = %s;\n", indent, t, id, n->op == OP_REDUCE_SUM ? "0" : "-INFINITY");
-                if (n->op == OP_REDUCE_MAX) any_max = true;
-                else sb_printf(&red, "%sa%d", red.len ? ", " : "", id);
+                if (n->op == OP_REDUCE_MAX) {
+                    /* a NaN anywhere makes the maximum NaN, as in PyTorch: a flag beside
+                     * the vector maximum, whose lanes may drop NaNs */
+                    sb_printf(o, "%sint nan%d = 0;\n", indent, id);
+                    sb_printf(&maxes, "%sa%d", maxes.len ? ", " : "", id);
+                    sb_printf(&nans, "%snan%d", nans.len ? ", " : "", id);
+                } else {
+                    sb_printf(&red, "%sa%d", red.len ? ", " : "", id);
+                }
                 NodeId r = fusion_root(g, L->f, ir_input(g, id, 0));
                 if (in_kernel(L, r)) need(L, r);
             }
@@ -327,9 +343,13 @@ static void emit_row_body(Loop *L, const char *indent)
              * not in another pass over the row at the end */
             for (int i = 0; i < L->nstores; i++)
                 if (L->f->cls[L->stores[i]] == CLASS_FULL && L->avail[L->stores[i]] == s - 1) need(L, L->stores[i]);
-            char pragma[512];
-            if (!any_max && red.len) snprintf(pragma, sizeof pragma, "#pragma omp simd reduction(+: %s)", red.data);
-            int braces = open_inner(L, any_max ? NULL : (red.len ? pragma : "#pragma omp simd"), indent);
+            StrBuf pragma;
+            sb_init(&pragma);
+            sb_puts(&pragma, "#pragma omp simd");
+            if (red.len) sb_printf(&pragma, " reduction(+: %s)", red.data);
+            if (maxes.len) sb_printf(&pragma, " reduction(max: %s) reduction(|: %s)", maxes.data, nans.data);
+            int braces = open_inner(L, pragma.data, indent);
+            sb_free(&pragma);
             emit_needed(L, in);
             for (int32_t i = 0; i < L->K->count; i++) {
                 NodeId id = MEMBER(L, i);
@@ -340,8 +360,8 @@ static void emit_row_body(Loop *L, const char *indent)
                 ref(L, ir_input(g, id, 0), id, false, &v);
                 if (n->op == OP_REDUCE_SUM) sb_printf(o, "%sa%d += %s;\n", in, id, v.data);
                 else
-                    sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    if (v > a%d || v != v) a%d = v;\n%s}\n", in, in,
-                              cg_ctype((DType)n->dtype), v.data, in, id, id, in);
+                    sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    a%d = v > a%d ? v : a%d;\n%s    nan%d |= v != v;\n%s}\n", in,
+                              in, cg_ctype((DType)n->dtype), v.data, in, id, id, id, in, id, in);
                 sb_free(&v);
             }
             for (int i = 0; i < L->nstores; i++)
@@ -349,11 +369,15 @@ static void emit_row_body(Loop *L, const char *indent)
                     sb_printf(o, "%sy%d[i] = t%d;\n", in, L->stores[i], L->stores[i]);
             close_braces(o, braces, indent);
             sb_free(&red);
+            sb_free(&maxes);
+            sb_free(&nans);
             for (int32_t i = 0; i < L->K->count; i++) {
                 NodeId id = MEMBER(L, i);
                 const Node *n = &g->nodes[id];
-                if (L->f->cls[id] == CLASS_ROW && L->avail[id] == s && (n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX))
-                    sb_printf(o, "%sconst %s w%d = a%d;\n", indent, cg_ctype((DType)n->dtype), id, id);
+                if (L->f->cls[id] != CLASS_ROW || L->avail[id] != s) continue;
+                if (n->op == OP_REDUCE_SUM) sb_printf(o, "%sconst %s w%d = a%d;\n", indent, cg_ctype((DType)n->dtype), id, id);
+                if (n->op == OP_REDUCE_MAX)
+                    sb_printf(o, "%sconst %s w%d = nan%d ? NAN : a%d;\n", indent, cg_ctype((DType)n->dtype), id, id, id);
             }
         }
         for (int32_t i = 0; i < L->K->count; i++) {
@@ -364,6 +388,7 @@ static void emit_row_body(Loop *L, const char *indent)
         }
     }
     /* the final pass: full values other kernels read */
+    L->pass = L->nstages + 1;
     clear_needed(L);
     bool any = false;
     for (int i = 0; i < L->nstores; i++)
@@ -385,6 +410,7 @@ static void emit_row_body(Loop *L, const char *indent)
             sb_puts(o, ";\n");
         }
     }
+    L->pass = 0;
 }
 
 /* ---- kernels ---- */
@@ -672,8 +698,8 @@ static void operand(Loop *L, NodeId x, Operand *op)
 }
 
 /* The offset of an operand's element (c_0, ..., c_{r-3}, row, col): its offset terms plus
- * the batch coordinates (c<axis>) and `row` (an expression) times their strides. */
-static void operand_offset(Loop *L, const Operand *op, int nbatch, const char *row, StrBuf *b)
+ * the batch coordinates (c<axis>), `row` and `col` (expressions) times their strides. */
+static void operand_offset(Loop *L, const Operand *op, int nbatch, const char *row, const char *col, StrBuf *b)
 {
     bool any = false;
     for (int t = 0; t < op->lay.nterms; t++) {
@@ -681,16 +707,19 @@ static void operand_offset(Loop *L, const Operand *op, int nbatch, const char *r
         cg_dim(b, L->g, op->lay.offset[t]);
         any = true;
     }
-    for (int a = 0; a <= nbatch; a++) {
+    for (int a = 0; a <= nbatch + 1; a++) {
         Dim st = op->lay.stride[a];
-        if ((st.nsym == 0 && st.k == 0) || (a == nbatch && !strcmp(row, "0"))) continue;
+        const char *at = a == nbatch ? row : col;
+        if ((st.nsym == 0 && st.k == 0) || (a >= nbatch && !strcmp(at, "0"))) continue;
         sb_puts(b, any ? " + " : "");
-        if (a < nbatch) sb_printf(b, "c%d * ", a);
-        else sb_printf(b, "%s * ", row);
-        bool paren = st.nsym + (st.k != 1) > 1;
-        sb_puts(b, paren ? "(" : "");
-        cg_dim(b, L->g, st);
-        sb_puts(b, paren ? ")" : "");
+        if (a < nbatch) sb_printf(b, "c%d", a);
+        else sb_puts(b, at);
+        if (!is_one(st)) {
+            bool paren = st.nsym + (st.k != 1) > 1;
+            sb_puts(b, paren ? " * (" : " * ");
+            cg_dim(b, L->g, st);
+            sb_puts(b, paren ? ")" : "");
+        }
         any = true;
     }
     if (!any) sb_puts(b, "0");
@@ -725,13 +754,6 @@ static void operand_ld(Loop *L, const char *name, NodeId x, const Operand *op)
     sb_puts(o, ", ");
     cg_dim(o, g, s->d[other]);
     sb_puts(o, ");\n");
-}
-
-/* After the batch loop of a GEMM kernel. */
-static void gemm_close(StrBuf *o, int nbatch)
-{
-    if (nbatch) sb_puts(o, "    if (side_by_side) kiln_blas_serial_end(blas_threads);\n");
-    sb_puts(o, "}\n\n");
 }
 
 static void emit_gemm_kernel(Loop *L)
@@ -773,14 +795,20 @@ static void emit_gemm_kernel(Loop *L)
         sb_puts(o, "    const int ldc = (int)kiln_blas_ld(");
         cg_dim(o, g, C.lay.stride[C.trans ? r - 1 : r - 2]);
         sb_printf(o, ", %s);\n", C.trans ? "M" : "N");
+    } else {
+        sb_puts(o, "    const int ldc = (int)kiln_blas_ld(N, N);\n");
     }
-    if (nbatch) {
-        sb_puts(o, "    /* small products side by side, one per thread, each single-threaded in BLAS */\n"
-                   "    const int side_by_side = batch > 1 && M * N * K <= (1 << 24);\n"
-                   "    const int blas_threads = side_by_side ? kiln_blas_serial_begin() : 0;\n"
-                   "    #pragma omp parallel for if (side_by_side)\n");
-    }
-    sb_puts(o, "    for (int64_t b = 0; b < batch; b++) {\n");
+    sb_printf(o, "    /* the threads share the work: the products of the batch side by side, or blocks of\n"
+                 "     * rows or columns of each product%s */\n"
+                 "    const kiln_gemm_split sp = kiln_gemm_plan(batch, M, N, K);\n"
+                 "    const int blas_threads = sp.parallel ? kiln_blas_serial_begin() : 0;\n"
+                 "    #pragma omp parallel for schedule(static) if (sp.parallel)\n"
+                 "    for (int64_t task = 0; task < sp.tasks; task++) {\n"
+                 "        const int64_t b = task / sp.blocks, block = task %% sp.blocks;\n"
+                 "        const int64_t m0 = block / sp.col_blocks * sp.rows, n0 = block %% sp.col_blocks * sp.cols;\n"
+                 "        const int64_t mb = M - m0 < sp.rows ? M - m0 : sp.rows, nb = N - n0 < sp.cols ? N - n0 : sp.cols;\n"
+                 "        if (mb <= 0 || nb <= 0) continue;\n",
+              epilogue ? " (kiln_gemm_plan); each block's epilogue runs\n     * while the block is in cache" : " (kiln_gemm_plan)");
     if (nbatch) {
         sb_puts(o, "        int64_t q = b;\n");
         for (int k = nbatch - 1; k >= 0; k--) {
@@ -788,85 +816,44 @@ static void emit_gemm_kernel(Loop *L)
             else sb_puts(o, "        const int64_t c0 = q;\n");
         }
         for (int k = 0; k < nbatch; k++) sb_printf(o, "        (void)c%d;\n", k);
+    } else if (wr != IR_NONE) {
+        sb_puts(o, "        (void)b;\n");
     }
-    StrBuf offa, offb;
+    StrBuf offa, offb, offc;
     sb_init(&offa);
     sb_init(&offb);
-    bool blocked = epilogue || !nbatch; /* row blocks: the operand A starts at row m0 */
-    operand_offset(L, &A, nbatch, blocked ? "m0" : "0", &offa);
-    operand_offset(L, &B, nbatch, "0", &offb);
-    const char *ta = A.trans ? "CblasTrans" : "CblasNoTrans", *tb = B.trans ? "CblasTrans" : "CblasNoTrans";
-    NodeId pa = A.lay.base, pb = B.lay.base;
-    if (wr != IR_NONE) {
-        StrBuf offc;
-        sb_init(&offc);
-        operand_offset(L, &C, nbatch, "0", &offc);
-        if (!C.trans)
-            sb_printf(o, "        cblas_%cgemm(CblasRowMajor, %s, %s, (int)M, (int)N, (int)K, 1, p%d + (%s), lda,\n"
-                         "                    p%d + (%s), ldb, 0, y%d + (%s), ldc);\n    }\n",
-                      f, ta, tb, pa, offa.data, pb, offb.data, wr, offc.data);
-        else
-            sb_printf(o, "        cblas_%cgemm(CblasRowMajor, %s, %s, (int)N, (int)M, (int)K, 1, p%d + (%s), ldb,\n"
-                         "                    p%d + (%s), lda, 0, y%d + (%s), ldc);\n    }\n",
-                      f, B.trans ? "CblasNoTrans" : "CblasTrans", A.trans ? "CblasNoTrans" : "CblasTrans", pb, offb.data, pa,
-                      offa.data, wr, offc.data);
-        sb_free(&offa);
-        sb_free(&offb);
-        sb_free(&offc);
-        gemm_close(o, nbatch);
-        return;
-    }
-    if (!epilogue && nbatch) {
-        sb_printf(o, "        cblas_%cgemm(CblasRowMajor, %s, %s, (int)M, (int)N, (int)K, 1, p%d + (%s), lda,\n"
-                     "                    p%d + (%s), ldb, 0, y%d + b * M * N, (int)N);\n    }\n",
-                  f, ta, tb, pa, offa.data, pb, offb.data, mm);
-        sb_free(&offa);
-        sb_free(&offb);
-        gemm_close(o, nbatch);
-        return;
-    }
-    sb_printf(o, "        /* blocks of rows (about %d KiB of output each, at least one per thread) shared\n"
-                 "         * between the threads: each computes its block with single-threaded BLAS%s */\n"
-                 "        const int64_t threads = kiln_threads(), by_size = (M * N + %d) / %d;\n"
-                 "        /* a wide product (fewer than 64 rows per block) is one call: every block would\n"
-                 "         * pack all of B again, and BLAS shares a single call between threads well */\n"
-                 "        const int wide = N * 64 > %d;\n"
-                 "        const int64_t nblocks = wide ? 1 : by_size > threads ? by_size : M < threads ? 1 : threads;\n"
-                 "        const int64_t block = (M + nblocks - 1) / nblocks;\n"
-                 "        /* (a thread pool's wake-up and BLAS's setting cost tens of microseconds: only for\n"
-                 "         * products of at least 2^25 multiply-adds, half a millisecond on one core) */\n"
-                 "        const int shared = nblocks > 1 && threads > 1 && (double)M * N * K >= 33554432.0;\n"
-                 "        const int blas_saved = shared ? kiln_blas_serial_begin() : 0;\n"
-                 "        #pragma omp parallel for schedule(static) if (shared)\n"
-                 "        for (int64_t j = 0; j < nblocks; j++) {\n"
-                 "            const int64_t m0 = j * block;\n"
-                 "            const int64_t mb = M - m0 < block ? M - m0 : block;\n"
-                 "            if (mb <= 0) continue;\n"
-                 "            cblas_%cgemm(CblasRowMajor, %s, %s, (int)mb, (int)N, (int)K, 1, p%d + (%s), lda,\n"
-                 "                        p%d + (%s), ldb, 0, y%d + (b * M + m0) * N, (int)N);\n",
-              GEMM_BLOCK_FLOATS / 256, epilogue ? ",\n         * then the block's epilogue while it is in cache" : "", GEMM_BLOCK_FLOATS - 1,
-              GEMM_BLOCK_FLOATS, GEMM_BLOCK_FLOATS, f, ta, tb, pa, offa.data, pb, offb.data, mm);
+    sb_init(&offc);
+    operand_offset(L, &A, nbatch, "m0", "0", &offa);
+    operand_offset(L, &B, nbatch, "0", "n0", &offb);
+    if (wr != IR_NONE) operand_offset(L, &C, nbatch, "m0", "n0", &offc);
+    else sb_printf(&offc, "(b * M + m0) * N + n0");
+    NodeId pa = A.lay.base, pb = B.lay.base, pc = wr != IR_NONE ? wr : mm;
+    if (!C.trans)
+        sb_printf(o, "        kiln_%cgemm(%s, %s, mb, nb, K, p%d + (%s), lda, p%d + (%s), ldb, y%d + (%s), ldc);\n", f,
+                  A.trans ? "CblasTrans" : "CblasNoTrans", B.trans ? "CblasTrans" : "CblasNoTrans", pa, offa.data, pb,
+                  offb.data, pc, offc.data);
+    else
+        sb_printf(o, "        kiln_%cgemm(%s, %s, nb, mb, K, p%d + (%s), ldb, p%d + (%s), lda, y%d + (%s), ldc);\n", f,
+                  B.trans ? "CblasNoTrans" : "CblasTrans", A.trans ? "CblasNoTrans" : "CblasTrans", pb, offb.data, pa,
+                  offa.data, pc, offc.data);
     sb_free(&offa);
     sb_free(&offb);
-    if (!epilogue) { /* a plain product: the blocks share it between the threads */
-        sb_puts(o, "        }\n        if (shared) kiln_blas_serial_end(blas_saved);\n    }\n");
-        gemm_close(o, nbatch);
-        return;
+    sb_free(&offc);
+    if (epilogue) {
+        sb_printf(o, "        #pragma omp parallel for if (!sp.parallel && mb * nb >= %d)\n", PARALLEL_MIN);
+        sb_printf(o, "        for (int64_t c%d = m0; c%d < m0 + mb; c%d++) {\n", r - 2, r - 2, r - 2);
+        sb_puts(o, "            #pragma omp simd\n");
+        sb_printf(o, "            for (int64_t c%d = n0; c%d < n0 + nb; c%d++) {\n", r - 1, r - 1, r - 1);
+        sb_printf(o, "                const int64_t i = (b * M + c%d) * N + c%d;\n", r - 2, r - 1);
+        clear_needed(L);
+        for (int i = 0; i < L->nstores; i++)
+            if (L->stores[i] != mm) need(L, L->stores[i]);
+        emit_needed(L, "                ");
+        for (int i = 0; i < L->nstores; i++)
+            if (L->stores[i] != mm) sb_printf(o, "                y%d[i] = t%d;\n", L->stores[i], L->stores[i]);
+        sb_puts(o, "            }\n        }\n");
     }
-    sb_printf(o, "            #pragma omp parallel for if (mb * N >= %d)\n", PARALLEL_MIN);
-    sb_printf(o, "            for (int64_t c%d = m0; c%d < m0 + mb; c%d++) {\n", r - 2, r - 2, r - 2);
-    sb_puts(o, "                #pragma omp simd\n");
-    sb_printf(o, "                for (int64_t c%d = 0; c%d < N; c%d++) {\n", r - 1, r - 1, r - 1);
-    sb_printf(o, "                    const int64_t i = (b * M + c%d) * N + c%d;\n", r - 2, r - 1);
-    clear_needed(L);
-    for (int i = 0; i < L->nstores; i++)
-        if (L->stores[i] != mm) need(L, L->stores[i]);
-    emit_needed(L, "                    ");
-    for (int i = 0; i < L->nstores; i++)
-        if (L->stores[i] != mm) sb_printf(o, "                    y%d[i] = t%d;\n", L->stores[i], L->stores[i]);
-    sb_puts(o, "                }\n            }\n        }\n"
-               "        if (shared) kiln_blas_serial_end(blas_saved);\n    }\n");
-    gemm_close(o, nbatch);
+    sb_puts(o, "    }\n    if (sp.parallel) kiln_blas_serial_end(blas_threads);\n}\n\n");
 }
 
 /* ---- sharing ---- */

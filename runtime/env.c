@@ -1,6 +1,6 @@
 /* env.c — fast defaults for a generated training program, with no environment variables
- * to set: the right OpenBLAS kernels, a non-spinning OpenMP, one thread count shared by
- * OpenMP and BLAS, and denormals flushed to zero.
+ * to set: the right OpenBLAS kernels, a non-spinning OpenMP with a thread per CPU, BLAS
+ * single-threaded inside the generated kernels' own tasks, and denormals flushed to zero.
  *
  * OpenBLAS (DYNAMIC_ARCH) chooses its kernels and libgomp reads OMP_WAIT_POLICY when the
  * libraries load, before main, so changing them takes a new process image:
@@ -139,12 +139,14 @@ static int blas_threads(void)
     return openblas_get_num_threads ? openblas_get_num_threads() : 0;
 }
 
-/* The threads line of the report, e.g. "2 threads" or "OpenMP 4 threads, BLAS 2". */
+/* The threads part of the report: "2 threads (BLAS single-threaded)", "1 thread" or
+ * "4 threads, BLAS 2" (the OpenMP count first). */
 static void print_threads(void)
 {
     int o = omp_threads(), b = blas_threads();
-    if (!b || b == o) fprintf(stderr, "%d thread%s", o, o == 1 ? "" : "s");
-    else fprintf(stderr, "OpenMP %d threads, BLAS %d", o, b);
+    fprintf(stderr, "%d thread%s", o, o == 1 ? "" : "s");
+    if (b == 1 && o > 1) fprintf(stderr, " (BLAS single-threaded)");
+    else if (b > 1) fprintf(stderr, ", BLAS %d", b);
 }
 
 void krt_fast_environment(int argc, char **argv)
@@ -167,13 +169,16 @@ void krt_fast_environment(int argc, char **argv)
     }
 #define NOTE(name) (strcat(kiln_set, *kiln_set ? " " name : name))
 
-    /* One thread count for OpenMP and BLAS: the user's for either, else every CPU. */
+    /* OpenMP gets the threads: the user's count for either library, else every CPU. BLAS
+     * is single-threaded unless the user says otherwise: generated kernels share each
+     * product's blocks between the OpenMP threads themselves (kiln_gemm.h), and a BLAS
+     * thread pool beside them would only spin (sched_yield) in their way. */
     const bool user_omp = set("OMP_NUM_THREADS");
     const bool user_blas = set("OPENBLAS_NUM_THREADS") || set("GOTO_NUM_THREADS");
     int n_omp = thread_value(getenv("OMP_NUM_THREADS"));
     int n_blas = thread_value(getenv(set("OPENBLAS_NUM_THREADS") ? "OPENBLAS_NUM_THREADS" : "GOTO_NUM_THREADS"));
     if (!n_omp) n_omp = n_blas ? n_blas : cpu_count();
-    if (!n_blas) n_blas = n_omp;
+    if (!n_blas) n_blas = 1;
     char num[16];
     if (!user_omp) {
         snprintf(num, sizeof num, "%d", n_omp);
@@ -254,7 +259,6 @@ void krt_set_threads(int n)
 #ifdef _OPENMP
     omp_set_num_threads(n);
 #endif
-    if (openblas_set_num_threads) openblas_set_num_threads(n);
     if (verbose()) {
         fprintf(stderr, "kiln: --threads %d: ", n);
         print_threads();

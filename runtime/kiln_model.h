@@ -7,9 +7,6 @@
 #define KILN_MODEL_H
 
 #include "kiln_rt.h"
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 typedef enum { KILN_INIT_ZEROS, KILN_INIT_ONES, KILN_INIT_CONSTANT, KILN_INIT_UNIFORM, KILN_INIT_NORMAL } kiln_init_kind;
 
@@ -68,44 +65,6 @@ typedef struct {
     bool trans_a, trans_b;
     int count;
 } kiln_gemm_shape;
-
-/* Threads a kernel may share work between: none more inside a parallel region. */
-static inline int64_t kiln_threads(void)
-{
-#ifdef _OPENMP
-    return omp_in_parallel() ? 1 : omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
-/* A batch of small matrix products runs side by side, one product per OpenMP thread, each
- * single-threaded in BLAS: OpenBLAS would otherwise spread every small product over all
- * threads and synchronise them once per product. Only where OpenBLAS's cblas.h was
- * included first (generated code); elsewhere BLAS threads are left alone. */
-static inline int kiln_blas_serial_begin(void)
-{
-#ifdef OPENBLAS_VERSION
-    int n = openblas_get_num_threads();
-    if (n > 1) openblas_set_num_threads(1);
-    return n;
-#else
-    return 0;
-#endif
-}
-
-static inline void kiln_blas_serial_end(int threads)
-{
-#ifdef OPENBLAS_VERSION
-    if (threads > 1) openblas_set_num_threads(threads);
-#else
-    (void)threads;
-#endif
-}
-
-/* The leading dimension of a matrix that generated code hands to BLAS: its row stride,
- * or, where a single row makes the stride meaningless, the smallest value BLAS accepts. */
-static inline int64_t kiln_blas_ld(int64_t stride, int64_t cols) { return stride >= cols && stride > 0 ? stride : cols > 1 ? cols : 1; }
 
 typedef struct {
     const char *name;

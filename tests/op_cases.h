@@ -66,8 +66,17 @@ static const OpCase op_cases[] = {
     {"matmul_step_slice", "x: f32[3, 8], z: f32[4, 5]", "y = x[:, 0:8:2] @ z"},
     {"matmul_written_permuted", "x: f32[2, 3, 4], z: f32[2, 4, 5]", "y = permute(x @ z, 1, 0, 2) * 2"},
     {"matmul_written_transposed", "x: f32[2, 3, 4], z: f32[2, 4, 5]", "y = permute(x @ z, 2, 0, 1)"},
-    /* large enough (2^25 multiply-adds) for row blocks shared between threads */
+    /* single rows and columns (BLAS's matrix-vector product), operands transposed or not */
+    {"matmul_matrix_vector", "x: f32[4, 3], z: f32[4]", "y = transpose(x) @ z + x[0:3, :] @ z[0:3]"},
+    {"matmul_row_vector", "x: f32[4, 1], z: f32[4, 5]", "y = transpose(x) @ z + transpose(z[:, 0:1]) @ z"},
+    /* large enough (kiln_gemm_plan: 2^22 multiply-adds) for tasks shared between threads:
+     * blocks of rows, of columns, of each product of a batch, and of products written
+     * permuted or transposed */
     {"matmul_shared_rows", "x: f32[256, 512], z: f32[256, 256]", "y = (transpose(x) @ z) * 0.01"},
+    {"matmul_shared_columns", "x: f32[64, 256], z: f32[256, 512]", "y = relu(x @ z) - 0.01"},
+    {"matmul_batch_blocks", "x: f32[2, 640, 256], z: f32[256, 256]", "y = (x @ z) * 0.01"},
+    {"matmul_written_blocks", "x: f32[2, 768, 128], z: f32[2, 128, 256]", "y = permute(x @ z, 1, 0, 2) * 2"},
+    {"matmul_written_transposed_blocks", "x: f32[2, 768, 128], z: f32[2, 128, 256]", "y = permute(x @ z, 2, 0, 1)"},
     {"matmul_merged_permute", "x: f32[2, 3, 4], z: f32[6, 5]", "y = reshape(permute(x, 2, 1, 0), 4, 6) @ z"},
     {"cross_entropy", "x: f32[4, 5], t: i64[4]", "y = cross_entropy(x, t)"},
     {"cross_entropy_3d", "x: f32[2, 3, 5], t: i32[2, 3]", "y = cross_entropy(x, t)"},
@@ -86,6 +95,10 @@ typedef struct {
 static const ModuleCase module_cases[] = {
     {"Linear", "m = Linear(4, 3)", "x: f32[B, 4]", "y = m(x)"},
     {"Linear_nobias_3d", "m = Linear(4, 3, bias = false)", "x: f32[2, 3, 4]", "y = m(x)"},
+    /* products shared between threads (kiln_gemm_plan) forward and backward, in blocks of
+     * rows and of columns; and a batch of one row (BLAS's matrix-vector product) */
+    {"Linear_large", "m = Linear(256, 512)", "x: f32[96, 256]", "y = gelu(m(x))"},
+    {"Linear_batch1", "m = Linear(64, 32)", "x: f32[1, 64]", "y = m(x)"},
     {"Conv2d", "m = Conv2d(2, 3, 3, padding = 1)", "x: f32[2, 2, 5, 5]", "y = m(x)"},
     {"Conv2d_stride_dilation", "m = Conv2d(1, 2, 2, stride = 2, dilation = 2)", "x: f32[1, 1, 7, 7]", "y = m(x)"},
     {"MaxPool2d", "m = MaxPool2d(2)", "x: f32[2, 2, 4, 4]", "y = m(x)"},

@@ -1,7 +1,7 @@
 /* test_rt_env.c — a training program's fast defaults (runtime/env.c): started with no
- * environment variables it runs with OMP_WAIT_POLICY=passive, one thread count for
- * OpenMP and BLAS and OpenBLAS kernels that match the CPU (re-executing itself once to
- * get them); a value the user set is never changed; --threads sets both thread counts;
+ * environment variables it runs with OMP_WAIT_POLICY=passive, an OpenMP thread per CPU,
+ * single-threaded BLAS and OpenBLAS kernels that match the CPU (re-executing itself once
+ * to get them); a value the user set is never changed; --threads sets OpenMP's count;
  * nothing is printed unless KILN_VERBOSE=1. The choice of kernels is also checked on its
  * own, and end to end with a stand-in OpenBLAS that reports an old core. */
 #include <criterion/criterion.h>
@@ -113,9 +113,10 @@ Test(env_program, defaults_without_any_variable)
     cr_expect(strstr(r, "set by kiln: OMP_NUM_THREADS OPENBLAS_NUM_THREADS OMP_WAIT_POLICY"), "%s", r);
     cr_expect(!strstr(r, "re-executing failed"), "%s", r);
     cr_expect(strstr(r, "denormals flushed to zero"), "%s", r);
-    /* One count for both (the affinity mask may hold fewer CPUs than are online). */
+    /* A thread per CPU (the affinity mask may hold fewer than are online), BLAS's one. */
     int n = atoi(r + strlen("kiln: "));
     cr_expect(n >= 1 && n <= ncpu && strstr(r, " thread"), "%s", r);
+    if (n > 1) cr_expect(strstr(r, " threads (BLAS single-threaded)"), "%s", r);
     const char *best = krt_cpu_blas_core();
     if (best) cr_expect(core_is_fast(r, best), "this CPU runs %s kernels, but: %s", best, r);
     free(out);
@@ -136,7 +137,7 @@ Test(env_program, user_values_are_kept)
     cr_expect(strstr(r, "BLAS core Prescott"), "%s", r);
     cr_expect(strstr(r, "OMP_WAIT_POLICY=active"), "%s", r);
     cr_expect(strstr(r, "denormals kept"), "%s", r);
-    /* BLAS follows the user's OpenMP count; nothing that needs a new image was set. */
+    /* BLAS single-threaded whatever the OpenMP count; nothing that needs a new image was set. */
     cr_expect(strstr(r, "set by kiln: OPENBLAS_NUM_THREADS") && !strstr(r, "OMP_WAIT_POLICY OPENBLAS"), "%s", r);
     free(out);
     /* KILN_ENV_READY (set by the first image) means: never re-execute. */
@@ -144,9 +145,12 @@ Test(env_program, user_values_are_kept)
     r = report_of(out);
     cr_expect(strstr(r, "OMP_WAIT_POLICY=unset"), "%s", r);
     free(out);
-    /* --threads sets OpenMP's and BLAS's counts together. */
+    /* --threads sets OpenMP's count; BLAS stays single-threaded, or as the user set it. */
     out = run_mlp("KILN_VERBOSE=1 OMP_NUM_THREADS=2", "--threads 1 --help");
     cr_expect(strstr(out, "kiln: --threads 1: 1 thread\n"), "%s", out);
+    free(out);
+    out = run_mlp("KILN_VERBOSE=1 OPENBLAS_NUM_THREADS=2", "--threads 3 --help");
+    cr_expect(strstr(out, "kiln: --threads 3: 3 threads, BLAS 2\n"), "%s", out);
     free(out);
 }
 

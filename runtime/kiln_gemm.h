@@ -1,0 +1,113 @@
+/* kiln_gemm.h — how generated GEMM kernels call BLAS and share work between threads.
+ *
+ * All of a program's parallelism is OpenMP's: BLAS runs single-threaded (runtime/env.c),
+ * and a kernel splits its products into tasks itself, so that no BLAS thread pool spins
+ * beside the OpenMP threads. kiln_gemm_plan picks the tasks: the products of a batch side
+ * by side, or blocks of rows or columns of each product, each block small enough that its
+ * epilogue finds the output still in cache. kiln_sgemm calls BLAS for one task, with the
+ * matrix-vector routine where the block is a single row or column: sgemm would pack
+ * (copy) the whole other operand for one row, which is most of a batch-1 inference. */
+#ifndef KILN_GEMM_H
+#define KILN_GEMM_H
+
+#include <cblas.h>
+#include <stdint.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Output floats of a block of a split product: 512 KiB, half a core's L2 here. */
+#define KILN_GEMM_BLOCK_FLOATS 131072
+/* Multiply-adds below which a kernel runs on one thread: 2^22, about 80 us on one core,
+ * against the 20 us of waking sleeping OpenMP threads and joining them. */
+#define KILN_GEMM_PARALLEL_MIN 4194304.0
+/* Multiply-adds of a product small enough to run whole on one thread beside others. */
+#define KILN_GEMM_SIDE_BY_SIDE_MAX 16777216.0
+
+/* Threads a kernel may share work between: none more inside a parallel region. */
+static inline int64_t kiln_threads(void)
+{
+#ifdef _OPENMP
+    return omp_in_parallel() ? 1 : omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+/* A kernel's tasks: `tasks` = batch x blocks; block j of a product covers rows
+ * [j / col_blocks * rows, + rows) and columns [j % col_blocks * cols, + cols). */
+typedef struct {
+    int64_t tasks, blocks, col_blocks, rows, cols;
+    int parallel;
+} kiln_gemm_split;
+
+static inline kiln_gemm_split kiln_gemm_plan(int64_t batch, int64_t M, int64_t N, int64_t K)
+{
+    kiln_gemm_split s = {batch, 1, 1, M, N, 0};
+    const int64_t threads = kiln_threads();
+    if (threads < 2 || M < 1 || N < 1 || (double)batch * M * N * K < KILN_GEMM_PARALLEL_MIN) return s;
+    s.parallel = 1;
+    if (batch >= threads && (double)M * N * K <= KILN_GEMM_SIDE_BY_SIDE_MAX) return s;
+    /* blocks of at most KILN_GEMM_BLOCK_FLOATS, at least one per thread and a multiple of
+     * the threads; along the longer side, since every block packs all of the other operand */
+    int64_t want = (M * N + KILN_GEMM_BLOCK_FLOATS - 1) / KILN_GEMM_BLOCK_FLOATS;
+    if (want * batch < threads) want = (threads + batch - 1) / batch;
+    if (batch == 1) want = (want + threads - 1) / threads * threads;
+    if (M >= N) {
+        s.rows = (M + want - 1) / want;
+        s.blocks = (M + s.rows - 1) / s.rows;
+    } else {
+        s.cols = ((N + want - 1) / want + 15) / 16 * 16; /* whole cache lines of C */
+        s.blocks = s.col_blocks = (N + s.cols - 1) / s.cols;
+    }
+    s.tasks = batch * s.blocks;
+    s.parallel = s.tasks > 1;
+    return s;
+}
+
+/* C (M x N, row stride ldc) = op(A) op(B), as cblas_?gemm with alpha 1 and beta 0. */
+#define KILN_DEFINE_GEMM(name, T, gemm, gemv)                                                                          \
+    static inline void name(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K,         \
+                            const T *A, int lda, const T *B, int ldb, T *C, int ldc)                                   \
+    {                                                                                                                  \
+        if (M == 1 && K > 0) /* the row of C is B's matrix times A's row */                                            \
+            gemv(CblasRowMajor, tb == CblasTrans ? CblasNoTrans : CblasTrans, tb == CblasTrans ? (int)N : (int)K,    \
+                 tb == CblasTrans ? (int)K : (int)N, 1, B, ldb, A, ta == CblasTrans ? lda : 1, 0, C, 1);               \
+        else if (N == 1 && K > 0) /* the column of C is A's matrix times B's column */                                \
+            gemv(CblasRowMajor, ta, ta == CblasTrans ? (int)K : (int)M, ta == CblasTrans ? (int)M : (int)K, 1, A, lda, \
+                 B, tb == CblasTrans ? 1 : ldb, 0, C, ldc);                                                             \
+        else                                                                                                           \
+            gemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1, A, lda, B, ldb, 0, C, ldc);                         \
+    }
+KILN_DEFINE_GEMM(kiln_sgemm, float, cblas_sgemm, cblas_sgemv)
+KILN_DEFINE_GEMM(kiln_dgemm, double, cblas_dgemm, cblas_dgemv)
+#undef KILN_DEFINE_GEMM
+
+/* Where BLAS has threads of its own (OPENBLAS_NUM_THREADS set by the user), a kernel's
+ * parallel tasks make it single-threaded for their duration. Only with OpenBLAS's
+ * cblas.h; elsewhere BLAS threads are left alone. */
+static inline int kiln_blas_serial_begin(void)
+{
+#ifdef OPENBLAS_VERSION
+    int n = openblas_get_num_threads();
+    if (n > 1) openblas_set_num_threads(1);
+    return n;
+#else
+    return 0;
+#endif
+}
+
+static inline void kiln_blas_serial_end(int threads)
+{
+#ifdef OPENBLAS_VERSION
+    if (threads > 1) openblas_set_num_threads(threads);
+#else
+    (void)threads;
+#endif
+}
+
+/* The leading dimension of a matrix that generated code hands to BLAS: its row stride,
+ * or, where a single row makes the stride meaningless, the smallest value BLAS accepts. */
+static inline int64_t kiln_blas_ld(int64_t stride, int64_t cols) { return stride >= cols && stride > 0 ? stride : cols > 1 ? cols : 1; }
+
+#endif
