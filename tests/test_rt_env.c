@@ -1,5 +1,5 @@
 /* test_rt_env.c — a training program's fast defaults (runtime/env.c): started with no
- * environment variables it runs with OMP_WAIT_POLICY=passive, an OpenMP thread per CPU,
+ * environment variables it runs with GOMP_SPINCOUNT=10000, an OpenMP thread per CPU,
  * single-threaded BLAS and OpenBLAS kernels that match the CPU (re-executing itself once
  * to get them); a value the user set is never changed; --threads sets OpenMP's count;
  * nothing is printed unless KILN_VERBOSE=1. The choice of kernels is also checked on its
@@ -68,7 +68,7 @@ static char *run_mlp(const char *vars, const char *args)
 {
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "cd %s && env -u OMP_WAIT_POLICY -u OPENBLAS_CORETYPE -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS "
+             "cd %s && env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OPENBLAS_CORETYPE -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS "
              "-u GOTO_NUM_THREADS -u KILN_ENV_READY -u KILN_VERBOSE -u KILN_FTZ %s ./mlp %s",
              dir, vars, args);
     StrBuf out;
@@ -109,8 +109,8 @@ Test(env_program, defaults_without_any_variable)
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     char *out = run_mlp("KILN_VERBOSE=1", "--help");
     char *r = report_of(out);
-    cr_expect(strstr(r, "OMP_WAIT_POLICY=passive"), "%s", r);
-    cr_expect(strstr(r, "set by kiln: OMP_NUM_THREADS OPENBLAS_NUM_THREADS OMP_WAIT_POLICY"), "%s", r);
+    cr_expect(strstr(r, "OMP_WAIT_POLICY=unset, GOMP_SPINCOUNT=10000"), "%s", r);
+    cr_expect(strstr(r, "set by kiln: OMP_NUM_THREADS OPENBLAS_NUM_THREADS GOMP_SPINCOUNT"), "%s", r);
     cr_expect(!strstr(r, "re-executing failed"), "%s", r);
     cr_expect(strstr(r, "denormals flushed to zero"), "%s", r);
     /* A thread per CPU (the affinity mask may hold fewer than are online), BLAS's one. */
@@ -138,7 +138,8 @@ Test(env_program, user_values_are_kept)
     cr_expect(strstr(r, "OMP_WAIT_POLICY=active"), "%s", r);
     cr_expect(strstr(r, "denormals kept"), "%s", r);
     /* BLAS single-threaded whatever the OpenMP count; nothing that needs a new image was set. */
-    cr_expect(strstr(r, "set by kiln: OPENBLAS_NUM_THREADS") && !strstr(r, "OMP_WAIT_POLICY OPENBLAS"), "%s", r);
+    cr_expect(strstr(r, "set by kiln: OPENBLAS_NUM_THREADS") && !strstr(r, "GOMP_SPINCOUNT OPENBLAS"), "%s", r);
+    cr_expect(strstr(r, "GOMP_SPINCOUNT=unset"), "%s", r);
     free(out);
     /* KILN_ENV_READY (set by the first image) means: never re-execute. */
     out = run_mlp("KILN_VERBOSE=1 KILN_ENV_READY=1", "--help");
@@ -201,7 +202,7 @@ Test(env_program, old_blas_core_is_replaced_once)
     snprintf(cmd, sizeof cmd, "KILN_VERBOSE=1 LD_PRELOAD=%s/shim.so ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0", dir);
     char *text = run_mlp(cmd, "--help");
     char *r = report_of(text);
-    cr_expect(strstr(r, "OMP_WAIT_POLICY OPENBLAS_CORETYPE"), "OPENBLAS_CORETYPE was not set: %s", r);
+    cr_expect(strstr(r, "GOMP_SPINCOUNT OPENBLAS_CORETYPE"), "OPENBLAS_CORETYPE was not set: %s", r);
     cr_expect(core_is_fast(r, best), "this CPU runs %s kernels, but: %s", best, r);
     free(text);
     /* The user's choice of the old core stands. */
