@@ -49,7 +49,7 @@ raw="$work/raw.txt"
 have_torch=1
 $PY -c "import torch" 2>/dev/null || { have_torch=0; echo "PyTorch is not installed (apt-get install python3-torch): Kiln only" >&2; }
 json() { $PY -c 'import json, sys; v = json.loads(sys.argv[1])[sys.argv[2]]; print(" ".join(",".join(str(int(x)) for x in s) for s in v) if isinstance(v, list) else v)' "$@"; }
-kiln_env=(env -u OMP_WAIT_POLICY -u OPENBLAS_CORETYPE)
+kiln_env=(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OPENBLAS_CORETYPE -u OPENBLAS_NUM_THREADS)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 # CPU time taken by other virtual machines on the host ("steal"): on a shared VM it, not
 # the load average, is what makes timings move between runs.
