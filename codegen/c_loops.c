@@ -800,7 +800,7 @@ static void emit_gemm_kernel(Loop *L)
     }
     sb_printf(o, "    /* the threads share the work: the products of the batch side by side, or blocks of\n"
                  "     * rows or columns of each product%s */\n"
-                 "    const kiln_gemm_split sp = kiln_gemm_plan(batch, M, N, K);\n"
+                 "    const kiln_gemm_split sp = kiln_gemm_plan(batch, M, N, K, %d);\n"
                  "    const int blas_threads = sp.parallel ? kiln_blas_serial_begin() : 0;\n"
                  "    #pragma omp parallel for schedule(static) if (sp.parallel)\n"
                  "    for (int64_t task = 0; task < sp.tasks; task++) {\n"
@@ -808,7 +808,8 @@ static void emit_gemm_kernel(Loop *L)
                  "        const int64_t m0 = block / sp.col_blocks * sp.rows, n0 = block %% sp.col_blocks * sp.cols;\n"
                  "        const int64_t mb = M - m0 < sp.rows ? M - m0 : sp.rows, nb = N - n0 < sp.cols ? N - n0 : sp.cols;\n"
                  "        if (mb <= 0 || nb <= 0) continue;\n",
-              epilogue ? " (kiln_gemm_plan); each block's epilogue runs\n     * while the block is in cache" : " (kiln_gemm_plan)");
+              epilogue ? " (kiln_gemm_plan); each block's epilogue runs\n     * while the block is in cache" : " (kiln_gemm_plan)",
+              epilogue);
     if (nbatch) {
         sb_puts(o, "        int64_t q = b;\n");
         for (int k = nbatch - 1; k >= 0; k--) {

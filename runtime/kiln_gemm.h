@@ -41,16 +41,18 @@ typedef struct {
     int parallel;
 } kiln_gemm_split;
 
-static inline kiln_gemm_split kiln_gemm_plan(int64_t batch, int64_t M, int64_t N, int64_t K)
+static inline kiln_gemm_split kiln_gemm_plan(int64_t batch, int64_t M, int64_t N, int64_t K, int epilogue)
 {
     kiln_gemm_split s = {batch, 1, 1, M, N, 0};
     const int64_t threads = kiln_threads();
     if (threads < 2 || M < 1 || N < 1 || (double)batch * M * N * K < KILN_GEMM_PARALLEL_MIN) return s;
     s.parallel = 1;
     if (batch >= threads && (double)M * N * K <= KILN_GEMM_SIDE_BY_SIDE_MAX) return s;
-    /* blocks of at most KILN_GEMM_BLOCK_FLOATS, at least one per thread and a multiple of
-     * the threads; along the longer side, since every block packs all of the other operand */
-    int64_t want = (M * N + KILN_GEMM_BLOCK_FLOATS - 1) / KILN_GEMM_BLOCK_FLOATS;
+    /* at least one block per thread and a multiple of the threads; with an epilogue, blocks
+     * of at most KILN_GEMM_BLOCK_FLOATS, still in cache when it runs, else as few as that
+     * (every block packs all of the other operand again). Along the longer side: fewer
+     * copies of the shorter operand. */
+    int64_t want = epilogue ? (M * N + KILN_GEMM_BLOCK_FLOATS - 1) / KILN_GEMM_BLOCK_FLOATS : 1;
     if (want * batch < threads) want = (threads + batch - 1) / batch;
     if (batch == 1) want = (want + threads - 1) / threads * threads;
     if (M >= N) {
