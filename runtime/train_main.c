@@ -21,6 +21,9 @@
 #include <unistd.h>
 
 #include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "kiln_model.h"
 #include "kiln_rng.h"
@@ -109,7 +112,7 @@ static void usage(FILE *f)
     }
     fprintf(f, "  %-20s %s\n", "--data INPUT=PATH", "read model input INPUT from PATH (or --data PATH for text/tokens)");
     fprintf(f, "  %-20s %s\n", "--resume DIR", "continue from the checkpoint in DIR");
-    fprintf(f, "  %-20s %s\n", "--threads N", "threads for OpenMP and BLAS (default: all cores)");
+    fprintf(f, "  %-20s %s\n", "--threads N", "threads of the generated kernels (default: all cores)");
     fprintf(f, "  %-20s %s\n", "--help", "show this help");
 }
 
@@ -497,6 +500,16 @@ static double median_of(double *v, int64_t n)
 }
 
 /* Peak resident set size of the process so far, in MiB. */
+/* The threads the generated kernels share their work between. */
+static int omp_threads(void)
+{
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
 static double peak_rss_mb(void)
 {
     struct rusage ru;
@@ -591,11 +604,11 @@ static int bench(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *
             printf("%s\"%s\": %lld", s ? ", " : "", M->syms[s].name, (long long)io->syms[s]);
         printf("}, \"bounds\": {");
         for (int s = 0; s < M->nsyms; s++) printf("%s\"%s\": %lld", s ? ", " : "", M->syms[s].name, (long long)M->syms[s].max);
-        printf("}, \"threads\": %d, \"warmup_steps\": %lld, \"train_steps\": %lld, \"train_step_ms_median\": %.4f, "
+        printf("}, \"threads\": %d, \"blas_threads\": %d, \"warmup_steps\": %lld, \"train_steps\": %lld, \"train_step_ms_median\": %.4f, "
                "\"train_step_ms_min\": %.4f, \"gemm_flops_per_step\": %.6g, \"infer_b1_ms\": %.4f, \"infer_b1_repeats\": %d, "
                "\"infer_b1_gemm_flops\": %.6g, \"infer_b256_batch\": %lld, \"infer_b256_ms\": %.4f, \"infer_b256_repeats\": %d, "
                "\"infer_b256_gemm_flops\": %.6g, \"train_rss_mb\": %.1f, \"peak_rss_mb\": %.1f, \"gemms\": [",
-               openblas_get_num_threads(), (long long)warm, (long long)n, step_ms, min_ms, flops, b1, reps1, f1, (long long)big, bb,
+               omp_threads(), openblas_get_num_threads(), (long long)warm, (long long)n, step_ms, min_ms, flops, b1, reps1, f1, (long long)big, bb,
                repsb, fb, train_rss, peak_rss_mb());
         for (int i = 0; i < M->ntrain_gemms; i++) {
             const kiln_gemm_shape *g = &M->train_gemms[i];
@@ -635,7 +648,7 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--resume")) resume = v;
         else if (!strcmp(a, "--threads")) {
             if (atoi(v) < 1) return die("--threads: '%s' is not a positive number", v), 2;
-            krt_set_threads(atoi(v)); /* OpenMP and BLAS alike */
+            krt_set_threads(atoi(v)); /* OpenMP's; BLAS runs inside the kernels' tasks */
         } else if (!strcmp(a, "--data")) {
             const char *eq = strchr(v, '=');
             if (eq) {
