@@ -126,7 +126,7 @@ static bool verbose(void)
     return v && *v && strcmp(v, "0") != 0;
 }
 
-static int omp_threads(void)
+int krt_threads(void)
 {
 #ifdef _OPENMP
     return omp_get_max_threads();
@@ -144,7 +144,7 @@ static int blas_threads(void)
  * "4 threads, BLAS 2" (the OpenMP count first). */
 static void print_threads(void)
 {
-    int o = omp_threads(), b = blas_threads();
+    int o = krt_threads(), b = blas_threads();
     fprintf(stderr, "%d thread%s", o, o == 1 ? "" : "s");
     if (b == 1 && o > 1) fprintf(stderr, " (BLAS single-threaded)");
     else if (b > 1) fprintf(stderr, ", BLAS %d", b);

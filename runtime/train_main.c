@@ -21,9 +21,6 @@
 #include <unistd.h>
 
 #include <cblas.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "kiln_model.h"
 #include "kiln_rng.h"
@@ -500,16 +497,6 @@ static double median_of(double *v, int64_t n)
 }
 
 /* Peak resident set size of the process so far, in MiB. */
-/* The threads the generated kernels share their work between. */
-static int omp_threads(void)
-{
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
 static double peak_rss_mb(void)
 {
     struct rusage ru;
@@ -608,7 +595,7 @@ static int bench(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *
                "\"train_step_ms_min\": %.4f, \"gemm_flops_per_step\": %.6g, \"infer_b1_ms\": %.4f, \"infer_b1_repeats\": %d, "
                "\"infer_b1_gemm_flops\": %.6g, \"infer_b256_batch\": %lld, \"infer_b256_ms\": %.4f, \"infer_b256_repeats\": %d, "
                "\"infer_b256_gemm_flops\": %.6g, \"train_rss_mb\": %.1f, \"peak_rss_mb\": %.1f, \"gemms\": [",
-               omp_threads(), openblas_get_num_threads(), (long long)warm, (long long)n, step_ms, min_ms, flops, b1, reps1, f1, (long long)big, bb,
+               krt_threads(), openblas_get_num_threads(), (long long)warm, (long long)n, step_ms, min_ms, flops, b1, reps1, f1, (long long)big, bb,
                repsb, fb, train_rss, peak_rss_mb());
         for (int i = 0; i < M->ntrain_gemms; i++) {
             const kiln_gemm_shape *g = &M->train_gemms[i];
