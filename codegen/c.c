@@ -169,7 +169,11 @@ void cg_elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const c
     case OP_GE: sb_printf(o, "%s >= %s", a, b); break;
     case OP_AND: sb_printf(o, "%s && %s", a, b); break;
     case OP_OR: sb_printf(o, "%s || %s", a, b); break;
-    case OP_WHERE: sb_printf(o, "%s ? %s : %s", a, b, w); break;
+    case OP_WHERE:
+        if (n->dtype == DT_F32) sb_printf(o, "kiln_selectf(%s, %s, %s)", a, b, w); /* kiln_math.h */
+        else if (n->dtype == DT_F64) sb_printf(o, "kiln_select(%s, %s, %s)", a, b, w);
+        else sb_printf(o, "%s ? %s : %s", a, b, w);
+        break;
     default: break;
     }
 }

@@ -49,6 +49,9 @@ typedef struct {
      * member that an earlier pass wrote is read back, not computed again. */
     int pass;
     bool random;
+    /* Nested mode with tiny inner axes (2x2 pooling windows): the axis whose iterations
+     * are SIMD lanes, each running the whole row body; -1 when the innermost loop is. */
+    int lane;
 } Loop;
 
 #define MEMBER(L, i) ((L)->f->members[(L)->K->first + (i)])
@@ -348,7 +351,7 @@ static void emit_row_body(Loop *L, const char *indent)
             sb_puts(&pragma, "#pragma omp simd");
             if (red.len) sb_printf(&pragma, " reduction(+: %s)", red.data);
             if (maxes.len) sb_printf(&pragma, " reduction(max: %s) reduction(|: %s)", maxes.data, nans.data);
-            int braces = open_inner(L, pragma.data, indent);
+            int braces = open_inner(L, L->lane >= 0 ? NULL : pragma.data, indent);
             sb_free(&pragma);
             emit_needed(L, in);
             for (int32_t i = 0; i < L->K->count; i++) {
@@ -394,7 +397,7 @@ static void emit_row_body(Loop *L, const char *indent)
     for (int i = 0; i < L->nstores; i++)
         if (L->f->cls[L->stores[i]] == CLASS_FULL && L->avail[L->stores[i]] == L->nstages) need(L, L->stores[i]), any = true;
     if (any) {
-        int braces = open_inner(L, "#pragma omp simd", indent);
+        int braces = open_inner(L, L->lane >= 0 ? NULL : "#pragma omp simd", indent);
         emit_needed(L, in);
         for (int i = 0; i < L->nstores; i++)
             if (L->f->cls[L->stores[i]] == CLASS_FULL && L->avail[L->stores[i]] == L->nstages)
@@ -419,6 +422,42 @@ static void kernel_name(Cg *c, int32_t k, StrBuf *b)
 {
     const Kernel *K = &c->fp.kernels[k];
     sb_printf(b, "%s_k%d_%s", c->prefix, k, K->kind == KERNEL_GEMM ? "gemm" : K->axes ? "rows" : "map");
+}
+
+/* Inner loops this short run no faster as SIMD loops than as unrolled code. */
+#define LANE_INNER_MAX 16
+
+/* In nested mode, a loop nest whose inner axes are few elements (a 2x2 pooling window:
+ * rows of 4, or a map over [.., 14, 2] whose last axis is 2) wastes the SIMD unit on
+ * its innermost loop. Instead the last outer axis becomes the SIMD loop, and each lane
+ * runs the whole (unrolled) row body: one window per lane. Returns that axis and, for a
+ * map kernel, moves the short trailing axes into the inner loops; -1 to keep the nest. */
+static int lane_axis(Loop *L)
+{
+    const Shape *s = &L->K->shape;
+    uint64_t inner = L->inner;
+    int64_t span = 1;
+    if (!L->K->axes) {
+        /* a map: the trailing axes, while their elements fit in a short unrolled loop */
+        inner = 0;
+        for (int a = L->rank - 1; a > 0 && ir_dim_is_const(s->d[a]) && span * s->d[a].k <= LANE_INNER_MAX / 2; a--) {
+            span *= s->d[a].k;
+            inner |= (uint64_t)1 << a;
+        }
+        if (!inner || !ir_dim_is_const(s->d[L->rank - 1]) || s->d[L->rank - 1].k > 4) return -1;
+    } else {
+        for (int a = 0; a < L->rank; a++) {
+            if (!(inner >> a & 1)) continue;
+            if (!ir_dim_is_const(s->d[a])) return -1;
+            span *= s->d[a].k;
+        }
+        if (span > LANE_INNER_MAX) return -1;
+    }
+    int lane = L->rank - 1;
+    while (lane >= 0 && (inner >> lane & 1)) lane--;
+    if (lane < 0 || (ir_dim_is_const(s->d[lane]) && s->d[lane].k < 4)) return -1;
+    L->inner = inner;
+    return lane;
 }
 
 static void setup(Loop *L, Cg *c, int32_t k)
@@ -487,6 +526,7 @@ static void setup(Loop *L, Cg *c, int32_t k)
         }
         L->mode = rows_ok ? MODE_ROWS : columns_ok ? MODE_COLUMNS : MODE_NESTED;
     }
+    L->lane = L->mode == MODE_NESTED ? lane_axis(L) : -1;
 }
 
 static void teardown(Loop *L)
@@ -647,23 +687,28 @@ static void emit_loop_kernel(Loop *L)
     } else {
         cg_declare_strides(c, "S", L->rank);
         for (int a = 0; a < L->rank; a++) sb_printf(o, "    (void)Ss%d;\n", a);
-        int nouter = L->rank - popcount64(L->inner);
-        /* row strides: over the outer axes only */
-        if (nouter) {
+        /* the outer loops: every axis but the inner ones and the lane axis */
+        int nloops = L->rank - popcount64(L->inner), nouter = nloops - (L->lane >= 0);
+        if (nloops) {
             sb_puts(o, "    const int64_t work = ");
             cg_numel(c, &L->K->shape);
             sb_puts(o, ";\n");
-            sb_printf(o, "    #pragma omp parallel for collapse(%d) if (work >= %d)%s\n", nouter, PARALLEL_MIN, reduction);
         }
+        if (nouter) sb_printf(o, "    #pragma omp parallel for collapse(%d) if (work >= %d)%s\n", nouter, PARALLEL_MIN, reduction);
         int depth = 0;
         for (int a = 0; a < L->rank; a++) {
-            if (L->inner >> a & 1) continue;
-            sb_printf(o, "    %*sfor (int64_t c%d = 0; c%d < S%d; c%d++)%s\n", 4 * depth, "", a, a, a, a, depth == nouter - 1 ? " {" : "");
+            if (L->inner >> a & 1 || a == L->lane) continue;
+            sb_printf(o, "    %*sfor (int64_t c%d = 0; c%d < S%d; c%d++)%s\n", 4 * depth, "", a, a, a, a, depth == nloops - 1 ? " {" : "");
             depth++;
         }
-        if (!nouter) sb_puts(o, "    {\n");
+        if (L->lane >= 0) {
+            if (nouter) sb_printf(o, "    %*s#pragma omp simd%s\n", 4 * depth, "", reduction);
+            else sb_printf(o, "    #pragma omp parallel for simd if (work >= %d)%s\n", PARALLEL_MIN, reduction);
+            sb_printf(o, "    %*sfor (int64_t c%d = 0; c%d < S%d; c%d++) {\n", 4 * depth, "", L->lane, L->lane, L->lane, L->lane);
+        }
+        if (!nloops) sb_puts(o, "    {\n");
         char indent[96];
-        snprintf(indent, sizeof indent, "    %*s", 4 * (nouter ? nouter : 1), "");
+        snprintf(indent, sizeof indent, "    %*s", 4 * (nloops ? nloops : 1), "");
         sb_printf(o, "%sconst int64_t row = 0", indent);
         for (int a = 0; a < L->rank; a++) {
             if (L->inner >> a & 1) continue;
@@ -673,7 +718,7 @@ static void emit_loop_kernel(Loop *L)
         }
         sb_printf(o, ";\n%s(void)row;\n", indent);
         emit_row_body(L, indent);
-        sb_printf(o, "    %*s}\n", 4 * (nouter ? nouter - 1 : 0), "");
+        sb_printf(o, "    %*s}\n", 4 * (nloops ? nloops - 1 : 0), "");
     }
     for (int i = 0; i < L->nstores; i++)
         if (L->f->cls[L->stores[i]] == CLASS_TOTAL) sb_printf(o, "    y%d[0] = tot%d;\n", L->stores[i], L->stores[i]);

@@ -12,6 +12,31 @@
 #define KILN_MATH_H
 
 #include <stdint.h>
+#include <string.h>
+
+/* c ? a : b with no jump. Where the compiler cannot vectorise a loop (the nests over
+ * 2x2 pooling windows), GCC compiles a float ternary into a jump around the arithmetic
+ * of the taken side, and a ReLU or max-pooling mask goes either way at random: the
+ * max-pool gradient kernel ran 5x slower with the jump than with this bit select. */
+static inline float kiln_selectf(int c, float a, float b)
+{
+    uint32_t x, y, m = -(uint32_t)(c != 0);
+    memcpy(&x, &a, sizeof x);
+    memcpy(&y, &b, sizeof y);
+    x = (x & m) | (y & ~m);
+    memcpy(&a, &x, sizeof a);
+    return a;
+}
+
+static inline double kiln_select(int c, double a, double b)
+{
+    uint64_t x, y, m = -(uint64_t)(c != 0);
+    memcpy(&x, &a, sizeof x);
+    memcpy(&y, &b, sizeof y);
+    x = (x & m) | (y & ~m);
+    memcpy(&a, &x, sizeof a);
+    return a;
+}
 
 /* 2^n for an integral float n in [-126, 127], by building the float's bits. Adding
  * 1.5 * 2^23 puts n in the low mantissa bits; no float-to-int conversion, which GCC will

@@ -31,8 +31,12 @@ static const OpCase op_cases[] = {
     {"pow", "x: f32[3, 4], z: f32[3, 4]", "y = pow(exp(x), z)"},
     {"pow_operator", "x: f32[3, 4]", "y = x ** 3"},
     {"where", "x: f32[3, 4], z: f32[3, 4]", "y = where(x > z, x * 2, z * 3)"},
+    {"where_broadcast", "x: f32[4, 5, 2], z: f32[4, 5, 1]", "y = where(x > 0, x * z, z)"},
+    {"where_f64", "x: f64[3, 4]", "y = f32(where(x > 0, x, x * 3))"},
     {"sum_axis", "x: f32[2, 3, 4]", "y = sum(x, axis = 1)"},
     {"sum_axes_keepdim", "x: f32[2, 3, 4]", "y = sum(x, axis = [0, 2], keepdim = true) * x"},
+    /* inner axes of 10 elements: one row per SIMD lane (c_loops.c), with a total */
+    {"sum_axes_lanes", "x: f32[5, 6, 2]", "y = sum(x, axis = [0, 2], keepdim = true) * x"},
     {"mean_all", "x: f32[2, 3, 4]", "y = mean(x * x)"},
     {"max_axis", "x: f32[2, 3, 4]", "y = max(x, axis = -1)"},
     {"min_all", "x: f32[3, 4]", "y = min(x)"},
@@ -106,6 +110,8 @@ static const ModuleCase module_cases[] = {
     {"AvgPool2d", "m = AvgPool2d(2, padding = 1)", "x: f32[1, 2, 4, 4]", "y = m(x)"},
     /* windows that tile the image: reshaped and reduced in place, the ragged edge dropped */
     {"MaxPool2d_ragged", "m = MaxPool2d(2)", "x: f32[2, 3, 5, 7]", "y = m(x)"},
+    /* windows of 4 in rows of 5: one window per SIMD lane (cnn's pooling kernels too) */
+    {"MaxPool2d_lanes", "m = MaxPool2d(2)", "x: f32[2, 3, 8, 10]", "y = relu(m(x))"},
     {"AvgPool2d_tiles", "m = AvgPool2d(3)", "x: f32[1, 2, 6, 7]", "y = m(x)"},
     {"BatchNorm2d", "m = BatchNorm2d(3)", "x: f32[2, 3, 2, 2]", "y = m(x)"},
     {"LayerNorm", "m = LayerNorm(5)", "x: f32[2, 3, 5]", "y = m(x)"},
