@@ -42,7 +42,9 @@ void build_fingerprint(StrBuf *key)
         }
         fclose(f);
     }
-    const char *files[] = {KILN_RUNTIME_LIB, KILN_TRAIN_MAIN, KILN_RUNTIME_DIR "/kiln_model.h", KILN_RUNTIME_DIR "/kiln_gemm.h"};
+    /* the runtime and every header the generated code includes */
+    const char *files[] = {KILN_RUNTIME_LIB, KILN_TRAIN_MAIN, KILN_RUNTIME_DIR "/kiln_model.h", KILN_RUNTIME_DIR "/kiln_gemm.h",
+                           KILN_RUNTIME_DIR "/kiln_math.h", KILN_RUNTIME_DIR "/kiln_rng.h"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         struct stat st;
         if (stat(files[i], &st) == 0) sb_printf(key, "|%lld.%lld", (long long)st.st_size, (long long)st.st_mtime);
