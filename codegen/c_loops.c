@@ -52,11 +52,24 @@ typedef struct {
     /* Nested mode with tiny inner axes (2x2 pooling windows): the axis whose iterations
      * are SIMD lanes, each running the whole row body; -1 when the innermost loop is. */
     int lane;
+    /* Values of other kernels that this one computes again instead of loading (fusion.c's
+     * recomputed members and the unstored values they need), in node order. */
+    NodeId *remat;
+    int nremat, capremat;
 } Loop;
 
 #define MEMBER(L, i) ((L)->f->members[(L)->K->first + (i)])
 
 static bool in_kernel(const Loop *L, NodeId r) { return L->f->role[r] == ROLE_KERNEL && L->f->kernel_of[r] == L->k; }
+
+/* Is r another kernel's value that this kernel computes itself? */
+static bool recomputed_here(const Loop *L, NodeId r)
+{
+    return L->f->role[r] == ROLE_KERNEL && L->f->kernel_of[r] != L->k && L->f->recomputed[r];
+}
+
+/* A value computed in this kernel, full (t<id>) or row (w<id>). */
+static bool local_value(const Loop *L, NodeId r) { return in_kernel(L, r) || recomputed_here(L, r); }
 
 static bool is_one(Dim d) { return d.nsym == 0 && d.k == 1; }
 
@@ -82,6 +95,16 @@ static void scan_operand(Loop *L, NodeId x, NodeId reader)
     const Graph *g = L->g;
     NodeId r = fusion_root(g, L->f, x);
     if (in_kernel(L, r)) return;
+    if (recomputed_here(L, r)) {
+        for (int i = 0; i < L->nremat; i++)
+            if (L->remat[i] == r) return;
+        GROW(L->remat, L->capremat, L->nremat + 1);
+        int i = L->nremat++;
+        for (; i > 0 && L->remat[i - 1] > r; i--) L->remat[i] = L->remat[i - 1];
+        L->remat[i] = r;
+        for (uint32_t j = 0; j < g->nodes[r].ninputs; j++) scan_operand(L, ir_input(g, r, (int)j), r);
+        return;
+    }
     int off = L->rank - g->nodes[r].shape.rank;
     if (fusion_is_broadcast(g, L->f, r, L->k, reader)) {
         NodeId q = fusion_root(g, L->f, ir_input(g, r, 0));
@@ -120,8 +143,8 @@ static void ref(Loop *L, NodeId x, NodeId reader, bool row, StrBuf *b)
 {
     const Graph *g = L->g;
     NodeId r = fusion_root(g, L->f, x);
-    if (in_kernel(L, r)) {
-        sb_printf(b, L->f->cls[r] == CLASS_ROW ? "w%d" : "t%d", r);
+    if (local_value(L, r)) {
+        sb_printf(b, in_kernel(L, r) && L->f->cls[r] == CLASS_ROW ? "w%d" : "t%d", r);
         return;
     }
     int off = L->rank - g->nodes[r].shape.rank;
@@ -203,18 +226,22 @@ static void need(Loop *L, NodeId id)
     if (n->op == OP_MATMUL || written_before(L, id)) return;
     for (uint32_t j = 0; j < n->ninputs; j++) {
         NodeId r = fusion_root(L->g, L->f, ir_input(L->g, id, (int)j));
-        if (in_kernel(L, r) && L->f->cls[r] == CLASS_FULL) need(L, r);
+        if ((in_kernel(L, r) && L->f->cls[r] == CLASS_FULL) || recomputed_here(L, r)) need(L, r);
     }
 }
 
 static void clear_needed(Loop *L)
 {
     for (int32_t i = 0; i < L->K->count; i++) L->needed[MEMBER(L, i)] = 0;
+    for (int i = 0; i < L->nremat; i++) L->needed[L->remat[i]] = 0;
 }
 
 /* The body of an element loop: the needed full members, in order. */
 static void emit_needed(Loop *L, const char *indent)
 {
+    /* recomputed values depend only on loads and on each other */
+    for (int i = 0; i < L->nremat; i++)
+        if (L->needed[L->remat[i]]) member_value(L, L->remat[i], false, indent);
     for (int32_t i = 0; i < L->K->count; i++) {
         NodeId id = MEMBER(L, i);
         if (L->needed[id] && L->f->cls[id] == CLASS_FULL) member_value(L, id, false, indent);
@@ -535,6 +562,7 @@ static void teardown(Loop *L)
     free(L->needed);
     free(L->reads);
     free(L->stores);
+    free(L->remat);
 }
 
 static void kernel_comment(Loop *L)
@@ -561,7 +589,18 @@ static void kernel_comment(Loop *L)
         sb_printf(o, " -> %s", cg_ctype((DType)n->dtype));
         ir_shape_format(o, g, &n->shape);
         if (L->f->stored[id]) sb_puts(o, " (stored)");
+        if (L->f->recomputed[id] && !L->f->stored[id]) sb_puts(o, " (recomputed by its readers)");
         sb_puts(o, "\n");
+    }
+    if (L->nremat) sb_puts(o, " * computed again here instead of loaded:\n");
+    for (int i = 0; i < L->nremat; i++) {
+        NodeId id = L->remat[i];
+        const Node *n = &g->nodes[id];
+        sb_printf(o, " *   %%%d %s", id, ir_op_info[n->op].name);
+        for (uint32_t j = 0; j < n->ninputs; j++) sb_printf(o, "%s%%%d", j ? ", " : " ", ir_input(g, id, (int)j));
+        sb_printf(o, " -> %s", cg_ctype((DType)n->dtype));
+        ir_shape_format(o, g, &n->shape);
+        sb_printf(o, " (kernel %d's)\n", L->f->kernel_of[id]);
     }
     sb_puts(o, " *");
     cg_source_line(c, L->K->anchor);
@@ -824,7 +863,8 @@ static void emit_gemm_kernel(Loop *L)
     operand_ld(L, "a", xa, &A);
     operand_ld(L, "b", xb, &B);
     NodeId wr = L->K->written;
-    bool epilogue = L->K->count > 1 && wr == IR_NONE;
+    bool epilogue = false; /* an epilogue member is stored */
+    for (int i = 0; i < L->nstores && wr == IR_NONE; i++) epilogue |= L->stores[i] != mm;
     Operand C = {.trans = false};
     if (wr != IR_NONE) {
         /* the product goes straight into the permuted memory of %wr */

@@ -499,6 +499,101 @@ static void mark_stored(const Graph *g, FusionPlan *p)
     }
 }
 
+/* ---- recomputation ---- */
+
+/* Is operand root q loaded, not computed, by a kernel that recomputes its reader? */
+static bool recompute_leaf(const FusionPlan *p, NodeId q) { return p->role[q] != ROLE_KERNEL || p->stored[q]; }
+
+/* Above this many operations (a transcendental function counts as RECOMPUTE_CALL) a value
+ * is stored once rather than recomputed by every kernel that reads it. GELU's backward
+ * values from the stored pre-activation cost about 16. */
+#define RECOMPUTE_MAX 24
+#define RECOMPUTE_CALL 6
+
+/* The cost of computing member r of kernel k from values another kernel can load at the
+ * same linear index (stored values, inputs, parameters, constants), or -1 when that is not
+ * possible: an operand read as a broadcast, a row value, random numbers, a view BLAS reads
+ * in place. */
+static int recompute_cost(const Graph *g, const FusionPlan *p, NodeId r, int32_t k)
+{
+    const Node *n = &g->nodes[r];
+    if (!is_elementwise(g, r) || (ir_op_info[n->op].flags & OPF_RANDOM)) return -1;
+    if (p->role[r] != ROLE_KERNEL || p->kernel_of[r] != k || p->cls[r] != CLASS_FULL) return -1;
+    int cost = 1;
+    switch ((Op)n->op) {
+    case OP_EXP:
+    case OP_LOG:
+    case OP_TANH:
+    case OP_SIGMOID:
+    case OP_POW: cost = RECOMPUTE_CALL; break;
+    default: break;
+    }
+    for (uint32_t j = 0; j < n->ninputs; j++) {
+        NodeId x = ir_input(g, r, (int)j);
+        for (NodeId v = x; v != fusion_root(g, p, v); v = ir_input(g, v, 0))
+            if (p->role[v] == ROLE_STRIDED) return -1;
+        NodeId q = fusion_root(g, p, x);
+        if (fusion_is_broadcast(g, p, q, k, r)) return -1;
+        if (p->role[q] == ROLE_INLINE) {
+            if (g->nodes[q].op != OP_CONST) return -1;
+            continue;
+        }
+        if (recompute_leaf(p, q)) continue;
+        int c = recompute_cost(g, p, q, k);
+        if (c < 0) return -1;
+        cost += c;
+        if (cost > RECOMPUTE_MAX) return -1;
+    }
+    return cost;
+}
+
+/* Can reader u, a member of another kernel than r's, compute r itself? Element for element
+ * in a loop kernel or a GEMM epilogue, not as a reduction's operand. Views of r pass their
+ * readers on. */
+static bool reads_recomputable(const Graph *g, const FusionPlan *p, const Users *U, NodeId v, int32_t k)
+{
+    if (U->output[v]) return false;
+    for (int32_t i = U->first[v]; i < U->first[v + 1]; i++) {
+        NodeId u = U->list[i];
+        if (p->role[u] == ROLE_VIEW) {
+            if (!reads_recomputable(g, p, U, u, k)) return false;
+            continue;
+        }
+        if (p->role[u] != ROLE_KERNEL) return false;
+        int32_t ku = p->kernel_of[u];
+        if (ku == k) continue;
+        const Node *n = &g->nodes[u];
+        if (p->kernels[ku].kind == KERNEL_SINGLE || n->op == OP_MATMUL || p->cls[u] != CLASS_FULL) return false;
+        if (!is_elementwise(g, u)) return false;
+    }
+    return true;
+}
+
+/* Marks r and the unstored values it is computed from as recomputed. */
+static void mark_cone(const Graph *g, FusionPlan *p, NodeId r)
+{
+    p->recomputed[r] = 1;
+    for (uint32_t j = 0; j < g->nodes[r].ninputs; j++) {
+        NodeId q = fusion_root(g, p, ir_input(g, r, (int)j));
+        if (!recompute_leaf(p, q)) mark_cone(g, p, q);
+    }
+}
+
+/* Stored elementwise members that every other reader can compute itself, cheaply, become
+ * recomputed and are no longer stored. In node order, so that a value's operands are
+ * decided first (a recomputed operand is recomputed along with it). */
+static void mark_recomputed(const Graph *g, FusionPlan *p, const Users *U)
+{
+    for (NodeId id = 0; id < g->nnodes; id++) {
+        if (p->role[id] != ROLE_KERNEL || !p->stored[id]) continue;
+        int32_t k = p->kernel_of[id];
+        if (p->kernels[k].kind == KERNEL_SINGLE || g->nodes[id].op == OP_MATMUL) continue;
+        if (recompute_cost(g, p, id, k) < 0 || !reads_recomputable(g, p, U, id, k)) continue;
+        p->stored[id] = 0;
+        mark_cone(g, p, id);
+    }
+}
+
 /* ---- strided views ---- */
 
 /* Do all readers of v, through reshapes, detaches and other strided views, take it as a
@@ -577,6 +672,7 @@ void fusion_plan(const Graph *g, FusionPlan *p)
     p->role = xcalloc(nn, 1);
     p->cls = xcalloc(nn, 1);
     p->stored = xcalloc(nn, 1);
+    p->recomputed = xcalloc(nn, 1);
     p->kernel_of = xmalloc(nn * sizeof *p->kernel_of);
     for (NodeId i = 0; i < g->nnodes; i++) p->kernel_of[i] = -1;
     Fuser f = {.g = g, .p = p};
@@ -632,6 +728,7 @@ void fusion_plan(const Graph *g, FusionPlan *p)
     for (int32_t o = 0; o < g->noutputs; o++) materialise(&f, fusion_root(g, p, g->outputs[o].node));
     order_kernels(&f);
     mark_stored(g, p);
+    mark_recomputed(g, p, &f.users);
     for (int32_t k = 0; k < p->nkernels; k++) {
         free(f.mem[k]);
         free(f.deps[k]);
@@ -655,6 +752,7 @@ void fusion_free(FusionPlan *p)
     free(p->cls);
     free(p->kernel_of);
     free(p->stored);
+    free(p->recomputed);
     memset(p, 0, sizeof *p);
 }
 
@@ -752,6 +850,7 @@ void fusion_print(const Graph *g, const FusionPlan *p, StrBuf *o)
             ir_shape_format(o, g, &n->shape);
             if (K->kind == KERNEL_LOOP) sb_printf(o, " %s", cls[p->cls[id]]);
             if (p->stored[id]) sb_puts(o, " stored");
+            if (p->recomputed[id] && !p->stored[id]) sb_puts(o, " recomputed by its readers");
             sb_putc(o, '\n');
         }
     }

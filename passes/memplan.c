@@ -1,8 +1,8 @@
 /* memplan.c — activation memory: liveness-based offsets in one arena (see passes.h).
  *
  * A stored value is live from the kernel that computes it to the last kernel that reads
- * it (directly, through views, or through a broadcast recomputed inside the reader), or to
- * the end for graph outputs. Kernels run in FusionPlan order; at each, its outputs are
+ * it (directly, through views, through a broadcast recomputed inside the reader, or through
+ * a value the reader recomputes from it), or to the end for graph outputs. Kernels run in FusionPlan order; at each, its outputs are
  * placed first (first fit), then the values it was the last reader of are released, so
  * an output never shares bytes with an input of the same kernel. */
 #include "passes.h"
@@ -82,6 +82,34 @@ static NodeId read_root(const Graph *g, const FusionPlan *f, NodeId x, int32_t k
     return r;
 }
 
+typedef struct {
+    NodeId *list;
+    int n, cap;
+} Reads;
+
+/* Root r as kernel k reads it: a value another kernel computed but did not store (it is
+ * recomputed here, fusion.c) stands for the values it is computed from. */
+static void add_read(const Graph *g, const FusionPlan *f, NodeId r, int32_t k, Reads *rd)
+{
+    if (f->role[r] == ROLE_KERNEL && f->kernel_of[r] != k && f->recomputed[r]) {
+        for (uint32_t q = 0; q < g->nodes[r].ninputs; q++) add_read(g, f, fusion_root(g, f, ir_input(g, r, (int)q)), k, rd);
+        return;
+    }
+    GROW(rd->list, rd->cap, rd->n + 1);
+    rd->list[rd->n++] = r;
+}
+
+/* The stored values kernel k reads (with repeats). */
+static void kernel_reads(const Graph *g, const FusionPlan *f, int32_t k, Reads *rd)
+{
+    const Kernel *K = &f->kernels[k];
+    rd->n = 0;
+    for (int32_t j = 0; j < K->count; j++) {
+        NodeId id = f->members[K->first + j];
+        for (uint32_t q = 0; q < g->nodes[id].ninputs; q++) add_read(g, f, read_root(g, f, ir_input(g, id, (int)q), k, id), k, rd);
+    }
+}
+
 /* An input of elementwise loop kernel k whose bytes output `out` can take: stored in the
  * arena, read last by k, read only element for element (not as a broadcast), and of the
  * same element size and count. IR_NONE when there is none. */
@@ -145,14 +173,12 @@ void memplan_run(const Graph *g, const FusionPlan *f, MemPlan *m)
         while (f->role[v] == ROLE_VIEW) v = ir_input(g, v, 0);
         if (f->role[v] == ROLE_STRIDED || m->kind[v] == MEM_NONE) m->kind[i] = MEM_NONE;
     }
+    Reads rd = {0};
     for (int32_t k = 0; k < f->nkernels; k++) {
-        const Kernel *K = &f->kernels[k];
-        for (int32_t j = 0; j < K->count; j++) {
-            NodeId id = f->members[K->first + j];
-            for (uint32_t q = 0; q < g->nodes[id].ninputs; q++) {
-                NodeId r = read_root(g, f, ir_input(g, id, (int)q), k, id);
-                if (m->kind[r] == MEM_ARENA && f->kernel_of[r] != k && last[r] < k) last[r] = k;
-            }
+        kernel_reads(g, f, k, &rd);
+        for (int i = 0; i < rd.n; i++) {
+            NodeId r = rd.list[i];
+            if (m->kind[r] == MEM_ARENA && f->kernel_of[r] != k && last[r] < k) last[r] = k;
         }
     }
     for (int32_t o = 0; o < g->noutputs; o++) last[fusion_root(g, f, g->outputs[o].node)] = f->nkernels;
@@ -173,15 +199,16 @@ void memplan_run(const Graph *g, const FusionPlan *f, MemPlan *m)
                 m->offset[id] = alloc_block(&fl, memplan_node_bytes(g, id));
             }
         }
+        kernel_reads(g, f, k, &rd);
+        for (int i = 0; i < rd.n; i++) {
+            NodeId r = rd.list[i];
+            if (m->kind[r] == MEM_ARENA && last[r] == k) {
+                free_block(&fl, m->offset[r], memplan_node_bytes(g, r));
+                last[r] = -2; /* released */
+            }
+        }
         for (int32_t j = 0; j < K->count; j++) {
             NodeId id = f->members[K->first + j];
-            for (uint32_t q = 0; q < g->nodes[id].ninputs; q++) {
-                NodeId r = read_root(g, f, ir_input(g, id, (int)q), k, id);
-                if (m->kind[r] == MEM_ARENA && last[r] == k) {
-                    free_block(&fl, m->offset[r], memplan_node_bytes(g, r));
-                    last[r] = -2; /* released */
-                }
-            }
             /* stored but never read (cannot happen for stored values; kept safe) */
             if (m->kind[id] == MEM_ARENA && last[id] == -1) {
                 free_block(&fl, m->offset[id], memplan_node_bytes(g, id));
@@ -190,6 +217,7 @@ void memplan_run(const Graph *g, const FusionPlan *f, MemPlan *m)
         }
     }
     m->arena_bytes = fl.top;
+    free(rd.list);
     free(fl.list);
     free(last);
     free(taken);

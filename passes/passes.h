@@ -73,7 +73,10 @@ void gradcheck_free(GradcheckResult *results, int n);
  * Reshapes and detaches are views of their operand's memory; constants, iotas, random
  * numbers and broadcasts of stored tensors are recomputed inside every kernel that reads
  * them. A node's value is stored to memory only when another kernel or a graph output reads
- * it. Kernels are listed in an order that respects their dependencies. */
+ * it, and a cheap elementwise value (GELU's tanh, its square, 1 + tanh) that other kernels
+ * read element for element is recomputed there from the stored values it derives from
+ * instead: a backward kernel then reads one stored tensor instead of five. Kernels are listed
+ * in an order that respects their dependencies. */
 typedef enum { KERNEL_SINGLE, KERNEL_LOOP, KERNEL_GEMM } KernelKind;
 typedef enum {
     ROLE_MEMORY, /* input or parameter: the caller's memory */
@@ -103,6 +106,9 @@ typedef struct {
     uint8_t *cls;       /* MemberClass of kernel members */
     int32_t *kernel_of; /* per node: index in kernels, or -1 */
     uint8_t *stored;    /* per node: its value is written to memory */
+    uint8_t *recomputed; /* per node: an elementwise member that other kernels needing it
+                            compute again, from stored values and constants, instead of
+                            loading it: not stored for them */
 } FusionPlan;
 
 void fusion_plan(const Graph *g, FusionPlan *plan);

@@ -151,6 +151,22 @@ Test(written, a_permute_of_a_product_is_written_by_blas)
     unplan(&p);
 }
 
+/* Output `out` of kernel k does not overlap root r that k reads, or, when k computes r again
+ * (recomputed: not stored), the stored values r is computed from. */
+static void expect_apart(const Planned *p, int32_t k, NodeId out, NodeId r)
+{
+    const Graph *g = p->g;
+    if (p->f.role[r] == ROLE_KERNEL && p->f.kernel_of[r] != k && p->f.recomputed[r]) {
+        cr_expect(!p->f.stored[r] || p->m.kind[r] == MEM_ARENA, "%%%d", r);
+        for (uint32_t q = 0; q < g->nodes[r].ninputs; q++) expect_apart(p, k, out, fusion_root(g, &p->f, ir_input(g, r, (int)q)));
+        return;
+    }
+    if (p->m.kind[r] != MEM_ARENA || p->f.kernel_of[r] == k || p->m.inplace_of[out] == r) return;
+    int64_t o0 = p->m.offset[out], o1 = o0 + memplan_node_bytes(g, out);
+    int64_t r0 = p->m.offset[r], r1 = r0 + memplan_node_bytes(g, r);
+    cr_expect(o1 <= r0 || r1 <= o0, "kernel %d: %%%d overlaps its input %%%d", k, out, r);
+}
+
 /* Every kernel's stored outputs and the values it reads lie in disjoint bytes, unless the
  * output is in place of that input. */
 static void expect_no_overlap(const Planned *p)
@@ -161,15 +177,12 @@ static void expect_no_overlap(const Planned *p)
         for (int32_t i = 0; i < K->count; i++) {
             NodeId out = p->f.members[K->first + i];
             if (p->m.kind[out] != MEM_ARENA) continue;
-            int64_t o0 = p->m.offset[out], o1 = o0 + memplan_node_bytes(g, out);
             for (int32_t j = 0; j < K->count; j++) {
                 NodeId id = p->f.members[K->first + j];
                 for (uint32_t q = 0; q < g->nodes[id].ninputs; q++) {
                     NodeId r = fusion_root(g, &p->f, ir_input(g, id, (int)q));
                     if (fusion_is_broadcast(g, &p->f, r, k, id)) r = fusion_root(g, &p->f, ir_input(g, r, 0));
-                    if (p->m.kind[r] != MEM_ARENA || p->f.kernel_of[r] == k || p->m.inplace_of[out] == r) continue;
-                    int64_t r0 = p->m.offset[r], r1 = r0 + memplan_node_bytes(g, r);
-                    cr_expect(o1 <= r0 || r1 <= o0, "kernel %d: %%%d overlaps its input %%%d", k, out, r);
+                    expect_apart(p, k, out, r);
                 }
             }
         }
@@ -227,6 +240,38 @@ Test(memplan, cnn_has_outputs_in_place)
         }
     cr_expect_gt(inplace, 0);
     memplan_free(&m);
+    fusion_free(&f);
+    ir_graph_free(g);
+}
+
+/* GELU's backward needs its tanh, 1 + tanh, 1 - tanh^2, x^2 and x / 2: the backward
+ * kernels compute them again from the stored pre-activation instead of loading five
+ * tensors, and whatever reads a recomputed value reads it element for element. */
+Test(recompute, gelu_backward_values_are_recomputed_from_the_pre_activation)
+{
+    Graph *g = training_graph("models/gpt.kiln");
+    FusionPlan f;
+    fusion_plan(g, &f);
+    int recomputed = 0;
+    for (NodeId id = 0; id < g->nnodes; id++) {
+        if (!f.recomputed[id]) continue;
+        cr_expect_eq(f.role[id], ROLE_KERNEL);
+        cr_expect_eq(f.cls[id], CLASS_FULL);
+        if (f.stored[id]) continue;
+        bool read_elsewhere = false;
+        for (NodeId u = id + 1; u < g->nnodes; u++)
+            for (uint32_t q = 0; q < g->nodes[u].ninputs; q++) {
+                if (fusion_root(g, &f, ir_input(g, u, (int)q)) != id || f.role[u] != ROLE_KERNEL || f.kernel_of[u] == f.kernel_of[id])
+                    continue;
+                read_elsewhere = true;
+                cr_expect_neq(f.kernels[f.kernel_of[u]].kind, KERNEL_SINGLE, "%%%d reads recomputed %%%d", u, id);
+                cr_expect_eq(f.cls[u], CLASS_FULL, "%%%d reads recomputed %%%d", u, id);
+            }
+        if (read_elsewhere && g->nodes[id].op == OP_TANH) cr_log_info("tanh %%%d is recomputed", id);
+        recomputed += read_elsewhere;
+    }
+    /* four layers, each with at least GELU's four backward values */
+    cr_expect_geq(recomputed, 16, "%d values recomputed by other kernels", recomputed);
     fusion_free(&f);
     ir_graph_free(g);
 }
