@@ -185,6 +185,37 @@ static void open_loops(Cg *c, const char *dims, int rank, int indent)
         sb_printf(c->o, "%*sfor (int64_t c%d = 0; c%d < %s%d; c%d++)\n", indent + 4 * d, "", d, d, dims, d, d);
 }
 
+/* Loops over a row-major shape named by dims prefix (its strides declared), shared between
+ * the threads when it has PARALLEL_MIN elements or more, the innermost marked for SIMD,
+ * with the element's index i; the caller writes the body at indent + 4 * (rank + 1) and
+ * calls close_par_loops. A copy of an image or a concatenation slot is a pass over memory
+ * that one thread alone leaves half the bandwidth of a 2-core machine unused. */
+static void open_par_loops(Cg *c, const char *dims, int rank, int indent)
+{
+    StrBuf *o = c->o;
+    if (!rank) {
+        sb_printf(o, "%*s{\n%*sconst int64_t i = 0;\n", indent, "", indent + 4, "");
+        return;
+    }
+    sb_printf(o, "%*s#pragma omp parallel for%s", indent, "", rank == 1 ? " simd" : "");
+    if (rank > 2) sb_printf(o, " collapse(%d)", rank - 1);
+    sb_puts(o, " if (");
+    for (int d = 0; d < rank; d++) sb_printf(o, "%s%s%d", d ? " * " : "", dims, d);
+    sb_printf(o, " >= %d)\n", PARALLEL_MIN);
+    for (int d = 0; d < rank; d++) {
+        if (d == rank - 1 && rank > 1) sb_printf(o, "%*s#pragma omp simd\n", indent + 4 * d, "");
+        sb_printf(o, "%*sfor (int64_t c%d = 0; c%d < %s%d; c%d++)%s\n", indent + 4 * d, "", d, d, dims, d, d, d == rank - 1 ? " {" : "");
+    }
+    sb_printf(o, "%*sconst int64_t i = ", indent + 4 * rank, "");
+    for (int d = 0; d < rank; d++) sb_printf(o, "%sc%d * %ss%d", d ? " + " : "", d, dims, d);
+    sb_puts(o, ";\n");
+}
+
+static void close_par_loops(Cg *c, int rank, int indent)
+{
+    sb_printf(c->o, "%*s}\n", indent + 4 * (rank ? rank - 1 : 0), "");
+}
+
 /* Row-major strides of a shape named by dims prefix: `const int64_t Xs0 = X1 * X2, ...`. */
 void cg_declare_strides(Cg *c, const char *dims, int rank)
 {
@@ -235,20 +266,20 @@ static void kernel_body(Cg *c, NodeId id)
             cg_declare_dims(c, "X", &x->shape);
             cg_declare_strides(c, "X", x->shape.rank);
         }
-        sb_puts(o, "    int64_t i = 0;\n");
-        open_loops(c, "Y", r, 4);
-        sb_printf(o, "%*s", 4 + 4 * r, "");
+        cg_declare_strides(c, "Y", r);
+        open_par_loops(c, "Y", r, 4);
+        sb_printf(o, "%*s", 8 + 4 * (r ? r - 1 : 0), "");
         if (op == OP_IOTA) {
-            sb_printf(o, "y[i++] = (%s)c%lld;\n", t, (long long)at[0]);
+            sb_printf(o, "y[i] = (%s)c%lld;\n", t, (long long)at[0]);
         } else if (op == OP_PERMUTE) {
             /* y[c] = x at coordinates (c_{inv[a]}) for input axis a. */
             int coord_of_axis[IR_MAX_RANK];
             for (int k = 0; k < r; k++) coord_of_axis[at[k]] = k;
-            sb_puts(o, "y[i++] = x0[");
+            sb_puts(o, "y[i] = x0[");
             index_expr(c, "X", coord_of_axis, r);
             sb_puts(o, "];\n");
         } else if (op == OP_EXPAND) {
-            sb_puts(o, "y[i++] = x0[");
+            sb_puts(o, "y[i] = x0[");
             bool first = true;
             for (int k = 0; k < r; k++) {
                 if (ir_dim_eq(x->shape.d[k], n->shape.d[k]) || !(ir_dim_is_const(x->shape.d[k]) && x->shape.d[k].k == 1)) {
@@ -259,7 +290,7 @@ static void kernel_body(Cg *c, NodeId id)
             sb_puts(o, first ? "0];\n" : "];\n");
         } else if (op == OP_SLICE) {
             int ax = (int)at[0];
-            sb_puts(o, "y[i++] = x0[");
+            sb_puts(o, "y[i] = x0[");
             for (int k = 0; k < r; k++) {
                 if (k == ax) sb_printf(o, "%s(%lld + c%d * %lld) * Xs%d", k ? " + " : "", (long long)at[1], k, (long long)at[3], k);
                 else sb_printf(o, "%sc%d * Xs%d", k ? " + " : "", k, k);
@@ -268,15 +299,16 @@ static void kernel_body(Cg *c, NodeId id)
         } else { /* PAD */
             sb_puts(o, "{\n");
             for (int k = 0; k < r; k++)
-                sb_printf(o, "%*sconst int64_t u%d = c%d - %lld;\n", 8 + 4 * r, "", k, k, (long long)at[k]);
-            sb_printf(o, "%*sy[i++] = ", 8 + 4 * r, "");
+                sb_printf(o, "%*sconst int64_t u%d = c%d - %lld;\n", 12 + 4 * (r ? r - 1 : 0), "", k, k, (long long)at[k]);
+            sb_printf(o, "%*sy[i] = ", 12 + 4 * (r ? r - 1 : 0), "");
             for (int k = 0; k < r; k++) sb_printf(o, "%su%d >= 0 && u%d < X%d", k ? " && " : "(", k, k, k);
             sb_puts(o, r ? ") ? x0[" : "1 ? x0[");
             for (int k = 0; k < r; k++) sb_printf(o, "%su%d * Xs%d", k ? " + " : "", k, k);
             sb_puts(o, r ? "] : " : "0] : ");
             cg_literal(o, n->fattr[0], (DType)n->dtype);
-            sb_printf(o, ";\n%*s}\n", 4 + 4 * r, "");
+            sb_printf(o, ";\n%*s}\n", 8 + 4 * (r ? r - 1 : 0), "");
         }
+        close_par_loops(c, r, 4);
         break;
     }
     case OP_CONCAT: {
@@ -289,11 +321,14 @@ static void kernel_body(Cg *c, NodeId id)
             char pre[24];
             snprintf(pre, sizeof pre, "X%u_", k);
             cg_declare_dims(c, pre, &xk->shape);
-            sb_puts(o, "    {\n        int64_t i = 0;\n");
-            open_loops(c, pre, r, 8);
-            sb_printf(o, "%*sy[", 8 + 4 * r, "");
+            sb_puts(o, "    {\n");
+            sb_puts(o, "    ");
+            cg_declare_strides(c, pre, r);
+            open_par_loops(c, pre, r, 8);
+            sb_printf(o, "%*sy[", 12 + 4 * (r ? r - 1 : 0), "");
             for (int d = 0; d < r; d++) sb_printf(o, "%s%sc%d%s * Ys%d", d ? " + " : "", d == ax ? "(off + " : "", d, d == ax ? ")" : "", d);
-            sb_printf(o, "] = x%u[i++];\n", k);
+            sb_printf(o, "] = x%u[i];\n", k);
+            close_par_loops(c, r, 8);
             sb_printf(o, "        off += %s%d;\n    }\n", pre, ax);
         }
         break;
@@ -399,19 +434,23 @@ static void kernel_body(Cg *c, NodeId id)
         sb_printf(o, "    const int64_t KH = %lld, KW = %lld, SH = %lld, SW = %lld, DH = %lld, DW = %lld;\n", (long long)at[0],
                   (long long)at[1], (long long)at[2], (long long)at[3], (long long)at[4], (long long)at[5]);
         sb_puts(o, "    const int64_t OH = (H - DH * (KH - 1) - 1) / SH + 1, OW = (W - DW * (KW - 1) - 1) / SW + 1, L = OH * OW;\n");
-        if (op == OP_FOLD) sb_puts(o, "    memset(y, 0, sizeof(*y) * (size_t)(Nb * C * H * W));\n");
+        /* each (image, channel) is one thread's: its plane of the image, its rows of the
+         * columns */
+        sb_printf(o, "    #pragma omp parallel for collapse(2) if (Nb * C * KH * KW * L >= %d)\n", PARALLEL_MIN);
         sb_puts(o, "    for (int64_t b = 0; b < Nb; b++)\n"
-                   "        for (int64_t ch = 0; ch < C; ch++)\n"
-                   "            for (int64_t ki = 0; ki < KH; ki++)\n"
+                   "        for (int64_t ch = 0; ch < C; ch++) {\n");
+        if (op == OP_FOLD) sb_puts(o, "            memset(y + (b * C + ch) * H * W, 0, sizeof(*y) * (size_t)(H * W));\n");
+        sb_puts(o, "            for (int64_t ki = 0; ki < KH; ki++)\n"
                    "                for (int64_t kj = 0; kj < KW; kj++) {\n"
                    "                    const int64_t row = (ch * KH + ki) * KW + kj;\n"
                    "                    for (int64_t oh = 0; oh < OH; oh++)\n"
+                   "                        #pragma omp simd\n"
                    "                        for (int64_t ow = 0; ow < OW; ow++) {\n"
                    "                            const int64_t pix = ((b * C + ch) * H + oh * SH + ki * DH) * W + ow * SW + kj * DW;\n"
                    "                            const int64_t col = (b * C * KH * KW + row) * L + oh * OW + ow;\n");
         if (op == OP_UNFOLD) sb_puts(o, "                            y[col] = x0[pix];\n");
         else sb_puts(o, "                            y[pix] += x0[col];\n");
-        sb_puts(o, "                        }\n                }\n");
+        sb_puts(o, "                        }\n                }\n        }\n");
         break;
     }
     case OP_RANDOM_UNIFORM:

@@ -8,6 +8,10 @@
 #include "../passes/passes.h"
 #include "codegen.h"
 
+/* Loops over fewer elements than this stay on one thread: a parallel region costs a few
+ * microseconds. */
+#define PARALLEL_MIN 32768
+
 typedef struct {
     const Graph *g;
     StrBuf *o;

@@ -22,10 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Work below this many elements stays on one thread: a parallel region costs a few
- * microseconds. */
-#define PARALLEL_MIN 32768
-
 enum { MODE_FLAT, MODE_ROWS, MODE_COLUMNS, MODE_NESTED, MODE_GEMM };
 
 typedef struct {

@@ -50,6 +50,10 @@ static const OpCase op_cases[] = {
     {"slice_index", "x: f32[5, 7]", "y = x[2, 1:6] + x[:, 6]"},
     {"split", "x: f32[3, 6]", "a, b = split(x, [2, 4], axis = 1)\n y = sum(a, axis = 1) * sum(b, axis = 1)"},
     {"chunk_concat", "x: f32[4, 6]", "a, b, c = chunk(x, 3)\n y = concat(c, a, b * 2, axis = 1)"},
+    /* copies large enough to be shared between threads (c.c open_par_loops) */
+    {"slice_large", "x: f32[80, 30, 34]", "y = x[:, 1:29, 2:34:2]"},
+    {"chunk_concat_large", "x: f32[64, 8, 80]", "a, b = chunk(x, 2, axis = 2)\n y = concat(b, a * 2, axis = 2)"},
+    {"permute_large", "x: f32[16, 40, 60]", "y = permute(x, 2, 0, 1) * 2"},
     {"softmax", "x: f32[3, 5]", "y = softmax(x) * x"},
     {"log_softmax", "x: f32[3, 5]", "y = log_softmax(x, axis = 0)"},
     {"logsumexp", "x: f32[3, 5]", "y = logsumexp(x)"},
@@ -104,6 +108,7 @@ static const ModuleCase module_cases[] = {
     {"Linear_large", "m = Linear(256, 512)", "x: f32[96, 256]", "y = gelu(m(x))"},
     {"Linear_batch1", "m = Linear(64, 32)", "x: f32[1, 64]", "y = m(x)"},
     {"Conv2d", "m = Conv2d(2, 3, 3, padding = 1)", "x: f32[2, 2, 5, 5]", "y = m(x)"},
+    {"Conv2d_large", "m = Conv2d(3, 4, 3, padding = 1)", "x: f32[2, 3, 40, 40]", "y = m(x)"},
     {"Conv2d_stride_dilation", "m = Conv2d(1, 2, 2, stride = 2, dilation = 2)", "x: f32[1, 1, 7, 7]", "y = m(x)"},
     {"MaxPool2d", "m = MaxPool2d(2)", "x: f32[2, 2, 4, 4]", "y = m(x)"},
     {"MaxPool2d_pad_stride", "m = MaxPool2d(3, stride = 2, padding = 1)", "x: f32[1, 2, 5, 5]", "y = m(x)"},
