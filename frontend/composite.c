@@ -309,6 +309,17 @@ NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, int stride, in
     TRY(w2);
     NodeId y = ir_b_matmul(b, w2, cols);
     TRY(y);
+    if (bias != IR_NONE) {
+        /* added to the product's [N, O, L] (bias [O, 1]), not to the image it is reshaped
+         * into: a broadcast over the product's last two axes is a GEMM epilogue */
+        Shape bs = ir_shape_make(2, NULL);
+        bs.d[0] = ws->d[0];
+        bs.d[1] = ir_dim_const(1);
+        NodeId b2 = ir_b_reshape(b, bias, &bs);
+        TRY(b2);
+        y = ir_b_binary(b, OP_ADD, y, b2);
+        TRY(y);
+    }
     Shape pshape = *shape_of(b, xp);
     const Shape *ps = &pshape;
     int64_t oh = (ps->d[2].k - (int64_t)dilation * (kh - 1) - 1) / stride + 1;
@@ -318,15 +329,7 @@ NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, int stride, in
     out.d[1] = ws->d[0];
     out.d[2] = ir_dim_const(oh);
     out.d[3] = ir_dim_const(ow);
-    y = ir_b_reshape(b, y, &out);
-    TRY(y);
-    if (bias == IR_NONE) return y;
-    Shape bs = ir_shape_make(3, NULL);
-    bs.d[0] = ws->d[0];
-    bs.d[1] = bs.d[2] = ir_dim_const(1);
-    NodeId b3 = ir_b_reshape(b, bias, &bs);
-    TRY(b3);
-    return ir_b_binary(b, OP_ADD, y, b3);
+    return ir_b_reshape(b, y, &out);
 }
 
 /* Pooling whose windows tile the image (stride = kernel, no padding, the usual 2x2): the
