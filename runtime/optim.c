@@ -294,11 +294,41 @@ void krt_optim_step(const krt_optim_config *c, krt_optim_state *s, double lr, fl
     }
 }
 
+/* The sum of squares is taken in blocks of NORM_BLOCK elements, each with NORM_LANES double
+ * accumulators (element i goes to lane i mod NORM_LANES), and the block sums are added in
+ * order. The result is the same bits for any number of threads and any vector width (a
+ * resumed run clips exactly as the original did), and the pass is parallel and vectorised:
+ * one double accumulator is a chain of dependent adds, 0.2 s of gpt2-124m's 2.4 s step. */
+#define NORM_BLOCK 16384
+#define NORM_LANES 8
+
+static double block_sum_squares(const float *g, int64_t lo, int64_t hi)
+{
+    double acc[NORM_LANES] = {0};
+    int64_t i = lo;
+    for (; i + NORM_LANES <= hi; i += NORM_LANES) {
+        #pragma omp simd
+        for (int j = 0; j < NORM_LANES; j++) acc[j] += (double)g[i + j] * (double)g[i + j];
+    }
+    for (int j = 0; i < hi; i++, j++) acc[j] += (double)g[i] * (double)g[i];
+    double s = 0;
+    for (int j = 0; j < NORM_LANES; j++) s += acc[j];
+    return s;
+}
+
 double krt_grad_norm(const float *grads, int64_t n)
 {
     if (!grads || n <= 0) return 0;
-    double sum = 0;
-    for (int64_t i = 0; i < n; i++) sum += (double)grads[i] * (double)grads[i];
+    int64_t nblocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
+    double *part = malloc((size_t)nblocks * sizeof *part), sum = 0;
+    if (!part) { /* the same sums, one block at a time */
+        for (int64_t b = 0; b < nblocks; b++) sum += block_sum_squares(grads, b * NORM_BLOCK, b + 1 < nblocks ? (b + 1) * NORM_BLOCK : n);
+        return sqrt(sum);
+    }
+    #pragma omp parallel for if (n >= PARALLEL_MIN) schedule(static)
+    for (int64_t b = 0; b < nblocks; b++) part[b] = block_sum_squares(grads, b * NORM_BLOCK, b + 1 < nblocks ? (b + 1) * NORM_BLOCK : n);
+    for (int64_t b = 0; b < nblocks; b++) sum += part[b];
+    free(part);
     return sqrt(sum);
 }
 
@@ -315,6 +345,7 @@ double krt_clip_grad_norm(float *grads, int64_t n, double max_norm)
     double coef = max_norm / (norm + 1e-6);
     if (coef < 1.0) {
         float f = (float)coef;
+        #pragma omp parallel for simd if (n >= PARALLEL_MIN) schedule(simd: static)
         for (int64_t i = 0; i < n; i++) grads[i] = grads[i] * f;
     }
     return norm;

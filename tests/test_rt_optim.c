@@ -23,6 +23,7 @@
  * span with weight decay, 3-4 a span without, element 5 is in no span and must stay as
  * it is (its gradient is large so that touching it would show). */
 #include <criterion/criterion.h>
+#include <omp.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -262,6 +263,19 @@ Test(optim, grad_norm)
     for (int i = 0; i < 1000000; i++) g[i] = 1e-3f;
     double n = krt_grad_norm(g, 1000000);
     cr_expect(fabs(n - 1000 * (double)1e-3f) < 1e-9, "norm %.17g", n);
+    /* Blocks and lanes in a fixed order: the same bits whatever the number of threads. */
+    for (int i = 0; i < 1000000; i++) g[i] = (float)((int64_t)i * 7919 % 1000 - 500) * 1e-3f;
+    double exact = 0;
+    for (int i = 0; i < 1000000; i++) exact += (double)g[i] * (double)g[i];
+    int threads = omp_get_max_threads();
+    double par = krt_grad_norm(g, 1000000);
+    omp_set_num_threads(1);
+    double one = krt_grad_norm(g, 1000000);
+    omp_set_num_threads(3);
+    double three = krt_grad_norm(g, 1000000);
+    omp_set_num_threads(threads);
+    cr_expect(par == one && one == three, "%.17g %.17g %.17g", par, one, three);
+    cr_expect(fabs(par / sqrt(exact) - 1) < 1e-12, "%.17g vs %.17g", par, sqrt(exact));
     free(g);
 }
 
