@@ -771,6 +771,8 @@ static void print_plan(const Graph *g, const char *after, StrBuf *out)
                 sb_printf(out, "# %%%d at %lld, %lld bytes", i, (long long)mp.offset[i], (long long)memplan_node_bytes(g, i));
                 if (mp.inplace_of[i] != IR_NONE) sb_printf(out, ", in place of %%%d", mp.inplace_of[i]);
                 sb_puts(out, "\n");
+            } else if (mp.kind[i] == MEM_GRAD) {
+                sb_printf(out, "# %%%d in the gradient slab: gradient of %s\n", i, ir_str(g, g->outputs[mp.offset[i]].name));
             }
         memplan_free(&mp);
     }

@@ -546,6 +546,12 @@ static void pointer_decl(Cg *c, NodeId id)
                       ir_node_name(c->g, id));
         break;
     case MEM_ARENA: sb_printf(o, "    %s *v%d = (%s *)(io->arena + %lld);\n", t, id, t, (long long)c->mp.offset[id]); break;
+    case MEM_GRAD: {
+        const char *name = ir_str(c->g, c->g->outputs[c->mp.offset[id]].name);
+        NodeId p = ir_find_named(c->g, OP_PARAM, name);
+        sb_printf(o, "    %s *v%d = io->grads + %lld; /* gradient of %s */\n", t, id, (long long)c->param_off[p], name);
+        break;
+    }
     case MEM_VIEW: sb_printf(o, "    %s *v%d = (%s *)v%d; /* a view */\n", t, id, t, ir_input(c->g, id, 0)); break;
     case MEM_NONE: break;
     }
@@ -697,6 +703,8 @@ static int64_t emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *p
         case OUT_GRAD: {
             if (!train) break;
             NodeId p = ir_find_named(g, OP_PARAM, ir_str(g, out->name));
+            NodeId r = fusion_root(g, &c->fp, v);
+            if (c->mp.kind[r] == MEM_GRAD && c->mp.offset[r] == k) break; /* written there by its kernel */
             char dst[64];
             snprintf(dst, sizeof dst, "io->grads + %lld", (long long)l.param_off[p]);
             sb_printf(o, "    /* gradient of %s */\n", ir_str(g, out->name));

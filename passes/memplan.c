@@ -173,6 +173,15 @@ void memplan_run(const Graph *g, const FusionPlan *f, MemPlan *m)
         while (f->role[v] == ROLE_VIEW) v = ir_input(g, v, 0);
         if (f->role[v] == ROLE_STRIDED || m->kind[v] == MEM_NONE) m->kind[i] = MEM_NONE;
     }
+    /* A gradient computed by a kernel lives in the caller's gradient slab: written once
+     * by its kernel, read there by any later kernel, never shared. */
+    for (int32_t o = 0; o < g->noutputs; o++) {
+        NodeId r = fusion_root(g, f, g->outputs[o].node);
+        if (g->outputs[o].kind == OUT_GRAD && m->kind[r] == MEM_ARENA && g->nodes[r].dtype == DT_F32) {
+            m->kind[r] = MEM_GRAD;
+            m->offset[r] = o;
+        }
+    }
     Reads rd = {0};
     for (int32_t k = 0; k < f->nkernels; k++) {
         kernel_reads(g, f, k, &rd);

@@ -155,10 +155,12 @@ void fusion_print(const Graph *g, const FusionPlan *plan, StrBuf *out);
  * that nothing reads afterwards. Sizes are for the symbols' bounds, so a step never allocates. Parameters,
  * gradients, buffers and optimizer state are separate slabs laid out by the code
  * generator's tables. */
-typedef enum { MEM_NONE, MEM_CALLER, MEM_ARENA, MEM_VIEW } MemKind;
+typedef enum { MEM_NONE, MEM_CALLER, MEM_ARENA, MEM_VIEW, MEM_GRAD } MemKind;
 typedef struct {
-    uint8_t *kind;       /* MemKind per node: MEM_CALLER for inputs and parameters */
-    int64_t *offset;     /* MEM_ARENA: byte offset */
+    uint8_t *kind;       /* MemKind per node: MEM_CALLER for inputs and parameters; MEM_GRAD
+                            for a parameter's gradient, which its kernel writes straight into
+                            the caller's gradient slab instead of the arena (no copy) */
+    int64_t *offset;     /* MEM_ARENA: byte offset; MEM_GRAD: the index of its output */
     NodeId *inplace_of;  /* per node: the operand whose bytes it overwrites (an elementwise
                             kernel's output taking the place of an input it is the last
                             reader of, element for element), or IR_NONE */

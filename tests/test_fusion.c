@@ -275,3 +275,27 @@ Test(recompute, gelu_backward_values_are_recomputed_from_the_pre_activation)
     fusion_free(&f);
     ir_graph_free(g);
 }
+
+/* A parameter's gradient is written by its kernel straight into the caller's gradient
+ * slab (MEM_GRAD, no copy at the end of the step), and takes no bytes of the arena. */
+Test(memplan, gradients_are_written_into_the_gradient_slab)
+{
+    Graph *g = training_graph("models/mlp.kiln");
+    FusionPlan f;
+    MemPlan m;
+    fusion_plan(g, &f);
+    memplan_run(g, &f, &m);
+    int grads = 0;
+    for (int32_t o = 0; o < g->noutputs; o++) {
+        if (g->outputs[o].kind != OUT_GRAD) continue;
+        NodeId r = fusion_root(g, &f, g->outputs[o].node);
+        cr_expect_eq(m.kind[r], MEM_GRAD, "gradient %s (%%%d)", ir_str(g, g->outputs[o].name), r);
+        cr_expect_eq(m.offset[r], o);
+        cr_expect_eq(m.inplace_of[r], IR_NONE);
+        grads++;
+    }
+    cr_expect_eq(grads, 6, "mlp has three Linear layers");
+    memplan_free(&m);
+    fusion_free(&f);
+    ir_graph_free(g);
+}
