@@ -27,6 +27,9 @@
 # gpt2 64); gpt2's large batch is its training batch 4 (256 tokens): batch 256 x 64 would
 # need 3.3 GB of logits alone. Kiln's programs run without those two variables (they choose
 # their own settings). Step counts: BENCH_STEPS="mlp=50 cnn=20 gpt=10 gpt2=5" (the default).
+# BENCH_ROUNDS=N runs Kiln's program and PyTorch's script N times each, alternating, and
+# the table gives the median of the rounds: on a shared VM a neighbour's burst of work
+# can slow one run by 30%, and alternating spreads it over both sides.
 # Writes the table and the raw JSON lines to bench/results/run-YYYY-MM-DD.txt; work files
 # in out/bench/. Without PyTorch (python3-torch) the PyTorch columns stay empty. Speed is
 # noisy on a shared machine: the load average is recorded with the results.
@@ -42,6 +45,8 @@ cmake --build out/build-bench -j"$(nproc)" --target kiln kiln_rt >/dev/null
 models=("${@:-mlp cnn gpt gpt2}")
 models=(${models[@]})
 steps_spec=" ${BENCH_STEPS:-mlp=50 cnn=20 gpt=10 gpt2=5} "
+rounds=${BENCH_ROUNDS:-1}
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "bench/run.sh: BENCH_ROUNDS=$rounds: give a whole number of rounds, at least 1" >&2; exit 2; }
 work=out/bench
 mkdir -p "$work" bench/results
 raw="$work/raw.txt"
@@ -92,12 +97,20 @@ for m in "${models[@]}"; do
   fi
   echo "== $m: sgemm on the step's shapes" >&2
   echo "sgemm $m $("${kiln_env[@]}" "$work/sgemm" $(json "$line" gemms) | sed -n 's/^sgemm: //p')" >>"$raw"
-  if [ $have_torch = 1 ]; then
-    echo "== $m: pytorch" >&2
-    tl=$(OMP_WAIT_POLICY=passive OPENBLAS_CORETYPE=SkylakeX $PY bench/torch_bench.py "$m" --steps "$steps" \
-         --infer-batch "$infer_batch" | sed -n 's/^bench: //p')
-    echo "pytorch $m $tl" >>"$raw"
-  fi
+  for round in $(seq "$rounds"); do
+    if [ "$round" -gt 1 ]; then
+      echo "== $m: kiln --bench-steps $steps, round $round" >&2
+      line=$("${kiln_env[@]}" "$work/$m" --bench-steps "$steps" | sed -n 's/^bench: //p')
+      [ -n "$line" ] || { echo "bench/run.sh: $work/$m printed no bench line" >&2; exit 1; }
+      echo "kiln $m $line" >>"$raw"
+    fi
+    if [ $have_torch = 1 ]; then
+      echo "== $m: pytorch, round $round" >&2
+      tl=$(OMP_WAIT_POLICY=passive OPENBLAS_CORETYPE=SkylakeX $PY bench/torch_bench.py "$m" --steps "$steps" \
+           --infer-batch "$infer_batch" | sed -n 's/^bench: //p')
+      echo "pytorch $m $tl" >>"$raw"
+    fi
+  done
 done
 
 result="bench/results/run-$(date +%F).txt"

@@ -6,18 +6,31 @@
         kiln-b256  the same model built with batch bound 256: its inference at batch 256
         pytorch    bench/torch_bench.py's line
         sgemm      bench/sgemm's line for the Kiln step's GEMM shapes
-Ratios are Kiln / PyTorch: below 1 Kiln is faster (or smaller)."""
-import json, sys
+Ratios are Kiln / PyTorch: below 1 Kiln is faster (or smaller). A WHO with several lines
+for a model (bench/run.sh's BENCH_ROUNDS) gives each number as the median of its lines."""
+import json, statistics, sys
 
 
 def load(path):
+    """Per model and WHO, the fields of its lines; a number measured in several rounds
+    (BENCH_ROUNDS) is the median of the rounds, and `rounds` says how many there were."""
     runs = {}
     for line in open(path):
         parts = line.split(" ", 2)
         if len(parts) < 3 or not parts[2].startswith("{"):
             continue
         who, model, data = parts[0], parts[1], json.loads(parts[2])
-        runs.setdefault(model, {}).setdefault(who, {}).update(data)
+        fields = runs.setdefault(model, {}).setdefault(who, {})
+        for key, value in data.items():
+            fields.setdefault(key, []).append(value)
+    for model in runs.values():
+        for who, fields in model.items():
+            merged = {}
+            for key, values in fields.items():
+                numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+                merged[key] = statistics.median(values) if numbers else values[0]
+            merged["rounds"] = max(len(v) for v in fields.values())
+            model[who] = merged
     return runs
 
 
@@ -43,7 +56,8 @@ def main():
             ratio = f"{kv / tv:.2f}" if kv is not None and tv else "-"
             rows.append((model, measure, num(kv, digits), num(tv, digits), ratio))
 
-        row(f"train step, ms (median of {k.get('train_steps', '?')}; {sizes})", k.get("train_step_ms_median"),
+        rounds = f", median of {k['rounds']} runs" if k.get("rounds", 1) > 1 else ""
+        row(f"train step, ms (median of {k.get('train_steps', '?')}{rounds}; {sizes})", k.get("train_step_ms_median"),
             t.get("train_step_ms_median"))
         row("inference batch 1, ms", k.get("infer_b1_ms"), t.get("infer_b1_ms"))
         big = kb if kb else k
