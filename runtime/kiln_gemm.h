@@ -21,6 +21,10 @@
 /* Multiply-adds below which a kernel runs on one thread: 2^22, about 80 us on one core,
  * against the 20 us of waking sleeping OpenMP threads and joining them. */
 #define KILN_GEMM_PARALLEL_MIN 4194304.0
+/* A matrix-vector product (one row or one column per product) reads its matrix once and
+ * does little arithmetic on it: memory-bound, it is shared from this many multiply-adds
+ * (a 256 KiB matrix, read from L2 by both cores in half the time). */
+#define KILN_GEMV_PARALLEL_MIN 65536.0
 /* Multiply-adds of a product small enough to run whole on one thread beside others. */
 #define KILN_GEMM_SIDE_BY_SIDE_MAX 16777216.0
 
@@ -45,7 +49,8 @@ static inline kiln_gemm_split kiln_gemm_plan(int64_t batch, int64_t M, int64_t N
 {
     kiln_gemm_split s = {batch, 1, 1, M, N, 0};
     const int64_t threads = kiln_threads();
-    if (threads < 2 || M < 1 || N < 1 || (double)batch * M * N * K < KILN_GEMM_PARALLEL_MIN) return s;
+    const double macs = (double)batch * M * N * K;
+    if (threads < 2 || M < 1 || N < 1 || macs < ((M == 1 || N == 1) ? KILN_GEMV_PARALLEL_MIN : KILN_GEMM_PARALLEL_MIN)) return s;
     s.parallel = 1;
     if (batch >= threads && (double)M * N * K <= KILN_GEMM_SIDE_BY_SIDE_MAX) return s;
     /* at least one block per thread and a multiple of the threads; with an epilogue, blocks

@@ -77,6 +77,7 @@ static const OpCase op_cases[] = {
     /* single rows and columns (BLAS's matrix-vector product), operands transposed or not */
     {"matmul_matrix_vector", "x: f32[4, 3], z: f32[4]", "y = transpose(x) @ z + x[0:3, :] @ z[0:3]"},
     {"matmul_row_vector", "x: f32[4, 1], z: f32[4, 5]", "y = transpose(x) @ z + transpose(z[:, 0:1]) @ z"},
+    {"matmul_column_vector_large", "x: f32[400, 300], z: f32[300, 1]", "y = x @ z"},
     /* large enough (kiln_gemm_plan: 2^22 multiply-adds) for tasks shared between threads:
      * blocks of rows, of columns, of each product of a batch, and of products written
      * permuted or transposed */
@@ -107,6 +108,8 @@ static const ModuleCase module_cases[] = {
      * rows and of columns; and a batch of one row (BLAS's matrix-vector product) */
     {"Linear_large", "m = Linear(256, 512)", "x: f32[96, 256]", "y = gelu(m(x))"},
     {"Linear_batch1", "m = Linear(64, 32)", "x: f32[1, 64]", "y = m(x)"},
+    /* matrix-vector products large enough to be shared between threads (kiln_gemm.h) */
+    {"Linear_batch1_large", "m = Linear(300, 260)", "x: f32[1, 300]", "y = relu(m(x))"},
     {"Conv2d", "m = Conv2d(2, 3, 3, padding = 1)", "x: f32[2, 2, 5, 5]", "y = m(x)"},
     {"Conv2d_large", "m = Conv2d(3, 4, 3, padding = 1)", "x: f32[2, 3, 40, 40]", "y = m(x)"},
     {"Conv2d_stride_dilation", "m = Conv2d(1, 2, 2, stride = 2, dilation = 2)", "x: f32[1, 1, 7, 7]", "y = m(x)"},
