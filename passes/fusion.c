@@ -588,9 +588,22 @@ static void mark_recomputed(const Graph *g, FusionPlan *p, const Users *U)
         if (p->role[id] != ROLE_KERNEL || !p->stored[id]) continue;
         int32_t k = p->kernel_of[id];
         if (p->kernels[k].kind == KERNEL_SINGLE || g->nodes[id].op == OP_MATMUL) continue;
-        if (recompute_cost(g, p, id, k) < 0 || !reads_recomputable(g, p, U, id, k)) continue;
+        if (!reads_recomputable(g, p, U, id, k)) continue;
+        if (recompute_cost(g, p, id, k) >= 0) {
+            p->stored[id] = 0;
+            mark_cone(g, p, id);
+            continue;
+        }
+        /* A widening cast of a narrower member (a max-pooling mask, bool to float): store
+         * the narrow value instead, and the readers cast it; a quarter of the bytes. */
+        const Node *n = &g->nodes[id];
+        if (n->op != OP_CAST) continue;
+        NodeId q = fusion_root(g, p, ir_input(g, id, 0));
+        if (p->role[q] != ROLE_KERNEL || p->kernel_of[q] != k || p->cls[q] != CLASS_FULL || p->stored[q]) continue;
+        if (ir_dtype_size((DType)g->nodes[q].dtype) >= ir_dtype_size((DType)n->dtype)) continue;
+        p->stored[q] = 1;
         p->stored[id] = 0;
-        mark_cone(g, p, id);
+        p->recomputed[id] = 1;
     }
 }
 

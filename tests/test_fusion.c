@@ -299,3 +299,24 @@ Test(memplan, gradients_are_written_into_the_gradient_slab)
     fusion_free(&f);
     ir_graph_free(g);
 }
+
+/* Max pooling's backward needs the mask of each window's maxima as floats: the forward
+ * kernel stores the mask as bytes and the backward kernel converts it (a widening cast is
+ * recomputed by its readers from the narrow value, stored instead). */
+Test(recompute, a_widening_cast_stores_the_narrow_value)
+{
+    Graph *g = training_graph("models/cnn.kiln");
+    FusionPlan f;
+    fusion_plan(g, &f);
+    int casts = 0;
+    for (NodeId id = 0; id < g->nnodes; id++) {
+        if (g->nodes[id].op != OP_CAST || !f.recomputed[id] || f.stored[id]) continue;
+        NodeId q = fusion_root(g, &f, ir_input(g, id, 0));
+        cr_expect(f.stored[q], "%%%d, the operand of recomputed cast %%%d, is stored", q, id);
+        cr_expect_lt(ir_dtype_size((DType)g->nodes[q].dtype), ir_dtype_size((DType)g->nodes[id].dtype));
+        casts++;
+    }
+    cr_expect_geq(casts, 2, "both pooling masks (and the labels' one-hot) are stored narrow");
+    fusion_free(&f);
+    ir_graph_free(g);
+}
