@@ -452,9 +452,12 @@ static void kernel_name(Cg *c, int32_t k, StrBuf *b)
 
 /* In nested mode, a loop nest whose inner axes are few elements (a 2x2 pooling window:
  * rows of 4, or a map over [.., 14, 2] whose last axis is 2) wastes the SIMD unit on
- * its innermost loop. Instead the last outer axis becomes the SIMD loop, and each lane
- * runs the whole (unrolled) row body: one window per lane. Returns that axis and, for a
- * map kernel, moves the short trailing axes into the inner loops; -1 to keep the nest. */
+ * its innermost loop. Instead the last outer axis becomes the loop marked for SIMD, and
+ * each of its iterations runs the whole row body: one window per lane. GCC vectorises
+ * that loop only where it unrolls the short inner loops first (it does for a small row
+ * body; cnn's pooling forward stays scalar, unrolled); either way no loop of 2 iterations
+ * is set up per row. Returns that axis and, for a map kernel, moves the short trailing
+ * axes into the inner loops; -1 to keep the nest. */
 static int lane_axis(Loop *L)
 {
     const Shape *s = &L->K->shape;
