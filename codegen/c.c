@@ -187,15 +187,15 @@ static void open_loops(Cg *c, const char *dims, int rank, int indent)
 
 /* Loops over a row-major shape named by dims prefix (its strides declared), shared between
  * the threads when it has PARALLEL_MIN elements or more, the innermost marked for SIMD,
- * with the element's index i; the caller writes the body at indent + 4 * (rank + 1) and
- * calls close_par_loops. A copy of an image or a concatenation slot is a pass over memory
- * that one thread alone leaves half the bandwidth of a 2-core machine unused. */
-static void open_par_loops(Cg *c, const char *dims, int rank, int indent)
+ * with the element's index i. Returns the indentation of the body, which the caller writes
+ * before calling close_par_loops. A copy of an image or a concatenation slot is a pass over
+ * memory that one thread alone leaves half the bandwidth of a 2-core machine unused. */
+static int open_par_loops(Cg *c, const char *dims, int rank, int indent)
 {
     StrBuf *o = c->o;
     if (!rank) {
         sb_printf(o, "%*s{\n%*sconst int64_t i = 0;\n", indent, "", indent + 4, "");
-        return;
+        return indent + 4;
     }
     sb_printf(o, "%*s#pragma omp parallel for%s", indent, "", rank == 1 ? " simd" : "");
     if (rank > 2) sb_printf(o, " collapse(%d)", rank - 1);
@@ -209,6 +209,7 @@ static void open_par_loops(Cg *c, const char *dims, int rank, int indent)
     sb_printf(o, "%*sconst int64_t i = ", indent + 4 * rank, "");
     for (int d = 0; d < rank; d++) sb_printf(o, "%sc%d * %ss%d", d ? " + " : "", d, dims, d);
     sb_puts(o, ";\n");
+    return indent + 4 * rank;
 }
 
 static void close_par_loops(Cg *c, int rank, int indent)
@@ -267,8 +268,8 @@ static void kernel_body(Cg *c, NodeId id)
             cg_declare_strides(c, "X", x->shape.rank);
         }
         cg_declare_strides(c, "Y", r);
-        open_par_loops(c, "Y", r, 4);
-        sb_printf(o, "%*s", 8 + 4 * (r ? r - 1 : 0), "");
+        const int in = open_par_loops(c, "Y", r, 4);
+        sb_printf(o, "%*s", in, "");
         if (op == OP_IOTA) {
             sb_printf(o, "y[i] = (%s)c%lld;\n", t, (long long)at[0]);
         } else if (op == OP_PERMUTE) {
@@ -299,14 +300,14 @@ static void kernel_body(Cg *c, NodeId id)
         } else { /* PAD */
             sb_puts(o, "{\n");
             for (int k = 0; k < r; k++)
-                sb_printf(o, "%*sconst int64_t u%d = c%d - %lld;\n", 12 + 4 * (r ? r - 1 : 0), "", k, k, (long long)at[k]);
-            sb_printf(o, "%*sy[i] = ", 12 + 4 * (r ? r - 1 : 0), "");
+                sb_printf(o, "%*sconst int64_t u%d = c%d - %lld;\n", in + 4, "", k, k, (long long)at[k]);
+            sb_printf(o, "%*sy[i] = ", in + 4, "");
             for (int k = 0; k < r; k++) sb_printf(o, "%su%d >= 0 && u%d < X%d", k ? " && " : "(", k, k, k);
             sb_puts(o, r ? ") ? x0[" : "1 ? x0[");
             for (int k = 0; k < r; k++) sb_printf(o, "%su%d * Xs%d", k ? " + " : "", k, k);
             sb_puts(o, r ? "] : " : "0] : ");
             cg_literal(o, n->fattr[0], (DType)n->dtype);
-            sb_printf(o, ";\n%*s}\n", 8 + 4 * (r ? r - 1 : 0), "");
+            sb_printf(o, ";\n%*s}\n", in, "");
         }
         close_par_loops(c, r, 4);
         break;
@@ -321,11 +322,9 @@ static void kernel_body(Cg *c, NodeId id)
             char pre[24];
             snprintf(pre, sizeof pre, "X%u_", k);
             cg_declare_dims(c, pre, &xk->shape);
-            sb_puts(o, "    {\n");
-            sb_puts(o, "    ");
+            sb_puts(o, "    {\n    ");
             cg_declare_strides(c, pre, r);
-            open_par_loops(c, pre, r, 8);
-            sb_printf(o, "%*sy[", 12 + 4 * (r ? r - 1 : 0), "");
+            sb_printf(o, "%*sy[", open_par_loops(c, pre, r, 8), "");
             for (int d = 0; d < r; d++) sb_printf(o, "%s%sc%d%s * Ys%d", d ? " + " : "", d == ax ? "(off + " : "", d, d == ax ? ")" : "", d);
             sb_printf(o, "] = x%u[i];\n", k);
             close_par_loops(c, r, 8);

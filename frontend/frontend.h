@@ -130,8 +130,6 @@ static inline const char *ast_str(const Ast *a, AstId id) { return a->nodes[id].
 /* One-line S-expression of a subtree, for tests: (call (name relu) (name x)). */
 void ast_dump(const Ast *a, AstId id, StrBuf *out);
 
-#endif
-
 /* ---- the training recipe (recipe.c) ----
  * The `train { ... }` section, checked against a schema (every key, loader, optimizer,
  * schedule and argument is known; types are checked) and completed with defaults, so
@@ -183,3 +181,5 @@ typedef struct {
  * registered with d. */
 Model *frontend_compile(Diag *d, const char *path, const char *text, size_t len, GraphMode mode);
 void frontend_model_free(Model *m);
+
+#endif

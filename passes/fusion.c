@@ -26,6 +26,9 @@ typedef struct {
     bool *output;
 } Users; /* a graph output counts as a reader too */
 
+/* Readers of v, a graph output counted as one. */
+static int32_t readers(const Users *U, NodeId v) { return U->first[v + 1] - U->first[v] + U->output[v]; }
+
 typedef struct {
     const Graph *g;
     FusionPlan *p;
@@ -367,7 +370,7 @@ static bool try_join_written(Fuser *f, NodeId id)
     const Graph *g = f->g;
     FusionPlan *p = f->p;
     NodeId mm = ir_input(g, id, 0);
-    if (g->nodes[mm].op != OP_MATMUL || p->role[mm] != ROLE_KERNEL || f->users.first[mm + 1] - f->users.first[mm] + f->users.output[mm] != 1) return false;
+    if (g->nodes[mm].op != OP_MATMUL || p->role[mm] != ROLE_KERNEL || readers(&f->users, mm) != 1) return false;
     int32_t k = p->kernel_of[mm];
     Kernel *K = &p->kernels[k];
     Dim stride[IR_MAX_RANK];

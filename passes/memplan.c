@@ -2,9 +2,10 @@
  *
  * A stored value is live from the kernel that computes it to the last kernel that reads
  * it (directly, through views, through a broadcast recomputed inside the reader, or through
- * a value the reader recomputes from it), or to the end for graph outputs. Kernels run in FusionPlan order; at each, its outputs are
- * placed first (first fit), then the values it was the last reader of are released, so
- * an output never shares bytes with an input of the same kernel. */
+ * a value the reader recomputes from it), or to the end for graph outputs. Kernels run in
+ * FusionPlan order; at each, its outputs are placed first (first fit), then the values it
+ * was the last reader of are released, so an output never shares bytes with an input of
+ * the same kernel. */
 #include "passes.h"
 
 #include <stdlib.h>

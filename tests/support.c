@@ -1,6 +1,7 @@
 /* support.c — see support.h. */
 #include "support.h"
 
+#include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -21,6 +22,18 @@ char *support_read(const char *relpath, size_t *len)
     sb_free(&err);
     if (len) *len = n;
     return text;
+}
+
+Model *support_compile_file(const char *relpath, GraphMode mode, Diag *d)
+{
+    size_t len;
+    char *text = support_read(relpath, &len);
+    cr_assert(text, "cannot read %s", relpath);
+    diag_init(d, NULL);
+    Model *m = frontend_compile(d, relpath, text, len, mode);
+    free(text);
+    cr_assert(m, "%s failed to compile:\n%s", relpath, d->out.data ? d->out.data : "");
+    return m;
 }
 
 int support_run_kiln(const char *args, StrBuf *out)

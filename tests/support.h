@@ -1,14 +1,18 @@
-/* support.h — helpers shared by the Criterion tests: reading files of the source tree and
- * running the built `kiln` command, capturing what it prints. */
+/* support.h — helpers shared by the Criterion tests: reading and compiling files of the
+ * source tree and running the built `kiln` command, capturing what it prints. */
 #ifndef KILN_TESTS_SUPPORT_H
 #define KILN_TESTS_SUPPORT_H
 
 #include <stddef.h>
 
+#include "../frontend/frontend.h"
 #include "../util/util.h"
 
 /* Reads KILN_SOURCE_DIR/relpath; NULL when missing. */
 char *support_read(const char *relpath, size_t *len);
+/* Compiles the model file relpath (relative to the source tree) in a graph mode, its
+ * diagnostics in d (initialised here); fails the test when it cannot. */
+Model *support_compile_file(const char *relpath, GraphMode mode, Diag *d);
 /* Runs `KILN_BINARY args` with stdout and stderr captured together into out; returns the
  * exit status (or -1 when it was killed by a signal). */
 int support_run_kiln(const char *args, StrBuf *out);

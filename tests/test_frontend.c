@@ -18,18 +18,6 @@ static Model *compile_text(const char *text, GraphMode mode, Diag *d)
     return frontend_compile(d, "test.kiln", text, strlen(text), mode);
 }
 
-static Model *compile_file(const char *rel, GraphMode mode, Diag *d)
-{
-    size_t len;
-    char *text = support_read(rel, &len);
-    cr_assert(text, "cannot read %s", rel);
-    diag_init(d, NULL);
-    Model *m = frontend_compile(d, rel, text, len, mode);
-    free(text);
-    cr_assert(m, "%s failed to compile:\n%s", rel, d->out.data ? d->out.data : "");
-    return m;
-}
-
 static int64_t param_count(const Graph *g, bool trainable)
 {
     int64_t n = 0;
@@ -44,7 +32,7 @@ Test(models, parameter_counts_match_pytorch)
     int64_t expect[] = {269322, 421642, 842496, 124439808};
     for (int i = 0; i < 4; i++) {
         Diag d;
-        Model *m = compile_file(files[i], MODE_TRAIN, &d);
+        Model *m = support_compile_file(files[i], MODE_TRAIN, &d);
         cr_expect_eq(param_count(m->graph, true), expect[i], "%s: %lld parameters", files[i],
                      (long long)param_count(m->graph, true));
         frontend_model_free(m);
@@ -55,7 +43,7 @@ Test(models, parameter_counts_match_pytorch)
 Test(models, gpt_state_dict_names_and_init)
 {
     Diag d;
-    Model *m = compile_file("models/gpt.kiln", MODE_TRAIN, &d);
+    Model *m = support_compile_file("models/gpt.kiln", MODE_TRAIN, &d);
     const Graph *g = m->graph;
     NodeId w = ir_find_named(g, OP_PARAM, "h.3.attn.c_proj.weight");
     cr_assert_neq(w, IR_NONE);
@@ -113,7 +101,7 @@ Test(roundtrip, reference_models_print_read_print)
     for (int i = 0; i < 3; i++)
         for (int mode = 0; mode < 2; mode++) {
             Diag d;
-            Model *m = compile_file(files[i], (GraphMode)mode, &d);
+            Model *m = support_compile_file(files[i], (GraphMode)mode, &d);
             StrBuf a, b;
             sb_init(&a);
             sb_init(&b);
@@ -153,7 +141,7 @@ static const double *param(Interp *ip, const char *name)
 Test(semantics, mlp_forward_loss_and_accuracy_by_hand)
 {
     Diag d;
-    Model *m = compile_file("models/mlp.kiln", MODE_TRAIN, &d);
+    Model *m = support_compile_file("models/mlp.kiln", MODE_TRAIN, &d);
     Graph *g = m->graph;
     Interp ip;
     interp_init(&ip, g);
@@ -206,7 +194,7 @@ Test(semantics, mlp_forward_loss_and_accuracy_by_hand)
 Test(semantics, gpt_is_causal_and_starts_near_uniform)
 {
     Diag d;
-    Model *m = compile_file("models/gpt.kiln", MODE_TRAIN, &d);
+    Model *m = support_compile_file("models/gpt.kiln", MODE_TRAIN, &d);
     Graph *g = m->graph;
     double idx[2 * 5], tgt[2 * 5];
     for (int i = 0; i < 10; i++) idx[i] = (i * 71) % 256, tgt[i] = (i * 13) % 256;

@@ -45,14 +45,8 @@ static void unplan(Planned *p)
 /* The training graph of a model file after the pipeline (autodiff, simplify). */
 static Graph *training_graph(const char *rel)
 {
-    size_t len;
-    char *text = support_read(rel, &len);
-    cr_assert(text, "cannot read %s", rel);
     Diag d;
-    diag_init(&d, NULL);
-    Model *m = frontend_compile(&d, rel, text, len, MODE_TRAIN);
-    free(text);
-    cr_assert(m, "%s", d.out.data);
+    Model *m = support_compile_file(rel, MODE_TRAIN, &d);
     StrBuf err;
     sb_init(&err);
     cr_assert_eq(pipeline_run(m->graph, NULL, NULL, &err), 0, "%s", err.data);

@@ -142,14 +142,8 @@ Test(rewrites, dead_nodes_go_but_inputs_and_params_stay)
 /* Training graphs before and after simplify compute the same outputs. */
 static void check_preserved(const char *rel)
 {
-    size_t len;
-    char *text = support_read(rel, &len);
-    cr_assert(text);
     Diag d;
-    diag_init(&d, NULL);
-    Model *m = frontend_compile(&d, rel, text, len, MODE_TRAIN);
-    free(text);
-    cr_assert(m, "%s", d.out.data);
+    Model *m = support_compile_file(rel, MODE_TRAIN, &d);
     StrBuf err;
     sb_init(&err);
     AutodiffOptions o = {0};
