@@ -839,6 +839,47 @@ static void operand_ld(Loop *L, const char *name, NodeId x, const Operand *op)
     sb_puts(o, ");\n");
 }
 
+/* The batch's products summed: the threads share blocks of the sum, and each block adds
+ * the batch's products into itself in batch order (BLAS beta 1 after the first), so the
+ * sum does not depend on the number of threads. */
+static void emit_gemm_summed(Loop *L, const Operand *A, const Operand *B, char f, int nbatch)
+{
+    StrBuf *o = L->c->o;
+    const Graph *g = L->g;
+    NodeId sum = L->K->summed;
+    sb_printf(o, "    /* C = %%%d %s", sum, cg_ctype((DType)g->nodes[sum].dtype));
+    ir_shape_format(o, g, &g->nodes[sum].shape);
+    sb_puts(o, ": the products summed over the batch, none stored */\n"
+               "    const int ldc = (int)kiln_blas_ld(N, N);\n"
+               "    /* the threads share blocks of rows or columns of the sum (kiln_gemm_plan); each block\n"
+               "     * adds the batch's products into itself in order, whatever the number of threads */\n"
+               "    const kiln_gemm_split sp = kiln_gemm_plan(1, M, N, K * batch, 0);\n"
+               "    const int blas_threads = sp.parallel ? kiln_blas_serial_begin() : 0;\n"
+               "    #pragma omp parallel for schedule(static) if (sp.parallel)\n"
+               "    for (int64_t block = 0; block < sp.tasks; block++) {\n"
+               "        const int64_t m0 = block / sp.col_blocks * sp.rows, n0 = block % sp.col_blocks * sp.cols;\n"
+               "        const int64_t mb = M - m0 < sp.rows ? M - m0 : sp.rows, nb = N - n0 < sp.cols ? N - n0 : sp.cols;\n"
+               "        if (mb <= 0 || nb <= 0) continue;\n"
+               "        for (int64_t b = 0; b < batch; b++) {\n");
+    if (nbatch > 1) sb_puts(o, "            int64_t q = b;\n");
+    for (int k = nbatch - 1; k >= 0; k--) {
+        if (k) sb_printf(o, "            const int64_t c%d = q %% S%d;\n            q /= S%d;\n", k, k, k);
+        else sb_printf(o, "            const int64_t c0 = %s;\n", nbatch > 1 ? "q" : "b");
+    }
+    for (int k = 0; k < nbatch; k++) sb_printf(o, "            (void)c%d;\n", k);
+    StrBuf offa, offb;
+    sb_init(&offa);
+    sb_init(&offb);
+    operand_offset(L, A, nbatch, "m0", "0", &offa);
+    operand_offset(L, B, nbatch, "0", "n0", &offb);
+    sb_printf(o, "            kiln_%cgemm_beta(%s, %s, mb, nb, K, p%d + (%s), lda, p%d + (%s), ldb, b ? 1 : 0, y%d + (m0 * N + n0), ldc);\n",
+              f, A->trans ? "CblasTrans" : "CblasNoTrans", B->trans ? "CblasTrans" : "CblasNoTrans", A->lay.base, offa.data,
+              B->lay.base, offb.data, sum);
+    sb_free(&offa);
+    sb_free(&offb);
+    sb_puts(o, "        }\n    }\n    if (sp.parallel) kiln_blas_serial_end(blas_threads);\n}\n\n");
+}
+
 static void emit_gemm_kernel(Loop *L)
 {
     Cg *c = L->c;
@@ -862,6 +903,10 @@ static void emit_gemm_kernel(Loop *L)
     operand_ld(L, "a", xa, &A);
     operand_ld(L, "b", xb, &B);
     NodeId wr = L->K->written;
+    if (L->K->summed != IR_NONE) {
+        emit_gemm_summed(L, &A, &B, f, nbatch);
+        return;
+    }
     bool epilogue = false; /* an epilogue member is stored */
     for (int i = 0; i < L->nstores && wr == IR_NONE; i++) epilogue |= L->stores[i] != mm;
     Operand C = {.trans = false};

@@ -124,7 +124,7 @@ static int32_t new_kernel(Fuser *f, KernelKind kind, NodeId anchor, const Shape 
         f->mark = xrealloc(f->mark, n * sizeof *f->mark);
     }
     int32_t k = p->nkernels++;
-    p->kernels[k] = (Kernel){.kind = (uint8_t)kind, .anchor = anchor, .shape = *shape, .axes = axes, .written = IR_NONE};
+    p->kernels[k] = (Kernel){.kind = (uint8_t)kind, .anchor = anchor, .shape = *shape, .axes = axes, .written = IR_NONE, .summed = IR_NONE};
     f->mem[k] = NULL;
     f->nmem[k] = f->capmem[k] = 0;
     f->deps[k] = NULL;
@@ -245,7 +245,7 @@ static bool try_join(Fuser *f, int32_t k, NodeId id)
     FusionPlan *p = f->p;
     Kernel *K = &p->kernels[k];
     const Node *n = &g->nodes[id];
-    if (K->kind == KERNEL_SINGLE || K->written != IR_NONE) return false;
+    if (K->kind == KERNEL_SINGLE || K->written != IR_NONE || K->summed != IR_NONE) return false;
     Numel full = numel_of(&K->shape, 0), rows = numel_of(&K->shape, K->axes);
     Numel mine = numel_of(&n->shape, 0);
     MemberClass cls;
@@ -382,6 +382,27 @@ static bool try_join_written(Fuser *f, NodeId id)
     return true;
 }
 
+/* A sum over every batch axis of a batched product that nothing else reads (the weight
+ * gradient of a convolution: one product per image, then summed): BLAS adds each product
+ * into the sum (beta 1), and the products, B times the size of the sum, are never stored. */
+static bool try_join_summed(Fuser *f, NodeId id)
+{
+    const Graph *g = f->g;
+    FusionPlan *p = f->p;
+    NodeId mm = ir_input(g, id, 0);
+    const Node *m = &g->nodes[mm];
+    if (m->op != OP_MATMUL || p->role[mm] != ROLE_KERNEL || readers(&f->users, mm) != 1 || m->shape.rank < 3) return false;
+    int32_t k = p->kernel_of[mm];
+    Kernel *K = &p->kernels[k];
+    uint64_t batch_axes = (UINT64_C(1) << (m->shape.rank - 2)) - 1;
+    if (K->kind != KERNEL_GEMM || f->nmem[k] != 1 || K->written != IR_NONE || K->summed != IR_NONE ||
+        (uint64_t)ir_attrs(g, id)[0] != batch_axes)
+        return false;
+    add_member(f, k, id, CLASS_FULL);
+    K->summed = id;
+    return true;
+}
+
 static void start_single(Fuser *f, NodeId id, KernelKind kind)
 {
     const Graph *g = f->g;
@@ -487,7 +508,8 @@ static void mark_stored(const Graph *g, FusionPlan *p)
         if (p->role[id] != ROLE_KERNEL) continue;
         int32_t k = p->kernel_of[id];
         const Node *n = &g->nodes[id];
-        if (p->kernels[k].kind == KERNEL_GEMM && n->op == OP_MATMUL && p->kernels[k].written == IR_NONE)
+        if (p->kernels[k].kind == KERNEL_GEMM && n->op == OP_MATMUL && p->kernels[k].written == IR_NONE &&
+            p->kernels[k].summed == IR_NONE)
             p->stored[id] = 1; /* BLAS writes it */
         if (p->cls[id] == CLASS_TOTAL) p->stored[id] = 1;
         for (uint32_t j = 0; j < n->ninputs; j++) {
@@ -712,6 +734,9 @@ void fusion_plan(const Graph *g, FusionPlan *p)
         case OP_PERMUTE:
             if (try_join_written(&f, id)) continue;
             break;
+        case OP_REDUCE_SUM:
+            if (try_join_summed(&f, id)) continue;
+            break;
         default: break;
         }
         if (is_elementwise(g, id) || n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX) {
@@ -840,8 +865,9 @@ void fusion_print(const Graph *g, const FusionPlan *p, StrBuf *o)
         } else if (K->kind == KERNEL_GEMM) {
             sb_puts(o, "gemm f32");
             ir_shape_format(o, g, &K->shape);
-            sb_puts(o, K->written != IR_NONE ? ": matmul" : K->count > 1 ? ": matmul with epilogue" : ": matmul");
+            sb_puts(o, K->written != IR_NONE || K->summed != IR_NONE ? ": matmul" : K->count > 1 ? ": matmul with epilogue" : ": matmul");
             if (K->written != IR_NONE) sb_printf(o, " written permuted as %%%d", K->written);
+            if (K->summed != IR_NONE) sb_printf(o, " summed over the batch as %%%d", K->summed);
             for (int j = 0; j < 2; j++) {
                 NodeId x = ir_input(g, K->anchor, j);
                 FusionLayout L;

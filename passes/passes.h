@@ -96,6 +96,9 @@ typedef struct {
     int32_t first, count; /* members: FusionPlan.members[first .. first + count), ascending */
     NodeId written;    /* GEMM: a permute of the product that BLAS writes instead of the
                           product itself (fusion_gemm_output), or IR_NONE */
+    NodeId summed;     /* GEMM: the sum of the products over all batch axes (a convolution's
+                          weight gradient), which BLAS accumulates (beta 1) instead of
+                          storing each product, or IR_NONE */
 } Kernel;
 
 typedef struct {

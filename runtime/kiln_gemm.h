@@ -72,19 +72,25 @@ static inline kiln_gemm_split kiln_gemm_plan(int64_t batch, int64_t M, int64_t N
     return s;
 }
 
-/* C (M x N, row stride ldc) = op(A) op(B), as cblas_?gemm with alpha 1 and beta 0. */
+/* C (M x N, row stride ldc) = op(A) op(B) + beta C, as cblas_?gemm with alpha 1; kiln_?gemm
+ * is beta 0. */
 #define KILN_DEFINE_GEMM(name, T, gemm, gemv)                                                                          \
-    static inline void name(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K,         \
-                            const T *A, int lda, const T *B, int ldb, T *C, int ldc)                                   \
+    static inline void name##_beta(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K,  \
+                                   const T *A, int lda, const T *B, int ldb, T beta, T *C, int ldc)                    \
     {                                                                                                                  \
         if (M == 1 && K > 0) /* the row of C is B's matrix times A's row */                                            \
             gemv(CblasRowMajor, tb == CblasTrans ? CblasNoTrans : CblasTrans, tb == CblasTrans ? (int)N : (int)K,    \
-                 tb == CblasTrans ? (int)K : (int)N, 1, B, ldb, A, ta == CblasTrans ? lda : 1, 0, C, 1);               \
+                 tb == CblasTrans ? (int)K : (int)N, 1, B, ldb, A, ta == CblasTrans ? lda : 1, beta, C, 1);            \
         else if (N == 1 && K > 0) /* the column of C is A's matrix times B's column */                                \
             gemv(CblasRowMajor, ta, ta == CblasTrans ? (int)K : (int)M, ta == CblasTrans ? (int)M : (int)K, 1, A, lda, \
-                 B, tb == CblasTrans ? 1 : ldb, 0, C, ldc);                                                             \
+                 B, tb == CblasTrans ? 1 : ldb, beta, C, ldc);                                                          \
         else                                                                                                           \
-            gemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1, A, lda, B, ldb, 0, C, ldc);                         \
+            gemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1, A, lda, B, ldb, beta, C, ldc);                      \
+    }                                                                                                                  \
+    static inline void name(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K,         \
+                            const T *A, int lda, const T *B, int ldb, T *C, int ldc)                                   \
+    {                                                                                                                  \
+        name##_beta(ta, tb, M, N, K, A, lda, B, ldb, 0, C, ldc);                                                       \
     }
 KILN_DEFINE_GEMM(kiln_sgemm, float, cblas_sgemm, cblas_sgemv)
 KILN_DEFINE_GEMM(kiln_dgemm, double, cblas_dgemm, cblas_dgemv)

@@ -73,6 +73,12 @@ static const OpCase op_cases[] = {
     {"matmul_view_also_read", "x: f32[4, 3], z: f32[4, 5]", "y = transpose(x) @ z + sum(transpose(x), axis = 1, keepdim = true)"},
     {"matmul_step_slice", "x: f32[3, 8], z: f32[4, 5]", "y = x[:, 0:8:2] @ z"},
     {"matmul_written_permuted", "x: f32[2, 3, 4], z: f32[2, 4, 5]", "y = permute(x @ z, 1, 0, 2) * 2"},
+    /* products summed over every batch axis are accumulated by BLAS (fusion's summed GEMM);
+     * over some of them, or read elsewhere too, they are stored and summed by a loop */
+    {"matmul_summed", "x: f32[2, 3, 4, 5], z: f32[2, 3, 5, 6]", "y = sum(x @ z, axis = [0, 1])"},
+    {"matmul_summed_broadcast", "x: f32[4, 5], z: f32[3, 5, 6]", "y = sum(x @ z, axis = 0) * 2"},
+    {"matmul_summed_partly", "x: f32[2, 3, 4, 5], z: f32[2, 3, 5, 6]", "y = sum(x @ z, axis = 1)"},
+    {"matmul_summed_also_read", "x: f32[3, 4, 5], z: f32[3, 5, 6]", "y = sum(x @ z, axis = 0) + x @ z"},
     {"matmul_written_transposed", "x: f32[2, 3, 4], z: f32[2, 4, 5]", "y = permute(x @ z, 2, 0, 1)"},
     /* single rows and columns (BLAS's matrix-vector product), operands transposed or not */
     {"matmul_matrix_vector", "x: f32[4, 3], z: f32[4]", "y = transpose(x) @ z + x[0:3, :] @ z[0:3]"},
@@ -84,6 +90,7 @@ static const OpCase op_cases[] = {
     {"matmul_shared_rows", "x: f32[256, 512], z: f32[256, 256]", "y = (transpose(x) @ z) * 0.01"},
     {"matmul_shared_columns", "x: f32[64, 256], z: f32[256, 512]", "y = relu(x @ z) - 0.01"},
     {"matmul_batch_blocks", "x: f32[2, 640, 256], z: f32[256, 256]", "y = (x @ z) * 0.01"},
+    {"matmul_summed_blocks", "x: f32[4, 128, 600], z: f32[4, 600, 96]", "y = sum(x @ z, axis = 0) * 0.01"},
     {"matmul_written_blocks", "x: f32[2, 768, 128], z: f32[2, 128, 256]", "y = permute(x @ z, 1, 0, 2) * 2"},
     {"matmul_written_transposed_blocks", "x: f32[2, 768, 128], z: f32[2, 128, 256]", "y = permute(x @ z, 2, 0, 1)"},
     {"matmul_merged_permute", "x: f32[2, 3, 4], z: f32[6, 5]", "y = reshape(permute(x, 2, 1, 0), 4, 6) @ z"},

@@ -314,3 +314,27 @@ Test(recompute, a_widening_cast_stores_the_narrow_value)
     fusion_free(&f);
     ir_graph_free(g);
 }
+
+/* A convolution's weight gradient is one product per image summed over the batch: BLAS
+ * accumulates the products into the sum, and the [B, O, C*k*k] products are never stored. */
+Test(summed, conv_weight_gradients_are_accumulated_by_blas)
+{
+    Graph *g = training_graph("models/cnn.kiln");
+    FusionPlan f;
+    fusion_plan(g, &f);
+    int summed = 0;
+    for (int32_t k = 0; k < f.nkernels; k++) {
+        const Kernel *K = &f.kernels[k];
+        if (K->summed == IR_NONE) continue;
+        cr_expect_eq(K->kind, KERNEL_GEMM);
+        cr_expect_eq(K->count, 2, "kernel %d: the product and its sum, nothing else", k);
+        cr_expect_not(f.stored[K->anchor], "kernel %d: the products %%%d are not stored", k, K->anchor);
+        cr_expect(f.stored[K->summed], "kernel %d: the sum %%%d is stored", k, K->summed);
+        cr_expect_eq(g->nodes[K->summed].op, OP_REDUCE_SUM);
+        cr_expect_eq(ir_input(g, K->summed, 0), K->anchor);
+        summed++;
+    }
+    cr_expect_eq(summed, 2, "conv1's and conv2's weight gradients");
+    fusion_free(&f);
+    ir_graph_free(g);
+}
