@@ -859,8 +859,12 @@ static void emit_gemm_summed(Loop *L, const Operand *A, const Operand *B, char f
                "    for (int64_t block = 0; block < sp.tasks; block++) {\n"
                "        const int64_t m0 = block / sp.col_blocks * sp.rows, n0 = block % sp.col_blocks * sp.cols;\n"
                "        const int64_t mb = M - m0 < sp.rows ? M - m0 : sp.rows, nb = N - n0 < sp.cols ? N - n0 : sp.cols;\n"
-               "        if (mb <= 0 || nb <= 0) continue;\n"
-               "        for (int64_t b = 0; b < batch; b++) {\n");
+               "        if (mb <= 0 || nb <= 0) continue;\n");
+    sb_printf(o, "        if (batch == 0) /* an empty batch sums to zero */\n"
+                 "            for (int64_t m = m0; m < m0 + mb; m++)\n"
+                 "                memset(y%d + (m * N + n0), 0, sizeof(*y%d) * (size_t)nb);\n"
+                 "        for (int64_t b = 0; b < batch; b++) {\n",
+              sum, sum);
     if (nbatch > 1) sb_puts(o, "            int64_t q = b;\n");
     for (int k = nbatch - 1; k >= 0; k--) {
         if (k) sb_printf(o, "            const int64_t c%d = q %% S%d;\n            q /= S%d;\n", k, k, k);
