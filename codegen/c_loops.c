@@ -839,6 +839,26 @@ static void operand_ld(Loop *L, const char *name, NodeId x, const Operand *op)
     sb_puts(o, ");\n");
 }
 
+/* The bounds of a task's block of C (kiln_gemm_split): rows m0 + [0, mb), columns
+ * n0 + [0, nb); a task past the edge does nothing. */
+static void block_bounds(StrBuf *o, const char *block)
+{
+    sb_printf(o, "        const int64_t m0 = %s / sp.col_blocks * sp.rows, n0 = %s %% sp.col_blocks * sp.cols;\n", block, block);
+    sb_puts(o, "        const int64_t mb = M - m0 < sp.rows ? M - m0 : sp.rows, nb = N - n0 < sp.cols ? N - n0 : sp.cols;\n"
+               "        if (mb <= 0 || nb <= 0) continue;\n");
+}
+
+/* The batch coordinates c0 ... c<nbatch-1> of product b, row-major over S0, S1, .... */
+static void batch_coords(StrBuf *o, int nbatch, const char *indent)
+{
+    if (nbatch > 1) sb_printf(o, "%sint64_t q = b;\n", indent);
+    for (int k = nbatch - 1; k >= 0; k--) {
+        if (k) sb_printf(o, "%sconst int64_t c%d = q %% S%d;\n%sq /= S%d;\n", indent, k, k, indent, k);
+        else sb_printf(o, "%sconst int64_t c0 = %s;\n", indent, nbatch > 1 ? "q" : "b");
+    }
+    for (int k = 0; k < nbatch; k++) sb_printf(o, "%s(void)c%d;\n", indent, k);
+}
+
 /* The batch's products summed: the threads share blocks of the sum, and each block adds
  * the batch's products into itself in batch order (BLAS beta 1 after the first), so the
  * sum does not depend on the number of threads. */
@@ -856,21 +876,14 @@ static void emit_gemm_summed(Loop *L, const Operand *A, const Operand *B, char f
                "    const kiln_gemm_split sp = kiln_gemm_plan(1, M, N, K * batch, 0);\n"
                "    const int blas_threads = sp.parallel ? kiln_blas_serial_begin() : 0;\n"
                "    #pragma omp parallel for schedule(static) if (sp.parallel)\n"
-               "    for (int64_t block = 0; block < sp.tasks; block++) {\n"
-               "        const int64_t m0 = block / sp.col_blocks * sp.rows, n0 = block % sp.col_blocks * sp.cols;\n"
-               "        const int64_t mb = M - m0 < sp.rows ? M - m0 : sp.rows, nb = N - n0 < sp.cols ? N - n0 : sp.cols;\n"
-               "        if (mb <= 0 || nb <= 0) continue;\n");
+               "    for (int64_t block = 0; block < sp.tasks; block++) {\n");
+    block_bounds(o, "block");
     sb_printf(o, "        if (batch == 0) /* an empty batch sums to zero */\n"
                  "            for (int64_t m = m0; m < m0 + mb; m++)\n"
                  "                memset(y%d + (m * N + n0), 0, sizeof(*y%d) * (size_t)nb);\n"
                  "        for (int64_t b = 0; b < batch; b++) {\n",
               sum, sum);
-    if (nbatch > 1) sb_puts(o, "            int64_t q = b;\n");
-    for (int k = nbatch - 1; k >= 0; k--) {
-        if (k) sb_printf(o, "            const int64_t c%d = q %% S%d;\n            q /= S%d;\n", k, k, k);
-        else sb_printf(o, "            const int64_t c0 = %s;\n", nbatch > 1 ? "q" : "b");
-    }
-    for (int k = 0; k < nbatch; k++) sb_printf(o, "            (void)c%d;\n", k);
+    batch_coords(o, nbatch, "            ");
     StrBuf offa, offb;
     sb_init(&offa);
     sb_init(&offb);
@@ -937,19 +950,12 @@ static void emit_gemm_kernel(Loop *L)
                  "    const int blas_threads = sp.parallel ? kiln_blas_serial_begin() : 0;\n"
                  "    #pragma omp parallel for schedule(static) if (sp.parallel)\n"
                  "    for (int64_t task = 0; task < sp.tasks; task++) {\n"
-                 "        const int64_t b = task / sp.blocks, block = task %% sp.blocks;\n"
-                 "        const int64_t m0 = block / sp.col_blocks * sp.rows, n0 = block %% sp.col_blocks * sp.cols;\n"
-                 "        const int64_t mb = M - m0 < sp.rows ? M - m0 : sp.rows, nb = N - n0 < sp.cols ? N - n0 : sp.cols;\n"
-                 "        if (mb <= 0 || nb <= 0) continue;\n",
+                 "        const int64_t b = task / sp.blocks, block = task %% sp.blocks;\n",
               epilogue ? " (kiln_gemm_plan); each block's epilogue runs\n     * while the block is in cache" : " (kiln_gemm_plan)",
               epilogue);
+    block_bounds(o, "block");
     if (nbatch) {
-        sb_puts(o, "        int64_t q = b;\n");
-        for (int k = nbatch - 1; k >= 0; k--) {
-            if (k) sb_printf(o, "        const int64_t c%d = q %% S%d;\n        q /= S%d;\n", k, k, k);
-            else sb_puts(o, "        const int64_t c0 = q;\n");
-        }
-        for (int k = 0; k < nbatch; k++) sb_printf(o, "        (void)c%d;\n", k);
+        batch_coords(o, nbatch, "        ");
     } else if (wr != IR_NONE) {
         sb_puts(o, "        (void)b;\n");
     }
