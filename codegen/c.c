@@ -92,6 +92,12 @@ void cg_declare_dims(Cg *c, const char *prefix, const Shape *s)
     sb_puts(c->o, ";\n");
 }
 
+bool cg_may_parallel(const Cg *c, const Shape *s)
+{
+    const int64_t n = ir_shape_max_numel(c->g, s);
+    return n < 0 || n >= PARALLEL_MIN;
+}
+
 void cg_numel(Cg *c, const Shape *s)
 {
     if (!s->rank) {
@@ -190,18 +196,24 @@ static void open_loops(Cg *c, const char *dims, int rank, int indent)
  * with the element's index i. Returns the indentation of the body, which the caller writes
  * before calling close_par_loops. A copy of an image or a concatenation slot is a pass over
  * memory that one thread alone leaves half the bandwidth of a 2-core machine unused. */
-static int open_par_loops(Cg *c, const char *dims, int rank, int indent)
+static int open_par_loops(Cg *c, const char *dims, const Shape *s, int indent)
 {
     StrBuf *o = c->o;
+    const int rank = s->rank;
     if (!rank) {
         sb_printf(o, "%*s{\n%*sconst int64_t i = 0;\n", indent, "", indent + 4, "");
         return indent + 4;
     }
-    sb_printf(o, "%*s#pragma omp parallel for%s", indent, "", rank == 1 ? " simd" : "");
-    if (rank > 2) sb_printf(o, " collapse(%d)", rank - 1);
-    sb_puts(o, " if (");
-    for (int d = 0; d < rank; d++) sb_printf(o, "%s%s%d", d ? " * " : "", dims, d);
-    sb_printf(o, " >= %d)\n", PARALLEL_MIN);
+    const bool parallel = cg_may_parallel(c, s);
+    if (parallel) {
+        sb_printf(o, "%*s#pragma omp parallel for%s", indent, "", rank == 1 ? " simd" : "");
+        if (rank > 2) sb_printf(o, " collapse(%d)", rank - 1);
+        sb_puts(o, " if (");
+        for (int d = 0; d < rank; d++) sb_printf(o, "%s%s%d", d ? " * " : "", dims, d);
+        sb_printf(o, " >= %d)\n", PARALLEL_MIN);
+    } else if (rank == 1) {
+        sb_printf(o, "%*s#pragma omp simd\n", indent, "");
+    }
     for (int d = 0; d < rank; d++) {
         if (d == rank - 1 && rank > 1) sb_printf(o, "%*s#pragma omp simd\n", indent + 4 * d, "");
         sb_printf(o, "%*sfor (int64_t c%d = 0; c%d < %s%d; c%d++)%s\n", indent + 4 * d, "", d, d, dims, d, d, d == rank - 1 ? " {" : "");
@@ -268,7 +280,7 @@ static void kernel_body(Cg *c, NodeId id)
             cg_declare_strides(c, "X", x->shape.rank);
         }
         cg_declare_strides(c, "Y", r);
-        const int in = open_par_loops(c, "Y", r, 4);
+        const int in = open_par_loops(c, "Y", &n->shape, 4);
         sb_printf(o, "%*s", in, "");
         if (op == OP_IOTA) {
             sb_printf(o, "y[i] = (%s)c%lld;\n", t, (long long)at[0]);
@@ -324,7 +336,7 @@ static void kernel_body(Cg *c, NodeId id)
             cg_declare_dims(c, pre, &xk->shape);
             sb_puts(o, "    {\n    ");
             cg_declare_strides(c, pre, r);
-            sb_printf(o, "%*sy[", open_par_loops(c, pre, r, 8), "");
+            sb_printf(o, "%*sy[", open_par_loops(c, pre, &xk->shape, 8), "");
             for (int d = 0; d < r; d++) sb_printf(o, "%s%sc%d%s * Ys%d", d ? " + " : "", d == ax ? "(off + " : "", d, d == ax ? ")" : "", d);
             sb_printf(o, "] = x%u[i];\n", k);
             close_par_loops(c, r, 8);

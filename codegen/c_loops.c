@@ -651,7 +651,7 @@ static void emit_columns(Loop *L)
         if (L->f->cls[id] == CLASS_ROW) sb_printf(o, "        y%d[row] = %s;\n", id, g->nodes[id].op == OP_REDUCE_SUM ? "0" : "-INFINITY");
     }
     sb_puts(o, "    }\n");
-    sb_printf(o, "    #pragma omp parallel for if (H * R >= %d)\n", PARALLEL_MIN);
+    if (cg_may_parallel(c, &L->K->shape)) sb_printf(o, "    #pragma omp parallel for if (H * R >= %d)\n", PARALLEL_MIN);
     sb_puts(o, "    for (int64_t r0 = 0; r0 < R; r0 += 64) {\n"
                "        const int64_t r1 = R - r0 < 64 ? R : r0 + 64;\n"
                "        for (int64_t h = 0; h < H; h++) {\n"
@@ -700,10 +700,13 @@ static void emit_loop_kernel(Loop *L)
         }
     char reduction[600] = "";
     if (tot.len) snprintf(reduction, sizeof reduction, " reduction(+: %s)", tot.data);
+    const bool parallel = cg_may_parallel(c, &L->K->shape);
     if (L->mode == MODE_FLAT) {
         sb_puts(o, "    const int64_t n = ");
         cg_numel(c, &L->K->shape);
-        sb_printf(o, ";\n    #pragma omp parallel for simd if (n >= %d)\n    for (int64_t i = 0; i < n; i++) {\n", PARALLEL_MIN);
+        if (parallel) sb_printf(o, ";\n    #pragma omp parallel for simd if (n >= %d)\n", PARALLEL_MIN);
+        else sb_puts(o, ";\n    #pragma omp simd\n");
+        sb_puts(o, "    for (int64_t i = 0; i < n; i++) {\n");
         clear_needed(L);
         for (int i = 0; i < L->nstores; i++) need(L, L->stores[i]);
         emit_needed(L, "        ");
@@ -716,7 +719,8 @@ static void emit_loop_kernel(Loop *L)
         sb_puts(o, ", W = 1");
         for (int a = 0; a < L->rank; a++)
             if (L->inner >> a & 1) sb_printf(o, " * S%d", a);
-        sb_printf(o, ";\n    #pragma omp parallel for if (R * W >= %d)%s\n", PARALLEL_MIN, reduction);
+        if (parallel) sb_printf(o, ";\n    #pragma omp parallel for if (R * W >= %d)%s\n", PARALLEL_MIN, reduction);
+        else sb_puts(o, ";\n");
         sb_puts(o, "    for (int64_t row = 0; row < R; row++) {\n");
         emit_row_body(L, "        ");
         sb_puts(o, "    }\n");
@@ -732,7 +736,7 @@ static void emit_loop_kernel(Loop *L)
             cg_numel(c, &L->K->shape);
             sb_puts(o, ";\n");
         }
-        if (nouter) sb_printf(o, "    #pragma omp parallel for collapse(%d) if (work >= %d)%s\n", nouter, PARALLEL_MIN, reduction);
+        if (nouter && parallel) sb_printf(o, "    #pragma omp parallel for collapse(%d) if (work >= %d)%s\n", nouter, PARALLEL_MIN, reduction);
         int depth = 0;
         for (int a = 0; a < L->rank; a++) {
             if (L->inner >> a & 1 || a == L->lane) continue;
@@ -741,7 +745,8 @@ static void emit_loop_kernel(Loop *L)
         }
         if (L->lane >= 0) {
             if (nouter) sb_printf(o, "    %*s#pragma omp simd%s\n", 4 * depth, "", reduction);
-            else sb_printf(o, "    #pragma omp parallel for simd if (work >= %d)%s\n", PARALLEL_MIN, reduction);
+            else if (parallel) sb_printf(o, "    #pragma omp parallel for simd if (work >= %d)%s\n", PARALLEL_MIN, reduction);
+            else sb_printf(o, "    #pragma omp simd%s\n", reduction);
             sb_printf(o, "    %*sfor (int64_t c%d = 0; c%d < S%d; c%d++) {\n", 4 * depth, "", L->lane, L->lane, L->lane, L->lane);
         }
         if (!nloops) sb_puts(o, "    {\n");
@@ -980,7 +985,8 @@ static void emit_gemm_kernel(Loop *L)
     sb_free(&offb);
     sb_free(&offc);
     if (epilogue) {
-        sb_printf(o, "        #pragma omp parallel for if (!sp.parallel && mb * nb >= %d)\n", PARALLEL_MIN);
+        if (cg_may_parallel(c, &L->K->shape))
+            sb_printf(o, "        #pragma omp parallel for if (!sp.parallel && mb * nb >= %d)\n", PARALLEL_MIN);
         sb_printf(o, "        for (int64_t c%d = m0; c%d < m0 + mb; c%d++) {\n", r - 2, r - 2, r - 2);
         sb_puts(o, "            #pragma omp simd\n");
         sb_printf(o, "            for (int64_t c%d = n0; c%d < n0 + nb; c%d++) {\n", r - 1, r - 1, r - 1);

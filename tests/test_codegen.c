@@ -224,6 +224,49 @@ Test(models, mlp, .timeout = 300) { compare_file("models/mlp.kiln", 5); }
 Test(models, cnn, .timeout = 300) { compare_file("models/cnn.kiln", 2); }
 Test(models, gpt, .timeout = 300) { compare_file("models/gpt.kiln", 3); }
 
+
+/* The text of the first kernel whose header comment contains title, up to the next kernel. */
+static char *kernel_text(const char *code, const char *title)
+{
+    const char *at = strstr(code, title);
+    cr_assert(at, "no kernel \"%s\" in the generated code", title);
+    const char *end = strstr(at + 1, "\n/* kernel ");
+    size_t n = end ? (size_t)(end - at) : strlen(at);
+    char *text = malloc(n + 1);
+    memcpy(text, at, n);
+    text[n] = 0;
+    return text;
+}
+
+/* A kernel that cannot reach the parallel threshold even at the model's largest batch has
+ * no OpenMP region at all (a region whose if clause is false still enters libgomp, a
+ * large part of a small kernel's time at batch 1); one that can keeps it. */
+Test(models, small_kernels_do_not_enter_openmp, .timeout = 60)
+{
+    size_t len;
+    char *text = support_read("models/mlp.kiln", &len);
+    cr_assert(text);
+    Graphs gs;
+    build_graphs("models/mlp.kiln", text, len, &gs);
+    StrBuf c, err;
+    sb_init(&c);
+    sb_init(&err);
+    int nkv;
+    char **kv = recipe_flatten(&gs.mt->recipe, &nkv);
+    cr_assert_eq(codegen_c(gs.train, gs.eval, "models/mlp.kiln", kv, nkv, &c, &err), 0, "%s", err.data);
+    recipe_flat_free(kv, nkv);
+    char *loss = kernel_text(c.data, "row reductions over float[B, 10], rows reduced over axes 1\n");
+    cr_expect_null(strstr(loss, "omp parallel"), "the [B, 10] softmax kernel (1280 elements at B = 128) has a parallel region:\n%s", loss);
+    cr_expect(strstr(loss, "omp simd"), "the [B, 10] softmax kernel lost its SIMD loop:\n%s", loss);
+    char *input = kernel_text(c.data, "elementwise over float[B, 28, 28]\n");
+    cr_expect(strstr(input, "omp parallel"), "the [B, 28, 28] input kernel (100352 elements at B = 128) is serial:\n%s", input);
+    free(loss);
+    free(input);
+    sb_free(&c);
+    sb_free(&err);
+    free_graphs(&gs);
+    free(text);
+}
 /* Every op and module case: generated C against the interpreter. Parameters are indices:
  * Criterion's workers do not share the parent's pointers. */
 #define NOPS (sizeof op_cases / sizeof op_cases[0])
