@@ -30,7 +30,7 @@
 # BENCH_ROUNDS=N runs Kiln's program and PyTorch's script N times each, alternating, and
 # the table gives the median of the rounds: on a shared VM a neighbour's burst of work
 # can slow one run by 30%, and alternating spreads it over both sides.
-# Writes the table and the raw JSON lines to bench/results/run-YYYY-MM-DD.txt; work files
+# Writes the table and the raw JSON lines to bench/results/run-YYYY-MM-DD-COMMIT.txt; work files
 # in out/bench/. Without PyTorch (python3-torch) the PyTorch columns stay empty. Speed is
 # noisy on a shared machine: the load average is recorded with the results.
 set -euo pipefail
@@ -113,7 +113,8 @@ for m in "${models[@]}"; do
   done
 done
 
-result="bench/results/run-$(date +%F).txt"
+# one file per day and commit, so that a second run the same day keeps the first
+result="bench/results/run-$(date +%F)-$(git rev-parse --short HEAD 2>/dev/null || echo nogit)${dirty:+-dirty}.txt"
 {
   echo "# bench/run.sh, $(date -u '+%F %H:%M UTC'), kiln $(git rev-parse --short HEAD)$dirty"
   echo "# $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores; load average $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
