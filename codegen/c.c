@@ -211,11 +211,9 @@ static int open_par_loops(Cg *c, const char *dims, const Shape *s, int indent)
         sb_puts(o, " if (");
         for (int d = 0; d < rank; d++) sb_printf(o, "%s%s%d", d ? " * " : "", dims, d);
         sb_printf(o, " >= %d)\n", PARALLEL_MIN);
-    } else if (rank == 1) {
-        sb_printf(o, "%*s#pragma omp simd\n", indent, "");
     }
     for (int d = 0; d < rank; d++) {
-        if (d == rank - 1 && rank > 1) sb_printf(o, "%*s#pragma omp simd\n", indent + 4 * d, "");
+        if (d == rank - 1 && (rank > 1 || !parallel)) sb_printf(o, "%*s#pragma omp simd\n", indent + 4 * d, "");
         sb_printf(o, "%*sfor (int64_t c%d = 0; c%d < %s%d; c%d++)%s\n", indent + 4 * d, "", d, d, dims, d, d, d == rank - 1 ? " {" : "");
     }
     sb_printf(o, "%*sconst int64_t i = ", indent + 4 * rank, "");

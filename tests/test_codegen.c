@@ -52,15 +52,23 @@ static void write_file(const char *path, const void *data, size_t n)
 }
 
 /* Compiles the generated model with the test driver; returns the driver's path. */
-static void build_driver(const char *dir, const Graphs *gs, const char *source)
+/* The model's C program, as `kiln emit` writes it, into c (initialised here). */
+static void generate_c(const Graphs *gs, const char *source, StrBuf *c)
 {
-    StrBuf c, err;
-    sb_init(&c);
+    StrBuf err;
+    sb_init(c);
     sb_init(&err);
     int nkv;
     char **kv = recipe_flatten(&gs->mt->recipe, &nkv);
-    cr_assert_eq(codegen_c(gs->train, gs->eval, source, kv, nkv, &c, &err), 0, "%s", err.data);
+    cr_assert_eq(codegen_c(gs->train, gs->eval, source, kv, nkv, c, &err), 0, "%s", err.data);
     recipe_flat_free(kv, nkv);
+    sb_free(&err);
+}
+
+static void build_driver(const char *dir, const Graphs *gs, const char *source)
+{
+    StrBuf c;
+    generate_c(gs, source, &c);
     char path[512], cmd[4096];
     snprintf(path, sizeof path, "%s/model.c", dir);
     write_file(path, c.data, c.len);
@@ -78,7 +86,6 @@ static void build_driver(const char *dir, const Graphs *gs, const char *source)
     cr_assert_eq(rc, 0, "the generated C does not compile:\n%s", log.data ? log.data : "");
     sb_free(&log);
     sb_free(&c);
-    sb_free(&err);
 }
 
 static int64_t numel_at(const Graph *g, const Shape *s, const int64_t *symvals)
@@ -224,7 +231,6 @@ Test(models, mlp, .timeout = 300) { compare_file("models/mlp.kiln", 5); }
 Test(models, cnn, .timeout = 300) { compare_file("models/cnn.kiln", 2); }
 Test(models, gpt, .timeout = 300) { compare_file("models/gpt.kiln", 3); }
 
-
 /* The text of the first kernel whose header comment contains title, up to the next kernel. */
 static char *kernel_text(const char *code, const char *title)
 {
@@ -248,13 +254,8 @@ Test(models, small_kernels_do_not_enter_openmp, .timeout = 60)
     cr_assert(text);
     Graphs gs;
     build_graphs("models/mlp.kiln", text, len, &gs);
-    StrBuf c, err;
-    sb_init(&c);
-    sb_init(&err);
-    int nkv;
-    char **kv = recipe_flatten(&gs.mt->recipe, &nkv);
-    cr_assert_eq(codegen_c(gs.train, gs.eval, "models/mlp.kiln", kv, nkv, &c, &err), 0, "%s", err.data);
-    recipe_flat_free(kv, nkv);
+    StrBuf c;
+    generate_c(&gs, "models/mlp.kiln", &c);
     char *loss = kernel_text(c.data, "row reductions over float[B, 10], rows reduced over axes 1\n");
     cr_expect_null(strstr(loss, "omp parallel"), "the [B, 10] softmax kernel (1280 elements at B = 128) has a parallel region:\n%s", loss);
     cr_expect(strstr(loss, "omp simd"), "the [B, 10] softmax kernel lost its SIMD loop:\n%s", loss);
@@ -263,10 +264,10 @@ Test(models, small_kernels_do_not_enter_openmp, .timeout = 60)
     free(loss);
     free(input);
     sb_free(&c);
-    sb_free(&err);
     free_graphs(&gs);
     free(text);
 }
+
 /* Every op and module case: generated C against the interpreter. Parameters are indices:
  * Criterion's workers do not share the parent's pointers. */
 #define NOPS (sizeof op_cases / sizeof op_cases[0])
