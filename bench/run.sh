@@ -16,8 +16,10 @@
 #                built a second time from a copy of the model file with `batch = 256`
 #                (out/bench/M-b256.kiln) for the batch-256 inference figure only
 #   PyTorch      bench/torch_bench.py: the same model, recipe, step and measurements,
-#                2 threads, with OMP_WAIT_POLICY=passive and OPENBLAS_CORETYPE=SkylakeX set
-#                for the python process only; oneDNN at PyTorch's default
+#                2 threads, with OMP_WAIT_POLICY=passive and OPENBLAS_CORETYPE set for the
+#                python process only (SkylakeX on AVX-512 CPUs, Haswell on AVX2+FMA ones,
+#                else OpenBLAS's own choice: SkylakeX's kernels stop with SIGILL on a CPU
+#                without AVX-512); oneDNN at PyTorch's default
 #   sgemm        bench/sgemm.c, compiled with the compiler and flags `kiln build` uses and
 #                linked with the same OpenBLAS: cblas_sgemm on 1024^3 and on the Kiln
 #                step's own shapes (best of repeated calls), so the table gives each
@@ -54,6 +56,12 @@ raw="$work/raw.txt"
 have_torch=1
 $PY -c "import torch" 2>/dev/null || { have_torch=0; echo "PyTorch is not installed (apt-get install python3-torch): Kiln only" >&2; }
 json() { $PY -c 'import json, sys; v = json.loads(sys.argv[1])[sys.argv[2]]; print(" ".join(",".join(str(int(x)) for x in s) for s in v) if isinstance(v, list) else v)' "$@"; }
+# PyTorch's fastest OpenBLAS kernels on this CPU (see the header)
+torch_coretype=
+if grep -qw avx512f /proc/cpuinfo; then torch_coretype=SkylakeX
+elif grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then torch_coretype=Haswell; fi
+torch_env=(env OMP_WAIT_POLICY=passive)
+[ -n "$torch_coretype" ] && torch_env+=(OPENBLAS_CORETYPE="$torch_coretype")
 kiln_env=(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OPENBLAS_CORETYPE -u OPENBLAS_NUM_THREADS)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 # CPU time taken by other virtual machines on the host ("steal"): on a shared VM it, not
@@ -106,7 +114,7 @@ for m in "${models[@]}"; do
     fi
     if [ $have_torch = 1 ]; then
       echo "== $m: pytorch, round $round" >&2
-      tl=$(OMP_WAIT_POLICY=passive OPENBLAS_CORETYPE=SkylakeX $PY bench/torch_bench.py "$m" --steps "$steps" \
+      tl=$("${torch_env[@]}" $PY bench/torch_bench.py "$m" --steps "$steps" \
            --infer-batch "$infer_batch" | sed -n 's/^bench: //p')
       echo "pytorch $m $tl" >>"$raw"
     fi

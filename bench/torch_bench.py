@@ -19,7 +19,8 @@ the loss, at batch 1 and at --infer-batch (language models: full-length sequence
 tokens), the median of calls after one untimed call, repeated until 0.5 s (at least 3,
 at most 100). train_rss_mb is the peak RSS after the training steps, peak_rss_mb at the
 end (resource.getrusage). Threads: --threads (2); run.sh sets OMP_WAIT_POLICY=passive and
-OPENBLAS_CORETYPE=SkylakeX for this process; oneDNN (mkldnn) is left at PyTorch's default.
+OPENBLAS_CORETYPE (SkylakeX or Haswell, by the CPU) for this process; oneDNN (mkldnn) is
+left at PyTorch's default.
 """
 import argparse, json, os, resource, statistics, sys, time
 

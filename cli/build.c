@@ -3,7 +3,7 @@
  * OpenBLAS, OpenMP (libgomp), zlib, libm and pthreads. The compiler is $CC (default: the
  * one Kiln was built with) and flags are overridable, so users can build with their own
  * toolchain. The default flags (KILN_GENERATED_CFLAGS in CMakeLists.txt) are fast ones:
- * -O3 -march=native -fopenmp; --cflags comes after them, so its flags win. */
+ * -O3 -march=native -fno-trapping-math -fopenmp; --cflags comes after them, so its flags win. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
