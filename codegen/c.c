@@ -540,6 +540,19 @@ static void emit_kernel(Cg *c, NodeId id)
     sb_puts(c->o, "}\n\n");
 }
 
+/* A C string literal with escapes. */
+static void c_string(StrBuf *b, const char *s)
+{
+    sb_putc(b, '"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') sb_printf(b, "\\%c", ch);
+        else if (ch < 32 || ch >= 127) sb_printf(b, "\\%03o", ch);
+        else sb_putc(b, (char)ch);
+    }
+    sb_putc(b, '"');
+}
+
 static void pointer_decl(Cg *c, NodeId id)
 {
     const Node *n = N(c, id);
@@ -566,19 +579,19 @@ static void pointer_decl(Cg *c, NodeId id)
     }
 }
 
-static void emit_call(Cg *c, NodeId id)
+static void emit_call(Cg *c, NodeId id, int32_t k)
 {
     const Node *n = N(c, id);
     StrBuf *o = c->o;
     sb_puts(o, "    ");
     kernel_name(c, id, o);
     sb_puts(o, "(io->syms");
-    for (uint32_t k = 0; k < n->ninputs; k++) {
-        NodeId x = ir_input(c->g, id, (int)k);
+    for (uint32_t j = 0; j < n->ninputs; j++) {
+        NodeId x = ir_input(c->g, id, (int)j);
         sb_printf(o, ", v%d", x);
     }
     if (n->op == OP_RANDOM_UNIFORM) sb_puts(o, ", io->seed, io->step");
-    sb_printf(o, ", v%d);", id);
+    sb_printf(o, ", v%d); KILN_MARK(io, %d);", id, k);
     if (n->name && n->op != OP_INPUT && n->op != OP_PARAM) sb_printf(o, " /* %s */", ir_node_name(c->g, id));
     sb_putc(o, '\n');
 }
@@ -661,6 +674,37 @@ static void cg_free(Cg *c)
 
 static void emit_gemm_info(Cg *c, const Graph *g, const char *prefix, bool table);
 
+/* The step's kernels in call order, for the program's --profile (KILN_MARK(io, k) after
+ * kernel k's call): the function it calls, what it computes, the model line. */
+static void emit_kernel_table(Cg *c, const char *prefix)
+{
+    StrBuf *o = c->o, b;
+    sb_init(&b);
+    sb_printf(o, "static const kiln_kernel_info %s_kernels[] = {\n", prefix);
+    for (int32_t k = 0; k < c->fp.nkernels; k++) {
+        const Kernel *K = &c->fp.kernels[k];
+        const Node *n = N(c, K->anchor);
+        sb_puts(o, "    {");
+        sb_free(&b);
+        if (K->kind == KERNEL_SINGLE) kernel_name(c, K->anchor, &b);
+        else sb_puts(&b, c->fused_name[k]);
+        c_string(o, b.data);
+        sb_puts(o, ", ");
+        sb_free(&b);
+        if (K->kind == KERNEL_SINGLE) {
+            sb_printf(&b, "%s over %s", ir_op_info[n->op].name, cg_ctype((DType)n->dtype));
+            ir_shape_format(&b, c->g, &n->shape);
+        } else {
+            cg_kernel_title(c, k, &b);
+        }
+        c_string(o, b.data);
+        sb_printf(o, ", %u},\n", n->loc.line);
+    }
+    if (!c->fp.nkernels) sb_puts(o, "    {\"\", \"\", 0},\n");
+    sb_puts(o, "};\n\n");
+    sb_free(&b);
+}
+
 /* Emits the kernels and the step function of one graph. */
 static int64_t emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *prefix, bool train)
 {
@@ -695,7 +739,7 @@ static int64_t emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *p
     for (NodeId i = 0; i < g->nnodes; i++) pointer_decl(c, i);
     for (int32_t k = 0; k < c->fp.nkernels; k++) {
         const Kernel *K = &c->fp.kernels[k];
-        if (K->kind == KERNEL_SINGLE) emit_call(c, K->anchor);
+        if (K->kind == KERNEL_SINGLE) emit_call(c, K->anchor, k);
         else cg_emit_fused_call(c, k);
     }
     int metric = 0, fwd = 0;
@@ -742,6 +786,8 @@ static int64_t emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *p
         }
     }
     sb_puts(o, "}\n\n");
+    emit_kernel_table(c, prefix);
+    c->nkernels[!train] = c->fp.nkernels;
     int64_t arena = c->mp.arena_bytes;
     emit_gemm_info(c, g, prefix, train); /* the plan says which operands BLAS reads transposed */
     layout_free(&l);
@@ -861,19 +907,6 @@ static uint64_t graph_hash(const Graph *g0)
     uint64_t h = util_hash_string(t.data ? t.data : "");
     sb_free(&t);
     return h;
-}
-
-/* A C string literal with escapes. */
-static void c_string(StrBuf *b, const char *s)
-{
-    sb_putc(b, '"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') sb_printf(b, "\\%c", ch);
-        else if (ch < 32 || ch >= 127) sb_printf(b, "\\%03o", ch);
-        else sb_putc(b, (char)ch);
-    }
-    sb_putc(b, '"');
 }
 
 /* Marks the file's two halves for KILN_PART: the first is the training graph's kernels up
@@ -1006,8 +1039,11 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, ch
     sb_puts(out, "};\n\n");
     int64_t train_arena = emit_graph(&c, train, train, "train", true);
     int64_t eval_arena = emit_graph(&c, eval, train, "eval", false);
+    StrBuf source_literal;
+    sb_init(&source_literal);
+    c_string(&source_literal, source_path);
     sb_printf(out, "const kiln_model kiln_model_def = {\n"
-                   "    .name = \"%s\",\n    .source = \"%s\",\n    .hash = \"%016llx\",\n"
+                   "    .name = \"%s\",\n    .source = %s,\n    .hash = \"%016llx\",\n"
                    "    .nparams = %d, .params = params, .nparam_floats = %lld, .buffer_bytes = %lld,\n"
                    "    .ninputs = %d, .inputs = inputs, .nsyms = %d, .syms = syms,\n"
                    "    .nmetrics = %d, .metric_names = metric_names,\n"
@@ -1016,9 +1052,11 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, ch
                    "    .nrecipe = %d, .recipe = recipe,\n"
                    "    .train_step = train_step, .eval_step = eval_step,\n"
                    "    .train_gemm_flops = train_gemm_flops, .eval_gemm_flops = eval_gemm_flops,\n"
-                   "    .ntrain_gemms = %d, .train_gemms = train_gemms,\n};\n",
-              g->name, source_path, (unsigned long long)graph_hash(train), np, (long long)po, (long long)bo, ni, g->nsyms, nm, no,
-              (long long)train_arena, (long long)eval_arena, nrecipe, c.ngemms);
+                   "    .ntrain_gemms = %d, .train_gemms = train_gemms,\n"
+                   "    .ntrain_kernels = %d, .train_kernels = train_kernels, .neval_kernels = %d, .eval_kernels = eval_kernels,\n};\n",
+              g->name, source_literal.data, (unsigned long long)graph_hash(train), np, (long long)po, (long long)bo, ni, g->nsyms, nm, no,
+              (long long)train_arena, (long long)eval_arena, nrecipe, c.ngemms, c.nkernels[0], c.nkernels[1]);
+    sb_free(&source_literal);
     split_in_halves(&c, tables_at);
     for (int i = 0; i < c.nlines; i++) free(c.lines[i]);
     free(c.lines);

@@ -35,6 +35,7 @@ typedef struct {
      * function starts: the points at which the file may be cut in two halves. */
     size_t *kernel_at, step_at, kernel_bytes;
     int nkernel_at, capkernel_at;
+    int nkernels[2]; /* of the training and evaluation steps: the profile tables */
 } Cg;
 
 static inline const Node *N(const Cg *c, NodeId id) { return &c->g->nodes[id]; }
@@ -58,6 +59,8 @@ void cg_source_line(Cg *c, NodeId id);
 /* c_loops.c: a loop or GEMM kernel of the fusion plan, and its call in the step. */
 void cg_emit_fused_kernel(Cg *c, int32_t k);
 void cg_emit_fused_call(Cg *c, int32_t k);
+/* What fused kernel k is, in a few words: "matrix product over float[T*B, 384]". */
+void cg_kernel_title(Cg *c, int32_t k, StrBuf *o);
 void cg_free_shared(Cg *c);
 
 #endif

@@ -564,21 +564,28 @@ static void teardown(Loop *L)
     free(L->remat);
 }
 
+void cg_kernel_title(Cg *c, int32_t k, StrBuf *o)
+{
+    const Kernel *K = &c->fp.kernels[k];
+    const Graph *g = c->g;
+    if (K->kind == KERNEL_GEMM) sb_puts(o, "matrix product");
+    else sb_puts(o, K->axes ? "row reductions" : "elementwise");
+    sb_printf(o, " over %s", cg_ctype((DType)g->nodes[K->anchor].dtype));
+    ir_shape_format(o, g, &K->shape);
+    if (K->axes) {
+        sb_puts(o, ", rows reduced over axes");
+        for (int a = 0; a < K->shape.rank; a++)
+            if (K->axes >> a & 1) sb_printf(o, " %d", a);
+    }
+}
+
 static void kernel_comment(Loop *L)
 {
     Cg *c = L->c;
     StrBuf *o = c->o;
     const Graph *g = L->g;
     sb_printf(o, "/* kernel %d: ", L->k);
-    if (L->K->kind == KERNEL_GEMM) sb_puts(o, "matrix product");
-    else sb_puts(o, L->K->axes ? "row reductions" : "elementwise");
-    sb_printf(o, " over %s", cg_ctype((DType)g->nodes[L->K->anchor].dtype));
-    ir_shape_format(o, g, &L->K->shape);
-    if (L->K->axes) {
-        sb_puts(o, ", rows reduced over axes");
-        for (int a = 0; a < L->rank; a++)
-            if (L->K->axes >> a & 1) sb_printf(o, " %d", a);
-    }
+    cg_kernel_title(c, L->k, o);
     sb_puts(o, "\n");
     for (int32_t i = 0; i < L->K->count; i++) {
         NodeId id = MEMBER(L, i);
@@ -1123,7 +1130,7 @@ void cg_emit_fused_call(Cg *c, int32_t k)
     for (int i = 0; i < L.nreads; i++) sb_printf(o, ", v%d", L.reads[i]);
     for (int i = 0; i < L.nstores; i++) sb_printf(o, ", v%d", L.stores[i]);
     if (L.random) sb_puts(o, ", io->seed, io->step");
-    sb_puts(o, ");");
+    sb_printf(o, "); KILN_MARK(io, %d);", k);
     StrBuf own;
     sb_init(&own);
     kernel_name(c, k, &own);

@@ -1,11 +1,28 @@
-/* core.c — the small shared pieces of the runtime: status and dtype names, arrays. */
+/* core.c — the small shared pieces of the runtime: status and dtype names, arrays, the
+ * step profile's clock. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "kiln_model.h"
 #include "rt_internal.h"
+
+double kiln_profile_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void kiln_profile_mark(kiln_profile *p, int k)
+{
+    double t = kiln_profile_now();
+    p->seconds[k] += t - p->last;
+    p->last = t;
+}
 
 const char *krt_status_name(krt_status s)
 {

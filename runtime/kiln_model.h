@@ -56,7 +56,31 @@ typedef struct {
     double loss;          /* out */
     double metrics[16];   /* out, in the order of metric_names */
     void *outputs[8];     /* out: forward outputs copied here when not NULL */
+    struct kiln_profile *profile; /* NULL, or where each kernel's time is added up */
 } kiln_step_io;
+
+/* Per-kernel wall time of the steps run with io->profile set (the program's --profile).
+ * The step calls KILN_MARK(io, k) after kernel k: the time since the previous mark (or
+ * since the caller set `last`) is added to seconds[k]. A kernel's parallel region has
+ * joined when its call returns, so that is the kernel's time on every thread. */
+typedef struct kiln_profile {
+    double last;
+    double *seconds; /* one per kernel of the step (kiln_model's n*_kernels) */
+} kiln_profile;
+
+/* The monotonic clock in seconds; the mark adds the time since p->last to seconds[k]. */
+double kiln_profile_now(void);
+void kiln_profile_mark(kiln_profile *p, int k);
+
+/* One predictable branch per kernel when not profiling. */
+#define KILN_MARK(io, k) ((io)->profile ? kiln_profile_mark((io)->profile, (k)) : (void)0)
+
+/* A kernel of a step, in call order: the function it calls (kernels with the same code
+ * share one), what it computes, and the line of the model file it comes from. */
+typedef struct {
+    const char *function, *what;
+    unsigned line;
+} kiln_kernel_info;
 
 /* One distinct matrix product of a step, at the symbols' bounds: `count` calls of
  * [batch x] (M x K) @ (K x N). Benchmarks time these shapes alone to know the BLAS rate. */
@@ -96,6 +120,8 @@ typedef struct {
     double (*eval_gemm_flops)(const int64_t *syms);
     int ntrain_gemms;
     const kiln_gemm_shape *train_gemms;
+    int ntrain_kernels, neval_kernels;
+    const kiln_kernel_info *train_kernels, *eval_kernels;
 } kiln_model;
 
 #endif

@@ -110,6 +110,7 @@ static void usage(FILE *f)
     fprintf(f, "  %-20s %s\n", "--data INPUT=PATH", "read model input INPUT from PATH (or --data PATH for text/tokens)");
     fprintf(f, "  %-20s %s\n", "--resume DIR", "continue from the checkpoint in DIR");
     fprintf(f, "  %-20s %s\n", "--threads N", "threads of the generated kernels (default: all cores)");
+    fprintf(f, "  %-20s %s\n", "--profile", "with --bench-steps: time each kernel of the training and eval steps, print a table");
     fprintf(f, "  %-20s %s\n", "--help", "show this help");
 }
 
@@ -521,6 +522,116 @@ static double time_eval(kiln_step_io *io, int bs, int64_t b, int *reps)
     return median_of(t, n);
 }
 
+/* --profile: each kernel's time in n more steps, after the benchmark's, printed as a table
+ * of the step's functions (kernels with the same code, as a model's layers, share one),
+ * slowest first, with the time outside the kernels (clipping, optimizer) as rows of their
+ * own. Marks cost one clock read per kernel, so profiled steps are not the timed ones. */
+typedef struct {
+    const char *function, *what;
+    unsigned line, lines; /* the first kernel's model line; how many other lines */
+    int calls;
+    double seconds;
+} ProfileRow;
+
+static int cmp_row(const void *a, const void *b)
+{
+    double x = ((const ProfileRow *)a)->seconds, y = ((const ProfileRow *)b)->seconds;
+    return x > y ? -1 : x < y;
+}
+
+static void print_profile(const char *title, const kiln_kernel_info *info, int nk, const double *seconds, const char *const *extra,
+                          const double *extra_seconds, int nextra, int64_t n, double total)
+{
+    ProfileRow *rows = calloc((size_t)(nk + nextra) + 1, sizeof *rows);
+    if (!rows) return;
+    int nrows = 0;
+    double kernels = 0;
+    for (int k = 0; k < nk; k++) {
+        int r = 0;
+        while (r < nrows && strcmp(rows[r].function, info[k].function)) r++;
+        if (r == nrows) rows[nrows++] = (ProfileRow){info[k].function, info[k].what, info[k].line, 0, 0, 0};
+        else if (info[k].line != rows[r].line) rows[r].lines++;
+        rows[r].calls++;
+        rows[r].seconds += seconds[k];
+        kernels += seconds[k];
+    }
+    for (int e = 0; e < nextra; e++) rows[nrows++] = (ProfileRow){extra[e], "", 0, 0, 1, extra_seconds[e]};
+    qsort(rows, (size_t)nrows, sizeof *rows, cmp_row);
+    printf("profile: %s, %lld steps: %.3f ms per step, %.3f ms in its %d kernels\n", title, (long long)n, 1e3 * total / (double)n,
+           1e3 * kernels / (double)n, nk);
+    printf("  %10s %6s %5s  %-22s %-8s %s\n", "ms/step", "%", "calls", "function", "line", "what");
+    for (int r = 0; r < nrows; r++) {
+        char line[32] = "";
+        if (rows[r].line) snprintf(line, sizeof line, rows[r].lines ? "%u+%u" : "%u", rows[r].line, rows[r].lines);
+        printf("  %10.3f %6.1f %5d  %-22s %-8s %s\n", 1e3 * rows[r].seconds / (double)n, total > 0 ? 100 * rows[r].seconds / total : 0,
+               rows[r].calls, rows[r].function, line, rows[r].what);
+    }
+    fflush(stdout);
+    free(rows);
+}
+
+static int profile(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *st, const krt_schedule *sc,
+                   const krt_param_span *spans, int nspans, float *acc, int64_t accumulate, double clip, int64_t batch, int64_t n)
+{
+    int nk = M->ntrain_kernels > M->neval_kernels ? M->ntrain_kernels : M->neval_kernels;
+    double *seconds = calloc((size_t)nk + 1, sizeof *seconds);
+    if (!seconds) return die("out of memory");
+    kiln_profile prof = {0, seconds};
+    const int64_t np = M->nparam_floats;
+    double other[3] = {0}, total = 0;
+    for (int64_t s = 0; s < n; s++) {
+        double t0 = kiln_profile_now();
+        for (int64_t micro = 0; micro < accumulate; micro++) {
+            io->step = (uint64_t)(s * accumulate + micro);
+            io->profile = &prof;
+            prof.last = kiln_profile_now();
+            M->train_step(io);
+            io->profile = NULL;
+            double t = kiln_profile_now();
+            other[0] += t - prof.last; /* the gradients' copies after the last kernel */
+            if (accumulate > 1)
+                for (int64_t e = 0; e < np; e++) acc[e] += io->grads[e] / (float)accumulate;
+            other[2] += kiln_profile_now() - t;
+        }
+        float *g = accumulate > 1 ? acc : io->grads;
+        double t = kiln_profile_now();
+        if (clip > 0) krt_clip_grad_norm(g, np, clip);
+        krt_optim_step(oc, st, krt_schedule_lr(sc, oc->lr, s), io->params, g, spans, nspans);
+        if (acc) memset(acc, 0, sizeof(float) * (size_t)np);
+        double t1 = kiln_profile_now();
+        other[1] += t1 - t;
+        total += t1 - t0;
+    }
+    static const char *const train_extra[] = {"(step outputs)", "(clip, optimizer)", "(accumulation)"};
+    char title[96];
+    snprintf(title, sizeof title, "training step at batch %lld", (long long)batch);
+    print_profile(title, M->train_kernels, M->ntrain_kernels, seconds, train_extra, other, accumulate > 1 ? 3 : 2, n, total);
+    int bs = batch_symbol();
+    int64_t sizes[2] = {1, bs >= 0 ? M->syms[bs].max : batch};
+    for (int i = 0; i < 2; i++) {
+        memset(seconds, 0, sizeof *seconds * (size_t)nk);
+        other[0] = total = 0;
+        if (bs >= 0) io->syms[bs] = sizes[i];
+        M->eval_step(io);
+        int64_t reps = n * (i == 0 ? 10 : 1);
+        for (int64_t r = 0; r < reps; r++) {
+            double t0 = kiln_profile_now();
+            io->profile = &prof;
+            prof.last = t0;
+            M->eval_step(io);
+            io->profile = NULL;
+            double t1 = kiln_profile_now();
+            other[0] += t1 - prof.last;
+            total += t1 - t0;
+        }
+        snprintf(title, sizeof title, "eval step at batch %lld", (long long)sizes[i]);
+        print_profile(title, M->eval_kernels, M->neval_kernels, seconds, train_extra, other, 1, reps, total);
+    }
+    if (bs >= 0) io->syms[bs] = batch;
+    free(seconds);
+    return 0;
+}
+
 /* Runs 2 warm-up and n timed training steps exactly as the training loop does (train
  * step per micro-batch, accumulation, clipping, schedule, optimizer), then times the eval
  * step at batch 1 and at 256 (or the batch bound when smaller), all on random inputs in
@@ -605,6 +716,7 @@ static int bench(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *
         printf("]}\n");
         fflush(stdout);
     }
+    if (!rc && recipe("bench.profile", NULL)) rc = profile(io, oc, st, sc, spans, nspans, acc, accumulate, clip, batch, n);
     io->inputs = saved_inputs;
     for (int k = 0; k < 16; k++) free(in[k]);
     free(times);
@@ -620,6 +732,10 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--profile")) {
+            set_override("bench.profile", "1");
+            continue;
         }
         if (i + 1 >= argc) return die("%s needs a value (see --help)", a), 2;
         const char *v = argv[++i];
@@ -668,6 +784,7 @@ int main(int argc, char **argv)
     uint64_t seed = (uint64_t)recipe_num("seed", 0);
     int64_t ntrain = 0, neval = 0;
     const char *bench_steps = recipe("bench.steps", NULL); /* --bench-steps N: random inputs, no data */
+    if (recipe("bench.profile", NULL) && !bench_steps) return die("--profile times the steps of a benchmark: give --bench-steps N too"), 2;
     if (bench_steps) {
         char *end;
         long long n = strtoll(bench_steps, &end, 10);

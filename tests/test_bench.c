@@ -119,3 +119,50 @@ Test(bench, bad_step_counts_are_refused)
     expect_error("./mlp --bench-steps x", "--bench-steps: 'x' is not a number");
     expect_error("./mlp --bench-steps", "--bench-steps needs a value");
 }
+
+/* --profile: after the bench line, a table per step (training, eval at batch 1 and at the
+ * bound) whose rows account for every kernel call and, with the rows outside the kernels,
+ * for the step's whole time. */
+Test(bench, profile_accounts_for_every_kernel)
+{
+    StrBuf out;
+    sb_init(&out);
+    int rc = run("./mlp --bench-steps 2 --profile", &out);
+    cr_assert_eq(rc, 0, "%s", out.data);
+    cr_assert(!strncmp(out.data, "bench: {", 8), "%s", out.data);
+    const char *titles[] = {"profile: training step at batch 128, 2 steps: ", "profile: eval step at batch 1, 20 steps: ",
+                            "profile: eval step at batch 128, 2 steps: "};
+    for (int t = 0; t < 3; t++) {
+        const char *p = strstr(out.data, titles[t]);
+        cr_assert(p, "no '%s' table:\n%s", titles[t], out.data);
+        double step_ms, kernel_ms;
+        int nkernels;
+        cr_assert_eq(sscanf(p + strlen(titles[t]), "%lf ms per step, %lf ms in its %d kernels", &step_ms, &kernel_ms, &nkernels), 3, "%s", p);
+        cr_expect(nkernels > 5 && kernel_ms > 0 && kernel_ms <= step_ms, "%s", p);
+        p = strchr(p, '\n') + 1;
+        cr_assert(strstr(p, "ms/step") && strstr(p, "function"), "no column heads:\n%s", p);
+        p = strchr(p, '\n') + 1;
+        int calls = 0;
+        double ms = 0, percent = 0, row_ms, row_percent;
+        int row_calls, used;
+        char function[64];
+        while (sscanf(p, " %lf %lf %d %63s%n", &row_ms, &row_percent, &row_calls, function, &used) == 4) {
+            cr_expect(row_ms >= 0 && row_calls >= 1, "%.*s", (int)(strchr(p, '\n') - p), p);
+            if (function[0] != '(') {
+                cr_expect(!strncmp(function, "train_", 6) || !strncmp(function, "eval_", 5), "%s", function);
+                calls += row_calls;
+                ms += row_ms;
+            }
+            percent += row_percent;
+            p = strchr(p + used, '\n');
+            if (!p) break;
+            p++;
+        }
+        cr_expect_eq(calls, nkernels, "the rows of '%s' count %d kernel calls, the step has %d", titles[t], calls, nkernels);
+        cr_expect(fabs(ms - kernel_ms) <= 0.01 + 1e-3 * kernel_ms, "rows %.3f ms, kernels %.3f ms", ms, kernel_ms);
+        cr_expect(percent > 97 && percent < 101, "the rows of '%s' add up to %.1f%% of the step", titles[t], percent);
+    }
+    sb_free(&out);
+}
+
+Test(bench, profile_needs_bench_steps) { expect_error("./mlp --profile", "--profile times the steps of a benchmark: give --bench-steps N too"); }
