@@ -46,6 +46,19 @@ Test(math, tanhf_is_accurate)
         if (err > worst) worst = err;
     }
     cr_expect(worst < 5e-7, "worst relative error %g", worst);
+    /* small arguments, down to the subnormals, keep their relative accuracy */
+    worst = 0;
+    for (float x = 1e-40f; x < 1.0f; x *= 1.0137f) {
+        double want = tanh((double)x);
+        double err = fabs((double)kiln_tanhf(-x) + want) / want;
+        if (err > worst) worst = err;
+    }
+    cr_expect(worst < 5e-7, "worst relative error below 1: %g", worst);
+    /* where tanh rounds to +-1 in float, exactly that */
+    for (float x = 9.02f; x < 1e30f; x *= 1.5f) {
+        cr_expect_eq(kiln_tanhf(x), 1.0f, "tanh(%g)", (double)x);
+        cr_expect_eq(kiln_tanhf(-x), -1.0f, "tanh(%g)", (double)-x);
+    }
     cr_expect(isnan(kiln_tanhf(NAN)));
     cr_expect_eq(kiln_tanhf(INFINITY), 1.0f);
     cr_expect_eq(kiln_tanhf(-INFINITY), -1.0f);
