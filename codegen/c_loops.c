@@ -992,8 +992,6 @@ static void emit_gemm_kernel(Loop *L)
     sb_free(&offb);
     sb_free(&offc);
     if (epilogue) {
-        if (cg_may_parallel(c, &L->K->shape))
-            sb_printf(o, "        #pragma omp parallel for if (!sp.parallel && mb * nb >= %d)\n", PARALLEL_MIN);
         sb_printf(o, "        for (int64_t c%d = m0; c%d < m0 + mb; c%d++) {\n", r - 2, r - 2, r - 2);
         sb_puts(o, "            #pragma omp simd\n");
         sb_printf(o, "            for (int64_t c%d = n0; c%d < n0 + nb; c%d++) {\n", r - 1, r - 1, r - 1);

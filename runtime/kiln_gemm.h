@@ -25,6 +25,12 @@
  * does little arithmetic on it: memory-bound, it is shared from this many multiply-adds
  * (a 256 KiB matrix, read from L2 by both cores in half the time). */
 #define KILN_GEMV_PARALLEL_MIN 65536.0
+/* Output elements from which a product with an epilogue is shared between threads
+ * however few its multiply-adds (a product over K = 10 into [128, 256] and its ReLU mask):
+ * the loop kernels' threshold. The epilogue runs in the product's tasks only; a parallel
+ * loop inside a task of an inactive region would start a nested team, new threads each
+ * time (0.2 ms for mlp's 30 us kernel). */
+#define KILN_GEMM_EPILOGUE_PARALLEL_MIN 32768.0
 /* Multiply-adds of a product small enough to run whole on one thread beside others. */
 #define KILN_GEMM_SIDE_BY_SIDE_MAX 16777216.0
 
@@ -50,7 +56,8 @@ static inline kiln_gemm_split kiln_gemm_plan(int64_t batch, int64_t M, int64_t N
     kiln_gemm_split s = {batch, 1, 1, M, N, 0};
     const int64_t threads = kiln_threads();
     const double macs = (double)batch * M * N * K;
-    if (threads < 2 || M < 1 || N < 1 || macs < ((M == 1 || N == 1) ? KILN_GEMV_PARALLEL_MIN : KILN_GEMM_PARALLEL_MIN)) return s;
+    const int few_macs = macs < ((M == 1 || N == 1) ? KILN_GEMV_PARALLEL_MIN : KILN_GEMM_PARALLEL_MIN);
+    if (threads < 2 || M < 1 || N < 1 || (few_macs && !(epilogue && (double)batch * M * N >= KILN_GEMM_EPILOGUE_PARALLEL_MIN))) return s;
     s.parallel = 1;
     if (batch >= threads && (double)M * N * K <= KILN_GEMM_SIDE_BY_SIDE_MAX) return s;
     /* at least one block per thread and a multiple of the threads; with an epilogue, blocks

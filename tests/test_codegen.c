@@ -268,6 +268,36 @@ Test(models, small_kernels_do_not_enter_openmp, .timeout = 60)
     free(text);
 }
 
+/* A GEMM kernel has one parallel region, over its tasks: a parallel loop inside a task
+ * (an epilogue) would be a nested region when the tasks' region is inactive, and libgomp
+ * starts a new team of threads for each, a few hundred microseconds. */
+Test(models, gemm_kernels_have_one_parallel_region, .timeout = 60)
+{
+    const char *files[] = {"models/mlp.kiln", "models/gpt.kiln"};
+    for (int f = 0; f < 2; f++) {
+        size_t len;
+        char *text = support_read(files[f], &len);
+        cr_assert(text);
+        Graphs gs;
+        build_graphs(files[f], text, len, &gs);
+        StrBuf c;
+        generate_c(&gs, files[f], &c);
+        int gemms = 0;
+        for (const char *at = strstr(c.data, ": matrix product over "); at; at = strstr(at + 1, ": matrix product over ")) {
+            const char *end = strstr(at, "\n}\n"); /* the end of its function */
+            int regions = 0;
+            for (const char *p = strstr(at, "omp parallel"); p && (!end || p < end); p = strstr(p + 1, "omp parallel")) regions++;
+            cr_expect_eq(regions, 1, "%s: a GEMM kernel with %d parallel regions:\n%.*s", files[f], regions,
+                         (int)(end ? end - at : (ptrdiff_t)strlen(at)), at);
+            gemms++;
+        }
+        cr_expect(gemms >= 8, "%s: %d GEMM kernels", files[f], gemms);
+        sb_free(&c);
+        free_graphs(&gs);
+        free(text);
+    }
+}
+
 /* Every op and module case: generated C against the interpreter. Parameters are indices:
  * Criterion's workers do not share the parent's pointers. */
 #define NOPS (sizeof op_cases / sizeof op_cases[0])
