@@ -18,9 +18,12 @@
 
 /* Output floats of a block of a split product: 512 KiB, half a core's L2 here. */
 #define KILN_GEMM_BLOCK_FLOATS 131072
-/* Multiply-adds below which a kernel runs on one thread: 2^22, about 80 us on one core,
- * against the 20 us of waking sleeping OpenMP threads and joining them. */
-#define KILN_GEMM_PARALLEL_MIN 4194304.0
+/* Multiply-adds below which a kernel runs on one thread: 2^21, about 40 us on one core.
+ * The program's idle threads spin between kernels (GOMP_SPINCOUNT, runtime/env.c), so a
+ * fork-join costs a few microseconds, not the 20 us of waking sleeping threads: at 2^22,
+ * cnn's batch-1 inference (conv2 is 3.6M multiply-adds at batch 1) took 0.167-0.191 ms,
+ * at 2^21 0.136-0.169 ms (three alternating pairs, --profile). */
+#define KILN_GEMM_PARALLEL_MIN 2097152.0
 /* A matrix-vector product (one row or one column per product) reads its matrix once and
  * does little arithmetic on it: memory-bound, it is shared from this many multiply-adds
  * (a 256 KiB matrix, read from L2 by both cores in half the time). */

@@ -84,7 +84,7 @@ static const OpCase op_cases[] = {
     {"matmul_matrix_vector", "x: f32[4, 3], z: f32[4]", "y = transpose(x) @ z + x[0:3, :] @ z[0:3]"},
     {"matmul_row_vector", "x: f32[4, 1], z: f32[4, 5]", "y = transpose(x) @ z + transpose(z[:, 0:1]) @ z"},
     {"matmul_column_vector_large", "x: f32[400, 300], z: f32[300, 1]", "y = x @ z"},
-    /* large enough (kiln_gemm_plan: 2^22 multiply-adds) for tasks shared between threads:
+    /* large enough (kiln_gemm_plan: 2^21 multiply-adds) for tasks shared between threads:
      * blocks of rows, of columns, of each product of a batch, and of products written
      * permuted or transposed */
     {"matmul_shared_rows", "x: f32[256, 512], z: f32[256, 256]", "y = (transpose(x) @ z) * 0.01"},
