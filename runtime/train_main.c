@@ -602,10 +602,10 @@ static int profile(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state
         other[1] += t1 - t;
         total += t1 - t0;
     }
-    static const char *const train_extra[] = {"(step outputs)", "(clip, optimizer)", "(accumulation)"};
+    static const char *const extra_rows[] = {"(step outputs)", "(clip, optimizer)", "(accumulation)"};
     char title[96];
     snprintf(title, sizeof title, "training step at batch %lld", (long long)batch);
-    print_profile(title, M->train_kernels, M->ntrain_kernels, seconds, train_extra, other, accumulate > 1 ? 3 : 2, n, total);
+    print_profile(title, M->train_kernels, M->ntrain_kernels, seconds, extra_rows, other, accumulate > 1 ? 3 : 2, n, total);
     int bs = batch_symbol();
     int64_t sizes[2] = {1, bs >= 0 ? M->syms[bs].max : batch};
     for (int i = 0; i < 2; i++) {
@@ -625,7 +625,7 @@ static int profile(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state
             total += t1 - t0;
         }
         snprintf(title, sizeof title, "eval step at batch %lld", (long long)sizes[i]);
-        print_profile(title, M->eval_kernels, M->neval_kernels, seconds, train_extra, other, 1, reps, total);
+        print_profile(title, M->eval_kernels, M->neval_kernels, seconds, extra_rows, other, 1, reps, total);
     }
     if (bs >= 0) io->syms[bs] = batch;
     free(seconds);
