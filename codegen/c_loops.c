@@ -69,15 +69,6 @@ static bool local_value(const Loop *L, NodeId r) { return in_kernel(L, r) || rec
 
 static bool is_one(Dim d) { return d.nsym == 0 && d.k == 1; }
 
-/* First axis of an expand's operand that is not broadcast (rank when all are). */
-static int first_kept_axis(const Graph *g, NodeId expand)
-{
-    const Shape *xs = &g->nodes[ir_input(g, expand, 0)].shape, *es = &g->nodes[expand].shape;
-    for (int a = 0; a < xs->rank; a++)
-        if (!is_one(xs->d[a]) || is_one(es->d[a])) return a;
-    return xs->rank;
-}
-
 static void add_read(Loop *L, NodeId r)
 {
     for (int i = 0; i < L->nreads; i++)
@@ -107,7 +98,7 @@ static void scan_operand(Loop *L, NodeId x, NodeId reader)
         if (L->f->role[q] == ROLE_INLINE) return; /* a constant */
         add_read(L, q);
         const Shape *xs = &g->nodes[ir_input(g, r, 0)].shape, *es = &g->nodes[r].shape;
-        for (int a = first_kept_axis(g, r); a < xs->rank; a++)
+        for (int a = fusion_first_kept_axis(g, r); a < xs->rank; a++)
             if (!(is_one(xs->d[a]) && !is_one(es->d[a]))) L->coords |= (uint64_t)1 << (a + off);
         return;
     }
@@ -154,7 +145,7 @@ static void ref(Loop *L, NodeId x, NodeId reader, bool row, StrBuf *b)
         const Shape *xs = &g->nodes[x0].shape, *es = &g->nodes[r].shape;
         sb_printf(b, "p%d[", q);
         bool any = false;
-        for (int a = first_kept_axis(g, r); a < xs->rank; a++) {
+        for (int a = fusion_first_kept_axis(g, r); a < xs->rank; a++) {
             if (is_one(xs->d[a]) && !is_one(es->d[a])) continue;
             if (is_one(xs->d[a])) continue; /* size 1 in both: coordinate 0 */
             sb_printf(b, "%sc%d * (", any ? " + " : "", a + off);
@@ -606,7 +597,8 @@ static void kernel_comment(Loop *L)
         for (uint32_t j = 0; j < n->ninputs; j++) sb_printf(o, "%s%%%d", j ? ", " : " ", ir_input(g, id, (int)j));
         sb_printf(o, " -> %s", cg_ctype((DType)n->dtype));
         ir_shape_format(o, g, &n->shape);
-        sb_printf(o, " (kernel %d's)\n", L->f->kernel_of[id]);
+        if (L->f->kernel_of[id] >= 0) sb_printf(o, " (kernel %d's)\n", L->f->kernel_of[id]);
+        else sb_puts(o, " (computed only where read)\n");
     }
     sb_puts(o, " *");
     cg_source_line(c, L->K->anchor);

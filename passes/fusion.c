@@ -105,6 +105,14 @@ bool fusion_is_broadcast(const Graph *g, const FusionPlan *p, NodeId r, int32_t 
     return p->role[r] == ROLE_KERNEL && p->kernel_of[r] != k && p->kernels[p->kernel_of[r]].kind == KERNEL_LOOP;
 }
 
+int fusion_first_kept_axis(const Graph *g, NodeId e)
+{
+    const Shape *xs = &g->nodes[ir_input(g, e, 0)].shape, *es = &g->nodes[e].shape;
+    for (int a = 0; a < xs->rank; a++)
+        if (!is_one(xs->d[a]) || is_one(es->d[a])) return a;
+    return xs->rank;
+}
+
 /* ---- kernels ---- */
 
 static int32_t new_kernel(Fuser *f, KernelKind kind, NodeId anchor, const Shape *shape, uint64_t axes)
@@ -223,14 +231,8 @@ static bool readable(Fuser *f, int32_t k, NodeId r, MemberClass cls, NodeId read
             if (p->kernel_of[q] == k) return false;
             *dep = p->kernel_of[q];
         }
-        const Shape *xs = &g->nodes[x].shape;
-        int first = xs->rank;
-        for (int a = 0; a < xs->rank; a++)
-            if (!is_one(xs->d[a]) || is_one(n->shape.d[a])) {
-                first = a;
-                break;
-            }
-        if (first == xs->rank) return true; /* a scalar broadcast */
+        int first = fusion_first_kept_axis(g, r);
+        if (first == g->nodes[x].shape.rank) return true; /* a scalar broadcast */
         return cls == CLASS_FULL && suffix_aligned(&K->shape, &n->shape, first, max_suffix);
     }
     default: return false;
@@ -535,11 +537,18 @@ static bool recompute_leaf(const FusionPlan *p, NodeId q) { return p->role[q] !=
 #define RECOMPUTE_MAX 24
 #define RECOMPUTE_CALL 6
 
+/* Broadcast operands of a recomputed value, which its readers must be able to read. */
+#define RECOMPUTE_BROADCASTS 4
+typedef struct {
+    NodeId list[RECOMPUTE_BROADCASTS];
+    int n;
+} Broadcasts;
+
 /* The cost of computing member r of kernel k from values another kernel can load at the
- * same linear index (stored values, inputs, parameters, constants), or -1 when that is not
- * possible: an operand read as a broadcast, a row value, random numbers, a view BLAS reads
- * in place. */
-static int recompute_cost(const Graph *g, const FusionPlan *p, NodeId r, int32_t k)
+ * same linear index (stored values, inputs, parameters, constants) or as a broadcast of a
+ * constant or a stored value (collected in *bc: the readers must be able to read them), or
+ * -1 when that is not possible: a row value, random numbers, a view BLAS reads in place. */
+static int recompute_cost(const Graph *g, const FusionPlan *p, NodeId r, int32_t k, Broadcasts *bc)
 {
     const Node *n = &g->nodes[r];
     if (!is_elementwise(g, r) || (ir_op_info[n->op].flags & OPF_RANDOM)) return -1;
@@ -558,13 +567,23 @@ static int recompute_cost(const Graph *g, const FusionPlan *p, NodeId r, int32_t
         for (NodeId v = x; v != fusion_root(g, p, v); v = ir_input(g, v, 0))
             if (p->role[v] == ROLE_STRIDED) return -1;
         NodeId q = fusion_root(g, p, x);
-        if (fusion_is_broadcast(g, p, q, k, r)) return -1;
+        if (fusion_is_broadcast(g, p, q, k, r)) {
+            /* Only for loop kernels' values: a GEMM epilogue's value recomputed from its
+             * product and a broadcast bias would keep the product alive instead (gpt's
+             * arena 129 -> 146 MB with it). */
+            if (p->kernels[k].kind != KERNEL_LOOP) return -1;
+            NodeId src = fusion_root(g, p, ir_input(g, q, 0));
+            bool loaded = p->role[src] == ROLE_INLINE ? g->nodes[src].op == OP_CONST : recompute_leaf(p, src);
+            if (!loaded || bc->n == RECOMPUTE_BROADCASTS) return -1;
+            bc->list[bc->n++] = q;
+            continue;
+        }
         if (p->role[q] == ROLE_INLINE) {
             if (g->nodes[q].op != OP_CONST) return -1;
             continue;
         }
         if (recompute_leaf(p, q)) continue;
-        int c = recompute_cost(g, p, q, k);
+        int c = recompute_cost(g, p, q, k, bc);
         if (c < 0) return -1;
         cost += c;
         if (cost > RECOMPUTE_MAX) return -1;
@@ -594,13 +613,36 @@ static bool reads_recomputable(const Graph *g, const FusionPlan *p, const Users 
     return true;
 }
 
-/* Marks r and the unstored values it is computed from as recomputed. */
-static void mark_cone(const Graph *g, FusionPlan *p, NodeId r)
+/* Can every reader of v outside kernel k (through views) read expand e as a broadcast: its
+ * kept axes a suffix of the reader kernel's shape (of the last two in a GEMM epilogue)? */
+static bool broadcast_readable(const Graph *g, const FusionPlan *p, const Users *U, NodeId v, int32_t k, NodeId e)
+{
+    for (int32_t i = U->first[v]; i < U->first[v + 1]; i++) {
+        NodeId u = U->list[i];
+        if (p->role[u] == ROLE_VIEW) {
+            if (!broadcast_readable(g, p, U, u, k, e)) return false;
+            continue;
+        }
+        int32_t ku = p->kernel_of[u];
+        if (ku == k) continue;
+        const Kernel *K = &p->kernels[ku];
+        int first = fusion_first_kept_axis(g, e);
+        if (!fusion_is_broadcast(g, p, e, ku, u)) return false;
+        if (first < g->nodes[ir_input(g, e, 0)].shape.rank &&
+            !suffix_aligned(&K->shape, &g->nodes[e].shape, first, K->kind == KERNEL_GEMM ? 2 : -1))
+            return false;
+    }
+    return true;
+}
+
+/* Marks r, a member of kernel k, and the unstored values it is computed from as recomputed
+ * (broadcasts are read, not recomputed). */
+static void mark_cone(const Graph *g, FusionPlan *p, NodeId r, int32_t k)
 {
     p->recomputed[r] = 1;
     for (uint32_t j = 0; j < g->nodes[r].ninputs; j++) {
         NodeId q = fusion_root(g, p, ir_input(g, r, (int)j));
-        if (!recompute_leaf(p, q)) mark_cone(g, p, q);
+        if (!recompute_leaf(p, q) && !fusion_is_broadcast(g, p, q, k, r)) mark_cone(g, p, q, k);
     }
 }
 
@@ -614,9 +656,12 @@ static void mark_recomputed(const Graph *g, FusionPlan *p, const Users *U)
         int32_t k = p->kernel_of[id];
         if (p->kernels[k].kind == KERNEL_SINGLE || g->nodes[id].op == OP_MATMUL) continue;
         if (!reads_recomputable(g, p, U, id, k)) continue;
-        if (recompute_cost(g, p, id, k) >= 0) {
+        Broadcasts bc = {{0}, 0};
+        bool readable_broadcasts = recompute_cost(g, p, id, k, &bc) >= 0;
+        for (int b = 0; b < bc.n && readable_broadcasts; b++) readable_broadcasts = broadcast_readable(g, p, U, id, k, bc.list[b]);
+        if (readable_broadcasts) {
             p->stored[id] = 0;
-            mark_cone(g, p, id);
+            mark_cone(g, p, id, k);
             continue;
         }
         /* A widening cast of a narrower member (a max-pooling mask, bool to float): store
@@ -630,6 +675,29 @@ static void mark_recomputed(const Graph *g, FusionPlan *p, const Users *U)
         p->stored[id] = 0;
         p->recomputed[id] = 1;
     }
+}
+
+/* Loop kernels none of whose values is stored any more (every reader recomputes them) are
+ * dropped: their members have no kernel (kernel_of -1) and are computed where they are
+ * read. */
+static void drop_unstored_kernels(FusionPlan *p)
+{
+    int32_t *renum = xmalloc(((size_t)p->nkernels + 1) * sizeof *renum), nk = 0, at = 0;
+    for (int32_t k = 0; k < p->nkernels; k++) {
+        Kernel K = p->kernels[k];
+        bool stores = K.kind != KERNEL_LOOP;
+        for (int32_t i = 0; i < K.count && !stores; i++) stores = p->stored[p->members[K.first + i]];
+        renum[k] = stores ? nk : -1;
+        if (!stores) continue;
+        memmove(p->members + at, p->members + K.first, (size_t)K.count * sizeof *p->members);
+        K.first = at;
+        at += K.count;
+        p->kernels[nk++] = K;
+    }
+    for (NodeId id = 0; id < p->nnodes; id++)
+        if (p->kernel_of[id] >= 0) p->kernel_of[id] = renum[p->kernel_of[id]];
+    p->nkernels = nk;
+    free(renum);
 }
 
 /* ---- strided views ---- */
@@ -770,6 +838,7 @@ void fusion_plan(const Graph *g, FusionPlan *p)
     order_kernels(&f);
     mark_stored(g, p);
     mark_recomputed(g, p, &f.users);
+    drop_unstored_kernels(p);
     for (int32_t k = 0; k < p->nkernels; k++) {
         free(f.mem[k]);
         free(f.deps[k]);
@@ -895,5 +964,16 @@ void fusion_print(const Graph *g, const FusionPlan *p, StrBuf *o)
             if (p->recomputed[id] && !p->stored[id]) sb_puts(o, " recomputed by its readers");
             sb_putc(o, '\n');
         }
+    }
+    bool any = false;
+    for (NodeId id = 0; id < g->nnodes; id++) {
+        if (p->role[id] != ROLE_KERNEL || p->kernel_of[id] >= 0) continue;
+        const Node *n = &g->nodes[id];
+        sb_printf(o, "%s    %%%d = %s", any ? "" : "computed only where read (no kernel stores them):\n", id, ir_op_info[n->op].name);
+        for (uint32_t j = 0; j < n->ninputs; j++) sb_printf(o, "%s%%%d", j ? ", " : " ", ir_input(g, id, (int)j));
+        sb_printf(o, " : %s", ir_dtype_name((DType)n->dtype));
+        ir_shape_format(o, g, &n->shape);
+        sb_putc(o, '\n');
+        any = true;
     }
 }

@@ -93,7 +93,7 @@ typedef struct {
 static void add_read(const Graph *g, const FusionPlan *f, NodeId r, int32_t k, Reads *rd)
 {
     if (f->role[r] == ROLE_KERNEL && f->kernel_of[r] != k && f->recomputed[r]) {
-        for (uint32_t q = 0; q < g->nodes[r].ninputs; q++) add_read(g, f, fusion_root(g, f, ir_input(g, r, (int)q)), k, rd);
+        for (uint32_t q = 0; q < g->nodes[r].ninputs; q++) add_read(g, f, read_root(g, f, ir_input(g, r, (int)q), k, r), k, rd);
         return;
     }
     GROW(rd->list, rd->cap, rd->n + 1);

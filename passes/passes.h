@@ -122,6 +122,9 @@ NodeId fusion_root(const Graph *g, const FusionPlan *plan, NodeId id);
 /* Does node `reader` of kernel k read root r as a broadcast of r's operand (recomputed,
  * not loaded)? Matrix products and single-node kernels read stored values only. */
 bool fusion_is_broadcast(const Graph *g, const FusionPlan *plan, NodeId r, int32_t k, NodeId reader);
+/* The first axis of expand e's operand that is not broadcast (its rank when all are): the
+ * operand's axes from there on are coordinates of the reading kernel. */
+int fusion_first_kept_axis(const Graph *g, NodeId e);
 /* layout.c — a strided view of stored memory: element (c_0, ..., c_{rank-1}) of a value
  * is at base[sum of offset terms + sum c_a * stride[a]]; offsets and strides are products
  * of dims, valid for every value of the symbols. */

@@ -270,6 +270,41 @@ Test(recompute, gelu_backward_values_are_recomputed_from_the_pre_activation)
     ir_graph_free(g);
 }
 
+/* Softmax's backward divides the gradient of its output by the broadcast row sum: a value
+ * the backward row kernel recomputes, reading the sum as a broadcast, instead of a kernel of
+ * its own storing it. A loop kernel left with nothing to store is dropped: every loop kernel
+ * stores something, and a value without a kernel is recomputed wherever it is read. */
+Test(recompute, values_with_broadcast_operands_are_recomputed_and_empty_kernels_dropped)
+{
+    Graph *g = training_graph("models/gpt.kiln");
+    FusionPlan f;
+    MemPlan m;
+    fusion_plan(g, &f);
+    memplan_run(g, &f, &m);
+    for (int32_t k = 0; k < f.nkernels; k++) {
+        const Kernel *K = &f.kernels[k];
+        bool stores = false;
+        for (int32_t i = 0; i < K->count; i++) stores |= f.stored[f.members[K->first + i]] != 0;
+        cr_expect(stores || K->kind != KERNEL_LOOP, "loop kernel %d stores nothing", k);
+    }
+    int softmax_divs = 0;
+    for (NodeId id = 0; id < g->nnodes; id++) {
+        const Node *n = &g->nodes[id];
+        if (f.role[id] == ROLE_KERNEL && f.kernel_of[id] < 0) {
+            cr_expect(f.recomputed[id] && !f.stored[id], "%%%d has no kernel but is not recomputed", id);
+            cr_expect_eq(m.kind[id], MEM_NONE, "%%%d has no kernel but has memory", id);
+        }
+        if (n->op != OP_DIV || n->shape.rank != 4 || g->nodes[ir_input(g, id, 1)].op != OP_EXPAND) continue;
+        if (f.kernel_of[id] >= 0 && f.kernels[f.kernel_of[id]].kind == KERNEL_LOOP && f.kernels[f.kernel_of[id]].axes) continue;
+        cr_expect(f.recomputed[id] && !f.stored[id] && f.kernel_of[id] < 0, "softmax gradient %%%d is stored by a kernel", id);
+        softmax_divs++;
+    }
+    cr_expect_eq(softmax_divs, 4, "one softmax gradient division per layer is recomputed, found %d", softmax_divs);
+    memplan_free(&m);
+    fusion_free(&f);
+    ir_graph_free(g);
+}
+
 /* A parameter's gradient is written by its kernel straight into the caller's gradient
  * slab (MEM_GRAD, no copy at the end of the step), and takes no bytes of the arena. */
 Test(memplan, gradients_are_written_into_the_gradient_slab)
