@@ -838,8 +838,9 @@ void fusion_plan(const Graph *g, FusionPlan *p)
     order_kernels(&f);
     mark_stored(g, p);
     mark_recomputed(g, p, &f.users);
+    const int32_t grouped = p->nkernels; /* the grouping's arrays, before any is dropped */
     drop_unstored_kernels(p);
-    for (int32_t k = 0; k < p->nkernels; k++) {
+    for (int32_t k = 0; k < grouped; k++) {
         free(f.mem[k]);
         free(f.deps[k]);
     }
