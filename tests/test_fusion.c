@@ -57,6 +57,22 @@ static Graph *training_graph(const char *rel)
     return g;
 }
 
+/* A model's training graph with its fusion and memory plans. */
+static Graph *planned_model(const char *rel, FusionPlan *f, MemPlan *m)
+{
+    Graph *g = training_graph(rel);
+    fusion_plan(g, f);
+    memplan_run(g, f, m);
+    return g;
+}
+
+static void free_planned_model(Graph *g, FusionPlan *f, MemPlan *m)
+{
+    memplan_free(m);
+    fusion_free(f);
+    ir_graph_free(g);
+}
+
 static bool is_one(Dim d) { return d.nsym == 0 && d.k == 1; }
 
 static void expect_strides(const Planned *p, NodeId x, NodeId base, const int64_t *want, int rank, int64_t offset)
@@ -218,11 +234,9 @@ Test(memplan, reference_models_never_overlap_a_kernels_inputs)
 
 Test(memplan, cnn_has_outputs_in_place)
 {
-    Graph *g = training_graph("models/cnn.kiln");
     FusionPlan f;
     MemPlan m;
-    fusion_plan(g, &f);
-    memplan_run(g, &f, &m);
+    Graph *g = planned_model("models/cnn.kiln", &f, &m);
     int inplace = 0;
     for (NodeId i = 0; i < g->nnodes; i++)
         if (m.inplace_of[i] != IR_NONE) {
@@ -233,9 +247,7 @@ Test(memplan, cnn_has_outputs_in_place)
             cr_expect_eq(f.kernels[f.kernel_of[i]].axes, 0, "in place only in elementwise kernels");
         }
     cr_expect_gt(inplace, 0);
-    memplan_free(&m);
-    fusion_free(&f);
-    ir_graph_free(g);
+    free_planned_model(g, &f, &m);
 }
 
 /* GELU's backward needs its tanh, 1 + tanh, 1 - tanh^2, x^2 and x / 2: the backward
@@ -276,11 +288,9 @@ Test(recompute, gelu_backward_values_are_recomputed_from_the_pre_activation)
  * stores something, and a value without a kernel is recomputed wherever it is read. */
 Test(recompute, values_with_broadcast_operands_are_recomputed_and_empty_kernels_dropped)
 {
-    Graph *g = training_graph("models/gpt.kiln");
     FusionPlan f;
     MemPlan m;
-    fusion_plan(g, &f);
-    memplan_run(g, &f, &m);
+    Graph *g = planned_model("models/gpt.kiln", &f, &m);
     for (int32_t k = 0; k < f.nkernels; k++) {
         const Kernel *K = &f.kernels[k];
         bool stores = false;
@@ -300,20 +310,16 @@ Test(recompute, values_with_broadcast_operands_are_recomputed_and_empty_kernels_
         softmax_divs++;
     }
     cr_expect_eq(softmax_divs, 4, "one softmax gradient division per layer is recomputed, found %d", softmax_divs);
-    memplan_free(&m);
-    fusion_free(&f);
-    ir_graph_free(g);
+    free_planned_model(g, &f, &m);
 }
 
 /* A parameter's gradient is written by its kernel straight into the caller's gradient
  * slab (MEM_GRAD, no copy at the end of the step), and takes no bytes of the arena. */
 Test(memplan, gradients_are_written_into_the_gradient_slab)
 {
-    Graph *g = training_graph("models/mlp.kiln");
     FusionPlan f;
     MemPlan m;
-    fusion_plan(g, &f);
-    memplan_run(g, &f, &m);
+    Graph *g = planned_model("models/mlp.kiln", &f, &m);
     int grads = 0;
     for (int32_t o = 0; o < g->noutputs; o++) {
         if (g->outputs[o].kind != OUT_GRAD) continue;
@@ -324,9 +330,7 @@ Test(memplan, gradients_are_written_into_the_gradient_slab)
         grads++;
     }
     cr_expect_eq(grads, 6, "mlp has three Linear layers");
-    memplan_free(&m);
-    fusion_free(&f);
-    ir_graph_free(g);
+    free_planned_model(g, &f, &m);
 }
 
 /* Max pooling's backward needs the mask of each window's maxima as floats: the forward
