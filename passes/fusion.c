@@ -617,6 +617,8 @@ static bool reads_recomputable(const Graph *g, const FusionPlan *p, const Users 
  * kept axes a suffix of the reader kernel's shape (of the last two in a GEMM epilogue)? */
 static bool broadcast_readable(const Graph *g, const FusionPlan *p, const Users *U, NodeId v, int32_t k, NodeId e)
 {
+    const int first = fusion_first_kept_axis(g, e);
+    const bool scalar = first == g->nodes[ir_input(g, e, 0)].shape.rank;
     for (int32_t i = U->first[v]; i < U->first[v + 1]; i++) {
         NodeId u = U->list[i];
         if (p->role[u] == ROLE_VIEW) {
@@ -626,11 +628,8 @@ static bool broadcast_readable(const Graph *g, const FusionPlan *p, const Users 
         int32_t ku = p->kernel_of[u];
         if (ku == k) continue;
         const Kernel *K = &p->kernels[ku];
-        int first = fusion_first_kept_axis(g, e);
         if (!fusion_is_broadcast(g, p, e, ku, u)) return false;
-        if (first < g->nodes[ir_input(g, e, 0)].shape.rank &&
-            !suffix_aligned(&K->shape, &g->nodes[e].shape, first, K->kind == KERNEL_GEMM ? 2 : -1))
-            return false;
+        if (!scalar && !suffix_aligned(&K->shape, &g->nodes[e].shape, first, K->kind == KERNEL_GEMM ? 2 : -1)) return false;
     }
     return true;
 }

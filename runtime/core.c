@@ -1,5 +1,5 @@
 /* core.c — the small shared pieces of the runtime: status and dtype names, arrays, the
- * step profile's clock. */
+ * clock of step timings and profiles. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -10,7 +10,7 @@
 #include "kiln_model.h"
 #include "rt_internal.h"
 
-double kiln_profile_now(void)
+double kiln_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -19,7 +19,7 @@ double kiln_profile_now(void)
 
 void kiln_profile_mark(kiln_profile *p, int k)
 {
-    double t = kiln_profile_now();
+    double t = kiln_now();
     p->seconds[k] += t - p->last;
     p->last = t;
 }

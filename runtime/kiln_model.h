@@ -68,8 +68,9 @@ typedef struct kiln_profile {
     double *seconds; /* one per kernel of the step (kiln_model's n*_kernels) */
 } kiln_profile;
 
-/* The monotonic clock in seconds; the mark adds the time since p->last to seconds[k]. */
-double kiln_profile_now(void);
+/* The monotonic clock in seconds (the programs' step timings and profiles); the mark adds
+ * the time since p->last to seconds[k]. */
+double kiln_now(void);
 void kiln_profile_mark(kiln_profile *p, int k);
 
 /* One predictable branch per kernel when not profiling. */

@@ -133,9 +133,9 @@ void krt_optim_free(krt_optim_state *s)
 #define VECTOR_CLONES
 #endif
 
-/* Calls range(lo, hi, ctx) on the calling thread or, from PARALLEL_MIN elements, on
- * [a, b) pieces of the span, one per thread, cut at multiples of 16 elements (whole
- * cache lines and vectors). */
+/* Runs CALL, which updates elements [a, b), over the span [lo, hi): on the calling thread
+ * alone or, from PARALLEL_MIN elements, on one piece per thread, cut at multiples of 16
+ * elements (whole cache lines and vectors). */
 #define FOR_THREAD_RANGES(lo, hi, CALL)                                                           \
     do {                                                                                          \
         const int64_t lo_ = (lo), hi_ = (hi);                                                     \

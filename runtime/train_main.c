@@ -17,7 +17,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cblas.h>
@@ -476,13 +475,6 @@ static int evaluate(krt_dataset *ds, kiln_step_io *io, void **bufs, const krt_dt
     return 0;
 }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ---- --bench-steps N: speed and memory on random inputs (bench/run.sh) ---- */
 
 static int cmp_double(const void *a, const void *b)
@@ -513,10 +505,10 @@ static double time_eval(kiln_step_io *io, int bs, int64_t b, int *reps)
     int n = 0;
     if (bs >= 0) io->syms[bs] = b;
     M->eval_step(io);
-    for (double start = now(); n < 100 && (n < 3 || now() - start < 0.5); n++) {
-        double t0 = now();
+    for (double start = kiln_now(); n < 100 && (n < 3 || kiln_now() - start < 0.5); n++) {
+        double t0 = kiln_now();
         M->eval_step(io);
-        t[n] = 1e3 * (now() - t0);
+        t[n] = 1e3 * (kiln_now() - t0);
     }
     *reps = n;
     return median_of(t, n);
@@ -580,25 +572,25 @@ static int profile(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state
     const int64_t np = M->nparam_floats;
     double other[3] = {0}, total = 0;
     for (int64_t s = 0; s < n; s++) {
-        double t0 = kiln_profile_now();
+        double t0 = kiln_now();
         for (int64_t micro = 0; micro < accumulate; micro++) {
             io->step = (uint64_t)(s * accumulate + micro);
             io->profile = &prof;
-            prof.last = kiln_profile_now();
+            prof.last = kiln_now();
             M->train_step(io);
             io->profile = NULL;
-            double t = kiln_profile_now();
+            double t = kiln_now();
             other[0] += t - prof.last; /* the gradients' copies after the last kernel */
             if (accumulate > 1)
                 for (int64_t e = 0; e < np; e++) acc[e] += io->grads[e] / (float)accumulate;
-            other[2] += kiln_profile_now() - t;
+            other[2] += kiln_now() - t;
         }
         float *g = accumulate > 1 ? acc : io->grads;
-        double t = kiln_profile_now();
+        double t = kiln_now();
         if (clip > 0) krt_clip_grad_norm(g, np, clip);
         krt_optim_step(oc, st, krt_schedule_lr(sc, oc->lr, s), io->params, g, spans, nspans);
         if (acc) memset(acc, 0, sizeof(float) * (size_t)np);
-        double t1 = kiln_profile_now();
+        double t1 = kiln_now();
         other[1] += t1 - t;
         total += t1 - t0;
     }
@@ -615,12 +607,12 @@ static int profile(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state
         M->eval_step(io);
         int64_t reps = n * (i == 0 ? 10 : 1);
         for (int64_t r = 0; r < reps; r++) {
-            double t0 = kiln_profile_now();
+            double t0 = kiln_now();
             io->profile = &prof;
             prof.last = t0;
             M->eval_step(io);
             io->profile = NULL;
-            double t1 = kiln_profile_now();
+            double t1 = kiln_now();
             other[0] += t1 - prof.last;
             total += t1 - t0;
         }
@@ -672,7 +664,7 @@ static int bench(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *
     const void *const *saved_inputs = io->inputs;
     io->inputs = (const void *const *)in;
     for (int64_t s = 0; s < warm + n && !rc; s++) {
-        double t0 = now(), loss = 0;
+        double t0 = kiln_now(), loss = 0;
         for (int64_t micro = 0; micro < accumulate; micro++) {
             io->step = (uint64_t)(s * accumulate + micro);
             M->train_step(io);
@@ -684,7 +676,7 @@ static int bench(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *
         if (clip > 0) krt_clip_grad_norm(g, np, clip);
         krt_optim_step(oc, st, krt_schedule_lr(sc, oc->lr, s), io->params, g, spans, nspans);
         if (acc) memset(acc, 0, sizeof(float) * (size_t)np);
-        if (s >= warm) times[s - warm] = 1e3 * (now() - t0);
+        if (s >= warm) times[s - warm] = 1e3 * (kiln_now() - t0);
         if (!isfinite(loss)) rc = die("the loss is %g at benchmark step %lld", loss, (long long)s + 1);
     }
     if (!rc) {
@@ -896,7 +888,7 @@ int main(int argc, char **argv)
     signal(SIGINT, on_sigint);
     printf("%s: %lld parameters, %lld training samples, %lld steps of %lld (x%lld), %s lr %g\n", M->name, (long long)np,
            (long long)ntrain, (long long)total_steps, (long long)batch, (long long)accumulate, opt, oc.lr);
-    double t0 = now(), tlast = t0;
+    double t0 = kiln_now(), tlast = t0;
     while (step < total_steps && !interrupted) {
         double loss_sum = 0, msum[16] = {0};
         for (int64_t micro = 0; micro < accumulate; micro++) {
@@ -923,7 +915,7 @@ int main(int argc, char **argv)
         krt_optim_step(&oc, &st, lr, params, g, spans, nspans);
         if (acc) memset(acc, 0, sizeof(float) * (size_t)np);
         step++;
-        double loss = loss_sum / (double)accumulate, t = now();
+        double loss = loss_sum / (double)accumulate, t = kiln_now();
         if (tty || step % 50 == 0 || step == total_steps) {
             double rate = (double)(step * batch * accumulate) / (t - t0);
             double eta = (double)(total_steps - step) * (t - t0) / (double)step;
