@@ -385,6 +385,36 @@ static void kernel_body(Cg *c, NodeId id)
                   cg_ctype((DType)x->dtype), ax, ax);
         break;
     }
+    case OP_CHECK_INDEX: {
+        /* One compare per index, OR-ed into a flag: no branch in the loop, which GCC
+         * vectorises. An index out of range is stored as 0, so that no kernel ever reads
+         * out of bounds; the step stops after this kernel anyway. */
+        char cond[160];
+        const char *v = "x0[i]";
+        int64_t limit = at[0];
+        bool may_be_negative = n->dtype != DT_U8;
+        bool may_be_large = n->dtype == DT_I64 || (n->dtype == DT_I32 && limit <= INT32_MAX) || (n->dtype == DT_U8 && limit < 256);
+        if (may_be_negative && may_be_large) snprintf(cond, sizeof cond, "(%s < 0) | (%s >= %lld)", v, v, (long long)limit);
+        else if (may_be_negative) snprintf(cond, sizeof cond, "%s < 0", v);
+        else snprintf(cond, sizeof cond, "%s >= %lld", v, (long long)limit);
+        sb_puts(o, "    const int64_t n = ");
+        cg_numel(c, &n->shape);
+        sb_printf(o, ";\n    int outside = 0;\n"
+                     "    #pragma omp simd reduction(|:outside)\n"
+                     "    for (int64_t i = 0; i < n; i++) {\n"
+                     "        const int out = %s;\n"
+                     "        outside |= out;\n"
+                     "        y[i] = out ? 0 : x0[i];\n"
+                     "    }\n"
+                     "    *bad = -1;\n"
+                     "    for (int64_t i = 0; outside && i < n; i++)\n"
+                     "        if (%s) {\n"
+                     "            *bad = i;\n"
+                     "            break;\n"
+                     "        }\n",
+                  cond, cond);
+        break;
+    }
     case OP_GATHER: {
         const Node *idx = N(c, ir_input(g, id, 1));
         sb_puts(o, "    const int64_t rows = ");
@@ -532,7 +562,9 @@ static void emit_kernel(Cg *c, NodeId id)
         sb_printf(c->o, ", const %s *restrict x%u", cg_ctype((DType)N(c, x)->dtype), k);
     }
     if (n->op == OP_RANDOM_UNIFORM) sb_puts(c->o, ", uint64_t seed, uint64_t step");
-    sb_printf(c->o, ", %s *restrict y)\n{\n", t);
+    sb_printf(c->o, ", %s *restrict y", t);
+    if (n->op == OP_CHECK_INDEX) sb_puts(c->o, ", int64_t *bad");
+    sb_puts(c->o, ")\n{\n");
     cg_declare_syms(c, id);
     /* Kernels that do not use every declared name stay warning-free. */
     sb_puts(c->o, "    (void)s;\n");
@@ -591,9 +623,39 @@ static void emit_call(Cg *c, NodeId id, int32_t k)
         sb_printf(o, ", v%d", x);
     }
     if (n->op == OP_RANDOM_UNIFORM) sb_puts(o, ", io->seed, io->step");
-    sb_printf(o, ", v%d); KILN_MARK(io, %d);", id, k);
+    sb_printf(o, ", v%d", id);
+    if (n->op == OP_CHECK_INDEX) {
+        sb_printf(o, ", &bad); KILN_MARK(io, %d);\n", k);
+        sb_printf(o, "    if (bad >= 0) { /* %s */\n"
+                     "        io->index_error = &%s_index_checks[%d];\n"
+                     "        io->index_value = (int64_t)v%d[bad];\n"
+                     "        return;\n"
+                     "    }\n",
+                  ir_node_name(c->g, id), c->prefix, c->ncheck++, ir_input(c->g, id, 0));
+        return;
+    }
+    sb_printf(o, "); KILN_MARK(io, %d);", k);
     if (n->name && n->op != OP_INPUT && n->op != OP_PARAM) sb_printf(o, " /* %s */", ir_node_name(c->g, id));
     sb_putc(o, '\n');
+}
+
+/* The step's index checks, in call order: what they check, where, and the limit, for the
+ * program's error message when one fails. */
+static int emit_index_checks(Cg *c, const char *prefix)
+{
+    StrBuf *o = c->o;
+    int count = 0;
+    for (int32_t k = 0; k < c->fp.nkernels; k++) {
+        const Kernel *K = &c->fp.kernels[k];
+        if (K->kind != KERNEL_SINGLE || N(c, K->anchor)->op != OP_CHECK_INDEX) continue;
+        const Node *n = N(c, K->anchor);
+        if (!count++) sb_printf(o, "static const kiln_index_check %s_index_checks[] = {\n", prefix);
+        sb_puts(o, "    {");
+        c_string(o, ir_node_name(c->g, K->anchor));
+        sb_printf(o, ", %u, %u, %lld},\n", n->loc.line, n->loc.col, (long long)ir_attrs(c->g, K->anchor)[0]);
+    }
+    if (count) sb_puts(o, "};\n\n");
+    return count;
 }
 
 /* Copies n elements of node id's value to a destination expression. */
@@ -733,7 +795,11 @@ static int64_t emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *p
     c->kernel_bytes += o->len - graph_at;
     sb_printf(o, "/* The %s step: %d kernels, %lld bytes of activations at the largest sizes. */\n",
               train ? "training" : "evaluation", c->fp.nkernels, (long long)c->mp.arena_bytes);
+    int nchecks = emit_index_checks(c, prefix);
+    c->ncheck = 0;
     sb_printf(o, "static void %s_step(kiln_step_io *io)\n{\n", prefix);
+    sb_puts(o, "    io->index_error = NULL;\n");
+    if (nchecks) sb_puts(o, "    int64_t bad; /* the first index out of range, or -1 */\n");
     for (int sy = 0; sy < g->nsyms; sy++)
         sb_printf(o, "    const int64_t %s = io->syms[%d];\n    (void)%s;\n", g->syms[sy].name, sy, g->syms[sy].name);
     for (NodeId i = 0; i < g->nnodes; i++) pointer_decl(c, i);

@@ -36,6 +36,7 @@ typedef struct {
     size_t *kernel_at, step_at, kernel_bytes;
     int nkernel_at, capkernel_at;
     int nkernels[2]; /* of the training and evaluation steps: the profile tables */
+    int ncheck;      /* index checks called so far in the step being written */
 } Cg;
 
 static inline const Node *N(const Cg *c, NodeId id) { return &c->g->nodes[id]; }

@@ -320,7 +320,11 @@ static Value emb_apply(Lower *L, int32_t inst, const Value *args, int nargs, Ast
                     ir_dtype_name((DType)L->g->nodes[x].dtype));
         return value_error();
     }
-    return result(L, ir_b_gather(&L->b, member_node(L, inst, "weight"), x), at);
+    NodeId weight = member_node(L, inst, "weight");
+    char what[300];
+    snprintf(what, sizeof what, "Embedding '%s'", I(L, inst)->path);
+    x = ir_b_check_index(&L->b, x, L->g->nodes[weight].shape.d[0].k, what);
+    return result(L, x == IR_NONE ? IR_NONE : ir_b_gather(&L->b, weight, x), at);
 }
 
 /* ---- Dropout ---- */

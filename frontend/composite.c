@@ -192,6 +192,9 @@ NodeId comp_cross_entropy(IrBuilder *b, NodeId logits, NodeId target)
     TRY(lse);
     NodeId classes = ir_b_iota(b, ls, c, DT_I64);
     TRY(classes);
+    /* A class index out of range would silently select no logit: the step stops instead. */
+    target = ir_b_check_index(b, target, ir_dim_max(b->g, ls->d[c]), "cross_entropy target");
+    TRY(target);
     Shape ts1 = *ts;
     ts1.d[ts1.rank++] = ir_dim_const(1);
     NodeId t1 = ir_b_reshape(b, target, &ts1);

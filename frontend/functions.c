@@ -232,6 +232,9 @@ static Value fn_one_hot(Lower *L, const BoundArgs *a, AstId call, int v)
     Shape s1 = s;
     s1.d[s1.rank++] = ir_dim_const(1);
     s.d[s.rank++] = ir_dim_const(n);
+    /* PyTorch raises for a class out of range; an all-zero row would be a silent error */
+    x = ir_b_check_index(&L->b, x, n, "one_hot");
+    if (x == IR_NONE) return lower_builder_error(L, call);
     NodeId xi = ir_b_reshape(&L->b, x, &s1);
     NodeId cls = ir_b_iota(&L->b, &s, s.rank - 1, (DType)L->g->nodes[x].dtype);
     if (xi == IR_NONE || cls == IR_NONE) return lower_builder_error(L, call);

@@ -432,12 +432,49 @@ NodeId ir_b_pad(IrBuilder *b, NodeId x, const int64_t *lo, const int64_t *hi, do
     return id;
 }
 
+/* See ir.h. The values an index can take are followed back through ops that only move or
+ * widen them. */
+bool ir_index_in_range(const Graph *g, NodeId idx, int64_t limit)
+{
+    for (;;) {
+        const Node *n = &g->nodes[idx];
+        if (n->dtype == DT_U8 && limit >= 256) return true;
+        switch ((Op)n->op) {
+        case OP_CHECK_INDEX: return ir_attrs(g, idx)[0] <= limit;
+        case OP_IOTA: return ir_dim_max(g, n->shape.d[ir_attrs(g, idx)[0]]) <= limit;
+        case OP_CONST: return n->fattr[0] >= 0 && n->fattr[0] < (double)limit;
+        case OP_RESHAPE: case OP_EXPAND: case OP_PERMUTE: case OP_SLICE: case OP_DETACH: break;
+        case OP_CAST: {
+            DType from = (DType)g->nodes[ir_input(g, idx, 0)].dtype, to = (DType)n->dtype;
+            /* u8 -> i32 -> i64 keep every value; anything else may wrap or truncate */
+            if (!ir_dtype_is_int(from) || !ir_dtype_is_int(to) || ir_dtype_size(from) > ir_dtype_size(to)) return false;
+            break;
+        }
+        default: return false;
+        }
+        idx = ir_input(g, idx, 0);
+    }
+}
+
+NodeId ir_b_check_index(IrBuilder *b, NodeId idx, int64_t limit, const char *what)
+{
+    if (!ir_dtype_is_int(nd(b, idx)->dtype))
+        return fail(b, "%s: indices must be integers, found %s", what, ir_dtype_name(nd(b, idx)->dtype));
+    if (limit < 1 || limit > IR_MAX_DIM) return fail(b, "%s: %lld rows cannot be indexed", what, (long long)limit);
+    if (ir_index_in_range(b->g, idx, limit)) return idx;
+    NodeId id = add(b, OP_CHECK_INDEX, nd(b, idx)->dtype, &nd(b, idx)->shape, &idx, 1, &limit, 1);
+    ir_set_name(b->g, id, what);
+    return id;
+}
+
 NodeId ir_b_gather(IrBuilder *b, NodeId table, NodeId idx)
 {
     const Shape *ts = &nd(b, table)->shape, *is = &nd(b, idx)->shape;
     if (!ir_dtype_is_int(nd(b, idx)->dtype))
         return fail(b, "gather: indices must be integers, found %s", ir_dtype_name(nd(b, idx)->dtype));
     if (ts->rank < 1) return fail(b, "gather: the table must have rank 1 or more");
+    if (!ir_dim_is_const(ts->d[0]) || !ir_index_in_range(b->g, idx, ts->d[0].k))
+        return fail(b, "gather: internal error: the indices are not checked against the table's %s rows (ir_b_check_index)", shp(b, ts));
     if (is->rank + ts->rank - 1 > IR_MAX_RANK) return fail(b, "gather: result rank exceeds %d", IR_MAX_RANK);
     Shape s = *is;
     for (int i = 1; i < ts->rank; i++) s.d[s.rank++] = ts->d[i];
@@ -453,6 +490,8 @@ NodeId ir_b_scatter_add(IrBuilder *b, NodeId idx, NodeId src, Dim rows)
     bool ok = ss->rank >= is->rank;
     for (int i = 0; ok && i < is->rank; i++) ok = ir_dim_eq(is->d[i], ss->d[i]);
     if (!ok) return fail(b, "scatter_add: source %s does not start with the index shape %s", shp(b, ss), shp(b, is));
+    if (!ir_dim_is_const(rows) || !ir_index_in_range(b->g, idx, rows.k))
+        return fail(b, "scatter_add: internal error: the indices are not checked against the result's rows (ir_b_check_index)");
     Shape s = ir_shape_make(1, &rows);
     for (int i = is->rank; i < ss->rank; i++) s.d[s.rank++] = ss->d[i];
     if (!check_size(b, &s, "scatter_add")) return IR_NONE;

@@ -53,9 +53,11 @@ static void put_attrs(StrBuf *b, const Graph *g, const Node *n)
         }
         break;
     case ATTRS_CONST: put_double(&t, n->fattr[0]); break;
-    case ATTRS_AXIS: case ATTRS_STREAM:
+    case ATTRS_AXIS: case ATTRS_STREAM: case ATTRS_LIMIT:
         if (n->nattrs == 1)
-            sb_printf(&t, "%s=%lld", ir_op_info[n->op].attrs == ATTRS_AXIS ? "axis" : "stream", (long long)a[0]);
+            sb_printf(&t, "%s=%lld",
+                      ir_op_info[n->op].attrs == ATTRS_AXIS ? "axis" : ir_op_info[n->op].attrs == ATTRS_STREAM ? "stream" : "limit",
+                      (long long)a[0]);
         break;
     case ATTRS_AXES:
         if (n->nattrs == 1) {

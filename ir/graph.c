@@ -262,7 +262,9 @@ int64_t ir_index_range(const Graph *g, NodeId in)
         bool from_input = false;
         for (uint32_t k = 0; k < n->ninputs; k++) from_input |= reach[ir_input(g, i, (int)k)];
         if (!from_input) continue;
-        if (n->op == OP_CAST || n->op == OP_RESHAPE || n->op == OP_EXPAND || n->op == OP_PERMUTE || n->op == OP_SLICE) {
+        if (n->op == OP_CHECK_INDEX && ir_attrs(g, i)[0] < best) best = ir_attrs(g, i)[0];
+        if (n->op == OP_CAST || n->op == OP_RESHAPE || n->op == OP_EXPAND || n->op == OP_PERMUTE || n->op == OP_SLICE ||
+            n->op == OP_CHECK_INDEX) {
             reach[i] = true;
             continue;
         }

@@ -606,6 +606,16 @@ static int eval_node(Interp *ip, NodeId id)
         break;
     }
     case OP_PAD: rc = run_pad(ip, id, in[0], o, a, a + o->rank, nd->fattr[0]); break;
+    case OP_CHECK_INDEX:
+        for (int64_t e = 0; e < o->n; e++) {
+            double v = in[0]->data[e];
+            if (!(v >= 0 && v < (double)a[0])) {
+                const char *what = ir_node_name(g, id);
+                return fail(ip, id, "%s%sindex %.17g out of range [0, %lld)", what, *what ? ": " : "", v, (long long)a[0]);
+            }
+            o->data[e] = v;
+        }
+        break;
     case OP_GATHER: rc = run_gather_scatter(ip, id, in[1], in[0], o, o->data, false); break;
     case OP_SCATTER_ADD: rc = run_gather_scatter(ip, id, in[0], o, in[1], o->data, true); break;
     case OP_MATMUL: rc = run_matmul(ip, id, in[0], in[1], o); break;

@@ -234,6 +234,16 @@ NodeId ir_b_transpose(IrBuilder *b, NodeId x, int a0, int a1);
 NodeId ir_b_slice(IrBuilder *b, NodeId x, int axis, int64_t start, int64_t end, int64_t step);
 NodeId ir_b_concat(IrBuilder *b, const NodeId *xs, int n, int axis);
 NodeId ir_b_pad(IrBuilder *b, NodeId x, const int64_t *lo, const int64_t *hi, double value);
+/* Indices checked against [0, limit) when the step runs (check_index, named `what`, e.g.
+ * "Embedding 'emb'", for the error message), or idx itself when its values are in range by
+ * construction (ir_index_in_range). */
+NodeId ir_b_check_index(IrBuilder *b, NodeId idx, int64_t limit, const char *what);
+/* Can idx hold only values in [0, limit)? True for an arange of at most limit values, u8
+ * values with limit >= 256, a check_index against limit or less, and moves and widening
+ * casts of those. */
+bool ir_index_in_range(const Graph *g, NodeId idx, int64_t limit);
+/* gather and scatter_add take indices that ir_index_in_range proves valid (usually through
+ * ir_b_check_index), so that no index built from user input is used unchecked. */
 NodeId ir_b_gather(IrBuilder *b, NodeId table, NodeId idx);
 NodeId ir_b_scatter_add(IrBuilder *b, NodeId idx, NodeId src, Dim rows);
 /* Matmul with broadcasting of batch dims; a 1-D operand is treated as PyTorch does. */

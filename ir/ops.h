@@ -41,6 +41,11 @@
  *   slice            attrs [axis, start, end, step]; end = IR_SLICE_END means "to the end"
  *   concat           variadic; attrs [axis]
  *   pad              attrs [lo_0..lo_{r-1}, hi_0..hi_{r-1}], fill value fattr[0]
+ *   check_index      out = x (an integer tensor) when every element is in [0, limit), attrs
+ *                    [limit]; otherwise the step stops with an error naming the node's
+ *                    name (what is indexed, e.g. "Embedding 'emb'") and location. Every
+ *                    gather index and one-hot class goes through one, so a computed index
+ *                    can never read or write out of bounds (simplify drops the provable ones)
  *   gather           table[N, R...], idx int[I...] -> out[I..., R...] = table[idx[I...], R...]
  *   scatter_add      idx int[I...], src[I..., R...] -> out[N, R...], zero then
  *                    out[idx[I...], R...] += src[I..., R...]  (the adjoint of gather)
@@ -78,6 +83,7 @@ typedef enum {
     ATTRS_PAD,     /* [lo.., hi..], fattr[0] = value */
     ATTRS_WINDOW,  /* [KH, KW, SH, SW, DH, DW] */
     ATTRS_STREAM,  /* [stream] */
+    ATTRS_LIMIT,   /* [limit] */
 } OpAttrs;
 
 #define KILN_OPS(OP)                                                            \
@@ -123,6 +129,7 @@ typedef enum {
     OP(SLICE, "slice", 1, OPF_SHAPE, ATTRS_SLICE)                               \
     OP(CONCAT, "concat", -1, OPF_SHAPE, ATTRS_AXIS)                             \
     OP(PAD, "pad", 1, OPF_SHAPE, ATTRS_PAD)                                     \
+    OP(CHECK_INDEX, "check_index", 1, 0, ATTRS_LIMIT)                           \
     OP(GATHER, "gather", 2, 0, ATTRS_NONE)                                      \
     OP(SCATTER_ADD, "scatter_add", 2, 0, ATTRS_NONE)                            \
     OP(MATMUL, "matmul", 2, OPF_FLOAT, ATTRS_NONE)                              \

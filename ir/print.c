@@ -108,7 +108,7 @@ static bool attrs_fit(OpAttrs layout, uint32_t nattrs)
 {
     switch (layout) {
     case ATTRS_NONE: case ATTRS_INPUT: case ATTRS_CONST: return nattrs == 0;
-    case ATTRS_AXIS: case ATTRS_AXES: case ATTRS_STREAM: return nattrs == 1;
+    case ATTRS_AXIS: case ATTRS_AXES: case ATTRS_STREAM: case ATTRS_LIMIT: return nattrs == 1;
     case ATTRS_PARAM: return nattrs == 2;
     case ATTRS_SLICE: return nattrs == 4;
     case ATTRS_WINDOW: return nattrs == 6;
@@ -156,6 +156,7 @@ static void put_attrs(StrBuf *b, const Graph *g, const Node *n, const int64_t *a
     case ATTRS_CONST: sb_putc(b, ' '); put_double(b, n->fattr[0]); break;
     case ATTRS_AXIS: sb_printf(b, " axis=%lld", (long long)a[0]); break;
     case ATTRS_STREAM: sb_printf(b, " stream=%lld", (long long)a[0]); break;
+    case ATTRS_LIMIT: sb_printf(b, " limit=%lld", (long long)a[0]); break;
     case ATTRS_AXES: {
         uint64_t mask = (uint64_t)a[0];
         sb_puts(b, " axes=[");

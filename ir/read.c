@@ -600,6 +600,10 @@ static bool node_attrs(Parser *P, Op op, double *fattr)
         if (!keyed_int(P, "stream=", &v)) return false;
         push_attr(P, v);
         return true;
+    case ATTRS_LIMIT:
+        if (!keyed_int(P, "limit=", &v)) return false;
+        push_attr(P, v);
+        return true;
     case ATTRS_AXES: {
         if (!expect(P, "axes=", "'axes=[...]'")) return false;
         skip_ws(P);

@@ -128,7 +128,7 @@ static int want_attrs(OpAttrs layout, int rank)
 {
     switch (layout) {
     case ATTRS_NONE: case ATTRS_INPUT: case ATTRS_CONST: return 0;
-    case ATTRS_AXIS: case ATTRS_AXES: case ATTRS_STREAM: return 1;
+    case ATTRS_AXIS: case ATTRS_AXES: case ATTRS_STREAM: case ATTRS_LIMIT: return 1;
     case ATTRS_PARAM: return 2;
     case ATTRS_SLICE: return 4;
     case ATTRS_WINDOW: return 6;
@@ -422,6 +422,15 @@ static void check_pad(V *v, NodeId id, const int64_t *a)
     expect_shape(v, id, &want);
 }
 
+static void check_index(V *v, NodeId id, const int64_t *a)
+{
+    const Node *x = operand(v, id, 0);
+    if (!ir_dtype_is_int((DType)x->dtype)) problem(v, id, "checks integer indices, got %s", dt(x->dtype));
+    expect_dtype(v, id, x->dtype);
+    expect_shape(v, id, &x->shape);
+    if (a[0] < 1 || a[0] > IR_MAX_DIM) problem(v, id, "limit is %lld, expected 1 to 2^32", (long long)a[0]);
+}
+
 static void check_gather(V *v, NodeId id)
 {
     const Node *table = operand(v, id, 0), *idx = operand(v, id, 1);
@@ -545,6 +554,7 @@ static void check_op(V *v, NodeId id, const int64_t *a)
     case OP_SLICE: check_slice(v, id, a); break;
     case OP_CONCAT: check_concat(v, id, a); break;
     case OP_PAD: check_pad(v, id, a); break;
+    case OP_CHECK_INDEX: check_index(v, id, a); break;
     case OP_GATHER: check_gather(v, id); break;
     case OP_SCATTER_ADD: check_scatter_add(v, id); break;
     case OP_MATMUL: check_matmul(v, id); break;

@@ -140,6 +140,7 @@ static void backprop(Ad *a, NodeId i)
     case OP_ABS: accumulate(a, x, bin(a, OP_MUL, g, un(a, OP_SIGN, x))); break;
     case OP_SIGN:
     case OP_DETACH:
+    case OP_CHECK_INDEX: /* integer indices */
         break;
     case OP_EXP: accumulate(a, x, bin(a, OP_MUL, g, i)); break;
     case OP_LOG: accumulate(a, x, bin(a, OP_DIV, g, x)); break;

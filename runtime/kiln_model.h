@@ -57,7 +57,21 @@ typedef struct {
     double metrics[16];   /* out, in the order of metric_names */
     void *outputs[8];     /* out: forward outputs copied here when not NULL */
     struct kiln_profile *profile; /* NULL, or where each kernel's time is added up */
+    /* out: NULL, or the index check that failed (the step stopped right after it: its
+     * outputs are not valid) and the value found */
+    const struct kiln_index_check *index_error;
+    int64_t index_value;
 } kiln_step_io;
+
+/* An index computed in the model (an embedding's rows, one_hot's or cross-entropy's
+ * classes) must lie in [0, limit): the step checks every one and stops at the first that
+ * does not. `what` names the layer ("Embedding 'emb'"), line and col its place in the
+ * model file. */
+typedef struct kiln_index_check {
+    const char *what;
+    unsigned line, col;
+    int64_t limit;
+} kiln_index_check;
 
 /* Per-kernel wall time of the steps run with io->profile set (the program's --profile).
  * The step calls KILN_MARK(io, k) after kernel k: the time since the previous mark (or

@@ -45,6 +45,18 @@ static int die(const char *fmt, ...)
     return 1;
 }
 
+/* A computed index out of range stopped the step at its check (kiln_model.h): the error
+ * names the model line, the layer, the value and the step (1-based; `when` says whether it
+ * was the training step or an evaluation after that many steps). */
+static int index_failed(const kiln_step_io *io, const char *when, int64_t step)
+{
+    const kiln_index_check *c = io->index_error;
+    if (!c) return 0;
+    fprintf(stderr, "%s:%u:%u: error: %s: index %lld out of range [0, %lld) (%s %lld)\n", M->source, c->line, c->col, c->what,
+            (long long)io->index_value, (long long)c->limit, when, (long long)step);
+    return 1;
+}
+
 /* ---- the recipe, overridden by flags ---- */
 
 #define MAX_OVERRIDES 64
@@ -377,7 +389,7 @@ static int load_checkpoint(const char *dir, float *params, unsigned char *buffer
 /* Continues `prompt` by n tokens: the eval step on the last (at most T) tokens, the
  * logits of the last position divided by the temperature, the top k kept, one draw from
  * the counter-based generator keyed by (seed, step). Byte-level models print text. */
-static void sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t batch, uint64_t seed, int64_t step)
+static int sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t batch, uint64_t seed, int64_t step)
 {
     const kiln_input *in = &M->inputs[0];
     int64_t Tmax = in->dims[1], V = 0;
@@ -386,7 +398,7 @@ static void sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t ba
     double temperature = recipe_num("sample.temperature", 0.8);
     int64_t top_k = (int64_t)recipe_num("sample.top_k", 40);
     int bs = batch_symbol(), ts = in->sym[1];
-    if (n <= 0 || ts < 0 || M->noutputs < 1 || M->output_dtypes[0] != KRT_F32) return;
+    if (n <= 0 || ts < 0 || M->noutputs < 1 || M->output_dtypes[0] != KRT_F32) return 0;
     V = in->max_value > 0 ? in->max_value : 256;
     int64_t len = (int64_t)strlen(prompt), cap = len + n;
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)(cap + 1));
@@ -394,8 +406,9 @@ static void sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t ba
     if (!tokens || !row) {
         free(tokens);
         free(row);
-        return;
+        return die("out of memory");
     }
+    int failed = 0;
     for (int64_t i = 0; i < len; i++) tokens[i] = (unsigned char)prompt[i];
     void *saved_out = io->outputs[0];
     io->outputs[0] = logits;
@@ -408,6 +421,10 @@ static void sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t ba
         if (bs >= 0) io->syms[bs] = 1;
         io->syms[ts] = ctx;
         M->eval_step(io);
+        if (index_failed(io, "sampling after step", step)) {
+            failed = 1;
+            break;
+        }
         const float *last = logits + (ctx - 1) * V;
         float mx = -INFINITY;
         for (int64_t v = 0; v < V; v++) {
@@ -447,12 +464,13 @@ static void sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t ba
     io->syms[ts] = Tmax;
     free(tokens);
     free(row);
+    return failed;
 }
 
 /* ---- evaluation ---- */
 
 static int evaluate(krt_dataset *ds, kiln_step_io *io, void **bufs, const krt_dtype *dtypes, int64_t batch, int64_t max_batches,
-                    double *loss, double *metrics)
+                    int64_t step, double *loss, double *metrics)
 {
     krt_error err;
     krt_cursor cur = {0, 0, 0};
@@ -464,6 +482,7 @@ static int evaluate(krt_dataset *ds, kiln_step_io *io, void **bufs, const krt_dt
         if (got <= 0) break;
         if (bs >= 0) io->syms[bs] = got;
         M->eval_step(io);
+        if (index_failed(io, "evaluation after step", step)) return 1;
         sum_loss += io->loss * (double)got;
         for (int k = 0; k < M->nmetrics; k++) sum_m[k] += io->metrics[k] * (double)got;
         total += (double)got;
@@ -668,6 +687,7 @@ static int bench(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *
         for (int64_t micro = 0; micro < accumulate; micro++) {
             io->step = (uint64_t)(s * accumulate + micro);
             M->train_step(io);
+            if (index_failed(io, "benchmark step", s + 1)) rc = 1;
             loss += io->loss;
             if (accumulate > 1)
                 for (int64_t e = 0; e < np; e++) acc[e] += io->grads[e] / (float)accumulate;
@@ -677,7 +697,7 @@ static int bench(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *
         krt_optim_step(oc, st, krt_schedule_lr(sc, oc->lr, s), io->params, g, spans, nspans);
         if (acc) memset(acc, 0, sizeof(float) * (size_t)np);
         if (s >= warm) times[s - warm] = 1e3 * (kiln_now() - t0);
-        if (!isfinite(loss)) rc = die("the loss is %g at benchmark step %lld", loss, (long long)s + 1);
+        if (!rc && !isfinite(loss)) rc = die("the loss is %g at benchmark step %lld", loss, (long long)s + 1);
     }
     if (!rc) {
         double flops = M->train_gemm_flops ? M->train_gemm_flops(io->syms) * (double)accumulate : 0;
@@ -899,6 +919,10 @@ int main(int argc, char **argv)
             }
             io.step = (uint64_t)(step * accumulate + micro);
             M->train_step(&io);
+            if (index_failed(&io, "step", step + 1)) {
+                rc = 1;
+                goto out;
+            }
             if (!isfinite(io.loss)) {
                 rc = die("the loss is %g at step %lld: training diverged (lower the learning rate, or clip gradients)", io.loss,
                          (long long)step + 1);
@@ -933,7 +957,7 @@ int main(int argc, char **argv)
         bool epoch_end = cur.position == 0 && step > 0;
         if (data.eval && ((ev_every > 0 && step % ev_every == 0) || (ev_every <= 0 && epoch_end) || step == total_steps)) {
             double el = 0, em[16];
-            if (evaluate(data.eval, &io, bufs, dtypes, batch, ev_batches, &el, em)) {
+            if (evaluate(data.eval, &io, bufs, dtypes, batch, ev_batches, step, &el, em)) {
                 rc = 1;
                 goto out;
             }
@@ -942,7 +966,10 @@ int main(int argc, char **argv)
             for (int k = 0; k < M->nmetrics; k++) printf("  %s %.4f", M->metric_names[k], em[k]);
             putchar('\n');
             fflush(stdout);
-            if (sample_logits) sample_text(&io, bufs, sample_logits, batch, seed, step);
+            if (sample_logits && sample_text(&io, bufs, sample_logits, batch, seed, step)) {
+                rc = 1;
+                goto out;
+            }
             if (log) {
                 fprintf(log, "{\"step\": %lld, \"eval_loss\": %.6g", (long long)step, el);
                 for (int k = 0; k < M->nmetrics; k++) fprintf(log, ", \"eval_%s\": %.6g", M->metric_names[k], em[k]);

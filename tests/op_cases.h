@@ -134,6 +134,8 @@ static const ModuleCase module_cases[] = {
     {"BatchNorm2d", "m = BatchNorm2d(3)", "x: f32[2, 3, 2, 2]", "y = m(x)"},
     {"LayerNorm", "m = LayerNorm(5)", "x: f32[2, 3, 5]", "y = m(x)"},
     {"Embedding", "m = Embedding(7, 4)", "i: i32[2, 3], x: f32[4]", "y = m(i) * x"},
+    /* indices computed in the model: checked in the step (check_index) */
+    {"Embedding_computed", "m = Embedding(7, 4)", "i: i32[2, 3], x: f32[4]", "y = m(i32(clamp(f32(i) * 2 - 3, 0, 6))) * x"},
     {"Dropout", "m = Dropout(0.3)", "x: f32[4, 5]", "y = m(x)"},
     {"MLP", "m = MLP(4, 8)", "x: f32[2, 3, 4]", "y = m(x)"},
     {"CausalSelfAttention", "m = CausalSelfAttention(8, 2)", "x: f32[2, T, 8]", "y = m(x)"},

@@ -131,7 +131,9 @@ static Graph *everything(void)
     NodeId pd = nd(g, OP_PAD, DT_F32, SH(SY(B), D(11)), IN(h), AT(0, 1, 0, 2));
     g->nodes[pd].fattr[0] = -1.5;
     NodeId tok = input(g, "tokens", DT_I32, SH(SY(B), SY(T)));
-    NodeId emb = nd(g, OP_GATHER, DT_F32, SH(SY(B), SY(T), D(8)), IN(w, tok), NO_AT);
+    NodeId ck = nd(g, OP_CHECK_INDEX, DT_I32, SH(SY(B), SY(T)), IN(tok), AT(16));
+    ir_set_name(g, ck, "Embedding 'wte'");
+    NodeId emb = nd(g, OP_GATHER, DT_F32, SH(SY(B), SY(T), D(8)), IN(w, ck), NO_AT);
     Dim bt;
     ir_dim_mul(SY(B), SY(T), &bt);
     Dim qbt;
@@ -898,6 +900,24 @@ Test(verify, gather_rules)
     i = input(g, "i", DT_I64, SH(D(3), D(2)));
     nd(g, OP_GATHER, DT_F32, SH(D(3), D(4)), IN(t, i), NO_AT);
     expect_problem(g, "node %2 (gather): shape is [3, 4], expected [3, 2, 4]");
+}
+
+Test(verify, check_index_rules)
+{
+    Graph *g = ir_graph_new("t");
+    NodeId i = input(g, "i", DT_I32, SH(D(3), D(2)));
+    nd(g, OP_CHECK_INDEX, DT_I32, SH(D(3), D(2)), IN(i), AT(10));
+    assert_valid(g);
+    nd(g, OP_CHECK_INDEX, DT_I32, SH(D(3), D(2)), IN(i), AT(0));
+    expect_problem(g, "node %2 (check_index): limit is 0, expected 1 to 2^32");
+    g = ir_graph_new("t");
+    i = input(g, "i", DT_F32, SH(D(3)));
+    nd(g, OP_CHECK_INDEX, DT_F32, SH(D(3)), IN(i), AT(10));
+    expect_problem(g, "node %1 (check_index): checks integer indices, got f32");
+    g = ir_graph_new("t");
+    i = input(g, "i", DT_I64, SH(D(3)));
+    nd(g, OP_CHECK_INDEX, DT_I64, SH(D(4)), IN(i), AT(10));
+    expect_problem(g, "node %1 (check_index): shape is [4], expected [3]");
 }
 
 Test(verify, scatter_add_rules)
