@@ -52,6 +52,8 @@ typedef struct {
      * recomputed members and the unstored values they need), in node order. */
     NodeId *remat;
     int nremat, capremat;
+    NodeId *work; /* need()'s work list */
+    int capwork;
 } Loop;
 
 #define MEMBER(L, i) ((L)->f->members[(L)->K->first + (i)])
@@ -204,16 +206,26 @@ static void member_value(Loop *L, NodeId id, bool row, const char *indent)
     sb_puts(o, ";\n");
 }
 
-/* Marks the full members needed to compute full member id. */
+/* Marks the full members needed to compute full member id. A work list, not recursion:
+ * a chain of 200,000 elementwise ops in one kernel is as deep. */
 static void need(Loop *L, NodeId id)
 {
     if (L->needed[id]) return;
     L->needed[id] = 1;
-    const Node *n = &L->g->nodes[id];
-    if (n->op == OP_MATMUL || written_before(L, id)) return;
-    for (uint32_t j = 0; j < n->ninputs; j++) {
-        NodeId r = fusion_root(L->g, L->f, ir_input(L->g, id, (int)j));
-        if ((in_kernel(L, r) && L->f->cls[r] == CLASS_FULL) || recomputed_here(L, r)) need(L, r);
+    int n = 0;
+    GROW(L->work, L->capwork, n + 1);
+    L->work[n++] = id;
+    while (n) {
+        NodeId v = L->work[--n];
+        const Node *nd = &L->g->nodes[v];
+        if (nd->op == OP_MATMUL || written_before(L, v)) continue;
+        for (uint32_t j = 0; j < nd->ninputs; j++) {
+            NodeId r = fusion_root(L->g, L->f, ir_input(L->g, v, (int)j));
+            if (L->needed[r] || !((in_kernel(L, r) && L->f->cls[r] == CLASS_FULL) || recomputed_here(L, r))) continue;
+            L->needed[r] = 1;
+            GROW(L->work, L->capwork, n + 1);
+            L->work[n++] = r;
+        }
     }
 }
 
@@ -550,6 +562,7 @@ static void teardown(Loop *L)
 {
     free(L->avail);
     free(L->needed);
+    free(L->work);
     free(L->reads);
     free(L->stores);
     free(L->remat);

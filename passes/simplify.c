@@ -50,9 +50,18 @@ static uint64_t node_hash(const Graph *g, NodeId id)
     }
     for (uint32_t i = 0; i < n->ninputs; i++) h = mix(h, (uint64_t)ir_input(g, id, (int)i));
     for (uint32_t i = 0; i < n->nattrs; i++) h = mix(h, (uint64_t)ir_attrs(g, id)[i]);
+    /* Inputs and parameters differ by name alone: without it every same-shape parameter
+     * (a stack of identical layers) would share one probe chain, and CSE be quadratic. */
+    if (n->op == OP_INPUT || n->op == OP_PARAM) h = mix(h, n->name);
     uint64_t f[2];
     memcpy(f, n->fattr, sizeof f);
-    return mix(mix(h, f[0]), f[1]);
+    h = mix(mix(h, f[0]), f[1]);
+    /* The multiply carries only upward, and the table takes the low bits: fold the high
+     * bits down (MurmurHash3's finaliser) so that values differing above them spread. */
+    h ^= h >> 33;
+    h *= UINT64_C(0xff51afd7ed558ccd);
+    h ^= h >> 33;
+    return h;
 }
 
 static bool same_node(const Graph *g, NodeId a, NodeId b)
