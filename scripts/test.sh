@@ -19,6 +19,8 @@ cmake --build build-asan -j"$jobs"
 # sanitizer report goes to a log file, and any log file fails the run.
 logs="$PWD/build-asan/sanitizer-logs"
 rm -rf "$logs" && mkdir -p "$logs"
+# tests/lsan.supp: leaks of the test framework itself (Criterion's runner), never Kiln's.
+LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0" \
 ASAN_OPTIONS="detect_leaks=1:log_path=$logs/asan" UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$logs/ubsan" \
   ctest --test-dir build-asan -j"$jobs" --output-on-failure
 if [ -n "$(ls -A "$logs")" ]; then
