@@ -94,8 +94,8 @@ static const char *usage_gradcheck =
     "random inputs) against central finite differences on a sample of its elements.\n"
     "An element passes when |analytic - numeric| <= atol + rtol * |numeric|. Elements whose\n"
     "step crosses a kink (relu at 0, a max-pooling tie, a flipping comparison) are replaced\n"
-    "by others. Prints one line per parameter: ok, FAIL, gradient identically zero, or\n"
-    "not checked, with notes; exits 1 when any FAILs.\n"
+    "by others; detached values are held fixed. Prints one line per parameter: ok, FAIL,\n"
+    "gradient identically zero, or not checked, with notes; exits 1 when any FAILs.\n"
     "\n"
     "options:\n"
     "  --seed N           seed of parameters, inputs and samples (default 0)\n"
@@ -402,6 +402,9 @@ static int cmd_gradcheck(const Options *o, Model *m)
         else if (r->skipped)
             printf("  %-*s  note: %lld sampled element%s within a step of a kink (relu at 0, a max tie, a flipping "
                    "comparison): replaced by others\n", (int)w, "", (long long)r->skipped, r->skipped == 1 ? "" : "s");
+        if (r->detach_at)
+            printf("  %-*s  note: a path from it to the loss is cut by detach at %s: its gradient is partial (or zero) "
+                   "by design; finite differences hold the detached value fixed\n", (int)w, "", r->detach_at);
         zero += r->verdict == GRADCHECK_ZERO;
         unchecked += r->verdict == GRADCHECK_UNCHECKED;
         if (r->worst_ratio > worst) worst = r->worst_ratio;

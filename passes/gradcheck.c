@@ -37,7 +37,12 @@
  *     (a conv bias followed by batch norm) a failure.
  *   - A tensor whose analytic gradient is at noise level everywhere (below the atol of
  *     the largest step) and whose numeric gradients are at noise level too is reported as
- *     identically zero rather than as a pass: its true gradient is zero. */
+ *     identically zero rather than as a pass: its true gradient is zero.
+ *   - detach. The analytic gradient leaves out every path through a detach by design, so
+ *     the finite differences hold each detach's value fixed at the unperturbed one: they
+ *     measure the same partial derivative. A detach whose value the loss depends on (a
+ *     user's detach, unlike softmax's max shift, which cancels) is reported per tensor
+ *     whose gradient it cuts, with its source location. */
 #include "passes.h"
 
 #include <float.h>
@@ -74,7 +79,7 @@ static uint64_t side_of_zero(double v) { return (uint64_t)(v > 0) + 2 * (uint64_
  * which elements reduce_max selected, and every non-float value (comparisons, hence
  * where's condition, argmax, casts to integers). Two runs with equal patterns lie on the
  * same smooth piece of the loss, so a finite difference between them is valid. Nodes off
- * the path (a metric's argmax) cannot bend the loss and
+ * the path (a metric's argmax, the max feeding a frozen detach) cannot bend the loss and
  * are left out, so that they do not reject good samples. */
 static uint64_t decision_pattern(const Interp *ip, const bool *on_path)
 {
@@ -123,12 +128,14 @@ static uint64_t decision_pattern(const Interp *ip, const bool *on_path)
     return h;
 }
 
-/* The finite-difference side: the forward graph and its interpreter. */
+/* The finite-difference side: the forward graph with its detach nodes frozen. */
 typedef struct {
     Graph *g;
     Interp ip;
     NodeId loss;
-    bool *on_path;       /* nodes the loss depends on */
+    bool *on_path;       /* nodes the loss depends on (in the frozen graph) */
+    NodeId *detach_src;  /* for a frozen detach, its operand; else IR_NONE */
+    bool *detach_cuts;   /* frozen detach whose value the loss depends on */
     uint64_t base_pattern;
     double base_loss;
     double noise; /* atol * h: GC_NOISE * eps * max(|loss|, 1) */
@@ -178,11 +185,88 @@ static int fd_prepare(Fd *f, StrBuf *err)
     return 0;
 }
 
+/* Turns every detach of the (already run) forward graph into a leaf holding its current
+ * value, so that finite differences keep it fixed as autodiff does. The node keeps its
+ * dtype, shape and location; its name is cleared so that no lookup of an input by name
+ * can find it. */
+static void freeze_detaches(Fd *f)
+{
+    Graph *g = f->g;
+    f->detach_src = xmalloc(((size_t)g->nnodes + 1) * sizeof *f->detach_src);
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        f->detach_src[i] = IR_NONE;
+        Node *n = &g->nodes[i];
+        if (n->op != OP_DETACH) continue;
+        f->detach_src[i] = ir_input(g, i, 0);
+        /* The value is copied before the node changes: interp_set accepts only leaves. */
+        const ITensor *v = &f->ip.vals[i];
+        double *copy = xmalloc((size_t)(v->n ? v->n : 1) * sizeof *copy);
+        if (v->n) memcpy(copy, v->data, (size_t)v->n * sizeof *copy);
+        n->op = OP_INPUT;
+        n->ninputs = 0;
+        n->nattrs = 0;
+        n->name = 0;
+        interp_set(&f->ip, i, copy);
+        free(copy);
+    }
+}
+
+/* Decides, for each frozen detach the loss depends on, whether the loss changes when its
+ * value does: a difference in a random direction above the rounding noise. Softmax's and
+ * logsumexp's max shifts cancel exactly, so they cut nothing and are not reported. */
+static int find_cutting_detaches(Fd *f, uint64_t seed, StrBuf *err)
+{
+    const Graph *g = f->g;
+    f->detach_cuts = xcalloc((size_t)g->nnodes + 1, sizeof *f->detach_cuts);
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        /* An integer detach carries no gradient either way (and must stay an integer). */
+        if (f->detach_src[i] == IR_NONE || !f->on_path[i] || !ir_dtype_is_float((DType)g->nodes[i].dtype)) continue;
+        ITensor *t = &f->ip.vals[i];
+        double scale = 1;
+        for (int64_t e = 0; e < t->n; e++)
+            if (isfinite(t->data[e])) scale = fmax(scale, fabs(t->data[e]));
+        double delta = GC_H0 * scale, lp, lm;
+        double *orig = xmalloc((size_t)(t->n ? t->n : 1) * sizeof *orig);
+        if (t->n) memcpy(orig, t->data, (size_t)t->n * sizeof *orig);
+        int rc = 0;
+        for (int side = 0; side < 2 && !rc; side++) {
+            for (int64_t e = 0; e < t->n; e++)
+                t->data[e] = orig[e] + (side ? -delta : delta) * kiln_rng_normal(seed, 11, (uint64_t)i, (uint64_t)e);
+            rc = run_loss(f, side ? &lm : &lp, NULL, err);
+        }
+        if (t->n) memcpy(t->data, orig, (size_t)t->n * sizeof *orig);
+        free(orig);
+        if (rc) return -1;
+        f->detach_cuts[i] = fabs(lp - lm) / (2 * delta) > f->noise / delta;
+    }
+    return 0;
+}
+
+/* The first detach (in node order) that the loss depends on and that `leaf` reaches, in
+ * the graph as it was before freezing; IR_NONE when no path from leaf is cut. */
+static NodeId cutting_detach(const Fd *f, NodeId leaf)
+{
+    const Graph *g = f->g;
+    bool *reach = xcalloc((size_t)g->nnodes + 1, sizeof *reach);
+    NodeId found = IR_NONE;
+    reach[leaf] = true;
+    for (NodeId i = leaf + 1; i < g->nnodes && found == IR_NONE; i++) {
+        if (f->detach_src[i] != IR_NONE) reach[i] = reach[f->detach_src[i]];
+        else
+            for (uint32_t k = 0; k < g->nodes[i].ninputs && !reach[i]; k++) reach[i] = reach[ir_input(g, i, (int)k)];
+        if (reach[i] && f->detach_cuts[i]) found = i;
+    }
+    free(reach);
+    return found;
+}
+
 static void fd_free(Fd *f)
 {
     interp_free(&f->ip);
     ir_graph_free(f->g);
     free(f->on_path);
+    free(f->detach_src);
+    free(f->detach_cuts);
 }
 
 /* The order elements are tried in: element 0 and the last first (boundary bugs), then
@@ -317,14 +401,19 @@ int gradcheck_run(const Graph *forward, const GradcheckOptions *opt, GradcheckRe
     }
     interp_init_params(&ip, opt->seed);
     interp_init_params(&f.ip, opt->seed);
+    /* The leaves are found before freezing, while only real inputs are inputs. */
     NodeId *leaves = xmalloc(((size_t)g->noutputs + 1) * sizeof *leaves);
     for (int32_t k = 0; k < g->noutputs; k++) {
         const char *name = ir_str(g, g->outputs[k].name);
         leaves[k] = ir_find_named(f.g, OP_PARAM, name);
         if (leaves[k] == IR_NONE) leaves[k] = ir_find_named(f.g, OP_INPUT, name);
     }
+    /* The unperturbed forward run gives the values at which detaches are frozen. */
+    double unused;
     if (f.loss == IR_NONE) sb_printf(err, "gradcheck: the model has no loss");
-    if (f.loss == IR_NONE || interp_run(&ip) != 0 || fd_prepare(&f, err)) {
+    bool ok = f.loss != IR_NONE && interp_run(&ip) == 0 && run_loss(&f, &unused, NULL, err) == 0;
+    if (ok) freeze_detaches(&f);
+    if (!ok || fd_prepare(&f, err) || find_cutting_detaches(&f, opt->seed, err)) {
         if (!err->len) sb_printf(err, "%s", ip.err.data ? ip.err.data : "interpreter failed");
         interp_free(&ip);
         fd_free(&f);
@@ -348,6 +437,16 @@ int gradcheck_run(const Graph *forward, const GradcheckOptions *opt, GradcheckRe
         }
         r->numel = gt->n;
         for (int64_t e = 0; e < gt->n; e++) r->max_abs_grad = fmax(r->max_abs_grad, fabs(gt->data[e]));
+        NodeId cut = cutting_detach(&f, leaf);
+        if (cut != IR_NONE) {
+            const Node *d = &f.g->nodes[cut];
+            StrBuf b;
+            sb_init(&b);
+            sb_printf(&b, "%s:%u:%u", d->loc.file < f.g->nfiles ? f.g->files[d->loc.file] : "?", (unsigned)d->loc.line,
+                      (unsigned)d->loc.col);
+            r->detach_at = xstrdup(b.data);
+            sb_free(&b);
+        }
         check_tensor(&f, opt, k, leaf, gt->data, gt->n, r, err, &error);
         if (r->verdict == GRADCHECK_FAIL) failures++;
     }
@@ -368,6 +467,7 @@ void gradcheck_free(GradcheckResult *results, int n)
 {
     for (int i = 0; i < n; i++) {
         free(results[i].name);
+        free(results[i].detach_at);
     }
     free(results);
 }

@@ -39,8 +39,8 @@ bool pipeline_has_pass(const char *name);
  * sample of elements of every tensor. An element passes when
  *     |analytic - numeric| <= atol + rtol * |numeric|
  * (torch.autograd.gradcheck's criterion); differences whose window crosses a kink (relu
- * at 0, a max-pooling tie, a comparison that flips) are never used. The file's header
- * documents each choice. */
+ * at 0, a max-pooling tie, a comparison that flips) are never used; detached values are
+ * held fixed, as autodiff holds them. The file's header documents each choice. */
 typedef struct {
     uint64_t seed;
     double tolerance;    /* rtol: the relative part of the allowed error */
@@ -72,6 +72,8 @@ typedef struct {
     double max_abs_error;  /* largest |analytic - numeric| */
     double max_rel_error;  /* largest |analytic - numeric| / |numeric| where |numeric| > atol */
     double worst_ratio;    /* largest |analytic - numeric| / (atol + rtol |numeric|): > 1 fails */
+    char *detach_at;       /* "file:line:col" of a detach that cuts a path from this tensor
+                              to the loss (its gradient is partial by design), or NULL */
 } GradcheckResult;
 
 /* Runs the check on a forward graph (differentiated here unless opt->training is given).

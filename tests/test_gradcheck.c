@@ -1,7 +1,7 @@
 /* test_gradcheck.c — kiln gradcheck's verdicts (passes/gradcheck.c): a gradient that is
  * exactly zero is reported as such, not failed; samples near kinks never decide the
- * verdict (strided, padded max pooling after ReLUs passes at every seed); and a
- * genuinely wrong gradient, made by corrupting a
+ * verdict (strided, padded max pooling after ReLUs passes at every seed); detach is
+ * reported and held fixed; and a genuinely wrong gradient, made by corrupting a
  * vector-Jacobian rule in the training graph, still FAILS at every seed. The models are
  * in tests/gradcheck/. */
 #include <criterion/criterion.h>
@@ -239,5 +239,33 @@ Test(gradcheck, tensor_entirely_at_kinks_is_not_checked)
     int rc = run_cli("tests/gradcheck/all_kinks.kiln", &out);
     cr_expect_eq(rc, 0, "%s", out.data);
     cr_expect(strstr(out.data, "not checked") && strstr(out.data, "every element was tried"), "%s", out.data);
+    sb_free(&out);
+}
+
+/* ---- detach ---- */
+
+Test(gradcheck, detach_is_reported_and_held_fixed)
+{
+    Run r;
+    run(&r, "tests/gradcheck/detach.kiln", 0, 2, 8, NULL);
+    cr_expect_eq(r.fails, 0, "%d tensors fail", r.fails);
+    EXPECT_VERDICT(&r, "b.weight", GRADCHECK_PASS, 0);
+    EXPECT_VERDICT(&r, "c.weight", GRADCHECK_ZERO, 0);
+    const char *at[][2] = {{"b.weight", ":11:16"}, {"b.bias", ":11:16"}, {"c.weight", ":11:38"}, {"c.bias", ":11:38"}};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        const GradcheckResult *x = result(&r, at[i][0]);
+        cr_expect(x->detach_at && strstr(x->detach_at, at[i][1]), "%s: detach at %s, expected %s", at[i][0],
+                  x->detach_at ? x->detach_at : "(none)", at[i][1]);
+    }
+    /* cross_entropy's detached max shift cancels: it cuts nothing. */
+    cr_expect_null(result(&r, "a.weight")->detach_at, "a.weight: %s", result(&r, "a.weight")->detach_at);
+    cr_expect_null(result(&r, "a.bias")->detach_at);
+    run_free(&r);
+
+    StrBuf out;
+    sb_init(&out);
+    int rc = run_cli("tests/gradcheck/detach.kiln", &out);
+    cr_expect_eq(rc, 0, "%s", out.data);
+    cr_expect(strstr(out.data, "cut by detach at ") && strstr(out.data, "detach.kiln:11:16"), "%s", out.data);
     sb_free(&out);
 }
