@@ -87,17 +87,21 @@ static const char *usage_train =
     "to the program (e.g. --steps 100, --resume DIR; see kiln train FILE --help).\n";
 
 static const char *usage_gradcheck =
-    "usage: kiln gradcheck FILE [--seed N] [--tolerance T] [--samples N] [--size N] [--inputs]\n"
+    "usage: kiln gradcheck FILE [--seed N] [--tolerance T] [--atol A] [--samples N] [--size N] [--inputs]\n"
     "\n"
     "Differentiates FILE's loss, then compares every parameter gradient (run by the\n"
     "reference interpreter in double precision, parameters initialised as PyTorch does,\n"
     "random inputs) against central finite differences on a sample of its elements.\n"
-    "Prints one line per parameter with the largest relative error; exits 1 when any\n"
-    "exceeds the tolerance.\n"
+    "An element passes when |analytic - numeric| <= atol + rtol * |numeric|. Elements whose\n"
+    "step crosses a kink (relu at 0, a max-pooling tie, a flipping comparison) are replaced\n"
+    "by others; detached values are held fixed. Prints one line per parameter: ok, FAIL,\n"
+    "gradient identically zero, or not checked, with notes; exits 1 when any FAILs.\n"
     "\n"
     "options:\n"
     "  --seed N           seed of parameters, inputs and samples (default 0)\n"
-    "  --tolerance T      largest relative error allowed (default 1e-6)\n"
+    "  --tolerance T      rtol, the relative error allowed (default 1e-6)\n"
+    "  --atol A           absolute error allowed (default: the rounding noise of the\n"
+    "                     difference, 100 * eps * max(|loss|, 1) / step)\n"
     "  --samples N        elements checked per tensor (default 8)\n"
     "  --size N           value of every symbolic size such as B and T (default 2)\n"
     "  --inputs           also check the gradients of float inputs\n";
@@ -112,7 +116,7 @@ typedef struct {
     bool dot, stats, list_passes, inputs, report;
     GraphMode mode;
     uint64_t seed;
-    double tolerance;
+    double tolerance, atol;
     int samples;
     int64_t size;
 } Options;
@@ -173,11 +177,12 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
         if (ir && !strcmp(a, "--stats")) { o->stats = true; continue; }
         if (ir && !strcmp(a, "--passes")) { o->list_passes = true; continue; }
         if (gc && !strcmp(a, "--inputs")) { o->inputs = true; continue; }
-        if (gc && (!strcmp(a, "--seed") || !strcmp(a, "--tolerance") || !strcmp(a, "--samples") || !strcmp(a, "--size"))) {
+        if (gc && (!strcmp(a, "--seed") || !strcmp(a, "--tolerance") || !strcmp(a, "--atol") || !strcmp(a, "--samples") || !strcmp(a, "--size"))) {
             if (!has_value) return usage_error(cmd, "%s needs a value", a);
             const char *val = argv[++i];
             if (!strcmp(a, "--seed") && number_arg(val, 0, 9e15, &v) && v == floor(v)) o->seed = (uint64_t)v;
             else if (!strcmp(a, "--tolerance") && number_arg(val, 0, 1e300, &v)) o->tolerance = v;
+            else if (!strcmp(a, "--atol") && number_arg(val, 0, 1e300, &v)) o->atol = v;
             else if (!strcmp(a, "--samples") && number_arg(val, 1, 1e6, &v) && v == floor(v)) o->samples = (int)v;
             else if (!strcmp(a, "--size") && number_arg(val, 1, 1 << 20, &v) && v == floor(v)) o->size = (int64_t)v;
             else return usage_error(cmd, "invalid value '%s' for this option", val);
@@ -354,8 +359,8 @@ static void print_check(const Model *m, const char *file, StrBuf *out)
 
 static int cmd_gradcheck(const Options *o, Model *m)
 {
-    GradcheckOptions go = {.seed = o->seed, .tolerance = o->tolerance, .samples = o->samples, .sym_value = o->size,
-                           .wrt_inputs = o->inputs};
+    GradcheckOptions go = {.seed = o->seed, .tolerance = o->tolerance, .atol = o->atol, .samples = o->samples,
+                           .sym_value = o->size, .wrt_inputs = o->inputs};
     GradcheckResult *res;
     int nres;
     StrBuf err;
@@ -369,20 +374,45 @@ static int cmd_gradcheck(const Options *o, Model *m)
     size_t w = 9;
     for (int i = 0; i < nres; i++)
         if (strlen(res[i].name) > w) w = strlen(res[i].name);
-    printf("gradcheck %s: seed %llu, sizes %lld, double precision, tolerance %g\n", o->file,
-           (unsigned long long)o->seed, (long long)o->size, o->tolerance);
-    printf("  %-*s  %7s  %12s  %12s\n", (int)w, "parameter", "checked", "max |grad|", "max rel err");
+    printf("gradcheck %s: seed %llu, sizes %lld, double precision\n", o->file, (unsigned long long)o->seed,
+           (long long)o->size);
+    if (o->atol > 0) printf("pass: |analytic - numeric| <= atol + rtol * |numeric|, rtol %g, atol %g\n", o->tolerance, o->atol);
+    else
+        printf("pass: |analytic - numeric| <= atol + rtol * |numeric|, rtol %g, atol = rounding noise "
+               "100 * eps * max(|loss|, 1) / step\n", o->tolerance);
+    printf("  %-*s  %7s  %11s  %11s  %11s  %s\n", (int)w, "parameter", "checked", "max |grad|", "max abs err",
+           "max rel err", "verdict");
+    int zero = 0, unchecked = 0;
     double worst = 0;
     for (int i = 0; i < nres; i++) {
         const GradcheckResult *r = &res[i];
-        printf("  %-*s  %7lld  %12.3e  %12.3e%s", (int)w, r->name, (long long)r->checked, r->max_abs_grad, r->max_rel_error,
-               r->max_rel_error > o->tolerance ? "  FAIL" : "");
-        if (r->skipped) printf("  (%lld samples at kinks replaced)", (long long)r->skipped);
-        putchar('\n');
-        if (r->max_rel_error > worst) worst = r->max_rel_error;
+        static const char *verdicts[] = {"ok", "FAIL", "gradient identically zero", "not checked"};
+        printf("  %-*s  %7lld  %11.3e  %11.3e  ", (int)w, r->name, (long long)r->checked, r->max_abs_grad, r->max_abs_error);
+        if (r->max_rel_error > 0 || r->verdict == GRADCHECK_PASS || r->verdict == GRADCHECK_FAIL)
+            printf("%11.3e", r->max_rel_error);
+        else printf("%11s", "-");
+        printf("  %s\n", verdicts[r->verdict]);
+        if (r->exhausted)
+            printf("  %-*s  note: every element was tried; %lld could be checked, the steps of the other %lld all "
+                   "cross a kink (relu at 0, a max tie, a flipping comparison)\n",
+                   (int)w, "", (long long)r->checked, (long long)r->skipped);
+        else if (r->checked < (o->samples < r->numel ? o->samples : r->numel) && r->checked > 0)
+            printf("  %-*s  note: only %lld elements could be checked: the steps of %lld others tried cross a kink\n",
+                   (int)w, "", (long long)r->checked, (long long)r->skipped);
+        else if (r->skipped)
+            printf("  %-*s  note: %lld sampled element%s within a step of a kink (relu at 0, a max tie, a flipping "
+                   "comparison): replaced by others\n", (int)w, "", (long long)r->skipped, r->skipped == 1 ? "" : "s");
+        if (r->detach_at)
+            printf("  %-*s  note: a path from it to the loss is cut by detach at %s: its gradient is partial (or zero) "
+                   "by design; finite differences hold the detached value fixed\n", (int)w, "", r->detach_at);
+        zero += r->verdict == GRADCHECK_ZERO;
+        unchecked += r->verdict == GRADCHECK_UNCHECKED;
+        if (r->worst_ratio > worst) worst = r->worst_ratio;
     }
-    printf("%s: %d of %d tensors within tolerance; worst relative error %.3e\n", failures ? "FAIL" : "ok", nres - failures,
-           nres, worst);
+    printf("%s: %d of %d tensors pass", failures ? "FAIL" : "ok", nres - failures - unchecked, nres);
+    if (zero) printf(" (%d with gradient identically zero)", zero);
+    if (unchecked) printf("; %d not checked", unchecked);
+    printf("; worst error %.3g of the allowed\n", worst);
     gradcheck_free(res, nres);
     sb_free(&err);
     return failures ? 1 : 0;

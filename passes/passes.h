@@ -36,25 +36,48 @@ bool pipeline_has_pass(const char *name);
 
 /* gradcheck.c — every parameter gradient of the training graph (from autodiff, run by the
  * interpreter in double precision) against central finite differences of the loss on a
- * sample of elements of every tensor. */
+ * sample of elements of every tensor. An element passes when
+ *     |analytic - numeric| <= atol + rtol * |numeric|
+ * (torch.autograd.gradcheck's criterion); differences whose window crosses a kink (relu
+ * at 0, a max-pooling tie, a comparison that flips) are never used; detached values are
+ * held fixed, as autodiff holds them. The file's header documents each choice. */
 typedef struct {
     uint64_t seed;
-    double tolerance;    /* maximum relative error allowed */
+    double tolerance;    /* rtol: the relative part of the allowed error */
+    double atol;         /* absolute part; 0: the rounding noise of the difference,
+                            100 * eps * max(|loss|, 1) / h for the step h used */
     int samples;         /* elements checked per tensor */
     int64_t sym_value;   /* value for every symbolic size (clamped to its bound) */
     bool wrt_inputs;     /* also check gradients of float inputs */
+    const Graph *training; /* NULL: differentiate the forward graph here (autodiff, then
+                              simplify); else the training graph whose gradient outputs
+                              are checked (tests use it to prove a wrong gradient fails) */
 } GradcheckOptions;
+
+typedef enum {
+    GRADCHECK_PASS,
+    GRADCHECK_FAIL,
+    GRADCHECK_ZERO,      /* analytic and numeric gradients at noise level: identically zero */
+    GRADCHECK_UNCHECKED, /* every element tried crosses a kink: nothing could be compared */
+} GradcheckVerdict;
 
 typedef struct {
     char *name;
+    GradcheckVerdict verdict;
+    int64_t numel;         /* elements of the tensor */
     int64_t checked;
-    int64_t skipped; /* samples at non-differentiable points, replaced by others */
-    double max_rel_error;
-    double max_abs_grad;
+    int64_t skipped;       /* elements whose window crossed a kink, replaced by others */
+    bool exhausted;        /* every element was tried and fewer than `samples` could be checked */
+    double max_abs_grad;   /* largest |analytic| over the whole tensor */
+    double max_abs_error;  /* largest |analytic - numeric| */
+    double max_rel_error;  /* largest |analytic - numeric| / |numeric| where |numeric| > atol */
+    double worst_ratio;    /* largest |analytic - numeric| / (atol + rtol |numeric|): > 1 fails */
+    char *detach_at;       /* "file:line:col" of a detach that cuts a path from this tensor
+                              to the loss (its gradient is partial by design), or NULL */
 } GradcheckResult;
 
-/* Runs the check on a forward graph (it is differentiated here). Returns the number of
- * tensors whose error exceeds the tolerance, or -1 with a message in *err. */
+/* Runs the check on a forward graph (differentiated here unless opt->training is given).
+ * Returns the number of tensors that FAIL, or -1 with a message in *err. */
 int gradcheck_run(const Graph *forward, const GradcheckOptions *opt, GradcheckResult **results, int *nresults,
                   StrBuf *err);
 void gradcheck_free(GradcheckResult *results, int n);
