@@ -203,4 +203,33 @@ const krt_st_tensor *krt_safetensors_find(const krt_safetensors *st, const char 
 const char *krt_safetensors_meta(const krt_safetensors *st, const char *key); /* or NULL */
 void krt_safetensors_free(krt_safetensors *st);
 
+/* ---- checkpoint directories (ckpt_dir.c) ----
+ * DIR holds one directory per checkpoint, DIR/step-NNNNNNNN (the step, 8 digits or more),
+ * with model.safetensors and train_state.safetensors, and a pointer file DIR/latest whose
+ * one line names the newest. A checkpoint is all-or-nothing: its files are written into
+ * a temporary directory (krt_ckpt_begin), which krt_ckpt_publish renames into place after
+ * syncing, then it replaces the pointer atomically; krt_ckpt_prune deletes old ones only
+ * after that. Usage: prepare once at start; per checkpoint begin, write both files into
+ * the temporary directory, publish (or discard on failure), prune. */
+
+/* Creates DIR (not its parents) when missing and checks that files can be written in it. */
+krt_status krt_ckpt_prepare(const char *dir, krt_error *err);
+/* A new empty temporary directory for the checkpoint of `step`, its path in tmp. */
+krt_status krt_ckpt_begin(const char *dir, int64_t step, char *tmp, size_t cap, krt_error *err);
+/* Moves the complete temporary directory to DIR/step-NNNNNNNN (replacing one of the same
+ * step), syncs DIR, then points DIR/latest at it. */
+krt_status krt_ckpt_publish(const char *dir, const char *tmp, int64_t step, krt_error *err);
+/* Removes a temporary directory of krt_ckpt_begin that will not be published. */
+void krt_ckpt_discard(const char *tmp);
+/* Keeps checkpoint `step` and the keep - 1 highest steps below it; deletes every other
+ * step directory (those above `step` are an earlier run's), the files of the old layout
+ * directly in DIR, and leftovers of processes that are gone. An error names the first
+ * path that could not be removed; the checkpoints kept are intact either way. */
+krt_status krt_ckpt_prune(const char *dir, int64_t step, int keep, krt_error *err);
+/* The directory of the newest checkpoint in DIR, for resuming: the one `latest` names;
+ * without a pointer (or when it names a directory that is gone: *stale_pointer) the
+ * highest complete step directory; else DIR itself when it holds the files directly (the
+ * layout of older Kiln versions). *step is the step in the directory's name, -1 for DIR. */
+krt_status krt_ckpt_find(const char *dir, char *found, size_t cap, int64_t *step, bool *stale_pointer, krt_error *err);
+
 #endif
