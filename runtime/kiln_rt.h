@@ -54,6 +54,10 @@ int64_t krt_array_count(const krt_array *a);
 krt_status krt_idx_load(const char *path, krt_array *out, krt_error *err);
 /* NumPy .npy (format 1.0/2.0/3.0, C order, little-endian): |b1 |u1 <i4 <i8 <f4 <f8. */
 krt_status krt_npy_load(const char *path, krt_array *out, krt_error *err);
+/* Any of the formats above, chosen by the file's first bytes, not its name: IDX (00 00
+ * type rank), gzip-compressed IDX (1f 8b), .npy (\x93NUMPY), token file (KILNTOK1). A
+ * file of none of them is KRT_EFORMAT naming the file and the formats tried. */
+krt_status krt_array_load(const char *path, krt_array *out, krt_error *err);
 /* The bytes of every file matching the glob `pattern`, minus those whose base name
  * matches the glob `exclude` (NULL or "" for none), sorted by name, concatenated: a u8
  * array of one dimension. An empty result is an error. */
