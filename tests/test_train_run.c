@@ -149,8 +149,7 @@ static bool exists(const char *rel) { return access(at(rel), F_OK) == 0; }
 /* Names in a directory of the test, sorted, joined by '|'. */
 static const char *listing(const char *rel)
 {
-    static StrBuf out;
-    sb_init(&out);
+    static StrBuf out; /* the previous listing's buffer is reused */
     char cmd[512];
     snprintf(cmd, sizeof cmd, "ls -A %s | tr '\\n' '|'", rel);
     cr_assert_eq(run(cmd, &out), 0, "%s", out.data);
