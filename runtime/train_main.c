@@ -1161,6 +1161,12 @@ int main(int argc, char **argv)
         rc = 1;
         goto out;
     }
+    if (resume && !eval_only && !bench_steps && cur.position > ntrain) {
+        rc = die("--resume %s: the checkpoint stands at sample %lld of an epoch, but the training data has %lld samples (it was made with "
+                 "other data or another --limit)",
+                 resume, (long long)cur.position, (long long)ntrain);
+        goto out;
+    }
     kiln_step_io io;
     memset(&io, 0, sizeof io);
     io.params = params;

@@ -204,6 +204,14 @@ Test(run, keeps_the_newest_k_checkpoints_each_of_one_step)
     /* --checkpoint-keep overrides the recipe's keep. */
     cr_assert_eq(run("./tiny --checkpoint-dir one --checkpoint-keep 1 --steps 12", &out), 0, "%s", out.data);
     cr_expect_str_eq(listing("one"), "latest|step-00000012|");
+    /* keep = 0 is refused by kiln check. */
+    const char *keep0 = "model k\nfc = Linear(4, 3)\nforward(x: u8[B, 4]) -> y {\n    y = fc(f32(x))\n}\nloss(y) = sum(y)\n"
+                        "train {\n    checkpoint = every(keep = 0)\n}\n";
+    put("keep0.kiln", keep0, strlen(keep0));
+    char args[512];
+    snprintf(args, sizeof args, "check %s", at("keep0.kiln"));
+    cr_expect_eq(support_run_kiln(args, &out), 1, "%s", out.data);
+    cr_expect(strstr(out.data, "every(keep): 0 is out of range [1, 1000]"), "%s", out.data);
     sb_free(&out);
 }
 
@@ -255,6 +263,9 @@ Test(run, a_model_and_a_state_of_different_steps_are_refused)
     /* A step directory whose files are of another step. */
     cr_assert_eq(run("mv checkpoints/step-00000040 checkpoints/step-00000041 && echo step-00000041 > checkpoints/latest", &out), 0);
     expect_error("./tiny --resume checkpoints --steps 60", "checkpoints/step-00000041: the checkpoint's files are of step 40");
+    /* A training position beyond the data it resumes on (sample 28 of the first epoch). */
+    cr_assert_eq(run("./tiny --steps 7 --checkpoint-dir p7", &out), 0, "%s", out.data);
+    expect_error("./tiny --resume p7 --steps 9 --limit 8", "--resume p7: the checkpoint stands at sample 28 of an epoch, but the training data has 8");
     /* A pointer that is not one. */
     cr_assert_eq(run("echo ../elsewhere > checkpoints/latest", &out), 0);
     expect_error("./tiny --resume checkpoints --steps 60", "checkpoints/latest: not a checkpoint pointer");
