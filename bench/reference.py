@@ -7,7 +7,7 @@ Fashion-MNIST files. Prints test accuracy and wall time per epoch.
     reference.py mlp|cnn [--epochs N] [--threads N]
     reference.py eval mlp|cnn CHECKPOINT_DIR     # a Kiln checkpoint in PyTorch
 """
-import argparse, gzip, json, struct, sys, time
+import argparse, gzip, json, os, struct, sys, time
 
 import numpy as np
 import torch
@@ -104,10 +104,21 @@ def read_safetensors(path):
     return out
 
 
+def latest_model(ckdir):
+    """The newest checkpoint's weights: the step directory ckdir/latest names (Kiln's
+    layout, docs/training.md), or ckdir/model.safetensors as older versions wrote it."""
+    pointer = os.path.join(ckdir, "latest")
+    if os.path.exists(pointer):
+        with open(pointer) as f:
+            return os.path.join(ckdir, f.read().strip(), "model.safetensors")
+    return os.path.join(ckdir, "model.safetensors")
+
+
 def evaluate_checkpoint(name, ckdir):
     model = (MLP if name == "mlp" else CNN)()
-    model.load_state_dict(read_safetensors(f"{ckdir}/model.safetensors"))  # strict: names and shapes must match
-    print(f"pytorch loading kiln's {ckdir}/model.safetensors: test accuracy {accuracy(model, *test_set()):.4f}")
+    path = latest_model(ckdir)
+    model.load_state_dict(read_safetensors(path))  # strict: names and shapes must match
+    print(f"pytorch loading kiln's {path}: test accuracy {accuracy(model, *test_set()):.4f}")
 
 
 if __name__ == "__main__":

@@ -432,6 +432,15 @@ static bool check_call(const Ast *a, AstId e, const KeySpec *ks, const Graph *g,
             ok = false;
         }
     }
+    /* every(steps = N) alone acts by steps only: its epochs default to 0, not 1, so that
+     * the completed recipe (kiln check) says what runs; steps and epochs act both when
+     * both are non-zero. */
+    const RecipeValue *steps = ok && !strcmp(cs->name, "every") ? recipe_arg(out, "steps") : NULL;
+    if (steps && steps->num != 0 && !recipe_arg(out, "epochs")) {
+        RecipeValue *v = push(&out->args, &out->nargs);
+        v->key = xstrdup("epochs");
+        set_default(v, A_INT, "0");
+    }
     if (ok) fill_call_defaults(out, cs);
     return ok;
 }

@@ -653,6 +653,32 @@ done:
     return st;
 }
 
+/* ---- any format, by content ---- */
+
+krt_status krt_array_load(const char *path, krt_array *out, krt_error *err)
+{
+    if (!path || !out) return krt_fail(err, KRT_EINVAL, "krt_array_load: NULL %s", path ? "output" : "path");
+    memset(out, 0, sizeof *out);
+    int fd;
+    size_t fsize;
+    krt_status st = open_regular(path, &fd, &fsize, err);
+    if (st) return st;
+    unsigned char m[8] = {0};
+    ssize_t r = read_full(fd, m, sizeof m);
+    int e = errno;
+    close(fd);
+    if (r < 0) return krt_fail(err, KRT_EIO, "%s: read error: %s", path, strerror(e));
+    if (r >= 6 && !memcmp(m, "\x93NUMPY", 6)) return krt_npy_load(path, out, err);
+    if (r >= 8 && !memcmp(m, TOK_MAGIC, 8)) return krt_tokens_load(path, out, err);
+    if (r >= 2 && ((m[0] == 0x1f && m[1] == 0x8b) || (r >= 4 && !m[0] && !m[1]))) return krt_idx_load(path, out, err);
+    char first[40] = "";
+    for (ssize_t i = 0, o = 0; i < r && i < 4; i++) o += snprintf(first + o, sizeof first - (size_t)o, "%s%02x", i ? " " : "", m[i]);
+    return krt_fail(err, KRT_EFORMAT,
+                    "%s: not a data file of a format Kiln reads (tried IDX: 00 00 type rank; gzip-compressed IDX: 1f 8b; NumPy .npy: "
+                    "\\x93NUMPY; Kiln token file: KILNTOK1); %s%s",
+                    path, r ? "it starts with " : "", r ? first : "the file is empty");
+}
+
 static krt_status write_fail(krt_error *err, const char *path, const char *what, int e)
 {
     return krt_fail(err, e == ENOSPC || e == EDQUOT ? KRT_ENOSPC : KRT_EIO, "%s: %s: %s", path, what, strerror(e));

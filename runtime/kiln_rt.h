@@ -54,6 +54,10 @@ int64_t krt_array_count(const krt_array *a);
 krt_status krt_idx_load(const char *path, krt_array *out, krt_error *err);
 /* NumPy .npy (format 1.0/2.0/3.0, C order, little-endian): |b1 |u1 <i4 <i8 <f4 <f8. */
 krt_status krt_npy_load(const char *path, krt_array *out, krt_error *err);
+/* Any of the formats above, chosen by the file's first bytes, not its name: IDX (00 00
+ * type rank), gzip-compressed IDX (1f 8b), .npy (\x93NUMPY), token file (KILNTOK1). A
+ * file of none of them is KRT_EFORMAT naming the file and the formats tried. */
+krt_status krt_array_load(const char *path, krt_array *out, krt_error *err);
 /* The bytes of every file matching the glob `pattern`, minus those whose base name
  * matches the glob `exclude` (NULL or "" for none), sorted by name, concatenated: a u8
  * array of one dimension. An empty result is an error. */
@@ -202,5 +206,34 @@ const krt_st_tensor *krt_safetensors_tensor(const krt_safetensors *st, int i);
 const krt_st_tensor *krt_safetensors_find(const krt_safetensors *st, const char *name);
 const char *krt_safetensors_meta(const krt_safetensors *st, const char *key); /* or NULL */
 void krt_safetensors_free(krt_safetensors *st);
+
+/* ---- checkpoint directories (ckpt_dir.c) ----
+ * DIR holds one directory per checkpoint, DIR/step-NNNNNNNN (the step, 8 digits or more),
+ * with model.safetensors and train_state.safetensors, and a pointer file DIR/latest whose
+ * one line names the newest. A checkpoint is all-or-nothing: its files are written into
+ * a temporary directory (krt_ckpt_begin), which krt_ckpt_publish renames into place after
+ * syncing, then it replaces the pointer atomically; krt_ckpt_prune deletes old ones only
+ * after that. Usage: prepare once at start; per checkpoint begin, write both files into
+ * the temporary directory, publish (or discard on failure), prune. */
+
+/* Creates DIR (not its parents) when missing and checks that files can be written in it. */
+krt_status krt_ckpt_prepare(const char *dir, krt_error *err);
+/* A new empty temporary directory for the checkpoint of `step`, its path in tmp. */
+krt_status krt_ckpt_begin(const char *dir, int64_t step, char *tmp, size_t cap, krt_error *err);
+/* Moves the complete temporary directory to DIR/step-NNNNNNNN (replacing one of the same
+ * step), syncs DIR, then points DIR/latest at it. */
+krt_status krt_ckpt_publish(const char *dir, const char *tmp, int64_t step, krt_error *err);
+/* Removes a temporary directory of krt_ckpt_begin that will not be published. */
+void krt_ckpt_discard(const char *tmp);
+/* Keeps checkpoint `step` and the keep - 1 highest steps below it; deletes every other
+ * step directory (those above `step` are an earlier run's), the files of the old layout
+ * directly in DIR, and leftovers of processes that are gone. An error names the first
+ * path that could not be removed; the checkpoints kept are intact either way. */
+krt_status krt_ckpt_prune(const char *dir, int64_t step, int keep, krt_error *err);
+/* The directory of the newest checkpoint in DIR, for resuming: the one `latest` names;
+ * without a pointer (or when it names a directory that is gone: *stale_pointer) the
+ * highest complete step directory; else DIR itself when it holds the files directly (the
+ * layout of older Kiln versions). *step is the step in the directory's name, -1 for DIR. */
+krt_status krt_ckpt_find(const char *dir, char *found, size_t cap, int64_t *step, bool *stale_pointer, krt_error *err);
 
 #endif

@@ -4,11 +4,15 @@
  * the recipe in the model file, which flags override: loads the data, initialises the
  * parameters (PyTorch's distributions, Kiln's counter-based stream), runs the steps with
  * the optimizer, schedule, clipping and accumulation, evaluates, logs, and saves and
- * resumes checkpoints (safetensors, written atomically). Every failure is one message
- * naming the file or flag and what is wrong, and a non-zero exit; a checkpoint in place is
- * never replaced by a half-written one. Ctrl-C saves a checkpoint before exiting. */
+ * resumes checkpoints (safetensors; one step directory each, published whole, the newest
+ * K kept: ckpt_dir.c), or with --eval only evaluates. Every flag's value is checked, and a
+ * flag that would do nothing is an error. Every failure is one message naming the file or
+ * flag and what is wrong, and a non-zero exit; a checkpoint in place is never replaced by
+ * a half-written one. Ctrl-C saves a checkpoint before exiting. */
 #define _POSIX_C_SOURCE 200809L
+#include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -59,7 +63,7 @@ static int index_failed(const kiln_step_io *io, const char *when, int64_t step)
 
 /* ---- the recipe, overridden by flags ---- */
 
-#define MAX_OVERRIDES 64
+#define MAX_OVERRIDES 256
 static const char *ov_key[MAX_OVERRIDES], *ov_val[MAX_OVERRIDES];
 static int nov;
 
@@ -78,33 +82,74 @@ static double recipe_num(const char *key, double dflt)
     return v && *v ? strtod(v, NULL) : dflt;
 }
 
-static void set_override(const char *key, const char *value)
+/* Whole numbers exactly (a seed above 2^53 would lose bits through a double). */
+static int64_t recipe_int(const char *key, int64_t dflt)
 {
-    if (nov < MAX_OVERRIDES) ov_key[nov] = key, ov_val[nov++] = value;
+    const char *v = recipe(key, NULL);
+    if (!v || !*v) return dflt;
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    return !*end && !errno ? (int64_t)n : (int64_t)strtod(v, NULL);
 }
+
+/* Whether the flag that sets `key` was given (not only the recipe's value). */
+static bool overridden(const char *key)
+{
+    for (int i = 0; i < nov; i++)
+        if (!strcmp(ov_key[i], key)) return true;
+    return false;
+}
+
+static int set_override(const char *key, const char *value)
+{
+    if (nov == MAX_OVERRIDES) return 1;
+    ov_key[nov] = key, ov_val[nov++] = value;
+    return 0;
+}
+
+/* What a flag's value must be. The ranges follow the recipe's (frontend/recipe.c). */
+typedef enum { F_INT, F_NUM, F_STR, F_SWITCH } FlagKind;
+/* The modes a flag acts in: training, --eval. A flag given in a mode where it would do
+ * nothing is an error, so that no flag is silently ignored. (--bench-steps runs a
+ * training step on random inputs and accepts the training flags.) */
+enum { TRAIN = 1, EVAL = 2, BOTH = 3 };
 
 typedef struct {
     const char *flag, *key, *help;
-    bool numeric;
+    FlagKind kind;
+    double lo, hi;     /* F_INT, F_NUM: the allowed range */
+    const char *unit;  /* F_INT: what N counts, for messages */
+    int modes;
 } Flag;
 
 static const Flag flags[] = {
-    {"--epochs", "epochs", "passes over the training data", true},
-    {"--steps", "steps", "optimizer steps (overrides --epochs)", true},
-    {"--batch", "batch", "samples per step (at most the model's bound)", true},
-    {"--lr", "optimizer.lr", "base learning rate", true},
-    {"--seed", "seed", "seed of initialisation, shuffling and dropout", true},
-    {"--checkpoint-dir", "checkpoint.dir", "where checkpoints are written", false},
-    {"--checkpoint-every", "checkpoint.steps", "save every N steps (0: at each epoch end)", true},
-    {"--eval-every", "eval.steps", "evaluate every N steps (0: at each epoch end)", true},
-    {"--eval-batches", "eval.batches", "batches per evaluation (0: all)", true},
-    {"--log", "log", "append JSONL metrics to FILE", false},
-    {"--limit", "limit", "use only the first N training samples (quick runs)", true},
-    {"--sample-tokens", "sample.tokens", "language models: tokens generated at each evaluation (0: none)", true},
-    {"--temperature", "sample.temperature", "sampling temperature", true},
-    {"--top-k", "sample.top_k", "sample among the k most likely tokens (0: all)", true},
-    {"--prompt", "sample.prompt", "text the generated sample continues", false},
-    {"--bench-steps", "bench.steps", "time N training steps and the eval step on random inputs, print one bench: JSON line, exit", true},
+    {"--epochs", "epochs", "passes over the training data", F_INT, 1, 1e9, "epochs", TRAIN},
+    {"--steps", "steps", "optimizer steps (overrides --epochs)", F_INT, 1, 1e12, "steps", TRAIN},
+    {"--batch", "batch", "samples per step (at most the model's bound)", F_INT, 1, 1 << 24, "samples", BOTH},
+    {"--lr", "optimizer.lr", "base learning rate", F_NUM, 0, 1e300, NULL, TRAIN},
+    {"--seed", "seed", "seed of initialisation, shuffling and dropout", F_INT, 0, 1e18, "", BOTH},
+    {"--checkpoint-dir", "checkpoint.dir", "where checkpoints are written", F_STR, 0, 0, NULL, TRAIN},
+    {"--checkpoint-every", "checkpoint.steps", "save every N steps (0: at each epoch end)", F_INT, 0, 1e12, "steps", TRAIN},
+    {"--checkpoint-keep", "checkpoint.keep", "keep the newest K checkpoints", F_INT, 1, 1000, "checkpoints", TRAIN},
+    {"--eval-every", "eval.steps", "evaluate every N steps (0: at each epoch end)", F_INT, 0, 1e12, "steps", TRAIN},
+    {"--eval-batches", "eval.batches", "batches per evaluation (0: all)", F_INT, 0, 1e12, "batches", BOTH},
+    {"--log", "log", "append JSONL metrics to FILE", F_STR, 0, 0, NULL, BOTH},
+    {"--limit", "limit", "use only the first N training samples (quick runs)", F_INT, 1, 1e12, "samples", TRAIN},
+    {"--sample-tokens", "sample.tokens", "language models: tokens generated at each evaluation (0: none)", F_INT, 0, 100000, "tokens", BOTH},
+    {"--temperature", "sample.temperature", "sampling temperature", F_NUM, 1e-3, 100, NULL, BOTH},
+    {"--top-k", "sample.top_k", "sample among the k most likely tokens (0: all)", F_INT, 0, 1e9, "tokens", BOTH},
+    {"--prompt", "sample.prompt", "text the generated sample continues", F_STR, 0, 0, NULL, BOTH},
+    {"--bench-steps", "bench.steps", "time N training steps and the eval step on random inputs, print one bench: JSON line, exit", F_INT, 1,
+     1e9, "timed steps", TRAIN},
+    {"--profile", "bench.profile", "with --bench-steps: time each kernel of the training and eval steps, print a table", F_SWITCH, 0, 0,
+     NULL, TRAIN},
+    {"--eval", "eval.only", "evaluate (the --resume checkpoint, or fresh weights) on the evaluation data, print and log it, exit",
+     F_SWITCH, 0, 0, NULL, BOTH},
+    {"--data", NULL, "read model input INPUT from PATH, any format (or --data PATH for text/tokens)", F_STR, 0, 0, NULL, BOTH},
+    {"--eval-data", NULL, "evaluate on model input INPUT from PATH instead of the recipe's eval data", F_STR, 0, 0, NULL, BOTH},
+    {"--resume", NULL, "continue from the newest checkpoint in DIR", F_STR, 0, 0, NULL, BOTH},
+    {"--threads", NULL, "threads of the generated kernels (default: all cores)", F_INT, 1, 1024, "threads", BOTH},
 };
 #define NFLAGS ((int)(sizeof flags / sizeof flags[0]))
 
@@ -113,16 +158,155 @@ static void usage(FILE *f)
     fprintf(f, "usage: %s [options]\n\nTrains %s (generated by kiln from %s) by its recipe; options override it.\n\noptions:\n",
             M->name, M->name, M->source);
     for (int i = 0; i < NFLAGS; i++) {
-        if (!strncmp(flags[i].key, "bench.", 6)) /* a flag only: the recipe has no bench section */
-            fprintf(f, "  %-20s %s\n", flags[i].flag, flags[i].help);
+        const Flag *g = &flags[i];
+        char name[40];
+        const char *arg = g->kind == F_SWITCH ? "" : !strcmp(g->flag, "--data") || !strcmp(g->flag, "--eval-data") ? " INPUT=PATH"
+                                                     : !strcmp(g->flag, "--resume") ? " DIR"
+                                                     : !strcmp(g->flag, "--log") ? " FILE"
+                                                     : !strcmp(g->flag, "--prompt") ? " TEXT"
+                                                     : g->kind == F_NUM ? " X" : g->kind == F_INT ? " N" : " DIR";
+        snprintf(name, sizeof name, "%s%s", g->flag, arg);
+        if (!g->key || !strncmp(g->key, "bench.", 6) || !strcmp(g->key, "eval.only")) /* flags only: not in the recipe */
+            fprintf(f, "  %-22s %s\n", name, g->help);
         else
-            fprintf(f, "  %-20s %s (recipe: %s)\n", flags[i].flag, flags[i].help, flags[i].key);
+            fprintf(f, "  %-22s %s (recipe: %s)\n", name, g->help, g->key);
     }
-    fprintf(f, "  %-20s %s\n", "--data INPUT=PATH", "read model input INPUT from PATH (or --data PATH for text/tokens)");
-    fprintf(f, "  %-20s %s\n", "--resume DIR", "continue from the checkpoint in DIR");
-    fprintf(f, "  %-20s %s\n", "--threads N", "threads of the generated kernels (default: all cores)");
-    fprintf(f, "  %-20s %s\n", "--profile", "with --bench-steps: time each kernel of the training and eval steps, print a table");
-    fprintf(f, "  %-20s %s\n", "--help", "show this help");
+    fprintf(f, "  %-22s %s\n", "--help", "show this help");
+}
+
+/* Checks a flag's value: a number in its range, a whole one for counts, a string that is
+ * not empty. Returns 0, or 2 after a message naming the flag. */
+static int check_value(const Flag *g, const char *v)
+{
+    if (g->kind == F_STR) return *v ? 0 : (die("%s: the value is empty", g->flag), 2);
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end || isspace((unsigned char)*v)) return die("%s: '%s' is not a number", g->flag, v), 2;
+    if (g->kind == F_INT) {
+        errno = 0;
+        long long n = strtoll(v, &end, 10);
+        bool whole = !*end && errno != ERANGE; /* else 1e5 is whole too; 2.5 and nan are not */
+        if (!whole && (x != nearbyint(x) || isnan(x))) return die("%s %s: give a whole number%s%s", g->flag, v, *g->unit ? " of " : "", g->unit), 2;
+        if (!whole) n = x > 9e18 ? LLONG_MAX : x < -9e18 ? LLONG_MIN : (long long)x;
+        if ((double)n > g->hi)
+            return die("%s %s: give a whole number%s%s, at most %.0f", g->flag, v, *g->unit ? " of " : "", g->unit, g->hi), 2;
+        if ((double)n < g->lo) return die("%s %s: give a whole number%s%s, at least %.0f", g->flag, v, *g->unit ? " of " : "", g->unit, g->lo), 2;
+        return 0;
+    }
+    if (!(x >= g->lo && x <= g->hi)) /* NaN too */
+        return g->hi >= 1e300 ? (die("%s %s: give a finite number, at least %g", g->flag, v, g->lo), 2)
+                              : (die("%s %s: give a number from %g to %g", g->flag, v, g->lo, g->hi), 2);
+    return 0;
+}
+
+/* The model input named by the first `len` bytes of s, or -1. */
+static int input_named(const char *s, size_t len)
+{
+    for (int k = 0; k < M->ninputs; k++)
+        if (strlen(M->inputs[k].name) == len && !strncmp(M->inputs[k].name, s, len)) return k;
+    return -1;
+}
+
+static bool lm_data(void)
+{
+    const char *kind = recipe("data", "");
+    return !strcmp(kind, "text") || !strcmp(kind, "tokens");
+}
+
+static void input_list(char *buf, size_t cap)
+{
+    size_t o = 0;
+    buf[0] = 0;
+    for (int k = 0; k < M->ninputs && o < cap; k++) o += (size_t)snprintf(buf + o, cap - o, "%s%s", k ? ", " : "", M->inputs[k].name);
+}
+
+/* --data / --eval-data VALUE: INPUT=PATH for a model whose recipe maps inputs to files;
+ * the whole value is the path (a glob for text) for a language model's one stream. */
+static int data_flag(const char *flag, const char *prefix, const char *v)
+{
+    static char keys[MAX_OVERRIDES][80];
+    static int nk;
+    char inputs[512];
+    input_list(inputs, sizeof inputs);
+    if (lm_data()) {
+        if (!strcmp(flag, "--eval-data"))
+            return die("--eval-data: %s evaluates on the val split of its training data (data = %s(..., val = F))", M->name, recipe("data", "")),
+                   2;
+        return set_override("data.path", v) ? (die("too many options"), 2) : 0;
+    }
+    const char *eq = strchr(v, '=');
+    if (!eq) return die("%s %s: give INPUT=PATH, one for each input of the model (%s)", flag, v, inputs), 2;
+    if (input_named(v, (size_t)(eq - v)) < 0) return die("%s %s: the model has no input '%.*s' (its inputs: %s)", flag, v, (int)(eq - v), v, inputs), 2;
+    if (!eq[1]) return die("%s %s: the path is empty", flag, v), 2;
+    if (nk == MAX_OVERRIDES) return die("too many options"), 2;
+    snprintf(keys[nk], sizeof keys[nk], "%s.%.*s", prefix, (int)(eq - v), v);
+    if (set_override(keys[nk++], eq + 1)) return die("too many options"), 2;
+    /* Eval files given by flag replace a val split too: the recipe then has eval_data. */
+    if (!strcmp(prefix, "eval_data") && set_override("eval_data", "files")) return die("too many options"), 2;
+    return 0;
+}
+
+/* Parses argv into overrides; *resume is --resume's DIR. Returns -1 to go on, else the
+ * exit status (0 after --help). */
+static int parse_args(int argc, char **argv, const char **resume)
+{
+    int mode_given[NFLAGS] = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        int f = 0;
+        while (f < NFLAGS && strcmp(a, flags[f].flag)) f++;
+        if (f == NFLAGS) {
+            if (a[0] != '-') return die("unexpected argument '%s': every option is a --flag (see --help)", a), 2;
+            const char *eq = strchr(a, '=');
+            if (eq && eq > a + 2) return die("unknown option '%s' (give the value after a space: %.*s %s; see --help)", a, (int)(eq - a), a, eq + 1), 2;
+            return die("unknown option '%s' (see --help)", a), 2;
+        }
+        const Flag *g = &flags[f];
+        mode_given[f] = 1;
+        if (g->kind == F_SWITCH) {
+            if (set_override(g->key, "1")) return die("too many options"), 2;
+            continue;
+        }
+        if (i + 1 >= argc) return die("%s needs a value (see --help)", a), 2;
+        const char *v = argv[++i];
+        int rc = check_value(g, v);
+        if (rc) return rc;
+        if (!strcmp(a, "--data")) rc = data_flag(a, "data", v);
+        else if (!strcmp(a, "--eval-data")) rc = data_flag(a, "eval_data", v);
+        else if (!strcmp(a, "--resume")) *resume = v;
+        else if (!strcmp(a, "--threads")) krt_set_threads(atoi(v)); /* OpenMP's; BLAS runs inside the kernels' tasks */
+        else {
+            rc = set_override(g->key, v);
+            /* --eval-every / --checkpoint-every N replace the recipe's policy: every N steps,
+             * or at each epoch end for 0 (the recipe's every(...) may also count epochs). */
+            if (!rc && !strcmp(g->key, "eval.steps")) rc = set_override("eval.epochs", atoll(v) > 0 ? "0" : "1");
+            if (!rc && !strcmp(g->key, "checkpoint.steps")) rc = set_override("checkpoint.epochs", atoll(v) > 0 ? "0" : "1");
+            if (rc) return die("too many options"), 2;
+        }
+        if (rc) return rc;
+    }
+    bool eval_only = recipe("eval.only", NULL) != NULL;
+    if (eval_only && recipe("bench.steps", NULL)) return die("--eval and --bench-steps: give one of them"), 2;
+    for (int f = 0; f < NFLAGS; f++) {
+        if (!mode_given[f]) continue;
+        if (eval_only && !(flags[f].modes & EVAL))
+            return die("%s has no effect with --eval, which only evaluates (leave it out)", flags[f].flag), 2;
+    }
+    if (recipe("bench.profile", NULL) && !recipe("bench.steps", NULL))
+        return die("--profile times the steps of a benchmark: give --bench-steps N too"), 2;
+    /* Sampling flags act only for language models, which print a sample at each evaluation. */
+    static const char *const sample_flags[] = {"--sample-tokens", "--temperature", "--top-k", "--prompt"};
+    for (int f = 0; f < NFLAGS; f++)
+        for (int s = 0; s < 4; s++)
+            if (mode_given[f] && !strcmp(flags[f].flag, sample_flags[s]) && !lm_data())
+                return die("%s: only language models (data = text(...) or tokens(...)) print samples; %s does not", flags[f].flag, M->name),
+                       2;
+    return -1;
 }
 
 /* ---- parameters ---- */
@@ -190,11 +374,11 @@ static int load_rows(const char *prefix, krt_array *arrays, krt_error *err)
         char key[256];
         snprintf(key, sizeof key, "%s.%s", prefix, M->inputs[k].name);
         const char *path = recipe(key, NULL);
-        if (!path) return die("the recipe's %s has no file for input '%s' (add %s = \"...\" or --data %s=PATH)", prefix,
-                              M->inputs[k].name, M->inputs[k].name, M->inputs[k].name);
-        const char *kind = recipe(prefix, "idx");
-        krt_status s = !strcmp(kind, "npy") ? krt_npy_load(path, &arrays[k], err) : krt_idx_load(path, &arrays[k], err);
-        if (s != KRT_OK) return die("%s", err->msg);
+        if (!path) return die("the recipe's %s has no file for input '%s' (add %s = \"...\" or --%s %s=PATH)", prefix,
+                              M->inputs[k].name, M->inputs[k].name, strcmp(prefix, "data") ? "eval-data" : "data", M->inputs[k].name);
+        /* The reader is chosen by the file's content, not by the recipe's idx(...) or
+         * npy(...): a --data file may be of another format than the recipe's. */
+        if (krt_array_load(path, &arrays[k], err) != KRT_OK) return die("%s", err->msg);
         if (check_rows(&arrays[k], k, path)) return 1;
         if (k && arrays[k].dims[0] != arrays[0].dims[0])
             return die("%s: %lld samples, but the data of input '%s' has %lld", path, (long long)arrays[k].dims[0], M->inputs[0].name,
@@ -213,20 +397,28 @@ static int load_data(Data *d, int64_t *ntrain, int64_t *neval)
     int64_t limit = (int64_t)recipe_num("limit", 0);
     if (!strcmp(kind, "text") || !strcmp(kind, "tokens")) {
         const char *path = recipe("data.path", NULL);
+        /* A token stream may be any file of integers (by content, as for --data INPUT=PATH). */
         krt_status s = !strcmp(kind, "text") ? krt_text_load(path, recipe("data.exclude", ""), &d->stream, &err)
-                                             : krt_tokens_load(path, &d->stream, &err);
+                                             : krt_array_load(path, &d->stream, &err);
         if (s != KRT_OK) return die("%s", err.msg);
+        if (d->stream.rank != 1 || (d->stream.dtype != KRT_U8 && d->stream.dtype != KRT_I32 && d->stream.dtype != KRT_I64))
+            return die("%s: tokens must be one-dimensional integers; this file holds %s of rank %d", path, krt_dtype_name(d->stream.dtype),
+                       d->stream.rank);
         int64_t T = M->inputs[0].rank > 1 ? M->inputs[0].dims[1] : 1;
         int64_t n = krt_array_count(&d->stream), nval = (int64_t)((double)n * val);
-        if (M->inputs[0].max_value > 0) {
-            for (int64_t e = 0; e < n; e++) {
-                int64_t v = d->stream.dtype == KRT_U8 ? ((const uint8_t *)d->stream.data)[e] : ((const int32_t *)d->stream.data)[e];
-                if (v >= M->inputs[0].max_value)
-                    return die("%s: token %lld at position %lld is not below the vocabulary size %lld", path, (long long)v, (long long)e,
-                               (long long)M->inputs[0].max_value);
-            }
+        int64_t vocab = M->inputs[0].max_value > 0 ? M->inputs[0].max_value : INT32_MAX;
+        for (int64_t e = 0; e < n; e++) {
+            int64_t v = d->stream.dtype == KRT_U8    ? ((const uint8_t *)d->stream.data)[e]
+                        : d->stream.dtype == KRT_I32 ? ((const int32_t *)d->stream.data)[e]
+                                                     : ((const int64_t *)d->stream.data)[e];
+            if (v < 0) return die("%s: token %lld at position %lld is negative", path, (long long)v, (long long)e);
+            if (v >= vocab)
+                return die("%s: token %lld at position %lld is not below the vocabulary size %lld", path, (long long)v, (long long)e,
+                           (long long)vocab);
         }
-        d->train = krt_dataset_windows(&d->stream, T, 0, n - nval, &err);
+        int64_t ntok = n - nval; /* --limit N: the first N windows */
+        if (limit > 0 && limit < (ntok - 1) / T) ntok = limit * T + 1;
+        d->train = krt_dataset_windows(&d->stream, T, 0, ntok, &err);
         if (!d->train) return die("%s", err.msg);
         d->eval = nval > T ? krt_dataset_windows(&d->stream, T, n - nval, nval, &err) : NULL;
     } else {
@@ -235,7 +427,7 @@ static int load_data(Data *d, int64_t *ntrain, int64_t *neval)
         if (recipe("eval_data", NULL)) {
             if (load_rows("eval_data", d->arrays + M->ninputs, &err)) return 1;
             int64_t ne = d->arrays[M->ninputs].dims[0];
-            d->eval = krt_dataset_rows(d->arrays + M->ninputs, M->ninputs, 0, limit > 0 && limit < ne ? limit : ne, &err);
+            d->eval = krt_dataset_rows(d->arrays + M->ninputs, M->ninputs, 0, ne, &err); /* --limit is the training data's */
             d->train = krt_dataset_rows(d->arrays, M->ninputs, 0, limit > 0 && limit < n ? limit : n, &err);
         } else {
             int64_t nval = (int64_t)((double)n * val), nt = n - nval;
@@ -260,13 +452,20 @@ static float *moment_slab(const krt_optim_state *st, int k, const char **prefix)
     return k == 0 ? st->m : st->v;
 }
 
-static int save_checkpoint(const char *dir, const float *params, const unsigned char *buffers, const krt_optim_state *st,
-                           const krt_cursor *cur, int64_t step)
+/* Writes the two files of the checkpoint of `step` into dir (a temporary directory of
+ * krt_ckpt_begin). Both carry the step in their metadata, so that resuming can refuse a
+ * model and a training state of different steps. */
+static int write_checkpoint_files(const char *dir, const float *params, const unsigned char *buffers, const krt_optim_state *st,
+                                  const krt_cursor *cur, int64_t step)
 {
     krt_error err;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return die("%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
     krt_st_tensor *t = calloc((size_t)M->nparams * 3 + 1, sizeof *t);
     char **names = calloc((size_t)M->nparams * 2 + 1, sizeof *names);
+    if (!t || !names) {
+        free(t);
+        free(names);
+        return die("out of memory");
+    }
     int n = 0;
     for (int i = 0; i < M->nparams; i++) {
         const kiln_param *p = &M->params[i];
@@ -284,17 +483,18 @@ static int save_checkpoint(const char *dir, const float *params, const unsigned 
     snprintf(pos, sizeof pos, "%lld", (long long)cur->position);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)cur->seed);
     snprintf(ostep, sizeof ostep, "%lld", (long long)st->step);
-    krt_st_meta meta[] = {{"format", "pt"}, {"kiln_model", M->name}, {"kiln_hash", hash}};
-    char path[4096];
+    krt_st_meta meta[] = {{"format", "pt"}, {"kiln_model", M->name}, {"kiln_hash", hash}, {"step", stepbuf}};
+    char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (krt_safetensors_write(path, t, n, meta, 3, &err) != KRT_OK) {
+    if (krt_safetensors_write(path, t, n, meta, 4, &err) != KRT_OK) {
         free(t);
         free(names);
         return die("%s", err.msg);
     }
     /* Optimizer moments, one tensor per parameter and moment, and the training position. */
     int m = 0;
-    for (int i = 0; i < M->nparams; i++) {
+    bool oom = false;
+    for (int i = 0; i < M->nparams && !oom; i++) {
         const kiln_param *p = &M->params[i];
         if (!p->trainable) continue;
         for (int k = 0; k < 2; k++) {
@@ -303,6 +503,10 @@ static int save_checkpoint(const char *dir, const float *params, const unsigned 
             if (!slab) continue;
             size_t len = strlen(p->name) + 16;
             names[m] = malloc(len);
+            if (!names[m]) {
+                oom = true;
+                break;
+            }
             snprintf(names[m], len, "%s.%s", prefix, p->name);
             krt_st_tensor *x = &t[m];
             x->name = names[m++];
@@ -315,11 +519,46 @@ static int save_checkpoint(const char *dir, const float *params, const unsigned 
     krt_st_meta smeta[] = {{"kiln_hash", hash}, {"step", stepbuf}, {"epoch", epoch}, {"position", pos}, {"seed", seed},
                            {"optimizer_step", ostep}};
     snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
-    krt_status s = krt_safetensors_write(path, t, m, smeta, 6, &err);
+    krt_status s = oom ? KRT_ENOMEM : krt_safetensors_write(path, t, m, smeta, 6, &err);
     for (int i = 0; i < m; i++) free(names[i]);
     free(names);
     free(t);
+    if (oom) return die("%s: out of memory", path);
     if (s != KRT_OK) return die("%s", err.msg);
+    return 0;
+}
+
+/* One checkpoint, all or nothing: both files into a temporary directory, published as
+ * dir/step-NNNNNNNN and named by dir/latest, then all but the newest `keep` deleted. */
+static int save_checkpoint(const char *dir, int64_t keep, const float *params, const unsigned char *buffers, const krt_optim_state *st,
+                           const krt_cursor *cur, int64_t step)
+{
+    krt_error err;
+    char tmp[4096];
+    if (krt_ckpt_begin(dir, step, tmp, sizeof tmp, &err) != KRT_OK) return die("%s", err.msg);
+    if (write_checkpoint_files(tmp, params, buffers, st, cur, step)) {
+        krt_ckpt_discard(tmp);
+        return 1;
+    }
+    if (krt_ckpt_publish(dir, tmp, step, &err) != KRT_OK) {
+        krt_ckpt_discard(tmp);
+        return die("%s", err.msg);
+    }
+    /* The new checkpoint is in place: a failure to delete an old one is only reported. */
+    if (krt_ckpt_prune(dir, step, (int)keep, &err) != KRT_OK) fprintf(stderr, "%s: warning: %s\n", M->name, err.msg);
+    return 0;
+}
+
+/* A whole number from a checkpoint's metadata; missing (when allowed) leaves *v. */
+static int meta_int(const krt_safetensors *f, const char *path, const char *key, bool required, int64_t lo, int64_t *v)
+{
+    const char *s = krt_safetensors_meta(f, key);
+    if (!s) return required ? die("%s: the metadata has no '%s'", path, key) : 0;
+    char *end;
+    errno = 0;
+    long long n = strtoll(s, &end, 10);
+    if (!*s || *end || errno || n < lo) return die("%s: the metadata's '%s' is not a valid count", path, key);
+    *v = n;
     return 0;
 }
 
@@ -327,14 +566,24 @@ static int load_checkpoint(const char *dir, float *params, unsigned char *buffer
                            int64_t *step)
 {
     krt_error err;
-    char path[4096];
+    char found[4096], path[4200], spath[4200];
+    int64_t named = -1;
+    bool stale = false;
+    if (krt_ckpt_find(dir, found, sizeof found, &named, &stale, &err) != KRT_OK) return die("%s", err.msg);
+    if (stale) fprintf(stderr, "%s: warning: %s/latest names a checkpoint that is not there; resuming from %s\n", M->name, dir, found);
     krt_safetensors *w = NULL, *s = NULL;
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(path, sizeof path, "%s/model.safetensors", found);
+    snprintf(spath, sizeof spath, "%s/train_state.safetensors", found);
     if (krt_safetensors_read(path, &w, &err) != KRT_OK) return die("%s", err.msg);
     const char *h = krt_safetensors_meta(w, "kiln_hash");
     if (!h || strcmp(h, M->hash)) {
         die("%s: this checkpoint belongs to another model (hash %s, this model is %s)", path, h ? h : "none", M->hash);
         krt_safetensors_free(w); /* after the message: h points into it */
+        return 1;
+    }
+    int64_t model_step = -1; /* files of Kiln before the step was in the model's metadata have none */
+    if (meta_int(w, path, "step", false, 0, &model_step)) {
+        krt_safetensors_free(w);
         return 1;
     }
     for (int i = 0; i < M->nparams; i++) {
@@ -350,17 +599,26 @@ static int load_checkpoint(const char *dir, float *params, unsigned char *buffer
                (size_t)p->count * krt_dtype_size(p->dtype));
     }
     krt_safetensors_free(w);
-    snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
-    if (krt_safetensors_read(path, &s, &err) != KRT_OK) return die("%s", err.msg);
+    if (krt_safetensors_read(spath, &s, &err) != KRT_OK) return die("%s", err.msg);
     const char *sh = krt_safetensors_meta(s, "kiln_hash");
     if (!sh || strcmp(sh, M->hash)) {
         krt_safetensors_free(s);
-        return die("%s: this training state belongs to another model", path);
+        return die("%s: this training state belongs to another model", spath);
     }
-    for (int i = 0; i < M->nparams; i++) {
+    int64_t epoch = 0, position = 0, ostep = -1, sstep = 0;
+    int bad = meta_int(s, spath, "step", true, 0, &sstep) || meta_int(s, spath, "epoch", false, 0, &epoch) ||
+              meta_int(s, spath, "position", false, 0, &position) || meta_int(s, spath, "optimizer_step", false, 0, &ostep);
+    const char *seed = krt_safetensors_meta(s, "seed");
+    if (!bad && model_step >= 0 && model_step != sstep)
+        bad = die("%s is of step %lld but %s is of step %lld: the two files of a checkpoint must be of one step", path,
+                  (long long)model_step, spath, (long long)sstep);
+    if (!bad && named >= 0 && named != sstep)
+        bad = die("%s: the checkpoint's files are of step %lld, not of the step its directory is named for (%lld)", found, (long long)sstep,
+                  (long long)named);
+    for (int i = 0; !bad && i < M->nparams; i++) {
         const kiln_param *p = &M->params[i];
         if (!p->trainable) continue;
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 2 && !bad; k++) {
             const char *prefix;
             float *slab = moment_slab(st, k, &prefix);
             if (!slab) continue;
@@ -368,20 +626,27 @@ static int load_checkpoint(const char *dir, float *params, unsigned char *buffer
             snprintf(name, sizeof name, "%s.%s", prefix, p->name);
             const krt_st_tensor *x = krt_safetensors_find(s, name);
             if (!x || x->dtype != KRT_F32) {
-                krt_safetensors_free(s);
-                return die("%s: optimizer state '%s' is missing", path, name);
+                bad = die("%s: optimizer state '%s' is missing", spath, name);
+                break;
+            }
+            int64_t count = 1;
+            for (int d = 0; d < x->rank; d++) count *= x->dims[d];
+            if (count != p->count) {
+                bad = die("%s: optimizer state '%s' has another shape than the parameter", spath, name);
+                break;
             }
             memcpy(slab + p->offset, x->data, sizeof(float) * (size_t)p->count);
         }
     }
-    const char *v;
-    *step = (v = krt_safetensors_meta(s, "step")) ? strtoll(v, NULL, 10) : 0;
-    cur->epoch = (v = krt_safetensors_meta(s, "epoch")) ? strtoll(v, NULL, 10) : 0;
-    cur->position = (v = krt_safetensors_meta(s, "position")) ? strtoll(v, NULL, 10) : 0;
-    cur->seed = (v = krt_safetensors_meta(s, "seed")) ? strtoull(v, NULL, 10) : cur->seed;
-    st->step = (v = krt_safetensors_meta(s, "optimizer_step")) ? strtoll(v, NULL, 10) : *step;
+    if (!bad) {
+        *step = sstep;
+        cur->epoch = epoch;
+        cur->position = position;
+        if (seed) cur->seed = strtoull(seed, NULL, 10);
+        st->step = ostep >= 0 ? ostep : sstep;
+    }
     krt_safetensors_free(s);
-    return 0;
+    return bad ? 1 : 0;
 }
 
 /* ---- sampling from a language model ---- */
@@ -607,6 +872,7 @@ static int profile(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state
         float *g = accumulate > 1 ? acc : io->grads;
         double t = kiln_now();
         if (clip > 0) krt_clip_grad_norm(g, np, clip);
+        else krt_grad_norm(g, np); /* as the training loop, which logs it */
         krt_optim_step(oc, st, krt_schedule_lr(sc, oc->lr, s), io->params, g, spans, nspans);
         if (acc) memset(acc, 0, sizeof(float) * (size_t)np);
         double t1 = kiln_now();
@@ -694,6 +960,7 @@ static int bench(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *
         }
         float *g = accumulate > 1 ? acc : io->grads;
         if (clip > 0) krt_clip_grad_norm(g, np, clip);
+        else krt_grad_norm(g, np); /* as the training loop, which logs it */
         krt_optim_step(oc, st, krt_schedule_lr(sc, oc->lr, s), io->params, g, spans, nspans);
         if (acc) memset(acc, 0, sizeof(float) * (size_t)np);
         if (s >= warm) times[s - warm] = 1e3 * (kiln_now() - t0);
@@ -735,47 +1002,42 @@ static int bench(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *
     return rc;
 }
 
+/* Whether a periodic action (evaluation, checkpoint) is due after `step`: every `steps`
+ * steps, and after every `epochs`-th epoch (epochs_done epochs are complete; the step just
+ * taken completed one when epoch_ended). 0 turns a count off; both 0: only at the end. */
+static bool due(int64_t step, int64_t steps, int64_t epochs, bool epoch_ended, int64_t epochs_done)
+{
+    return (steps > 0 && step % steps == 0) || (epochs > 0 && epoch_ended && epochs_done % epochs == 0);
+}
+
+/* Prints and logs one evaluation at `step`, and a language model's sample. */
+static int eval_and_report(krt_dataset *ds, kiln_step_io *io, void **bufs, const krt_dtype *dtypes, int64_t batch, int64_t ev_batches,
+                           FILE *log, float *sample_logits, uint64_t seed, int64_t step, bool tty)
+{
+    double el = 0, em[16];
+    if (evaluate(ds, io, bufs, dtypes, batch, ev_batches, step, &el, em)) return 1;
+    if (tty) fputc('\n', stderr);
+    printf("eval at step %lld: loss %.4f", (long long)step, el);
+    for (int k = 0; k < M->nmetrics; k++) printf("  %s %.4f", M->metric_names[k], em[k]);
+    putchar('\n');
+    fflush(stdout);
+    if (sample_logits && sample_text(io, bufs, sample_logits, batch, seed, step)) return 1;
+    if (log) {
+        fprintf(log, "{\"step\": %lld, \"eval_loss\": %.6g", (long long)step, el);
+        for (int k = 0; k < M->nmetrics; k++) fprintf(log, ", \"eval_%s\": %.6g", M->metric_names[k], em[k]);
+        fputs("}\n", log);
+        fflush(log);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     krt_fast_environment(argc, argv); /* BLAS kernels, OpenMP wait policy, threads, FTZ (env.c) */
     const char *resume = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--profile")) {
-            set_override("bench.profile", "1");
-            continue;
-        }
-        if (i + 1 >= argc) return die("%s needs a value (see --help)", a), 2;
-        const char *v = argv[++i];
-        bool known = false;
-        for (int f = 0; f < NFLAGS; f++)
-            if (!strcmp(a, flags[f].flag)) {
-                char *end;
-                if (flags[f].numeric && (strtod(v, &end), *end || end == v)) return die("%s: '%s' is not a number", a, v), 2;
-                set_override(flags[f].key, v);
-                known = true;
-            }
-        if (known) continue;
-        if (!strcmp(a, "--resume")) resume = v;
-        else if (!strcmp(a, "--threads")) {
-            if (atoi(v) < 1) return die("--threads: '%s' is not a positive number", v), 2;
-            krt_set_threads(atoi(v)); /* OpenMP's; BLAS runs inside the kernels' tasks */
-        } else if (!strcmp(a, "--data")) {
-            const char *eq = strchr(v, '=');
-            if (eq) {
-                static char keys[8][256];
-                static int nk;
-                if (nk < 8) {
-                    snprintf(keys[nk], sizeof keys[nk], "data.%.*s", (int)(eq - v), v);
-                    set_override(keys[nk++], eq + 1);
-                }
-            } else set_override("data.path", v);
-        } else return die("unknown option '%s' (see --help)", a), 2;
-    }
+    int parsed = parse_args(argc, argv, &resume);
+    if (parsed >= 0) return parsed;
+    const bool eval_only = recipe("eval.only", NULL) != NULL;
     /* Every resource is released at `out`, on success and on every error alike. */
     Data data;
     memset(&data, 0, sizeof data);
@@ -789,33 +1051,57 @@ int main(int argc, char **argv)
     float *sample_logits = NULL;
     int rc = 0;
     bool tty = isatty(2);
-    int64_t batch = (int64_t)recipe_num("batch", 64);
+    if (M->ninputs > 4 || M->nmetrics > 16) return die("this program supports at most 4 inputs and 16 metrics"), 1;
+    int64_t batch = recipe_int("batch", 64);
     int bs = batch_symbol();
     int64_t bmax = bs >= 0 ? M->syms[bs].max : batch;
     if (batch < 1 || batch > bmax) return die("--batch %lld: the model was built for batches of at most %lld", (long long)batch, (long long)bmax), 2;
-    uint64_t seed = (uint64_t)recipe_num("seed", 0);
+    uint64_t seed = (uint64_t)recipe_int("seed", 0);
+    const char *ckdir = recipe("checkpoint.dir", "checkpoints");
+    int64_t keep = recipe_int("checkpoint.keep", 2);
+    int64_t ck_steps = recipe_int("checkpoint.steps", 0), ck_epochs = recipe_int("checkpoint.epochs", 1);
+    int64_t ev_steps = recipe_int("eval.steps", 0), ev_epochs = recipe_int("eval.epochs", 1);
+    int64_t ev_batches = recipe_int("eval.batches", 0);
+    if (keep < 1) return die("checkpoint keep = %lld: keep at least 1 checkpoint", (long long)keep), 2;
     int64_t ntrain = 0, neval = 0;
     const char *bench_steps = recipe("bench.steps", NULL); /* --bench-steps N: random inputs, no data */
-    if (recipe("bench.profile", NULL) && !bench_steps) return die("--profile times the steps of a benchmark: give --bench-steps N too"), 2;
-    if (bench_steps) {
-        char *end;
-        long long n = strtoll(bench_steps, &end, 10);
-        if (*end || end == bench_steps || n < 1)
-            return die("--bench-steps %s: give a whole number of timed steps, at least 1", bench_steps), 2;
-        ntrain = batch;
-    } else if (load_data(&data, &ntrain, &neval)) {
+    krt_error err;
+    char earlier_found[4096];
+    bool earlier = false;
+    if (!bench_steps && !eval_only) {
+        /* Before anything long: a run must not train for hours and then find that it
+         * cannot save. A run that starts afresh where checkpoints are says so. */
+        if (krt_ckpt_prepare(ckdir, &err) != KRT_OK) return die("%s", err.msg), 1;
+        int64_t at;
+        earlier = !resume && krt_ckpt_find(ckdir, earlier_found, sizeof earlier_found, &at, NULL, &err) == KRT_OK;
+    }
+    if (bench_steps) ntrain = batch;
+    else if (load_data(&data, &ntrain, &neval)) {
         rc = 1;
         goto out;
     }
-    if (ntrain < batch) {
+    if (!bench_steps && !data.eval) {
+        const char *why = eval_only ? "--eval" : overridden("eval.steps") ? "--eval-every" : overridden("eval.batches") ? "--eval-batches" : NULL;
+        if (why) {
+            rc = die("%s: there is no evaluation data (the recipe has no eval_data and no val split%s)", why,
+                     lm_data() ? "" : "; give --eval-data INPUT=PATH");
+            goto out;
+        }
+    }
+    if (!eval_only && ntrain < batch) {
         rc = die("the training data has %lld samples, fewer than one batch of %lld", (long long)ntrain, (long long)batch);
         goto out;
     }
     int64_t steps_per_epoch = ntrain / batch;
-    int64_t accumulate = (int64_t)recipe_num("accumulate", 1);
+    int64_t accumulate = recipe_int("accumulate", 1);
     if (accumulate < 1) accumulate = 1;
-    int64_t total_steps = (int64_t)recipe_num("steps", 0);
-    if (total_steps <= 0) total_steps = (int64_t)recipe_num("epochs", 1) * steps_per_epoch / accumulate;
+    int64_t total_steps = recipe_int("steps", 0);
+    if (total_steps <= 0) total_steps = recipe_int("epochs", 1) * steps_per_epoch / accumulate;
+    if (!eval_only && !bench_steps && total_steps < 1) {
+        rc = die("an epoch of %lld batches of %lld samples is shorter than one step of %lld accumulated batches: give --steps N",
+                 (long long)steps_per_epoch, (long long)batch, (long long)accumulate);
+        goto out;
+    }
     /* Optimizer and schedule. */
     krt_optim_config oc;
     memset(&oc, 0, sizeof oc);
@@ -835,8 +1121,8 @@ int main(int argc, char **argv)
     memset(&sc, 0, sizeof sc);
     const char *sk = recipe("schedule", "constant");
     sc.kind = !strcmp(sk, "step") ? KRT_SCHED_STEP : !strcmp(sk, "linear") ? KRT_SCHED_LINEAR : !strcmp(sk, "cosine") ? KRT_SCHED_COSINE : KRT_SCHED_CONSTANT;
-    sc.warmup = (int64_t)recipe_num("schedule.warmup", 0);
-    sc.step_size = (int64_t)recipe_num("schedule.step_size", 1);
+    sc.warmup = recipe_int("schedule.warmup", 0);
+    sc.step_size = recipe_int("schedule.step_size", 1);
     sc.gamma = recipe_num("schedule.gamma", 0.1);
     sc.min_lr = recipe_num("schedule.min_lr", 0);
     sc.total_steps = total_steps;
@@ -851,25 +1137,38 @@ int main(int argc, char **argv)
     arena = malloc((size_t)arena_bytes + 64);
     spans = calloc((size_t)M->nparams + 1, sizeof *spans);
     int nspans = 0;
-    for (int i = 0; i < M->nparams; i++)
+    for (int i = 0; spans && i < M->nparams; i++)
         if (M->params[i].trainable)
             spans[nspans++] = (krt_param_span){M->params[i].offset, M->params[i].count, decay_all || M->params[i].decay};
     krt_dtype dtypes[16];
+    bool bufs_ok = true;
     for (int k = 0; k < M->ninputs; k++) {
         int64_t per = 1;
         for (int d = 1; d < M->inputs[k].rank; d++) per *= M->inputs[k].dims[d];
         bufs[k] = calloc((size_t)(per * batch) + 1, krt_dtype_size(M->inputs[k].dtype));
+        bufs_ok = bufs_ok && bufs[k];
         dtypes[k] = M->inputs[k].dtype;
     }
     /* Language models print a generated sample at each evaluation: logits of one row. */
-    bool lm = (!strcmp(recipe("data", ""), "text") || !strcmp(recipe("data", ""), "tokens")) && M->noutputs > 0 &&
-              M->inputs[0].rank == 2;
+    bool lm = lm_data() && M->noutputs > 0 && M->inputs[0].rank == 2;
     int64_t vocab = M->inputs[0].max_value > 0 ? M->inputs[0].max_value : 256;
     sample_logits = lm ? malloc(sizeof(float) * (size_t)(M->inputs[0].dims[1] * vocab)) : NULL;
-    krt_error err;
+    if (lm && recipe_int("sample.tokens", 0) > 0) {
+        /* The prompt's bytes are its tokens: each must be one the model knows. */
+        const char *prompt = recipe("sample.prompt", "\n");
+        if (!*prompt) {
+            rc = die("the sample prompt is empty: give --prompt TEXT (the sample continues it)");
+            goto out;
+        }
+        for (const unsigned char *p = (const unsigned char *)prompt; *p; p++)
+            if (*p >= vocab) {
+                rc = die("--prompt: byte %d of the prompt is not below the vocabulary size %lld", *p, (long long)vocab);
+                goto out;
+            }
+    }
     krt_cursor cur = {seed, 0, 0};
     int64_t step = 0;
-    if (!params || !grads || !buffers || !arena || !spans || (accumulate > 1 && !acc)) {
+    if (!params || !grads || !buffers || !arena || !spans || !bufs_ok || (lm && !sample_logits) || (accumulate > 1 && !acc)) {
         rc = die("out of memory");
         goto out;
     }
@@ -882,6 +1181,12 @@ int main(int argc, char **argv)
         rc = 1;
         goto out;
     }
+    if (resume && !eval_only && !bench_steps && cur.position > ntrain) {
+        rc = die("--resume %s: the checkpoint stands at sample %lld of an epoch, but the training data has %lld samples (it was made with "
+                 "other data or another --limit)",
+                 resume, (long long)cur.position, (long long)ntrain);
+        goto out;
+    }
     kiln_step_io io;
     memset(&io, 0, sizeof io);
     io.params = params;
@@ -892,31 +1197,45 @@ int main(int argc, char **argv)
     io.seed = seed;
     for (int s = 0; s < M->nsyms; s++) io.syms[s] = M->syms[s].max;
     if (bs >= 0) io.syms[bs] = batch;
+    if (bench_steps) {
+        rc = bench(&io, &oc, &st, &sc, spans, nspans, acc, accumulate, clip, batch, strtoll(bench_steps, NULL, 10));
+        goto out;
+    }
+    if (!eval_only && step >= total_steps) { /* resumed at or past the end: nothing to train */
+        printf("%s: the run in %s is already complete (step %lld of %lld); --eval evaluates it, --steps N beyond %lld trains it further\n",
+               M->name, resume, (long long)step, (long long)total_steps, (long long)step);
+        goto out;
+    }
     const char *logpath = recipe("log", "");
     log = *logpath ? fopen(logpath, "a") : NULL;
     if (*logpath && !log) {
         rc = die("%s: cannot open the log file: %s", logpath, strerror(errno));
         goto out;
     }
-    const char *ckdir = recipe("checkpoint.dir", "checkpoints");
-    int64_t ck_every = (int64_t)recipe_num("checkpoint.steps", 0), ev_every = (int64_t)recipe_num("eval.steps", 0);
-    int64_t ev_batches = (int64_t)recipe_num("eval.batches", 0);
-    if (bench_steps) {
-        rc = bench(&io, &oc, &st, &sc, spans, nspans, acc, accumulate, clip, batch, strtoll(bench_steps, NULL, 10));
+    if (eval_only) {
+        rc = eval_and_report(data.eval, &io, bufs, dtypes, batch, ev_batches, log, sample_logits, seed, step, false);
         goto out;
     }
+    if (earlier)
+        fprintf(stderr, "%s: note: %s holds a checkpoint of an earlier run (%s); this run starts afresh and replaces it (--resume %s continues it)\n",
+                M->name, ckdir, earlier_found, ckdir);
     signal(SIGINT, on_sigint);
     printf("%s: %lld parameters, %lld training samples, %lld steps of %lld (x%lld), %s lr %g\n", M->name, (long long)np,
            (long long)ntrain, (long long)total_steps, (long long)batch, (long long)accumulate, opt, oc.lr);
-    double t0 = kiln_now(), tlast = t0;
+    double t0 = kiln_now();
+    int64_t saved = -1; /* the step of the last checkpoint this run saved */
     while (step < total_steps && !interrupted) {
         double loss_sum = 0, msum[16] = {0};
+        const int64_t epoch_before = cur.epoch;
+        int64_t batch_epoch = cur.epoch; /* the (0-based) epoch of the step's last batch */
         for (int64_t micro = 0; micro < accumulate; micro++) {
             int64_t got = 0;
             if (krt_dataset_next(data.train, &cur, batch, true, true, bufs, dtypes, &got, &err) != KRT_OK) {
                 rc = die("%s", err.msg);
                 goto out;
             }
+            /* After an epoch's last batch the cursor already reads (next epoch, 0). */
+            batch_epoch = cur.position == 0 ? cur.epoch - 1 : cur.epoch;
             io.step = (uint64_t)(step * accumulate + micro);
             M->train_step(&io);
             if (index_failed(&io, "step", step + 1)) {
@@ -934,7 +1253,7 @@ int main(int argc, char **argv)
                 for (int64_t e = 0; e < np; e++) acc[e] += grads[e] / (float)accumulate;
         }
         float *g = accumulate > 1 ? acc : grads;
-        double norm = clip > 0 ? krt_clip_grad_norm(g, np, clip) : 0;
+        double norm = clip > 0 ? krt_clip_grad_norm(g, np, clip) : krt_grad_norm(g, np); /* logged either way */
         double lr = krt_schedule_lr(&sc, oc.lr, step);
         krt_optim_step(&oc, &st, lr, params, g, spans, nspans);
         if (acc) memset(acc, 0, sizeof(float) * (size_t)np);
@@ -944,49 +1263,38 @@ int main(int argc, char **argv)
             double rate = (double)(step * batch * accumulate) / (t - t0);
             double eta = (double)(total_steps - step) * (t - t0) / (double)step;
             fprintf(tty ? stderr : stdout, "%sstep %lld/%lld  epoch %lld  loss %.4f  lr %.3g  %.0f samples/s  eta %.0fs%s",
-                    tty ? "\r" : "", (long long)step, (long long)total_steps, (long long)cur.epoch + 1, loss, lr, rate, eta,
+                    tty ? "\r" : "", (long long)step, (long long)total_steps, (long long)batch_epoch + 1, loss, lr, rate, eta,
                     tty ? "   " : "\n");
-            tlast = t;
         }
         if (log) {
             fprintf(log, "{\"step\": %lld, \"epoch\": %lld, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %.6g", (long long)step,
-                    (long long)cur.epoch, loss, lr, norm);
+                    (long long)batch_epoch + 1, loss, lr, norm);
             for (int k = 0; k < M->nmetrics; k++) fprintf(log, ", \"%s\": %.6g", M->metric_names[k], msum[k] / (double)accumulate);
             fputs("}\n", log);
         }
-        bool epoch_end = cur.position == 0 && step > 0;
-        if (data.eval && ((ev_every > 0 && step % ev_every == 0) || (ev_every <= 0 && epoch_end) || step == total_steps)) {
-            double el = 0, em[16];
-            if (evaluate(data.eval, &io, bufs, dtypes, batch, ev_batches, step, &el, em)) {
+        bool epoch_end = cur.epoch > epoch_before; /* cur.epoch epochs are complete */
+        if (data.eval && (due(step, ev_steps, ev_epochs, epoch_end, cur.epoch) || step == total_steps))
+            if (eval_and_report(data.eval, &io, bufs, dtypes, batch, ev_batches, log, sample_logits, seed, step, tty)) {
                 rc = 1;
                 goto out;
             }
-            if (tty) fputc('\n', stderr);
-            printf("eval at step %lld: loss %.4f", (long long)step, el);
-            for (int k = 0; k < M->nmetrics; k++) printf("  %s %.4f", M->metric_names[k], em[k]);
-            putchar('\n');
-            fflush(stdout);
-            if (sample_logits && sample_text(&io, bufs, sample_logits, batch, seed, step)) {
+        if (due(step, ck_steps, ck_epochs, epoch_end, cur.epoch) || step == total_steps) {
+            if (save_checkpoint(ckdir, keep, params, buffers, &st, &cur, step)) {
                 rc = 1;
                 goto out;
             }
-            if (log) {
-                fprintf(log, "{\"step\": %lld, \"eval_loss\": %.6g", (long long)step, el);
-                for (int k = 0; k < M->nmetrics; k++) fprintf(log, ", \"eval_%s\": %.6g", M->metric_names[k], em[k]);
-                fputs("}\n", log);
-            }
+            saved = step;
         }
-        if ((ck_every > 0 && step % ck_every == 0) || (ck_every <= 0 && epoch_end) || step == total_steps)
-            if (save_checkpoint(ckdir, params, buffers, &st, &cur, step)) {
-                rc = 1;
-                goto out;
-            }
     }
-    (void)tlast;
     if (interrupted) {
         if (tty) fputc('\n', stderr);
-        fprintf(stderr, "%s: interrupted at step %lld; saving a checkpoint in %s\n", M->name, (long long)step, ckdir);
-        rc = save_checkpoint(ckdir, params, buffers, &st, &cur, step) ? 1 : 130;
+        if (saved == step) {
+            fprintf(stderr, "%s: interrupted at step %lld; its checkpoint is saved in %s\n", M->name, (long long)step, ckdir);
+            rc = 130;
+        } else {
+            fprintf(stderr, "%s: interrupted at step %lld; saving a checkpoint in %s\n", M->name, (long long)step, ckdir);
+            rc = save_checkpoint(ckdir, keep, params, buffers, &st, &cur, step) ? 1 : 130;
+        }
     }
 out:
     if (tty) fputc('\n', stderr);

@@ -575,6 +575,43 @@ Test(rt_data, tokens_load_errors)
     EXPECT_ERR(krt_tokens_load(tp("none.tok"), &a, &err), KRT_EIO, "none.tok");
 }
 
+/* ---- any format (krt_array_load) ---- */
+
+/* The reader is chosen by the first bytes, whatever the file's name says. */
+Test(rt_data, array_load_chooses_the_reader_by_content)
+{
+    krt_array a;
+    krt_error err;
+    const uint8_t px[6] = {1, 2, 3, 4, 5, 6};
+    unsigned char buf[64];
+    size_t n = idx_bytes(buf, 0x08, 2, (uint32_t[]){2, 3}, px, 6);
+    const char *idx = put("images.npy", buf, n); /* an IDX file named .npy */
+    const char *gz = put_gz("images.idx", buf, n);
+    const char *npy = put_npy("images.gz", 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3), }", px, 6);
+    const int32_t toks[3] = {7, 8, 9};
+    cr_assert_eq(krt_tokens_write(tp("t.idx"), toks, 3, 2, &err), KRT_OK, "%s", err.msg);
+    const char *paths[3] = {idx, gz, npy};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(krt_array_load(paths[i], &a, &err), KRT_OK, "%s: %s", paths[i], err.msg);
+        CHECK_SHAPE(a, KRT_U8, 2, 2, 3);
+        cr_expect_eq(memcmp(a.data, px, 6), 0, "%s", paths[i]);
+        krt_array_free(&a);
+    }
+    cr_assert_eq(krt_array_load(tp("t.idx"), &a, &err), KRT_OK, "%s", err.msg);
+    CHECK_SHAPE(a, KRT_I32, 1, 3);
+    cr_expect_eq(((int32_t *)a.data)[2], 9);
+    krt_array_free(&a);
+    /* Errors of the chosen reader are its own, naming the file. */
+    buf[n - 1] = 0;
+    LOAD_ERR(krt_array_load, put("cut.npy", buf, n - 2), KRT_EFORMAT, "truncated");
+    /* None of the formats: the file, the formats tried and what it starts with. */
+    LOAD_ERR(krt_array_load, put("x.npy", "PK\3\4zip", 7), KRT_EFORMAT, "not a data file of a format Kiln reads", "IDX", "gzip",
+             ".npy", "KILNTOK1", "it starts with 50 4b 03 04");
+    LOAD_ERR(krt_array_load, put("empty.idx", "", 0), KRT_EFORMAT, "the file is empty");
+    LOAD_ERR(krt_array_load, tp("missing.idx"), KRT_EIO, "cannot open");
+    LOAD_ERR(krt_array_load, tdir, KRT_EIO, "not a regular file");
+}
+
 /* ---- datasets ---- */
 
 static krt_array arr(krt_dtype t, int rank, const int64_t *dims, void *data)

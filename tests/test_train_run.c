@@ -1,0 +1,492 @@
+/* test_train_run.c — what a training program does with its recipe and flags, on a tiny
+ * classifier whose data the test writes (no installed dataset needed; each run takes
+ * milliseconds): checkpoints (the newest K in step directories named by `latest`, both
+ * files of one step, the directory checked before training), the evaluation and
+ * checkpoint schedules, `--eval`, a finished run resumed, the JSONL log, data files read
+ * by their content, and every flag's value checked. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../runtime/kiln_rt.h"
+#include "support.h"
+
+static char dir[64];
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/kiln-run-XXXXXX");
+    cr_assert(mkdtemp(dir));
+}
+
+static void teardown(void) { support_remove_dir(dir); }
+
+TestSuite(run, .init = setup, .fini = teardown, .timeout = 120);
+
+static const char *at(const char *rel)
+{
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, rel);
+    return buf[k];
+}
+
+/* Runs a shell command in the test's directory, output (stdout and stderr) in out. */
+static int run(const char *cmd, StrBuf *out)
+{
+    char full[4096];
+    out->len = 0;
+    if (out->data) out->data[0] = 0;
+    snprintf(full, sizeof full, "cd %s || exit 99; %s", dir, cmd);
+    return support_run(full, out);
+}
+
+static void put(const char *rel, const void *data, size_t n)
+{
+    FILE *f = fopen(at(rel), "wb");
+    cr_assert(f, "cannot write %s", rel);
+    cr_assert_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+/* A u8 IDX file of rank 1 or 2. */
+static void put_idx(const char *rel, const uint8_t *v, uint32_t rows, uint32_t cols)
+{
+    unsigned char buf[1024];
+    size_t k = 0;
+    int rank = cols ? 2 : 1;
+    buf[k++] = 0, buf[k++] = 0, buf[k++] = 8, buf[k++] = (unsigned char)rank;
+    uint32_t dims[2] = {rows, cols};
+    for (int i = 0; i < rank; i++)
+        for (int b = 3; b >= 0; b--) buf[k++] = (unsigned char)(dims[i] >> 8 * b);
+    size_t n = (size_t)rows * (cols ? cols : 1);
+    memcpy(buf + k, v, n);
+    put(rel, buf, k + n);
+}
+
+/* The same array as a .npy file. */
+static void put_npy(const char *rel, const uint8_t *v, uint32_t rows, uint32_t cols)
+{
+    char dict[128];
+    snprintf(dict, sizeof dict, "{'descr': '|u1', 'fortran_order': False, 'shape': (%u, %u), }", rows, cols);
+    unsigned char buf[1024];
+    size_t dl = strlen(dict), hl = (10 + dl + 1 + 63) / 64 * 64 - 10; /* data aligned to 64 */
+    memcpy(buf, "\x93NUMPY\x01\x00", 8);
+    buf[8] = (unsigned char)hl, buf[9] = 0;
+    memcpy(buf + 10, dict, dl);
+    memset(buf + 10 + dl, ' ', hl - dl - 1);
+    buf[10 + hl - 1] = '\n';
+    memcpy(buf + 10 + hl, v, (size_t)rows * cols);
+    put(rel, buf, 10 + hl + (size_t)rows * cols);
+}
+
+/* 40 training samples (10 steps of 4 per epoch) and 12 evaluation samples: feature y of
+ * sample i is large for its class y = i % 3. */
+static uint8_t X[40 * 4], Y[40];
+
+static void write_data(void)
+{
+    uint32_t r = 12345;
+    for (int i = 0; i < 40; i++) {
+        Y[i] = (uint8_t)(i % 3);
+        for (int j = 0; j < 4; j++) {
+            r = r * 1103515245u + 12345u;
+            X[i * 4 + j] = (uint8_t)((r >> 16) % 50 + (j == Y[i] ? 200 : 0));
+        }
+    }
+    put_idx("x.idx", X, 40, 4);
+    put_idx("y.idx", Y, 40, 0);
+    put_idx("ex.idx", X, 12, 4);
+    put_idx("ey.idx", Y, 12, 0);
+}
+
+/* Writes tiny.kiln with the given lines in its train section and builds ./tiny. */
+static void build(const char *train_lines)
+{
+    write_data();
+    char text[2048];
+    snprintf(text, sizeof text,
+             "model tiny\n"
+             "fc = Linear(4, 3)\n"
+             "forward(x: u8[B, 4]) -> logits {\n"
+             "    logits = fc(f32(x) / 255)\n"
+             "}\n"
+             "loss(logits, y: u8[B]) = cross_entropy(logits, y)\n"
+             "metric accuracy = mean(argmax(logits) == y)\n"
+             "train {\n"
+             "    data = idx(x = \"x.idx\", y = \"y.idx\")\n"
+             "    eval_data = idx(x = \"ex.idx\", y = \"ey.idx\")\n"
+             "    optimizer = AdamW(lr = 0.01)\n"
+             "    batch = 4\n"
+             "    epochs = 5\n"
+             "%s"
+             "}\n",
+             train_lines);
+    put("tiny.kiln", text, strlen(text));
+    StrBuf out;
+    sb_init(&out);
+    char args[512];
+    snprintf(args, sizeof args, "build %s -o %s", at("tiny.kiln"), at("tiny"));
+    cr_assert_eq(support_run_kiln(args, &out), 0, "kiln build failed:\n%s", out.data);
+    sb_free(&out);
+}
+
+static char *slurp(const char *rel, size_t *n)
+{
+    StrBuf err;
+    sb_init(&err);
+    char *d = util_read_file(at(rel), n, &err);
+    sb_free(&err);
+    return d;
+}
+
+static bool exists(const char *rel) { return access(at(rel), F_OK) == 0; }
+
+/* Names in a directory of the test, sorted, joined by '|'. */
+static const char *listing(const char *rel)
+{
+    static StrBuf out; /* the previous listing's buffer is reused */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "ls -A %s | tr '\\n' '|'", rel);
+    cr_assert_eq(run(cmd, &out), 0, "%s", out.data);
+    return out.data ? out.data : "";
+}
+
+/* The "step" of a checkpoint file's metadata. */
+static long long meta_step(const char *rel)
+{
+    krt_safetensors *st;
+    krt_error err;
+    cr_assert_eq(krt_safetensors_read(at(rel), &st, &err), KRT_OK, "%s", err.msg);
+    const char *s = krt_safetensors_meta(st, "step");
+    long long v = s ? atoll(s) : -1;
+    krt_safetensors_free(st);
+    return v;
+}
+
+static int count(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)); p++) n++;
+    return n;
+}
+
+/* A command that must fail (status 1 or 2, no crash) with `want` in its output. */
+static void expect_error(const char *cmd, const char *want)
+{
+    StrBuf out;
+    sb_init(&out);
+    int rc = run(cmd, &out);
+    cr_expect(rc == 1 || rc == 2, "`%s` should fail cleanly, exit %d:\n%s", cmd, rc, out.data);
+    cr_expect(out.data && strstr(out.data, want), "`%s`: expected a message containing '%s', got:\n%s", cmd, want, out.data);
+    sb_free(&out);
+}
+
+/* ---- checkpoints ---- */
+
+Test(run, keeps_the_newest_k_checkpoints_each_of_one_step)
+{
+    build("    checkpoint = every(steps = 5, keep = 3)\n");
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(run("./tiny", &out), 0, "%s", out.data);
+    cr_expect_str_eq(listing("checkpoints"), "latest|step-00000040|step-00000045|step-00000050|");
+    size_t n;
+    char *latest = slurp("checkpoints/latest", &n);
+    cr_expect(latest && !strcmp(latest, "step-00000050\n"), "latest: %s", latest);
+    free(latest);
+    cr_expect_eq(meta_step("checkpoints/step-00000045/model.safetensors"), 45);
+    cr_expect_eq(meta_step("checkpoints/step-00000045/train_state.safetensors"), 45);
+    /* --checkpoint-keep overrides the recipe's keep. */
+    cr_assert_eq(run("./tiny --checkpoint-dir one --checkpoint-keep 1 --steps 12", &out), 0, "%s", out.data);
+    cr_expect_str_eq(listing("one"), "latest|step-00000012|");
+    /* keep = 0 is refused by kiln check. */
+    const char *keep0 = "model k\nfc = Linear(4, 3)\nforward(x: u8[B, 4]) -> y {\n    y = fc(f32(x))\n}\nloss(y) = sum(y)\n"
+                        "train {\n    checkpoint = every(keep = 0)\n}\n";
+    put("keep0.kiln", keep0, strlen(keep0));
+    char args[512];
+    snprintf(args, sizeof args, "check %s", at("keep0.kiln"));
+    cr_expect_eq(support_run_kiln(args, &out), 1, "%s", out.data);
+    cr_expect(strstr(out.data, "every(keep): 0 is out of range [1, 1000]"), "%s", out.data);
+    sb_free(&out);
+}
+
+Test(run, resume_follows_latest_and_falls_back)
+{
+    build("    checkpoint = every(steps = 10, keep = 2)\n");
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(run("./tiny --checkpoint-dir full", &out), 0, "%s", out.data);
+    /* 50 steps at once, and 20 + 30 from `latest`: the same bytes. */
+    cr_assert_eq(run("./tiny --checkpoint-dir half --steps 20 && ./tiny --checkpoint-dir half --resume half", &out), 0, "%s", out.data);
+    const char *files[] = {"model.safetensors", "train_state.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        char a[128], b[128];
+        snprintf(a, sizeof a, "full/step-00000050/%s", files[i]);
+        snprintf(b, sizeof b, "half/step-00000050/%s", files[i]);
+        size_t na, nb;
+        char *da = slurp(a, &na), *db = slurp(b, &nb);
+        cr_assert(da && db, "%s", listing("half"));
+        cr_expect(na == nb && !memcmp(da, db, na), "%s differs between 50 steps and 20 + resume + 30", files[i]);
+        free(da);
+        free(db);
+    }
+    /* Without the pointer: the highest complete step directory (40, not the later
+     * temporary directory of a crashed save, which is never taken). */
+    cr_assert_eq(run("cp -r full f2 && rm f2/latest && rm -r f2/step-00000050 && mkdir f2/.step-00000060.tmp.1 && "
+                     "cp full/step-00000050/* f2/.step-00000060.tmp.1/ && ./tiny --resume f2 --steps 45 --checkpoint-dir f2",
+                     &out),
+                 0, "%s", out.data);
+    cr_expect(strstr(out.data, "step 45/45"), "%s", out.data);
+    cr_expect_eq(meta_step("f2/step-00000045/model.safetensors"), 45);
+    /* The old layout, the two files directly in the directory, still resumes. */
+    cr_assert_eq(run("mkdir old && cp full/step-00000040/* old/ && ./tiny --resume old --checkpoint-dir old", &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "step 50/50"), "%s", out.data);
+    cr_expect_str_eq(listing("old"), "latest|step-00000050|");
+    sb_free(&out);
+}
+
+Test(run, a_model_and_a_state_of_different_steps_are_refused)
+{
+    build("    checkpoint = every(steps = 10, keep = 3)\n");
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(run("./tiny && mkdir mixed && cp checkpoints/step-00000040/model.safetensors mixed/ && "
+                     "cp checkpoints/step-00000050/train_state.safetensors mixed/",
+                     &out),
+                 0, "%s", out.data);
+    expect_error("./tiny --resume mixed --steps 60", "mixed/model.safetensors is of step 40 but mixed/train_state.safetensors is of step 50");
+    /* A step directory whose files are of another step. */
+    cr_assert_eq(run("mv checkpoints/step-00000040 checkpoints/step-00000041 && echo step-00000041 > checkpoints/latest", &out), 0);
+    expect_error("./tiny --resume checkpoints --steps 60", "checkpoints/step-00000041: the checkpoint's files are of step 40");
+    /* A training position beyond the data it resumes on (sample 28 of the first epoch). */
+    cr_assert_eq(run("./tiny --steps 7 --checkpoint-dir p7", &out), 0, "%s", out.data);
+    expect_error("./tiny --resume p7 --steps 9 --limit 8", "--resume p7: the checkpoint stands at sample 28 of an epoch, but the training data has 8");
+    /* A pointer that is not one. */
+    cr_assert_eq(run("echo ../elsewhere > checkpoints/latest", &out), 0);
+    expect_error("./tiny --resume checkpoints --steps 60", "checkpoints/latest: not a checkpoint pointer");
+    sb_free(&out);
+}
+
+Test(run, an_unusable_checkpoint_directory_fails_before_training)
+{
+    build("");
+    StrBuf out;
+    sb_init(&out);
+    const char *dirs[] = {"missing/ck", "afile/ck", "afile"};
+    put("afile", "x", 1);
+    for (int i = 0; i < 3; i++) {
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "./tiny --checkpoint-dir %s", dirs[i]);
+        int rc = run(cmd, &out);
+        cr_expect_eq(rc, 1, "%s", out.data);
+        cr_expect(strstr(out.data, dirs[i]), "%s: %s", dirs[i], out.data);
+        cr_expect(!strstr(out.data, "step ") && !strstr(out.data, "eval at"), "%s: it trained first:\n%s", dirs[i], out.data);
+    }
+    cr_expect(strstr(listing("."), "missing") == NULL, "a parent was created");
+    if (geteuid() != 0) {
+        cr_assert_eq(run("mkdir ro && chmod a-w ro", &out), 0);
+        expect_error("./tiny --checkpoint-dir ro", "ro: cannot write checkpoints into this directory: Permission denied");
+    }
+    sb_free(&out);
+}
+
+/* ---- schedules, --eval, the end of a run ---- */
+
+/* The steps of the "eval at step N" lines, joined by ','. */
+static const char *eval_steps(const char *text)
+{
+    static char buf[256];
+    buf[0] = 0;
+    for (const char *p = text; (p = strstr(p, "eval at step ")); p++) {
+        char num[24];
+        snprintf(num, sizeof num, "%s%d", buf[0] ? "," : "", atoi(p + 13));
+        strcat(buf, num);
+    }
+    return buf;
+}
+
+Test(run, eval_and_checkpoints_every_n_epochs_or_steps)
+{
+    build("    eval = every(epochs = 2)\n    checkpoint = every(epochs = 2, keep = 10)\n");
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(run("./tiny", &out), 0, "%s", out.data);
+    cr_expect_str_eq(eval_steps(out.data), "20,40,50", "%s", out.data);
+    cr_expect_str_eq(listing("checkpoints"), "latest|step-00000020|step-00000040|step-00000050|");
+    /* --eval-every N: every N steps instead. */
+    cr_assert_eq(run("./tiny --eval-every 15 --checkpoint-every 25 --checkpoint-dir c2", &out), 0, "%s", out.data);
+    cr_expect_str_eq(eval_steps(out.data), "15,30,45,50", "%s", out.data);
+    cr_expect_str_eq(listing("c2"), "latest|step-00000025|step-00000050|");
+    /* Both counts in the recipe: both act; steps alone: steps only. */
+    build("    eval = every(steps = 15, epochs = 2)\n    checkpoint = every(steps = 30, keep = 10)\n");
+    cr_assert_eq(run("rm -r checkpoints && ./tiny", &out), 0, "%s", out.data);
+    cr_expect_str_eq(eval_steps(out.data), "15,20,30,40,45,50", "%s", out.data);
+    cr_expect_str_eq(listing("checkpoints"), "latest|step-00000030|step-00000050|");
+    sb_free(&out);
+}
+
+Test(run, eval_flag_evaluates_and_exits)
+{
+    build("");
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(run("./tiny --checkpoint-dir ck", &out), 0, "%s", out.data);
+    const char *trained = strstr(out.data, "eval at step 50: ");
+    cr_assert(trained, "%s", out.data);
+    char want[128];
+    snprintf(want, sizeof want, "%.*s", (int)strcspn(trained, "\n"), trained);
+    cr_assert_eq(run("./tiny --resume ck --eval --log e.jsonl", &out), 0, "%s", out.data);
+    cr_expect(!strncmp(out.data, want, strlen(want)) && count(out.data, "\n") == 1, "expected only '%s', got:\n%s", want, out.data);
+    size_t n;
+    char *log = slurp("e.jsonl", &n);
+    cr_assert(log, "no log");
+    cr_expect(!strncmp(log, "{\"step\": 50, \"eval_loss\": ", 26) && strstr(log, "\"eval_accuracy\": ") && count(log, "\n") == 1, "%s", log);
+    free(log);
+    cr_expect_str_eq(listing("ck"), "latest|step-00000040|step-00000050|"); /* nothing saved */
+    /* Fresh weights: step 0. With --eval-data, on those files. */
+    cr_assert_eq(run("./tiny --eval", &out), 0, "%s", out.data);
+    cr_expect(!strncmp(out.data, "eval at step 0: loss ", 21), "%s", out.data);
+    cr_expect(!exists("checkpoints"), "--eval made a checkpoint directory");
+    cr_assert_eq(run("./tiny --resume ck --eval --eval-data x=x.idx --eval-data y=y.idx --eval-batches 1", &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "eval at step 50: ") && strcmp(out.data, want), "%s", out.data);
+    expect_error("./tiny --eval --steps 3", "--steps has no effect with --eval");
+    expect_error("./tiny --eval --bench-steps 3", "--eval and --bench-steps");
+    sb_free(&out);
+}
+
+Test(run, resuming_a_finished_run_says_it_is_complete)
+{
+    build("");
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(run("./tiny", &out), 0, "%s", out.data);
+    cr_assert_eq(run("./tiny --resume checkpoints", &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "already complete (step 50 of 50)") && strstr(out.data, "--eval"), "%s", out.data);
+    cr_expect(!strstr(out.data, "parameters"), "%s", out.data);
+    /* --steps beyond it trains on. */
+    cr_assert_eq(run("./tiny --resume checkpoints --steps 53", &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "step 53/53"), "%s", out.data);
+    sb_free(&out);
+}
+
+Test(run, log_has_the_gradient_norm_and_the_epoch_of_each_step)
+{
+    build("");
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(run("./tiny --log l.jsonl", &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "step 50/50  epoch 5  "), "%s", out.data);
+    size_t n;
+    char *log = slurp("l.jsonl", &n);
+    cr_assert(log);
+    int steps = 0;
+    for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!strstr(line, "\"loss\"")) continue;
+        steps++;
+        double g = strtod(strstr(line, "\"grad_norm\": ") + 13, NULL);
+        int epoch = atoi(strstr(line, "\"epoch\": ") + 9);
+        cr_expect(g > 0, "no gradient norm without clipping: %s", line);
+        cr_expect_eq(epoch, (steps - 1) / 10 + 1, "step %d is of epoch %d: %s", steps, (steps - 1) / 10 + 1, line);
+    }
+    cr_expect_eq(steps, 50);
+    free(log);
+    sb_free(&out);
+}
+
+/* ---- data files ---- */
+
+Test(run, data_files_are_read_by_their_content)
+{
+    build("");
+    put_npy("x.npy", X, 40, 4);
+    StrBuf out;
+    sb_init(&out);
+    /* An .npy file where the recipe reads IDX, and IDX under a .npy name. */
+    cr_assert_eq(run("./tiny --steps 3 --data x=x.npy", &out), 0, "%s", out.data);
+    cr_assert_eq(run("cp y.idx y.npy && ./tiny --steps 3 --data y=y.npy", &out), 0, "%s", out.data);
+    put("junk.idx", "PK\3\4junk", 8);
+    expect_error("./tiny --steps 3 --data x=junk.idx", "junk.idx: not a data file of a format Kiln reads (tried IDX");
+    expect_error("./tiny --steps 3 --data x=nothere.idx", "nothere.idx: cannot open");
+    sb_free(&out);
+}
+
+/* ---- flags ---- */
+
+Test(run, every_flag_value_is_checked)
+{
+    build("");
+    static const char *const cases[][2] = {
+        {"--steps 0", "--steps 0: give a whole number of steps, at least 1"},
+        {"--steps -5", "--steps -5: give a whole number of steps, at least 1"},
+        {"--steps 2.5", "--steps 2.5: give a whole number of steps"},
+        {"--steps 99999999999999999999", "--steps 99999999999999999999: give a whole number of steps, at most"},
+        {"--steps 5x", "--steps: '5x' is not a number"},
+        {"--epochs 0", "--epochs 0: give a whole number of epochs, at least 1"},
+        {"--batch 0", "--batch 0: give a whole number of samples, at least 1"},
+        {"--batch 5", "--batch 5: the model was built for batches of at most 4"},
+        {"--lr -1", "--lr -1: give a finite number, at least 0"},
+        {"--lr nan", "--lr nan: give a finite number"},
+        {"--lr inf", "--lr inf: give a finite number"},
+        {"--seed -1", "--seed -1: give a whole number, at least 0"},
+        {"--limit 0", "--limit 0: give a whole number of samples, at least 1"},
+        {"--limit -3", "--limit -3: give a whole number of samples, at least 1"},
+        {"--checkpoint-every -1", "--checkpoint-every -1: give a whole number of steps, at least 0"},
+        {"--checkpoint-keep 0", "--checkpoint-keep 0: give a whole number of checkpoints, at least 1"},
+        {"--eval-every 1.5", "--eval-every 1.5: give a whole number of steps"},
+        {"--eval-batches -2", "--eval-batches -2: give a whole number of batches, at least 0"},
+        {"--threads 0", "--threads 0: give a whole number of threads, at least 1"},
+        {"--threads 4x", "--threads: '4x' is not a number"},
+        {"--threads 100000", "--threads 100000: give a whole number of threads, at most 1024"},
+        {"--checkpoint-dir ''", "--checkpoint-dir: the value is empty"},
+        {"--log ''", "--log: the value is empty"},
+        {"--resume ''", "--resume: the value is empty"},
+        {"--data x=", "--data x=: the path is empty"},
+        {"--data z=x.idx", "--data z=x.idx: the model has no input 'z' (its inputs: x, y)"},
+        {"--data x.idx", "--data x.idx: give INPUT=PATH"},
+        {"--eval-data w=x.idx", "--eval-data w=x.idx: the model has no input 'w'"},
+        {"--temperature 0.5", "--temperature: only language models"},
+        {"--sample-tokens 5", "--sample-tokens: only language models"},
+        {"--prompt hi", "--prompt: only language models"},
+        {"--top-k 3", "--top-k: only language models"},
+        {"--steps=5", "unknown option '--steps=5' (give the value after a space: --steps 5"},
+        {"extra", "unexpected argument 'extra'"},
+        {"--steps", "--steps needs a value"},
+        {"--profile", "--profile times the steps of a benchmark"},
+        {"--eval-every 5 --eval-data x=ex.idx --eval-data y=ey.idx --data x=x.idx --limit 5 --eval", "--eval-every has no effect with --eval"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "./tiny %s", cases[i][0]);
+        expect_error(cmd, cases[i][1]);
+    }
+    cr_expect(!exists("checkpoints"), "a refused flag still trained");
+}
+
+Test(run, eval_flags_need_evaluation_data)
+{
+    /* No eval_data and no val split: nothing to evaluate on. */
+    write_data();
+    const char *text = "model tiny\nfc = Linear(4, 3)\nforward(x: u8[B, 4]) -> logits {\n    logits = fc(f32(x) / 255)\n}\n"
+                       "loss(logits, y: u8[B]) = cross_entropy(logits, y)\n"
+                       "train {\n    data = npy(x = \"x.idx\", y = \"y.idx\")\n    batch = 4\n}\n";
+    put("noeval.kiln", text, strlen(text));
+    StrBuf out;
+    sb_init(&out);
+    char args[512];
+    snprintf(args, sizeof args, "build %s -o %s", at("noeval.kiln"), at("noeval"));
+    cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+    expect_error("./noeval --eval", "--eval: there is no evaluation data");
+    expect_error("./noeval --eval-every 3", "--eval-every: there is no evaluation data");
+    expect_error("./noeval --eval-batches 3", "--eval-batches: there is no evaluation data");
+    expect_error("./noeval --eval --eval-data x=ex.idx", "the recipe's eval_data has no file for input 'y' (add y = \"...\" or --eval-data y=PATH)");
+    /* The recipe says npy(...), the files are IDX: read by their content. */
+    cr_assert_eq(run("./noeval --steps 2", &out), 0, "%s", out.data);
+    cr_assert_eq(run("./noeval --eval --eval-data x=ex.idx --eval-data y=ey.idx", &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "eval at step 0: "), "%s", out.data);
+    sb_free(&out);
+}
