@@ -844,7 +844,8 @@ static int64_t emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *p
             char dst[64], ty[32];
             snprintf(dst, sizeof dst, "io->outputs[%d]", fwd);
             snprintf(ty, sizeof ty, "%s *", cg_ctype((DType)N(c, v)->dtype));
-            sb_printf(o, "    if (io->outputs[%d])\n    ", fwd++);
+            sb_printf(o, "    if (io->outputs && io->outputs[%d])\n    ", fwd);
+            fwd++;
             emit_copy_out(c, v, dst, ty);
             break;
         }

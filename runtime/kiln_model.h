@@ -50,12 +50,12 @@ typedef struct {
     float *grads;         /* gradients, same layout (train step only) */
     unsigned char *buffers; /* non-trained state (batch-norm statistics), `buffer_bytes` */
     const void *const *inputs; /* one per input, batch-major, at the current sizes */
-    int64_t syms[8];      /* current value of every symbol (B, T, ...) */
+    int64_t *syms;        /* current value of every symbol (B, T, ...): nsyms */
     unsigned char *arena; /* activations, `arena_bytes` */
     uint64_t seed, step;  /* for dropout's counter-based random numbers */
     double loss;          /* out */
-    double metrics[16];   /* out, in the order of metric_names */
-    void *outputs[8];     /* out: forward outputs copied here when not NULL */
+    double *metrics;      /* out, in the order of metric_names: nmetrics */
+    void **outputs;       /* out: noutputs (or NULL): forward outputs copied to the non-NULL ones */
     struct kiln_profile *profile; /* NULL, or where each kernel's time is added up */
     /* out: NULL, or the index check that failed (the step stopped right after it: its
      * outputs are not valid) and the value found */

@@ -335,7 +335,7 @@ static void init_params(float *params, unsigned char *buffers, uint64_t seed)
 /* ---- data ---- */
 
 typedef struct {
-    krt_array arrays[8];
+    krt_array *arrays; /* the training inputs, then the evaluation inputs */
     int narrays;
     krt_array stream;
     krt_dataset *train, *eval;
@@ -391,6 +391,8 @@ static int load_data(Data *d, int64_t *ntrain, int64_t *neval)
 {
     krt_error err;
     memset(d, 0, sizeof *d);
+    d->arrays = calloc(2 * (size_t)M->ninputs + 1, sizeof *d->arrays);
+    if (!d->arrays) return die("out of memory");
     const char *kind = recipe("data", NULL);
     if (!kind) return die("the model file's train section has no `data = ...`, and no --data was given");
     double val = recipe_num("data.val", 0);
@@ -739,15 +741,22 @@ static int evaluate(krt_dataset *ds, kiln_step_io *io, void **bufs, const krt_dt
 {
     krt_error err;
     krt_cursor cur = {0, 0, 0};
-    double total = 0, sum_loss = 0, sum_m[16] = {0};
+    double total = 0, sum_loss = 0, *sum_m = calloc((size_t)M->nmetrics + 1, sizeof *sum_m);
+    if (!sum_m) return die("out of memory");
     int bs = batch_symbol();
     for (int64_t b = 0; max_batches <= 0 || b < max_batches; b++) {
         int64_t got = 0;
-        if (krt_dataset_next(ds, &cur, batch, false, false, bufs, dtypes, &got, &err) != KRT_OK) return die("%s", err.msg);
+        if (krt_dataset_next(ds, &cur, batch, false, false, bufs, dtypes, &got, &err) != KRT_OK) {
+            free(sum_m);
+            return die("%s", err.msg);
+        }
         if (got <= 0) break;
         if (bs >= 0) io->syms[bs] = got;
         M->eval_step(io);
-        if (index_failed(io, "evaluation after step", step)) return 1;
+        if (index_failed(io, "evaluation after step", step)) {
+            free(sum_m);
+            return 1;
+        }
         sum_loss += io->loss * (double)got;
         for (int k = 0; k < M->nmetrics; k++) sum_m[k] += io->metrics[k] * (double)got;
         total += (double)got;
@@ -756,6 +765,7 @@ static int evaluate(krt_dataset *ds, kiln_step_io *io, void **bufs, const krt_dt
     if (bs >= 0) io->syms[bs] = batch;
     *loss = total > 0 ? sum_loss / total : NAN;
     for (int k = 0; k < M->nmetrics; k++) metrics[k] = total > 0 ? sum_m[k] / total : NAN;
+    free(sum_m);
     return 0;
 }
 
@@ -919,9 +929,9 @@ static int bench(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *
     const int64_t warm = 2, np = M->nparam_floats;
     int bs = batch_symbol();
     int64_t bmax = bs >= 0 ? M->syms[bs].max : batch, big = bmax < 256 ? bmax : 256;
-    void *in[16] = {0};
+    void **in = calloc((size_t)M->ninputs + 1, sizeof *in);
     double *times = malloc(sizeof(double) * (size_t)n);
-    int rc = times ? 0 : die("out of memory");
+    int rc = times && in ? 0 : die("out of memory");
     for (int k = 0; k < M->ninputs && !rc; k++) {
         const kiln_input *x = &M->inputs[k];
         int64_t count = bmax;
@@ -997,7 +1007,8 @@ static int bench(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *
     }
     if (!rc && recipe("bench.profile", NULL)) rc = profile(io, oc, st, sc, spans, nspans, acc, accumulate, clip, batch, n);
     io->inputs = saved_inputs;
-    for (int k = 0; k < 16; k++) free(in[k]);
+    for (int k = 0; in && k < M->ninputs; k++) free(in[k]);
+    free(in);
     free(times);
     return rc;
 }
@@ -1014,21 +1025,25 @@ static bool due(int64_t step, int64_t steps, int64_t epochs, bool epoch_ended, i
 static int eval_and_report(krt_dataset *ds, kiln_step_io *io, void **bufs, const krt_dtype *dtypes, int64_t batch, int64_t ev_batches,
                            FILE *log, float *sample_logits, uint64_t seed, int64_t step, bool tty)
 {
-    double el = 0, em[16];
-    if (evaluate(ds, io, bufs, dtypes, batch, ev_batches, step, &el, em)) return 1;
+    double el = 0, *em = calloc((size_t)M->nmetrics + 1, sizeof *em);
+    if (!em) return die("out of memory");
+    if (evaluate(ds, io, bufs, dtypes, batch, ev_batches, step, &el, em)) {
+        free(em);
+        return 1;
+    }
     if (tty) fputc('\n', stderr);
     printf("eval at step %lld: loss %.4f", (long long)step, el);
     for (int k = 0; k < M->nmetrics; k++) printf("  %s %.4f", M->metric_names[k], em[k]);
     putchar('\n');
     fflush(stdout);
-    if (sample_logits && sample_text(io, bufs, sample_logits, batch, seed, step)) return 1;
     if (log) {
         fprintf(log, "{\"step\": %lld, \"eval_loss\": %.6g", (long long)step, el);
         for (int k = 0; k < M->nmetrics; k++) fprintf(log, ", \"eval_%s\": %.6g", M->metric_names[k], em[k]);
         fputs("}\n", log);
         fflush(log);
     }
-    return 0;
+    free(em);
+    return sample_logits && sample_text(io, bufs, sample_logits, batch, seed, step);
 }
 
 int main(int argc, char **argv)
@@ -1044,14 +1059,22 @@ int main(int argc, char **argv)
     float *params = NULL, *grads = NULL, *acc = NULL;
     unsigned char *buffers = NULL, *arena = NULL;
     krt_param_span *spans = NULL;
-    void *bufs[16] = {0};
+    /* Sized from the model: any number of inputs, metrics, outputs and sizes. */
+    void **bufs = calloc((size_t)M->ninputs + 1, sizeof *bufs);
+    krt_dtype *dtypes = calloc((size_t)M->ninputs + 1, sizeof *dtypes);
+    int64_t *io_syms = calloc((size_t)M->nsyms + 1, sizeof *io_syms);
+    double *io_metrics = calloc((size_t)M->nmetrics + 1, sizeof *io_metrics), *msum = calloc((size_t)M->nmetrics + 1, sizeof *msum);
+    void **io_outputs = calloc((size_t)M->noutputs + 1, sizeof *io_outputs);
     krt_optim_state st;
     memset(&st, 0, sizeof st);
     FILE *log = NULL;
     float *sample_logits = NULL;
     int rc = 0;
     bool tty = isatty(2);
-    if (M->ninputs > 4 || M->nmetrics > 16) return die("this program supports at most 4 inputs and 16 metrics"), 1;
+    if (!bufs || !dtypes || !io_syms || !io_metrics || !msum || !io_outputs) {
+        rc = die("out of memory");
+        goto out;
+    }
     int64_t batch = recipe_int("batch", 64);
     int bs = batch_symbol();
     int64_t bmax = bs >= 0 ? M->syms[bs].max : batch;
@@ -1140,7 +1163,6 @@ int main(int argc, char **argv)
     for (int i = 0; spans && i < M->nparams; i++)
         if (M->params[i].trainable)
             spans[nspans++] = (krt_param_span){M->params[i].offset, M->params[i].count, decay_all || M->params[i].decay};
-    krt_dtype dtypes[16];
     bool bufs_ok = true;
     for (int k = 0; k < M->ninputs; k++) {
         int64_t per = 1;
@@ -1195,6 +1217,9 @@ int main(int argc, char **argv)
     io.arena = arena;
     io.inputs = (const void *const *)bufs;
     io.seed = seed;
+    io.syms = io_syms;
+    io.metrics = io_metrics;
+    io.outputs = io_outputs;
     for (int s = 0; s < M->nsyms; s++) io.syms[s] = M->syms[s].max;
     if (bs >= 0) io.syms[bs] = batch;
     if (bench_steps) {
@@ -1225,7 +1250,8 @@ int main(int argc, char **argv)
     double t0 = kiln_now();
     int64_t saved = -1; /* the step of the last checkpoint this run saved */
     while (step < total_steps && !interrupted) {
-        double loss_sum = 0, msum[16] = {0};
+        double loss_sum = 0;
+        memset(msum, 0, sizeof *msum * (size_t)M->nmetrics);
         const int64_t epoch_before = cur.epoch;
         int64_t batch_epoch = cur.epoch; /* the (0-based) epoch of the step's last batch */
         for (int64_t micro = 0; micro < accumulate; micro++) {
@@ -1307,10 +1333,17 @@ out:
     free(arena);
     free(spans);
     free(sample_logits);
-    for (int k = 0; k < M->ninputs; k++) free(bufs[k]);
+    for (int k = 0; bufs && k < M->ninputs; k++) free(bufs[k]);
+    free(bufs);
+    free(dtypes);
+    free(io_syms);
+    free(io_metrics);
+    free(msum);
+    free(io_outputs);
     if (data.train) krt_dataset_free(data.train);
     if (data.eval) krt_dataset_free(data.eval);
-    for (int k = 0; k < 2 * M->ninputs && k < 8; k++) krt_array_free(&data.arrays[k]);
+    for (int k = 0; data.arrays && k < 2 * M->ninputs; k++) krt_array_free(&data.arrays[k]);
+    free(data.arrays);
     krt_array_free(&data.stream);
     return rc;
 }

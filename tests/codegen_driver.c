@@ -33,8 +33,10 @@ int main(int argc, char **argv)
     memset(&io, 0, sizeof io);
     int64_t nsyms;
     if (fread(&nsyms, sizeof nsyms, 1, in) != 1 || nsyms != m->nsyms) return 3;
+    io.syms = calloc((size_t)nsyms + 1, sizeof *io.syms);
+    io.metrics = calloc((size_t)m->nmetrics + 1, sizeof *io.metrics);
     if (nsyms && fread(io.syms, sizeof(int64_t), (size_t)nsyms, in) != (size_t)nsyms) return 3;
-    const void *inputs[16];
+    const void **inputs = calloc((size_t)m->ninputs + 1, sizeof *inputs);
     for (int k = 0; k < m->ninputs; k++) {
         const kiln_input *x = &m->inputs[k];
         int64_t n = 1;
@@ -50,6 +52,11 @@ int main(int argc, char **argv)
     memcpy(saved, io.buffers, (size_t)m->buffer_bytes);
     io.arena = malloc((size_t)(m->train_arena_bytes > m->eval_arena_bytes ? m->train_arena_bytes : m->eval_arena_bytes) + 64);
     m->train_step(&io);
+    if (io.index_error) {
+        fprintf(stderr, "driver: index %lld out of range [0, %lld) at line %u\n", (long long)io.index_value,
+                (long long)io.index_error->limit, io.index_error->line);
+        return 4;
+    }
     FILE *out = fopen(argv[2], "wb");
     if (!out) return 2;
     fwrite(&io.loss, sizeof(double), 1, out);
@@ -62,6 +69,9 @@ int main(int argc, char **argv)
     int rc = fclose(out) == 0 ? 0 : 1;
     /* Everything is freed: the sanitizer builds check this program for leaks too. */
     for (int k = 0; k < m->ninputs; k++) free((void *)inputs[k]);
+    free(inputs);
+    free(io.syms);
+    free(io.metrics);
     free(io.params);
     free(io.buffers);
     free(io.grads);

@@ -81,3 +81,33 @@ void support_remove_dir(const char *dir)
     sb_free(&cmd);
     sb_free(&out);
 }
+
+bool support_write_npy(const char *path, const char *descr, int64_t rows, int64_t cols, const double *v)
+{
+    char header[128];
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    int n = cols > 0 ? snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (%lld, %lld), }", descr,
+                                (long long)rows, (long long)cols)
+                     : snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (%lld,), }", descr,
+                                (long long)rows);
+    int total = (10 + n + 1 + 63) / 64 * 64; /* magic, version, length, header, '\n' */
+    uint16_t hlen = (uint16_t)(total - 10);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fputc(hlen & 0xff, f);
+    fputc(hlen >> 8, f);
+    fwrite(header, 1, (size_t)n, f);
+    for (int i = 10 + n; i < total - 1; i++) fputc(' ', f);
+    fputc('\n', f);
+    int64_t count = rows * (cols > 0 ? cols : 1);
+    for (int64_t i = 0; i < count; i++) {
+        if (descr[1] == 'f') {
+            float x = (float)v[i];
+            fwrite(&x, sizeof x, 1, f);
+        } else {
+            int64_t x = (int64_t)v[i];
+            fwrite(&x, sizeof x, 1, f);
+        }
+    }
+    return fclose(f) == 0;
+}

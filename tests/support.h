@@ -3,7 +3,9 @@
 #ifndef KILN_TESTS_SUPPORT_H
 #define KILN_TESTS_SUPPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../frontend/frontend.h"
 #include "../util/util.h"
@@ -25,6 +27,9 @@ int support_run(const char *cmdline, StrBuf *out);
 int support_build_in_temp(const char *tag, const char *model, const char *name, char *dir, size_t dirsize, StrBuf *out);
 /* rm -rf of a directory made by support_build_in_temp. */
 void support_remove_dir(const char *dir);
+/* Writes a 2-D (cols > 0) or 1-D (cols == 0) .npy file of float32 (descr "<f4") or int64
+ * ("<i8") values; false when it cannot. */
+bool support_write_npy(const char *path, const char *descr, int64_t rows, int64_t cols, const double *values);
 /* Absolute path of a file in the source tree (static buffer, valid until the next call). */
 const char *support_path(const char *relpath);
 

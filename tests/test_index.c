@@ -16,36 +16,11 @@ static void teardown(void) { support_remove_dir(dir); }
 
 TestSuite(index_check, .fini = teardown, .timeout = 120);
 
-/* Writes a 2-D (cols > 0) or 1-D .npy file of float32 ("<f4") or int64 ("<i8") values. */
 static void write_npy(const char *name, const char *descr, int64_t rows, int64_t cols, const double *v)
 {
-    char path[128], header[128];
+    char path[128];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    cr_assert(f, "cannot write %s", path);
-    int n = cols > 0 ? snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (%lld, %lld), }", descr,
-                                (long long)rows, (long long)cols)
-                     : snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (%lld,), }", descr,
-                                (long long)rows);
-    int total = (10 + n + 1 + 63) / 64 * 64; /* magic, version, length, header, '\n' */
-    uint16_t hlen = (uint16_t)(total - 10);
-    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-    fputc(hlen & 0xff, f);
-    fputc(hlen >> 8, f);
-    fwrite(header, 1, (size_t)n, f);
-    for (int i = 10 + n; i < total - 1; i++) fputc(' ', f);
-    fputc('\n', f);
-    int64_t count = rows * (cols > 0 ? cols : 1);
-    for (int64_t i = 0; i < count; i++) {
-        if (descr[1] == 'f') {
-            float x = (float)v[i];
-            fwrite(&x, sizeof x, 1, f);
-        } else {
-            int64_t x = (int64_t)v[i];
-            fwrite(&x, sizeof x, 1, f);
-        }
-    }
-    fclose(f);
+    cr_assert(support_write_npy(path, descr, rows, cols, v), "cannot write %s", path);
 }
 
 static void build(const char *model, const char *name)
