@@ -323,12 +323,64 @@ static void fill_call_defaults(RecipeValue *v, const CallSpec *cs)
     }
 }
 
-static bool graph_has_input(const Graph *g, const char *name)
+/* The model's data inputs in order (forward's, then the loss's typed ones): from the
+ * lowered graph, or, when lowering failed (no graph), as the file declares them, so that
+ * one mistake in forward does not make every data loader's input look unknown. An
+ * untyped forward parameter (an error reported by lowering) is known but needs no file. */
+typedef struct {
+    const char **names;
+    bool *required;
+    int n;
+} Inputs;
+
+static void inputs_add(Inputs *in, const char *name, bool required)
 {
-    return g && ir_find_named(g, OP_INPUT, name) != IR_NONE;
+    in->names = xrealloc(in->names, (size_t)(in->n + 1) * sizeof *in->names);
+    in->required = xrealloc(in->required, (size_t)(in->n + 1) * sizeof *in->required);
+    in->names[in->n] = name;
+    in->required[in->n++] = required;
 }
 
-static bool check_call(const Ast *a, AstId e, const KeySpec *ks, const Graph *g, RecipeValue *out, Diag *d)
+static void inputs_collect(Inputs *in, const Ast *a, const Graph *g)
+{
+    memset(in, 0, sizeof *in);
+    if (g) {
+        for (NodeId i = 0; i < g->nnodes; i++)
+            if (g->nodes[i].op == OP_INPUT) inputs_add(in, ir_node_name(g, i), true);
+        return;
+    }
+    AstId fwd = AST_NONE, loss = AST_NONE;
+    const AstNode *rn = ast_node(a, a->root);
+    for (int k = 0; k < rn->nkids; k++) {
+        AstId it = ast_kid(a, a->root, k);
+        if (ast_node(a, it)->kind == AST_FORWARD && fwd == AST_NONE) fwd = it;
+        if (ast_node(a, it)->kind == AST_LOSS && loss == AST_NONE) loss = it;
+    }
+    for (int s = 0; s < 2; s++) {
+        AstId sig = s ? loss : fwd;
+        if (sig == AST_NONE) continue;
+        for (int i = 0; i < ast_node(a, sig)->aux; i++) {
+            AstId p = ast_kid(a, sig, i);
+            bool typed = ast_node(a, p)->aux == 1;
+            if (s == 0 || typed) inputs_add(in, ast_str(a, p), typed);
+        }
+    }
+}
+
+static void inputs_free(Inputs *in)
+{
+    free(in->names);
+    free(in->required);
+}
+
+static int input_index(const Inputs *in, const char *name)
+{
+    for (int i = 0; name && i < in->n; i++)
+        if (!strcmp(in->names[i], name)) return i;
+    return -1;
+}
+
+static bool check_call(const Ast *a, AstId e, const KeySpec *ks, const Inputs *in, RecipeValue *out, Diag *d)
 {
     const AstNode *n = ast_node(a, e);
     AstId callee = n->kind == AST_CALL ? ast_kid(a, e, 0) : e;
@@ -377,7 +429,7 @@ static bool check_call(const Ast *a, AstId e, const KeySpec *ks, const Graph *g,
             for (const ArgSpec *s = cs->args; s->name; s++)
                 if (!strcmp(s->name, kw)) as = s;
         }
-        if (!as && cs->input_map && graph_has_input(g, kw)) {
+        if (!as && cs->input_map && input_index(in, kw) >= 0) {
             /* A model input mapped to its file. */
             RecipeValue *v = push(&out->args, &out->nargs);
             v->key = xstrdup(kw);
@@ -388,8 +440,7 @@ static bool check_call(const Ast *a, AstId e, const KeySpec *ks, const Graph *g,
             const char *cands[32];
             int ncand = 0;
             for (const ArgSpec *s = cs->args; s->name && ncand < 32; s++) cands[ncand++] = s->name;
-            for (NodeId i = 0; cs->input_map && g && i < g->nnodes && ncand < 32; i++)
-                if (g->nodes[i].op == OP_INPUT) cands[ncand++] = ir_node_name(g, i);
+            for (int i = 0; cs->input_map && i < in->n && ncand < 32; i++) cands[ncand++] = in->names[i];
             const char *near = nearest(kw, cands, ncand);
             StrBuf takes;
             sb_init(&takes);
@@ -413,7 +464,7 @@ static bool check_call(const Ast *a, AstId e, const KeySpec *ks, const Graph *g,
         sb_init(&what);
         sb_printf(&what, "%s(%s)", cs->name, as->name);
         if (!convert(a, val, as->kind, as->lo, as->hi, as->choices, what.data, v, d)) ok = false;
-        else if (as->kind == A_NAME && !as->choices && g && !graph_has_input(g, v->str)) {
+        else if (as->kind == A_NAME && !as->choices && input_index(in, v->str) < 0) {
             diag_error(d, v->loc, "%s: '%s' is not an input of the model", what.data, v->str);
             ok = false;
         }
@@ -424,11 +475,11 @@ static bool check_call(const Ast *a, AstId e, const KeySpec *ks, const Graph *g,
             diag_error(d, n->loc, "%s(...): missing argument '%s'", cs->name, as->name);
             ok = false;
         }
-    if (ok && cs->input_map && g) {
+    if (ok && cs->input_map) {
         /* Every input of the model must come from a file. */
-        for (NodeId i = 0; i < g->nnodes; i++) {
-            if (g->nodes[i].op != OP_INPUT || recipe_arg(out, ir_node_name(g, i))) continue;
-            diag_error(d, n->loc, "%s(...): no file for model input '%s'", cs->name, ir_node_name(g, i));
+        for (int i = 0; i < in->n; i++) {
+            if (!in->required[i] || recipe_arg(out, in->names[i])) continue;
+            diag_error(d, n->loc, "%s(...): no file for model input '%s'", cs->name, in->names[i]);
             ok = false;
         }
     }
@@ -452,9 +503,8 @@ int64_t recipe_batch_hint(const Ast *a, AstId train)
     return 64;
 }
 
-bool recipe_check(Recipe *r, const Ast *a, AstId train, const Graph *g, Diag *d)
+static bool check_recipe(Recipe *r, const Ast *a, AstId train, const Inputs *in, Diag *d)
 {
-    memset(r, 0, sizeof *r);
     bool ok = true;
     const char *names[NKEYS];
     for (int i = 0; i < NKEYS; i++) names[i] = keys[i].key;
@@ -487,7 +537,7 @@ bool recipe_check(Recipe *r, const Ast *a, AstId train, const Graph *g, Diag *d)
         RecipeValue *v = push(&r->entries, &r->n);
         v->key = xstrdup(name);
         AstId val = ast_kid(a, key, 0);
-        bool good = ks->kind == A_CALL ? check_call(a, val, ks, g, v, d)
+        bool good = ks->kind == A_CALL ? check_call(a, val, ks, in, v, d)
                                        : convert(a, val, ks->kind, ks->lo, ks->hi, ks->choices, name, v, d);
         if (!good) {
             ok = false;
@@ -513,6 +563,16 @@ bool recipe_check(Recipe *r, const Ast *a, AstId train, const Graph *g, Diag *d)
         } else set_default(v, ks->kind, ks->dflt);
     }
     return true;
+}
+
+bool recipe_check(Recipe *r, const Ast *a, AstId train, const Graph *g, Diag *d)
+{
+    memset(r, 0, sizeof *r);
+    Inputs in;
+    inputs_collect(&in, a, g);
+    bool ok = check_recipe(r, a, train, &in, d);
+    inputs_free(&in);
+    return ok;
 }
 
 void recipe_free(Recipe *r)
