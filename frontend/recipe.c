@@ -40,15 +40,18 @@ typedef struct {
 #define INF 1e300
 #define END {NULL, 0, NULL, 0, 0, NULL}
 
-static const ArgSpec lm_args[] = {
+static const ArgSpec text_args[] = {
     {"path", A_STR, NULL, 0, 0, NULL}, {"input", A_NAME, NULL, 0, 0, NULL}, {"target", A_NAME, NULL, 0, 0, NULL},
     {"val", A_NUM, "0.1", 0, 0.9, NULL}, {"exclude", A_STR, "", 0, 0, NULL}, END};
+static const ArgSpec tokens_args[] = {
+    {"path", A_STR, NULL, 0, 0, NULL}, {"input", A_NAME, NULL, 0, 0, NULL}, {"target", A_NAME, NULL, 0, 0, NULL},
+    {"val", A_NUM, "0.1", 0, 0.9, NULL}, END};
 static const ArgSpec map_args[] = {{"val", A_NUM, "0.0", 0, 0.9, NULL}, END};
 static const CallSpec data_calls[] = {
     {"idx", map_args, true, "IDX files (plain or .gz), one per input: idx(image = \"...\", label = \"...\")"},
     {"npy", map_args, true, "NumPy .npy files, one per input"},
-    {"text", lm_args, false, "raw bytes of text files (a glob, minus an exclude glob, sorted by name), windows of input and next-byte target"},
-    {"tokens", lm_args, false, "a token file (docs/formats.md), windows of input and next-token target"},
+    {"text", text_args, false, "raw bytes of text files (a glob, minus an exclude glob, sorted by name), windows of input and next-byte target"},
+    {"tokens", tokens_args, false, "a token file (docs/formats.md), windows of input and next-token target"},
     {NULL, NULL, false, NULL}};
 
 static const ArgSpec sgd_args[] = {
@@ -503,6 +506,118 @@ int64_t recipe_batch_hint(const Ast *a, AstId train)
     return 64;
 }
 
+static bool is_call(const RecipeValue *v, const char *name)
+{
+    return v && v->kind == RV_CALL && !strcmp(v->str, name);
+}
+
+/* The optimizer's arguments together, as PyTorch's constructors check them (SGD:
+ * Nesterov needs momentum and no dampening; Adam: 0 <= beta < 1), plus what would be
+ * accepted but do nothing (dampening without momentum, decay = ... without weight decay)
+ * and eps = 0, which turns the update of any parameter whose gradient is 0 into 0/0. The
+ * training program checks the same after its flags (runtime/optim.c). */
+static bool check_optimizer(const RecipeValue *opt, Diag *d)
+{
+    bool ok = true;
+    const char *k = opt->str;
+    const RecipeValue *wd = recipe_arg(opt, "weight_decay"), *decay = recipe_arg(opt, "decay");
+    if (!strcmp(k, "SGD")) {
+        const RecipeValue *mom = recipe_arg(opt, "momentum"), *damp = recipe_arg(opt, "dampening"),
+                          *nest = recipe_arg(opt, "nesterov");
+        if (nest->num && mom->num <= 0) {
+            diag_error(d, nest->loc, "SGD: nesterov = true needs a momentum > 0, found momentum = %g (e.g. momentum = 0.9)", mom->num);
+            ok = false;
+        }
+        if (nest->num && damp->num != 0) {
+            diag_error(d, damp->loc, "SGD: nesterov = true needs dampening = 0, found dampening = %g", damp->num);
+            ok = false;
+        } else if (!nest->num && damp->num != 0 && mom->num == 0) {
+            diag_error(d, damp->loc, "SGD: dampening = %g has no effect without momentum (momentum = 0)", damp->num);
+            ok = false;
+        }
+    } else {
+        const RecipeValue *betas = recipe_arg(opt, "betas"), *eps = recipe_arg(opt, "eps");
+        for (int i = 0; i < 2 && i < betas->nargs; i++)
+            if (!(betas->args[i].num < 1)) {
+                diag_error(d, betas->args[i].loc, "%s(betas): beta%d = %g must be below 1 (0 <= beta < 1)", k, i + 1, betas->args[i].num);
+                ok = false;
+            }
+        if (!(eps->num > 0)) {
+            diag_error(d, eps->loc, "%s(eps): must be greater than 0, found %g (the update of a parameter whose gradient is 0 would be 0/0)", k,
+                       eps->num);
+            ok = false;
+        }
+    }
+    if (!decay->is_default && wd->num == 0) {
+        diag_error(d, decay->loc, "%s: decay = %s has no effect: weight_decay is 0", k, decay->str);
+        ok = false;
+    }
+    return ok;
+}
+
+/* Keys and arguments that each pass the schema but together would be ignored by the
+ * training program, or refused by it only after it loaded the data. Errors point at the
+ * value written in the file that has no effect or conflicts. */
+static bool check_combinations(const Recipe *r, const Inputs *in, Diag *d)
+{
+    bool ok = true;
+    const RecipeValue *opt = recipe_get(r, "optimizer");
+    if (opt && opt->kind == RV_CALL && !check_optimizer(opt, d)) ok = false;
+    const RecipeValue *steps = recipe_get(r, "steps"), *epochs = recipe_get(r, "epochs");
+    if (steps && epochs && !epochs->is_default) {
+        diag_error(d, epochs->loc, "epochs = %.0f has no effect: steps = %.0f is given and overrides it; keep one of the two", epochs->num,
+                   steps->num);
+        ok = false;
+    }
+    const RecipeValue *data = recipe_get(r, "data"), *eval_data = recipe_get(r, "eval_data"), *sample = recipe_get(r, "sample");
+    bool lm = is_call(data, "text") || is_call(data, "tokens");
+    if (eval_data) {
+        const RecipeValue *eval_val = recipe_arg(eval_data, "val"), *val = data ? recipe_arg(data, "val") : NULL;
+        if (!is_call(eval_data, "idx") && !is_call(eval_data, "npy")) {
+            diag_error(d, eval_data->loc, "eval_data: expected idx(...) or npy(...), found %s(...) (text and tokens data evaluate on their val split)",
+                       eval_data->str);
+            ok = false;
+        } else if (lm) {
+            diag_error(d, eval_data->loc, "eval_data has no effect with %s(...) data, which evaluates on its val split (val = ...)", data->str);
+            ok = false;
+        } else if (eval_val && !eval_val->is_default) {
+            diag_error(d, eval_val->loc, "eval_data: val = %g has no effect: all of eval_data is evaluated", eval_val->num);
+            ok = false;
+        } else if (val && !val->is_default && val->num > 0) {
+            diag_error(d, val->loc, "%s(val): val = %g has no effect: eval_data is given and replaces the val split", data->str, val->num);
+            ok = false;
+        }
+    }
+    if (lm) {
+        /* The training program feeds each window to the first input and the next tokens to
+         * the second: input and target must name them, in that order. */
+        const RecipeValue *input = recipe_arg(data, "input"), *target = recipe_arg(data, "target");
+        if (in->n != 2) {
+            diag_error(d, data->loc, "%s(...) data feeds a model with two inputs (tokens and their targets); this model has %d", data->str,
+                       in->n);
+            ok = false;
+        } else if (strcmp(input->str, in->names[0])) {
+            diag_error(d, input->loc, "%s(input): the token windows go to the model's first input '%s', found '%s'", data->str, in->names[0],
+                       input->str);
+            ok = false;
+        } else if (strcmp(target->str, in->names[1])) {
+            diag_error(d, target->loc, "%s(target): the next tokens go to the model's second input '%s', found '%s'", data->str,
+                       in->names[1], target->str);
+            ok = false;
+        }
+    }
+    if (sample && data && !lm) {
+        diag_error(d, sample->loc, "sample = generate(...) is for language models trained on text(...) or tokens(...) data; data is %s(...)",
+                   data->str);
+        ok = false;
+    } else if (sample && lm && recipe_arg(data, "val")->num == 0) {
+        diag_error(d, sample->loc, "sample = generate(...) prints at each evaluation, but %s(..., val = 0) keeps no data to evaluate",
+                   data->str);
+        ok = false;
+    }
+    return ok;
+}
+
 static bool check_recipe(Recipe *r, const Ast *a, AstId train, const Inputs *in, Diag *d)
 {
     bool ok = true;
@@ -562,7 +677,7 @@ static bool check_recipe(Recipe *r, const Ast *a, AstId train, const Inputs *in,
             fill_call_defaults(v, cs);
         } else set_default(v, ks->kind, ks->dflt);
     }
-    return true;
+    return check_combinations(r, in, d);
 }
 
 bool recipe_check(Recipe *r, const Ast *a, AstId train, const Graph *g, Diag *d)
