@@ -53,6 +53,11 @@ static const CallSpec data_calls[] = {
     {"text", text_args, false, "raw bytes of text files (a glob, minus an exclude glob, sorted by name), windows of input and next-byte target"},
     {"tokens", tokens_args, false, "a token file (docs/formats.md), windows of input and next-token target"},
     {NULL, NULL, false, NULL}};
+/* Evaluation files: text and tokens data evaluate on their own val split. */
+static const CallSpec eval_data_calls[] = {
+    {"idx", map_args, true, "IDX files (plain or .gz), one per input, all evaluated"},
+    {"npy", map_args, true, "NumPy .npy files, one per input, all evaluated"},
+    {NULL, NULL, false, NULL}};
 
 static const ArgSpec sgd_args[] = {
     {"lr", A_NUM, "0.01", 0, 10, NULL}, {"momentum", A_NUM, "0.0", 0, 1, NULL}, {"dampening", A_NUM, "0.0", 0, 1, NULL},
@@ -97,7 +102,7 @@ static const CallSpec eval_calls[] = {{"every", eval_args, false, "evaluate ever
 
 static const KeySpec keys[] = {
     {"data", A_CALL, data_calls, NULL, 0, 0, NULL, "training data"},
-    {"eval_data", A_CALL, data_calls, NULL, 0, 0, NULL, "evaluation data (default: the loader's val split)"},
+    {"eval_data", A_CALL, eval_data_calls, NULL, 0, 0, NULL, "evaluation data (default: the loader's val split)"},
     {"optimizer", A_CALL, optim_calls, "AdamW", 0, 0, NULL, "SGD, Adam or AdamW with their hyperparameters"},
     {"schedule", A_CALL, sched_calls, "constant", 0, 0, NULL, "learning-rate schedule"},
     {"batch", A_INT, NULL, "64", 1, 1 << 24, NULL, "samples per step (bounds the batch size symbol)"},
@@ -573,11 +578,7 @@ static bool check_combinations(const Recipe *r, const Inputs *in, Diag *d)
     bool lm = is_call(data, "text") || is_call(data, "tokens");
     if (eval_data) {
         const RecipeValue *eval_val = recipe_arg(eval_data, "val"), *val = data ? recipe_arg(data, "val") : NULL;
-        if (!is_call(eval_data, "idx") && !is_call(eval_data, "npy")) {
-            diag_error(d, eval_data->loc, "eval_data: expected idx(...) or npy(...), found %s(...) (text and tokens data evaluate on their val split)",
-                       eval_data->str);
-            ok = false;
-        } else if (lm) {
+        if (lm) {
             diag_error(d, eval_data->loc, "eval_data has no effect with %s(...) data, which evaluates on its val split (val = ...)", data->str);
             ok = false;
         } else if (eval_val && !eval_val->is_default) {
