@@ -661,6 +661,11 @@ static bool check_recipe(Recipe *r, const Ast *a, AstId train, const Inputs *in,
             r->n--;
         }
     }
+    /* Accepted for the model files of tomorrow, but not implemented: said, not ignored. */
+    const RecipeValue *prec = recipe_get(r, "precision");
+    if (prec && strcmp(prec->str, "f32"))
+        diag_report(d, DIAG_WARNING, prec->loc,
+                    "precision = %s has no effect yet: training runs in f32 (mixed precision is not implemented)", prec->str);
     if (!ok) return false;
     /* Defaults for everything not written, so the full recipe is explicit. */
     for (int i = 0; i < NKEYS; i++) {
