@@ -103,8 +103,9 @@ static Value fn_unary(Lower *L, const BoundArgs *a, AstId call, int v)
 
 static Value fn_gelu(Lower *L, const BoundArgs *a, AstId call, int v)
 {
-    if (a->v[1].kind != V_NONE && (a->v[1].kind != V_STR || strcmp(a->v[1].str, "tanh"))) {
-        lower_error(L, a->at[1], "gelu: only approximate = \"tanh\" is supported (GPT-2's form)");
+    /* approximate = none written out is PyTorch's exact (erf) form: refused, not tanh. */
+    if ((a->given[1] || a->v[1].kind != V_NONE) && (a->v[1].kind != V_STR || strcmp(a->v[1].str, "tanh"))) {
+        lower_error(L, a->at[1], "gelu: only approximate = \"tanh\" is supported (GPT-2's form, the default here)");
         return value_error();
     }
     NodeId t = tensor(L, a, 0, "gelu");
@@ -128,6 +129,10 @@ static Value fn_clamp(Lower *L, const BoundArgs *a, AstId call, int v)
 {
     NodeId x = tensor(L, a, 0, "clamp");
     if (x == IR_NONE) return value_error();
+    if (a->v[1].kind == V_NONE && a->v[2].kind == V_NONE) {
+        lower_error(L, call, "clamp: give min, max or both (without either it would do nothing)");
+        return value_error();
+    }
     if (a->v[1].kind != V_NONE) {
         double lo;
         if (!value_number(L, a->v[1], a->at[1], "clamp(min)", &lo)) return value_error();

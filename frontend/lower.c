@@ -900,6 +900,10 @@ static Value instantiate(Lower *L, int32_t parent, const char *name, AstId e)
                     lower_error(L, a, "%s has no argument '%s'; it takes sizes and init = ...", type, ast_str(L->ast, a));
                     return value_error();
                 }
+                if (init != AST_NONE) {
+                    lower_error(L, a, "%s: argument 'init' is given twice", type);
+                    return value_error();
+                }
                 init = ast_kid(L->ast, a, 0);
                 continue;
             }
