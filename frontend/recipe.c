@@ -696,6 +696,17 @@ bool recipe_check(Recipe *r, const Ast *a, AstId train, const Graph *g, Diag *d)
     return ok;
 }
 
+void recipe_schema(StrBuf *out)
+{
+    for (int i = 0; i < NKEYS; i++) {
+        sb_printf(out, "%s\n", keys[i].key);
+        for (const CallSpec *c = keys[i].calls; keys[i].kind == A_CALL && c->name; c++) {
+            if (c->input_map) sb_printf(out, "%s=%s.INPUT\n", keys[i].key, c->name);
+            for (const ArgSpec *as = c->args; as->name; as++) sb_printf(out, "%s=%s.%s\n", keys[i].key, c->name, as->name);
+        }
+    }
+}
+
 void recipe_free(Recipe *r)
 {
     for (int32_t i = 0; i < r->n; i++) free_value(&r->entries[i]);
