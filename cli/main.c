@@ -222,6 +222,68 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
     return -1;
 }
 
+/* 0 when a file can be created in dir (tried, with a probe file that is removed: the
+ * permission bits do not tell for root, read-only mounts or /sys), else the errno. */
+static int dir_writable(const char *dir)
+{
+    size_t n = strlen(dir) + 48;
+    char *probe = xmalloc(n);
+    snprintf(probe, n, "%s/.kiln-probe-%ld", dir, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    int err = fd < 0 ? errno : 0;
+    if (fd >= 0) {
+        close(fd);
+        unlink(probe);
+    }
+    free(probe);
+    return err;
+}
+
+/* Checks, before anything is compiled, that the output of `cmd` can be written: for a
+ * file (build's program, ir's -o), that its directory exists and is writable and that it
+ * is not a directory; for emit's directory, that it is a writable directory or that its
+ * parent is (emit creates the last level only). Returns 0, or 2 after one message that
+ * names the problem (instead of the C compiler's or the linker's). */
+static int check_output(const char *cmd, const char *path, bool is_dir)
+{
+    struct stat st;
+    int err;
+    bool exists = stat(path, &st) == 0;
+    if (exists && is_dir) {
+        if (!S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "kiln %s: error: -o %s: exists and is not a directory\n", cmd, path);
+            return 2;
+        }
+        if ((err = dir_writable(path))) {
+            fprintf(stderr, "kiln %s: error: -o %s: cannot write in this directory: %s\n", cmd, path, strerror(err));
+            return 2;
+        }
+        return 0;
+    }
+    if (exists && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "kiln %s: error: -o %s: is a directory; name the file to write, e.g. -o %s%s%s\n", cmd, path, path,
+                path[strlen(path) - 1] == '/' ? "" : "/", !strcmp(cmd, "build") ? "prog" : "out.txt");
+        return 2;
+    }
+    /* The directory that holds path ("." when it has no slash). */
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? xstrdup(path) : xstrdup(".");
+    if (slash) dir[slash == path ? 1 : slash - path] = 0;
+    int rc = 0;
+    if (stat(dir, &st) != 0) {
+        fprintf(stderr, "kiln %s: error: -o %s: the directory '%s' does not exist\n", cmd, path, dir);
+        rc = 2;
+    } else if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "kiln %s: error: -o %s: '%s' is not a directory\n", cmd, path, dir);
+        rc = 2;
+    } else if ((err = dir_writable(dir))) {
+        fprintf(stderr, "kiln %s: error: -o %s: cannot write in the directory '%s': %s\n", cmd, path, dir, strerror(err));
+        rc = 2;
+    }
+    free(dir);
+    return rc;
+}
+
 static Model *load(const Options *o, Diag *d)
 {
     StrBuf err;
@@ -710,6 +772,7 @@ static int cmd_model(const char *cmd, int argc, char **argv)
         for (int i = 0; i < n; i++) printf("%-10s %s\n", p[i].name, p[i].doc);
         return 0;
     }
+    if (o.output && check_output(cmd, o.output, !strcmp(cmd, "emit"))) return 2;
     Diag d;
     diag_init(&d, stderr);
     Model *m = load(&o, &d);

@@ -53,6 +53,24 @@ static bool arg_bool(Lower *L, int32_t inst, int i, AstId at, bool *out)
 
 #define MAXD (INT64_C(1) << 31)
 
+/* Whether argument i was written in the model file (not its default): the binder records
+ * where each argument came from, and the call itself for a default. */
+static bool arg_written(Lower *L, int32_t inst, int i, AstId call)
+{
+    AstId a = I(L, inst)->args[i].count;
+    return a > 0 && a != call;
+}
+
+/* A sentinel default (0 = "as PyTorch's None") must not be written: it would be taken for
+ * the default instead of meaning what it says. */
+static bool no_written_zero(Lower *L, int32_t inst, int i, AstId at, int64_t v, const char *meaning)
+{
+    if (v != 0 || !arg_written(L, inst, i, at)) return true;
+    const BuiltinModule *bm = I(L, inst)->builtin;
+    lower_error(L, arg_at(L, inst, i, at), "%s(%s) must be at least 1, found 0 (leave it out for %s)", bm->name, bm->args[i], meaning);
+    return false;
+}
+
 static Shape shape1(int64_t a) { Dim d[1] = {ir_dim_const(a)}; return ir_shape_make(1, d); }
 static Shape shape2(int64_t a, int64_t b) { Dim d[2] = {ir_dim_const(a), ir_dim_const(b)}; return ir_shape_make(2, d); }
 
@@ -172,7 +190,7 @@ static bool pool_create(Lower *L, int32_t inst, AstId at)
 {
     int64_t k, stride, pad;
     return arg_int(L, inst, 0, at, 1, 1024, &k) && arg_int(L, inst, 1, at, 0, 1024, &stride) &&
-           arg_int(L, inst, 2, at, 0, 512, &pad);
+           no_written_zero(L, inst, 1, at, stride, "the kernel size") && arg_int(L, inst, 2, at, 0, 512, &pad);
 }
 
 static Value pool_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstId at)
@@ -275,6 +293,10 @@ static bool ln_create(Lower *L, int32_t inst, AstId at)
     if (!arg_int(L, inst, 0, at, 1, MAXD, &c) || !arg_num(L, inst, 1, at, 0, 1, &eps) || !arg_bool(L, inst, 2, at, &affine) ||
         !arg_bool(L, inst, 3, at, &bias))
         return false;
+    if (!affine && arg_written(L, inst, 3, at)) {
+        lower_error(L, arg_at(L, inst, 3, at), "LayerNorm(bias) has no effect with elementwise_affine = false (there are no parameters)");
+        return false;
+    }
     Shape s = shape1(c);
     if (affine && lower_param(L, inst, "weight", &s, INIT_ONES, 0, 0, true, at) == IR_NONE) return false;
     if (affine && bias && lower_param(L, inst, "bias", &s, INIT_ZEROS, 0, 0, true, at) == IR_NONE) return false;
@@ -352,7 +374,8 @@ static bool mlp_create(Lower *L, int32_t inst, AstId at)
     double p;
     bool bias;
     if (!arg_int(L, inst, 0, at, 1, MAXD, &in) || !arg_int(L, inst, 1, at, 1, MAXD, &hidden) ||
-        !arg_int(L, inst, 2, at, 0, MAXD, &out) || !arg_num(L, inst, 3, at, 0, 1, &p) || !arg_bool(L, inst, 4, at, &bias))
+        !arg_int(L, inst, 2, at, 0, MAXD, &out) || !no_written_zero(L, inst, 2, at, out, "in_features") ||
+        !arg_num(L, inst, 3, at, 0, 1, &p) || !arg_bool(L, inst, 4, at, &bias))
         return false;
     if (!out) out = in;
     double a1[3] = {(double)in, (double)hidden, bias}, a2[3] = {(double)hidden, (double)out, bias};

@@ -157,6 +157,10 @@ typedef struct {
  * `g` supplies the model's input names, which data loaders must cover. */
 bool recipe_check(Recipe *r, const Ast *a, AstId train, const Graph *g, Diag *d);
 void recipe_free(Recipe *r);
+/* Every item of the schema, one a line: each key ("batch") and each argument of each call
+ * it takes ("optimizer=SGD.momentum"; "data=idx.INPUT" stands for the model's inputs of a
+ * loader that maps each input to a file). For the test that shows each has an effect. */
+void recipe_schema(StrBuf *out);
 const RecipeValue *recipe_get(const Recipe *r, const char *key);
 const RecipeValue *recipe_arg(const RecipeValue *call, const char *key);
 double recipe_num(const Recipe *r, const char *key, double dflt);

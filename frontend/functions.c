@@ -103,8 +103,9 @@ static Value fn_unary(Lower *L, const BoundArgs *a, AstId call, int v)
 
 static Value fn_gelu(Lower *L, const BoundArgs *a, AstId call, int v)
 {
-    if (a->v[1].kind != V_NONE && (a->v[1].kind != V_STR || strcmp(a->v[1].str, "tanh"))) {
-        lower_error(L, a->at[1], "gelu: only approximate = \"tanh\" is supported (GPT-2's form)");
+    /* approximate = none written out is PyTorch's exact (erf) form: refused, not tanh. */
+    if ((a->given[1] || a->v[1].kind != V_NONE) && (a->v[1].kind != V_STR || strcmp(a->v[1].str, "tanh"))) {
+        lower_error(L, a->at[1], "gelu: only approximate = \"tanh\" is supported (GPT-2's form, the default here)");
         return value_error();
     }
     NodeId t = tensor(L, a, 0, "gelu");
@@ -128,6 +129,10 @@ static Value fn_clamp(Lower *L, const BoundArgs *a, AstId call, int v)
 {
     NodeId x = tensor(L, a, 0, "clamp");
     if (x == IR_NONE) return value_error();
+    if (a->v[1].kind == V_NONE && a->v[2].kind == V_NONE) {
+        lower_error(L, call, "clamp: give min, max or both (without either it would do nothing)");
+        return value_error();
+    }
     if (a->v[1].kind != V_NONE) {
         double lo;
         if (!value_number(L, a->v[1], a->at[1], "clamp(min)", &lo)) return value_error();
@@ -606,6 +611,9 @@ bool functions_call(Lower *L, Scope *s, int32_t inst, const char *name, AstId ca
             *out = value_error();
             return true;
         }
+        /* Marked in the IR, but no pass recomputes a region yet: said, not ignored. */
+        diag_report(L->d, DIAG_WARNING, cn->loc,
+                    "checkpoint(...) has no effect yet: its activations are kept, not recomputed (activation checkpointing is not implemented)");
         int32_t saved = L->b.ckpt;
         L->b.ckpt = ++L->next_ckpt;
         *out = lower_expr(L, s, inst, ast_kid(L->ast, call, 1));

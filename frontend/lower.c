@@ -900,6 +900,10 @@ static Value instantiate(Lower *L, int32_t parent, const char *name, AstId e)
                     lower_error(L, a, "%s has no argument '%s'; it takes sizes and init = ...", type, ast_str(L->ast, a));
                     return value_error();
                 }
+                if (init != AST_NONE) {
+                    lower_error(L, a, "%s: argument 'init' is given twice", type);
+                    return value_error();
+                }
                 init = ast_kid(L->ast, a, 0);
                 continue;
             }
@@ -1167,37 +1171,41 @@ static void lower_model(Lower *L, AstId forward, AstId loss, AstId train)
     }
     bool returned = false;
     Value ret = lower_stmts(L, fs, 0, forward, fn->aux + fn->aux2, &returned);
+    /* Forward's outputs. One that failed (its error already reported) is an error value,
+     * so that the loss and metrics are still checked for their own mistakes but what
+     * uses it is not reported again. */
     Scope *outs = scope_new(L, L->globals, false);
+    bool outputs_unknown = false; /* forward failed before its outputs could be named */
     if (fn->aux2 == 0) {
-        if (!returned) lower_error(L, forward, "forward has no outputs: name them (`forward(...) -> logits`) or `return` a value");
-        else if (ret.kind == V_TENSOR) {
+        if (!returned) {
+            lower_error(L, forward, "forward has no outputs: name them (`forward(...) -> logits`) or `return` a value");
+            outputs_unknown = true;
+        } else if (ret.kind == V_TENSOR) {
             ir_add_output(L->g, OUT_FORWARD, "output", ret.node);
             scope_set(outs, "output", ret);
-        } else if (ret.kind != V_ERROR) lower_error(L, forward, "forward must return a tensor, found %s", kind_desc(ret));
+        } else {
+            if (ret.kind != V_ERROR) lower_error(L, forward, "forward must return a tensor, found %s", kind_desc(ret));
+            scope_set(outs, "output", value_error());
+        }
     } else {
         if (returned) lower_error(L, forward, "forward names its outputs with `->`; use assignments, not `return`");
         for (int i = 0; i < fn->aux2; i++) {
             AstId on = ast_kid(L->ast, forward, fn->aux + i);
             const char *name = ast_str(L->ast, on);
             Value *v = scope_find_here(fs, name);
-            if (!v) {
-                lower_error(L, on, "output '%s' is never assigned in forward", name);
-                continue;
-            }
-            if (v->kind == V_ERROR) {
+            if (!v) lower_error(L, on, "output '%s' is never assigned in forward", name);
+            else if (v->kind == V_ERROR) {
                 /* Errors are reported where they happen; this guards against a silent one. */
                 if (!L->failed) lower_error(L, on, "internal error: output '%s' has no value", name);
+            } else if (v->kind != V_TENSOR) lower_error(L, on, "output '%s' is %s, not a tensor", name, kind_desc(*v));
+            else {
+                ir_add_output(L->g, OUT_FORWARD, name, v->node);
+                scope_set(outs, name, *v);
                 continue;
             }
-            if (v->kind != V_TENSOR) {
-                lower_error(L, on, "output '%s' is %s, not a tensor", name, kind_desc(*v));
-                continue;
-            }
-            ir_add_output(L->g, OUT_FORWARD, name, v->node);
-            scope_set(outs, name, *v);
+            scope_set(outs, name, value_error());
         }
     }
-    if (L->failed) return;
 
     /* Loss: untyped parameters are forward outputs, typed ones are extra inputs. */
     if (ln) {
@@ -1206,6 +1214,10 @@ static void lower_model(Lower *L, AstId forward, AstId loss, AstId train)
             if (ast_node(L->ast, p)->aux == 1) continue;
             const char *name = ast_str(L->ast, p);
             Value *v = scope_find_here(outs, name);
+            if (!v && outputs_unknown) {
+                scope_set(ls, name, value_error());
+                continue;
+            }
             if (!v) {
                 StrBuf names;
                 sb_init(&names);
@@ -1222,10 +1234,9 @@ static void lower_model(Lower *L, AstId forward, AstId loss, AstId train)
         Value lv = lower_stmts(L, ls, 0, loss, ln->aux, &returned);
         if (!returned && !L->failed) lower_error(L, loss, "loss does not return a value");
         NodeId l = scalar_output(L, lv, loss, "the loss");
-        if (l != IR_NONE) {
-            ir_add_output(L->g, OUT_LOSS, "loss", l);
-            scope_set(ls, "loss", value_tensor(l));
-        }
+        if (l != IR_NONE) ir_add_output(L->g, OUT_LOSS, "loss", l);
+        /* A loss that failed is an error value for the metrics, not an unknown name. */
+        scope_set(ls, "loss", l != IR_NONE ? value_tensor(l) : value_error());
     }
     /* Metrics see forward outputs, loss inputs and the loss. */
     const AstNode *rn = ast_node(L->ast, root);

@@ -3,6 +3,7 @@
  * are all shown (up to max_errors) and tests can read exactly what a user would see. */
 #include "util.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,6 +100,20 @@ void diag_vreport(Diag *d, DiagLevel level, Loc loc, const char *fmt, va_list ap
         sb_puts(&d->out, "...");
     }
     sb_putc(&d->out, '\n');
+    if (level == DIAG_WARNING && start > 0) {
+        /* A warning is reported once: a module's forward is lowered once per use, and a
+         * command compiles a file in both modes. */
+        char *line = xstrdup(d->out.data + start);
+        d->out.data[start] = 0;
+        bool seen = strstr(d->out.data, line) != NULL;
+        d->out.data[start] = line[0];
+        free(line);
+        if (seen) {
+            d->out.len = start;
+            d->out.data[start] = 0;
+            return;
+        }
+    }
     if (loc.file < d->nsources) put_source_line(&d->out, &d->sources[loc.file], loc);
     if (d->echo) {
         fwrite(d->out.data + start, 1, d->out.len - start, d->echo);
