@@ -695,6 +695,44 @@ static bool check_recipe(Recipe *r, const Ast *a, AstId train, const Inputs *in,
     return check_combinations(r, in, d);
 }
 
+/* The training program reads `batch` samples into the leading dimension of the model's
+ * inputs: a batch written in the train section must fit the first input's leading size,
+ * a symbol's bound (`dim B <= 8` with batch = 16 built a program that refused its own
+ * recipe) or a fixed size (`const B = 4` with batch = 16 trained on mismatched rows). */
+static bool check_batch(const Ast *a, AstId train, const Graph *g, const Recipe *r, Diag *d)
+{
+    const RecipeValue *bv = recipe_get(r, "batch");
+    AstId key = AST_NONE;
+    const AstNode *tn = train != AST_NONE ? ast_node(a, train) : NULL;
+    for (int k = 0; tn && k < tn->nkids; k++)
+        if (!strcmp(ast_str(a, ast_kid(a, train, k)), "batch")) key = ast_kid(a, train, k);
+    NodeId first = IR_NONE;
+    for (NodeId i = 0; g && i < g->nnodes && first == IR_NONE; i++)
+        if (g->nodes[i].op == OP_INPUT) first = i;
+    if (!bv || bv->kind != RV_NUM || key == AST_NONE || first == IR_NONE || g->nodes[first].shape.rank == 0) return true;
+    int64_t batch = (int64_t)bv->num;
+    Dim lead = g->nodes[first].shape.d[0];
+    Loc loc = ast_node(a, ast_kid(a, key, 0))->loc;
+    const char *name = ir_node_name(g, first);
+    if (lead.nsym == 1 && lead.k == 1) {
+        const Symbol *sym = &g->syms[lead.sym[0]];
+        if (batch <= sym->max) return true;
+        diag_error(d, loc,
+                   "batch = %lld is larger than the bound of '%s' (%lld), the leading size of the first input '%s': "
+                   "write `dim %s <= %lld` or a smaller batch",
+                   (long long)batch, sym->name, (long long)sym->max, name, sym->name, (long long)batch);
+        return false;
+    }
+    if (lead.nsym == 0 && lead.k != batch) {
+        diag_error(d, loc,
+                   "batch = %lld, but the first input '%s' has a fixed leading size %lld: the training program reads batch "
+                   "samples into it; write `batch = %lld`, or give '%s' a symbolic batch size such as [B, ...]",
+                   (long long)batch, name, (long long)lead.k, (long long)lead.k, name);
+        return false;
+    }
+    return true;
+}
+
 bool recipe_check(Recipe *r, const Ast *a, AstId train, const Graph *g, Diag *d)
 {
     memset(r, 0, sizeof *r);
@@ -702,7 +740,7 @@ bool recipe_check(Recipe *r, const Ast *a, AstId train, const Graph *g, Diag *d)
     inputs_collect(&in, a, g);
     bool ok = check_recipe(r, a, train, &in, d);
     inputs_free(&in);
-    return ok;
+    return check_batch(a, train, g, r, d) && ok;
 }
 
 void recipe_schema(StrBuf *out)
