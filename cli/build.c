@@ -4,6 +4,9 @@
  * one Kiln was built with) and flags are overridable, so users can build with their own
  * toolchain. The default flags (KILN_GENERATED_CFLAGS in CMakeLists.txt) are fast ones:
  * -O3 -march=native -fno-trapping-math -fopenmp; --cflags comes after them, so its flags win. */
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +15,91 @@
 #include <unistd.h>
 
 #include "build.h"
+
+/* ---- the scratch directory ---- */
+
+#define TEMP_PREFIX "kiln-build-"
+
+/* What a build writes in its directory (write_model_c and build_program). */
+static const char *const temp_files[] = {"model.c", "model1.o", "model2.o"};
+
+/* The live directory, for the signal handler: a fixed buffer, written before the handler
+ * is installed, so that the handler only reads it. */
+static char live_dir[4096];
+static volatile sig_atomic_t have_live_dir;
+
+/* Removes a scratch directory's files, then the directory: only calls that are safe in a
+ * signal handler (no allocation, no stdio). */
+static void remove_temp(const char *dir)
+{
+    char path[4096 + 32];
+    size_t n = strlen(dir);
+    if (n + 16 > sizeof path) return;
+    for (size_t i = 0; i < sizeof temp_files / sizeof *temp_files; i++) {
+        memcpy(path, dir, n);
+        path[n] = '/';
+        strcpy(path + n + 1, temp_files[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+static void on_fatal_signal(int sig)
+{
+    if (have_live_dir) remove_temp(live_dir);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Directories of builds whose process is gone (killed with SIGKILL, or the machine went
+ * down): kiln-build-PID-XXXXXX with no process PID. A live process's are left alone. */
+static void remove_stale_dirs(const char *base)
+{
+    DIR *d = opendir(base);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, TEMP_PREFIX, strlen(TEMP_PREFIX))) continue;
+        char *end;
+        long pid = strtol(e->d_name + strlen(TEMP_PREFIX), &end, 10);
+        if (pid <= 0 || *end != '-' || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char dir[4096];
+        if (snprintf(dir, sizeof dir, "%s/%s", base, e->d_name) < (int)sizeof dir) remove_temp(dir);
+    }
+    closedir(d);
+}
+
+int build_tempdir_make(char *dir, size_t size)
+{
+    const char *base = getenv("TMPDIR");
+    if (!base || !*base) base = "/tmp";
+    remove_stale_dirs(base);
+    if (snprintf(dir, size, "%s/" TEMP_PREFIX "%ld-XXXXXX", base, (long)getpid()) >= (int)size) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (!mkdtemp(dir)) return -1;
+    if (strlen(dir) < sizeof live_dir) {
+        strcpy(live_dir, dir);
+        have_live_dir = 1;
+        static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+        for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_handler = on_fatal_signal;
+            sigemptyset(&sa.sa_mask);
+            sigaction(sigs[i], &sa, NULL);
+        }
+    }
+    return 0;
+}
+
+void build_tempdir_remove(const char *dir)
+{
+    have_live_dir = 0;
+    remove_temp(dir);
+}
 
 /* Appends s as one single-quoted shell word. */
 static void shell_word(StrBuf *b, const char *s)

@@ -11,4 +11,11 @@
 void build_fingerprint(StrBuf *key);
 int build_program(const char *model_c, const char *prog, const char *extra_cflags, StrBuf *log);
 
+/* The build's scratch directory, $TMPDIR/kiln-build-PID-XXXXXX ($TMPDIR or /tmp), is
+ * removed on every exit path: by build_tempdir_remove, by a handler on SIGINT, SIGTERM
+ * and SIGHUP, and, for a build killed outright (SIGKILL), by the next build, which
+ * removes the directories of processes that no longer exist. 0, or -1 with errno. */
+int build_tempdir_make(char *dir, size_t size);
+void build_tempdir_remove(const char *dir);
+
 #endif

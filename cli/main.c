@@ -655,11 +655,12 @@ static int build_to(const Options *o, Model *train, Diag *d, const char *prog)
     sb_init(&c);
     sb_init(&log);
     int rc = 1;
-    char dir[] = "/tmp/kiln-build-XXXXXX";
+    char dir[4096] = "";
     char *model_c = NULL;
     if (generate(o->file, train, d, &c, &err)) goto done;
-    if (!mkdtemp(dir)) {
+    if (build_tempdir_make(dir, sizeof dir)) {
         fprintf(stderr, "kiln: error: cannot create a temporary directory: %s\n", strerror(errno));
+        dir[0] = 0;
         goto done;
     }
     if (write_model_c(dir, &c, &model_c)) goto done;
@@ -670,10 +671,7 @@ static int build_to(const Options *o, Model *train, Diag *d, const char *prog)
     rc = 0;
 done:
     if (err.len) fprintf(stderr, "%s\n", err.data);
-    if (model_c) {
-        unlink(model_c);
-        rmdir(dir);
-    }
+    if (dir[0]) build_tempdir_remove(dir);
     free(model_c);
     sb_free(&err);
     sb_free(&c);

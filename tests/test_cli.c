@@ -5,6 +5,7 @@
  * command line. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,3 +162,34 @@ Test(cli, good_outputs_are_written)
     cr_expect_eq(access(path, R_OK), 0, "ir wrote no %s", path);
     sb_free(&out);
 }
+
+/* A build interrupted while the C compiler runs leaves no scratch directory behind: the
+ * signal handler removes it (SIGTERM), and the next build removes one whose process was
+ * killed outright (SIGKILL). The builds use TMPDIR=DIR/tmp, so that other builds running
+ * at the same time do not matter; the script says whether the scratch directory was seen
+ * during the build, and whether it is still there after. */
+static void interrupted_build(const char *sig, bool rebuild)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "export TMPDIR='%s/tmp'; mkdir -p \"$TMPDIR\"; '%s' build '%s' -o '%s/gpt' >/dev/null 2>&1 & pid=$!; seen=no; "
+             "for i in $(seq 200); do ls -d \"$TMPDIR\"/kiln-build-$pid-* >/dev/null 2>&1 && pgrep -P $pid >/dev/null && seen=yes && break; "
+             "sleep 0.05; done; echo seen=$seen; "
+             "sleep 0.3; kill -%s $pid; wait $pid; %s%s%s%s sleep 0.2; "
+             "if ls -d \"$TMPDIR\"/kiln-build-* >/dev/null 2>&1; then echo left; else echo removed; fi",
+             dir, KILN_BINARY, support_path("models/gpt.kiln"), dir, sig, rebuild ? "'" : "", rebuild ? KILN_BINARY : "",
+             rebuild ? "' build models/mlp.kiln -o \"$TMPDIR/../mlp\" >/dev/null 2>&1;" : "", "");
+    StrBuf out;
+    sb_init(&out);
+    char full[4200];
+    snprintf(full, sizeof full, "cd '%s' && %s", support_path(""), cmd);
+    support_run(full, &out);
+    const char *text = out.data ? out.data : "";
+    cr_expect(strstr(text, "seen=yes"), "the build's scratch directory never appeared in $TMPDIR: %s", text);
+    cr_expect(strstr(text, "removed"), "after kill -%s%s: %s", sig, rebuild ? " and another build" : "", text);
+    sb_free(&out);
+}
+
+Test(cli, a_terminated_build_removes_its_scratch_directory) { interrupted_build("TERM", false); }
+
+Test(cli, the_next_build_removes_a_killed_builds_scratch_directory) { interrupted_build("KILL", true); }
