@@ -861,7 +861,17 @@ static Value instantiate(Lower *L, int32_t parent, const char *name, AstId e)
             return value_error();
         }
         Value *elems = xmalloc((size_t)(count ? count : 1) * sizeof *elems);
+        int32_t before = L->ninsts;
         for (int64_t i = 0; i < count; i++) {
+            /* The elements are the same expression, so the first one tells how many
+             * instances each makes: a nesting that would pass the limit is refused before
+             * the rest are built (it took seconds and gigabytes to reach the limit). */
+            if (i == 1 && (int64_t)(L->ninsts - before) * (count - 1) > (int64_t)MAX_INSTANCES - L->ninsts) {
+                lower_error(L, e, "more than %d module instances: %lld repetitions of %d instances each", MAX_INSTANCES, (long long)count,
+                            L->ninsts - before);
+                free(elems);
+                return value_error();
+            }
             char idx[32];
             snprintf(idx, sizeof idx, "%lld", (long long)i);
             /* Members of the list are named "h.0", "h.1", ... like nn.ModuleList. */
