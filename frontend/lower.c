@@ -1309,6 +1309,49 @@ static void lower_globals(Lower *L)
 
 bool check_declarations(Lower *L, AstId *forward, AstId *loss, AstId *train, const char **model_name);
 
+/* NaN the compiler can see before anything runs: a constant that is NaN, and a division
+ * by a constant zero (a mean over an empty slice, an unbiased variance of one element,
+ * x / 0), which makes every element inf or NaN. Warnings: the model is valid, but a user
+ * would rather hear it from `kiln check` than from a loss of nan after the first step. */
+/* The value of a node that is a constant fill, folded through moves and arithmetic on
+ * constants (a variance's n - 1); false when it is not one (depth-limited). */
+static bool constant_value(const Graph *g, NodeId id, int depth, double *v)
+{
+    const Node *n = &g->nodes[id];
+    if (depth > 8) return false;
+    switch ((Op)n->op) {
+    case OP_CONST: *v = n->fattr[0]; return true;
+    case OP_RESHAPE: case OP_EXPAND: case OP_CAST: return constant_value(g, ir_input(g, id, 0), depth + 1, v);
+    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: {
+        double a, b;
+        if (!constant_value(g, ir_input(g, id, 0), depth + 1, &a) || !constant_value(g, ir_input(g, id, 1), depth + 1, &b)) return false;
+        *v = interp_binary((Op)n->op, a, b);
+        return true;
+    }
+    default: return false;
+    }
+}
+
+static void warn_visible_nan(Lower *L, uint16_t file)
+{
+    const Graph *g = L->g;
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        Loc loc = n->loc;
+        loc.file = file;
+        if (!loc.line) continue;
+        if (n->op == OP_CONST && isnan(n->fattr[0])) {
+            diag_report(L->d, DIAG_WARNING, loc, "this value is NaN: every result that depends on it is NaN");
+        } else if (n->op == OP_DIV && ir_dtype_is_float((DType)n->dtype)) {
+            double y;
+            if (constant_value(g, ir_input(g, i, 1), 0, &y) && y == 0)
+                diag_report(L->d, DIAG_WARNING, loc,
+                            "division by zero: every element is inf or NaN at run time (a mean over an empty slice, a "
+                            "variance of one element, or a division by 0)");
+        }
+    }
+}
+
 Model *frontend_compile(Diag *d, const char *path, const char *text, size_t len, GraphMode mode)
 {
     int errors_before = d->nerrors;
@@ -1339,6 +1382,7 @@ Model *frontend_compile(Diag *d, const char *path, const char *text, size_t len,
         lower_inst_new(&L, -1, "", model_name, ast_node(ast, ast->root)->loc);
         lower_globals(&L);
         if (!L.failed) lower_model(&L, forward, loss, train);
+        if (!L.failed) warn_visible_nan(&L, ast_node(ast, ast->root)->loc.file);
         /* The graph's locations use the graph's own file table (index 0 = this file). */
         for (NodeId i = 0; i < L.g->nnodes; i++) L.g->nodes[i].loc.file = 0;
         if (!L.failed) {

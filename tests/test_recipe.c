@@ -688,3 +688,5 @@ static void check_warning_file(const char *name)
 Test(warnings, precision_bf16_has_no_effect_yet) { check_warning_file("precision_bf16"); }
 Test(warnings, precision_f32_needs_no_warning) { check_warning_file("precision_f32"); }
 Test(warnings, checkpoint_in_forward_has_no_effect_yet) { check_warning_file("checkpoint_in_forward"); }
+/* not a setting: NaN that the compiler can see before anything runs */
+Test(warnings, nan_the_compiler_can_see) { check_warning_file("nan_visible"); }
