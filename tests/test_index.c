@@ -32,17 +32,27 @@ static void build(const char *model, const char *name)
     sb_free(&out);
 }
 
-/* Runs ./prog args in the test's directory; its output in out. */
-static int run(const char *prog, const char *args, StrBuf *out)
+/* Runs the program built as `prog` in the test's directory: it must exit with `status`
+ * and, when `want` is given, print that line (a suffix of it: the model's path is
+ * absolute). */
+static void expect_run(const char *prog, int status, const char *want)
 {
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "cd %s && ./%s --checkpoint-dir ck %s", dir, prog, args);
-    return support_run(cmd, out);
+    snprintf(cmd, sizeof cmd, "cd %s && ./%s --checkpoint-dir ck", dir, prog);
+    StrBuf out;
+    sb_init(&out);
+    int rc = support_run(cmd, &out);
+    const char *text = out.data ? out.data : "";
+    cr_expect_eq(rc, status, "exit %d:\n%s", rc, text);
+    if (want) cr_expect(strstr(text, want), "expected \"%s\" in:\n%s", want, text);
+    if (status) cr_expect(!strstr(text, "eval at"), "evaluated after the error:\n%s", text);
+    sb_free(&out);
 }
 
 /* Four samples of four values each: the embedding's indices. */
 static void embedding_data(double bad_train, double bad_eval)
 {
+    build("tests/index/embedding.kiln", "emb");
     double x[16], ex[16], label[4] = {0, 1, 2, 1};
     for (int i = 0; i < 16; i++) x[i] = ex[i] = i % 8;
     x[9] = bad_train;
@@ -55,58 +65,32 @@ static void embedding_data(double bad_train, double bad_eval)
 
 Test(index_check, embedding_in_range_trains)
 {
-    build("tests/index/embedding.kiln", "emb");
     embedding_data(7, 0);
-    StrBuf out;
-    sb_init(&out);
-    int rc = run("emb", "", &out);
-    cr_expect_eq(rc, 0, "%s", out.data);
-    cr_expect(strstr(out.data, "eval at step 2: loss "), "%s", out.data);
-    sb_free(&out);
+    expect_run("emb", 0, "eval at step 2: loss ");
 }
 
 Test(index_check, embedding_index_too_large_stops_the_program)
 {
-    build("tests/index/embedding.kiln", "emb");
     embedding_data(1e6, 0);
-    StrBuf out;
-    sb_init(&out);
-    int rc = run("emb", "", &out);
-    cr_expect_eq(rc, 1, "exit %d:\n%s", rc, out.data);
-    cr_expect(strstr(out.data, "tests/index/embedding.kiln:9:25: error: Embedding 'emb': index 1000000 out of range [0, 8) (step 1)\n"),
-              "%s", out.data);
-    cr_expect(!strstr(out.data, "eval at"), "%s", out.data);
-    sb_free(&out);
+    expect_run("emb", 1, "tests/index/embedding.kiln:9:25: error: Embedding 'emb': index 1000000 out of range [0, 8) (step 1)\n");
 }
 
 Test(index_check, negative_index_stops_the_program)
 {
-    build("tests/index/embedding.kiln", "emb");
     embedding_data(-3, 0);
-    StrBuf out;
-    sb_init(&out);
-    int rc = run("emb", "", &out);
-    cr_expect_eq(rc, 1, "exit %d:\n%s", rc, out.data);
-    cr_expect(strstr(out.data, "embedding.kiln:9:25: error: Embedding 'emb': index -3 out of range [0, 8) (step 1)\n"), "%s", out.data);
-    sb_free(&out);
+    expect_run("emb", 1, "embedding.kiln:9:25: error: Embedding 'emb': index -3 out of range [0, 8) (step 1)\n");
 }
 
 Test(index_check, evaluation_checks_its_indices_too)
 {
-    build("tests/index/embedding.kiln", "emb");
     embedding_data(3, 8);
-    StrBuf out;
-    sb_init(&out);
-    int rc = run("emb", "", &out);
-    cr_expect_eq(rc, 1, "exit %d:\n%s", rc, out.data);
-    cr_expect(strstr(out.data, "embedding.kiln:9:25: error: Embedding 'emb': index 8 out of range [0, 8) (evaluation after step 1)\n"),
-              "%s", out.data);
-    sb_free(&out);
+    expect_run("emb", 1, "embedding.kiln:9:25: error: Embedding 'emb': index 8 out of range [0, 8) (evaluation after step 1)\n");
 }
 
 /* x[:, 0] is the one-hot class (3 classes), label * 2 the cross-entropy target. */
 static void classes_data(double x0, double label0)
 {
+    build("tests/index/classes.kiln", "cls");
     double x[16], label[4] = {label0, 1, 0, 1};
     for (int i = 0; i < 16; i++) x[i] = i % 4 == 0 ? 2 : 0.5;
     x[8] = x0;
@@ -116,38 +100,20 @@ static void classes_data(double x0, double label0)
 
 Test(index_check, classes_in_range_train)
 {
-    build("tests/index/classes.kiln", "cls");
     classes_data(1, 0);
-    StrBuf out;
-    sb_init(&out);
-    int rc = run("cls", "", &out);
-    cr_expect_eq(rc, 0, "%s", out.data);
-    sb_free(&out);
+    expect_run("cls", 0, NULL);
 }
 
 Test(index_check, one_hot_class_out_of_range)
 {
-    build("tests/index/classes.kiln", "cls");
     classes_data(3, 0);
-    StrBuf out;
-    sb_init(&out);
-    int rc = run("cls", "", &out);
-    cr_expect_eq(rc, 1, "exit %d:\n%s", rc, out.data);
-    cr_expect(strstr(out.data, "classes.kiln:8:22: error: one_hot: index 3 out of range [0, 3) (step 1)\n"), "%s", out.data);
-    sb_free(&out);
+    expect_run("cls", 1, "classes.kiln:8:22: error: one_hot: index 3 out of range [0, 3) (step 1)\n");
 }
 
 Test(index_check, cross_entropy_target_out_of_range)
 {
-    build("tests/index/classes.kiln", "cls");
     classes_data(1, 2);
-    StrBuf out;
-    sb_init(&out);
-    int rc = run("cls", "", &out);
-    cr_expect_eq(rc, 1, "exit %d:\n%s", rc, out.data);
-    cr_expect(strstr(out.data, "classes.kiln:11:31: error: cross_entropy target: index 4 out of range [0, 3) (step 1)\n"), "%s",
-              out.data);
-    sb_free(&out);
+    expect_run("cls", 1, "classes.kiln:11:31: error: cross_entropy target: index 4 out of range [0, 3) (step 1)\n");
 }
 
 /* The interpreter (kiln gradcheck, every codegen test's oracle) refuses the same indices. */
