@@ -42,11 +42,11 @@ static Ptxas parse(const char *out, const char *file, const char *arch)
             if (*kernel) {
                 if (b || c) {
                     p.spills++;
-                    cr_log_error("%s %s: %s spills (%d bytes stores, %d bytes loads)", file, arch, kernel, b, c);
+                    fprintf(stderr, "note: %s %s: %s spills (%d bytes stores, %d bytes loads)\n", file, arch, kernel, b, c);
                 }
                 if (a) {
                     p.stack++;
-                    cr_log_error("%s %s: %s has a %d-byte stack frame", file, arch, kernel, a);
+                    fprintf(stderr, "note: %s %s: %s has a %d-byte stack frame\n", file, arch, kernel, a);
                 }
             }
         } else if ((s = strstr(buf, "Used ")) && sscanf(s, "Used %d registers", &a) == 1 && *kernel) {
@@ -58,7 +58,7 @@ static Ptxas parse(const char *out, const char *file, const char *arch)
                 while (q > s && q[-1] >= '0' && q[-1] <= '9') q--;
                 int bytes = atoi(q);
                 if (bytes > p.max_smem) p.max_smem = bytes;
-                if (bytes > 49152) cr_log_error("%s %s: %s uses %d bytes of static shared memory", file, arch, kernel, bytes);
+                if (bytes > 49152) fprintf(stderr, "note: %s %s: %s uses %d bytes of static shared memory\n", file, arch, kernel, bytes);
             }
             *kernel = 0;
         }

@@ -35,6 +35,7 @@ int kt_misuse_shfl_partial(void);      /* half a warp at a shuffle */
 int kt_misuse_shfl_small_block(void);  /* a shuffle in a 48-thread block */
 int kt_misuse_shared_limit(void);      /* 40 KiB static + 16 KiB dynamic shared memory */
 int kt_misuse_shared_overflow(void);   /* writes one float past a __shared__ array */
+int kt_misuse_dynamic_overflow(void);  /* writes one float past dynamic shared memory */
 int kt_misuse_block_too_large(void);   /* 2048 threads */
 int kt_misuse_dynamic_too_large(void); /* 64 KiB dynamic without cudaFuncSetAttribute */
 int kt_misuse_host_pointer(void);      /* a malloc'd pointer as a kernel argument */

@@ -68,6 +68,15 @@ static __global__ void kt_shared_overflow(float *out)
     out[threadIdx.x] = s[threadIdx.x % 32];
 }
 
+// Launch: 33 threads, 32 floats of dynamic shared memory; thread 32 writes past them.
+static __global__ void kt_dynamic_overflow(float *out)
+{
+    KILN_SHARED_DYNAMIC(float, s);
+    s[threadIdx.x] = (float)threadIdx.x;
+    __syncthreads();
+    out[threadIdx.x] = s[threadIdx.x % 32];
+}
+
 // Launch: 1024 threads and the given dynamic shared memory; a block sums a column of it.
 static __global__ void kt_dynamic_shared(float *out, int floats)
 {
@@ -153,6 +162,14 @@ extern "C" int kt_misuse_shared_overflow(void)
     Out out(33);
     int before = kt_reports;
     KILN_LAUNCH(kt_shared_overflow, 1, 33, 0, 0, out.p);
+    return launch_result(before);
+}
+
+extern "C" int kt_misuse_dynamic_overflow(void)
+{
+    Out out(33);
+    int before = kt_reports;
+    KILN_LAUNCH(kt_dynamic_overflow, 1, 33, 32 * sizeof(float), 0, out.p);
     return launch_result(before);
 }
 

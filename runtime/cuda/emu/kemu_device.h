@@ -36,11 +36,20 @@
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 
-/* Built-in indices, read-only as on the GPU. */
-#define threadIdx (static_cast<const uint3 &>(kemu_thread_idx))
-#define blockIdx (static_cast<const uint3 &>(kemu_block_idx))
-#define blockDim (static_cast<const dim3 &>(kemu_block_dim))
-#define gridDim (static_cast<const dim3 &>(kemu_grid_dim))
+/* Built-in indices: values, read-only as on the GPU. Read by value, not through a reference:
+ * UBSan null-checks a reference to a thread-local variable with a test of the flags left by
+ * an `add x@gottpoff(%rip)` that the linker relaxes into a flagless `lea`, and then reports
+ * a null pointer that is not there (GCC 12, binutils 2.40). */
+namespace kemu {
+inline uint3 thread_idx() { return kemu_thread_idx; }
+inline uint3 block_idx() { return kemu_block_idx; }
+inline dim3 block_dim() { return kemu_block_dim; }
+inline dim3 grid_dim() { return kemu_grid_dim; }
+} // namespace kemu
+#define threadIdx (kemu::thread_idx())
+#define blockIdx (kemu::block_idx())
+#define blockDim (kemu::block_dim())
+#define gridDim (kemu::grid_dim())
 constexpr int warpSize = 32;
 
 #define __syncthreads() kemu_syncthreads(__FILE__, __LINE__)
