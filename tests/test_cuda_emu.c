@@ -210,6 +210,20 @@ Test(cuda_emu_order, correct_kernels_same_bits_in_every_order)
     }
 }
 
+/* The x86-64 stack switch and the ucontext one (KILN_CUDA_EMU_SWITCH=ucontext) run the
+ * same kernels to the same bits. */
+Test(cuda_emu_order, ucontext_switch_same_bits)
+{
+    static Outputs fast, portable;
+    kemu_set_order(KEMU_ORDER_SHUFFLE, 3);
+    unsetenv("KILN_CUDA_EMU_SWITCH");
+    run_all(&fast);
+    setenv("KILN_CUDA_EMU_SWITCH", "ucontext", 1);
+    run_all(&portable);
+    unsetenv("KILN_CUDA_EMU_SWITCH");
+    cr_expect(memcmp(&fast, &portable, sizeof fast) == 0);
+}
+
 static int diff_correct(const float *x, const float *y, int n, int block)
 {
     for (int i = 0; i < n; i++) {

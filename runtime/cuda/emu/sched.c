@@ -58,6 +58,13 @@
 #define KEMU_UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
+/* The hand-written stack switch exists for x86-64 (see ctx_to_fiber). */
+#if defined(__x86_64__)
+#define KEMU_ASM_SWITCH 1
+#else
+#define KEMU_ASM_SWITCH 0
+#endif
+
 __thread uint3 kemu_thread_idx;
 __thread uint3 kemu_block_idx;
 __thread dim3 kemu_block_dim;
@@ -66,7 +73,8 @@ __thread dim3 kemu_grid_dim;
 enum { FIB_NEW, FIB_READY, FIB_BARRIER, FIB_SHFL, FIB_DONE };
 
 typedef struct {
-    ucontext_t uc;
+    void *sp;      /* saved stack pointer (the assembly switch) */
+    ucontext_t uc; /* saved context (the ucontext switch) */
     unsigned char *stack; /* lowest address of the usable stack, above its guard page */
     int state;
     uint3 tid;
@@ -94,7 +102,9 @@ typedef struct {
 #define KEMU_GARBAGE_BYTE 0xFF
 
 typedef struct {
+    void *sched_sp;
     ucontext_t sched_uc;
+    int use_ucontext; /* switch with swapcontext (KILN_CUDA_EMU_SWITCH=ucontext, or no x86-64) */
 #if KEMU_ASAN
     const void *sched_bottom;
     size_t sched_size;
@@ -292,6 +302,102 @@ static int kemu_swapcontext(ucontext_t *from, const ucontext_t *to)
 #define swapcontext kemu_swapcontext
 #endif
 
+/* Two ways to switch stacks. swapcontext saves and restores the signal mask with a system
+ * call each way, about 0.2 us: a softmax over 1024 rows of 1024 took 3.2 s, most of it in
+ * rt_sigprocmask. On x86-64 a switch is instead the System V callee-saved registers, the
+ * SSE and x87 control words and the stack pointer (kemu_switch_x86_64, a few nanoseconds);
+ * fibers never touch the signal mask. ucontext stays for other machines, and on x86-64 with
+ * KILN_CUDA_EMU_SWITCH=ucontext (tested, and the way out should a platform enforce shadow
+ * stacks, which a hand-made switch would break). */
+#if KEMU_ASM_SWITCH
+/* Saves the current registers on the current stack and its pointer in *save_sp, then
+ * continues on to_sp where an earlier switch (or make_context) left registers. */
+void kemu_switch_x86_64(void **save_sp, void *to_sp);
+__asm__(".text\n"
+        ".globl kemu_switch_x86_64\n"
+        ".hidden kemu_switch_x86_64\n"
+        ".type kemu_switch_x86_64, @function\n"
+        "kemu_switch_x86_64:\n"
+        "    pushq %rbp\n"
+        "    pushq %rbx\n"
+        "    pushq %r12\n"
+        "    pushq %r13\n"
+        "    pushq %r14\n"
+        "    pushq %r15\n"
+        "    subq $8, %rsp\n"
+        "    stmxcsr (%rsp)\n"
+        "    fnstcw 4(%rsp)\n"
+        "    movq %rsp, (%rdi)\n"
+        "    movq %rsi, %rsp\n"
+        "    ldmxcsr (%rsp)\n"
+        "    fldcw 4(%rsp)\n"
+        "    addq $8, %rsp\n"
+        "    popq %r15\n"
+        "    popq %r14\n"
+        "    popq %r13\n"
+        "    popq %r12\n"
+        "    popq %rbx\n"
+        "    popq %rbp\n"
+        "    ret\n"
+        ".size kemu_switch_x86_64, .-kemu_switch_x86_64\n");
+#endif
+
+static void fiber_main(void);
+
+static void ctx_to_fiber(Emu *e, Fiber *f)
+{
+#if KEMU_ASM_SWITCH
+    if (!e->use_ucontext) {
+        kemu_switch_x86_64(&e->sched_sp, f->sp);
+        return;
+    }
+#endif
+    swapcontext(&e->sched_uc, &f->uc);
+}
+
+static void ctx_to_scheduler(Emu *e, Fiber *f)
+{
+#if KEMU_ASM_SWITCH
+    if (!e->use_ucontext) {
+        kemu_switch_x86_64(&f->sp, e->sched_sp);
+        return;
+    }
+#endif
+    swapcontext(&f->uc, &e->sched_uc);
+}
+
+/* A fresh context on f's stack that starts in fiber_main. */
+static void ctx_make(Emu *e, Fiber *f)
+{
+#if KEMU_ASM_SWITCH
+    if (!e->use_ucontext) {
+        /* What kemu_switch_x86_64 pops: control words, six registers, the address it
+         * returns to (fiber_main), above it a null return address for fiber_main, which
+         * never returns; fiber_main starts with the stack pointer 8 past a 16-byte
+         * boundary, as after a call. The control words are the scheduler's, so kernels
+         * see the host's rounding and denormal settings. */
+        uintptr_t top = ((uintptr_t)(f->stack + e->stack_size)) & ~(uintptr_t)15;
+        uint64_t *sp = (uint64_t *)top;
+        *--sp = 0;
+        void (*entry)(void) = fiber_main;
+        uint64_t entry_bits;
+        memcpy(&entry_bits, &entry, sizeof entry_bits);
+        *--sp = entry_bits;
+        for (int i = 0; i < 6; i++) *--sp = 0;
+        uint32_t mxcsr = __builtin_ia32_stmxcsr();
+        uint16_t fcw;
+        __asm__ volatile("fnstcw %0" : "=m"(fcw));
+        *--sp = (uint64_t)mxcsr | (uint64_t)fcw << 32;
+        f->sp = sp;
+        return;
+    }
+#endif
+    f->uc.uc_stack.ss_sp = f->stack;
+    f->uc.uc_stack.ss_size = e->stack_size;
+    f->uc.uc_link = NULL;
+    makecontext(&f->uc, fiber_main, 0);
+}
+
 static void switch_in(Emu *e, Fiber *f)
 {
     e->cur = f;
@@ -300,10 +406,10 @@ static void switch_in(Emu *e, Fiber *f)
 #if KEMU_ASAN
     void *fake = NULL;
     __sanitizer_start_switch_fiber(&fake, f->stack, e->stack_size);
-    swapcontext(&e->sched_uc, &f->uc);
+    ctx_to_fiber(e, f);
     __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #else
-    swapcontext(&e->sched_uc, &f->uc);
+    ctx_to_fiber(e, f);
 #endif
     e->cur = NULL;
 }
@@ -314,11 +420,11 @@ static void switch_out(Emu *e, Fiber *f, int exiting)
 {
 #if KEMU_ASAN
     __sanitizer_start_switch_fiber(exiting ? NULL : &f->fake_stack, e->sched_bottom, e->sched_size);
-    swapcontext(&f->uc, &e->sched_uc);
+    ctx_to_scheduler(e, f);
     __sanitizer_finish_switch_fiber(f->fake_stack, &e->sched_bottom, &e->sched_size);
 #else
     (void)exiting;
-    swapcontext(&f->uc, &e->sched_uc);
+    ctx_to_scheduler(e, f);
 #endif
 }
 
@@ -341,10 +447,7 @@ static void start_fiber(Emu *e, Fiber *f)
     /* An abandoned block left its frames' red zones poisoned on these stacks. */
     if (e->dirty_stacks) KEMU_UNPOISON(f->stack, e->stack_size);
 #endif
-    f->uc.uc_stack.ss_sp = f->stack;
-    f->uc.uc_stack.ss_size = e->stack_size;
-    f->uc.uc_link = NULL;
-    makecontext(&f->uc, fiber_main, 0);
+    ctx_make(e, f);
     f->state = FIB_READY;
     switch_in(e, f);
 }
@@ -758,6 +861,10 @@ cudaError_t kemu_launch(const void *kernel, const char *name, const char *file, 
     e->dyn_bytes = shared_bytes;
     e->total_limit = attr ? KEMU_SHARED_OPTIN_LIMIT : KEMU_SHARED_DEFAULT_LIMIT;
     e->order_mode = kemu_order_now(&e->seed);
+    /* Read at every launch (no fiber is suspended between launches), so that a test can
+     * run the same kernels with both switches. */
+    const char *sw = getenv("KILN_CUDA_EMU_SWITCH");
+    e->use_ucontext = !KEMU_ASM_SWITCH || (sw && strcmp(sw, "ucontext") == 0);
     e->launch_no++;
     e->barriers = e->shuffles = e->switches = 0;
     kemu_block_dim = block;
