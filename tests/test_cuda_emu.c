@@ -329,6 +329,14 @@ Test(cuda_emu_misuse, shuffle_not_reached_by_whole_warp)
     expect_has(m, "exited: 16-31");
 }
 
+Test(cuda_emu_misuse, lanes_at_different_shuffles)
+{
+    cr_expect_eq(kt_misuse_shfl_sites(), cudaErrorLaunchFailure);
+    const char *m = kemu_last_error_message();
+    expect_has(m, "warp 0: lanes wait at different warp shuffles: lane 0 at ");
+    expect_has(m, ", lane 1 at ");
+}
+
 Test(cuda_emu_misuse, shuffle_in_partial_warp)
 {
     cr_expect_eq(kt_misuse_shfl_small_block(), cudaErrorLaunchFailure);

@@ -32,6 +32,7 @@ int kt_adjacent_diff(const float *x, int n, int block, int racy, float *y);
 int kt_misuse_barrier_exit(void);      /* half the block returns before a __syncthreads */
 int kt_misuse_barrier_sites(void);     /* odd and even threads at different __syncthreads */
 int kt_misuse_shfl_partial(void);      /* half a warp at a shuffle */
+int kt_misuse_shfl_sites(void);        /* even and odd lanes at different shuffles */
 int kt_misuse_shfl_small_block(void);  /* a shuffle in a 48-thread block */
 int kt_misuse_shared_limit(void);      /* 40 KiB static + 16 KiB dynamic shared memory */
 int kt_misuse_shared_overflow(void);   /* writes one float past a __shared__ array */

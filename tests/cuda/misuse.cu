@@ -41,6 +41,17 @@ static __global__ void kt_shfl_partial(float *out)
     out[threadIdx.x] = v;
 }
 
+// Launch: 32 threads. Even lanes shuffle at one line, odd lanes at another.
+static __global__ void kt_shfl_sites(float *out)
+{
+    float v = (float)threadIdx.x;
+    if (threadIdx.x % 2)
+        v = KILN_SHFL_DOWN(v, 1);
+    else
+        v = KILN_SHFL_UP(v, 1);
+    out[threadIdx.x] = v;
+}
+
 // Launch: 48 threads, so the second warp has 16 lanes; all of them shuffle.
 static __global__ void kt_shfl_small_block(float *out)
 {
@@ -138,6 +149,14 @@ extern "C" int kt_misuse_shfl_partial(void)
     Out out(32);
     int before = kt_reports;
     KILN_LAUNCH(kt_shfl_partial, 1, 32, 0, 0, out.p);
+    return launch_result(before);
+}
+
+extern "C" int kt_misuse_shfl_sites(void)
+{
+    Out out(32);
+    int before = kt_reports;
+    KILN_LAUNCH(kt_shfl_sites, 1, 32, 0, 0, out.p);
     return launch_result(before);
 }
 

@@ -1,7 +1,8 @@
 /* sched.c — runs a kernel launch on the CPU with the GPU's synchronisation semantics.
  *
- * Each thread of a block is a fiber (ucontext) on a small stack of its own; stacks are
- * mapped once per host thread and reused by every later block and launch. The scheduler
+ * Each thread of a block is a fiber on a small stack of its own (switched by a few lines of
+ * x86-64 assembly, or by ucontext elsewhere); stacks are mapped once per host thread and
+ * reused by every later block and launch. The scheduler
  * runs the block's runnable fibers one after another (a "pass"); a fiber runs until it
  * reaches a synchronisation point and switches back:
  *   - __syncthreads: the barrier opens when every thread of the block waits at the same
