@@ -15,6 +15,7 @@
 
 #include "../runtime/cuda/emu/kemu_runtime.h"
 #include "cuda/kernels.h"
+#include "support.h"
 
 /* Deterministic uniform floats in [lo, hi). */
 static void fill(float *x, int n, float lo, float hi, uint32_t seed)
@@ -23,13 +24,6 @@ static void fill(float *x, int n, float lo, float hi, uint32_t seed)
         seed = seed * 1664525u + 1013904223u;
         x[i] = lo + (hi - lo) * (float)(seed >> 8) / 16777216.0f;
     }
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n);
-    cr_assert(p);
-    return p;
 }
 
 /* What the test wrote to stderr so far (cr_redirect_stderr in the test's init). */
@@ -487,4 +481,44 @@ Test(cuda_emu_api, device_queries)
     cr_expect_eq(v, 32);
     cr_expect_eq(cudaGetDeviceCount(&v), cudaSuccess);
     cr_expect_eq(v, 1);
+}
+
+/* ---- a whole program ---------------------------------------------------------------- */
+
+/* tests/cuda/example.cu built as docs/cuda.md says a model.cu is built for the emulator,
+ * run in every order; with "misuse", KILN_LAUNCH_AT stops it with exit status 1 and the
+ * kernel's description. */
+Test(cuda_emu_program, example_builds_and_runs_in_every_order)
+{
+    char dir[] = "/tmp/kiln-emu-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "'%s' %s -Wall -Wextra -Wshadow -Werror -DKILN_CUDA_EMU -I'%s/runtime/cuda' -x c++ "
+             "'%s/tests/cuda/example.cu' -x none '%s' '%s' -lpthread -lm -o '%s/example'",
+             KILN_CXX, KILN_EMU_CXXFLAGS, KILN_SOURCE_DIR, KILN_SOURCE_DIR, KILN_CUDA_EMU_LIB, KILN_OPENBLAS, dir);
+    StrBuf out;
+    sb_init(&out);
+    int rc = support_run(cmd, &out);
+    cr_assert_eq(rc, 0, "%s\n%s", cmd, out.data ? out.data : "");
+    const char *orders[] = {"forward", "reverse", "shuffle"};
+    for (int i = 0; i < 3; i++) {
+        sb_free(&out);
+        sb_init(&out);
+        snprintf(cmd, sizeof cmd, "KILN_CUDA_EMU_ORDER=%s '%s/example'", orders[i], dir);
+        rc = support_run(cmd, &out);
+        cr_expect_eq(rc, 0, "%s: %s", orders[i], out.data ? out.data : "");
+        cr_expect_str_eq(out.data ? out.data : "", "-0.8 0.2 1\n", "%s", orders[i]);
+    }
+    sb_free(&out);
+    sb_init(&out);
+    snprintf(cmd, sizeof cmd, "'%s/example' misuse", dir);
+    rc = support_run(cmd, &out);
+    cr_expect_eq(rc, 1, "%s", out.data ? out.data : "");
+    expect_has(out.data ? out.data : "", "barrier divergence");
+    expect_has(out.data ? out.data : "", "example.cu:");
+    expect_has(out.data ? out.data : "", "error: kernel 'k9_bad_barrier' (model.kiln:9: bad_barrier) failed: unspecified "
+                                         "launch failure");
+    sb_free(&out);
+    support_remove_dir(dir);
 }

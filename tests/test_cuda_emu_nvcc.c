@@ -111,6 +111,8 @@ Test(cuda_nvcc, kernels_sm90) { compile("kernels.cu", "sm_90"); }
 Test(cuda_nvcc, misuse_sm80) { compile("misuse.cu", "sm_80"); }
 Test(cuda_nvcc, misuse_sm90) { compile("misuse.cu", "sm_90"); }
 Test(cuda_nvcc, api_compat_sm90) { compile("api_compat.cu", "sm_90"); }
+Test(cuda_nvcc, example_sm80) { compile("example.cu", "sm_80"); }
+Test(cuda_nvcc, example_sm90) { compile("example.cu", "sm_90"); }
 
 /* The check itself: a kernel held to 16 registers spills, and the parser says so. */
 Test(cuda_nvcc, spills_are_detected)

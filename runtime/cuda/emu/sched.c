@@ -2,9 +2,9 @@
  *
  * Each thread of a block is a fiber on a small stack of its own (switched by a few lines of
  * x86-64 assembly, or by ucontext elsewhere); stacks are mapped once per host thread and
- * reused by every later block and launch. The scheduler
- * runs the block's runnable fibers one after another (a "pass"); a fiber runs until it
- * reaches a synchronisation point and switches back:
+ * reused by every later block and launch. The scheduler runs the block's runnable fibers
+ * one after another (a "pass"); a fiber runs until it reaches a synchronisation point and
+ * switches back:
  *   - __syncthreads: the barrier opens when every thread of the block waits at the same
  *     one. Threads that exited while others wait, or threads waiting at different
  *     barriers, are a misuse the emulator reports (on a GPU: a hang or undefined results).
