@@ -128,6 +128,19 @@ static_assert(sizeof(dim3) == 12 && sizeof(uint3) == 12 && sizeof(float4) == 16 
     (void)heuristic, (void)lt_matmul;
 }
 
+// Every field of the emulator's cudaDeviceProp exists in the real struct with a compatible
+// type (the emulator's is a subset of the real one's fields).
+[[maybe_unused]] static size_t kt_device_prop_fields(const cudaDeviceProp &p)
+{
+    return sizeof p.name + p.totalGlobalMem + p.sharedMemPerBlock + (size_t)p.regsPerBlock + (size_t)p.warpSize +
+           p.memPitch + (size_t)p.maxThreadsPerBlock + (size_t)p.maxThreadsDim[2] + (size_t)p.maxGridSize[2] +
+           p.totalConstMem + (size_t)p.major + (size_t)p.minor + (size_t)p.multiProcessorCount + (size_t)p.integrated +
+           (size_t)p.canMapHostMemory + (size_t)p.concurrentKernels + (size_t)p.ECCEnabled + (size_t)p.asyncEngineCount +
+           (size_t)p.unifiedAddressing + (size_t)p.memoryBusWidth + (size_t)p.l2CacheSize +
+           (size_t)p.maxThreadsPerMultiProcessor + p.sharedMemPerMultiprocessor + (size_t)p.regsPerMultiprocessor +
+           (size_t)p.managedMemory + p.sharedMemPerBlockOptin + (size_t)p.maxBlocksPerMultiProcessor;
+}
+
 #define KT_CHECK(cond)                  \
     do {                                \
         if (!(cond)) return __LINE__;   \
