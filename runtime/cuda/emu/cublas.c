@@ -1,0 +1,596 @@
+/* cublas.c — cuBLAS and cuBLASLt of the emulator, on OpenBLAS's cblas_sgemm.
+ *
+ * cuBLAS is column-major and so is this mapping: a call becomes cblas_sgemm(CblasColMajor,
+ * ...) with the same m, n, k, operations and leading dimensions, so there is no transposing
+ * trick to get wrong (tests/test_cuda_emu_blas.c checks every combination against a naive
+ * loop). Arguments are validated with cuBLAS's rules before BLAS sees them (BLAS would
+ * print its own message and return), and every matrix must lie inside memory from
+ * cudaMalloc or cudaMallocHost over its whole extent (columns, leading dimension, batch
+ * strides): what would be an illegal address on the GPU is reported here, sticky, as it
+ * would be there.
+ *
+ * cuBLASLt descriptors live in the real header's opaque structs (the same sizes), so code
+ * that copies or stack-allocates them behaves the same. The epilogue runs after the GEMM
+ * over the output, in the order cuBLASLt documents: bias, then the activation. */
+#include <cblas.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kemu_cublas.h"
+#include "kemu_internal.h"
+
+#define HANDLE_MAGIC 0x4B424C53u /* "KBLS" */
+#define LT_MAGIC 0x4B424C54u     /* "KBLT" */
+#define LAYOUT_MAGIC 0x4B4C4159u /* "KLAY" */
+#define DESC_MAGIC 0x4B444553u   /* "KDES" */
+#define PREF_MAGIC 0x4B505246u   /* "KPRF" */
+
+struct cublasContext {
+    unsigned magic;
+    cudaStream_t stream;
+    cublasPointerMode_t pointer_mode;
+    cublasMath_t math;
+};
+
+struct cublasLtContext {
+    unsigned magic;
+};
+
+const char *cublasGetStatusString(cublasStatus_t status)
+{
+    switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "the operation completed successfully";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "an absent device architectural feature is required";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "an access to GPU memory space failed";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "an error was detected when checking the current licensing";
+    }
+    return "unknown error";
+}
+
+const char *cublasGetStatusName(cublasStatus_t status)
+{
+    switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+    }
+    return "CUBLAS_STATUS_UNKNOWN";
+}
+
+const char *cublasLtGetStatusString(cublasStatus_t status) { return cublasGetStatusString(status); }
+const char *cublasLtGetStatusName(cublasStatus_t status) { return cublasGetStatusName(status); }
+
+cublasStatus_t cublasCreate(cublasHandle_t *handle)
+{
+    if (!handle) return CUBLAS_STATUS_INVALID_VALUE;
+    struct cublasContext *h = calloc(1, sizeof *h);
+    if (!h) return CUBLAS_STATUS_ALLOC_FAILED;
+    h->magic = HANDLE_MAGIC;
+    *handle = h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static int handle_ok(cublasHandle_t h) { return h && h->magic == HANDLE_MAGIC; }
+
+cublasStatus_t cublasDestroy(cublasHandle_t handle)
+{
+    if (!handle_ok(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    handle->magic = 0;
+    free(handle);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream)
+{
+    if (!handle_ok(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!kemu_stream_valid(stream)) return CUBLAS_STATUS_INVALID_VALUE;
+    handle->stream = stream;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGetStream(cublasHandle_t handle, cudaStream_t *stream)
+{
+    if (!handle_ok(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!stream) return CUBLAS_STATUS_INVALID_VALUE;
+    *stream = handle->stream;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetPointerMode(cublasHandle_t handle, cublasPointerMode_t mode)
+{
+    if (!handle_ok(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (mode != CUBLAS_POINTER_MODE_HOST && mode != CUBLAS_POINTER_MODE_DEVICE) return CUBLAS_STATUS_INVALID_VALUE;
+    handle->pointer_mode = mode;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* TF32 and tensor-op modes are accepted and computed in full fp32: the emulator's results
+ * are the reference the GPU's are compared with, not a model of the GPU's rounding. */
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode)
+{
+    if (!handle_ok(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    handle->math = mode;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* Does [p, p + extent of a rows x cols matrix with leading dimension ld, over batch
+ * matrices stride apart) lie in memory the GPU can read? Reports (sticky) when not. */
+static int matrix_ok(const char *fn, const char *which, const void *p, int64_t rows, int64_t cols, int64_t ld,
+                     int64_t batch, int64_t stride)
+{
+    if (rows <= 0 || cols <= 0 || batch <= 0) return 1;
+    int64_t span = (cols - 1) * ld + rows;
+    int64_t last = (batch - 1) * stride;
+    int64_t lo = last < 0 ? last : 0;
+    int64_t hi = (last > 0 ? last : 0) + span;
+    const void *start = (const void *)((uintptr_t)p + (uintptr_t)(lo * (int64_t)sizeof(float)));
+    size_t bytes = (size_t)(hi - lo) * sizeof(float);
+    if (p && kemu_memory_kind(start, bytes) != KEMU_MEM_NONE) return 1;
+    kemu_fail(cudaErrorIllegalAddress, 1,
+              "%s: matrix %s at %p (%lld x %lld, leading dimension %lld, %lld batch(es) %lld apart) is not inside "
+              "one allocation from cudaMalloc or cudaMallocHost: the GPU would fault",
+              fn, which, p, (long long)rows, (long long)cols, (long long)ld, (long long)batch, (long long)stride);
+    return 0;
+}
+
+static void sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
+                  float beta, float *C, int ldc)
+{
+    cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, A, lda,
+                B, ldb, beta, C, ldc);
+}
+
+static int op_ok(cublasOperation_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C; }
+static int max1(int v) { return v > 1 ? v : 1; }
+
+static cublasStatus_t gemm_batched(const char *fn, cublasHandle_t handle, cublasOperation_t transa,
+                                   cublasOperation_t transb, int m, int n, int k, const float *alpha, const float *A,
+                                   int lda, long long strideA, const float *B, int ldb, long long strideB,
+                                   const float *beta, float *C, int ldc, long long strideC, int batch)
+{
+    if (!handle_ok(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!op_ok(transa) || !op_ok(transb) || m < 0 || n < 0 || k < 0 || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    int ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
+    if (lda < max1(ta ? k : m) || ldb < max1(tb ? n : k) || ldc < max1(m)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
+    if (kemu_sticky_error()) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+    float a = *alpha, b = *beta;
+    if (k > 0 && a != 0.0f) {
+        if (!matrix_ok(fn, "A", A, ta ? k : m, ta ? m : k, lda, batch, strideA)) return CUBLAS_STATUS_EXECUTION_FAILED;
+        if (!matrix_ok(fn, "B", B, tb ? n : k, tb ? k : n, ldb, batch, strideB)) return CUBLAS_STATUS_EXECUTION_FAILED;
+    }
+    if (!matrix_ok(fn, "C", C, m, n, ldc, batch, strideC)) return CUBLAS_STATUS_EXECUTION_FAILED;
+    for (int i = 0; i < batch; i++)
+        sgemm(ta, tb, m, n, k, a, A + i * strideA, lda, B + i * strideB, ldb, b, C + i * strideC, ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                           int k, const float *alpha, const float *A, int lda, const float *B, int ldb,
+                           const float *beta, float *C, int ldc)
+{
+    return gemm_batched("cublasSgemm", handle, transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc,
+                        0, 1);
+}
+
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                         int m, int n, int k, const float *alpha, const float *A, int lda,
+                                         long long int strideA, const float *B, int ldb, long long int strideB,
+                                         const float *beta, float *C, int ldc, long long int strideC, int batchCount)
+{
+    return gemm_batched("cublasSgemmStridedBatched", handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb,
+                        strideB, beta, C, ldc, strideC, batchCount);
+}
+
+/* ---- cuBLASLt ------------------------------------------------------------------------ */
+
+typedef struct {
+    uint32_t magic, type;
+    int32_t order, batch;
+    uint64_t rows, cols;
+    int64_t ld, stride;
+} Layout;
+
+typedef struct {
+    uint32_t magic;
+    int32_t compute, scale, pointer_mode, transa, transb;
+    uint32_t epilogue;
+    int32_t bias_type, aux_type;
+    const void *bias;
+    void *aux;
+    int64_t bias_stride, aux_ld, aux_stride;
+} Desc;
+
+typedef struct {
+    uint32_t magic, search;
+    uint64_t workspace;
+} Pref;
+
+_Static_assert(sizeof(Layout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "Layout fits the real opaque size");
+_Static_assert(sizeof(Desc) <= sizeof(cublasLtMatmulDescOpaque_t), "Desc fits the real opaque size");
+_Static_assert(sizeof(Pref) <= sizeof(cublasLtMatmulPreferenceOpaque_t), "Pref fits the real opaque size");
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *lightHandle)
+{
+    if (!lightHandle) return CUBLAS_STATUS_INVALID_VALUE;
+    struct cublasLtContext *h = calloc(1, sizeof *h);
+    if (!h) return CUBLAS_STATUS_ALLOC_FAILED;
+    h->magic = LT_MAGIC;
+    *lightHandle = h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t lightHandle)
+{
+    if (!lightHandle || lightHandle->magic != LT_MAGIC) return CUBLAS_STATUS_NOT_INITIALIZED;
+    lightHandle->magic = 0;
+    free(lightHandle);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static Layout *layout_of(cublasLtMatrixLayout_t l)
+{
+    Layout *p = (Layout *)(void *)l;
+    return p && p->magic == LAYOUT_MAGIC ? p : NULL;
+}
+
+static Desc *desc_of(cublasLtMatmulDesc_t d)
+{
+    Desc *p = (Desc *)(void *)d;
+    return p && p->magic == DESC_MAGIC ? p : NULL;
+}
+
+static Pref *pref_of(cublasLtMatmulPreference_t d)
+{
+    Pref *p = (Pref *)(void *)d;
+    return p && p->magic == PREF_MAGIC ? p : NULL;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *matLayout, cudaDataType type, uint64_t rows,
+                                          uint64_t cols, int64_t ld)
+{
+    if (!matLayout) return CUBLAS_STATUS_INVALID_VALUE;
+    Layout *l = calloc(1, sizeof(cublasLtMatrixLayoutOpaque_t));
+    if (!l) return CUBLAS_STATUS_ALLOC_FAILED;
+    l->magic = LAYOUT_MAGIC;
+    l->type = (uint32_t)type;
+    l->order = CUBLASLT_ORDER_COL;
+    l->batch = 1;
+    l->rows = rows;
+    l->cols = cols;
+    l->ld = ld;
+    *matLayout = (cublasLtMatrixLayout_t)(void *)l;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t matLayout)
+{
+    Layout *l = layout_of(matLayout);
+    if (!l) return CUBLAS_STATUS_INVALID_VALUE;
+    l->magic = 0;
+    free(l);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* Copies an attribute's value when buf has exactly its size, as cuBLASLt checks. */
+#define SET_ATTR(field, ctype)                                                  \
+    do {                                                                        \
+        if (!buf || sizeInBytes != sizeof(ctype)) return CUBLAS_STATUS_INVALID_VALUE; \
+        ctype v_;                                                               \
+        memcpy(&v_, buf, sizeof v_);                                            \
+        field = v_;                                                             \
+    } while (0)
+
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t matLayout,
+                                                cublasLtMatrixLayoutAttribute_t attr, const void *buf,
+                                                size_t sizeInBytes)
+{
+    Layout *l = layout_of(matLayout);
+    if (!l) return CUBLAS_STATUS_INVALID_VALUE;
+    switch (attr) {
+    case CUBLASLT_MATRIX_LAYOUT_TYPE: SET_ATTR(l->type, uint32_t); break;
+    case CUBLASLT_MATRIX_LAYOUT_ORDER: SET_ATTR(l->order, int32_t); break;
+    case CUBLASLT_MATRIX_LAYOUT_ROWS: SET_ATTR(l->rows, uint64_t); break;
+    case CUBLASLT_MATRIX_LAYOUT_COLS: SET_ATTR(l->cols, uint64_t); break;
+    case CUBLASLT_MATRIX_LAYOUT_LD: SET_ATTR(l->ld, int64_t); break;
+    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: SET_ATTR(l->batch, int32_t); break;
+    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: SET_ATTR(l->stride, int64_t); break;
+    default: return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *matmulDesc, cublasComputeType_t computeType,
+                                        cudaDataType_t scaleType)
+{
+    if (!matmulDesc) return CUBLAS_STATUS_INVALID_VALUE;
+    Desc *d = calloc(1, sizeof(cublasLtMatmulDescOpaque_t));
+    if (!d) return CUBLAS_STATUS_ALLOC_FAILED;
+    d->magic = DESC_MAGIC;
+    d->compute = computeType;
+    d->scale = scaleType;
+    d->pointer_mode = CUBLASLT_POINTER_MODE_HOST;
+    d->transa = d->transb = CUBLAS_OP_N;
+    d->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    d->bias_type = d->aux_type = -1;
+    *matmulDesc = (cublasLtMatmulDesc_t)(void *)d;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc)
+{
+    Desc *d = desc_of(matmulDesc);
+    if (!d) return CUBLAS_STATUS_INVALID_VALUE;
+    d->magic = 0;
+    free(d);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, cublasLtMatmulDescAttributes_t attr,
+                                              const void *buf, size_t sizeInBytes)
+{
+    Desc *d = desc_of(matmulDesc);
+    if (!d) return CUBLAS_STATUS_INVALID_VALUE;
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: SET_ATTR(d->compute, int32_t); break;
+    case CUBLASLT_MATMUL_DESC_SCALE_TYPE: SET_ATTR(d->scale, int32_t); break;
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE: SET_ATTR(d->pointer_mode, int32_t); break;
+    case CUBLASLT_MATMUL_DESC_TRANSA: SET_ATTR(d->transa, int32_t); break;
+    case CUBLASLT_MATMUL_DESC_TRANSB: SET_ATTR(d->transb, int32_t); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: SET_ATTR(d->epilogue, uint32_t); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: SET_ATTR(d->bias, const void *); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE: SET_ATTR(d->bias_stride, int64_t); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: SET_ATTR(d->aux, void *); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: SET_ATTR(d->aux_ld, int64_t); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE: SET_ATTR(d->aux_stride, int64_t); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: SET_ATTR(d->aux_type, int32_t); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: SET_ATTR(d->bias_type, int32_t); break;
+    default: return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* Reads an attribute: with sizeInBytes 0, only its size (in *sizeWritten). */
+#define GET_ATTR(field, ctype)                                                  \
+    do {                                                                        \
+        ctype v_ = (ctype)(field);                                              \
+        if (sizeInBytes == 0) {                                                 \
+            if (!sizeWritten) return CUBLAS_STATUS_INVALID_VALUE;               \
+            *sizeWritten = sizeof v_;                                           \
+            return CUBLAS_STATUS_SUCCESS;                                       \
+        }                                                                       \
+        if (!buf || sizeInBytes < sizeof v_) return CUBLAS_STATUS_INVALID_VALUE; \
+        memcpy(buf, &v_, sizeof v_);                                            \
+        if (sizeWritten) *sizeWritten = sizeof v_;                              \
+    } while (0)
+
+cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t matmulDesc, cublasLtMatmulDescAttributes_t attr,
+                                              void *buf, size_t sizeInBytes, size_t *sizeWritten)
+{
+    Desc *d = desc_of(matmulDesc);
+    if (!d) return CUBLAS_STATUS_INVALID_VALUE;
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: GET_ATTR(d->compute, int32_t); break;
+    case CUBLASLT_MATMUL_DESC_SCALE_TYPE: GET_ATTR(d->scale, int32_t); break;
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE: GET_ATTR(d->pointer_mode, int32_t); break;
+    case CUBLASLT_MATMUL_DESC_TRANSA: GET_ATTR(d->transa, int32_t); break;
+    case CUBLASLT_MATMUL_DESC_TRANSB: GET_ATTR(d->transb, int32_t); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: GET_ATTR(d->epilogue, uint32_t); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: GET_ATTR(d->bias, const void *); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE: GET_ATTR(d->bias_stride, int64_t); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: GET_ATTR(d->aux, void *); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: GET_ATTR(d->aux_ld, int64_t); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE: GET_ATTR(d->aux_stride, int64_t); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: GET_ATTR(d->aux_type, int32_t); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: GET_ATTR(d->bias_type, int32_t); break;
+    default: return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref)
+{
+    if (!pref) return CUBLAS_STATUS_INVALID_VALUE;
+    Pref *p = calloc(1, sizeof(cublasLtMatmulPreferenceOpaque_t));
+    if (!p) return CUBLAS_STATUS_ALLOC_FAILED;
+    p->magic = PREF_MAGIC;
+    *pref = (cublasLtMatmulPreference_t)(void *)p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref)
+{
+    Pref *p = pref_of(pref);
+    if (!p) return CUBLAS_STATUS_INVALID_VALUE;
+    p->magic = 0;
+    free(p);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
+                                                    size_t sizeInBytes)
+{
+    Pref *p = pref_of(pref);
+    if (!p) return CUBLAS_STATUS_INVALID_VALUE;
+    switch (attr) {
+    case CUBLASLT_MATMUL_PREF_SEARCH_MODE: SET_ATTR(p->search, uint32_t); break;
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: SET_ATTR(p->workspace, uint64_t); break;
+    default: return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* A checked matmul problem. */
+typedef struct {
+    const Desc *d;
+    const Layout *a, *b, *c, *dd;
+    int ta, tb, m, n, k, batch, bias, gelu, relu, aux;
+} Problem;
+
+static int is_f32(int32_t t) { return t == CUDA_R_32F; }
+
+/* Validates a matmul as cuBLASLt would: NOT_SUPPORTED for what the emulator does not do
+ * (other types, row order, gradient epilogues), INVALID_VALUE for inconsistent shapes. */
+static cublasStatus_t lt_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
+                                 cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D, Problem *p)
+{
+    memset(p, 0, sizeof *p);
+    p->d = desc_of(desc);
+    p->a = layout_of(A);
+    p->b = layout_of(B);
+    p->c = layout_of(C);
+    p->dd = layout_of(D);
+    if (!p->d || !p->a || !p->b || !p->c || !p->dd) return CUBLAS_STATUS_INVALID_VALUE;
+    const Desc *d = p->d;
+    int compute_ok = d->compute == CUBLAS_COMPUTE_32F || d->compute == CUBLAS_COMPUTE_32F_PEDANTIC ||
+                     d->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+    if (!compute_ok || !is_f32(d->scale) || !is_f32((int32_t)p->a->type) || !is_f32((int32_t)p->b->type) ||
+        !is_f32((int32_t)p->c->type) || !is_f32((int32_t)p->dd->type))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (p->a->order != CUBLASLT_ORDER_COL || p->b->order != CUBLASLT_ORDER_COL || p->c->order != CUBLASLT_ORDER_COL ||
+        p->dd->order != CUBLASLT_ORDER_COL)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->pointer_mode != CUBLASLT_POINTER_MODE_HOST && d->pointer_mode != CUBLASLT_POINTER_MODE_DEVICE)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    switch (d->epilogue) {
+    case CUBLASLT_EPILOGUE_DEFAULT: break;
+    case CUBLASLT_EPILOGUE_RELU: p->relu = 1; break;
+    case CUBLASLT_EPILOGUE_BIAS: p->bias = 1; break;
+    case CUBLASLT_EPILOGUE_RELU_BIAS: p->relu = p->bias = 1; break;
+    case CUBLASLT_EPILOGUE_GELU: p->gelu = 1; break;
+    case CUBLASLT_EPILOGUE_GELU_BIAS: p->gelu = p->bias = 1; break;
+    case CUBLASLT_EPILOGUE_GELU_AUX: p->gelu = p->aux = 1; break;
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: p->gelu = p->aux = p->bias = 1; break;
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if ((d->bias_type != -1 && !is_f32(d->bias_type)) || (d->aux_type != -1 && !is_f32(d->aux_type)))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!op_ok(d->transa) || !op_ok(d->transb)) return CUBLAS_STATUS_INVALID_VALUE;
+    p->ta = d->transa != CUBLAS_OP_N;
+    p->tb = d->transb != CUBLAS_OP_N;
+    uint64_t m = p->dd->rows, n = p->dd->cols;
+    uint64_t am = p->ta ? p->a->cols : p->a->rows, k = p->ta ? p->a->rows : p->a->cols;
+    uint64_t bk = p->tb ? p->b->cols : p->b->rows, bn = p->tb ? p->b->rows : p->b->cols;
+    if (am != m || bk != k || bn != n || p->c->rows != m || p->c->cols != n) return CUBLAS_STATUS_INVALID_VALUE;
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) return CUBLAS_STATUS_NOT_SUPPORTED;
+    const Layout *all[4] = {p->a, p->b, p->c, p->dd};
+    for (int i = 0; i < 4; i++)
+        if (all[i]->ld < (int64_t)(all[i]->rows ? all[i]->rows : 1) || all[i]->ld > INT32_MAX)
+            return CUBLAS_STATUS_INVALID_VALUE;
+    int batch = p->dd->batch;
+    if (batch < 1 || p->a->batch != batch || p->b->batch != batch || p->c->batch != batch)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (p->aux && (d->aux_ld < (int64_t)m || !d->aux)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (p->bias && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    p->m = (int)m;
+    p->n = (int)n;
+    p->k = (int)k;
+    p->batch = batch;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc,
+                                              cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
+                                              cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+                                              cublasLtMatmulPreference_t preference, int requestedAlgoCount,
+                                              cublasLtMatmulHeuristicResult_t heuristicResultsArray[],
+                                              int *returnAlgoCount)
+{
+    if (!lightHandle || lightHandle->magic != LT_MAGIC) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (requestedAlgoCount < 1 || !heuristicResultsArray || !returnAlgoCount || !pref_of(preference))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    Problem p;
+    *returnAlgoCount = 0;
+    cublasStatus_t st = lt_problem(operationDesc, Adesc, Bdesc, Cdesc, Ddesc, &p);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    memset(&heuristicResultsArray[0], 0, sizeof heuristicResultsArray[0]);
+    heuristicResultsArray[0].workspaceSize = 0;
+    heuristicResultsArray[0].state = CUBLAS_STATUS_SUCCESS;
+    heuristicResultsArray[0].wavesCount = 1.0f;
+    *returnAlgoCount = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* cuBLASLt's GELU is the tanh form (as GPT-2's). */
+static float gelu(float x)
+{
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void *alpha,
+                              const void *A, cublasLtMatrixLayout_t Adesc, const void *B,
+                              cublasLtMatrixLayout_t Bdesc, const void *beta, const void *C,
+                              cublasLtMatrixLayout_t Cdesc, void *D, cublasLtMatrixLayout_t Ddesc,
+                              const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspaceSizeInBytes,
+                              cudaStream_t stream)
+{
+    (void)algo;
+    (void)workspace;
+    (void)workspaceSizeInBytes;
+    const char *fn = "cublasLtMatmul";
+    if (!lightHandle || lightHandle->magic != LT_MAGIC) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!alpha || !beta || !kemu_stream_valid(stream)) return CUBLAS_STATUS_INVALID_VALUE;
+    Problem p;
+    cublasStatus_t st = lt_problem(computeDesc, Adesc, Bdesc, Cdesc, Ddesc, &p);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    if (kemu_sticky_error()) return CUBLAS_STATUS_EXECUTION_FAILED;
+    /* In place (C == D) only with the same layout, as cuBLASLt requires. */
+    if (C == D && (p.c->ld != p.dd->ld || p.c->stride != p.dd->stride)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;
+    float a = *(const float *)alpha, b = *(const float *)beta;
+    const Desc *d = p.d;
+    if (p.k > 0 && a != 0.0f) {
+        if (!matrix_ok(fn, "A", A, (int64_t)p.a->rows, (int64_t)p.a->cols, p.a->ld, p.batch, p.a->stride) ||
+            !matrix_ok(fn, "B", B, (int64_t)p.b->rows, (int64_t)p.b->cols, p.b->ld, p.batch, p.b->stride))
+            return CUBLAS_STATUS_EXECUTION_FAILED;
+    }
+    if ((b != 0.0f && !matrix_ok(fn, "C", C, p.m, p.n, p.c->ld, p.batch, p.c->stride)) ||
+        !matrix_ok(fn, "D", D, p.m, p.n, p.dd->ld, p.batch, p.dd->stride) ||
+        (p.bias && !matrix_ok(fn, "bias", d->bias, p.m, 1, p.m, p.batch, d->bias_stride)) ||
+        (p.aux && !matrix_ok(fn, "aux", d->aux, p.m, p.n, d->aux_ld, p.batch, d->aux_stride)))
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    int lda = (int)p.a->ld, ldb = (int)p.b->ld, ldc = (int)p.c->ld, ldd = (int)p.dd->ld;
+    for (int i = 0; i < p.batch; i++) {
+        const float *Ai = (const float *)A + i * p.a->stride;
+        const float *Bi = (const float *)B + i * p.b->stride;
+        const float *Ci = (const float *)C + i * p.c->stride;
+        float *Di = (float *)D + i * p.dd->stride;
+        /* D = beta C first (C is not read when beta is 0, as in cuBLASLt), then BLAS
+         * accumulates alpha op(A) op(B) into it. */
+        if (b != 0.0f && Ci != Di)
+            for (int j = 0; j < p.n; j++) memcpy(Di + (size_t)j * ldd, Ci + (size_t)j * ldc, (size_t)p.m * sizeof(float));
+        sgemm(p.ta, p.tb, p.m, p.n, p.k, a, Ai, lda, Bi, ldb, b, Di, ldd);
+        if (!p.bias && !p.relu && !p.gelu) continue;
+        const float *bias = p.bias ? (const float *)d->bias + i * d->bias_stride : NULL;
+        float *aux = p.aux ? (float *)d->aux + i * d->aux_stride : NULL;
+        for (int j = 0; j < p.n; j++) {
+            float *col = Di + (size_t)j * ldd;
+            for (int r = 0; r < p.m; r++) {
+                float x = col[r];
+                if (bias) x += bias[r];
+                if (aux) aux[(size_t)j * d->aux_ld + r] = x;
+                if (p.relu) x = x > 0.0f ? x : 0.0f;
+                if (p.gelu) x = gelu(x);
+                col[r] = x;
+            }
+        }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}

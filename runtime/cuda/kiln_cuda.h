@@ -1,0 +1,158 @@
+/* kiln_cuda.h — Kiln's restricted CUDA dialect: the one header a generated model.cu (and
+ * the CUDA host runtime) includes.
+ *
+ * The same source compiles two ways:
+ *   nvcc model.cu                               the macros expand to real CUDA
+ *   g++ -x c++ -std=c++17 -DKILN_CUDA_EMU ...   the macros expand to Kiln's emulator
+ *                                               (runtime/cuda/emu/, link libkiln_cuda_emu)
+ * so CI, which has no GPU, runs the very kernels the GPU will run. That only works for code
+ * whose meaning the emulator reproduces, hence the dialect's rules (docs/cuda.md):
+ *   - launch only with KILN_LAUNCH / KILN_LAUNCH_AT (never <<<>>>);
+ *   - shared memory only through KILN_SHARED / KILN_SHARED_DYNAMIC;
+ *   - warp-level exchange only through KILN_SHFL_* (all 32 lanes of the warp, full mask);
+ *     no other warp-synchronous code (no __syncwarp, no implicit lockstep);
+ *   - every __syncthreads() is reached by every thread of the block;
+ *   - no inline PTX, no __constant__, no dynamic parallelism.
+ * In cuda-emu the forbidden spellings are left undefined, so breaking a rule is a compile
+ * error there; a broken run-time rule (a barrier some threads skip) is reported by the
+ * emulator with the kernel, block, threads and line. */
+#ifndef KILN_CUDA_H
+#define KILN_CUDA_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#if defined(KILN_CUDA_EMU)
+#include "emu/kemu_cublas.h"
+#include "emu/kemu_device.h"
+#include "emu/kemu_runtime.h"
+#define KILN_CUDA_EMULATED 1
+#else
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#define KILN_CUDA_EMULATED 0
+#endif
+
+#define KILN_WARP_SIZE 32
+#define KILN_FULL_MASK 0xffffffffu
+
+/* ---- the dialect ------------------------------------------------------------------ */
+
+#if defined(KILN_CUDA_EMU)
+
+/* KILN_SHARED(float, tile, [32][33]);  a static __shared__ array (dims may be empty for a
+ * scalar). Declare it at the top of the kernel (or of a __device__ function). */
+#define KILN_SHARED(type, name, dims) KEMU_SHARED(type, name, dims)
+/* KILN_SHARED_DYNAMIC(float, buf);  buf points to the launch's dynamic shared memory
+ * (KILN_LAUNCH's shmem_bytes). One region per kernel: every such declaration aliases it. */
+#define KILN_SHARED_DYNAMIC(type, name) KEMU_SHARED_DYNAMIC(type, name)
+/* Warp shuffles over the whole warp (width 32): the value of lane + offset, lane - offset,
+ * lane ^ mask, or of lane src; a lane whose source is outside the warp keeps its own. */
+#define KILN_SHFL_DOWN(v, offset) kemu::shfl(KEMU_SHFL_DOWN, (v), (int)(offset), __FILE__, __LINE__)
+#define KILN_SHFL_UP(v, offset) kemu::shfl(KEMU_SHFL_UP, (v), (int)(offset), __FILE__, __LINE__)
+#define KILN_SHFL_XOR(v, mask) kemu::shfl(KEMU_SHFL_XOR, (v), (int)(mask), __FILE__, __LINE__)
+#define KILN_SHFL_IDX(v, src) kemu::shfl(KEMU_SHFL_IDX, (v), (int)(src), __FILE__, __LINE__)
+#define KILN_LAUNCH_RAW_(kernel, grid, block, shmem, stream, ...) \
+    kemu::launch(kernel, #kernel, __FILE__, __LINE__, (grid), (block), (shmem), (stream), __VA_ARGS__)
+
+#elif defined(__CUDACC__)
+
+#define KILN_SHARED(type, name, dims) __shared__ type name dims
+#define KILN_SHARED_DYNAMIC(type, name)                                    \
+    extern __shared__ __align__(16) unsigned char kiln_dyn_smem_##name[]; \
+    type *name = reinterpret_cast<type *>(kiln_dyn_smem_##name)
+#define KILN_SHFL_DOWN(v, offset) __shfl_down_sync(KILN_FULL_MASK, (v), (offset))
+#define KILN_SHFL_UP(v, offset) __shfl_up_sync(KILN_FULL_MASK, (v), (offset))
+#define KILN_SHFL_XOR(v, mask) __shfl_xor_sync(KILN_FULL_MASK, (v), (mask))
+#define KILN_SHFL_IDX(v, src) __shfl_sync(KILN_FULL_MASK, (v), (src))
+#define KILN_LAUNCH_RAW_(kernel, grid, block, shmem, stream, ...) \
+    kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
+
+#endif /* else: host-only C++ against the real runtime (error helpers below only) */
+
+/* KILN_LAUNCH(kernel, grid, block, shmem_bytes, stream, args...): launches and checks the
+ * launch; on failure prints the kernel's name and this file:line and runs
+ * KILN_CUDA_ON_ERROR(). KILN_LAUNCH_AT(site, ...) adds a description (generated code passes
+ * the model line, "model.kiln:12: softmax") to every message about the kernel. A template
+ * kernel goes in parentheses: KILN_LAUNCH((k<float, 4>), ...). Kernels take at least one
+ * argument. With KILN_CUDA_SYNC=1 in the environment every launch is followed by a stream
+ * synchronisation, so that a fault inside the kernel is reported against it (on a GPU
+ * faults surface at the next synchronisation; the emulator runs kernels at launch). */
+#define KILN_LAUNCH(kernel, grid, block, shmem, stream, ...) \
+    KILN_LAUNCH_AT(nullptr, kernel, grid, block, shmem, stream, __VA_ARGS__)
+#define KILN_LAUNCH_AT(site, kernel, grid, block, shmem, stream, ...)                 \
+    do {                                                                             \
+        kiln_cuda_last_kernel = #kernel;                                             \
+        kiln_cuda_last_site = (site);                                                \
+        KILN_LAUNCH_RAW_(kernel, grid, block, shmem, stream, __VA_ARGS__);           \
+        kiln_cuda_after_launch(#kernel, (site), __FILE__, __LINE__, (stream));       \
+    } while (0)
+
+/* ---- error checks ------------------------------------------------------------------ */
+
+/* What a failed check does after printing: the generated program stops (exit status 1);
+ * a program that wants to clean up defines this before including the header. */
+#ifndef KILN_CUDA_ON_ERROR
+#define KILN_CUDA_ON_ERROR() exit(1)
+#endif
+
+/* KILN_CUDA_CHECK(cudaMemcpy(...)): a runtime call's status; KILN_CUBLAS_CHECK likewise for
+ * cuBLAS and cuBLASLt. A failure names the call, the file:line and the last kernel
+ * launched (an asynchronous fault is reported by whatever call comes next). */
+#define KILN_CUDA_CHECK(call) kiln_cuda_check((call), #call, __FILE__, __LINE__)
+#define KILN_CUBLAS_CHECK(call) kiln_cublas_check((call), #call, __FILE__, __LINE__)
+/* Synchronises a stream and checks for faults of the kernels before. */
+#define KILN_CUDA_SYNC(stream) kiln_cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", __FILE__, __LINE__)
+
+inline const char *kiln_cuda_last_kernel = nullptr;
+inline const char *kiln_cuda_last_site = nullptr;
+
+static inline int kiln_cuda_sync_launches(void)
+{
+    static int sync = -1;
+    if (sync < 0) {
+        const char *s = getenv("KILN_CUDA_SYNC");
+        sync = s && *s && *s != '0';
+    }
+    return sync;
+}
+
+static inline void kiln_cuda_print_last_kernel(void)
+{
+    if (!kiln_cuda_last_kernel) return;
+    fprintf(stderr, " (last kernel launched: %s%s%s%s)", kiln_cuda_last_kernel, kiln_cuda_last_site ? ", " : "",
+            kiln_cuda_last_site ? kiln_cuda_last_site : "",
+            kiln_cuda_sync_launches() ? "" : "; KILN_CUDA_SYNC=1 pins a fault to its kernel");
+}
+
+static inline void kiln_cuda_check(cudaError_t err, const char *call, const char *file, int line)
+{
+    if (err == cudaSuccess) return;
+    fprintf(stderr, "%s:%d: error: %s: %s (%s)", file, line, call, cudaGetErrorString(err), cudaGetErrorName(err));
+    kiln_cuda_print_last_kernel();
+    fputc('\n', stderr);
+    KILN_CUDA_ON_ERROR();
+}
+
+static inline void kiln_cublas_check(cublasStatus_t status, const char *call, const char *file, int line)
+{
+    if (status == CUBLAS_STATUS_SUCCESS) return;
+    fprintf(stderr, "%s:%d: error: %s: %s (status %d)", file, line, call, cublasGetStatusString(status), (int)status);
+    kiln_cuda_print_last_kernel();
+    fputc('\n', stderr);
+    KILN_CUDA_ON_ERROR();
+}
+
+static inline void kiln_cuda_after_launch(const char *kernel, const char *site, const char *file, int line,
+                                          cudaStream_t stream)
+{
+    cudaError_t err = cudaGetLastError();
+    if (err == cudaSuccess && kiln_cuda_sync_launches()) err = cudaStreamSynchronize(stream);
+    if (err == cudaSuccess) return;
+    fprintf(stderr, "%s:%d: error: kernel '%s'%s%s%s failed: %s (%s)\n", file, line, kernel, site ? " (" : "",
+            site ? site : "", site ? ")" : "", cudaGetErrorString(err), cudaGetErrorName(err));
+    KILN_CUDA_ON_ERROR();
+}
+
+#endif
