@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  gcc make cmake pkg-config          # build
+  gcc g++ make cmake pkg-config      # build (g++: the CUDA emulator's C++ test kernels)
   libcriterion-dev                   # tests
   libopenblas-dev zlib1g-dev         # the runtime: BLAS for matmuls, gzip for IDX data
   graphviz                           # `kiln ir --dot` output is checked with dot
