@@ -195,10 +195,19 @@ typedef struct {
 krt_status krt_safetensors_write(const char *path, const krt_st_tensor *tensors, int n, const krt_st_meta *meta, int nmeta,
                                  krt_error *err);
 
+/* The same, with checksums added to the metadata: "crc32:NAME" for each tensor (CRC-32 of
+ * its bytes, as zlib.crc32, 8 lowercase hex digits) and "crc32:__metadata__" for the other
+ * entries (sorted by key, each as key NUL value NUL). Keys starting "crc32:" are refused
+ * in meta. PyTorch's readers see them as ordinary metadata strings. */
+krt_status krt_safetensors_write_checked(const char *path, const krt_st_tensor *tensors, int n, const krt_st_meta *meta, int nmeta,
+                                         krt_error *err);
+
 typedef struct krt_safetensors krt_safetensors;
 /* Reads and validates a whole file: header length and JSON, dtypes, shapes, offsets
- * inside the file, contiguous and not overlapping. A truncated or foreign file is
- * refused with a message naming it. */
+ * inside the file, contiguous and not overlapping, and, when the file has checksums
+ * (krt_safetensors_write_checked), every tensor's and the metadata's. A truncated,
+ * corrupted or foreign file is refused with a message naming it; a file without
+ * checksums (written elsewhere) is read as it is. */
 krt_status krt_safetensors_read(const char *path, krt_safetensors **out, krt_error *err);
 int krt_safetensors_count(const krt_safetensors *st);
 /* The i-th tensor (data points into the loaded file), or NULL. */
