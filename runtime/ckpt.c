@@ -1072,6 +1072,13 @@ const char *krt_safetensors_meta(const krt_safetensors *st, const char *key)
     return NULL;
 }
 
+int krt_safetensors_meta_count(const krt_safetensors *st) { return st ? st->nmeta : 0; }
+
+const krt_st_meta *krt_safetensors_meta_entry(const krt_safetensors *st, int i)
+{
+    return st && i >= 0 && i < st->nmeta ? &st->meta[i] : NULL;
+}
+
 void krt_safetensors_free(krt_safetensors *st)
 {
     if (!st) return;

@@ -214,6 +214,9 @@ int krt_safetensors_count(const krt_safetensors *st);
 const krt_st_tensor *krt_safetensors_tensor(const krt_safetensors *st, int i);
 const krt_st_tensor *krt_safetensors_find(const krt_safetensors *st, const char *name);
 const char *krt_safetensors_meta(const krt_safetensors *st, const char *key); /* or NULL */
+/* The metadata entries in the header's order (the checksums included). */
+int krt_safetensors_meta_count(const krt_safetensors *st);
+const krt_st_meta *krt_safetensors_meta_entry(const krt_safetensors *st, int i); /* or NULL */
 void krt_safetensors_free(krt_safetensors *st);
 
 /* ---- checkpoint directories (ckpt_dir.c) ----

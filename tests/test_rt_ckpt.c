@@ -274,6 +274,16 @@ Test(ckpt, checksums_are_written_and_verified)
     krt_safetensors *st;
     cr_assert_eq(krt_safetensors_read(path, &st, &err), KRT_OK, "%s", err.msg);
     cr_expect_eq(((const int32_t *)krt_safetensors_find(st, "v")->data)[1], 2);
+    cr_assert_eq(krt_safetensors_meta_count(st), 3);
+    cr_expect_str_eq(krt_safetensors_meta_entry(st, 1)->key, "crc32:v");
+    cr_expect_null(krt_safetensors_meta_entry(st, 3));
+    krt_safetensors_free(st);
+    /* The metadata in another order (safetensors' Python writer keeps it in a hash map)
+     * verifies the same. */
+    put_st(copy, "{\"__metadata__\":{\"crc32:__metadata__\":\"4883c008\",\"crc32:v\":\"0381177c\",\"step\":\"5\"},"
+                 "\"v\":{\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+           v, sizeof v);
+    cr_assert_eq(krt_safetensors_read(copy, &st, &err), KRT_OK, "%s", err.msg);
     krt_safetensors_free(st);
 
     /* Any flipped bit of the data: a low bit of an integer, an exponent bit of a float. */

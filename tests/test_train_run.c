@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "../runtime/kiln_rt.h"
+#include "ckpt_compare.h"
 #include "support.h"
 
 static char dir[64];
@@ -221,19 +222,16 @@ Test(run, resume_follows_latest_and_falls_back)
     StrBuf out;
     sb_init(&out);
     cr_assert_eq(run("./tiny --checkpoint-dir full", &out), 0, "%s", out.data);
-    /* 50 steps at once, and 20 + 30 from `latest`: the same bytes. */
+    /* 50 steps at once, and 20 + 30 from `latest`: the same tensors and training state
+     * (the run ids differ: a resumed run is a run of its own). */
     cr_assert_eq(run("./tiny --checkpoint-dir half --steps 20 && ./tiny --checkpoint-dir half --resume half", &out), 0, "%s", out.data);
     const char *files[] = {"model.safetensors", "train_state.safetensors"};
     for (int i = 0; i < 2; i++) {
         char a[128], b[128];
         snprintf(a, sizeof a, "full/step-00000050/%s", files[i]);
         snprintf(b, sizeof b, "half/step-00000050/%s", files[i]);
-        size_t na, nb;
-        char *da = slurp(a, &na), *db = slurp(b, &nb);
-        cr_assert(da && db, "%s", listing("half"));
-        cr_expect(na == nb && !memcmp(da, db, na), "%s differs between 50 steps and 20 + resume + 30", files[i]);
-        free(da);
-        free(db);
+        const char *why = ckpt_difference(at(a), at(b));
+        cr_expect(!why, "50 steps differ from 20 + resume + 30: %s", why);
     }
     /* Without the pointer: the highest complete step directory (40, not the later
      * temporary directory of a crashed save, which is never taken). */
@@ -269,6 +267,147 @@ Test(run, a_model_and_a_state_of_different_steps_are_refused)
     /* A pointer that is not one. */
     cr_assert_eq(run("echo ../elsewhere > checkpoints/latest", &out), 0);
     expect_error("./tiny --resume checkpoints --steps 60", "checkpoints/latest: not a checkpoint pointer");
+    sb_free(&out);
+}
+
+/* Rewrites the checkpoint file `rel` with metadata `key` set to `value` (NULL: removed),
+ * its checksums recomputed (`checked`) or left out, as a file written elsewhere has none. */
+static void rewrite_meta(const char *rel, const char *key, const char *value, bool checked)
+{
+    krt_safetensors *st;
+    krt_error err;
+    cr_assert_eq(krt_safetensors_read(at(rel), &st, &err), KRT_OK, "%s", err.msg);
+    int n = krt_safetensors_count(st), nm = krt_safetensors_meta_count(st), k = 0;
+    krt_st_tensor *t = calloc((size_t)n + 1, sizeof *t);
+    krt_st_meta *m = calloc((size_t)nm + 2, sizeof *m);
+    cr_assert(t && m);
+    for (int i = 0; i < n; i++) t[i] = *krt_safetensors_tensor(st, i);
+    bool done = !key;
+    for (int i = 0; i < nm; i++) {
+        const krt_st_meta *e = krt_safetensors_meta_entry(st, i);
+        if (!strncmp(e->key, "crc32:", 6)) continue;
+        if (key && !strcmp(e->key, key)) {
+            if (value) m[k++] = (krt_st_meta){key, value};
+            done = true;
+        } else {
+            m[k++] = *e;
+        }
+    }
+    if (!done && value) m[k++] = (krt_st_meta){key, value};
+    krt_status s = checked ? krt_safetensors_write_checked(at(rel), t, n, m, k, &err) : krt_safetensors_write(at(rel), t, n, m, k, &err);
+    cr_assert_eq(s, KRT_OK, "%s", err.msg);
+    free(t);
+    free(m);
+    krt_safetensors_free(st);
+}
+
+/* Flips bits `mask` of the last byte of a file (the data of its last tensor). */
+static void flip_last_byte(const char *rel, unsigned char mask)
+{
+    size_t n;
+    char *d = slurp(rel, &n);
+    cr_assert(d && n > 0);
+    d[n - 1] = (char)(d[n - 1] ^ mask);
+    put(rel, d, n);
+    free(d);
+}
+
+/* Replaces the first `from` in a file by `to`, of the same length. */
+static void patch(const char *rel, const char *from, const char *to)
+{
+    size_t n, k = strlen(from);
+    char *d = slurp(rel, &n);
+    cr_assert(d && strlen(to) == k);
+    char *p = d;
+    while (p + k <= d + n && memcmp(p, from, k)) p++;
+    cr_assert(p + k <= d + n, "%s has no '%s'", rel, from);
+    memcpy(p, to, k);
+    put(rel, d, n);
+    free(d);
+}
+
+/* Resuming c must fail with `want` in the message and before training anything. */
+static void expect_resume_refused(const char *want)
+{
+    StrBuf out;
+    sb_init(&out);
+    int rc = run("./tiny --resume c --steps 60 --checkpoint-dir c", &out);
+    cr_expect(rc == 1 || rc == 2, "resuming should fail cleanly (%s), exit %d:\n%s", want, rc, out.data);
+    cr_expect(out.data && strstr(out.data, want), "expected a message containing '%s', got:\n%s", want, out.data);
+    cr_expect(out.data && !strstr(out.data, " parameters, "), "it trained:\n%s", out.data);
+    sb_free(&out);
+}
+
+Test(run, corrupted_checkpoints_are_refused_by_name)
+{
+    build("    checkpoint = every(steps = 10, keep = 5)\n");
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(run("./tiny && ./tiny --checkpoint-dir other", &out), 0, "%s", out.data);
+#define FRESH() cr_assert_eq(run("rm -rf c && cp -r checkpoints c", &out), 0, "%s", out.data)
+    /* Every field, edited with the checksums made to match (or as a file written elsewhere
+     * would be): checked alone, against the other file and against the directory. */
+    static const struct {
+        const char *file, *key, *value, *want;
+    } edits[] = {
+        {"train_state", "step", "001", "train_state.safetensors: the metadata's 'step' is \"001\", not a whole number from 0 to 1000000000000"},
+        {"train_state", "step", "abc", "train_state.safetensors: the metadata's 'step' is \"abc\""},
+        {"train_state", "step", "-5", "train_state.safetensors: the metadata's 'step' is \"-5\""},
+        {"train_state", "step", "100000000000000000000", "train_state.safetensors: the metadata's 'step' is \"100000000000000000000\""},
+        {"train_state", "step", "", "train_state.safetensors: the metadata's 'step' is \"\""},
+        {"train_state", "step", NULL, "train_state.safetensors: the metadata has no 'step'"},
+        {"train_state", "step", "40", "c/step-00000050/model.safetensors is of step 50 but c/step-00000050/train_state.safetensors is of step 40"},
+        {"model", "step", "49", "c/step-00000050/model.safetensors is of step 49 but"},
+        {"model", "step", "5x", "model.safetensors: the metadata's 'step' is \"5x\""},
+        {"train_state", "optimizer_step", "0", "train_state.safetensors: the metadata's 'optimizer_step' is \"0\", but must be 50 (the optimizer takes one step per training step)"},
+        {"train_state", "optimizer_step", "51", "the metadata's 'optimizer_step' is \"51\", but must be 50"},
+        {"train_state", "epoch", "-3", "train_state.safetensors: the metadata's 'epoch' is \"-3\", not a whole number from 0 to 50"},
+        {"train_state", "epoch", "99", "the metadata's 'epoch' is \"99\", not a whole number from 0 to 50"},
+        {"train_state", "position", "2.5", "the metadata's 'position' is \"2.5\""},
+        {"train_state", "seed", "abc", "the metadata's 'seed' is \"abc\""},
+        {"train_state", "seed", "-1", "the metadata's 'seed' is \"-1\""},
+        {"train_state", "batches", "49", "the metadata's 'batches' is \"49\", not a whole number from 50 to"},
+        {"train_state", "run_id", "xyz", "train_state.safetensors: the metadata's 'run_id' is \"xyz\", not 16 hexadecimal digits"},
+        {"train_state", "run_id", NULL, "train_state.safetensors is of run (none): the two files of a checkpoint must be of one run"},
+        {"model", "kiln_hash", "0123456789abcdef", "model.safetensors: this checkpoint belongs to another model"},
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        FRESH();
+        char rel[128];
+        snprintf(rel, sizeof rel, "c/step-00000050/%s.safetensors", edits[i].file);
+        rewrite_meta(rel, edits[i].key, edits[i].value, i % 2 == 0);
+        expect_resume_refused(edits[i].want);
+    }
+    /* A flipped bit anywhere: in a weight, in an exponent of the optimizer state, in the
+     * metadata (edited in place). */
+    FRESH();
+    flip_last_byte("c/step-00000050/model.safetensors", 0x01);
+    expect_resume_refused("c/step-00000050/model.safetensors: tensor 'fc.bias' does not match its checksum");
+    FRESH();
+    flip_last_byte("c/step-00000050/train_state.safetensors", 0x40);
+    expect_resume_refused("c/step-00000050/train_state.safetensors: tensor 'exp_avg_sq.fc.bias' does not match its checksum");
+    FRESH();
+    patch("c/step-00000050/train_state.safetensors", "\"epoch\":\"5\"", "\"epoch\":\"4\"");
+    expect_resume_refused("c/step-00000050/train_state.safetensors: the metadata does not match its checksum");
+    /* The training state of another step, of another run of the same step. */
+    FRESH();
+    cr_assert_eq(run("cp checkpoints/step-00000040/train_state.safetensors c/step-00000050/", &out), 0);
+    expect_resume_refused("c/step-00000050/model.safetensors is of step 50 but c/step-00000050/train_state.safetensors is of step 40");
+    FRESH();
+    cr_assert_eq(run("cp other/step-00000050/train_state.safetensors c/step-00000050/", &out), 0);
+    expect_resume_refused("c/step-00000050/model.safetensors is of run ");
+    expect_resume_refused("c/step-00000050/train_state.safetensors is of run ");
+    /* A resumed run keeps its seed. */
+    FRESH();
+    expect_error("./tiny --resume c --steps 60 --seed 7", "--seed 7: the run in c has seed 0, which a resumed run keeps");
+    /* Files without checksums (written elsewhere) resume, and continue exactly. */
+    FRESH();
+    rewrite_meta("c/step-00000040/model.safetensors", NULL, NULL, false);
+    rewrite_meta("c/step-00000040/train_state.safetensors", NULL, NULL, false);
+    cr_assert_eq(run("echo step-00000040 > c/latest && ./tiny --resume c --checkpoint-dir c", &out), 0, "%s", out.data);
+    const char *why = ckpt_difference(at("c/step-00000050/model.safetensors"), at("checkpoints/step-00000050/model.safetensors"));
+    cr_expect(!why, "%s", why);
+#undef FRESH
     sb_free(&out);
 }
 
