@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -432,6 +433,47 @@ Test(run, an_unusable_checkpoint_directory_fails_before_training)
         expect_error("./tiny --checkpoint-dir ro", "ro: cannot write checkpoints into this directory: Permission denied");
     }
     sb_free(&out);
+}
+
+Test(run, a_failed_save_keeps_the_previous_checkpoint_and_stops)
+{
+    build("");
+    StrBuf out, out2;
+    sb_init(&out);
+    sb_init(&out2);
+    cr_assert_eq(run("./tiny --steps 5 --checkpoint-every 1 --checkpoint-dir ck && ./tiny --steps 10 --checkpoint-dir full", &out), 0, "%s",
+                 out.data);
+    /* A file-size limit between the sizes of the two files (about 400 and 770 bytes): the
+     * next checkpoint's training state cannot be written, as on a full disk (even as root). */
+    struct stat model, state;
+    cr_assert(stat(at("ck/step-00000005/model.safetensors"), &model) == 0 && stat(at("ck/step-00000005/train_state.safetensors"), &state) == 0);
+    cr_assert_lt(model.st_size + 64, state.st_size);
+    struct rlimit old, lim;
+    cr_assert_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = (struct rlimit){(rlim_t)(model.st_size + state.st_size) / 2, old.rlim_max};
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    int rc = run("./tiny --resume ck --steps 10 --checkpoint-every 1 --checkpoint-dir ck --log l.jsonl", &out);
+    int rc2 = run("./tiny --steps 10 --checkpoint-dir none", &out2);
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+    cr_expect_eq(rc, 1, "%s", out.data);
+    cr_expect(strstr(out.data, "train_state.safetensors: writing failed: File too large"), "%s", out.data);
+    cr_expect(strstr(out.data, "the checkpoint of step 6 was not saved; the newest checkpoint is still ck/step-00000005 (--resume ck continues from it)"),
+              "%s", out.data);
+    cr_expect_str_eq(listing("ck"), "latest|step-00000004|step-00000005|");
+    size_t n;
+    char *log = slurp("l.jsonl", &n);
+    cr_expect(log && strstr(log, "{\"step\": 6,") && !strstr(log, "{\"step\": 7,"), "it did not stop at step 6:\n%s", log);
+    free(log);
+    /* The first checkpoint of a run. */
+    cr_expect_eq(rc2, 1, "%s", out2.data);
+    cr_expect(strstr(out2.data, "the checkpoint of step 10 was not saved; none holds no checkpoint"), "%s", out2.data);
+    cr_expect_str_eq(listing("none"), "");
+    /* With room again, the run resumes from step 5 and ends as one that never stopped. */
+    cr_assert_eq(run("./tiny --resume ck --steps 10 --checkpoint-every 1 --checkpoint-dir ck", &out), 0, "%s", out.data);
+    const char *why = ckpt_difference(at("ck/step-00000010/model.safetensors"), at("full/step-00000010/model.safetensors"));
+    cr_expect(!why, "%s", why);
+    sb_free(&out);
+    sb_free(&out2);
 }
 
 /* ---- schedules, --eval, the end of a run ---- */
