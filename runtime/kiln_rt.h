@@ -162,6 +162,8 @@ double krt_schedule_lr(const krt_schedule *s, double base_lr, int64_t step);
  * fails the program goes on). Then flushes denormals to zero (x86; KILN_FTZ=0 keeps
  * them). With KILN_VERBOSE=1 prints one line on stderr saying what was chosen. */
 void krt_fast_environment(int argc, char **argv);
+/* The CPUs this process may run on (its affinity mask), at least 1. */
+int krt_cpus(void);
 /* The OpenMP threads the generated kernels share their work between (1 without OpenMP). */
 int krt_threads(void);
 /* --threads N: N OpenMP threads; BLAS stays as it is, single-threaded by default

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -175,6 +176,10 @@ static void usage(FILE *f)
     fprintf(f, "  %-22s %s\n", "--help", "show this help");
 }
 
+/* --threads beyond this many per CPU the program may use are cut to it: more only wait
+ * for each other, and each takes a stack (100000 overflowed libgomp). */
+#define THREADS_PER_CPU 4
+
 /* Checks a flag's value: a number in its range, a whole one for counts, a string that is
  * not empty. Returns 0, or 2 after a message naming the flag. */
 static int check_value(const Flag *g, const char *v)
@@ -183,7 +188,10 @@ static int check_value(const Flag *g, const char *v)
     char *end;
     errno = 0;
     double x = strtod(v, &end);
-    if (end == v || *end || isspace((unsigned char)*v)) return die("%s: '%s' is not a number", g->flag, v), 2;
+    /* Decimal only: strtod also reads hexadecimal (0x10) and "infinity". */
+    bool decimal = strpbrk(v, "xXpP") == NULL && (isdigit((unsigned char)v[0]) || v[0] == '-' || v[0] == '+' || v[0] == '.' ||
+                                                  !strcasecmp(v, "nan") || !strcasecmp(v, "inf"));
+    if (end == v || *end || isspace((unsigned char)*v) || !decimal) return die("%s: '%s' is not a number", g->flag, v), 2;
     if (g->kind == F_INT) {
         errno = 0;
         long long n = strtoll(v, &end, 10);
@@ -280,7 +288,15 @@ static int parse_args(int argc, char **argv, const char **resume)
         if (!strcmp(a, "--data")) rc = data_flag(a, "data", v);
         else if (!strcmp(a, "--eval-data")) rc = data_flag(a, "eval_data", v);
         else if (!strcmp(a, "--resume")) *resume = v;
-        else if (!strcmp(a, "--threads")) krt_set_threads(atoi(v)); /* OpenMP's; BLAS runs inside the kernels' tasks */
+        else if (!strcmp(a, "--threads")) { /* OpenMP's; BLAS runs inside the kernels' tasks */
+            int n = atoi(v), cpus = krt_cpus(), most = cpus * THREADS_PER_CPU;
+            if (n > most) {
+                fprintf(stderr, "%s: note: --threads %d: %d CPU%s available, so %d threads (at most %d per CPU)\n", M->name, n, cpus,
+                        cpus == 1 ? " is" : "s are", most, THREADS_PER_CPU);
+                n = most;
+            }
+            krt_set_threads(n);
+        }
         else {
             rc = set_override(g->key, v);
             /* --eval-every / --checkpoint-every N replace the recipe's policy: every N steps,
@@ -388,6 +404,23 @@ static int load_rows(const char *prefix, krt_array *arrays, krt_error *err)
     return 0;
 }
 
+/* The file of model input k in the recipe's `prefix` (data or eval_data), for messages. */
+static const char *input_path(const char *prefix, int k)
+{
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", prefix, M->inputs[k].name);
+    return recipe(key, "?");
+}
+
+/* A dataset's message without the runtime function's name: the caller puts the file's. */
+static const char *dataset_message(const char *msg)
+{
+    static const char *const names[] = {"krt_dataset_rows: ", "krt_dataset_windows: "};
+    for (int i = 0; i < 2; i++)
+        if (!strncmp(msg, names[i], strlen(names[i]))) return msg + strlen(names[i]);
+    return msg;
+}
+
 static int load_data(Data *d, int64_t *ntrain, int64_t *neval)
 {
     krt_error err;
@@ -400,9 +433,10 @@ static int load_data(Data *d, int64_t *ntrain, int64_t *neval)
     int64_t limit = (int64_t)recipe_num("limit", 0);
     if (!strcmp(kind, "text") || !strcmp(kind, "tokens")) {
         const char *path = recipe("data.path", NULL);
+        /* The recipe's exclude pattern filters the recipe's glob, not a path given with --data. */
+        const char *exclude = overridden("data.path") ? "" : recipe("data.exclude", "");
         /* A token stream may be any file of integers (by content, as for --data INPUT=PATH). */
-        krt_status s = !strcmp(kind, "text") ? krt_text_load(path, recipe("data.exclude", ""), &d->stream, &err)
-                                             : krt_array_load(path, &d->stream, &err);
+        krt_status s = !strcmp(kind, "text") ? krt_text_load(path, exclude, &d->stream, &err) : krt_array_load(path, &d->stream, &err);
         if (s != KRT_OK) return die("%s", err.msg);
         if (d->stream.rank != 1 || (d->stream.dtype != KRT_U8 && d->stream.dtype != KRT_I32 && d->stream.dtype != KRT_I64))
             return die("%s: tokens must be one-dimensional integers; this file holds %s of rank %d", path, krt_dtype_name(d->stream.dtype),
@@ -422,23 +456,29 @@ static int load_data(Data *d, int64_t *ntrain, int64_t *neval)
         int64_t ntok = n - nval; /* --limit N: the first N windows */
         if (limit > 0 && limit < (ntok - 1) / T) ntok = limit * T + 1;
         d->train = krt_dataset_windows(&d->stream, T, 0, ntok, &err);
-        if (!d->train) return die("%s", err.msg);
+        if (!d->train) return die("%s: %s", path, dataset_message(err.msg));
         d->eval = nval > T ? krt_dataset_windows(&d->stream, T, n - nval, nval, &err) : NULL;
     } else {
         if (load_rows("data", d->arrays, &err)) return 1;
+        d->narrays = M->ninputs;
         int64_t n = d->arrays[0].dims[0];
+        const char *path = input_path("data", 0), *epath = input_path("eval_data", 0);
+        if (n == 0) return die("%s: the training data has no samples (0 rows)", path);
         if (recipe("eval_data", NULL)) {
             if (load_rows("eval_data", d->arrays + M->ninputs, &err)) return 1;
             int64_t ne = d->arrays[M->ninputs].dims[0];
+            if (ne == 0) return die("%s: the evaluation data has no samples (0 rows)", epath);
             d->eval = krt_dataset_rows(d->arrays + M->ninputs, M->ninputs, 0, ne, &err); /* --limit is the training data's */
+            if (!d->eval) return die("%s: %s", epath, dataset_message(err.msg));
             d->train = krt_dataset_rows(d->arrays, M->ninputs, 0, limit > 0 && limit < n ? limit : n, &err);
         } else {
             int64_t nval = (int64_t)((double)n * val), nt = n - nval;
+            if (nt == 0) return die("%s: %lld samples, all of them taken by the val split (val = %g)", path, (long long)n, val);
             d->train = krt_dataset_rows(d->arrays, M->ninputs, 0, limit > 0 && limit < nt ? limit : nt, &err);
             d->eval = nval ? krt_dataset_rows(d->arrays, M->ninputs, nt, nval, &err) : NULL;
+            if (nval && !d->eval) return die("%s: %s", path, dataset_message(err.msg));
         }
-        d->narrays = M->ninputs;
-        if (!d->train) return die("%s", err.msg);
+        if (!d->train) return die("%s: %s", path, dataset_message(err.msg));
     }
     *ntrain = krt_dataset_size(d->train);
     *neval = d->eval ? krt_dataset_size(d->eval) : 0;

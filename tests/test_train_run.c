@@ -596,6 +596,57 @@ Test(run, data_files_are_read_by_their_content)
     sb_free(&out);
 }
 
+/* A byte-level language model on the texts of corpus/, minus its *.dat files. */
+static void build_lm(void)
+{
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(run("mkdir -p corpus && for i in $(seq 20); do echo 'the quick brown fox'; done > corpus/a.txt && "
+                     "printf 'abcdefghijklmnopqrstuvwxyz0123456789' > corpus/long.dat && printf 'xyz' > corpus/short.dat",
+                     &out),
+                 0, "%s", out.data);
+    const char *text = "model lm\nconst V = 256, block = 8, C = 8\ndim T <= block\nwte = Embedding(V, C)\nhead = Linear(C, V)\n"
+                       "forward(idx: i32[B, T]) -> logits {\n    logits = head(wte(idx))\n}\n"
+                       "loss(logits, targets: i32[B, T]) = cross_entropy(logits, targets)\n"
+                       "train {\n    data = text(\"corpus/*\", exclude = \"*.dat\", input = idx, target = targets, val = 0.1)\n"
+                       "    batch = 2\n    steps = 3\n}\n";
+    put("lm.kiln", text, strlen(text));
+    char args[512];
+    snprintf(args, sizeof args, "build %s -o %s", at("lm.kiln"), at("lm"));
+    cr_assert_eq(support_run_kiln(args, &out), 0, "kiln build failed:\n%s", out.data);
+    sb_free(&out);
+}
+
+Test(run, data_errors_name_the_file)
+{
+    build("");
+    put_idx("none_x.idx", X, 0, 4);
+    put_idx("none_y.idx", Y, 0, 0);
+    put_idx("one_x.idx", X, 1, 4);
+    put_idx("one_y.idx", Y, 1, 0);
+    expect_error("./tiny --data x=none_x.idx --data y=none_y.idx", "none_x.idx: the training data has no samples (0 rows)");
+    expect_error("./tiny --eval-data x=none_x.idx --eval-data y=none_y.idx", "none_x.idx: the evaluation data has no samples (0 rows)");
+    expect_error("./tiny --data x=one_x.idx --data y=one_y.idx", "the training data has 1 samples, fewer than one batch of 4");
+    build_lm();
+    expect_error("./lm --data corpus/short.dat", "corpus/short.dat: text of 3 tokens is shorter than one window of 8+1");
+}
+
+Test(run, the_recipes_exclude_does_not_apply_to_data_given_by_flag)
+{
+    build_lm();
+    StrBuf out;
+    sb_init(&out);
+    /* The recipe's glob leaves out *.dat; a *.dat file or glob given with --data is read. */
+    cr_assert_eq(run("./lm", &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "lm: 4352 parameters, 44 training samples"), "%s", out.data);
+    cr_assert_eq(run("cat corpus/long.dat corpus/long.dat corpus/long.dat > corpus/longer.dat && ./lm --data corpus/longer.dat", &out), 0,
+                 "%s", out.data);
+    cr_expect(strstr(out.data, "lm: 4352 parameters, 12 training samples"), "%s", out.data);
+    cr_assert_eq(run("./lm --data 'corpus/*.dat'", &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "lm: 4352 parameters, 16 training samples"), "%s", out.data);
+    sb_free(&out);
+}
+
 /* ---- flags ---- */
 
 Test(run, every_flag_value_is_checked)
@@ -623,6 +674,23 @@ Test(run, every_flag_value_is_checked)
         {"--threads 0", "--threads 0: give a whole number of threads, at least 1"},
         {"--threads 4x", "--threads: '4x' is not a number"},
         {"--threads 100000", "--threads 100000: give a whole number of threads, at most 1024"},
+        {"--threads 4294967297", "--threads 4294967297: give a whole number of threads, at most 1024"},
+        {"--steps 0x10", "--steps: '0x10' is not a number"},
+        {"--steps infinity", "--steps: 'infinity' is not a number"},
+        {"--steps inf", "--steps inf: give a whole number of steps, at most 1000000000000"},
+        {"--epochs -1", "--epochs -1: give a whole number of epochs, at least 1"},
+        {"--epochs 1000000001", "--epochs 1000000001: give a whole number of epochs, at most 1000000000"},
+        {"--eval-every -1", "--eval-every -1: give a whole number of steps, at least 0"},
+        {"--batch 99999999999999999999", "--batch 99999999999999999999: give a whole number of samples, at most 16777216"},
+        {"--seed 1e19", "--seed 1e19: give a whole number, at most 1000000000000000000"},
+        {"--checkpoint-keep 1001", "--checkpoint-keep 1001: give a whole number of checkpoints, at most 1000"},
+        {"--bench-steps 0", "--bench-steps 0: give a whole number of timed steps, at least 1"},
+        {"--temperature nan", "--temperature nan: give a number from 0.001 to 100"},
+        {"--temperature 0", "--temperature 0: give a number from 0.001 to 100"},
+        {"--temperature -1", "--temperature -1: give a number from 0.001 to 100"},
+        {"--top-k -1", "--top-k -1: give a whole number of tokens, at least 0"},
+        {"--sample-tokens -1", "--sample-tokens -1: give a whole number of tokens, at least 0"},
+        {"--sample-tokens 100001", "--sample-tokens 100001: give a whole number of tokens, at most 100000"},
         {"--checkpoint-dir ''", "--checkpoint-dir: the value is empty"},
         {"--log ''", "--log: the value is empty"},
         {"--resume ''", "--resume: the value is empty"},
@@ -646,6 +714,19 @@ Test(run, every_flag_value_is_checked)
         expect_error(cmd, cases[i][1]);
     }
     cr_expect(!exists("checkpoints"), "a refused flag still trained");
+}
+
+Test(run, threads_beyond_four_per_cpu_are_cut_with_a_note)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus * 4 >= 1024) cr_skip_test("%ld CPUs: 1024 threads are not beyond 4 per CPU", cpus);
+    build("");
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(run("./tiny --threads 1024 --steps 2", &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "tiny: note: --threads 1024: ") && strstr(out.data, " threads (at most 4 per CPU)"), "%s", out.data);
+    cr_expect(strstr(out.data, "step 2/2"), "%s", out.data);
+    sb_free(&out);
 }
 
 Test(run, eval_flags_need_evaluation_data)
