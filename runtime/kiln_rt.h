@@ -230,7 +230,8 @@ void krt_safetensors_free(krt_safetensors *st);
  * after that. Usage: prepare once at start; per checkpoint begin, write both files into
  * the temporary directory, publish (or discard on failure), prune. */
 
-/* Creates DIR (not its parents) when missing and checks that files can be written in it. */
+/* Creates DIR (not its parents) when missing and checks that files can be written in it;
+ * removes the leftovers of saves cut short by processes that are gone. */
 krt_status krt_ckpt_prepare(const char *dir, krt_error *err);
 /* A new empty temporary directory for the checkpoint of `step`, its path in tmp. */
 krt_status krt_ckpt_begin(const char *dir, int64_t step, char *tmp, size_t cap, krt_error *err);
