@@ -1216,14 +1216,20 @@ int main(int argc, char **argv)
     int64_t batch = recipe_int("batch", 64);
     int bs = batch_symbol();
     int64_t bmax = bs >= 0 ? M->syms[bs].max : batch;
-    if (batch < 1 || batch > bmax) return die("--batch %lld: the model was built for batches of at most %lld", (long long)batch, (long long)bmax), 2;
+    if (batch < 1 || batch > bmax) {
+        rc = die("--batch %lld: the model was built for batches of at most %lld", (long long)batch, (long long)bmax) + 1;
+        goto out;
+    }
     uint64_t seed = (uint64_t)recipe_int("seed", 0);
     const char *ckdir = recipe("checkpoint.dir", "checkpoints");
     int64_t keep = recipe_int("checkpoint.keep", 2);
     int64_t ck_steps = recipe_int("checkpoint.steps", 0), ck_epochs = recipe_int("checkpoint.epochs", 1);
     int64_t ev_steps = recipe_int("eval.steps", 0), ev_epochs = recipe_int("eval.epochs", 1);
     int64_t ev_batches = recipe_int("eval.batches", 0);
-    if (keep < 1) return die("checkpoint keep = %lld: keep at least 1 checkpoint", (long long)keep), 2;
+    if (keep < 1) {
+        rc = die("checkpoint keep = %lld: keep at least 1 checkpoint", (long long)keep) + 1;
+        goto out;
+    }
     int64_t ntrain = 0, neval = 0;
     const char *bench_steps = recipe("bench.steps", NULL); /* --bench-steps N: random inputs, no data */
     krt_error err;
@@ -1232,7 +1238,10 @@ int main(int argc, char **argv)
     if (!bench_steps && !eval_only) {
         /* Before anything long: a run must not train for hours and then find that it
          * cannot save. A run that starts afresh where checkpoints are says so. */
-        if (krt_ckpt_prepare(ckdir, &err) != KRT_OK) return die("%s", err.msg), 1;
+        if (krt_ckpt_prepare(ckdir, &err) != KRT_OK) {
+            rc = die("%s", err.msg);
+            goto out;
+        }
         int64_t at;
         earlier = !resume && krt_ckpt_find(ckdir, earlier_found, sizeof earlier_found, &at, NULL, &err) == KRT_OK;
     }
