@@ -34,6 +34,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "rt_internal.h"
 
@@ -309,57 +310,141 @@ static krt_status write_atomic(const char *path, const char *header, size_t hlen
     return sync_dir(path, err);
 }
 
-krt_status krt_safetensors_write(const char *path, const krt_st_tensor *tensors, int n, const krt_st_meta *meta, int nmeta,
-                                 krt_error *err)
+/* Checksums (docs/formats.md, "Checkpoint files"): metadata "crc32:NAME" holds the CRC-32
+ * (zlib's, as Python's zlib.crc32) of tensor NAME's bytes, as 8 lowercase hex digits;
+ * "crc32:__metadata__" that of the other metadata entries, sorted bytewise by key, each
+ * as key, NUL, value, NUL. */
+#define CRC_PREFIX "crc32:"
+#define CRC_META CRC_PREFIX "__metadata__"
+
+static bool is_crc_key(const char *key) { return strncmp(key, CRC_PREFIX, sizeof CRC_PREFIX - 1) == 0; }
+
+static uint32_t crc_bytes(uint32_t crc, const void *data, size_t n)
+{
+    return n ? (uint32_t)crc32_z(crc, (const Bytef *)data, n) : crc; /* zlib: a NULL buffer resets */
+}
+
+static int cmp_meta_key(const void *a, const void *b)
+{
+    return strcmp(((const krt_st_meta *)a)->key, ((const krt_st_meta *)b)->key);
+}
+
+/* The checksum of the entries of meta that are not checksums; false when out of memory. */
+static bool meta_crc(const krt_st_meta *meta, int nmeta, uint32_t *out)
+{
+    krt_st_meta *sorted = malloc(((size_t)nmeta + 1) * sizeof *sorted);
+    if (!sorted) return false;
+    int n = 0;
+    for (int i = 0; i < nmeta; i++)
+        if (!is_crc_key(meta[i].key)) sorted[n++] = meta[i];
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_meta_key);
+    uint32_t crc = crc_bytes(0, NULL, 0);
+    for (int i = 0; i < n; i++) {
+        crc = crc_bytes(crc, sorted[i].key, strlen(sorted[i].key) + 1);
+        crc = crc_bytes(crc, sorted[i].value, strlen(sorted[i].value) + 1);
+    }
+    free(sorted);
+    *out = crc;
+    return true;
+}
+
+/* Writes the file; with `checked`, the checksums are added to the metadata. */
+static krt_status write_file(const char *path, const krt_st_tensor *tensors, int n, const krt_st_meta *user_meta, int nuser,
+                             bool checked, krt_error *err)
 {
     if (!path || !*path) return krt_fail(err, KRT_EINVAL, "safetensors: no file name");
-    if (n < 0 || nmeta < 0 || (n > 0 && !tensors) || (nmeta > 0 && !meta))
+    if (n < 0 || nuser < 0 || (n > 0 && !tensors) || (nuser > 0 && !user_meta) || (checked && n > INT_MAX - 1 - nuser))
         return krt_fail(err, KRT_EINVAL, "%s: invalid tensor or metadata list", path);
     uint64_t *sizes = malloc(((size_t)n + 1) * sizeof *sizes);
     if (!sizes) return krt_fail(err, KRT_ENOMEM, "%s: out of memory", path);
-    krt_status st = check_write_args(path, tensors, n, meta, nmeta, sizes, err);
-    if (st != KRT_OK) {
-        free(sizes);
-        return st;
+    krt_status st = check_write_args(path, tensors, n, user_meta, nuser, sizes, err);
+    const krt_st_meta *meta = user_meta;
+    int nmeta = nuser;
+    krt_st_meta *all = NULL;
+    char *hex = NULL, **keys = NULL;
+    if (st == KRT_OK && checked) {
+        char q[100];
+        for (int i = 0; i < nuser && st == KRT_OK; i++)
+            if (is_crc_key(user_meta[i].key))
+                st = krt_fail(err, KRT_EINVAL, "%s: metadata key %s is reserved for checksums", path, quote(q, user_meta[i].key));
+        all = malloc(((size_t)nuser + (size_t)n + 1) * sizeof *all);
+        hex = malloc(((size_t)n + 1) * 9);
+        keys = calloc((size_t)n + 1, sizeof *keys);
+        if (st == KRT_OK && (!all || !hex || !keys)) st = krt_fail(err, KRT_ENOMEM, "%s: out of memory", path);
+        for (int i = 0; i < nuser && st == KRT_OK; i++) all[i] = user_meta[i];
+        uint32_t mcrc = 0;
+        if (st == KRT_OK && !meta_crc(user_meta, nuser, &mcrc)) st = krt_fail(err, KRT_ENOMEM, "%s: out of memory", path);
+        for (int i = 0; i <= n && st == KRT_OK; i++) {
+            const char *name = i < n ? tensors[i].name : "__metadata__";
+            size_t len = sizeof CRC_PREFIX + strlen(name);
+            if (!(keys[i] = malloc(len))) {
+                st = krt_fail(err, KRT_ENOMEM, "%s: out of memory", path);
+                break;
+            }
+            snprintf(keys[i], len, "%s%s", CRC_PREFIX, name);
+            uint32_t crc = i < n ? crc_bytes(crc_bytes(0, NULL, 0), tensors[i].data, (size_t)sizes[i]) : mcrc;
+            snprintf(hex + 9 * i, 9, "%08x", (unsigned)crc);
+            all[nuser + i] = (krt_st_meta){keys[i], hex + 9 * i};
+        }
+        meta = all;
+        nmeta = nuser + n + 1;
     }
     sbuf h = {0};
-    sb_add(&h, "{", 1);
-    if (nmeta > 0) {
-        sb_str(&h, "\"__metadata__\":{");
-        for (int i = 0; i < nmeta; i++) {
-            if (i) sb_add(&h, ",", 1);
-            sb_json_string(&h, meta[i].key);
-            sb_add(&h, ":", 1);
-            sb_json_string(&h, meta[i].value);
+    if (st == KRT_OK) {
+        sb_add(&h, "{", 1);
+        if (nmeta > 0) {
+            sb_str(&h, "\"__metadata__\":{");
+            for (int i = 0; i < nmeta; i++) {
+                if (i) sb_add(&h, ",", 1);
+                sb_json_string(&h, meta[i].key);
+                sb_add(&h, ":", 1);
+                sb_json_string(&h, meta[i].value);
+            }
+            sb_add(&h, "}", 1);
+        }
+        uint64_t offset = 0;
+        for (int i = 0; i < n; i++) {
+            const krt_st_tensor *x = &tensors[i];
+            if (i || nmeta > 0) sb_add(&h, ",", 1);
+            sb_json_string(&h, x->name);
+            sb_str(&h, ":{\"dtype\":\"");
+            sb_str(&h, st_dtype[x->dtype]);
+            sb_str(&h, "\",\"shape\":[");
+            for (int d = 0; d < x->rank; d++) {
+                if (d) sb_add(&h, ",", 1);
+                sb_u64(&h, (uint64_t)x->dims[d]);
+            }
+            sb_str(&h, "],\"data_offsets\":[");
+            sb_u64(&h, offset);
+            sb_add(&h, ",", 1);
+            offset += sizes[i];
+            sb_u64(&h, offset);
+            sb_str(&h, "]}");
         }
         sb_add(&h, "}", 1);
+        while (!h.oom && h.len % 8) sb_add(&h, " ", 1); /* as the Rust writer: data 8-aligned */
+        if (h.oom) st = krt_fail(err, KRT_ENOMEM, "%s: out of memory", path);
+        else st = write_atomic(path, h.p, h.len, tensors, sizes, n, err);
     }
-    uint64_t offset = 0;
-    for (int i = 0; i < n; i++) {
-        const krt_st_tensor *x = &tensors[i];
-        if (i || nmeta > 0) sb_add(&h, ",", 1);
-        sb_json_string(&h, x->name);
-        sb_str(&h, ":{\"dtype\":\"");
-        sb_str(&h, st_dtype[x->dtype]);
-        sb_str(&h, "\",\"shape\":[");
-        for (int d = 0; d < x->rank; d++) {
-            if (d) sb_add(&h, ",", 1);
-            sb_u64(&h, (uint64_t)x->dims[d]);
-        }
-        sb_str(&h, "],\"data_offsets\":[");
-        sb_u64(&h, offset);
-        sb_add(&h, ",", 1);
-        offset += sizes[i];
-        sb_u64(&h, offset);
-        sb_str(&h, "]}");
-    }
-    sb_add(&h, "}", 1);
-    while (!h.oom && h.len % 8) sb_add(&h, " ", 1); /* as the Rust writer: data 8-aligned */
-    if (h.oom) st = krt_fail(err, KRT_ENOMEM, "%s: out of memory", path);
-    else st = write_atomic(path, h.p, h.len, tensors, sizes, n, err);
     free(h.p);
     free(sizes);
+    for (int i = 0; keys && i <= n; i++) free(keys[i]);
+    free(keys);
+    free(hex);
+    free(all);
     return st;
+}
+
+krt_status krt_safetensors_write(const char *path, const krt_st_tensor *tensors, int n, const krt_st_meta *meta, int nmeta,
+                                 krt_error *err)
+{
+    return write_file(path, tensors, n, meta, nmeta, false, err);
+}
+
+krt_status krt_safetensors_write_checked(const char *path, const krt_st_tensor *tensors, int n, const krt_st_meta *meta, int nmeta,
+                                         krt_error *err)
+{
+    return write_file(path, tensors, n, meta, nmeta, true, err);
 }
 
 /* ================================ reading ================================ */
@@ -855,6 +940,73 @@ static krt_status build(const char *path, krt_safetensors *st, const jv *V, cons
     return KRT_OK;
 }
 
+/* 8 lowercase or uppercase hex digits. */
+static bool parse_crc(const char *s, uint32_t *v)
+{
+    *v = 0;
+    for (int i = 0; i < 8; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return false;
+        *v = *v << 4 | (uint32_t)d;
+    }
+    return s[8] == 0;
+}
+
+/* Checks the checksums of a file that has them: every tensor's and the metadata's must be
+ * there and match. A file without any (written elsewhere, or by an older Kiln) passes. */
+static krt_status verify_checksums(const char *path, const krt_safetensors *st, krt_error *err)
+{
+    char q[100];
+    int tensor_crcs = 0;
+    const char *meta_value = NULL;
+    bool *has = calloc((size_t)st->count + 1, sizeof *has); /* tensors with a checksum */
+    if (!has) return krt_fail(err, KRT_ENOMEM, "%s: out of memory", path);
+    krt_status rc = KRT_OK;
+    for (int i = 0; i < st->nmeta && rc == KRT_OK; i++) {
+        const krt_st_meta *m = &st->meta[i];
+        if (!is_crc_key(m->key)) continue;
+        const char *name = m->key + sizeof CRC_PREFIX - 1;
+        uint32_t want;
+        if (!parse_crc(m->value, &want)) {
+            rc = krt_fail(err, KRT_EFORMAT, "%s: __metadata__: the checksum %s is not 8 hexadecimal digits", path, quote(q, m->key));
+            break;
+        }
+        if (!strcmp(name, "__metadata__")) {
+            meta_value = m->value;
+            continue;
+        }
+        const krt_st_tensor *t = krt_safetensors_find(st, name);
+        if (!t) {
+            rc = krt_fail(err, KRT_EFORMAT, "%s: __metadata__ has a checksum for tensor %s, which the file does not hold (corrupted)", path,
+                          quote(q, name));
+            break;
+        }
+        uint64_t bytes = krt_dtype_size(t->dtype);
+        for (int d = 0; d < t->rank; d++) bytes *= (uint64_t)t->dims[d];
+        uint32_t got = crc_bytes(crc_bytes(0, NULL, 0), t->data, (size_t)bytes);
+        if (got != want)
+            rc = krt_fail(err, KRT_EFORMAT, "%s: tensor %s does not match its checksum (CRC-32 %08x, stored %08x): the file is corrupted",
+                          path, quote(q, name), (unsigned)got, (unsigned)want);
+        has[t - st->tensors] = true;
+        tensor_crcs++; /* metadata keys are distinct: each tensor is counted once */
+    }
+    for (int i = 0; rc == KRT_OK && (tensor_crcs || meta_value) && i < st->count; i++)
+        if (!has[i])
+            rc = krt_fail(err, KRT_EFORMAT, "%s: tensor %s has no checksum, though the file has checksums (corrupted)", path,
+                          quote(q, st->tensors[i].name));
+    free(has);
+    if (rc != KRT_OK || (!tensor_crcs && !meta_value)) return rc;
+    if (!meta_value) return krt_fail(err, KRT_EFORMAT, "%s: the metadata has tensor checksums but no \"%s\" (corrupted)", path, CRC_META);
+    uint32_t want, got;
+    parse_crc(meta_value, &want);
+    if (!meta_crc(st->meta, st->nmeta, &got)) return krt_fail(err, KRT_ENOMEM, "%s: out of memory", path);
+    if (got != want)
+        return krt_fail(err, KRT_EFORMAT, "%s: the metadata does not match its checksum (CRC-32 %08x, stored %08x): it was edited or is corrupted",
+                        path, (unsigned)got, (unsigned)want);
+    return KRT_OK;
+}
+
 krt_status krt_safetensors_read(const char *path, krt_safetensors **out, krt_error *err)
 {
     if (out) *out = NULL;
@@ -888,6 +1040,7 @@ krt_status krt_safetensors_read(const char *path, krt_safetensors **out, krt_err
     /* hlen + 8 <= size was checked; the header's strings were decoded in place. */
     rc = build(path, st, p.v, hdr + hlen, size - 8 - hlen, err);
     free(p.v);
+    if (rc == KRT_OK) rc = verify_checksums(path, st, err);
     if (rc != KRT_OK) goto bad;
     *out = st;
     return KRT_OK;
@@ -917,6 +1070,13 @@ const char *krt_safetensors_meta(const krt_safetensors *st, const char *key)
     for (int i = 0; i < st->nmeta; i++)
         if (strcmp(st->meta[i].key, key) == 0) return st->meta[i].value;
     return NULL;
+}
+
+int krt_safetensors_meta_count(const krt_safetensors *st) { return st ? st->nmeta : 0; }
+
+const krt_st_meta *krt_safetensors_meta_entry(const krt_safetensors *st, int i)
+{
+    return st && i >= 0 && i < st->nmeta ? &st->meta[i] : NULL;
 }
 
 void krt_safetensors_free(krt_safetensors *st)

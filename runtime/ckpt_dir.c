@@ -98,6 +98,32 @@ static bool is_regular(const char *dir, const char *name)
 /* A directory holding both files of a checkpoint. */
 static bool complete(const char *path) { return is_regular(path, MODEL_FILE) && is_regular(path, STATE_FILE); }
 
+/* A leftover of a process that is gone: ".step-N.tmp.PID", ".step-N.old.PID",
+ * ".step-N.del.PID" or ".latest.tmp.PID". */
+static bool stale_leftover(const char *name)
+{
+    if (strncmp(name, ".step-", 6) && strncmp(name, "." POINTER ".tmp.", sizeof POINTER + 5)) return false;
+    const char *dot = strrchr(name, '.');
+    if (!dot || dot == name) return false;
+    const char *kind = dot - 4;
+    if (kind < name || (strncmp(kind, ".tmp", 4) && strncmp(kind, ".old", 4) && strncmp(kind, ".del", 4))) return false;
+    char *end;
+    long pid = strtol(dot + 1, &end, 10);
+    if (*end || pid <= 0) return false;
+    return pid == (long)getpid() || (kill((pid_t)pid, 0) != 0 && errno == ESRCH);
+}
+
+/* Removes the leftovers of processes that are gone (and this one's) from dir. */
+static void remove_leftovers(const char *dir)
+{
+    DIR *d = opendir(dir);
+    for (struct dirent *x; d && (x = readdir(d));) {
+        char path[4096];
+        if (stale_leftover(x->d_name) && path_join(path, sizeof path, dir, x->d_name, NULL) == KRT_OK) remove_tree(path);
+    }
+    if (d) closedir(d);
+}
+
 krt_status krt_ckpt_prepare(const char *dir, krt_error *err)
 {
     if (!dir || !*dir) return krt_fail(err, KRT_EINVAL, "checkpoint directory: the path is empty");
@@ -119,6 +145,8 @@ krt_status krt_ckpt_prepare(const char *dir, krt_error *err)
     close(fd);
     unlink(probe);
     if (e) return sys_fail(err, e, dir, "cannot write checkpoints into this directory");
+    /* A run that saves nothing (already complete, stopped early) still clears them. */
+    remove_leftovers(dir);
     return krt_ok(err);
 }
 
@@ -256,21 +284,6 @@ static krt_status delete_checkpoint(const char *dir, const char *name, krt_error
     return KRT_OK;
 }
 
-/* A leftover of a process that is gone: ".step-N.tmp.PID", ".step-N.old.PID",
- * ".step-N.del.PID" or ".latest.tmp.PID". */
-static bool stale_leftover(const char *name)
-{
-    if (strncmp(name, ".step-", 6) && strncmp(name, "." POINTER ".tmp.", sizeof POINTER + 5)) return false;
-    const char *dot = strrchr(name, '.');
-    if (!dot || dot == name) return false;
-    const char *kind = dot - 4;
-    if (kind < name || (strncmp(kind, ".tmp", 4) && strncmp(kind, ".old", 4) && strncmp(kind, ".del", 4))) return false;
-    char *end;
-    long pid = strtol(dot + 1, &end, 10);
-    if (*end || pid <= 0) return false;
-    return pid == (long)getpid() || (kill((pid_t)pid, 0) != 0 && errno == ESRCH);
-}
-
 krt_status krt_ckpt_prune(const char *dir, int64_t step, int keep, krt_error *err)
 {
     if (!dir || keep < 1) return krt_fail(err, KRT_EINVAL, "krt_ckpt_prune: keep must be at least 1");
@@ -299,12 +312,7 @@ krt_status krt_ckpt_prune(const char *dir, int64_t step, int keep, krt_error *er
         if (path_join(path, sizeof path, dir, legacy[i], NULL) == KRT_OK && unlink(path) != 0 && errno != ENOENT && !first)
             first = sys_fail(err, errno, path, "cannot remove the old checkpoint file");
     }
-    DIR *d = opendir(dir);
-    for (struct dirent *x; d && (x = readdir(d));) {
-        char path[4096];
-        if (stale_leftover(x->d_name) && path_join(path, sizeof path, dir, x->d_name, NULL) == KRT_OK) remove_tree(path);
-    }
-    if (d) closedir(d);
+    remove_leftovers(dir);
     return first ? first : krt_ok(err);
 }
 

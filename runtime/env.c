@@ -85,7 +85,7 @@ const char *krt_blas_core_upgrade(const char *current, const char *best)
 }
 
 /* CPUs this process may run on. */
-static int cpu_count(void)
+int krt_cpus(void)
 {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
@@ -184,7 +184,7 @@ void krt_fast_environment(int argc, char **argv)
     const bool user_blas = set("OPENBLAS_NUM_THREADS") || set("GOTO_NUM_THREADS");
     int n_omp = thread_value(getenv("OMP_NUM_THREADS"));
     int n_blas = thread_value(getenv(set("OPENBLAS_NUM_THREADS") ? "OPENBLAS_NUM_THREADS" : "GOTO_NUM_THREADS"));
-    if (!n_omp) n_omp = n_blas ? n_blas : cpu_count();
+    if (!n_omp) n_omp = n_blas ? n_blas : krt_cpus();
     if (!n_blas) n_blas = 1;
     char num[16];
     if (!user_omp) {

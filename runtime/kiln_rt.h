@@ -162,6 +162,8 @@ double krt_schedule_lr(const krt_schedule *s, double base_lr, int64_t step);
  * fails the program goes on). Then flushes denormals to zero (x86; KILN_FTZ=0 keeps
  * them). With KILN_VERBOSE=1 prints one line on stderr saying what was chosen. */
 void krt_fast_environment(int argc, char **argv);
+/* The CPUs this process may run on (its affinity mask), at least 1. */
+int krt_cpus(void);
 /* The OpenMP threads the generated kernels share their work between (1 without OpenMP). */
 int krt_threads(void);
 /* --threads N: N OpenMP threads; BLAS stays as it is, single-threaded by default
@@ -195,16 +197,28 @@ typedef struct {
 krt_status krt_safetensors_write(const char *path, const krt_st_tensor *tensors, int n, const krt_st_meta *meta, int nmeta,
                                  krt_error *err);
 
+/* The same, with checksums added to the metadata: "crc32:NAME" for each tensor (CRC-32 of
+ * its bytes, as zlib.crc32, 8 lowercase hex digits) and "crc32:__metadata__" for the other
+ * entries (sorted by key, each as key NUL value NUL). Keys starting "crc32:" are refused
+ * in meta. PyTorch's readers see them as ordinary metadata strings. */
+krt_status krt_safetensors_write_checked(const char *path, const krt_st_tensor *tensors, int n, const krt_st_meta *meta, int nmeta,
+                                         krt_error *err);
+
 typedef struct krt_safetensors krt_safetensors;
 /* Reads and validates a whole file: header length and JSON, dtypes, shapes, offsets
- * inside the file, contiguous and not overlapping. A truncated or foreign file is
- * refused with a message naming it. */
+ * inside the file, contiguous and not overlapping, and, when the file has checksums
+ * (krt_safetensors_write_checked), every tensor's and the metadata's. A truncated,
+ * corrupted or foreign file is refused with a message naming it; a file without
+ * checksums (written elsewhere) is read as it is. */
 krt_status krt_safetensors_read(const char *path, krt_safetensors **out, krt_error *err);
 int krt_safetensors_count(const krt_safetensors *st);
 /* The i-th tensor (data points into the loaded file), or NULL. */
 const krt_st_tensor *krt_safetensors_tensor(const krt_safetensors *st, int i);
 const krt_st_tensor *krt_safetensors_find(const krt_safetensors *st, const char *name);
 const char *krt_safetensors_meta(const krt_safetensors *st, const char *key); /* or NULL */
+/* The metadata entries in the header's order (the checksums included). */
+int krt_safetensors_meta_count(const krt_safetensors *st);
+const krt_st_meta *krt_safetensors_meta_entry(const krt_safetensors *st, int i); /* or NULL */
 void krt_safetensors_free(krt_safetensors *st);
 
 /* ---- checkpoint directories (ckpt_dir.c) ----
@@ -216,7 +230,8 @@ void krt_safetensors_free(krt_safetensors *st);
  * after that. Usage: prepare once at start; per checkpoint begin, write both files into
  * the temporary directory, publish (or discard on failure), prune. */
 
-/* Creates DIR (not its parents) when missing and checks that files can be written in it. */
+/* Creates DIR (not its parents) when missing and checks that files can be written in it;
+ * removes the leftovers of saves cut short by processes that are gone. */
 krt_status krt_ckpt_prepare(const char *dir, krt_error *err);
 /* A new empty temporary directory for the checkpoint of `step`, its path in tmp. */
 krt_status krt_ckpt_begin(const char *dir, int64_t step, char *tmp, size_t cap, krt_error *err);

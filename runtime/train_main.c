@@ -19,8 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cblas.h>
@@ -174,6 +176,10 @@ static void usage(FILE *f)
     fprintf(f, "  %-22s %s\n", "--help", "show this help");
 }
 
+/* --threads beyond this many per CPU the program may use are cut to it: more only wait
+ * for each other, and each takes a stack (100000 overflowed libgomp). */
+#define THREADS_PER_CPU 4
+
 /* Checks a flag's value: a number in its range, a whole one for counts, a string that is
  * not empty. Returns 0, or 2 after a message naming the flag. */
 static int check_value(const Flag *g, const char *v)
@@ -182,7 +188,10 @@ static int check_value(const Flag *g, const char *v)
     char *end;
     errno = 0;
     double x = strtod(v, &end);
-    if (end == v || *end || isspace((unsigned char)*v)) return die("%s: '%s' is not a number", g->flag, v), 2;
+    /* Decimal only: strtod also reads hexadecimal (0x10) and "infinity". */
+    bool decimal = strpbrk(v, "xXpP") == NULL && (isdigit((unsigned char)v[0]) || v[0] == '-' || v[0] == '+' || v[0] == '.' ||
+                                                  !strcasecmp(v, "nan") || !strcasecmp(v, "inf"));
+    if (end == v || *end || isspace((unsigned char)*v) || !decimal) return die("%s: '%s' is not a number", g->flag, v), 2;
     if (g->kind == F_INT) {
         errno = 0;
         long long n = strtoll(v, &end, 10);
@@ -279,7 +288,15 @@ static int parse_args(int argc, char **argv, const char **resume)
         if (!strcmp(a, "--data")) rc = data_flag(a, "data", v);
         else if (!strcmp(a, "--eval-data")) rc = data_flag(a, "eval_data", v);
         else if (!strcmp(a, "--resume")) *resume = v;
-        else if (!strcmp(a, "--threads")) krt_set_threads(atoi(v)); /* OpenMP's; BLAS runs inside the kernels' tasks */
+        else if (!strcmp(a, "--threads")) { /* OpenMP's; BLAS runs inside the kernels' tasks */
+            int n = atoi(v), cpus = krt_cpus(), most = cpus * THREADS_PER_CPU;
+            if (n > most) {
+                fprintf(stderr, "%s: note: --threads %d: %d CPU%s available, so %d threads (at most %d per CPU)\n", M->name, n, cpus,
+                        cpus == 1 ? " is" : "s are", most, THREADS_PER_CPU);
+                n = most;
+            }
+            krt_set_threads(n);
+        }
         else {
             rc = set_override(g->key, v);
             /* --eval-every / --checkpoint-every N replace the recipe's policy: every N steps,
@@ -387,6 +404,23 @@ static int load_rows(const char *prefix, krt_array *arrays, krt_error *err)
     return 0;
 }
 
+/* The file of model input k in the recipe's `prefix` (data or eval_data), for messages. */
+static const char *input_path(const char *prefix, int k)
+{
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", prefix, M->inputs[k].name);
+    return recipe(key, "?");
+}
+
+/* A dataset's message without the runtime function's name: the caller puts the file's. */
+static const char *dataset_message(const char *msg)
+{
+    static const char *const names[] = {"krt_dataset_rows: ", "krt_dataset_windows: "};
+    for (int i = 0; i < 2; i++)
+        if (!strncmp(msg, names[i], strlen(names[i]))) return msg + strlen(names[i]);
+    return msg;
+}
+
 static int load_data(Data *d, int64_t *ntrain, int64_t *neval)
 {
     krt_error err;
@@ -399,9 +433,10 @@ static int load_data(Data *d, int64_t *ntrain, int64_t *neval)
     int64_t limit = (int64_t)recipe_num("limit", 0);
     if (!strcmp(kind, "text") || !strcmp(kind, "tokens")) {
         const char *path = recipe("data.path", NULL);
+        /* The recipe's exclude pattern filters the recipe's glob, not a path given with --data. */
+        const char *exclude = overridden("data.path") ? "" : recipe("data.exclude", "");
         /* A token stream may be any file of integers (by content, as for --data INPUT=PATH). */
-        krt_status s = !strcmp(kind, "text") ? krt_text_load(path, recipe("data.exclude", ""), &d->stream, &err)
-                                             : krt_array_load(path, &d->stream, &err);
+        krt_status s = !strcmp(kind, "text") ? krt_text_load(path, exclude, &d->stream, &err) : krt_array_load(path, &d->stream, &err);
         if (s != KRT_OK) return die("%s", err.msg);
         if (d->stream.rank != 1 || (d->stream.dtype != KRT_U8 && d->stream.dtype != KRT_I32 && d->stream.dtype != KRT_I64))
             return die("%s: tokens must be one-dimensional integers; this file holds %s of rank %d", path, krt_dtype_name(d->stream.dtype),
@@ -421,23 +456,29 @@ static int load_data(Data *d, int64_t *ntrain, int64_t *neval)
         int64_t ntok = n - nval; /* --limit N: the first N windows */
         if (limit > 0 && limit < (ntok - 1) / T) ntok = limit * T + 1;
         d->train = krt_dataset_windows(&d->stream, T, 0, ntok, &err);
-        if (!d->train) return die("%s", err.msg);
+        if (!d->train) return die("%s: %s", path, dataset_message(err.msg));
         d->eval = nval > T ? krt_dataset_windows(&d->stream, T, n - nval, nval, &err) : NULL;
     } else {
         if (load_rows("data", d->arrays, &err)) return 1;
+        d->narrays = M->ninputs;
         int64_t n = d->arrays[0].dims[0];
+        const char *path = input_path("data", 0), *epath = input_path("eval_data", 0);
+        if (n == 0) return die("%s: the training data has no samples (0 rows)", path);
         if (recipe("eval_data", NULL)) {
             if (load_rows("eval_data", d->arrays + M->ninputs, &err)) return 1;
             int64_t ne = d->arrays[M->ninputs].dims[0];
+            if (ne == 0) return die("%s: the evaluation data has no samples (0 rows)", epath);
             d->eval = krt_dataset_rows(d->arrays + M->ninputs, M->ninputs, 0, ne, &err); /* --limit is the training data's */
+            if (!d->eval) return die("%s: %s", epath, dataset_message(err.msg));
             d->train = krt_dataset_rows(d->arrays, M->ninputs, 0, limit > 0 && limit < n ? limit : n, &err);
         } else {
             int64_t nval = (int64_t)((double)n * val), nt = n - nval;
+            if (nt == 0) return die("%s: %lld samples, all of them taken by the val split (val = %g)", path, (long long)n, val);
             d->train = krt_dataset_rows(d->arrays, M->ninputs, 0, limit > 0 && limit < nt ? limit : nt, &err);
             d->eval = nval ? krt_dataset_rows(d->arrays, M->ninputs, nt, nval, &err) : NULL;
+            if (nval && !d->eval) return die("%s: %s", path, dataset_message(err.msg));
         }
-        d->narrays = M->ninputs;
-        if (!d->train) return die("%s", err.msg);
+        if (!d->train) return die("%s: %s", path, dataset_message(err.msg));
     }
     *ntrain = krt_dataset_size(d->train);
     *neval = d->eval ? krt_dataset_size(d->eval) : 0;
@@ -445,6 +486,27 @@ static int load_data(Data *d, int64_t *ntrain, int64_t *neval)
 }
 
 /* ---- checkpoints ---- */
+
+/* This run's id, in both files of each checkpoint it writes, so that a model and a
+ * training state written by two runs (processes) are never taken for one checkpoint. A
+ * resumed run is a run of its own: it gets a new id. */
+static char run_id[17];
+
+static void new_run_id(void)
+{
+    uint64_t x = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&x, sizeof x, 1, f) != 1) x = 0;
+    if (f) fclose(f);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    x = kiln_rng_mix(x ^ kiln_rng_mix((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 32));
+    snprintf(run_id, sizeof run_id, "%016llx", (unsigned long long)x);
+}
+
+/* Batches drawn from the training data since the run's first step (resumed runs
+ * included): an epoch takes at least one, so the cursor's epoch is at most this. */
+static int64_t batches_drawn;
 
 /* Moment slab k of the optimizer state (NULL when the optimizer has none) and the prefix of
  * its tensors in train_state.safetensors: one naming for saving and loading. */
@@ -478,17 +540,18 @@ static int write_checkpoint_files(const char *dir, const float *params, const un
         memcpy(x->dims, p->dims, sizeof x->dims);
         x->data = p->trainable ? (const void *)(params + p->offset) : (const void *)(buffers + p->offset);
     }
-    char hash[64], stepbuf[32], epoch[32], pos[32], seed[32], ostep[32];
+    char hash[64], stepbuf[32], epoch[32], pos[32], seed[32], ostep[32], nbatches[32];
     snprintf(hash, sizeof hash, "%s", M->hash);
     snprintf(stepbuf, sizeof stepbuf, "%lld", (long long)step);
     snprintf(epoch, sizeof epoch, "%lld", (long long)cur->epoch);
     snprintf(pos, sizeof pos, "%lld", (long long)cur->position);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)cur->seed);
     snprintf(ostep, sizeof ostep, "%lld", (long long)st->step);
-    krt_st_meta meta[] = {{"format", "pt"}, {"kiln_model", M->name}, {"kiln_hash", hash}, {"step", stepbuf}};
+    snprintf(nbatches, sizeof nbatches, "%lld", (long long)batches_drawn);
+    krt_st_meta meta[] = {{"format", "pt"}, {"kiln_model", M->name}, {"kiln_hash", hash}, {"step", stepbuf}, {"run_id", run_id}};
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (krt_safetensors_write(path, t, n, meta, 4, &err) != KRT_OK) {
+    if (krt_safetensors_write_checked(path, t, n, meta, 5, &err) != KRT_OK) {
         free(t);
         free(names);
         return die("%s", err.msg);
@@ -518,10 +581,10 @@ static int write_checkpoint_files(const char *dir, const float *params, const un
             x->data = slab + p->offset;
         }
     }
-    krt_st_meta smeta[] = {{"kiln_hash", hash}, {"step", stepbuf}, {"epoch", epoch}, {"position", pos}, {"seed", seed},
-                           {"optimizer_step", ostep}};
+    krt_st_meta smeta[] = {{"kiln_hash", hash}, {"step", stepbuf},     {"run_id", run_id},         {"epoch", epoch},
+                           {"position", pos},   {"seed", seed},         {"optimizer_step", ostep}, {"batches", nbatches}};
     snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
-    krt_status s = oom ? KRT_ENOMEM : krt_safetensors_write(path, t, m, smeta, 6, &err);
+    krt_status s = oom ? KRT_ENOMEM : krt_safetensors_write_checked(path, t, m, smeta, 8, &err);
     for (int i = 0; i < m; i++) free(names[i]);
     free(names);
     free(t);
@@ -537,35 +600,92 @@ static int save_checkpoint(const char *dir, int64_t keep, const float *params, c
 {
     krt_error err;
     char tmp[4096];
-    if (krt_ckpt_begin(dir, step, tmp, sizeof tmp, &err) != KRT_OK) return die("%s", err.msg);
-    if (write_checkpoint_files(tmp, params, buffers, st, cur, step)) {
+    int failed = 0;
+    if (krt_ckpt_begin(dir, step, tmp, sizeof tmp, &err) != KRT_OK) failed = die("%s", err.msg);
+    else if (write_checkpoint_files(tmp, params, buffers, st, cur, step)) failed = 1;
+    else if (krt_ckpt_publish(dir, tmp, step, &err) != KRT_OK) failed = die("%s", err.msg);
+    if (failed) {
+        /* Nothing of this checkpoint is published: the previous one stands. */
         krt_ckpt_discard(tmp);
+        char found[4096];
+        int64_t at;
+        if (krt_ckpt_find(dir, found, sizeof found, &at, NULL, &err) == KRT_OK)
+            fprintf(stderr, "%s: the checkpoint of step %lld was not saved; the newest checkpoint is still %s (--resume %s continues from it)\n",
+                    M->name, (long long)step, found, dir);
+        else
+            fprintf(stderr, "%s: the checkpoint of step %lld was not saved; %s holds no checkpoint\n", M->name, (long long)step, dir);
         return 1;
-    }
-    if (krt_ckpt_publish(dir, tmp, step, &err) != KRT_OK) {
-        krt_ckpt_discard(tmp);
-        return die("%s", err.msg);
     }
     /* The new checkpoint is in place: a failure to delete an old one is only reported. */
     if (krt_ckpt_prune(dir, step, (int)keep, &err) != KRT_OK) fprintf(stderr, "%s: warning: %s\n", M->name, err.msg);
     return 0;
 }
 
-/* A whole number from a checkpoint's metadata; missing (when allowed) leaves *v. */
-static int meta_int(const krt_safetensors *f, const char *path, const char *key, bool required, int64_t lo, int64_t *v)
+#define MAX_STEP 1000000000000LL /* --steps' bound */
+#define MAX_ACCUMULATE 65536      /* the recipe's bound on accumulate */
+
+/* A metadata value for a message: quoted, shortened, control characters escaped. */
+static const char *shown(char buf[64], const char *s)
+{
+    size_t o = 0;
+    buf[o++] = '"';
+    for (; *s && o < 44; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c < 0x20 || c == 0x7f) o += (size_t)snprintf(buf + o, 64 - o, "\\x%02x", c);
+        else buf[o++] = (char)c;
+    }
+    if (*s) o += (size_t)snprintf(buf + o, 64 - o, "...");
+    buf[o++] = '"';
+    buf[o] = 0;
+    return buf;
+}
+
+/* A whole number of a checkpoint's metadata, written as Kiln writes it (decimal digits, no
+ * sign, no leading zero), from lo to hi (`why` says where the bound comes from). A missing
+ * key leaves *v as it is, or is an error when required. */
+static int meta_count(const krt_safetensors *f, const char *path, const char *key, bool required, int64_t lo, int64_t hi,
+                      const char *why, int64_t *v)
 {
     const char *s = krt_safetensors_meta(f, key);
-    if (!s) return required ? die("%s: the metadata has no '%s'", path, key) : 0;
-    char *end;
-    errno = 0;
-    long long n = strtoll(s, &end, 10);
-    if (!*s || *end || errno || n < lo) return die("%s: the metadata's '%s' is not a valid count", path, key);
-    *v = n;
+    if (!s) return required ? die("%s: the metadata has no '%s' (it is not the checkpoint of a Kiln training run)", path, key) : 0;
+    size_t len = strlen(s);
+    bool ok = len >= 1 && len <= 19 && (s[0] != '0' || len == 1);
+    uint64_t n = 0;
+    for (size_t i = 0; ok && i < len; i++) {
+        ok = s[i] >= '0' && s[i] <= '9';
+        n = n * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (!ok || n < (uint64_t)lo || n > (uint64_t)hi) {
+        char b[64];
+        if (lo == hi) return die("%s: the metadata's '%s' is %s, but must be %lld%s", path, key, shown(b, s), (long long)lo, why);
+        return die("%s: the metadata's '%s' is %s, not a whole number from %lld to %lld%s", path, key, shown(b, s), (long long)lo,
+                   (long long)hi, why);
+    }
+    *v = (int64_t)n;
     return 0;
 }
 
-static int load_checkpoint(const char *dir, float *params, unsigned char *buffers, krt_optim_state *st, krt_cursor *cur,
-                           int64_t *step)
+/* The run id of a checkpoint file into id (empty when it has none, as files of older
+ * Kiln versions or written elsewhere): 16 hexadecimal digits. */
+static int meta_run_id(const krt_safetensors *f, const char *path, char id[17])
+{
+    const char *s = krt_safetensors_meta(f, "run_id");
+    id[0] = 0;
+    if (!s) return 0;
+    bool ok = strlen(s) == 16;
+    for (int i = 0; ok && i < 16; i++) ok = (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f');
+    char b[64];
+    if (!ok) return die("%s: the metadata's 'run_id' is %s, not 16 hexadecimal digits", path, shown(b, s));
+    memcpy(id, s, 17);
+    return 0;
+}
+
+/* Loads the newest checkpoint in dir into the parameters, buffers, optimizer state and
+ * cursor, *step and batches_drawn. Both files are read whole and verified (checksums, when
+ * they have them), and every field of their metadata is checked, alone and against the
+ * other file and the directory's name: a refusal names the file and the field. */
+static int load_checkpoint(const char *dir, int64_t accumulate, float *params, unsigned char *buffers, krt_optim_state *st,
+                           krt_cursor *cur, int64_t *step)
 {
     krt_error err;
     char found[4096], path[4200], spath[4200];
@@ -584,7 +704,8 @@ static int load_checkpoint(const char *dir, float *params, unsigned char *buffer
         return 1;
     }
     int64_t model_step = -1; /* files of Kiln before the step was in the model's metadata have none */
-    if (meta_int(w, path, "step", false, 0, &model_step)) {
+    char model_run[17], state_run[17];
+    if (meta_count(w, path, "step", false, 0, MAX_STEP, "", &model_step) || meta_run_id(w, path, model_run)) {
         krt_safetensors_free(w);
         return 1;
     }
@@ -607,16 +728,29 @@ static int load_checkpoint(const char *dir, float *params, unsigned char *buffer
         krt_safetensors_free(s);
         return die("%s: this training state belongs to another model", spath);
     }
-    int64_t epoch = 0, position = 0, ostep = -1, sstep = 0;
-    int bad = meta_int(s, spath, "step", true, 0, &sstep) || meta_int(s, spath, "epoch", false, 0, &epoch) ||
-              meta_int(s, spath, "position", false, 0, &position) || meta_int(s, spath, "optimizer_step", false, 0, &ostep);
-    const char *seed = krt_safetensors_meta(s, "seed");
+    int64_t sstep = 0, ostep = -1, nb = -1, epoch = 0, position = 0, seed = (int64_t)cur->seed;
+    int bad = meta_count(s, spath, "step", true, 0, MAX_STEP, "", &sstep) || meta_run_id(s, spath, state_run);
     if (!bad && model_step >= 0 && model_step != sstep)
         bad = die("%s is of step %lld but %s is of step %lld: the two files of a checkpoint must be of one step", path,
                   (long long)model_step, spath, (long long)sstep);
+    if (!bad && strcmp(model_run, state_run))
+        bad = die("%s is of run %s but %s is of run %s: the two files of a checkpoint must be of one run", path,
+                  *model_run ? model_run : "(none)", spath, *state_run ? state_run : "(none)");
     if (!bad && named >= 0 && named != sstep)
         bad = die("%s: the checkpoint's files are of step %lld, not of the step its directory is named for (%lld)", found, (long long)sstep,
                   (long long)named);
+    /* The optimizer takes one step per training step; each step draws `accumulate`
+     * batches (1 to 65536); an epoch takes at least one batch. */
+    if (!bad)
+        bad = meta_count(s, spath, "optimizer_step", false, sstep, sstep, " (the optimizer takes one step per training step)", &ostep) ||
+              meta_count(s, spath, "batches", false, sstep, sstep * MAX_ACCUMULATE, " (each step draws 1 to 65536 batches)", &nb);
+    if (!bad) {
+        int64_t most = nb >= 0 ? nb : sstep * accumulate;
+        bad = meta_count(s, spath, "epoch", false, 0, most,
+                         nb >= 0 ? " (an epoch takes at least one of the 'batches' drawn)" : " (an epoch takes at least one batch of a step)", &epoch) ||
+              meta_count(s, spath, "position", false, 0, INT64_MAX, "", &position) ||
+              meta_count(s, spath, "seed", false, 0, (int64_t)1e18, " (--seed's range)", &seed);
+    }
     for (int i = 0; !bad && i < M->nparams; i++) {
         const kiln_param *p = &M->params[i];
         if (!p->trainable) continue;
@@ -644,8 +778,9 @@ static int load_checkpoint(const char *dir, float *params, unsigned char *buffer
         *step = sstep;
         cur->epoch = epoch;
         cur->position = position;
-        if (seed) cur->seed = strtoull(seed, NULL, 10);
+        cur->seed = (uint64_t)seed;
         st->step = ostep >= 0 ? ostep : sstep;
+        batches_drawn = nb >= 0 ? nb : sstep * accumulate;
     }
     krt_safetensors_free(s);
     return bad ? 1 : 0;
@@ -1053,6 +1188,9 @@ int main(int argc, char **argv)
     int parsed = parse_args(argc, argv, &resume);
     if (parsed >= 0) return parsed;
     const bool eval_only = recipe("eval.only", NULL) != NULL;
+    /* Beyond a file-size limit (ulimit -f) a write fails with EFBIG, reported as any failed
+     * write, instead of the signal killing the program. */
+    signal(SIGXFSZ, SIG_IGN);
     /* Every resource is released at `out`, on success and on every error alike. */
     Data data;
     memset(&data, 0, sizeof data);
@@ -1210,10 +1348,16 @@ int main(int argc, char **argv)
         goto out;
     }
     init_params(params, buffers, seed);
-    if (resume && load_checkpoint(resume, params, buffers, &st, &cur, &step)) {
+    if (resume && load_checkpoint(resume, accumulate, params, buffers, &st, &cur, &step)) {
         rc = 1;
         goto out;
     }
+    if (resume && overridden("seed") && seed != cur.seed) {
+        rc = die("--seed %llu: the run in %s has seed %llu, which a resumed run keeps (leave --seed out)", (unsigned long long)seed, resume,
+                 (unsigned long long)cur.seed);
+        goto out;
+    }
+    seed = cur.seed; /* resumed: the checkpoint's, for dropout and sampling as for shuffling */
     if (resume && !eval_only && !bench_steps && cur.position > ntrain) {
         rc = die("--resume %s: the checkpoint stands at sample %lld of an epoch, but the training data has %lld samples (it was made with "
                  "other data or another --limit)",
@@ -1255,6 +1399,7 @@ int main(int argc, char **argv)
     if (earlier)
         fprintf(stderr, "%s: note: %s holds a checkpoint of an earlier run (%s); this run starts afresh and replaces it (--resume %s continues it)\n",
                 M->name, ckdir, earlier_found, ckdir);
+    new_run_id();
     signal(SIGINT, on_sigint);
     printf("%s: %lld parameters, %lld training samples, %lld steps of %lld (x%lld), %s lr %g\n", M->name, (long long)np,
            (long long)ntrain, (long long)total_steps, (long long)batch, (long long)accumulate, opt, oc.lr);
@@ -1274,6 +1419,7 @@ int main(int argc, char **argv)
             /* After an epoch's last batch the cursor already reads (next epoch, 0). */
             batch_epoch = cur.position == 0 ? cur.epoch - 1 : cur.epoch;
             io.step = (uint64_t)(step * accumulate + micro);
+            batches_drawn++;
             M->train_step(&io);
             if (index_failed(&io, "step", step + 1)) {
                 rc = 1;

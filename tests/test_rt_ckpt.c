@@ -218,6 +218,113 @@ Test(ckpt, exact_byte_layout)
     rm_tmp();
 }
 
+/* Replaces the first occurrence of `from` in the file by `to` (same length). */
+static void patch_file(const char *path, const char *from, const char *to)
+{
+    size_t n, k = strlen(from);
+    cr_assert_eq(strlen(to), k);
+    unsigned char *b = get_file(path, &n);
+    size_t i = 0;
+    while (i + k <= n && memcmp(b + i, from, k)) i++;
+    cr_assert(i + k <= n, "%s: '%s' not found", path, from);
+    memcpy(b + i, to, k);
+    put_file(path, b, n);
+    free(b);
+}
+
+/* Flips bits `mask` of the byte at `offset` from the end of the file. */
+static void flip_from_end(const char *path, size_t offset, unsigned char mask)
+{
+    size_t n;
+    unsigned char *b = get_file(path, &n);
+    cr_assert(offset < n);
+    b[n - 1 - offset] ^= mask;
+    put_file(path, b, n);
+    free(b);
+}
+
+static void expect_corrupt(const char *path, const char *want)
+{
+    krt_safetensors *st = (krt_safetensors *)1;
+    krt_error err;
+    krt_status rc = krt_safetensors_read(path, &st, &err);
+    cr_expect_eq(rc, KRT_EFORMAT, "%s was read", path);
+    cr_expect_null(st);
+    cr_expect(strstr(err.msg, path) == err.msg && strstr(err.msg, want), "expected '%s', got: %s", want, err.msg);
+    if (rc == KRT_OK) krt_safetensors_free(st);
+}
+
+Test(ckpt, checksums_are_written_and_verified)
+{
+    mkdir_tmp();
+    const int32_t v[2] = {1, 2};
+    const float w[2] = {1.0f, 2.0f};
+    krt_st_tensor t[2] = {T("v", KRT_I32, 1, v, 2), T("w", KRT_F32, 1, w, 2)};
+    const krt_st_meta meta[1] = {{"step", "5"}};
+    krt_error err;
+    const char *path = in_dir("c.safetensors"), *copy = in_dir("d.safetensors");
+    cr_assert_eq(krt_safetensors_write_checked(path, t, 1, meta, 1, &err), KRT_OK, "%s", err.msg);
+    /* zlib.crc32(struct.pack('<2i', 1, 2)) and zlib.crc32(b'step\0' b'5\0'), after the
+     * caller's metadata. */
+    size_t n;
+    unsigned char *got = get_file(path, &n);
+    cr_expect(contains(got, n, "{\"__metadata__\":{\"step\":\"5\",\"crc32:v\":\"0381177c\",\"crc32:__metadata__\":\"4883c008\"},\"v\":"),
+              "header: %.*s", (int)n - 8, (const char *)got + 8);
+    free(got);
+    krt_safetensors *st;
+    cr_assert_eq(krt_safetensors_read(path, &st, &err), KRT_OK, "%s", err.msg);
+    cr_expect_eq(((const int32_t *)krt_safetensors_find(st, "v")->data)[1], 2);
+    cr_assert_eq(krt_safetensors_meta_count(st), 3);
+    cr_expect_str_eq(krt_safetensors_meta_entry(st, 1)->key, "crc32:v");
+    cr_expect_null(krt_safetensors_meta_entry(st, 3));
+    krt_safetensors_free(st);
+    /* The metadata in another order (safetensors' Python writer keeps it in a hash map)
+     * verifies the same. */
+    put_st(copy, "{\"__metadata__\":{\"crc32:__metadata__\":\"4883c008\",\"crc32:v\":\"0381177c\",\"step\":\"5\"},"
+                 "\"v\":{\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+           v, sizeof v);
+    cr_assert_eq(krt_safetensors_read(copy, &st, &err), KRT_OK, "%s", err.msg);
+    krt_safetensors_free(st);
+
+    /* Any flipped bit of the data: a low bit of an integer, an exponent bit of a float. */
+    char cmd[1300];
+    cr_assert_eq(krt_safetensors_write_checked(path, t, 2, meta, 1, &err), KRT_OK, "%s", err.msg);
+    snprintf(cmd, sizeof cmd, "cp %s %s", path, copy);
+    cr_assert_eq(system(cmd), 0);
+    flip_from_end(copy, 0, 0x40); /* 2.0f = 00 00 00 40: its exponent */
+    expect_corrupt(copy, "tensor 'w' does not match its checksum (CRC-32 ");
+    cr_assert_eq(system(cmd), 0);
+    flip_from_end(copy, 8 + 3, 0x01); /* v[1] = 2 becomes 3 */
+    expect_corrupt(copy, "tensor 'v' does not match its checksum");
+    /* Edited metadata, a checksum that is not one, a tensor without or a stray checksum. */
+    cr_assert_eq(system(cmd), 0);
+    patch_file(copy, "\"step\":\"5\"", "\"step\":\"6\"");
+    expect_corrupt(copy, "the metadata does not match its checksum (CRC-32 ");
+    cr_assert_eq(system(cmd), 0);
+    patch_file(copy, "crc32:v\":\"0381177c", "crc32:v\":\"0381177g");
+    expect_corrupt(copy, "__metadata__: the checksum 'crc32:v' is not 8 hexadecimal digits");
+    cr_assert_eq(system(cmd), 0);
+    patch_file(copy, "\"crc32:v\"", "\"crc32:x\"");
+    expect_corrupt(copy, "__metadata__ has a checksum for tensor 'x', which the file does not hold");
+    cr_assert_eq(system(cmd), 0);
+    patch_file(copy, "\"crc32:v\"", "\"xrc32:v\"");
+    expect_corrupt(copy, "tensor 'v' has no checksum, though the file has checksums");
+    cr_assert_eq(system(cmd), 0);
+    patch_file(copy, "\"crc32:__metadata__\"", "\"xrc32:__metadata__\"");
+    expect_corrupt(copy, "the metadata has tensor checksums but no \"crc32:__metadata__\"");
+
+    /* Without checksums (a file written elsewhere) a changed byte cannot be seen. */
+    cr_assert_eq(krt_safetensors_write(path, t, 2, meta, 1, &err), KRT_OK, "%s", err.msg);
+    flip_from_end(path, 0, 0x40);
+    cr_assert_eq(krt_safetensors_read(path, &st, &err), KRT_OK, "%s", err.msg);
+    krt_safetensors_free(st);
+    /* The writer keeps the crc32: names for itself. */
+    const krt_st_meta taken[1] = {{"crc32:v", "0"}};
+    cr_expect_eq(krt_safetensors_write_checked(path, t, 1, taken, 1, &err), KRT_EINVAL);
+    cr_expect(strstr(err.msg, "metadata key 'crc32:v' is reserved for checksums"), "%s", err.msg);
+    rm_tmp();
+}
+
 Test(ckpt, names_are_escaped_as_serde_json_does)
 {
     mkdir_tmp();

@@ -190,6 +190,14 @@ Test(ckdir, leftovers_of_a_crashed_run_are_never_taken_and_are_removed)
     cr_expect_eq(step, 4);
     save(dir, 5, 2);
     cr_expect_str_eq(listing(dir), "latest|step-00000004|step-00000005");
+    /* Preparing the directory for a run removes them too, whether or not it saves: a
+     * killed run's deletion of an old checkpoint, its temporary directory and pointer. */
+    make_step(dir, ".step-00000003.del.2147483646");
+    make_step(dir, ".step-00000006.tmp.2147483646");
+    put(in_dir("ck/.latest.tmp.2147483646"), "step-00000006\n");
+    krt_error err;
+    cr_assert_eq(krt_ckpt_prepare(dir, &err), KRT_OK, "%s", err.msg);
+    cr_expect_str_eq(listing(dir), "latest|step-00000004|step-00000005");
 }
 
 Test(ckdir, find_follows_the_pointer_then_falls_back)

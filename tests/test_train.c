@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../runtime/kiln_rt.h"
+#include "ckpt_compare.h"
 #include "support.h"
 
 static char dir[64];
@@ -111,12 +112,11 @@ Test(train, resume_is_bit_identical)
     cr_assert_eq(run("./mlp --steps 40 --limit 3000 --checkpoint-dir b --resume b --eval-every 1000", &out), 0, "%s", out.data);
     const char *files[] = {"model.safetensors", "train_state.safetensors"};
     for (int i = 0; i < 2; i++) {
-        size_t na, nb;
-        char *da = latest_file("a", files[i], &na), *db = latest_file("b", files[i], &nb);
-        cr_assert(da && db);
-        cr_expect(na == nb && !memcmp(da, db, na), "%s differs between 40 steps and 20 + resume + 20", files[i]);
-        free(da);
-        free(db);
+        char a[512], b[512];
+        snprintf(a, sizeof a, "%s/a/step-00000040/%s", dir, files[i]);
+        snprintf(b, sizeof b, "%s/b/step-00000040/%s", dir, files[i]);
+        const char *why = ckpt_difference(a, b);
+        cr_expect(!why, "40 steps differ from 20 + resume + 20: %s", why);
     }
     sb_free(&out);
 }
@@ -279,12 +279,11 @@ Test(train, tiny_gpt_learns_and_resumes_exactly_with_dropout)
     cr_expect(strstr(out.data, "sample at step 150: the "), "no sample printed:\n%s", out.data);
     out.len = 0;
     cr_assert_eq(run("./tiny --steps 70 --checkpoint-dir half && ./tiny --resume half --checkpoint-dir half", &out), 0, "%s", out.data);
-    size_t na, nb;
-    char *a = latest_file("full", "model.safetensors", &na), *b = latest_file("half", "model.safetensors", &nb);
-    cr_assert(a && b);
-    cr_expect(na == nb && !memcmp(a, b, na), "150 steps differ from 70 + resume + 80 (dropout must be reproducible)");
-    free(a);
-    free(b);
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s/full/step-00000150/model.safetensors", dir);
+    snprintf(b, sizeof b, "%s/half/step-00000150/model.safetensors", dir);
+    const char *why = ckpt_difference(a, b);
+    cr_expect(!why, "150 steps differ from 70 + resume + 80 (dropout must be reproducible): %s", why);
     sb_free(&out);
 }
 

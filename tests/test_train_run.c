@@ -8,10 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "../runtime/kiln_rt.h"
+#include "ckpt_compare.h"
 #include "support.h"
 
 static char dir[64];
@@ -221,19 +223,16 @@ Test(run, resume_follows_latest_and_falls_back)
     StrBuf out;
     sb_init(&out);
     cr_assert_eq(run("./tiny --checkpoint-dir full", &out), 0, "%s", out.data);
-    /* 50 steps at once, and 20 + 30 from `latest`: the same bytes. */
+    /* 50 steps at once, and 20 + 30 from `latest`: the same tensors and training state
+     * (the run ids differ: a resumed run is a run of its own). */
     cr_assert_eq(run("./tiny --checkpoint-dir half --steps 20 && ./tiny --checkpoint-dir half --resume half", &out), 0, "%s", out.data);
     const char *files[] = {"model.safetensors", "train_state.safetensors"};
     for (int i = 0; i < 2; i++) {
         char a[128], b[128];
         snprintf(a, sizeof a, "full/step-00000050/%s", files[i]);
         snprintf(b, sizeof b, "half/step-00000050/%s", files[i]);
-        size_t na, nb;
-        char *da = slurp(a, &na), *db = slurp(b, &nb);
-        cr_assert(da && db, "%s", listing("half"));
-        cr_expect(na == nb && !memcmp(da, db, na), "%s differs between 50 steps and 20 + resume + 30", files[i]);
-        free(da);
-        free(db);
+        const char *why = ckpt_difference(at(a), at(b));
+        cr_expect(!why, "50 steps differ from 20 + resume + 30: %s", why);
     }
     /* Without the pointer: the highest complete step directory (40, not the later
      * temporary directory of a crashed save, which is never taken). */
@@ -272,6 +271,147 @@ Test(run, a_model_and_a_state_of_different_steps_are_refused)
     sb_free(&out);
 }
 
+/* Rewrites the checkpoint file `rel` with metadata `key` set to `value` (NULL: removed),
+ * its checksums recomputed (`checked`) or left out, as a file written elsewhere has none. */
+static void rewrite_meta(const char *rel, const char *key, const char *value, bool checked)
+{
+    krt_safetensors *st;
+    krt_error err;
+    cr_assert_eq(krt_safetensors_read(at(rel), &st, &err), KRT_OK, "%s", err.msg);
+    int n = krt_safetensors_count(st), nm = krt_safetensors_meta_count(st), k = 0;
+    krt_st_tensor *t = calloc((size_t)n + 1, sizeof *t);
+    krt_st_meta *m = calloc((size_t)nm + 2, sizeof *m);
+    cr_assert(t && m);
+    for (int i = 0; i < n; i++) t[i] = *krt_safetensors_tensor(st, i);
+    bool done = !key;
+    for (int i = 0; i < nm; i++) {
+        const krt_st_meta *e = krt_safetensors_meta_entry(st, i);
+        if (!strncmp(e->key, "crc32:", 6)) continue;
+        if (key && !strcmp(e->key, key)) {
+            if (value) m[k++] = (krt_st_meta){key, value};
+            done = true;
+        } else {
+            m[k++] = *e;
+        }
+    }
+    if (!done && value) m[k++] = (krt_st_meta){key, value};
+    krt_status s = checked ? krt_safetensors_write_checked(at(rel), t, n, m, k, &err) : krt_safetensors_write(at(rel), t, n, m, k, &err);
+    cr_assert_eq(s, KRT_OK, "%s", err.msg);
+    free(t);
+    free(m);
+    krt_safetensors_free(st);
+}
+
+/* Flips bits `mask` of the last byte of a file (the data of its last tensor). */
+static void flip_last_byte(const char *rel, unsigned char mask)
+{
+    size_t n;
+    char *d = slurp(rel, &n);
+    cr_assert(d && n > 0);
+    d[n - 1] = (char)(d[n - 1] ^ mask);
+    put(rel, d, n);
+    free(d);
+}
+
+/* Replaces the first `from` in a file by `to`, of the same length. */
+static void patch(const char *rel, const char *from, const char *to)
+{
+    size_t n, k = strlen(from);
+    char *d = slurp(rel, &n);
+    cr_assert(d && strlen(to) == k);
+    char *p = d;
+    while (p + k <= d + n && memcmp(p, from, k)) p++;
+    cr_assert(p + k <= d + n, "%s has no '%s'", rel, from);
+    memcpy(p, to, k);
+    put(rel, d, n);
+    free(d);
+}
+
+/* Resuming c must fail with `want` in the message and before training anything. */
+static void expect_resume_refused(const char *want)
+{
+    StrBuf out;
+    sb_init(&out);
+    int rc = run("./tiny --resume c --steps 60 --checkpoint-dir c", &out);
+    cr_expect(rc == 1 || rc == 2, "resuming should fail cleanly (%s), exit %d:\n%s", want, rc, out.data);
+    cr_expect(out.data && strstr(out.data, want), "expected a message containing '%s', got:\n%s", want, out.data);
+    cr_expect(out.data && !strstr(out.data, " parameters, "), "it trained:\n%s", out.data);
+    sb_free(&out);
+}
+
+Test(run, corrupted_checkpoints_are_refused_by_name)
+{
+    build("    checkpoint = every(steps = 10, keep = 5)\n");
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(run("./tiny && ./tiny --checkpoint-dir other", &out), 0, "%s", out.data);
+#define FRESH() cr_assert_eq(run("rm -rf c && cp -r checkpoints c", &out), 0, "%s", out.data)
+    /* Every field, edited with the checksums made to match (or as a file written elsewhere
+     * would be): checked alone, against the other file and against the directory. */
+    static const struct {
+        const char *file, *key, *value, *want;
+    } edits[] = {
+        {"train_state", "step", "001", "train_state.safetensors: the metadata's 'step' is \"001\", not a whole number from 0 to 1000000000000"},
+        {"train_state", "step", "abc", "train_state.safetensors: the metadata's 'step' is \"abc\""},
+        {"train_state", "step", "-5", "train_state.safetensors: the metadata's 'step' is \"-5\""},
+        {"train_state", "step", "100000000000000000000", "train_state.safetensors: the metadata's 'step' is \"100000000000000000000\""},
+        {"train_state", "step", "", "train_state.safetensors: the metadata's 'step' is \"\""},
+        {"train_state", "step", NULL, "train_state.safetensors: the metadata has no 'step'"},
+        {"train_state", "step", "40", "c/step-00000050/model.safetensors is of step 50 but c/step-00000050/train_state.safetensors is of step 40"},
+        {"model", "step", "49", "c/step-00000050/model.safetensors is of step 49 but"},
+        {"model", "step", "5x", "model.safetensors: the metadata's 'step' is \"5x\""},
+        {"train_state", "optimizer_step", "0", "train_state.safetensors: the metadata's 'optimizer_step' is \"0\", but must be 50 (the optimizer takes one step per training step)"},
+        {"train_state", "optimizer_step", "51", "the metadata's 'optimizer_step' is \"51\", but must be 50"},
+        {"train_state", "epoch", "-3", "train_state.safetensors: the metadata's 'epoch' is \"-3\", not a whole number from 0 to 50"},
+        {"train_state", "epoch", "99", "the metadata's 'epoch' is \"99\", not a whole number from 0 to 50"},
+        {"train_state", "position", "2.5", "the metadata's 'position' is \"2.5\""},
+        {"train_state", "seed", "abc", "the metadata's 'seed' is \"abc\""},
+        {"train_state", "seed", "-1", "the metadata's 'seed' is \"-1\""},
+        {"train_state", "batches", "49", "the metadata's 'batches' is \"49\", not a whole number from 50 to"},
+        {"train_state", "run_id", "xyz", "train_state.safetensors: the metadata's 'run_id' is \"xyz\", not 16 hexadecimal digits"},
+        {"train_state", "run_id", NULL, "train_state.safetensors is of run (none): the two files of a checkpoint must be of one run"},
+        {"model", "kiln_hash", "0123456789abcdef", "model.safetensors: this checkpoint belongs to another model"},
+    };
+    for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+        FRESH();
+        char rel[128];
+        snprintf(rel, sizeof rel, "c/step-00000050/%s.safetensors", edits[i].file);
+        rewrite_meta(rel, edits[i].key, edits[i].value, i % 2 == 0);
+        expect_resume_refused(edits[i].want);
+    }
+    /* A flipped bit anywhere: in a weight, in an exponent of the optimizer state, in the
+     * metadata (edited in place). */
+    FRESH();
+    flip_last_byte("c/step-00000050/model.safetensors", 0x01);
+    expect_resume_refused("c/step-00000050/model.safetensors: tensor 'fc.bias' does not match its checksum");
+    FRESH();
+    flip_last_byte("c/step-00000050/train_state.safetensors", 0x40);
+    expect_resume_refused("c/step-00000050/train_state.safetensors: tensor 'exp_avg_sq.fc.bias' does not match its checksum");
+    FRESH();
+    patch("c/step-00000050/train_state.safetensors", "\"epoch\":\"5\"", "\"epoch\":\"4\"");
+    expect_resume_refused("c/step-00000050/train_state.safetensors: the metadata does not match its checksum");
+    /* The training state of another step, of another run of the same step. */
+    FRESH();
+    cr_assert_eq(run("cp checkpoints/step-00000040/train_state.safetensors c/step-00000050/", &out), 0);
+    expect_resume_refused("c/step-00000050/model.safetensors is of step 50 but c/step-00000050/train_state.safetensors is of step 40");
+    FRESH();
+    cr_assert_eq(run("cp other/step-00000050/train_state.safetensors c/step-00000050/", &out), 0);
+    expect_resume_refused("c/step-00000050/model.safetensors is of run ");
+    expect_resume_refused("c/step-00000050/train_state.safetensors is of run ");
+    /* A resumed run keeps its seed. */
+    FRESH();
+    expect_error("./tiny --resume c --steps 60 --seed 7", "--seed 7: the run in c has seed 0, which a resumed run keeps");
+    /* Files without checksums (written elsewhere) resume, and continue exactly. */
+    FRESH();
+    rewrite_meta("c/step-00000040/model.safetensors", NULL, NULL, false);
+    rewrite_meta("c/step-00000040/train_state.safetensors", NULL, NULL, false);
+    cr_assert_eq(run("echo step-00000040 > c/latest && ./tiny --resume c --checkpoint-dir c", &out), 0, "%s", out.data);
+    const char *why = ckpt_difference(at("c/step-00000050/model.safetensors"), at("checkpoints/step-00000050/model.safetensors"));
+    cr_expect(!why, "%s", why);
+#undef FRESH
+    sb_free(&out);
+}
+
 Test(run, an_unusable_checkpoint_directory_fails_before_training)
 {
     build("");
@@ -293,6 +433,47 @@ Test(run, an_unusable_checkpoint_directory_fails_before_training)
         expect_error("./tiny --checkpoint-dir ro", "ro: cannot write checkpoints into this directory: Permission denied");
     }
     sb_free(&out);
+}
+
+Test(run, a_failed_save_keeps_the_previous_checkpoint_and_stops)
+{
+    build("");
+    StrBuf out, out2;
+    sb_init(&out);
+    sb_init(&out2);
+    cr_assert_eq(run("./tiny --steps 5 --checkpoint-every 1 --checkpoint-dir ck && ./tiny --steps 10 --checkpoint-dir full", &out), 0, "%s",
+                 out.data);
+    /* A file-size limit between the sizes of the two files (about 400 and 770 bytes): the
+     * next checkpoint's training state cannot be written, as on a full disk (even as root). */
+    struct stat model, state;
+    cr_assert(stat(at("ck/step-00000005/model.safetensors"), &model) == 0 && stat(at("ck/step-00000005/train_state.safetensors"), &state) == 0);
+    cr_assert_lt(model.st_size + 64, state.st_size);
+    struct rlimit old, lim;
+    cr_assert_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = (struct rlimit){(rlim_t)(model.st_size + state.st_size) / 2, old.rlim_max};
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    int rc = run("./tiny --resume ck --steps 10 --checkpoint-every 1 --checkpoint-dir ck --log l.jsonl", &out);
+    int rc2 = run("./tiny --steps 10 --checkpoint-dir none", &out2);
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+    cr_expect_eq(rc, 1, "%s", out.data);
+    cr_expect(strstr(out.data, "train_state.safetensors: writing failed: File too large"), "%s", out.data);
+    cr_expect(strstr(out.data, "the checkpoint of step 6 was not saved; the newest checkpoint is still ck/step-00000005 (--resume ck continues from it)"),
+              "%s", out.data);
+    cr_expect_str_eq(listing("ck"), "latest|step-00000004|step-00000005|");
+    size_t n;
+    char *log = slurp("l.jsonl", &n);
+    cr_expect(log && strstr(log, "{\"step\": 6,") && !strstr(log, "{\"step\": 7,"), "it did not stop at step 6:\n%s", log);
+    free(log);
+    /* The first checkpoint of a run. */
+    cr_expect_eq(rc2, 1, "%s", out2.data);
+    cr_expect(strstr(out2.data, "the checkpoint of step 10 was not saved; none holds no checkpoint"), "%s", out2.data);
+    cr_expect_str_eq(listing("none"), "");
+    /* With room again, the run resumes from step 5 and ends as one that never stopped. */
+    cr_assert_eq(run("./tiny --resume ck --steps 10 --checkpoint-every 1 --checkpoint-dir ck", &out), 0, "%s", out.data);
+    const char *why = ckpt_difference(at("ck/step-00000010/model.safetensors"), at("full/step-00000010/model.safetensors"));
+    cr_expect(!why, "%s", why);
+    sb_free(&out);
+    sb_free(&out2);
 }
 
 /* ---- schedules, --eval, the end of a run ---- */
@@ -415,6 +596,57 @@ Test(run, data_files_are_read_by_their_content)
     sb_free(&out);
 }
 
+/* A byte-level language model on the texts of corpus/, minus its *.dat files. */
+static void build_lm(void)
+{
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(run("mkdir -p corpus && for i in $(seq 20); do echo 'the quick brown fox'; done > corpus/a.txt && "
+                     "printf 'abcdefghijklmnopqrstuvwxyz0123456789' > corpus/long.dat && printf 'xyz' > corpus/short.dat",
+                     &out),
+                 0, "%s", out.data);
+    const char *text = "model lm\nconst V = 256, block = 8, C = 8\ndim T <= block\nwte = Embedding(V, C)\nhead = Linear(C, V)\n"
+                       "forward(idx: i32[B, T]) -> logits {\n    logits = head(wte(idx))\n}\n"
+                       "loss(logits, targets: i32[B, T]) = cross_entropy(logits, targets)\n"
+                       "train {\n    data = text(\"corpus/*\", exclude = \"*.dat\", input = idx, target = targets, val = 0.1)\n"
+                       "    batch = 2\n    steps = 3\n}\n";
+    put("lm.kiln", text, strlen(text));
+    char args[512];
+    snprintf(args, sizeof args, "build %s -o %s", at("lm.kiln"), at("lm"));
+    cr_assert_eq(support_run_kiln(args, &out), 0, "kiln build failed:\n%s", out.data);
+    sb_free(&out);
+}
+
+Test(run, data_errors_name_the_file)
+{
+    build("");
+    put_idx("none_x.idx", X, 0, 4);
+    put_idx("none_y.idx", Y, 0, 0);
+    put_idx("one_x.idx", X, 1, 4);
+    put_idx("one_y.idx", Y, 1, 0);
+    expect_error("./tiny --data x=none_x.idx --data y=none_y.idx", "none_x.idx: the training data has no samples (0 rows)");
+    expect_error("./tiny --eval-data x=none_x.idx --eval-data y=none_y.idx", "none_x.idx: the evaluation data has no samples (0 rows)");
+    expect_error("./tiny --data x=one_x.idx --data y=one_y.idx", "the training data has 1 samples, fewer than one batch of 4");
+    build_lm();
+    expect_error("./lm --data corpus/short.dat", "corpus/short.dat: text of 3 tokens is shorter than one window of 8+1");
+}
+
+Test(run, the_recipes_exclude_does_not_apply_to_data_given_by_flag)
+{
+    build_lm();
+    StrBuf out;
+    sb_init(&out);
+    /* The recipe's glob leaves out *.dat; a *.dat file or glob given with --data is read. */
+    cr_assert_eq(run("./lm", &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "lm: 4352 parameters, 44 training samples"), "%s", out.data);
+    cr_assert_eq(run("cat corpus/long.dat corpus/long.dat corpus/long.dat > corpus/longer.dat && ./lm --data corpus/longer.dat", &out), 0,
+                 "%s", out.data);
+    cr_expect(strstr(out.data, "lm: 4352 parameters, 12 training samples"), "%s", out.data);
+    cr_assert_eq(run("./lm --data 'corpus/*.dat'", &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "lm: 4352 parameters, 16 training samples"), "%s", out.data);
+    sb_free(&out);
+}
+
 /* ---- flags ---- */
 
 Test(run, every_flag_value_is_checked)
@@ -442,6 +674,23 @@ Test(run, every_flag_value_is_checked)
         {"--threads 0", "--threads 0: give a whole number of threads, at least 1"},
         {"--threads 4x", "--threads: '4x' is not a number"},
         {"--threads 100000", "--threads 100000: give a whole number of threads, at most 1024"},
+        {"--threads 4294967297", "--threads 4294967297: give a whole number of threads, at most 1024"},
+        {"--steps 0x10", "--steps: '0x10' is not a number"},
+        {"--steps infinity", "--steps: 'infinity' is not a number"},
+        {"--steps inf", "--steps inf: give a whole number of steps, at most 1000000000000"},
+        {"--epochs -1", "--epochs -1: give a whole number of epochs, at least 1"},
+        {"--epochs 1000000001", "--epochs 1000000001: give a whole number of epochs, at most 1000000000"},
+        {"--eval-every -1", "--eval-every -1: give a whole number of steps, at least 0"},
+        {"--batch 99999999999999999999", "--batch 99999999999999999999: give a whole number of samples, at most 16777216"},
+        {"--seed 1e19", "--seed 1e19: give a whole number, at most 1000000000000000000"},
+        {"--checkpoint-keep 1001", "--checkpoint-keep 1001: give a whole number of checkpoints, at most 1000"},
+        {"--bench-steps 0", "--bench-steps 0: give a whole number of timed steps, at least 1"},
+        {"--temperature nan", "--temperature nan: give a number from 0.001 to 100"},
+        {"--temperature 0", "--temperature 0: give a number from 0.001 to 100"},
+        {"--temperature -1", "--temperature -1: give a number from 0.001 to 100"},
+        {"--top-k -1", "--top-k -1: give a whole number of tokens, at least 0"},
+        {"--sample-tokens -1", "--sample-tokens -1: give a whole number of tokens, at least 0"},
+        {"--sample-tokens 100001", "--sample-tokens 100001: give a whole number of tokens, at most 100000"},
         {"--checkpoint-dir ''", "--checkpoint-dir: the value is empty"},
         {"--log ''", "--log: the value is empty"},
         {"--resume ''", "--resume: the value is empty"},
@@ -465,6 +714,19 @@ Test(run, every_flag_value_is_checked)
         expect_error(cmd, cases[i][1]);
     }
     cr_expect(!exists("checkpoints"), "a refused flag still trained");
+}
+
+Test(run, threads_beyond_four_per_cpu_are_cut_with_a_note)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus * 4 >= 1024) cr_skip_test("%ld CPUs: 1024 threads are not beyond 4 per CPU", cpus);
+    build("");
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(run("./tiny --threads 1024 --steps 2", &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "tiny: note: --threads 1024: ") && strstr(out.data, " threads (at most 4 per CPU)"), "%s", out.data);
+    cr_expect(strstr(out.data, "step 2/2"), "%s", out.data);
+    sb_free(&out);
 }
 
 Test(run, eval_flags_need_evaluation_data)
