@@ -124,13 +124,37 @@ static void remove_leftovers(const char *dir)
     if (d) closedir(d);
 }
 
+/* mkdir -p of dir's parents: a run must not be lost at its first save for want of
+ * `runs/exp1/` (PyTorch Lightning's and os.makedirs' behaviour). */
+static int make_parents(const char *dir)
+{
+    char path[4096];
+    size_t n = strlen(dir);
+    if (n >= sizeof path) return ENAMETOOLONG;
+    memcpy(path, dir, n + 1);
+    for (size_t i = 1; i < n; i++) {
+        if (path[i] != '/' || path[i - 1] == '/') continue;
+        path[i] = 0;
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+            int e = errno;
+            path[i] = '/';
+            return e;
+        }
+        path[i] = '/';
+    }
+    return 0;
+}
+
 krt_status krt_ckpt_prepare(const char *dir, krt_error *err)
 {
     if (!dir || !*dir) return krt_fail(err, KRT_EINVAL, "checkpoint directory: the path is empty");
+    if (mkdir(dir, 0777) != 0 && errno == ENOENT) {
+        int pe = make_parents(dir);
+        if (pe) return sys_fail(err, pe, dir, "cannot create the checkpoint directory's parents");
+    }
     if (mkdir(dir, 0777) != 0) {
         int e = errno;
         struct stat st;
-        if (e == ENOENT) return krt_fail(err, KRT_EIO, "%s: cannot create the checkpoint directory: its parent directory does not exist", dir);
         if (e != EEXIST) return sys_fail(err, e, dir, "cannot create the checkpoint directory");
         if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
             return krt_fail(err, KRT_EIO, "%s: cannot hold checkpoints: it exists and is not a directory", dir);
