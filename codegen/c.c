@@ -15,51 +15,12 @@
 #include <string.h>
 
 
-const char *cg_ctype(DType t)
-{
-    switch (t) {
-    case DT_BOOL: return "uint8_t";
-    case DT_U8: return "uint8_t";
-    case DT_I32: return "int32_t";
-    case DT_I64: return "int64_t";
-    case DT_F32: return "float";
-    case DT_F64: return "double";
-    default: return NULL;
-    }
-}
 
 static const char *krt_dtype_c(DType t)
 {
     static const char *names[DT_COUNT] = {"KRT_BOOL", "KRT_U8", "KRT_I32", "KRT_I64", "KRT_F16", "KRT_BF16", "KRT_F32", "KRT_F64"};
     return t < DT_COUNT ? names[t] : "KRT_F32";
 }
-
-/* A C expression for a dim, using the symbols' names (declared in each kernel). */
-void cg_dim(StrBuf *b, const Graph *g, Dim d)
-{
-    if (d.nsym == 0) {
-        sb_printf(b, "%lld", (long long)d.k);
-        return;
-    }
-    if (d.k != 1) sb_printf(b, "%lld * ", (long long)d.k);
-    for (int i = 0; i < d.nsym; i++) sb_printf(b, "%s%s", i ? " * " : "", g->syms[d.sym[i]].name);
-}
-
-void cg_literal(StrBuf *b, double v, DType t)
-{
-    if (ir_dtype_is_float(t)) {
-        if (isnan(v)) sb_puts(b, "NAN");
-        else if (isinf(v)) sb_puts(b, v < 0 ? "-INFINITY" : "INFINITY");
-        else {
-            char buf[64];
-            util_format_double(buf, sizeof buf, v);
-            sb_printf(b, "%s%s", buf, t == DT_F32 ? "f" : "");
-        }
-    } else {
-        sb_printf(b, "(%s)%lld", cg_ctype(t), (long long)v);
-    }
-}
-
 
 
 /* ---- kernel text ---- */
@@ -113,76 +74,6 @@ void cg_numel(Cg *c, const Shape *s)
     }
 }
 
-static const char *fsuffix(DType t) { return t == DT_F32 ? "f" : ""; }
-
-/* The expression of an elementwise op on operand expressions a, b, w (where). */
-void cg_elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const char *w)
-{
-    const Node *n = N(c, id);
-    DType in = (DType)N(c, ir_input(c->g, id, 0))->dtype;
-    const char *f = fsuffix(in);
-    bool fl = ir_dtype_is_float(in);
-    StrBuf *o = c->o;
-    switch ((Op)n->op) {
-    case OP_NEG: sb_printf(o, "-%s", a); break;
-    case OP_ABS:
-        if (fl) sb_printf(o, "fabs%s(%s)", f, a);
-        else sb_printf(o, "(%s < 0 ? -%s : %s)", a, a, a);
-        break;
-    case OP_SIGN: sb_printf(o, "(%s > 0) - (%s < 0)", a, a); break;
-    case OP_EXP:
-        if (in == DT_F32) sb_printf(o, "kiln_expf(%s)", a); /* vectorises: kiln_math.h */
-        else sb_printf(o, "exp(%s)", a);
-        break;
-    case OP_LOG: sb_printf(o, "log%s(%s)", f, a); break;
-    case OP_SQRT: sb_printf(o, "sqrt%s(%s)", f, a); break;
-    case OP_TANH:
-        if (in == DT_F32) sb_printf(o, "kiln_tanhf(%s)", a);
-        else sb_printf(o, "tanh(%s)", a);
-        break;
-    case OP_SIGMOID: {
-        const char *e = in == DT_F32 ? "kiln_expf" : "exp";
-        sb_printf(o, "%s >= 0 ? 1 / (1 + %s(-%s)) : %s(%s) / (1 + %s(%s))", a, e, a, e, a, e, a);
-        break;
-    }
-    case OP_RELU: /* NaN propagates, as in PyTorch */
-        if (fl) sb_printf(o, "%s > 0 || %s != %s ? %s : 0", a, a, a, a);
-        else sb_printf(o, "%s > 0 ? %s : 0", a, a);
-        break;
-    case OP_NOT: sb_printf(o, "!%s", a); break;
-    case OP_DETACH: sb_puts(o, a); break;
-    case OP_CAST:
-        if (n->dtype == DT_BOOL) sb_printf(o, "%s != 0", a);
-        else sb_printf(o, "(%s)%s", cg_ctype((DType)n->dtype), a);
-        break;
-    case OP_ADD: sb_printf(o, "%s + %s", a, b); break;
-    case OP_SUB: sb_printf(o, "%s - %s", a, b); break;
-    case OP_MUL: sb_printf(o, "%s * %s", a, b); break;
-    case OP_DIV: sb_printf(o, "%s / %s", a, b); break;
-    case OP_MAX:
-    case OP_MIN: {
-        const char *cmp = n->op == OP_MAX ? ">" : "<";
-        if (fl) sb_printf(o, "%s %s %s || %s != %s ? %s : %s", a, cmp, b, a, a, a, b); /* NaN wins */
-        else sb_printf(o, "%s %s %s ? %s : %s", a, cmp, b, a, b);
-        break;
-    }
-    case OP_POW: sb_printf(o, "pow%s(%s, %s)", f, a, b); break;
-    case OP_EQ: sb_printf(o, "%s == %s", a, b); break;
-    case OP_NE: sb_printf(o, "%s != %s", a, b); break;
-    case OP_LT: sb_printf(o, "%s < %s", a, b); break;
-    case OP_LE: sb_printf(o, "%s <= %s", a, b); break;
-    case OP_GT: sb_printf(o, "%s > %s", a, b); break;
-    case OP_GE: sb_printf(o, "%s >= %s", a, b); break;
-    case OP_AND: sb_printf(o, "%s && %s", a, b); break;
-    case OP_OR: sb_printf(o, "%s || %s", a, b); break;
-    case OP_WHERE:
-        if (n->dtype == DT_F32) sb_printf(o, "kiln_selectf(%s, %s, %s)", a, b, w); /* kiln_math.h */
-        else if (n->dtype == DT_F64) sb_printf(o, "kiln_select(%s, %s, %s)", a, b, w);
-        else sb_printf(o, "%s ? %s : %s", a, b, w);
-        break;
-    default: break;
-    }
-}
 
 /* Nested loops over a shape with coordinates c0.. and a running index i. */
 static void open_loops(Cg *c, const char *dims, int rank, int indent)
@@ -500,25 +391,6 @@ static void kernel_body(Cg *c, NodeId id)
         break;
     default:
         break;
-    }
-}
-
-void cg_source_line(Cg *c, NodeId id)
-{
-    const Node *n = N(c, id);
-    StrBuf *o = c->o;
-    if (n->loc.line) {
-        sb_printf(o, "\n * %s:%u", c->source, n->loc.line);
-        if ((int)n->loc.line <= c->nlines) {
-            const char *line = c->lines[n->loc.line - 1];
-            while (*line == ' ') line++;
-            /* Keep the comment valid C whatever the model line holds. */
-            sb_puts(o, ": ");
-            for (const char *p = line; *p && p - line < 100; p++) {
-                if (p[0] == '*' && p[1] == '/') { sb_puts(o, "* /"); p++; continue; }
-                sb_putc(o, (unsigned char)*p < 32 ? ' ' : *p);
-            }
-        }
     }
 }
 
