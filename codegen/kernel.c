@@ -64,6 +64,8 @@ void cg_elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const c
     DType in = (DType)N(c, ir_input(c->g, id, 0))->dtype;
     const char *f = fsuffix(in);
     bool fl = ir_dtype_is_float(in);
+    /* kiln_math.h's vectorisable functions are host code: CUDA has its own expf, tanhf */
+    bool cuda = c->target == CG_TARGET_CUDA;
     StrBuf *o = c->o;
     switch ((Op)n->op) {
     case OP_NEG: sb_printf(o, "-%s", a); break;
@@ -73,17 +75,17 @@ void cg_elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const c
         break;
     case OP_SIGN: sb_printf(o, "(%s > 0) - (%s < 0)", a, a); break;
     case OP_EXP:
-        if (in == DT_F32) sb_printf(o, "kiln_expf(%s)", a); /* vectorises: kiln_math.h */
+        if (in == DT_F32) sb_printf(o, "%s(%s)", cuda ? "expf" : "kiln_expf", a); /* vectorises: kiln_math.h */
         else sb_printf(o, "exp(%s)", a);
         break;
     case OP_LOG: sb_printf(o, "log%s(%s)", f, a); break;
     case OP_SQRT: sb_printf(o, "sqrt%s(%s)", f, a); break;
     case OP_TANH:
-        if (in == DT_F32) sb_printf(o, "kiln_tanhf(%s)", a);
+        if (in == DT_F32) sb_printf(o, "%s(%s)", cuda ? "tanhf" : "kiln_tanhf", a);
         else sb_printf(o, "tanh(%s)", a);
         break;
     case OP_SIGMOID: {
-        const char *e = in == DT_F32 ? "kiln_expf" : "exp";
+        const char *e = in == DT_F32 ? (cuda ? "expf" : "kiln_expf") : "exp";
         sb_printf(o, "%s >= 0 ? 1 / (1 + %s(-%s)) : %s(%s) / (1 + %s(%s))", a, e, a, e, a, e, a);
         break;
     }
@@ -118,12 +120,54 @@ void cg_elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const c
     case OP_AND: sb_printf(o, "%s && %s", a, b); break;
     case OP_OR: sb_printf(o, "%s || %s", a, b); break;
     case OP_WHERE:
-        if (n->dtype == DT_F32) sb_printf(o, "kiln_selectf(%s, %s, %s)", a, b, w); /* kiln_math.h */
-        else if (n->dtype == DT_F64) sb_printf(o, "kiln_select(%s, %s, %s)", a, b, w);
+        if (n->dtype == DT_F32 && !cuda) sb_printf(o, "kiln_selectf(%s, %s, %s)", a, b, w); /* kiln_math.h */
+        else if (n->dtype == DT_F64 && !cuda) sb_printf(o, "kiln_select(%s, %s, %s)", a, b, w);
         else sb_printf(o, "%s ? %s : %s", a, b, w);
         break;
     default: break;
     }
+}
+
+void cg_c_string(StrBuf *b, const char *s)
+{
+    sb_putc(b, '"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') sb_printf(b, "\\%c", ch);
+        else if (ch < 32 || ch >= 127) sb_printf(b, "\\%03o", ch);
+        else sb_putc(b, (char)ch);
+    }
+    sb_putc(b, '"');
+}
+
+void cg_read_lines(Cg *c, const char *path)
+{
+    StrBuf err;
+    sb_init(&err);
+    size_t len;
+    char *text = util_read_file(path, &len, &err);
+    sb_free(&err);
+    c->lines = NULL;
+    c->nlines = 0;
+    if (!text) return;
+    int32_t cap = 0;
+    char *p = text;
+    for (;;) {
+        char *nl = strchr(p, '\n');
+        GROW(c->lines, cap, c->nlines + 1);
+        c->lines[c->nlines++] = xstrndup(p, nl ? (size_t)(nl - p) : strlen(p));
+        if (!nl) break;
+        p = nl + 1;
+    }
+    free(text);
+}
+
+void cg_free_lines(Cg *c)
+{
+    for (int i = 0; i < c->nlines; i++) free(c->lines[i]);
+    free(c->lines);
+    c->lines = NULL;
+    c->nlines = 0;
 }
 
 void cg_source_line(Cg *c, NodeId id)

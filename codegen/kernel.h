@@ -57,6 +57,11 @@ void cg_dim(StrBuf *b, const Graph *g, Dim d);
 void cg_literal(StrBuf *b, double v, DType t);
 /* The expression of elementwise node id applied to operand expressions a, b, w. */
 void cg_elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const char *w);
+/* s as a C string literal, quoted and escaped. */
+void cg_c_string(StrBuf *b, const char *s);
+/* Reads the model file's lines into c->lines, for comments (none when it cannot be read). */
+void cg_read_lines(Cg *c, const char *path);
+void cg_free_lines(Cg *c);
 /* " * FILE:LINE: source text" of a node, for kernel comments (nothing without a line). */
 void cg_source_line(Cg *c, NodeId id);
 

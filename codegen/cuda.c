@@ -1,0 +1,244 @@
+/* cuda.c — the CUDA target: model.cu in Kiln's restricted dialect (runtime/cuda/kiln_cuda.h,
+ * docs/cuda.md), which nvcc compiles for the GPU and g++ -DKILN_CUDA_EMU for the emulator.
+ *
+ * What each fused kernel computes comes from kernel.c, as for the C target; this file adds
+ * what is the GPU's own: the threads that run it and the host function that launches it.
+ * So far it writes elementwise kernels (fusion.c's loop kernels without reduced axes) as
+ * grid-stride loops: each thread computes elements i, i + gridDim.x * blockDim.x, ...,
+ * deriving from i the coordinates the members need (broadcast loads, iotas). Every other
+ * kind of kernel is refused with an error naming it and its model line: never code that
+ * computes something else. Row reductions (one block or warp per row), GEMMs (cuBLAS),
+ * single-node kernels, random numbers and the host program follow (issue 18). */
+#include "kernel.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Threads per block of an elementwise kernel: a multiple of the warp, enough to hide
+ * memory latency with a few blocks per SM, few enough registers per thread to spare. */
+#define CUDA_MAP_BLOCK 256
+/* Blocks of a grid-stride loop at most: beyond this the threads loop instead (about 120
+ * resident blocks of 256 threads on an H100's 132 SMs times 8 is far below it). */
+#define CUDA_MAP_GRID_MAX 65535
+
+/* What the target cannot write yet, in a few words ("row reduction"), or NULL. */
+static const char *unsupported_kind(const CgKernel *L)
+{
+    const Kernel *K = L->K;
+    if (K->kind == KERNEL_GEMM) return "matrix product";
+    if (K->kind == KERNEL_SINGLE) return ir_op_info[L->g->nodes[K->anchor].op].name;
+    if (K->axes) return "row reduction";
+    if (L->random) return "random-number elementwise";
+    return NULL;
+}
+
+static void kernel_name(const CgKernel *L, StrBuf *b) { sb_printf(b, "%s_k%d_map", L->c->prefix, L->k); }
+
+/* "models/mlp.kiln:12: x = relu(fc1(x))": the model line, for launch sites and errors. */
+static void model_line(Cg *c, NodeId id, StrBuf *b)
+{
+    const Node *n = N(c, id);
+    sb_printf(b, "%s:%u", c->source, n->loc.line);
+    if (n->loc.line && (int)n->loc.line <= c->nlines) {
+        const char *line = c->lines[n->loc.line - 1];
+        while (*line == ' ') line++;
+        sb_printf(b, ": %.100s", line);
+    }
+}
+
+/* The symbols by value, then the kernel's loads and stores: its parameters. */
+static void parameters(CgKernel *L, StrBuf *o, bool host)
+{
+    const Graph *g = L->g;
+    bool any = false;
+    if (host) {
+        sb_puts(o, "const int64_t *s");
+        any = true;
+    } else {
+        for (int sy = 0; sy < g->nsyms; sy++, any = true) sb_printf(o, "%sint64_t %s", any ? ", " : "", g->syms[sy].name);
+    }
+    /* an output written in place of an input (memplan) shares its memory: no __restrict__ */
+    for (int i = 0; i < L->nreads; i++) {
+        bool shared = false;
+        for (int j = 0; j < L->nstores; j++) shared |= L->c->mp.inplace_of[L->stores[j]] == L->reads[i];
+        sb_printf(o, "%sconst %s *%sp%d", any ? ", " : "", cg_ctype((DType)g->nodes[L->reads[i]].dtype),
+                  shared || host ? "" : "__restrict__ ", L->reads[i]);
+        any = true;
+    }
+    for (int i = 0; i < L->nstores; i++) {
+        sb_printf(o, "%s%s *%sy%d", any ? ", " : "", cg_ctype((DType)g->nodes[L->stores[i]].dtype),
+                  L->c->mp.inplace_of[L->stores[i]] != IR_NONE || host ? "" : "__restrict__ ", L->stores[i]);
+        any = true;
+    }
+    if (host) sb_puts(o, ", cudaStream_t stream");
+}
+
+/* The coordinates the members use, from the flat index i: c<a> = i / (S<a+1> * ...) % S<a>. */
+static void coordinates(CgKernel *L, const char *indent)
+{
+    StrBuf *o = L->c->o;
+    for (int a = 0; a < L->rank; a++) {
+        if (!(L->coords >> a & 1)) continue;
+        sb_printf(o, "%sconst int64_t c%d = i", indent, a);
+        bool any = false;
+        for (int b = a + 1; b < L->rank; b++) {
+            sb_printf(o, "%sS%d", any ? " * " : " / (", b);
+            any = true;
+        }
+        sb_puts(o, any ? ")" : "");
+        if (a > 0) sb_printf(o, " %% S%d", a);
+        sb_puts(o, ";\n");
+    }
+}
+
+static void emit_map_kernel(CgKernel *L)
+{
+    Cg *c = L->c;
+    StrBuf *o = c->o;
+    const Graph *g = L->g;
+    cg_kernel_comment(L);
+    /* the comment ends with the close of the comment: the launch shape goes before it */
+    o->len -= 4;
+    o->data[o->len] = 0;
+    sb_printf(o, "\n * Launch: blocks of %d threads, a grid-stride loop over the elements (each thread takes\n"
+                 " * every gridDim.x * blockDim.x-th one, from its own index). */\n",
+              CUDA_MAP_BLOCK);
+    sb_printf(o, "__global__ void __launch_bounds__(%d) ", CUDA_MAP_BLOCK);
+    kernel_name(L, o);
+    sb_puts(o, "(");
+    parameters(L, o, false);
+    sb_puts(o, ")\n{\n");
+    for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, "    (void)%s;\n", g->syms[sy].name);
+    if (L->rank) {
+        sb_puts(o, "    const int64_t ");
+        for (int a = 0; a < L->rank; a++) {
+            sb_printf(o, "%sS%d = ", a ? ", " : "", a);
+            cg_dim(o, g, L->K->shape.d[a]);
+        }
+        sb_puts(o, ";\n");
+    }
+    for (int a = 0; a < L->rank; a++) sb_printf(o, "    (void)S%d;\n", a);
+    sb_puts(o, "    const int64_t n = ");
+    if (!L->rank) sb_puts(o, "1");
+    for (int a = 0; a < L->rank; a++) sb_printf(o, "%sS%d", a ? " * " : "", a);
+    sb_puts(o, ";\n"
+               "    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {\n");
+    coordinates(L, "        ");
+    cg_clear_needed(L);
+    for (int i = 0; i < L->nstores; i++) cg_need(L, L->stores[i]);
+    cg_emit_needed(L, "        ");
+    for (int i = 0; i < L->nstores; i++) sb_printf(o, "        y%d[i] = t%d;\n", L->stores[i], L->stores[i]);
+    sb_puts(o, "    }\n}\n\n");
+
+    /* the host side */
+    sb_printf(o, "/* Launches kernel %d on stream: s holds the symbols' values (host memory), the\n"
+                 " * pointers are device memory. */\nvoid ",
+              L->k);
+    kernel_name(L, o);
+    sb_puts(o, "_launch(");
+    parameters(L, o, true);
+    sb_puts(o, ")\n{\n");
+    for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, "    const int64_t %s = s[%d];\n", g->syms[sy].name, sy);
+    sb_puts(o, "    (void)s;\n    const int64_t n = ");
+    if (!L->rank) sb_puts(o, "1");
+    for (int a = 0; a < L->rank; a++) {
+        Dim d = L->K->shape.d[a];
+        bool paren = d.nsym && d.k != 1;
+        sb_puts(o, a ? " * " : "");
+        sb_puts(o, paren ? "(" : "");
+        cg_dim(o, g, d);
+        sb_puts(o, paren ? ")" : "");
+    }
+    sb_printf(o, ";\n    if (n == 0) return;\n"
+                 "    const int64_t blocks = (n + %d - 1) / %d;\n"
+                 "    const int grid = blocks < %d ? (int)blocks : %d;\n",
+              CUDA_MAP_BLOCK, CUDA_MAP_BLOCK, CUDA_MAP_GRID_MAX, CUDA_MAP_GRID_MAX);
+    StrBuf site;
+    sb_init(&site);
+    model_line(c, L->K->anchor, &site);
+    sb_puts(o, "    KILN_LAUNCH_AT(");
+    cg_c_string(o, site.data);
+    sb_free(&site);
+    sb_puts(o, ", ");
+    kernel_name(L, o);
+    sb_printf(o, ", grid, %d, 0, stream", CUDA_MAP_BLOCK);
+    for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, ", %s", g->syms[sy].name);
+    for (int i = 0; i < L->nreads; i++) sb_printf(o, ", p%d", L->reads[i]);
+    for (int i = 0; i < L->nstores; i++) sb_printf(o, ", y%d", L->stores[i]);
+    sb_puts(o, ");\n}\n\n");
+}
+
+/* The kernels of one graph; -1 with the error for the first one not supported yet. */
+static int emit_graph(Cg *c, const Graph *g, const char *prefix, const char *step, bool partial)
+{
+    c->g = g;
+    c->prefix = prefix;
+    fusion_plan(g, &c->fp);
+    memplan_run(g, &c->fp, &c->mp);
+    int rc = 0;
+    for (int32_t k = 0; k < c->fp.nkernels && !rc; k++) {
+        CgKernel L;
+        cg_kernel_setup(&L, c, k);
+        const char *kind = unsupported_kind(&L);
+        if (!kind) {
+            emit_map_kernel(&L);
+        } else {
+            StrBuf title, line;
+            sb_init(&title);
+            sb_init(&line);
+            if (L.K->kind == KERNEL_SINGLE) { /* the title of a loop kernel would call it elementwise */
+                const Node *n = N(c, L.K->anchor);
+                sb_printf(&title, "%%%d %s to %s", L.K->anchor, ir_op_info[n->op].name, cg_ctype((DType)n->dtype));
+                ir_shape_format(&title, g, &n->shape);
+            } else {
+                cg_kernel_title(c, k, &title);
+            }
+            model_line(c, L.K->anchor, &line);
+            if (partial) {
+                sb_printf(c->o, "/* kernel %d: %s — not written: --target cuda does not support %s kernels yet\n * %s */\n\n", k,
+                          title.data, kind, line.data);
+            } else {
+                sb_printf(c->err, "%s:%u: error: --target cuda does not support %s kernels yet (kernel %d of the %s step, %s: %s)",
+                          c->source, N(c, L.K->anchor)->loc.line, kind, k, step, title.data, line.data);
+                rc = -1;
+            }
+            sb_free(&title);
+            sb_free(&line);
+        }
+        cg_kernel_teardown(&L);
+    }
+    fusion_free(&c->fp);
+    memplan_free(&c->mp);
+    return rc;
+}
+
+int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path, bool partial, StrBuf *out, StrBuf *err)
+{
+    Cg c;
+    memset(&c, 0, sizeof c);
+    c.o = out;
+    c.err = err;
+    c.source = source_path;
+    c.target = CG_TARGET_CUDA;
+    for (NodeId i = 0; i < train->nnodes; i++)
+        if (!cg_ctype((DType)train->nodes[i].dtype)) {
+            sb_printf(err, "%s:%u: error: --target cuda does not support %s tensors yet (node %%%d %s)", source_path,
+                      train->nodes[i].loc.line, ir_dtype_name((DType)train->nodes[i].dtype), i, ir_op_info[train->nodes[i].op].name);
+            return -1;
+        }
+    cg_read_lines(&c, source_path);
+    sb_printf(out, "/* %s — CUDA generated by kiln %s from %s. Do not edit: edit the model and rebuild.\n"
+                   " *\n"
+                   " * Every kernel below is a group of operations of the model's graph (kiln ir --after\n"
+                   " * fusion lists them), with its shapes and the model line it comes from, written in\n"
+                   " * Kiln's CUDA dialect (docs/cuda.md): nvcc compiles it for the GPU, g++ -DKILN_CUDA_EMU\n"
+                   " * for the CUDA emulator. */\n",
+              train->name, KILN_VERSION, source_path);
+    if (partial) sb_puts(out, "/* Partial: kernels that --target cuda cannot write yet are left out (tests only). */\n");
+    sb_puts(out, "#include <math.h>\n#include <stdint.h>\n\n#include \"kiln_cuda.h\"\n\n");
+    int rc = emit_graph(&c, train, "train", "training", partial);
+    if (!rc) rc = emit_graph(&c, eval, "eval", "evaluation", partial);
+    cg_free_lines(&c);
+    return rc;
+}
