@@ -88,14 +88,10 @@ static int run(const char *cmd, const char *what)
     return rc;
 }
 
-/* A model whose forward pass is one elementwise kernel with a broadcast operand; every
- * elementwise kernel of model.cu is written, the others left out (partial). */
-Test(cuda_codegen, map_kernels_agree_with_the_c_target, .timeout = 240)
+/* Every elementwise kernel of the training graph of the model `text` (written into
+ * model.cu with the others left out: partial) against the C function of the same kernel. */
+static void check_map_kernels(const char *text)
 {
-    const char *text = "model ew\ndim B <= 64\n"
-                       "forward(x: f32[B, 37], z: f32[37]) -> y {\n"
-                       " y = tanh(x * z) + sigmoid(x) * 2 - relu(x - z) / (exp(z) + 1) + where(x > z, x, -z)\n"
-                       "}\nloss(y) = sum(y * y / 2 + y)\n";
     char dir[] = "/tmp/kiln-cudacg-XXXXXX";
     cr_assert(mkdtemp(dir));
     char path[512], cmd[4096];
@@ -128,7 +124,8 @@ Test(cuda_codegen, map_kernels_agree_with_the_c_target, .timeout = 240)
     fusion_plan(g, &cg.fp);
     memplan_run(g, &cg.fp, &cg.mp);
     int64_t symvals[8] = {0};
-    for (int s = 0; s < g->nsyms; s++) symvals[s] = 50; /* not a multiple of the block */
+    /* at most 50: sizes that are not multiples of the block, so that the last block is partial */
+    for (int s = 0; s < g->nsyms; s++) symvals[s] = g->syms[s].max < 50 ? g->syms[s].max : 50;
     StrBuf ref, harness;
     sb_init(&ref);
     sb_init(&harness);
@@ -170,9 +167,10 @@ Test(cuda_codegen, map_kernels_agree_with_the_c_target, .timeout = 240)
         for (int i = 0; i < L.nstores; i++) sb_printf(&harness, ", %s *", cg_ctype((DType)g->nodes[L.stores[i]].dtype));
         sb_puts(&harness, ");\n");
         sb_printf(&body, "    { /* kernel %d */\n", k);
-        StrBuf hargs, dargs;
+        StrBuf hargs, dargs, frees;
         sb_init(&hargs);
         sb_init(&dargs);
+        sb_init(&frees);
         for (int i = 0; i < L.nreads; i++) {
             NodeId r = L.reads[i];
             const char *t = cg_ctype((DType)g->nodes[r].dtype);
@@ -181,6 +179,7 @@ Test(cuda_codegen, map_kernels_agree_with_the_c_target, .timeout = 240)
             sb_printf(&body, "        %s *d%d = on_device(h%d, %lld);\n", t, r, r, (long long)n);
             sb_printf(&hargs, ", h%d", r);
             sb_printf(&dargs, ", d%d", r);
+            sb_printf(&frees, "        free(h%d);\n        KILN_CUDA_CHECK(cudaFree(d%d));\n", r, r);
         }
         for (int i = 0; i < L.nstores; i++) {
             NodeId y = L.stores[i];
@@ -191,6 +190,7 @@ Test(cuda_codegen, map_kernels_agree_with_the_c_target, .timeout = 240)
             sb_printf(&body, "        %s *d%d = on_device(got%d, %lld);\n", t, y, y, (long long)n);
             sb_printf(&hargs, ", want%d", y);
             sb_printf(&dargs, ", d%d", y);
+            sb_printf(&frees, "        free(want%d);\n        free(got%d);\n        KILN_CUDA_CHECK(cudaFree(d%d));\n", y, y, y);
         }
         sb_printf(&body, "        ref_k%d(s%s);\n        train_k%d_map_launch(s%s, 0);\n", k, hargs.data, k, dargs.data);
         sb_puts(&body, "        KILN_CUDA_CHECK(cudaDeviceSynchronize());\n");
@@ -211,9 +211,10 @@ Test(cuda_codegen, map_kernels_agree_with_the_c_target, .timeout = 240)
                       "        }\n",
                       y, y, (long long)n, y, (long long)n, y, y, k, y, (long long)n);
         }
-        sb_puts(&body, "    }\n");
+        sb_printf(&body, "%s    }\n", frees.data);
         sb_free(&hargs);
         sb_free(&dargs);
+        sb_free(&frees);
         nmaps++;
         cg_kernel_teardown(&L);
     }
@@ -280,4 +281,31 @@ Test(cuda_codegen, map_kernels_agree_with_the_c_target, .timeout = 240)
     /* KILN_TEST_KEEP=1 keeps model.cu, the harness and the C reference to read */
     if (getenv("KILN_TEST_KEEP")) printf("kept %s\n", dir);
     else support_remove_dir(dir);
+}
+
+/* One elementwise kernel with a broadcast operand over the last axis, most unary ops. */
+Test(cuda_codegen, map_kernels_agree_with_the_c_target, .timeout = 240)
+{
+    check_map_kernels("model ew\ndim B <= 64\n"
+                      "forward(x: f32[B, 37], z: f32[37]) -> y {\n"
+                      " y = tanh(x * z) + sigmoid(x) * 2 - relu(x - z) / (exp(z) + 1) + where(x > z, x, -z)\n"
+                      "}\nloss(y) = sum(y * y / 2 + y)\n");
+}
+
+/* Broadcasts along leading and middle axes: coordinates from the flat index by division. */
+Test(cuda_codegen, broadcast_coordinates, .timeout = 240)
+{
+    check_map_kernels("model t\ndim B <= 9\n"
+                      "forward(x: f32[B, 5, 6, 2], z: f32[5, 1, 2], w: f32[6, 1]) -> y {\n"
+                      " y = where(x > 0, x * z, z - w) + maximum(x, w) - minimum(z, x)\n"
+                      "}\nloss(y) = sum(y * y / 2 + y)\n");
+}
+
+/* Double precision, casts, pow, abs, sqrt and log. */
+Test(cuda_codegen, f64_casts_and_math, .timeout = 240)
+{
+    check_map_kernels("model t\ndim B <= 64\n"
+                      "forward(x: f64[B, 7], z: f32[B, 7]) -> y {\n"
+                      " y = f32(pow(exp(x), 0.5) + sqrt(abs(x) + 1)) * log(abs(z) + 1) + f32(x > 0)\n"
+                      "}\nloss(y) = sum(y * y / 2 + y)\n");
 }
