@@ -107,11 +107,11 @@ static void emit_row_body(CgKernel *L, const char *indent)
             sb_init(&red);
             sb_init(&maxes);
             sb_init(&nans);
-            cg_clear_needed(L);
+            cg_need_pass(L, s);
             for (int32_t i = 0; i < L->K->count; i++) {
                 NodeId id = CG_MEMBER(L, i);
                 const Node *n = &g->nodes[id];
-                if (L->f->cls[id] != CLASS_ROW || L->avail[id] != s || (n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX)) continue;
+                if (!cg_reduced_in_pass(L, id, s)) continue;
                 const char *t = cg_ctype((DType)n->dtype);
                 sb_printf(o, "%s%s a%d = %s;\n", indent, t, id, n->op == OP_REDUCE_SUM ? "0" : "-INFINITY");
                 if (n->op == OP_REDUCE_MAX) {
@@ -123,13 +123,7 @@ static void emit_row_body(CgKernel *L, const char *indent)
                 } else {
                     sb_printf(&red, "%sa%d", red.len ? ", " : "", id);
                 }
-                NodeId r = fusion_root(g, L->f, ir_input(g, id, 0));
-                if (cg_in_kernel(L, r)) cg_need(L, r);
             }
-            /* stored full values that need only earlier stages are written in this pass,
-             * not in another pass over the row at the end */
-            for (int i = 0; i < L->nstores; i++)
-                if (L->f->cls[L->stores[i]] == CLASS_FULL && L->avail[L->stores[i]] == s - 1) cg_need(L, L->stores[i]);
             StrBuf pragma;
             sb_init(&pragma);
             sb_puts(&pragma, "#pragma omp simd");
@@ -141,7 +135,7 @@ static void emit_row_body(CgKernel *L, const char *indent)
             for (int32_t i = 0; i < L->K->count; i++) {
                 NodeId id = CG_MEMBER(L, i);
                 const Node *n = &g->nodes[id];
-                if (L->f->cls[id] != CLASS_ROW || L->avail[id] != s || (n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX)) continue;
+                if (!cg_reduced_in_pass(L, id, s)) continue;
                 StrBuf v;
                 sb_init(&v);
                 cg_operand(L, ir_input(g, id, 0), id, false, &v);
@@ -152,8 +146,7 @@ static void emit_row_body(CgKernel *L, const char *indent)
                 sb_free(&v);
             }
             for (int i = 0; i < L->nstores; i++)
-                if (L->f->cls[L->stores[i]] == CLASS_FULL && L->avail[L->stores[i]] == s - 1)
-                    sb_printf(o, "%sy%d[i] = t%d;\n", in, L->stores[i], L->stores[i]);
+                if (cg_stored_in_pass(L, L->stores[i], s)) sb_printf(o, "%sy%d[i] = t%d;\n", in, L->stores[i], L->stores[i]);
             close_braces(o, braces, indent);
             sb_free(&red);
             sb_free(&maxes);
@@ -176,16 +169,11 @@ static void emit_row_body(CgKernel *L, const char *indent)
     }
     /* the final pass: full values other kernels read */
     L->pass = L->nstages + 1;
-    cg_clear_needed(L);
-    bool any = false;
-    for (int i = 0; i < L->nstores; i++)
-        if (L->f->cls[L->stores[i]] == CLASS_FULL && L->avail[L->stores[i]] == L->nstages) cg_need(L, L->stores[i]), any = true;
-    if (any) {
+    if (cg_need_pass(L, L->pass)) {
         int braces = open_inner(L, L->lane >= 0 ? NULL : "#pragma omp simd", indent);
         cg_emit_needed(L, in);
         for (int i = 0; i < L->nstores; i++)
-            if (L->f->cls[L->stores[i]] == CLASS_FULL && L->avail[L->stores[i]] == L->nstages)
-                sb_printf(o, "%sy%d[i] = t%d;\n", in, L->stores[i], L->stores[i]);
+            if (cg_stored_in_pass(L, L->stores[i], L->pass)) sb_printf(o, "%sy%d[i] = t%d;\n", in, L->stores[i], L->stores[i]);
         close_braces(o, braces, indent);
     }
     for (int i = 0; i < L->nstores; i++) {

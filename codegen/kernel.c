@@ -499,3 +499,37 @@ void cg_kernel_comment(CgKernel *L)
     cg_source_line(c, L->K->anchor);
     sb_puts(o, " */\n");
 }
+
+/* ---- the passes over a row ---- */
+
+bool cg_reduced_in_pass(const CgKernel *L, NodeId id, int pass)
+{
+    const Node *n = &L->g->nodes[id];
+    return L->f->cls[id] == CLASS_ROW && L->avail[id] == pass && (n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX);
+}
+
+/* A stored full value is written by the first pass after the stages it needs: then no
+ * further pass over the row is spent on it (the last pass writes those that need them all). */
+bool cg_stored_in_pass(const CgKernel *L, NodeId id, int pass)
+{
+    return L->f->stored[id] && L->f->cls[id] == CLASS_FULL && L->avail[id] == pass - 1;
+}
+
+bool cg_need_pass(CgKernel *L, int pass)
+{
+    cg_clear_needed(L);
+    bool any = false;
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        if (!cg_reduced_in_pass(L, id, pass)) continue;
+        NodeId r = fusion_root(L->g, L->f, ir_input(L->g, id, 0));
+        if (cg_in_kernel(L, r)) cg_need(L, r);
+        any = true;
+    }
+    for (int i = 0; i < L->nstores; i++)
+        if (cg_stored_in_pass(L, L->stores[i], pass)) {
+            cg_need(L, L->stores[i]);
+            any = true;
+        }
+    return any;
+}

@@ -143,6 +143,17 @@ void cg_need(CgKernel *L, NodeId id);
 void cg_clear_needed(CgKernel *L);
 /* The body of an element iteration: the needed full members, in order. */
 void cg_emit_needed(CgKernel *L, const char *indent);
+/* The reduction structure of a row (CG_LOOP_ROWS, CG_LOOP_NESTED): passes 1 ... nstages
+ * over the row's elements each accumulate the row reductions of their stage, then the row
+ * values that depend on them are computed; pass nstages + 1 writes the stored full values
+ * that need every stage. A target prints each pass as its own loop (C) or block-wide
+ * reduction (CUDA); which members each pass computes is decided here. */
+/* Is member id a row reduction (sum or max) accumulated in this pass? */
+bool cg_reduced_in_pass(const CgKernel *L, NodeId id, int pass);
+/* Is member id a stored full value written in this pass? */
+bool cg_stored_in_pass(const CgKernel *L, NodeId id, int pass);
+/* Marks (cg_need) the full members this pass computes; false when it has nothing to do. */
+bool cg_need_pass(CgKernel *L, int pass);
 /* What fused kernel k is, in a few words: "matrix product over float[T*B, 384]". */
 void cg_kernel_title(Cg *c, int32_t k, StrBuf *o);
 /* The comment above a kernel: its title, members, values computed again, model line. */
