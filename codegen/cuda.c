@@ -3,12 +3,17 @@
  *
  * What each fused kernel computes comes from kernel.c, as for the C target; this file adds
  * what is the GPU's own: the threads that run it and the host function that launches it.
- * So far it writes elementwise kernels (fusion.c's loop kernels without reduced axes) as
- * grid-stride loops: each thread computes elements i, i + gridDim.x * blockDim.x, ...,
- * deriving from i the coordinates the members need (broadcast loads, iotas). Every other
- * kind of kernel is refused with an error naming it and its model line: never code that
- * computes something else. Row reductions (one block or warp per row), GEMMs (cuBLAS),
- * single-node kernels, random numbers and the host program follow (issue 18). */
+ * So far it writes
+ *   - elementwise kernels (loop kernels without reduced axes) as grid-stride loops: each
+ *     thread computes elements i, i + gridDim.x * blockDim.x, ..., deriving from i the
+ *     coordinates the members need (broadcast loads, iotas);
+ *   - row reductions over trailing axes (softmax, layer norm, their backward kernels): one
+ *     block per row, kernel.c's passes over the row as block-strided loops, each followed
+ *     by block-wide sums or maxima (warp shuffles, then shared memory).
+ * Every other kind of kernel is refused with an error naming it and its model line: never
+ * code that computes something else. Totals over all rows, reductions over leading axes,
+ * GEMMs (cuBLAS), single-node kernels, random numbers and the host program follow
+ * (issue 18). */
 #include "kernel.h"
 
 #include <stdio.h>
@@ -28,12 +33,17 @@ static const char *unsupported_kind(const CgKernel *L)
     const Kernel *K = L->K;
     if (K->kind == KERNEL_GEMM) return "matrix product";
     if (K->kind == KERNEL_SINGLE) return ir_op_info[L->g->nodes[K->anchor].op].name;
-    if (K->axes) return "row reduction";
+    if (K->axes && L->mode != CG_LOOP_ROWS) return "row reduction (other than over trailing axes)";
+    for (int i = 0; i < L->nstores; i++)
+        if (L->f->cls[L->stores[i]] == CLASS_TOTAL) return "total reduction (over all rows)";
     if (L->random) return "random-number elementwise";
     return NULL;
 }
 
-static void kernel_name(const CgKernel *L, StrBuf *b) { sb_printf(b, "%s_k%d_map", L->c->prefix, L->k); }
+static void kernel_name(const CgKernel *L, StrBuf *b)
+{
+    sb_printf(b, "%s_k%d_%s", L->c->prefix, L->k, L->K->axes ? "rows" : "map");
+}
 
 /* "models/mlp.kiln:12: x = relu(fc1(x))": the model line, for launch sites and errors. */
 static void model_line(Cg *c, NodeId id, StrBuf *b)
@@ -92,7 +102,8 @@ static void coordinates(CgKernel *L, const char *indent)
     }
 }
 
-static void emit_map_kernel(CgKernel *L)
+/* The kernel's comment with its launch shape, its signature and its dims S0, S1, .... */
+static void kernel_head(CgKernel *L, const char *launch)
 {
     Cg *c = L->c;
     StrBuf *o = c->o;
@@ -101,9 +112,7 @@ static void emit_map_kernel(CgKernel *L)
     /* the comment ends with the close of the comment: the launch shape goes before it */
     o->len -= 4;
     o->data[o->len] = 0;
-    sb_printf(o, "\n * Launch: blocks of %d threads, a grid-stride loop over the elements (each thread takes\n"
-                 " * every gridDim.x * blockDim.x-th one, from its own index). */\n",
-              CUDA_MAP_BLOCK);
+    sb_printf(o, "\n * Launch: %s */\n", launch);
     sb_printf(o, "__global__ void __launch_bounds__(%d) ", CUDA_MAP_BLOCK);
     kernel_name(L, o);
     sb_puts(o, "(");
@@ -119,6 +128,13 @@ static void emit_map_kernel(CgKernel *L)
         sb_puts(o, ";\n");
     }
     for (int a = 0; a < L->rank; a++) sb_printf(o, "    (void)S%d;\n", a);
+}
+
+static void emit_map_kernel(CgKernel *L)
+{
+    StrBuf *o = L->c->o;
+    kernel_head(L, "blocks of 256 threads, a grid-stride loop over the elements (each thread takes\n"
+                   " * every gridDim.x * blockDim.x-th one, from its own index).");
     sb_puts(o, "    const int64_t n = ");
     if (!L->rank) sb_puts(o, "1");
     for (int a = 0; a < L->rank; a++) sb_printf(o, "%sS%d", a ? " * " : "", a);
@@ -130,8 +146,117 @@ static void emit_map_kernel(CgKernel *L)
     cg_emit_needed(L, "        ");
     for (int i = 0; i < L->nstores; i++) sb_printf(o, "        y%d[i] = t%d;\n", L->stores[i], L->stores[i]);
     sb_puts(o, "    }\n}\n\n");
+}
 
-    /* the host side */
+/* Pass s over a row: the accumulators, the loop over the row's elements (the needed
+ * members, the partial reductions, the stores of the pass), the block's results. */
+static void emit_row_pass(CgKernel *L, int s, const char *indent, const char *in)
+{
+    const Graph *g = L->g;
+    StrBuf *o = L->c->o;
+    const int last = L->rank - 1;
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        if (!cg_reduced_in_pass(L, id, s)) continue;
+        const char *ty = cg_ctype((DType)g->nodes[id].dtype);
+        if (g->nodes[id].op == OP_REDUCE_SUM) sb_printf(o, "%s%s a%d = 0;\n", indent, ty, id);
+        else sb_printf(o, "%s%s a%d = -INFINITY;\n%sint nan%d = 0;\n", indent, ty, id, indent, id);
+    }
+    sb_printf(o, "%sfor (int64_t j = threadIdx.x; j < W; j += blockDim.x) {\n%s    const int64_t i = row * W + j;\n", indent,
+              indent);
+    if (L->coords >> last & 1) sb_printf(o, "%sconst int64_t c%d = j;\n", in, last);
+    cg_emit_needed(L, in);
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        if (!cg_reduced_in_pass(L, id, s)) continue;
+        StrBuf v;
+        sb_init(&v);
+        cg_operand(L, ir_input(g, id, 0), id, false, &v);
+        if (g->nodes[id].op == OP_REDUCE_SUM) sb_printf(o, "%sa%d += %s;\n", in, id, v.data);
+        else
+            sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    a%d = v > a%d ? v : a%d;\n%s    nan%d |= v != v;\n%s}\n", in, in,
+                      cg_ctype((DType)g->nodes[id].dtype), v.data, in, id, id, id, in, id, in);
+        sb_free(&v);
+    }
+    for (int i = 0; i < L->nstores; i++)
+        if (cg_stored_in_pass(L, L->stores[i], s)) sb_printf(o, "%sy%d[i] = t%d;\n", in, L->stores[i], L->stores[i]);
+    sb_printf(o, "%s}\n", indent);
+    /* the block's results, the same in every thread */
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        if (!cg_reduced_in_pass(L, id, s)) continue;
+        const char *ty = cg_ctype((DType)g->nodes[id].dtype);
+        if (g->nodes[id].op == OP_REDUCE_SUM) {
+            sb_printf(o, "%sconst %s w%d = kiln_block_sum(a%d);\n", indent, ty, id, id);
+        } else {
+            sb_printf(o, "%sconst %s m%d = kiln_block_max(a%d);\n", indent, ty, id, id);
+            sb_printf(o, "%sconst %s w%d = kiln_block_max(nan%d) ? NAN : m%d;\n", indent, ty, id, id, id);
+        }
+    }
+}
+
+/* The product of the dims of the inner axes (or of the others): S<a> names, or with
+ * `values` the dims themselves (host code). */
+static void dims_product(StrBuf *o, const CgKernel *L, bool inner, bool values)
+{
+    bool any = false;
+    for (int a = 0; a < L->rank; a++) {
+        if ((L->inner >> a & 1) != inner) continue;
+        sb_puts(o, any ? " * " : "");
+        Dim d = L->K->shape.d[a];
+        bool paren = values && d.nsym && (d.k != 1 || d.nsym > 1);
+        if (!values) sb_printf(o, "S%d", a);
+        else {
+            sb_puts(o, paren ? "(" : "");
+            cg_dim(o, L->g, d);
+            sb_puts(o, paren ? ")" : "");
+        }
+        any = true;
+    }
+    if (!any) sb_puts(o, "1");
+}
+
+/* A row reduction kernel (CG_LOOP_ROWS: the reduced axes are the trailing ones, so a row
+ * is W contiguous elements): one block per row, and kernel.c's passes over the row
+ * (cg_need_pass) as loops in which each thread takes every blockDim.x-th element,
+ * followed by block-wide reductions of the threads' partial results. Every thread then
+ * holds the row values (w<id>), as the C target's row loop does. */
+static void emit_rows_kernel(CgKernel *L)
+{
+    const Graph *g = L->g;
+    StrBuf *o = L->c->o;
+    kernel_head(L, "one block of 256 threads per row (a grid-stride loop over the rows); in each\n"
+                   " * pass over the row, thread t takes elements t, t + blockDim.x, ..., then the block\n"
+                   " * combines the threads' partial sums or maxima (kiln_block_sum, kiln_block_max).");
+    sb_puts(o, "    const int64_t R = ");
+    dims_product(o, L, false, false);
+    sb_puts(o, ", W = ");
+    dims_product(o, L, true, false);
+    sb_puts(o, ";\n    for (int64_t row = blockIdx.x; row < R; row += gridDim.x) {\n");
+    const char *indent = "        ", *in = "            ";
+    for (int s = 0; s <= L->nstages + 1; s++) {
+        L->pass = s;
+        if (s > 0 && cg_need_pass(L, s)) emit_row_pass(L, s, indent, in);
+        for (int32_t i = 0; i < L->K->count; i++) {
+            NodeId id = CG_MEMBER(L, i);
+            const Node *n = &g->nodes[id];
+            if (L->f->cls[id] == CLASS_ROW && L->avail[id] == s && n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX)
+                cg_member_value(L, id, true, indent);
+        }
+    }
+    L->pass = 0;
+    for (int i = 0; i < L->nstores; i++)
+        if (L->f->cls[L->stores[i]] == CLASS_ROW) sb_printf(o, "%sif (threadIdx.x == 0) y%d[row] = w%d;\n", indent, L->stores[i], L->stores[i]);
+    sb_puts(o, "    }\n}\n\n");
+}
+
+/* The host function that launches kernel L on `grid` blocks (an expression of n, the
+ * elements, and R, the rows). */
+static void emit_launcher(CgKernel *L)
+{
+    Cg *c = L->c;
+    StrBuf *o = c->o;
+    const Graph *g = L->g;
     sb_printf(o, "/* Launches kernel %d on stream: s holds the symbols' values (host memory), the\n"
                  " * pointers are device memory. */\nvoid ",
               L->k);
@@ -150,10 +275,16 @@ static void emit_map_kernel(CgKernel *L)
         cg_dim(o, g, d);
         sb_puts(o, paren ? ")" : "");
     }
-    sb_printf(o, ";\n    if (n == 0) return;\n"
-                 "    const int64_t blocks = (n + %d - 1) / %d;\n"
-                 "    const int grid = blocks < %d ? (int)blocks : %d;\n",
-              CUDA_MAP_BLOCK, CUDA_MAP_BLOCK, CUDA_MAP_GRID_MAX, CUDA_MAP_GRID_MAX);
+    sb_puts(o, ";\n    (void)n;\n");
+    if (L->K->axes) { /* one block per row; a row of no elements still has its sum, 0 */
+        sb_puts(o, "    const int64_t blocks = ");
+        dims_product(o, L, false, true);
+        sb_puts(o, ";\n");
+    } else {
+        sb_printf(o, "    const int64_t blocks = (n + %d - 1) / %d;\n", CUDA_MAP_BLOCK, CUDA_MAP_BLOCK);
+    }
+    sb_puts(o, "    if (blocks == 0) return;\n");
+    sb_printf(o, "    const int grid = blocks < %d ? (int)blocks : %d;\n", CUDA_MAP_GRID_MAX, CUDA_MAP_GRID_MAX);
     StrBuf site;
     sb_init(&site);
     model_line(c, L->K->anchor, &site);
@@ -182,7 +313,9 @@ static int emit_graph(Cg *c, const Graph *g, const char *prefix, const char *ste
         cg_kernel_setup(&L, c, k);
         const char *kind = unsupported_kind(&L);
         if (!kind) {
-            emit_map_kernel(&L);
+            if (L.K->axes) emit_rows_kernel(&L);
+            else emit_map_kernel(&L);
+            emit_launcher(&L);
         } else {
             StrBuf title, line;
             sb_init(&title);
@@ -237,6 +370,31 @@ int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path,
               train->name, KILN_VERSION, source_path);
     if (partial) sb_puts(out, "/* Partial: kernels that --target cuda cannot write yet are left out (tests only). */\n");
     sb_puts(out, "#include <math.h>\n#include <stdint.h>\n\n#include \"kiln_cuda.h\"\n\n");
+    sb_puts(out, "/* The sum and the maximum of v over the block, returned to every thread: each warp\n"
+                 " * combines its lanes with shuffles, lane 0 of each writes the warp's result to shared\n"
+                 " * memory, and every thread combines the warps' results in the same order (the same bits\n"
+                 " * in every thread). blockDim.x is a multiple of 32; every thread of the block calls it. */\n"
+                 "template <typename T> static __device__ T kiln_block_sum(T v)\n{\n"
+                 "    KILN_SHARED(T, warp_sums, [32]);\n"
+                 "    for (int o = 16; o > 0; o /= 2) v += KILN_SHFL_XOR(v, o);\n"
+                 "    __syncthreads(); /* the last call's readers are done with warp_sums */\n"
+                 "    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;\n"
+                 "    __syncthreads();\n"
+                 "    T s = warp_sums[0];\n"
+                 "    for (int w = 1; w < (int)blockDim.x / 32; w++) s += warp_sums[w];\n"
+                 "    return s;\n}\n\n"
+                 "template <typename T> static __device__ T kiln_block_max(T v)\n{\n"
+                 "    KILN_SHARED(T, warp_maxes, [32]);\n"
+                 "    for (int o = 16; o > 0; o /= 2) {\n"
+                 "        const T u = KILN_SHFL_XOR(v, o);\n"
+                 "        v = u > v ? u : v;\n"
+                 "    }\n"
+                 "    __syncthreads();\n"
+                 "    if (threadIdx.x % 32 == 0) warp_maxes[threadIdx.x / 32] = v;\n"
+                 "    __syncthreads();\n"
+                 "    T m = warp_maxes[0];\n"
+                 "    for (int w = 1; w < (int)blockDim.x / 32; w++) m = warp_maxes[w] > m ? warp_maxes[w] : m;\n"
+                 "    return m;\n}\n\n");
     int rc = emit_graph(&c, train, "train", "training", partial);
     if (!rc) rc = emit_graph(&c, eval, "eval", "evaluation", partial);
     cg_free_lines(&c);
