@@ -9,10 +9,12 @@
  *     coordinates the members need (broadcast loads, iotas);
  *   - row reductions over trailing axes (softmax, layer norm, their backward kernels): one
  *     block per row, kernel.c's passes over the row as block-strided loops, each followed
- *     by block-wide sums or maxima (warp shuffles, then shared memory).
+ *     by block-wide sums or maxima (warp shuffles, then shared memory); a kernel with a
+ *     total over all rows (a loss) runs as one block that takes the rows in order;
+ *   - reductions over leading axes (bias gradients): one thread per column.
  * Every other kind of kernel is refused with an error naming it and its model line: never
- * code that computes something else. Totals over all rows, reductions over leading axes,
- * GEMMs (cuBLAS), single-node kernels, random numbers and the host program follow
+ * code that computes something else. Reductions over axes whose coordinates the kernel
+ * needs, GEMMs (cuBLAS), single-node kernels, random numbers and the host program follow
  * (issue 18). */
 #include "kernel.h"
 
@@ -33,9 +35,7 @@ static const char *unsupported_kind(const CgKernel *L)
     const Kernel *K = L->K;
     if (K->kind == KERNEL_GEMM) return "matrix product";
     if (K->kind == KERNEL_SINGLE) return ir_op_info[L->g->nodes[K->anchor].op].name;
-    if (K->axes && L->mode != CG_LOOP_ROWS) return "row reduction (other than over trailing axes)";
-    for (int i = 0; i < L->nstores; i++)
-        if (L->f->cls[L->stores[i]] == CLASS_TOTAL) return "total reduction (over all rows)";
+    if (K->axes && L->mode != CG_LOOP_ROWS && L->mode != CG_LOOP_COLUMNS) return "row reduction (over coordinates it needs)";
     if (L->random) return "random-number elementwise";
     return NULL;
 }
@@ -164,7 +164,7 @@ static void emit_row_pass(CgKernel *L, int s, const char *indent, const char *in
     }
     sb_printf(o, "%sfor (int64_t j = threadIdx.x; j < W; j += blockDim.x) {\n%s    const int64_t i = row * W + j;\n", indent,
               indent);
-    if (L->coords >> last & 1) sb_printf(o, "%sconst int64_t c%d = j;\n", in, last);
+    if (L->coords >> last & 1) sb_printf(o, "%sconst int64_t c%d = j;\n%s(void)c%d; /* not every pass needs it */\n", in, last, in, last);
     cg_emit_needed(L, in);
     for (int32_t i = 0; i < L->K->count; i++) {
         NodeId id = CG_MEMBER(L, i);
@@ -216,6 +216,63 @@ static void dims_product(StrBuf *o, const CgKernel *L, bool inner, bool values)
     if (!any) sb_puts(o, "1");
 }
 
+static bool has_total(const CgKernel *L)
+{
+    for (int i = 0; i < L->nstores; i++)
+        if (L->f->cls[L->stores[i]] == CLASS_TOTAL) return true;
+    return false;
+}
+
+/* Reductions over leading axes whose results nothing else in the kernel uses (bias
+ * gradients, CG_LOOP_COLUMNS): one thread per column walks down its H elements in order,
+ * as the C target does, so the sums are the same bits; neighbouring threads read
+ * neighbouring elements. */
+static void emit_columns_kernel(CgKernel *L)
+{
+    const Graph *g = L->g;
+    StrBuf *o = L->c->o;
+    kernel_head(L, "one thread per column (blocks of 256, a grid-stride loop over the columns); each\n"
+                   " * thread walks down the rows of its column in order, accumulating in registers.");
+    sb_puts(o, "    const int64_t H = ");
+    dims_product(o, L, true, false);
+    sb_puts(o, ", R = ");
+    dims_product(o, L, false, false);
+    sb_puts(o, ";\n    for (int64_t row = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; row < R; row += (int64_t)gridDim.x * blockDim.x) {\n");
+    cg_clear_needed(L);
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        if (L->f->cls[id] == CLASS_FULL && L->f->stored[id]) cg_need(L, id);
+        if (L->f->cls[id] == CLASS_ROW) {
+            NodeId r = fusion_root(g, L->f, ir_input(g, id, 0));
+            if (cg_in_kernel(L, r)) cg_need(L, r);
+            sb_printf(o, "        %s a%d = %s;\n", cg_ctype((DType)g->nodes[id].dtype), id,
+                      g->nodes[id].op == OP_REDUCE_SUM ? "0" : "-INFINITY");
+        }
+    }
+    sb_puts(o, "        for (int64_t h = 0; h < H; h++) {\n            const int64_t i = h * R + row;\n");
+    const char *in = "            ";
+    cg_emit_needed(L, in);
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        if (L->f->cls[id] == CLASS_FULL && L->f->stored[id]) sb_printf(o, "%sy%d[i] = t%d;\n", in, id, id);
+        if (L->f->cls[id] != CLASS_ROW) continue;
+        StrBuf v;
+        sb_init(&v);
+        cg_operand(L, ir_input(g, id, 0), id, false, &v);
+        if (g->nodes[id].op == OP_REDUCE_SUM) sb_printf(o, "%sa%d += %s;\n", in, id, v.data);
+        else
+            sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    if (v > a%d || v != v) a%d = v;\n%s}\n", in, in,
+                      cg_ctype((DType)g->nodes[id].dtype), v.data, in, id, id, in);
+        sb_free(&v);
+    }
+    sb_puts(o, "        }\n");
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        if (L->f->cls[id] == CLASS_ROW) sb_printf(o, "        y%d[row] = a%d;\n", id, id);
+    }
+    sb_puts(o, "    }\n}\n\n");
+}
+
 /* A row reduction kernel (CG_LOOP_ROWS: the reduced axes are the trailing ones, so a row
  * is W contiguous elements): one block per row, and kernel.c's passes over the row
  * (cg_need_pass) as loops in which each thread takes every blockDim.x-th element,
@@ -225,14 +282,22 @@ static void emit_rows_kernel(CgKernel *L)
 {
     const Graph *g = L->g;
     StrBuf *o = L->c->o;
-    kernel_head(L, "one block of 256 threads per row (a grid-stride loop over the rows); in each\n"
-                   " * pass over the row, thread t takes elements t, t + blockDim.x, ..., then the block\n"
-                   " * combines the threads' partial sums or maxima (kiln_block_sum, kiln_block_max).");
+    kernel_head(L, has_total(L) ? "one block of 256 threads for all the rows, in order, so that the total is summed\n"
+                                  " * in the same order every time (correct, not yet fast); in each pass over a row, thread t\n"
+                                  " * takes elements t, t + blockDim.x, ..., then the block combines the threads' partial\n"
+                                  " * sums or maxima (kiln_block_sum, kiln_block_max)."
+                                : "one block of 256 threads per row (a grid-stride loop over the rows); in each\n"
+                                  " * pass over the row, thread t takes elements t, t + blockDim.x, ..., then the block\n"
+                                  " * combines the threads' partial sums or maxima (kiln_block_sum, kiln_block_max).");
     sb_puts(o, "    const int64_t R = ");
     dims_product(o, L, false, false);
     sb_puts(o, ", W = ");
     dims_product(o, L, true, false);
-    sb_puts(o, ";\n    for (int64_t row = blockIdx.x; row < R; row += gridDim.x) {\n");
+    sb_puts(o, ";\n");
+    for (int i = 0; i < L->nstores; i++)
+        if (L->f->cls[L->stores[i]] == CLASS_TOTAL)
+            sb_printf(o, "    %s tot%d = 0;\n", cg_ctype((DType)g->nodes[L->stores[i]].dtype), L->stores[i]);
+    sb_puts(o, "    for (int64_t row = blockIdx.x; row < R; row += gridDim.x) {\n");
     const char *indent = "        ", *in = "            ";
     for (int s = 0; s <= L->nstages + 1; s++) {
         L->pass = s;
@@ -247,7 +312,17 @@ static void emit_rows_kernel(CgKernel *L)
     L->pass = 0;
     for (int i = 0; i < L->nstores; i++)
         if (L->f->cls[L->stores[i]] == CLASS_ROW) sb_printf(o, "%sif (threadIdx.x == 0) y%d[row] = w%d;\n", indent, L->stores[i], L->stores[i]);
-    sb_puts(o, "    }\n}\n\n");
+    for (int i = 0; i < L->nstores; i++) {
+        NodeId id = L->stores[i];
+        if (L->f->cls[id] != CLASS_TOTAL) continue;
+        sb_printf(o, "%stot%d += ", indent, id);
+        cg_operand(L, ir_input(g, id, 0), id, true, o);
+        sb_puts(o, ";\n");
+    }
+    sb_puts(o, "    }\n");
+    for (int i = 0; i < L->nstores; i++)
+        if (L->f->cls[L->stores[i]] == CLASS_TOTAL) sb_printf(o, "    if (threadIdx.x == 0) y%d[0] = tot%d;\n", L->stores[i], L->stores[i]);
+    sb_puts(o, "}\n\n");
 }
 
 /* The host function that launches kernel L on `grid` blocks (an expression of n, the
@@ -276,7 +351,13 @@ static void emit_launcher(CgKernel *L)
         sb_puts(o, paren ? ")" : "");
     }
     sb_puts(o, ";\n    (void)n;\n");
-    if (L->K->axes) { /* one block per row; a row of no elements still has its sum, 0 */
+    if (L->mode == CG_LOOP_COLUMNS) { /* one thread per column */
+        sb_puts(o, "    const int64_t columns = ");
+        dims_product(o, L, false, true);
+        sb_printf(o, ";\n    const int64_t blocks = (columns + %d - 1) / %d;\n", CUDA_MAP_BLOCK, CUDA_MAP_BLOCK);
+    } else if (has_total(L)) { /* one block for every row: the total in row order */
+        sb_puts(o, "    const int64_t blocks = 1;\n");
+    } else if (L->K->axes) { /* one block per row; a row of no elements still has its sum, 0 */
         sb_puts(o, "    const int64_t blocks = ");
         dims_product(o, L, false, true);
         sb_puts(o, ";\n");
@@ -313,7 +394,8 @@ static int emit_graph(Cg *c, const Graph *g, const char *prefix, const char *ste
         cg_kernel_setup(&L, c, k);
         const char *kind = unsupported_kind(&L);
         if (!kind) {
-            if (L.K->axes) emit_rows_kernel(&L);
+            if (L.mode == CG_LOOP_COLUMNS) emit_columns_kernel(&L);
+            else if (L.K->axes) emit_rows_kernel(&L);
             else emit_map_kernel(&L);
             emit_launcher(&L);
         } else {

@@ -153,9 +153,10 @@ static void check_map_kernels(const char *text)
     for (int32_t k = 0; k < cg.fp.nkernels; k++) {
         CgKernel L;
         cg_kernel_setup(&L, &cg, k);
-        /* the kinds cuda.c writes so far: elementwise, and reductions over trailing axes */
-        bool written = L.K->kind == KERNEL_LOOP && !L.random && (!L.K->axes || L.mode == CG_LOOP_ROWS);
-        for (int i = 0; i < L.nstores; i++) written &= cg.fp.cls[L.stores[i]] != CLASS_TOTAL;
+        /* the kinds cuda.c writes so far: elementwise, row reductions (trailing axes, with
+         * totals), column reductions (leading axes) */
+        bool written = L.K->kind == KERNEL_LOOP && !L.random &&
+                       (!L.K->axes || L.mode == CG_LOOP_ROWS || L.mode == CG_LOOP_COLUMNS);
         char name[64];
         snprintf(name, sizeof name, "train_k%d_%s", k, L.K->axes ? "rows" : "map");
         char *fn = written ? function_text(c.data, name) : NULL;
@@ -202,6 +203,8 @@ static void check_map_kernels(const char *text)
         for (int i = 0; i < L.nstores; i++) {
             NodeId y = L.stores[i];
             int64_t n = numel_at(g, &g->nodes[y].shape, symvals);
+            /* relative to 1 + |want|: sums are added in another order (a block's tree, not
+             * the C target's SIMD lanes), a difference of a few float roundings */
             sb_printf(&body,
                       "        KILN_CUDA_CHECK(cudaMemcpy(got%d, d%d, %lld * sizeof *got%d, cudaMemcpyDeviceToHost));\n"
                       "        {\n"
@@ -212,7 +215,7 @@ static void check_map_kernels(const char *text)
                       "            if (!(e <= worst)) worst = e;\n"
                       "        }\n"
                       "        printf(\"kernel %d, %%%%%d: %lld elements, worst difference %%g\\n\", worst);\n"
-                      "        bad |= !(worst <= 1e-5);\n"
+                      "        bad |= !(worst <= 1e-4);\n"
                       "        }\n",
                       y, y, (long long)n, y, (long long)n, y, y, k, y, (long long)n);
         }
