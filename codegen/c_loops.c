@@ -398,81 +398,6 @@ static void emit_loop_kernel(CgKernel *L)
     sb_puts(o, "}\n\n");
 }
 
-/* A matrix-product operand as BLAS reads it: its base pointer, transposed or not, and
- * the strides of its axes (a strided view of the base, or the base's own rows). */
-typedef struct {
-    FusionLayout lay;
-    bool trans;
-} Operand;
-
-static void operand(CgKernel *L, NodeId x, Operand *op)
-{
-    if (!fusion_layout(L->g, L->f, x, &op->lay) || !fusion_gemm_operand(L->g, &op->lay, x, &op->trans)) {
-        /* fusion only makes views that BLAS can read; anything else is a bug there */
-        fprintf(stderr, "kiln: internal error: matrix operand %%%d has no BLAS layout\n", x);
-        abort();
-    }
-}
-
-/* The offset of an operand's element (c_0, ..., c_{r-3}, row, col): its offset terms plus
- * the batch coordinates (c<axis>), `row` and `col` (expressions) times their strides. */
-static void operand_offset(CgKernel *L, const Operand *op, int nbatch, const char *row, const char *col, StrBuf *b)
-{
-    bool any = false;
-    for (int t = 0; t < op->lay.nterms; t++) {
-        sb_puts(b, any ? " + " : "");
-        cg_dim(b, L->g, op->lay.offset[t]);
-        any = true;
-    }
-    for (int a = 0; a <= nbatch + 1; a++) {
-        Dim st = op->lay.stride[a];
-        const char *at = a == nbatch ? row : col;
-        if ((st.nsym == 0 && st.k == 0) || (a >= nbatch && !strcmp(at, "0"))) continue;
-        sb_puts(b, any ? " + " : "");
-        if (a < nbatch) sb_printf(b, "c%d", a);
-        else sb_puts(b, at);
-        if (!cg_dim_is_one(st)) {
-            bool paren = st.nsym + (st.k != 1) > 1;
-            sb_puts(b, paren ? " * (" : " * ");
-            cg_dim(b, L->g, st);
-            sb_puts(b, paren ? ")" : "");
-        }
-        any = true;
-    }
-    if (!any) sb_puts(b, "0");
-}
-
-static void operand_comment(CgKernel *L, const char *name, NodeId x, const Operand *op)
-{
-    StrBuf *o = L->c->o;
-    const Graph *g = L->g;
-    sb_printf(o, "    /* %s = %%%d %s", name, x, cg_ctype((DType)g->nodes[x].dtype));
-    ir_shape_format(o, g, &g->nodes[x].shape);
-    if (fusion_is_contiguous(g, &op->lay, x)) {
-        if (op->lay.base != x) sb_printf(o, ": the memory of %%%d", op->lay.base);
-    } else {
-        sb_puts(o, ": read in place from ");
-        fusion_layout_format(o, g, &op->lay);
-    }
-    sb_puts(o, op->trans ? " (transposed) */\n" : " */\n");
-}
-
-/* The leading dimension BLAS needs: the stride between rows of the matrix as stored. */
-static void operand_ld(CgKernel *L, const char *name, NodeId x, const Operand *op)
-{
-    const Graph *g = L->g;
-    StrBuf *o = L->c->o;
-    const Shape *s = &g->nodes[x].shape;
-    int r = s->rank - 2, c = s->rank - 1;
-    /* stored rows run along the columns' axis when transposed */
-    int along = op->trans ? c : r, other = op->trans ? r : c;
-    sb_printf(o, "    const int ld%s = (int)kiln_blas_ld(", name);
-    cg_dim(o, g, op->lay.stride[along]);
-    sb_puts(o, ", ");
-    cg_dim(o, g, s->d[other]);
-    sb_puts(o, ");\n");
-}
-
 /* The bounds of a task's block of C (kiln_gemm_split): rows m0 + [0, mb), columns
  * n0 + [0, nb); a task past the edge does nothing. */
 static void block_bounds(StrBuf *o, const char *block)
@@ -496,7 +421,7 @@ static void batch_coords(StrBuf *o, int nbatch, const char *indent)
 /* The batch's products summed: the threads share blocks of the sum, and each block adds
  * the batch's products into itself in batch order (BLAS beta 1 after the first), so the
  * sum does not depend on the number of threads. */
-static void emit_gemm_summed(CgKernel *L, const Operand *A, const Operand *B, char f, int nbatch)
+static void emit_gemm_summed(CgKernel *L, const CgOperand *A, const CgOperand *B, char f, int nbatch)
 {
     StrBuf *o = L->c->o;
     const Graph *g = L->g;
@@ -521,8 +446,8 @@ static void emit_gemm_summed(CgKernel *L, const Operand *A, const Operand *B, ch
     StrBuf offa, offb;
     sb_init(&offa);
     sb_init(&offb);
-    operand_offset(L, A, nbatch, "m0", "0", &offa);
-    operand_offset(L, B, nbatch, "0", "n0", &offb);
+    cg_gemm_operand_offset(L, A, nbatch, "m0", "0", &offa);
+    cg_gemm_operand_offset(L, B, nbatch, "0", "n0", &offb);
     sb_printf(o, "            kiln_%cgemm_beta(%s, %s, mb, nb, K, p%d + (%s), lda, p%d + (%s), ldb, b ? 1 : 0, y%d + (m0 * N + n0), ldc);\n",
               f, A->trans ? "CblasTrans" : "CblasNoTrans", B->trans ? "CblasTrans" : "CblasNoTrans", A->lay.base, offa.data,
               B->lay.base, offb.data, sum);
@@ -538,9 +463,9 @@ static void emit_gemm_kernel(CgKernel *L)
     const Graph *g = L->g;
     NodeId mm = L->K->anchor;
     NodeId xa = ir_input(g, mm, 0), xb = ir_input(g, mm, 1);
-    Operand A, B;
-    operand(L, xa, &A);
-    operand(L, xb, &B);
+    CgOperand A, B;
+    cg_gemm_operand(L, xa, &A);
+    cg_gemm_operand(L, xb, &B);
     signature(L);
     int r = L->rank, nbatch = r - 2;
     char f = g->nodes[mm].dtype == DT_F64 ? 'd' : 's';
@@ -549,10 +474,10 @@ static void emit_gemm_kernel(CgKernel *L)
     sb_printf(o, ", M = S%d, N = S%d, K = ", r - 2, r - 1);
     cg_dim(o, g, g->nodes[xb].shape.d[r - 2]);
     sb_puts(o, ";\n");
-    operand_comment(L, "A", xa, &A);
-    operand_comment(L, "B", xb, &B);
-    operand_ld(L, "a", xa, &A);
-    operand_ld(L, "b", xb, &B);
+    cg_gemm_operand_comment(L, "A", xa, &A);
+    cg_gemm_operand_comment(L, "B", xb, &B);
+    cg_gemm_operand_ld(L, "a", xa, &A);
+    cg_gemm_operand_ld(L, "b", xb, &B);
     NodeId wr = L->K->written;
     if (L->K->summed != IR_NONE) {
         emit_gemm_summed(L, &A, &B, f, nbatch);
@@ -560,7 +485,7 @@ static void emit_gemm_kernel(CgKernel *L)
     }
     bool epilogue = false; /* an epilogue member is stored */
     for (int i = 0; i < L->nstores && wr == IR_NONE; i++) epilogue |= L->stores[i] != mm;
-    Operand C = {.trans = false};
+    CgOperand C = {.trans = false};
     if (wr != IR_NONE) {
         /* the product goes straight into the permuted memory of %wr */
         if (!fusion_gemm_output(g, mm, wr, C.lay.stride, &C.trans)) {
@@ -597,9 +522,9 @@ static void emit_gemm_kernel(CgKernel *L)
     sb_init(&offa);
     sb_init(&offb);
     sb_init(&offc);
-    operand_offset(L, &A, nbatch, "m0", "0", &offa);
-    operand_offset(L, &B, nbatch, "0", "n0", &offb);
-    if (wr != IR_NONE) operand_offset(L, &C, nbatch, "m0", "n0", &offc);
+    cg_gemm_operand_offset(L, &A, nbatch, "m0", "0", &offa);
+    cg_gemm_operand_offset(L, &B, nbatch, "0", "n0", &offb);
+    if (wr != IR_NONE) cg_gemm_operand_offset(L, &C, nbatch, "m0", "n0", &offc);
     else sb_printf(&offc, "(b * M + m0) * N + n0");
     NodeId pa = A.lay.base, pb = B.lay.base, pc = wr != IR_NONE ? wr : mm;
     if (!C.trans)

@@ -11,11 +11,13 @@
  *     block per row, kernel.c's passes over the row as block-strided loops, each followed
  *     by block-wide sums or maxima (warp shuffles, then shared memory); a kernel with a
  *     total over all rows (a loss) runs as one block that takes the rows in order;
- *   - reductions over leading axes (bias gradients): one thread per column.
+ *   - reductions over leading axes (bias gradients): one thread per column;
+ *   - 2-D float32 matrix products: cublasSgemm into the product's memory, then the
+ *     epilogue (bias, activation, ...) as an elementwise kernel over the product.
  * Every other kind of kernel is refused with an error naming it and its model line: never
- * code that computes something else. Reductions over axes whose coordinates the kernel
- * needs, GEMMs (cuBLAS), single-node kernels, random numbers and the host program follow
- * (issue 18). */
+ * code that computes something else. Batched, permuted-output and summed products,
+ * reductions over axes whose coordinates the kernel needs, single-node kernels (gathers,
+ * index checks, copies), random numbers and the host program follow (issue 18). */
 #include "kernel.h"
 
 #include <stdio.h>
@@ -33,7 +35,15 @@
 static const char *unsupported_kind(const CgKernel *L)
 {
     const Kernel *K = L->K;
-    if (K->kind == KERNEL_GEMM) return "matrix product";
+    if (K->kind == KERNEL_GEMM) {
+        const Graph *g = L->g;
+        if (K->shape.rank > 2) return "batched matrix product";
+        if (K->written != IR_NONE) return "matrix product written permuted";
+        if (K->summed != IR_NONE) return "summed matrix product";
+        if (g->nodes[K->anchor].dtype != DT_F32) return "non-float32 matrix product";
+        if (!L->f->stored[K->anchor]) return "matrix product with an unstored result";
+        return NULL;
+    }
     if (K->kind == KERNEL_SINGLE) return ir_op_info[L->g->nodes[K->anchor].op].name;
     if (K->axes && L->mode != CG_LOOP_ROWS && L->mode != CG_LOOP_COLUMNS) return "row reduction (over coordinates it needs)";
     if (L->random) return "random-number elementwise";
@@ -42,7 +52,7 @@ static const char *unsupported_kind(const CgKernel *L)
 
 static void kernel_name(const CgKernel *L, StrBuf *b)
 {
-    sb_printf(b, "%s_k%d_%s", L->c->prefix, L->k, L->K->axes ? "rows" : "map");
+    sb_printf(b, "%s_k%d_%s", L->c->prefix, L->k, L->mode == CG_LOOP_GEMM ? "gemm" : L->K->axes ? "rows" : "map");
 }
 
 /* "models/mlp.kiln:12: x = relu(fc1(x))": the model line, for launch sites and errors. */
@@ -81,7 +91,7 @@ static void parameters(CgKernel *L, StrBuf *o, bool host)
                   L->c->mp.inplace_of[L->stores[i]] != IR_NONE || host ? "" : "__restrict__ ", L->stores[i]);
         any = true;
     }
-    if (host) sb_puts(o, ", cudaStream_t stream");
+    if (host) sb_puts(o, L->mode == CG_LOOP_GEMM ? ", cudaStream_t stream, cublasHandle_t blas" : ", cudaStream_t stream");
 }
 
 /* The coordinates the members use, from the flat index i: c<a> = i / (S<a+1> * ...) % S<a>. */
@@ -115,7 +125,7 @@ static void kernel_head(CgKernel *L, const char *launch)
     sb_printf(o, "\n * Launch: %s */\n", launch);
     sb_printf(o, "__global__ void __launch_bounds__(%d) ", CUDA_MAP_BLOCK);
     kernel_name(L, o);
-    sb_puts(o, "(");
+    sb_puts(o, L->mode == CG_LOOP_GEMM ? "_epilogue(" : "(");
     parameters(L, o, false);
     sb_puts(o, ")\n{\n");
     for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, "    (void)%s;\n", g->syms[sy].name);
@@ -133,8 +143,16 @@ static void kernel_head(CgKernel *L, const char *launch)
 static void emit_map_kernel(CgKernel *L)
 {
     StrBuf *o = L->c->o;
-    kernel_head(L, "blocks of 256 threads, a grid-stride loop over the elements (each thread takes\n"
-                   " * every gridDim.x * blockDim.x-th one, from its own index).");
+    const bool gemm = L->mode == CG_LOOP_GEMM;
+    /* a GEMM kernel's epilogue: the product is in memory (cuBLAS wrote it), its consumers
+     * run as an elementwise kernel over it */
+    const NodeId mm = gemm ? L->K->anchor : IR_NONE;
+    kernel_head(L, gemm ? "cuBLAS writes the product (the host function below), then this epilogue runs\n"
+                          " * over its elements: blocks of 256 threads, a grid-stride loop over the elements."
+                        : "blocks of 256 threads, a grid-stride loop over the elements (each thread takes\n"
+                          " * every gridDim.x * blockDim.x-th one, from its own index).");
+    /* the product's operands (the first reads): cuBLAS reads them, not this kernel */
+    for (int i = 0; gemm && i < 2 && i < L->nreads; i++) sb_printf(o, "    (void)p%d;\n", L->reads[i]);
     sb_puts(o, "    const int64_t n = ");
     if (!L->rank) sb_puts(o, "1");
     for (int a = 0; a < L->rank; a++) sb_printf(o, "%sS%d", a ? " * " : "", a);
@@ -142,9 +160,11 @@ static void emit_map_kernel(CgKernel *L)
                "    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {\n");
     coordinates(L, "        ");
     cg_clear_needed(L);
-    for (int i = 0; i < L->nstores; i++) cg_need(L, L->stores[i]);
+    for (int i = 0; i < L->nstores; i++)
+        if (L->stores[i] != mm) cg_need(L, L->stores[i]);
     cg_emit_needed(L, "        ");
-    for (int i = 0; i < L->nstores; i++) sb_printf(o, "        y%d[i] = t%d;\n", L->stores[i], L->stores[i]);
+    for (int i = 0; i < L->nstores; i++)
+        if (L->stores[i] != mm) sb_printf(o, "        y%d[i] = t%d;\n", L->stores[i], L->stores[i]);
     sb_puts(o, "    }\n}\n\n");
 }
 
@@ -325,6 +345,48 @@ static void emit_rows_kernel(CgKernel *L)
     sb_puts(o, "}\n\n");
 }
 
+/* The product of a GEMM kernel through cuBLAS, into the product's memory. cuBLAS is
+ * column-major: the row-major C = A B (M x N) is the column-major C^T = B^T A^T, and a
+ * row-major operand read as column-major is its transpose, so B goes first, each operand
+ * transposed where the C target's BLAS call transposes it. Returns whether an epilogue
+ * kernel follows (a stored member besides the product). */
+static bool emit_gemm_call(CgKernel *L)
+{
+    const Graph *g = L->g;
+    StrBuf *o = L->c->o;
+    NodeId mm = L->K->anchor, xa = ir_input(g, mm, 0), xb = ir_input(g, mm, 1);
+    CgOperand A, B;
+    cg_gemm_operand(L, xa, &A);
+    cg_gemm_operand(L, xb, &B);
+    sb_puts(o, "    const int64_t M = ");
+    cg_dim(o, g, L->K->shape.d[0]);
+    sb_puts(o, ", N = ");
+    cg_dim(o, g, L->K->shape.d[1]);
+    sb_puts(o, ", K = ");
+    cg_dim(o, g, g->nodes[xb].shape.d[0]);
+    sb_puts(o, ";\n    if (M == 0 || N == 0) return;\n");
+    cg_gemm_operand_comment(L, "A", xa, &A);
+    cg_gemm_operand_comment(L, "B", xb, &B);
+    cg_gemm_operand_ld(L, "a", xa, &A);
+    cg_gemm_operand_ld(L, "b", xb, &B);
+    StrBuf offa, offb;
+    sb_init(&offa);
+    sb_init(&offb);
+    cg_gemm_operand_offset(L, &A, 0, "0", "0", &offa);
+    cg_gemm_operand_offset(L, &B, 0, "0", "0", &offb);
+    sb_printf(o, "    const float one = 1, zero = 0;\n"
+                 "    KILN_CUBLAS_CHECK(cublasSetStream(blas, stream));\n"
+                 "    KILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)N, (int)M, (int)K, &one, p%d + (%s), ldb, p%d + (%s), lda, &zero,\n"
+                 "                                  y%d, (int)kiln_blas_ld(N, N)));\n",
+              B.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", A.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", B.lay.base, offb.data, A.lay.base,
+              offa.data, mm);
+    sb_free(&offa);
+    sb_free(&offb);
+    for (int i = 0; i < L->nstores; i++)
+        if (L->stores[i] != mm) return true;
+    return false;
+}
+
 /* The host function that launches kernel L on `grid` blocks (an expression of n, the
  * elements, and R, the rows). */
 static void emit_launcher(CgKernel *L)
@@ -351,6 +413,12 @@ static void emit_launcher(CgKernel *L)
         sb_puts(o, paren ? ")" : "");
     }
     sb_puts(o, ";\n    (void)n;\n");
+    bool epilogue = true;
+    if (L->mode == CG_LOOP_GEMM) epilogue = emit_gemm_call(L);
+    if (!epilogue) {
+        sb_puts(o, "}\n\n");
+        return;
+    }
     if (L->mode == CG_LOOP_COLUMNS) { /* one thread per column */
         sb_puts(o, "    const int64_t columns = ");
         dims_product(o, L, false, true);
@@ -374,6 +442,7 @@ static void emit_launcher(CgKernel *L)
     sb_free(&site);
     sb_puts(o, ", ");
     kernel_name(L, o);
+    sb_puts(o, L->mode == CG_LOOP_GEMM ? "_epilogue" : "");
     sb_printf(o, ", grid, %d, 0, stream", CUDA_MAP_BLOCK);
     for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, ", %s", g->syms[sy].name);
     for (int i = 0; i < L->nreads; i++) sb_printf(o, ", p%d", L->reads[i]);
@@ -394,7 +463,10 @@ static int emit_graph(Cg *c, const Graph *g, const char *prefix, const char *ste
         cg_kernel_setup(&L, c, k);
         const char *kind = unsupported_kind(&L);
         if (!kind) {
-            if (L.mode == CG_LOOP_COLUMNS) emit_columns_kernel(&L);
+            bool epilogue = false;
+            for (int i = 0; i < L.nstores; i++) epilogue |= L.stores[i] != L.K->anchor;
+            if (L.mode == CG_LOOP_GEMM && !epilogue) cg_kernel_comment(&L);
+            else if (L.mode == CG_LOOP_COLUMNS) emit_columns_kernel(&L);
             else if (L.K->axes) emit_rows_kernel(&L);
             else emit_map_kernel(&L);
             emit_launcher(&L);
@@ -452,6 +524,8 @@ int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path,
               train->name, KILN_VERSION, source_path);
     if (partial) sb_puts(out, "/* Partial: kernels that --target cuda cannot write yet are left out (tests only). */\n");
     sb_puts(out, "#include <math.h>\n#include <stdint.h>\n\n#include \"kiln_cuda.h\"\n\n");
+    sb_puts(out, "/* The leading dimension cuBLAS needs (runtime/kiln_gemm.h's, for the host). */\n"
+                 "static inline int64_t kiln_blas_ld(int64_t stride, int64_t cols) { return stride >= cols && stride > 0 ? stride : cols > 1 ? cols : 1; }\n\n");
     sb_puts(out, "/* The sum and the maximum of v over the block, returned to every thread: each warp\n"
                  " * combines its lanes with shuffles, lane 0 of each writes the warp's result to shared\n"
                  " * memory, and every thread combines the warps' results in the same order (the same bits\n"

@@ -533,3 +533,73 @@ bool cg_need_pass(CgKernel *L, int pass)
         }
     return any;
 }
+
+/* ---- matrix products ---- */
+
+void cg_gemm_operand(CgKernel *L, NodeId x, CgOperand *op)
+{
+    if (!fusion_layout(L->g, L->f, x, &op->lay) || !fusion_gemm_operand(L->g, &op->lay, x, &op->trans)) {
+        /* fusion only makes views that BLAS can read; anything else is a bug there */
+        fprintf(stderr, "kiln: internal error: matrix operand %%%d has no BLAS layout\n", x);
+        abort();
+    }
+}
+
+/* The offset of an operand's element (c_0, ..., c_{r-3}, row, col): its offset terms plus
+ * the batch coordinates (c<axis>), `row` and `col` (expressions) times their strides. */
+void cg_gemm_operand_offset(CgKernel *L, const CgOperand *op, int nbatch, const char *row, const char *col, StrBuf *b)
+{
+    bool any = false;
+    for (int t = 0; t < op->lay.nterms; t++) {
+        sb_puts(b, any ? " + " : "");
+        cg_dim(b, L->g, op->lay.offset[t]);
+        any = true;
+    }
+    for (int a = 0; a <= nbatch + 1; a++) {
+        Dim st = op->lay.stride[a];
+        const char *at = a == nbatch ? row : col;
+        if ((st.nsym == 0 && st.k == 0) || (a >= nbatch && !strcmp(at, "0"))) continue;
+        sb_puts(b, any ? " + " : "");
+        if (a < nbatch) sb_printf(b, "c%d", a);
+        else sb_puts(b, at);
+        if (!cg_dim_is_one(st)) {
+            bool paren = st.nsym + (st.k != 1) > 1;
+            sb_puts(b, paren ? " * (" : " * ");
+            cg_dim(b, L->g, st);
+            sb_puts(b, paren ? ")" : "");
+        }
+        any = true;
+    }
+    if (!any) sb_puts(b, "0");
+}
+
+void cg_gemm_operand_comment(CgKernel *L, const char *name, NodeId x, const CgOperand *op)
+{
+    StrBuf *o = L->c->o;
+    const Graph *g = L->g;
+    sb_printf(o, "    /* %s = %%%d %s", name, x, cg_ctype((DType)g->nodes[x].dtype));
+    ir_shape_format(o, g, &g->nodes[x].shape);
+    if (fusion_is_contiguous(g, &op->lay, x)) {
+        if (op->lay.base != x) sb_printf(o, ": the memory of %%%d", op->lay.base);
+    } else {
+        sb_puts(o, ": read in place from ");
+        fusion_layout_format(o, g, &op->lay);
+    }
+    sb_puts(o, op->trans ? " (transposed) */\n" : " */\n");
+}
+
+/* The leading dimension BLAS needs: the stride between rows of the matrix as stored. */
+void cg_gemm_operand_ld(CgKernel *L, const char *name, NodeId x, const CgOperand *op)
+{
+    const Graph *g = L->g;
+    StrBuf *o = L->c->o;
+    const Shape *s = &g->nodes[x].shape;
+    int r = s->rank - 2, c = s->rank - 1;
+    /* stored rows run along the columns' axis when transposed */
+    int along = op->trans ? c : r, other = op->trans ? r : c;
+    sb_printf(o, "    const int ld%s = (int)kiln_blas_ld(", name);
+    cg_dim(o, g, op->lay.stride[along]);
+    sb_puts(o, ", ");
+    cg_dim(o, g, s->d[other]);
+    sb_puts(o, ");\n");
+}

@@ -159,4 +159,24 @@ void cg_kernel_title(Cg *c, int32_t k, StrBuf *o);
 /* The comment above a kernel: its title, members, values computed again, model line. */
 void cg_kernel_comment(CgKernel *L);
 
+/* ---- matrix products (GEMM kernels) ---- */
+
+/* A matrix-product operand as BLAS reads it: its base pointer, transposed or not, and
+ * the strides of its axes (a strided view of the base, or the base's own rows). */
+typedef struct {
+    FusionLayout lay;
+    bool trans;
+} CgOperand;
+/* The layout of operand x of the kernel's matrix product (aborts when fusion made one
+ * that BLAS cannot read: a bug there). */
+void cg_gemm_operand(CgKernel *L, NodeId x, CgOperand *op);
+/* The offset of an operand's element (c_0, ..., c_{r-3}, row, col): its offset terms plus
+ * the batch coordinates (c<axis>), `row` and `col` (expressions) times their strides. */
+void cg_gemm_operand_offset(CgKernel *L, const CgOperand *op, int nbatch, const char *row, const char *col, StrBuf *b);
+/* A comment line naming the operand and how it is read: "A = %11 float[B, 784]: the memory of %10". */
+void cg_gemm_operand_comment(CgKernel *L, const char *name, NodeId x, const CgOperand *op);
+/* `const int ld<name> = (int)kiln_blas_ld(stride, cols);`: the stride between the rows of
+ * the matrix as stored (kiln_blas_ld: runtime/kiln_gemm.h, and model.cu's own). */
+void cg_gemm_operand_ld(CgKernel *L, const char *name, NodeId x, const CgOperand *op);
+
 #endif
