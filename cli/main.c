@@ -64,11 +64,13 @@ static const char *usage_ir =
     "  --mode train|eval  graph to build (default train)\n";
 
 static const char *usage_emit =
-    "usage: kiln emit FILE -o DIR\n"
+    "usage: kiln emit FILE -o DIR [--target c|cuda]\n"
     "\n"
     "Compiles FILE (forward, loss, gradients; train and eval modes) to C and writes\n"
     "DIR/model.c, which defines `kiln_model_def` (runtime/kiln_model.h). Build it with the\n"
-    "runtime: cc -O2 -Iruntime DIR/model.c ... -lkiln_rt -lopenblas -lz -lm -lpthread.\n";
+    "runtime: cc -O2 -Iruntime DIR/model.c ... -lkiln_rt -lopenblas -lz -lm -lpthread.\n"
+    "--target cuda writes DIR/model.cu instead, in Kiln's CUDA dialect (docs/cuda.md); it\n"
+    "supports elementwise kernels so far and names the first kernel it cannot write yet.\n";
 
 static const char *usage_build =
     "usage: kiln build FILE -o PROG [--cflags FLAGS] [--bound NAME=N] [--report]\n"
@@ -114,6 +116,7 @@ typedef struct {
     const char *bounds[8]; /* "T=64": lower a symbol's bound for this build */
     int nbounds;
     bool dot, stats, list_passes, inputs, report;
+    bool cuda; /* emit --target cuda */
     GraphMode mode;
     uint64_t seed;
     double tolerance, atol;
@@ -200,6 +203,12 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
             if (!has_value || !strchr(argv[i + 1], '=')) return usage_error(cmd, "--bound needs NAME=N, e.g. --bound T=64%s", "");
             if (o->nbounds < 8) o->bounds[o->nbounds++] = argv[i + 1];
             i++;
+        } else if (!strcmp(cmd, "emit") && !strcmp(a, "--target")) {
+            if (!has_value) return usage_error(cmd, "--target needs a value: c or cuda%s", "");
+            const char *t = argv[++i];
+            if (!strcmp(t, "c")) o->cuda = false;
+            else if (!strcmp(t, "cuda")) o->cuda = true;
+            else return usage_error(cmd, "--target must be c or cuda, not '%s'", t);
         } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--report")) {
             o->report = true;
         } else if (!strcmp(cmd, "build") && !strcmp(a, "--cflags")) {
@@ -551,6 +560,7 @@ static int apply_bounds(Graph *g, const char *const *bounds, int n, StrBuf *err)
 static const char *const *g_bounds;
 static int g_nbounds;
 static bool g_report;
+static bool g_cuda; /* emit --target cuda */
 
 /* `kiln build --report` and `kiln check`: the memory a training step of the program uses,
  * from the plan (train: the training graph after the pipeline). */
@@ -613,21 +623,22 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
     }
     int nkv;
     char **kv = recipe_flatten(&train->recipe, &nkv);
-    int rc = codegen_c(train->graph, eval->graph, file, kv, nkv, c, err);
+    int rc = g_cuda ? codegen_cuda(train->graph, eval->graph, file, false, c, err)
+                    : codegen_c(train->graph, eval->graph, file, kv, nkv, c, err);
     recipe_flat_free(kv, nkv);
     frontend_model_free(eval);
     return rc;
 }
 
-static int write_model_c(const char *dir, const StrBuf *c, char **path_out)
+static int write_model_c(const char *dir, const char *name, const StrBuf *c, char **path_out)
 {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "kiln: error: %s: cannot create directory: %s\n", dir, strerror(errno));
         return 1;
     }
-    size_t pl = strlen(dir) + 16;
+    size_t pl = strlen(dir) + strlen(name) + 2;
     char *path = xmalloc(pl);
-    snprintf(path, pl, "%s/model.c", dir);
+    snprintf(path, pl, "%s/%s", dir, name);
     int rc = write_atomic(path, c->data ? c->data : "", c->len);
     if (path_out && !rc) *path_out = path;
     else free(path);
@@ -636,11 +647,12 @@ static int write_model_c(const char *dir, const StrBuf *c, char **path_out)
 
 static int cmd_emit(const Options *o, Model *train, Diag *d)
 {
+    const char *name = o->cuda ? "model.cu" : "model.c";
     StrBuf err, c;
     sb_init(&err);
     sb_init(&c);
-    int rc = generate(o->file, train, d, &c, &err) ? 1 : write_model_c(o->output, &c, NULL);
-    if (!rc) fprintf(stderr, "kiln: wrote %s/model.c (%zu bytes)\n", o->output, c.len);
+    int rc = generate(o->file, train, d, &c, &err) ? 1 : write_model_c(o->output, name, &c, NULL);
+    if (!rc) fprintf(stderr, "kiln: wrote %s/%s (%zu bytes)\n", o->output, name, c.len);
     if (err.len) fprintf(stderr, "%s\n", err.data);
     sb_free(&err);
     sb_free(&c);
@@ -663,7 +675,7 @@ static int build_to(const Options *o, Model *train, Diag *d, const char *prog)
         dir[0] = 0;
         goto done;
     }
-    if (write_model_c(dir, &c, &model_c)) goto done;
+    if (write_model_c(dir, "model.c", &c, &model_c)) goto done;
     if (build_program(model_c, prog, o->cflags, &log) != 0) {
         fprintf(stderr, "kiln: error: building %s failed:\n%s\n", prog, log.data ? log.data : "");
         goto done;
@@ -782,6 +794,7 @@ static int cmd_model(const char *cmd, int argc, char **argv)
     g_bounds = o.bounds;
     g_nbounds = o.nbounds;
     g_report = o.report;
+    g_cuda = o.cuda;
     if (!strcmp(cmd, "build")) {
         rc = build_to(&o, m, &d, o.output);
         if (!rc) fprintf(stderr, "kiln: built %s\n", o.output);

@@ -15,51 +15,12 @@
 #include <string.h>
 
 
-const char *cg_ctype(DType t)
-{
-    switch (t) {
-    case DT_BOOL: return "uint8_t";
-    case DT_U8: return "uint8_t";
-    case DT_I32: return "int32_t";
-    case DT_I64: return "int64_t";
-    case DT_F32: return "float";
-    case DT_F64: return "double";
-    default: return NULL;
-    }
-}
 
 static const char *krt_dtype_c(DType t)
 {
     static const char *names[DT_COUNT] = {"KRT_BOOL", "KRT_U8", "KRT_I32", "KRT_I64", "KRT_F16", "KRT_BF16", "KRT_F32", "KRT_F64"};
     return t < DT_COUNT ? names[t] : "KRT_F32";
 }
-
-/* A C expression for a dim, using the symbols' names (declared in each kernel). */
-void cg_dim(StrBuf *b, const Graph *g, Dim d)
-{
-    if (d.nsym == 0) {
-        sb_printf(b, "%lld", (long long)d.k);
-        return;
-    }
-    if (d.k != 1) sb_printf(b, "%lld * ", (long long)d.k);
-    for (int i = 0; i < d.nsym; i++) sb_printf(b, "%s%s", i ? " * " : "", g->syms[d.sym[i]].name);
-}
-
-void cg_literal(StrBuf *b, double v, DType t)
-{
-    if (ir_dtype_is_float(t)) {
-        if (isnan(v)) sb_puts(b, "NAN");
-        else if (isinf(v)) sb_puts(b, v < 0 ? "-INFINITY" : "INFINITY");
-        else {
-            char buf[64];
-            util_format_double(buf, sizeof buf, v);
-            sb_printf(b, "%s%s", buf, t == DT_F32 ? "f" : "");
-        }
-    } else {
-        sb_printf(b, "(%s)%lld", cg_ctype(t), (long long)v);
-    }
-}
-
 
 
 /* ---- kernel text ---- */
@@ -113,76 +74,6 @@ void cg_numel(Cg *c, const Shape *s)
     }
 }
 
-static const char *fsuffix(DType t) { return t == DT_F32 ? "f" : ""; }
-
-/* The expression of an elementwise op on operand expressions a, b, w (where). */
-void cg_elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const char *w)
-{
-    const Node *n = N(c, id);
-    DType in = (DType)N(c, ir_input(c->g, id, 0))->dtype;
-    const char *f = fsuffix(in);
-    bool fl = ir_dtype_is_float(in);
-    StrBuf *o = c->o;
-    switch ((Op)n->op) {
-    case OP_NEG: sb_printf(o, "-%s", a); break;
-    case OP_ABS:
-        if (fl) sb_printf(o, "fabs%s(%s)", f, a);
-        else sb_printf(o, "(%s < 0 ? -%s : %s)", a, a, a);
-        break;
-    case OP_SIGN: sb_printf(o, "(%s > 0) - (%s < 0)", a, a); break;
-    case OP_EXP:
-        if (in == DT_F32) sb_printf(o, "kiln_expf(%s)", a); /* vectorises: kiln_math.h */
-        else sb_printf(o, "exp(%s)", a);
-        break;
-    case OP_LOG: sb_printf(o, "log%s(%s)", f, a); break;
-    case OP_SQRT: sb_printf(o, "sqrt%s(%s)", f, a); break;
-    case OP_TANH:
-        if (in == DT_F32) sb_printf(o, "kiln_tanhf(%s)", a);
-        else sb_printf(o, "tanh(%s)", a);
-        break;
-    case OP_SIGMOID: {
-        const char *e = in == DT_F32 ? "kiln_expf" : "exp";
-        sb_printf(o, "%s >= 0 ? 1 / (1 + %s(-%s)) : %s(%s) / (1 + %s(%s))", a, e, a, e, a, e, a);
-        break;
-    }
-    case OP_RELU: /* NaN propagates, as in PyTorch */
-        if (fl) sb_printf(o, "%s > 0 || %s != %s ? %s : 0", a, a, a, a);
-        else sb_printf(o, "%s > 0 ? %s : 0", a, a);
-        break;
-    case OP_NOT: sb_printf(o, "!%s", a); break;
-    case OP_DETACH: sb_puts(o, a); break;
-    case OP_CAST:
-        if (n->dtype == DT_BOOL) sb_printf(o, "%s != 0", a);
-        else sb_printf(o, "(%s)%s", cg_ctype((DType)n->dtype), a);
-        break;
-    case OP_ADD: sb_printf(o, "%s + %s", a, b); break;
-    case OP_SUB: sb_printf(o, "%s - %s", a, b); break;
-    case OP_MUL: sb_printf(o, "%s * %s", a, b); break;
-    case OP_DIV: sb_printf(o, "%s / %s", a, b); break;
-    case OP_MAX:
-    case OP_MIN: {
-        const char *cmp = n->op == OP_MAX ? ">" : "<";
-        if (fl) sb_printf(o, "%s %s %s || %s != %s ? %s : %s", a, cmp, b, a, a, a, b); /* NaN wins */
-        else sb_printf(o, "%s %s %s ? %s : %s", a, cmp, b, a, b);
-        break;
-    }
-    case OP_POW: sb_printf(o, "pow%s(%s, %s)", f, a, b); break;
-    case OP_EQ: sb_printf(o, "%s == %s", a, b); break;
-    case OP_NE: sb_printf(o, "%s != %s", a, b); break;
-    case OP_LT: sb_printf(o, "%s < %s", a, b); break;
-    case OP_LE: sb_printf(o, "%s <= %s", a, b); break;
-    case OP_GT: sb_printf(o, "%s > %s", a, b); break;
-    case OP_GE: sb_printf(o, "%s >= %s", a, b); break;
-    case OP_AND: sb_printf(o, "%s && %s", a, b); break;
-    case OP_OR: sb_printf(o, "%s || %s", a, b); break;
-    case OP_WHERE:
-        if (n->dtype == DT_F32) sb_printf(o, "kiln_selectf(%s, %s, %s)", a, b, w); /* kiln_math.h */
-        else if (n->dtype == DT_F64) sb_printf(o, "kiln_select(%s, %s, %s)", a, b, w);
-        else sb_printf(o, "%s ? %s : %s", a, b, w);
-        break;
-    default: break;
-    }
-}
 
 /* Nested loops over a shape with coordinates c0.. and a running index i. */
 static void open_loops(Cg *c, const char *dims, int rank, int indent)
@@ -503,25 +394,6 @@ static void kernel_body(Cg *c, NodeId id)
     }
 }
 
-void cg_source_line(Cg *c, NodeId id)
-{
-    const Node *n = N(c, id);
-    StrBuf *o = c->o;
-    if (n->loc.line) {
-        sb_printf(o, "\n * %s:%u", c->source, n->loc.line);
-        if ((int)n->loc.line <= c->nlines) {
-            const char *line = c->lines[n->loc.line - 1];
-            while (*line == ' ') line++;
-            /* Keep the comment valid C whatever the model line holds. */
-            sb_puts(o, ": ");
-            for (const char *p = line; *p && p - line < 100; p++) {
-                if (p[0] == '*' && p[1] == '/') { sb_puts(o, "* /"); p++; continue; }
-                sb_putc(o, (unsigned char)*p < 32 ? ' ' : *p);
-            }
-        }
-    }
-}
-
 /* Comment: op, shapes, then the model file, line and its text. */
 static void kernel_comment(Cg *c, NodeId id)
 {
@@ -573,18 +445,6 @@ static void emit_kernel(Cg *c, NodeId id)
 }
 
 /* A C string literal with escapes. */
-static void c_string(StrBuf *b, const char *s)
-{
-    sb_putc(b, '"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') sb_printf(b, "\\%c", ch);
-        else if (ch < 32 || ch >= 127) sb_printf(b, "\\%03o", ch);
-        else sb_putc(b, (char)ch);
-    }
-    sb_putc(b, '"');
-}
-
 static void pointer_decl(Cg *c, NodeId id)
 {
     const Node *n = N(c, id);
@@ -651,7 +511,7 @@ static int emit_index_checks(Cg *c, const char *prefix)
         const Node *n = N(c, K->anchor);
         if (!count++) sb_printf(o, "static const kiln_index_check %s_index_checks[] = {\n", prefix);
         sb_puts(o, "    {");
-        c_string(o, ir_node_name(c->g, K->anchor));
+        cg_c_string(o, ir_node_name(c->g, K->anchor));
         sb_printf(o, ", %u, %u, %lld},\n", n->loc.line, n->loc.col, (long long)ir_attrs(c->g, K->anchor)[0]);
     }
     if (count) sb_puts(o, "};\n\n");
@@ -750,7 +610,7 @@ static void emit_kernel_table(Cg *c, const char *prefix)
         sb_free(&b);
         if (K->kind == KERNEL_SINGLE) kernel_name(c, K->anchor, &b);
         else sb_puts(&b, c->fused_name[k]);
-        c_string(o, b.data);
+        cg_c_string(o, b.data);
         sb_puts(o, ", ");
         sb_free(&b);
         if (K->kind == KERNEL_SINGLE) {
@@ -759,7 +619,7 @@ static void emit_kernel_table(Cg *c, const char *prefix)
         } else {
             cg_kernel_title(c, k, &b);
         }
-        c_string(o, b.data);
+        cg_c_string(o, b.data);
         sb_printf(o, ", %u},\n", n->loc.line);
     }
     if (!c->fp.nkernels) sb_puts(o, "    {\"\", \"\", 0},\n");
@@ -925,28 +785,6 @@ static void emit_gemm_info(Cg *c, const Graph *g, const char *prefix, bool table
     free(count);
 }
 
-static void read_lines(Cg *c, const char *path)
-{
-    StrBuf err;
-    sb_init(&err);
-    size_t len;
-    char *text = util_read_file(path, &len, &err);
-    sb_free(&err);
-    c->lines = NULL;
-    c->nlines = 0;
-    if (!text) return;
-    int32_t cap = 0;
-    char *p = text;
-    for (;;) {
-        char *nl = strchr(p, '\n');
-        GROW(c->lines, cap, c->nlines + 1);
-        c->lines[c->nlines++] = xstrndup(p, nl ? (size_t)(nl - p) : strlen(p));
-        if (!nl) break;
-        p = nl + 1;
-    }
-    free(text);
-}
-
 int64_t codegen_arena_bytes(const Graph *g)
 {
     FusionPlan f;
@@ -1025,7 +863,7 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, ch
     c.o = out;
     c.err = err;
     c.source = source_path;
-    read_lines(&c, source_path);
+    cg_read_lines(&c, source_path);
     const Graph *g = train;
     sb_printf(out, "/* %s — generated by kiln %s from %s. Do not edit: edit the model and rebuild.\n"
                    " *\n"
@@ -1097,9 +935,9 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, ch
     sb_puts(out, "static const kiln_recipe_entry recipe[] = {\n");
     for (int i = 0; i < nrecipe; i++) {
         sb_puts(out, "    {");
-        c_string(out, recipe_kv[2 * i]);
+        cg_c_string(out, recipe_kv[2 * i]);
         sb_puts(out, ", ");
-        c_string(out, recipe_kv[2 * i + 1]);
+        cg_c_string(out, recipe_kv[2 * i + 1]);
         sb_puts(out, "},\n");
     }
     if (!nrecipe) sb_puts(out, "    {\"\", \"\"},\n");
@@ -1108,7 +946,7 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, ch
     int64_t eval_arena = emit_graph(&c, eval, train, "eval", false);
     StrBuf source_literal;
     sb_init(&source_literal);
-    c_string(&source_literal, source_path);
+    cg_c_string(&source_literal, source_path);
     sb_printf(out, "const kiln_model kiln_model_def = {\n"
                    "    .name = \"%s\",\n    .source = %s,\n    .hash = \"%016llx\",\n"
                    "    .nparams = %d, .params = params, .nparam_floats = %lld, .buffer_bytes = %lld,\n"
@@ -1125,8 +963,7 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, ch
               (long long)train_arena, (long long)eval_arena, nrecipe, c.ngemms, c.nkernels[0], c.nkernels[1]);
     sb_free(&source_literal);
     split_in_halves(&c, tables_at);
-    for (int i = 0; i < c.nlines; i++) free(c.lines[i]);
-    free(c.lines);
+    cg_free_lines(&c);
     free(c.kernel_at);
     cg_free_shared(&c);
     return 0;

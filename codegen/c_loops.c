@@ -1,264 +1,22 @@
-/* c_loops.c — the C of fused kernels: loop nests and GEMMs with epilogues.
+/* c_loops.c — the C target's fused kernels: loop nests and GEMMs with epilogues.
  *
- * A loop kernel (passes/fusion.c) iterates over its shape S. Full members are values at
- * one element (locals t<id>), row members values at one row (w<id>: S reduced over the
- * kernel's axes), totals sums over all rows (tot<id>). Per row, each reduction stage is one
- * pass over the row's elements that recomputes the full values it needs, then the row
- * values that depend on it are computed; a last pass writes the full values other kernels
- * read. Loop shapes, from cheapest to most general:
- *   flat    one loop over all elements (no member needs a coordinate);
- *   rows    a loop over rows and one over the elements of a row (only the last coordinate
- *           is needed, as j);
- *   columns reductions over leading axes (bias gradients) whose results nothing else in
- *           the kernel uses: memory order, accumulating into the outputs column by column;
- *   nested  one loop per axis, with every coordinate c<axis>.
- * A GEMM kernel computes its matrix product with cblas_sgemm in blocks of rows, and runs
- * its epilogue over each block while it is in cache.
- * Outer loops are shared between threads with OpenMP when the kernel is large enough to
- * pay for it; inner loops are marked for SIMD. */
+ * What each kernel computes (its members' statements, loads, stores and reduction stages)
+ * comes from kernel.c; this file prints the iteration around it. Loop shapes (kernel.h's
+ * CG_LOOP_*), from cheapest to most general: flat, rows, columns, nested. A GEMM kernel
+ * computes its matrix product with cblas_sgemm in blocks of rows, and runs its epilogue
+ * over each block while it is in cache. Outer loops are shared between threads with
+ * OpenMP when the kernel is large enough to pay for it; inner loops are marked for SIMD. */
 #include "c_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { MODE_FLAT, MODE_ROWS, MODE_COLUMNS, MODE_NESTED, MODE_GEMM };
-
-typedef struct {
-    Cg *c;
-    const Graph *g;
-    const FusionPlan *f;
-    const Kernel *K;
-    int32_t k;
-    int rank;
-    uint64_t inner;   /* axes of the inner loops */
-    uint64_t coords;  /* axes whose coordinates members use */
-    int mode;
-    int32_t *avail;   /* per node: the stage after which a member can be computed */
-    uint8_t *needed;  /* per node: scratch */
-    NodeId *reads;    /* roots loaded from memory */
-    int nreads;
-    NodeId *stores;   /* members written to memory */
-    int nstores;
-    int nstages;
-    /* The pass over a row being written (1 ... nstages + 1; 0 outside rows): a stored
-     * member that an earlier pass wrote is read back, not computed again. */
-    int pass;
-    bool random;
-    /* Nested mode with tiny inner axes (2x2 pooling windows): the axis whose iterations
-     * are SIMD lanes, each running the whole row body; -1 when the innermost loop is. */
-    int lane;
-    /* Values of other kernels that this one computes again instead of loading (fusion.c's
-     * recomputed members and the unstored values they need), in node order. */
-    NodeId *remat;
-    int nremat, capremat;
-    NodeId *work; /* need()'s work list */
-    int capwork;
-} Loop;
-
-#define MEMBER(L, i) ((L)->f->members[(L)->K->first + (i)])
-
-static bool in_kernel(const Loop *L, NodeId r) { return L->f->role[r] == ROLE_KERNEL && L->f->kernel_of[r] == L->k; }
-
-/* Is r another kernel's value that this kernel computes itself? */
-static bool recomputed_here(const Loop *L, NodeId r)
-{
-    return L->f->role[r] == ROLE_KERNEL && L->f->kernel_of[r] != L->k && L->f->recomputed[r];
-}
-
-/* A value computed in this kernel, full (t<id>) or row (w<id>). */
-static bool local_value(const Loop *L, NodeId r) { return in_kernel(L, r) || recomputed_here(L, r); }
-
-static bool is_one(Dim d) { return d.nsym == 0 && d.k == 1; }
-
-static void add_read(Loop *L, NodeId r)
-{
-    for (int i = 0; i < L->nreads; i++)
-        if (L->reads[i] == r) return;
-    L->reads[L->nreads++] = r;
-}
-
-/* Collects loads, coordinates and random use of operand x. */
-static void scan_operand(Loop *L, NodeId x, NodeId reader)
-{
-    const Graph *g = L->g;
-    NodeId r = fusion_root(g, L->f, x);
-    if (in_kernel(L, r)) return;
-    if (recomputed_here(L, r)) {
-        for (int i = 0; i < L->nremat; i++)
-            if (L->remat[i] == r) return;
-        GROW(L->remat, L->capremat, L->nremat + 1);
-        int i = L->nremat++;
-        for (; i > 0 && L->remat[i - 1] > r; i--) L->remat[i] = L->remat[i - 1];
-        L->remat[i] = r;
-        for (uint32_t j = 0; j < g->nodes[r].ninputs; j++) scan_operand(L, ir_input(g, r, (int)j), r);
-        return;
-    }
-    int off = L->rank - g->nodes[r].shape.rank;
-    if (fusion_is_broadcast(g, L->f, r, L->k, reader)) {
-        NodeId q = fusion_root(g, L->f, ir_input(g, r, 0));
-        if (L->f->role[q] == ROLE_INLINE) return; /* a constant */
-        add_read(L, q);
-        const Shape *xs = &g->nodes[ir_input(g, r, 0)].shape, *es = &g->nodes[r].shape;
-        for (int a = fusion_first_kept_axis(g, r); a < xs->rank; a++)
-            if (!(is_one(xs->d[a]) && !is_one(es->d[a]))) L->coords |= (uint64_t)1 << (a + off);
-        return;
-    }
-    if (L->f->role[r] == ROLE_INLINE) {
-        if (g->nodes[r].op == OP_IOTA) L->coords |= (uint64_t)1 << (ir_attrs(g, r)[0] + off);
-        if (g->nodes[r].op == OP_RANDOM_UNIFORM) L->random = true;
-        return;
-    }
-    add_read(L, r);
-}
-
-/* ---- expressions ---- */
-
-/* C product of dims [from, rank) of a shape: a row-major stride. */
-static void stride_c(StrBuf *b, const Graph *g, const Shape *s, int from)
-{
-    bool any = false;
-    for (int a = from; a < s->rank; a++) {
-        if (is_one(s->d[a])) continue;
-        sb_puts(b, any ? " * " : "");
-        cg_dim(b, g, s->d[a]);
-        any = true;
-    }
-    if (!any) sb_puts(b, "1");
-}
-
-/* The value of operand x in a full (row == false) or row context. */
-static void ref(Loop *L, NodeId x, NodeId reader, bool row, StrBuf *b)
-{
-    const Graph *g = L->g;
-    NodeId r = fusion_root(g, L->f, x);
-    if (local_value(L, r)) {
-        sb_printf(b, in_kernel(L, r) && L->f->cls[r] == CLASS_ROW ? "w%d" : "t%d", r);
-        return;
-    }
-    int off = L->rank - g->nodes[r].shape.rank;
-    if (fusion_is_broadcast(g, L->f, r, L->k, reader)) {
-        NodeId x0 = ir_input(g, r, 0);
-        NodeId q = fusion_root(g, L->f, x0);
-        if (L->f->role[q] == ROLE_INLINE) {
-            cg_literal(b, g->nodes[q].fattr[0], (DType)g->nodes[q].dtype);
-            return;
-        }
-        const Shape *xs = &g->nodes[x0].shape, *es = &g->nodes[r].shape;
-        sb_printf(b, "p%d[", q);
-        bool any = false;
-        for (int a = fusion_first_kept_axis(g, r); a < xs->rank; a++) {
-            if (is_one(xs->d[a]) && !is_one(es->d[a])) continue;
-            if (is_one(xs->d[a])) continue; /* size 1 in both: coordinate 0 */
-            sb_printf(b, "%sc%d * (", any ? " + " : "", a + off);
-            stride_c(b, g, xs, a + 1);
-            sb_puts(b, ")");
-            any = true;
-        }
-        sb_puts(b, any ? "]" : "0]");
-        return;
-    }
-    if (L->f->role[r] == ROLE_INLINE) {
-        const Node *n = &g->nodes[r];
-        switch ((Op)n->op) {
-        case OP_CONST: cg_literal(b, n->fattr[0], (DType)n->dtype); return;
-        case OP_IOTA: sb_printf(b, "(%s)c%lld", cg_ctype((DType)n->dtype), (long long)(ir_attrs(g, r)[0] + off)); return;
-        case OP_RANDOM_UNIFORM:
-            sb_printf(b, "kiln_rng_uniform24(seed, step, %lld, (uint64_t)%s)", (long long)ir_attrs(g, r)[0], row ? "row" : "i");
-            return;
-        default: break;
-        }
-    }
-    sb_printf(b, "p%d[%s]", r, row ? "row" : "i");
-}
-
-/* Whether full member id was stored by an earlier pass over the current row. */
-static bool written_before(const Loop *L, NodeId id)
-{
-    return L->pass && L->f->stored[id] && L->f->cls[id] == CLASS_FULL && L->avail[id] + 1 < L->pass;
-}
-
-/* `const T t<id> = ...;` for a member, its operands already in scope. */
-static void member_value(Loop *L, NodeId id, bool row, const char *indent)
-{
-    const Graph *g = L->g;
-    Cg *c = L->c;
-    const Node *n = &g->nodes[id];
-    StrBuf *o = c->o;
-    sb_printf(o, "%sconst %s %c%d = ", indent, cg_ctype((DType)n->dtype), row ? 'w' : 't', id);
-    if (n->op == OP_MATMUL || (!row && written_before(L, id))) {
-        sb_printf(o, "y%d[i];\n", id);
-        return;
-    }
-    if (n->op == OP_EXPAND || n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX) { /* a row value, or an identity */
-        ref(L, ir_input(g, id, 0), id, row, o);
-        sb_puts(o, ";\n");
-        return;
-    }
-    StrBuf ops[3];
-    for (uint32_t j = 0; j < 3; j++) {
-        sb_init(&ops[j]);
-        if (j < n->ninputs) ref(L, ir_input(g, id, (int)j), id, row, &ops[j]);
-        else sb_puts(&ops[j], "");
-    }
-    cg_elementwise_expr(c, id, ops[0].data, ops[1].data, ops[2].data);
-    for (int j = 0; j < 3; j++) sb_free(&ops[j]);
-    sb_puts(o, ";\n");
-}
-
-/* Marks the full members needed to compute full member id. A work list, not recursion:
- * a chain of 200,000 elementwise ops in one kernel is as deep. */
-static void need(Loop *L, NodeId id)
-{
-    if (L->needed[id]) return;
-    L->needed[id] = 1;
-    int n = 0;
-    GROW(L->work, L->capwork, n + 1);
-    L->work[n++] = id;
-    while (n) {
-        NodeId v = L->work[--n];
-        const Node *nd = &L->g->nodes[v];
-        if (nd->op == OP_MATMUL || written_before(L, v)) continue;
-        for (uint32_t j = 0; j < nd->ninputs; j++) {
-            NodeId r = fusion_root(L->g, L->f, ir_input(L->g, v, (int)j));
-            if (L->needed[r] || !((in_kernel(L, r) && L->f->cls[r] == CLASS_FULL) || recomputed_here(L, r))) continue;
-            L->needed[r] = 1;
-            GROW(L->work, L->capwork, n + 1);
-            L->work[n++] = r;
-        }
-    }
-}
-
-static void clear_needed(Loop *L)
-{
-    for (int32_t i = 0; i < L->K->count; i++) L->needed[MEMBER(L, i)] = 0;
-    for (int i = 0; i < L->nremat; i++) L->needed[L->remat[i]] = 0;
-}
-
-/* The body of an element loop: the needed full members, in order. */
-static void emit_needed(Loop *L, const char *indent)
-{
-    /* recomputed values depend only on loads and on each other */
-    for (int i = 0; i < L->nremat; i++)
-        if (L->needed[L->remat[i]]) member_value(L, L->remat[i], false, indent);
-    for (int32_t i = 0; i < L->K->count; i++) {
-        NodeId id = MEMBER(L, i);
-        if (L->needed[id] && L->f->cls[id] == CLASS_FULL) member_value(L, id, false, indent);
-    }
-}
-
 /* ---- loop nests ---- */
-
-static int popcount64(uint64_t x)
-{
-    int n = 0;
-    for (; x; x &= x - 1) n++;
-    return n;
-}
 
 /* The last axis of the run of adjacent inner axes from a that can share one loop: none
  * of their coordinates is used. */
-static int run_end(const Loop *L, int a)
+static int run_end(const CgKernel *L, int a)
 {
     if (L->coords >> a & 1) return a;
     int b = a;
@@ -267,7 +25,7 @@ static int run_end(const Loop *L, int a)
 }
 
 /* The number of loops open_inner opens in nested mode. */
-static int nested_loops(const Loop *L)
+static int nested_loops(const CgKernel *L)
 {
     int n = 0;
     for (int a = 0; a < L->rank; a++)
@@ -280,10 +38,10 @@ static int nested_loops(const Loop *L)
 
 /* Opens the element loop of a row (rows and nested modes) and defines i (and the
  * coordinates of the inner axes). Returns the number of braces to close. */
-static int open_inner(Loop *L, const char *pragma, const char *indent)
+static int open_inner(CgKernel *L, const char *pragma, const char *indent)
 {
     StrBuf *o = L->c->o;
-    if (L->mode == MODE_ROWS) {
+    if (L->mode == CG_LOOP_ROWS) {
         if (pragma) sb_printf(o, "%s%s\n", indent, pragma);
         if (L->coords >> (L->rank - 1) & 1) {
             sb_printf(o, "%sfor (int64_t c%d = 0; c%d < W; c%d++) {\n", indent, L->rank - 1, L->rank - 1, L->rank - 1);
@@ -329,14 +87,14 @@ static void close_braces(StrBuf *o, int n, const char *indent)
 }
 
 /* The inner indentation after open_inner. */
-static void inner_indent(Loop *L, const char *indent, char *buf, size_t n)
+static void inner_indent(CgKernel *L, const char *indent, char *buf, size_t n)
 {
-    int depth = L->mode == MODE_ROWS ? 1 : nested_loops(L);
+    int depth = L->mode == CG_LOOP_ROWS ? 1 : nested_loops(L);
     snprintf(buf, n, "%s%*s", indent, 4 * depth, "");
 }
 
 /* Per row: the reduction stages, row values, the final pass and the row stores. */
-static void emit_row_body(Loop *L, const char *indent)
+static void emit_row_body(CgKernel *L, const char *indent)
 {
     const Graph *g = L->g;
     StrBuf *o = L->c->o;
@@ -349,11 +107,11 @@ static void emit_row_body(Loop *L, const char *indent)
             sb_init(&red);
             sb_init(&maxes);
             sb_init(&nans);
-            clear_needed(L);
+            cg_need_pass(L, s);
             for (int32_t i = 0; i < L->K->count; i++) {
-                NodeId id = MEMBER(L, i);
+                NodeId id = CG_MEMBER(L, i);
                 const Node *n = &g->nodes[id];
-                if (L->f->cls[id] != CLASS_ROW || L->avail[id] != s || (n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX)) continue;
+                if (!cg_reduced_in_pass(L, id, s)) continue;
                 const char *t = cg_ctype((DType)n->dtype);
                 sb_printf(o, "%s%s a%d = %s;\n", indent, t, id, n->op == OP_REDUCE_SUM ? "0" : "-INFINITY");
                 if (n->op == OP_REDUCE_MAX) {
@@ -365,13 +123,7 @@ static void emit_row_body(Loop *L, const char *indent)
                 } else {
                     sb_printf(&red, "%sa%d", red.len ? ", " : "", id);
                 }
-                NodeId r = fusion_root(g, L->f, ir_input(g, id, 0));
-                if (in_kernel(L, r)) need(L, r);
             }
-            /* stored full values that need only earlier stages are written in this pass,
-             * not in another pass over the row at the end */
-            for (int i = 0; i < L->nstores; i++)
-                if (L->f->cls[L->stores[i]] == CLASS_FULL && L->avail[L->stores[i]] == s - 1) need(L, L->stores[i]);
             StrBuf pragma;
             sb_init(&pragma);
             sb_puts(&pragma, "#pragma omp simd");
@@ -379,14 +131,14 @@ static void emit_row_body(Loop *L, const char *indent)
             if (maxes.len) sb_printf(&pragma, " reduction(max: %s) reduction(|: %s)", maxes.data, nans.data);
             int braces = open_inner(L, L->lane >= 0 ? NULL : pragma.data, indent);
             sb_free(&pragma);
-            emit_needed(L, in);
+            cg_emit_needed(L, in);
             for (int32_t i = 0; i < L->K->count; i++) {
-                NodeId id = MEMBER(L, i);
+                NodeId id = CG_MEMBER(L, i);
                 const Node *n = &g->nodes[id];
-                if (L->f->cls[id] != CLASS_ROW || L->avail[id] != s || (n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX)) continue;
+                if (!cg_reduced_in_pass(L, id, s)) continue;
                 StrBuf v;
                 sb_init(&v);
-                ref(L, ir_input(g, id, 0), id, false, &v);
+                cg_operand(L, ir_input(g, id, 0), id, false, &v);
                 if (n->op == OP_REDUCE_SUM) sb_printf(o, "%sa%d += %s;\n", in, id, v.data);
                 else
                     sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    a%d = v > a%d ? v : a%d;\n%s    nan%d |= v != v;\n%s}\n", in,
@@ -394,14 +146,13 @@ static void emit_row_body(Loop *L, const char *indent)
                 sb_free(&v);
             }
             for (int i = 0; i < L->nstores; i++)
-                if (L->f->cls[L->stores[i]] == CLASS_FULL && L->avail[L->stores[i]] == s - 1)
-                    sb_printf(o, "%sy%d[i] = t%d;\n", in, L->stores[i], L->stores[i]);
+                if (cg_stored_in_pass(L, L->stores[i], s)) sb_printf(o, "%sy%d[i] = t%d;\n", in, L->stores[i], L->stores[i]);
             close_braces(o, braces, indent);
             sb_free(&red);
             sb_free(&maxes);
             sb_free(&nans);
             for (int32_t i = 0; i < L->K->count; i++) {
-                NodeId id = MEMBER(L, i);
+                NodeId id = CG_MEMBER(L, i);
                 const Node *n = &g->nodes[id];
                 if (L->f->cls[id] != CLASS_ROW || L->avail[id] != s) continue;
                 if (n->op == OP_REDUCE_SUM) sb_printf(o, "%sconst %s w%d = a%d;\n", indent, cg_ctype((DType)n->dtype), id, id);
@@ -410,24 +161,19 @@ static void emit_row_body(Loop *L, const char *indent)
             }
         }
         for (int32_t i = 0; i < L->K->count; i++) {
-            NodeId id = MEMBER(L, i);
+            NodeId id = CG_MEMBER(L, i);
             const Node *n = &g->nodes[id];
             if (L->f->cls[id] == CLASS_ROW && L->avail[id] == s && n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX)
-                member_value(L, id, true, indent);
+                cg_member_value(L, id, true, indent);
         }
     }
     /* the final pass: full values other kernels read */
     L->pass = L->nstages + 1;
-    clear_needed(L);
-    bool any = false;
-    for (int i = 0; i < L->nstores; i++)
-        if (L->f->cls[L->stores[i]] == CLASS_FULL && L->avail[L->stores[i]] == L->nstages) need(L, L->stores[i]), any = true;
-    if (any) {
+    if (cg_need_pass(L, L->pass)) {
         int braces = open_inner(L, L->lane >= 0 ? NULL : "#pragma omp simd", indent);
-        emit_needed(L, in);
+        cg_emit_needed(L, in);
         for (int i = 0; i < L->nstores; i++)
-            if (L->f->cls[L->stores[i]] == CLASS_FULL && L->avail[L->stores[i]] == L->nstages)
-                sb_printf(o, "%sy%d[i] = t%d;\n", in, L->stores[i], L->stores[i]);
+            if (cg_stored_in_pass(L, L->stores[i], L->pass)) sb_printf(o, "%sy%d[i] = t%d;\n", in, L->stores[i], L->stores[i]);
         close_braces(o, braces, indent);
     }
     for (int i = 0; i < L->nstores; i++) {
@@ -435,7 +181,7 @@ static void emit_row_body(Loop *L, const char *indent)
         if (L->f->cls[id] == CLASS_ROW) sb_printf(o, "%sy%d[row] = w%d;\n", indent, id, id);
         if (L->f->cls[id] == CLASS_TOTAL) {
             sb_printf(o, "%stot%d += ", indent, id);
-            ref(L, ir_input(g, id, 0), id, true, o);
+            cg_operand(L, ir_input(g, id, 0), id, true, o);
             sb_puts(o, ";\n");
         }
     }
@@ -461,7 +207,7 @@ static void kernel_name(Cg *c, int32_t k, StrBuf *b)
  * body; cnn's pooling forward stays scalar, unrolled); either way no loop of 2 iterations
  * is set up per row. Returns that axis and, for a map kernel, moves the short trailing
  * axes into the inner loops; -1 to keep the nest. */
-static int lane_axis(Loop *L)
+static int lane_axis(CgKernel *L)
 {
     const Shape *s = &L->K->shape;
     uint64_t inner = L->inner;
@@ -489,136 +235,7 @@ static int lane_axis(Loop *L)
     return lane;
 }
 
-static void setup(Loop *L, Cg *c, int32_t k)
-{
-    memset(L, 0, sizeof *L);
-    L->c = c;
-    L->g = c->g;
-    L->f = &c->fp;
-    L->k = k;
-    L->K = &c->fp.kernels[k];
-    L->rank = L->K->shape.rank;
-    size_t nn = (size_t)c->g->nnodes + 1;
-    L->avail = xcalloc(nn, sizeof *L->avail);
-    L->needed = xcalloc(nn, 1);
-    size_t cap = 2 + (size_t)L->K->count * 3;
-    L->reads = xmalloc(cap * sizeof *L->reads);
-    L->stores = xmalloc(cap * sizeof *L->stores);
-    const Graph *g = L->g;
-    if (L->K->kind == KERNEL_GEMM) {
-        NodeId mm = L->K->anchor;
-        add_read(L, fusion_root(g, L->f, ir_input(g, mm, 0)));
-        add_read(L, fusion_root(g, L->f, ir_input(g, mm, 1)));
-    }
-    for (int32_t i = 0; i < L->K->count; i++) {
-        NodeId id = MEMBER(L, i);
-        const Node *n = &g->nodes[id];
-        if (L->f->stored[id]) L->stores[L->nstores++] = id;
-        if (n->op == OP_MATMUL) continue;
-        for (uint32_t j = 0; j < n->ninputs; j++) scan_operand(L, ir_input(g, id, (int)j), id);
-        /* stages */
-        int32_t a = 0;
-        for (uint32_t j = 0; j < n->ninputs; j++) {
-            NodeId r = fusion_root(g, L->f, ir_input(g, id, (int)j));
-            if (in_kernel(L, r) && L->avail[r] > a) a = L->avail[r];
-        }
-        bool reduce = (n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX) && L->f->cls[id] == CLASS_ROW;
-        L->avail[id] = reduce ? a + 1 : a;
-        if (reduce && a + 1 > L->nstages) L->nstages = a + 1;
-    }
-    uint64_t all = L->rank ? (((uint64_t)1 << L->rank) - 1) : 0;
-    uint64_t axes = L->K->axes;
-    uint64_t last = L->rank ? (uint64_t)1 << (L->rank - 1) : 0;
-    if (L->K->kind == KERNEL_GEMM) {
-        L->mode = MODE_GEMM;
-    } else if (!axes) {
-        L->inner = last;
-        L->mode = !L->coords ? MODE_FLAT : (L->coords & ~last) ? MODE_NESTED : MODE_ROWS;
-    } else {
-        L->inner = axes;
-        int lo = L->rank;
-        while (lo > 0 && (axes >> (lo - 1) & 1)) lo--;
-        bool trailing = axes == (all & ~(((uint64_t)1 << lo) - 1));
-        bool rows_ok = trailing && !(L->coords & ~last) && (!(L->coords & last) || popcount64(axes) == 1);
-        /* leading axes reduced, and the kernel's only row members are stored reductions */
-        int hi = 0;
-        while (hi < L->rank && (axes >> hi & 1)) hi++;
-        bool leading = axes == (((uint64_t)1 << hi) - 1);
-        bool columns_ok = leading && !L->coords && L->nstages == 1;
-        for (int32_t i = 0; i < L->K->count && columns_ok; i++) {
-            NodeId id = MEMBER(L, i);
-            const Node *n = &g->nodes[id];
-            if (L->f->cls[id] == CLASS_FULL && L->avail[id]) columns_ok = false;
-            if (L->f->cls[id] == CLASS_TOTAL) columns_ok = false;
-            if (L->f->cls[id] == CLASS_ROW && (!L->f->stored[id] || (n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX)))
-                columns_ok = false;
-        }
-        L->mode = rows_ok ? MODE_ROWS : columns_ok ? MODE_COLUMNS : MODE_NESTED;
-    }
-    L->lane = L->mode == MODE_NESTED ? lane_axis(L) : -1;
-}
-
-static void teardown(Loop *L)
-{
-    free(L->avail);
-    free(L->needed);
-    free(L->work);
-    free(L->reads);
-    free(L->stores);
-    free(L->remat);
-}
-
-void cg_kernel_title(Cg *c, int32_t k, StrBuf *o)
-{
-    const Kernel *K = &c->fp.kernels[k];
-    const Graph *g = c->g;
-    if (K->kind == KERNEL_GEMM) sb_puts(o, "matrix product");
-    else sb_puts(o, K->axes ? "row reductions" : "elementwise");
-    sb_printf(o, " over %s", cg_ctype((DType)g->nodes[K->anchor].dtype));
-    ir_shape_format(o, g, &K->shape);
-    if (K->axes) {
-        sb_puts(o, ", rows reduced over axes");
-        for (int a = 0; a < K->shape.rank; a++)
-            if (K->axes >> a & 1) sb_printf(o, " %d", a);
-    }
-}
-
-static void kernel_comment(Loop *L)
-{
-    Cg *c = L->c;
-    StrBuf *o = c->o;
-    const Graph *g = L->g;
-    sb_printf(o, "/* kernel %d: ", L->k);
-    cg_kernel_title(c, L->k, o);
-    sb_puts(o, "\n");
-    for (int32_t i = 0; i < L->K->count; i++) {
-        NodeId id = MEMBER(L, i);
-        const Node *n = &g->nodes[id];
-        sb_printf(o, " *   %%%d %s", id, ir_op_info[n->op].name);
-        for (uint32_t j = 0; j < n->ninputs; j++) sb_printf(o, "%s%%%d", j ? ", " : " ", ir_input(g, id, (int)j));
-        sb_printf(o, " -> %s", cg_ctype((DType)n->dtype));
-        ir_shape_format(o, g, &n->shape);
-        if (L->f->stored[id]) sb_puts(o, " (stored)");
-        if (L->f->recomputed[id] && !L->f->stored[id]) sb_puts(o, " (recomputed by its readers)");
-        sb_puts(o, "\n");
-    }
-    if (L->nremat) sb_puts(o, " * computed again here instead of loaded:\n");
-    for (int i = 0; i < L->nremat; i++) {
-        NodeId id = L->remat[i];
-        const Node *n = &g->nodes[id];
-        sb_printf(o, " *   %%%d %s", id, ir_op_info[n->op].name);
-        for (uint32_t j = 0; j < n->ninputs; j++) sb_printf(o, "%s%%%d", j ? ", " : " ", ir_input(g, id, (int)j));
-        sb_printf(o, " -> %s", cg_ctype((DType)n->dtype));
-        ir_shape_format(o, g, &n->shape);
-        if (L->f->kernel_of[id] >= 0) sb_printf(o, " (kernel %d's)\n", L->f->kernel_of[id]);
-        else sb_puts(o, " (computed only where read)\n");
-    }
-    sb_puts(o, " *");
-    cg_source_line(c, L->K->anchor);
-    sb_puts(o, " */\n");
-}
-
-static void signature(Loop *L)
+static void signature(CgKernel *L)
 {
     Cg *c = L->c;
     StrBuf *o = c->o;
@@ -646,7 +263,7 @@ static void signature(Loop *L)
 
 /* Reductions over the leading axes, in memory order: each thread takes a block of
  * columns and walks down the rows, accumulating into the outputs. */
-static void emit_columns(Loop *L)
+static void emit_columns(CgKernel *L)
 {
     Cg *c = L->c;
     StrBuf *o = c->o;
@@ -670,24 +287,24 @@ static void emit_columns(Loop *L)
                "            #pragma omp simd\n"
                "            for (int64_t row = r0; row < r1; row++) {\n"
                "                const int64_t i = h * R + row;\n");
-    clear_needed(L);
+    cg_clear_needed(L);
     for (int32_t i = 0; i < L->K->count; i++) {
-        NodeId id = MEMBER(L, i);
-        if (L->f->cls[id] == CLASS_FULL && L->f->stored[id]) need(L, id);
+        NodeId id = CG_MEMBER(L, i);
+        if (L->f->cls[id] == CLASS_FULL && L->f->stored[id]) cg_need(L, id);
         if (L->f->cls[id] == CLASS_ROW) {
             NodeId r = fusion_root(g, L->f, ir_input(g, id, 0));
-            if (in_kernel(L, r)) need(L, r);
+            if (cg_in_kernel(L, r)) cg_need(L, r);
         }
     }
     const char *in = "                ";
-    emit_needed(L, in);
+    cg_emit_needed(L, in);
     for (int32_t i = 0; i < L->K->count; i++) {
-        NodeId id = MEMBER(L, i);
+        NodeId id = CG_MEMBER(L, i);
         if (L->f->cls[id] == CLASS_FULL && L->f->stored[id]) sb_printf(o, "%sy%d[i] = t%d;\n", in, id, id);
         if (L->f->cls[id] != CLASS_ROW) continue;
         StrBuf v;
         sb_init(&v);
-        ref(L, ir_input(g, id, 0), id, false, &v);
+        cg_operand(L, ir_input(g, id, 0), id, false, &v);
         if (g->nodes[id].op == OP_REDUCE_SUM) sb_printf(o, "%sy%d[row] += %s;\n", in, id, v.data);
         else
             sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    if (v > y%d[row] || v != v) y%d[row] = v;\n%s}\n", in, in,
@@ -697,7 +314,7 @@ static void emit_columns(Loop *L)
     sb_puts(o, "            }\n        }\n    }\n");
 }
 
-static void emit_loop_kernel(Loop *L)
+static void emit_loop_kernel(CgKernel *L)
 {
     Cg *c = L->c;
     StrBuf *o = c->o;
@@ -713,18 +330,18 @@ static void emit_loop_kernel(Loop *L)
     char reduction[600] = "";
     if (tot.len) snprintf(reduction, sizeof reduction, " reduction(+: %s)", tot.data);
     const bool parallel = cg_may_parallel(c, &L->K->shape);
-    if (L->mode == MODE_FLAT) {
+    if (L->mode == CG_LOOP_FLAT) {
         sb_puts(o, "    const int64_t n = ");
         cg_numel(c, &L->K->shape);
         if (parallel) sb_printf(o, ";\n    #pragma omp parallel for simd if (n >= %d)\n", PARALLEL_MIN);
         else sb_puts(o, ";\n    #pragma omp simd\n");
         sb_puts(o, "    for (int64_t i = 0; i < n; i++) {\n");
-        clear_needed(L);
-        for (int i = 0; i < L->nstores; i++) need(L, L->stores[i]);
-        emit_needed(L, "        ");
+        cg_clear_needed(L);
+        for (int i = 0; i < L->nstores; i++) cg_need(L, L->stores[i]);
+        cg_emit_needed(L, "        ");
         for (int i = 0; i < L->nstores; i++) sb_printf(o, "        y%d[i] = t%d;\n", L->stores[i], L->stores[i]);
         sb_puts(o, "    }\n");
-    } else if (L->mode == MODE_ROWS) {
+    } else if (L->mode == CG_LOOP_ROWS) {
         sb_puts(o, "    const int64_t R = 1");
         for (int a = 0; a < L->rank; a++)
             if (!(L->inner >> a & 1)) sb_printf(o, " * S%d", a);
@@ -736,13 +353,13 @@ static void emit_loop_kernel(Loop *L)
         sb_puts(o, "    for (int64_t row = 0; row < R; row++) {\n");
         emit_row_body(L, "        ");
         sb_puts(o, "    }\n");
-    } else if (L->mode == MODE_COLUMNS) {
+    } else if (L->mode == CG_LOOP_COLUMNS) {
         emit_columns(L);
     } else {
         cg_declare_strides(c, "S", L->rank);
         for (int a = 0; a < L->rank; a++) sb_printf(o, "    (void)Ss%d;\n", a);
         /* the outer loops: every axis but the inner ones and the lane axis */
-        int nloops = L->rank - popcount64(L->inner), nouter = nloops - (L->lane >= 0);
+        int nloops = L->rank - cg_popcount64(L->inner), nouter = nloops - (L->lane >= 0);
         if (nloops) {
             sb_puts(o, "    const int64_t work = ");
             cg_numel(c, &L->K->shape);
@@ -781,81 +398,6 @@ static void emit_loop_kernel(Loop *L)
     sb_puts(o, "}\n\n");
 }
 
-/* A matrix-product operand as BLAS reads it: its base pointer, transposed or not, and
- * the strides of its axes (a strided view of the base, or the base's own rows). */
-typedef struct {
-    FusionLayout lay;
-    bool trans;
-} Operand;
-
-static void operand(Loop *L, NodeId x, Operand *op)
-{
-    if (!fusion_layout(L->g, L->f, x, &op->lay) || !fusion_gemm_operand(L->g, &op->lay, x, &op->trans)) {
-        /* fusion only makes views that BLAS can read; anything else is a bug there */
-        fprintf(stderr, "kiln: internal error: matrix operand %%%d has no BLAS layout\n", x);
-        abort();
-    }
-}
-
-/* The offset of an operand's element (c_0, ..., c_{r-3}, row, col): its offset terms plus
- * the batch coordinates (c<axis>), `row` and `col` (expressions) times their strides. */
-static void operand_offset(Loop *L, const Operand *op, int nbatch, const char *row, const char *col, StrBuf *b)
-{
-    bool any = false;
-    for (int t = 0; t < op->lay.nterms; t++) {
-        sb_puts(b, any ? " + " : "");
-        cg_dim(b, L->g, op->lay.offset[t]);
-        any = true;
-    }
-    for (int a = 0; a <= nbatch + 1; a++) {
-        Dim st = op->lay.stride[a];
-        const char *at = a == nbatch ? row : col;
-        if ((st.nsym == 0 && st.k == 0) || (a >= nbatch && !strcmp(at, "0"))) continue;
-        sb_puts(b, any ? " + " : "");
-        if (a < nbatch) sb_printf(b, "c%d", a);
-        else sb_puts(b, at);
-        if (!is_one(st)) {
-            bool paren = st.nsym + (st.k != 1) > 1;
-            sb_puts(b, paren ? " * (" : " * ");
-            cg_dim(b, L->g, st);
-            sb_puts(b, paren ? ")" : "");
-        }
-        any = true;
-    }
-    if (!any) sb_puts(b, "0");
-}
-
-static void operand_comment(Loop *L, const char *name, NodeId x, const Operand *op)
-{
-    StrBuf *o = L->c->o;
-    const Graph *g = L->g;
-    sb_printf(o, "    /* %s = %%%d %s", name, x, cg_ctype((DType)g->nodes[x].dtype));
-    ir_shape_format(o, g, &g->nodes[x].shape);
-    if (fusion_is_contiguous(g, &op->lay, x)) {
-        if (op->lay.base != x) sb_printf(o, ": the memory of %%%d", op->lay.base);
-    } else {
-        sb_puts(o, ": read in place from ");
-        fusion_layout_format(o, g, &op->lay);
-    }
-    sb_puts(o, op->trans ? " (transposed) */\n" : " */\n");
-}
-
-/* The leading dimension BLAS needs: the stride between rows of the matrix as stored. */
-static void operand_ld(Loop *L, const char *name, NodeId x, const Operand *op)
-{
-    const Graph *g = L->g;
-    StrBuf *o = L->c->o;
-    const Shape *s = &g->nodes[x].shape;
-    int r = s->rank - 2, c = s->rank - 1;
-    /* stored rows run along the columns' axis when transposed */
-    int along = op->trans ? c : r, other = op->trans ? r : c;
-    sb_printf(o, "    const int ld%s = (int)kiln_blas_ld(", name);
-    cg_dim(o, g, op->lay.stride[along]);
-    sb_puts(o, ", ");
-    cg_dim(o, g, s->d[other]);
-    sb_puts(o, ");\n");
-}
-
 /* The bounds of a task's block of C (kiln_gemm_split): rows m0 + [0, mb), columns
  * n0 + [0, nb); a task past the edge does nothing. */
 static void block_bounds(StrBuf *o, const char *block)
@@ -879,7 +421,7 @@ static void batch_coords(StrBuf *o, int nbatch, const char *indent)
 /* The batch's products summed: the threads share blocks of the sum, and each block adds
  * the batch's products into itself in batch order (BLAS beta 1 after the first), so the
  * sum does not depend on the number of threads. */
-static void emit_gemm_summed(Loop *L, const Operand *A, const Operand *B, char f, int nbatch)
+static void emit_gemm_summed(CgKernel *L, const CgOperand *A, const CgOperand *B, char f, int nbatch)
 {
     StrBuf *o = L->c->o;
     const Graph *g = L->g;
@@ -904,8 +446,8 @@ static void emit_gemm_summed(Loop *L, const Operand *A, const Operand *B, char f
     StrBuf offa, offb;
     sb_init(&offa);
     sb_init(&offb);
-    operand_offset(L, A, nbatch, "m0", "0", &offa);
-    operand_offset(L, B, nbatch, "0", "n0", &offb);
+    cg_gemm_operand_offset(L, A, nbatch, "m0", "0", &offa);
+    cg_gemm_operand_offset(L, B, nbatch, "0", "n0", &offb);
     sb_printf(o, "            kiln_%cgemm_beta(%s, %s, mb, nb, K, p%d + (%s), lda, p%d + (%s), ldb, b ? 1 : 0, y%d + (m0 * N + n0), ldc);\n",
               f, A->trans ? "CblasTrans" : "CblasNoTrans", B->trans ? "CblasTrans" : "CblasNoTrans", A->lay.base, offa.data,
               B->lay.base, offb.data, sum);
@@ -914,16 +456,16 @@ static void emit_gemm_summed(Loop *L, const Operand *A, const Operand *B, char f
     sb_puts(o, "        }\n    }\n    if (sp.parallel) kiln_blas_serial_end(blas_threads);\n}\n\n");
 }
 
-static void emit_gemm_kernel(Loop *L)
+static void emit_gemm_kernel(CgKernel *L)
 {
     Cg *c = L->c;
     StrBuf *o = c->o;
     const Graph *g = L->g;
     NodeId mm = L->K->anchor;
     NodeId xa = ir_input(g, mm, 0), xb = ir_input(g, mm, 1);
-    Operand A, B;
-    operand(L, xa, &A);
-    operand(L, xb, &B);
+    CgOperand A, B;
+    cg_gemm_operand(L, xa, &A);
+    cg_gemm_operand(L, xb, &B);
     signature(L);
     int r = L->rank, nbatch = r - 2;
     char f = g->nodes[mm].dtype == DT_F64 ? 'd' : 's';
@@ -932,10 +474,10 @@ static void emit_gemm_kernel(Loop *L)
     sb_printf(o, ", M = S%d, N = S%d, K = ", r - 2, r - 1);
     cg_dim(o, g, g->nodes[xb].shape.d[r - 2]);
     sb_puts(o, ";\n");
-    operand_comment(L, "A", xa, &A);
-    operand_comment(L, "B", xb, &B);
-    operand_ld(L, "a", xa, &A);
-    operand_ld(L, "b", xb, &B);
+    cg_gemm_operand_comment(L, "A", xa, &A);
+    cg_gemm_operand_comment(L, "B", xb, &B);
+    cg_gemm_operand_ld(L, "a", xa, &A);
+    cg_gemm_operand_ld(L, "b", xb, &B);
     NodeId wr = L->K->written;
     if (L->K->summed != IR_NONE) {
         emit_gemm_summed(L, &A, &B, f, nbatch);
@@ -943,7 +485,7 @@ static void emit_gemm_kernel(Loop *L)
     }
     bool epilogue = false; /* an epilogue member is stored */
     for (int i = 0; i < L->nstores && wr == IR_NONE; i++) epilogue |= L->stores[i] != mm;
-    Operand C = {.trans = false};
+    CgOperand C = {.trans = false};
     if (wr != IR_NONE) {
         /* the product goes straight into the permuted memory of %wr */
         if (!fusion_gemm_output(g, mm, wr, C.lay.stride, &C.trans)) {
@@ -980,9 +522,9 @@ static void emit_gemm_kernel(Loop *L)
     sb_init(&offa);
     sb_init(&offb);
     sb_init(&offc);
-    operand_offset(L, &A, nbatch, "m0", "0", &offa);
-    operand_offset(L, &B, nbatch, "0", "n0", &offb);
-    if (wr != IR_NONE) operand_offset(L, &C, nbatch, "m0", "n0", &offc);
+    cg_gemm_operand_offset(L, &A, nbatch, "m0", "0", &offa);
+    cg_gemm_operand_offset(L, &B, nbatch, "0", "n0", &offb);
+    if (wr != IR_NONE) cg_gemm_operand_offset(L, &C, nbatch, "m0", "n0", &offc);
     else sb_printf(&offc, "(b * M + m0) * N + n0");
     NodeId pa = A.lay.base, pb = B.lay.base, pc = wr != IR_NONE ? wr : mm;
     if (!C.trans)
@@ -1001,10 +543,10 @@ static void emit_gemm_kernel(Loop *L)
         sb_puts(o, "            #pragma omp simd\n");
         sb_printf(o, "            for (int64_t c%d = n0; c%d < n0 + nb; c%d++) {\n", r - 1, r - 1, r - 1);
         sb_printf(o, "                const int64_t i = (b * M + c%d) * N + c%d;\n", r - 2, r - 1);
-        clear_needed(L);
+        cg_clear_needed(L);
         for (int i = 0; i < L->nstores; i++)
-            if (L->stores[i] != mm) need(L, L->stores[i]);
-        emit_needed(L, "                ");
+            if (L->stores[i] != mm) cg_need(L, L->stores[i]);
+        cg_emit_needed(L, "                ");
         for (int i = 0; i < L->nstores; i++)
             if (L->stores[i] != mm) sb_printf(o, "                y%d[i] = t%d;\n", L->stores[i], L->stores[i]);
         sb_puts(o, "            }\n        }\n");
@@ -1096,12 +638,13 @@ void cg_emit_fused_kernel(Cg *c, int32_t k)
     kernel_name(c, k, &name);
     StrBuf *out = c->o;
     c->o = &text;
-    Loop L;
-    setup(&L, c, k);
-    kernel_comment(&L);
-    if (L.mode == MODE_GEMM) emit_gemm_kernel(&L);
+    CgKernel L;
+    cg_kernel_setup(&L, c, k);
+    if (L.mode == CG_LOOP_NESTED) L.lane = lane_axis(&L);
+    cg_kernel_comment(&L);
+    if (L.mode == CG_LOOP_GEMM) emit_gemm_kernel(&L);
     else emit_loop_kernel(&L);
-    teardown(&L);
+    cg_kernel_teardown(&L);
     c->o = out;
     /* the key: the code after the function's name */
     const char *after = strstr(text.data, name.data);
@@ -1126,8 +669,8 @@ void cg_emit_fused_kernel(Cg *c, int32_t k)
 
 void cg_emit_fused_call(Cg *c, int32_t k)
 {
-    Loop L;
-    setup(&L, c, k);
+    CgKernel L;
+    cg_kernel_setup(&L, c, k);
     StrBuf *o = c->o;
     sb_printf(o, "    %s(io->syms", c->fused_name[k]);
     for (int i = 0; i < L.nreads; i++) sb_printf(o, ", v%d", L.reads[i]);
@@ -1140,5 +683,5 @@ void cg_emit_fused_call(Cg *c, int32_t k)
     if (strcmp(own.data, c->fused_name[k])) sb_printf(o, " /* kernel %d: the same code */", k);
     sb_puts(o, "\n");
     sb_free(&own);
-    teardown(&L);
+    cg_kernel_teardown(&L);
 }

@@ -1,6 +1,7 @@
 /* codegen.h — code generation from the IR: the C target (c.c) writes one C file that
  * defines a `kiln_model` (runtime/kiln_model.h), and build.c compiles it with the system
- * C compiler against the runtime and OpenBLAS. */
+ * C compiler against the runtime and OpenBLAS. cuda.c writes model.cu for the GPU. Both
+ * print the kernel bodies that kernel.c generates. */
 #ifndef KILN_CODEGEN_H
 #define KILN_CODEGEN_H
 
@@ -13,6 +14,12 @@
  * nrecipe key/value string pairs (the flattened train section). */
 int codegen_c(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe,
               StrBuf *out, StrBuf *err);
+
+/* cuda.c — writes model.cu, the CUDA of the same kernels in Kiln's dialect
+ * (runtime/cuda/kiln_cuda.h). Returns 0, or -1 with "FILE:LINE: error: --target cuda does
+ * not support <kind> kernels yet (...)" for the first kernel it cannot write yet. With
+ * `partial` (tests), such kernels are left out with a comment instead. */
+int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path, bool partial, StrBuf *out, StrBuf *err);
 
 /* Bytes of activation memory each step needs at the symbols' bounds (after planning). */
 int64_t codegen_arena_bytes(const Graph *g);

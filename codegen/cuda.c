@@ -1,0 +1,558 @@
+/* cuda.c — the CUDA target: model.cu in Kiln's restricted dialect (runtime/cuda/kiln_cuda.h,
+ * docs/cuda.md), which nvcc compiles for the GPU and g++ -DKILN_CUDA_EMU for the emulator.
+ *
+ * What each fused kernel computes comes from kernel.c, as for the C target; this file adds
+ * what is the GPU's own: the threads that run it and the host function that launches it.
+ * So far it writes
+ *   - elementwise kernels (loop kernels without reduced axes) as grid-stride loops: each
+ *     thread computes elements i, i + gridDim.x * blockDim.x, ..., deriving from i the
+ *     coordinates the members need (broadcast loads, iotas);
+ *   - row reductions over trailing axes (softmax, layer norm, their backward kernels): one
+ *     block per row, kernel.c's passes over the row as block-strided loops, each followed
+ *     by block-wide sums or maxima (warp shuffles, then shared memory); a kernel with a
+ *     total over all rows (a loss) runs as one block that takes the rows in order;
+ *   - reductions over leading axes (bias gradients): one thread per column;
+ *   - 2-D float32 matrix products: cublasSgemm into the product's memory, then the
+ *     epilogue (bias, activation, ...) as an elementwise kernel over the product.
+ * Every other kind of kernel is refused with an error naming it and its model line: never
+ * code that computes something else. Batched, permuted-output and summed products,
+ * reductions over axes whose coordinates the kernel needs, single-node kernels (gathers,
+ * index checks, copies), random numbers and the host program follow (issue 18). */
+#include "kernel.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Threads per block of an elementwise kernel: a multiple of the warp, enough to hide
+ * memory latency with a few blocks per SM, few enough registers per thread to spare. */
+#define CUDA_MAP_BLOCK 256
+/* Blocks of a grid-stride loop at most: beyond this the threads loop instead (about 120
+ * resident blocks of 256 threads on an H100's 132 SMs times 8 is far below it). */
+#define CUDA_MAP_GRID_MAX 65535
+
+/* What the target cannot write yet, in a few words ("row reduction"), or NULL. */
+static const char *unsupported_kind(const CgKernel *L)
+{
+    const Kernel *K = L->K;
+    if (K->kind == KERNEL_GEMM) {
+        const Graph *g = L->g;
+        if (K->shape.rank > 2) return "batched matrix product";
+        if (K->written != IR_NONE) return "matrix product written permuted";
+        if (K->summed != IR_NONE) return "summed matrix product";
+        if (g->nodes[K->anchor].dtype != DT_F32) return "non-float32 matrix product";
+        if (!L->f->stored[K->anchor]) return "matrix product with an unstored result";
+        return NULL;
+    }
+    if (K->kind == KERNEL_SINGLE) return ir_op_info[L->g->nodes[K->anchor].op].name;
+    if (K->axes && L->mode != CG_LOOP_ROWS && L->mode != CG_LOOP_COLUMNS) return "row reduction (over coordinates it needs)";
+    if (L->random) return "random-number elementwise";
+    return NULL;
+}
+
+static void kernel_name(const CgKernel *L, StrBuf *b)
+{
+    sb_printf(b, "%s_k%d_%s", L->c->prefix, L->k, L->mode == CG_LOOP_GEMM ? "gemm" : L->K->axes ? "rows" : "map");
+}
+
+/* "models/mlp.kiln:12: x = relu(fc1(x))": the model line, for launch sites and errors. */
+static void model_line(Cg *c, NodeId id, StrBuf *b)
+{
+    const Node *n = N(c, id);
+    sb_printf(b, "%s:%u", c->source, n->loc.line);
+    if (n->loc.line && (int)n->loc.line <= c->nlines) {
+        const char *line = c->lines[n->loc.line - 1];
+        while (*line == ' ') line++;
+        sb_printf(b, ": %.100s", line);
+    }
+}
+
+/* The symbols by value, then the kernel's loads and stores: its parameters. */
+static void parameters(CgKernel *L, StrBuf *o, bool host)
+{
+    const Graph *g = L->g;
+    bool any = false;
+    if (host) {
+        sb_puts(o, "const int64_t *s");
+        any = true;
+    } else {
+        for (int sy = 0; sy < g->nsyms; sy++, any = true) sb_printf(o, "%sint64_t %s", any ? ", " : "", g->syms[sy].name);
+    }
+    /* an output written in place of an input (memplan) shares its memory: no __restrict__ */
+    for (int i = 0; i < L->nreads; i++) {
+        bool shared = false;
+        for (int j = 0; j < L->nstores; j++) shared |= L->c->mp.inplace_of[L->stores[j]] == L->reads[i];
+        sb_printf(o, "%sconst %s *%sp%d", any ? ", " : "", cg_ctype((DType)g->nodes[L->reads[i]].dtype),
+                  shared || host ? "" : "__restrict__ ", L->reads[i]);
+        any = true;
+    }
+    for (int i = 0; i < L->nstores; i++) {
+        sb_printf(o, "%s%s *%sy%d", any ? ", " : "", cg_ctype((DType)g->nodes[L->stores[i]].dtype),
+                  L->c->mp.inplace_of[L->stores[i]] != IR_NONE || host ? "" : "__restrict__ ", L->stores[i]);
+        any = true;
+    }
+    if (host) sb_puts(o, L->mode == CG_LOOP_GEMM ? ", cudaStream_t stream, cublasHandle_t blas" : ", cudaStream_t stream");
+}
+
+/* The coordinates the members use, from the flat index i: c<a> = i / (S<a+1> * ...) % S<a>. */
+static void coordinates(CgKernel *L, const char *indent)
+{
+    StrBuf *o = L->c->o;
+    for (int a = 0; a < L->rank; a++) {
+        if (!(L->coords >> a & 1)) continue;
+        sb_printf(o, "%sconst int64_t c%d = i", indent, a);
+        bool any = false;
+        for (int b = a + 1; b < L->rank; b++) {
+            sb_printf(o, "%sS%d", any ? " * " : " / (", b);
+            any = true;
+        }
+        sb_puts(o, any ? ")" : "");
+        if (a > 0) sb_printf(o, " %% S%d", a);
+        sb_puts(o, ";\n");
+    }
+}
+
+/* The kernel's comment with its launch shape, its signature and its dims S0, S1, .... */
+static void kernel_head(CgKernel *L, const char *launch)
+{
+    Cg *c = L->c;
+    StrBuf *o = c->o;
+    const Graph *g = L->g;
+    cg_kernel_comment(L);
+    /* the comment ends with the close of the comment: the launch shape goes before it */
+    o->len -= 4;
+    o->data[o->len] = 0;
+    sb_printf(o, "\n * Launch: %s */\n", launch);
+    sb_printf(o, "__global__ void __launch_bounds__(%d) ", CUDA_MAP_BLOCK);
+    kernel_name(L, o);
+    sb_puts(o, L->mode == CG_LOOP_GEMM ? "_epilogue(" : "(");
+    parameters(L, o, false);
+    sb_puts(o, ")\n{\n");
+    for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, "    (void)%s;\n", g->syms[sy].name);
+    if (L->rank) {
+        sb_puts(o, "    const int64_t ");
+        for (int a = 0; a < L->rank; a++) {
+            sb_printf(o, "%sS%d = ", a ? ", " : "", a);
+            cg_dim(o, g, L->K->shape.d[a]);
+        }
+        sb_puts(o, ";\n");
+    }
+    for (int a = 0; a < L->rank; a++) sb_printf(o, "    (void)S%d;\n", a);
+}
+
+static void emit_map_kernel(CgKernel *L)
+{
+    StrBuf *o = L->c->o;
+    const bool gemm = L->mode == CG_LOOP_GEMM;
+    /* a GEMM kernel's epilogue: the product is in memory (cuBLAS wrote it), its consumers
+     * run as an elementwise kernel over it */
+    const NodeId mm = gemm ? L->K->anchor : IR_NONE;
+    kernel_head(L, gemm ? "cuBLAS writes the product (the host function below), then this epilogue runs\n"
+                          " * over its elements: blocks of 256 threads, a grid-stride loop over the elements."
+                        : "blocks of 256 threads, a grid-stride loop over the elements (each thread takes\n"
+                          " * every gridDim.x * blockDim.x-th one, from its own index).");
+    /* the product's operands (the first reads): cuBLAS reads them, not this kernel */
+    for (int i = 0; gemm && i < 2 && i < L->nreads; i++) sb_printf(o, "    (void)p%d;\n", L->reads[i]);
+    sb_puts(o, "    const int64_t n = ");
+    if (!L->rank) sb_puts(o, "1");
+    for (int a = 0; a < L->rank; a++) sb_printf(o, "%sS%d", a ? " * " : "", a);
+    sb_puts(o, ";\n"
+               "    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {\n");
+    coordinates(L, "        ");
+    cg_clear_needed(L);
+    for (int i = 0; i < L->nstores; i++)
+        if (L->stores[i] != mm) cg_need(L, L->stores[i]);
+    cg_emit_needed(L, "        ");
+    for (int i = 0; i < L->nstores; i++)
+        if (L->stores[i] != mm) sb_printf(o, "        y%d[i] = t%d;\n", L->stores[i], L->stores[i]);
+    sb_puts(o, "    }\n}\n\n");
+}
+
+/* Pass s over a row: the accumulators, the loop over the row's elements (the needed
+ * members, the partial reductions, the stores of the pass), the block's results. */
+static void emit_row_pass(CgKernel *L, int s, const char *indent, const char *in)
+{
+    const Graph *g = L->g;
+    StrBuf *o = L->c->o;
+    const int last = L->rank - 1;
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        if (!cg_reduced_in_pass(L, id, s)) continue;
+        const char *ty = cg_ctype((DType)g->nodes[id].dtype);
+        if (g->nodes[id].op == OP_REDUCE_SUM) sb_printf(o, "%s%s a%d = 0;\n", indent, ty, id);
+        else sb_printf(o, "%s%s a%d = -INFINITY;\n%sint nan%d = 0;\n", indent, ty, id, indent, id);
+    }
+    sb_printf(o, "%sfor (int64_t j = threadIdx.x; j < W; j += blockDim.x) {\n%s    const int64_t i = row * W + j;\n", indent,
+              indent);
+    if (L->coords >> last & 1) sb_printf(o, "%sconst int64_t c%d = j;\n%s(void)c%d; /* not every pass needs it */\n", in, last, in, last);
+    cg_emit_needed(L, in);
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        if (!cg_reduced_in_pass(L, id, s)) continue;
+        StrBuf v;
+        sb_init(&v);
+        cg_operand(L, ir_input(g, id, 0), id, false, &v);
+        if (g->nodes[id].op == OP_REDUCE_SUM) sb_printf(o, "%sa%d += %s;\n", in, id, v.data);
+        else
+            sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    a%d = v > a%d ? v : a%d;\n%s    nan%d |= v != v;\n%s}\n", in, in,
+                      cg_ctype((DType)g->nodes[id].dtype), v.data, in, id, id, id, in, id, in);
+        sb_free(&v);
+    }
+    for (int i = 0; i < L->nstores; i++)
+        if (cg_stored_in_pass(L, L->stores[i], s)) sb_printf(o, "%sy%d[i] = t%d;\n", in, L->stores[i], L->stores[i]);
+    sb_printf(o, "%s}\n", indent);
+    /* the block's results, the same in every thread */
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        if (!cg_reduced_in_pass(L, id, s)) continue;
+        const char *ty = cg_ctype((DType)g->nodes[id].dtype);
+        if (g->nodes[id].op == OP_REDUCE_SUM) {
+            sb_printf(o, "%sconst %s w%d = kiln_block_sum(a%d);\n", indent, ty, id, id);
+        } else {
+            sb_printf(o, "%sconst %s m%d = kiln_block_max(a%d);\n", indent, ty, id, id);
+            sb_printf(o, "%sconst %s w%d = kiln_block_max(nan%d) ? NAN : m%d;\n", indent, ty, id, id, id);
+        }
+    }
+}
+
+/* The product of the dims of the inner axes (or of the others): S<a> names, or with
+ * `values` the dims themselves (host code). */
+static void dims_product(StrBuf *o, const CgKernel *L, bool inner, bool values)
+{
+    bool any = false;
+    for (int a = 0; a < L->rank; a++) {
+        if ((L->inner >> a & 1) != inner) continue;
+        sb_puts(o, any ? " * " : "");
+        Dim d = L->K->shape.d[a];
+        bool paren = values && d.nsym && (d.k != 1 || d.nsym > 1);
+        if (!values) sb_printf(o, "S%d", a);
+        else {
+            sb_puts(o, paren ? "(" : "");
+            cg_dim(o, L->g, d);
+            sb_puts(o, paren ? ")" : "");
+        }
+        any = true;
+    }
+    if (!any) sb_puts(o, "1");
+}
+
+static bool has_total(const CgKernel *L)
+{
+    for (int i = 0; i < L->nstores; i++)
+        if (L->f->cls[L->stores[i]] == CLASS_TOTAL) return true;
+    return false;
+}
+
+/* Reductions over leading axes whose results nothing else in the kernel uses (bias
+ * gradients, CG_LOOP_COLUMNS): one thread per column walks down its H elements in order,
+ * as the C target does, so the sums are the same bits; neighbouring threads read
+ * neighbouring elements. */
+static void emit_columns_kernel(CgKernel *L)
+{
+    const Graph *g = L->g;
+    StrBuf *o = L->c->o;
+    kernel_head(L, "one thread per column (blocks of 256, a grid-stride loop over the columns); each\n"
+                   " * thread walks down the rows of its column in order, accumulating in registers.");
+    sb_puts(o, "    const int64_t H = ");
+    dims_product(o, L, true, false);
+    sb_puts(o, ", R = ");
+    dims_product(o, L, false, false);
+    sb_puts(o, ";\n    for (int64_t row = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; row < R; row += (int64_t)gridDim.x * blockDim.x) {\n");
+    cg_clear_needed(L);
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        if (L->f->cls[id] == CLASS_FULL && L->f->stored[id]) cg_need(L, id);
+        if (L->f->cls[id] == CLASS_ROW) {
+            NodeId r = fusion_root(g, L->f, ir_input(g, id, 0));
+            if (cg_in_kernel(L, r)) cg_need(L, r);
+            sb_printf(o, "        %s a%d = %s;\n", cg_ctype((DType)g->nodes[id].dtype), id,
+                      g->nodes[id].op == OP_REDUCE_SUM ? "0" : "-INFINITY");
+        }
+    }
+    sb_puts(o, "        for (int64_t h = 0; h < H; h++) {\n            const int64_t i = h * R + row;\n");
+    const char *in = "            ";
+    cg_emit_needed(L, in);
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        if (L->f->cls[id] == CLASS_FULL && L->f->stored[id]) sb_printf(o, "%sy%d[i] = t%d;\n", in, id, id);
+        if (L->f->cls[id] != CLASS_ROW) continue;
+        StrBuf v;
+        sb_init(&v);
+        cg_operand(L, ir_input(g, id, 0), id, false, &v);
+        if (g->nodes[id].op == OP_REDUCE_SUM) sb_printf(o, "%sa%d += %s;\n", in, id, v.data);
+        else
+            sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    if (v > a%d || v != v) a%d = v;\n%s}\n", in, in,
+                      cg_ctype((DType)g->nodes[id].dtype), v.data, in, id, id, in);
+        sb_free(&v);
+    }
+    sb_puts(o, "        }\n");
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        if (L->f->cls[id] == CLASS_ROW) sb_printf(o, "        y%d[row] = a%d;\n", id, id);
+    }
+    sb_puts(o, "    }\n}\n\n");
+}
+
+/* A row reduction kernel (CG_LOOP_ROWS: the reduced axes are the trailing ones, so a row
+ * is W contiguous elements): one block per row, and kernel.c's passes over the row
+ * (cg_need_pass) as loops in which each thread takes every blockDim.x-th element,
+ * followed by block-wide reductions of the threads' partial results. Every thread then
+ * holds the row values (w<id>), as the C target's row loop does. */
+static void emit_rows_kernel(CgKernel *L)
+{
+    const Graph *g = L->g;
+    StrBuf *o = L->c->o;
+    kernel_head(L, has_total(L) ? "one block of 256 threads for all the rows, in order, so that the total is summed\n"
+                                  " * in the same order every time (correct, not yet fast); in each pass over a row, thread t\n"
+                                  " * takes elements t, t + blockDim.x, ..., then the block combines the threads' partial\n"
+                                  " * sums or maxima (kiln_block_sum, kiln_block_max)."
+                                : "one block of 256 threads per row (a grid-stride loop over the rows); in each\n"
+                                  " * pass over the row, thread t takes elements t, t + blockDim.x, ..., then the block\n"
+                                  " * combines the threads' partial sums or maxima (kiln_block_sum, kiln_block_max).");
+    sb_puts(o, "    const int64_t R = ");
+    dims_product(o, L, false, false);
+    sb_puts(o, ", W = ");
+    dims_product(o, L, true, false);
+    sb_puts(o, ";\n");
+    for (int i = 0; i < L->nstores; i++)
+        if (L->f->cls[L->stores[i]] == CLASS_TOTAL)
+            sb_printf(o, "    %s tot%d = 0;\n", cg_ctype((DType)g->nodes[L->stores[i]].dtype), L->stores[i]);
+    sb_puts(o, "    for (int64_t row = blockIdx.x; row < R; row += gridDim.x) {\n");
+    const char *indent = "        ", *in = "            ";
+    for (int s = 0; s <= L->nstages + 1; s++) {
+        L->pass = s;
+        if (s > 0 && cg_need_pass(L, s)) emit_row_pass(L, s, indent, in);
+        for (int32_t i = 0; i < L->K->count; i++) {
+            NodeId id = CG_MEMBER(L, i);
+            const Node *n = &g->nodes[id];
+            if (L->f->cls[id] == CLASS_ROW && L->avail[id] == s && n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX)
+                cg_member_value(L, id, true, indent);
+        }
+    }
+    L->pass = 0;
+    for (int i = 0; i < L->nstores; i++)
+        if (L->f->cls[L->stores[i]] == CLASS_ROW) sb_printf(o, "%sif (threadIdx.x == 0) y%d[row] = w%d;\n", indent, L->stores[i], L->stores[i]);
+    for (int i = 0; i < L->nstores; i++) {
+        NodeId id = L->stores[i];
+        if (L->f->cls[id] != CLASS_TOTAL) continue;
+        sb_printf(o, "%stot%d += ", indent, id);
+        cg_operand(L, ir_input(g, id, 0), id, true, o);
+        sb_puts(o, ";\n");
+    }
+    sb_puts(o, "    }\n");
+    for (int i = 0; i < L->nstores; i++)
+        if (L->f->cls[L->stores[i]] == CLASS_TOTAL) sb_printf(o, "    if (threadIdx.x == 0) y%d[0] = tot%d;\n", L->stores[i], L->stores[i]);
+    sb_puts(o, "}\n\n");
+}
+
+/* The product of a GEMM kernel through cuBLAS, into the product's memory. cuBLAS is
+ * column-major: the row-major C = A B (M x N) is the column-major C^T = B^T A^T, and a
+ * row-major operand read as column-major is its transpose, so B goes first, each operand
+ * transposed where the C target's BLAS call transposes it. Returns whether an epilogue
+ * kernel follows (a stored member besides the product). */
+static bool emit_gemm_call(CgKernel *L)
+{
+    const Graph *g = L->g;
+    StrBuf *o = L->c->o;
+    NodeId mm = L->K->anchor, xa = ir_input(g, mm, 0), xb = ir_input(g, mm, 1);
+    CgOperand A, B;
+    cg_gemm_operand(L, xa, &A);
+    cg_gemm_operand(L, xb, &B);
+    sb_puts(o, "    const int64_t M = ");
+    cg_dim(o, g, L->K->shape.d[0]);
+    sb_puts(o, ", N = ");
+    cg_dim(o, g, L->K->shape.d[1]);
+    sb_puts(o, ", K = ");
+    cg_dim(o, g, g->nodes[xb].shape.d[0]);
+    sb_puts(o, ";\n    if (M == 0 || N == 0) return;\n");
+    cg_gemm_operand_comment(L, "A", xa, &A);
+    cg_gemm_operand_comment(L, "B", xb, &B);
+    cg_gemm_operand_ld(L, "a", xa, &A);
+    cg_gemm_operand_ld(L, "b", xb, &B);
+    StrBuf offa, offb;
+    sb_init(&offa);
+    sb_init(&offb);
+    cg_gemm_operand_offset(L, &A, 0, "0", "0", &offa);
+    cg_gemm_operand_offset(L, &B, 0, "0", "0", &offb);
+    sb_printf(o, "    const float one = 1, zero = 0;\n"
+                 "    KILN_CUBLAS_CHECK(cublasSetStream(blas, stream));\n"
+                 "    KILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)N, (int)M, (int)K, &one, p%d + (%s), ldb, p%d + (%s), lda, &zero,\n"
+                 "                                  y%d, (int)kiln_blas_ld(N, N)));\n",
+              B.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", A.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", B.lay.base, offb.data, A.lay.base,
+              offa.data, mm);
+    sb_free(&offa);
+    sb_free(&offb);
+    for (int i = 0; i < L->nstores; i++)
+        if (L->stores[i] != mm) return true;
+    return false;
+}
+
+/* The host function that launches kernel L on `grid` blocks (an expression of n, the
+ * elements, and R, the rows). */
+static void emit_launcher(CgKernel *L)
+{
+    Cg *c = L->c;
+    StrBuf *o = c->o;
+    const Graph *g = L->g;
+    sb_printf(o, "/* Launches kernel %d on stream: s holds the symbols' values (host memory), the\n"
+                 " * pointers are device memory. */\nvoid ",
+              L->k);
+    kernel_name(L, o);
+    sb_puts(o, "_launch(");
+    parameters(L, o, true);
+    sb_puts(o, ")\n{\n");
+    for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, "    const int64_t %s = s[%d];\n", g->syms[sy].name, sy);
+    sb_puts(o, "    (void)s;\n    const int64_t n = ");
+    if (!L->rank) sb_puts(o, "1");
+    for (int a = 0; a < L->rank; a++) {
+        Dim d = L->K->shape.d[a];
+        bool paren = d.nsym && d.k != 1;
+        sb_puts(o, a ? " * " : "");
+        sb_puts(o, paren ? "(" : "");
+        cg_dim(o, g, d);
+        sb_puts(o, paren ? ")" : "");
+    }
+    sb_puts(o, ";\n    (void)n;\n");
+    bool epilogue = true;
+    if (L->mode == CG_LOOP_GEMM) epilogue = emit_gemm_call(L);
+    if (!epilogue) {
+        sb_puts(o, "}\n\n");
+        return;
+    }
+    if (L->mode == CG_LOOP_COLUMNS) { /* one thread per column */
+        sb_puts(o, "    const int64_t columns = ");
+        dims_product(o, L, false, true);
+        sb_printf(o, ";\n    const int64_t blocks = (columns + %d - 1) / %d;\n", CUDA_MAP_BLOCK, CUDA_MAP_BLOCK);
+    } else if (has_total(L)) { /* one block for every row: the total in row order */
+        sb_puts(o, "    const int64_t blocks = 1;\n");
+    } else if (L->K->axes) { /* one block per row; a row of no elements still has its sum, 0 */
+        sb_puts(o, "    const int64_t blocks = ");
+        dims_product(o, L, false, true);
+        sb_puts(o, ";\n");
+    } else {
+        sb_printf(o, "    const int64_t blocks = (n + %d - 1) / %d;\n", CUDA_MAP_BLOCK, CUDA_MAP_BLOCK);
+    }
+    sb_puts(o, "    if (blocks == 0) return;\n");
+    sb_printf(o, "    const int grid = blocks < %d ? (int)blocks : %d;\n", CUDA_MAP_GRID_MAX, CUDA_MAP_GRID_MAX);
+    StrBuf site;
+    sb_init(&site);
+    model_line(c, L->K->anchor, &site);
+    sb_puts(o, "    KILN_LAUNCH_AT(");
+    cg_c_string(o, site.data);
+    sb_free(&site);
+    sb_puts(o, ", ");
+    kernel_name(L, o);
+    sb_puts(o, L->mode == CG_LOOP_GEMM ? "_epilogue" : "");
+    sb_printf(o, ", grid, %d, 0, stream", CUDA_MAP_BLOCK);
+    for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, ", %s", g->syms[sy].name);
+    for (int i = 0; i < L->nreads; i++) sb_printf(o, ", p%d", L->reads[i]);
+    for (int i = 0; i < L->nstores; i++) sb_printf(o, ", y%d", L->stores[i]);
+    sb_puts(o, ");\n}\n\n");
+}
+
+/* The kernels of one graph; -1 with the error for the first one not supported yet. */
+static int emit_graph(Cg *c, const Graph *g, const char *prefix, const char *step, bool partial)
+{
+    c->g = g;
+    c->prefix = prefix;
+    fusion_plan(g, &c->fp);
+    memplan_run(g, &c->fp, &c->mp);
+    int rc = 0;
+    for (int32_t k = 0; k < c->fp.nkernels && !rc; k++) {
+        CgKernel L;
+        cg_kernel_setup(&L, c, k);
+        const char *kind = unsupported_kind(&L);
+        if (!kind) {
+            bool epilogue = false;
+            for (int i = 0; i < L.nstores; i++) epilogue |= L.stores[i] != L.K->anchor;
+            if (L.mode == CG_LOOP_GEMM && !epilogue) cg_kernel_comment(&L);
+            else if (L.mode == CG_LOOP_COLUMNS) emit_columns_kernel(&L);
+            else if (L.K->axes) emit_rows_kernel(&L);
+            else emit_map_kernel(&L);
+            emit_launcher(&L);
+        } else {
+            StrBuf title, line;
+            sb_init(&title);
+            sb_init(&line);
+            if (L.K->kind == KERNEL_SINGLE) { /* the title of a loop kernel would call it elementwise */
+                const Node *n = N(c, L.K->anchor);
+                sb_printf(&title, "%%%d %s to %s", L.K->anchor, ir_op_info[n->op].name, cg_ctype((DType)n->dtype));
+                ir_shape_format(&title, g, &n->shape);
+            } else {
+                cg_kernel_title(c, k, &title);
+            }
+            model_line(c, L.K->anchor, &line);
+            if (partial) {
+                sb_printf(c->o, "/* kernel %d: %s — not written: --target cuda does not support %s kernels yet\n * %s */\n\n", k,
+                          title.data, kind, line.data);
+            } else {
+                sb_printf(c->err, "%s:%u: error: --target cuda does not support %s kernels yet (kernel %d of the %s step, %s: %s)",
+                          c->source, N(c, L.K->anchor)->loc.line, kind, k, step, title.data, line.data);
+                rc = -1;
+            }
+            sb_free(&title);
+            sb_free(&line);
+        }
+        cg_kernel_teardown(&L);
+    }
+    fusion_free(&c->fp);
+    memplan_free(&c->mp);
+    return rc;
+}
+
+int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path, bool partial, StrBuf *out, StrBuf *err)
+{
+    Cg c;
+    memset(&c, 0, sizeof c);
+    c.o = out;
+    c.err = err;
+    c.source = source_path;
+    c.target = CG_TARGET_CUDA;
+    for (NodeId i = 0; i < train->nnodes; i++)
+        if (!cg_ctype((DType)train->nodes[i].dtype)) {
+            sb_printf(err, "%s:%u: error: --target cuda does not support %s tensors yet (node %%%d %s)", source_path,
+                      train->nodes[i].loc.line, ir_dtype_name((DType)train->nodes[i].dtype), i, ir_op_info[train->nodes[i].op].name);
+            return -1;
+        }
+    cg_read_lines(&c, source_path);
+    sb_printf(out, "/* %s — CUDA generated by kiln %s from %s. Do not edit: edit the model and rebuild.\n"
+                   " *\n"
+                   " * Every kernel below is a group of operations of the model's graph (kiln ir --after\n"
+                   " * fusion lists them), with its shapes and the model line it comes from, written in\n"
+                   " * Kiln's CUDA dialect (docs/cuda.md): nvcc compiles it for the GPU, g++ -DKILN_CUDA_EMU\n"
+                   " * for the CUDA emulator. */\n",
+              train->name, KILN_VERSION, source_path);
+    if (partial) sb_puts(out, "/* Partial: kernels that --target cuda cannot write yet are left out (tests only). */\n");
+    sb_puts(out, "#include <math.h>\n#include <stdint.h>\n\n#include \"kiln_cuda.h\"\n\n");
+    sb_puts(out, "/* The leading dimension cuBLAS needs (runtime/kiln_gemm.h's, for the host). */\n"
+                 "static inline int64_t kiln_blas_ld(int64_t stride, int64_t cols) { return stride >= cols && stride > 0 ? stride : cols > 1 ? cols : 1; }\n\n");
+    sb_puts(out, "/* The sum and the maximum of v over the block, returned to every thread: each warp\n"
+                 " * combines its lanes with shuffles, lane 0 of each writes the warp's result to shared\n"
+                 " * memory, and every thread combines the warps' results in the same order (the same bits\n"
+                 " * in every thread). blockDim.x is a multiple of 32; every thread of the block calls it. */\n"
+                 "template <typename T> static __device__ T kiln_block_sum(T v)\n{\n"
+                 "    KILN_SHARED(T, warp_sums, [32]);\n"
+                 "    for (int o = 16; o > 0; o /= 2) v += KILN_SHFL_XOR(v, o);\n"
+                 "    __syncthreads(); /* the last call's readers are done with warp_sums */\n"
+                 "    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;\n"
+                 "    __syncthreads();\n"
+                 "    T s = warp_sums[0];\n"
+                 "    for (int w = 1; w < (int)blockDim.x / 32; w++) s += warp_sums[w];\n"
+                 "    return s;\n}\n\n"
+                 "template <typename T> static __device__ T kiln_block_max(T v)\n{\n"
+                 "    KILN_SHARED(T, warp_maxes, [32]);\n"
+                 "    for (int o = 16; o > 0; o /= 2) {\n"
+                 "        const T u = KILN_SHFL_XOR(v, o);\n"
+                 "        v = u > v ? u : v;\n"
+                 "    }\n"
+                 "    __syncthreads();\n"
+                 "    if (threadIdx.x % 32 == 0) warp_maxes[threadIdx.x / 32] = v;\n"
+                 "    __syncthreads();\n"
+                 "    T m = warp_maxes[0];\n"
+                 "    for (int w = 1; w < (int)blockDim.x / 32; w++) m = warp_maxes[w] > m ? warp_maxes[w] : m;\n"
+                 "    return m;\n}\n\n");
+    int rc = emit_graph(&c, train, "train", "training", partial);
+    if (!rc) rc = emit_graph(&c, eval, "eval", "evaluation", partial);
+    cg_free_lines(&c);
+    return rc;
+}

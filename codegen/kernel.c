@@ -1,0 +1,605 @@
+/* kernel.c — the kernel-body generator that the C and CUDA targets share (kernel.h).
+ *
+ * A loop kernel (passes/fusion.c) iterates over its shape S. Full members are values at
+ * one element (locals t<id>), row members values at one row (w<id>: S reduced over the
+ * kernel's axes), totals sums over all rows (tot<id>). Per row, each reduction stage is one
+ * pass over the row's elements that recomputes the full values it needs, then the row
+ * values that depend on it are computed; a last pass writes the full values other kernels
+ * read. This file decides all of that, and prints each member's scalar statement; the
+ * targets print the iteration around the statements. */
+#include "kernel.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *cg_ctype(DType t)
+{
+    switch (t) {
+    case DT_BOOL: return "uint8_t";
+    case DT_U8: return "uint8_t";
+    case DT_I32: return "int32_t";
+    case DT_I64: return "int64_t";
+    case DT_F32: return "float";
+    case DT_F64: return "double";
+    default: return NULL;
+    }
+}
+
+/* A C expression for a dim, using the symbols' names (declared in each kernel). */
+void cg_dim(StrBuf *b, const Graph *g, Dim d)
+{
+    if (d.nsym == 0) {
+        sb_printf(b, "%lld", (long long)d.k);
+        return;
+    }
+    if (d.k != 1) sb_printf(b, "%lld * ", (long long)d.k);
+    for (int i = 0; i < d.nsym; i++) sb_printf(b, "%s%s", i ? " * " : "", g->syms[d.sym[i]].name);
+}
+
+void cg_literal(StrBuf *b, double v, DType t)
+{
+    if (ir_dtype_is_float(t)) {
+        if (isnan(v)) sb_puts(b, "NAN");
+        else if (isinf(v)) sb_puts(b, v < 0 ? "-INFINITY" : "INFINITY");
+        else {
+            char buf[64];
+            util_format_double(buf, sizeof buf, v);
+            sb_printf(b, "%s%s", buf, t == DT_F32 ? "f" : "");
+        }
+    } else {
+        sb_printf(b, "(%s)%lld", cg_ctype(t), (long long)v);
+    }
+}
+
+
+
+static const char *fsuffix(DType t) { return t == DT_F32 ? "f" : ""; }
+
+/* The expression of an elementwise op on operand expressions a, b, w (where). */
+void cg_elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const char *w)
+{
+    const Node *n = N(c, id);
+    DType in = (DType)N(c, ir_input(c->g, id, 0))->dtype;
+    const char *f = fsuffix(in);
+    bool fl = ir_dtype_is_float(in);
+    /* kiln_math.h's vectorisable functions are host code: CUDA has its own expf, tanhf */
+    bool cuda = c->target == CG_TARGET_CUDA;
+    StrBuf *o = c->o;
+    switch ((Op)n->op) {
+    case OP_NEG: sb_printf(o, "-%s", a); break;
+    case OP_ABS:
+        if (fl) sb_printf(o, "fabs%s(%s)", f, a);
+        else sb_printf(o, "(%s < 0 ? -%s : %s)", a, a, a);
+        break;
+    case OP_SIGN: sb_printf(o, "(%s > 0) - (%s < 0)", a, a); break;
+    case OP_EXP:
+        if (in == DT_F32) sb_printf(o, "%s(%s)", cuda ? "expf" : "kiln_expf", a); /* vectorises: kiln_math.h */
+        else sb_printf(o, "exp(%s)", a);
+        break;
+    case OP_LOG: sb_printf(o, "log%s(%s)", f, a); break;
+    case OP_SQRT: sb_printf(o, "sqrt%s(%s)", f, a); break;
+    case OP_TANH:
+        if (in == DT_F32) sb_printf(o, "%s(%s)", cuda ? "tanhf" : "kiln_tanhf", a);
+        else sb_printf(o, "tanh(%s)", a);
+        break;
+    case OP_SIGMOID: {
+        const char *e = in == DT_F32 ? (cuda ? "expf" : "kiln_expf") : "exp";
+        sb_printf(o, "%s >= 0 ? 1 / (1 + %s(-%s)) : %s(%s) / (1 + %s(%s))", a, e, a, e, a, e, a);
+        break;
+    }
+    case OP_RELU: /* NaN propagates, as in PyTorch */
+        if (fl) sb_printf(o, "%s > 0 || %s != %s ? %s : 0", a, a, a, a);
+        else sb_printf(o, "%s > 0 ? %s : 0", a, a);
+        break;
+    case OP_NOT: sb_printf(o, "!%s", a); break;
+    case OP_DETACH: sb_puts(o, a); break;
+    case OP_CAST:
+        if (n->dtype == DT_BOOL) sb_printf(o, "%s != 0", a);
+        else sb_printf(o, "(%s)%s", cg_ctype((DType)n->dtype), a);
+        break;
+    case OP_ADD: sb_printf(o, "%s + %s", a, b); break;
+    case OP_SUB: sb_printf(o, "%s - %s", a, b); break;
+    case OP_MUL: sb_printf(o, "%s * %s", a, b); break;
+    case OP_DIV: sb_printf(o, "%s / %s", a, b); break;
+    case OP_MAX:
+    case OP_MIN: {
+        const char *cmp = n->op == OP_MAX ? ">" : "<";
+        if (fl) sb_printf(o, "%s %s %s || %s != %s ? %s : %s", a, cmp, b, a, a, a, b); /* NaN wins */
+        else sb_printf(o, "%s %s %s ? %s : %s", a, cmp, b, a, b);
+        break;
+    }
+    case OP_POW: sb_printf(o, "pow%s(%s, %s)", f, a, b); break;
+    case OP_EQ: sb_printf(o, "%s == %s", a, b); break;
+    case OP_NE: sb_printf(o, "%s != %s", a, b); break;
+    case OP_LT: sb_printf(o, "%s < %s", a, b); break;
+    case OP_LE: sb_printf(o, "%s <= %s", a, b); break;
+    case OP_GT: sb_printf(o, "%s > %s", a, b); break;
+    case OP_GE: sb_printf(o, "%s >= %s", a, b); break;
+    case OP_AND: sb_printf(o, "%s && %s", a, b); break;
+    case OP_OR: sb_printf(o, "%s || %s", a, b); break;
+    case OP_WHERE:
+        if (n->dtype == DT_F32 && !cuda) sb_printf(o, "kiln_selectf(%s, %s, %s)", a, b, w); /* kiln_math.h */
+        else if (n->dtype == DT_F64 && !cuda) sb_printf(o, "kiln_select(%s, %s, %s)", a, b, w);
+        else sb_printf(o, "%s ? %s : %s", a, b, w);
+        break;
+    default: break;
+    }
+}
+
+void cg_c_string(StrBuf *b, const char *s)
+{
+    sb_putc(b, '"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') sb_printf(b, "\\%c", ch);
+        else if (ch < 32 || ch >= 127) sb_printf(b, "\\%03o", ch);
+        else sb_putc(b, (char)ch);
+    }
+    sb_putc(b, '"');
+}
+
+void cg_read_lines(Cg *c, const char *path)
+{
+    StrBuf err;
+    sb_init(&err);
+    size_t len;
+    char *text = util_read_file(path, &len, &err);
+    sb_free(&err);
+    c->lines = NULL;
+    c->nlines = 0;
+    if (!text) return;
+    int32_t cap = 0;
+    char *p = text;
+    for (;;) {
+        char *nl = strchr(p, '\n');
+        GROW(c->lines, cap, c->nlines + 1);
+        c->lines[c->nlines++] = xstrndup(p, nl ? (size_t)(nl - p) : strlen(p));
+        if (!nl) break;
+        p = nl + 1;
+    }
+    free(text);
+}
+
+void cg_free_lines(Cg *c)
+{
+    for (int i = 0; i < c->nlines; i++) free(c->lines[i]);
+    free(c->lines);
+    c->lines = NULL;
+    c->nlines = 0;
+}
+
+void cg_source_line(Cg *c, NodeId id)
+{
+    const Node *n = N(c, id);
+    StrBuf *o = c->o;
+    if (n->loc.line) {
+        sb_printf(o, "\n * %s:%u", c->source, n->loc.line);
+        if ((int)n->loc.line <= c->nlines) {
+            const char *line = c->lines[n->loc.line - 1];
+            while (*line == ' ') line++;
+            /* Keep the comment valid C whatever the model line holds. */
+            sb_puts(o, ": ");
+            for (const char *p = line; *p && p - line < 100; p++) {
+                if (p[0] == '*' && p[1] == '/') { sb_puts(o, "* /"); p++; continue; }
+                sb_putc(o, (unsigned char)*p < 32 ? ' ' : *p);
+            }
+        }
+    }
+}
+
+
+/* ---- what a fused kernel computes ---- */
+
+/* A value computed in this kernel, full (t<id>) or row (w<id>). */
+static bool local_value(const CgKernel *L, NodeId r) { return cg_in_kernel(L, r) || cg_recomputed_here(L, r); }
+
+static void add_read(CgKernel *L, NodeId r)
+{
+    for (int i = 0; i < L->nreads; i++)
+        if (L->reads[i] == r) return;
+    L->reads[L->nreads++] = r;
+}
+
+/* Collects loads, coordinates and random use of operand x. */
+static void scan_operand(CgKernel *L, NodeId x, NodeId reader)
+{
+    const Graph *g = L->g;
+    NodeId r = fusion_root(g, L->f, x);
+    if (cg_in_kernel(L, r)) return;
+    if (cg_recomputed_here(L, r)) {
+        for (int i = 0; i < L->nremat; i++)
+            if (L->remat[i] == r) return;
+        GROW(L->remat, L->capremat, L->nremat + 1);
+        int i = L->nremat++;
+        for (; i > 0 && L->remat[i - 1] > r; i--) L->remat[i] = L->remat[i - 1];
+        L->remat[i] = r;
+        for (uint32_t j = 0; j < g->nodes[r].ninputs; j++) scan_operand(L, ir_input(g, r, (int)j), r);
+        return;
+    }
+    int off = L->rank - g->nodes[r].shape.rank;
+    if (fusion_is_broadcast(g, L->f, r, L->k, reader)) {
+        NodeId q = fusion_root(g, L->f, ir_input(g, r, 0));
+        if (L->f->role[q] == ROLE_INLINE) return; /* a constant */
+        add_read(L, q);
+        const Shape *xs = &g->nodes[ir_input(g, r, 0)].shape, *es = &g->nodes[r].shape;
+        for (int a = fusion_first_kept_axis(g, r); a < xs->rank; a++)
+            if (!(cg_dim_is_one(xs->d[a]) && !cg_dim_is_one(es->d[a]))) L->coords |= (uint64_t)1 << (a + off);
+        return;
+    }
+    if (L->f->role[r] == ROLE_INLINE) {
+        if (g->nodes[r].op == OP_IOTA) L->coords |= (uint64_t)1 << (ir_attrs(g, r)[0] + off);
+        if (g->nodes[r].op == OP_RANDOM_UNIFORM) L->random = true;
+        return;
+    }
+    add_read(L, r);
+}
+
+/* ---- expressions ---- */
+
+/* C product of dims [from, rank) of a shape: a row-major stride. */
+static void stride_c(StrBuf *b, const Graph *g, const Shape *s, int from)
+{
+    bool any = false;
+    for (int a = from; a < s->rank; a++) {
+        if (cg_dim_is_one(s->d[a])) continue;
+        sb_puts(b, any ? " * " : "");
+        cg_dim(b, g, s->d[a]);
+        any = true;
+    }
+    if (!any) sb_puts(b, "1");
+}
+
+/* The value of operand x in a full (row == false) or row context. */
+void cg_operand(CgKernel *L, NodeId x, NodeId reader, bool row, StrBuf *b)
+{
+    const Graph *g = L->g;
+    NodeId r = fusion_root(g, L->f, x);
+    if (local_value(L, r)) {
+        sb_printf(b, cg_in_kernel(L, r) && L->f->cls[r] == CLASS_ROW ? "w%d" : "t%d", r);
+        return;
+    }
+    int off = L->rank - g->nodes[r].shape.rank;
+    if (fusion_is_broadcast(g, L->f, r, L->k, reader)) {
+        NodeId x0 = ir_input(g, r, 0);
+        NodeId q = fusion_root(g, L->f, x0);
+        if (L->f->role[q] == ROLE_INLINE) {
+            cg_literal(b, g->nodes[q].fattr[0], (DType)g->nodes[q].dtype);
+            return;
+        }
+        const Shape *xs = &g->nodes[x0].shape, *es = &g->nodes[r].shape;
+        sb_printf(b, "p%d[", q);
+        bool any = false;
+        for (int a = fusion_first_kept_axis(g, r); a < xs->rank; a++) {
+            if (cg_dim_is_one(xs->d[a]) && !cg_dim_is_one(es->d[a])) continue;
+            if (cg_dim_is_one(xs->d[a])) continue; /* size 1 in both: coordinate 0 */
+            sb_printf(b, "%sc%d * (", any ? " + " : "", a + off);
+            stride_c(b, g, xs, a + 1);
+            sb_puts(b, ")");
+            any = true;
+        }
+        sb_puts(b, any ? "]" : "0]");
+        return;
+    }
+    if (L->f->role[r] == ROLE_INLINE) {
+        const Node *n = &g->nodes[r];
+        switch ((Op)n->op) {
+        case OP_CONST: cg_literal(b, n->fattr[0], (DType)n->dtype); return;
+        case OP_IOTA: sb_printf(b, "(%s)c%lld", cg_ctype((DType)n->dtype), (long long)(ir_attrs(g, r)[0] + off)); return;
+        case OP_RANDOM_UNIFORM:
+            sb_printf(b, "kiln_rng_uniform24(seed, step, %lld, (uint64_t)%s)", (long long)ir_attrs(g, r)[0], row ? "row" : "i");
+            return;
+        default: break;
+        }
+    }
+    sb_printf(b, "p%d[%s]", r, row ? "row" : "i");
+}
+
+/* Whether full member id was stored by an earlier pass over the current row. */
+static bool written_before(const CgKernel *L, NodeId id)
+{
+    return L->pass && L->f->stored[id] && L->f->cls[id] == CLASS_FULL && L->avail[id] + 1 < L->pass;
+}
+
+/* `const T t<id> = ...;` for a member, its operands already in scope. */
+void cg_member_value(CgKernel *L, NodeId id, bool row, const char *indent)
+{
+    const Graph *g = L->g;
+    Cg *c = L->c;
+    const Node *n = &g->nodes[id];
+    StrBuf *o = c->o;
+    sb_printf(o, "%sconst %s %c%d = ", indent, cg_ctype((DType)n->dtype), row ? 'w' : 't', id);
+    if (n->op == OP_MATMUL || (!row && written_before(L, id))) {
+        sb_printf(o, "y%d[i];\n", id);
+        return;
+    }
+    if (n->op == OP_EXPAND || n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX) { /* a row value, or an identity */
+        cg_operand(L, ir_input(g, id, 0), id, row, o);
+        sb_puts(o, ";\n");
+        return;
+    }
+    StrBuf ops[3];
+    for (uint32_t j = 0; j < 3; j++) {
+        sb_init(&ops[j]);
+        if (j < n->ninputs) cg_operand(L, ir_input(g, id, (int)j), id, row, &ops[j]);
+        else sb_puts(&ops[j], "");
+    }
+    cg_elementwise_expr(c, id, ops[0].data, ops[1].data, ops[2].data);
+    for (int j = 0; j < 3; j++) sb_free(&ops[j]);
+    sb_puts(o, ";\n");
+}
+
+/* Marks the full members needed to compute full member id. A work list, not recursion:
+ * a chain of 200,000 elementwise ops in one kernel is as deep. */
+void cg_need(CgKernel *L, NodeId id)
+{
+    if (L->needed[id]) return;
+    L->needed[id] = 1;
+    int n = 0;
+    GROW(L->work, L->capwork, n + 1);
+    L->work[n++] = id;
+    while (n) {
+        NodeId v = L->work[--n];
+        const Node *nd = &L->g->nodes[v];
+        if (nd->op == OP_MATMUL || written_before(L, v)) continue;
+        for (uint32_t j = 0; j < nd->ninputs; j++) {
+            NodeId r = fusion_root(L->g, L->f, ir_input(L->g, v, (int)j));
+            if (L->needed[r] || !((cg_in_kernel(L, r) && L->f->cls[r] == CLASS_FULL) || cg_recomputed_here(L, r))) continue;
+            L->needed[r] = 1;
+            GROW(L->work, L->capwork, n + 1);
+            L->work[n++] = r;
+        }
+    }
+}
+
+void cg_clear_needed(CgKernel *L)
+{
+    for (int32_t i = 0; i < L->K->count; i++) L->needed[CG_MEMBER(L, i)] = 0;
+    for (int i = 0; i < L->nremat; i++) L->needed[L->remat[i]] = 0;
+}
+
+/* The body of an element loop: the needed full members, in order. */
+void cg_emit_needed(CgKernel *L, const char *indent)
+{
+    /* recomputed values depend only on loads and on each other */
+    for (int i = 0; i < L->nremat; i++)
+        if (L->needed[L->remat[i]]) cg_member_value(L, L->remat[i], false, indent);
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        if (L->needed[id] && L->f->cls[id] == CLASS_FULL) cg_member_value(L, id, false, indent);
+    }
+}
+
+void cg_kernel_setup(CgKernel *L, Cg *c, int32_t k)
+{
+    memset(L, 0, sizeof *L);
+    L->c = c;
+    L->g = c->g;
+    L->f = &c->fp;
+    L->k = k;
+    L->K = &c->fp.kernels[k];
+    L->rank = L->K->shape.rank;
+    size_t nn = (size_t)c->g->nnodes + 1;
+    L->avail = xcalloc(nn, sizeof *L->avail);
+    L->needed = xcalloc(nn, 1);
+    size_t cap = 2 + (size_t)L->K->count * 3;
+    L->reads = xmalloc(cap * sizeof *L->reads);
+    L->stores = xmalloc(cap * sizeof *L->stores);
+    const Graph *g = L->g;
+    if (L->K->kind == KERNEL_GEMM) {
+        NodeId mm = L->K->anchor;
+        add_read(L, fusion_root(g, L->f, ir_input(g, mm, 0)));
+        add_read(L, fusion_root(g, L->f, ir_input(g, mm, 1)));
+    }
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        const Node *n = &g->nodes[id];
+        if (L->f->stored[id]) L->stores[L->nstores++] = id;
+        if (n->op == OP_MATMUL) continue;
+        for (uint32_t j = 0; j < n->ninputs; j++) scan_operand(L, ir_input(g, id, (int)j), id);
+        /* stages */
+        int32_t a = 0;
+        for (uint32_t j = 0; j < n->ninputs; j++) {
+            NodeId r = fusion_root(g, L->f, ir_input(g, id, (int)j));
+            if (cg_in_kernel(L, r) && L->avail[r] > a) a = L->avail[r];
+        }
+        bool reduce = (n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX) && L->f->cls[id] == CLASS_ROW;
+        L->avail[id] = reduce ? a + 1 : a;
+        if (reduce && a + 1 > L->nstages) L->nstages = a + 1;
+    }
+    uint64_t all = L->rank ? (((uint64_t)1 << L->rank) - 1) : 0;
+    uint64_t axes = L->K->axes;
+    uint64_t last = L->rank ? (uint64_t)1 << (L->rank - 1) : 0;
+    if (L->K->kind == KERNEL_GEMM) {
+        L->mode = CG_LOOP_GEMM;
+    } else if (!axes) {
+        L->inner = last;
+        L->mode = !L->coords ? CG_LOOP_FLAT : (L->coords & ~last) ? CG_LOOP_NESTED : CG_LOOP_ROWS;
+    } else {
+        L->inner = axes;
+        int lo = L->rank;
+        while (lo > 0 && (axes >> (lo - 1) & 1)) lo--;
+        bool trailing = axes == (all & ~(((uint64_t)1 << lo) - 1));
+        bool rows_ok = trailing && !(L->coords & ~last) && (!(L->coords & last) || cg_popcount64(axes) == 1);
+        /* leading axes reduced, and the kernel's only row members are stored reductions */
+        int hi = 0;
+        while (hi < L->rank && (axes >> hi & 1)) hi++;
+        bool leading = axes == (((uint64_t)1 << hi) - 1);
+        bool columns_ok = leading && !L->coords && L->nstages == 1;
+        for (int32_t i = 0; i < L->K->count && columns_ok; i++) {
+            NodeId id = CG_MEMBER(L, i);
+            const Node *n = &g->nodes[id];
+            if (L->f->cls[id] == CLASS_FULL && L->avail[id]) columns_ok = false;
+            if (L->f->cls[id] == CLASS_TOTAL) columns_ok = false;
+            if (L->f->cls[id] == CLASS_ROW && (!L->f->stored[id] || (n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX)))
+                columns_ok = false;
+        }
+        L->mode = rows_ok ? CG_LOOP_ROWS : columns_ok ? CG_LOOP_COLUMNS : CG_LOOP_NESTED;
+    }
+    L->lane = -1; /* the C target may choose one (c_loops.c) */
+}
+
+void cg_kernel_teardown(CgKernel *L)
+{
+    free(L->avail);
+    free(L->needed);
+    free(L->work);
+    free(L->reads);
+    free(L->stores);
+    free(L->remat);
+}
+
+void cg_kernel_title(Cg *c, int32_t k, StrBuf *o)
+{
+    const Kernel *K = &c->fp.kernels[k];
+    const Graph *g = c->g;
+    if (K->kind == KERNEL_GEMM) sb_puts(o, "matrix product");
+    else sb_puts(o, K->axes ? "row reductions" : "elementwise");
+    sb_printf(o, " over %s", cg_ctype((DType)g->nodes[K->anchor].dtype));
+    ir_shape_format(o, g, &K->shape);
+    if (K->axes) {
+        sb_puts(o, ", rows reduced over axes");
+        for (int a = 0; a < K->shape.rank; a++)
+            if (K->axes >> a & 1) sb_printf(o, " %d", a);
+    }
+}
+
+void cg_kernel_comment(CgKernel *L)
+{
+    Cg *c = L->c;
+    StrBuf *o = c->o;
+    const Graph *g = L->g;
+    sb_printf(o, "/* kernel %d: ", L->k);
+    cg_kernel_title(c, L->k, o);
+    sb_puts(o, "\n");
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        const Node *n = &g->nodes[id];
+        sb_printf(o, " *   %%%d %s", id, ir_op_info[n->op].name);
+        for (uint32_t j = 0; j < n->ninputs; j++) sb_printf(o, "%s%%%d", j ? ", " : " ", ir_input(g, id, (int)j));
+        sb_printf(o, " -> %s", cg_ctype((DType)n->dtype));
+        ir_shape_format(o, g, &n->shape);
+        if (L->f->stored[id]) sb_puts(o, " (stored)");
+        if (L->f->recomputed[id] && !L->f->stored[id]) sb_puts(o, " (recomputed by its readers)");
+        sb_puts(o, "\n");
+    }
+    if (L->nremat) sb_puts(o, " * computed again here instead of loaded:\n");
+    for (int i = 0; i < L->nremat; i++) {
+        NodeId id = L->remat[i];
+        const Node *n = &g->nodes[id];
+        sb_printf(o, " *   %%%d %s", id, ir_op_info[n->op].name);
+        for (uint32_t j = 0; j < n->ninputs; j++) sb_printf(o, "%s%%%d", j ? ", " : " ", ir_input(g, id, (int)j));
+        sb_printf(o, " -> %s", cg_ctype((DType)n->dtype));
+        ir_shape_format(o, g, &n->shape);
+        if (L->f->kernel_of[id] >= 0) sb_printf(o, " (kernel %d's)\n", L->f->kernel_of[id]);
+        else sb_puts(o, " (computed only where read)\n");
+    }
+    sb_puts(o, " *");
+    cg_source_line(c, L->K->anchor);
+    sb_puts(o, " */\n");
+}
+
+/* ---- the passes over a row ---- */
+
+bool cg_reduced_in_pass(const CgKernel *L, NodeId id, int pass)
+{
+    const Node *n = &L->g->nodes[id];
+    return L->f->cls[id] == CLASS_ROW && L->avail[id] == pass && (n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX);
+}
+
+/* A stored full value is written by the first pass after the stages it needs: then no
+ * further pass over the row is spent on it (the last pass writes those that need them all). */
+bool cg_stored_in_pass(const CgKernel *L, NodeId id, int pass)
+{
+    return L->f->stored[id] && L->f->cls[id] == CLASS_FULL && L->avail[id] == pass - 1;
+}
+
+bool cg_need_pass(CgKernel *L, int pass)
+{
+    cg_clear_needed(L);
+    bool any = false;
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        if (!cg_reduced_in_pass(L, id, pass)) continue;
+        NodeId r = fusion_root(L->g, L->f, ir_input(L->g, id, 0));
+        if (cg_in_kernel(L, r)) cg_need(L, r);
+        any = true;
+    }
+    for (int i = 0; i < L->nstores; i++)
+        if (cg_stored_in_pass(L, L->stores[i], pass)) {
+            cg_need(L, L->stores[i]);
+            any = true;
+        }
+    return any;
+}
+
+/* ---- matrix products ---- */
+
+void cg_gemm_operand(CgKernel *L, NodeId x, CgOperand *op)
+{
+    if (!fusion_layout(L->g, L->f, x, &op->lay) || !fusion_gemm_operand(L->g, &op->lay, x, &op->trans)) {
+        /* fusion only makes views that BLAS can read; anything else is a bug there */
+        fprintf(stderr, "kiln: internal error: matrix operand %%%d has no BLAS layout\n", x);
+        abort();
+    }
+}
+
+/* The offset of an operand's element (c_0, ..., c_{r-3}, row, col): its offset terms plus
+ * the batch coordinates (c<axis>), `row` and `col` (expressions) times their strides. */
+void cg_gemm_operand_offset(CgKernel *L, const CgOperand *op, int nbatch, const char *row, const char *col, StrBuf *b)
+{
+    bool any = false;
+    for (int t = 0; t < op->lay.nterms; t++) {
+        sb_puts(b, any ? " + " : "");
+        cg_dim(b, L->g, op->lay.offset[t]);
+        any = true;
+    }
+    for (int a = 0; a <= nbatch + 1; a++) {
+        Dim st = op->lay.stride[a];
+        const char *at = a == nbatch ? row : col;
+        if ((st.nsym == 0 && st.k == 0) || (a >= nbatch && !strcmp(at, "0"))) continue;
+        sb_puts(b, any ? " + " : "");
+        if (a < nbatch) sb_printf(b, "c%d", a);
+        else sb_puts(b, at);
+        if (!cg_dim_is_one(st)) {
+            bool paren = st.nsym + (st.k != 1) > 1;
+            sb_puts(b, paren ? " * (" : " * ");
+            cg_dim(b, L->g, st);
+            sb_puts(b, paren ? ")" : "");
+        }
+        any = true;
+    }
+    if (!any) sb_puts(b, "0");
+}
+
+void cg_gemm_operand_comment(CgKernel *L, const char *name, NodeId x, const CgOperand *op)
+{
+    StrBuf *o = L->c->o;
+    const Graph *g = L->g;
+    sb_printf(o, "    /* %s = %%%d %s", name, x, cg_ctype((DType)g->nodes[x].dtype));
+    ir_shape_format(o, g, &g->nodes[x].shape);
+    if (fusion_is_contiguous(g, &op->lay, x)) {
+        if (op->lay.base != x) sb_printf(o, ": the memory of %%%d", op->lay.base);
+    } else {
+        sb_puts(o, ": read in place from ");
+        fusion_layout_format(o, g, &op->lay);
+    }
+    sb_puts(o, op->trans ? " (transposed) */\n" : " */\n");
+}
+
+/* The leading dimension BLAS needs: the stride between rows of the matrix as stored. */
+void cg_gemm_operand_ld(CgKernel *L, const char *name, NodeId x, const CgOperand *op)
+{
+    const Graph *g = L->g;
+    StrBuf *o = L->c->o;
+    const Shape *s = &g->nodes[x].shape;
+    int r = s->rank - 2, c = s->rank - 1;
+    /* stored rows run along the columns' axis when transposed */
+    int along = op->trans ? c : r, other = op->trans ? r : c;
+    sb_printf(o, "    const int ld%s = (int)kiln_blas_ld(", name);
+    cg_dim(o, g, op->lay.stride[along]);
+    sb_puts(o, ", ");
+    cg_dim(o, g, s->d[other]);
+    sb_puts(o, ");\n");
+}

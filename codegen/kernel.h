@@ -1,0 +1,182 @@
+/* kernel.h — the kernel-body generator that the targets share (kernel.c).
+ *
+ * What a fused kernel of passes/fusion.c computes, independent of how a target iterates:
+ * which stored values it loads and which it writes, each member's scalar expression at one
+ * element (t<id>) or one row (w<id>), the operands' index arithmetic (broadcasts, iotas),
+ * which members a pass over a row needs, and the reduction structure (stages: each row
+ * reduction needs one pass over the row after the reductions it depends on). A target
+ * prints these statements inside its own iteration: the C target (c_loops.c) in loop
+ * nests with OpenMP, the CUDA target (cuda.c) in grid-stride loops. The statements use the
+ * syntax C and CUDA C++ share; where the two differ (math functions, random numbers),
+ * Cg.target picks the spelling. */
+#ifndef KILN_CODEGEN_KERNEL_H
+#define KILN_CODEGEN_KERNEL_H
+
+#include "../passes/passes.h"
+#include "codegen.h"
+
+typedef enum { CG_TARGET_C, CG_TARGET_CUDA } CgTarget;
+
+/* The generator's state for one output file. The fields after `source` serve the C
+ * target's file layout (function sharing, profile tables, the file's halves). */
+typedef struct {
+    const Graph *g;
+    StrBuf *o;
+    StrBuf *err;
+    const char *prefix; /* "train" or "eval": kernel names */
+    CgTarget target;
+    FusionPlan fp;
+    MemPlan mp;
+    int64_t *param_off, *buffer_off; /* per node: offsets in the caller's slabs */
+    int *input_index;
+    char **lines; /* source lines, for comments */
+    int nlines;
+    const char *source;
+    int ngemms;
+    /* Fused kernels with the same code (up to the names of their values) share one
+     * function, across layers and between the train and eval graphs: */
+    StrMap shared;        /* canonical code -> index in shared_code */
+    char **shared_code, **shared_name;
+    int nshared, capshared;
+    char **fused_name;    /* per kernel of the current graph: the function it calls */
+    /* Where each kernel of the training graph starts in the output, and where its step
+     * function starts: the points at which the file may be cut in two halves. */
+    size_t *kernel_at, step_at, kernel_bytes;
+    int nkernel_at, capkernel_at;
+    int nkernels[2]; /* of the training and evaluation steps: the profile tables */
+    int ncheck;      /* index checks called so far in the step being written */
+} Cg;
+
+static inline const Node *N(const Cg *c, NodeId id) { return &c->g->nodes[id]; }
+
+/* ---- scalar text, both targets ---- */
+
+const char *cg_ctype(DType t);
+/* A dim as an expression over the symbols' names (declared in each kernel). */
+void cg_dim(StrBuf *b, const Graph *g, Dim d);
+void cg_literal(StrBuf *b, double v, DType t);
+/* The expression of elementwise node id applied to operand expressions a, b, w. */
+void cg_elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const char *w);
+/* s as a C string literal, quoted and escaped. */
+void cg_c_string(StrBuf *b, const char *s);
+/* Reads the model file's lines into c->lines, for comments (none when it cannot be read). */
+void cg_read_lines(Cg *c, const char *path);
+void cg_free_lines(Cg *c);
+/* " * FILE:LINE: source text" of a node, for kernel comments (nothing without a line). */
+void cg_source_line(Cg *c, NodeId id);
+
+/* ---- a fused loop or GEMM kernel ---- */
+
+/* How the C target iterates (the CUDA target maps the same structure to threads):
+ *   FLAT    one loop over all elements (no member needs a coordinate);
+ *   ROWS    a loop over rows and one over the elements of a row (only the last coordinate
+ *           is needed, as j);
+ *   COLUMNS reductions over leading axes (bias gradients) whose results nothing else in
+ *           the kernel uses: memory order, accumulating into the outputs column by column;
+ *   NESTED  one loop per axis, with every coordinate c<axis>;
+ *   GEMM    a matrix product and its epilogue. */
+enum { CG_LOOP_FLAT, CG_LOOP_ROWS, CG_LOOP_COLUMNS, CG_LOOP_NESTED, CG_LOOP_GEMM };
+
+typedef struct {
+    Cg *c;
+    const Graph *g;
+    const FusionPlan *f;
+    const Kernel *K;
+    int32_t k;
+    int rank;
+    uint64_t inner;   /* axes of the inner loops */
+    uint64_t coords;  /* axes whose coordinates members use */
+    int mode;         /* CG_LOOP_* */
+    int32_t *avail;   /* per node: the stage after which a member can be computed */
+    uint8_t *needed;  /* per node: scratch */
+    NodeId *reads;    /* roots loaded from memory */
+    int nreads;
+    NodeId *stores;   /* members written to memory */
+    int nstores;
+    int nstages;
+    /* The pass over a row being written (1 ... nstages + 1; 0 outside rows): a stored
+     * member that an earlier pass wrote is read back, not computed again. */
+    int pass;
+    bool random;
+    /* C target, nested mode with tiny inner axes (2x2 pooling windows): the axis whose
+     * iterations are SIMD lanes, each running the whole row body; -1 when the innermost
+     * loop is (set by c_loops.c). */
+    int lane;
+    /* Values of other kernels that this one computes again instead of loading (fusion.c's
+     * recomputed members and the unstored values they need), in node order. */
+    NodeId *remat;
+    int nremat, capremat;
+    NodeId *work; /* cg_need()'s work list */
+    int capwork;
+} CgKernel;
+
+#define CG_MEMBER(L, i) ((L)->f->members[(L)->K->first + (i)])
+
+static inline bool cg_in_kernel(const CgKernel *L, NodeId r)
+{
+    return L->f->role[r] == ROLE_KERNEL && L->f->kernel_of[r] == L->k;
+}
+/* Is r another kernel's value that this kernel computes itself? */
+static inline bool cg_recomputed_here(const CgKernel *L, NodeId r)
+{
+    return L->f->role[r] == ROLE_KERNEL && L->f->kernel_of[r] != L->k && L->f->recomputed[r];
+}
+static inline bool cg_dim_is_one(Dim d) { return d.nsym == 0 && d.k == 1; }
+static inline int cg_popcount64(uint64_t x)
+{
+    int n = 0;
+    for (; x; x &= x - 1) n++;
+    return n;
+}
+
+/* Analyses kernel k of c->fp: loads, stores, coordinates used, stages, the loop mode. */
+void cg_kernel_setup(CgKernel *L, Cg *c, int32_t k);
+void cg_kernel_teardown(CgKernel *L);
+/* The value of operand x of member `reader` in a full (row == false) or row context: a
+ * local (t<id>, w<id>), a literal, a coordinate, a random number or a load p<id>[...],
+ * indexed by i (full), row, or coordinates c<axis>. */
+void cg_operand(CgKernel *L, NodeId x, NodeId reader, bool row, StrBuf *b);
+/* `const T t<id> = ...;` (w<id> for a row value) for a member, its operands in scope. */
+void cg_member_value(CgKernel *L, NodeId id, bool row, const char *indent);
+/* Marks the full members needed to compute full member id; cg_clear_needed forgets them. */
+void cg_need(CgKernel *L, NodeId id);
+void cg_clear_needed(CgKernel *L);
+/* The body of an element iteration: the needed full members, in order. */
+void cg_emit_needed(CgKernel *L, const char *indent);
+/* The reduction structure of a row (CG_LOOP_ROWS, CG_LOOP_NESTED): passes 1 ... nstages
+ * over the row's elements each accumulate the row reductions of their stage, then the row
+ * values that depend on them are computed; pass nstages + 1 writes the stored full values
+ * that need every stage. A target prints each pass as its own loop (C) or block-wide
+ * reduction (CUDA); which members each pass computes is decided here. */
+/* Is member id a row reduction (sum or max) accumulated in this pass? */
+bool cg_reduced_in_pass(const CgKernel *L, NodeId id, int pass);
+/* Is member id a stored full value written in this pass? */
+bool cg_stored_in_pass(const CgKernel *L, NodeId id, int pass);
+/* Marks (cg_need) the full members this pass computes; false when it has nothing to do. */
+bool cg_need_pass(CgKernel *L, int pass);
+/* What fused kernel k is, in a few words: "matrix product over float[T*B, 384]". */
+void cg_kernel_title(Cg *c, int32_t k, StrBuf *o);
+/* The comment above a kernel: its title, members, values computed again, model line. */
+void cg_kernel_comment(CgKernel *L);
+
+/* ---- matrix products (GEMM kernels) ---- */
+
+/* A matrix-product operand as BLAS reads it: its base pointer, transposed or not, and
+ * the strides of its axes (a strided view of the base, or the base's own rows). */
+typedef struct {
+    FusionLayout lay;
+    bool trans;
+} CgOperand;
+/* The layout of operand x of the kernel's matrix product (aborts when fusion made one
+ * that BLAS cannot read: a bug there). */
+void cg_gemm_operand(CgKernel *L, NodeId x, CgOperand *op);
+/* The offset of an operand's element (c_0, ..., c_{r-3}, row, col): its offset terms plus
+ * the batch coordinates (c<axis>), `row` and `col` (expressions) times their strides. */
+void cg_gemm_operand_offset(CgKernel *L, const CgOperand *op, int nbatch, const char *row, const char *col, StrBuf *b);
+/* A comment line naming the operand and how it is read: "A = %11 float[B, 784]: the memory of %10". */
+void cg_gemm_operand_comment(CgKernel *L, const char *name, NodeId x, const CgOperand *op);
+/* `const int ld<name> = (int)kiln_blas_ld(stride, cols);`: the stride between the rows of
+ * the matrix as stored (kiln_blas_ld: runtime/kiln_gemm.h, and model.cu's own). */
+void cg_gemm_operand_ld(CgKernel *L, const char *name, NodeId x, const CgOperand *op);
+
+#endif

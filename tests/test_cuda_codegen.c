@@ -1,0 +1,347 @@
+/* test_cuda_codegen.c — the CUDA target (codegen/cuda.c) against the C target, kernel by
+ * kernel, in the manner of llm.c's dev/cuda files: the same fused kernel is generated for
+ * both targets from the shared kernel-body generator (codegen/kernel.c), the C kernel runs
+ * on the host as the reference, the CUDA kernel runs under the CUDA emulator (g++
+ * -DKILN_CUDA_EMU, runtime/cuda/emu) on the same inputs, and the outputs are compared.
+ * model.cu also compiles with nvcc for sm_90 without spills when a toolkit is installed,
+ * and a kernel the target cannot write yet is an error that names it and its model line. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../codegen/codegen.h"
+#include "../codegen/kernel.h"
+#include "../frontend/frontend.h"
+#include "../passes/passes.h"
+#include "support.h"
+
+#ifndef KILN_NVCC
+#define KILN_NVCC ""
+#endif
+
+/* Unsupported kinds are refused, never written wrong. */
+Test(cuda_codegen, unsupported_kernels_are_named_with_their_model_line)
+{
+    char dir[] = "/tmp/kiln-cudacg-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char args[256];
+    snprintf(args, sizeof args, "emit models/mlp.kiln --target cuda -o %s/out", dir);
+    StrBuf out;
+    sb_init(&out);
+    int rc = support_run_kiln(args, &out);
+    cr_expect_eq(rc, 1, "%s", out.data ? out.data : "");
+    /* today the first such kernel is cross-entropy's label check: when it is written, the
+     * message names the next one, with the same shape */
+    const char *msg = out.data ? out.data : "";
+    cr_expect(strstr(msg, "models/mlp.kiln:") == msg && strstr(msg, ": error: --target cuda does not support ") &&
+                  strstr(msg, " kernels yet (kernel ") && strstr(msg, " of the training step, "),
+              "%s", msg);
+    cr_expect(strstr(msg, "models/mlp.kiln:15: loss(logits, label: u8[B]) = cross_entropy(logits, label))"), "%s", msg);
+    char path[300];
+    snprintf(path, sizeof path, "%s/out/model.cu", dir);
+    cr_expect_neq(access(path, F_OK), 0, "model.cu written despite the error");
+    snprintf(args, sizeof args, "emit models/mlp.kiln --target ptx -o %s/out", dir);
+    cr_expect_eq(support_run_kiln(args, &out), 2);
+    sb_free(&out);
+    support_remove_dir(dir);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "cannot write %s", path);
+    cr_assert_eq(fwrite(text, 1, strlen(text), f), strlen(text));
+    fclose(f);
+}
+
+static int64_t numel_at(const Graph *g, const Shape *s, const int64_t *symvals)
+{
+    int64_t n = 1;
+    for (int k = 0; k < s->rank; k++) n *= ir_dim_eval(s->d[k], symvals);
+    return n;
+}
+
+/* The text of function `name` in code: from "KILN_KERNEL void NAME(" to its closing brace;
+ * NULL when there is none. */
+static char *function_text(const char *code, const char *name)
+{
+    char head[128];
+    snprintf(head, sizeof head, "KILN_KERNEL void %s(", name);
+    const char *at = strstr(code, head);
+    if (!at) return NULL; /* the kernel calls an earlier kernel's function: the same code */
+    const char *end = strstr(at, "\n}\n");
+    cr_assert(end);
+    size_t n = (size_t)(end + 3 - at);
+    char *text = malloc(n + 1);
+    memcpy(text, at, n);
+    text[n] = 0;
+    return text;
+}
+
+static int run(const char *cmd, const char *what)
+{
+    StrBuf out;
+    sb_init(&out);
+    int rc = support_run(cmd, &out);
+    if (rc) cr_log_error("%s failed (%d):\n%s\n%s", what, rc, cmd, out.data ? out.data : "");
+    else if (out.len) printf("%s", out.data);
+    fflush(stdout);
+    sb_free(&out);
+    return rc;
+}
+
+/* Every kernel of the training graph of the model `text` that --target cuda writes
+ * (elementwise, row reductions over trailing axes; model.cu is partial: the others are
+ * left out) against the C function of the same kernel. */
+static void check_map_kernels(const char *text)
+{
+    char dir[] = "/tmp/kiln-cudacg-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char path[512], cmd[4096];
+    snprintf(path, sizeof path, "%s/ew.kiln", dir);
+    write_file(path, text);
+
+    Diag d;
+    diag_init(&d, NULL);
+    Model *mt = frontend_compile(&d, path, text, strlen(text), MODE_TRAIN);
+    cr_assert(mt, "%s", d.out.data);
+    Model *me = frontend_compile(&d, path, text, strlen(text), MODE_EVAL);
+    cr_assert(me, "%s", d.out.data);
+    StrBuf err, c, cu;
+    sb_init(&err);
+    sb_init(&c);
+    sb_init(&cu);
+    cr_assert_eq(pipeline_run(mt->graph, NULL, NULL, &err), 0, "%s", err.data);
+    pass_simplify(me->graph);
+    const Graph *g = mt->graph;
+    cr_assert_eq(codegen_c(g, me->graph, path, NULL, 0, &c, &err), 0, "%s", err.data);
+    cr_assert_eq(codegen_cuda(g, me->graph, path, true, &cu, &err), 0, "%s", err.data);
+    snprintf(path, sizeof path, "%s/model.cu", dir);
+    write_file(path, cu.data);
+
+    /* Every map kernel of the training graph, each against its C function. */
+    Cg cg;
+    memset(&cg, 0, sizeof cg);
+    cg.g = g;
+    cg.prefix = "train";
+    fusion_plan(g, &cg.fp);
+    memplan_run(g, &cg.fp, &cg.mp);
+    int64_t symvals[8] = {0};
+    /* at most 50: sizes that are not multiples of the block, so that the last block is partial */
+    for (int s = 0; s < g->nsyms; s++) symvals[s] = g->syms[s].max < 50 ? g->syms[s].max : 50;
+    StrBuf ref, harness;
+    sb_init(&ref);
+    sb_init(&harness);
+    sb_puts(&ref, "#pragma GCC diagnostic ignored \"-Wunknown-pragmas\"\n#include <math.h>\n#include <stdint.h>\n"
+                  "#include <string.h>\n#include \"kiln_gemm.h\"\n#include \"kiln_math.h\"\n#include \"kiln_rng.h\"\n"
+                  "#define KILN_KERNEL\n");
+    sb_puts(&harness, "#include \"model.cu\"\n#include <stdio.h>\n#include <stdlib.h>\n\n"
+                      "template <typename T> static T *filled(int64_t n, unsigned seed)\n{\n"
+                      "    T *x = (T *)malloc((size_t)(n ? n : 1) * sizeof(T));\n"
+                      "    for (int64_t i = 0; i < n; i++) {\n"
+                      "        seed = seed * 1664525u + 1013904223u;\n"
+                      "        x[i] = (T)((double)(seed >> 8) / (1 << 24) * 4 - 2);\n    }\n    return x;\n}\n\n"
+                      "template <typename T> static T *on_device(const T *h, int64_t n)\n{\n"
+                      "    T *p;\n    KILN_CUDA_CHECK(cudaMalloc(&p, (size_t)(n ? n : 1) * sizeof(T)));\n"
+                      "    KILN_CUDA_CHECK(cudaMemcpy(p, h, (size_t)n * sizeof(T), cudaMemcpyHostToDevice));\n    return p;\n}\n\n");
+    StrBuf body;
+    sb_init(&body);
+    sb_puts(&body, "int main(void)\n{\n    const int64_t s[] = {");
+    for (int s = 0; s < g->nsyms; s++) sb_printf(&body, "%s%lld", s ? ", " : "", (long long)symvals[s]);
+    sb_puts(&body, g->nsyms ? "};\n" : "0};\n");
+    sb_puts(&body, "    int bad = 0;\n    cublasHandle_t blas;\n    KILN_CUBLAS_CHECK(cublasCreate(&blas));\n");
+    int nmaps = 0;
+    for (int32_t k = 0; k < cg.fp.nkernels; k++) {
+        CgKernel L;
+        cg_kernel_setup(&L, &cg, k);
+        /* the kinds cuda.c writes so far: elementwise, row reductions (trailing axes, with
+         * totals), column reductions (leading axes) */
+        bool written = L.K->kind == KERNEL_LOOP && !L.random &&
+                       (!L.K->axes || L.mode == CG_LOOP_ROWS || L.mode == CG_LOOP_COLUMNS);
+        const bool gemm = L.K->kind == KERNEL_GEMM;
+        if (gemm)
+            written = L.rank == 2 && L.K->written == IR_NONE && L.K->summed == IR_NONE && g->nodes[L.K->anchor].dtype == DT_F32 &&
+                      cg.fp.stored[L.K->anchor];
+        char name[64];
+        snprintf(name, sizeof name, "train_k%d_%s", k, gemm ? "gemm" : L.K->axes ? "rows" : "map");
+        char *fn = written ? function_text(c.data, name) : NULL;
+        if (!fn) {
+            cg_kernel_teardown(&L);
+            continue;
+        }
+        /* the reference under another name: the CUDA kernel of model.cu has this one */
+        char *paren = strchr(fn, '(');
+        sb_printf(&ref, "void ref_k%d%s\n", k, paren);
+        free(fn);
+        sb_printf(&harness, "extern \"C\" void ref_k%d(const int64_t *s", k);
+        for (int i = 0; i < L.nreads; i++) sb_printf(&harness, ", const %s *", cg_ctype((DType)g->nodes[L.reads[i]].dtype));
+        for (int i = 0; i < L.nstores; i++) sb_printf(&harness, ", %s *", cg_ctype((DType)g->nodes[L.stores[i]].dtype));
+        sb_puts(&harness, ");\n");
+        sb_printf(&body, "    { /* kernel %d */\n", k);
+        StrBuf hargs, dargs, frees;
+        sb_init(&hargs);
+        sb_init(&dargs);
+        sb_init(&frees);
+        for (int i = 0; i < L.nreads; i++) {
+            NodeId r = L.reads[i];
+            const char *t = cg_ctype((DType)g->nodes[r].dtype);
+            int64_t n = numel_at(g, &g->nodes[r].shape, symvals);
+            sb_printf(&body, "        %s *h%d = filled<%s>(%lld, %du);\n", t, r, t, (long long)n, r + 1);
+            sb_printf(&body, "        %s *d%d = on_device(h%d, %lld);\n", t, r, r, (long long)n);
+            sb_printf(&hargs, ", h%d", r);
+            sb_printf(&dargs, ", d%d", r);
+            sb_printf(&frees, "        free(h%d);\n        KILN_CUDA_CHECK(cudaFree(d%d));\n", r, r);
+        }
+        for (int i = 0; i < L.nstores; i++) {
+            NodeId y = L.stores[i];
+            const char *t = cg_ctype((DType)g->nodes[y].dtype);
+            int64_t n = numel_at(g, &g->nodes[y].shape, symvals);
+            sb_printf(&body, "        %s *want%d = filled<%s>(%lld, 7u), *got%d = filled<%s>(%lld, 9u);\n", t, y, t, (long long)n,
+                      y, t, (long long)n);
+            sb_printf(&body, "        %s *d%d = on_device(got%d, %lld);\n", t, y, y, (long long)n);
+            sb_printf(&hargs, ", want%d", y);
+            sb_printf(&dargs, ", d%d", y);
+            sb_printf(&frees, "        free(want%d);\n        free(got%d);\n        KILN_CUDA_CHECK(cudaFree(d%d));\n", y, y, y);
+        }
+        sb_printf(&body, "        ref_k%d(s%s);\n        %s_launch(s%s, 0%s);\n", k, hargs.data, name, dargs.data, gemm ? ", blas" : "");
+        sb_puts(&body, "        KILN_CUDA_CHECK(cudaDeviceSynchronize());\n");
+        for (int i = 0; i < L.nstores; i++) {
+            NodeId y = L.stores[i];
+            int64_t n = numel_at(g, &g->nodes[y].shape, symvals);
+            /* relative to 1 + |want|: sums are added in another order (a block's tree, not
+             * the C target's SIMD lanes), a difference of a few float roundings */
+            sb_printf(&body,
+                      "        KILN_CUDA_CHECK(cudaMemcpy(got%d, d%d, %lld * sizeof *got%d, cudaMemcpyDeviceToHost));\n"
+                      "        {\n"
+                      "        double worst = 0;\n"
+                      "        for (int64_t i = 0; i < %lld; i++) {\n"
+                      "            const double a = (double)got%d[i], b = (double)want%d[i];\n"
+                      "            const double e = fabs(a - b) / (1 + fabs(b));\n"
+                      "            if (!(e <= worst)) worst = e;\n"
+                      "        }\n"
+                      "        printf(\"kernel %d, %%%%%d: %lld elements, worst difference %%g\\n\", worst);\n"
+                      "        bad |= !(worst <= 1e-4);\n"
+                      "        }\n",
+                      y, y, (long long)n, y, (long long)n, y, y, k, y, (long long)n);
+        }
+        sb_printf(&body, "%s    }\n", frees.data);
+        sb_free(&hargs);
+        sb_free(&dargs);
+        sb_free(&frees);
+        nmaps++;
+        cg_kernel_teardown(&L);
+    }
+    sb_puts(&body, "    KILN_CUBLAS_CHECK(cublasDestroy(blas));\n    return bad;\n}\n");
+    cr_assert_gt(nmaps, 0, "no kernel of the training graph that --target cuda writes");
+    sb_printf(&harness, "\n%s", body.data);
+    snprintf(path, sizeof path, "%s/ref.c", dir);
+    write_file(path, ref.data);
+    snprintf(path, sizeof path, "%s/harness.cu", dir);
+    write_file(path, harness.data);
+
+    /* the C reference with the C compiler, model.cu and the harness with g++ and the emulator */
+    snprintf(cmd, sizeof cmd, "'%s' -std=c11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unused-variable -I'%s/runtime' -c '%s/ref.c' -o '%s/ref.o' 2>&1", KILN_CC,
+             KILN_SOURCE_DIR, dir, dir);
+    cr_assert_eq(run(cmd, "the C reference"), 0);
+    snprintf(cmd, sizeof cmd,
+             "'%s' %s -Wall -Wextra -Wshadow -Werror -DKILN_CUDA_EMU -I'%s/runtime/cuda' -x c++ '%s/harness.cu' -x none "
+             "'%s/ref.o' '%s' '%s' -lpthread -lm -o '%s/harness' 2>&1",
+             KILN_CXX, KILN_EMU_CXXFLAGS, KILN_SOURCE_DIR, dir, dir, KILN_CUDA_EMU_LIB, KILN_OPENBLAS, dir);
+    cr_assert_eq(run(cmd, "model.cu under the emulator"), 0);
+    /* every thread order gives the same elements (no kernel here shares anything) */
+    static const char *const orders[] = {"forward", "reverse", "shuffle"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "KILN_CUDA_EMU_ORDER=%s '%s/harness' 2>&1", orders[i], dir);
+        cr_expect_eq(run(cmd, orders[i]), 0, "the CUDA kernels differ from the C target's (order %s)", orders[i]);
+    }
+
+    if (*KILN_NVCC) {
+        snprintf(cmd, sizeof cmd,
+                 "'%s' -std=c++17 -O3 -arch=sm_90 -Xptxas -v -I'%s/runtime/cuda' -c '%s/model.cu' -o '%s/model.o' 2>&1",
+                 KILN_NVCC, KILN_SOURCE_DIR, dir, dir);
+        StrBuf out;
+        sb_init(&out);
+        cr_expect_eq(support_run(cmd, &out), 0, "nvcc:\n%s", out.data ? out.data : "");
+        int kernels = 0, spilling = 0, stack = 0;
+        for (const char *s = out.data ? out.data : ""; (s = strstr(s, "bytes stack frame")); s++) {
+            const char *line = s;
+            while (line > out.data && line[-1] != '\n') line--;
+            int a, b, e;
+            if (sscanf(line, " %d bytes stack frame, %d bytes spill stores, %d bytes spill loads", &a, &b, &e) == 3) {
+                kernels++;
+                spilling += b || e;
+                stack += a != 0;
+            }
+        }
+        printf("nvcc sm_90: %d kernels, %d spilling, %d with a stack frame\n", kernels, spilling, stack);
+        cr_expect_gt(kernels, 0, "%s", out.data);
+        cr_expect_eq(spilling, 0, "%s", out.data);
+        cr_expect_eq(stack, 0, "%s", out.data);
+        sb_free(&out);
+    }
+
+    fusion_free(&cg.fp);
+    memplan_free(&cg.mp);
+    sb_free(&ref);
+    sb_free(&harness);
+    sb_free(&body);
+    sb_free(&err);
+    sb_free(&c);
+    sb_free(&cu);
+    frontend_model_free(mt);
+    frontend_model_free(me);
+    diag_free(&d);
+    /* KILN_TEST_KEEP=1 keeps model.cu, the harness and the C reference to read */
+    if (getenv("KILN_TEST_KEEP")) printf("kept %s\n", dir);
+    else support_remove_dir(dir);
+}
+
+/* One elementwise kernel with a broadcast operand over the last axis, most unary ops. */
+Test(cuda_codegen, map_kernels_agree_with_the_c_target, .timeout = 240)
+{
+    check_map_kernels("model ew\ndim B <= 64\n"
+                      "forward(x: f32[B, 37], z: f32[37]) -> y {\n"
+                      " y = tanh(x * z) + sigmoid(x) * 2 - relu(x - z) / (exp(z) + 1) + where(x > z, x, -z)\n"
+                      "}\nloss(y) = sum(y * y / 2 + y)\n");
+}
+
+/* Broadcasts along leading and middle axes: coordinates from the flat index by division. */
+Test(cuda_codegen, broadcast_coordinates, .timeout = 240)
+{
+    check_map_kernels("model t\ndim B <= 9\n"
+                      "forward(x: f32[B, 5, 6, 2], z: f32[5, 1, 2], w: f32[6, 1]) -> y {\n"
+                      " y = where(x > 0, x * z, z - w) + maximum(x, w) - minimum(z, x)\n"
+                      "}\nloss(y) = sum(y * y / 2 + y)\n");
+}
+
+/* Double precision, casts, pow, abs, sqrt and log. */
+Test(cuda_codegen, f64_casts_and_math, .timeout = 240)
+{
+    check_map_kernels("model t\ndim B <= 64\n"
+                      "forward(x: f64[B, 7], z: f32[B, 7]) -> y {\n"
+                      " y = f32(pow(exp(x), 0.5) + sqrt(abs(x) + 1)) * log(abs(z) + 1) + f32(x > 0)\n"
+                      "}\nloss(y) = sum(y * y / 2 + y)\n");
+}
+
+/* Row reductions over the last axis: softmax, log-softmax and layer norm with their
+ * backward kernels (maxima with NaN flags, sums, several passes over a row). */
+Test(cuda_codegen, row_reductions, .timeout = 240)
+{
+    check_map_kernels("model t\ndim B <= 64\nln = LayerNorm(300)\n"
+                      "forward(x: f32[B, 300], z: f32[B, 7]) -> y {\n"
+                      " y = sum(softmax(x) * x + ln(x), axis = 1, keepdim = true) * log_softmax(z)[:, 0:1]\n"
+                      "}\nloss(y) = sum(y * y / 2 + y)\n");
+}
+
+/* Matrix products through cuBLAS (a transposed weight read in place) with their epilogues
+ * (bias, activation, the mask of relu's gradient): mlp's layers. */
+Test(cuda_codegen, matrix_products_with_epilogues, .timeout = 240)
+{
+    check_map_kernels("model t\ndim B <= 64\nfc1 = Linear(37, 70)\nfc2 = Linear(70, 5)\n"
+                      "forward(x: f32[B, 37]) -> y {\n"
+                      " y = fc2(relu(fc1(x)))\n"
+                      "}\nloss(y) = sum(y * y / 2 + y)\n");
+}
