@@ -285,7 +285,7 @@ static krt_status list_steps(const char *dir, Entry **out, int *n, krt_error *er
             *out = g;
         }
         (*out)[*n].step = s;
-        snprintf((*out)[*n].name, sizeof(*out)->name, "%s", e->d_name);
+        memcpy((*out)[*n].name, e->d_name, strlen(e->d_name) + 1); /* fits: checked above */
         (*n)++;
     }
     closedir(d);
