@@ -62,9 +62,10 @@ static double check_seconds(int n)
 Test(scale, check_time_is_linear_in_the_number_of_layers)
 {
     check_seconds(200); /* warm the file cache */
-    double small = check_seconds(5000), large = check_seconds(20000);
-    /* CSE hashed every parameter of one shape alike: 16x here before the fix */
-    cr_expect(large <= 6 * small + 0.2, "kiln check: %.2f s for 5,000 layers, %.2f s for 20,000 (%.1fx)", small, large,
+    double small = check_seconds(10000), large = check_seconds(40000);
+    /* issue 17's bound: at most 5x for 4x the layers (4.3-4.5x measured, also under ASan);
+     * CSE hashed every parameter of one shape alike, 16x before the fix */
+    cr_expect(large <= 5 * small + 0.3, "kiln check: %.2f s for 10,000 layers, %.2f s for 40,000 (%.1fx)", small, large,
               large / small);
 }
 
