@@ -97,6 +97,15 @@ typedef struct {
     unsigned line;
 } kiln_kernel_info;
 
+/* The median of v[0..n) (sorted in place); the process's peak resident memory in MiB;
+ * the table of one step's profile (runtime/profile.c): kernels grouped by function, then
+ * `nextra` rows of time outside the kernels, each in ms per step over n steps of `total`
+ * seconds. */
+double kiln_median(double *v, int64_t n);
+double kiln_peak_rss_mb(void);
+void kiln_print_profile(const char *title, const kiln_kernel_info *info, int nk, const double *seconds, const char *const *extra,
+                        const double *extra_seconds, int nextra, int64_t n, double total);
+
 /* One distinct matrix product of a step, at the symbols' bounds: `count` calls of
  * [batch x] (M x K) @ (K x N). Benchmarks time these shapes alone to know the BLAS rate. */
 typedef struct {

@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -906,26 +905,6 @@ static int evaluate(krt_dataset *ds, kiln_step_io *io, void **bufs, const krt_dt
 
 /* ---- --bench-steps N: speed and memory on random inputs (bench/run.sh) ---- */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median_of(double *v, int64_t n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-/* Peak resident set size of the process so far, in MiB. */
-static double peak_rss_mb(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss / 1024.0;
-}
-
 /* Median milliseconds of the eval step at batch b: one untimed call, then calls until
  * 0.5 s have passed (at least 3, at most 100). */
 static double time_eval(kiln_step_io *io, int bs, int64_t b, int *reps)
@@ -940,57 +919,12 @@ static double time_eval(kiln_step_io *io, int bs, int64_t b, int *reps)
         t[n] = 1e3 * (kiln_now() - t0);
     }
     *reps = n;
-    return median_of(t, n);
+    return kiln_median(t, n);
 }
 
 /* --profile: each kernel's time in n more steps, after the benchmark's, printed as a table
- * of the step's functions (kernels with the same code, as a model's layers, share one),
- * slowest first, with the time outside the kernels (clipping, optimizer) as rows of their
- * own. Marks cost one clock read per kernel, so profiled steps are not the timed ones. */
-typedef struct {
-    const char *function, *what;
-    unsigned line, lines; /* the first kernel's model line; how many other lines */
-    int calls;
-    double seconds;
-} ProfileRow;
-
-static int cmp_row(const void *a, const void *b)
-{
-    double x = ((const ProfileRow *)a)->seconds, y = ((const ProfileRow *)b)->seconds;
-    return x > y ? -1 : x < y;
-}
-
-static void print_profile(const char *title, const kiln_kernel_info *info, int nk, const double *seconds, const char *const *extra,
-                          const double *extra_seconds, int nextra, int64_t n, double total)
-{
-    ProfileRow *rows = calloc((size_t)(nk + nextra) + 1, sizeof *rows);
-    if (!rows) return;
-    int nrows = 0;
-    double kernels = 0;
-    for (int k = 0; k < nk; k++) {
-        int r = 0;
-        while (r < nrows && strcmp(rows[r].function, info[k].function)) r++;
-        if (r == nrows) rows[nrows++] = (ProfileRow){info[k].function, info[k].what, info[k].line, 0, 0, 0};
-        else if (info[k].line != rows[r].line) rows[r].lines++;
-        rows[r].calls++;
-        rows[r].seconds += seconds[k];
-        kernels += seconds[k];
-    }
-    for (int e = 0; e < nextra; e++) rows[nrows++] = (ProfileRow){extra[e], "", 0, 0, 1, extra_seconds[e]};
-    qsort(rows, (size_t)nrows, sizeof *rows, cmp_row);
-    printf("profile: %s, %lld steps: %.3f ms per step, %.3f ms in its %d kernels\n", title, (long long)n, 1e3 * total / (double)n,
-           1e3 * kernels / (double)n, nk);
-    printf("  %10s %6s %5s  %-22s %-8s %s\n", "ms/step", "%", "calls", "function", "line", "what");
-    for (int r = 0; r < nrows; r++) {
-        char line[32] = "";
-        if (rows[r].line) snprintf(line, sizeof line, rows[r].lines ? "%u+%u" : "%u", rows[r].line, rows[r].lines);
-        printf("  %10.3f %6.1f %5d  %-22s %-8s %s\n", 1e3 * rows[r].seconds / (double)n, total > 0 ? 100 * rows[r].seconds / total : 0,
-               rows[r].calls, rows[r].function, line, rows[r].what);
-    }
-    fflush(stdout);
-    free(rows);
-}
-
+ * (kiln_print_profile) with the time outside the kernels (clipping, optimizer) as rows of
+ * their own. Marks cost one clock read per kernel, so profiled steps are not the timed ones. */
 static int profile(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *st, const krt_schedule *sc,
                    const krt_param_span *spans, int nspans, float *acc, int64_t accumulate, double clip, int64_t batch, int64_t n)
 {
@@ -1026,7 +960,7 @@ static int profile(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state
     static const char *const extra_rows[] = {"(step outputs)", "(clip, optimizer)", "(accumulation)"};
     char title[96];
     snprintf(title, sizeof title, "training step at batch %lld", (long long)batch);
-    print_profile(title, M->train_kernels, M->ntrain_kernels, seconds, extra_rows, other, accumulate > 1 ? 3 : 2, n, total);
+    kiln_print_profile(title, M->train_kernels, M->ntrain_kernels, seconds, extra_rows, other, accumulate > 1 ? 3 : 2, n, total);
     int bs = batch_symbol();
     int64_t sizes[2] = {1, bs >= 0 ? M->syms[bs].max : batch};
     for (int i = 0; i < 2; i++) {
@@ -1046,7 +980,7 @@ static int profile(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state
             total += t1 - t0;
         }
         snprintf(title, sizeof title, "eval step at batch %lld", (long long)sizes[i]);
-        print_profile(title, M->eval_kernels, M->neval_kernels, seconds, extra_rows, other, 1, reps, total);
+        kiln_print_profile(title, M->eval_kernels, M->neval_kernels, seconds, extra_rows, other, 1, reps, total);
     }
     if (bs >= 0) io->syms[bs] = batch;
     free(seconds);
@@ -1111,7 +1045,7 @@ static int bench(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *
     }
     if (!rc) {
         double flops = M->train_gemm_flops ? M->train_gemm_flops(io->syms) * (double)accumulate : 0;
-        double train_rss = peak_rss_mb(), step_ms = median_of(times, n), min_ms = times[0];
+        double train_rss = kiln_peak_rss_mb(), step_ms = kiln_median(times, n), min_ms = times[0];
         int reps1, repsb;
         double b1 = time_eval(io, bs, 1, &reps1);
         double f1 = M->eval_gemm_flops ? M->eval_gemm_flops(io->syms) : 0;
@@ -1129,7 +1063,7 @@ static int bench(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *
                "\"infer_b1_gemm_flops\": %.6g, \"infer_b256_batch\": %lld, \"infer_b256_ms\": %.4f, \"infer_b256_repeats\": %d, "
                "\"infer_b256_gemm_flops\": %.6g, \"train_rss_mb\": %.1f, \"peak_rss_mb\": %.1f, \"gemms\": [",
                krt_threads(), openblas_get_num_threads(), (long long)warm, (long long)n, step_ms, min_ms, flops, b1, reps1, f1, (long long)big, bb,
-               repsb, fb, train_rss, peak_rss_mb());
+               repsb, fb, train_rss, kiln_peak_rss_mb());
         for (int i = 0; i < M->ntrain_gemms; i++) {
             const kiln_gemm_shape *g = &M->train_gemms[i];
             printf("%s[%lld, %lld, %lld, %lld, %d, %d, %d]", i ? ", " : "", (long long)g->batch, (long long)g->M, (long long)g->N,
