@@ -13,11 +13,14 @@
  *     total over all rows (a loss) runs as one block that takes the rows in order;
  *   - reductions over leading axes (bias gradients): one thread per column;
  *   - 2-D float32 matrix products: cublasSgemm into the product's memory, then the
- *     epilogue (bias, activation, ...) as an elementwise kernel over the product.
+ *     epilogue (bias, activation, ...) as an elementwise kernel over the product;
+ *   - single-node kernels (index checks, argmax, gathers, scatter-adds, copies, im2col)
+ *     from kernel.c's index arithmetic: one thread per output element (per column for a
+ *     scatter-add, one block for an index check), sums in the C target's order.
  * Every other kind of kernel is refused with an error naming it and its model line: never
  * code that computes something else. Batched, permuted-output and summed products,
- * reductions over axes whose coordinates the kernel needs, single-node kernels (gathers,
- * index checks, copies), random numbers and the host program follow (issue 18). */
+ * reductions over axes whose coordinates the kernel needs, random numbers and the host
+ * program follow (issue 18). */
 #include "kernel.h"
 
 #include <stdio.h>
@@ -561,10 +564,10 @@ static const char *single_launch(Op op)
         return "one thread per output element (blocks of 256, a grid-stride loop): element j\n"
                " * of row r is element j of the table's row x1[r].";
     case OP_SCATTER_ADD:
-        return "one thread per column j of the output (blocks of 256, a grid-stride loop):\n"
-               " * it zeroes its column, then adds the source rows into it in index order, as the C\n"
-               " * target does: deterministic, the C target's bits, no atomics (parallel over the\n"
-               " * columns only: correct, not yet fast).";
+        return "the launch function zeroes y (cudaMemsetAsync), then one thread per column j\n"
+               " * of the output (blocks of 256, a grid-stride loop) adds the source rows into it in\n"
+               " * index order, as the C target does: deterministic, the C target's bits, no atomics\n"
+               " * (parallel over the columns only: correct, not yet fast for long index lists).";
     case OP_FOLD:
         return "one thread per image element (blocks of 256, a grid-stride loop): it sums the\n"
                " * column elements that overlap it, window position by window position, in the C\n"
@@ -664,12 +667,10 @@ static void emit_single_kernel(Cg *c, int32_t k, NodeId id)
         sb_puts(o, ";\n        y[i] = row[j];\n    }\n");
     } else if (op == OP_SCATTER_ADD) {
         cg_scatter_add_declare(c, id);
-        sb_puts(o, "    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < width; j += (int64_t)gridDim.x * blockDim.x) {\n"
-                   "        for (int64_t v = 0; v < n / width; v++)\n"
-                   "            y[v * width + j] = 0;\n"
+        sb_puts(o, "    (void)n; /* y is zeroed by the launch function */\n"
+                   "    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < width; j += (int64_t)gridDim.x * blockDim.x)\n"
                    "        for (int64_t r = 0; r < rows; r++)\n");
         cg_scatter_add_element(c, 12);
-        sb_puts(o, "    }\n");
     } else { /* unfold, fold */
         cg_im2col_declare(c, id);
         sb_puts(o, "    (void)Nb;\n");
@@ -715,11 +716,14 @@ static void emit_single_launcher(Cg *c, int32_t k, NodeId id)
     for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, "    const int64_t %s = s[%d];\n", g->syms[sy].name, sy);
     sb_puts(o, "    (void)s;\n");
     if (n->op == OP_CHECK_INDEX) {
-        sb_puts(o, "    const int64_t blocks = 1; /* even for no indices: *bad = -1 */\n");
+        sb_puts(o, "    const int grid = 1; /* even for no indices: *bad = -1 */\n");
     } else {
         if (n->op == OP_SCATTER_ADD) { /* a thread per column */
             cg_scatter_add_declare(c, id);
-            sb_puts(o, "    (void)n;\n    (void)rows;\n    const int64_t count = width;\n");
+            sb_puts(o, "    (void)rows;\n"
+                       "    if (n == 0) return;\n"
+                       "    KILN_CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t)n * sizeof *y, stream)); /* all threads, then the sums */\n"
+                       "    const int64_t count = width;\n");
         } else {
             sb_puts(o, "    const int64_t count = ");
             cg_numel(c, &n->shape);
@@ -727,7 +731,7 @@ static void emit_single_launcher(Cg *c, int32_t k, NodeId id)
         }
         sb_printf(o, "    const int64_t blocks = (count + %d - 1) / %d;\n    if (blocks == 0) return;\n", CUDA_MAP_BLOCK, CUDA_MAP_BLOCK);
     }
-    sb_printf(o, "    const int grid = blocks < %d ? (int)blocks : %d;\n", CUDA_MAP_GRID_MAX, CUDA_MAP_GRID_MAX);
+    if (n->op != OP_CHECK_INDEX) sb_printf(o, "    const int grid = blocks < %d ? (int)blocks : %d;\n", CUDA_MAP_GRID_MAX, CUDA_MAP_GRID_MAX);
     StrBuf site;
     sb_init(&site);
     model_line(c, id, &site);

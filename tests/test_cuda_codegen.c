@@ -460,3 +460,14 @@ static void check_model_file(const char *name)
 Test(cuda_codegen, mlp_kernels, .timeout = 240) { check_model_file("mlp.kiln"); }
 Test(cuda_codegen, gpt_kernels, .timeout = 400) { check_model_file("gpt.kiln"); }
 Test(cuda_codegen, cnn_kernels, .timeout = 400) { check_model_file("cnn.kiln"); }
+
+/* Copies as single-node kernels: a permute, a strided slice, a concatenation; argmax over
+ * a middle axis (inner > 1). */
+Test(cuda_codegen, copies_and_argmax_over_a_middle_axis, .timeout = 240)
+{
+    check_map_kernels("model t\ndim B <= 9\n"
+                      "forward(x: f32[B, 5, 6], z: f32[B, 7, 5]) -> y {\n"
+                      " y = cat(transpose(x, dim0 = -2, dim1 = -1), z[:, 1:7:2, :], dim = 1) * 2\n"
+                      "}\nloss(y) = sum(y * y / 2 + y)\n"
+                      "metric m = mean(f32(argmax(y, axis = 1)))\n");
+}
