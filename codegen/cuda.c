@@ -604,6 +604,7 @@ static void emit_single_kernel(Cg *c, int32_t k, NodeId id)
     Capture cap;
     if (cg_single_is_copy(op)) {
         cg_copy_declare(c, id);
+        sb_puts(o, "    /* not every copy uses every dim and stride: */\n");
         void_names(o, "Y", r);
         if (n->ninputs) {
             void_names(o, "X", N(c, ir_input(g, id, 0))->shape.rank);
@@ -673,7 +674,6 @@ static void emit_single_kernel(Cg *c, int32_t k, NodeId id)
         cg_scatter_add_element(c, 12);
     } else { /* unfold, fold */
         cg_im2col_declare(c, id);
-        sb_puts(o, "    (void)Nb;\n");
         if (op == OP_UNFOLD) {
             sb_puts(o, "    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < Nb * C * KH * KW * L; i += (int64_t)gridDim.x * blockDim.x) {\n"
                        "        const int64_t ow = i % OW, oh = i / OW % OH, kj = i / L % KW, ki = i / (L * KW) % KH;\n"
