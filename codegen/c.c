@@ -41,37 +41,10 @@ void cg_declare_syms(Cg *c, NodeId id)
         if (used >> s & 1) sb_printf(c->o, "    const int64_t %s = s[%d];\n", c->g->syms[s].name, s);
 }
 
-/* `const int64_t P0 = ..., P1 = ...;` naming the dims of a shape. */
-void cg_declare_dims(Cg *c, const char *prefix, const Shape *s)
-{
-    if (!s->rank) return;
-    sb_puts(c->o, "    const int64_t ");
-    for (int i = 0; i < s->rank; i++) {
-        sb_printf(c->o, "%s%s%d = ", i ? ", " : "", prefix, i);
-        cg_dim(c->o, c->g, s->d[i]);
-    }
-    sb_puts(c->o, ";\n");
-}
-
 bool cg_may_parallel(const Cg *c, const Shape *s)
 {
     const int64_t n = ir_shape_max_numel(c->g, s);
     return n < 0 || n >= PARALLEL_MIN;
-}
-
-void cg_numel(Cg *c, const Shape *s)
-{
-    if (!s->rank) {
-        sb_puts(c->o, "1");
-        return;
-    }
-    for (int i = 0; i < s->rank; i++) {
-        if (i) sb_puts(c->o, " * ");
-        Dim d = s->d[i];
-        if (d.nsym && d.k != 1) sb_putc(c->o, '(');
-        cg_dim(c->o, c->g, d);
-        if (d.nsym && d.k != 1) sb_putc(c->o, ')');
-    }
 }
 
 
@@ -118,28 +91,6 @@ static void close_par_loops(Cg *c, int rank, int indent)
     sb_printf(c->o, "%*s}\n", indent + 4 * (rank ? rank - 1 : 0), "");
 }
 
-/* Row-major strides of a shape named by dims prefix: `const int64_t Xs0 = X1 * X2, ...`. */
-void cg_declare_strides(Cg *c, const char *dims, int rank)
-{
-    if (!rank) return;
-    sb_puts(c->o, "    const int64_t ");
-    for (int i = 0; i < rank; i++) {
-        sb_printf(c->o, "%s%ss%d = 1", i ? ", " : "", dims, i);
-        for (int j = i + 1; j < rank; j++) sb_printf(c->o, " * %s%d", dims, j);
-    }
-    sb_puts(c->o, ";\n");
-}
-
-/* 64-bit element index of coordinates under strides, e.g. c0 * Xs0 + c1 * Xs1. */
-static void index_expr(Cg *c, const char *strides, const int *axis_of_coord, int rank)
-{
-    if (!rank) {
-        sb_puts(c->o, "0");
-        return;
-    }
-    for (int i = 0; i < rank; i++) sb_printf(c->o, "%sc%d * %ss%d", i ? " + " : "", axis_of_coord[i], strides, i);
-}
-
 static void kernel_body(Cg *c, NodeId id)
 {
     const Node *n = N(c, id);
@@ -163,53 +114,8 @@ static void kernel_body(Cg *c, NodeId id)
     case OP_PERMUTE:
     case OP_PAD:
     case OP_SLICE: {
-        cg_declare_dims(c, "Y", &n->shape);
-        if (x) {
-            cg_declare_dims(c, "X", &x->shape);
-            cg_declare_strides(c, "X", x->shape.rank);
-        }
-        cg_declare_strides(c, "Y", r);
-        const int in = open_par_loops(c, "Y", &n->shape, 4);
-        sb_printf(o, "%*s", in, "");
-        if (op == OP_IOTA) {
-            sb_printf(o, "y[i] = (%s)c%lld;\n", t, (long long)at[0]);
-        } else if (op == OP_PERMUTE) {
-            /* y[c] = x at coordinates (c_{inv[a]}) for input axis a. */
-            int coord_of_axis[IR_MAX_RANK];
-            for (int k = 0; k < r; k++) coord_of_axis[at[k]] = k;
-            sb_puts(o, "y[i] = x0[");
-            index_expr(c, "X", coord_of_axis, r);
-            sb_puts(o, "];\n");
-        } else if (op == OP_EXPAND) {
-            sb_puts(o, "y[i] = x0[");
-            bool first = true;
-            for (int k = 0; k < r; k++) {
-                if (ir_dim_eq(x->shape.d[k], n->shape.d[k]) || !(ir_dim_is_const(x->shape.d[k]) && x->shape.d[k].k == 1)) {
-                    sb_printf(o, "%sc%d * Xs%d", first ? "" : " + ", k, k);
-                    first = false;
-                }
-            }
-            sb_puts(o, first ? "0];\n" : "];\n");
-        } else if (op == OP_SLICE) {
-            int ax = (int)at[0];
-            sb_puts(o, "y[i] = x0[");
-            for (int k = 0; k < r; k++) {
-                if (k == ax) sb_printf(o, "%s(%lld + c%d * %lld) * Xs%d", k ? " + " : "", (long long)at[1], k, (long long)at[3], k);
-                else sb_printf(o, "%sc%d * Xs%d", k ? " + " : "", k, k);
-            }
-            sb_puts(o, "];\n");
-        } else { /* PAD */
-            sb_puts(o, "{\n");
-            for (int k = 0; k < r; k++)
-                sb_printf(o, "%*sconst int64_t u%d = c%d - %lld;\n", in + 4, "", k, k, (long long)at[k]);
-            sb_printf(o, "%*sy[i] = ", in + 4, "");
-            for (int k = 0; k < r; k++) sb_printf(o, "%su%d >= 0 && u%d < X%d", k ? " && " : "(", k, k, k);
-            sb_puts(o, r ? ") ? x0[" : "1 ? x0[");
-            for (int k = 0; k < r; k++) sb_printf(o, "%su%d * Xs%d", k ? " + " : "", k, k);
-            sb_puts(o, r ? "] : " : "0] : ");
-            cg_literal(o, n->fattr[0], (DType)n->dtype);
-            sb_printf(o, ";\n%*s}\n", in, "");
-        }
+        cg_copy_declare(c, id);
+        cg_copy_element(c, id, open_par_loops(c, "Y", &n->shape, 4));
         close_par_loops(c, r, 4);
         break;
     }
@@ -225,9 +131,7 @@ static void kernel_body(Cg *c, NodeId id)
             cg_declare_dims(c, pre, &xk->shape);
             sb_puts(o, "    {\n    ");
             cg_declare_strides(c, pre, r);
-            sb_printf(o, "%*sy[", open_par_loops(c, pre, &xk->shape, 8), "");
-            for (int d = 0; d < r; d++) sb_printf(o, "%s%sc%d%s * Ys%d", d ? " + " : "", d == ax ? "(off + " : "", d, d == ax ? ")" : "", d);
-            sb_printf(o, "] = x%u[i];\n", k);
+            cg_concat_element(c, id, k, open_par_loops(c, pre, &xk->shape, 8));
             close_par_loops(c, r, 8);
             sb_printf(o, "        off += %s%d;\n    }\n", pre, ax);
         }
@@ -259,35 +163,19 @@ static void kernel_body(Cg *c, NodeId id)
         sb_printf(o, "%*s}\n", 4 + 4 * r, "");
         break;
     }
-    case OP_ARGMAX: {
-        int ax = (int)at[0];
-        cg_declare_dims(c, "X", &x->shape);
-        sb_puts(o, "    int64_t outer = 1, inner = 1;\n");
-        for (int k = 0; k < ax; k++) sb_printf(o, "    outer *= X%d;\n", k);
-        for (int k = ax + 1; k < r; k++) sb_printf(o, "    inner *= X%d;\n", k);
-        sb_printf(o, "    for (int64_t a = 0; a < outer; a++)\n"
-                     "        for (int64_t b = 0; b < inner; b++) {\n"
-                     "            const %s *row = x0 + a * X%d * inner + b;\n"
-                     "            int64_t best = 0;\n"
-                     "            for (int64_t k = 1; k < X%d; k++)\n"
-                     "                if (row[k * inner] > row[best * inner] || (row[k * inner] != row[k * inner] && row[best * inner] == row[best * inner])) best = k;\n"
-                     "            y[a * inner + b] = best;\n"
-                     "        }\n",
-                  cg_ctype((DType)x->dtype), ax, ax);
+    case OP_ARGMAX:
+        cg_argmax_declare(c, id);
+        sb_puts(o, "    for (int64_t a = 0; a < outer; a++)\n"
+                   "        for (int64_t b = 0; b < inner; b++) {\n");
+        cg_argmax_row(c, id, 12);
+        sb_puts(o, "        }\n");
         break;
-    }
     case OP_CHECK_INDEX: {
         /* One compare per index, OR-ed into a flag: no branch in the loop, which GCC
          * vectorises. An index out of range is stored as 0, so that no kernel ever reads
          * out of bounds; the step stops after this kernel anyway. */
         char cond[160];
-        const char *v = "x0[i]";
-        int64_t limit = at[0];
-        bool may_be_negative = n->dtype != DT_U8;
-        bool may_be_large = n->dtype == DT_I64 || (n->dtype == DT_I32 && limit <= INT32_MAX) || (n->dtype == DT_U8 && limit < 256);
-        if (may_be_negative && may_be_large) snprintf(cond, sizeof cond, "(%s < 0) | (%s >= %lld)", v, v, (long long)limit);
-        else if (may_be_negative) snprintf(cond, sizeof cond, "%s < 0", v);
-        else snprintf(cond, sizeof cond, "%s >= %lld", v, (long long)limit);
+        cg_check_index_cond(c, id, "x0[i]", cond, sizeof cond);
         sb_puts(o, "    const int64_t n = ");
         cg_numel(c, &n->shape);
         sb_printf(o, ";\n    int outside = 0;\n"
@@ -306,35 +194,19 @@ static void kernel_body(Cg *c, NodeId id)
                   cond, cond);
         break;
     }
-    case OP_GATHER: {
-        const Node *idx = N(c, ir_input(g, id, 1));
-        sb_puts(o, "    const int64_t rows = ");
-        cg_numel(c, &idx->shape);
-        sb_puts(o, ", width = 1");
-        for (int k = 1; k < x->shape.rank; k++) {
-            sb_puts(o, " * ");
-            cg_dim(o, g, x->shape.d[k]);
-        }
-        sb_puts(o, ";\n    for (int64_t r = 0; r < rows; r++)\n        memcpy(y + r * width, x0 + (int64_t)x1[r] * width, sizeof(*y) * (size_t)width);\n");
+    case OP_GATHER:
+        cg_gather_declare(c, id);
+        sb_puts(o, "    for (int64_t r = 0; r < rows; r++)\n        memcpy(y + r * width, ");
+        cg_gather_source(c);
+        sb_puts(o, ", sizeof(*y) * (size_t)width);\n");
         break;
-    }
-    case OP_SCATTER_ADD: {
-        const Node *src = N(c, ir_input(g, id, 1));
-        sb_puts(o, "    const int64_t n = ");
-        cg_numel(c, &n->shape);
-        sb_puts(o, ", rows = ");
-        cg_numel(c, &x->shape);
-        sb_puts(o, ", width = 1");
-        for (int k = x->shape.rank; k < src->shape.rank; k++) {
-            sb_puts(o, " * ");
-            cg_dim(o, g, src->shape.d[k]);
-        }
-        sb_puts(o, ";\n    memset(y, 0, sizeof(*y) * (size_t)n);\n"
+    case OP_SCATTER_ADD:
+        cg_scatter_add_declare(c, id);
+        sb_puts(o, "    memset(y, 0, sizeof(*y) * (size_t)n);\n"
                    "    for (int64_t r = 0; r < rows; r++)\n"
-                   "        for (int64_t j = 0; j < width; j++)\n"
-                   "            y[(int64_t)x0[r] * width + j] += x1[r * width + j];\n");
+                   "        for (int64_t j = 0; j < width; j++)\n");
+        cg_scatter_add_element(c, 12);
         break;
-    }
     case OP_MATMUL: {
         /* y[b] = x0[b] @ x1[b] for each batch b, through BLAS. */
         const Node *yb = N(c, ir_input(g, id, 1));
@@ -357,13 +229,7 @@ static void kernel_body(Cg *c, NodeId id)
     }
     case OP_UNFOLD:
     case OP_FOLD: {
-        const Shape *img = op == OP_UNFOLD ? &x->shape : &n->shape;
-        sb_puts(o, "    const int64_t Nb = ");
-        cg_dim(o, g, img->d[0]);
-        sb_printf(o, ", C = %lld, H = %lld, W = %lld;\n", (long long)img->d[1].k, (long long)img->d[2].k, (long long)img->d[3].k);
-        sb_printf(o, "    const int64_t KH = %lld, KW = %lld, SH = %lld, SW = %lld, DH = %lld, DW = %lld;\n", (long long)at[0],
-                  (long long)at[1], (long long)at[2], (long long)at[3], (long long)at[4], (long long)at[5]);
-        sb_puts(o, "    const int64_t OH = (H - DH * (KH - 1) - 1) / SH + 1, OW = (W - DW * (KW - 1) - 1) / SW + 1, L = OH * OW;\n");
+        cg_im2col_declare(c, id);
         /* each (image, channel) is one thread's: its plane of the image, its rows of the
          * columns */
         sb_printf(o, "    #pragma omp parallel for collapse(2) if (Nb * C * KH * KW * L >= %d)\n", PARALLEL_MIN);
@@ -371,13 +237,12 @@ static void kernel_body(Cg *c, NodeId id)
                    "        for (int64_t ch = 0; ch < C; ch++) {\n");
         if (op == OP_FOLD) sb_puts(o, "            memset(y + (b * C + ch) * H * W, 0, sizeof(*y) * (size_t)(H * W));\n");
         sb_puts(o, "            for (int64_t ki = 0; ki < KH; ki++)\n"
-                   "                for (int64_t kj = 0; kj < KW; kj++) {\n"
-                   "                    const int64_t row = (ch * KH + ki) * KW + kj;\n"
-                   "                    for (int64_t oh = 0; oh < OH; oh++)\n"
+                   "                for (int64_t kj = 0; kj < KW; kj++) {\n");
+        cg_im2col_row(c, 20);
+        sb_puts(o, "                    for (int64_t oh = 0; oh < OH; oh++)\n"
                    "                        #pragma omp simd\n"
-                   "                        for (int64_t ow = 0; ow < OW; ow++) {\n"
-                   "                            const int64_t pix = ((b * C + ch) * H + oh * SH + ki * DH) * W + ow * SW + kj * DW;\n"
-                   "                            const int64_t col = (b * C * KH * KW + row) * L + oh * OW + ow;\n");
+                   "                        for (int64_t ow = 0; ow < OW; ow++) {\n");
+        cg_im2col_index(c, true, 28);
         if (op == OP_UNFOLD) sb_puts(o, "                            y[col] = x0[pix];\n");
         else sb_puts(o, "                            y[pix] += x0[col];\n");
         sb_puts(o, "                        }\n                }\n        }\n");
@@ -394,28 +259,6 @@ static void kernel_body(Cg *c, NodeId id)
     }
 }
 
-/* Comment: op, shapes, then the model file, line and its text. */
-static void kernel_comment(Cg *c, NodeId id)
-{
-    const Node *n = N(c, id);
-    StrBuf *o = c->o;
-    sb_printf(o, "/* %%%d %s: %s", id, ir_op_info[n->op].name, ir_dtype_name((DType)n->dtype));
-    ir_shape_format(o, c->g, &n->shape);
-    if (n->ninputs) {
-        sb_puts(o, " <- ");
-        for (uint32_t k = 0; k < n->ninputs && k < 4; k++) {
-            const Node *x = N(c, ir_input(c->g, id, (int)k));
-            if (k) sb_puts(o, ", ");
-            sb_puts(o, ir_dtype_name((DType)x->dtype));
-            ir_shape_format(o, c->g, &x->shape);
-        }
-        if (n->ninputs > 4) sb_puts(o, ", ...");
-    }
-    cg_source_line(c, id);
-    sb_puts(o, " */\n");
-}
-
-
 static void kernel_name(Cg *c, NodeId id, StrBuf *b)
 {
     sb_printf(b, "%s_%d_%s", c->prefix, id, ir_op_info[N(c, id)->op].name);
@@ -425,7 +268,7 @@ static void emit_kernel(Cg *c, NodeId id)
 {
     const Node *n = N(c, id);
     const char *t = cg_ctype((DType)n->dtype);
-    kernel_comment(c, id);
+    cg_single_comment(c, id);
     sb_puts(c->o, "KILN_KERNEL void ");
     kernel_name(c, id, c->o);
     sb_puts(c->o, "(const int64_t *s");

@@ -11,14 +11,11 @@
  * microseconds. */
 #define PARALLEL_MIN 32768
 
-void cg_numel(Cg *c, const Shape *s);
 /* Whether a loop over s can reach PARALLEL_MIN elements at the largest sizes the model
  * allows. One that cannot gets no parallel region at all: libgomp's call costs about 600
  * cycles even when its if clause is false, most of a small kernel's time at batch 1. */
 bool cg_may_parallel(const Cg *c, const Shape *s);
 void cg_declare_syms(Cg *c, NodeId id);
-void cg_declare_dims(Cg *c, const char *prefix, const Shape *s);
-void cg_declare_strides(Cg *c, const char *dims, int rank);
 
 /* c_loops.c: a loop or GEMM kernel of the fusion plan, and its call in the step. */
 void cg_emit_fused_kernel(Cg *c, int32_t k);

@@ -603,3 +603,250 @@ void cg_gemm_operand_ld(CgKernel *L, const char *name, NodeId x, const CgOperand
     cg_dim(o, g, s->d[other]);
     sb_puts(o, ");\n");
 }
+
+/* ---- single-node kernels ---- */
+
+/* Comment: op, shapes, then the model file, line and its text. */
+void cg_single_comment(Cg *c, NodeId id)
+{
+    const Node *n = N(c, id);
+    StrBuf *o = c->o;
+    sb_printf(o, "/* %%%d %s: %s", id, ir_op_info[n->op].name, ir_dtype_name((DType)n->dtype));
+    ir_shape_format(o, c->g, &n->shape);
+    if (n->ninputs) {
+        sb_puts(o, " <- ");
+        for (uint32_t k = 0; k < n->ninputs && k < 4; k++) {
+            const Node *x = N(c, ir_input(c->g, id, (int)k));
+            if (k) sb_puts(o, ", ");
+            sb_puts(o, ir_dtype_name((DType)x->dtype));
+            ir_shape_format(o, c->g, &x->shape);
+        }
+        if (n->ninputs > 4) sb_puts(o, ", ...");
+    }
+    cg_source_line(c, id);
+    sb_puts(o, " */\n");
+}
+
+void cg_numel(Cg *c, const Shape *s)
+{
+    if (!s->rank) {
+        sb_puts(c->o, "1");
+        return;
+    }
+    for (int i = 0; i < s->rank; i++) {
+        if (i) sb_puts(c->o, " * ");
+        Dim d = s->d[i];
+        if (d.nsym && d.k != 1) sb_putc(c->o, '(');
+        cg_dim(c->o, c->g, d);
+        if (d.nsym && d.k != 1) sb_putc(c->o, ')');
+    }
+}
+
+void cg_declare_dims(Cg *c, const char *prefix, const Shape *s)
+{
+    if (!s->rank) return;
+    sb_puts(c->o, "    const int64_t ");
+    for (int i = 0; i < s->rank; i++) {
+        sb_printf(c->o, "%s%s%d = ", i ? ", " : "", prefix, i);
+        cg_dim(c->o, c->g, s->d[i]);
+    }
+    sb_puts(c->o, ";\n");
+}
+
+void cg_declare_strides(Cg *c, const char *dims, int rank)
+{
+    if (!rank) return;
+    sb_puts(c->o, "    const int64_t ");
+    for (int i = 0; i < rank; i++) {
+        sb_printf(c->o, "%s%ss%d = 1", i ? ", " : "", dims, i);
+        for (int j = i + 1; j < rank; j++) sb_printf(c->o, " * %s%d", dims, j);
+    }
+    sb_puts(c->o, ";\n");
+}
+
+bool cg_single_is_copy(Op op)
+{
+    return op == OP_IOTA || op == OP_EXPAND || op == OP_PERMUTE || op == OP_PAD || op == OP_SLICE;
+}
+
+void cg_copy_declare(Cg *c, NodeId id)
+{
+    const Node *n = N(c, id);
+    const Node *x = n->ninputs ? N(c, ir_input(c->g, id, 0)) : NULL;
+    cg_declare_dims(c, "Y", &n->shape);
+    if (x) {
+        cg_declare_dims(c, "X", &x->shape);
+        cg_declare_strides(c, "X", x->shape.rank);
+    }
+    cg_declare_strides(c, "Y", n->shape.rank);
+}
+
+void cg_copy_element(Cg *c, NodeId id, int in)
+{
+    const Node *n = N(c, id);
+    const Graph *g = c->g;
+    const int64_t *at = ir_attrs(g, id);
+    StrBuf *o = c->o;
+    const int r = n->shape.rank;
+    const Node *x = n->ninputs ? N(c, ir_input(g, id, 0)) : NULL;
+    sb_printf(o, "%*s", in, "");
+    switch ((Op)n->op) {
+    case OP_IOTA: sb_printf(o, "y[i] = (%s)c%lld;\n", cg_ctype((DType)n->dtype), (long long)at[0]); break;
+    case OP_PERMUTE: {
+        /* y[c] = x at coordinates (c_{inv[a]}) for input axis a */
+        int coord_of_axis[IR_MAX_RANK];
+        for (int k = 0; k < r; k++) coord_of_axis[at[k]] = k;
+        sb_puts(o, "y[i] = x0[");
+        if (!r) sb_puts(o, "0");
+        for (int k = 0; k < r; k++) sb_printf(o, "%sc%d * Xs%d", k ? " + " : "", coord_of_axis[k], k);
+        sb_puts(o, "];\n");
+        break;
+    }
+    case OP_EXPAND: {
+        sb_puts(o, "y[i] = x0[");
+        bool first = true;
+        for (int k = 0; k < r; k++) {
+            if (ir_dim_eq(x->shape.d[k], n->shape.d[k]) || !(ir_dim_is_const(x->shape.d[k]) && x->shape.d[k].k == 1)) {
+                sb_printf(o, "%sc%d * Xs%d", first ? "" : " + ", k, k);
+                first = false;
+            }
+        }
+        sb_puts(o, first ? "0];\n" : "];\n");
+        break;
+    }
+    case OP_SLICE: {
+        int ax = (int)at[0];
+        sb_puts(o, "y[i] = x0[");
+        for (int k = 0; k < r; k++) {
+            if (k == ax) sb_printf(o, "%s(%lld + c%d * %lld) * Xs%d", k ? " + " : "", (long long)at[1], k, (long long)at[3], k);
+            else sb_printf(o, "%sc%d * Xs%d", k ? " + " : "", k, k);
+        }
+        sb_puts(o, "];\n");
+        break;
+    }
+    case OP_PAD:
+        sb_puts(o, "{\n");
+        for (int k = 0; k < r; k++) sb_printf(o, "%*sconst int64_t u%d = c%d - %lld;\n", in + 4, "", k, k, (long long)at[k]);
+        sb_printf(o, "%*sy[i] = ", in + 4, "");
+        for (int k = 0; k < r; k++) sb_printf(o, "%su%d >= 0 && u%d < X%d", k ? " && " : "(", k, k, k);
+        sb_puts(o, r ? ") ? x0[" : "1 ? x0[");
+        for (int k = 0; k < r; k++) sb_printf(o, "%su%d * Xs%d", k ? " + " : "", k, k);
+        sb_puts(o, r ? "] : " : "0] : ");
+        cg_literal(o, n->fattr[0], (DType)n->dtype);
+        sb_printf(o, ";\n%*s}\n", in, "");
+        break;
+    default: break;
+    }
+}
+
+void cg_concat_element(Cg *c, NodeId id, uint32_t k, int in)
+{
+    const int r = N(c, id)->shape.rank, ax = (int)ir_attrs(c->g, id)[0];
+    StrBuf *o = c->o;
+    sb_printf(o, "%*sy[", in, "");
+    for (int d = 0; d < r; d++) sb_printf(o, "%s%sc%d%s * Ys%d", d ? " + " : "", d == ax ? "(off + " : "", d, d == ax ? ")" : "", d);
+    sb_printf(o, "] = x%u[i];\n", k);
+}
+
+void cg_check_index_cond(Cg *c, NodeId id, const char *v, char *cond, size_t size)
+{
+    const Node *n = N(c, id);
+    int64_t limit = ir_attrs(c->g, id)[0];
+    bool may_be_negative = n->dtype != DT_U8;
+    bool may_be_large = n->dtype == DT_I64 || (n->dtype == DT_I32 && limit <= INT32_MAX) || (n->dtype == DT_U8 && limit < 256);
+    if (may_be_negative && may_be_large) snprintf(cond, size, "(%s < 0) | (%s >= %lld)", v, v, (long long)limit);
+    else if (may_be_negative) snprintf(cond, size, "%s < 0", v);
+    else snprintf(cond, size, "%s >= %lld", v, (long long)limit);
+}
+
+void cg_argmax_declare(Cg *c, NodeId id)
+{
+    const Node *x = N(c, ir_input(c->g, id, 0));
+    const int ax = (int)ir_attrs(c->g, id)[0];
+    StrBuf *o = c->o;
+    cg_declare_dims(c, "X", &x->shape);
+    sb_puts(o, "    int64_t outer = 1, inner = 1;\n");
+    for (int k = 0; k < ax; k++) sb_printf(o, "    outer *= X%d;\n", k);
+    for (int k = ax + 1; k < x->shape.rank; k++) sb_printf(o, "    inner *= X%d;\n", k);
+}
+
+void cg_argmax_row(Cg *c, NodeId id, int in)
+{
+    const Node *x = N(c, ir_input(c->g, id, 0));
+    const int ax = (int)ir_attrs(c->g, id)[0];
+    /* the first maximum; a NaN wins over numbers, the first NaN over later ones */
+    sb_printf(c->o,
+              "%*sconst %s *row = x0 + a * X%d * inner + b;\n"
+              "%*sint64_t best = 0;\n"
+              "%*sfor (int64_t k = 1; k < X%d; k++)\n"
+              "%*s    if (row[k * inner] > row[best * inner] || (row[k * inner] != row[k * inner] && row[best * inner] == row[best * inner])) best = k;\n"
+              "%*sy[a * inner + b] = best;\n",
+              in, "", cg_ctype((DType)x->dtype), ax, in, "", in, "", ax, in, "", in, "");
+}
+
+void cg_gather_declare(Cg *c, NodeId id)
+{
+    const Graph *g = c->g;
+    const Node *x = N(c, ir_input(g, id, 0)), *idx = N(c, ir_input(g, id, 1));
+    StrBuf *o = c->o;
+    sb_puts(o, "    const int64_t rows = ");
+    cg_numel(c, &idx->shape);
+    sb_puts(o, ", width = 1");
+    for (int k = 1; k < x->shape.rank; k++) {
+        sb_puts(o, " * ");
+        cg_dim(o, g, x->shape.d[k]);
+    }
+    sb_puts(o, ";\n");
+}
+
+void cg_gather_source(Cg *c)
+{
+    sb_puts(c->o, "x0 + (int64_t)x1[r] * width");
+}
+
+void cg_scatter_add_declare(Cg *c, NodeId id)
+{
+    const Graph *g = c->g;
+    const Node *n = N(c, id), *x = N(c, ir_input(g, id, 0)), *src = N(c, ir_input(g, id, 1));
+    StrBuf *o = c->o;
+    sb_puts(o, "    const int64_t n = ");
+    cg_numel(c, &n->shape);
+    sb_puts(o, ", rows = ");
+    cg_numel(c, &x->shape);
+    sb_puts(o, ", width = 1");
+    for (int k = x->shape.rank; k < src->shape.rank; k++) {
+        sb_puts(o, " * ");
+        cg_dim(o, g, src->shape.d[k]);
+    }
+    sb_puts(o, ";\n");
+}
+
+void cg_scatter_add_element(Cg *c, int in)
+{
+    sb_printf(c->o, "%*sy[(int64_t)x0[r] * width + j] += x1[r * width + j];\n", in, "");
+}
+
+void cg_im2col_declare(Cg *c, NodeId id)
+{
+    const Node *n = N(c, id);
+    const int64_t *at = ir_attrs(c->g, id);
+    const Shape *img = n->op == OP_UNFOLD ? &N(c, ir_input(c->g, id, 0))->shape : &n->shape;
+    StrBuf *o = c->o;
+    sb_puts(o, "    const int64_t Nb = ");
+    cg_dim(o, c->g, img->d[0]);
+    sb_printf(o, ", C = %lld, H = %lld, W = %lld;\n", (long long)img->d[1].k, (long long)img->d[2].k, (long long)img->d[3].k);
+    sb_printf(o, "    const int64_t KH = %lld, KW = %lld, SH = %lld, SW = %lld, DH = %lld, DW = %lld;\n", (long long)at[0],
+              (long long)at[1], (long long)at[2], (long long)at[3], (long long)at[4], (long long)at[5]);
+    sb_puts(o, "    const int64_t OH = (H - DH * (KH - 1) - 1) / SH + 1, OW = (W - DW * (KW - 1) - 1) / SW + 1, L = OH * OW;\n");
+}
+
+void cg_im2col_row(Cg *c, int in)
+{
+    sb_printf(c->o, "%*sconst int64_t row = (ch * KH + ki) * KW + kj;\n", in, "");
+}
+
+void cg_im2col_index(Cg *c, bool pix, int in)
+{
+    if (pix) sb_printf(c->o, "%*sconst int64_t pix = ((b * C + ch) * H + oh * SH + ki * DH) * W + ow * SW + kj * DW;\n", in, "");
+    sb_printf(c->o, "%*sconst int64_t col = (b * C * KH * KW + row) * L + oh * OW + ow;\n", in, "");
+}

@@ -179,4 +179,52 @@ void cg_gemm_operand_comment(CgKernel *L, const char *name, NodeId x, const CgOp
  * the matrix as stored (kiln_blas_ld: runtime/kiln_gemm.h, and model.cu's own). */
 void cg_gemm_operand_ld(CgKernel *L, const char *name, NodeId x, const CgOperand *op);
 
+/* ---- single-node kernels (KERNEL_SINGLE of the fusion plan) ----
+ * One node each; its index arithmetic is written here once for both targets, over names
+ * the target declares with the functions below: the output's dims Y<k> and strides Ys<k>,
+ * the input's X<k> and Xs<k>, the output element's coordinates c<k> and flat index i,
+ * operands x0, x1, ... and the output y. The C target loops over the coordinates; the
+ * CUDA target derives them from its thread's flat index. */
+
+/* The comment above a single-node kernel: its op, shapes and model line. */
+void cg_single_comment(Cg *c, NodeId id);
+/* The number of elements of s, as an expression. */
+void cg_numel(Cg *c, const Shape *s);
+/* `const int64_t P0 = ..., P1 = ...;` naming the dims of a shape. */
+void cg_declare_dims(Cg *c, const char *prefix, const Shape *s);
+/* Row-major strides of a shape named by dims prefix: `const int64_t Xs0 = X1 * X2, ...`. */
+void cg_declare_strides(Cg *c, const char *dims, int rank);
+/* Is op a copy each of whose output elements is one statement at its coordinates (iota,
+ * expand, permute, slice, pad)? */
+bool cg_single_is_copy(Op op);
+/* The copy's dims and strides (Y, X). */
+void cg_copy_declare(Cg *c, NodeId id);
+/* `y[i] = ...;` of copy id at coordinates c<k>, indented by in (pad: a block). */
+void cg_copy_element(Cg *c, NodeId id, int in);
+/* concat: input k's element i (coordinates c<d> in its own shape) stored at its place in
+ * y, its offset along the axis `off`: `y[c0 * Ys0 + (off + c1) * Ys1] = x1[i];`. */
+void cg_concat_element(Cg *c, NodeId id, uint32_t k, int in);
+/* check_index: the condition that index value v (an expression) is out of range. */
+void cg_check_index_cond(Cg *c, NodeId id, const char *v, char *cond, size_t size);
+/* argmax: the input's dims X<k>, and `outer` and `inner` (the axes before and after). */
+void cg_argmax_declare(Cg *c, NodeId id);
+/* argmax: the search along the axis for outer index a and inner index b: y[a * inner + b]. */
+void cg_argmax_row(Cg *c, NodeId id, int in);
+/* gather: `rows` (indices) and `width` (elements per row of the table). */
+void cg_gather_declare(Cg *c, NodeId id);
+/* gather: where index r's row of the table starts, `x0 + (int64_t)x1[r] * width`. */
+void cg_gather_source(Cg *c);
+/* scatter_add: `n` (outputs), `rows` (indices) and `width` (elements per row). */
+void cg_scatter_add_declare(Cg *c, NodeId id);
+/* scatter_add: source row r's element j added into its row of y. */
+void cg_scatter_add_element(Cg *c, int in);
+/* unfold/fold (im2col): the image's Nb, C, H, W, the window KH, KW, strides SH, SW,
+ * dilations DH, DW, and the output positions OH, OW, L = OH * OW. */
+void cg_im2col_declare(Cg *c, NodeId id);
+/* The column matrix's row of (channel ch, window position ki, kj). */
+void cg_im2col_row(Cg *c, int in);
+/* The image element `pix` (with pix) and the column matrix element `col` of image b,
+ * channel ch, window position ki, kj, output position oh, ow (row declared). */
+void cg_im2col_index(Cg *c, bool pix, int in);
+
 #endif

@@ -33,8 +33,8 @@ Test(cuda_codegen, unsupported_kernels_are_named_with_their_model_line)
     sb_init(&out);
     int rc = support_run_kiln(args, &out);
     cr_expect_eq(rc, 1, "%s", out.data ? out.data : "");
-    /* today the first such kernel is cross-entropy's label check: when it is written, the
-     * message names the next one, with the same shape */
+    /* today the first such kernel is cross-entropy's one-hot row reduction (over coordinates
+     * it needs): when it is written, the message names the next one, with the same shape */
     const char *msg = out.data ? out.data : "";
     cr_expect(strstr(msg, "models/mlp.kiln:") == msg && strstr(msg, ": error: --target cuda does not support ") &&
                   strstr(msg, " kernels yet (kernel ") && strstr(msg, " of the training step, "),
@@ -93,6 +93,82 @@ static int run(const char *cmd, const char *what)
     return rc;
 }
 
+/* Single-node kernels that --target cuda writes (codegen/cuda.c's single_supported). */
+static bool single_written(Op op)
+{
+    return op == OP_IOTA || op == OP_EXPAND || op == OP_PERMUTE || op == OP_PAD || op == OP_SLICE || op == OP_CONCAT ||
+           op == OP_CHECK_INDEX || op == OP_ARGMAX || op == OP_GATHER || op == OP_SCATTER_ADD || op == OP_UNFOLD || op == OP_FOLD;
+}
+
+/* The range of the values of integer input j of single-node kernel id (indices), or 0. */
+static int64_t index_range(const Graph *g, NodeId id, int j, const int64_t *symvals)
+{
+    const Node *n = &g->nodes[id];
+    if (n->op == OP_CHECK_INDEX) return ir_attrs(g, id)[0] + 3; /* some out of range: bad is checked too */
+    if (n->op == OP_GATHER && j == 1) return ir_dim_eval(g->nodes[ir_input(g, id, 0)].shape.d[0], symvals);
+    if (n->op == OP_SCATTER_ADD && j == 0) return ir_dim_eval(n->shape.d[0], symvals);
+    return 0;
+}
+
+/* Single-node kernel k (node id) of the C file against its CUDA kernel: the C function
+ * train_<id>_<op> and train_k<k>_<op>_launch on the same inputs (indices in range, a few
+ * out of range for an index check), outputs compared exactly (the same operations in the
+ * same order), and an index check's first bad position. */
+static void single_kernel_test(const Graph *g, int32_t k, NodeId id, const char *cfn, const int64_t *symvals, StrBuf *ref,
+                               StrBuf *harness, StrBuf *body)
+{
+    const Node *n = &g->nodes[id];
+    const char *op = ir_op_info[n->op].name;
+    const bool check = n->op == OP_CHECK_INDEX;
+    sb_printf(ref, "void ref_k%d%s\n", k, strchr(cfn, '('));
+    sb_printf(harness, "extern \"C\" void ref_k%d(const int64_t *s", k);
+    for (uint32_t j = 0; j < n->ninputs; j++)
+        sb_printf(harness, ", const %s *", cg_ctype((DType)g->nodes[ir_input(g, id, (int)j)].dtype));
+    sb_printf(harness, ", %s *%s);\n", cg_ctype((DType)n->dtype), check ? ", int64_t *" : "");
+    sb_printf(body, "    { /* kernel %d: %%%d %s */\n", k, id, op);
+    StrBuf hargs, dargs;
+    sb_init(&hargs);
+    sb_init(&dargs);
+    for (uint32_t j = 0; j < n->ninputs; j++) {
+        NodeId x = ir_input(g, id, (int)j);
+        const char *t = cg_ctype((DType)g->nodes[x].dtype);
+        int64_t cnt = numel_at(g, &g->nodes[x].shape, symvals), range = index_range(g, id, (int)j, symvals);
+        if (range) sb_printf(body, "        %s *h%u = indices<%s>(%lld, %lld, %du);\n", t, j, t, (long long)cnt, (long long)range, x + 1);
+        else sb_printf(body, "        %s *h%u = filled<%s>(%lld, %du);\n", t, j, t, (long long)cnt, x + 1);
+        sb_printf(body, "        %s *d%u = on_device(h%u, %lld);\n", t, j, j, (long long)cnt);
+        sb_printf(&hargs, ", h%u", j);
+        sb_printf(&dargs, ", d%u", j);
+    }
+    const char *t = cg_ctype((DType)n->dtype);
+    int64_t cnt = numel_at(g, &n->shape, symvals);
+    sb_printf(body, "        %s *want = filled<%s>(%lld, 7u), *got = filled<%s>(%lld, 9u);\n", t, t, (long long)cnt, t, (long long)cnt);
+    sb_printf(body, "        %s *dy = on_device(got, %lld);\n", t, (long long)cnt);
+    if (check) sb_puts(body, "        int64_t bad_want = -2, bad_got = -2, *dbad = on_device(&bad_got, 1);\n");
+    sb_printf(body, "        ref_k%d(s%s, want%s);\n        train_k%d_%s_launch(s%s, dy%s, 0);\n", k, hargs.data ? hargs.data : "",
+              check ? ", &bad_want" : "", k, op, dargs.data ? dargs.data : "", check ? ", dbad" : "");
+    sb_puts(body, "        KILN_CUDA_CHECK(cudaDeviceSynchronize());\n");
+    sb_printf(body, "        KILN_CUDA_CHECK(cudaMemcpy(got, dy, %lld * sizeof *got, cudaMemcpyDeviceToHost));\n", (long long)cnt);
+    sb_printf(body, "        int64_t differ = 0;\n"
+                    "        for (int64_t i = 0; i < %lld; i++) differ += memcmp(&got[i], &want[i], sizeof *got) != 0;\n",
+              (long long)cnt);
+    if (check) {
+        sb_puts(body, "        KILN_CUDA_CHECK(cudaMemcpy(&bad_got, dbad, sizeof bad_got, cudaMemcpyDeviceToHost));\n"
+                      "        differ += bad_got != bad_want;\n");
+        sb_printf(body, "        printf(\"kernel %d, %%%%%d %s: %lld elements, %%lld differ; first bad index %%lld (C: %%lld)\\n\", "
+                        "(long long)differ, (long long)bad_got, (long long)bad_want);\n",
+                  k, id, op, (long long)cnt);
+        sb_puts(body, "        KILN_CUDA_CHECK(cudaFree(dbad));\n");
+    } else {
+        sb_printf(body, "        printf(\"kernel %d, %%%%%d %s: %lld elements, %%lld differ\\n\", (long long)differ);\n", k, id, op,
+                  (long long)cnt);
+    }
+    sb_puts(body, "        bad |= differ != 0;\n");
+    for (uint32_t j = 0; j < n->ninputs; j++) sb_printf(body, "        free(h%u);\n        KILN_CUDA_CHECK(cudaFree(d%u));\n", j, j);
+    sb_puts(body, "        free(want);\n        free(got);\n        KILN_CUDA_CHECK(cudaFree(dy));\n    }\n");
+    sb_free(&hargs);
+    sb_free(&dargs);
+}
+
 /* Every kernel of the training graph of the model `text` that --target cuda writes
  * (elementwise, row reductions over trailing axes; model.cu is partial: the others are
  * left out) against the C function of the same kernel. */
@@ -144,6 +220,11 @@ static void check_map_kernels(const char *text)
                       "    for (int64_t i = 0; i < n; i++) {\n"
                       "        seed = seed * 1664525u + 1013904223u;\n"
                       "        x[i] = (T)((double)(seed >> 8) / (1 << 24) * 4 - 2);\n    }\n    return x;\n}\n\n"
+                      "template <typename T> static T *indices(int64_t n, int64_t range, unsigned seed)\n{\n"
+                      "    T *x = (T *)malloc((size_t)(n ? n : 1) * sizeof(T));\n"
+                      "    for (int64_t i = 0; i < n; i++) {\n"
+                      "        seed = seed * 1664525u + 1013904223u;\n"
+                      "        x[i] = (T)((int64_t)((seed >> 8) % (uint64_t)range));\n    }\n    return x;\n}\n\n"
                       "template <typename T> static T *on_device(const T *h, int64_t n)\n{\n"
                       "    T *p;\n    KILN_CUDA_CHECK(cudaMalloc(&p, (size_t)(n ? n : 1) * sizeof(T)));\n"
                       "    KILN_CUDA_CHECK(cudaMemcpy(p, h, (size_t)n * sizeof(T), cudaMemcpyHostToDevice));\n    return p;\n}\n\n");
@@ -155,6 +236,18 @@ static void check_map_kernels(const char *text)
     sb_puts(&body, "    int bad = 0;\n    cublasHandle_t blas;\n    KILN_CUBLAS_CHECK(cublasCreate(&blas));\n");
     int nmaps = 0;
     for (int32_t k = 0; k < cg.fp.nkernels; k++) {
+        if (cg.fp.kernels[k].kind == KERNEL_SINGLE) {
+            NodeId id = cg.fp.kernels[k].anchor;
+            char cname[64];
+            snprintf(cname, sizeof cname, "train_%d_%s", id, ir_op_info[g->nodes[id].op].name);
+            char *fn = single_written((Op)g->nodes[id].op) ? function_text(c.data, cname) : NULL;
+            if (fn) {
+                single_kernel_test(g, k, id, fn, symvals, &ref, &harness, &body);
+                nmaps++;
+            }
+            free(fn);
+            continue;
+        }
         CgKernel L;
         cg_kernel_setup(&L, &cg, k);
         /* the kinds cuda.c writes so far: elementwise, row reductions (trailing axes, with
@@ -344,4 +437,37 @@ Test(cuda_codegen, matrix_products_with_epilogues, .timeout = 240)
                       "forward(x: f32[B, 37]) -> y {\n"
                       " y = fc2(relu(fc1(x)))\n"
                       "}\nloss(y) = sum(y * y / 2 + y)\n");
+}
+
+static void check_model_file(const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/%s", KILN_SOURCE_DIR, name);
+    StrBuf err;
+    sb_init(&err);
+    size_t len;
+    char *text = util_read_file(path, &len, &err);
+    cr_assert(text, "%s", err.data);
+    sb_free(&err);
+    check_map_kernels(text);
+    free(text);
+}
+
+/* The models' own kernels that --target cuda writes: mlp's label check and argmax (the
+ * accuracy metric), gpt's index check, gathers and scatter-adds (embeddings and their
+ * gradients), iota, expand, permute, slice and concat copies, cnn's pad and im2col
+ * (unfold, fold), besides their elementwise and row kernels. */
+Test(cuda_codegen, mlp_kernels, .timeout = 240) { check_model_file("mlp.kiln"); }
+Test(cuda_codegen, gpt_kernels, .timeout = 400) { check_model_file("gpt.kiln"); }
+Test(cuda_codegen, cnn_kernels, .timeout = 400) { check_model_file("cnn.kiln"); }
+
+/* Copies as single-node kernels: a permute, a strided slice, a concatenation; argmax over
+ * a middle axis (inner > 1). */
+Test(cuda_codegen, copies_and_argmax_over_a_middle_axis, .timeout = 240)
+{
+    check_map_kernels("model t\ndim B <= 9\n"
+                      "forward(x: f32[B, 5, 6], z: f32[B, 7, 5]) -> y {\n"
+                      " y = cat(transpose(x, dim0 = -2, dim1 = -1), z[:, 1:7:2, :], dim = 1) * 2\n"
+                      "}\nloss(y) = sum(y * y / 2 + y)\n"
+                      "metric m = mean(f32(argmax(y, axis = 1)))\n");
 }
