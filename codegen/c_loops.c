@@ -287,30 +287,8 @@ static void emit_columns(CgKernel *L)
                "            #pragma omp simd\n"
                "            for (int64_t row = r0; row < r1; row++) {\n"
                "                const int64_t i = h * R + row;\n");
-    cg_clear_needed(L);
-    for (int32_t i = 0; i < L->K->count; i++) {
-        NodeId id = CG_MEMBER(L, i);
-        if (L->f->cls[id] == CLASS_FULL && L->f->stored[id]) cg_need(L, id);
-        if (L->f->cls[id] == CLASS_ROW) {
-            NodeId r = fusion_root(g, L->f, ir_input(g, id, 0));
-            if (cg_in_kernel(L, r)) cg_need(L, r);
-        }
-    }
-    const char *in = "                ";
-    cg_emit_needed(L, in);
-    for (int32_t i = 0; i < L->K->count; i++) {
-        NodeId id = CG_MEMBER(L, i);
-        if (L->f->cls[id] == CLASS_FULL && L->f->stored[id]) sb_printf(o, "%sy%d[i] = t%d;\n", in, id, id);
-        if (L->f->cls[id] != CLASS_ROW) continue;
-        StrBuf v;
-        sb_init(&v);
-        cg_operand(L, ir_input(g, id, 0), id, false, &v);
-        if (g->nodes[id].op == OP_REDUCE_SUM) sb_printf(o, "%sy%d[row] += %s;\n", in, id, v.data);
-        else
-            sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    if (v > y%d[row] || v != v) y%d[row] = v;\n%s}\n", in, in,
-                      cg_ctype((DType)g->nodes[id].dtype), v.data, in, id, id, in);
-        sb_free(&v);
-    }
+    cg_need_columns(L);
+    cg_emit_column_element(L, "                ", "y", "[row]");
     sb_puts(o, "            }\n        }\n    }\n");
 }
 

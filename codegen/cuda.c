@@ -267,33 +267,15 @@ static void emit_columns_kernel(CgKernel *L)
     sb_puts(o, ", R = ");
     dims_product(o, L, false, false);
     sb_puts(o, ";\n    for (int64_t row = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; row < R; row += (int64_t)gridDim.x * blockDim.x) {\n");
-    cg_clear_needed(L);
+    cg_need_columns(L);
     for (int32_t i = 0; i < L->K->count; i++) {
         NodeId id = CG_MEMBER(L, i);
-        if (L->f->cls[id] == CLASS_FULL && L->f->stored[id]) cg_need(L, id);
-        if (L->f->cls[id] == CLASS_ROW) {
-            NodeId r = fusion_root(g, L->f, ir_input(g, id, 0));
-            if (cg_in_kernel(L, r)) cg_need(L, r);
+        if (L->f->cls[id] == CLASS_ROW)
             sb_printf(o, "        %s a%d = %s;\n", cg_ctype((DType)g->nodes[id].dtype), id,
                       g->nodes[id].op == OP_REDUCE_SUM ? "0" : "-INFINITY");
-        }
     }
     sb_puts(o, "        for (int64_t h = 0; h < H; h++) {\n            const int64_t i = h * R + row;\n");
-    const char *in = "            ";
-    cg_emit_needed(L, in);
-    for (int32_t i = 0; i < L->K->count; i++) {
-        NodeId id = CG_MEMBER(L, i);
-        if (L->f->cls[id] == CLASS_FULL && L->f->stored[id]) sb_printf(o, "%sy%d[i] = t%d;\n", in, id, id);
-        if (L->f->cls[id] != CLASS_ROW) continue;
-        StrBuf v;
-        sb_init(&v);
-        cg_operand(L, ir_input(g, id, 0), id, false, &v);
-        if (g->nodes[id].op == OP_REDUCE_SUM) sb_printf(o, "%sa%d += %s;\n", in, id, v.data);
-        else
-            sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    if (v > a%d || v != v) a%d = v;\n%s}\n", in, in,
-                      cg_ctype((DType)g->nodes[id].dtype), v.data, in, id, id, in);
-        sb_free(&v);
-    }
+    cg_emit_column_element(L, "            ", "a", "");
     sb_puts(o, "        }\n");
     for (int32_t i = 0; i < L->K->count; i++) {
         NodeId id = CG_MEMBER(L, i);

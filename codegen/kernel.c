@@ -371,6 +371,40 @@ void cg_emit_needed(CgKernel *L, const char *indent)
     }
 }
 
+void cg_need_columns(CgKernel *L)
+{
+    const Graph *g = L->g;
+    cg_clear_needed(L);
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        if (L->f->cls[id] == CLASS_FULL && L->f->stored[id]) cg_need(L, id);
+        if (L->f->cls[id] == CLASS_ROW) {
+            NodeId r = fusion_root(g, L->f, ir_input(g, id, 0));
+            if (cg_in_kernel(L, r)) cg_need(L, r);
+        }
+    }
+}
+
+void cg_emit_column_element(CgKernel *L, const char *indent, const char *acc, const char *acc_suffix)
+{
+    const Graph *g = L->g;
+    StrBuf *o = L->c->o;
+    cg_emit_needed(L, indent);
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        if (L->f->cls[id] == CLASS_FULL && L->f->stored[id]) sb_printf(o, "%sy%d[i] = t%d;\n", indent, id, id);
+        if (L->f->cls[id] != CLASS_ROW) continue;
+        StrBuf v;
+        sb_init(&v);
+        cg_operand(L, ir_input(g, id, 0), id, false, &v);
+        if (g->nodes[id].op == OP_REDUCE_SUM) sb_printf(o, "%s%s%d%s += %s;\n", indent, acc, id, acc_suffix, v.data);
+        else
+            sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    if (v > %s%d%s || v != v) %s%d%s = v;\n%s}\n", indent, indent,
+                      cg_ctype((DType)g->nodes[id].dtype), v.data, indent, acc, id, acc_suffix, acc, id, acc_suffix, indent);
+        sb_free(&v);
+    }
+}
+
 void cg_kernel_setup(CgKernel *L, Cg *c, int32_t k)
 {
     memset(L, 0, sizeof *L);

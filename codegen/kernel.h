@@ -143,6 +143,13 @@ void cg_need(CgKernel *L, NodeId id);
 void cg_clear_needed(CgKernel *L);
 /* The body of an element iteration: the needed full members, in order. */
 void cg_emit_needed(CgKernel *L, const char *indent);
+/* A kernel whose reductions run over leading axes (CG_LOOP_COLUMNS), at element i of
+ * column `row`: cg_need_columns marks what an element needs; cg_emit_column_element
+ * computes it, stores the stored full members and adds each row member's operand into
+ * its accumulator, named acc, the member's id and acc_suffix ("a%d" in a CUDA thread's
+ * registers, "y%d[row]" in the C target's output). */
+void cg_need_columns(CgKernel *L);
+void cg_emit_column_element(CgKernel *L, const char *indent, const char *acc, const char *acc_suffix);
 /* The reduction structure of a row (CG_LOOP_ROWS, CG_LOOP_NESTED): passes 1 ... nstages
  * over the row's elements each accumulate the row reductions of their stage, then the row
  * values that depend on them are computed; pass nstages + 1 writes the stored full values
