@@ -225,15 +225,6 @@ static krt_status check_write_args(const char *path, const krt_st_tensor *t, int
     return st;
 }
 
-static krt_status io_fail(krt_error *err, int e, const char *path, const char *what)
-{
-    bool full = e == ENOSPC;
-#ifdef EDQUOT
-    full = full || e == EDQUOT;
-#endif
-    return krt_fail(err, full ? KRT_ENOSPC : KRT_EIO, "%s: %s: %s%s", path, what, strerror(e), full ? " (disk full)" : "");
-}
-
 static int write_all(int fd, const void *data, size_t len)
 {
     const char *p = data;
@@ -268,7 +259,7 @@ static krt_status sync_dir(const char *path, krt_error *err)
     free(dir);
     /* Some file systems cannot sync a directory (EINVAL); nothing more can be done there. */
     if (e && e != EINVAL && e != EROFS)
-        return io_fail(err, e, path, "written, but syncing its directory failed (the new file may not survive a crash)");
+        return krt_fail_errno(err, e, path, "written, but syncing its directory failed (the new file may not survive a crash)");
     return KRT_OK;
 }
 
@@ -286,7 +277,7 @@ static krt_status write_atomic(const char *path, const char *header, size_t hlen
         if (fd < 0 && errno != EEXIST && errno != EINTR) break;
     }
     if (fd < 0) {
-        krt_status st = io_fail(err, errno, path, "cannot create a temporary file beside it");
+        krt_status st = krt_fail_errno(err, errno, path, "cannot create a temporary file beside it");
         free(tmp);
         return st;
     }
@@ -304,7 +295,7 @@ static krt_status write_atomic(const char *path, const char *header, size_t hlen
     if (e) {
         unlink(tmp);
         free(tmp);
-        return io_fail(err, e, path, what);
+        return krt_fail_errno(err, e, path, what);
     }
     free(tmp);
     return sync_dir(path, err);
@@ -728,11 +719,11 @@ static krt_status load_file(const char *path, krt_safetensors *st, uint64_t *hle
                             krt_error *err)
 {
     FILE *f = fopen(path, "rb");
-    if (!f) return io_fail(err, errno, path, "cannot open");
+    if (!f) return krt_fail_errno(err, errno, path, "cannot open");
     struct stat sb;
     unsigned char len8[8];
     krt_status rc = KRT_OK;
-    if (fstat(fileno(f), &sb) < 0) rc = io_fail(err, errno, path, "cannot stat");
+    if (fstat(fileno(f), &sb) < 0) rc = krt_fail_errno(err, errno, path, "cannot stat");
     else if (!S_ISREG(sb.st_mode)) rc = krt_fail(err, KRT_EIO, "%s: not a regular file", path);
     else if ((*size = (uint64_t)sb.st_size) < 8)
         rc = krt_fail(err, KRT_EFORMAT, "%s: not a safetensors file (%llu bytes, too short even for the header length)", path,
@@ -752,7 +743,7 @@ static krt_status load_file(const char *path, krt_safetensors *st, uint64_t *hle
         memcpy(base, len8, 8);
         size_t want = (size_t)*size - 8;
         if (fread(base + 8, 1, want, f) != want)
-            rc = ferror(f) ? io_fail(err, errno ? errno : EIO, path, "read error")
+            rc = ferror(f) ? krt_fail_errno(err, errno ? errno : EIO, path, "read error")
                            : krt_fail(err, KRT_EIO, "%s: the file became shorter while it was read", path);
     }
     fclose(f);

@@ -52,15 +52,6 @@ static krt_status path_join(char *out, size_t cap, const char *dir, const char *
     return KRT_OK;
 }
 
-static krt_status sys_fail(krt_error *err, int e, const char *path, const char *what)
-{
-    bool full = e == ENOSPC;
-#ifdef EDQUOT
-    full = full || e == EDQUOT;
-#endif
-    return krt_fail(err, full ? KRT_ENOSPC : KRT_EIO, "%s: %s: %s%s", path, what, strerror(e), full ? " (disk full)" : "");
-}
-
 /* fsync of a directory, so that the entries renamed into it survive a crash. File systems
  * that cannot sync a directory (EINVAL) are accepted as they are. */
 static krt_status sync_path(const char *path, krt_error *err)
@@ -68,7 +59,7 @@ static krt_status sync_path(const char *path, krt_error *err)
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     int e = fd < 0 ? errno : (fsync(fd) < 0 ? errno : 0);
     if (fd >= 0) close(fd);
-    if (e && e != EINVAL && e != EROFS) return sys_fail(err, e, path, "cannot sync the directory");
+    if (e && e != EINVAL && e != EROFS) return krt_fail_errno(err, e, path, "cannot sync the directory");
     return KRT_OK;
 }
 
@@ -150,12 +141,12 @@ krt_status krt_ckpt_prepare(const char *dir, krt_error *err)
     if (!dir || !*dir) return krt_fail(err, KRT_EINVAL, "checkpoint directory: the path is empty");
     if (mkdir(dir, 0777) != 0 && errno == ENOENT) {
         int pe = make_parents(dir);
-        if (pe) return sys_fail(err, pe, dir, "cannot create the checkpoint directory's parents");
+        if (pe) return krt_fail_errno(err, pe, dir, "cannot create the checkpoint directory's parents");
     }
     if (mkdir(dir, 0777) != 0) {
         int e = errno;
         struct stat st;
-        if (e != EEXIST) return sys_fail(err, e, dir, "cannot create the checkpoint directory");
+        if (e != EEXIST) return krt_fail_errno(err, e, dir, "cannot create the checkpoint directory");
         if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
             return krt_fail(err, KRT_EIO, "%s: cannot hold checkpoints: it exists and is not a directory", dir);
     }
@@ -164,11 +155,11 @@ krt_status krt_ckpt_prepare(const char *dir, krt_error *err)
     if ((size_t)snprintf(probe, sizeof probe, "%s/.kiln-write-test.%ld", dir, (long)getpid()) >= sizeof probe)
         return krt_fail(err, KRT_EINVAL, "%s: path too long", dir);
     int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) return sys_fail(err, errno, dir, "cannot write checkpoints into this directory");
+    if (fd < 0) return krt_fail_errno(err, errno, dir, "cannot write checkpoints into this directory");
     int e = write(fd, "k", 1) == 1 ? 0 : errno ? errno : EIO;
     close(fd);
     unlink(probe);
-    if (e) return sys_fail(err, e, dir, "cannot write checkpoints into this directory");
+    if (e) return krt_fail_errno(err, e, dir, "cannot write checkpoints into this directory");
     /* A run that saves nothing (already complete, stopped early) still clears them. */
     remove_leftovers(dir);
     return krt_ok(err);
@@ -182,7 +173,7 @@ krt_status krt_ckpt_begin(const char *dir, int64_t step, char *tmp, size_t cap, 
     krt_status s = path_join(tmp, cap, dir, name, err);
     if (s) return s;
     remove_tree(tmp); /* left by an earlier failed attempt of this process */
-    if (mkdir(tmp, 0777) != 0) return sys_fail(err, errno, tmp, "cannot create the checkpoint's temporary directory");
+    if (mkdir(tmp, 0777) != 0) return krt_fail_errno(err, errno, tmp, "cannot create the checkpoint's temporary directory");
     return krt_ok(err);
 }
 
@@ -199,7 +190,7 @@ static krt_status write_pointer(const char *dir, const char *text, krt_error *er
     if (s) return s;
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dir, POINTER, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0) return sys_fail(err, errno, path, "cannot create a temporary file beside it");
+    if (fd < 0) return krt_fail_errno(err, errno, path, "cannot create a temporary file beside it");
     size_t len = strlen(text);
     int e = write(fd, text, len) == (ssize_t)len ? 0 : errno ? errno : EIO;
     const char *what = "writing failed";
@@ -208,7 +199,7 @@ static krt_status write_pointer(const char *dir, const char *text, krt_error *er
     if (!e && rename(tmp, path) < 0) e = errno, what = "cannot replace it";
     if (e) {
         unlink(tmp);
-        return sys_fail(err, e, path, what);
+        return krt_fail_errno(err, e, path, what);
     }
     return sync_path(dir, err);
 }
@@ -223,7 +214,7 @@ krt_status krt_ckpt_publish(const char *dir, const char *tmp, int64_t step, krt_
     if ((s = sync_path(tmp, err))) return s;
     if (rename(tmp, target) != 0) {
         int e = errno;
-        if (e != EEXIST && e != ENOTEMPTY) return sys_fail(err, e, target, "cannot move the checkpoint into place");
+        if (e != EEXIST && e != ENOTEMPTY) return krt_fail_errno(err, e, target, "cannot move the checkpoint into place");
         /* A checkpoint of the same step is there (an earlier run's): swap the two
          * atomically, so that the name always holds a complete checkpoint, then delete the
          * old one. Without RENAME_EXCHANGE (some file systems), move the old one aside
@@ -234,11 +225,11 @@ krt_status krt_ckpt_publish(const char *dir, const char *tmp, int64_t step, krt_
         } else {
             snprintf(aside, sizeof aside, "%s/.%s.old.%ld", dir, name, (long)getpid());
             remove_tree(aside);
-            if (rename(target, aside) != 0) return sys_fail(err, errno, target, "cannot replace the checkpoint of the same step");
+            if (rename(target, aside) != 0) return krt_fail_errno(err, errno, target, "cannot replace the checkpoint of the same step");
             if (rename(tmp, target) != 0) {
                 e = errno;
                 rename(aside, target); /* put the old one back */
-                return sys_fail(err, e, target, "cannot move the checkpoint into place");
+                return krt_fail_errno(err, e, target, "cannot move the checkpoint into place");
             }
             remove_tree(aside);
         }
@@ -267,7 +258,7 @@ static krt_status list_steps(const char *dir, Entry **out, int *n, krt_error *er
     *out = NULL;
     *n = 0;
     DIR *d = opendir(dir);
-    if (!d) return sys_fail(err, errno, dir, "cannot open the checkpoint directory");
+    if (!d) return krt_fail_errno(err, errno, dir, "cannot open the checkpoint directory");
     int cap = 0;
     for (struct dirent *e; (e = readdir(d));) {
         int64_t s = step_of_name(e->d_name);
@@ -302,9 +293,9 @@ static krt_status delete_checkpoint(const char *dir, const char *name, krt_error
     if (s) return s;
     snprintf(gone, sizeof gone, "%s/.%s.del.%ld", dir, name, (long)getpid());
     remove_tree(gone);
-    if (rename(path, gone) != 0) return sys_fail(err, errno, path, "cannot remove the old checkpoint");
+    if (rename(path, gone) != 0) return krt_fail_errno(err, errno, path, "cannot remove the old checkpoint");
     int e = remove_tree(gone);
-    if (e) return sys_fail(err, e, gone, "cannot remove the old checkpoint");
+    if (e) return krt_fail_errno(err, e, gone, "cannot remove the old checkpoint");
     return KRT_OK;
 }
 
@@ -334,7 +325,7 @@ krt_status krt_ckpt_prune(const char *dir, int64_t step, int keep, krt_error *er
     for (int i = 0; i < 2; i++) {
         char path[4096];
         if (path_join(path, sizeof path, dir, legacy[i], NULL) == KRT_OK && unlink(path) != 0 && errno != ENOENT && !first)
-            first = sys_fail(err, errno, path, "cannot remove the old checkpoint file");
+            first = krt_fail_errno(err, errno, path, "cannot remove the old checkpoint file");
     }
     remove_leftovers(dir);
     return first ? first : krt_ok(err);
@@ -346,7 +337,7 @@ krt_status krt_ckpt_find(const char *dir, char *found, size_t cap, int64_t *step
     if (stale_pointer) *stale_pointer = false;
     if (!dir || !*dir) return krt_fail(err, KRT_EINVAL, "--resume: the checkpoint directory is empty");
     struct stat st;
-    if (stat(dir, &st) != 0) return sys_fail(err, errno, dir, "cannot open the checkpoint directory");
+    if (stat(dir, &st) != 0) return krt_fail_errno(err, errno, dir, "cannot open the checkpoint directory");
     if (!S_ISDIR(st.st_mode)) return krt_fail(err, KRT_EIO, "%s: not a checkpoint directory (not a directory)", dir);
     char path[4096];
     krt_status s = path_join(path, sizeof path, dir, POINTER, err);
@@ -370,7 +361,7 @@ krt_status krt_ckpt_find(const char *dir, char *found, size_t cap, int64_t *step
         }
         if (stale_pointer) *stale_pointer = true; /* gone: fall back as if there were no pointer */
     } else if (errno != ENOENT) {
-        return sys_fail(err, errno, path, "cannot read the checkpoint pointer");
+        return krt_fail_errno(err, errno, path, "cannot read the checkpoint pointer");
     }
     Entry *e;
     int n;

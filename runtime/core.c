@@ -1,5 +1,7 @@
 /* core.c — the small shared pieces of the runtime: status and dtype names, arrays, the
  * clock of step timings and profiles. */
+#include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -74,6 +76,15 @@ krt_status krt_fail(krt_error *err, krt_status code, const char *fmt, ...)
         err->code = code;
     }
     return code;
+}
+
+krt_status krt_fail_errno(krt_error *err, int e, const char *path, const char *what)
+{
+    bool full = e == ENOSPC;
+#ifdef EDQUOT
+    full = full || e == EDQUOT;
+#endif
+    return krt_fail(err, full ? KRT_ENOSPC : KRT_EIO, "%s: %s: %s%s", path, what, strerror(e), full ? " (disk full)" : "");
 }
 
 krt_status krt_ok(krt_error *err)
