@@ -7,7 +7,9 @@
  *   - elementwise kernels (loop kernels without reduced axes) as grid-stride loops: each
  *     thread computes elements i, i + gridDim.x * blockDim.x, ..., deriving from i the
  *     coordinates the members need (broadcast loads, iotas);
- *   - row reductions over trailing axes (softmax, layer norm, their backward kernels): one
+ *   - row reductions over trailing axes (softmax, layer norm, their backward kernels,
+ *     cross-entropy's one-hot; members may need coordinates, which each thread derives
+ *     from the row index and its position in the row): one
  *     block per row, kernel.c's passes over the row as block-strided loops, each followed
  *     by block-wide sums or maxima (warp shuffles, then shared memory); a kernel with a
  *     total over all rows (a loss) runs as one block that takes the rows in order;
@@ -19,7 +21,7 @@
  *     scatter-add, one block for an index check), sums in the C target's order.
  * Every other kind of kernel is refused with an error naming it and its model line: never
  * code that computes something else. Batched, permuted-output and summed products,
- * reductions over axes whose coordinates the kernel needs, random numbers and the host
+ * reductions over leading or middle axes whose coordinates the kernel needs, random numbers and the host
  * program follow (issue 18). */
 #include "kernel.h"
 
@@ -53,7 +55,10 @@ static const char *unsupported_kind(const CgKernel *L)
         const Op op = (Op)L->g->nodes[K->anchor].op;
         return single_supported(op) ? NULL : ir_op_info[op].name;
     }
-    if (K->axes && L->mode != CG_LOOP_ROWS && L->mode != CG_LOOP_COLUMNS) return "row reduction (over coordinates it needs)";
+    /* a row reduction over trailing axes whose members need coordinates (CG_LOOP_NESTED for
+     * the C target) runs as the others, each thread deriving its element's coordinates */
+    if (K->axes && L->mode != CG_LOOP_ROWS && L->mode != CG_LOOP_COLUMNS && !cg_axes_trailing(L))
+        return "row reduction (over coordinates it needs, not the trailing axes)";
     if (L->random) return "random-number elementwise";
     return NULL;
 }
@@ -102,24 +107,6 @@ static void parameters(CgKernel *L, StrBuf *o, bool host)
     if (host) sb_puts(o, L->mode == CG_LOOP_GEMM ? ", cudaStream_t stream, cublasHandle_t blas" : ", cudaStream_t stream");
 }
 
-/* The coordinates the members use, from the flat index i: c<a> = i / (S<a+1> * ...) % S<a>. */
-static void coordinates(CgKernel *L, const char *indent)
-{
-    StrBuf *o = L->c->o;
-    for (int a = 0; a < L->rank; a++) {
-        if (!(L->coords >> a & 1)) continue;
-        sb_printf(o, "%sconst int64_t c%d = i", indent, a);
-        bool any = false;
-        for (int b = a + 1; b < L->rank; b++) {
-            sb_printf(o, "%sS%d", any ? " * " : " / (", b);
-            any = true;
-        }
-        sb_puts(o, any ? ")" : "");
-        if (a > 0) sb_printf(o, " %% S%d", a);
-        sb_puts(o, ";\n");
-    }
-}
-
 /* The kernel's comment with its launch shape, its signature and its dims S0, S1, .... */
 static void kernel_head(CgKernel *L, const char *launch)
 {
@@ -166,7 +153,7 @@ static void emit_map_kernel(CgKernel *L)
     for (int a = 0; a < L->rank; a++) sb_printf(o, "%sS%d", a ? " * " : "", a);
     sb_puts(o, ";\n"
                "    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {\n");
-    coordinates(L, "        ");
+    cg_coordinates(L, L->coords, L->rank ? (((uint64_t)1 << L->rank) - 1) : 0, "i", "        ");
     cg_clear_needed(L);
     for (int i = 0; i < L->nstores; i++)
         if (L->stores[i] != mm) cg_need(L, L->stores[i]);
@@ -182,7 +169,6 @@ static void emit_row_pass(CgKernel *L, int s, const char *indent, const char *in
 {
     const Graph *g = L->g;
     StrBuf *o = L->c->o;
-    const int last = L->rank - 1;
     for (int32_t i = 0; i < L->K->count; i++) {
         NodeId id = CG_MEMBER(L, i);
         if (!cg_reduced_in_pass(L, id, s)) continue;
@@ -193,7 +179,10 @@ static void emit_row_pass(CgKernel *L, int s, const char *indent, const char *in
     sb_printf(o, "%sfor (int64_t j = threadIdx.x; j < W; j += blockDim.x) {\n%s    const int64_t i = row * W + j;\n", indent,
               indent);
     sb_printf(o, "%s(void)i; /* a pass that counts the elements (a mean's divisor) reads none */\n", in);
-    if (L->coords >> last & 1) sb_printf(o, "%sconst int64_t c%d = j;\n%s(void)c%d; /* not every pass needs it */\n", in, last, in, last);
+    /* the coordinates of the reduced axes, from the position in the row */
+    cg_coordinates(L, L->coords & L->inner, L->inner, "j", in);
+    for (int a = 0; a < L->rank; a++)
+        if ((L->coords & L->inner) >> a & 1) sb_printf(o, "%s(void)c%d; /* not every pass needs it */\n", in, a);
     cg_emit_needed(L, in);
     for (int32_t i = 0; i < L->K->count; i++) {
         NodeId id = CG_MEMBER(L, i);
@@ -310,6 +299,11 @@ static void emit_rows_kernel(CgKernel *L)
             sb_printf(o, "    %s tot%d = 0;\n", cg_ctype((DType)g->nodes[L->stores[i]].dtype), L->stores[i]);
     sb_puts(o, "    for (int64_t row = blockIdx.x; row < R; row += gridDim.x) {\n");
     const char *indent = "        ", *in = "            ";
+    /* the coordinates of the other axes, from the row index */
+    const uint64_t outer = (L->rank ? (((uint64_t)1 << L->rank) - 1) : 0) & ~L->inner;
+    cg_coordinates(L, L->coords & outer, outer, "row", indent);
+    for (int a = 0; a < L->rank; a++)
+        if ((L->coords & outer) >> a & 1) sb_printf(o, "%s(void)c%d; /* not every pass needs it */\n", indent, a);
     for (int s = 0; s <= L->nstages + 1; s++) {
         L->pass = s;
         if (s > 0 && cg_need_pass(L, s)) emit_row_pass(L, s, indent, in);

@@ -405,6 +405,36 @@ void cg_emit_column_element(CgKernel *L, const char *indent, const char *acc, co
     }
 }
 
+bool cg_axes_trailing(const CgKernel *L)
+{
+    uint64_t axes = L->K->axes, all = L->rank ? (((uint64_t)1 << L->rank) - 1) : 0;
+    int lo = L->rank;
+    while (lo > 0 && (axes >> (lo - 1) & 1)) lo--;
+    return axes == (all & ~(((uint64_t)1 << lo) - 1));
+}
+
+void cg_coordinates(const CgKernel *L, uint64_t want, uint64_t span, const char *var, const char *indent)
+{
+    StrBuf *o = L->c->o;
+    bool first = true; /* the first axis of span: var is below its dim, no modulo */
+    for (int a = 0; a < L->rank; a++) {
+        if (!(span >> a & 1)) continue;
+        if (want >> a & 1) {
+            sb_printf(o, "%sconst int64_t c%d = %s", indent, a, var);
+            bool any = false;
+            for (int b = a + 1; b < L->rank; b++) {
+                if (!(span >> b & 1)) continue;
+                sb_printf(o, "%sS%d", any ? " * " : " / (", b);
+                any = true;
+            }
+            sb_puts(o, any ? ")" : "");
+            if (!first) sb_printf(o, " %% S%d", a);
+            sb_puts(o, ";\n");
+        }
+        first = false;
+    }
+}
+
 void cg_kernel_setup(CgKernel *L, Cg *c, int32_t k)
 {
     memset(L, 0, sizeof *L);
@@ -442,7 +472,6 @@ void cg_kernel_setup(CgKernel *L, Cg *c, int32_t k)
         L->avail[id] = reduce ? a + 1 : a;
         if (reduce && a + 1 > L->nstages) L->nstages = a + 1;
     }
-    uint64_t all = L->rank ? (((uint64_t)1 << L->rank) - 1) : 0;
     uint64_t axes = L->K->axes;
     uint64_t last = L->rank ? (uint64_t)1 << (L->rank - 1) : 0;
     if (L->K->kind == KERNEL_GEMM) {
@@ -452,10 +481,7 @@ void cg_kernel_setup(CgKernel *L, Cg *c, int32_t k)
         L->mode = !L->coords ? CG_LOOP_FLAT : (L->coords & ~last) ? CG_LOOP_NESTED : CG_LOOP_ROWS;
     } else {
         L->inner = axes;
-        int lo = L->rank;
-        while (lo > 0 && (axes >> (lo - 1) & 1)) lo--;
-        bool trailing = axes == (all & ~(((uint64_t)1 << lo) - 1));
-        bool rows_ok = trailing && !(L->coords & ~last) && (!(L->coords & last) || cg_popcount64(axes) == 1);
+        bool rows_ok = cg_axes_trailing(L) && !(L->coords & ~last) && (!(L->coords & last) || cg_popcount64(axes) == 1);
         /* leading axes reduced, and the kernel's only row members are stored reductions */
         int hi = 0;
         while (hi < L->rank && (axes >> hi & 1)) hi++;

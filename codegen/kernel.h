@@ -129,6 +129,15 @@ static inline int cg_popcount64(uint64_t x)
     return n;
 }
 
+/* Are the kernel's reduced axes the trailing ones? Then a row is W contiguous elements:
+ * element j of row `row` is i = row * W + j. */
+bool cg_axes_trailing(const CgKernel *L);
+/* `const int64_t c<a> = var / (S<b> * ...) % S<a>;` for each axis a of `want`, where var is
+ * a row-major flat index over the axes of `span` (dims S<a>, declared by the target): the
+ * product runs over span's later axes; span's first axis needs no modulo. A CUDA thread
+ * derives its element's coordinates so: from i (span: every axis), or from the row index
+ * (the outer axes) and the position j in the row (the reduced axes). */
+void cg_coordinates(const CgKernel *L, uint64_t want, uint64_t span, const char *var, const char *indent);
 /* Analyses kernel k of c->fp: loads, stores, coordinates used, stages, the loop mode. */
 void cg_kernel_setup(CgKernel *L, Cg *c, int32_t k);
 void cg_kernel_teardown(CgKernel *L);

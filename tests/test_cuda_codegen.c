@@ -33,8 +33,9 @@ Test(cuda_codegen, unsupported_kernels_are_named_with_their_model_line)
     sb_init(&out);
     int rc = support_run_kiln(args, &out);
     cr_expect_eq(rc, 1, "%s", out.data ? out.data : "");
-    /* today the first such kernel is cross-entropy's one-hot row reduction (over coordinates
-     * it needs): when it is written, the message names the next one, with the same shape */
+    /* today the first such kernel is cross-entropy's gradient summed over the batch (a
+     * reduction over the leading axis whose members need coordinates): when it is written,
+     * the message names the next one, with the same shape */
     const char *msg = out.data ? out.data : "";
     cr_expect(strstr(msg, "models/mlp.kiln:") == msg && strstr(msg, ": error: --target cuda does not support ") &&
                   strstr(msg, " kernels yet (kernel ") && strstr(msg, " of the training step, "),
@@ -250,10 +251,11 @@ static void check_map_kernels(const char *text)
         }
         CgKernel L;
         cg_kernel_setup(&L, &cg, k);
-        /* the kinds cuda.c writes so far: elementwise, row reductions (trailing axes, with
-         * totals), column reductions (leading axes) */
+        /* the kinds cuda.c writes so far: elementwise, row reductions over trailing axes
+         * (with totals, and with members that need their coordinates: the C target's nested
+         * loops), column reductions (leading axes) */
         bool written = L.K->kind == KERNEL_LOOP && !L.random &&
-                       (!L.K->axes || L.mode == CG_LOOP_ROWS || L.mode == CG_LOOP_COLUMNS);
+                       (!L.K->axes || L.mode == CG_LOOP_ROWS || L.mode == CG_LOOP_COLUMNS || cg_axes_trailing(&L));
         const bool gemm = L.K->kind == KERNEL_GEMM;
         if (gemm)
             written = L.rank == 2 && L.K->written == IR_NONE && L.K->summed == IR_NONE && g->nodes[L.K->anchor].dtype == DT_F32 &&
