@@ -13,7 +13,9 @@
  *     block per row, kernel.c's passes over the row as block-strided loops, each followed
  *     by block-wide sums or maxima (warp shuffles, then shared memory); a kernel with a
  *     total over all rows (a loss) runs as one block that takes the rows in order;
- *   - reductions over leading axes (bias gradients): one thread per column;
+ *   - reductions over leading axes (bias gradients, cross-entropy's gradient summed over
+ *     the batch; members may need coordinates, from the column and the position down it):
+ *     one thread per column;
  *   - 2-D float32 matrix products: cublasSgemm into the product's memory, then the
  *     epilogue (bias, activation, ...) as an elementwise kernel over the product;
  *   - single-node kernels (index checks, argmax, gathers, scatter-adds, copies, im2col)
@@ -57,10 +59,24 @@ static const char *unsupported_kind(const CgKernel *L)
     }
     /* a row reduction over trailing axes whose members need coordinates (CG_LOOP_NESTED for
      * the C target) runs as the others, each thread deriving its element's coordinates */
-    if (K->axes && L->mode != CG_LOOP_ROWS && L->mode != CG_LOOP_COLUMNS && !cg_axes_trailing(L))
-        return "row reduction (over coordinates it needs, not the trailing axes)";
+    if (K->axes && L->mode != CG_LOOP_ROWS && L->mode != CG_LOOP_COLUMNS && !cg_axes_trailing(L) && !cg_columns_shape(L))
+        return "row reduction (over coordinates it needs, neither the trailing nor the leading axes)";
     if (L->random) return "random-number elementwise";
     return NULL;
+}
+
+/* Is L a reduction over leading axes written one thread per column (the C target's
+ * CG_LOOP_COLUMNS, or its nested loops when members need coordinates)? */
+static bool columns_kernel(const CgKernel *L)
+{
+    return L->mode == CG_LOOP_COLUMNS || (L->mode == CG_LOOP_NESTED && L->K->axes && !cg_axes_trailing(L) && cg_columns_shape(L));
+}
+
+/* `(void)c<a>;` for the coordinates of `axes` that members use: not every pass needs each. */
+static void void_coordinates(const CgKernel *L, uint64_t axes, const char *indent)
+{
+    for (int a = 0; a < L->rank; a++)
+        if ((L->coords & axes) >> a & 1) sb_printf(L->c->o, "%s(void)c%d; /* not every pass needs it */\n", indent, a);
 }
 
 static void kernel_name(const CgKernel *L, StrBuf *b)
@@ -181,8 +197,7 @@ static void emit_row_pass(CgKernel *L, int s, const char *indent, const char *in
     sb_printf(o, "%s(void)i; /* a pass that counts the elements (a mean's divisor) reads none */\n", in);
     /* the coordinates of the reduced axes, from the position in the row */
     cg_coordinates(L, L->coords & L->inner, L->inner, "j", in);
-    for (int a = 0; a < L->rank; a++)
-        if ((L->coords & L->inner) >> a & 1) sb_printf(o, "%s(void)c%d; /* not every pass needs it */\n", in, a);
+    void_coordinates(L, L->inner, in);
     cg_emit_needed(L, in);
     for (int32_t i = 0; i < L->K->count; i++) {
         NodeId id = CG_MEMBER(L, i);
@@ -256,6 +271,11 @@ static void emit_columns_kernel(CgKernel *L)
     sb_puts(o, ", R = ");
     dims_product(o, L, false, false);
     sb_puts(o, ";\n    for (int64_t row = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; row < R; row += (int64_t)gridDim.x * blockDim.x) {\n");
+    /* coordinates that members use: of the other axes from the column, of the reduced
+     * axes from h (element i = h * R + row) */
+    const uint64_t outer = (L->rank ? (((uint64_t)1 << L->rank) - 1) : 0) & ~L->inner;
+    cg_coordinates(L, L->coords & outer, outer, "row", "        ");
+    void_coordinates(L, outer, "        ");
     cg_need_columns(L);
     for (int32_t i = 0; i < L->K->count; i++) {
         NodeId id = CG_MEMBER(L, i);
@@ -264,6 +284,9 @@ static void emit_columns_kernel(CgKernel *L)
                       g->nodes[id].op == OP_REDUCE_SUM ? "0" : "-INFINITY");
     }
     sb_puts(o, "        for (int64_t h = 0; h < H; h++) {\n            const int64_t i = h * R + row;\n");
+    sb_puts(o, "            (void)i; /* members that read by coordinates only do not use it */\n");
+    cg_coordinates(L, L->coords & L->inner, L->inner, "h", "            ");
+    void_coordinates(L, L->inner, "            ");
     cg_emit_column_element(L, "            ", "a", "");
     sb_puts(o, "        }\n");
     for (int32_t i = 0; i < L->K->count; i++) {
@@ -302,8 +325,7 @@ static void emit_rows_kernel(CgKernel *L)
     /* the coordinates of the other axes, from the row index */
     const uint64_t outer = (L->rank ? (((uint64_t)1 << L->rank) - 1) : 0) & ~L->inner;
     cg_coordinates(L, L->coords & outer, outer, "row", indent);
-    for (int a = 0; a < L->rank; a++)
-        if ((L->coords & outer) >> a & 1) sb_printf(o, "%s(void)c%d; /* not every pass needs it */\n", indent, a);
+    void_coordinates(L, outer, indent);
     for (int s = 0; s <= L->nstages + 1; s++) {
         L->pass = s;
         if (s > 0 && cg_need_pass(L, s)) emit_row_pass(L, s, indent, in);
@@ -404,7 +426,7 @@ static void emit_launcher(CgKernel *L)
         sb_puts(o, "}\n\n");
         return;
     }
-    if (L->mode == CG_LOOP_COLUMNS) { /* one thread per column */
+    if (columns_kernel(L)) { /* one thread per column */
         sb_puts(o, "    const int64_t columns = ");
         dims_product(o, L, false, true);
         sb_printf(o, ";\n    const int64_t blocks = (columns + %d - 1) / %d;\n", CUDA_MAP_BLOCK, CUDA_MAP_BLOCK);
@@ -741,7 +763,7 @@ static int emit_graph(Cg *c, const Graph *g, const char *prefix, const char *ste
             bool epilogue = false;
             for (int i = 0; i < L.nstores; i++) epilogue |= L.stores[i] != L.K->anchor;
             if (L.mode == CG_LOOP_GEMM && !epilogue) cg_kernel_comment(&L);
-            else if (L.mode == CG_LOOP_COLUMNS) emit_columns_kernel(&L);
+            else if (columns_kernel(&L)) emit_columns_kernel(&L);
             else if (L.K->axes) emit_rows_kernel(&L);
             else emit_map_kernel(&L);
             emit_launcher(&L);

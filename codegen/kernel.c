@@ -413,6 +413,23 @@ bool cg_axes_trailing(const CgKernel *L)
     return axes == (all & ~(((uint64_t)1 << lo) - 1));
 }
 
+bool cg_columns_shape(const CgKernel *L)
+{
+    /* leading axes reduced, and the kernel's only row members are stored reductions */
+    const uint64_t axes = L->K->axes;
+    int hi = 0;
+    while (hi < L->rank && (axes >> hi & 1)) hi++;
+    if (!axes || axes != (((uint64_t)1 << hi) - 1) || L->nstages != 1) return false;
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        const Node *n = &L->g->nodes[id];
+        if (L->f->cls[id] == CLASS_FULL && L->avail[id]) return false;
+        if (L->f->cls[id] == CLASS_TOTAL) return false;
+        if (L->f->cls[id] == CLASS_ROW && (!L->f->stored[id] || (n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX))) return false;
+    }
+    return true;
+}
+
 void cg_coordinates(const CgKernel *L, uint64_t want, uint64_t span, const char *var, const char *indent)
 {
     StrBuf *o = L->c->o;
@@ -482,19 +499,7 @@ void cg_kernel_setup(CgKernel *L, Cg *c, int32_t k)
     } else {
         L->inner = axes;
         bool rows_ok = cg_axes_trailing(L) && !(L->coords & ~last) && (!(L->coords & last) || cg_popcount64(axes) == 1);
-        /* leading axes reduced, and the kernel's only row members are stored reductions */
-        int hi = 0;
-        while (hi < L->rank && (axes >> hi & 1)) hi++;
-        bool leading = axes == (((uint64_t)1 << hi) - 1);
-        bool columns_ok = leading && !L->coords && L->nstages == 1;
-        for (int32_t i = 0; i < L->K->count && columns_ok; i++) {
-            NodeId id = CG_MEMBER(L, i);
-            const Node *n = &g->nodes[id];
-            if (L->f->cls[id] == CLASS_FULL && L->avail[id]) columns_ok = false;
-            if (L->f->cls[id] == CLASS_TOTAL) columns_ok = false;
-            if (L->f->cls[id] == CLASS_ROW && (!L->f->stored[id] || (n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX)))
-                columns_ok = false;
-        }
+        bool columns_ok = !L->coords && cg_columns_shape(L);
         L->mode = rows_ok ? CG_LOOP_ROWS : columns_ok ? CG_LOOP_COLUMNS : CG_LOOP_NESTED;
     }
     L->lane = -1; /* the C target may choose one (c_loops.c) */

@@ -132,6 +132,9 @@ static inline int cg_popcount64(uint64_t x)
 /* Are the kernel's reduced axes the trailing ones? Then a row is W contiguous elements:
  * element j of row `row` is i = row * W + j. */
 bool cg_axes_trailing(const CgKernel *L);
+/* Are the reduced axes the leading ones, the kernel's only row members stored sums or
+ * maxima, in one stage (CG_LOOP_COLUMNS when no member needs a coordinate)? */
+bool cg_columns_shape(const CgKernel *L);
 /* `const int64_t c<a> = var / (S<b> * ...) % S<a>;` for each axis a of `want`, where var is
  * a row-major flat index over the axes of `span` (dims S<a>, declared by the target): the
  * product runs over span's later axes; span's first axis needs no modulo. A CUDA thread
