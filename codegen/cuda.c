@@ -16,13 +16,14 @@
  *   - reductions over leading axes (bias gradients, cross-entropy's gradient summed over
  *     the batch; members may need coordinates, from the column and the position down it):
  *     one thread per column;
- *   - 2-D float32 matrix products: cublasSgemm into the product's memory, then the
+ *   - float32 matrix products: cublasSgemm into the product's memory (a batch: one call
+ *     per batch element, in order), then the
  *     epilogue (bias, activation, ...) as an elementwise kernel over the product;
  *   - single-node kernels (index checks, argmax, gathers, scatter-adds, copies, im2col)
  *     from kernel.c's index arithmetic: one thread per output element (per column for a
  *     scatter-add, one block for an index check), sums in the C target's order.
  * Every other kind of kernel is refused with an error naming it and its model line: never
- * code that computes something else. Batched, permuted-output and summed products,
+ * code that computes something else. Permuted-output and summed products,
  * reductions over leading or middle axes whose coordinates the kernel needs, random numbers and the host
  * program follow (issue 18). */
 #include "kernel.h"
@@ -46,7 +47,6 @@ static const char *unsupported_kind(const CgKernel *L)
     const Kernel *K = L->K;
     if (K->kind == KERNEL_GEMM) {
         const Graph *g = L->g;
-        if (K->shape.rank > 2) return "batched matrix product";
         if (K->written != IR_NONE) return "matrix product written permuted";
         if (K->summed != IR_NONE) return "summed matrix product";
         if (g->nodes[K->anchor].dtype != DT_F32) return "non-float32 matrix product";
@@ -362,16 +362,28 @@ static bool emit_gemm_call(CgKernel *L)
     const Graph *g = L->g;
     StrBuf *o = L->c->o;
     NodeId mm = L->K->anchor, xa = ir_input(g, mm, 0), xb = ir_input(g, mm, 1);
+    const int r = L->rank, nbatch = r - 2;
+    const uint64_t batch_axes = ((uint64_t)1 << nbatch) - 1;
     CgOperand A, B;
     cg_gemm_operand(L, xa, &A);
     cg_gemm_operand(L, xb, &B);
-    sb_puts(o, "    const int64_t M = ");
-    cg_dim(o, g, L->K->shape.d[0]);
+    if (nbatch) { /* the batch's dims, for its coordinates */
+        sb_puts(o, "    const int64_t ");
+        for (int a = 0; a < nbatch; a++) {
+            sb_printf(o, "%sS%d = ", a ? ", " : "", a);
+            cg_dim(o, g, L->K->shape.d[a]);
+        }
+        sb_puts(o, ";\n");
+    }
+    sb_puts(o, "    const int64_t batch = 1");
+    for (int a = 0; a < nbatch; a++) sb_printf(o, " * S%d", a);
+    sb_puts(o, ", M = ");
+    cg_dim(o, g, L->K->shape.d[r - 2]);
     sb_puts(o, ", N = ");
-    cg_dim(o, g, L->K->shape.d[1]);
+    cg_dim(o, g, L->K->shape.d[r - 1]);
     sb_puts(o, ", K = ");
-    cg_dim(o, g, g->nodes[xb].shape.d[0]);
-    sb_puts(o, ";\n    if (M == 0 || N == 0) return;\n");
+    cg_dim(o, g, g->nodes[xb].shape.d[r - 2]);
+    sb_puts(o, ";\n    if (batch == 0 || M == 0 || N == 0) return;\n");
     cg_gemm_operand_comment(L, "A", xa, &A);
     cg_gemm_operand_comment(L, "B", xb, &B);
     cg_gemm_operand_ld(L, "a", xa, &A);
@@ -379,14 +391,20 @@ static bool emit_gemm_call(CgKernel *L)
     StrBuf offa, offb;
     sb_init(&offa);
     sb_init(&offb);
-    cg_gemm_operand_offset(L, &A, 0, "0", "0", &offa);
-    cg_gemm_operand_offset(L, &B, 0, "0", "0", &offb);
-    sb_printf(o, "    const float one = 1, zero = 0;\n"
-                 "    KILN_CUBLAS_CHECK(cublasSetStream(blas, stream));\n"
-                 "    KILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)N, (int)M, (int)K, &one, p%d + (%s), ldb, p%d + (%s), lda, &zero,\n"
-                 "                                  y%d, (int)kiln_blas_ld(N, N)));\n",
-              B.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", A.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", B.lay.base, offb.data, A.lay.base,
-              offa.data, mm);
+    cg_gemm_operand_offset(L, &A, nbatch, "0", "0", &offa);
+    cg_gemm_operand_offset(L, &B, nbatch, "0", "0", &offb);
+    sb_puts(o, "    const float one = 1, zero = 0;\n"
+               "    KILN_CUBLAS_CHECK(cublasSetStream(blas, stream));\n");
+    /* a batch: one product per batch element, in order (cublasSgemmStridedBatched, where
+     * the operands' batch strides allow it, is to come) */
+    if (nbatch) sb_puts(o, "    for (int64_t b = 0; b < batch; b++) {\n");
+    cg_coordinates(L, batch_axes, batch_axes, "b", "        ");
+    sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)N, (int)M, (int)K, &one, p%d + (%s), ldb, p%d + (%s), lda, &zero,\n"
+                 "    %s                              y%d%s, (int)kiln_blas_ld(N, N)));\n",
+              nbatch ? "    " : "", B.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", A.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", B.lay.base,
+              offb.data, A.lay.base, offa.data, nbatch ? "    " : "", mm, nbatch ? " + b * M * N" : "");
+    if (nbatch) sb_puts(o, "    }\n");
+    else sb_puts(o, "    (void)batch;\n");
     sb_free(&offa);
     sb_free(&offb);
     for (int i = 0; i < L->nstores; i++)
@@ -423,6 +441,8 @@ static void emit_launcher(CgKernel *L)
     bool epilogue = true;
     if (L->mode == CG_LOOP_GEMM) epilogue = emit_gemm_call(L);
     if (!epilogue) {
+        /* the loads of members recomputed by their readers: no kernel here reads them */
+        for (int i = 2; i < L->nreads; i++) sb_printf(o, "    (void)p%d;\n", L->reads[i]);
         sb_puts(o, "}\n\n");
         return;
     }
