@@ -17,13 +17,14 @@
  *     the batch; members may need coordinates, from the column and the position down it):
  *     one thread per column;
  *   - float32 matrix products: cublasSgemm into the product's memory (a batch: one call
- *     per batch element, in order), then the
+ *     per batch element, in order; a product written permuted goes straight into the
+ *     permuted memory), then the
  *     epilogue (bias, activation, ...) as an elementwise kernel over the product;
  *   - single-node kernels (index checks, argmax, gathers, scatter-adds, copies, im2col)
  *     from kernel.c's index arithmetic: one thread per output element (per column for a
  *     scatter-add, one block for an index check), sums in the C target's order.
  * Every other kind of kernel is refused with an error naming it and its model line: never
- * code that computes something else. Permuted-output and summed products,
+ * code that computes something else. Summed products,
  * reductions over leading or middle axes whose coordinates the kernel needs, random numbers and the host
  * program follow (issue 18). */
 #include "kernel.h"
@@ -47,10 +48,9 @@ static const char *unsupported_kind(const CgKernel *L)
     const Kernel *K = L->K;
     if (K->kind == KERNEL_GEMM) {
         const Graph *g = L->g;
-        if (K->written != IR_NONE) return "matrix product written permuted";
         if (K->summed != IR_NONE) return "summed matrix product";
         if (g->nodes[K->anchor].dtype != DT_F32) return "non-float32 matrix product";
-        if (!L->f->stored[K->anchor]) return "matrix product with an unstored result";
+        if (K->written == IR_NONE && !L->f->stored[K->anchor]) return "matrix product with an unstored result";
         return NULL;
     }
     if (K->kind == KERNEL_SINGLE) {
@@ -388,9 +388,19 @@ static bool emit_gemm_call(CgKernel *L)
     cg_gemm_operand_comment(L, "B", xb, &B);
     cg_gemm_operand_ld(L, "a", xa, &A);
     cg_gemm_operand_ld(L, "b", xb, &B);
-    StrBuf offa, offb;
+    const NodeId wr = L->K->written;
+    CgOperand C = {.trans = false};
+    StrBuf offa, offb, offc;
     sb_init(&offa);
     sb_init(&offb);
+    sb_init(&offc);
+    if (wr != IR_NONE) { /* straight into the permuted memory of %wr, as the C target */
+        cg_gemm_output(L, &C);
+        cg_gemm_operand_offset(L, &C, nbatch, "0", "0", &offc);
+    } else {
+        sb_puts(o, "    const int ldc = (int)kiln_blas_ld(N, N);\n");
+        sb_puts(&offc, nbatch ? "b * M * N" : "0");
+    }
     cg_gemm_operand_offset(L, &A, nbatch, "0", "0", &offa);
     cg_gemm_operand_offset(L, &B, nbatch, "0", "0", &offb);
     sb_puts(o, "    const float one = 1, zero = 0;\n"
@@ -399,14 +409,23 @@ static bool emit_gemm_call(CgKernel *L)
      * the operands' batch strides allow it, is to come) */
     if (nbatch) sb_puts(o, "    for (int64_t b = 0; b < batch; b++) {\n");
     cg_coordinates(L, batch_axes, batch_axes, "b", "        ");
-    sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)N, (int)M, (int)K, &one, p%d + (%s), ldb, p%d + (%s), lda, &zero,\n"
-                 "    %s                              y%d%s, (int)kiln_blas_ld(N, N)));\n",
-              nbatch ? "    " : "", B.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", A.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", B.lay.base,
-              offb.data, A.lay.base, offa.data, nbatch ? "    " : "", mm, nbatch ? " + b * M * N" : "");
+    const char *in = nbatch ? "    " : "";
+    if (!C.trans) /* row-major C (M x N) is column-major C^T = B^T A^T */
+        sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)N, (int)M, (int)K, &one, p%d + (%s), ldb, p%d + (%s), lda, &zero,\n"
+                     "    %s                              y%d + (%s), ldc));\n",
+                  in, B.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", A.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", B.lay.base, offb.data,
+                  A.lay.base, offa.data, in, wr != IR_NONE ? wr : mm, offc.data);
+    else /* C's rows are the memory's columns: column-major C = A B */
+        sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)M, (int)N, (int)K, &one, p%d + (%s), lda, p%d + (%s), ldb, &zero,\n"
+                     "    %s                              y%d + (%s), ldc));\n",
+                  in, A.trans ? "CUBLAS_OP_N" : "CUBLAS_OP_T", B.trans ? "CUBLAS_OP_N" : "CUBLAS_OP_T", A.lay.base, offa.data,
+                  B.lay.base, offb.data, in, wr, offc.data);
     if (nbatch) sb_puts(o, "    }\n");
     else sb_puts(o, "    (void)batch;\n");
     sb_free(&offa);
     sb_free(&offb);
+    sb_free(&offc);
+    if (wr != IR_NONE) return false; /* no epilogue (fusion.c): the permute is the store */
     for (int i = 0; i < L->nstores; i++)
         if (L->stores[i] != mm) return true;
     return false;
@@ -781,7 +800,7 @@ static int emit_graph(Cg *c, const Graph *g, const char *prefix, const char *ste
             emit_single_launcher(c, k, L.K->anchor);
         } else if (!kind) {
             bool epilogue = false;
-            for (int i = 0; i < L.nstores; i++) epilogue |= L.stores[i] != L.K->anchor;
+            for (int i = 0; i < L.nstores && L.K->written == IR_NONE; i++) epilogue |= L.stores[i] != L.K->anchor;
             if (L.mode == CG_LOOP_GEMM && !epilogue) cg_kernel_comment(&L);
             else if (columns_kernel(&L)) emit_columns_kernel(&L);
             else if (L.K->axes) emit_rows_kernel(&L);

@@ -669,6 +669,28 @@ void cg_gemm_operand_ld(CgKernel *L, const char *name, NodeId x, const CgOperand
     sb_puts(o, ");\n");
 }
 
+void cg_gemm_output(CgKernel *L, CgOperand *C)
+{
+    const Graph *g = L->g;
+    StrBuf *o = L->c->o;
+    NodeId mm = L->K->anchor, wr = L->K->written;
+    const int r = L->rank;
+    memset(C, 0, sizeof *C);
+    /* the product goes straight into the permuted memory of %wr */
+    if (!fusion_gemm_output(g, mm, wr, C->lay.stride, &C->trans)) {
+        fprintf(stderr, "kiln: internal error: product %%%d cannot be written as %%%d\n", mm, wr);
+        abort();
+    }
+    C->lay.base = wr;
+    C->lay.rank = r;
+    sb_printf(o, "    /* C = %%%d, written in the order of %%%d %s", mm, wr, cg_ctype((DType)g->nodes[wr].dtype));
+    ir_shape_format(o, g, &g->nodes[wr].shape);
+    sb_puts(o, C->trans ? ": computed as B^T A^T, whose rows are its columns */\n" : " */\n");
+    sb_puts(o, "    const int ldc = (int)kiln_blas_ld(");
+    cg_dim(o, g, C->lay.stride[C->trans ? r - 1 : r - 2]);
+    sb_printf(o, ", %s);\n", C->trans ? "M" : "N");
+}
+
 /* ---- single-node kernels ---- */
 
 /* Comment: op, shapes, then the model file, line and its text. */

@@ -198,6 +198,11 @@ void cg_gemm_operand_comment(CgKernel *L, const char *name, NodeId x, const CgOp
  * the matrix as stored (kiln_blas_ld: runtime/kiln_gemm.h, and model.cu's own). */
 void cg_gemm_operand_ld(CgKernel *L, const char *name, NodeId x, const CgOperand *op);
 
+/* The product of a kernel whose product is written permuted (K->written): its layout in
+ * the written node's memory (C: base, strides, and trans when its rows are the memory's
+ * columns), a comment line and `const int ldc = ...;` (M and N declared). */
+void cg_gemm_output(CgKernel *L, CgOperand *C);
+
 /* ---- single-node kernels (KERNEL_SINGLE of the fusion plan) ----
  * One node each; its index arithmetic is written here once for both targets, over names
  * the target declares with the functions below: the output's dims Y<k> and strides Ys<k>,
