@@ -465,19 +465,7 @@ static void emit_gemm_kernel(CgKernel *L)
     for (int i = 0; i < L->nstores && wr == IR_NONE; i++) epilogue |= L->stores[i] != mm;
     CgOperand C = {.trans = false};
     if (wr != IR_NONE) {
-        /* the product goes straight into the permuted memory of %wr */
-        if (!fusion_gemm_output(g, mm, wr, C.lay.stride, &C.trans)) {
-            fprintf(stderr, "kiln: internal error: product %%%d cannot be written as %%%d\n", mm, wr);
-            abort();
-        }
-        C.lay.base = wr;
-        C.lay.rank = r;
-        sb_printf(o, "    /* C = %%%d, written in the order of %%%d %s", mm, wr, cg_ctype((DType)g->nodes[wr].dtype));
-        ir_shape_format(o, g, &g->nodes[wr].shape);
-        sb_puts(o, C.trans ? ": computed as B^T A^T, whose rows are its columns */\n" : " */\n");
-        sb_puts(o, "    const int ldc = (int)kiln_blas_ld(");
-        cg_dim(o, g, C.lay.stride[C.trans ? r - 1 : r - 2]);
-        sb_printf(o, ", %s);\n", C.trans ? "M" : "N");
+        cg_gemm_output(L, &C);
     } else {
         sb_puts(o, "    const int ldc = (int)kiln_blas_ld(N, N);\n");
     }

@@ -7,19 +7,25 @@
  *   - elementwise kernels (loop kernels without reduced axes) as grid-stride loops: each
  *     thread computes elements i, i + gridDim.x * blockDim.x, ..., deriving from i the
  *     coordinates the members need (broadcast loads, iotas);
- *   - row reductions over trailing axes (softmax, layer norm, their backward kernels): one
+ *   - row reductions over trailing axes (softmax, layer norm, their backward kernels,
+ *     cross-entropy's one-hot; members may need coordinates, which each thread derives
+ *     from the row index and its position in the row): one
  *     block per row, kernel.c's passes over the row as block-strided loops, each followed
  *     by block-wide sums or maxima (warp shuffles, then shared memory); a kernel with a
  *     total over all rows (a loss) runs as one block that takes the rows in order;
- *   - reductions over leading axes (bias gradients): one thread per column;
- *   - 2-D float32 matrix products: cublasSgemm into the product's memory, then the
+ *   - reductions over leading axes (bias gradients, cross-entropy's gradient summed over
+ *     the batch; members may need coordinates, from the column and the position down it):
+ *     one thread per column;
+ *   - float32 matrix products: cublasSgemm into the product's memory (a batch: one call
+ *     per batch element, in order; a product written permuted goes straight into the
+ *     permuted memory), then the
  *     epilogue (bias, activation, ...) as an elementwise kernel over the product;
  *   - single-node kernels (index checks, argmax, gathers, scatter-adds, copies, im2col)
  *     from kernel.c's index arithmetic: one thread per output element (per column for a
  *     scatter-add, one block for an index check), sums in the C target's order.
  * Every other kind of kernel is refused with an error naming it and its model line: never
- * code that computes something else. Batched, permuted-output and summed products,
- * reductions over axes whose coordinates the kernel needs, random numbers and the host
+ * code that computes something else. Summed products,
+ * reductions over leading or middle axes whose coordinates the kernel needs, random numbers and the host
  * program follow (issue 18). */
 #include "kernel.h"
 
@@ -42,20 +48,35 @@ static const char *unsupported_kind(const CgKernel *L)
     const Kernel *K = L->K;
     if (K->kind == KERNEL_GEMM) {
         const Graph *g = L->g;
-        if (K->shape.rank > 2) return "batched matrix product";
-        if (K->written != IR_NONE) return "matrix product written permuted";
         if (K->summed != IR_NONE) return "summed matrix product";
         if (g->nodes[K->anchor].dtype != DT_F32) return "non-float32 matrix product";
-        if (!L->f->stored[K->anchor]) return "matrix product with an unstored result";
+        if (K->written == IR_NONE && !L->f->stored[K->anchor]) return "matrix product with an unstored result";
         return NULL;
     }
     if (K->kind == KERNEL_SINGLE) {
         const Op op = (Op)L->g->nodes[K->anchor].op;
         return single_supported(op) ? NULL : ir_op_info[op].name;
     }
-    if (K->axes && L->mode != CG_LOOP_ROWS && L->mode != CG_LOOP_COLUMNS) return "row reduction (over coordinates it needs)";
+    /* a row reduction over trailing axes whose members need coordinates (CG_LOOP_NESTED for
+     * the C target) runs as the others, each thread deriving its element's coordinates */
+    if (K->axes && L->mode != CG_LOOP_ROWS && L->mode != CG_LOOP_COLUMNS && !cg_axes_trailing(L) && !cg_columns_shape(L))
+        return "row reduction (over coordinates it needs, neither the trailing nor the leading axes)";
     if (L->random) return "random-number elementwise";
     return NULL;
+}
+
+/* Is L a reduction over leading axes written one thread per column (the C target's
+ * CG_LOOP_COLUMNS, or its nested loops when members need coordinates)? */
+static bool columns_kernel(const CgKernel *L)
+{
+    return L->mode == CG_LOOP_COLUMNS || (L->mode == CG_LOOP_NESTED && L->K->axes && !cg_axes_trailing(L) && cg_columns_shape(L));
+}
+
+/* `(void)c<a>;` for the coordinates of `axes` that members use: not every pass needs each. */
+static void void_coordinates(const CgKernel *L, uint64_t axes, const char *indent)
+{
+    for (int a = 0; a < L->rank; a++)
+        if ((L->coords & axes) >> a & 1) sb_printf(L->c->o, "%s(void)c%d; /* not every pass needs it */\n", indent, a);
 }
 
 static void kernel_name(const CgKernel *L, StrBuf *b)
@@ -100,24 +121,6 @@ static void parameters(CgKernel *L, StrBuf *o, bool host)
         any = true;
     }
     if (host) sb_puts(o, L->mode == CG_LOOP_GEMM ? ", cudaStream_t stream, cublasHandle_t blas" : ", cudaStream_t stream");
-}
-
-/* The coordinates the members use, from the flat index i: c<a> = i / (S<a+1> * ...) % S<a>. */
-static void coordinates(CgKernel *L, const char *indent)
-{
-    StrBuf *o = L->c->o;
-    for (int a = 0; a < L->rank; a++) {
-        if (!(L->coords >> a & 1)) continue;
-        sb_printf(o, "%sconst int64_t c%d = i", indent, a);
-        bool any = false;
-        for (int b = a + 1; b < L->rank; b++) {
-            sb_printf(o, "%sS%d", any ? " * " : " / (", b);
-            any = true;
-        }
-        sb_puts(o, any ? ")" : "");
-        if (a > 0) sb_printf(o, " %% S%d", a);
-        sb_puts(o, ";\n");
-    }
 }
 
 /* The kernel's comment with its launch shape, its signature and its dims S0, S1, .... */
@@ -166,7 +169,7 @@ static void emit_map_kernel(CgKernel *L)
     for (int a = 0; a < L->rank; a++) sb_printf(o, "%sS%d", a ? " * " : "", a);
     sb_puts(o, ";\n"
                "    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {\n");
-    coordinates(L, "        ");
+    cg_coordinates(L, L->coords, L->rank ? (((uint64_t)1 << L->rank) - 1) : 0, "i", "        ");
     cg_clear_needed(L);
     for (int i = 0; i < L->nstores; i++)
         if (L->stores[i] != mm) cg_need(L, L->stores[i]);
@@ -182,7 +185,6 @@ static void emit_row_pass(CgKernel *L, int s, const char *indent, const char *in
 {
     const Graph *g = L->g;
     StrBuf *o = L->c->o;
-    const int last = L->rank - 1;
     for (int32_t i = 0; i < L->K->count; i++) {
         NodeId id = CG_MEMBER(L, i);
         if (!cg_reduced_in_pass(L, id, s)) continue;
@@ -193,7 +195,9 @@ static void emit_row_pass(CgKernel *L, int s, const char *indent, const char *in
     sb_printf(o, "%sfor (int64_t j = threadIdx.x; j < W; j += blockDim.x) {\n%s    const int64_t i = row * W + j;\n", indent,
               indent);
     sb_printf(o, "%s(void)i; /* a pass that counts the elements (a mean's divisor) reads none */\n", in);
-    if (L->coords >> last & 1) sb_printf(o, "%sconst int64_t c%d = j;\n%s(void)c%d; /* not every pass needs it */\n", in, last, in, last);
+    /* the coordinates of the reduced axes, from the position in the row */
+    cg_coordinates(L, L->coords & L->inner, L->inner, "j", in);
+    void_coordinates(L, L->inner, in);
     cg_emit_needed(L, in);
     for (int32_t i = 0; i < L->K->count; i++) {
         NodeId id = CG_MEMBER(L, i);
@@ -267,6 +271,11 @@ static void emit_columns_kernel(CgKernel *L)
     sb_puts(o, ", R = ");
     dims_product(o, L, false, false);
     sb_puts(o, ";\n    for (int64_t row = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; row < R; row += (int64_t)gridDim.x * blockDim.x) {\n");
+    /* coordinates that members use: of the other axes from the column, of the reduced
+     * axes from h (element i = h * R + row) */
+    const uint64_t outer = (L->rank ? (((uint64_t)1 << L->rank) - 1) : 0) & ~L->inner;
+    cg_coordinates(L, L->coords & outer, outer, "row", "        ");
+    void_coordinates(L, outer, "        ");
     cg_need_columns(L);
     for (int32_t i = 0; i < L->K->count; i++) {
         NodeId id = CG_MEMBER(L, i);
@@ -275,6 +284,9 @@ static void emit_columns_kernel(CgKernel *L)
                       g->nodes[id].op == OP_REDUCE_SUM ? "0" : "-INFINITY");
     }
     sb_puts(o, "        for (int64_t h = 0; h < H; h++) {\n            const int64_t i = h * R + row;\n");
+    sb_puts(o, "            (void)i; /* members that read by coordinates only do not use it */\n");
+    cg_coordinates(L, L->coords & L->inner, L->inner, "h", "            ");
+    void_coordinates(L, L->inner, "            ");
     cg_emit_column_element(L, "            ", "a", "");
     sb_puts(o, "        }\n");
     for (int32_t i = 0; i < L->K->count; i++) {
@@ -310,6 +322,10 @@ static void emit_rows_kernel(CgKernel *L)
             sb_printf(o, "    %s tot%d = 0;\n", cg_ctype((DType)g->nodes[L->stores[i]].dtype), L->stores[i]);
     sb_puts(o, "    for (int64_t row = blockIdx.x; row < R; row += gridDim.x) {\n");
     const char *indent = "        ", *in = "            ";
+    /* the coordinates of the other axes, from the row index */
+    const uint64_t outer = (L->rank ? (((uint64_t)1 << L->rank) - 1) : 0) & ~L->inner;
+    cg_coordinates(L, L->coords & outer, outer, "row", indent);
+    void_coordinates(L, outer, indent);
     for (int s = 0; s <= L->nstages + 1; s++) {
         L->pass = s;
         if (s > 0 && cg_need_pass(L, s)) emit_row_pass(L, s, indent, in);
@@ -346,33 +362,70 @@ static bool emit_gemm_call(CgKernel *L)
     const Graph *g = L->g;
     StrBuf *o = L->c->o;
     NodeId mm = L->K->anchor, xa = ir_input(g, mm, 0), xb = ir_input(g, mm, 1);
+    const int r = L->rank, nbatch = r - 2;
+    const uint64_t batch_axes = ((uint64_t)1 << nbatch) - 1;
     CgOperand A, B;
     cg_gemm_operand(L, xa, &A);
     cg_gemm_operand(L, xb, &B);
-    sb_puts(o, "    const int64_t M = ");
-    cg_dim(o, g, L->K->shape.d[0]);
+    if (nbatch) { /* the batch's dims, for its coordinates */
+        sb_puts(o, "    const int64_t ");
+        for (int a = 0; a < nbatch; a++) {
+            sb_printf(o, "%sS%d = ", a ? ", " : "", a);
+            cg_dim(o, g, L->K->shape.d[a]);
+        }
+        sb_puts(o, ";\n");
+    }
+    sb_puts(o, "    const int64_t batch = 1");
+    for (int a = 0; a < nbatch; a++) sb_printf(o, " * S%d", a);
+    sb_puts(o, ", M = ");
+    cg_dim(o, g, L->K->shape.d[r - 2]);
     sb_puts(o, ", N = ");
-    cg_dim(o, g, L->K->shape.d[1]);
+    cg_dim(o, g, L->K->shape.d[r - 1]);
     sb_puts(o, ", K = ");
-    cg_dim(o, g, g->nodes[xb].shape.d[0]);
-    sb_puts(o, ";\n    if (M == 0 || N == 0) return;\n");
+    cg_dim(o, g, g->nodes[xb].shape.d[r - 2]);
+    sb_puts(o, ";\n    if (batch == 0 || M == 0 || N == 0) return;\n");
     cg_gemm_operand_comment(L, "A", xa, &A);
     cg_gemm_operand_comment(L, "B", xb, &B);
     cg_gemm_operand_ld(L, "a", xa, &A);
     cg_gemm_operand_ld(L, "b", xb, &B);
-    StrBuf offa, offb;
+    const NodeId wr = L->K->written;
+    CgOperand C = {.trans = false};
+    StrBuf offa, offb, offc;
     sb_init(&offa);
     sb_init(&offb);
-    cg_gemm_operand_offset(L, &A, 0, "0", "0", &offa);
-    cg_gemm_operand_offset(L, &B, 0, "0", "0", &offb);
-    sb_printf(o, "    const float one = 1, zero = 0;\n"
-                 "    KILN_CUBLAS_CHECK(cublasSetStream(blas, stream));\n"
-                 "    KILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)N, (int)M, (int)K, &one, p%d + (%s), ldb, p%d + (%s), lda, &zero,\n"
-                 "                                  y%d, (int)kiln_blas_ld(N, N)));\n",
-              B.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", A.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", B.lay.base, offb.data, A.lay.base,
-              offa.data, mm);
+    sb_init(&offc);
+    if (wr != IR_NONE) { /* straight into the permuted memory of %wr, as the C target */
+        cg_gemm_output(L, &C);
+        cg_gemm_operand_offset(L, &C, nbatch, "0", "0", &offc);
+    } else {
+        sb_puts(o, "    const int ldc = (int)kiln_blas_ld(N, N);\n");
+        sb_puts(&offc, nbatch ? "b * M * N" : "0");
+    }
+    cg_gemm_operand_offset(L, &A, nbatch, "0", "0", &offa);
+    cg_gemm_operand_offset(L, &B, nbatch, "0", "0", &offb);
+    sb_puts(o, "    const float one = 1, zero = 0;\n"
+               "    KILN_CUBLAS_CHECK(cublasSetStream(blas, stream));\n");
+    /* a batch: one product per batch element, in order (cublasSgemmStridedBatched, where
+     * the operands' batch strides allow it, is to come) */
+    if (nbatch) sb_puts(o, "    for (int64_t b = 0; b < batch; b++) {\n");
+    cg_coordinates(L, batch_axes, batch_axes, "b", "        ");
+    const char *in = nbatch ? "    " : "";
+    if (!C.trans) /* row-major C (M x N) is column-major C^T = B^T A^T */
+        sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)N, (int)M, (int)K, &one, p%d + (%s), ldb, p%d + (%s), lda, &zero,\n"
+                     "    %s                              y%d + (%s), ldc));\n",
+                  in, B.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", A.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", B.lay.base, offb.data,
+                  A.lay.base, offa.data, in, wr != IR_NONE ? wr : mm, offc.data);
+    else /* C's rows are the memory's columns: column-major C = A B */
+        sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)M, (int)N, (int)K, &one, p%d + (%s), lda, p%d + (%s), ldb, &zero,\n"
+                     "    %s                              y%d + (%s), ldc));\n",
+                  in, A.trans ? "CUBLAS_OP_N" : "CUBLAS_OP_T", B.trans ? "CUBLAS_OP_N" : "CUBLAS_OP_T", A.lay.base, offa.data,
+                  B.lay.base, offb.data, in, wr, offc.data);
+    if (nbatch) sb_puts(o, "    }\n");
+    else sb_puts(o, "    (void)batch;\n");
     sb_free(&offa);
     sb_free(&offb);
+    sb_free(&offc);
+    if (wr != IR_NONE) return false; /* no epilogue (fusion.c): the permute is the store */
     for (int i = 0; i < L->nstores; i++)
         if (L->stores[i] != mm) return true;
     return false;
@@ -407,10 +460,12 @@ static void emit_launcher(CgKernel *L)
     bool epilogue = true;
     if (L->mode == CG_LOOP_GEMM) epilogue = emit_gemm_call(L);
     if (!epilogue) {
+        /* the loads of members recomputed by their readers: no kernel here reads them */
+        for (int i = 2; i < L->nreads; i++) sb_printf(o, "    (void)p%d;\n", L->reads[i]);
         sb_puts(o, "}\n\n");
         return;
     }
-    if (L->mode == CG_LOOP_COLUMNS) { /* one thread per column */
+    if (columns_kernel(L)) { /* one thread per column */
         sb_puts(o, "    const int64_t columns = ");
         dims_product(o, L, false, true);
         sb_printf(o, ";\n    const int64_t blocks = (columns + %d - 1) / %d;\n", CUDA_MAP_BLOCK, CUDA_MAP_BLOCK);
@@ -745,9 +800,9 @@ static int emit_graph(Cg *c, const Graph *g, const char *prefix, const char *ste
             emit_single_launcher(c, k, L.K->anchor);
         } else if (!kind) {
             bool epilogue = false;
-            for (int i = 0; i < L.nstores; i++) epilogue |= L.stores[i] != L.K->anchor;
+            for (int i = 0; i < L.nstores && L.K->written == IR_NONE; i++) epilogue |= L.stores[i] != L.K->anchor;
             if (L.mode == CG_LOOP_GEMM && !epilogue) cg_kernel_comment(&L);
-            else if (L.mode == CG_LOOP_COLUMNS) emit_columns_kernel(&L);
+            else if (columns_kernel(&L)) emit_columns_kernel(&L);
             else if (L.K->axes) emit_rows_kernel(&L);
             else emit_map_kernel(&L);
             emit_launcher(&L);

@@ -405,6 +405,53 @@ void cg_emit_column_element(CgKernel *L, const char *indent, const char *acc, co
     }
 }
 
+bool cg_axes_trailing(const CgKernel *L)
+{
+    uint64_t axes = L->K->axes, all = L->rank ? (((uint64_t)1 << L->rank) - 1) : 0;
+    int lo = L->rank;
+    while (lo > 0 && (axes >> (lo - 1) & 1)) lo--;
+    return axes == (all & ~(((uint64_t)1 << lo) - 1));
+}
+
+bool cg_columns_shape(const CgKernel *L)
+{
+    /* leading axes reduced, and the kernel's only row members are stored reductions */
+    const uint64_t axes = L->K->axes;
+    int hi = 0;
+    while (hi < L->rank && (axes >> hi & 1)) hi++;
+    if (!axes || axes != (((uint64_t)1 << hi) - 1) || L->nstages != 1) return false;
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        const Node *n = &L->g->nodes[id];
+        if (L->f->cls[id] == CLASS_FULL && L->avail[id]) return false;
+        if (L->f->cls[id] == CLASS_TOTAL) return false;
+        if (L->f->cls[id] == CLASS_ROW && (!L->f->stored[id] || (n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX))) return false;
+    }
+    return true;
+}
+
+void cg_coordinates(const CgKernel *L, uint64_t want, uint64_t span, const char *var, const char *indent)
+{
+    StrBuf *o = L->c->o;
+    bool first = true; /* the first axis of span: var is below its dim, no modulo */
+    for (int a = 0; a < L->rank; a++) {
+        if (!(span >> a & 1)) continue;
+        if (want >> a & 1) {
+            sb_printf(o, "%sconst int64_t c%d = %s", indent, a, var);
+            bool any = false;
+            for (int b = a + 1; b < L->rank; b++) {
+                if (!(span >> b & 1)) continue;
+                sb_printf(o, "%sS%d", any ? " * " : " / (", b);
+                any = true;
+            }
+            sb_puts(o, any ? ")" : "");
+            if (!first) sb_printf(o, " %% S%d", a);
+            sb_puts(o, ";\n");
+        }
+        first = false;
+    }
+}
+
 void cg_kernel_setup(CgKernel *L, Cg *c, int32_t k)
 {
     memset(L, 0, sizeof *L);
@@ -442,7 +489,6 @@ void cg_kernel_setup(CgKernel *L, Cg *c, int32_t k)
         L->avail[id] = reduce ? a + 1 : a;
         if (reduce && a + 1 > L->nstages) L->nstages = a + 1;
     }
-    uint64_t all = L->rank ? (((uint64_t)1 << L->rank) - 1) : 0;
     uint64_t axes = L->K->axes;
     uint64_t last = L->rank ? (uint64_t)1 << (L->rank - 1) : 0;
     if (L->K->kind == KERNEL_GEMM) {
@@ -452,23 +498,8 @@ void cg_kernel_setup(CgKernel *L, Cg *c, int32_t k)
         L->mode = !L->coords ? CG_LOOP_FLAT : (L->coords & ~last) ? CG_LOOP_NESTED : CG_LOOP_ROWS;
     } else {
         L->inner = axes;
-        int lo = L->rank;
-        while (lo > 0 && (axes >> (lo - 1) & 1)) lo--;
-        bool trailing = axes == (all & ~(((uint64_t)1 << lo) - 1));
-        bool rows_ok = trailing && !(L->coords & ~last) && (!(L->coords & last) || cg_popcount64(axes) == 1);
-        /* leading axes reduced, and the kernel's only row members are stored reductions */
-        int hi = 0;
-        while (hi < L->rank && (axes >> hi & 1)) hi++;
-        bool leading = axes == (((uint64_t)1 << hi) - 1);
-        bool columns_ok = leading && !L->coords && L->nstages == 1;
-        for (int32_t i = 0; i < L->K->count && columns_ok; i++) {
-            NodeId id = CG_MEMBER(L, i);
-            const Node *n = &g->nodes[id];
-            if (L->f->cls[id] == CLASS_FULL && L->avail[id]) columns_ok = false;
-            if (L->f->cls[id] == CLASS_TOTAL) columns_ok = false;
-            if (L->f->cls[id] == CLASS_ROW && (!L->f->stored[id] || (n->op != OP_REDUCE_SUM && n->op != OP_REDUCE_MAX)))
-                columns_ok = false;
-        }
+        bool rows_ok = cg_axes_trailing(L) && !(L->coords & ~last) && (!(L->coords & last) || cg_popcount64(axes) == 1);
+        bool columns_ok = !L->coords && cg_columns_shape(L);
         L->mode = rows_ok ? CG_LOOP_ROWS : columns_ok ? CG_LOOP_COLUMNS : CG_LOOP_NESTED;
     }
     L->lane = -1; /* the C target may choose one (c_loops.c) */
@@ -636,6 +667,28 @@ void cg_gemm_operand_ld(CgKernel *L, const char *name, NodeId x, const CgOperand
     sb_puts(o, ", ");
     cg_dim(o, g, s->d[other]);
     sb_puts(o, ");\n");
+}
+
+void cg_gemm_output(CgKernel *L, CgOperand *C)
+{
+    const Graph *g = L->g;
+    StrBuf *o = L->c->o;
+    NodeId mm = L->K->anchor, wr = L->K->written;
+    const int r = L->rank;
+    memset(C, 0, sizeof *C);
+    /* the product goes straight into the permuted memory of %wr */
+    if (!fusion_gemm_output(g, mm, wr, C->lay.stride, &C->trans)) {
+        fprintf(stderr, "kiln: internal error: product %%%d cannot be written as %%%d\n", mm, wr);
+        abort();
+    }
+    C->lay.base = wr;
+    C->lay.rank = r;
+    sb_printf(o, "    /* C = %%%d, written in the order of %%%d %s", mm, wr, cg_ctype((DType)g->nodes[wr].dtype));
+    ir_shape_format(o, g, &g->nodes[wr].shape);
+    sb_puts(o, C->trans ? ": computed as B^T A^T, whose rows are its columns */\n" : " */\n");
+    sb_puts(o, "    const int ldc = (int)kiln_blas_ld(");
+    cg_dim(o, g, C->lay.stride[C->trans ? r - 1 : r - 2]);
+    sb_printf(o, ", %s);\n", C->trans ? "M" : "N");
 }
 
 /* ---- single-node kernels ---- */

@@ -129,6 +129,18 @@ static inline int cg_popcount64(uint64_t x)
     return n;
 }
 
+/* Are the kernel's reduced axes the trailing ones? Then a row is W contiguous elements:
+ * element j of row `row` is i = row * W + j. */
+bool cg_axes_trailing(const CgKernel *L);
+/* Are the reduced axes the leading ones, the kernel's only row members stored sums or
+ * maxima, in one stage (CG_LOOP_COLUMNS when no member needs a coordinate)? */
+bool cg_columns_shape(const CgKernel *L);
+/* `const int64_t c<a> = var / (S<b> * ...) % S<a>;` for each axis a of `want`, where var is
+ * a row-major flat index over the axes of `span` (dims S<a>, declared by the target): the
+ * product runs over span's later axes; span's first axis needs no modulo. A CUDA thread
+ * derives its element's coordinates so: from i (span: every axis), or from the row index
+ * (the outer axes) and the position j in the row (the reduced axes). */
+void cg_coordinates(const CgKernel *L, uint64_t want, uint64_t span, const char *var, const char *indent);
 /* Analyses kernel k of c->fp: loads, stores, coordinates used, stages, the loop mode. */
 void cg_kernel_setup(CgKernel *L, Cg *c, int32_t k);
 void cg_kernel_teardown(CgKernel *L);
@@ -185,6 +197,11 @@ void cg_gemm_operand_comment(CgKernel *L, const char *name, NodeId x, const CgOp
 /* `const int ld<name> = (int)kiln_blas_ld(stride, cols);`: the stride between the rows of
  * the matrix as stored (kiln_blas_ld: runtime/kiln_gemm.h, and model.cu's own). */
 void cg_gemm_operand_ld(CgKernel *L, const char *name, NodeId x, const CgOperand *op);
+
+/* The product of a kernel whose product is written permuted (K->written): its layout in
+ * the written node's memory (C: base, strides, and trans when its rows are the memory's
+ * columns), a comment line and `const int ldc = ...;` (M and N declared). */
+void cg_gemm_output(CgKernel *L, CgOperand *C);
 
 /* ---- single-node kernels (KERNEL_SINGLE of the fusion plan) ----
  * One node each; its index arithmetic is written here once for both targets, over names
