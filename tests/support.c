@@ -2,8 +2,10 @@
 #include "support.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 
 const char *support_path(const char *relpath)
@@ -110,4 +112,39 @@ bool support_write_npy(const char *path, const char *descr, int64_t rows, int64_
         }
     }
     return fclose(f) == 0;
+}
+
+int support_run_in(const char *dir, const char *cmd, StrBuf *out)
+{
+    char full[4096];
+    out->len = 0;
+    if (out->data) out->data[0] = 0;
+    snprintf(full, sizeof full, "cd %s || exit 99; %s", dir, cmd);
+    return support_run(full, out);
+}
+
+const char *support_listing(const char *dir)
+{
+    static char out[2048];
+    char *names[64];
+    int n = 0;
+    DIR *d = opendir(dir);
+    cr_assert(d, "cannot list %s", dir);
+    for (struct dirent *e; (e = readdir(d)) && n < 64;)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) names[n++] = strdup(e->d_name);
+    closedir(d);
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (strcmp(names[j], names[i]) < 0) {
+                char *t = names[i];
+                names[i] = names[j];
+                names[j] = t;
+            }
+    out[0] = 0;
+    for (int i = 0; i < n; i++) {
+        if (i) strcat(out, "|");
+        strncat(out, names[i], 100);
+        free(names[i]);
+    }
+    return out;
 }

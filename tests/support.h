@@ -27,6 +27,12 @@ int support_run(const char *cmdline, StrBuf *out);
 int support_build_in_temp(const char *tag, const char *model, const char *name, char *dir, size_t dirsize, StrBuf *out);
 /* rm -rf of a directory made by support_build_in_temp. */
 void support_remove_dir(const char *dir);
+/* Runs a shell command in directory dir, out emptied first (stdout and stderr); the exit
+ * status as support_run. */
+int support_run_in(const char *dir, const char *cmd, StrBuf *out);
+/* The names in directory dir (hidden ones too, at most 64), sorted, joined by '|' (static
+ * buffer, valid until the next call); fails the test when dir cannot be read. */
+const char *support_listing(const char *dir);
 /* Writes a 2-D (cols > 0) or 1-D (cols == 0) .npy file of float32 (descr "<f4") or int64
  * ("<i8") values; false when it cannot. */
 bool support_write_npy(const char *path, const char *descr, int64_t rows, int64_t cols, const double *values);

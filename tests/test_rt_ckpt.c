@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "support.h"
 #include "../runtime/kiln_rt.h"
 
 /* ---- helpers ---- */
@@ -37,33 +38,6 @@ static const char *in_dir(const char *name)
     k = (k + 1) % 4;
     snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
     return buf[k];
-}
-
-/* Names in the test directory, sorted and joined by '|' (to check no temp file stayed). */
-static const char *listing(const char *dir)
-{
-    static char out[1024];
-    char *names[64];
-    int n = 0;
-    DIR *d = opendir(dir);
-    cr_assert(d);
-    for (struct dirent *e; (e = readdir(d)) && n < 64;)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) names[n++] = strdup(e->d_name);
-    closedir(d);
-    for (int i = 0; i < n; i++)
-        for (int j = i + 1; j < n; j++)
-            if (strcmp(names[j], names[i]) < 0) {
-                char *t = names[i];
-                names[i] = names[j];
-                names[j] = t;
-            }
-    out[0] = 0;
-    for (int i = 0; i < n; i++) {
-        if (i) strcat(out, "|");
-        strncat(out, names[i], 100);
-        free(names[i]);
-    }
-    return out;
 }
 
 static void rm_tmp(void)
@@ -147,7 +121,7 @@ Test(ckpt, round_trip_every_dtype_and_rank)
     krt_error err = {0};
     const char *path = in_dir("all.safetensors");
     cr_assert_eq(krt_safetensors_write(path, t, n, meta, 3, &err), KRT_OK, "%s", err.msg);
-    cr_expect_str_eq(listing(g_dir), "all.safetensors");
+    cr_expect_str_eq(support_listing(g_dir), "all.safetensors");
 
     krt_safetensors *st = NULL;
     cr_assert_eq(krt_safetensors_read(path, &st, &err), KRT_OK, "%s", err.msg);
@@ -581,7 +555,7 @@ Test(ckpt, write_rejects_bad_arguments)
     cr_expect_eq(krt_safetensors_write(NULL, &ok, 1, NULL, 0, &err), KRT_EINVAL);
     cr_expect_eq(krt_safetensors_write(path, &ok, -1, NULL, 0, &err), KRT_EINVAL);
     expect_old_intact(path);
-    cr_expect_str_eq(listing(g_dir), "m.safetensors");
+    cr_expect_str_eq(support_listing(g_dir), "m.safetensors");
     rm_tmp();
 }
 
@@ -601,14 +575,14 @@ Test(ckpt, write_replaces_the_previous_file)
     cr_expect_eq(krt_safetensors_find(st, "v")->dims[0], 3);
     cr_expect(memcmp(krt_safetensors_find(st, "v")->data, v2, sizeof v2) == 0);
     krt_safetensors_free(st);
-    cr_expect_str_eq(listing(g_dir), "m.safetensors");
+    cr_expect_str_eq(support_listing(g_dir), "m.safetensors");
     /* A bare file name is written in the current directory (and that directory synced). */
     char cwd[512];
     cr_assert(getcwd(cwd, sizeof cwd));
     cr_assert_eq(chdir(g_dir), 0);
     cr_expect_eq(krt_safetensors_write("bare.safetensors", &t, 1, NULL, 0, &err), KRT_OK, "%s", err.msg);
     cr_assert_eq(chdir(cwd), 0);
-    cr_expect_str_eq(listing(g_dir), "bare.safetensors|m.safetensors");
+    cr_expect_str_eq(support_listing(g_dir), "bare.safetensors|m.safetensors");
     rm_tmp();
 }
 
@@ -621,7 +595,7 @@ Test(ckpt, write_failure_missing_directory)
     krt_error err;
     cr_expect_eq(krt_safetensors_write(path, &t, 1, NULL, 0, &err), KRT_EIO);
     cr_expect(strstr(err.msg, path) == err.msg && strstr(err.msg, "No such file or directory"), "%s", err.msg);
-    cr_expect_str_eq(listing(g_dir), "");
+    cr_expect_str_eq(support_listing(g_dir), "");
     rm_tmp();
 }
 
@@ -636,7 +610,7 @@ Test(ckpt, write_failure_at_rename_removes_the_temporary)
     krt_error err;
     cr_expect_eq(krt_safetensors_write(path, &t, 1, NULL, 0, &err), KRT_EIO);
     cr_expect(strstr(err.msg, "cannot replace it"), "%s", err.msg);
-    cr_expect_str_eq(listing(g_dir), "m.safetensors");
+    cr_expect_str_eq(support_listing(g_dir), "m.safetensors");
     struct stat sb;
     cr_expect(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode));
     rm_tmp();
@@ -658,7 +632,7 @@ Test(ckpt, write_failure_mid_file_keeps_the_old_one)
     cr_expect_eq(krt_safetensors_write(path, &t, 1, NULL, 0, &err), KRT_EIO);
     cr_expect(strstr(err.msg, "writing failed: File too large"), "%s", err.msg);
     expect_old_intact(path);
-    cr_expect_str_eq(listing(g_dir), "m.safetensors");
+    cr_expect_str_eq(support_listing(g_dir), "m.safetensors");
     free(big);
     rm_tmp();
 }
@@ -677,6 +651,6 @@ Test(ckpt, write_failure_read_only_directory)
     cr_expect(strstr(err.msg, "Permission denied"), "%s", err.msg);
     chmod(g_dir, 0755);
     expect_old_intact(path);
-    cr_expect_str_eq(listing(g_dir), "m.safetensors");
+    cr_expect_str_eq(support_listing(g_dir), "m.safetensors");
     rm_tmp();
 }

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "support.h"
 #include "../runtime/kiln_rt.h"
 
 static char g_dir[64];
@@ -38,33 +39,6 @@ static const char *in_dir(const char *name)
     k = (k + 1) % 4;
     snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
     return buf[k];
-}
-
-/* Names in a directory (hidden ones too), sorted, joined by '|'. */
-static const char *listing(const char *dir)
-{
-    static char out[2048];
-    char *names[64];
-    int n = 0;
-    DIR *d = opendir(dir);
-    cr_assert(d, "cannot list %s", dir);
-    for (struct dirent *e; (e = readdir(d)) && n < 64;)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) names[n++] = strdup(e->d_name);
-    closedir(d);
-    for (int i = 0; i < n; i++)
-        for (int j = i + 1; j < n; j++)
-            if (strcmp(names[j], names[i]) < 0) {
-                char *t = names[i];
-                names[i] = names[j];
-                names[j] = t;
-            }
-    out[0] = 0;
-    for (int i = 0; i < n; i++) {
-        if (i) strcat(out, "|");
-        strncat(out, names[i], 100);
-        free(names[i]);
-    }
-    return out;
 }
 
 static void put(const char *path, const char *text)
@@ -130,15 +104,15 @@ Test(ckdir, keeps_the_newest_k_and_points_at_the_newest)
     krt_error err;
     cr_assert_eq(krt_ckpt_prepare(dir, &err), KRT_OK, "%s", err.msg);
     for (int64_t s = 1; s <= 5; s++) save(dir, s * 10, 2);
-    cr_expect_str_eq(listing(dir), "latest|step-00000040|step-00000050");
+    cr_expect_str_eq(support_listing(dir), "latest|step-00000040|step-00000050");
     cr_expect_str_eq(get(in_dir("ck/latest")), "step-00000050\n");
     cr_expect_str_eq(get(in_dir("ck/step-00000050/model.safetensors")), "model 50");
     cr_expect_str_eq(get(in_dir("ck/step-00000040/train_state.safetensors")), "state 40");
     save(dir, 60, 1);
-    cr_expect_str_eq(listing(dir), "latest|step-00000060");
+    cr_expect_str_eq(support_listing(dir), "latest|step-00000060");
     save(dir, 70, 3);
     save(dir, 123456789, 3); /* more than 8 digits: ordered by number, not by name */
-    cr_expect_str_eq(listing(dir), "latest|step-00000060|step-00000070|step-123456789");
+    cr_expect_str_eq(support_listing(dir), "latest|step-00000060|step-00000070|step-123456789");
     int64_t step;
     cr_expect_str_eq(find(dir, &step, NULL), in_dir("ck/step-123456789"));
     cr_expect_eq(step, 123456789);
@@ -152,7 +126,7 @@ Test(ckdir, a_checkpoint_of_the_same_step_is_replaced_whole)
     cr_assert_eq(krt_ckpt_prepare(dir, &err), KRT_OK, "%s", err.msg);
     make_step(dir, "step-00000003");
     save(dir, 3, 2);
-    cr_expect_str_eq(listing(dir), "latest|step-00000003");
+    cr_expect_str_eq(support_listing(dir), "latest|step-00000003");
     cr_expect_str_eq(get(in_dir("ck/step-00000003/model.safetensors")), "model 3");
     cr_expect_str_eq(get(in_dir("ck/step-00000003/train_state.safetensors")), "state 3");
 }
@@ -170,9 +144,9 @@ Test(ckdir, an_earlier_runs_later_steps_and_old_layout_files_are_removed)
     put(in_dir("ck/train_state.safetensors"), "legacy");
     put(in_dir("ck/notes.txt"), "the user's"); /* not a checkpoint: left alone */
     save(dir, 5, 2);
-    cr_expect_str_eq(listing(dir), "latest|notes.txt|step-00000002|step-00000005");
+    cr_expect_str_eq(support_listing(dir), "latest|notes.txt|step-00000002|step-00000005");
     save(dir, 6, 2);
-    cr_expect_str_eq(listing(dir), "latest|notes.txt|step-00000005|step-00000006");
+    cr_expect_str_eq(support_listing(dir), "latest|notes.txt|step-00000005|step-00000006");
 }
 
 Test(ckdir, leftovers_of_a_crashed_run_are_never_taken_and_are_removed)
@@ -189,7 +163,7 @@ Test(ckdir, leftovers_of_a_crashed_run_are_never_taken_and_are_removed)
     cr_expect_str_eq(find(dir, &step, NULL), in_dir("ck/step-00000004"));
     cr_expect_eq(step, 4);
     save(dir, 5, 2);
-    cr_expect_str_eq(listing(dir), "latest|step-00000004|step-00000005");
+    cr_expect_str_eq(support_listing(dir), "latest|step-00000004|step-00000005");
     /* Preparing the directory for a run removes them too, whether or not it saves: a
      * killed run's deletion of an old checkpoint, its temporary directory and pointer. */
     make_step(dir, ".step-00000003.del.2147483646");
@@ -197,7 +171,7 @@ Test(ckdir, leftovers_of_a_crashed_run_are_never_taken_and_are_removed)
     put(in_dir("ck/.latest.tmp.2147483646"), "step-00000006\n");
     krt_error err;
     cr_assert_eq(krt_ckpt_prepare(dir, &err), KRT_OK, "%s", err.msg);
-    cr_expect_str_eq(listing(dir), "latest|step-00000004|step-00000005");
+    cr_expect_str_eq(support_listing(dir), "latest|step-00000004|step-00000005");
 }
 
 Test(ckdir, find_follows_the_pointer_then_falls_back)
@@ -272,7 +246,7 @@ Test(ckdir, prepare_refuses_what_cannot_take_checkpoints)
     cr_expect_eq(krt_ckpt_prepare("", &err), KRT_EINVAL);
     /* It creates one level and leaves nothing in it. */
     cr_expect_eq(krt_ckpt_prepare(in_dir("ck"), &err), KRT_OK, "%s", err.msg);
-    cr_expect_str_eq(listing(in_dir("ck")), "");
+    cr_expect_str_eq(support_listing(in_dir("ck")), "");
     if (geteuid() == 0) return; /* root writes anywhere */
     cr_assert_eq(chmod(in_dir("ck"), 0555), 0);
     cr_expect_eq(krt_ckpt_prepare(in_dir("ck"), &err), KRT_EIO);
@@ -291,6 +265,6 @@ Test(ckdir, publish_refuses_an_incomplete_checkpoint)
     put(path, "m");
     cr_expect_eq(krt_ckpt_publish(dir, tmp, 1, &err), KRT_EINVAL);
     krt_ckpt_discard(tmp);
-    cr_expect_str_eq(listing(dir), "");
+    cr_expect_str_eq(support_listing(dir), "");
     cr_expect_eq(krt_ckpt_prune(dir, 1, 0, &err), KRT_EINVAL);
 }

@@ -47,14 +47,7 @@ static const char *at(const char *rel)
     return buf[k];
 }
 
-static int run(const char *cmd, StrBuf *out)
-{
-    char full[4096];
-    out->len = 0;
-    if (out->data) out->data[0] = 0;
-    snprintf(full, sizeof full, "cd %s || exit 99; %s", dir, cmd);
-    return support_run(full, out);
-}
+static int run(const char *cmd, StrBuf *out) { return support_run_in(dir, cmd, out); }
 
 static double now(void)
 {
