@@ -8,6 +8,10 @@
 
 #include "kiln_rt.h"
 
+#ifdef __cplusplus
+extern "C" { /* model.cu, the CUDA target's model, is C++ */
+#endif
+
 typedef enum { KILN_INIT_ZEROS, KILN_INIT_ONES, KILN_INIT_CONSTANT, KILN_INIT_UNIFORM, KILN_INIT_NORMAL } kiln_init_kind;
 
 typedef struct {
@@ -61,6 +65,10 @@ typedef struct {
      * outputs are not valid) and the value found */
     const struct kiln_index_check *index_error;
     int64_t index_value;
+    /* The device's context (kiln_device's open): on the CUDA target its streams, cuBLAS
+     * handle and staging memory, and then params, grads, buffers and arena are device
+     * memory while inputs and outputs stay host memory; NULL on the host. */
+    void *device;
 } kiln_step_io;
 
 /* An index computed in the model (an embedding's rows, one_hot's or cross-entropy's
@@ -114,7 +122,43 @@ typedef struct {
     int count;
 } kiln_gemm_shape;
 
-typedef struct {
+struct kiln_model;
+
+/* Where a model's steps run, and the operations of training that touch its memory. The C
+ * target runs on the host (kiln_host_device: memory from calloc, the optimizer of
+ * optim.c); the CUDA target's model.cu names the GPU's (runtime/cuda/device.cu). The
+ * training program keeps parameters, gradients, buffers, optimizer moments and activations
+ * in the device's memory, and host copies of parameters, buffers and moments only to
+ * initialise them and for checkpoints (on the host they are the same memory). Every
+ * operation gives the host's results: the CUDA device's optimizer and gradient norm
+ * perform the same float operations in the same order (optim_elem.h). */
+typedef struct kiln_device {
+    const char *name; /* "host", "cuda", "cuda-emu" */
+    bool host;        /* its memory is host memory: no copies needed */
+    /* Starts the device for the model: its context, or NULL with a message in err (no
+     * GPU, no driver). */
+    void *(*open)(const struct kiln_model *m, char *err, size_t cap);
+    /* Whether `bytes` of memory fit the device's free memory: 0, or -1 with both numbers
+     * in err. */
+    int (*reserve)(void *ctx, int64_t bytes, char *err, size_t cap);
+    void *(*alloc)(void *ctx, int64_t bytes); /* zeroed; NULL when out of memory */
+    void (*release)(void *ctx, void *p);
+    void (*to_device)(void *ctx, void *dst, const void *src, int64_t bytes);
+    void (*to_host)(void *ctx, void *dst, const void *src, int64_t bytes);
+    void (*zero)(void *ctx, void *p, int64_t bytes);
+    /* acc[i] += g[i] / divisor: one micro-batch's share of accumulated gradients. */
+    void (*accumulate)(void *ctx, float *acc, const float *g, int64_t n, float divisor);
+    double (*grad_norm)(void *ctx, const float *g, int64_t n);                    /* krt_grad_norm */
+    double (*clip_grad_norm)(void *ctx, float *g, int64_t n, double max_norm);    /* krt_clip_grad_norm */
+    /* krt_optim_step, with s->m and s->v in the device's memory. */
+    void (*optim_step)(void *ctx, const krt_optim_config *c, krt_optim_state *s, double lr, float *params, const float *grads,
+                       const krt_param_span *spans, int nspans);
+    void (*close)(void *ctx);
+} kiln_device;
+
+extern const kiln_device kiln_host_device;
+
+typedef struct kiln_model {
     const char *name;
     const char *source;   /* the .kiln file it was generated from */
     const char *hash;     /* of the model's graph: checkpoints must match it */
@@ -146,6 +190,12 @@ typedef struct {
     const kiln_gemm_shape *train_gemms;
     int ntrain_kernels, neval_kernels;
     const kiln_kernel_info *train_kernels, *eval_kernels;
+    int nindex_checks;          /* the most index checks in one step */
+    const kiln_device *device;  /* NULL: the host */
 } kiln_model;
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -12,6 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA target's C++ calls it too */
+#endif
+
 #define KRT_MAX_RANK 8
 
 typedef enum {
@@ -250,5 +254,9 @@ krt_status krt_ckpt_prune(const char *dir, int64_t step, int keep, krt_error *er
  * highest complete step directory; else DIR itself when it holds the files directly (the
  * layout of older Kiln versions). *step is the step in the directory's name, -1 for DIR. */
 krt_status krt_ckpt_find(const char *dir, char *found, size_t cap, int64_t *step, bool *stale_pointer, krt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

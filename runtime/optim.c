@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "optim_elem.h"
 #include "rt_internal.h"
 
 #ifdef _OPENMP
@@ -159,52 +160,14 @@ static void thread_range(int64_t lo, int64_t hi, int64_t *a, int64_t *b)
     *b = *a + share < hi ? *a + share : hi;
 }
 
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
-
-/* SGD's scalars for one step. */
-typedef struct {
-    float wd, mom, keep, neg_lr;
-} sgd_k;
-
-/* torch.optim.SGD for element i. `first` seeds the momentum buffer with the gradient
- * (PyTorch's `buf = clone(grad)` when no buffer exists yet). */
-ALWAYS_INLINE void sgd_elem(const sgd_k *k, bool l2, bool use_mom, bool first, bool nesterov, float *restrict p,
-                            const float *restrict grads, float *restrict buf, int64_t i)
-{
-    float g = grads[i];
-    if (l2) {
-        float t = k->wd * p[i];
-        g = g + t;
-    }
-    if (use_mom) {
-        float b;
-        if (first) {
-            b = g;
-        } else {
-            float t = k->keep * g;
-            b = buf[i] * k->mom;
-            b = b + t;
-        }
-        buf[i] = b;
-        if (nesterov) {
-            float t = k->mom * b;
-            g = g + t;
-        } else {
-            g = b;
-        }
-    }
-    float u = k->neg_lr * g;
-    p[i] = p[i] + u;
-}
-
 #define SGD_LOOP(L2, MOM, FIRST, NESTEROV)                                                   \
     do {                                                                                     \
         _Pragma("omp simd")                                                                  \
-        for (int64_t i = lo; i < hi; i++) sgd_elem(k, L2, MOM, FIRST, NESTEROV, p, grads, buf, i); \
+        for (int64_t i = lo; i < hi; i++) krt_sgd_elem(k, L2, MOM, FIRST, NESTEROV, p, grads, buf, i); \
     } while (0)
 
 /* SGD over elements [lo, hi) of one thread; `variant` is the switch value below. */
-static VECTOR_CLONES void sgd_range(const sgd_k *k, int variant, float *restrict p, const float *restrict grads,
+static VECTOR_CLONES void sgd_range(const krt_sgd_k *k, int variant, float *restrict p, const float *restrict grads,
                                     float *restrict buf, int64_t lo, int64_t hi)
 {
     switch (variant) {
@@ -225,68 +188,19 @@ static VECTOR_CLONES void sgd_range(const sgd_k *k, int variant, float *restrict
 static void sgd_span(const krt_optim_config *c, float *buf, bool first, double lr, bool decay, float *p, const float *grads,
                      int64_t lo, int64_t hi)
 {
-    const sgd_k k = {
-        .wd = (float)c->weight_decay,
-        .mom = (float)c->momentum,
-        .keep = (float)(1.0 - c->dampening), /* add_(grad, alpha=1 - dampening) */
-        .neg_lr = (float)(-lr),              /* param.add_(grad, alpha=-lr) */
-    };
-    const bool l2 = decay && c->weight_decay != 0;
-    const bool use_mom = c->momentum != 0;
-    const bool nesterov = use_mom && c->nesterov;
-    first = use_mom && first;
-    const int variant = l2 | use_mom << 1 | first << 2 | nesterov << 3;
+    krt_sgd_k k;
+    const int variant = krt_sgd_setup(c, first, lr, decay, &k);
     FOR_THREAD_RANGES(lo, hi, sgd_range(&k, variant, p, grads, buf, a, b));
-}
-
-/* Adam's and AdamW's scalars for one step. */
-typedef struct {
-    float wd, shrink, w1, one_minus_w1, b2, w2, bias2_sqrt, neg_step_size, eps;
-} adam_k;
-
-/* torch.optim.Adam / AdamW for element i: `decoupled` is AdamW's decay, `l2` Adam's,
- * `small_w` picks lerp's formula for the weight 1 - beta1. */
-ALWAYS_INLINE void adam_elem(const adam_k *k, bool decoupled, bool l2, bool small_w, float *restrict p,
-                             const float *restrict grads, float *restrict m, float *restrict v, int64_t i)
-{
-    float pi = p[i];
-    if (decoupled) pi = pi * k->shrink;
-    float g = grads[i];
-    if (l2) {
-        float t = k->wd * pi;
-        g = g + t;
-    }
-    float mi = m[i];
-    float diff = g - mi;
-    if (small_w) {
-        float t = k->w1 * diff;
-        mi = mi + t;
-    } else {
-        float t = diff * k->one_minus_w1;
-        mi = g - t;
-    }
-    float vi = v[i] * k->b2;
-    float t = k->w2 * g;
-    t = t * g;
-    vi = vi + t;
-    float denom = sqrtf(vi);
-    denom = denom / k->bias2_sqrt;
-    denom = denom + k->eps;
-    float u = k->neg_step_size * mi;
-    u = u / denom;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = pi + u;
 }
 
 #define ADAM_LOOP(DECOUPLED, L2, SMALL_W)                                                     \
     do {                                                                                     \
         _Pragma("omp simd")                                                                  \
-        for (int64_t i = lo; i < hi; i++) adam_elem(k, DECOUPLED, L2, SMALL_W, p, grads, m, v, i); \
+        for (int64_t i = lo; i < hi; i++) krt_adam_elem(k, DECOUPLED, L2, SMALL_W, p, grads, m, v, i); \
     } while (0)
 
 /* Adam over elements [lo, hi) of one thread; `variant` is the switch value below. */
-static VECTOR_CLONES void adam_range(const adam_k *k, int variant, float *restrict p, const float *restrict grads,
+static VECTOR_CLONES void adam_range(const krt_adam_k *k, int variant, float *restrict p, const float *restrict grads,
                                      float *restrict m, float *restrict v, int64_t lo, int64_t hi)
 {
     switch (variant) {
@@ -303,25 +217,8 @@ static VECTOR_CLONES void adam_range(const adam_k *k, int variant, float *restri
 static void adam_span(const krt_optim_config *c, krt_optim_state *s, double lr, bool decay, float *p, const float *grads,
                       int64_t lo, int64_t hi)
 {
-    const bool adamw = c->kind == KRT_ADAMW;
-    const bool l2 = !adamw && decay && c->weight_decay != 0;
-    const bool decoupled = adamw && decay;
-    const double step = (double)s->step;
-    const double bias1 = 1.0 - pow(c->beta1, step);
-    const double bias2 = 1.0 - pow(c->beta2, step);
-    adam_k k = {
-        .wd = (float)c->weight_decay,
-        .shrink = (float)(1.0 - lr * c->weight_decay), /* AdamW: param.mul_(1 - lr*wd) */
-        .w1 = (float)(1.0 - c->beta1),                 /* exp_avg.lerp_(grad, 1 - beta1) */
-        .b2 = (float)c->beta2,
-        .w2 = (float)(1.0 - c->beta2), /* addcmul_(grad, grad, value=1 - beta2) */
-        .bias2_sqrt = (float)sqrt(bias2),
-        .neg_step_size = (float)(-(lr / bias1)), /* addcdiv_(m, denom, value=-step_size) */
-        .eps = (float)c->eps,
-    };
-    k.one_minus_w1 = 1.0f - k.w1;
-    const bool small_w = fabsf(k.w1) < 0.5f;
-    const int variant = decoupled | l2 << 1 | small_w << 2;
+    krt_adam_k k;
+    const int variant = krt_adam_setup(c, s->step, lr, decay, &k);
     FOR_THREAD_RANGES(lo, hi, adam_range(&k, variant, p, grads, s->m, s->v, a, b));
 }
 
@@ -359,8 +256,8 @@ void krt_optim_step(const krt_optim_config *c, krt_optim_state *s, double lr, fl
  * order. The result is the same bits for any number of threads and any vector width (a
  * resumed run clips exactly as the original did), and the pass is parallel and vectorised:
  * one double accumulator is a chain of dependent adds, 0.2 s of gpt2-124m's 2.4 s step. */
-#define NORM_BLOCK 16384
-#define NORM_LANES 8
+#define NORM_BLOCK KRT_NORM_BLOCK
+#define NORM_LANES KRT_NORM_LANES
 
 static double block_sum_squares(const float *g, int64_t lo, int64_t hi)
 {
@@ -402,7 +299,7 @@ double krt_clip_grad_norm(float *grads, int64_t n, double max_norm)
 {
     double norm = krt_grad_norm(grads, n);
     if (!grads || n <= 0 || !isfinite(norm)) return norm;
-    double coef = max_norm / (norm + 1e-6);
+    double coef = krt_clip_coef(norm, max_norm);
     if (coef < 1.0) {
         float f = (float)coef;
         #pragma omp parallel for simd if (n >= PARALLEL_MIN) schedule(simd: static)

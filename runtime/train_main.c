@@ -348,6 +348,70 @@ static void init_params(float *params, unsigned char *buffers, uint64_t seed)
     }
 }
 
+/* ---- the device's memory and the update after each step ---- */
+
+/* Where the steps run (kiln_model.h's kiln_device: the model's device, or the host) and
+ * what the update after a step uses, all in the device's memory. The host keeps copies of
+ * parameters, buffers and optimizer moments only to initialise them and for checkpoints;
+ * on the host device they are the same memory. */
+typedef struct {
+    const kiln_device *dev;
+    void *ctx;
+    float *params, *grads, *acc;    /* acc: accumulated gradients (accumulate > 1) */
+    unsigned char *buffers, *arena;
+    krt_optim_state state;          /* its moments in the device's memory */
+    krt_optim_config oc;
+    krt_schedule sc;
+    krt_param_span *spans;
+    int nspans;
+    int64_t accumulate;
+    double clip;
+} Trainer;
+static Trainer TR;
+
+/* One micro-batch's gradients added to the accumulated ones. */
+static void accumulate_grads(void)
+{
+    if (TR.accumulate > 1) TR.dev->accumulate(TR.ctx, TR.acc, TR.grads, M->nparam_floats, (float)TR.accumulate);
+}
+
+/* The update after a step's last micro-batch, at 0-based optimizer step `step`: clipping,
+ * the schedule's learning rate (*lr), the optimizer. Returns the gradient norm before
+ * clipping when clipping or asked for, else 0: without clipping the norm is only logged,
+ * one more pass over the gradients (5% of mlp's step), made only when it is. */
+static double apply_update(int64_t step, bool want_norm, double *lr)
+{
+    const int64_t np = M->nparam_floats;
+    float *g = TR.accumulate > 1 ? TR.acc : TR.grads;
+    double norm = TR.clip > 0 ? TR.dev->clip_grad_norm(TR.ctx, g, np, TR.clip) : want_norm ? TR.dev->grad_norm(TR.ctx, g, np) : 0;
+    *lr = krt_schedule_lr(&TR.sc, TR.oc.lr, step);
+    TR.dev->optim_step(TR.ctx, &TR.oc, &TR.state, *lr, TR.params, g, TR.spans, TR.nspans);
+    if (TR.acc) TR.dev->zero(TR.ctx, TR.acc, (int64_t)sizeof(float) * np);
+    return norm;
+}
+
+/* The host's copies (initialised, or loaded from a checkpoint) into the device's memory,
+ * and back before a checkpoint is written. */
+static void state_to_device(const float *params, const unsigned char *buffers, const krt_optim_state *st)
+{
+    const int64_t bytes = (int64_t)sizeof(float) * M->nparam_floats;
+    TR.dev->to_device(TR.ctx, TR.params, params, bytes);
+    TR.dev->to_device(TR.ctx, TR.buffers, buffers, M->buffer_bytes);
+    if (st->m) TR.dev->to_device(TR.ctx, TR.state.m, st->m, bytes);
+    if (st->v) TR.dev->to_device(TR.ctx, TR.state.v, st->v, bytes);
+    TR.state.step = st->step;
+}
+
+static void state_to_host(float *params, unsigned char *buffers, krt_optim_state *st)
+{
+    const int64_t bytes = (int64_t)sizeof(float) * M->nparam_floats;
+    TR.dev->to_host(TR.ctx, params, TR.params, bytes);
+    TR.dev->to_host(TR.ctx, buffers, TR.buffers, M->buffer_bytes);
+    if (st->m) TR.dev->to_host(TR.ctx, st->m, TR.state.m, bytes);
+    if (st->v) TR.dev->to_host(TR.ctx, st->v, TR.state.v, bytes);
+    st->step = TR.state.step;
+}
+
 /* ---- data ---- */
 
 typedef struct {
@@ -925,15 +989,14 @@ static double time_eval(kiln_step_io *io, int bs, int64_t b, int *reps)
 /* --profile: each kernel's time in n more steps, after the benchmark's, printed as a table
  * (kiln_print_profile) with the time outside the kernels (clipping, optimizer) as rows of
  * their own. Marks cost one clock read per kernel, so profiled steps are not the timed ones. */
-static int profile(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *st, const krt_schedule *sc,
-                   const krt_param_span *spans, int nspans, float *acc, int64_t accumulate, double clip, int64_t batch, int64_t n)
+static int profile(kiln_step_io *io, int64_t batch, int64_t n)
 {
     int nk = M->ntrain_kernels > M->neval_kernels ? M->ntrain_kernels : M->neval_kernels;
     double *seconds = calloc((size_t)nk + 1, sizeof *seconds);
     if (!seconds) return die("out of memory");
     kiln_profile prof = {0, seconds};
-    const int64_t np = M->nparam_floats;
-    double other[3] = {0}, total = 0;
+    const int64_t accumulate = TR.accumulate;
+    double other[3] = {0}, total = 0, lr;
     for (int64_t s = 0; s < n; s++) {
         double t0 = kiln_now();
         for (int64_t micro = 0; micro < accumulate; micro++) {
@@ -944,15 +1007,11 @@ static int profile(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state
             io->profile = NULL;
             double t = kiln_now();
             other[0] += t - prof.last; /* the gradients' copies after the last kernel */
-            if (accumulate > 1)
-                for (int64_t e = 0; e < np; e++) acc[e] += io->grads[e] / (float)accumulate;
+            accumulate_grads();
             other[2] += kiln_now() - t;
         }
-        float *g = accumulate > 1 ? acc : io->grads;
         double t = kiln_now();
-        if (clip > 0) krt_clip_grad_norm(g, np, clip); /* as the training loop without a log */
-        krt_optim_step(oc, st, krt_schedule_lr(sc, oc->lr, s), io->params, g, spans, nspans);
-        if (acc) memset(acc, 0, sizeof(float) * (size_t)np);
+        apply_update(s, false, &lr); /* as the training loop without a log */
         double t1 = kiln_now();
         other[1] += t1 - t;
         total += t1 - t0;
@@ -991,10 +1050,9 @@ static int profile(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state
  * step per micro-batch, accumulation, clipping, schedule, optimizer), then times the eval
  * step at batch 1 and at 256 (or the batch bound when smaller), all on random inputs in
  * their valid ranges made before timing, and prints one machine-readable line. */
-static int bench(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *st, const krt_schedule *sc,
-                 const krt_param_span *spans, int nspans, float *acc, int64_t accumulate, double clip, int64_t batch, int64_t n)
+static int bench(kiln_step_io *io, int64_t batch, int64_t n)
 {
-    const int64_t warm = 2, np = M->nparam_floats;
+    const int64_t warm = 2, accumulate = TR.accumulate;
     int bs = batch_symbol();
     int64_t bmax = bs >= 0 ? M->syms[bs].max : batch, big = bmax < 256 ? bmax : 256;
     void **in = calloc((size_t)M->ninputs + 1, sizeof *in);
@@ -1027,19 +1085,15 @@ static int bench(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *
     const void *const *saved_inputs = io->inputs;
     io->inputs = (const void *const *)in;
     for (int64_t s = 0; s < warm + n && !rc; s++) {
-        double t0 = kiln_now(), loss = 0;
+        double t0 = kiln_now(), loss = 0, lr;
         for (int64_t micro = 0; micro < accumulate; micro++) {
             io->step = (uint64_t)(s * accumulate + micro);
             M->train_step(io);
             if (index_failed(io, "benchmark step", s + 1)) rc = 1;
             loss += io->loss;
-            if (accumulate > 1)
-                for (int64_t e = 0; e < np; e++) acc[e] += io->grads[e] / (float)accumulate;
+            accumulate_grads();
         }
-        float *g = accumulate > 1 ? acc : io->grads;
-        if (clip > 0) krt_clip_grad_norm(g, np, clip); /* as the training loop without a log */
-        krt_optim_step(oc, st, krt_schedule_lr(sc, oc->lr, s), io->params, g, spans, nspans);
-        if (acc) memset(acc, 0, sizeof(float) * (size_t)np);
+        apply_update(s, false, &lr); /* as the training loop without a log */
         if (s >= warm) times[s - warm] = 1e3 * (kiln_now() - t0);
         if (!rc && !isfinite(loss)) rc = die("the loss is %g at benchmark step %lld", loss, (long long)s + 1);
     }
@@ -1072,7 +1126,7 @@ static int bench(kiln_step_io *io, const krt_optim_config *oc, krt_optim_state *
         printf("]}\n");
         fflush(stdout);
     }
-    if (!rc && recipe("bench.profile", NULL)) rc = profile(io, oc, st, sc, spans, nspans, acc, accumulate, clip, batch, n);
+    if (!rc && recipe("bench.profile", NULL)) rc = profile(io, batch, n);
     io->inputs = saved_inputs;
     for (int k = 0; in && k < M->ninputs; k++) free(in[k]);
     free(in);
@@ -1126,9 +1180,11 @@ int main(int argc, char **argv)
     /* Every resource is released at `out`, on success and on every error alike. */
     Data data;
     memset(&data, 0, sizeof data);
-    float *params = NULL, *grads = NULL, *acc = NULL;
-    unsigned char *buffers = NULL, *arena = NULL;
-    krt_param_span *spans = NULL;
+    /* Host copies of the parameters and buffers (the device's own on the host). */
+    float *params = NULL;
+    unsigned char *buffers = NULL;
+    memset(&TR, 0, sizeof TR);
+    TR.dev = M->device ? M->device : &kiln_host_device;
     /* Sized from the model: any number of inputs, metrics, outputs and sizes. */
     void **bufs = calloc((size_t)M->ninputs + 1, sizeof *bufs);
     krt_dtype *dtypes = calloc((size_t)M->ninputs + 1, sizeof *dtypes);
@@ -1209,6 +1265,7 @@ int main(int argc, char **argv)
     /* Optimizer and schedule. */
     krt_optim_config oc;
     memset(&oc, 0, sizeof oc);
+    TR.accumulate = accumulate;
     const char *opt = recipe("optimizer", "AdamW");
     oc.kind = !strcmp(opt, "SGD") ? KRT_SGD : !strcmp(opt, "Adam") ? KRT_ADAM : KRT_ADAMW;
     oc.lr = recipe_num("optimizer.lr", 1e-3);
@@ -1231,19 +1288,48 @@ int main(int argc, char **argv)
     sc.min_lr = recipe_num("schedule.min_lr", 0);
     sc.total_steps = total_steps;
     double clip = recipe_num("clip", 0);
-    /* Memory: every buffer allocated once, here. */
+    TR.oc = oc;
+    TR.sc = sc;
+    TR.clip = clip;
+    /* Memory: every buffer allocated once, here, in the device's memory when there is one
+     * (the step allocates nothing). */
     int64_t np = M->nparam_floats;
-    params = calloc((size_t)np + 1, sizeof(float));
-    grads = calloc((size_t)np + 1, sizeof(float));
-    acc = accumulate > 1 ? calloc((size_t)np + 1, sizeof(float)) : NULL;
-    buffers = calloc((size_t)M->buffer_bytes + 8, 1);
+    if (krt_optim_init(&st, &oc, np, &err) != KRT_OK) {
+        rc = die("%s", err.msg);
+        goto out;
+    }
+    char derr[1024] = "";
+    TR.ctx = TR.dev->open(M, derr, sizeof derr);
+    if (!TR.ctx) {
+        rc = die("%s", derr);
+        goto out;
+    }
     int64_t arena_bytes = M->train_arena_bytes > M->eval_arena_bytes ? M->train_arena_bytes : M->eval_arena_bytes;
-    arena = malloc((size_t)arena_bytes + 64);
-    spans = calloc((size_t)M->nparams + 1, sizeof *spans);
-    int nspans = 0;
-    for (int i = 0; spans && i < M->nparams; i++)
+    const int64_t slab = (int64_t)sizeof(float) * np;
+    const int64_t planned = slab * (2 + (accumulate > 1) + (st.m != NULL) + (st.v != NULL)) + M->buffer_bytes + arena_bytes;
+    if (TR.dev->reserve(TR.ctx, planned, derr, sizeof derr)) {
+        rc = die("%s", derr);
+        goto out;
+    }
+    TR.params = TR.dev->alloc(TR.ctx, slab);
+    TR.grads = TR.dev->alloc(TR.ctx, slab);
+    TR.acc = accumulate > 1 ? TR.dev->alloc(TR.ctx, slab) : NULL;
+    TR.buffers = TR.dev->alloc(TR.ctx, M->buffer_bytes + 8);
+    TR.arena = TR.dev->alloc(TR.ctx, arena_bytes);
+    TR.state = st;
+    TR.state.m = st.m && !TR.dev->host ? TR.dev->alloc(TR.ctx, slab) : st.m;
+    TR.state.v = st.v && !TR.dev->host ? TR.dev->alloc(TR.ctx, slab) : st.v;
+    if (!TR.params || !TR.grads || (accumulate > 1 && !TR.acc) || !TR.buffers || !TR.arena || (st.m && !TR.state.m) || (st.v && !TR.state.v)) {
+        rc = die("out of %s memory for %lld bytes of parameters, gradients, optimizer state and activations", TR.dev->host ? "host" : "device",
+                 (long long)planned);
+        goto out;
+    }
+    params = TR.dev->host ? TR.params : calloc((size_t)np + 1, sizeof(float));
+    buffers = TR.dev->host ? TR.buffers : calloc((size_t)M->buffer_bytes + 8, 1);
+    TR.spans = calloc((size_t)M->nparams + 1, sizeof *TR.spans);
+    for (int i = 0; TR.spans && i < M->nparams; i++)
         if (M->params[i].trainable)
-            spans[nspans++] = (krt_param_span){M->params[i].offset, M->params[i].count, decay_all || M->params[i].decay};
+            TR.spans[TR.nspans++] = (krt_param_span){M->params[i].offset, M->params[i].count, decay_all || M->params[i].decay};
     bool bufs_ok = true;
     for (int k = 0; k < M->ninputs; k++) {
         int64_t per = 1;
@@ -1271,12 +1357,8 @@ int main(int argc, char **argv)
     }
     krt_cursor cur = {seed, 0, 0};
     int64_t step = 0;
-    if (!params || !grads || !buffers || !arena || !spans || !bufs_ok || (lm && !sample_logits) || (accumulate > 1 && !acc)) {
+    if (!params || !buffers || !TR.spans || !bufs_ok || (lm && !sample_logits)) {
         rc = die("out of memory");
-        goto out;
-    }
-    if (krt_optim_init(&st, &oc, np, &err) != KRT_OK) {
-        rc = die("%s", err.msg);
         goto out;
     }
     init_params(params, buffers, seed);
@@ -1284,6 +1366,7 @@ int main(int argc, char **argv)
         rc = 1;
         goto out;
     }
+    state_to_device(params, buffers, &st);
     if (resume && overridden("seed") && seed != cur.seed) {
         rc = die("--seed %llu: the run in %s has seed %llu, which a resumed run keeps (leave --seed out)", (unsigned long long)seed, resume,
                  (unsigned long long)cur.seed);
@@ -1298,10 +1381,11 @@ int main(int argc, char **argv)
     }
     kiln_step_io io;
     memset(&io, 0, sizeof io);
-    io.params = params;
-    io.grads = grads;
-    io.buffers = buffers;
-    io.arena = arena;
+    io.params = TR.params;
+    io.grads = TR.grads;
+    io.buffers = TR.buffers;
+    io.arena = TR.arena;
+    io.device = TR.dev->host ? NULL : TR.ctx;
     io.inputs = (const void *const *)bufs;
     io.seed = seed;
     io.syms = io_syms;
@@ -1310,7 +1394,7 @@ int main(int argc, char **argv)
     for (int s = 0; s < M->nsyms; s++) io.syms[s] = M->syms[s].max;
     if (bs >= 0) io.syms[bs] = batch;
     if (bench_steps) {
-        rc = bench(&io, &oc, &st, &sc, spans, nspans, acc, accumulate, clip, batch, strtoll(bench_steps, NULL, 10));
+        rc = bench(&io, batch, strtoll(bench_steps, NULL, 10));
         goto out;
     }
     if (!eval_only && step >= total_steps) { /* resumed at or past the end: nothing to train */
@@ -1364,16 +1448,10 @@ int main(int argc, char **argv)
             }
             loss_sum += io.loss;
             for (int k = 0; k < M->nmetrics; k++) msum[k] += io.metrics[k];
-            if (accumulate > 1)
-                for (int64_t e = 0; e < np; e++) acc[e] += grads[e] / (float)accumulate;
+            accumulate_grads();
         }
-        float *g = accumulate > 1 ? acc : grads;
-        /* Without clipping the norm is only logged: one more pass over the gradients (5% of
-         * mlp's step), made only when there is a log to write it to. */
-        double norm = clip > 0 ? krt_clip_grad_norm(g, np, clip) : log ? krt_grad_norm(g, np) : 0;
-        double lr = krt_schedule_lr(&sc, oc.lr, step);
-        krt_optim_step(&oc, &st, lr, params, g, spans, nspans);
-        if (acc) memset(acc, 0, sizeof(float) * (size_t)np);
+        double lr;
+        double norm = apply_update(step, log != NULL, &lr);
         step++;
         double loss = loss_sum / (double)accumulate, t = kiln_now();
         if (tty || step % 50 == 0 || step == total_steps) {
@@ -1396,6 +1474,7 @@ int main(int argc, char **argv)
                 goto out;
             }
         if (due(step, ck_steps, ck_epochs, epoch_end, cur.epoch) || step == total_steps) {
+            state_to_host(params, buffers, &st);
             if (save_checkpoint(ckdir, keep, params, buffers, &st, &cur, step)) {
                 rc = 1;
                 goto out;
@@ -1410,19 +1489,29 @@ int main(int argc, char **argv)
             rc = 130;
         } else {
             fprintf(stderr, "%s: interrupted at step %lld; saving a checkpoint in %s\n", M->name, (long long)step, ckdir);
+            state_to_host(params, buffers, &st);
             rc = save_checkpoint(ckdir, keep, params, buffers, &st, &cur, step) ? 1 : 130;
         }
     }
 out:
     if (tty) fputc('\n', stderr);
     if (log) fclose(log);
+    if (TR.ctx) {
+        if (!TR.dev->host) {
+            free(params);
+            free(buffers);
+            TR.dev->release(TR.ctx, TR.state.m);
+            TR.dev->release(TR.ctx, TR.state.v);
+        }
+        TR.dev->release(TR.ctx, TR.params);
+        TR.dev->release(TR.ctx, TR.grads);
+        TR.dev->release(TR.ctx, TR.acc);
+        TR.dev->release(TR.ctx, TR.buffers);
+        TR.dev->release(TR.ctx, TR.arena);
+        TR.dev->close(TR.ctx);
+    }
     krt_optim_free(&st);
-    free(params);
-    free(grads);
-    free(acc);
-    free(buffers);
-    free(arena);
-    free(spans);
+    free(TR.spans);
     free(sample_logits);
     for (int k = 0; bufs && k < M->ninputs; k++) free(bufs[k]);
     free(bufs);
