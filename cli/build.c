@@ -21,7 +21,7 @@
 #define TEMP_PREFIX "kiln-build-"
 
 /* What a build writes in its directory (write_model_c and build_program). */
-static const char *const temp_files[] = {"model.c", "model1.o", "model2.o"};
+static const char *const temp_files[] = {"model.c", "model.cu", "model1.o", "model2.o"};
 
 /* The live directory, for the signal handler: a fixed buffer, written before the handler
  * is installed, so that the handler only reads it. */
@@ -132,7 +132,9 @@ void build_fingerprint(StrBuf *key)
     }
     /* the runtime and every header the generated code includes */
     const char *files[] = {KILN_RUNTIME_LIB, KILN_TRAIN_MAIN, KILN_RUNTIME_DIR "/kiln_model.h", KILN_RUNTIME_DIR "/kiln_gemm.h",
-                           KILN_RUNTIME_DIR "/kiln_math.h", KILN_RUNTIME_DIR "/kiln_rng.h"};
+                           KILN_RUNTIME_DIR "/kiln_math.h", KILN_RUNTIME_DIR "/kiln_rng.h", KILN_RUNTIME_DIR "/optim_elem.h",
+                           KILN_RUNTIME_DIR "/cuda/kiln_cuda.h", KILN_RUNTIME_DIR "/cuda/kiln_cuda_model.h", KILN_RUNTIME_DIR "/cuda/device.cu",
+                           KILN_CUDA_EMU_LIB};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         struct stat st;
         if (stat(files[i], &st) == 0) sb_printf(key, "|%lld.%lld", (long long)st.st_size, (long long)st.st_mtime);
@@ -192,6 +194,88 @@ int build_program(const char *model_c, const char *prog, const char *extra_cflag
         sb_free(&obj[part]);
     }
     sb_free(&flags);
+    sb_free(&cmd);
+    return rc;
+}
+
+/* Runs a shell command, its output appended to log; 0 when it succeeded. */
+static int run_logged(const char *cmd, StrBuf *log, const char *what)
+{
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        sb_printf(log, "cannot run the %s: %s", what, cmd);
+        return -1;
+    }
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0) sb_putn(log, chunk, n);
+    int rc = pclose(p) == 0 ? 0 : -1;
+    if (rc) sb_printf(log, "\nthe %s failed (%s)", what, cmd);
+    return rc;
+}
+
+bool build_have_nvcc(void) { return KILN_NVCC[0] != 0; }
+
+/* model.cu and the CUDA host runtime (runtime/cuda/device.cu) compiled at the same time,
+ * then linked with the driver, the runtime and the CUDA libraries (or the emulator's) by
+ * the host C++ compiler. The GPU build targets sm_80 and sm_90 (A100, H100); device.cu
+ * without FMA contraction, so that the optimizer rounds as the host's does. */
+int build_cuda_program(const char *model_cu, const char *prog, bool emulated, const char *extra_flags, StrBuf *log)
+{
+    const char *cxx = getenv("CXX");
+    if (!cxx || !*cxx) cxx = KILN_CXX;
+    if (!emulated && !build_have_nvcc()) {
+        sb_puts(log, "--target cuda needs nvcc, and Kiln was built without a CUDA toolkit (cmake finds one with find_package(CUDAToolkit)); "
+                     "--target cuda-emu needs none");
+        return -1;
+    }
+    StrBuf compile, cmd, obj[2];
+    sb_init(&compile);
+    sb_init(&cmd);
+    if (emulated) sb_printf(&compile, "%s %s -DKILN_CUDA_EMU ", cxx, KILN_EMU_CXXFLAGS);
+    else
+        sb_printf(&compile, "%s -std=c++17 -O3 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 ", KILN_NVCC);
+    if (extra_flags && *extra_flags) sb_printf(&compile, "%s ", extra_flags);
+    sb_puts(&compile, "-I");
+    shell_word(&compile, KILN_RUNTIME_DIR "/cuda");
+    sb_puts(&compile, "-I");
+    shell_word(&compile, KILN_RUNTIME_DIR);
+    const char *slash = strrchr(model_cu, '/');
+    int dirlen = slash ? (int)(slash - model_cu + 1) : 0;
+    const char *sources[2] = {model_cu, KILN_RUNTIME_DIR "/cuda/device.cu"};
+    for (int part = 0; part < 2; part++) {
+        sb_init(&obj[part]);
+        sb_printf(&obj[part], "%.*smodel%d.o", dirlen, model_cu, part + 1);
+        sb_printf(&cmd, "%s%s%s-c ", compile.data, part ? (emulated ? "-ffp-contract=off " : "-fmad=false ") : "", emulated ? "-x c++ " : "");
+        shell_word(&cmd, sources[part]);
+        sb_puts(&cmd, "-o ");
+        shell_word(&cmd, obj[part].data);
+        sb_puts(&cmd, part ? "2>&1; second=$?; wait $!; first=$?; " : "2>&1 & ");
+    }
+    sb_printf(&cmd, "[ $first = 0 ] && [ $second = 0 ] && %s %s ", cxx, emulated ? KILN_EMU_CXXFLAGS : "");
+    shell_word(&cmd, obj[0].data);
+    shell_word(&cmd, obj[1].data);
+    shell_word(&cmd, KILN_TRAIN_MAIN);
+    sb_puts(&cmd, "-o ");
+    shell_word(&cmd, prog);
+    shell_word(&cmd, KILN_RUNTIME_LIB);
+    if (emulated) {
+        shell_word(&cmd, KILN_CUDA_EMU_LIB);
+    } else {
+        sb_puts(&cmd, "-L");
+        shell_word(&cmd, KILN_CUDA_LIB_DIR);
+        sb_puts(&cmd, "-Wl,-rpath,");
+        shell_word(&cmd, KILN_CUDA_LIB_DIR);
+        sb_puts(&cmd, "-lcublasLt -lcublas -lcudart ");
+    }
+    shell_word(&cmd, KILN_BLAS_LIB);
+    sb_printf(&cmd, "%s %s -lz -lm -lpthread 2>&1", KILN_DEFAULT_LDFLAGS, KILN_OPENMP_LIBS);
+    int rc = run_logged(cmd.data, log, emulated ? "C++ compiler" : "CUDA compiler");
+    for (int part = 0; part < 2; part++) {
+        unlink(obj[part].data);
+        sb_free(&obj[part]);
+    }
+    sb_free(&compile);
     sb_free(&cmd);
     return rc;
 }

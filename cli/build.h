@@ -2,6 +2,8 @@
 #ifndef KILN_CLI_BUILD_H
 #define KILN_CLI_BUILD_H
 
+#include <stdbool.h>
+
 #include "../util/util.h"
 
 /* Compiles model_c with the runtime's train_main.c into prog. Returns 0, or -1 with the
@@ -10,6 +12,12 @@
  * -march=native), and the runtime library and driver it links (their size and time). */
 void build_fingerprint(StrBuf *key);
 int build_program(const char *model_c, const char *prog, const char *extra_cflags, StrBuf *log);
+/* Compiles model_cu (--target cuda, or cuda-emu when `emulated`) with the CUDA host runtime
+ * and the driver into prog. extra_flags go to both compilations. Returns 0, or -1 with the
+ * compiler's output in *log. */
+int build_cuda_program(const char *model_cu, const char *prog, bool emulated, const char *extra_flags, StrBuf *log);
+/* Whether Kiln was built with a CUDA toolkit (nvcc) for --target cuda. */
+bool build_have_nvcc(void);
 
 /* The build's scratch directory, $TMPDIR/kiln-build-PID-XXXXXX ($TMPDIR or /tmp), is
  * removed on every exit path: by build_tempdir_remove, by a handler on SIGINT, SIGTERM

@@ -64,19 +64,23 @@ static const char *usage_ir =
     "  --mode train|eval  graph to build (default train)\n";
 
 static const char *usage_emit =
-    "usage: kiln emit FILE -o DIR [--target c|cuda]\n"
+    "usage: kiln emit FILE -o DIR [--target c|cuda|cuda-emu]\n"
     "\n"
     "Compiles FILE (forward, loss, gradients; train and eval modes) to C and writes\n"
     "DIR/model.c, which defines `kiln_model_def` (runtime/kiln_model.h). Build it with the\n"
     "runtime: cc -O2 -Iruntime DIR/model.c ... -lkiln_rt -lopenblas -lz -lm -lpthread.\n"
-    "--target cuda writes DIR/model.cu instead, in Kiln's CUDA dialect (docs/cuda.md); it\n"
-    "supports elementwise kernels so far and names the first kernel it cannot write yet.\n";
+    "--target cuda (or cuda-emu: the same file) writes DIR/model.cu instead, in Kiln's CUDA\n"
+    "dialect (docs/cuda.md); a kernel it cannot write yet is an error naming its model line.\n";
 
 static const char *usage_build =
-    "usage: kiln build FILE -o PROG [--cflags FLAGS] [--bound NAME=N] [--report]\n"
+    "usage: kiln build FILE -o PROG [--target c|cuda|cuda-emu] [--cflags FLAGS] [--bound NAME=N] [--report]\n"
     "\n"
     "Compiles FILE into a standalone training program PROG (generated C + the runtime,\n"
     "with $CC or the compiler Kiln was built with). Run PROG --help for its options.\n"
+    "--target cuda trains on an NVIDIA GPU (model.cu compiled by nvcc for sm_80 and sm_90,\n"
+    "cuBLAS); --target cuda-emu compiles the same model.cu with the host C++ compiler ($CXX)\n"
+    "against Kiln's CUDA emulator, to run and debug it on the CPU (docs/cuda.md). --cflags\n"
+    "goes to the compiler of the target.\n"
     "--bound T=64 lowers a size's bound for this program (memory is planned for it).\n"
     "--report prints, before anything runs, the bytes of each memory slab (parameters,\n"
     "gradients, optimizer state, buffers) and the activation arenas at the bounds.\n";
@@ -116,7 +120,8 @@ typedef struct {
     const char *bounds[8]; /* "T=64": lower a symbol's bound for this build */
     int nbounds;
     bool dot, stats, list_passes, inputs, report;
-    bool cuda; /* emit --target cuda */
+    bool cuda;     /* emit, build: --target cuda or cuda-emu */
+    bool emulated; /* build: --target cuda-emu */
     GraphMode mode;
     uint64_t seed;
     double tolerance, atol;
@@ -203,12 +208,12 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
             if (!has_value || !strchr(argv[i + 1], '=')) return usage_error(cmd, "--bound needs NAME=N, e.g. --bound T=64%s", "");
             if (o->nbounds < 8) o->bounds[o->nbounds++] = argv[i + 1];
             i++;
-        } else if (!strcmp(cmd, "emit") && !strcmp(a, "--target")) {
-            if (!has_value) return usage_error(cmd, "--target needs a value: c or cuda%s", "");
+        } else if ((!strcmp(cmd, "emit") || !strcmp(cmd, "build")) && !strcmp(a, "--target")) {
+            if (!has_value) return usage_error(cmd, "--target needs a value: c, cuda or cuda-emu%s", "");
             const char *t = argv[++i];
-            if (!strcmp(t, "c")) o->cuda = false;
-            else if (!strcmp(t, "cuda")) o->cuda = true;
-            else return usage_error(cmd, "--target must be c or cuda, not '%s'", t);
+            o->cuda = !strcmp(t, "cuda") || !strcmp(t, "cuda-emu");
+            o->emulated = !strcmp(t, "cuda-emu");
+            if (strcmp(t, "c") && !o->cuda) return usage_error(cmd, "--target must be c, cuda or cuda-emu, not '%s'", t);
         } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--report")) {
             o->report = true;
         } else if (!strcmp(cmd, "build") && !strcmp(a, "--cflags")) {
@@ -623,7 +628,7 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
     }
     int nkv;
     char **kv = recipe_flatten(&train->recipe, &nkv);
-    int rc = g_cuda ? codegen_cuda(train->graph, eval->graph, file, false, c, err)
+    int rc = g_cuda ? codegen_cuda(train->graph, eval->graph, file, kv, nkv, false, c, err)
                     : codegen_c(train->graph, eval->graph, file, kv, nkv, c, err);
     recipe_flat_free(kv, nkv);
     frontend_model_free(eval);
@@ -675,8 +680,8 @@ static int build_to(const Options *o, Model *train, Diag *d, const char *prog)
         dir[0] = 0;
         goto done;
     }
-    if (write_model_c(dir, "model.c", &c, &model_c)) goto done;
-    if (build_program(model_c, prog, o->cflags, &log) != 0) {
+    if (write_model_c(dir, o->cuda ? "model.cu" : "model.c", &c, &model_c)) goto done;
+    if (o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, &log) : build_program(model_c, prog, o->cflags, &log)) {
         fprintf(stderr, "kiln: error: building %s failed:\n%s\n", prog, log.data ? log.data : "");
         goto done;
     }

@@ -1,6 +1,6 @@
 /* c_internal.h — what the files of the C target share: the helpers that print C loops
  * over shapes. The generator's state and the scalar expressions are the targets' shared
- * part (kernel.h). c.c writes the tables, the single-node kernels and the step functions;
+ * part (kernel.h). c.c writes the single-node kernels and calls host.c for the tables and the steps;
  * c_loops.c the fused kernels (loop nests and GEMMs with epilogues) of passes/fusion.c. */
 #ifndef KILN_CODEGEN_C_INTERNAL_H
 #define KILN_CODEGEN_C_INTERNAL_H

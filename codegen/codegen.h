@@ -19,7 +19,8 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, ch
  * (runtime/cuda/kiln_cuda.h). Returns 0, or -1 with "FILE:LINE: error: --target cuda does
  * not support <kind> kernels yet (...)" for the first kernel it cannot write yet. With
  * `partial` (tests), such kernels are left out with a comment instead. */
-int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path, bool partial, StrBuf *out, StrBuf *err);
+int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe, bool partial,
+                 StrBuf *out, StrBuf *err);
 
 /* Bytes of activation memory each step needs at the symbols' bounds (after planning). */
 int64_t codegen_arena_bytes(const Graph *g);

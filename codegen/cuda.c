@@ -687,7 +687,10 @@ static void emit_single_kernel(Cg *c, int32_t k, NodeId id)
                      "        y[i] = out ? 0 : x0[i];\n"
                      "    }\n"
                      "    first = kiln_block_min(first);\n"
-                     "    if (threadIdx.x == 0) *bad = first < n ? first : -1;\n",
+                     "    if (threadIdx.x == 0) { /* the position and the value, for the error message */\n"
+                     "        bad[0] = first < n ? first : -1;\n"
+                     "        bad[1] = first < n ? (int64_t)x0[first] : 0;\n"
+                     "    }\n",
                   cond);
     } else if (op == OP_ARGMAX) {
         cg_argmax_declare(c, id);
@@ -745,7 +748,7 @@ static void emit_single_launcher(Cg *c, int32_t k, NodeId id)
     StrBuf *o = c->o;
     sb_printf(o, "/* Launches kernel %d on stream: s holds the symbols' values (host memory), the\n"
                  " * pointers are device memory%s. */\nvoid ",
-              k, n->op == OP_CHECK_INDEX ? " (bad: one int64_t, the first bad position or -1)" : "");
+              k, n->op == OP_CHECK_INDEX ? " (bad: two int64_t, the first bad position or -1, and its value)" : "");
     single_name(c, k, id, o);
     sb_puts(o, "_launch(");
     single_parameters(c, id, o, true);
@@ -783,11 +786,53 @@ static void emit_single_launcher(Cg *c, int32_t k, NodeId id)
     sb_puts(o, n->op == OP_CHECK_INDEX ? ", y, bad);\n}\n\n" : ", y);\n}\n\n");
 }
 
+/* ---- the step (host.c writes it; these are the target's parts) ---- */
+
+/* The function kernel k launches, for the profile table. */
+static void kernel_function(Cg *c, int32_t k, StrBuf *b)
+{
+    CgKernel L;
+    cg_kernel_setup(&L, c, k);
+    if (L.K->kind == KERNEL_SINGLE) single_name(c, k, L.K->anchor, b);
+    else kernel_name(&L, b);
+    cg_kernel_teardown(&L);
+}
+
+/* Kernel k's launch in the step, on the step's stream, then its profile mark. */
+static void emit_kernel_call(Cg *c, int32_t k)
+{
+    CgKernel L;
+    cg_kernel_setup(&L, c, k);
+    StrBuf *o = c->o;
+    const Node *n = N(c, L.K->anchor);
+    sb_puts(o, "    ");
+    if (L.K->kind == KERNEL_SINGLE) {
+        single_name(c, k, L.K->anchor, o);
+        sb_puts(o, "_launch(io->syms");
+        for (uint32_t j = 0; j < n->ninputs; j++) sb_printf(o, ", v%d", ir_input(c->g, L.K->anchor, (int)j));
+        sb_printf(o, ", v%d", L.K->anchor);
+        if (n->op == OP_CHECK_INDEX) sb_printf(o, ", checks + %d", 2 * c->ncheck++);
+        sb_puts(o, ", stream);");
+    } else {
+        kernel_name(&L, o);
+        sb_puts(o, "_launch(io->syms");
+        for (int i = 0; i < L.nreads; i++) sb_printf(o, ", v%d", L.reads[i]);
+        for (int i = 0; i < L.nstores; i++) sb_printf(o, ", v%d", L.stores[i]);
+        sb_puts(o, L.mode == CG_LOOP_GEMM ? ", stream, blas);" : ", stream);");
+    }
+    sb_printf(o, " KILN_CUDA_MARK(io, %d, stream);", k);
+    if (n->op == OP_CHECK_INDEX) sb_printf(o, " /* %s: bad indices become 0 */", ir_node_name(c->g, L.K->anchor));
+    else if (n->name && n->op != OP_INPUT && n->op != OP_PARAM) sb_printf(o, " /* %s */", ir_node_name(c->g, L.K->anchor));
+    sb_putc(o, '\n');
+    cg_kernel_teardown(&L);
+}
+
 /* The kernels of one graph; -1 with the error for the first one not supported yet. */
-static int emit_graph(Cg *c, const Graph *g, const char *prefix, const char *step, bool partial)
+static int emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *prefix, const char *step, bool partial, int64_t *arena)
 {
     c->g = g;
     c->prefix = prefix;
+    cg_layout_for(c, g, ref);
     fusion_plan(g, &c->fp);
     memplan_run(g, &c->fp, &c->mp);
     int rc = 0;
@@ -831,12 +876,22 @@ static int emit_graph(Cg *c, const Graph *g, const char *prefix, const char *ste
         }
         cg_kernel_teardown(&L);
     }
+    if (!rc && !partial) { /* the host side: the step that launches them, its tables */
+        const bool train = !strcmp(prefix, "train");
+        cg_emit_step(c, train, emit_kernel_call);
+        cg_emit_kernel_table(c, kernel_function);
+        c->nkernels[!train] = c->fp.nkernels;
+        cg_emit_gemm_info(c, train);
+    }
+    *arena = c->mp.arena_bytes;
+    cg_layout_free(c);
     fusion_free(&c->fp);
     memplan_free(&c->mp);
     return rc;
 }
 
-int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path, bool partial, StrBuf *out, StrBuf *err)
+int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe, bool partial,
+                 StrBuf *out, StrBuf *err)
 {
     Cg c;
     memset(&c, 0, sizeof c);
@@ -859,7 +914,7 @@ int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path,
                    " * for the CUDA emulator. */\n",
               train->name, KILN_VERSION, source_path);
     if (partial) sb_puts(out, "/* Partial: kernels that --target cuda cannot write yet are left out (tests only). */\n");
-    sb_puts(out, "#include <math.h>\n#include <stdint.h>\n\n#include \"kiln_cuda.h\"\n\n");
+    sb_puts(out, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n#include \"kiln_cuda_model.h\"\n\n");
     sb_puts(out, "/* The leading dimension cuBLAS needs (runtime/kiln_gemm.h's, for the host). */\n"
                  "static inline int64_t kiln_blas_ld(int64_t stride, int64_t cols) { return stride >= cols && stride > 0 ? stride : cols > 1 ? cols : 1; }\n\n");
     sb_puts(out, "/* The sum and the maximum of v over the block, returned to every thread: each warp\n"
@@ -899,8 +954,15 @@ int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path,
                  "    T m = warp_mins[0];\n"
                  "    for (int w = 1; w < (int)blockDim.x / 32; w++) m = warp_mins[w] < m ? warp_mins[w] : m;\n"
                  "    return m;\n}\n\n");
-    int rc = emit_graph(&c, train, "train", "training", partial);
-    if (!rc) rc = emit_graph(&c, eval, "eval", "evaluation", partial);
+    int64_t train_arena = 0, eval_arena = 0;
+    int rc = emit_graph(&c, train, train, "train", "training", partial, &train_arena);
+    if (!rc) rc = emit_graph(&c, eval, train, "eval", "evaluation", partial, &eval_arena);
+    if (!rc && !partial) {
+        /* the model's tables, as the C target writes them: the same checkpoints */
+        CgModelCounts counts;
+        cg_emit_model_tables(&c, train, recipe_kv, nrecipe, &counts);
+        cg_emit_model_def(&c, train, &counts, train_arena, eval_arena);
+    }
     cg_free_lines(&c);
     return rc;
 }

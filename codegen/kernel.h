@@ -45,6 +45,7 @@ typedef struct {
     int nkernel_at, capkernel_at;
     int nkernels[2]; /* of the training and evaluation steps: the profile tables */
     int ncheck;      /* index checks called so far in the step being written */
+    int nchecks_max; /* the most index checks of one step (the CUDA device's memory for them) */
 } Cg;
 
 static inline const Node *N(const Cg *c, NodeId id) { return &c->g->nodes[id]; }
@@ -250,5 +251,27 @@ void cg_im2col_row(Cg *c, int in);
 /* The image element `pix` (with pix) and the column matrix element `col` of image b,
  * channel ch, window position ki, kj, output position oh, ow (row declared). */
 void cg_im2col_index(Cg *c, bool pix, int in);
+
+/* ---- the host side of a model, for both targets (host.c) ---- */
+
+typedef struct {
+    int nparams, ninputs, nmetrics, noutputs, nrecipe;
+    int64_t nparam_floats, buffer_bytes;
+} CgModelCounts;
+
+/* Per node of g: offsets of parameters and buffers in the caller's slabs, index of inputs,
+ * in the reference graph's order (the training graph's, for both steps). */
+void cg_layout_for(Cg *c, const Graph *g, const Graph *ref);
+void cg_layout_free(Cg *c);
+/* The step function of the planned graph c->g (c->fp, c->mp, the layout), calling kernel k
+ * with call(c, k). */
+void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k));
+/* The step's kernel table (name: the function kernel k calls) and matrix-product figures. */
+void cg_emit_kernel_table(Cg *c, void (*name)(Cg *c, int32_t k, StrBuf *b));
+void cg_emit_gemm_info(Cg *c, bool table);
+/* The tables of kiln_model (parameters, inputs, symbols, metric and output names, recipe),
+ * then, after both steps, kiln_model_def. */
+void cg_emit_model_tables(Cg *c, const Graph *g, char *const *recipe_kv, int nrecipe, CgModelCounts *n);
+void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_t train_arena, int64_t eval_arena);
 
 #endif

@@ -1,0 +1,449 @@
+/* host.c — the host side of a generated model, shared by the C and the CUDA target: the
+ * tables that describe it to the programs that run it (kiln_model, runtime/kiln_model.h:
+ * parameters, inputs, sizes, metrics, outputs, the recipe, the kernels, the matrix
+ * products) and the step functions that call its kernels in the fusion plan's order.
+ *
+ * The two targets' steps are the same function with the same pointers into the same
+ * planned memory (parameter slabs, the activation arena); they differ in how a kernel is
+ * called (a C function, or a launch on the step's stream: the caller's `call`), in where
+ * the inputs come from (the CUDA step copies each from host memory to the device first),
+ * in how the loss and metrics come back (read from device memory after the step's one
+ * synchronisation) and in how index checks stop a step (the C step returns at the first
+ * that fails; the CUDA step, which cannot stop what it has launched, has each check replace
+ * bad indices by 0 so that no kernel reads out of bounds, and reports the first failed
+ * check in step order once it has synchronised). */
+#include "kernel.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *krt_dtype_c(DType t)
+{
+    static const char *names[DT_COUNT] = {"KRT_BOOL", "KRT_U8", "KRT_I32", "KRT_I64", "KRT_F16", "KRT_BF16", "KRT_F32", "KRT_F64"};
+    return t < DT_COUNT ? names[t] : "KRT_F32";
+}
+
+static bool cuda(const Cg *c) { return c->target == CG_TARGET_CUDA; }
+
+/* ---- layout ---- */
+
+void cg_layout_for(Cg *c, const Graph *g, const Graph *ref)
+{
+    c->param_off = xcalloc((size_t)g->nnodes + 1, sizeof *c->param_off);
+    c->buffer_off = xcalloc((size_t)g->nnodes + 1, sizeof *c->buffer_off);
+    c->input_index = xcalloc((size_t)g->nnodes + 1, sizeof *c->input_index);
+    int64_t po = 0, bo = 0;
+    int ni = 0;
+    for (NodeId i = 0; i < ref->nnodes; i++) {
+        const Node *n = &ref->nodes[i];
+        if (n->op == OP_INPUT) {
+            NodeId j = ir_find_named(g, OP_INPUT, ir_node_name(ref, i));
+            if (j != IR_NONE) c->input_index[j] = ni;
+            ni++;
+        }
+        if (n->op != OP_PARAM) continue;
+        NodeId j = ir_find_named(g, OP_PARAM, ir_node_name(ref, i));
+        int64_t count = ir_shape_max_numel(ref, &n->shape);
+        if (ir_attrs(ref, i)[1]) {
+            if (j != IR_NONE) c->param_off[j] = po;
+            po += count;
+        } else {
+            if (j != IR_NONE) c->buffer_off[j] = bo;
+            bo += (count * ir_dtype_size((DType)n->dtype) + 7) / 8 * 8;
+        }
+    }
+}
+
+void cg_layout_free(Cg *c)
+{
+    free(c->param_off);
+    free(c->buffer_off);
+    free(c->input_index);
+    c->param_off = c->buffer_off = NULL;
+    c->input_index = NULL;
+}
+
+/* ---- the step ---- */
+
+static void pointer_decl(Cg *c, NodeId id)
+{
+    const Node *n = N(c, id);
+    const char *t = cg_ctype((DType)n->dtype);
+    StrBuf *o = c->o;
+    switch ((MemKind)c->mp.kind[id]) {
+    case MEM_CALLER:
+        if (n->op == OP_INPUT && cuda(c)) {
+            int k = c->input_index[id];
+            sb_printf(o, "    const %s *v%d = (const %s *)kiln_cuda_input(io->device, %d, io->inputs[%d], (int64_t)sizeof(%s) * (", t, id, t,
+                      k, k, t);
+            cg_numel(c, &n->shape);
+            sb_puts(o, ")); /* the batch's copy on the device */\n");
+        } else if (n->op == OP_INPUT) {
+            sb_printf(o, "    const %s *v%d = io->inputs[%d];\n", t, id, c->input_index[id]);
+        } else if (ir_attrs(c->g, id)[1]) {
+            sb_printf(o, "    %s *v%d = io->params + %lld; /* %s */\n", t, id, (long long)c->param_off[id], ir_node_name(c->g, id));
+        } else {
+            sb_printf(o, "    %s *v%d = (%s *)(io->buffers + %lld); /* %s */\n", t, id, t, (long long)c->buffer_off[id],
+                      ir_node_name(c->g, id));
+        }
+        break;
+    case MEM_ARENA: sb_printf(o, "    %s *v%d = (%s *)(io->arena + %lld);\n", t, id, t, (long long)c->mp.offset[id]); break;
+    case MEM_GRAD: {
+        const char *name = ir_str(c->g, c->g->outputs[c->mp.offset[id]].name);
+        NodeId p = ir_find_named(c->g, OP_PARAM, name);
+        sb_printf(o, "    %s *v%d = io->grads + %lld; /* gradient of %s */\n", t, id, (long long)c->param_off[p], name);
+        break;
+    }
+    case MEM_VIEW: sb_printf(o, "    %s *v%d = (%s *)v%d; /* a view */\n", t, id, t, ir_input(c->g, id, 0)); break;
+    case MEM_NONE: break;
+    }
+}
+
+/* The step's index checks, in call order: what they check, where, and the limit, for the
+ * program's error message when one fails. */
+static int emit_index_checks(Cg *c, const char *prefix)
+{
+    StrBuf *o = c->o;
+    int count = 0;
+    for (int32_t k = 0; k < c->fp.nkernels; k++) {
+        const Kernel *K = &c->fp.kernels[k];
+        if (K->kind != KERNEL_SINGLE || N(c, K->anchor)->op != OP_CHECK_INDEX) continue;
+        const Node *n = N(c, K->anchor);
+        if (!count++) sb_printf(o, "static const kiln_index_check %s_index_checks[] = {\n", prefix);
+        sb_puts(o, "    {");
+        cg_c_string(o, ir_node_name(c->g, K->anchor));
+        sb_printf(o, ", %u, %u, %lld},\n", n->loc.line, n->loc.col, (long long)ir_attrs(c->g, K->anchor)[0]);
+    }
+    if (count) sb_puts(o, "};\n\n");
+    return count;
+}
+
+/* Copies node id's value to a destination expression: memcpy on the host; on the device
+ * a copy on the step's stream, into device memory (gradients, buffers) or host memory
+ * (forward outputs). */
+static void emit_copy_out(Cg *c, NodeId id, const char *dst, const char *kind)
+{
+    const Node *n = N(c, id);
+    StrBuf *o = c->o;
+    if (cuda(c)) sb_printf(o, "    KILN_CUDA_CHECK(cudaMemcpyAsync(%s, v%d, sizeof(*v%d) * (size_t)(", dst, id, id);
+    else sb_printf(o, "    memcpy(%s, v%d, sizeof(*v%d) * (size_t)(", dst, id, id);
+    cg_numel(c, &n->shape);
+    if (cuda(c)) sb_printf(o, "), %s, stream));\n", kind);
+    else sb_puts(o, "));\n");
+}
+
+void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
+{
+    const Graph *g = c->g;
+    const char *prefix = c->prefix;
+    StrBuf *o = c->o;
+    sb_printf(o, "/* The %s step: %d kernels, %lld bytes of activations at the largest sizes. */\n",
+              train ? "training" : "evaluation", c->fp.nkernels, (long long)c->mp.arena_bytes);
+    int nchecks = emit_index_checks(c, prefix);
+    c->ncheck = 0;
+    sb_printf(o, "static void %s_step(kiln_step_io *io)\n{\n", prefix);
+    sb_puts(o, "    io->index_error = NULL;\n");
+    if (cuda(c)) {
+        sb_puts(o, "    const kiln_cuda_step cs = kiln_cuda_begin(io->device); /* its stream and cuBLAS handle */\n"
+                   "    cudaStream_t stream = cs.stream;\n"
+                   "    cublasHandle_t blas = cs.blas;\n"
+                   "    (void)blas;\n");
+        if (nchecks) sb_puts(o, "    int64_t *checks = kiln_cuda_checks(io->device); /* per check: first bad position (-1: none), value */\n");
+    } else if (nchecks) {
+        sb_puts(o, "    int64_t bad; /* the first index out of range, or -1 */\n");
+    }
+    for (int sy = 0; sy < g->nsyms; sy++)
+        sb_printf(o, "    const int64_t %s = io->syms[%d];\n    (void)%s;\n", g->syms[sy].name, sy, g->syms[sy].name);
+    for (NodeId i = 0; i < g->nnodes; i++) pointer_decl(c, i);
+    for (int32_t k = 0; k < c->fp.nkernels; k++) call(c, k);
+    int metric = 0, fwd = 0;
+    for (int32_t k = 0; k < g->noutputs; k++) {
+        const Output *out = &g->outputs[k];
+        NodeId v = out->node;
+        switch ((OutputKind)out->kind) {
+        case OUT_LOSS:
+            if (cuda(c)) sb_printf(o, "    kiln_cuda_read_scalar(io->device, 0, v%d, sizeof *v%d);\n", v, v);
+            else sb_printf(o, "    io->loss = v%d[0];\n", v);
+            break;
+        case OUT_METRIC:
+            if (cuda(c)) sb_printf(o, "    kiln_cuda_read_scalar(io->device, %d, v%d, sizeof *v%d);\n", 1 + metric++, v, v);
+            else sb_printf(o, "    io->metrics[%d] = v%d[0];\n", metric++, v);
+            break;
+        case OUT_GRAD: {
+            if (!train) break;
+            NodeId p = ir_find_named(g, OP_PARAM, ir_str(g, out->name));
+            NodeId r = fusion_root(g, &c->fp, v);
+            if (c->mp.kind[r] == MEM_GRAD && c->mp.offset[r] == k) break; /* written there by its kernel */
+            char dst[64];
+            snprintf(dst, sizeof dst, "io->grads + %lld", (long long)c->param_off[p]);
+            sb_printf(o, "    /* gradient of %s */\n", ir_str(g, out->name));
+            emit_copy_out(c, v, dst, "cudaMemcpyDeviceToDevice");
+            break;
+        }
+        case OUT_UPDATE: {
+            NodeId p = ir_find_named(g, OP_PARAM, ir_str(g, out->name));
+            char dst[64];
+            snprintf(dst, sizeof dst, "v%d", p);
+            sb_printf(o, "    /* new value of %s */\n", ir_str(g, out->name));
+            emit_copy_out(c, v, dst, "cudaMemcpyDeviceToDevice");
+            break;
+        }
+        case OUT_FORWARD: {
+            char dst[64];
+            snprintf(dst, sizeof dst, "io->outputs[%d]", fwd);
+            sb_printf(o, "    if (io->outputs && io->outputs[%d])\n    ", fwd);
+            fwd++;
+            emit_copy_out(c, v, dst, "cudaMemcpyDeviceToHost");
+            break;
+        }
+        default: break;
+        }
+    }
+    if (cuda(c)) {
+        if (nchecks) sb_printf(o, "    kiln_cuda_finish(io->device, io, %s_index_checks, %d); /* waits for the step */\n", prefix, nchecks);
+        else sb_puts(o, "    kiln_cuda_finish(io->device, io, NULL, 0); /* waits for the step */\n");
+        metric = 0;
+        for (int32_t k = 0; k < g->noutputs; k++) {
+            const Output *out = &g->outputs[k];
+            const char *t = cg_ctype((DType)N(c, out->node)->dtype);
+            if (out->kind == OUT_LOSS) sb_printf(o, "    io->loss = *(const %s *)kiln_cuda_scalar(io->device, 0);\n", t);
+            if (out->kind == OUT_METRIC)
+                sb_printf(o, "    io->metrics[%d] = *(const %s *)kiln_cuda_scalar(io->device, %d);\n", metric, t, metric + 1), metric++;
+        }
+    }
+    sb_puts(o, "}\n\n");
+    c->nchecks_max = nchecks > c->nchecks_max ? nchecks : c->nchecks_max;
+}
+
+/* ---- tables ---- */
+
+/* The step's kernels in call order, for the program's --profile (a mark after kernel k's
+ * call): the function it calls, what it computes, the model line. */
+void cg_emit_kernel_table(Cg *c, void (*name)(Cg *c, int32_t k, StrBuf *b))
+{
+    StrBuf *o = c->o, b;
+    sb_init(&b);
+    sb_printf(o, "static const kiln_kernel_info %s_kernels[] = {\n", c->prefix);
+    for (int32_t k = 0; k < c->fp.nkernels; k++) {
+        const Kernel *K = &c->fp.kernels[k];
+        const Node *n = N(c, K->anchor);
+        sb_puts(o, "    {");
+        sb_free(&b);
+        name(c, k, &b);
+        cg_c_string(o, b.data);
+        sb_puts(o, ", ");
+        sb_free(&b);
+        if (K->kind == KERNEL_SINGLE) {
+            sb_printf(&b, "%s over %s", ir_op_info[n->op].name, cg_ctype((DType)n->dtype));
+            ir_shape_format(&b, c->g, &n->shape);
+        } else {
+            cg_kernel_title(c, k, &b);
+        }
+        cg_c_string(o, b.data);
+        sb_printf(o, ", %u},\n", n->loc.line);
+    }
+    if (!c->fp.nkernels) sb_puts(o, "    {\"\", \"\", 0},\n");
+    sb_puts(o, "};\n\n");
+    sb_free(&b);
+}
+
+/* The FLOP count of a graph's matrix products at the current symbols, and (train graph)
+ * the distinct product shapes at the bounds, for benchmarks. */
+void cg_emit_gemm_info(Cg *c, bool table)
+{
+    const Graph *g = c->g;
+    const char *prefix = c->prefix;
+    StrBuf *o = c->o;
+    sb_printf(o, "static double %s_gemm_flops(const int64_t *s)\n{\n    double flops = 0;\n    (void)s;\n", prefix);
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_MATMUL) continue;
+        int r = n->shape.rank;
+        const Node *b = &g->nodes[ir_input(g, i, 1)];
+        sb_puts(o, "    flops += 2.0");
+        for (int k = 0; k < r; k++) {
+            sb_puts(o, " * (double)(");
+            Dim d = n->shape.d[k];
+            if (d.nsym == 0) sb_printf(o, "%lld", (long long)d.k);
+            else {
+                if (d.k != 1) sb_printf(o, "%lld * ", (long long)d.k);
+                for (int q = 0; q < d.nsym; q++) sb_printf(o, "%ss[%d]", q ? " * " : "", d.sym[q]);
+            }
+            sb_puts(o, ")");
+        }
+        Dim kd = b->shape.d[r - 2];
+        sb_puts(o, " * (double)(");
+        if (kd.nsym == 0 || kd.k != 1) sb_printf(o, "%lld%s", (long long)kd.k, kd.nsym ? " * " : "");
+        for (int q = 0; q < kd.nsym; q++) sb_printf(o, "%ss[%d]", q ? " * " : "", kd.sym[q]);
+        sb_printf(o, "); /* %%%d */\n", i);
+    }
+    sb_puts(o, "    return flops;\n}\n\n");
+    if (!table) return;
+    sb_printf(o, "static const kiln_gemm_shape %s_gemms[] = {\n", prefix);
+    int64_t(*seen)[6] = xmalloc(((size_t)g->nnodes + 1) * sizeof *seen);
+    int *count = xcalloc((size_t)g->nnodes + 1, sizeof *count);
+    int nseen = 0;
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_MATMUL) continue;
+        int r = n->shape.rank;
+        int64_t key[6] = {1, ir_dim_max(g, n->shape.d[r - 2]), ir_dim_max(g, n->shape.d[r - 1]),
+                          ir_dim_max(g, g->nodes[ir_input(g, i, 1)].shape.d[r - 2]), 0, 0};
+        for (int k = 0; k < r - 2; k++) key[0] *= ir_dim_max(g, n->shape.d[k]);
+        for (int q = 0; q < 2; q++) {
+            FusionLayout lay;
+            bool trans = false;
+            NodeId x = ir_input(g, i, q);
+            if (fusion_layout(g, &c->fp, x, &lay) && fusion_gemm_operand(g, &lay, x, &trans)) key[4 + q] = trans;
+        }
+        int j = 0;
+        while (j < nseen && memcmp(seen[j], key, sizeof key)) j++;
+        if (j == nseen) memcpy(seen[nseen++], key, sizeof key);
+        count[j]++;
+    }
+    for (int j = 0; j < nseen; j++)
+        sb_printf(o, "    {%lld, %lld, %lld, %lld, %s, %s, %d},\n", (long long)seen[j][0], (long long)seen[j][1],
+                  (long long)seen[j][2], (long long)seen[j][3], seen[j][4] ? "true" : "false", seen[j][5] ? "true" : "false",
+                  count[j]);
+    if (!nseen) sb_puts(o, "    {0, 0, 0, 0, false, false, 0},\n");
+    sb_puts(o, "};\n\n");
+    c->ngemms = nseen;
+    free(seen);
+    free(count);
+}
+
+void cg_emit_model_tables(Cg *c, const Graph *g, char *const *recipe_kv, int nrecipe, CgModelCounts *n)
+{
+    StrBuf *out = c->o;
+    memset(n, 0, sizeof *n);
+    n->nrecipe = nrecipe;
+    sb_puts(out, "static const kiln_param params[] = {\n");
+    int64_t po = 0, bo = 0;
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *p = &g->nodes[i];
+        if (p->op != OP_PARAM) continue;
+        bool trainable = ir_attrs(g, i)[1] != 0;
+        int64_t count = ir_shape_max_numel(g, &p->shape);
+        sb_printf(out, "    {\"%s\", %s, %d, {", ir_node_name(g, i), krt_dtype_c((DType)p->dtype), p->shape.rank);
+        for (int k = 0; k < p->shape.rank; k++) sb_printf(out, "%s%lld", k ? ", " : "", (long long)p->shape.d[k].k);
+        static const char *inits[] = {"KILN_INIT_ZEROS", "KILN_INIT_ONES", "KILN_INIT_CONSTANT", "KILN_INIT_UNIFORM", "KILN_INIT_NORMAL"};
+        sb_printf(out, "}, %lld, %lld, %s, %.17g, %.17g, %s, %s},\n", (long long)count, (long long)(trainable ? po : bo),
+                  inits[ir_attrs(g, i)[0]], p->fattr[0], p->fattr[1], trainable ? "true" : "false",
+                  trainable && p->shape.rank >= 2 ? "true" : "false");
+        if (trainable) po += count;
+        else bo += (count * ir_dtype_size((DType)p->dtype) + 7) / 8 * 8;
+        n->nparams++;
+    }
+    n->nparam_floats = po;
+    n->buffer_bytes = bo;
+    sb_puts(out, "};\n\nstatic const kiln_input inputs[] = {\n");
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *x = &g->nodes[i];
+        if (x->op != OP_INPUT) continue;
+        sb_printf(out, "    {\"%s\", %s, %d, {", ir_node_name(g, i), krt_dtype_c((DType)x->dtype), x->shape.rank);
+        for (int k = 0; k < x->shape.rank; k++) sb_printf(out, "%s%lld", k ? ", " : "", (long long)ir_dim_max(g, x->shape.d[k]));
+        sb_puts(out, "}, {");
+        for (int k = 0; k < x->shape.rank; k++) {
+            Dim d = x->shape.d[k];
+            sb_printf(out, "%s%d", k ? ", " : "", d.nsym == 1 && d.k == 1 ? d.sym[0] : -1);
+        }
+        sb_printf(out, "}, %lld},\n", (long long)(ir_dtype_is_float((DType)x->dtype) ? 0 : ir_index_range(g, i)));
+        n->ninputs++;
+    }
+    sb_puts(out, "};\n\nstatic const kiln_symbol syms[] = {\n");
+    for (int s = 0; s < g->nsyms; s++) sb_printf(out, "    {\"%s\", %lld},\n", g->syms[s].name, (long long)g->syms[s].max);
+    if (!g->nsyms) sb_puts(out, "    {\"\", 0},\n");
+    sb_puts(out, "};\n\nstatic const char *const metric_names[] = {");
+    int nm = 0, no = 0;
+    for (int32_t k = 0; k < g->noutputs; k++)
+        if (g->outputs[k].kind == OUT_METRIC) sb_printf(out, "%s\"%s\"", nm++ ? ", " : "", ir_str(g, g->outputs[k].name));
+    if (!nm) sb_puts(out, "NULL");
+    sb_puts(out, "};\nstatic const char *const output_names[] = {");
+    for (int32_t k = 0; k < g->noutputs; k++)
+        if (g->outputs[k].kind == OUT_FORWARD) sb_printf(out, "%s\"%s\"", no++ ? ", " : "", ir_str(g, g->outputs[k].name));
+    if (!no) sb_puts(out, "NULL");
+    sb_puts(out, "};\nstatic const krt_dtype output_dtypes[] = {");
+    no = 0;
+    for (int32_t k = 0; k < g->noutputs; k++)
+        if (g->outputs[k].kind == OUT_FORWARD) sb_printf(out, "%s%s", no++ ? ", " : "", krt_dtype_c((DType)g->nodes[g->outputs[k].node].dtype));
+    if (!no) sb_puts(out, "KRT_F32");
+    sb_puts(out, "};\n\n");
+    n->nmetrics = nm;
+    n->noutputs = no;
+    sb_puts(out, "static const kiln_recipe_entry recipe[] = {\n");
+    for (int i = 0; i < nrecipe; i++) {
+        sb_puts(out, "    {");
+        cg_c_string(out, recipe_kv[2 * i]);
+        sb_puts(out, ", ");
+        cg_c_string(out, recipe_kv[2 * i + 1]);
+        sb_puts(out, "},\n");
+    }
+    if (!nrecipe) sb_puts(out, "    {\"\", \"\"},\n");
+    sb_puts(out, "};\n\n");
+}
+
+/* Identifies the model's computation for checkpoints: the graph without source locations,
+ * so editing comments or building from another directory keeps checkpoints usable. Both
+ * targets give the same hash: a checkpoint of one resumes in the other. */
+static uint64_t graph_hash(const Graph *g0)
+{
+    Graph *g = ir_graph_clone(g0);
+    for (NodeId i = 0; i < g->nnodes; i++) memset(&g->nodes[i].loc, 0, sizeof g->nodes[i].loc);
+    for (int i = 0; i < g->nfiles; i++) free(g->files[i]);
+    g->nfiles = 0;
+    StrBuf t;
+    sb_init(&t);
+    ir_print(g, &t);
+    ir_graph_free(g);
+    uint64_t h = util_hash_string(t.data ? t.data : "");
+    sb_free(&t);
+    return h;
+}
+
+void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_t train_arena, int64_t eval_arena)
+{
+    StrBuf *out = c->o;
+    StrBuf source_literal;
+    sb_init(&source_literal);
+    cg_c_string(&source_literal, c->source);
+    const unsigned long long hash = (unsigned long long)graph_hash(train);
+    if (!cuda(c)) {
+        sb_printf(out, "const kiln_model kiln_model_def = {\n"
+                       "    .name = \"%s\",\n    .source = %s,\n    .hash = \"%016llx\",\n"
+                       "    .nparams = %d, .params = params, .nparam_floats = %lld, .buffer_bytes = %lld,\n"
+                       "    .ninputs = %d, .inputs = inputs, .nsyms = %d, .syms = syms,\n"
+                       "    .nmetrics = %d, .metric_names = metric_names,\n"
+                       "    .noutputs = %d, .output_names = output_names, .output_dtypes = output_dtypes,\n"
+                       "    .train_arena_bytes = %lld, .eval_arena_bytes = %lld,\n"
+                       "    .nrecipe = %d, .recipe = recipe,\n"
+                       "    .train_step = train_step, .eval_step = eval_step,\n"
+                       "    .train_gemm_flops = train_gemm_flops, .eval_gemm_flops = eval_gemm_flops,\n"
+                       "    .ntrain_gemms = %d, .train_gemms = train_gemms,\n"
+                       "    .ntrain_kernels = %d, .train_kernels = train_kernels, .neval_kernels = %d, .eval_kernels = eval_kernels,\n};\n",
+                  train->name, source_literal.data, hash, n->nparams, (long long)n->nparam_floats, (long long)n->buffer_bytes, n->ninputs,
+                  train->nsyms, n->nmetrics, n->noutputs, (long long)train_arena, (long long)eval_arena, n->nrecipe, c->ngemms, c->nkernels[0],
+                  c->nkernels[1]);
+    } else {
+        /* C++: designated initializers in declaration order */
+        sb_printf(out, "/* The model, as the training program sees it: its steps run on the GPU (device.cu). */\n"
+                       "extern \"C\" const kiln_model kiln_model_def = {\n"
+                       "    .name = \"%s\",\n    .source = %s,\n    .hash = \"%016llx\",\n"
+                       "    .nparams = %d, .params = params, .nparam_floats = %lld, .buffer_bytes = %lld,\n"
+                       "    .ninputs = %d, .inputs = inputs, .nsyms = %d, .syms = syms,\n"
+                       "    .nmetrics = %d, .metric_names = metric_names,\n"
+                       "    .noutputs = %d, .output_names = output_names, .output_dtypes = output_dtypes,\n"
+                       "    .train_arena_bytes = %lld, .eval_arena_bytes = %lld,\n"
+                       "    .nrecipe = %d, .recipe = recipe,\n"
+                       "    .train_step = train_step, .eval_step = eval_step,\n"
+                       "    .train_gemm_flops = train_gemm_flops, .eval_gemm_flops = eval_gemm_flops,\n"
+                       "    .ntrain_gemms = %d, .train_gemms = train_gemms,\n"
+                       "    .ntrain_kernels = %d, .neval_kernels = %d, .train_kernels = train_kernels, .eval_kernels = eval_kernels,\n"
+                       "    .nindex_checks = %d,\n"
+                       "    .device = &kiln_cuda_device,\n};\n",
+                  train->name, source_literal.data, hash, n->nparams, (long long)n->nparam_floats, (long long)n->buffer_bytes, n->ninputs,
+                  train->nsyms, n->nmetrics, n->noutputs, (long long)train_arena, (long long)eval_arena, n->nrecipe, c->ngemms, c->nkernels[0],
+                  c->nkernels[1], c->nchecks_max);
+    }
+    sb_free(&source_literal);
+}
