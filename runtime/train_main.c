@@ -1201,6 +1201,13 @@ int main(int argc, char **argv)
         rc = die("out of memory");
         goto out;
     }
+    /* The device first: a program built for a GPU on a machine without one says so at once. */
+    char derr[1024] = "";
+    TR.ctx = TR.dev->open(M, derr, sizeof derr);
+    if (!TR.ctx) {
+        rc = die("%s", derr);
+        goto out;
+    }
     int64_t batch = recipe_int("batch", 64);
     int bs = batch_symbol();
     int64_t bmax = bs >= 0 ? M->syms[bs].max : batch;
@@ -1296,12 +1303,6 @@ int main(int argc, char **argv)
     int64_t np = M->nparam_floats;
     if (krt_optim_init(&st, &oc, np, &err) != KRT_OK) {
         rc = die("%s", err.msg);
-        goto out;
-    }
-    char derr[1024] = "";
-    TR.ctx = TR.dev->open(M, derr, sizeof derr);
-    if (!TR.ctx) {
-        rc = die("%s", derr);
         goto out;
     }
     int64_t arena_bytes = M->train_arena_bytes > M->eval_arena_bytes ? M->train_arena_bytes : M->eval_arena_bytes;
