@@ -79,6 +79,7 @@ static const struct {
 } unary_fns[] = {
     {"exp", OP_EXP, exp}, {"log", OP_LOG, log}, {"sqrt", OP_SQRT, sqrt}, {"tanh", OP_TANH, tanh},
     {"abs", OP_ABS, fabs}, {"sigmoid", OP_SIGMOID, NULL}, {"relu", OP_RELU, NULL},
+    {"erf", OP_ERF, erf}, {"sin", OP_SIN, sin}, {"cos", OP_COS, cos},
 };
 
 static Value fn_unary(Lower *L, const BoundArgs *a, AstId call, int v)
@@ -103,13 +104,34 @@ static Value fn_unary(Lower *L, const BoundArgs *a, AstId call, int v)
 
 static Value fn_gelu(Lower *L, const BoundArgs *a, AstId call, int v)
 {
-    /* approximate = none written out is PyTorch's exact (erf) form: refused, not tanh. */
-    if ((a->given[1] || a->v[1].kind != V_NONE) && (a->v[1].kind != V_STR || strcmp(a->v[1].str, "tanh"))) {
-        lower_error(L, a->at[1], "gelu: only approximate = \"tanh\" is supported (GPT-2's form, the default here)");
+    /* PyTorch's default is the exact (erf) form; approximate = "tanh" is GPT-2's. */
+    bool tanh_form = false;
+    Value ap = a->v[1];
+    if (ap.kind == V_STR && !strcmp(ap.str, "tanh")) tanh_form = true;
+    else if (ap.kind != V_NONE && !(ap.kind == V_STR && !strcmp(ap.str, "none"))) {
+        lower_error(L, a->at[1], "gelu: approximate must be \"none\" (the exact erf form, the default) or \"tanh\"");
         return value_error();
     }
     NodeId t = tensor(L, a, 0, "gelu");
-    return t == IR_NONE ? value_error() : done(L, comp_gelu_tanh(&L->b, t), call);
+    return t == IR_NONE ? value_error() : done(L, comp_activation(&L->b, tanh_form ? ACT_GELU_TANH : ACT_GELU, t, 0, 0), call);
+}
+
+/* silu, leaky_relu, elu, softplus, mish, hardswish, hardsigmoid (activations.c) */
+static Value fn_act(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    static const char *names[] = {[ACT_SILU] = "silu", [ACT_LEAKY_RELU] = "leaky_relu", [ACT_ELU] = "elu",
+                                  [ACT_SOFTPLUS] = "softplus", [ACT_MISH] = "mish", [ACT_HARDSWISH] = "hardswish",
+                                  [ACT_HARDSIGMOID] = "hardsigmoid"};
+    NodeId x = tensor(L, a, 0, names[v]);
+    if (x == IR_NONE) return value_error();
+    double p[2] = {0, 0};
+    for (int i = 1; i < a->n && i < 3; i++)
+        if (!value_number(L, a->v[i], a->at[i], names[v], &p[i - 1])) return value_error();
+    if (v == ACT_SOFTPLUS && !(p[0] != 0 && isfinite(p[0]))) {
+        lower_error(L, a->at[1], "softplus: beta must be a finite number other than 0, found %g", p[0]);
+        return value_error();
+    }
+    return done(L, comp_activation(&L->b, (ActKind)v, x, p[0], p[1]), call);
 }
 
 static Value fn_binary(Lower *L, const BoundArgs *a, AstId call, int v)
@@ -251,7 +273,7 @@ static Value fn_one_hot(Lower *L, const BoundArgs *a, AstId call, int v)
 
 static Value fn_reduce(Lower *L, const BoundArgs *a, AstId call, int v)
 {
-    static const char *names[] = {"sum", "mean", "max", "min", "var"};
+    static const char *names[] = {"sum", "mean", "max", "min", "var", "std"};
     NodeId x = tensor(L, a, 0, names[v]);
     uint64_t axes;
     bool keep;
@@ -271,8 +293,9 @@ static Value fn_reduce(Lower *L, const BoundArgs *a, AstId call, int v)
     }
     default: {
         bool unbiased;
-        if (!value_bool(L, a->v[3], a->at[3], "var(unbiased)", &unbiased)) return value_error();
-        return done(L, comp_var(b, x, axes, keep, unbiased), call);
+        if (!value_bool(L, a->v[3], a->at[3], v == 4 ? "var(unbiased)" : "std(unbiased)", &unbiased)) return value_error();
+        NodeId r = comp_var(b, x, axes, keep, unbiased);
+        return done(L, v == 4 || r == IR_NONE ? r : ir_b_unary(b, OP_SQRT, r), call);
     }
     }
 }
@@ -289,29 +312,31 @@ static Value fn_argmax(Lower *L, const BoundArgs *a, AstId call, int v)
 
 /* ---- shapes ---- */
 
-/* Collects dims from rest arguments or a single list argument; -1 marks the inferred one. */
-static bool dims_arg(Lower *L, const BoundArgs *a, const char *fn, Dim *dims, int *n, int *infer)
+/* Collects dims from values (numbers, symbolic sizes, or one list of them); -1 marks the
+ * inferred one when allowed, and is reported otherwise. */
+static bool dims_from(Lower *L, const Value *vals, int nv, const AstId *ats, int nats, const char *fn, bool allow_infer, Dim *dims,
+                      int *n, int *infer)
 {
-    const Value *vals = a->rest;
-    int nv = a->nrest;
-    if (nv == 1 && a->rest[0].kind == V_TUPLE) {
-        vals = &L->seq[a->rest[0].idx];
-        nv = a->rest[0].count;
+    AstId at0 = nats > 0 ? ats[0] : AST_NONE;
+    if (nv == 1 && vals[0].kind == V_TUPLE) {
+        nv = vals[0].count;
+        vals = &L->seq[vals[0].idx];
+        nats = 1;
     }
     if (nv > IR_MAX_RANK) {
-        lower_error(L, a->rest_at[0], "%s: rank %d exceeds the maximum of %d", fn, nv, IR_MAX_RANK);
+        lower_error(L, at0, "%s: rank %d exceeds the maximum of %d", fn, nv, IR_MAX_RANK);
         return false;
     }
     *infer = -1;
     for (int i = 0; i < nv; i++) {
-        AstId at = a->rest_at[i < a->nrest ? i : 0];
+        AstId at = ats[i < nats ? i : 0];
         if (vals[i].kind == V_DIM) {
             dims[i] = vals[i].dim;
             continue;
         }
         int64_t d;
         if (!value_int(L, vals[i], at, fn, &d)) return false;
-        if (d == -1) {
+        if (d == -1 && allow_infer) {
             if (*infer >= 0) {
                 lower_error(L, at, "%s: only one dimension can be -1", fn);
                 return false;
@@ -328,6 +353,12 @@ static bool dims_arg(Lower *L, const BoundArgs *a, const char *fn, Dim *dims, in
     }
     *n = nv;
     return true;
+}
+
+/* Dims from rest arguments or a single list argument; -1 marks the inferred one. */
+static bool dims_arg(Lower *L, const BoundArgs *a, const char *fn, Dim *dims, int *n, int *infer)
+{
+    return dims_from(L, a->rest, a->nrest, a->rest_at, a->nrest, fn, true, dims, n, infer);
 }
 
 static Value fn_reshape(Lower *L, const BoundArgs *a, AstId call, int v)
@@ -560,10 +591,171 @@ static Value fn_matmul(Lower *L, const BoundArgs *a, AstId call, int v)
     return x == IR_NONE || y == IR_NONE ? value_error() : done(L, ir_b_matmul(&L->b, x, y), call);
 }
 
+/* ---- creation, masks, shapes ---- */
+
+/* zeros(*size), ones(*size), full(size, fill_value): f32 for zeros and ones; full takes its
+ * dtype from the value (an integer gives i64, true/false bool), as torch.full does. */
+static Value fn_fill(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    static const char *names[] = {"zeros", "ones", "full"};
+    Dim dims[IR_MAX_RANK];
+    int n, infer;
+    bool ok = v < 2 ? dims_from(L, a->rest, a->nrest, a->rest_at, a->nrest, names[v], false, dims, &n, &infer)
+                    : dims_from(L, &a->v[0], 1, &a->at[0], 1, names[v], false, dims, &n, &infer);
+    if (!ok) return value_error();
+    double val = v == 1 ? 1.0 : 0.0;
+    DType t = DT_F32;
+    if (v == 2) {
+        if (a->v[1].kind == V_BOOL) t = DT_BOOL, val = a->v[1].num;
+        else if (!value_number(L, a->v[1], a->at[1], "full(fill_value)", &val)) return value_error();
+        else if (a->v[1].is_int) t = DT_I64;
+    }
+    Shape s = ir_shape_make(n, dims);
+    return done(L, ir_b_full(&L->b, val, t, &s), call);
+}
+
+/* zeros_like(x), ones_like(x), full_like(x, fill_value): x's shape and dtype. */
+static Value fn_fill_like(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    static const char *names[] = {"zeros_like", "ones_like", "full_like"};
+    NodeId x = tensor(L, a, 0, names[v]);
+    if (x == IR_NONE) return value_error();
+    double val = v == 1 ? 1.0 : 0.0;
+    if (v == 2 && !value_number(L, a->v[1], a->at[1], "full_like(fill_value)", &val)) return value_error();
+    Shape s = L->g->nodes[x].shape;
+    return done(L, ir_b_full(&L->b, val, (DType)L->g->nodes[x].dtype, &s), call);
+}
+
+static Value fn_tri(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, v ? "triu" : "tril");
+    int64_t d;
+    if (x == IR_NONE || !int_arg(L, a, 1, v ? "triu" : "tril", &d)) return value_error();
+    return done(L, comp_tri(&L->b, x, d, v), call);
+}
+
+/* masked_fill(x, mask, value) = where(mask, value, x), value in x's dtype. */
+static Value fn_masked_fill(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "masked_fill"), m = tensor(L, a, 1, "masked_fill");
+    if (x == IR_NONE || m == IR_NONE) return value_error();
+    if (L->g->nodes[m].dtype != DT_BOOL) {
+        lower_error(L, a->at[1], "masked_fill: the mask must be bool (a comparison), found %s", ir_dtype_name((DType)L->g->nodes[m].dtype));
+        return value_error();
+    }
+    DType t = (DType)L->g->nodes[x].dtype;
+    NodeId val;
+    if (a->v[2].kind == V_TENSOR) val = a->v[2].node;
+    else {
+        double f;
+        if (!value_number(L, a->v[2], a->at[2], "masked_fill(value)", &f)) return value_error();
+        val = ir_b_const(&L->b, f, t);
+    }
+    if (val == IR_NONE) return lower_builder_error(L, call);
+    return done(L, ir_b_where(&L->b, m, val, x), call);
+}
+
+/* expand(x, *size) as Tensor.expand: -1 keeps a size; new axes go in front. */
+static Value fn_expand(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "expand");
+    if (x == IR_NONE) return value_error();
+    const Value *vals = a->rest;
+    int nv = a->nrest;
+    if (nv == 1 && vals[0].kind == V_TUPLE) {
+        nv = vals[0].count;
+        vals = &L->seq[vals[0].idx];
+    }
+    Shape xs = L->g->nodes[x].shape;
+    if (nv < xs.rank || nv > IR_MAX_RANK) {
+        lower_error(L, call, "expand: expected between %d and %d sizes for a tensor of rank %d, found %d", xs.rank, IR_MAX_RANK,
+                    xs.rank, nv);
+        return value_error();
+    }
+    Shape s = ir_shape_make(nv, NULL), s1 = ir_shape_make(nv, NULL);
+    for (int i = 0; i < nv; i++) {
+        int xi = i - (nv - xs.rank);
+        s1.d[i] = xi >= 0 ? xs.d[xi] : ir_dim_const(1);
+        AstId at = a->nrest == nv ? a->rest_at[i] : call;
+        if (vals[i].kind == V_DIM) {
+            s.d[i] = vals[i].dim;
+            continue;
+        }
+        int64_t d;
+        if (!value_int(L, vals[i], at, "expand", &d)) return value_error();
+        if (d == -1 && xi >= 0) s.d[i] = xs.d[xi];
+        else if (d < 0 || d > IR_MAX_DIM) {
+            lower_error(L, at, "expand: size %lld is out of range (-1 keeps an existing size, not a new one)", (long long)d);
+            return value_error();
+        } else s.d[i] = ir_dim_const(d);
+    }
+    NodeId r = nv == xs.rank ? x : ir_b_reshape(&L->b, x, &s1);
+    return done(L, r == IR_NONE ? IR_NONE : ir_b_expand(&L->b, r, &s), call);
+}
+
+static Value fn_flip(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "flip");
+    uint64_t axes;
+    if (x == IR_NONE || !axes_arg(L, a, 1, rank_of(L, x), "flip", &axes)) return value_error();
+    for (int i = 0; i < rank_of(L, x) && x != IR_NONE; i++)
+        if (axes >> i & 1) x = comp_flip(&L->b, x, i);
+    return done(L, x, call);
+}
+
+/* stack(xs, dim) = concat of the tensors each with a new axis dim. */
+static Value fn_stack(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    const Value *vals = a->rest;
+    int n = a->nrest;
+    if (n == 1 && vals[0].kind == V_TUPLE) {
+        n = vals[0].count;
+        vals = &L->seq[vals[0].idx];
+    }
+    NodeId xs[64];
+    if (n < 1 || n > 64) {
+        lower_error(L, call, "stack: expected between 1 and 64 tensors, found %d", n);
+        return value_error();
+    }
+    for (int i = 0; i < n; i++) {
+        xs[i] = lower_tensor_arg(L, vals[i], call, "stack");
+        if (xs[i] == IR_NONE) return value_error();
+    }
+    Shape s0 = L->g->nodes[xs[0]].shape;
+    if (s0.rank >= IR_MAX_RANK) {
+        lower_error(L, call, "stack: rank exceeds %d", IR_MAX_RANK);
+        return value_error();
+    }
+    int axis;
+    if (!axis_arg(L, a, 1, "stack", s0.rank + 1, &axis)) return value_error();
+    for (int i = 0; i < n; i++) {
+        Shape si = L->g->nodes[xs[i]].shape;
+        if (!ir_shape_eq(&si, &s0)) {
+            StrBuf t;
+            sb_init(&t);
+            ir_shape_format(&t, L->g, &s0);
+            sb_puts(&t, " and ");
+            ir_shape_format(&t, L->g, &si);
+            lower_error(L, call, "stack: the tensors must have the same shape, found %s", t.data);
+            sb_free(&t);
+            return value_error();
+        }
+        Shape u = ir_shape_make(0, NULL);
+        for (int k = 0; k <= si.rank; k++) u.d[u.rank++] = k == axis ? ir_dim_const(1) : si.d[k < axis ? k : k - 1];
+        xs[i] = ir_b_reshape(&L->b, xs[i], &u);
+        if (xs[i] == IR_NONE) return lower_builder_error(L, call);
+    }
+    return done(L, ir_b_concat(&L->b, xs, n, axis), call);
+}
+
 static const Function functions[] = {
     {"exp", "x", fn_unary, 0}, {"log", "x", fn_unary, 1}, {"sqrt", "x", fn_unary, 2}, {"tanh", "x", fn_unary, 3},
     {"abs", "x", fn_unary, 4}, {"sigmoid", "x", fn_unary, 5}, {"relu", "x", fn_unary, 6},
+    {"erf", "x", fn_unary, 7}, {"sin", "x", fn_unary, 8}, {"cos", "x", fn_unary, 9},
     {"gelu", "x, approximate=none", fn_gelu, 0},
+    {"silu", "x", fn_act, ACT_SILU}, {"leaky_relu", "x, negative_slope=0.01", fn_act, ACT_LEAKY_RELU},
+    {"elu", "x, alpha=1.0", fn_act, ACT_ELU}, {"softplus", "x, beta=1.0, threshold=20.0", fn_act, ACT_SOFTPLUS},
+    {"mish", "x", fn_act, ACT_MISH}, {"hardswish", "x", fn_act, ACT_HARDSWISH}, {"hardsigmoid", "x", fn_act, ACT_HARDSIGMOID},
     {"maximum", "x, y", fn_binary, 0}, {"minimum", "x, y", fn_binary, 1}, {"pow", "x, y", fn_binary, 2},
     {"clamp", "x, min=none, max=none", fn_clamp, 0},
     {"where", "condition, x, y", fn_where, 0},
@@ -578,6 +770,7 @@ static const Function functions[] = {
     {"sum", "x, axis|dim=none, keepdim=false", fn_reduce, 0}, {"mean", "x, axis|dim=none, keepdim=false", fn_reduce, 1},
     {"max", "x, axis|dim=none, keepdim=false", fn_reduce, 2}, {"min", "x, axis|dim=none, keepdim=false", fn_reduce, 3},
     {"var", "x, axis|dim=none, keepdim=false, unbiased=true", fn_reduce, 4},
+    {"std", "x, axis|dim=none, keepdim=false, unbiased=true", fn_reduce, 5},
     {"argmax", "x, axis|dim=-1, keepdim=false", fn_argmax, 0},
     {"reshape", "x, *shape", fn_reshape, 0}, {"view", "x, *shape", fn_reshape, 0},
     {"flatten", "x, start|start_dim=1, end|end_dim=-1", fn_flatten, 0},
@@ -586,6 +779,12 @@ static const Function functions[] = {
     {"split", "x, size, axis|dim=-1", fn_split, 0}, {"chunk", "x, chunks, axis|dim=-1", fn_split, 1},
     {"concat", "*xs, axis|dim=0", fn_concat, 0}, {"cat", "*xs, axis|dim=0", fn_concat, 0},
     {"slice", "x, axis|dim, start=0, end=none, step=1", fn_slice, 0},
+    {"zeros", "*size", fn_fill, 0}, {"ones", "*size", fn_fill, 1}, {"full", "size, fill_value", fn_fill, 2},
+    {"zeros_like", "x|input", fn_fill_like, 0}, {"ones_like", "x|input", fn_fill_like, 1},
+    {"full_like", "x|input, fill_value", fn_fill_like, 2},
+    {"tril", "x|input, diagonal=0", fn_tri, 0}, {"triu", "x|input, diagonal=0", fn_tri, 1},
+    {"masked_fill", "x|input, mask, value", fn_masked_fill, 0}, {"expand", "x, *size", fn_expand, 0},
+    {"flip", "x|input, dims", fn_flip, 0}, {"stack", "*xs|tensors, axis|dim=0", fn_stack, 0},
     {"arange", "n", fn_arange, 0}, {"matmul", "x, y", fn_matmul, 0}, {"detach", "x", fn_detach, 0},
 };
 

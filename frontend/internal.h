@@ -147,6 +147,16 @@ NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, int stride, in
 NodeId comp_pool2d(IrBuilder *b, NodeId x, bool max, int k, int stride, int pad);
 NodeId comp_scalar_op(IrBuilder *b, Op op, NodeId x, double s, bool scalar_left);
 
+/* activations.c: PyTorch's activations (a0, a1: negative_slope, alpha, beta/threshold) */
+typedef enum {
+    ACT_RELU, ACT_SIGMOID, ACT_TANH, ACT_GELU, ACT_GELU_TANH, ACT_SILU, ACT_LEAKY_RELU, ACT_ELU,
+    ACT_SOFTPLUS, ACT_MISH, ACT_HARDSWISH, ACT_HARDSIGMOID
+} ActKind;
+NodeId comp_activation(IrBuilder *b, ActKind k, NodeId x, double a0, double a1);
+NodeId comp_floor_divide(IrBuilder *b, NodeId x, NodeId y, bool remainder);
+NodeId comp_tri(IrBuilder *b, NodeId x, int64_t diagonal, bool upper);
+NodeId comp_flip(IrBuilder *b, NodeId x, int axis);
+
 /* ---- built-in modules (builtins.c) ---- */
 #define BUILTIN_MAX_ARGS 8
 struct BuiltinModule {

@@ -306,6 +306,21 @@ static Value binary_numbers(Lower *L, AstId e, int op, Value a, Value b)
         ints = false;
         break;
     case TOK_POW: r = pow(x, y); ints = ints && y >= 0; break;
+    case TOK_FLOORDIV:
+    case TOK_PERCENT: /* Python's: floor division, and a remainder with the sign of y */
+        if (y == 0) {
+            lower_error(L, e, "%s by zero in a constant expression", op == TOK_FLOORDIV ? "floor division" : "modulo");
+            return value_error();
+        }
+        if (ints && fabs(x) < 9e15 && fabs(y) < 9e15) {
+            int64_t xi = (int64_t)x, yi = (int64_t)y, q = xi / yi;
+            if (xi % yi != 0 && (xi < 0) != (yi < 0)) q--;
+            r = op == TOK_FLOORDIV ? (double)q : (double)(xi - q * yi);
+        } else {
+            double q = floor(x / y);
+            r = op == TOK_FLOORDIV ? q : x - y * q;
+        }
+        break;
     case TOK_EQ: return (Value){.kind = V_BOOL, .num = x == y, .node = IR_NONE};
     case TOK_NE: return (Value){.kind = V_BOOL, .num = x != y, .node = IR_NONE};
     case TOK_LT: return (Value){.kind = V_BOOL, .num = x < y, .node = IR_NONE};
@@ -392,6 +407,18 @@ static Value lower_binary(Lower *L, Scope *s, int32_t inst, AstId e)
             return value_error();
         }
         NodeId r = ir_b_matmul(&L->b, a.node, b.node);
+        return r == IR_NONE ? lower_builder_error(L, e) : value_tensor(r);
+    }
+    if (op == TOK_FLOORDIV || op == TOK_PERCENT) {
+        /* a number takes the tensor's dtype, as for the other operators (comp_scalar_op) */
+        DType like = a.kind == V_TENSOR ? (DType)L->g->nodes[a.node].dtype : b.kind == V_TENSOR ? (DType)L->g->nodes[b.node].dtype : DT_I64;
+        bool fa = a.kind == V_NUM && !a.is_int, fb = b.kind == V_NUM && !b.is_int;
+        if ((fa || fb) && !ir_dtype_is_float(like)) like = DT_F32;
+        NodeId x = a.kind == V_TENSOR ? a.node : lower_as_tensor(L, a, like);
+        NodeId y = b.kind == V_TENSOR ? b.node : lower_as_tensor(L, b, like);
+        if (x != IR_NONE && a.kind == V_NUM && a.is_int && !ir_dtype_is_float(like)) x = ir_b_cast(&L->b, x, like);
+        if (y != IR_NONE && b.kind == V_NUM && b.is_int && !ir_dtype_is_float(like)) y = ir_b_cast(&L->b, y, like);
+        NodeId r = x == IR_NONE || y == IR_NONE ? IR_NONE : comp_floor_divide(&L->b, x, y, op == TOK_PERCENT);
         return r == IR_NONE ? lower_builder_error(L, e) : value_tensor(r);
     }
     Op iop = token_op(op);
