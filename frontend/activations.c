@@ -2,8 +2,9 @@
  * expansions into primitive IR ops: the functional forms (silu, elu, ...) and the
  * activation modules (SiLU(), ELU(), ...) both build through comp_activation, so the two
  * spellings cannot drift apart. Also floor division and remainder (// and %), tril/triu
- * and flip. Branches that are not taken are kept finite (exp of min(x, 0), not of x), so a
- * where() never multiplies a zero gradient by an infinity. Each function returns IR_NONE
+ * and flip. Branches that are not taken are kept finite (exp of where(x > 0, 0, x), not of
+ * x), so a where() never multiplies a zero gradient by an infinity; the same condition picks
+ * both, so the gradient at the switch point is PyTorch's. Each function returns IR_NONE
  * when the builder rejects a step (its message is in b->err). */
 #include "internal.h"
 
@@ -33,10 +34,11 @@ static NodeId sel(IrBuilder *b, NodeId c, NodeId x, NodeId y)
 static NodeId softplus(IrBuilder *b, NodeId x, double beta, double threshold)
 {
     NodeId bx = beta == 1.0 ? x : sc(b, OP_MUL, x, beta);
-    NodeId e = un(b, OP_EXP, sc(b, OP_MIN, bx, threshold));
-    NodeId l = un(b, OP_LOG, sc(b, OP_ADD, e, 1.0));
+    NodeId big = sc(b, OP_GT, bx, threshold);
+    NodeId capped = sel(b, big, bx == IR_NONE ? IR_NONE : ir_b_full(b, threshold, dtype_of(b, bx), &b->g->nodes[bx].shape), bx);
+    NodeId l = un(b, OP_LOG, sc(b, OP_ADD, un(b, OP_EXP, capped), 1.0));
     if (beta != 1.0) l = sc(b, OP_DIV, l, beta);
-    return sel(b, sc(b, OP_GT, bx, threshold), x, l);
+    return sel(b, big, x, l);
 }
 
 NodeId comp_activation(IrBuilder *b, ActKind k, NodeId x, double a0, double a1)
@@ -53,9 +55,11 @@ NodeId comp_activation(IrBuilder *b, ActKind k, NodeId x, double a0, double a1)
     case ACT_SILU: return bin(b, OP_MUL, x, un(b, OP_SIGMOID, x));
     case ACT_LEAKY_RELU: /* x > 0 ? x : slope x; the gradient at 0 is slope, as PyTorch's */
         return sel(b, sc(b, OP_GT, x, 0.0), x, sc(b, OP_MUL, x, a0));
-    case ACT_ELU: { /* x > 0 ? x : alpha (exp(x) - 1) */
-        NodeId neg = sc(b, OP_MUL, sc(b, OP_SUB, un(b, OP_EXP, sc(b, OP_MIN, x, 0.0)), 1.0), a0);
-        return sel(b, sc(b, OP_GT, x, 0.0), x, neg);
+    case ACT_ELU: { /* x > 0 ? x : alpha (exp(x) - 1); the gradient at 0 is alpha, as PyTorch's */
+        NodeId pos = sc(b, OP_GT, x, 0.0);
+        NodeId z = sel(b, pos, x == IR_NONE ? IR_NONE : ir_b_const(b, 0.0, dtype_of(b, x)), x);
+        NodeId neg = sc(b, OP_MUL, sc(b, OP_SUB, un(b, OP_EXP, z), 1.0), a0);
+        return sel(b, pos, x, neg);
     }
     case ACT_SOFTPLUS: return softplus(b, x, a0, a1);
     case ACT_MISH: return bin(b, OP_MUL, x, un(b, OP_TANH, softplus(b, x, 1.0, 20.0)));

@@ -165,8 +165,10 @@ bool lower_bind_args(Lower *L, Scope *s, int32_t inst, AstId call, const char *f
             StrBuf sg;
             sb_init(&sg);
             sig_format(&sg, fname, ps, np);
-            lower_error(L, a, "%s takes at most %d positional argument%s, found %d (expected %s)", fname, maxpos, maxpos == 1 ? "" : "s",
-                        total, sg.data);
+            if (maxpos == 0) lower_error(L, a, "%s takes no positional arguments, found %d (expected %s)", fname, total, sg.data);
+            else
+                lower_error(L, a, "%s takes at most %d positional argument%s, found %d (expected %s)", fname, maxpos, maxpos == 1 ? "" : "s",
+                            total, sg.data);
             sb_free(&sg);
             return false;
         }

@@ -12,7 +12,7 @@
 static Inst *I(Lower *L, int32_t inst) { return &L->insts[inst]; }
 static AstId arg_at(Lower *L, int32_t inst, int i, AstId dflt)
 {
-    AstId a = I(L, inst)->args[i].count;
+    AstId a = I(L, inst)->args_at[i];
     return a > 0 ? a : dflt;
 }
 
@@ -57,7 +57,7 @@ static bool arg_bool(Lower *L, int32_t inst, int i, AstId at, bool *out)
  * where each argument came from, and the call itself for a default. */
 static bool arg_written(Lower *L, int32_t inst, int i, AstId call)
 {
-    AstId a = I(L, inst)->args[i].count;
+    AstId a = I(L, inst)->args_at[i];
     return a > 0 && a != call;
 }
 
@@ -105,8 +105,8 @@ static int32_t child(Lower *L, int32_t parent, const char *name, const char *typ
         else if (!strcmp(bm->defaults[i], "true") || !strcmp(bm->defaults[i], "false"))
             v = (Value){.kind = V_BOOL, .num = bm->defaults[i][0] == 't', .node = IR_NONE};
         else v = value_num(strtod(bm->defaults[i], NULL), !strpbrk(bm->defaults[i], ".eE"));
-        v.count = 0;
         L->insts[id].args[i] = v;
+        L->insts[id].args_at[i] = 0;
     }
     if (!bm->create(L, id, at)) return -1;
     Value mv = {.kind = V_MODULE, .idx = id, .node = IR_NONE};
@@ -155,19 +155,55 @@ static Value linear_apply(Lower *L, int32_t inst, const Value *args, int nargs, 
     return result(L, comp_linear(&L->b, x, w, b), at);
 }
 
-/* ---- Conv2d ---- */
+/* ---- Conv2d, Conv1d ---- */
+
+/* Argument i as a size per spatial axis: one integer for all n axes, or a list of n
+ * (Conv2d's kernel_size = [3, 5], as PyTorch's tuples). */
+static bool arg_sizes(Lower *L, int32_t inst, int i, AstId at, int64_t lo, int64_t hi, int n, int64_t *out)
+{
+    Value v = I(L, inst)->args[i];
+    if (v.kind != V_TUPLE) {
+        if (!arg_int(L, inst, i, at, lo, hi, &out[0])) return false;
+        for (int k = 1; k < n; k++) out[k] = out[0];
+        return true;
+    }
+    const BuiltinModule *bm = I(L, inst)->builtin;
+    AstId where = arg_at(L, inst, i, at);
+    if (v.count != n) {
+        lower_error(L, where, "%s(%s) takes one integer or a list of %d, found a list of %d", bm->name, bm->args[i], n, v.count);
+        return false;
+    }
+    char what[80];
+    snprintf(what, sizeof what, "%s(%s)", bm->name, bm->args[i]);
+    for (int k = 0; k < n; k++) {
+        if (!value_int(L, L->seq[v.idx + k], where, what, &out[k])) return false;
+        if (out[k] < lo || out[k] > hi) {
+            lower_error(L, where, "%s must be between %lld and %lld, found %lld", what, (long long)lo, (long long)hi, (long long)out[k]);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* kernel, stride, padding, dilation of a ConvNd (n = 1 or 2) */
+static bool conv_args(Lower *L, int32_t inst, AstId at, int n, int64_t k[2], int64_t st[2], int64_t pad[2], int64_t dil[2])
+{
+    return arg_sizes(L, inst, 2, at, 1, 1024, n, k) && arg_sizes(L, inst, 3, at, 1, 1024, n, st) &&
+           arg_sizes(L, inst, 4, at, 0, 1024, n, pad) && arg_sizes(L, inst, 5, at, 1, 1024, n, dil);
+}
 
 static bool conv_create(Lower *L, int32_t inst, AstId at)
 {
-    int64_t cin, cout, k, stride, pad, dil;
+    int n = I(L, inst)->type[4] == '1' ? 1 : 2;
+    int64_t cin, cout, k[2], st[2], pad[2], dil[2];
     bool bias;
     if (!arg_int(L, inst, 0, at, 1, MAXD, &cin) || !arg_int(L, inst, 1, at, 1, MAXD, &cout) ||
-        !arg_int(L, inst, 2, at, 1, 1024, &k) || !arg_int(L, inst, 3, at, 1, 1024, &stride) ||
-        !arg_int(L, inst, 4, at, 0, 1024, &pad) || !arg_int(L, inst, 5, at, 1, 1024, &dil) || !arg_bool(L, inst, 6, at, &bias))
+        !conv_args(L, inst, at, n, k, st, pad, dil) || !arg_bool(L, inst, 6, at, &bias))
         return false;
-    double bound = 1.0 / sqrt((double)(cin * k * k));
-    Dim d[4] = {ir_dim_const(cout), ir_dim_const(cin), ir_dim_const(k), ir_dim_const(k)};
-    Shape w = ir_shape_make(4, d), b = shape1(cout);
+    int64_t fan = cin * k[0] * (n == 2 ? k[1] : 1);
+    double bound = 1.0 / sqrt((double)fan);
+    Dim d[4] = {ir_dim_const(cout), ir_dim_const(cin), ir_dim_const(k[0]), ir_dim_const(k[1])};
+    Shape w = ir_shape_make(2 + n, d), b = shape1(cout);
     if (lower_param(L, inst, "weight", &w, INIT_UNIFORM, -bound, bound, true, at) == IR_NONE) return false;
     if (bias && lower_param(L, inst, "bias", &b, INIT_UNIFORM, -bound, bound, true, at) == IR_NONE) return false;
     return true;
@@ -177,11 +213,36 @@ static Value conv_apply(Lower *L, int32_t inst, const Value *args, int nargs, As
 {
     NodeId x = one_input(L, inst, args, nargs, at);
     if (x == IR_NONE) return value_error();
-    int64_t stride, pad, dil;
-    arg_int(L, inst, 3, at, 1, 1024, &stride);
-    arg_int(L, inst, 4, at, 0, 1024, &pad);
-    arg_int(L, inst, 5, at, 1, 1024, &dil);
-    return result(L, comp_conv2d(&L->b, x, member_node(L, inst, "weight"), member_node(L, inst, "bias"), (int)stride, (int)pad, (int)dil), at);
+    int n = I(L, inst)->type[4] == '1' ? 1 : 2;
+    int64_t k[2], st[2], pad[2], dil[2];
+    conv_args(L, inst, at, n, k, st, pad, dil);
+    NodeId w = member_node(L, inst, "weight"), bias = member_node(L, inst, "bias");
+    if (n == 2) {
+        int s2[2] = {(int)st[0], (int)st[1]}, p2[2] = {(int)pad[0], (int)pad[1]}, d2[2] = {(int)dil[0], (int)dil[1]};
+        return result(L, comp_conv2d(&L->b, x, w, bias, s2, p2, d2), at);
+    }
+    /* Conv1d: [N, C, L] as an image of one row, [N, C, 1, L], with a [O, C, 1, K] kernel. */
+    Shape xs = L->g->nodes[x].shape, ws = L->g->nodes[w].shape;
+    if (xs.rank != 3 || !ir_dim_eq(xs.d[1], ws.d[1])) {
+        StrBuf t;
+        sb_init(&t);
+        ir_shape_format(&t, L->g, &xs);
+        lower_error(L, at, "Conv1d '%s' expects [N, %lld, L], found %s", I(L, inst)->path, (long long)ws.d[1].k, t.data);
+        sb_free(&t);
+        return value_error();
+    }
+    IrBuilder *b = &L->b;
+    Dim x4[4] = {xs.d[0], xs.d[1], ir_dim_const(1), xs.d[2]}, w4[4] = {ws.d[0], ws.d[1], ir_dim_const(1), ws.d[2]};
+    Shape xs4 = ir_shape_make(4, x4), ws4 = ir_shape_make(4, w4);
+    NodeId xr = ir_b_reshape(b, x, &xs4), wr = ir_b_reshape(b, w, &ws4);
+    if (xr == IR_NONE || wr == IR_NONE) return lower_builder_error(L, at);
+    int s2[2] = {1, (int)st[0]}, p2[2] = {0, (int)pad[0]}, d2[2] = {1, (int)dil[0]};
+    NodeId y = comp_conv2d(b, xr, wr, bias, s2, p2, d2);
+    if (y == IR_NONE) return lower_builder_error(L, at);
+    Shape ys = L->g->nodes[y].shape;
+    Dim o3[3] = {ys.d[0], ys.d[1], ys.d[3]};
+    Shape os = ir_shape_make(3, o3);
+    return result(L, ir_b_reshape(b, y, &os), at);
 }
 
 /* ---- pooling ---- */
@@ -235,12 +296,15 @@ static Value bn_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstI
     if (x == IR_NONE) return value_error();
     const Shape *xs = &L->g->nodes[x].shape;
     NodeId rm = member_node(L, inst, "running_mean"), rv = member_node(L, inst, "running_var");
-    if (xs->rank != 4 || !ir_dim_eq(xs->d[1], L->g->nodes[rm].shape.d[0])) {
+    bool one_d = !strcmp(I(L, inst)->type, "BatchNorm1d"); /* [N, C] or [N, C, L] */
+    int rank = xs->rank;
+    if ((one_d ? rank != 2 && rank != 3 : rank != 4) || !ir_dim_eq(xs->d[1], L->g->nodes[rm].shape.d[0])) {
         StrBuf t;
         sb_init(&t);
         ir_shape_format(&t, L->g, xs);
-        lower_error(L, at, "BatchNorm2d '%s' expects [N, %lld, H, W], found %s", I(L, inst)->path,
-                    (long long)L->g->nodes[rm].shape.d[0].k, t.data);
+        long long c = (long long)L->g->nodes[rm].shape.d[0].k;
+        if (one_d) lower_error(L, at, "BatchNorm1d '%s' expects [N, %lld] or [N, %lld, L], found %s", I(L, inst)->path, c, c, t.data);
+        else lower_error(L, at, "BatchNorm2d '%s' expects [N, %lld, H, W], found %s", I(L, inst)->path, c, t.data);
         sb_free(&t);
         return value_error();
     }
@@ -250,12 +314,12 @@ static Value bn_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstI
     IrBuilder *b = &L->b;
     if (!ir_dtype_is_float((DType)L->g->nodes[x].dtype)) x = ir_b_cast(b, x, DT_F32);
     Dim cd[4] = {ir_dim_const(1), L->g->nodes[rm].shape.d[0], ir_dim_const(1), ir_dim_const(1)};
-    Shape c11 = ir_shape_make(4, cd);
+    Shape c11 = ir_shape_make(rank, cd);
     NodeId mean, var;
     if (L->g->mode == MODE_TRAIN) {
         /* Batch statistics (biased variance) normalise; the running statistics are updated
          * with the unbiased variance, exactly as torch.nn.BatchNorm2d does in train(). */
-        uint64_t axes = 1 | 4 | 8;
+        uint64_t axes = ((UINT64_C(1) << rank) - 1) & ~UINT64_C(2); /* every axis but the channels' */
         mean = comp_mean(b, x, axes, true);
         var = comp_var(b, x, axes, true, false);
         NodeId uvar = comp_var(b, x, axes, false, true);
@@ -480,6 +544,267 @@ static Value attn_apply(Lower *L, int32_t inst, const Value *args, int nargs, As
     return result(L, comp_dropout(b, pr.node, p, L->g->mode == MODE_TRAIN), at);
 }
 
+/* ---- activation modules, Identity, Flatten ---- */
+
+static const struct {
+    const char *name;
+    ActKind kind;
+} act_modules[] = {
+    {"ReLU", ACT_RELU}, {"Sigmoid", ACT_SIGMOID}, {"Tanh", ACT_TANH}, {"GELU", ACT_GELU}, {"SiLU", ACT_SILU},
+    {"LeakyReLU", ACT_LEAKY_RELU}, {"ELU", ACT_ELU}, {"Softplus", ACT_SOFTPLUS}, {"Mish", ACT_MISH},
+    {"Hardswish", ACT_HARDSWISH}, {"Hardsigmoid", ACT_HARDSIGMOID},
+};
+
+static int act_index(const char *type)
+{
+    for (int i = 0; i < (int)(sizeof act_modules / sizeof act_modules[0]); i++)
+        if (!strcmp(act_modules[i].name, type)) return i;
+    return -1;
+}
+
+/* The module's numeric arguments (negative_slope, alpha, beta and threshold), checked;
+ * GELU's approximate: "none" or "tanh". */
+static bool act_args(Lower *L, int32_t inst, AstId at, ActKind *k, double p[2])
+{
+    const BuiltinModule *bm = I(L, inst)->builtin;
+    *k = act_modules[act_index(bm->name)].kind;
+    p[0] = p[1] = 0;
+    if (*k == ACT_GELU) {
+        Value v = I(L, inst)->args[0];
+        if (v.kind == V_STR && !strcmp(v.str, "tanh")) *k = ACT_GELU_TANH;
+        else if (v.kind != V_NONE && !(v.kind == V_STR && !strcmp(v.str, "none"))) {
+            lower_error(L, arg_at(L, inst, 0, at), "GELU(approximate) must be \"none\" (the exact erf form, the default) or \"tanh\"");
+            return false;
+        }
+        return true;
+    }
+    for (int i = 0; i < 2 && bm->args[i]; i++)
+        if (!arg_num(L, inst, i, at, -1e30, 1e30, &p[i])) return false;
+    if (*k == ACT_SOFTPLUS && p[0] == 0) {
+        lower_error(L, arg_at(L, inst, 0, at), "Softplus(beta) must not be 0");
+        return false;
+    }
+    return true;
+}
+
+static bool act_create(Lower *L, int32_t inst, AstId at)
+{
+    ActKind k;
+    double p[2];
+    return act_args(L, inst, at, &k, p);
+}
+
+static Value act_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstId at)
+{
+    NodeId x = one_input(L, inst, args, nargs, at);
+    if (x == IR_NONE) return value_error();
+    ActKind k;
+    double p[2];
+    act_args(L, inst, at, &k, p);
+    return result(L, comp_activation(&L->b, k, x, p[0], p[1]), at);
+}
+
+static bool nothing_create(Lower *L, int32_t inst, AstId at) { return true; }
+
+static Value identity_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstId at)
+{
+    NodeId x = one_input(L, inst, args, nargs, at);
+    return x == IR_NONE ? value_error() : value_tensor(x);
+}
+
+static bool flatten_create(Lower *L, int32_t inst, AstId at)
+{
+    int64_t a, b;
+    return arg_int(L, inst, 0, at, -IR_MAX_RANK, IR_MAX_RANK - 1, &a) && arg_int(L, inst, 1, at, -IR_MAX_RANK, IR_MAX_RANK - 1, &b);
+}
+
+static Value flatten_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstId at)
+{
+    NodeId x = one_input(L, inst, args, nargs, at);
+    if (x == IR_NONE) return value_error();
+    int64_t a0, b0;
+    arg_int(L, inst, 0, at, -IR_MAX_RANK, IR_MAX_RANK - 1, &a0);
+    arg_int(L, inst, 1, at, -IR_MAX_RANK, IR_MAX_RANK - 1, &b0);
+    const Shape xs = L->g->nodes[x].shape;
+    int st = ir_b_axis(&L->b, "Flatten", a0, xs.rank), en = ir_b_axis(&L->b, "Flatten", b0, xs.rank);
+    if (st < 0 || en < 0) return lower_builder_error(L, at);
+    if (en < st) {
+        lower_error(L, at, "Flatten '%s': start_dim %d is after end_dim %d", I(L, inst)->path, st, en);
+        return value_error();
+    }
+    Shape s = ir_shape_make(0, NULL);
+    for (int i = 0; i < st; i++) s.d[s.rank++] = xs.d[i];
+    Dim p = ir_dim_const(1);
+    for (int i = st; i <= en; i++)
+        if (!ir_dim_mul(p, xs.d[i], &p)) {
+            lower_error(L, at, "Flatten '%s': too many symbolic sizes in one dimension", I(L, inst)->path);
+            return value_error();
+        }
+    s.d[s.rank++] = p;
+    for (int i = en + 1; i < xs.rank; i++) s.d[s.rank++] = xs.d[i];
+    return result(L, ir_b_reshape(&L->b, x, &s), at);
+}
+
+/* ---- RMSNorm, GroupNorm ---- */
+
+static bool rms_create(Lower *L, int32_t inst, AstId at)
+{
+    int64_t c;
+    bool affine;
+    double eps = 0;
+    if (!arg_int(L, inst, 0, at, 1, MAXD, &c) || !arg_bool(L, inst, 2, at, &affine)) return false;
+    if (I(L, inst)->args[1].kind != V_NONE && !arg_num(L, inst, 1, at, 0, 1, &eps)) return false;
+    Shape s = shape1(c);
+    return !affine || lower_param(L, inst, "weight", &s, INIT_ONES, 0, 0, true, at) != IR_NONE;
+}
+
+static Value rms_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstId at)
+{
+    NodeId x = one_input(L, inst, args, nargs, at);
+    if (x == IR_NONE) return value_error();
+    int64_t c;
+    arg_int(L, inst, 0, at, 1, MAXD, &c);
+    /* eps = None is PyTorch's torch.finfo(x.dtype).eps: float32's */
+    double eps = 1.1920928955078125e-07;
+    if (I(L, inst)->args[1].kind != V_NONE) arg_num(L, inst, 1, at, 0, 1, &eps);
+    const Shape *xs = &L->g->nodes[x].shape;
+    if (xs->rank == 0 || !ir_dim_eq(xs->d[xs->rank - 1], ir_dim_const(c))) {
+        StrBuf t;
+        sb_init(&t);
+        ir_shape_format(&t, L->g, xs);
+        lower_error(L, at, "RMSNorm '%s' normalises a last axis of %lld, found %s", I(L, inst)->path, (long long)c, t.data);
+        sb_free(&t);
+        return value_error();
+    }
+    IrBuilder *b = &L->b;
+    if (!ir_dtype_is_float((DType)L->g->nodes[x].dtype)) x = ir_b_cast(b, x, DT_F32);
+    /* x / sqrt(mean(x^2) + eps) * weight */
+    int r = L->g->nodes[x].shape.rank;
+    NodeId ms = comp_mean(b, ir_b_binary(b, OP_MUL, x, x), UINT64_C(1) << (r - 1), true);
+    NodeId rms = ms == IR_NONE ? IR_NONE : ir_b_unary(b, OP_SQRT, comp_scalar_op(b, OP_ADD, ms, eps, false));
+    NodeId y = rms == IR_NONE ? IR_NONE : ir_b_binary(b, OP_DIV, x, rms);
+    NodeId w = member_node(L, inst, "weight");
+    if (y != IR_NONE && w != IR_NONE) y = ir_b_binary(b, OP_MUL, y, w);
+    return result(L, y, at);
+}
+
+static bool gn_create(Lower *L, int32_t inst, AstId at)
+{
+    int64_t g, c;
+    double eps;
+    bool affine;
+    if (!arg_int(L, inst, 0, at, 1, MAXD, &g) || !arg_int(L, inst, 1, at, 1, MAXD, &c) || !arg_num(L, inst, 2, at, 0, 1, &eps) ||
+        !arg_bool(L, inst, 3, at, &affine))
+        return false;
+    if (c % g) {
+        lower_error(L, arg_at(L, inst, 1, at), "GroupNorm: num_channels %lld is not divisible by num_groups %lld", (long long)c, (long long)g);
+        return false;
+    }
+    Shape s = shape1(c);
+    if (affine && (lower_param(L, inst, "weight", &s, INIT_ONES, 0, 0, true, at) == IR_NONE ||
+                   lower_param(L, inst, "bias", &s, INIT_ZEROS, 0, 0, true, at) == IR_NONE))
+        return false;
+    return true;
+}
+
+static Value gn_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstId at)
+{
+    NodeId x = one_input(L, inst, args, nargs, at);
+    if (x == IR_NONE) return value_error();
+    int64_t g, c;
+    double eps;
+    arg_int(L, inst, 0, at, 1, MAXD, &g);
+    arg_int(L, inst, 1, at, 1, MAXD, &c);
+    arg_num(L, inst, 2, at, 0, 1, &eps);
+    Shape xs = L->g->nodes[x].shape;
+    Dim rest = ir_dim_const(c / g);
+    bool ok = xs.rank >= 2 && ir_dim_eq(xs.d[1], ir_dim_const(c));
+    for (int i = 2; ok && i < xs.rank; i++) ok = ir_dim_mul(rest, xs.d[i], &rest);
+    if (!ok) {
+        StrBuf t;
+        sb_init(&t);
+        ir_shape_format(&t, L->g, &xs);
+        lower_error(L, at, "GroupNorm '%s' expects [N, %lld, ...], found %s", I(L, inst)->path, (long long)c, t.data);
+        sb_free(&t);
+        return value_error();
+    }
+    IrBuilder *b = &L->b;
+    /* [N, C, ...] -> [N, G, C/G * ...], normalised over its last axis (biased variance),
+     * then back, with a per-channel affine */
+    Dim gd[3] = {xs.d[0], ir_dim_const(g), rest};
+    Shape gs = ir_shape_make(3, gd);
+    NodeId xg = ir_b_reshape(b, x, &gs);
+    NodeId y = xg == IR_NONE ? IR_NONE : comp_layer_norm(b, xg, IR_NONE, IR_NONE, 1, eps);
+    y = y == IR_NONE ? IR_NONE : ir_b_reshape(b, y, &xs);
+    NodeId w = member_node(L, inst, "weight"), bb = member_node(L, inst, "bias");
+    Dim cd[IR_MAX_RANK];
+    for (int i = 0; i < xs.rank; i++) cd[i] = ir_dim_const(i == 1 ? c : 1);
+    Shape c1 = ir_shape_make(xs.rank, cd);
+    if (y != IR_NONE && w != IR_NONE) y = ir_b_binary(b, OP_MUL, y, ir_b_reshape(b, w, &c1));
+    if (y != IR_NONE && bb != IR_NONE) y = ir_b_binary(b, OP_ADD, y, ir_b_reshape(b, bb, &c1));
+    return result(L, y, at);
+}
+
+/* ---- AdaptiveAvgPool2d (output sizes that divide the input's) ---- */
+
+static bool adaptive_create(Lower *L, int32_t inst, AstId at)
+{
+    int64_t o[2];
+    return arg_sizes(L, inst, 0, at, 1, MAXD, 2, o);
+}
+
+static Value adaptive_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstId at)
+{
+    NodeId x = one_input(L, inst, args, nargs, at);
+    if (x == IR_NONE) return value_error();
+    int64_t o[2];
+    arg_sizes(L, inst, 0, at, 1, MAXD, 2, o);
+    Shape xs = L->g->nodes[x].shape;
+    bool ok = xs.rank == 4 || xs.rank == 3;
+    int h = xs.rank - 2;
+    for (int i = 0; ok && i < 2; i++)
+        ok = (o[i] == 1 && ir_dim_is_const(xs.d[h + i])) || (ir_dim_is_const(xs.d[h + i]) && xs.d[h + i].k % o[i] == 0);
+    if (!ok) {
+        StrBuf t;
+        sb_init(&t);
+        ir_shape_format(&t, L->g, &xs);
+        lower_error(L, at,
+                    "AdaptiveAvgPool2d '%s': output %lldx%lld must divide the input's fixed height and width, found %s (PyTorch's "
+                    "uneven windows are not supported)",
+                    I(L, inst)->path, (long long)o[0], (long long)o[1], t.data);
+        sb_free(&t);
+        return value_error();
+    }
+    /* [..., OH, H/OH, OW, W/OW], averaged over the window axes */
+    Shape ts = ir_shape_make(0, NULL);
+    for (int i = 0; i < h; i++) ts.d[ts.rank++] = xs.d[i];
+    for (int i = 0; i < 2; i++) {
+        ts.d[ts.rank++] = ir_dim_const(o[i]);
+        ts.d[ts.rank++] = ir_dim_const(xs.d[h + i].k / o[i]);
+    }
+    IrBuilder *b = &L->b;
+    NodeId t = ir_b_reshape(b, x, &ts);
+    uint64_t axes = UINT64_C(1) << (h + 1) | UINT64_C(1) << (h + 3);
+    return result(L, t == IR_NONE ? IR_NONE : comp_mean(b, t, axes, false), at);
+}
+
+/* ---- Sequential: its modules, applied in order (built by lower.c's instantiate) ---- */
+
+static Value seq_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstId at)
+{
+    if (nargs != 1) {
+        lower_error(L, at, "Sequential '%s' takes 1 input, found %d", I(L, inst)->path, nargs);
+        return value_error();
+    }
+    Value v = args[0];
+    for (int32_t i = 0; i < I(L, inst)->nmembers && v.kind != V_ERROR; i++) {
+        Value m = I(L, inst)->members[i].v;
+        if (m.kind != V_MODULE) continue;
+        v = lower_apply_module_value(L, m.idx, &v, 1, at);
+    }
+    return v;
+}
+
 /* ---- the table ---- */
 
 static const BuiltinModule builtins[] = {
@@ -487,13 +812,39 @@ static const BuiltinModule builtins[] = {
      "y = x @ weight.T + bias; weight [out, in] and bias ~ U(-1/sqrt(in), 1/sqrt(in))", linear_create, linear_apply},
     {"Conv2d", {"in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "bias"},
      {NULL, NULL, NULL, "1", "0", "1", "true"},
-     "2-D convolution (unfold + matmul); weight [out, in, k, k] and bias ~ U(-1/sqrt(in*k*k), +)", conv_create, conv_apply},
+     "2-D convolution (unfold + matmul); weight [out, in, kh, kw] and bias ~ U(-1/sqrt(in*kh*kw), +)", conv_create, conv_apply},
+    {"Conv1d", {"in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "bias"},
+     {NULL, NULL, NULL, "1", "0", "1", "true"},
+     "1-D convolution over [N, C, L] (as Conv2d over one row); weight [out, in, k] and bias ~ U(-1/sqrt(in*k), +)", conv_create,
+     conv_apply},
     {"MaxPool2d", {"kernel_size", "stride", "padding"}, {NULL, "0", "0"},
      "max over k x k windows; stride defaults to the kernel size", pool_create, pool_apply},
     {"AvgPool2d", {"kernel_size", "stride", "padding"}, {NULL, "0", "0"},
      "mean over k x k windows (padding counted); stride defaults to the kernel size", pool_create, pool_apply},
     {"BatchNorm2d", {"num_features", "eps", "momentum", "affine"}, {NULL, "1e-5", "0.1", "true"},
      "batch statistics in train mode, running statistics in eval; weight ones, bias zeros", bn_create, bn_apply},
+    {"BatchNorm1d", {"num_features", "eps", "momentum", "affine"}, {NULL, "1e-5", "0.1", "true"},
+     "over [N, C] or [N, C, L]: batch statistics in train mode, running statistics in eval", bn_create, bn_apply},
+    {"GroupNorm", {"num_groups", "num_channels", "eps", "affine"}, {NULL, NULL, "1e-5", "true"},
+     "normalises groups of channels of [N, C, ...]; weight ones, bias zeros per channel", gn_create, gn_apply},
+    {"RMSNorm", {"normalized_shape", "eps", "elementwise_affine"}, {NULL, "none", "true"},
+     "x / sqrt(mean(x^2, last axis) + eps) * weight; eps none = float32's epsilon; weight ones", rms_create, rms_apply},
+    {"AdaptiveAvgPool2d", {"output_size"}, {NULL}, "mean over windows of H/OH x W/OW (output sizes dividing the input's)",
+     adaptive_create, adaptive_apply},
+    {"ReLU", {NULL}, {NULL}, "relu(x)", nothing_create, act_apply},
+    {"Sigmoid", {NULL}, {NULL}, "sigmoid(x)", nothing_create, act_apply},
+    {"Tanh", {NULL}, {NULL}, "tanh(x)", nothing_create, act_apply},
+    {"GELU", {"approximate"}, {"none"}, "gelu(x, approximate)", act_create, act_apply},
+    {"SiLU", {NULL}, {NULL}, "silu(x) = x sigmoid(x)", nothing_create, act_apply},
+    {"LeakyReLU", {"negative_slope"}, {"0.01"}, "leaky_relu(x, negative_slope)", act_create, act_apply},
+    {"ELU", {"alpha"}, {"1.0"}, "elu(x, alpha)", act_create, act_apply},
+    {"Softplus", {"beta", "threshold"}, {"1.0", "20.0"}, "softplus(x, beta, threshold)", act_create, act_apply},
+    {"Mish", {NULL}, {NULL}, "mish(x) = x tanh(softplus(x))", nothing_create, act_apply},
+    {"Hardswish", {NULL}, {NULL}, "hardswish(x) = x relu6(x + 3) / 6", nothing_create, act_apply},
+    {"Hardsigmoid", {NULL}, {NULL}, "hardsigmoid(x) = relu6(x + 3) / 6", nothing_create, act_apply},
+    {"Identity", {NULL}, {NULL}, "x", nothing_create, identity_apply},
+    {"Flatten", {"start_dim", "end_dim"}, {"1", "-1"}, "flatten(x, start_dim, end_dim)", flatten_create, flatten_apply},
+    {"Sequential", {NULL}, {NULL}, "its modules applied in order; members named 0, 1, ... as nn.Sequential's", nothing_create, seq_apply},
     {"LayerNorm", {"normalized_shape", "eps", "elementwise_affine", "bias"}, {NULL, "1e-5", "true", "true"},
      "normalises the last axis; weight ones, bias zeros", ln_create, ln_apply},
     {"Embedding", {"num_embeddings", "embedding_dim"}, {NULL, NULL}, "weight[idx]; weight ~ N(0, 1)", emb_create, emb_apply},

@@ -277,7 +277,7 @@ NodeId comp_linear(IrBuilder *b, NodeId x, NodeId weight, NodeId bias)
     return bias == IR_NONE ? y : ir_b_binary(b, OP_ADD, y, bias);
 }
 
-NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, int stride, int pad, int dilation)
+NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, const int stride[2], const int pad[2], const int dilation[2])
 {
     Shape xshape = *shape_of(b, x), wshape = *shape_of(b, w);
     const Shape *xs = &xshape, *ws = &wshape;
@@ -299,11 +299,11 @@ NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, int stride, in
     }
     int64_t kh = ws->d[2].k, kw = ws->d[3].k;
     if (!ir_dtype_is_float(dtype_of(b, x))) x = ir_b_cast(b, x, DT_F32);
-    int64_t lo[4] = {0, 0, pad, pad}, hi[4] = {0, 0, pad, pad};
+    int64_t lo[4] = {0, 0, pad[0], pad[1]}, hi[4] = {0, 0, pad[0], pad[1]};
     NodeId xp = ir_b_pad(b, x, lo, hi, 0.0);
     TRY(xp);
     /* im2col + one GEMM per image: [O, C*KH*KW] @ [N, C*KH*KW, L] -> [N, O, L]. */
-    NodeId cols = ir_b_unfold(b, xp, (int)kh, (int)kw, stride, stride, dilation, dilation);
+    NodeId cols = ir_b_unfold(b, xp, (int)kh, (int)kw, stride[0], stride[1], dilation[0], dilation[1]);
     TRY(cols);
     Shape wf = ir_shape_make(2, NULL);
     wf.d[0] = ws->d[0];
@@ -325,8 +325,8 @@ NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, int stride, in
     }
     Shape pshape = *shape_of(b, xp);
     const Shape *ps = &pshape;
-    int64_t oh = (ps->d[2].k - (int64_t)dilation * (kh - 1) - 1) / stride + 1;
-    int64_t ow = (ps->d[3].k - (int64_t)dilation * (kw - 1) - 1) / stride + 1;
+    int64_t oh = (ps->d[2].k - (int64_t)dilation[0] * (kh - 1) - 1) / stride[0] + 1;
+    int64_t ow = (ps->d[3].k - (int64_t)dilation[1] * (kw - 1) - 1) / stride[1] + 1;
     Shape out = ir_shape_make(4, NULL);
     out.d[0] = xs->d[0];
     out.d[1] = ws->d[0];

@@ -36,6 +36,7 @@ typedef struct {
     AstId def;                    /* user module definition, or AST_NONE */
     const BuiltinModule *builtin; /* or NULL */
     Value args[8];                /* builtin arguments after defaults */
+    AstId args_at[8];             /* where each was written (the call for a default; 0 for a child's) */
     Member *members;
     int32_t nmembers, members_cap;
     StrMap member_index; /* name -> index in members */
@@ -88,6 +89,8 @@ typedef struct {
     int32_t nscopes, scopes_cap;
 } Lower;
 
+/* Applies module instance m (built-in or user) to argument values. */
+Value lower_apply_module_value(Lower *L, int32_t m, const Value *args, int nargs, AstId at);
 /* Evaluates an expression in scope s inside module instance inst. */
 Value lower_expr(Lower *L, Scope *s, int32_t inst, AstId e);
 
@@ -143,7 +146,7 @@ NodeId comp_mse(IrBuilder *b, NodeId x, NodeId y);
 NodeId comp_dropout(IrBuilder *b, NodeId x, double p, bool train);
 NodeId comp_layer_norm(IrBuilder *b, NodeId x, NodeId weight, NodeId bias, int nnorm, double eps);
 NodeId comp_linear(IrBuilder *b, NodeId x, NodeId weight, NodeId bias);
-NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, int stride, int pad, int dilation);
+NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, const int stride[2], const int pad[2], const int dilation[2]);
 NodeId comp_pool2d(IrBuilder *b, NodeId x, bool max, int k, int stride, int pad);
 NodeId comp_scalar_op(IrBuilder *b, Op op, NodeId x, double s, bool scalar_left);
 

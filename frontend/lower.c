@@ -534,10 +534,14 @@ static Value apply_module(Lower *L, Scope *s, int32_t inst, int32_t m, AstId e)
         if (args[nargs].kind == V_ERROR) return value_error();
         nargs++;
     }
-    if (mi->builtin) {
-        L->b.loc = n->loc;
-        return mi->builtin->apply(L, m, args, nargs, e);
-    }
+    L->b.loc = n->loc;
+    return lower_apply_module_value(L, m, args, nargs, e);
+}
+
+Value lower_apply_module_value(Lower *L, int32_t m, const Value *args, int nargs, AstId e)
+{
+    Inst *mi = &L->insts[m];
+    if (mi->builtin) return mi->builtin->apply(L, m, args, nargs, e);
     AstId fwd = mi->forward;
     if (fwd == AST_NONE) {
         lower_error(L, e, "module '%s' (%s) has no forward", mi->path, mi->type);
@@ -968,6 +972,41 @@ static Value instantiate(Lower *L, int32_t parent, const char *name, AstId e)
         v.count = -1; /* lower_param already made it a member */
         return v;
     }
+    if (!strcmp(type, "Sequential")) {
+        /* Sequential(Linear(784, 32), ReLU(), ...): members "0", "1", ... (state_dict keys
+         * net.0.weight, as nn.Sequential's), applied in order by builtins.c's seq_apply. */
+        int32_t m = lower_inst_new(L, parent, name, type, n->loc);
+        L->insts[m].builtin = builtin_find(type);
+        L->insts[m].scope = ps;
+        if (n->nkids < 2) {
+            lower_error(L, e, "Sequential needs at least one module, e.g. Sequential(Linear(784, 32), ReLU())");
+            return value_error();
+        }
+        for (int k = 1; k < n->nkids; k++) {
+            AstId a = ast_kid(L->ast, e, k);
+            if (ast_node(L->ast, a)->kind == AST_KWARG) {
+                lower_error(L, a, "Sequential takes modules by position, e.g. Sequential(Linear(784, 32), ReLU())");
+                return value_error();
+            }
+            const AstNode *an = ast_node(L->ast, a);
+            if (an->kind != AST_CALL || ast_node(L->ast, ast_kid(L->ast, a, 0))->kind != AST_NAME) {
+                lower_error(L, a, "Sequential takes modules, e.g. Linear(784, 32) or ReLU()");
+                return value_error();
+            }
+            const char *mt = ast_str(L->ast, ast_kid(L->ast, a, 0));
+            if (!strcmp(mt, "Parameter") || !strcmp(mt, "Buffer")) {
+                lower_error(L, a, "Sequential takes modules, not %s(...)", mt);
+                return value_error();
+            }
+            char idx[16];
+            snprintf(idx, sizeof idx, "%d", k - 1);
+            int errors = L->d->nerrors;
+            Value v = instantiate(L, m, idx, a);
+            if (v.kind != V_MODULE || L->d->nerrors > errors) return value_error();
+            lower_add_member(L, m, idx, v);
+        }
+        return (Value){.kind = V_MODULE, .idx = m, .node = IR_NONE};
+    }
     const BuiltinModule *bm = builtin_find(type);
     AstId def = bm ? AST_NONE : find_user_module(L, type);
     if (!bm && def == AST_NONE) {
@@ -987,7 +1026,7 @@ static Value instantiate(Lower *L, int32_t parent, const char *name, AstId e)
         L->insts[m].builtin = bm;
         L->insts[m].scope = ps;
         for (int i = 0; i < ba.n && i < 8; i++) L->insts[m].args[i] = ba.v[i];
-        for (int i = 0; i < ba.n && i < 8; i++) L->insts[m].args[i].count = ba.at[i]; /* where, for errors */
+        for (int i = 0; i < ba.n && i < 8; i++) L->insts[m].args_at[i] = ba.at[i]; /* where, for errors */
         if (!bm->create(L, m, e)) return value_error();
         return (Value){.kind = V_MODULE, .idx = m, .node = IR_NONE};
     }

@@ -162,6 +162,23 @@ static const ModuleCase module_cases[] = {
     {"tied_weights", "e = Embedding(6, 4)", "i: i32[2, 3]", "y = e(i) @ transpose(e.weight)"},
     {"checkpoint", "a = Linear(4, 4)\nb = Linear(4, 4)", "x: f32[2, 4]", "y = checkpoint(b(relu(a(x))))"},
     {"Parameter", "s = Parameter(4, init = normal(0, 1))", "x: f32[3, 4]", "y = x * s"},
+    /* issue 20: the modules a PyTorch user reaches for */
+    {"Sequential", "net = Sequential(Linear(4, 6), ReLU(), Linear(6, 3, bias = false), Tanh())", "x: f32[B, 4]", "y = net(x)"},
+    {"activation_modules",
+     "a = GELU()\nb = GELU(approximate = \"tanh\")\nc = SiLU()\nd = Sigmoid()\ne = LeakyReLU(0.2)\nf = ELU(alpha = 0.7)\n"
+     "g = Softplus(beta = 2)\nh = Mish()\ni = Hardswish()\nj = Hardsigmoid()\nk = Identity()",
+     "x: f32[3, 4]", "y = a(x) + b(x) + c(x) + d(x) + e(x) + f(x) + g(x) + h(x) + i(x * 4) + j(x * 4) + k(x)"},
+    {"Flatten", "net = Sequential(Flatten(), Linear(6, 2))", "x: f32[2, 2, 3]", "y = net(x)"},
+    {"Conv1d", "m = Conv1d(2, 3, 3, padding = 1)", "x: f32[2, 2, 6]", "y = m(x)"},
+    {"Conv1d_stride_dilation_nobias", "m = Conv1d(2, 3, 2, stride = 2, dilation = 2, bias = false)", "x: f32[1, 2, 9]", "y = m(x)"},
+    {"Conv2d_tuples", "m = Conv2d(2, 3, [3, 1], stride = [1, 2], padding = [1, 0], bias = false)", "x: f32[2, 2, 5, 6]", "y = m(x)"},
+    {"BatchNorm1d", "m = BatchNorm1d(3)", "x: f32[4, 3]", "y = m(x)"},
+    {"BatchNorm1d_3d", "m = BatchNorm1d(3, affine = false)", "x: f32[2, 3, 4]", "y = m(x)"},
+    {"GroupNorm", "m = GroupNorm(2, 4)", "x: f32[2, 4, 3, 2]", "y = m(x)"},
+    {"RMSNorm", "m = RMSNorm(5)", "x: f32[2, 3, 5]", "y = m(x)"},
+    {"RMSNorm_eps", "m = RMSNorm(5, eps = 1e-5, elementwise_affine = false)", "x: f32[2, 5]", "y = m(x)"},
+    {"AdaptiveAvgPool2d_1", "m = AdaptiveAvgPool2d(1)", "x: f32[2, 3, 4, 5]", "y = m(x)"},
+    {"AdaptiveAvgPool2d_divisible", "m = AdaptiveAvgPool2d([2, 3])", "x: f32[2, 3, 4, 6]", "y = m(x)"},
 };
 
 

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""torch_parity.py CASES.json — Kiln's values (written by tests/test_parity.c) against PyTorch.
+
+For each case: builds the same computation with torch.nn / torch.nn.functional, loads Kiln's
+weights with load_state_dict(strict=True) (so parameter names and layouts must be PyTorch's
+state_dict keys), and compares in float32: the forward output, the loss, every parameter and
+input gradient, buffer updates (BatchNorm's running statistics), and the loss after one
+torch.optim.SGD step (lr=0.1). A tensor matches when max|kiln - torch| <= 1e-5 * max|torch|
+(+ 1e-7 for tensors that are all but zero). Exits 77 (skipped) when PyTorch is absent."""
+import json
+import sys
+
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError:
+    print("SKIP: PyTorch is not installed (Debian: apt-get install python3-torch)")
+    sys.exit(77)
+
+RTOL = 1e-5
+
+
+def fn(f):
+    """A reference that is a function of the inputs only (no module)."""
+    return lambda: (None, lambda m, x: f(**x))
+
+
+def mod(build, apply=lambda m, x: m(x["x"])):
+    return lambda: (build(), apply)
+
+
+class Members(nn.Module):
+    """Named submodules, as a Kiln model's top-level members."""
+
+    def __init__(self, **kw):
+        super().__init__()
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
+def sequential_acts():
+    L = lambda: nn.Linear(5, 5)
+    return Members(net=nn.Sequential(L(), nn.SiLU(), L(), nn.Tanh(), L(), nn.Sigmoid(), L(), nn.LeakyReLU(0.1), L(), nn.ELU(),
+                                     L(), nn.Softplus(), L(), nn.Mish(), L(), nn.Hardswish(), L(), nn.GELU(approximate="tanh"),
+                                     nn.Flatten(), nn.Identity()))
+
+
+REFERENCES = {
+    "gelu": fn(lambda x: F.gelu(x)),
+    "gelu_tanh": fn(lambda x: F.gelu(x, approximate="tanh")),
+    "silu": fn(lambda x: F.silu(x)),
+    "leaky_relu": fn(lambda x: F.leaky_relu(x, 0.2)),
+    "elu": fn(lambda x: F.elu(x, alpha=0.7)),
+    "softplus": fn(lambda x: F.softplus(x * 3, beta=2, threshold=3)),
+    "mish": fn(lambda x: F.mish(x)),
+    "hardswish": fn(lambda x: F.hardswish(x * 4) + F.hardsigmoid(x * 4)),
+    "erf_sin_cos": fn(lambda x: torch.erf(x) + torch.sin(x) * torch.cos(x * 2)),
+    # torch.div(rounding_mode="floor"): x // 2 has no derivative in PyTorch 1.13 (Kiln's is zero)
+    "floor_divide": fn(lambda x: torch.div(x * 5, 2, rounding_mode="floor") + torch.remainder(x * 5, 1.5) + x),
+    "tril_triu": fn(lambda x: torch.tril(x, 1) + torch.triu(x, -1) * 2),
+    "masked_fill": fn(lambda x: x.masked_fill(x > 0.3, -2.0)),
+    "expand_flip_stack": fn(lambda x: torch.stack([x.expand(2, 3, 4), torch.flip(x.expand(2, 3, 4), [1, 2])], dim=1)),
+    "std": fn(lambda x: torch.std(x, 1, keepdim=True) * x + torch.std(x, unbiased=False)),
+    "Sequential": mod(lambda: Members(net=nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3), nn.GELU(),
+                                                        nn.Linear(3, 2, bias=False))), lambda m, x: m.net(x["x"])),
+    "activation_modules": mod(sequential_acts, lambda m, x: m.net(x["x"] * 3)),
+    "Conv1d": mod(lambda: Members(m=nn.Conv1d(3, 4, 3, stride=2, padding=1, dilation=1)), lambda m, x: m.m(x["x"])),
+    "Conv2d_tuples": mod(lambda: Members(m=nn.Conv2d(2, 3, (3, 2), stride=(2, 1), padding=(1, 0), bias=False)),
+                         lambda m, x: m.m(x["x"])),
+    "BatchNorm1d": mod(lambda: Members(m=nn.BatchNorm1d(4)), lambda m, x: m.m(x["x"])),
+    "BatchNorm1d_3d": mod(lambda: Members(m=nn.BatchNorm1d(3, momentum=0.2)), lambda m, x: m.m(x["x"])),
+    "GroupNorm": mod(lambda: Members(m=nn.GroupNorm(2, 4)), lambda m, x: m.m(x["x"])),
+    "RMSNorm": mod(lambda: Members(m=RMSNorm(6)), lambda m, x: m.m(x["x"])),
+    "AdaptiveAvgPool2d": mod(lambda: Members(m=nn.AdaptiveAvgPool2d(1), n=nn.AdaptiveAvgPool2d((2, 3))),
+                             lambda m, x: torch.cat([m.m(x["x"]).flatten(1), m.n(x["x"]).flatten(1)], dim=1)),
+}
+
+
+class RMSNorm(nn.Module):
+    """torch.nn.RMSNorm (PyTorch 2.4) for PyTorch 1.13: x * rsqrt(mean(x^2) + eps) * weight,
+    eps None = torch.finfo(x.dtype).eps, as torch.nn.functional.rms_norm computes it."""
+
+    def __init__(self, n, eps=None):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(n))
+
+    def forward(self, x):
+        eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * self.weight
+
+
+DTYPES = {"f32": torch.float32, "f64": torch.float64, "i64": torch.int64, "i32": torch.int32, "u8": torch.uint8,
+          "bool": torch.bool}
+
+
+def tensor(t):
+    return torch.tensor(t["data"], dtype=torch.float64).reshape(t["shape"]).to(DTYPES[t["dtype"]])
+
+
+def compare(case, what, kiln, ref):
+    kiln = torch.as_tensor(kiln, dtype=torch.float64).reshape(ref.shape)
+    ref = ref.detach().to(torch.float64)
+    err = (kiln - ref).abs().max().item() if ref.numel() else 0.0
+    scale = ref.abs().max().item() if ref.numel() else 0.0
+    ok = err <= RTOL * scale + 1e-7
+    if not ok:
+        print(f"FAIL {case}: {what}: differs by {err:.3g} (largest element {scale:.3g}, allowed {RTOL * scale + 1e-7:.3g})")
+    return ok
+
+
+def loss_of(y, cubic):
+    return (y * y * y / 3 + y).sum() if cubic else (y * y / 2 + y).sum()
+
+
+def run(case):
+    module, apply = REFERENCES[case["name"]]()
+    params = {p["name"]: tensor(p) for p in case["params"]}
+    inputs = {t["name"]: tensor(t) for t in case["inputs"]}
+    for t in case["inputs"]:
+        if inputs[t["name"]].is_floating_point():
+            inputs[t["name"]].requires_grad_(True)
+    if module is not None:
+        module.load_state_dict(params, strict=True)
+        module.train()
+    elif params:
+        raise SystemExit(f"{case['name']}: parameters without a module")
+    y = apply(module, inputs)
+    loss = loss_of(y, case["cubic"])
+    loss.backward()
+    ok = compare(case["name"], "y", case["y"]["data"], y)
+    ok &= compare(case["name"], "loss", [case["loss"]], loss.reshape(1))
+    named = dict(module.named_parameters()) if module is not None else {}
+    for g in case["grads"]:
+        ref = named[g["name"]].grad if g["name"] in named else inputs[g["name"]].grad
+        ok &= compare(case["name"], f"gradient of {g['name']}", g["data"], ref)
+    buffers = dict(module.named_buffers()) if module is not None else {}
+    for u in case["updates"]:
+        ok &= compare(case["name"], f"update of {u['name']}", u["data"], buffers[u["name"]])
+    if module is not None and any(p.requires_grad for p in module.parameters()):
+        opt = torch.optim.SGD(module.parameters(), lr=0.1)
+        opt.step()
+        with torch.no_grad():
+            ok &= compare(case["name"], "loss after one SGD step", [case["loss_after_step"]],
+                          loss_of(apply(module, {k: v.detach() for k, v in inputs.items()}), case["cubic"]).reshape(1))
+    print(f"{'ok  ' if ok else 'FAIL'} {case['name']}")
+    return ok
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        cases = json.load(f)["cases"]
+    torch.manual_seed(0)
+    ok = all([run(c) for c in cases])
+    print(f"PyTorch {torch.__version__}: {len(cases)} cases, {'all match' if ok else 'MISMATCH'}")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+/* test_parity.c — issue 20's functions, modules and losses against PyTorch itself.
+ *
+ * Each case below is a small model; Kiln computes, in its reference interpreter (whose
+ * every kernel the generated C is checked against by test_codegen.c), the forward output y,
+ * the loss sum(y * y / 2 + y) (or the case's own loss), the gradients of every trainable
+ * parameter and float input, the buffers' updates, and the loss after one SGD step
+ * (lr = 0.1) on the parameters. The values, the weights under their state_dict names and the
+ * inputs go to a JSON file that tests/parity/torch_parity.py reads: it builds the same
+ * module with torch.nn / torch.nn.functional, loads the weights with
+ * load_state_dict(strict = True) (so the parameter names and layouts are PyTorch's), and
+ * compares everything in float32 within a relative 1e-5 (of each tensor's largest
+ * element). Without PyTorch (Debian's python3-torch) the test is skipped with a message. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "../frontend/frontend.h"
+#include "../passes/passes.h"
+#include "support.h"
+
+typedef struct {
+    const char *name;    /* the key of its reference in torch_parity.py */
+    const char *members; /* module members, or "" */
+    const char *inputs;  /* forward inputs */
+    const char *body;    /* statements assigning y */
+    bool cubic;          /* loss sum(y^3 / 3 + y), not sum(y^2 / 2 + y): a normalisation's input
+                            gradient of the latter is zero up to rounding (it is linear in y) */
+} ParityCase;
+
+static const ParityCase cases[] = {
+    /* functions */
+    {"gelu", "", "x: f32[3, 5]", "y = gelu(x)", false},
+    {"gelu_tanh", "", "x: f32[3, 5]", "y = gelu(x, approximate = \"tanh\")", false},
+    {"silu", "", "x: f32[3, 5]", "y = silu(x)", false},
+    {"leaky_relu", "", "x: f32[3, 5]", "y = leaky_relu(x, 0.2)", false},
+    {"elu", "", "x: f32[3, 5]", "y = elu(x, alpha = 0.7)", false},
+    {"softplus", "", "x: f32[3, 5]", "y = softplus(x * 3, beta = 2, threshold = 3)", false},
+    {"mish", "", "x: f32[3, 5]", "y = mish(x)", false},
+    {"hardswish", "", "x: f32[3, 5]", "y = hardswish(x * 4) + hardsigmoid(x * 4)", false},
+    {"erf_sin_cos", "", "x: f32[3, 5]", "y = erf(x) + sin(x) * cos(x * 2)", false},
+    {"floor_divide", "", "x: f32[3, 5]", "y = x * 5 // 2 + (x * 5) % 1.5 + x", false},
+    {"tril_triu", "", "x: f32[2, 3, 4]", "y = tril(x, 1) + triu(x, -1) * 2", false},
+    {"masked_fill", "", "x: f32[3, 5]", "y = masked_fill(x, x > 0.3, -2.0)", false},
+    {"expand_flip_stack", "", "x: f32[3, 1]", "y = stack([expand(x, 2, 3, 4), flip(expand(x, 2, 3, 4), [1, 2])], dim = 1)",
+     false},
+    {"std", "", "x: f32[3, 5]", "y = std(x, 1, keepdim = true) * x + std(x, unbiased = false)", false},
+    /* modules */
+    {"Sequential", "net = Sequential(Linear(6, 8), ReLU(), Linear(8, 3), GELU(), Linear(3, 2, bias = false))", "x: f32[4, 6]",
+     "y = net(x)", false},
+    {"activation_modules",
+     "net = Sequential(Linear(5, 5), SiLU(), Linear(5, 5), Tanh(), Linear(5, 5), Sigmoid(), Linear(5, 5), LeakyReLU(0.1), "
+     "Linear(5, 5), ELU(), Linear(5, 5), Softplus(), Linear(5, 5), Mish(), Linear(5, 5), Hardswish(), Linear(5, 5), "
+     "GELU(approximate = \"tanh\"), Flatten(), Identity())",
+     "x: f32[3, 5]", "y = net(x * 3)", false},
+    {"Conv1d", "m = Conv1d(3, 4, 3, stride = 2, padding = 1, dilation = 1)", "x: f32[2, 3, 9]", "y = m(x)", false},
+    {"Conv2d_tuples", "m = Conv2d(2, 3, [3, 2], stride = [2, 1], padding = [1, 0], bias = false)", "x: f32[2, 2, 6, 5]", "y = m(x)",
+     false},
+    {"BatchNorm1d", "m = BatchNorm1d(4)", "x: f32[5, 4]", "y = m(x)", true},
+    {"BatchNorm1d_3d", "m = BatchNorm1d(3, momentum = 0.2)", "x: f32[2, 3, 4]", "y = m(x)", true},
+    {"GroupNorm", "m = GroupNorm(2, 4)", "x: f32[2, 4, 3, 2]", "y = m(x)", true},
+    {"RMSNorm", "m = RMSNorm(6)", "x: f32[2, 3, 6]", "y = m(x)", true},
+    {"AdaptiveAvgPool2d", "m = AdaptiveAvgPool2d(1)\nn = AdaptiveAvgPool2d([2, 3])", "x: f32[2, 3, 4, 6]",
+     "y = concat(flatten(m(x)), flatten(n(x)), dim = 1)", false},
+};
+
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+static void case_text(char *buf, size_t n, const ParityCase *c)
+{
+    snprintf(buf, n, "model t\n%s\nforward(%s) -> y {\n %s\n}\nloss(y) = %s\n", c->members, c->inputs, c->body,
+             c->cubic ? "sum(y * y * y / 3 + y)" : "sum(y * y / 2 + y)");
+}
+
+static void put_array(StrBuf *o, const double *v, int64_t n)
+{
+    sb_putc(o, '[');
+    for (int64_t i = 0; i < n; i++) sb_printf(o, "%s%.17g", i ? ", " : "", v[i]);
+    sb_putc(o, ']');
+}
+
+static void put_tensor(StrBuf *o, const char *name, const ITensor *t, const char *dtype, bool trainable)
+{
+    sb_printf(o, "{\"name\": \"%s\", \"dtype\": \"%s\", \"trainable\": %s, \"shape\": [", name, dtype, trainable ? "true" : "false");
+    for (int i = 0; i < t->rank; i++) sb_printf(o, "%s%lld", i ? ", " : "", (long long)t->dims[i]);
+    sb_puts(o, "], \"data\": ");
+    put_array(o, t->data, t->n);
+    sb_putc(o, '}');
+}
+
+static NodeId output_node(const Graph *g, OutputKind kind, const char *name)
+{
+    for (int32_t k = 0; k < g->noutputs; k++)
+        if (g->outputs[k].kind == kind && (!name || !strcmp(ir_str(g, g->outputs[k].name), name))) return g->outputs[k].node;
+    return IR_NONE;
+}
+
+/* One case: its model, weights, inputs and Kiln's values, as a JSON object. */
+static void run_case(StrBuf *o, const ParityCase *c)
+{
+    char text[4096];
+    case_text(text, sizeof text, c);
+    Diag d;
+    diag_init(&d, NULL);
+    Model *m = frontend_compile(&d, "parity.kiln", text, strlen(text), MODE_TRAIN);
+    cr_assert(m, "%s does not compile:\n%s", c->name, d.out.data);
+    Graph *g = ir_graph_clone(m->graph);
+    StrBuf err;
+    sb_init(&err);
+    AutodiffOptions ao = {.wrt_inputs = true};
+    cr_assert_eq(pass_autodiff(g, &ao, &err), 0, "%s: %s", c->name, err.data);
+    Interp ip;
+    interp_init(&ip, g);
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_INPUT) continue;
+        int64_t cnt = 1;
+        for (int k = 0; k < n->shape.rank; k++) cnt *= n->shape.d[k].k;
+        double *v = malloc(sizeof(double) * (size_t)(cnt ? cnt : 1));
+        for (int64_t e = 0; e < cnt; e++)
+            v[e] = ir_dtype_is_float((DType)n->dtype) ? (double)(float)(1.3 * sin((double)e * 1.37 + 0.5 * i)) : (double)((e * 7 + i) % 3);
+        interp_set(&ip, i, v);
+        free(v);
+    }
+    interp_init_params(&ip, 5);
+    /* weights rounded to float32, as PyTorch will hold them */
+    for (NodeId i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == OP_PARAM && ir_dtype_is_float((DType)g->nodes[i].dtype))
+            for (int64_t e = 0; e < ip.vals[i].n; e++) ip.vals[i].data[e] = (double)(float)ip.vals[i].data[e];
+    cr_assert_eq(interp_run(&ip), 0, "%s: %s", c->name, ip.err.data);
+    sb_printf(o, "{\"name\": \"%s\", \"cubic\": %s, \"model\": ", c->name, c->cubic ? "true" : "false");
+    sb_putc(o, '"');
+    for (const char *p = text; *p; p++) {
+        if (*p == '"' || *p == '\\') sb_putc(o, '\\');
+        if (*p == '\n') sb_puts(o, "\\n");
+        else sb_putc(o, *p);
+    }
+    sb_puts(o, "\", \"params\": [");
+    int np = 0;
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        if (g->nodes[i].op != OP_PARAM) continue;
+        if (np++) sb_puts(o, ", ");
+        put_tensor(o, ir_node_name(g, i), &ip.vals[i], ir_dtype_name((DType)g->nodes[i].dtype), ir_attrs(g, i)[1] != 0);
+    }
+    sb_puts(o, "], \"inputs\": [");
+    int ni = 0;
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        if (g->nodes[i].op != OP_INPUT) continue;
+        if (ni++) sb_puts(o, ", ");
+        put_tensor(o, ir_node_name(g, i), &ip.vals[i], ir_dtype_name((DType)g->nodes[i].dtype), false);
+    }
+    sb_puts(o, "], \"y\": ");
+    NodeId y = output_node(g, OUT_FORWARD, "y");
+    put_tensor(o, "y", &ip.vals[y], "f32", false);
+    NodeId loss = output_node(g, OUT_LOSS, NULL);
+    sb_printf(o, ", \"loss\": %.17g, \"grads\": [", ip.vals[loss].data[0]);
+    int ng = 0;
+    for (int32_t k = 0; k < g->noutputs; k++) {
+        if (g->outputs[k].kind != OUT_GRAD) continue;
+        if (ng++) sb_puts(o, ", ");
+        put_tensor(o, ir_str(g, g->outputs[k].name), &ip.vals[g->outputs[k].node], "f32", true);
+    }
+    sb_puts(o, "], \"updates\": [");
+    int nu = 0;
+    for (int32_t k = 0; k < g->noutputs; k++) {
+        if (g->outputs[k].kind != OUT_UPDATE) continue;
+        if (nu++) sb_puts(o, ", ");
+        const Node *un = &g->nodes[g->outputs[k].node];
+        put_tensor(o, ir_str(g, g->outputs[k].name), &ip.vals[g->outputs[k].node], ir_dtype_name((DType)un->dtype), false);
+    }
+    /* one SGD step (lr = 0.1) on the trainable parameters, then the loss again */
+    for (int32_t k = 0; k < g->noutputs; k++) {
+        if (g->outputs[k].kind != OUT_GRAD) continue;
+        NodeId p = ir_find_named(g, OP_PARAM, ir_str(g, g->outputs[k].name));
+        if (p == IR_NONE) continue;
+        const ITensor *gt = &ip.vals[g->outputs[k].node];
+        double *w = malloc(sizeof(double) * (size_t)(gt->n ? gt->n : 1));
+        for (int64_t e = 0; e < gt->n; e++) w[e] = (double)(float)(ip.vals[p].data[e] - 0.1 * gt->data[e]);
+        interp_set(&ip, p, w);
+        free(w);
+    }
+    cr_assert_eq(interp_run(&ip), 0, "%s: %s", c->name, ip.err.data);
+    sb_printf(o, "], \"loss_after_step\": %.17g}", ip.vals[loss].data[0]);
+    interp_free(&ip);
+    ir_graph_free(g);
+    sb_free(&err);
+    frontend_model_free(m);
+    diag_free(&d);
+}
+
+Test(parity, functions_modules_and_losses_match_pytorch, .timeout = 300)
+{
+    StrBuf o;
+    sb_init(&o);
+    sb_puts(&o, "{\"cases\": [\n");
+    for (int i = 0; i < NCASES; i++) {
+        if (i) sb_puts(&o, ",\n");
+        run_case(&o, &cases[i]);
+    }
+    sb_puts(&o, "\n]}\n");
+    char path[] = "/tmp/kiln-parity-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    cr_assert(f);
+    fwrite(o.data, 1, o.len, f);
+    fclose(f);
+    sb_free(&o);
+    /* Debian's PyTorch is a package of the system's Python, not of a virtual environment's */
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s'", support_path("tests/parity/torch_parity.py"), path);
+    StrBuf out;
+    sb_init(&out);
+    int rc = support_run(cmd, &out);
+    remove(path);
+    cr_log_info("%s", out.data);
+    if (rc == 77) {
+        sb_free(&out);
+        cr_skip_test("PyTorch is not installed (Debian's python3-torch): parity with PyTorch not checked");
+    }
+    cr_expect_eq(rc, 0, "torch_parity.py exited %d:\n%s", rc, out.data);
+    sb_free(&out);
+}
