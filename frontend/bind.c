@@ -103,6 +103,18 @@ bool lower_bind_args(Lower *L, Scope *s, int32_t inst, AstId call, const char *f
     const AstNode *cn = ast_node(L->ast, call);
     int npos = 0;
     bool ok = true, seen_kw = false;
+    if (L->method_self) { /* x.f(a): x is f's first argument */
+        if (np > 0 && ps[0].rest) {
+            out->rest_at[0] = call;
+            out->rest[out->nrest++] = *L->method_self;
+        } else if (np > 0) {
+            out->v[0] = *L->method_self;
+            out->at[0] = call;
+            out->given[0] = true;
+            npos = 1;
+        }
+        L->method_self = NULL;
+    }
     for (int k = 1; k < cn->nkids; k++) {
         AstId a = ast_kid(L->ast, call, k);
         const AstNode *an = ast_node(L->ast, a);

@@ -86,6 +86,7 @@ typedef struct {
     int32_t *inst_stack; /* user module definitions being instantiated, for recursion */
     int32_t ninst_stack, inst_stack_cap;
     Scope **scopes;     /* every scope made, freed at the end */
+    Value *method_self; /* x of a method call x.f(...): bound as f's first argument */
     int32_t nscopes, scopes_cap;
 } Lower;
 

@@ -572,6 +572,91 @@ Value lower_apply_module_value(Lower *L, int32_t m, const Value *args, int nargs
     return r;
 }
 
+/* x.shape: a list of the sizes, numbers or symbolic (so x.shape[0] can be B) */
+static Value shape_tuple(Lower *L, NodeId x)
+{
+    const Shape sh = L->g->nodes[x].shape;
+    Value t = {.kind = V_TUPLE, .node = IR_NONE, .idx = L->nseq, .count = sh.rank};
+    for (int i = 0; i < sh.rank; i++)
+        seq_push(L, ir_dim_is_const(sh.d[i]) ? value_num((double)sh.d[i].k, true) : (Value){.kind = V_DIM, .dim = sh.d[i], .node = IR_NONE});
+    return t;
+}
+
+/* The attribute `attr` of a value (AST_ATTR e): a module's member, a list's element by
+ * number, and of a tensor: .T (the last two axes swapped), .shape (a list of its sizes,
+ * numbers or symbolic, so x.shape[0] is B), .ndim. */
+static Value attr_of(Lower *L, AstId e, Value base)
+{
+    const AstNode *n = ast_node(L->ast, e);
+    const char *attr = ast_str(L->ast, e);
+    if (base.kind == V_ERROR) return base;
+    if (base.kind == V_MODULE) {
+        Value *m = inst_member(L, base.idx, attr);
+        if (m) return *m;
+        Inst *bi = &L->insts[base.idx];
+        const char *best = NULL;
+        int bestd = 1000;
+        for (int32_t i = 0; i < bi->nmembers; i++) lower_consider(bi->members[i].name, attr, &best, &bestd);
+        if (best && bestd <= 2) lower_error(L, e, "module '%s' (%s) has no member '%s' (did you mean '%s'?)", bi->path, bi->type, attr, best);
+        else lower_error(L, e, "module '%s' (%s) has no member '%s'", bi->path, bi->type, attr);
+        return value_error();
+    }
+    if (base.kind == V_LIST) {
+        char *end;
+        long i = strtol(attr, &end, 10);
+        if (*end || i < 0 || i >= base.count) {
+            lower_error(L, e, "'%s' is not an index of a list of %d modules", attr, base.count);
+            return value_error();
+        }
+        return L->seq[base.idx + i];
+    }
+    if (base.kind == V_TENSOR && !strcmp(attr, "shape")) return shape_tuple(L, base.node);
+    if (base.kind == V_TENSOR && !strcmp(attr, "ndim")) return value_num(L->g->nodes[base.node].shape.rank, true);
+    if (base.kind == V_TENSOR && !strcmp(attr, "T")) {
+        L->b.loc = n->loc;
+        NodeId r = ir_b_transpose(&L->b, base.node, -2, -1);
+        return r == IR_NONE ? lower_builder_error(L, e) : value_tensor(r);
+    }
+    lower_error(L, e, "%s has no attribute '%s'", kind_desc(base), attr);
+    return value_error();
+}
+
+/* Tensor methods PyTorch users write: every function taking a tensor first (x.mean(1),
+ * x.softmax(-1), x.masked_fill(m, 0)), and the casts by PyTorch's names (x.float()). */
+static Value method_call(Lower *L, Scope *s, int32_t inst, AstId e, const char *name, Value self)
+{
+    static const char *const aliases[][2] = {{"float", "f32"}, {"double", "f64"}, {"half", "f16"}, {"bfloat16", "bf16"},
+                                             {"long", "i64"}, {"int", "i32"}, {"byte", "u8"}, {"size", "size"}};
+    const char *fname = name;
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (!strcmp(name, aliases[i][0])) fname = aliases[i][1];
+    if (!strcmp(fname, "size")) { /* x.size() is x.shape, x.size(i) its size i */
+        const AstNode *n = ast_node(L->ast, e);
+        Value shape = shape_tuple(L, self.node);
+        if (n->nkids == 1) return shape;
+        int64_t i;
+        if (n->nkids != 2 || !value_int(L, lower_expr(L, s, inst, ast_kid(L->ast, e, 1)), e, "size", &i)) {
+            if (n->nkids != 2) lower_error(L, e, "size takes at most one axis, e.g. x.size(0)");
+            return value_error();
+        }
+        int axis = ir_b_axis(&L->b, "size", i, shape.count);
+        return axis < 0 ? lower_builder_error(L, e) : L->seq[shape.idx + axis];
+    }
+    Value out;
+    L->method_self = &self;
+    bool known = functions_call(L, s, inst, fname, e, &out);
+    L->method_self = NULL;
+    if (known) return out;
+    int nf;
+    const char *const *names = functions_names(&nf);
+    const char *best = NULL;
+    int bestd = 1000;
+    for (int i = 0; i < nf; i++) lower_consider(names[i], name, &best, &bestd);
+    if (best && bestd <= 2) lower_error(L, e, "a tensor has no method '%s' (did you mean '%s'?)", name, best);
+    else lower_error(L, e, "a tensor has no method '%s'", name);
+    return value_error();
+}
+
 static Value lower_call(Lower *L, Scope *s, int32_t inst, AstId e)
 {
     AstId callee = ast_kid(L->ast, e, 0);
@@ -599,7 +684,15 @@ static Value lower_call(Lower *L, Scope *s, int32_t inst, AstId e)
         unknown_name(L, s, inst, name, callee, true);
         return value_error();
     }
-    Value f = lower_expr(L, s, inst, callee);
+    Value f;
+    if (cn->kind == AST_ATTR) {
+        /* x.mean(1), x.view(B, -1), x.transpose(0, 1): a function called with the tensor
+         * as its first argument; m.fc(x): a member module */
+        Value base = lower_expr(L, s, inst, ast_kid(L->ast, callee, 0));
+        if (base.kind == V_ERROR) return base;
+        if (base.kind == V_TENSOR) return method_call(L, s, inst, e, ast_str(L->ast, callee), base);
+        f = attr_of(L, callee, base);
+    } else f = lower_expr(L, s, inst, callee);
     if (f.kind == V_MODULE) return apply_module(L, s, inst, f.idx, e);
     if (f.kind != V_ERROR) lower_error(L, callee, "%s cannot be called", kind_desc(f));
     return value_error();
@@ -621,6 +714,11 @@ Value lower_expr(Lower *L, Scope *s, int32_t inst, AstId e)
         if (!strcmp(name, "inf")) return value_num(INFINITY, false);
         if (!strcmp(name, "pi")) return value_num(KILN_PI, false);
         if (!strcmp(name, "none")) return value_none();
+        if (!strcmp(name, "True") || !strcmp(name, "False") || !strcmp(name, "None")) {
+            lower_error(L, e, "unknown name '%s' (did you mean '%s'? Kiln writes true, false and none in lower case)", name,
+                        name[0] == 'T' ? "true" : name[0] == 'F' ? "false" : "none");
+            return value_error();
+        }
         unknown_name(L, s, inst, name, e, false);
         return value_error();
     }
@@ -649,38 +747,7 @@ Value lower_expr(Lower *L, Scope *s, int32_t inst, AstId e)
     case AST_BINARY: return lower_binary(L, s, inst, e);
     case AST_CALL: return lower_call(L, s, inst, e);
     case AST_INDEX: return lower_index(L, s, inst, e);
-    case AST_ATTR: {
-        Value base = lower_expr(L, s, inst, ast_kid(L->ast, e, 0));
-        const char *attr = ast_str(L->ast, e);
-        if (base.kind == V_ERROR) return base;
-        if (base.kind == V_MODULE) {
-            Value *m = inst_member(L, base.idx, attr);
-            if (m) return *m;
-            Inst *bi = &L->insts[base.idx];
-            const char *best = NULL;
-            int bestd = 1000;
-            for (int32_t i = 0; i < bi->nmembers; i++) lower_consider(bi->members[i].name, attr, &best, &bestd);
-            if (best && bestd <= 2) lower_error(L, e, "module '%s' (%s) has no member '%s' (did you mean '%s'?)", bi->path, bi->type, attr, best);
-            else lower_error(L, e, "module '%s' (%s) has no member '%s'", bi->path, bi->type, attr);
-            return value_error();
-        }
-        if (base.kind == V_LIST) {
-            char *end;
-            long i = strtol(attr, &end, 10);
-            if (*end || i < 0 || i >= base.count) {
-                lower_error(L, e, "'%s' is not an index of a list of %d modules", attr, base.count);
-                return value_error();
-            }
-            return L->seq[base.idx + i];
-        }
-        if (base.kind == V_TENSOR && !strcmp(attr, "T")) {
-            L->b.loc = n->loc;
-            NodeId r = ir_b_transpose(&L->b, base.node, -2, -1);
-            return r == IR_NONE ? lower_builder_error(L, e) : value_tensor(r);
-        }
-        lower_error(L, e, "%s has no attribute '%s'", kind_desc(base), attr);
-        return value_error();
-    }
+    case AST_ATTR: return attr_of(L, e, lower_expr(L, s, inst, ast_kid(L->ast, e, 0)));
     case AST_LIST: {
         Value t = {.kind = V_TUPLE, .node = IR_NONE, .count = n->nkids};
         Value tmp[64];

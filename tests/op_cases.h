@@ -77,6 +77,9 @@ static const OpCase op_cases[] = {
     {"flip", "x: f32[2, 3, 4]", "y = flip(x, [0, 2]) + flip(x, 1) * x"},
     {"stack", "x: f32[3, 4], z: f32[3, 4]", "y = stack([x, z * 2, x * z], dim = 1)"},
     {"stack_last", "x: f32[3, 4], z: f32[3, 4]", "y = stack(x, z, dim = -1)"},
+    {"methods", "x: f32[2, 3, 4]",
+     "y = x.view(x.shape[0], -1).softmax(-1).mean(1, keepdim = true) * x.reshape(2, 12) + x.transpose(0, 2).sum(0).exp().mean()"
+     " + x.size(2) * x.float().std()"},
     {"std", "x: f32[3, 5]", "y = std(x, axis = 1, keepdim = true) + std(x, dim = 0, keepdim = true, unbiased = false)"},
     {"clamp", "x: f32[3, 4]", "y = clamp(x, -0.5, 0.7)"},
     {"matmul", "x: f32[3, 4], z: f32[4, 5]", "y = x @ z"},

@@ -47,6 +47,8 @@ static const ParityCase cases[] = {
     {"expand_flip_stack", "", "x: f32[3, 1]", "y = stack([expand(x, 2, 3, 4), flip(expand(x, 2, 3, 4), [1, 2])], dim = 1)",
      false},
     {"std", "", "x: f32[3, 5]", "y = std(x, 1, keepdim = true) * x + std(x, unbiased = false)", false},
+    {"methods", "", "x: f32[3, 5]",
+     "y = x.view(x.shape[0], -1).softmax(-1) * x.reshape(3, 5).transpose(0, 1).mean(1).sum() + x.size(1) + x.float().flip(1)", false},
     /* modules */
     {"Sequential", "net = Sequential(Linear(6, 8), ReLU(), Linear(8, 3), GELU(), Linear(3, 2, bias = false))", "x: f32[4, 6]",
      "y = net(x)", false},

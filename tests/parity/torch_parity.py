@@ -61,6 +61,8 @@ REFERENCES = {
     "tril_triu": fn(lambda x: torch.tril(x, 1) + torch.triu(x, -1) * 2),
     "masked_fill": fn(lambda x: x.masked_fill(x > 0.3, -2.0)),
     "expand_flip_stack": fn(lambda x: torch.stack([x.expand(2, 3, 4), torch.flip(x.expand(2, 3, 4), [1, 2])], dim=1)),
+    "methods": fn(lambda x: x.view(x.shape[0], -1).softmax(-1) * x.reshape(3, 5).transpose(0, 1).mean(1).sum() + x.size(1)
+                  + x.float().flip(1)),
     "std": fn(lambda x: torch.std(x, 1, keepdim=True) * x + torch.std(x, unbiased=False)),
     "Sequential": mod(lambda: Members(net=nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3), nn.GELU(),
                                                         nn.Linear(3, 2, bias=False))), lambda m, x: m.net(x["x"])),
