@@ -15,6 +15,8 @@
 static bool parse_default(const char *text, Value *out)
 {
     if (!strcmp(text, "none")) { *out = value_none(); return true; }
+    /* a string default ("mean") is shown in messages; the function reads it as not given */
+    if (text[0] == '"') { *out = value_none(); return true; }
     if (!strcmp(text, "true") || !strcmp(text, "false")) {
         *out = (Value){.kind = V_BOOL, .num = text[0] == 't', .node = IR_NONE};
         return true;

@@ -211,12 +211,78 @@ static Value fn_softmax(Lower *L, const BoundArgs *a, AstId call, int v)
     return done(L, comp_logsumexp(&L->b, x, axis, keep), call);
 }
 
+/* reduction = "mean" | "sum" | "none" (PyTorch's) */
+static bool reduction_arg(Lower *L, const BoundArgs *a, int i, const char *fn, LossReduction *r)
+{
+    Value v = a->v[i];
+    if (!a->given[i]) *r = LOSS_MEAN; /* the signature's "none" only stands for not written */
+    else if (v.kind == V_STR && !strcmp(v.str, "mean")) *r = LOSS_MEAN;
+    else if (v.kind == V_STR && !strcmp(v.str, "sum")) *r = LOSS_SUM;
+    else if (v.kind == V_STR && !strcmp(v.str, "none")) *r = LOSS_NONE;
+    else {
+        lower_error(L, a->at[i], "%s: reduction must be \"mean\" (the default), \"sum\" or \"none\" (strings, as in PyTorch)", fn);
+        return false;
+    }
+    return true;
+}
+
+/* cross_entropy (0) and nll_loss (1): ignore_index (none: every target counts; PyTorch's
+ * default is -100), label_smoothing (cross_entropy), reduction; mse (2) as before */
 static Value fn_loss(Lower *L, const BoundArgs *a, AstId call, int v)
 {
-    const char *name = v == 0 ? "cross_entropy" : "mse";
+    static const char *names[] = {"cross_entropy", "nll_loss", "mse"};
+    const char *name = names[v];
     NodeId x = tensor(L, a, 0, name), y = tensor(L, a, 1, name);
     if (x == IR_NONE || y == IR_NONE) return value_error();
-    return done(L, v == 0 ? comp_cross_entropy(&L->b, x, y) : comp_mse(&L->b, x, y), call);
+    if (v == 2) return done(L, comp_mse(&L->b, x, y), call);
+    LossReduction r;
+    if (!reduction_arg(L, a, 3, name, &r)) return value_error();
+    int64_t ignore = 0;
+    bool has_ignore = a->v[2].kind != V_NONE;
+    if (has_ignore && !int_arg(L, a, 2, name, &ignore)) return value_error();
+    double smoothing = 0;
+    if (v == 0 && !value_number(L, a->v[4], a->at[4], "cross_entropy(label_smoothing)", &smoothing)) return value_error();
+    if (!(smoothing >= 0 && smoothing <= 1)) {
+        lower_error(L, a->at[4], "cross_entropy: label_smoothing must be between 0 and 1, found %g", smoothing);
+        return value_error();
+    }
+    if (v == 0 && !has_ignore && smoothing == 0 && r == LOSS_MEAN) return done(L, comp_cross_entropy(&L->b, x, y), call);
+    if (v == 0) {
+        if (!ir_dtype_is_int((DType)L->g->nodes[y].dtype)) /* the message names cross_entropy */
+            return done(L, comp_cross_entropy(&L->b, x, y), call);
+        x = comp_log_softmax(&L->b, x, -1);
+        if (x == IR_NONE) return lower_builder_error(L, call);
+    }
+    return done(L, comp_nll(&L->b, x, y, has_ignore, ignore, smoothing, r, name), call);
+}
+
+/* l1_loss (0), smooth_l1_loss (1, beta), huber_loss (2, delta) */
+static Value fn_regression_loss(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    static const char *names[] = {"l1_loss", "smooth_l1_loss", "huber_loss"};
+    NodeId x = tensor(L, a, 0, names[v]), y = tensor(L, a, 1, names[v]);
+    LossReduction r;
+    if (x == IR_NONE || y == IR_NONE || !reduction_arg(L, a, 2, names[v], &r)) return value_error();
+    double beta = 0;
+    if (v && !value_number(L, a->v[3], a->at[3], names[v], &beta)) return value_error();
+    if (v && !(beta >= 0 && (v == 1 || beta > 0) && isfinite(beta))) {
+        lower_error(L, a->at[3], "%s: %s must be %s, found %g", names[v], v == 1 ? "beta" : "delta", v == 1 ? "at least 0" : "positive", beta);
+        return value_error();
+    }
+    return done(L, comp_regression_loss(&L->b, v, x, y, beta, r), call);
+}
+
+static Value fn_bce_logits(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    const char *fn = "binary_cross_entropy_with_logits";
+    NodeId x = tensor(L, a, 0, fn), y = tensor(L, a, 1, fn);
+    NodeId w = a->v[2].kind == V_NONE ? IR_NONE : tensor(L, a, 2, fn);
+    NodeId pw = a->v[3].kind == V_NONE ? IR_NONE : tensor(L, a, 3, fn);
+    LossReduction r;
+    if (x == IR_NONE || y == IR_NONE || (a->v[2].kind != V_NONE && w == IR_NONE) || (a->v[3].kind != V_NONE && pw == IR_NONE) ||
+        !reduction_arg(L, a, 4, fn, &r))
+        return value_error();
+    return done(L, comp_bce_logits(&L->b, x, y, w, pw, r), call);
 }
 
 static Value fn_dropout(Lower *L, const BoundArgs *a, AstId call, int v)
@@ -764,8 +830,13 @@ static const Function functions[] = {
     {"u8", "x", fn_cast, DT_U8}, {"bool", "x", fn_cast, DT_BOOL},
     {"softmax", "x, axis|dim=-1", fn_softmax, 0}, {"log_softmax", "x, axis|dim=-1", fn_softmax, 1},
     {"logsumexp", "x, axis|dim=-1, keepdim=false", fn_softmax, 2},
-    {"cross_entropy", "input|logits, target", fn_loss, 0}, {"mse", "input, target", fn_loss, 1},
-    {"mse_loss", "input, target", fn_loss, 1},
+    {"cross_entropy", "input|logits, target, ignore_index=none, reduction=\"mean\", label_smoothing=0.0", fn_loss, 0},
+    {"nll_loss", "input, target, ignore_index=none, reduction=\"mean\"", fn_loss, 1},
+    {"mse", "input, target", fn_loss, 2}, {"mse_loss", "input, target", fn_loss, 2},
+    {"l1_loss", "input, target, reduction=\"mean\"", fn_regression_loss, 0},
+    {"smooth_l1_loss", "input, target, reduction=\"mean\", beta=1.0", fn_regression_loss, 1},
+    {"huber_loss", "input, target, reduction=\"mean\", delta=1.0", fn_regression_loss, 2},
+    {"binary_cross_entropy_with_logits", "input, target, weight=none, pos_weight=none, reduction=\"mean\"", fn_bce_logits, 0},
     {"dropout", "x, p=0.5", fn_dropout, 0}, {"one_hot", "x, num_classes", fn_one_hot, 0},
     {"sum", "x, axis|dim=none, keepdim=false", fn_reduce, 0}, {"mean", "x, axis|dim=none, keepdim=false", fn_reduce, 1},
     {"max", "x, axis|dim=none, keepdim=false", fn_reduce, 2}, {"min", "x, axis|dim=none, keepdim=false", fn_reduce, 3},

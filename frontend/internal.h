@@ -161,6 +161,14 @@ NodeId comp_floor_divide(IrBuilder *b, NodeId x, NodeId y, bool remainder);
 NodeId comp_tri(IrBuilder *b, NodeId x, int64_t diagonal, bool upper);
 NodeId comp_flip(IrBuilder *b, NodeId x, int axis);
 
+/* losses.c: PyTorch's reduction, nll/cross-entropy options and the other losses */
+typedef enum { LOSS_MEAN, LOSS_SUM, LOSS_NONE } LossReduction;
+NodeId comp_reduce_loss(IrBuilder *b, NodeId l, LossReduction r);
+NodeId comp_nll(IrBuilder *b, NodeId logp, NodeId target, bool has_ignore, int64_t ignore_index, double smoothing, LossReduction r,
+                const char *what);
+NodeId comp_regression_loss(IrBuilder *b, int kind, NodeId x, NodeId y, double beta, LossReduction r);
+NodeId comp_bce_logits(IrBuilder *b, NodeId x, NodeId y, NodeId weight, NodeId pos_weight, LossReduction r);
+
 /* ---- built-in modules (builtins.c) ---- */
 #define BUILTIN_MAX_ARGS 8
 struct BuiltinModule {

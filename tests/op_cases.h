@@ -123,6 +123,15 @@ static const OpCase op_cases[] = {
     {"cross_entropy", "x: f32[4, 5], t: i64[4]", "y = cross_entropy(x, t)"},
     {"cross_entropy_3d", "x: f32[2, 3, 5], t: i32[2, 3]", "y = cross_entropy(x, t)"},
     {"mse", "x: f32[3, 4], z: f32[3, 4]", "y = mse(x, z)"},
+    {"cross_entropy_options", "x: f32[4, 5], t: i64[4]",
+     "y = cross_entropy(x, t, ignore_index = 2, label_smoothing = 0.1) + cross_entropy(x, t, reduction = \"sum\") * 0.1"},
+    {"nll_loss", "x: f32[2, 3, 5], t: i32[2, 3]", "y = nll_loss(log_softmax(x), t) + nll_loss(x, t, ignore_index = 1, reduction = \"none\")"},
+    {"regression_losses", "x: f32[3, 4], z: f32[3, 4]",
+     "y = l1_loss(x, z) + smooth_l1_loss(x * 2, z, beta = 0.5) + huber_loss(x * 2, z, delta = 0.7, reduction = \"sum\")"
+     " + smooth_l1_loss(x, z, reduction = \"none\", beta = 0)"},
+    {"bce_with_logits", "x: f32[3, 4], z: f32[3, 4], w: f32[4]",
+     "y = binary_cross_entropy_with_logits(x * 3, sigmoid(z))"
+     " + binary_cross_entropy_with_logits(x, sigmoid(z), pos_weight = exp(w), weight = sigmoid(w), reduction = \"none\")"},
     {"one_hot", "x: f32[4, 5], t: i64[4]", "y = x * one_hot(t, 5)"},
     {"symbolic_batch", "x: f32[B, 4]", "y = x * mean(x)"},
 };

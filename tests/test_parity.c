@@ -49,6 +49,20 @@ static const ParityCase cases[] = {
     {"std", "", "x: f32[3, 5]", "y = std(x, 1, keepdim = true) * x + std(x, unbiased = false)", false},
     {"methods", "", "x: f32[3, 5]",
      "y = x.view(x.shape[0], -1).softmax(-1) * x.reshape(3, 5).transpose(0, 1).mean(1).sum() + x.size(1) + x.float().flip(1)", false},
+    /* losses */
+    {"cross_entropy_options", "", "x: f32[4, 5], t: i64[4]",
+     "y = cross_entropy(x, t, ignore_index = 2, label_smoothing = 0.1) + cross_entropy(x, t, reduction = \"sum\") * 0.1", false},
+    {"nll_loss", "", "x: f32[2, 3, 5], t: i64[2, 3]",
+     "y = nll_loss(log_softmax(x), t) + nll_loss(x, t, ignore_index = 1, reduction = \"none\")", false},
+    {"regression_losses", "", "x: f32[3, 4], z: f32[3, 4]",
+     "y = l1_loss(x, z) + smooth_l1_loss(x * 2, z, beta = 0.5) + huber_loss(x * 2, z, delta = 0.7, reduction = \"sum\")"
+     " + smooth_l1_loss(x, z, reduction = \"none\", beta = 0)",
+     false},
+    {"bce_with_logits", "", "x: f32[3, 4], z: f32[3, 4], w: f32[4]",
+     "y = binary_cross_entropy_with_logits(x * 3, sigmoid(z))"
+     " + binary_cross_entropy_with_logits(x, sigmoid(z), pos_weight = detach(exp(w)), weight = detach(sigmoid(w)),"
+     " reduction = \"none\")",
+     false},
     /* modules */
     {"Sequential", "net = Sequential(Linear(6, 8), ReLU(), Linear(8, 3), GELU(), Linear(3, 2, bias = false))", "x: f32[4, 6]",
      "y = net(x)", false},
