@@ -132,3 +132,106 @@ NodeId comp_flip(IrBuilder *b, NodeId x, int axis)
     TRY(r);
     return axis ? ir_b_permute(b, r, inv) : r;
 }
+
+/* scaled_dot_product_attention(q, k, v): softmax(q k^T * scale + mask) v, as PyTorch 2's
+ * F.scaled_dot_product_attention: a bool mask keeps the positions where it is true, a float
+ * mask is added; is_causal keeps key j <= query i (top-left aligned). mask: IR_NONE or a
+ * node; dropout_p applies in train mode. */
+NodeId comp_attention(IrBuilder *b, NodeId q, NodeId k, NodeId v, NodeId mask, bool causal, double scale, double dropout_p, bool train)
+{
+    if (!ir_dtype_is_float(dtype_of(b, q))) q = ir_b_cast(b, q, DT_F32);
+    TRY(q);
+    Shape qs = b->g->nodes[q].shape, ks = b->g->nodes[k].shape;
+    if (qs.rank < 2 || ks.rank < 2) {
+        if (b->err) sb_printf(b->err, "scaled_dot_product_attention: query and key need rank 2 or more ([..., L, E] and [..., S, E])");
+        return IR_NONE;
+    }
+    NodeId kt = ir_b_transpose(b, k, -2, -1);
+    NodeId att = kt == IR_NONE ? IR_NONE : ir_b_matmul(b, q, kt);
+    att = sc(b, OP_MUL, att, scale);
+    TRY(att);
+    Shape as = b->g->nodes[att].shape;
+    if (causal) {
+        Dim d[2] = {as.d[as.rank - 2], as.d[as.rank - 1]};
+        Shape m = ir_shape_make(2, d);
+        NodeId i = ir_b_iota(b, &m, 0, DT_I64);
+        NodeId j = i == IR_NONE ? IR_NONE : ir_b_iota(b, &m, 1, DT_I64);
+        mask = bin(b, OP_LE, j, i);
+        TRY(mask);
+    }
+    if (mask != IR_NONE && b->g->nodes[mask].dtype == DT_BOOL) {
+        NodeId ninf = ir_b_const(b, -INFINITY, dtype_of(b, att));
+        att = sel(b, mask, att, ninf);
+    } else if (mask != IR_NONE) {
+        att = bin(b, OP_ADD, att, mask);
+    }
+    TRY(att);
+    att = comp_softmax(b, att, as.rank - 1);
+    TRY(att);
+    att = comp_dropout(b, att, dropout_p, train);
+    TRY(att);
+    return ir_b_matmul(b, att, v);
+}
+
+/* cumsum along axis: a product with an upper-triangular matrix of ones over that axis
+ * (moved last and back), so autodiff and the matmul kernels see through it; the axis must
+ * have a fixed size. */
+NodeId comp_cumsum(IrBuilder *b, NodeId x, int axis)
+{
+    if (!ir_dtype_is_float(dtype_of(b, x))) x = ir_b_cast(b, x, DT_F32);
+    TRY(x);
+    Shape xs = b->g->nodes[x].shape;
+    Dim n = xs.d[axis];
+    if (!ir_dim_is_const(n)) {
+        if (b->err) sb_printf(b->err, "cumsum: axis %d has a symbolic size; cumsum along an axis of fixed size", axis);
+        return IR_NONE;
+    }
+    int last = xs.rank - 1;
+    NodeId xt = axis == last ? x : ir_b_transpose(b, x, axis, last);
+    TRY(xt);
+    Dim d[2] = {n, n};
+    Shape m = ir_shape_make(2, d);
+    NodeId i = ir_b_iota(b, &m, 0, DT_I64);
+    NodeId j = i == IR_NONE ? IR_NONE : ir_b_iota(b, &m, 1, DT_I64);
+    NodeId tri = bin(b, OP_LE, i, j); /* out[j] = sum over i <= j of x[i] */
+    NodeId u = tri == IR_NONE ? IR_NONE : ir_b_cast(b, tri, dtype_of(b, xt));
+    NodeId r = u == IR_NONE ? IR_NONE : ir_b_matmul(b, xt, u);
+    TRY(r);
+    return axis == last ? r : ir_b_transpose(b, r, axis, last);
+}
+
+/* Rotary position embeddings as LLaMA applies them (Hugging Face's rotate_half form) to
+ * x[..., T, D]: with theta_i = base^(-2i/D) for i < D/2 and angle = t * theta_i,
+ * x * cos + rotate_half(x) * sin, where rotate_half(x) = concat(-x2, x1) of its halves and
+ * cos, sin repeat the D/2 angles twice. Positions t count along axis -2 from 0. */
+NodeId comp_rotary(IrBuilder *b, NodeId x, double base)
+{
+    if (!ir_dtype_is_float(dtype_of(b, x))) x = ir_b_cast(b, x, DT_F32);
+    TRY(x);
+    Shape xs = b->g->nodes[x].shape;
+    if (xs.rank < 2 || !ir_dim_is_const(xs.d[xs.rank - 1]) || xs.d[xs.rank - 1].k % 2) {
+        if (b->err) sb_printf(b->err, "rotary: expected [..., T, D] with an even, fixed D");
+        return IR_NONE;
+    }
+    int64_t dm = xs.d[xs.rank - 1].k, h = dm / 2;
+    Dim td[2] = {xs.d[xs.rank - 2], ir_dim_const(h)};
+    Shape ts = ir_shape_make(2, td);
+    DType t = dtype_of(b, x);
+    /* angle[t, i] = t * base^(-2i / D), then [angle, angle] along the last axis */
+    NodeId pos = ir_b_iota(b, &ts, 0, t);
+    NodeId col = pos == IR_NONE ? IR_NONE : ir_b_iota(b, &ts, 1, t);
+    NodeId inv = un(b, OP_EXP, sc(b, OP_MUL, col, -2.0 * log(base) / (double)dm));
+    NodeId ang = bin(b, OP_MUL, pos, inv);
+    TRY(ang);
+    NodeId twice[2] = {ang, ang};
+    NodeId ang2 = ir_b_concat(b, twice, 2, 1);
+    NodeId cs = un(b, OP_COS, ang2), sn = un(b, OP_SIN, ang2);
+    TRY(cs);
+    TRY(sn);
+    NodeId x1 = ir_b_slice(b, x, xs.rank - 1, 0, h, 1);
+    NodeId x2 = x1 == IR_NONE ? IR_NONE : ir_b_slice(b, x, xs.rank - 1, h, dm, 1);
+    NodeId parts[2] = {un(b, OP_NEG, x2), x1};
+    TRY(parts[0]);
+    NodeId rot = ir_b_concat(b, parts, 2, xs.rank - 1);
+    return bin(b, OP_ADD, bin(b, OP_MUL, x, cs), bin(b, OP_MUL, rot, sn));
+}

@@ -814,6 +814,158 @@ static Value fn_stack(Lower *L, const BoundArgs *a, AstId call, int v)
     return done(L, ir_b_concat(&L->b, xs, n, axis), call);
 }
 
+/* ---- attention, cumsum, rotary, gather, functional layers ---- */
+
+static Value fn_sdpa(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    const char *fn = "scaled_dot_product_attention";
+    NodeId q = tensor(L, a, 0, fn), k = tensor(L, a, 1, fn), val = tensor(L, a, 2, fn);
+    if (q == IR_NONE || k == IR_NONE || val == IR_NONE) return value_error();
+    NodeId mask = a->v[3].kind == V_NONE ? IR_NONE : tensor(L, a, 3, fn);
+    double p, scale;
+    bool causal;
+    if ((a->v[3].kind != V_NONE && mask == IR_NONE) || !value_number(L, a->v[4], a->at[4], fn, &p) ||
+        !value_bool(L, a->v[5], a->at[5], fn, &causal))
+        return value_error();
+    if (!(p >= 0 && p <= 1)) {
+        lower_error(L, a->at[4], "%s: dropout_p must be between 0 and 1, found %g", fn, p);
+        return value_error();
+    }
+    if (causal && mask != IR_NONE) {
+        lower_error(L, a->at[5], "%s: give attn_mask or is_causal = true, not both (as PyTorch)", fn);
+        return value_error();
+    }
+    const Shape *qs = &L->g->nodes[q].shape;
+    if (qs->rank < 1 || !ir_dim_is_const(qs->d[qs->rank - 1])) {
+        lower_error(L, a->at[0], "%s: the query's last axis (the embedding) must have a fixed size", fn);
+        return value_error();
+    }
+    scale = 1.0 / sqrt((double)qs->d[qs->rank - 1].k);
+    if (a->v[6].kind != V_NONE && !value_number(L, a->v[6], a->at[6], fn, &scale)) return value_error();
+    return done(L, comp_attention(&L->b, q, k, val, mask, causal, scale, p, L->g->mode == MODE_TRAIN), call);
+}
+
+static Value fn_cumsum(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "cumsum");
+    int axis;
+    if (x == IR_NONE || !axis_arg(L, a, 1, "cumsum", rank_of(L, x), &axis)) return value_error();
+    return done(L, comp_cumsum(&L->b, x, axis), call);
+}
+
+static Value fn_rotary(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "rotary");
+    double base;
+    if (x == IR_NONE || !value_number(L, a->v[1], a->at[1], "rotary(base)", &base)) return value_error();
+    if (!(base > 1 && isfinite(base))) {
+        lower_error(L, a->at[1], "rotary: base must be a number above 1, found %g", base);
+        return value_error();
+    }
+    return done(L, comp_rotary(&L->b, x, base), call);
+}
+
+/* torch.gather(x, dim, index): out[..., j, ...] = x[..., index[..., j, ...], ...] along dim,
+ * the other sizes of index equal to x's; a one-hot product over that axis. */
+static Value fn_gather(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "gather"), idx = tensor(L, a, 2, "gather");
+    int axis;
+    if (x == IR_NONE || idx == IR_NONE || !axis_arg(L, a, 1, "gather", rank_of(L, x), &axis)) return value_error();
+    Shape xs = L->g->nodes[x].shape, is = L->g->nodes[idx].shape;
+    bool ok = ir_dtype_is_int((DType)L->g->nodes[idx].dtype) && is.rank == xs.rank && xs.rank < IR_MAX_RANK && ir_dim_is_const(xs.d[axis]);
+    for (int i = 0; ok && i < xs.rank; i++) ok = i == axis || ir_dim_eq(xs.d[i], is.d[i]);
+    if (!ok) {
+        StrBuf t;
+        sb_init(&t);
+        ir_shape_format(&t, L->g, &xs);
+        sb_puts(&t, " and index ");
+        ir_shape_format(&t, L->g, &is);
+        lower_error(L, call, "gather: expected an integer index of the input's rank and sizes except along dim (of fixed size), found %s",
+                    t.data);
+        sb_free(&t);
+        return value_error();
+    }
+    IrBuilder *b = &L->b;
+    int last = xs.rank - 1;
+    NodeId xt = axis == last ? x : ir_b_transpose(b, x, axis, last);
+    NodeId it = axis == last ? idx : ir_b_transpose(b, idx, axis, last);
+    if (xt == IR_NONE || it == IR_NONE) return lower_builder_error(L, call);
+    it = ir_b_check_index(b, it, xs.d[axis].k, "gather index");
+    if (it == IR_NONE) return lower_builder_error(L, call);
+    Shape its = L->g->nodes[it].shape, xts = L->g->nodes[xt].shape;
+    Shape hot = its, i1 = its, x1 = xts;
+    hot.d[hot.rank++] = xs.d[axis];           /* [..., k, n] */
+    i1.d[i1.rank++] = ir_dim_const(1);        /* [..., k, 1] */
+    x1.d[x1.rank - 1] = ir_dim_const(1);      /* [..., 1, n] */
+    x1.d[x1.rank++] = xs.d[axis];
+    NodeId cls = ir_b_iota(b, &hot, hot.rank - 1, (DType)L->g->nodes[it].dtype);
+    NodeId eq = cls == IR_NONE ? IR_NONE : ir_b_binary(b, OP_EQ, cls, ir_b_reshape(b, it, &i1));
+    NodeId xf = ir_dtype_is_float((DType)L->g->nodes[xt].dtype) ? xt : ir_b_cast(b, xt, DT_F64);
+    NodeId prod = eq == IR_NONE || xf == IR_NONE ? IR_NONE : ir_b_binary(b, OP_MUL, ir_b_reshape(b, xf, &x1), ir_b_cast(b, eq, (DType)L->g->nodes[xf].dtype));
+    NodeId r = prod == IR_NONE ? IR_NONE : ir_b_reduce(b, OP_REDUCE_SUM, prod, UINT64_C(1) << (hot.rank - 1), false);
+    if (r != IR_NONE && xf != xt) r = ir_b_cast(b, r, (DType)L->g->nodes[xt].dtype);
+    if (r != IR_NONE && axis != last) r = ir_b_transpose(b, r, axis, last);
+    return done(L, r, call);
+}
+
+/* linear(x, weight, bias = none) as F.linear: weight [out, in] */
+static Value fn_linear(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "linear"), w = tensor(L, a, 1, "linear");
+    NodeId bias = a->v[2].kind == V_NONE ? IR_NONE : tensor(L, a, 2, "linear");
+    if (x == IR_NONE || w == IR_NONE || (a->v[2].kind != V_NONE && bias == IR_NONE)) return value_error();
+    if (L->g->nodes[w].shape.rank != 2) {
+        lower_error(L, a->at[1], "linear: the weight must be [out_features, in_features]");
+        return value_error();
+    }
+    return done(L, comp_linear(&L->b, x, w, bias), call);
+}
+
+/* layer_norm(x, normalized_shape, weight = none, bias = none, eps = 1e-5) as F.layer_norm:
+ * over the trailing axes normalized_shape names (a size or a list of sizes) */
+static Value fn_layer_norm(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "layer_norm");
+    if (x == IR_NONE) return value_error();
+    Dim dims[IR_MAX_RANK];
+    int n, infer;
+    double eps;
+    if (!dims_from(L, &a->v[1], 1, &a->at[1], 1, "layer_norm(normalized_shape)", false, dims, &n, &infer) ||
+        !value_number(L, a->v[4], a->at[4], "layer_norm(eps)", &eps))
+        return value_error();
+    Shape xs = L->g->nodes[x].shape;
+    bool ok = n >= 1 && n <= xs.rank;
+    for (int i = 0; ok && i < n; i++) ok = ir_dim_eq(xs.d[xs.rank - n + i], dims[i]);
+    if (!ok) {
+        StrBuf t;
+        sb_init(&t);
+        ir_shape_format(&t, L->g, &xs);
+        lower_error(L, a->at[1], "layer_norm: normalized_shape must be the input's last sizes, found input %s", t.data);
+        sb_free(&t);
+        return value_error();
+    }
+    NodeId w = a->v[2].kind == V_NONE ? IR_NONE : tensor(L, a, 2, "layer_norm");
+    NodeId bias = a->v[3].kind == V_NONE ? IR_NONE : tensor(L, a, 3, "layer_norm");
+    if ((a->v[2].kind != V_NONE && w == IR_NONE) || (a->v[3].kind != V_NONE && bias == IR_NONE)) return value_error();
+    return done(L, comp_layer_norm(&L->b, x, w, bias, n, eps), call);
+}
+
+/* max_pool2d / avg_pool2d(x, kernel_size, stride = none, padding = 0) as F.max_pool2d */
+static Value fn_pool(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    const char *fn = v ? "avg_pool2d" : "max_pool2d";
+    NodeId x = tensor(L, a, 0, fn);
+    int64_t k, st = 0, pad;
+    if (x == IR_NONE || !int_arg(L, a, 1, fn, &k) || !int_arg(L, a, 3, fn, &pad)) return value_error();
+    if (a->v[2].kind != V_NONE && !int_arg(L, a, 2, fn, &st)) return value_error();
+    if (k < 1 || k > 1024 || pad < 0 || pad > 512 || (a->v[2].kind != V_NONE && (st < 1 || st > 1024))) {
+        lower_error(L, call, "%s: kernel_size and stride must be between 1 and 1024 and padding between 0 and 512", fn);
+        return value_error();
+    }
+    return done(L, comp_pool2d(&L->b, x, !v, (int)k, (int)(st ? st : k), (int)pad), call);
+}
+
 static const Function functions[] = {
     {"exp", "x", fn_unary, 0}, {"log", "x", fn_unary, 1}, {"sqrt", "x", fn_unary, 2}, {"tanh", "x", fn_unary, 3},
     {"abs", "x", fn_unary, 4}, {"sigmoid", "x", fn_unary, 5}, {"relu", "x", fn_unary, 6},
@@ -856,6 +1008,13 @@ static const Function functions[] = {
     {"tril", "x|input, diagonal=0", fn_tri, 0}, {"triu", "x|input, diagonal=0", fn_tri, 1},
     {"masked_fill", "x|input, mask, value", fn_masked_fill, 0}, {"expand", "x, *size", fn_expand, 0},
     {"flip", "x|input, dims", fn_flip, 0}, {"stack", "*xs|tensors, axis|dim=0", fn_stack, 0},
+    {"scaled_dot_product_attention", "query, key, value, attn_mask=none, dropout_p=0.0, is_causal=false, scale=none", fn_sdpa, 0},
+    {"cumsum", "x|input, dim", fn_cumsum, 0}, {"rotary", "x, base=10000.0", fn_rotary, 0},
+    {"gather", "x|input, dim, index", fn_gather, 0},
+    {"linear", "input, weight, bias=none", fn_linear, 0},
+    {"layer_norm", "input, normalized_shape, weight=none, bias=none, eps=1e-5", fn_layer_norm, 0},
+    {"max_pool2d", "input, kernel_size, stride=none, padding=0", fn_pool, 0},
+    {"avg_pool2d", "input, kernel_size, stride=none, padding=0", fn_pool, 1},
     {"arange", "n", fn_arange, 0}, {"matmul", "x, y", fn_matmul, 0}, {"detach", "x", fn_detach, 0},
 };
 

@@ -160,6 +160,9 @@ NodeId comp_activation(IrBuilder *b, ActKind k, NodeId x, double a0, double a1);
 NodeId comp_floor_divide(IrBuilder *b, NodeId x, NodeId y, bool remainder);
 NodeId comp_tri(IrBuilder *b, NodeId x, int64_t diagonal, bool upper);
 NodeId comp_flip(IrBuilder *b, NodeId x, int axis);
+NodeId comp_attention(IrBuilder *b, NodeId q, NodeId k, NodeId v, NodeId mask, bool causal, double scale, double dropout_p, bool train);
+NodeId comp_cumsum(IrBuilder *b, NodeId x, int axis);
+NodeId comp_rotary(IrBuilder *b, NodeId x, double base);
 
 /* losses.c: PyTorch's reduction, nll/cross-entropy options and the other losses */
 typedef enum { LOSS_MEAN, LOSS_SUM, LOSS_NONE } LossReduction;

@@ -80,6 +80,16 @@ static const OpCase op_cases[] = {
     {"methods", "x: f32[2, 3, 4]",
      "y = x.view(x.shape[0], -1).softmax(-1).mean(1, keepdim = true) * x.reshape(2, 12) + x.transpose(0, 2).sum(0).exp().mean()"
      " + x.size(2) * x.float().std()"},
+    {"sdpa", "x: f32[2, 3, 4], z: f32[2, 5, 4]",
+     "y = scaled_dot_product_attention(x, z, z * 2) + scaled_dot_product_attention(x, x, x, is_causal = true, scale = 0.3)"
+     " + scaled_dot_product_attention(x, z, z, attn_mask = x[:, :, 0:1] - z[:, :, 1:2].transpose(1, 2))"
+     " + scaled_dot_product_attention(x, z, z, attn_mask = tril(ones(3, 5)) > 0)"},
+    {"cumsum", "x: f32[3, 4]", "y = cumsum(x, 1) + cumsum(x, dim = 0) * x"},
+    {"rotary", "x: f32[2, 3, 5, 4]", "y = rotary(x) + rotary(x, base = 100)"},
+    {"gather_dim", "x: f32[3, 4], t: i64[3, 2]", "y = gather(x, 1, t) + gather(x.transpose(0, 1), 0, t.transpose(0, 1)).transpose(0, 1)"},
+    {"functional_layers", "x: f32[2, 2, 4, 4], w: f32[3, 4], z: f32[3]",
+     "y = linear(x, w, z).sum() + linear(x, w).mean() + layer_norm(x, [4, 4]) + layer_norm(x, 4, weight = x[0, 0, 0], bias = x[0, 0, 1])"
+     " + max_pool2d(x, 2).sum() + avg_pool2d(x, 3, stride = 1, padding = 1)"},
     {"std", "x: f32[3, 5]", "y = std(x, axis = 1, keepdim = true) + std(x, dim = 0, keepdim = true, unbiased = false)"},
     {"clamp", "x: f32[3, 4]", "y = clamp(x, -0.5, 0.7)"},
     {"matmul", "x: f32[3, 4], z: f32[4, 5]", "y = x @ z"},

@@ -49,6 +49,16 @@ static const ParityCase cases[] = {
     {"std", "", "x: f32[3, 5]", "y = std(x, 1, keepdim = true) * x + std(x, unbiased = false)", false},
     {"methods", "", "x: f32[3, 5]",
      "y = x.view(x.shape[0], -1).softmax(-1) * x.reshape(3, 5).transpose(0, 1).mean(1).sum() + x.size(1) + x.float().flip(1)", false},
+    {"sdpa", "", "x: f32[2, 3, 4], z: f32[2, 5, 4]",
+     "y = scaled_dot_product_attention(x, z, z * 2) + scaled_dot_product_attention(x, x, x, is_causal = true, scale = 0.3)"
+     " + scaled_dot_product_attention(x, z, z, attn_mask = tril(ones(3, 5)) > 0)",
+     false},
+    {"cumsum_gather", "", "x: f32[3, 4], t: i64[3, 2]", "y = cumsum(x, 1) * x + gather(x, 1, t).sum() + cumsum(x, 0)", false},
+    {"rotary", "", "x: f32[2, 3, 5, 4]", "y = rotary(x) + rotary(x * 2, base = 100)", false},
+    {"functional_layers", "", "x: f32[2, 2, 4, 4], w: f32[3, 4], z: f32[3]",
+     "y = linear(x, w, z).sum() + layer_norm(x, [4, 4]) + layer_norm(x, 4, weight = x[0, 0, 0], bias = x[0, 0, 1])"
+     " + max_pool2d(x, 2).sum() + avg_pool2d(x, 3, stride = 1, padding = 1)",
+     false},
     /* losses */
     {"cross_entropy_options", "", "x: f32[4, 5], t: i64[4]",
      "y = cross_entropy(x, t, ignore_index = 2, label_smoothing = 0.1) + cross_entropy(x, t, reduction = \"sum\") * 0.1", false},

@@ -64,6 +64,13 @@ REFERENCES = {
     "methods": fn(lambda x: x.view(x.shape[0], -1).softmax(-1) * x.reshape(3, 5).transpose(0, 1).mean(1).sum() + x.size(1)
                   + x.float().flip(1)),
     "std": fn(lambda x: torch.std(x, 1, keepdim=True) * x + torch.std(x, unbiased=False)),
+    "sdpa": fn(lambda x, z: sdpa(x, z, z * 2) + sdpa(x, x, x, is_causal=True, scale=0.3)
+               + sdpa(x, z, z, attn_mask=torch.tril(torch.ones(3, 5)) > 0)),
+    "cumsum_gather": fn(lambda x, t: torch.cumsum(x, 1) * x + torch.gather(x, 1, t).sum() + torch.cumsum(x, 0)),
+    "rotary": fn(lambda x: rotary(x) + rotary(x * 2, base=100)),
+    "functional_layers": fn(lambda x, w, z: F.linear(x, w, z).sum() + F.layer_norm(x, [4, 4])
+                            + F.layer_norm(x, [4], weight=x[0, 0, 0], bias=x[0, 0, 1]) + F.max_pool2d(x, 2).sum()
+                            + F.avg_pool2d(x, 3, stride=1, padding=1)),
     "cross_entropy_options": fn(lambda x, t: F.cross_entropy(x, t, ignore_index=2, label_smoothing=0.1)
                                 + F.cross_entropy(x, t, reduction="sum") * 0.1),
     # PyTorch's classes are on axis 1 of [N, C, d1]; Kiln's on the last axis
@@ -88,6 +95,30 @@ REFERENCES = {
     "AdaptiveAvgPool2d": mod(lambda: Members(m=nn.AdaptiveAvgPool2d(1), n=nn.AdaptiveAvgPool2d((2, 3))),
                              lambda m, x: torch.cat([m.m(x["x"]).flatten(1), m.n(x["x"]).flatten(1)], dim=1)),
 }
+
+
+def sdpa(q, k, v, attn_mask=None, is_causal=False, scale=None):
+    """F.scaled_dot_product_attention (PyTorch 2.0; not in 1.13) as its documentation
+    writes it out."""
+    scale = 1 / q.size(-1) ** 0.5 if scale is None else scale
+    att = q @ k.transpose(-2, -1) * scale
+    if is_causal:
+        attn_mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril()
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        att = att.masked_fill(~attn_mask, float("-inf"))
+    elif attn_mask is not None:
+        att = att + attn_mask
+    return att.softmax(-1) @ v
+
+
+def rotary(x, base=10000.0):
+    """Rotary position embeddings as Hugging Face's LLaMA applies them (rotate_half)."""
+    d = x.size(-1)
+    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2).float() / d))
+    ang = torch.arange(x.size(-2)).float()[:, None] * inv_freq[None, :]
+    emb = torch.cat([ang, ang], dim=-1)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return x * emb.cos() + torch.cat([-x2, x1], dim=-1) * emb.sin()
 
 
 class RMSNorm(nn.Module):
