@@ -246,14 +246,28 @@ static Value fn_loss(Lower *L, const BoundArgs *a, AstId call, int v)
         lower_error(L, a->at[4], "cross_entropy: label_smoothing must be between 0 and 1, found %g", smoothing);
         return value_error();
     }
-    if (v == 0 && !has_ignore && smoothing == 0 && r == LOSS_MEAN) return done(L, comp_cross_entropy(&L->b, x, y), call);
+    int wi = v == 0 ? 5 : 4;
+    NodeId w = a->v[wi].kind == V_NONE ? IR_NONE : tensor(L, a, wi, name);
+    if (a->v[wi].kind != V_NONE && w == IR_NONE) return value_error();
+    if (v == 0 && !has_ignore && smoothing == 0 && r == LOSS_MEAN && w == IR_NONE) return done(L, comp_cross_entropy(&L->b, x, y), call);
     if (v == 0) {
         if (!ir_dtype_is_int((DType)L->g->nodes[y].dtype)) /* the message names cross_entropy */
             return done(L, comp_cross_entropy(&L->b, x, y), call);
         x = comp_log_softmax(&L->b, x, -1);
         if (x == IR_NONE) return lower_builder_error(L, call);
     }
-    return done(L, comp_nll(&L->b, x, y, has_ignore, ignore, smoothing, r, name), call);
+    return done(L, comp_nll(&L->b, x, y, w, has_ignore, ignore, smoothing, r, name), call);
+}
+
+static Value fn_kl_div(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "kl_div"), t = tensor(L, a, 1, "kl_div");
+    bool logt;
+    if (x == IR_NONE || t == IR_NONE || !value_bool(L, a->v[3], a->at[3], "kl_div(log_target)", &logt)) return value_error();
+    LossReduction r = LOSS_MEAN;
+    bool batchmean = a->given[2] && a->v[2].kind == V_STR && !strcmp(a->v[2].str, "batchmean");
+    if (!batchmean && !reduction_arg(L, a, 2, "kl_div", &r)) return value_error();
+    return done(L, comp_kl_div(&L->b, x, t, logt, r, batchmean), call);
 }
 
 /* l1_loss (0), smooth_l1_loss (1, beta), huber_loss (2, delta) */
@@ -982,8 +996,9 @@ static const Function functions[] = {
     {"u8", "x", fn_cast, DT_U8}, {"bool", "x", fn_cast, DT_BOOL},
     {"softmax", "x, axis|dim=-1", fn_softmax, 0}, {"log_softmax", "x, axis|dim=-1", fn_softmax, 1},
     {"logsumexp", "x, axis|dim=-1, keepdim=false", fn_softmax, 2},
-    {"cross_entropy", "input|logits, target, ignore_index=none, reduction=\"mean\", label_smoothing=0.0", fn_loss, 0},
-    {"nll_loss", "input, target, ignore_index=none, reduction=\"mean\"", fn_loss, 1},
+    {"cross_entropy", "input|logits, target, ignore_index=none, reduction=\"mean\", label_smoothing=0.0, weight=none", fn_loss, 0},
+    {"nll_loss", "input, target, ignore_index=none, reduction=\"mean\", weight=none", fn_loss, 1},
+    {"kl_div", "input, target, reduction=\"mean\", log_target=false", fn_kl_div, 0},
     {"mse", "input, target", fn_loss, 2}, {"mse_loss", "input, target", fn_loss, 2},
     {"l1_loss", "input, target, reduction=\"mean\"", fn_regression_loss, 0},
     {"smooth_l1_loss", "input, target, reduction=\"mean\", beta=1.0", fn_regression_loss, 1},

@@ -37,10 +37,11 @@ NodeId comp_reduce_loss(IrBuilder *b, NodeId l, LossReduction r)
 
 /* Negative log-likelihood of log-probabilities logp[..., C] at target[...] (classes on the
  * last axis), with PyTorch's ignore_index (a target equal to it counts for nothing, and
- * the mean is over the others) and label_smoothing eps: each term is
- * (1 - eps) (-logp[t]) + eps / C sum_c (-logp[c]). */
-NodeId comp_nll(IrBuilder *b, NodeId logp, NodeId target, bool has_ignore, int64_t ignore_index, double smoothing, LossReduction r,
-                const char *what)
+ * the mean is over the others), label_smoothing eps (each term is
+ * (1 - eps) (-logp[t]) + eps / C sum_c (-logp[c])) and class weights w[C] (IR_NONE: none):
+ * -w[t] logp[t] + eps / C sum_c (-w[c] logp[c]), the mean divided by the sum of w[t]. */
+NodeId comp_nll(IrBuilder *b, NodeId logp, NodeId target, NodeId weight, bool has_ignore, int64_t ignore_index, double smoothing,
+                LossReduction r, const char *what)
 {
     Shape lshape = *shape_of(b, logp), tshape = *shape_of(b, target);
     if (!ir_dtype_is_int(dtype_of(b, target))) {
@@ -78,26 +79,47 @@ NodeId comp_nll(IrBuilder *b, NodeId logp, NodeId target, bool has_ignore, int64
     ts1.d[ts1.rank++] = ir_dim_const(1);
     NodeId classes = ir_b_iota(b, &lshape, c, dtype_of(b, target));
     NodeId hot = bin(b, OP_EQ, classes, ir_b_reshape(b, target, &ts1));
-    NodeId picked = ir_b_reduce(b, OP_REDUCE_SUM, bin(b, OP_MUL, logp, ir_b_cast(b, hot, dtype_of(b, logp))), UINT64_C(1) << c, false);
+    NodeId hotf = hot == IR_NONE ? IR_NONE : ir_b_cast(b, hot, dtype_of(b, logp));
+    NodeId wl = logp, wt = IR_NONE; /* w[c] logp[c], and w[t] */
+    if (weight != IR_NONE) {
+        Shape ws = *shape_of(b, weight);
+        if (ws.rank != 1 || !ir_dim_eq(ws.d[0], lshape.d[c])) {
+            if (b->err) {
+                sb_printf(b->err, "%s: weight must have one element per class, [", what);
+                ir_dim_format(b->err, b->g, lshape.d[c]);
+                sb_puts(b->err, "], found ");
+                ir_shape_format(b->err, b->g, &ws);
+            }
+            return IR_NONE;
+        }
+        wl = bin(b, OP_MUL, logp, weight);
+        wt = hotf == IR_NONE ? IR_NONE : ir_b_reduce(b, OP_REDUCE_SUM, bin(b, OP_MUL, hotf, weight), UINT64_C(1) << c, false);
+        TRY(wt);
+    }
+    NodeId picked = hotf == IR_NONE ? IR_NONE : ir_b_reduce(b, OP_REDUCE_SUM, bin(b, OP_MUL, wl, hotf), UINT64_C(1) << c, false);
     NodeId l = un(b, OP_NEG, picked);
     if (smoothing > 0) {
         if (!ir_dim_is_const(lshape.d[c])) {
             if (b->err) sb_printf(b->err, "%s: label_smoothing needs a class axis of fixed size", what);
             return IR_NONE;
         }
-        NodeId all = ir_b_reduce(b, OP_REDUCE_SUM, logp, UINT64_C(1) << c, false);
+        NodeId all = ir_b_reduce(b, OP_REDUCE_SUM, wl, UINT64_C(1) << c, false);
         l = bin(b, OP_ADD, sc(b, OP_MUL, l, 1.0 - smoothing), sc(b, OP_MUL, all, -smoothing / (double)lshape.d[c].k));
     }
     TRY(l);
-    if (!has_ignore) return comp_reduce_loss(b, l, r);
-    NodeId vf = ir_b_cast(b, valid, dtype_of(b, l));
+    if (!has_ignore && wt == IR_NONE) return comp_reduce_loss(b, l, r);
     NodeId zero = ir_b_const(b, 0.0, dtype_of(b, l));
-    l = sel(b, valid, l, zero);
+    if (has_ignore) {
+        l = sel(b, valid, l, zero);
+        if (wt != IR_NONE) wt = sel(b, valid, wt, zero);
+    }
     TRY(l);
     if (r != LOSS_MEAN) return comp_reduce_loss(b, l, r);
-    /* the mean over the targets that count (NaN when none does, as PyTorch) */
+    /* the mean over the targets that count, weighted by their class weights (NaN when none
+     * counts, as PyTorch) */
+    NodeId den = wt != IR_NONE ? wt : ir_b_cast(b, valid, dtype_of(b, l));
     NodeId s = ir_b_reduce(b, OP_REDUCE_SUM, l, all_axes(b, l), false);
-    NodeId cnt = vf == IR_NONE ? IR_NONE : ir_b_reduce(b, OP_REDUCE_SUM, vf, all_axes(b, vf), false);
+    NodeId cnt = den == IR_NONE ? IR_NONE : ir_b_reduce(b, OP_REDUCE_SUM, den, all_axes(b, den), false);
     return bin(b, OP_DIV, s, cnt);
 }
 
@@ -140,4 +162,32 @@ NodeId comp_bce_logits(IrBuilder *b, NodeId x, NodeId y, NodeId weight, NodeId p
     NodeId l = bin(b, OP_ADD, bin(b, OP_MUL, comp_scalar_op(b, OP_SUB, y, 1.0, true), x), soft);
     if (weight != IR_NONE) l = bin(b, OP_MUL, l, weight);
     return comp_reduce_loss(b, l, r);
+}
+
+/* kl_div(input, target) as F.kl_div: input holds log-probabilities; the pointwise loss is
+ * target (log target - input), 0 where target is 0 (log_target: exp(t) (t - input)).
+ * batchmean divides the sum by the size of the first axis. */
+NodeId comp_kl_div(IrBuilder *b, NodeId x, NodeId t, bool log_target, LossReduction r, bool batchmean)
+{
+    if (!ir_dtype_is_float(dtype_of(b, x))) x = ir_b_cast(b, x, DT_F32);
+    TRY(x);
+    if (!ir_dtype_is_float(dtype_of(b, t))) t = ir_b_cast(b, t, dtype_of(b, x));
+    TRY(t);
+    NodeId l;
+    if (log_target) l = bin(b, OP_MUL, un(b, OP_EXP, t), bin(b, OP_SUB, t, x));
+    else {
+        /* xlogy: the log's argument is 1 where t is 0, so neither it nor its gradient is NaN */
+        NodeId pos = sc(b, OP_GT, t, 0.0);
+        NodeId one = ir_b_const(b, 1.0, dtype_of(b, t)), zero = ir_b_const(b, 0.0, dtype_of(b, t));
+        NodeId lt = un(b, OP_LOG, sel(b, pos, t, one));
+        l = sel(b, pos, bin(b, OP_MUL, t, bin(b, OP_SUB, lt, x)), zero);
+    }
+    TRY(l);
+    if (!batchmean) return comp_reduce_loss(b, l, r);
+    NodeId s = comp_reduce_loss(b, l, LOSS_SUM);
+    const Shape *ls = shape_of(b, l);
+    if (ls->rank == 0) return s;
+    NodeId n = ir_b_full(b, 1.0, dtype_of(b, l), &(Shape){.rank = 1, .d = {ls->d[0]}});
+    n = n == IR_NONE ? IR_NONE : ir_b_reduce(b, OP_REDUCE_SUM, n, 1, false);
+    return bin(b, OP_DIV, s, n);
 }

@@ -136,6 +136,12 @@ static const OpCase op_cases[] = {
     {"cross_entropy_options", "x: f32[4, 5], t: i64[4]",
      "y = cross_entropy(x, t, ignore_index = 2, label_smoothing = 0.1) + cross_entropy(x, t, reduction = \"sum\") * 0.1"},
     {"nll_loss", "x: f32[2, 3, 5], t: i32[2, 3]", "y = nll_loss(log_softmax(x), t) + nll_loss(x, t, ignore_index = 1, reduction = \"none\")"},
+    {"class_weights", "x: f32[4, 5], t: i64[4], w: f32[5]",
+     "y = cross_entropy(x, t, weight = exp(w)) + nll_loss(log_softmax(x), t, weight = exp(w), ignore_index = 1)"
+     " + cross_entropy(x, t, weight = exp(w), label_smoothing = 0.2, reduction = \"sum\")"},
+    {"kl_div", "x: f32[3, 4], z: f32[3, 4]",
+     "y = kl_div(log_softmax(x), softmax(z), reduction = \"batchmean\") + kl_div(log_softmax(x), log_softmax(z), log_target = true)"
+     " + kl_div(log_softmax(x), relu(z), reduction = \"none\")"},
     {"regression_losses", "x: f32[3, 4], z: f32[3, 4]",
      "y = l1_loss(x, z) + smooth_l1_loss(x * 2, z, beta = 0.5) + huber_loss(x * 2, z, delta = 0.7, reduction = \"sum\")"
      " + smooth_l1_loss(x, z, reduction = \"none\", beta = 0)"},

@@ -76,6 +76,12 @@ REFERENCES = {
     # PyTorch's classes are on axis 1 of [N, C, d1]; Kiln's on the last axis
     "nll_loss": fn(lambda x, t: F.nll_loss(F.log_softmax(x, -1).permute(0, 2, 1), t)
                    + F.nll_loss(x.permute(0, 2, 1), t, ignore_index=1, reduction="none")),
+    "class_weights": fn(lambda x, t, w: F.cross_entropy(x, t, weight=torch.exp(w).detach())
+                        + F.nll_loss(F.log_softmax(x, -1), t, weight=torch.exp(w).detach(), ignore_index=1)
+                        + F.cross_entropy(x, t, weight=torch.exp(w).detach(), label_smoothing=0.2, reduction="sum")),
+    "kl_div": fn(lambda x, z: F.kl_div(F.log_softmax(x, -1), F.softmax(z, -1), reduction="batchmean")
+                 + F.kl_div(F.log_softmax(x, -1), F.log_softmax(z, -1), log_target=True)
+                 + F.kl_div(F.log_softmax(x, -1), F.relu(z), reduction="none")),
     "regression_losses": fn(lambda x, z: F.l1_loss(x, z) + F.smooth_l1_loss(x * 2, z, beta=0.5)
                             + F.huber_loss(x * 2, z, delta=0.7, reduction="sum") + F.smooth_l1_loss(x, z, reduction="none", beta=0)),
     "bce_with_logits": fn(lambda x, z, w: F.binary_cross_entropy_with_logits(x * 3, torch.sigmoid(z))
