@@ -185,24 +185,54 @@ static bool arg_sizes(Lower *L, int32_t inst, int i, AstId at, int64_t lo, int64
     return true;
 }
 
-/* kernel, stride, padding, dilation of a ConvNd (n = 1 or 2) */
-static bool conv_args(Lower *L, int32_t inst, AstId at, int n, int64_t k[2], int64_t st[2], int64_t pad[2], int64_t dil[2])
+/* kernel, stride, padding (before and after: "same" can be uneven), dilation and groups
+ * of a ConvNd (n = 1 or 2); padding = "valid" is 0, "same" keeps the size (stride 1) */
+static bool conv_args(Lower *L, int32_t inst, AstId at, int n, int64_t k[2], int64_t st[2], int64_t pad[2], int64_t pad_hi[2],
+                      int64_t dil[2], int64_t *groups)
 {
-    return arg_sizes(L, inst, 2, at, 1, 1024, n, k) && arg_sizes(L, inst, 3, at, 1, 1024, n, st) &&
-           arg_sizes(L, inst, 4, at, 0, 1024, n, pad) && arg_sizes(L, inst, 5, at, 1, 1024, n, dil);
+    if (!arg_sizes(L, inst, 2, at, 1, 1024, n, k) || !arg_sizes(L, inst, 3, at, 1, 1024, n, st) ||
+        !arg_sizes(L, inst, 5, at, 1, 1024, n, dil) || !arg_int(L, inst, 6, at, 1, MAXD, groups))
+        return false;
+    k[1] = n == 2 ? k[1] : 1; /* unused */
+    Value pv = I(L, inst)->args[4];
+    if (pv.kind == V_STR) {
+        bool same = !strcmp(pv.str, "same");
+        if (!same && strcmp(pv.str, "valid")) {
+            lower_error(L, arg_at(L, inst, 4, at), "%s(padding) must be a size, a list of sizes, \"same\" or \"valid\"", I(L, inst)->type);
+            return false;
+        }
+        for (int i = 0; i < n; i++) {
+            if (same && st[i] != 1) {
+                lower_error(L, arg_at(L, inst, 4, at), "%s: padding = \"same\" needs stride 1 (as in PyTorch)", I(L, inst)->type);
+                return false;
+            }
+            int64_t total = same ? dil[i] * (k[i] - 1) : 0;
+            pad[i] = total / 2; /* PyTorch puts the odd one after */
+            pad_hi[i] = total - pad[i];
+        }
+        return true;
+    }
+    if (!arg_sizes(L, inst, 4, at, 0, 1024, n, pad)) return false;
+    for (int i = 0; i < n; i++) pad_hi[i] = pad[i];
+    return true;
 }
 
 static bool conv_create(Lower *L, int32_t inst, AstId at)
 {
     int n = I(L, inst)->type[4] == '1' ? 1 : 2;
-    int64_t cin, cout, k[2], st[2], pad[2], dil[2];
+    int64_t cin, cout, k[2], st[2], pad[2], hi[2], dil[2], groups;
     bool bias;
     if (!arg_int(L, inst, 0, at, 1, MAXD, &cin) || !arg_int(L, inst, 1, at, 1, MAXD, &cout) ||
-        !conv_args(L, inst, at, n, k, st, pad, dil) || !arg_bool(L, inst, 6, at, &bias))
+        !conv_args(L, inst, at, n, k, st, pad, hi, dil, &groups) || !arg_bool(L, inst, 7, at, &bias))
         return false;
-    int64_t fan = cin * k[0] * (n == 2 ? k[1] : 1);
+    if (cin % groups || cout % groups) {
+        lower_error(L, arg_at(L, inst, 6, at), "%s: in_channels %lld and out_channels %lld must both be divisible by groups %lld",
+                    I(L, inst)->type, (long long)cin, (long long)cout, (long long)groups);
+        return false;
+    }
+    int64_t fan = cin / groups * k[0] * (n == 2 ? k[1] : 1);
     double bound = 1.0 / sqrt((double)fan);
-    Dim d[4] = {ir_dim_const(cout), ir_dim_const(cin), ir_dim_const(k[0]), ir_dim_const(k[1])};
+    Dim d[4] = {ir_dim_const(cout), ir_dim_const(cin / groups), ir_dim_const(k[0]), ir_dim_const(k[1])};
     Shape w = ir_shape_make(2 + n, d), b = shape1(cout);
     if (lower_param(L, inst, "weight", &w, INIT_UNIFORM, -bound, bound, true, at) == IR_NONE) return false;
     if (bias && lower_param(L, inst, "bias", &b, INIT_UNIFORM, -bound, bound, true, at) == IR_NONE) return false;
@@ -214,20 +244,21 @@ static Value conv_apply(Lower *L, int32_t inst, const Value *args, int nargs, As
     NodeId x = one_input(L, inst, args, nargs, at);
     if (x == IR_NONE) return value_error();
     int n = I(L, inst)->type[4] == '1' ? 1 : 2;
-    int64_t k[2], st[2], pad[2], dil[2];
-    conv_args(L, inst, at, n, k, st, pad, dil);
+    int64_t k[2], st[2], pad[2], hi[2], dil[2], groups;
+    conv_args(L, inst, at, n, k, st, pad, hi, dil, &groups);
     NodeId w = member_node(L, inst, "weight"), bias = member_node(L, inst, "bias");
     if (n == 2) {
-        int s2[2] = {(int)st[0], (int)st[1]}, p2[2] = {(int)pad[0], (int)pad[1]}, d2[2] = {(int)dil[0], (int)dil[1]};
-        return result(L, comp_conv2d(&L->b, x, w, bias, s2, p2, d2), at);
+        int s2[2] = {(int)st[0], (int)st[1]}, p2[2] = {(int)pad[0], (int)pad[1]}, h2[2] = {(int)hi[0], (int)hi[1]};
+        int d2[2] = {(int)dil[0], (int)dil[1]};
+        return result(L, comp_conv2d(&L->b, x, w, bias, s2, p2, h2, d2, (int)groups), at);
     }
     /* Conv1d: [N, C, L] as an image of one row, [N, C, 1, L], with a [O, C, 1, K] kernel. */
     Shape xs = L->g->nodes[x].shape, ws = L->g->nodes[w].shape;
-    if (xs.rank != 3 || !ir_dim_eq(xs.d[1], ws.d[1])) {
+    if (xs.rank != 3 || !ir_dim_eq(xs.d[1], ir_dim_const(ws.d[1].k * groups))) {
         StrBuf t;
         sb_init(&t);
         ir_shape_format(&t, L->g, &xs);
-        lower_error(L, at, "Conv1d '%s' expects [N, %lld, L], found %s", I(L, inst)->path, (long long)ws.d[1].k, t.data);
+        lower_error(L, at, "Conv1d '%s' expects [N, %lld, L], found %s", I(L, inst)->path, (long long)(ws.d[1].k * groups), t.data);
         sb_free(&t);
         return value_error();
     }
@@ -236,8 +267,8 @@ static Value conv_apply(Lower *L, int32_t inst, const Value *args, int nargs, As
     Shape xs4 = ir_shape_make(4, x4), ws4 = ir_shape_make(4, w4);
     NodeId xr = ir_b_reshape(b, x, &xs4), wr = ir_b_reshape(b, w, &ws4);
     if (xr == IR_NONE || wr == IR_NONE) return lower_builder_error(L, at);
-    int s2[2] = {1, (int)st[0]}, p2[2] = {0, (int)pad[0]}, d2[2] = {1, (int)dil[0]};
-    NodeId y = comp_conv2d(b, xr, wr, bias, s2, p2, d2);
+    int s2[2] = {1, (int)st[0]}, p2[2] = {0, (int)pad[0]}, h2[2] = {0, (int)hi[0]}, d2[2] = {1, (int)dil[0]};
+    NodeId y = comp_conv2d(b, xr, wr, bias, s2, p2, h2, d2, (int)groups);
     if (y == IR_NONE) return lower_builder_error(L, at);
     Shape ys = L->g->nodes[y].shape;
     Dim o3[3] = {ys.d[0], ys.d[1], ys.d[3]};
@@ -349,19 +380,43 @@ static Value bn_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstI
 
 /* ---- LayerNorm ---- */
 
+/* normalized_shape: one size, or a list of the trailing sizes (PyTorch's tuple) */
+static bool ln_shape(Lower *L, int32_t inst, AstId at, Shape *s)
+{
+    Value v = I(L, inst)->args[0];
+    *s = ir_shape_make(0, NULL);
+    int n = v.kind == V_TUPLE ? v.count : 1;
+    if (n < 1 || n > IR_MAX_RANK) {
+        lower_error(L, arg_at(L, inst, 0, at), "LayerNorm(normalized_shape) takes a size or a list of 1 to %d sizes", IR_MAX_RANK);
+        return false;
+    }
+    for (int i = 0; i < n; i++) {
+        int64_t c;
+        if (v.kind != V_TUPLE) {
+            if (!arg_int(L, inst, 0, at, 1, MAXD, &c)) return false;
+        } else if (!value_int(L, L->seq[v.idx + i], arg_at(L, inst, 0, at), "LayerNorm(normalized_shape)", &c)) return false;
+        else if (c < 1 || c > MAXD) {
+            lower_error(L, arg_at(L, inst, 0, at), "LayerNorm(normalized_shape) sizes must be between 1 and %lld, found %lld", (long long)MAXD,
+                        (long long)c);
+            return false;
+        }
+        s->d[s->rank++] = ir_dim_const(c);
+    }
+    return true;
+}
+
 static bool ln_create(Lower *L, int32_t inst, AstId at)
 {
-    int64_t c;
+    Shape s;
     double eps;
     bool affine, bias;
-    if (!arg_int(L, inst, 0, at, 1, MAXD, &c) || !arg_num(L, inst, 1, at, 0, 1, &eps) || !arg_bool(L, inst, 2, at, &affine) ||
+    if (!ln_shape(L, inst, at, &s) || !arg_num(L, inst, 1, at, 0, 1, &eps) || !arg_bool(L, inst, 2, at, &affine) ||
         !arg_bool(L, inst, 3, at, &bias))
         return false;
     if (!affine && arg_written(L, inst, 3, at)) {
         lower_error(L, arg_at(L, inst, 3, at), "LayerNorm(bias) has no effect with elementwise_affine = false (there are no parameters)");
         return false;
     }
-    Shape s = shape1(c);
     if (affine && lower_param(L, inst, "weight", &s, INIT_ONES, 0, 0, true, at) == IR_NONE) return false;
     if (affine && bias && lower_param(L, inst, "bias", &s, INIT_ZEROS, 0, 0, true, at) == IR_NONE) return false;
     return true;
@@ -371,20 +426,27 @@ static Value ln_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstI
 {
     NodeId x = one_input(L, inst, args, nargs, at);
     if (x == IR_NONE) return value_error();
-    int64_t c;
+    Shape s;
     double eps;
-    arg_int(L, inst, 0, at, 1, MAXD, &c);
+    ln_shape(L, inst, at, &s);
     arg_num(L, inst, 1, at, 0, 1, &eps);
     const Shape *xs = &L->g->nodes[x].shape;
-    if (xs->rank == 0 || !ir_dim_eq(xs->d[xs->rank - 1], ir_dim_const(c))) {
-        StrBuf t;
+    bool ok = xs->rank >= s.rank;
+    for (int i = 0; ok && i < s.rank; i++) ok = ir_dim_eq(xs->d[xs->rank - s.rank + i], s.d[i]);
+    if (!ok) {
+        StrBuf t, w;
         sb_init(&t);
+        sb_init(&w);
         ir_shape_format(&t, L->g, xs);
-        lower_error(L, at, "LayerNorm '%s' normalises a last axis of %lld, found %s", I(L, inst)->path, (long long)c, t.data);
+        ir_shape_format(&w, L->g, &s);
+        if (s.rank == 1)
+            lower_error(L, at, "LayerNorm '%s' normalises a last axis of %lld, found %s", I(L, inst)->path, (long long)s.d[0].k, t.data);
+        else lower_error(L, at, "LayerNorm '%s' normalises last axes of %s, found %s", I(L, inst)->path, w.data, t.data);
         sb_free(&t);
+        sb_free(&w);
         return value_error();
     }
-    return result(L, comp_layer_norm(&L->b, x, member_node(L, inst, "weight"), member_node(L, inst, "bias"), 1, eps), at);
+    return result(L, comp_layer_norm(&L->b, x, member_node(L, inst, "weight"), member_node(L, inst, "bias"), s.rank, eps), at);
 }
 
 /* ---- Embedding ---- */
@@ -810,11 +872,11 @@ static Value seq_apply(Lower *L, int32_t inst, const Value *args, int nargs, Ast
 static const BuiltinModule builtins[] = {
     {"Linear", {"in_features", "out_features", "bias"}, {NULL, NULL, "true"},
      "y = x @ weight.T + bias; weight [out, in] and bias ~ U(-1/sqrt(in), 1/sqrt(in))", linear_create, linear_apply},
-    {"Conv2d", {"in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "bias"},
-     {NULL, NULL, NULL, "1", "0", "1", "true"},
+    {"Conv2d", {"in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias"},
+     {NULL, NULL, NULL, "1", "0", "1", "1", "true"},
      "2-D convolution (unfold + matmul); weight [out, in, kh, kw] and bias ~ U(-1/sqrt(in*kh*kw), +)", conv_create, conv_apply},
-    {"Conv1d", {"in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "bias"},
-     {NULL, NULL, NULL, "1", "0", "1", "true"},
+    {"Conv1d", {"in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias"},
+     {NULL, NULL, NULL, "1", "0", "1", "1", "true"},
      "1-D convolution over [N, C, L] (as Conv2d over one row); weight [out, in, k] and bias ~ U(-1/sqrt(in*k), +)", conv_create,
      conv_apply},
     {"MaxPool2d", {"kernel_size", "stride", "padding"}, {NULL, "0", "0"},

@@ -277,7 +277,8 @@ NodeId comp_linear(IrBuilder *b, NodeId x, NodeId weight, NodeId bias)
     return bias == IR_NONE ? y : ir_b_binary(b, OP_ADD, y, bias);
 }
 
-NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, const int stride[2], const int pad[2], const int dilation[2])
+NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, const int stride[2], const int pad[2], const int pad_hi[2],
+                   const int dilation[2], int groups)
 {
     Shape xshape = *shape_of(b, x), wshape = *shape_of(b, w);
     const Shape *xs = &xshape, *ws = &wshape;
@@ -288,7 +289,9 @@ NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, const int stri
         }
         return IR_NONE;
     }
-    if (!ir_dim_eq(xs->d[1], ws->d[1])) {
+    Dim cin = ws->d[1];
+    if (groups > 1 && !ir_dim_mul(cin, ir_dim_const(groups), &cin)) return IR_NONE;
+    if (!ir_dim_eq(xs->d[1], cin)) {
         if (b->err) {
             sb_puts(b->err, "conv2d: input channels differ: input ");
             ir_shape_format(b->err, b->g, xs);
@@ -299,19 +302,40 @@ NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, const int stri
     }
     int64_t kh = ws->d[2].k, kw = ws->d[3].k;
     if (!ir_dtype_is_float(dtype_of(b, x))) x = ir_b_cast(b, x, DT_F32);
-    int64_t lo[4] = {0, 0, pad[0], pad[1]}, hi[4] = {0, 0, pad[0], pad[1]};
+    int64_t lo[4] = {0, 0, pad[0], pad[1]}, hi[4] = {0, 0, pad_hi[0], pad_hi[1]};
     NodeId xp = ir_b_pad(b, x, lo, hi, 0.0);
     TRY(xp);
     /* im2col + one GEMM per image: [O, C*KH*KW] @ [N, C*KH*KW, L] -> [N, O, L]. */
     NodeId cols = ir_b_unfold(b, xp, (int)kh, (int)kw, stride[0], stride[1], dilation[0], dilation[1]);
     TRY(cols);
-    Shape wf = ir_shape_make(2, NULL);
-    wf.d[0] = ws->d[0];
-    wf.d[1] = shape_of(b, cols)->d[1];
-    NodeId w2 = ir_b_reshape(b, w, &wf);
-    TRY(w2);
-    NodeId y = ir_b_matmul(b, w2, cols);
-    TRY(y);
+    NodeId y;
+    if (groups <= 1) {
+        Shape wf = ir_shape_make(2, NULL);
+        wf.d[0] = ws->d[0];
+        wf.d[1] = shape_of(b, cols)->d[1];
+        NodeId w2 = ir_b_reshape(b, w, &wf);
+        TRY(w2);
+        y = ir_b_matmul(b, w2, cols);
+        TRY(y);
+    } else {
+        /* groups: the unfolded rows of group g are contiguous (row c*KH*KW + ...), so one
+         * batched product per group, [G, O/G, C/G*KH*KW] @ [N, G, C/G*KH*KW, L] */
+        Shape cs = *shape_of(b, cols);
+        int64_t kk = cs.d[1].k / groups, og = ws->d[0].k / groups;
+        Dim c4[4] = {cs.d[0], ir_dim_const(groups), ir_dim_const(kk), cs.d[2]};
+        Dim w3[3] = {ir_dim_const(groups), ir_dim_const(og), ir_dim_const(kk)};
+        Shape cs4 = ir_shape_make(4, c4), ws3 = ir_shape_make(3, w3);
+        NodeId cg = ir_b_reshape(b, cols, &cs4);
+        TRY(cg);
+        NodeId wg = ir_b_reshape(b, w, &ws3);
+        TRY(wg);
+        y = ir_b_matmul(b, wg, cg);
+        TRY(y);
+        Dim o3[3] = {cs.d[0], ws->d[0], cs.d[2]};
+        Shape os3 = ir_shape_make(3, o3);
+        y = ir_b_reshape(b, y, &os3);
+        TRY(y);
+    }
     if (bias != IR_NONE) {
         /* added to the product's [N, O, L] (bias [O, 1]), not to the image it is reshaped
          * into: a broadcast over the product's last two axes is a GEMM epilogue */

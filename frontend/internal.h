@@ -147,7 +147,9 @@ NodeId comp_mse(IrBuilder *b, NodeId x, NodeId y);
 NodeId comp_dropout(IrBuilder *b, NodeId x, double p, bool train);
 NodeId comp_layer_norm(IrBuilder *b, NodeId x, NodeId weight, NodeId bias, int nnorm, double eps);
 NodeId comp_linear(IrBuilder *b, NodeId x, NodeId weight, NodeId bias);
-NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, const int stride[2], const int pad[2], const int dilation[2]);
+/* pad: before each spatial axis, pad_hi: after it; groups as nn.Conv2d's (weight [O, C/groups, KH, KW]) */
+NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, const int stride[2], const int pad[2], const int pad_hi[2],
+                   const int dilation[2], int groups);
 NodeId comp_pool2d(IrBuilder *b, NodeId x, bool max, int k, int stride, int pad);
 NodeId comp_scalar_op(IrBuilder *b, Op op, NodeId x, double s, bool scalar_left);
 

@@ -26,7 +26,7 @@ typedef struct {
     const char *members; /* module members, or "" */
     const char *inputs;  /* forward inputs */
     const char *body;    /* statements assigning y */
-    bool cubic;          /* loss sum(y^3 / 3 + y), not sum(y^2 / 2 + y): a normalisation's input
+    bool cubic;          /* loss sum(y^3 / 3 + y^2 + y), not sum(y^2 / 2 + y): a normalisation's input
                             gradient of the latter is zero up to rounding (it is linear in y) */
 } ParityCase;
 
@@ -92,6 +92,10 @@ static const ParityCase cases[] = {
     {"Conv1d", "m = Conv1d(3, 4, 3, stride = 2, padding = 1, dilation = 1)", "x: f32[2, 3, 9]", "y = m(x)", false},
     {"Conv2d_tuples", "m = Conv2d(2, 3, [3, 2], stride = [2, 1], padding = [1, 0], bias = false)", "x: f32[2, 2, 6, 5]", "y = m(x)",
      false},
+    {"Conv_groups_padding", "a = Conv2d(4, 6, 3, padding = \"same\", groups = 2)\nb = Conv2d(6, 6, [2, 4], padding = \"same\", groups = 6, dilation = [1, 2])\n"
+     "c = Conv1d(4, 2, 3, padding = \"valid\", groups = 2, bias = false)",
+     "x: f32[2, 4, 5, 6]", "y = concat(flatten(b(a(x))), flatten(c(x[:, :, 0, :])), dim = 1)", false},
+    {"LayerNorm_dims", "m = LayerNorm([3, 4])", "x: f32[2, 3, 4]", "y = m(x)", true},
     {"BatchNorm1d", "m = BatchNorm1d(4)", "x: f32[5, 4]", "y = m(x)", true},
     {"BatchNorm1d_3d", "m = BatchNorm1d(3, momentum = 0.2)", "x: f32[2, 3, 4]", "y = m(x)", true},
     {"GroupNorm", "m = GroupNorm(2, 4)", "x: f32[2, 4, 3, 2]", "y = m(x)", true},
@@ -105,7 +109,7 @@ static const ParityCase cases[] = {
 static void case_text(char *buf, size_t n, const ParityCase *c)
 {
     snprintf(buf, n, "model t\n%s\nforward(%s) -> y {\n %s\n}\nloss(y) = %s\n", c->members, c->inputs, c->body,
-             c->cubic ? "sum(y * y * y / 3 + y)" : "sum(y * y / 2 + y)");
+             c->cubic ? "sum(y * y * y / 3 + y * y + y)" : "sum(y * y / 2 + y)");
 }
 
 static void put_array(StrBuf *o, const double *v, int64_t n)
