@@ -867,6 +867,112 @@ static Value seq_apply(Lower *L, int32_t inst, const Value *args, int nargs, Ast
     return v;
 }
 
+/* ---- MultiheadAttention (nn.MultiheadAttention's parameters and layout) ---- */
+
+static bool mha_create(Lower *L, int32_t inst, AstId at)
+{
+    int64_t e, h;
+    double p;
+    bool bias, bf;
+    if (!arg_int(L, inst, 0, at, 1, MAXD, &e) || !arg_int(L, inst, 1, at, 1, 4096, &h) || !arg_num(L, inst, 2, at, 0, 1, &p) ||
+        !arg_bool(L, inst, 3, at, &bias) || !arg_bool(L, inst, 4, at, &bf))
+        return false;
+    if (e % h) {
+        lower_error(L, arg_at(L, inst, 1, at), "MultiheadAttention: embed_dim %lld is not divisible by num_heads %lld", (long long)e,
+                    (long long)h);
+        return false;
+    }
+    /* in_proj_weight: xavier_uniform over [3E, E]; in_proj_bias and out_proj.bias zeros;
+     * out_proj.weight as a Linear's, as torch.nn.MultiheadAttention._reset_parameters */
+    double xb = sqrt(6.0 / (double)(e + 3 * e)), lb = 1.0 / sqrt((double)e);
+    Shape w = shape2(3 * e, e), b3 = shape1(3 * e), ow = shape2(e, e), ob = shape1(e);
+    if (lower_param(L, inst, "in_proj_weight", &w, INIT_UNIFORM, -xb, xb, true, at) == IR_NONE) return false;
+    if (bias && lower_param(L, inst, "in_proj_bias", &b3, INIT_ZEROS, 0, 0, true, at) == IR_NONE) return false;
+    int32_t op = lower_inst_new(L, inst, "out_proj", "Linear", I(L, inst)->loc);
+    L->insts[op].builtin = builtin_find("Linear");
+    L->insts[op].scope = I(L, inst)->scope;
+    L->insts[op].args[0] = value_num((double)e, true);
+    L->insts[op].args[1] = value_num((double)e, true);
+    L->insts[op].args[2] = (Value){.kind = V_BOOL, .num = bias, .node = IR_NONE};
+    if (lower_param(L, op, "weight", &ow, INIT_UNIFORM, -lb, lb, true, at) == IR_NONE) return false;
+    if (bias && lower_param(L, op, "bias", &ob, INIT_ZEROS, 0, 0, true, at) == IR_NONE) return false;
+    lower_add_member(L, inst, "out_proj", (Value){.kind = V_MODULE, .idx = op, .node = IR_NONE});
+    return true;
+}
+
+/* m(query, key, value) -> (output, weights averaged over the heads), as PyTorch returns
+ * them: y, w = attn(x, x, x). [L, N, E] inputs, or [N, L, E] with batch_first. */
+static Value mha_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstId at)
+{
+    if (nargs != 3) {
+        lower_error(L, at, "MultiheadAttention '%s' takes 3 inputs (query, key, value), found %d", I(L, inst)->path, nargs);
+        return value_error();
+    }
+    int64_t e, h;
+    double p;
+    bool bf;
+    arg_int(L, inst, 0, at, 1, MAXD, &e);
+    arg_int(L, inst, 1, at, 1, 4096, &h);
+    arg_num(L, inst, 2, at, 0, 1, &p);
+    arg_bool(L, inst, 4, at, &bf);
+    IrBuilder *b = &L->b;
+    NodeId in[3];
+    for (int i = 0; i < 3; i++) {
+        in[i] = lower_tensor_arg(L, args[i], at, "MultiheadAttention");
+        if (in[i] == IR_NONE) return value_error();
+        const Shape *xs = &L->g->nodes[in[i]].shape;
+        if (xs->rank != 3 || !ir_dim_eq(xs->d[2], ir_dim_const(e))) {
+            StrBuf t;
+            sb_init(&t);
+            ir_shape_format(&t, L->g, xs);
+            lower_error(L, at, "MultiheadAttention '%s' expects %s inputs, found %s", I(L, inst)->path, bf ? "[N, L, E]" : "[L, N, E]", t.data);
+            sb_free(&t);
+            return value_error();
+        }
+        if (!bf) in[i] = ir_b_transpose(b, in[i], 0, 1); /* [N, L, E] */
+        if (in[i] == IR_NONE) return lower_builder_error(L, at);
+    }
+    NodeId w = member_node(L, inst, "in_proj_weight"), bias = member_node(L, inst, "in_proj_bias");
+    int64_t hd = e / h;
+    NodeId heads[3];
+    int perm[4] = {0, 2, 1, 3};
+    for (int i = 0; i < 3; i++) {
+        NodeId wi = ir_b_slice(b, w, 0, i * e, (i + 1) * e, 1);
+        NodeId bi = bias == IR_NONE ? IR_NONE : ir_b_slice(b, bias, 0, i * e, (i + 1) * e, 1);
+        NodeId pr = wi == IR_NONE ? IR_NONE : comp_linear(b, in[i], wi, bi);
+        if (pr == IR_NONE) return lower_builder_error(L, at);
+        Shape ps = L->g->nodes[pr].shape;
+        Dim hs[4] = {ps.d[0], ps.d[1], ir_dim_const(h), ir_dim_const(hd)};
+        Shape split = ir_shape_make(4, hs);
+        NodeId r = ir_b_reshape(b, pr, &split);
+        heads[i] = r == IR_NONE ? IR_NONE : ir_b_permute(b, r, perm); /* [N, H, L, hd] */
+        if (heads[i] == IR_NONE) return lower_builder_error(L, at);
+    }
+    NodeId kt = ir_b_transpose(b, heads[1], 2, 3);
+    NodeId att = kt == IR_NONE ? IR_NONE : ir_b_matmul(b, heads[0], kt);
+    att = att == IR_NONE ? IR_NONE : comp_scalar_op(b, OP_MUL, att, 1.0 / sqrt((double)hd), false);
+    att = att == IR_NONE ? IR_NONE : comp_softmax(b, att, 3);
+    att = att == IR_NONE ? IR_NONE : comp_dropout(b, att, p, L->g->mode == MODE_TRAIN);
+    NodeId y = att == IR_NONE ? IR_NONE : ir_b_matmul(b, att, heads[2]);
+    y = y == IR_NONE ? IR_NONE : ir_b_permute(b, y, perm);
+    if (y == IR_NONE) return lower_builder_error(L, at);
+    Shape ys = L->g->nodes[y].shape;
+    Dim od[3] = {ys.d[0], ys.d[1], ir_dim_const(e)};
+    Shape out = ir_shape_make(3, od);
+    y = ir_b_reshape(b, y, &out);
+    if (y == IR_NONE) return lower_builder_error(L, at);
+    Value pr = apply_child(L, inst, "out_proj", y, at);
+    if (pr.kind != V_TENSOR) return value_error();
+    NodeId o = bf ? pr.node : ir_b_transpose(b, pr.node, 0, 1);
+    NodeId avg = comp_mean(b, att, 2, false); /* [N, L, S] */
+    if (o == IR_NONE || avg == IR_NONE) return lower_builder_error(L, at);
+    Value t = {.kind = V_TUPLE, .node = IR_NONE, .idx = L->nseq, .count = 2};
+    GROW(L->seq, L->seq_cap, L->nseq + 2);
+    L->seq[L->nseq++] = value_tensor(o);
+    L->seq[L->nseq++] = value_tensor(avg);
+    return t;
+}
+
 /* ---- the table ---- */
 
 static const BuiltinModule builtins[] = {
@@ -893,6 +999,9 @@ static const BuiltinModule builtins[] = {
      "x / sqrt(mean(x^2, last axis) + eps) * weight; eps none = float32's epsilon; weight ones", rms_create, rms_apply},
     {"AdaptiveAvgPool2d", {"output_size"}, {NULL}, "mean over windows of H/OH x W/OW (output sizes dividing the input's)",
      adaptive_create, adaptive_apply},
+    {"MultiheadAttention", {"embed_dim", "num_heads", "dropout", "bias", "batch_first"}, {NULL, NULL, "0.0", "true", "false"},
+     "nn.MultiheadAttention: in_proj_weight [3E, E], in_proj_bias, out_proj; m(q, k, v) gives (output, weights)", mha_create,
+     mha_apply},
     {"ReLU", {NULL}, {NULL}, "relu(x)", nothing_create, act_apply},
     {"Sigmoid", {NULL}, {NULL}, "sigmoid(x)", nothing_create, act_apply},
     {"Tanh", {NULL}, {NULL}, "tanh(x)", nothing_create, act_apply},

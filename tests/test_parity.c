@@ -96,6 +96,8 @@ static const ParityCase cases[] = {
      "c = Conv1d(4, 2, 3, padding = \"valid\", groups = 2, bias = false)",
      "x: f32[2, 4, 5, 6]", "y = concat(flatten(b(a(x))), flatten(c(x[:, :, 0, :])), dim = 1)", false},
     {"LayerNorm_dims", "m = LayerNorm([3, 4])", "x: f32[2, 3, 4]", "y = m(x)", true},
+    {"MultiheadAttention", "m = MultiheadAttention(8, 2, batch_first = true)\nn = MultiheadAttention(8, 4)", "x: f32[2, 3, 8], z: f32[2, 5, 8]",
+     "o, w = m(x, z, z)\n p, u = n(x, x, x)\n y = concat(flatten(o * 2 + w.sum()), flatten(p + u.mean()), dim = 1)", false},
     {"BatchNorm1d", "m = BatchNorm1d(4)", "x: f32[5, 4]", "y = m(x)", true},
     {"BatchNorm1d_3d", "m = BatchNorm1d(3, momentum = 0.2)", "x: f32[2, 3, 4]", "y = m(x)", true},
     {"GroupNorm", "m = GroupNorm(2, 4)", "x: f32[2, 4, 3, 2]", "y = m(x)", true},

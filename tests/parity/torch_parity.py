@@ -99,6 +99,8 @@ REFERENCES = {
                                                c=nn.Conv1d(4, 2, 3, padding="valid", groups=2, bias=False)),
                                lambda m, x: torch.cat([m.b(m.a(x["x"])).flatten(1), m.c(x["x"][:, :, 0, :]).flatten(1)], dim=1)),
     "LayerNorm_dims": mod(lambda: Members(m=nn.LayerNorm([3, 4])), lambda m, x: m.m(x["x"])),
+    "MultiheadAttention": mod(lambda: Members(m=nn.MultiheadAttention(8, 2, batch_first=True), n=nn.MultiheadAttention(8, 4)),
+                              lambda m, x: mha_case(m, x)),
     "BatchNorm1d": mod(lambda: Members(m=nn.BatchNorm1d(4)), lambda m, x: m.m(x["x"])),
     "BatchNorm1d_3d": mod(lambda: Members(m=nn.BatchNorm1d(3, momentum=0.2)), lambda m, x: m.m(x["x"])),
     "GroupNorm": mod(lambda: Members(m=nn.GroupNorm(2, 4)), lambda m, x: m.m(x["x"])),
@@ -106,6 +108,12 @@ REFERENCES = {
     "AdaptiveAvgPool2d": mod(lambda: Members(m=nn.AdaptiveAvgPool2d(1), n=nn.AdaptiveAvgPool2d((2, 3))),
                              lambda m, x: torch.cat([m.m(x["x"]).flatten(1), m.n(x["x"]).flatten(1)], dim=1)),
 }
+
+
+def mha_case(m, x):
+    o, w = m.m(x["x"], x["z"], x["z"])
+    p, u = m.n(x["x"], x["x"], x["x"])  # [L, N, E]: x's first axis is the sequence here
+    return torch.cat([(o * 2 + w.sum()).flatten(1), (p + u.mean()).flatten(1)], dim=1)
 
 
 def sdpa(q, k, v, attn_mask=None, is_causal=False, scale=None):
