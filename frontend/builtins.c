@@ -973,6 +973,69 @@ static Value mha_apply(Lower *L, int32_t inst, const Value *args, int nargs, Ast
     return t;
 }
 
+/* ---- Upsample, EmbeddingBag ---- */
+
+static bool upsample_create(Lower *L, int32_t inst, AstId at)
+{
+    bool bil, al;
+    Inst *in = I(L, inst);
+    if ((in->args[0].kind == V_NONE) == (in->args[1].kind == V_NONE)) {
+        lower_error(L, at, "Upsample: give size or scale_factor (one of the two)");
+        return false;
+    }
+    return lower_interp_mode(L, in->args[2], in->args[3], arg_at(L, inst, 2, at), "Upsample", &bil, &al);
+}
+
+static Value upsample_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstId at)
+{
+    NodeId x = one_input(L, inst, args, nargs, at);
+    if (x == IR_NONE) return value_error();
+    Inst *in = I(L, inst);
+    int64_t o[2];
+    bool bil, al;
+    if (!lower_interp_size(L, in->args[0], in->args[1], at, "Upsample", x, o) ||
+        !lower_interp_mode(L, in->args[2], in->args[3], at, "Upsample", &bil, &al))
+        return value_error();
+    return result(L, comp_interpolate(&L->b, x, o[0], o[1], bil, al), at);
+}
+
+static bool bag_mode(Lower *L, int32_t inst, AstId at, int *mode)
+{
+    Value v = I(L, inst)->args[2];
+    *mode = 0;
+    if (v.kind == V_NONE || (v.kind == V_STR && !strcmp(v.str, "mean"))) return true;
+    if (v.kind == V_STR && !strcmp(v.str, "sum")) *mode = 1;
+    else if (v.kind == V_STR && !strcmp(v.str, "max")) *mode = 2;
+    else {
+        lower_error(L, arg_at(L, inst, 2, at), "EmbeddingBag(mode) must be \"mean\", \"sum\" or \"max\"");
+        return false;
+    }
+    return true;
+}
+
+static bool bag_create(Lower *L, int32_t inst, AstId at)
+{
+    int mode;
+    return bag_mode(L, inst, at, &mode) && emb_create(L, inst, at);
+}
+
+/* EmbeddingBag on bags of one size, [B, N] indices (PyTorch's 2-D input, no offsets) */
+static Value bag_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstId at)
+{
+    Value e = emb_apply(L, inst, args, nargs, at);
+    if (e.kind != V_TENSOR) return e;
+    int mode;
+    bag_mode(L, inst, at, &mode);
+    if (L->g->nodes[e.node].shape.rank != 3) {
+        lower_error(L, at, "EmbeddingBag '%s' takes [B, N] indices (bags of N), found rank %d", I(L, inst)->path,
+                    L->g->nodes[e.node].shape.rank - 1);
+        return value_error();
+    }
+    IrBuilder *b = &L->b;
+    if (mode == 0) return result(L, comp_mean(b, e.node, 2, false), at);
+    return result(L, ir_b_reduce(b, mode == 1 ? OP_REDUCE_SUM : OP_REDUCE_MAX, e.node, 2, false), at);
+}
+
 /* ---- the table ---- */
 
 static const BuiltinModule builtins[] = {
@@ -1002,6 +1065,10 @@ static const BuiltinModule builtins[] = {
     {"MultiheadAttention", {"embed_dim", "num_heads", "dropout", "bias", "batch_first"}, {NULL, NULL, "0.0", "true", "false"},
      "nn.MultiheadAttention: in_proj_weight [3E, E], in_proj_bias, out_proj; m(q, k, v) gives (output, weights)", mha_create,
      mha_apply},
+    {"Upsample", {"size", "scale_factor", "mode", "align_corners"}, {"none", "none", "none", "none"},
+     "nearest or bilinear interpolation of [N, C, H, W] (mode none = \"nearest\")", upsample_create, upsample_apply},
+    {"EmbeddingBag", {"num_embeddings", "embedding_dim", "mode"}, {NULL, NULL, "none"},
+     "mean (mode none), sum or max of the embeddings of each bag of a [B, N] input; weight ~ N(0, 1)", bag_create, bag_apply},
     {"ReLU", {NULL}, {NULL}, "relu(x)", nothing_create, act_apply},
     {"Sigmoid", {NULL}, {NULL}, "sigmoid(x)", nothing_create, act_apply},
     {"Tanh", {NULL}, {NULL}, "tanh(x)", nothing_create, act_apply},

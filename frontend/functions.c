@@ -980,6 +980,90 @@ static Value fn_pool(Lower *L, const BoundArgs *a, AstId call, int v)
     return done(L, comp_pool2d(&L->b, x, !v, (int)k, (int)(st ? st : k), (int)pad), call);
 }
 
+/* ---- einsum, interpolate ---- */
+
+static Value fn_einsum(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    if (a->v[0].kind != V_STR) {
+        lower_error(L, a->at[0], "einsum: the first argument is the equation, a string such as \"bij,bjk->bik\"");
+        return value_error();
+    }
+    const Value *vals = a->rest;
+    int n = a->nrest;
+    if (n == 1 && vals[0].kind == V_TUPLE) {
+        n = vals[0].count;
+        vals = &L->seq[vals[0].idx];
+    }
+    NodeId xs[8];
+    if (n < 1 || n > 8) {
+        lower_error(L, call, "einsum: expected between 1 and 8 operands, found %d", n);
+        return value_error();
+    }
+    for (int i = 0; i < n; i++) {
+        xs[i] = lower_tensor_arg(L, vals[i], call, "einsum");
+        if (xs[i] == IR_NONE) return value_error();
+    }
+    return done(L, comp_einsum(&L->b, a->v[0].str, xs, n), call);
+}
+
+bool lower_interp_mode(Lower *L, Value mode, Value align, AstId at, const char *what, bool *bilinear, bool *aligned)
+{
+    *bilinear = false;
+    *aligned = false;
+    if (mode.kind == V_STR && !strcmp(mode.str, "bilinear")) *bilinear = true;
+    else if (mode.kind != V_NONE && !(mode.kind == V_STR && !strcmp(mode.str, "nearest"))) {
+        lower_error(L, at, "%s: mode must be \"nearest\" or \"bilinear\"", what);
+        return false;
+    }
+    if (align.kind == V_NONE) return true;
+    if (!*bilinear) {
+        lower_error(L, at, "%s: align_corners is for mode = \"bilinear\" (as in PyTorch)", what);
+        return false;
+    }
+    return value_bool(L, align, at, what, aligned);
+}
+
+bool lower_interp_size(Lower *L, Value size, Value scale, AstId at, const char *what, NodeId x, int64_t out[2])
+{
+    const Shape *xs = &L->g->nodes[x].shape;
+    if (xs->rank != 4 || !ir_dim_is_const(xs->d[2]) || !ir_dim_is_const(xs->d[3])) {
+        lower_error(L, at, "%s: expected [N, C, H, W] with a fixed height and width", what);
+        return false;
+    }
+    if ((size.kind == V_NONE) == (scale.kind == V_NONE)) {
+        lower_error(L, at, "%s: give size or scale_factor (one of the two)", what);
+        return false;
+    }
+    Value v = size.kind != V_NONE ? size : scale;
+    for (int i = 0; i < 2; i++) {
+        Value e = v.kind == V_TUPLE ? (v.count == 2 ? L->seq[v.idx + i] : value_error()) : v;
+        double f;
+        if (e.kind == V_ERROR) {
+            lower_error(L, at, "%s: expected a number or a list of two", what);
+            return false;
+        }
+        if (!value_number(L, e, at, what, &f)) return false;
+        double o = size.kind != V_NONE ? f : floor((double)xs->d[2 + i].k * f);
+        if (!(o >= 1 && o <= 65536) || (size.kind != V_NONE && o != floor(o))) {
+            lower_error(L, at, "%s: the output size must be a whole number between 1 and 65536, found %g", what, o);
+            return false;
+        }
+        out[i] = (int64_t)o;
+    }
+    return true;
+}
+
+static Value fn_interpolate(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "interpolate");
+    int64_t o[2];
+    bool bil, al;
+    if (x == IR_NONE || !lower_interp_size(L, a->v[1], a->v[2], call, "interpolate", x, o) ||
+        !lower_interp_mode(L, a->v[3], a->v[4], call, "interpolate", &bil, &al))
+        return value_error();
+    return done(L, comp_interpolate(&L->b, x, o[0], o[1], bil, al), call);
+}
+
 static const Function functions[] = {
     {"exp", "x", fn_unary, 0}, {"log", "x", fn_unary, 1}, {"sqrt", "x", fn_unary, 2}, {"tanh", "x", fn_unary, 3},
     {"abs", "x", fn_unary, 4}, {"sigmoid", "x", fn_unary, 5}, {"relu", "x", fn_unary, 6},
@@ -1030,6 +1114,8 @@ static const Function functions[] = {
     {"layer_norm", "input, normalized_shape, weight=none, bias=none, eps=1e-5", fn_layer_norm, 0},
     {"max_pool2d", "input, kernel_size, stride=none, padding=0", fn_pool, 0},
     {"avg_pool2d", "input, kernel_size, stride=none, padding=0", fn_pool, 1},
+    {"einsum", "equation, *operands", fn_einsum, 0},
+    {"interpolate", "input, size=none, scale_factor=none, mode=\"nearest\", align_corners=none", fn_interpolate, 0},
     {"arange", "n", fn_arange, 0}, {"matmul", "x, y", fn_matmul, 0}, {"detach", "x", fn_detach, 0},
 };
 

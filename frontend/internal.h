@@ -165,6 +165,12 @@ NodeId comp_flip(IrBuilder *b, NodeId x, int axis);
 NodeId comp_attention(IrBuilder *b, NodeId q, NodeId k, NodeId v, NodeId mask, bool causal, double scale, double dropout_p, bool train);
 NodeId comp_cumsum(IrBuilder *b, NodeId x, int axis);
 NodeId comp_rotary(IrBuilder *b, NodeId x, double base);
+/* tensorops.c */
+NodeId comp_einsum(IrBuilder *b, const char *eq, const NodeId *xs, int n);
+NodeId comp_interpolate(IrBuilder *b, NodeId x, int64_t oh, int64_t ow, bool bilinear, bool align);
+/* interpolate's and Upsample's arguments to an output size (size, or floor(in * scale)) */
+bool lower_interp_size(Lower *L, Value size, Value scale, AstId at, const char *what, NodeId x, int64_t out[2]);
+bool lower_interp_mode(Lower *L, Value mode, Value align, AstId at, const char *what, bool *bilinear, bool *aligned);
 
 /* losses.c: PyTorch's reduction, nll/cross-entropy options and the other losses */
 typedef enum { LOSS_MEAN, LOSS_SUM, LOSS_NONE } LossReduction;

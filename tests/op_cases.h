@@ -90,6 +90,12 @@ static const OpCase op_cases[] = {
     {"functional_layers", "x: f32[2, 2, 4, 4], w: f32[3, 4], z: f32[3]",
      "y = linear(x, w, z).sum() + linear(x, w).mean() + layer_norm(x, [4, 4]) + layer_norm(x, 4, weight = x[0, 0, 0], bias = x[0, 0, 1])"
      " + max_pool2d(x, 2).sum() + avg_pool2d(x, 3, stride = 1, padding = 1)"},
+    {"einsum", "x: f32[2, 3, 4], z: f32[2, 4, 5]",
+     "y = einsum(\"bij,bjk->bik\", x, z) + einsum(\"bij->bi\", x).sum() + einsum(\"bij,bjk\", x, z).sum() * einsum(\"ijk->kji\", x).mean()"
+     " + einsum(\"bij, bij -> b\", x, x).sum() + einsum(\"i,j->ij\", x[0, 0], z[0, 0]).sum()"},
+    {"interpolate", "x: f32[2, 3, 4, 5]",
+     "y = interpolate(x, scale_factor = 2).sum() + interpolate(x, size = [3, 7], mode = \"bilinear\")"
+     " + interpolate(x, size = [3, 7], mode = \"bilinear\", align_corners = true) + interpolate(x, scale_factor = [0.75, 1.5]).sum()"},
     {"std", "x: f32[3, 5]", "y = std(x, axis = 1, keepdim = true) + std(x, dim = 0, keepdim = true, unbiased = false)"},
     {"clamp", "x: f32[3, 4]", "y = clamp(x, -0.5, 0.7)"},
     {"matmul", "x: f32[3, 4], z: f32[4, 5]", "y = x @ z"},
@@ -204,6 +210,9 @@ static const ModuleCase module_cases[] = {
     {"Conv2d_depthwise_same_even", "m = Conv2d(3, 3, [2, 4], padding = \"same\", groups = 3, dilation = [1, 2])", "x: f32[1, 3, 5, 6]", "y = m(x)"},
     {"Conv1d_groups_valid", "m = Conv1d(4, 2, 3, padding = \"valid\", groups = 2)", "x: f32[2, 4, 7]", "y = m(x)"},
     {"LayerNorm_dims", "m = LayerNorm([3, 4])", "x: f32[2, 3, 4]", "y = m(x)"},
+    {"Upsample", "a = Upsample(scale_factor = 2)\nb = Upsample(size = [5, 3], mode = \"bilinear\")", "x: f32[1, 2, 3, 4]", "y = a(b(x))"},
+    {"EmbeddingBag", "m = EmbeddingBag(7, 4)\nn = EmbeddingBag(7, 4, mode = \"sum\")\no = EmbeddingBag(7, 4, mode = \"max\")",
+     "i: i32[2, 3], x: f32[4]", "y = (m(i) + n(i) + o(i)) * x"},
     {"MultiheadAttention", "m = MultiheadAttention(8, 2, batch_first = true)", "x: f32[2, 3, 8], z: f32[2, 5, 8]",
      "o, w = m(x, z, z)\n y = o * 2 + w.sum()"},
     {"MultiheadAttention_seq_first", "m = MultiheadAttention(4, 1, bias = false)", "x: f32[3, 2, 4]", "y = m(x, x, x)[0]"},

@@ -59,6 +59,14 @@ static const ParityCase cases[] = {
      "y = linear(x, w, z).sum() + layer_norm(x, [4, 4]) + layer_norm(x, 4, weight = x[0, 0, 0], bias = x[0, 0, 1])"
      " + max_pool2d(x, 2).sum() + avg_pool2d(x, 3, stride = 1, padding = 1)",
      false},
+    {"einsum", "", "x: f32[2, 3, 4], z: f32[2, 4, 5]",
+     "y = einsum(\"bij,bjk->bik\", x, z) + einsum(\"bij->bi\", x).sum() + einsum(\"bij,bjk\", x, z).sum() * einsum(\"ijk->kji\", x).mean()"
+     " + einsum(\"bij, bij -> b\", x, x).sum() + einsum(\"i,j->ij\", x[0, 0], z[0, 0]).sum()",
+     false},
+    {"interpolate", "", "x: f32[2, 3, 4, 5]",
+     "y = interpolate(x, scale_factor = 2).sum() + interpolate(x, size = [3, 7], mode = \"bilinear\")"
+     " + interpolate(x, size = [3, 7], mode = \"bilinear\", align_corners = true) + interpolate(x, scale_factor = [0.75, 1.5]).sum()",
+     false},
     /* losses */
     {"cross_entropy_options", "", "x: f32[4, 5], t: i64[4]",
      "y = cross_entropy(x, t, ignore_index = 2, label_smoothing = 0.1) + cross_entropy(x, t, reduction = \"sum\") * 0.1", false},
@@ -96,6 +104,9 @@ static const ParityCase cases[] = {
      "c = Conv1d(4, 2, 3, padding = \"valid\", groups = 2, bias = false)",
      "x: f32[2, 4, 5, 6]", "y = concat(flatten(b(a(x))), flatten(c(x[:, :, 0, :])), dim = 1)", false},
     {"LayerNorm_dims", "m = LayerNorm([3, 4])", "x: f32[2, 3, 4]", "y = m(x)", true},
+    {"Upsample", "a = Upsample(scale_factor = 2)\nb = Upsample(size = [5, 3], mode = \"bilinear\")", "x: f32[1, 2, 3, 4]", "y = a(b(x))", false},
+    {"EmbeddingBag", "m = EmbeddingBag(7, 4)\nn = EmbeddingBag(7, 4, mode = \"sum\")\no = EmbeddingBag(7, 4, mode = \"max\")",
+     "i: i64[2, 3]", "y = m(i) + n(i) * o(i)", false},
     {"MultiheadAttention", "m = MultiheadAttention(8, 2, batch_first = true)\nn = MultiheadAttention(8, 4)", "x: f32[2, 3, 8], z: f32[2, 5, 8]",
      "o, w = m(x, z, z)\n p, u = n(x, x, x)\n y = concat(flatten(o * 2 + w.sum()), flatten(p + u.mean()), dim = 1)", false},
     {"BatchNorm1d", "m = BatchNorm1d(4)", "x: f32[5, 4]", "y = m(x)", true},

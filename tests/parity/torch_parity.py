@@ -71,6 +71,12 @@ REFERENCES = {
     "functional_layers": fn(lambda x, w, z: F.linear(x, w, z).sum() + F.layer_norm(x, [4, 4])
                             + F.layer_norm(x, [4], weight=x[0, 0, 0], bias=x[0, 0, 1]) + F.max_pool2d(x, 2).sum()
                             + F.avg_pool2d(x, 3, stride=1, padding=1)),
+    "einsum": fn(lambda x, z: torch.einsum("bij,bjk->bik", x, z) + torch.einsum("bij->bi", x).sum()
+                 + torch.einsum("bij,bjk", x, z).sum() * torch.einsum("ijk->kji", x).mean()
+                 + torch.einsum("bij, bij -> b", x, x).sum() + torch.einsum("i,j->ij", x[0, 0], z[0, 0]).sum()),
+    "interpolate": fn(lambda x: F.interpolate(x, scale_factor=2).sum() + F.interpolate(x, size=(3, 7), mode="bilinear")
+                      + F.interpolate(x, size=(3, 7), mode="bilinear", align_corners=True)
+                      + F.interpolate(x, scale_factor=(0.75, 1.5)).sum()),
     "cross_entropy_options": fn(lambda x, t: F.cross_entropy(x, t, ignore_index=2, label_smoothing=0.1)
                                 + F.cross_entropy(x, t, reduction="sum") * 0.1),
     # PyTorch's classes are on axis 1 of [N, C, d1]; Kiln's on the last axis
@@ -101,6 +107,11 @@ REFERENCES = {
     "LayerNorm_dims": mod(lambda: Members(m=nn.LayerNorm([3, 4])), lambda m, x: m.m(x["x"])),
     "MultiheadAttention": mod(lambda: Members(m=nn.MultiheadAttention(8, 2, batch_first=True), n=nn.MultiheadAttention(8, 4)),
                               lambda m, x: mha_case(m, x)),
+    "Upsample": mod(lambda: Members(a=nn.Upsample(scale_factor=2), b=nn.Upsample(size=(5, 3), mode="bilinear")),
+                    lambda m, x: m.a(m.b(x["x"]))),
+    "EmbeddingBag": mod(lambda: Members(m=nn.EmbeddingBag(7, 4), n=nn.EmbeddingBag(7, 4, mode="sum"),
+                                        o=nn.EmbeddingBag(7, 4, mode="max")),
+                        lambda m, x: m.m(x["i"]) + m.n(x["i"]) * m.o(x["i"])),
     "BatchNorm1d": mod(lambda: Members(m=nn.BatchNorm1d(4)), lambda m, x: m.m(x["x"])),
     "BatchNorm1d_3d": mod(lambda: Members(m=nn.BatchNorm1d(3, momentum=0.2)), lambda m, x: m.m(x["x"])),
     "GroupNorm": mod(lambda: Members(m=nn.GroupNorm(2, 4)), lambda m, x: m.m(x["x"])),
