@@ -1036,6 +1036,88 @@ static Value bag_apply(Lower *L, int32_t inst, const Value *args, int nargs, Ast
     return result(L, ir_b_reduce(b, mode == 1 ? OP_REDUCE_SUM : OP_REDUCE_MAX, e.node, 2, false), at);
 }
 
+/* ---- ConvTranspose2d: the adjoint of Conv2d, a product then fold ---- */
+
+static bool convt_args(Lower *L, int32_t inst, AstId at, int64_t k[2], int64_t st[2], int64_t pad[2], int64_t opad[2], int64_t dil[2],
+                       int64_t *groups)
+{
+    if (!arg_sizes(L, inst, 2, at, 1, 1024, 2, k) || !arg_sizes(L, inst, 3, at, 1, 1024, 2, st) ||
+        !arg_sizes(L, inst, 4, at, 0, 1024, 2, pad) || !arg_sizes(L, inst, 5, at, 0, 1024, 2, opad) ||
+        !arg_int(L, inst, 6, at, 1, 1, groups) || !arg_sizes(L, inst, 8, at, 1, 1024, 2, dil))
+        return false;
+    for (int i = 0; i < 2; i++)
+        if (opad[i] >= st[i] && opad[i] >= dil[i]) {
+            lower_error(L, arg_at(L, inst, 5, at), "ConvTranspose2d: output_padding must be smaller than stride or dilation (as PyTorch)");
+            return false;
+        }
+    return true;
+}
+
+static bool convt_create(Lower *L, int32_t inst, AstId at)
+{
+    int64_t cin, cout, k[2], st[2], pad[2], opad[2], dil[2], groups;
+    bool bias;
+    if (!arg_int(L, inst, 0, at, 1, MAXD, &cin) || !arg_int(L, inst, 1, at, 1, MAXD, &cout) ||
+        !convt_args(L, inst, at, k, st, pad, opad, dil, &groups) || !arg_bool(L, inst, 7, at, &bias))
+        return false;
+    /* weight [in, out, kh, kw]; PyTorch's fan_in is weight.size(1) * kh * kw */
+    double bound = 1.0 / sqrt((double)(cout * k[0] * k[1]));
+    Dim d[4] = {ir_dim_const(cin), ir_dim_const(cout), ir_dim_const(k[0]), ir_dim_const(k[1])};
+    Shape w = ir_shape_make(4, d), b = shape1(cout);
+    if (lower_param(L, inst, "weight", &w, INIT_UNIFORM, -bound, bound, true, at) == IR_NONE) return false;
+    if (bias && lower_param(L, inst, "bias", &b, INIT_UNIFORM, -bound, bound, true, at) == IR_NONE) return false;
+    return true;
+}
+
+static Value convt_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstId at)
+{
+    NodeId x = one_input(L, inst, args, nargs, at);
+    if (x == IR_NONE) return value_error();
+    int64_t k[2], st[2], pad[2], opad[2], dil[2], groups;
+    convt_args(L, inst, at, k, st, pad, opad, dil, &groups);
+    NodeId w = member_node(L, inst, "weight"), bias = member_node(L, inst, "bias");
+    Shape xs = L->g->nodes[x].shape, ws = L->g->nodes[w].shape;
+    if (xs.rank != 4 || !ir_dim_eq(xs.d[1], ws.d[0]) || !ir_dim_is_const(xs.d[2]) || !ir_dim_is_const(xs.d[3])) {
+        StrBuf t;
+        sb_init(&t);
+        ir_shape_format(&t, L->g, &xs);
+        lower_error(L, at, "ConvTranspose2d '%s' expects [N, %lld, H, W] (H and W fixed), found %s", I(L, inst)->path, (long long)ws.d[0].k,
+                    t.data);
+        sb_free(&t);
+        return value_error();
+    }
+    IrBuilder *b = &L->b;
+    if (!ir_dtype_is_float((DType)L->g->nodes[x].dtype)) x = ir_b_cast(b, x, DT_F32);
+    /* [Cout*KH*KW, Cin] @ [N, Cin, H*W] -> [N, Cout*KH*KW, H*W], folded onto the full output,
+     * then padding cropped from it (output_padding adds rows and columns at the end) */
+    int64_t cout = ws.d[1].k, h = xs.d[2].k, wd = xs.d[3].k;
+    Dim w2d[2] = {ws.d[0], ir_dim_const(cout * k[0] * k[1])};
+    Shape w2s = ir_shape_make(2, w2d);
+    NodeId w2 = ir_b_reshape(b, w, &w2s);
+    NodeId wt = w2 == IR_NONE ? IR_NONE : ir_b_transpose(b, w2, 0, 1);
+    Dim x3d[3] = {xs.d[0], xs.d[1], ir_dim_const(h * wd)};
+    Shape x3s = ir_shape_make(3, x3d);
+    NodeId x3 = x == IR_NONE ? IR_NONE : ir_b_reshape(b, x, &x3s);
+    NodeId cols = wt == IR_NONE || x3 == IR_NONE ? IR_NONE : ir_b_matmul(b, wt, x3);
+    if (cols == IR_NONE) return lower_builder_error(L, at);
+    int64_t fh = (h - 1) * st[0] + dil[0] * (k[0] - 1) + 1 + opad[0], fw = (wd - 1) * st[1] + dil[1] * (k[1] - 1) + 1 + opad[1];
+    if (fh - 2 * pad[0] < 1 || fw - 2 * pad[1] < 1) {
+        lower_error(L, at, "ConvTranspose2d '%s': padding leaves no output", I(L, inst)->path);
+        return value_error();
+    }
+    Dim fd[4] = {xs.d[0], ir_dim_const(cout), ir_dim_const(fh), ir_dim_const(fw)};
+    Shape fs = ir_shape_make(4, fd);
+    NodeId y = ir_b_fold(b, cols, &fs, (int)k[0], (int)k[1], (int)st[0], (int)st[1], (int)dil[0], (int)dil[1]);
+    if (y != IR_NONE && pad[0]) y = ir_b_slice(b, y, 2, pad[0], fh - pad[0], 1);
+    if (y != IR_NONE && pad[1]) y = ir_b_slice(b, y, 3, pad[1], fw - pad[1], 1);
+    if (y != IR_NONE && bias != IR_NONE) {
+        Dim bd[4] = {ir_dim_const(1), ir_dim_const(cout), ir_dim_const(1), ir_dim_const(1)};
+        Shape bs = ir_shape_make(4, bd);
+        y = ir_b_binary(b, OP_ADD, y, ir_b_reshape(b, bias, &bs));
+    }
+    return result(L, y, at);
+}
+
 /* ---- the table ---- */
 
 static const BuiltinModule builtins[] = {
@@ -1052,6 +1134,9 @@ static const BuiltinModule builtins[] = {
      "max over k x k windows; stride defaults to the kernel size", pool_create, pool_apply},
     {"AvgPool2d", {"kernel_size", "stride", "padding"}, {NULL, "0", "0"},
      "mean over k x k windows (padding counted); stride defaults to the kernel size", pool_create, pool_apply},
+    {"ConvTranspose2d", {"in_channels", "out_channels", "kernel_size", "stride", "padding", "output_padding", "groups", "bias", "dilation"},
+     {NULL, NULL, NULL, "1", "0", "0", "1", "true", "1"},
+     "transposed 2-D convolution (matmul + fold); weight [in, out, kh, kw], bias ~ U(-1/sqrt(out*kh*kw), +)", convt_create, convt_apply},
     {"BatchNorm2d", {"num_features", "eps", "momentum", "affine"}, {NULL, "1e-5", "0.1", "true"},
      "batch statistics in train mode, running statistics in eval; weight ones, bias zeros", bn_create, bn_apply},
     {"BatchNorm1d", {"num_features", "eps", "momentum", "affine"}, {NULL, "1e-5", "0.1", "true"},

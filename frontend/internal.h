@@ -23,6 +23,7 @@ typedef struct {
 } Value;
 
 typedef struct BuiltinModule BuiltinModule;
+#define BUILTIN_MAX_ARGS 10 /* ConvTranspose2d's 9 */
 
 /* A named member of a module instance: a parameter, submodule, list or constant. */
 typedef struct {
@@ -35,8 +36,8 @@ typedef struct {
     char *type;                   /* "Linear", "Block", the model name for the root */
     AstId def;                    /* user module definition, or AST_NONE */
     const BuiltinModule *builtin; /* or NULL */
-    Value args[8];                /* builtin arguments after defaults */
-    AstId args_at[8];             /* where each was written (the call for a default; 0 for a child's) */
+    Value args[BUILTIN_MAX_ARGS]; /* builtin arguments after defaults */
+    AstId args_at[BUILTIN_MAX_ARGS];          /* where each was written (the call for a default; 0 for a child's) */
     Member *members;
     int32_t nmembers, members_cap;
     StrMap member_index; /* name -> index in members */
@@ -182,7 +183,6 @@ NodeId comp_regression_loss(IrBuilder *b, int kind, NodeId x, NodeId y, double b
 NodeId comp_bce_logits(IrBuilder *b, NodeId x, NodeId y, NodeId weight, NodeId pos_weight, LossReduction r);
 
 /* ---- built-in modules (builtins.c) ---- */
-#define BUILTIN_MAX_ARGS 8
 struct BuiltinModule {
     const char *name;
     const char *args[BUILTIN_MAX_ARGS];     /* argument names, in positional order */

@@ -1092,8 +1092,8 @@ static Value instantiate(Lower *L, int32_t parent, const char *name, AstId e)
         int32_t m = lower_inst_new(L, parent, name, type, n->loc);
         L->insts[m].builtin = bm;
         L->insts[m].scope = ps;
-        for (int i = 0; i < ba.n && i < 8; i++) L->insts[m].args[i] = ba.v[i];
-        for (int i = 0; i < ba.n && i < 8; i++) L->insts[m].args_at[i] = ba.at[i]; /* where, for errors */
+        for (int i = 0; i < ba.n && i < BUILTIN_MAX_ARGS; i++) L->insts[m].args[i] = ba.v[i];
+        for (int i = 0; i < ba.n && i < BUILTIN_MAX_ARGS; i++) L->insts[m].args_at[i] = ba.at[i]; /* where, for errors */
         if (!bm->create(L, m, e)) return value_error();
         return (Value){.kind = V_MODULE, .idx = m, .node = IR_NONE};
     }

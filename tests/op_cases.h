@@ -210,6 +210,8 @@ static const ModuleCase module_cases[] = {
     {"Conv2d_depthwise_same_even", "m = Conv2d(3, 3, [2, 4], padding = \"same\", groups = 3, dilation = [1, 2])", "x: f32[1, 3, 5, 6]", "y = m(x)"},
     {"Conv1d_groups_valid", "m = Conv1d(4, 2, 3, padding = \"valid\", groups = 2)", "x: f32[2, 4, 7]", "y = m(x)"},
     {"LayerNorm_dims", "m = LayerNorm([3, 4])", "x: f32[2, 3, 4]", "y = m(x)"},
+    {"ConvTranspose2d", "m = ConvTranspose2d(2, 3, 3, stride = 2, padding = 1, output_padding = 1)", "x: f32[2, 2, 3, 3]", "y = m(x)"},
+    {"ConvTranspose2d_dilation_nobias", "m = ConvTranspose2d(2, 2, [2, 3], dilation = 2, bias = false)", "x: f32[1, 2, 3, 4]", "y = m(x)"},
     {"Upsample", "a = Upsample(scale_factor = 2)\nb = Upsample(size = [5, 3], mode = \"bilinear\")", "x: f32[1, 2, 3, 4]", "y = a(b(x))"},
     {"EmbeddingBag", "m = EmbeddingBag(7, 4)\nn = EmbeddingBag(7, 4, mode = \"sum\")\no = EmbeddingBag(7, 4, mode = \"max\")",
      "i: i32[2, 3], x: f32[4]", "y = (m(i) + n(i) + o(i)) * x"},
