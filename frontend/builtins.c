@@ -278,24 +278,51 @@ static Value conv_apply(Lower *L, int32_t inst, const Value *args, int nargs, As
 
 /* ---- pooling ---- */
 
+/* MaxPool2d(kernel_size, stride, padding, dilation, ceil_mode) and AvgPool2d(kernel_size,
+ * stride, padding, ceil_mode, count_include_pad), as PyTorch orders them; sizes are a
+ * number or a list of two. */
+typedef struct {
+    int k[2], st[2], pad[2], dil[2];
+    bool ceil_mode, count_pad;
+} PoolArgs;
+
+static bool pool_args(Lower *L, int32_t inst, AstId at, bool creating, PoolArgs *p)
+{
+    bool max = I(L, inst)->type[0] == 'M';
+    int64_t k[2], st[2], pad[2], dil[2] = {1, 1};
+    if (!arg_sizes(L, inst, 0, at, 1, 1024, 2, k) || !arg_sizes(L, inst, 1, at, 0, 1024, 2, st) ||
+        (creating && !no_written_zero(L, inst, 1, at, st[0] && st[1] ? 1 : 0, "the kernel size")) || !arg_sizes(L, inst, 2, at, 0, 512, 2, pad))
+        return false;
+    if (max && !arg_sizes(L, inst, 3, at, 1, 1024, 2, dil)) return false;
+    if (!arg_bool(L, inst, max ? 4 : 3, at, &p->ceil_mode)) return false;
+    p->count_pad = true;
+    if (!max && !arg_bool(L, inst, 4, at, &p->count_pad)) return false;
+    for (int i = 0; i < 2; i++) {
+        p->k[i] = (int)k[i];
+        p->st[i] = (int)(st[i] ? st[i] : k[i]); /* stride 0 stands for PyTorch's None: the kernel size */
+        p->pad[i] = (int)pad[i];
+        p->dil[i] = (int)dil[i];
+    }
+    return true;
+}
+
 static bool pool_create(Lower *L, int32_t inst, AstId at)
 {
-    int64_t k, stride, pad;
-    return arg_int(L, inst, 0, at, 1, 1024, &k) && arg_int(L, inst, 1, at, 0, 1024, &stride) &&
-           no_written_zero(L, inst, 1, at, stride, "the kernel size") && arg_int(L, inst, 2, at, 0, 512, &pad);
+    PoolArgs p;
+    return pool_args(L, inst, at, true, &p);
 }
 
 static Value pool_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstId at)
 {
     NodeId x = one_input(L, inst, args, nargs, at);
     if (x == IR_NONE) return value_error();
-    int64_t k, stride, pad;
-    arg_int(L, inst, 0, at, 1, 1024, &k);
-    arg_int(L, inst, 1, at, 0, 1024, &stride);
-    arg_int(L, inst, 2, at, 0, 512, &pad);
+    PoolArgs p;
+    pool_args(L, inst, at, false, &p);
     bool max = I(L, inst)->type[0] == 'M';
-    /* stride = 0 stands for PyTorch's stride=None: the kernel size. */
-    return result(L, comp_pool2d(&L->b, x, max, (int)k, (int)(stride ? stride : k), (int)pad), at);
+    bool plain = p.k[0] == p.k[1] && p.st[0] == p.st[1] && p.pad[0] == p.pad[1] && p.dil[0] == 1 && p.dil[1] == 1 && !p.ceil_mode &&
+                 p.count_pad;
+    if (plain) return result(L, comp_pool2d(&L->b, x, max, p.k[0], p.st[0], p.pad[0]), at);
+    return result(L, comp_pool2d_ex(&L->b, x, max, p.k, p.st, p.pad, p.dil, p.ceil_mode, p.count_pad), at);
 }
 
 /* ---- BatchNorm2d ---- */
@@ -1130,10 +1157,11 @@ static const BuiltinModule builtins[] = {
      {NULL, NULL, NULL, "1", "0", "1", "1", "true"},
      "1-D convolution over [N, C, L] (as Conv2d over one row); weight [out, in, k] and bias ~ U(-1/sqrt(in*k), +)", conv_create,
      conv_apply},
-    {"MaxPool2d", {"kernel_size", "stride", "padding"}, {NULL, "0", "0"},
+    {"MaxPool2d", {"kernel_size", "stride", "padding", "dilation", "ceil_mode"}, {NULL, "0", "0", "1", "false"},
      "max over k x k windows; stride defaults to the kernel size", pool_create, pool_apply},
-    {"AvgPool2d", {"kernel_size", "stride", "padding"}, {NULL, "0", "0"},
-     "mean over k x k windows (padding counted); stride defaults to the kernel size", pool_create, pool_apply},
+    {"AvgPool2d", {"kernel_size", "stride", "padding", "ceil_mode", "count_include_pad"}, {NULL, "0", "0", "false", "true"},
+     "mean over k x k windows (padding counted unless count_include_pad = false); stride defaults to the kernel size", pool_create,
+     pool_apply},
     {"ConvTranspose2d", {"in_channels", "out_channels", "kernel_size", "stride", "padding", "output_padding", "groups", "bias", "dilation"},
      {NULL, NULL, NULL, "1", "0", "0", "1", "true", "1"},
      "transposed 2-D convolution (matmul + fold); weight [in, out, kh, kw], bias ~ U(-1/sqrt(out*kh*kw), +)", convt_create, convt_apply},

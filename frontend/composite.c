@@ -437,3 +437,76 @@ NodeId comp_pool2d(IrBuilder *b, NodeId x, bool max, int k, int stride, int pad)
     out.d[3] = ir_dim_const(ow);
     return ir_b_reshape(b, r, &out);
 }
+
+/* Pooling with PyTorch's other options: per-axis kernel, stride, padding and dilation
+ * (index 0 height, 1 width), ceil_mode (a last window that starts inside the input or its
+ * left padding, the rows past the padded input padded away) and count_include_pad = false
+ * (average over the input elements of a window only). The average divides the window sums
+ * by the same windows' sums over a [1, 1, H, W] mask of what counts, so every divisor is
+ * PyTorch's. */
+NodeId comp_pool2d_ex(IrBuilder *b, NodeId x, bool max, const int k[2], const int st[2], const int pad[2], const int dil[2], bool ceil_mode,
+                      bool count_pad)
+{
+    Shape xshape = *shape_of(b, x);
+    const char *what = max ? "MaxPool2d" : "AvgPool2d";
+    if (xshape.rank != 4 || !ir_dim_is_const(xshape.d[2]) || !ir_dim_is_const(xshape.d[3])) {
+        if (b->err) {
+            sb_printf(b->err, "%s: expected an input of shape [N, C, H, W] with a fixed height and width, found ", what);
+            ir_shape_format(b->err, b->g, &xshape);
+        }
+        return IR_NONE;
+    }
+    int64_t out[2], extra[2];
+    for (int i = 0; i < 2; i++) {
+        int64_t n = xshape.d[2 + i].k, span = (int64_t)dil[i] * (k[i] - 1) + 1;
+        if (pad[i] < 0 || pad[i] * 2 > k[i]) {
+            if (b->err) sb_printf(b->err, "%s: padding %d must be at most half the kernel size %d", what, pad[i], k[i]);
+            return IR_NONE;
+        }
+        int64_t room = n + 2 * pad[i] - span;
+        if (room < 0) {
+            if (b->err) sb_printf(b->err, "%s: the window (%lld) is larger than the padded input (%lld)", what, (long long)span, (long long)(n + 2 * pad[i]));
+            return IR_NONE;
+        }
+        out[i] = (ceil_mode ? (room + st[i] - 1) / st[i] : room / st[i]) + 1;
+        if (ceil_mode && (out[i] - 1) * st[i] >= n + pad[i]) out[i]--;
+        extra[i] = (out[i] - 1) * st[i] + span - (n + 2 * pad[i]);
+        if (extra[i] < 0) extra[i] = 0;
+    }
+    if (!ir_dtype_is_float(dtype_of(b, x))) x = ir_b_cast(b, x, DT_F32);
+    TRY(x);
+    int64_t lo[4] = {0, 0, pad[0], pad[1]}, hi[4] = {0, 0, pad[0] + extra[0], pad[1] + extra[1]};
+    NodeId xp = ir_b_pad(b, x, lo, hi, max ? -INFINITY : 0.0);
+    TRY(xp);
+    Shape ps = *shape_of(b, xp);
+    Dim nc;
+    if (!ir_dim_mul(ps.d[0], ps.d[1], &nc)) return IR_NONE;
+    Dim fd[4] = {nc, ir_dim_const(1), ps.d[2], ps.d[3]};
+    Shape flat = ir_shape_make(4, fd);
+    NodeId xf = ir_b_reshape(b, xp, &flat);
+    TRY(xf);
+    NodeId cols = ir_b_unfold(b, xf, k[0], k[1], st[0], st[1], dil[0], dil[1]);
+    TRY(cols);
+    NodeId r = ir_b_reduce(b, max ? OP_REDUCE_MAX : OP_REDUCE_SUM, cols, 2, false); /* [NC, L] */
+    TRY(r);
+    if (!max) {
+        Dim md[4] = {ir_dim_const(1), ir_dim_const(1), xshape.d[2], xshape.d[3]};
+        Shape ms = ir_shape_make(4, md);
+        NodeId ones = ir_b_full(b, 1.0, dtype_of(b, x), &ms);
+        TRY(ones);
+        int64_t lo2[4] = {0, 0, pad[0], pad[1]}, hi2[4] = {0, 0, pad[0], pad[1]}, z[4] = {0, 0, 0, 0}, hx[4] = {0, 0, extra[0], extra[1]};
+        NodeId m = ir_b_pad(b, ones, lo2, hi2, count_pad ? 1.0 : 0.0);
+        TRY(m);
+        m = ir_b_pad(b, m, z, hx, 0.0);
+        TRY(m);
+        NodeId mc = ir_b_unfold(b, m, k[0], k[1], st[0], st[1], dil[0], dil[1]);
+        TRY(mc);
+        NodeId cnt = ir_b_reduce(b, OP_REDUCE_SUM, mc, 2, false); /* [1, L] */
+        TRY(cnt);
+        r = ir_b_binary(b, OP_DIV, r, cnt);
+        TRY(r);
+    }
+    Dim od[4] = {xshape.d[0], xshape.d[1], ir_dim_const(out[0]), ir_dim_const(out[1])};
+    Shape os = ir_shape_make(4, od);
+    return ir_b_reshape(b, r, &os);
+}

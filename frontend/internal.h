@@ -152,6 +152,8 @@ NodeId comp_linear(IrBuilder *b, NodeId x, NodeId weight, NodeId bias);
 NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, const int stride[2], const int pad[2], const int pad_hi[2],
                    const int dilation[2], int groups);
 NodeId comp_pool2d(IrBuilder *b, NodeId x, bool max, int k, int stride, int pad);
+NodeId comp_pool2d_ex(IrBuilder *b, NodeId x, bool max, const int k[2], const int st[2], const int pad[2], const int dil[2], bool ceil_mode,
+                      bool count_pad);
 NodeId comp_scalar_op(IrBuilder *b, Op op, NodeId x, double s, bool scalar_left);
 
 /* activations.c: PyTorch's activations (a0, a1: negative_slope, alpha, beta/threshold) */

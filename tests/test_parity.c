@@ -104,6 +104,11 @@ static const ParityCase cases[] = {
      "c = Conv1d(4, 2, 3, padding = \"valid\", groups = 2, bias = false)",
      "x: f32[2, 4, 5, 6]", "y = concat(flatten(b(a(x))), flatten(c(x[:, :, 0, :])), dim = 1)", false},
     {"LayerNorm_dims", "m = LayerNorm([3, 4])", "x: f32[2, 3, 4]", "y = m(x)", true},
+    {"pool_options",
+     "a = MaxPool2d([3, 2], stride = [2, 1], padding = 1, dilation = [1, 2], ceil_mode = true)\n"
+     "b = AvgPool2d(3, stride = 2, padding = 1, ceil_mode = true, count_include_pad = false)\nc = AvgPool2d([2, 3], ceil_mode = true)\n"
+     "d = AvgPool2d(3, stride = 2, padding = 1, ceil_mode = true)",
+     "x: f32[2, 2, 6, 7]", "y = concat(flatten(a(x)), flatten(b(x)), flatten(c(x)), flatten(d(x)), dim = 1)", false},
     {"ConvTranspose2d", "m = ConvTranspose2d(2, 3, 3, stride = 2, padding = 1, output_padding = 1)\nn = ConvTranspose2d(3, 2, [2, 3], dilation = 2, bias = false)",
      "x: f32[2, 2, 3, 3]", "y = n(m(x))", false},
     {"Upsample", "a = Upsample(scale_factor = 2)\nb = Upsample(size = [5, 3], mode = \"bilinear\")", "x: f32[1, 2, 3, 4]", "y = a(b(x))", false},
