@@ -104,6 +104,10 @@ static const ParityCase cases[] = {
      "c = Conv1d(4, 2, 3, padding = \"valid\", groups = 2, bias = false)",
      "x: f32[2, 4, 5, 6]", "y = concat(flatten(b(a(x))), flatten(c(x[:, :, 0, :])), dim = 1)", false},
     {"LayerNorm_dims", "m = LayerNorm([3, 4])", "x: f32[2, 3, 4]", "y = m(x)", true},
+    {"LSTM", "m = LSTM(3, 4, num_layers = 2)", "x: f32[5, 2, 3]", "o, hc = m(x)\n y = concat(flatten(o), flatten(hc[0]), flatten(hc[1]), dim = 0)",
+     false},
+    {"GRU", "m = GRU(3, 4, num_layers = 2, batch_first = true)\nn = GRU(3, 2, bias = false)", "x: f32[2, 5, 3]",
+     "o, h = m(x)\n p, u = n(x)\n y = o.sum() + (h * h).sum() + p * u.mean()", false},
     {"pool_options",
      "a = MaxPool2d([3, 2], stride = [2, 1], padding = 1, dilation = [1, 2], ceil_mode = true)\n"
      "b = AvgPool2d(3, stride = 2, padding = 1, ceil_mode = true, count_include_pad = false)\nc = AvgPool2d([2, 3], ceil_mode = true)\n"

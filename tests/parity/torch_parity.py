@@ -120,6 +120,9 @@ REFERENCES = {
                                         c=nn.AvgPool2d((2, 3), ceil_mode=True), d=nn.AvgPool2d(3, stride=2, padding=1, ceil_mode=True)),
                         lambda m, x: torch.cat([m.a(x["x"]).flatten(1), m.b(x["x"]).flatten(1), m.c(x["x"]).flatten(1),
                                                 m.d(x["x"]).flatten(1)], dim=1)),
+    "LSTM": mod(lambda: Members(m=nn.LSTM(3, 4, num_layers=2)), lambda m, x: lstm_case(m, x)),
+    "GRU": mod(lambda: Members(m=nn.GRU(3, 4, num_layers=2, batch_first=True), n=nn.GRU(3, 2, bias=False)),
+               lambda m, x: gru_case(m, x)),
     "BatchNorm1d": mod(lambda: Members(m=nn.BatchNorm1d(4)), lambda m, x: m.m(x["x"])),
     "BatchNorm1d_3d": mod(lambda: Members(m=nn.BatchNorm1d(3, momentum=0.2)), lambda m, x: m.m(x["x"])),
     "GroupNorm": mod(lambda: Members(m=nn.GroupNorm(2, 4)), lambda m, x: m.m(x["x"])),
@@ -127,6 +130,17 @@ REFERENCES = {
     "AdaptiveAvgPool2d": mod(lambda: Members(m=nn.AdaptiveAvgPool2d(1), n=nn.AdaptiveAvgPool2d((2, 3))),
                              lambda m, x: torch.cat([m.m(x["x"]).flatten(1), m.n(x["x"]).flatten(1)], dim=1)),
 }
+
+
+def lstm_case(m, x):
+    o, (h, c) = m.m(x["x"])
+    return torch.cat([o.flatten(1), h.flatten(1), c.flatten(1)], dim=0)
+
+
+def gru_case(m, x):
+    o, h = m.m(x["x"])
+    p, u = m.n(x["x"])  # [T, N, I]: x's first axis is the sequence here
+    return o.sum() + (h * h).sum() + p * u.mean()
 
 
 def mha_case(m, x):
