@@ -1064,6 +1064,48 @@ static Value fn_interpolate(Lower *L, const BoundArgs *a, AstId call, int v)
     return done(L, comp_interpolate(&L->b, x, o[0], o[1], bil, al), call);
 }
 
+/* topk(x, k, dim = -1, largest = true) -> (values, indices), largest first as PyTorch's
+ * sorted result: k rounds of max and argmax, each taking the winner out (with -inf) for
+ * the next; ties go to the first index. */
+static Value fn_topk(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "topk");
+    int64_t k;
+    int axis;
+    bool largest;
+    if (x == IR_NONE || !int_arg(L, a, 1, "topk", &k) || !axis_arg(L, a, 2, "topk", rank_of(L, x), &axis) ||
+        !value_bool(L, a->v[3], a->at[3], "topk(largest)", &largest))
+        return value_error();
+    Shape xs = L->g->nodes[x].shape;
+    if (!ir_dim_is_const(xs.d[axis]) || k < 1 || k > xs.d[axis].k || k > 64) {
+        lower_error(L, a->at[1], "topk: k must be between 1 and the size of a fixed axis (and at most 64), found %lld", (long long)k);
+        return value_error();
+    }
+    IrBuilder *b = &L->b;
+    if (!ir_dtype_is_float((DType)L->g->nodes[x].dtype)) x = ir_b_cast(b, x, DT_F32);
+    NodeId cur = largest || x == IR_NONE ? x : ir_b_unary(b, OP_NEG, x);
+    NodeId vals[64], idxs[64];
+    Shape is = L->g->nodes[x].shape;
+    NodeId pos = ir_b_iota(b, &is, axis, DT_I64);
+    NodeId ninf = ir_b_const(b, -INFINITY, (DType)L->g->nodes[x].dtype);
+    if (cur == IR_NONE || pos == IR_NONE || ninf == IR_NONE) return lower_builder_error(L, call);
+    for (int64_t j = 0; j < k; j++) {
+        vals[j] = ir_b_reduce(b, OP_REDUCE_MAX, cur, UINT64_C(1) << axis, true);
+        idxs[j] = ir_b_argmax(b, cur, axis, true);
+        if (vals[j] == IR_NONE || idxs[j] == IR_NONE) return lower_builder_error(L, call);
+        if (j + 1 < k) {
+            NodeId hit = ir_b_binary(b, OP_EQ, pos, idxs[j]);
+            cur = hit == IR_NONE ? IR_NONE : ir_b_where(b, hit, ninf, cur);
+            if (cur == IR_NONE) return lower_builder_error(L, call);
+        }
+    }
+    NodeId vv = ir_b_concat(b, vals, (int)k, axis), ii = ir_b_concat(b, idxs, (int)k, axis);
+    if (vv != IR_NONE && !largest) vv = ir_b_unary(b, OP_NEG, vv);
+    if (vv == IR_NONE || ii == IR_NONE) return lower_builder_error(L, call);
+    NodeId parts[2] = {vv, ii};
+    return make_tuple(L, parts, 2);
+}
+
 static const Function functions[] = {
     {"exp", "x", fn_unary, 0}, {"log", "x", fn_unary, 1}, {"sqrt", "x", fn_unary, 2}, {"tanh", "x", fn_unary, 3},
     {"abs", "x", fn_unary, 4}, {"sigmoid", "x", fn_unary, 5}, {"relu", "x", fn_unary, 6},
@@ -1114,6 +1156,7 @@ static const Function functions[] = {
     {"layer_norm", "input, normalized_shape, weight=none, bias=none, eps=1e-5", fn_layer_norm, 0},
     {"max_pool2d", "input, kernel_size, stride=none, padding=0", fn_pool, 0},
     {"avg_pool2d", "input, kernel_size, stride=none, padding=0", fn_pool, 1},
+    {"topk", "x|input, k, dim=-1, largest=true", fn_topk, 0},
     {"einsum", "equation, *operands", fn_einsum, 0},
     {"interpolate", "input, size=none, scale_factor=none, mode=\"nearest\", align_corners=none", fn_interpolate, 0},
     {"arange", "n", fn_arange, 0}, {"matmul", "x, y", fn_matmul, 0}, {"detach", "x", fn_detach, 0},

@@ -96,6 +96,7 @@ static const OpCase op_cases[] = {
     {"interpolate", "x: f32[2, 3, 4, 5]",
      "y = interpolate(x, scale_factor = 2).sum() + interpolate(x, size = [3, 7], mode = \"bilinear\")"
      " + interpolate(x, size = [3, 7], mode = \"bilinear\", align_corners = true) + interpolate(x, scale_factor = [0.75, 1.5]).sum()"},
+    {"topk", "x: f32[3, 5]", "v, i = topk(x, 2)\n w, j = topk(x, 3, dim = 0, largest = false)\n y = v.sum() + w.sum(0) * f32(i[0, 0] + j[0, 0])"},
     {"std", "x: f32[3, 5]", "y = std(x, axis = 1, keepdim = true) + std(x, dim = 0, keepdim = true, unbiased = false)"},
     {"clamp", "x: f32[3, 4]", "y = clamp(x, -0.5, 0.7)"},
     {"matmul", "x: f32[3, 4], z: f32[4, 5]", "y = x @ z"},

@@ -67,6 +67,8 @@ static const ParityCase cases[] = {
      "y = interpolate(x, scale_factor = 2).sum() + interpolate(x, size = [3, 7], mode = \"bilinear\")"
      " + interpolate(x, size = [3, 7], mode = \"bilinear\", align_corners = true) + interpolate(x, scale_factor = [0.75, 1.5]).sum()",
      false},
+    {"topk", "", "x: f32[3, 5]", "v, i = topk(x, 2)\n w, j = topk(x, 3, dim = 0, largest = false)\n y = v.sum(1) * f32(i[:, 0]) + w.sum(0)[0:3] * f32(j[0, 0:3])",
+     false},
     /* losses */
     {"cross_entropy_options", "", "x: f32[4, 5], t: i64[4]",
      "y = cross_entropy(x, t, ignore_index = 2, label_smoothing = 0.1) + cross_entropy(x, t, reduction = \"sum\") * 0.1", false},

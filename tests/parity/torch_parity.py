@@ -71,6 +71,7 @@ REFERENCES = {
     "functional_layers": fn(lambda x, w, z: F.linear(x, w, z).sum() + F.layer_norm(x, [4, 4])
                             + F.layer_norm(x, [4], weight=x[0, 0, 0], bias=x[0, 0, 1]) + F.max_pool2d(x, 2).sum()
                             + F.avg_pool2d(x, 3, stride=1, padding=1)),
+    "topk": fn(lambda x: topk_case(x)),
     "einsum": fn(lambda x, z: torch.einsum("bij,bjk->bik", x, z) + torch.einsum("bij->bi", x).sum()
                  + torch.einsum("bij,bjk", x, z).sum() * torch.einsum("ijk->kji", x).mean()
                  + torch.einsum("bij, bij -> b", x, x).sum() + torch.einsum("i,j->ij", x[0, 0], z[0, 0]).sum()),
@@ -130,6 +131,12 @@ REFERENCES = {
     "AdaptiveAvgPool2d": mod(lambda: Members(m=nn.AdaptiveAvgPool2d(1), n=nn.AdaptiveAvgPool2d((2, 3))),
                              lambda m, x: torch.cat([m.m(x["x"]).flatten(1), m.n(x["x"]).flatten(1)], dim=1)),
 }
+
+
+def topk_case(x):
+    v, i = torch.topk(x, 2)
+    w, j = torch.topk(x, 3, dim=0, largest=False)
+    return v.sum(1) * i[:, 0].float() + w.sum(0)[0:3] * j[0, 0:3].float()
 
 
 def lstm_case(m, x):
