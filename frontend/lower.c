@@ -643,6 +643,10 @@ static Value method_call(Lower *L, Scope *s, int32_t inst, AstId e, const char *
         return axis < 0 ? lower_builder_error(L, e) : L->seq[shape.idx + axis];
     }
     Value out;
+    if (!strcmp(fname, "checkpoint")) { /* not a function of a tensor: checkpoint(expr) */
+        lower_error(L, e, "checkpoint is not a tensor method: write checkpoint(expression)");
+        return value_error();
+    }
     L->method_self = &self;
     bool known = functions_call(L, s, inst, fname, e, &out);
     L->method_self = NULL;
