@@ -1292,6 +1292,47 @@ done:
     return r.kind == V_ERROR ? lower_builder_error(L, at) : r;
 }
 
+/* Sequential(Linear(784, 32), ReLU(), ...) as member `name` of parent: its modules are
+ * members "0", "1", ... (state_dict keys net.0.weight, as nn.Sequential's), applied in order
+ * by seq_apply. Called by lower.c's lower_instantiate for the call e. */
+Value builtin_sequential(Lower *L, int32_t parent, const char *name, AstId e)
+{
+    const AstNode *n = ast_node(L->ast, e);
+    Scope *ps = L->insts[parent].scope;
+    const char *type = "Sequential";
+    int32_t m = lower_inst_new(L, parent, name, type, n->loc);
+    L->insts[m].builtin = builtin_find(type);
+    L->insts[m].scope = ps;
+    if (n->nkids < 2) {
+        lower_error(L, e, "Sequential needs at least one module, e.g. Sequential(Linear(784, 32), ReLU())");
+        return value_error();
+    }
+    for (int k = 1; k < n->nkids; k++) {
+        AstId a = ast_kid(L->ast, e, k);
+        if (ast_node(L->ast, a)->kind == AST_KWARG) {
+            lower_error(L, a, "Sequential takes modules by position, e.g. Sequential(Linear(784, 32), ReLU())");
+            return value_error();
+        }
+        const AstNode *an = ast_node(L->ast, a);
+        if (an->kind != AST_CALL || ast_node(L->ast, ast_kid(L->ast, a, 0))->kind != AST_NAME) {
+            lower_error(L, a, "Sequential takes modules, e.g. Linear(784, 32) or ReLU()");
+            return value_error();
+        }
+        const char *mt = ast_str(L->ast, ast_kid(L->ast, a, 0));
+        if (!strcmp(mt, "Parameter") || !strcmp(mt, "Buffer")) {
+            lower_error(L, a, "Sequential takes modules, not %s(...)", mt);
+            return value_error();
+        }
+        char idx[16];
+        snprintf(idx, sizeof idx, "%d", k - 1);
+        int errors = L->d->nerrors;
+        Value v = lower_instantiate(L, m, idx, a);
+        if (v.kind != V_MODULE || L->d->nerrors > errors) return value_error();
+        lower_add_member(L, m, idx, v);
+    }
+    return (Value){.kind = V_MODULE, .idx = m, .node = IR_NONE};
+}
+
 /* ---- the table ---- */
 
 static const BuiltinModule builtins[] = {

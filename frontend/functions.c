@@ -1206,3 +1206,56 @@ bool functions_call(Lower *L, Scope *s, int32_t inst, const char *name, AstId ca
     }
     return false;
 }
+
+/* x.shape: a list of the sizes, numbers or symbolic (so x.shape[0] can be B) */
+Value functions_shape_tuple(Lower *L, NodeId x)
+{
+    const Shape sh = L->g->nodes[x].shape;
+    Value t = {.kind = V_TUPLE, .node = IR_NONE, .idx = L->nseq, .count = sh.rank};
+    for (int i = 0; i < sh.rank; i++)
+    {
+        GROW(L->seq, L->seq_cap, L->nseq + 1);
+        L->seq[L->nseq++] = ir_dim_is_const(sh.d[i]) ? value_num((double)sh.d[i].k, true) : (Value){.kind = V_DIM, .dim = sh.d[i], .node = IR_NONE};
+    }
+    return t;
+}
+
+/* Tensor methods PyTorch users write: every function taking a tensor first (x.mean(1),
+ * x.softmax(-1), x.masked_fill(m, 0)), and the casts by PyTorch's names (x.float()). */
+Value functions_method(Lower *L, Scope *s, int32_t inst, AstId e, const char *name, Value self)
+{
+    static const char *const aliases[][2] = {{"float", "f32"}, {"double", "f64"}, {"half", "f16"}, {"bfloat16", "bf16"},
+                                             {"long", "i64"}, {"int", "i32"}, {"byte", "u8"}, {"size", "size"}};
+    const char *fname = name;
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (!strcmp(name, aliases[i][0])) fname = aliases[i][1];
+    if (!strcmp(fname, "size")) { /* x.size() is x.shape, x.size(i) its size i */
+        const AstNode *n = ast_node(L->ast, e);
+        Value shape = functions_shape_tuple(L, self.node);
+        if (n->nkids == 1) return shape;
+        int64_t i;
+        if (n->nkids != 2 || !value_int(L, lower_expr(L, s, inst, ast_kid(L->ast, e, 1)), e, "size", &i)) {
+            if (n->nkids != 2) lower_error(L, e, "size takes at most one axis, e.g. x.size(0)");
+            return value_error();
+        }
+        int axis = ir_b_axis(&L->b, "size", i, shape.count);
+        return axis < 0 ? lower_builder_error(L, e) : L->seq[shape.idx + axis];
+    }
+    Value out;
+    if (!strcmp(fname, "checkpoint")) { /* not a function of a tensor: checkpoint(expr) */
+        lower_error(L, e, "checkpoint is not a tensor method: write checkpoint(expression)");
+        return value_error();
+    }
+    L->method_self = &self;
+    bool known = functions_call(L, s, inst, fname, e, &out);
+    L->method_self = NULL;
+    if (known) return out;
+    int nf;
+    const char *const *names = functions_names(&nf);
+    const char *best = NULL;
+    int bestd = 1000;
+    for (int i = 0; i < nf; i++) lower_consider(names[i], name, &best, &bestd);
+    if (best && bestd <= 2) lower_error(L, e, "a tensor has no method '%s' (did you mean '%s'?)", name, best);
+    else lower_error(L, e, "a tensor has no method '%s'", name);
+    return value_error();
+}

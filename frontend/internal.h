@@ -93,6 +93,11 @@ typedef struct {
 
 /* Applies module instance m (built-in or user) to argument values. */
 Value lower_apply_module_value(Lower *L, int32_t m, const Value *args, int nargs, AstId at);
+/* Instantiates the member expression e (a module call, a repetition, Parameter) as member
+ * `name` of instance parent. */
+Value lower_instantiate(Lower *L, int32_t parent, const char *name, AstId e);
+/* builtins.c: Sequential(modules...) as member `name` of parent */
+Value builtin_sequential(Lower *L, int32_t parent, const char *name, AstId e);
 /* Evaluates an expression in scope s inside module instance inst. */
 Value lower_expr(Lower *L, Scope *s, int32_t inst, AstId e);
 
@@ -212,6 +217,10 @@ NodeId lower_tensor_arg(Lower *L, Value v, AstId at, const char *what);
 /* Lowers a call of a named built-in function; returns false when no function has that
  * name (so the caller can try modules and suggest names). */
 bool functions_call(Lower *L, Scope *s, int32_t inst, const char *name, AstId call, Value *out);
+/* x.f(...) on a tensor x: f's first argument is x (x.mean(1), x.float(), x.size(0)) */
+Value functions_method(Lower *L, Scope *s, int32_t inst, AstId e, const char *name, Value self);
+/* x.shape: a list of the sizes, numbers or symbolic sizes */
+Value functions_shape_tuple(Lower *L, NodeId x);
 /* All function names, for suggestions and docs. */
 const char *const *functions_names(int *n);
 

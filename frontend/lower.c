@@ -572,16 +572,6 @@ Value lower_apply_module_value(Lower *L, int32_t m, const Value *args, int nargs
     return r;
 }
 
-/* x.shape: a list of the sizes, numbers or symbolic (so x.shape[0] can be B) */
-static Value shape_tuple(Lower *L, NodeId x)
-{
-    const Shape sh = L->g->nodes[x].shape;
-    Value t = {.kind = V_TUPLE, .node = IR_NONE, .idx = L->nseq, .count = sh.rank};
-    for (int i = 0; i < sh.rank; i++)
-        seq_push(L, ir_dim_is_const(sh.d[i]) ? value_num((double)sh.d[i].k, true) : (Value){.kind = V_DIM, .dim = sh.d[i], .node = IR_NONE});
-    return t;
-}
-
 /* The attribute `attr` of a value (AST_ATTR e): a module's member, a list's element by
  * number, and of a tensor: .T (the last two axes swapped), .shape (a list of its sizes,
  * numbers or symbolic, so x.shape[0] is B), .ndim. */
@@ -610,7 +600,7 @@ static Value attr_of(Lower *L, AstId e, Value base)
         }
         return L->seq[base.idx + i];
     }
-    if (base.kind == V_TENSOR && !strcmp(attr, "shape")) return shape_tuple(L, base.node);
+    if (base.kind == V_TENSOR && !strcmp(attr, "shape")) return functions_shape_tuple(L, base.node);
     if (base.kind == V_TENSOR && !strcmp(attr, "ndim")) return value_num(L->g->nodes[base.node].shape.rank, true);
     if (base.kind == V_TENSOR && !strcmp(attr, "T")) {
         L->b.loc = n->loc;
@@ -618,46 +608,6 @@ static Value attr_of(Lower *L, AstId e, Value base)
         return r == IR_NONE ? lower_builder_error(L, e) : value_tensor(r);
     }
     lower_error(L, e, "%s has no attribute '%s'", kind_desc(base), attr);
-    return value_error();
-}
-
-/* Tensor methods PyTorch users write: every function taking a tensor first (x.mean(1),
- * x.softmax(-1), x.masked_fill(m, 0)), and the casts by PyTorch's names (x.float()). */
-static Value method_call(Lower *L, Scope *s, int32_t inst, AstId e, const char *name, Value self)
-{
-    static const char *const aliases[][2] = {{"float", "f32"}, {"double", "f64"}, {"half", "f16"}, {"bfloat16", "bf16"},
-                                             {"long", "i64"}, {"int", "i32"}, {"byte", "u8"}, {"size", "size"}};
-    const char *fname = name;
-    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
-        if (!strcmp(name, aliases[i][0])) fname = aliases[i][1];
-    if (!strcmp(fname, "size")) { /* x.size() is x.shape, x.size(i) its size i */
-        const AstNode *n = ast_node(L->ast, e);
-        Value shape = shape_tuple(L, self.node);
-        if (n->nkids == 1) return shape;
-        int64_t i;
-        if (n->nkids != 2 || !value_int(L, lower_expr(L, s, inst, ast_kid(L->ast, e, 1)), e, "size", &i)) {
-            if (n->nkids != 2) lower_error(L, e, "size takes at most one axis, e.g. x.size(0)");
-            return value_error();
-        }
-        int axis = ir_b_axis(&L->b, "size", i, shape.count);
-        return axis < 0 ? lower_builder_error(L, e) : L->seq[shape.idx + axis];
-    }
-    Value out;
-    if (!strcmp(fname, "checkpoint")) { /* not a function of a tensor: checkpoint(expr) */
-        lower_error(L, e, "checkpoint is not a tensor method: write checkpoint(expression)");
-        return value_error();
-    }
-    L->method_self = &self;
-    bool known = functions_call(L, s, inst, fname, e, &out);
-    L->method_self = NULL;
-    if (known) return out;
-    int nf;
-    const char *const *names = functions_names(&nf);
-    const char *best = NULL;
-    int bestd = 1000;
-    for (int i = 0; i < nf; i++) lower_consider(names[i], name, &best, &bestd);
-    if (best && bestd <= 2) lower_error(L, e, "a tensor has no method '%s' (did you mean '%s'?)", name, best);
-    else lower_error(L, e, "a tensor has no method '%s'", name);
     return value_error();
 }
 
@@ -694,7 +644,7 @@ static Value lower_call(Lower *L, Scope *s, int32_t inst, AstId e)
          * as its first argument; m.fc(x): a member module */
         Value base = lower_expr(L, s, inst, ast_kid(L->ast, callee, 0));
         if (base.kind == V_ERROR) return base;
-        if (base.kind == V_TENSOR) return method_call(L, s, inst, e, ast_str(L->ast, callee), base);
+        if (base.kind == V_TENSOR) return functions_method(L, s, inst, e, ast_str(L->ast, callee), base);
         f = attr_of(L, callee, base);
     } else f = lower_expr(L, s, inst, callee);
     if (f.kind == V_MODULE) return apply_module(L, s, inst, f.idx, e);
@@ -946,7 +896,7 @@ static void instantiate_items(Lower *L, int32_t inst, AstId container, int first
 
 /* Creates the member `name` of instance `parent` from expression e (a module call, a
  * repetition, or Parameter(...)). */
-static Value instantiate(Lower *L, int32_t parent, const char *name, AstId e)
+Value lower_instantiate(Lower *L, int32_t parent, const char *name, AstId e)
 {
     if (L->ninsts >= MAX_INSTANCES) {
         lower_error(L, e, "more than %d module instances", MAX_INSTANCES);
@@ -981,7 +931,7 @@ static Value instantiate(Lower *L, int32_t parent, const char *name, AstId e)
             sb_init(&full);
             sb_printf(&full, "%s.%s", name, idx);
             int errors = L->d->nerrors;
-            elems[i] = instantiate(L, parent, full.data, ast_kid(L->ast, e, 0));
+            elems[i] = lower_instantiate(L, parent, full.data, ast_kid(L->ast, e, 0));
             sb_free(&full);
             if (elems[i].kind == V_ERROR || L->d->nerrors > errors) {
                 free(elems);
@@ -1043,41 +993,7 @@ static Value instantiate(Lower *L, int32_t parent, const char *name, AstId e)
         v.count = -1; /* lower_param already made it a member */
         return v;
     }
-    if (!strcmp(type, "Sequential")) {
-        /* Sequential(Linear(784, 32), ReLU(), ...): members "0", "1", ... (state_dict keys
-         * net.0.weight, as nn.Sequential's), applied in order by builtins.c's seq_apply. */
-        int32_t m = lower_inst_new(L, parent, name, type, n->loc);
-        L->insts[m].builtin = builtin_find(type);
-        L->insts[m].scope = ps;
-        if (n->nkids < 2) {
-            lower_error(L, e, "Sequential needs at least one module, e.g. Sequential(Linear(784, 32), ReLU())");
-            return value_error();
-        }
-        for (int k = 1; k < n->nkids; k++) {
-            AstId a = ast_kid(L->ast, e, k);
-            if (ast_node(L->ast, a)->kind == AST_KWARG) {
-                lower_error(L, a, "Sequential takes modules by position, e.g. Sequential(Linear(784, 32), ReLU())");
-                return value_error();
-            }
-            const AstNode *an = ast_node(L->ast, a);
-            if (an->kind != AST_CALL || ast_node(L->ast, ast_kid(L->ast, a, 0))->kind != AST_NAME) {
-                lower_error(L, a, "Sequential takes modules, e.g. Linear(784, 32) or ReLU()");
-                return value_error();
-            }
-            const char *mt = ast_str(L->ast, ast_kid(L->ast, a, 0));
-            if (!strcmp(mt, "Parameter") || !strcmp(mt, "Buffer")) {
-                lower_error(L, a, "Sequential takes modules, not %s(...)", mt);
-                return value_error();
-            }
-            char idx[16];
-            snprintf(idx, sizeof idx, "%d", k - 1);
-            int errors = L->d->nerrors;
-            Value v = instantiate(L, m, idx, a);
-            if (v.kind != V_MODULE || L->d->nerrors > errors) return value_error();
-            lower_add_member(L, m, idx, v);
-        }
-        return (Value){.kind = V_MODULE, .idx = m, .node = IR_NONE};
-    }
+    if (!strcmp(type, "Sequential")) return builtin_sequential(L, parent, name, e);
     const BuiltinModule *bm = builtin_find(type);
     AstId def = bm ? AST_NONE : find_user_module(L, type);
     if (!bm && def == AST_NONE) {
@@ -1165,7 +1081,7 @@ static void instantiate_items(Lower *L, int32_t inst, AstId container, int first
                 lower_error(L, it, "member '%s' is defined twice", name);
                 continue;
             }
-            Value v = instantiate(L, inst, name, ast_kid(L->ast, it, 0));
+            Value v = lower_instantiate(L, inst, name, ast_kid(L->ast, it, 0));
             if (v.kind == V_TENSOR && v.count == -1) continue; /* Parameter: already added */
             lower_add_member(L, inst, name, v);
         } else if (in->kind == AST_FORWARD && inst != 0) {
