@@ -1,8 +1,10 @@
 /* functions.c — the functions a model can call: activations, reductions, losses, shape
  * functions, casts, where, arange and checkpoint(...). One table maps each name to its
  * signature (bound by lower_bind_args, so unknown or missing arguments get one clear
- * message) and to the code that expands it into IR through the builder or composite.c.
- * Math functions on plain numbers are evaluated at compile time (0.02 / sqrt(2 * L)). */
+ * message) and to the code that expands it into IR through the builder, composite.c,
+ * activations.c, losses.c or tensorops.c. Every function taking a tensor first is also a
+ * tensor method (x.mean(1), functions_method). Math functions on plain numbers are
+ * evaluated at compile time (0.02 / sqrt(2 * L)). */
 #include "internal.h"
 
 #include <math.h>
