@@ -967,22 +967,46 @@ static Value fn_layer_norm(Lower *L, const BoundArgs *a, AstId call, int v)
     return done(L, comp_layer_norm(&L->b, x, w, bias, n, eps), call);
 }
 
-/* max_pool2d / avg_pool2d(x, kernel_size, stride = none, padding = 0) as F.max_pool2d */
+/* A size per spatial axis: a number, or a list of two */
+static bool pair_arg(Lower *L, const BoundArgs *a, int i, const char *fn, int64_t lo, int64_t hi, int out[2])
+{
+    Value v = a->v[i];
+    for (int k = 0; k < 2; k++) {
+        Value e = v.kind == V_TUPLE ? (v.count == 2 ? L->seq[v.idx + k] : value_error()) : v;
+        int64_t n;
+        if (e.kind == V_ERROR) {
+            lower_error(L, a->at[i], "%s: expected a number or a list of two", fn);
+            return false;
+        }
+        if (!value_int(L, e, a->at[i], fn, &n)) return false;
+        if (n < lo || n > hi) {
+            lower_error(L, a->at[i], "%s: sizes must be between %lld and %lld, found %lld", fn, (long long)lo, (long long)hi, (long long)n);
+            return false;
+        }
+        out[k] = (int)n;
+    }
+    return true;
+}
+
+/* max_pool2d(x, kernel_size, stride = none, padding = 0, dilation = 1, ceil_mode = false) and
+ * avg_pool2d(x, kernel_size, stride = none, padding = 0, ceil_mode = false,
+ * count_include_pad = true) as F.max_pool2d and F.avg_pool2d */
 static Value fn_pool(Lower *L, const BoundArgs *a, AstId call, int v)
 {
     const char *fn = v ? "avg_pool2d" : "max_pool2d";
     NodeId x = tensor(L, a, 0, fn);
-    int64_t k, st = 0, pad;
-    if (x == IR_NONE || !int_arg(L, a, 1, fn, &k) || !int_arg(L, a, 3, fn, &pad)) return value_error();
-    if (a->v[2].kind != V_NONE && !int_arg(L, a, 2, fn, &st)) return value_error();
-    if (k < 1 || k > 1024 || pad < 0 || pad > 512 || (a->v[2].kind != V_NONE && (st < 1 || st > 1024))) {
-        lower_error(L, call, "%s: kernel_size and stride must be between 1 and 1024 and padding between 0 and 512", fn);
+    int k[2], st[2], pad[2], dil[2] = {1, 1};
+    bool ceil_mode, count_pad = true;
+    if (x == IR_NONE || !pair_arg(L, a, 1, fn, 1, 1024, k) || !pair_arg(L, a, 3, fn, 0, 512, pad) ||
+        !value_bool(L, a->v[v ? 4 : 5], a->at[v ? 4 : 5], fn, &ceil_mode) || (!v && !pair_arg(L, a, 4, fn, 1, 1024, dil)) ||
+        (v && !value_bool(L, a->v[5], a->at[5], fn, &count_pad)))
         return value_error();
-    }
-    return done(L, comp_pool2d(&L->b, x, !v, (int)k, (int)(st ? st : k), (int)pad), call);
+    if (a->v[2].kind == V_NONE) st[0] = k[0], st[1] = k[1];
+    else if (!pair_arg(L, a, 2, fn, 1, 1024, st)) return value_error();
+    bool plain = k[0] == k[1] && st[0] == st[1] && pad[0] == pad[1] && dil[0] == 1 && dil[1] == 1 && !ceil_mode && count_pad;
+    if (plain) return done(L, comp_pool2d(&L->b, x, !v, k[0], st[0], pad[0]), call);
+    return done(L, comp_pool2d_ex(&L->b, x, !v, k, st, pad, dil, ceil_mode, count_pad), call);
 }
-
-/* ---- einsum, interpolate ---- */
 
 static Value fn_einsum(Lower *L, const BoundArgs *a, AstId call, int v)
 {
@@ -1156,8 +1180,8 @@ static const Function functions[] = {
     {"gather", "x|input, dim, index", fn_gather, 0},
     {"linear", "input, weight, bias=none", fn_linear, 0},
     {"layer_norm", "input, normalized_shape, weight=none, bias=none, eps=1e-5", fn_layer_norm, 0},
-    {"max_pool2d", "input, kernel_size, stride=none, padding=0", fn_pool, 0},
-    {"avg_pool2d", "input, kernel_size, stride=none, padding=0", fn_pool, 1},
+    {"max_pool2d", "input, kernel_size, stride=none, padding=0, dilation=1, ceil_mode=false", fn_pool, 0},
+    {"avg_pool2d", "input, kernel_size, stride=none, padding=0, ceil_mode=false, count_include_pad=true", fn_pool, 1},
     {"topk", "x|input, k, dim=-1, largest=true", fn_topk, 0},
     {"einsum", "equation, *operands", fn_einsum, 0},
     {"interpolate", "input, size=none, scale_factor=none, mode=\"nearest\", align_corners=none", fn_interpolate, 0},

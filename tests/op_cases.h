@@ -90,6 +90,9 @@ static const OpCase op_cases[] = {
     {"functional_layers", "x: f32[2, 2, 4, 4], w: f32[3, 4], z: f32[3]",
      "y = linear(x, w, z).sum() + linear(x, w).mean() + layer_norm(x, [4, 4]) + layer_norm(x, 4, weight = x[0, 0, 0], bias = x[0, 0, 1])"
      " + max_pool2d(x, 2).sum() + avg_pool2d(x, 3, stride = 1, padding = 1)"},
+    {"functional_pools", "x: f32[2, 2, 6, 7]",
+     "y = max_pool2d(x, [3, 2], stride = [2, 1], padding = 1, dilation = [1, 2], ceil_mode = true).sum()"
+     " + avg_pool2d(x, 3, 2, 1, ceil_mode = true, count_include_pad = false).sum() + avg_pool2d(x, [2, 3])"},
     {"einsum", "x: f32[2, 3, 4], z: f32[2, 4, 5]",
      "y = einsum(\"bij,bjk->bik\", x, z) + einsum(\"bij->bi\", x).sum() + einsum(\"bij,bjk\", x, z).sum() * einsum(\"ijk->kji\", x).mean()"
      " + einsum(\"bij, bij -> b\", x, x).sum() + einsum(\"i,j->ij\", x[0, 0], z[0, 0]).sum()"},

@@ -69,6 +69,10 @@ static const ParityCase cases[] = {
      false},
     {"topk", "", "x: f32[3, 5]", "v, i = topk(x, 2)\n w, j = topk(x, 3, dim = 0, largest = false)\n y = v.sum(1) * f32(i[:, 0]) + w.sum(0)[0:3] * f32(j[0, 0:3])",
      false},
+    {"functional_pools", "", "x: f32[2, 2, 6, 7]",
+     "y = concat(flatten(max_pool2d(x, [3, 2], stride = [2, 1], padding = 1, dilation = [1, 2], ceil_mode = true)),"
+     " flatten(avg_pool2d(x, 3, 2, 1, ceil_mode = true, count_include_pad = false)), flatten(avg_pool2d(x, [2, 3])), dim = 1)",
+     false},
     /* losses */
     {"cross_entropy_options", "", "x: f32[4, 5], t: i64[4]",
      "y = cross_entropy(x, t, ignore_index = 2, label_smoothing = 0.1) + cross_entropy(x, t, reduction = \"sum\") * 0.1", false},

@@ -72,6 +72,9 @@ REFERENCES = {
                             + F.layer_norm(x, [4], weight=x[0, 0, 0], bias=x[0, 0, 1]) + F.max_pool2d(x, 2).sum()
                             + F.avg_pool2d(x, 3, stride=1, padding=1)),
     "topk": fn(lambda x: topk_case(x)),
+    "functional_pools": fn(lambda x: torch.cat([
+        F.max_pool2d(x, (3, 2), stride=(2, 1), padding=1, dilation=(1, 2), ceil_mode=True).flatten(1),
+        F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False).flatten(1), F.avg_pool2d(x, (2, 3)).flatten(1)], dim=1)),
     "einsum": fn(lambda x, z: torch.einsum("bij,bjk->bik", x, z) + torch.einsum("bij->bi", x).sum()
                  + torch.einsum("bij,bjk", x, z).sum() * torch.einsum("ijk->kji", x).mean()
                  + torch.einsum("bij, bij -> b", x, x).sum() + torch.einsum("i,j->ij", x[0, 0], z[0, 0]).sum()),
