@@ -93,6 +93,10 @@ void cg_elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const c
         if (fl) sb_printf(o, "%s > 0 || %s != %s ? %s : 0", a, a, a, a);
         else sb_printf(o, "%s > 0 ? %s : 0", a, a);
         break;
+    case OP_ERF: sb_printf(o, "erf%s(%s)", f, a); break; /* C99 <math.h> and CUDA: erff, erf */
+    case OP_SIN: sb_printf(o, "sin%s(%s)", f, a); break;
+    case OP_COS: sb_printf(o, "cos%s(%s)", f, a); break;
+    case OP_FLOOR: sb_printf(o, "floor%s(%s)", f, a); break;
     case OP_NOT: sb_printf(o, "!%s", a); break;
     case OP_DETACH: sb_puts(o, a); break;
     case OP_CAST:

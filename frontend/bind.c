@@ -15,6 +15,8 @@
 static bool parse_default(const char *text, Value *out)
 {
     if (!strcmp(text, "none")) { *out = value_none(); return true; }
+    /* a string default ("mean") is shown in messages; the function reads it as not given */
+    if (text[0] == '"') { *out = value_none(); return true; }
     if (!strcmp(text, "true") || !strcmp(text, "false")) {
         *out = (Value){.kind = V_BOOL, .num = text[0] == 't', .node = IR_NONE};
         return true;
@@ -65,6 +67,17 @@ static int parse_sig(const char *sig, SigParam *ps, int max)
     return n;
 }
 
+/* The signature as a user writes the call, into out: "leaky_relu(x, negative_slope=0.01)"
+ * (first names only, aliases left out). */
+static void sig_format(StrBuf *out, const char *fname, const SigParam *ps, int np)
+{
+    sb_printf(out, "%s(", fname);
+    for (int i = 0; i < np; i++)
+        sb_printf(out, "%s%s%s%s%s", i ? ", " : "", ps[i].rest ? "*" : "", ps[i].names[0], ps[i].has_default ? "=" : "",
+                  ps[i].has_default ? ps[i].dflt : "");
+    sb_puts(out, ")");
+}
+
 static int sig_index(const SigParam *ps, int n, const char *name)
 {
     for (int i = 0; i < n; i++)
@@ -92,6 +105,18 @@ bool lower_bind_args(Lower *L, Scope *s, int32_t inst, AstId call, const char *f
     const AstNode *cn = ast_node(L->ast, call);
     int npos = 0;
     bool ok = true, seen_kw = false;
+    if (L->method_self) { /* x.f(a): x is f's first argument */
+        if (np > 0 && ps[0].rest) {
+            out->rest_at[0] = call;
+            out->rest[out->nrest++] = *L->method_self;
+        } else if (np > 0) {
+            out->v[0] = *L->method_self;
+            out->at[0] = call;
+            out->given[0] = true;
+            npos = 1;
+        }
+        L->method_self = NULL;
+    }
     for (int k = 1; k < cn->nkids; k++) {
         AstId a = ast_kid(L->ast, call, k);
         const AstNode *an = ast_node(L->ast, a);
@@ -111,8 +136,11 @@ bool lower_bind_args(Lower *L, Scope *s, int32_t inst, AstId call, const char *f
                 }
                 if (bestd <= 2)
                     lower_error(L, a, "%s has no argument '%s' (did you mean '%s'?)", fname, kw, best);
-                else
-                    lower_error(L, a, "%s has no argument '%s'; it takes: %s", fname, kw, names.len ? names.data : "nothing");
+                else {
+                    names.len = 0;
+                    sig_format(&names, fname, ps, np);
+                    lower_error(L, a, "%s has no argument '%s' (expected %s)", fname, kw, names.data);
+                }
                 sb_free(&names);
                 ok = false;
                 continue;
@@ -148,7 +176,14 @@ bool lower_bind_args(Lower *L, Scope *s, int32_t inst, AstId call, const char *f
         } else {
             int maxpos = rest >= 0 ? rest : np, total = 0;
             for (int j = 1; j < cn->nkids; j++) total += ast_node(L->ast, ast_kid(L->ast, call, j))->kind != AST_KWARG;
-            lower_error(L, a, "%s takes at most %d positional argument%s, found %d", fname, maxpos, maxpos == 1 ? "" : "s", total);
+            StrBuf sg;
+            sb_init(&sg);
+            sig_format(&sg, fname, ps, np);
+            if (maxpos == 0) lower_error(L, a, "%s takes no positional arguments, found %d (expected %s)", fname, total, sg.data);
+            else
+                lower_error(L, a, "%s takes at most %d positional argument%s, found %d (expected %s)", fname, maxpos, maxpos == 1 ? "" : "s",
+                            total, sg.data);
+            sb_free(&sg);
             return false;
         }
     }
@@ -158,7 +193,11 @@ bool lower_bind_args(Lower *L, Scope *s, int32_t inst, AstId call, const char *f
             parse_default(ps[i].dflt, &out->v[i]);
             continue;
         }
-        lower_error(L, call, "%s: missing argument '%s'", fname, ps[i].names[0]);
+        StrBuf sg;
+        sb_init(&sg);
+        sig_format(&sg, fname, ps, np);
+        lower_error(L, call, "%s: missing argument '%s' (expected %s)", fname, ps[i].names[0], sg.data);
+        sb_free(&sg);
         ok = false;
     }
     for (int i = 0; i < np; i++)

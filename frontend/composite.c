@@ -277,7 +277,8 @@ NodeId comp_linear(IrBuilder *b, NodeId x, NodeId weight, NodeId bias)
     return bias == IR_NONE ? y : ir_b_binary(b, OP_ADD, y, bias);
 }
 
-NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, int stride, int pad, int dilation)
+NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, const int stride[2], const int pad[2], const int pad_hi[2],
+                   const int dilation[2], int groups)
 {
     Shape xshape = *shape_of(b, x), wshape = *shape_of(b, w);
     const Shape *xs = &xshape, *ws = &wshape;
@@ -288,7 +289,9 @@ NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, int stride, in
         }
         return IR_NONE;
     }
-    if (!ir_dim_eq(xs->d[1], ws->d[1])) {
+    Dim cin = ws->d[1];
+    if (groups > 1 && !ir_dim_mul(cin, ir_dim_const(groups), &cin)) return IR_NONE;
+    if (!ir_dim_eq(xs->d[1], cin)) {
         if (b->err) {
             sb_puts(b->err, "conv2d: input channels differ: input ");
             ir_shape_format(b->err, b->g, xs);
@@ -299,19 +302,40 @@ NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, int stride, in
     }
     int64_t kh = ws->d[2].k, kw = ws->d[3].k;
     if (!ir_dtype_is_float(dtype_of(b, x))) x = ir_b_cast(b, x, DT_F32);
-    int64_t lo[4] = {0, 0, pad, pad}, hi[4] = {0, 0, pad, pad};
+    int64_t lo[4] = {0, 0, pad[0], pad[1]}, hi[4] = {0, 0, pad_hi[0], pad_hi[1]};
     NodeId xp = ir_b_pad(b, x, lo, hi, 0.0);
     TRY(xp);
     /* im2col + one GEMM per image: [O, C*KH*KW] @ [N, C*KH*KW, L] -> [N, O, L]. */
-    NodeId cols = ir_b_unfold(b, xp, (int)kh, (int)kw, stride, stride, dilation, dilation);
+    NodeId cols = ir_b_unfold(b, xp, (int)kh, (int)kw, stride[0], stride[1], dilation[0], dilation[1]);
     TRY(cols);
-    Shape wf = ir_shape_make(2, NULL);
-    wf.d[0] = ws->d[0];
-    wf.d[1] = shape_of(b, cols)->d[1];
-    NodeId w2 = ir_b_reshape(b, w, &wf);
-    TRY(w2);
-    NodeId y = ir_b_matmul(b, w2, cols);
-    TRY(y);
+    NodeId y;
+    if (groups <= 1) {
+        Shape wf = ir_shape_make(2, NULL);
+        wf.d[0] = ws->d[0];
+        wf.d[1] = shape_of(b, cols)->d[1];
+        NodeId w2 = ir_b_reshape(b, w, &wf);
+        TRY(w2);
+        y = ir_b_matmul(b, w2, cols);
+        TRY(y);
+    } else {
+        /* groups: the unfolded rows of group g are contiguous (row c*KH*KW + ...), so one
+         * batched product per group, [G, O/G, C/G*KH*KW] @ [N, G, C/G*KH*KW, L] */
+        Shape cs = *shape_of(b, cols);
+        int64_t kk = cs.d[1].k / groups, og = ws->d[0].k / groups;
+        Dim c4[4] = {cs.d[0], ir_dim_const(groups), ir_dim_const(kk), cs.d[2]};
+        Dim w3[3] = {ir_dim_const(groups), ir_dim_const(og), ir_dim_const(kk)};
+        Shape cs4 = ir_shape_make(4, c4), ws3 = ir_shape_make(3, w3);
+        NodeId cg = ir_b_reshape(b, cols, &cs4);
+        TRY(cg);
+        NodeId wg = ir_b_reshape(b, w, &ws3);
+        TRY(wg);
+        y = ir_b_matmul(b, wg, cg);
+        TRY(y);
+        Dim o3[3] = {cs.d[0], ws->d[0], cs.d[2]};
+        Shape os3 = ir_shape_make(3, o3);
+        y = ir_b_reshape(b, y, &os3);
+        TRY(y);
+    }
     if (bias != IR_NONE) {
         /* added to the product's [N, O, L] (bias [O, 1]), not to the image it is reshaped
          * into: a broadcast over the product's last two axes is a GEMM epilogue */
@@ -325,8 +349,8 @@ NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, int stride, in
     }
     Shape pshape = *shape_of(b, xp);
     const Shape *ps = &pshape;
-    int64_t oh = (ps->d[2].k - (int64_t)dilation * (kh - 1) - 1) / stride + 1;
-    int64_t ow = (ps->d[3].k - (int64_t)dilation * (kw - 1) - 1) / stride + 1;
+    int64_t oh = (ps->d[2].k - (int64_t)dilation[0] * (kh - 1) - 1) / stride[0] + 1;
+    int64_t ow = (ps->d[3].k - (int64_t)dilation[1] * (kw - 1) - 1) / stride[1] + 1;
     Shape out = ir_shape_make(4, NULL);
     out.d[0] = xs->d[0];
     out.d[1] = ws->d[0];
@@ -412,4 +436,77 @@ NodeId comp_pool2d(IrBuilder *b, NodeId x, bool max, int k, int stride, int pad)
     out.d[2] = ir_dim_const(oh);
     out.d[3] = ir_dim_const(ow);
     return ir_b_reshape(b, r, &out);
+}
+
+/* Pooling with PyTorch's other options: per-axis kernel, stride, padding and dilation
+ * (index 0 height, 1 width), ceil_mode (a last window that starts inside the input or its
+ * left padding, the rows past the padded input padded away) and count_include_pad = false
+ * (average over the input elements of a window only). The average divides the window sums
+ * by the same windows' sums over a [1, 1, H, W] mask of what counts, so every divisor is
+ * PyTorch's. */
+NodeId comp_pool2d_ex(IrBuilder *b, NodeId x, bool max, const int k[2], const int st[2], const int pad[2], const int dil[2], bool ceil_mode,
+                      bool count_pad)
+{
+    Shape xshape = *shape_of(b, x);
+    const char *what = max ? "MaxPool2d" : "AvgPool2d";
+    if (xshape.rank != 4 || !ir_dim_is_const(xshape.d[2]) || !ir_dim_is_const(xshape.d[3])) {
+        if (b->err) {
+            sb_printf(b->err, "%s: expected an input of shape [N, C, H, W] with a fixed height and width, found ", what);
+            ir_shape_format(b->err, b->g, &xshape);
+        }
+        return IR_NONE;
+    }
+    int64_t out[2], extra[2];
+    for (int i = 0; i < 2; i++) {
+        int64_t n = xshape.d[2 + i].k, span = (int64_t)dil[i] * (k[i] - 1) + 1;
+        if (pad[i] < 0 || pad[i] * 2 > k[i]) {
+            if (b->err) sb_printf(b->err, "%s: padding %d must be at most half the kernel size %d", what, pad[i], k[i]);
+            return IR_NONE;
+        }
+        int64_t room = n + 2 * pad[i] - span;
+        if (room < 0) {
+            if (b->err) sb_printf(b->err, "%s: the window (%lld) is larger than the padded input (%lld)", what, (long long)span, (long long)(n + 2 * pad[i]));
+            return IR_NONE;
+        }
+        out[i] = (ceil_mode ? (room + st[i] - 1) / st[i] : room / st[i]) + 1;
+        if (ceil_mode && (out[i] - 1) * st[i] >= n + pad[i]) out[i]--;
+        extra[i] = (out[i] - 1) * st[i] + span - (n + 2 * pad[i]);
+        if (extra[i] < 0) extra[i] = 0;
+    }
+    if (!ir_dtype_is_float(dtype_of(b, x))) x = ir_b_cast(b, x, DT_F32);
+    TRY(x);
+    int64_t lo[4] = {0, 0, pad[0], pad[1]}, hi[4] = {0, 0, pad[0] + extra[0], pad[1] + extra[1]};
+    NodeId xp = ir_b_pad(b, x, lo, hi, max ? -INFINITY : 0.0);
+    TRY(xp);
+    Shape ps = *shape_of(b, xp);
+    Dim nc;
+    if (!ir_dim_mul(ps.d[0], ps.d[1], &nc)) return IR_NONE;
+    Dim fd[4] = {nc, ir_dim_const(1), ps.d[2], ps.d[3]};
+    Shape flat = ir_shape_make(4, fd);
+    NodeId xf = ir_b_reshape(b, xp, &flat);
+    TRY(xf);
+    NodeId cols = ir_b_unfold(b, xf, k[0], k[1], st[0], st[1], dil[0], dil[1]);
+    TRY(cols);
+    NodeId r = ir_b_reduce(b, max ? OP_REDUCE_MAX : OP_REDUCE_SUM, cols, 2, false); /* [NC, L] */
+    TRY(r);
+    if (!max) {
+        Dim md[4] = {ir_dim_const(1), ir_dim_const(1), xshape.d[2], xshape.d[3]};
+        Shape ms = ir_shape_make(4, md);
+        NodeId ones = ir_b_full(b, 1.0, dtype_of(b, x), &ms);
+        TRY(ones);
+        int64_t lo2[4] = {0, 0, pad[0], pad[1]}, hi2[4] = {0, 0, pad[0], pad[1]}, z[4] = {0, 0, 0, 0}, hx[4] = {0, 0, extra[0], extra[1]};
+        NodeId m = ir_b_pad(b, ones, lo2, hi2, count_pad ? 1.0 : 0.0);
+        TRY(m);
+        m = ir_b_pad(b, m, z, hx, 0.0);
+        TRY(m);
+        NodeId mc = ir_b_unfold(b, m, k[0], k[1], st[0], st[1], dil[0], dil[1]);
+        TRY(mc);
+        NodeId cnt = ir_b_reduce(b, OP_REDUCE_SUM, mc, 2, false); /* [1, L] */
+        TRY(cnt);
+        r = ir_b_binary(b, OP_DIV, r, cnt);
+        TRY(r);
+    }
+    Dim od[4] = {xshape.d[0], xshape.d[1], ir_dim_const(out[0]), ir_dim_const(out[1])};
+    Shape os = ir_shape_make(4, od);
+    return ir_b_reshape(b, r, &os);
 }

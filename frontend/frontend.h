@@ -17,7 +17,7 @@
     T(LPAREN, "'('") T(RPAREN, "')'") T(LBRACKET, "'['") T(RBRACKET, "']'") \
     T(LBRACE, "'{'") T(RBRACE, "'}'") T(COMMA, "','") T(COLON, "':'") T(DOT, "'.'") \
     T(ASSIGN, "'='") T(ARROW, "'->'") T(PLUS, "'+'") T(MINUS, "'-'") T(STAR, "'*'") \
-    T(SLASH, "'/'") T(AT, "'@'") T(POW, "'**'") T(EQ, "'=='") T(NE, "'!='") T(LT, "'<'") \
+    T(SLASH, "'/'") T(FLOORDIV, "'//'") T(PERCENT, "'%'") T(AT, "'@'") T(POW, "'**'") T(EQ, "'=='") T(NE, "'!='") T(LT, "'<'") \
     T(LE, "'<='") T(GT, "'>'") T(GE, "'>='") \
     /* keywords */ \
     T(KW_MODEL, "'model'") T(KW_MODULE, "'module'") T(KW_CONST, "'const'") T(KW_DIM, "'dim'") \

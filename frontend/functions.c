@@ -1,8 +1,10 @@
 /* functions.c — the functions a model can call: activations, reductions, losses, shape
  * functions, casts, where, arange and checkpoint(...). One table maps each name to its
  * signature (bound by lower_bind_args, so unknown or missing arguments get one clear
- * message) and to the code that expands it into IR through the builder or composite.c.
- * Math functions on plain numbers are evaluated at compile time (0.02 / sqrt(2 * L)). */
+ * message) and to the code that expands it into IR through the builder, composite.c,
+ * activations.c, losses.c or tensorops.c. Every function taking a tensor first is also a
+ * tensor method (x.mean(1), functions_method). Math functions on plain numbers are
+ * evaluated at compile time (0.02 / sqrt(2 * L)). */
 #include "internal.h"
 
 #include <math.h>
@@ -79,6 +81,7 @@ static const struct {
 } unary_fns[] = {
     {"exp", OP_EXP, exp}, {"log", OP_LOG, log}, {"sqrt", OP_SQRT, sqrt}, {"tanh", OP_TANH, tanh},
     {"abs", OP_ABS, fabs}, {"sigmoid", OP_SIGMOID, NULL}, {"relu", OP_RELU, NULL},
+    {"erf", OP_ERF, erf}, {"sin", OP_SIN, sin}, {"cos", OP_COS, cos},
 };
 
 static Value fn_unary(Lower *L, const BoundArgs *a, AstId call, int v)
@@ -103,13 +106,34 @@ static Value fn_unary(Lower *L, const BoundArgs *a, AstId call, int v)
 
 static Value fn_gelu(Lower *L, const BoundArgs *a, AstId call, int v)
 {
-    /* approximate = none written out is PyTorch's exact (erf) form: refused, not tanh. */
-    if ((a->given[1] || a->v[1].kind != V_NONE) && (a->v[1].kind != V_STR || strcmp(a->v[1].str, "tanh"))) {
-        lower_error(L, a->at[1], "gelu: only approximate = \"tanh\" is supported (GPT-2's form, the default here)");
+    /* PyTorch's default is the exact (erf) form; approximate = "tanh" is GPT-2's. */
+    bool tanh_form = false;
+    Value ap = a->v[1];
+    if (ap.kind == V_STR && !strcmp(ap.str, "tanh")) tanh_form = true;
+    else if (ap.kind != V_NONE && !(ap.kind == V_STR && !strcmp(ap.str, "none"))) {
+        lower_error(L, a->at[1], "gelu: approximate must be \"none\" (the exact erf form, the default) or \"tanh\"");
         return value_error();
     }
     NodeId t = tensor(L, a, 0, "gelu");
-    return t == IR_NONE ? value_error() : done(L, comp_gelu_tanh(&L->b, t), call);
+    return t == IR_NONE ? value_error() : done(L, comp_activation(&L->b, tanh_form ? ACT_GELU_TANH : ACT_GELU, t, 0, 0), call);
+}
+
+/* silu, leaky_relu, elu, softplus, mish, hardswish, hardsigmoid (activations.c) */
+static Value fn_act(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    static const char *names[] = {[ACT_SILU] = "silu", [ACT_LEAKY_RELU] = "leaky_relu", [ACT_ELU] = "elu",
+                                  [ACT_SOFTPLUS] = "softplus", [ACT_MISH] = "mish", [ACT_HARDSWISH] = "hardswish",
+                                  [ACT_HARDSIGMOID] = "hardsigmoid"};
+    NodeId x = tensor(L, a, 0, names[v]);
+    if (x == IR_NONE) return value_error();
+    double p[2] = {0, 0};
+    for (int i = 1; i < a->n && i < 3; i++)
+        if (!value_number(L, a->v[i], a->at[i], names[v], &p[i - 1])) return value_error();
+    if (v == ACT_SOFTPLUS && !(p[0] != 0 && isfinite(p[0]))) {
+        lower_error(L, a->at[1], "softplus: beta must be a finite number other than 0, found %g", p[0]);
+        return value_error();
+    }
+    return done(L, comp_activation(&L->b, (ActKind)v, x, p[0], p[1]), call);
 }
 
 static Value fn_binary(Lower *L, const BoundArgs *a, AstId call, int v)
@@ -189,12 +213,92 @@ static Value fn_softmax(Lower *L, const BoundArgs *a, AstId call, int v)
     return done(L, comp_logsumexp(&L->b, x, axis, keep), call);
 }
 
+/* reduction = "mean" | "sum" | "none" (PyTorch's) */
+static bool reduction_arg(Lower *L, const BoundArgs *a, int i, const char *fn, LossReduction *r)
+{
+    Value v = a->v[i];
+    if (!a->given[i]) *r = LOSS_MEAN; /* the signature's "none" only stands for not written */
+    else if (v.kind == V_STR && !strcmp(v.str, "mean")) *r = LOSS_MEAN;
+    else if (v.kind == V_STR && !strcmp(v.str, "sum")) *r = LOSS_SUM;
+    else if (v.kind == V_STR && !strcmp(v.str, "none")) *r = LOSS_NONE;
+    else {
+        lower_error(L, a->at[i], "%s: reduction must be \"mean\" (the default), \"sum\" or \"none\" (strings, as in PyTorch)", fn);
+        return false;
+    }
+    return true;
+}
+
+/* cross_entropy (0) and nll_loss (1): ignore_index (none: every target counts; PyTorch's
+ * default is -100), label_smoothing (cross_entropy), reduction; mse (2) as before */
 static Value fn_loss(Lower *L, const BoundArgs *a, AstId call, int v)
 {
-    const char *name = v == 0 ? "cross_entropy" : "mse";
+    static const char *names[] = {"cross_entropy", "nll_loss", "mse"};
+    const char *name = names[v];
     NodeId x = tensor(L, a, 0, name), y = tensor(L, a, 1, name);
     if (x == IR_NONE || y == IR_NONE) return value_error();
-    return done(L, v == 0 ? comp_cross_entropy(&L->b, x, y) : comp_mse(&L->b, x, y), call);
+    if (v == 2) return done(L, comp_mse(&L->b, x, y), call);
+    LossReduction r;
+    if (!reduction_arg(L, a, 3, name, &r)) return value_error();
+    int64_t ignore = 0;
+    bool has_ignore = a->v[2].kind != V_NONE;
+    if (has_ignore && !int_arg(L, a, 2, name, &ignore)) return value_error();
+    double smoothing = 0;
+    if (v == 0 && !value_number(L, a->v[4], a->at[4], "cross_entropy(label_smoothing)", &smoothing)) return value_error();
+    if (!(smoothing >= 0 && smoothing <= 1)) {
+        lower_error(L, a->at[4], "cross_entropy: label_smoothing must be between 0 and 1, found %g", smoothing);
+        return value_error();
+    }
+    int wi = v == 0 ? 5 : 4;
+    NodeId w = a->v[wi].kind == V_NONE ? IR_NONE : tensor(L, a, wi, name);
+    if (a->v[wi].kind != V_NONE && w == IR_NONE) return value_error();
+    if (v == 0 && !has_ignore && smoothing == 0 && r == LOSS_MEAN && w == IR_NONE) return done(L, comp_cross_entropy(&L->b, x, y), call);
+    if (v == 0) {
+        if (!ir_dtype_is_int((DType)L->g->nodes[y].dtype)) /* the message names cross_entropy */
+            return done(L, comp_cross_entropy(&L->b, x, y), call);
+        x = comp_log_softmax(&L->b, x, -1);
+        if (x == IR_NONE) return lower_builder_error(L, call);
+    }
+    return done(L, comp_nll(&L->b, x, y, w, has_ignore, ignore, smoothing, r, name), call);
+}
+
+static Value fn_kl_div(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "kl_div"), t = tensor(L, a, 1, "kl_div");
+    bool logt;
+    if (x == IR_NONE || t == IR_NONE || !value_bool(L, a->v[3], a->at[3], "kl_div(log_target)", &logt)) return value_error();
+    LossReduction r = LOSS_MEAN;
+    bool batchmean = a->given[2] && a->v[2].kind == V_STR && !strcmp(a->v[2].str, "batchmean");
+    if (!batchmean && !reduction_arg(L, a, 2, "kl_div", &r)) return value_error();
+    return done(L, comp_kl_div(&L->b, x, t, logt, r, batchmean), call);
+}
+
+/* l1_loss (0), smooth_l1_loss (1, beta), huber_loss (2, delta) */
+static Value fn_regression_loss(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    static const char *names[] = {"l1_loss", "smooth_l1_loss", "huber_loss"};
+    NodeId x = tensor(L, a, 0, names[v]), y = tensor(L, a, 1, names[v]);
+    LossReduction r;
+    if (x == IR_NONE || y == IR_NONE || !reduction_arg(L, a, 2, names[v], &r)) return value_error();
+    double beta = 0;
+    if (v && !value_number(L, a->v[3], a->at[3], names[v], &beta)) return value_error();
+    if (v && !(beta >= 0 && (v == 1 || beta > 0) && isfinite(beta))) {
+        lower_error(L, a->at[3], "%s: %s must be %s, found %g", names[v], v == 1 ? "beta" : "delta", v == 1 ? "at least 0" : "positive", beta);
+        return value_error();
+    }
+    return done(L, comp_regression_loss(&L->b, v, x, y, beta, r), call);
+}
+
+static Value fn_bce_logits(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    const char *fn = "binary_cross_entropy_with_logits";
+    NodeId x = tensor(L, a, 0, fn), y = tensor(L, a, 1, fn);
+    NodeId w = a->v[2].kind == V_NONE ? IR_NONE : tensor(L, a, 2, fn);
+    NodeId pw = a->v[3].kind == V_NONE ? IR_NONE : tensor(L, a, 3, fn);
+    LossReduction r;
+    if (x == IR_NONE || y == IR_NONE || (a->v[2].kind != V_NONE && w == IR_NONE) || (a->v[3].kind != V_NONE && pw == IR_NONE) ||
+        !reduction_arg(L, a, 4, fn, &r))
+        return value_error();
+    return done(L, comp_bce_logits(&L->b, x, y, w, pw, r), call);
 }
 
 static Value fn_dropout(Lower *L, const BoundArgs *a, AstId call, int v)
@@ -251,7 +355,7 @@ static Value fn_one_hot(Lower *L, const BoundArgs *a, AstId call, int v)
 
 static Value fn_reduce(Lower *L, const BoundArgs *a, AstId call, int v)
 {
-    static const char *names[] = {"sum", "mean", "max", "min", "var"};
+    static const char *names[] = {"sum", "mean", "max", "min", "var", "std"};
     NodeId x = tensor(L, a, 0, names[v]);
     uint64_t axes;
     bool keep;
@@ -271,8 +375,9 @@ static Value fn_reduce(Lower *L, const BoundArgs *a, AstId call, int v)
     }
     default: {
         bool unbiased;
-        if (!value_bool(L, a->v[3], a->at[3], "var(unbiased)", &unbiased)) return value_error();
-        return done(L, comp_var(b, x, axes, keep, unbiased), call);
+        if (!value_bool(L, a->v[3], a->at[3], v == 4 ? "var(unbiased)" : "std(unbiased)", &unbiased)) return value_error();
+        NodeId r = comp_var(b, x, axes, keep, unbiased);
+        return done(L, v == 4 || r == IR_NONE ? r : ir_b_unary(b, OP_SQRT, r), call);
     }
     }
 }
@@ -289,29 +394,31 @@ static Value fn_argmax(Lower *L, const BoundArgs *a, AstId call, int v)
 
 /* ---- shapes ---- */
 
-/* Collects dims from rest arguments or a single list argument; -1 marks the inferred one. */
-static bool dims_arg(Lower *L, const BoundArgs *a, const char *fn, Dim *dims, int *n, int *infer)
+/* Collects dims from values (numbers, symbolic sizes, or one list of them); -1 marks the
+ * inferred one when allowed, and is reported otherwise. */
+static bool dims_from(Lower *L, const Value *vals, int nv, const AstId *ats, int nats, const char *fn, bool allow_infer, Dim *dims,
+                      int *n, int *infer)
 {
-    const Value *vals = a->rest;
-    int nv = a->nrest;
-    if (nv == 1 && a->rest[0].kind == V_TUPLE) {
-        vals = &L->seq[a->rest[0].idx];
-        nv = a->rest[0].count;
+    AstId at0 = nats > 0 ? ats[0] : AST_NONE;
+    if (nv == 1 && vals[0].kind == V_TUPLE) {
+        nv = vals[0].count;
+        vals = &L->seq[vals[0].idx];
+        nats = 1;
     }
     if (nv > IR_MAX_RANK) {
-        lower_error(L, a->rest_at[0], "%s: rank %d exceeds the maximum of %d", fn, nv, IR_MAX_RANK);
+        lower_error(L, at0, "%s: rank %d exceeds the maximum of %d", fn, nv, IR_MAX_RANK);
         return false;
     }
     *infer = -1;
     for (int i = 0; i < nv; i++) {
-        AstId at = a->rest_at[i < a->nrest ? i : 0];
+        AstId at = ats[i < nats ? i : 0];
         if (vals[i].kind == V_DIM) {
             dims[i] = vals[i].dim;
             continue;
         }
         int64_t d;
         if (!value_int(L, vals[i], at, fn, &d)) return false;
-        if (d == -1) {
+        if (d == -1 && allow_infer) {
             if (*infer >= 0) {
                 lower_error(L, at, "%s: only one dimension can be -1", fn);
                 return false;
@@ -328,6 +435,12 @@ static bool dims_arg(Lower *L, const BoundArgs *a, const char *fn, Dim *dims, in
     }
     *n = nv;
     return true;
+}
+
+/* Dims from rest arguments or a single list argument; -1 marks the inferred one. */
+static bool dims_arg(Lower *L, const BoundArgs *a, const char *fn, Dim *dims, int *n, int *infer)
+{
+    return dims_from(L, a->rest, a->nrest, a->rest_at, a->nrest, fn, true, dims, n, infer);
 }
 
 static Value fn_reshape(Lower *L, const BoundArgs *a, AstId call, int v)
@@ -560,10 +673,473 @@ static Value fn_matmul(Lower *L, const BoundArgs *a, AstId call, int v)
     return x == IR_NONE || y == IR_NONE ? value_error() : done(L, ir_b_matmul(&L->b, x, y), call);
 }
 
+/* ---- creation, masks, shapes ---- */
+
+/* zeros(*size), ones(*size), full(size, fill_value): f32 for zeros and ones; full takes its
+ * dtype from the value (an integer gives i64, true/false bool), as torch.full does. */
+static Value fn_fill(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    static const char *names[] = {"zeros", "ones", "full"};
+    Dim dims[IR_MAX_RANK];
+    int n, infer;
+    bool ok = v < 2 ? dims_from(L, a->rest, a->nrest, a->rest_at, a->nrest, names[v], false, dims, &n, &infer)
+                    : dims_from(L, &a->v[0], 1, &a->at[0], 1, names[v], false, dims, &n, &infer);
+    if (!ok) return value_error();
+    double val = v == 1 ? 1.0 : 0.0;
+    DType t = DT_F32;
+    if (v == 2) {
+        if (a->v[1].kind == V_BOOL) t = DT_BOOL, val = a->v[1].num;
+        else if (!value_number(L, a->v[1], a->at[1], "full(fill_value)", &val)) return value_error();
+        else if (a->v[1].is_int) t = DT_I64;
+    }
+    Shape s = ir_shape_make(n, dims);
+    return done(L, ir_b_full(&L->b, val, t, &s), call);
+}
+
+/* zeros_like(x), ones_like(x), full_like(x, fill_value): x's shape and dtype. */
+static Value fn_fill_like(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    static const char *names[] = {"zeros_like", "ones_like", "full_like"};
+    NodeId x = tensor(L, a, 0, names[v]);
+    if (x == IR_NONE) return value_error();
+    double val = v == 1 ? 1.0 : 0.0;
+    if (v == 2 && !value_number(L, a->v[1], a->at[1], "full_like(fill_value)", &val)) return value_error();
+    Shape s = L->g->nodes[x].shape;
+    return done(L, ir_b_full(&L->b, val, (DType)L->g->nodes[x].dtype, &s), call);
+}
+
+static Value fn_tri(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, v ? "triu" : "tril");
+    int64_t d;
+    if (x == IR_NONE || !int_arg(L, a, 1, v ? "triu" : "tril", &d)) return value_error();
+    return done(L, comp_tri(&L->b, x, d, v), call);
+}
+
+/* masked_fill(x, mask, value) = where(mask, value, x), value in x's dtype. */
+static Value fn_masked_fill(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "masked_fill"), m = tensor(L, a, 1, "masked_fill");
+    if (x == IR_NONE || m == IR_NONE) return value_error();
+    if (L->g->nodes[m].dtype != DT_BOOL) {
+        lower_error(L, a->at[1], "masked_fill: the mask must be bool (a comparison), found %s", ir_dtype_name((DType)L->g->nodes[m].dtype));
+        return value_error();
+    }
+    DType t = (DType)L->g->nodes[x].dtype;
+    NodeId val;
+    if (a->v[2].kind == V_TENSOR) val = a->v[2].node;
+    else {
+        double f;
+        if (!value_number(L, a->v[2], a->at[2], "masked_fill(value)", &f)) return value_error();
+        val = ir_b_const(&L->b, f, t);
+    }
+    if (val == IR_NONE) return lower_builder_error(L, call);
+    return done(L, ir_b_where(&L->b, m, val, x), call);
+}
+
+/* expand(x, *size) as Tensor.expand: -1 keeps a size; new axes go in front. */
+static Value fn_expand(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "expand");
+    if (x == IR_NONE) return value_error();
+    const Value *vals = a->rest;
+    int nv = a->nrest;
+    if (nv == 1 && vals[0].kind == V_TUPLE) {
+        nv = vals[0].count;
+        vals = &L->seq[vals[0].idx];
+    }
+    Shape xs = L->g->nodes[x].shape;
+    if (nv < xs.rank || nv > IR_MAX_RANK) {
+        lower_error(L, call, "expand: expected between %d and %d sizes for a tensor of rank %d, found %d", xs.rank, IR_MAX_RANK,
+                    xs.rank, nv);
+        return value_error();
+    }
+    Shape s = ir_shape_make(nv, NULL), s1 = ir_shape_make(nv, NULL);
+    for (int i = 0; i < nv; i++) {
+        int xi = i - (nv - xs.rank);
+        s1.d[i] = xi >= 0 ? xs.d[xi] : ir_dim_const(1);
+        AstId at = a->nrest == nv ? a->rest_at[i] : call;
+        if (vals[i].kind == V_DIM) {
+            s.d[i] = vals[i].dim;
+            continue;
+        }
+        int64_t d;
+        if (!value_int(L, vals[i], at, "expand", &d)) return value_error();
+        if (d == -1 && xi >= 0) s.d[i] = xs.d[xi];
+        else if (d < 0 || d > IR_MAX_DIM) {
+            lower_error(L, at, "expand: size %lld is out of range (-1 keeps an existing size, not a new one)", (long long)d);
+            return value_error();
+        } else s.d[i] = ir_dim_const(d);
+    }
+    NodeId r = nv == xs.rank ? x : ir_b_reshape(&L->b, x, &s1);
+    return done(L, r == IR_NONE ? IR_NONE : ir_b_expand(&L->b, r, &s), call);
+}
+
+static Value fn_flip(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "flip");
+    uint64_t axes;
+    if (x == IR_NONE || !axes_arg(L, a, 1, rank_of(L, x), "flip", &axes)) return value_error();
+    for (int i = 0; i < rank_of(L, x) && x != IR_NONE; i++)
+        if (axes >> i & 1) x = comp_flip(&L->b, x, i);
+    return done(L, x, call);
+}
+
+/* stack(xs, dim) = concat of the tensors each with a new axis dim. */
+static Value fn_stack(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    const Value *vals = a->rest;
+    int n = a->nrest;
+    if (n == 1 && vals[0].kind == V_TUPLE) {
+        n = vals[0].count;
+        vals = &L->seq[vals[0].idx];
+    }
+    NodeId xs[64];
+    if (n < 1 || n > 64) {
+        lower_error(L, call, "stack: expected between 1 and 64 tensors, found %d", n);
+        return value_error();
+    }
+    for (int i = 0; i < n; i++) {
+        xs[i] = lower_tensor_arg(L, vals[i], call, "stack");
+        if (xs[i] == IR_NONE) return value_error();
+    }
+    Shape s0 = L->g->nodes[xs[0]].shape;
+    if (s0.rank >= IR_MAX_RANK) {
+        lower_error(L, call, "stack: rank exceeds %d", IR_MAX_RANK);
+        return value_error();
+    }
+    int axis;
+    if (!axis_arg(L, a, 1, "stack", s0.rank + 1, &axis)) return value_error();
+    for (int i = 0; i < n; i++) {
+        Shape si = L->g->nodes[xs[i]].shape;
+        if (!ir_shape_eq(&si, &s0)) {
+            StrBuf t;
+            sb_init(&t);
+            ir_shape_format(&t, L->g, &s0);
+            sb_puts(&t, " and ");
+            ir_shape_format(&t, L->g, &si);
+            lower_error(L, call, "stack: the tensors must have the same shape, found %s", t.data);
+            sb_free(&t);
+            return value_error();
+        }
+        Shape u = ir_shape_make(0, NULL);
+        for (int k = 0; k <= si.rank; k++) u.d[u.rank++] = k == axis ? ir_dim_const(1) : si.d[k < axis ? k : k - 1];
+        xs[i] = ir_b_reshape(&L->b, xs[i], &u);
+        if (xs[i] == IR_NONE) return lower_builder_error(L, call);
+    }
+    return done(L, ir_b_concat(&L->b, xs, n, axis), call);
+}
+
+/* ---- attention, cumsum, rotary, gather, functional layers ---- */
+
+static Value fn_sdpa(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    const char *fn = "scaled_dot_product_attention";
+    NodeId q = tensor(L, a, 0, fn), k = tensor(L, a, 1, fn), val = tensor(L, a, 2, fn);
+    if (q == IR_NONE || k == IR_NONE || val == IR_NONE) return value_error();
+    NodeId mask = a->v[3].kind == V_NONE ? IR_NONE : tensor(L, a, 3, fn);
+    double p, scale;
+    bool causal;
+    if ((a->v[3].kind != V_NONE && mask == IR_NONE) || !value_number(L, a->v[4], a->at[4], fn, &p) ||
+        !value_bool(L, a->v[5], a->at[5], fn, &causal))
+        return value_error();
+    if (!(p >= 0 && p <= 1)) {
+        lower_error(L, a->at[4], "%s: dropout_p must be between 0 and 1, found %g", fn, p);
+        return value_error();
+    }
+    if (causal && mask != IR_NONE) {
+        lower_error(L, a->at[5], "%s: give attn_mask or is_causal = true, not both (as PyTorch)", fn);
+        return value_error();
+    }
+    const Shape *qs = &L->g->nodes[q].shape;
+    if (qs->rank < 1 || !ir_dim_is_const(qs->d[qs->rank - 1])) {
+        lower_error(L, a->at[0], "%s: the query's last axis (the embedding) must have a fixed size", fn);
+        return value_error();
+    }
+    scale = 1.0 / sqrt((double)qs->d[qs->rank - 1].k);
+    if (a->v[6].kind != V_NONE && !value_number(L, a->v[6], a->at[6], fn, &scale)) return value_error();
+    return done(L, comp_attention(&L->b, q, k, val, mask, causal, scale, p, L->g->mode == MODE_TRAIN), call);
+}
+
+static Value fn_cumsum(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "cumsum");
+    int axis;
+    if (x == IR_NONE || !axis_arg(L, a, 1, "cumsum", rank_of(L, x), &axis)) return value_error();
+    return done(L, comp_cumsum(&L->b, x, axis), call);
+}
+
+static Value fn_rotary(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "rotary");
+    double base;
+    if (x == IR_NONE || !value_number(L, a->v[1], a->at[1], "rotary(base)", &base)) return value_error();
+    if (!(base > 1 && isfinite(base))) {
+        lower_error(L, a->at[1], "rotary: base must be a number above 1, found %g", base);
+        return value_error();
+    }
+    return done(L, comp_rotary(&L->b, x, base), call);
+}
+
+/* torch.gather(x, dim, index): out[..., j, ...] = x[..., index[..., j, ...], ...] along dim,
+ * the other sizes of index equal to x's; a one-hot product over that axis. */
+static Value fn_gather(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "gather"), idx = tensor(L, a, 2, "gather");
+    int axis;
+    if (x == IR_NONE || idx == IR_NONE || !axis_arg(L, a, 1, "gather", rank_of(L, x), &axis)) return value_error();
+    Shape xs = L->g->nodes[x].shape, is = L->g->nodes[idx].shape;
+    bool ok = ir_dtype_is_int((DType)L->g->nodes[idx].dtype) && is.rank == xs.rank && xs.rank < IR_MAX_RANK && ir_dim_is_const(xs.d[axis]);
+    for (int i = 0; ok && i < xs.rank; i++) ok = i == axis || ir_dim_eq(xs.d[i], is.d[i]);
+    if (!ok) {
+        StrBuf t;
+        sb_init(&t);
+        ir_shape_format(&t, L->g, &xs);
+        sb_puts(&t, " and index ");
+        ir_shape_format(&t, L->g, &is);
+        lower_error(L, call, "gather: expected an integer index of the input's rank and sizes except along dim (of fixed size), found %s",
+                    t.data);
+        sb_free(&t);
+        return value_error();
+    }
+    IrBuilder *b = &L->b;
+    int last = xs.rank - 1;
+    NodeId xt = axis == last ? x : ir_b_transpose(b, x, axis, last);
+    NodeId it = axis == last ? idx : ir_b_transpose(b, idx, axis, last);
+    if (xt == IR_NONE || it == IR_NONE) return lower_builder_error(L, call);
+    it = ir_b_check_index(b, it, xs.d[axis].k, "gather index");
+    if (it == IR_NONE) return lower_builder_error(L, call);
+    Shape its = L->g->nodes[it].shape, xts = L->g->nodes[xt].shape;
+    Shape hot = its, i1 = its, x1 = xts;
+    hot.d[hot.rank++] = xs.d[axis];           /* [..., k, n] */
+    i1.d[i1.rank++] = ir_dim_const(1);        /* [..., k, 1] */
+    x1.d[x1.rank - 1] = ir_dim_const(1);      /* [..., 1, n] */
+    x1.d[x1.rank++] = xs.d[axis];
+    NodeId cls = ir_b_iota(b, &hot, hot.rank - 1, (DType)L->g->nodes[it].dtype);
+    NodeId eq = cls == IR_NONE ? IR_NONE : ir_b_binary(b, OP_EQ, cls, ir_b_reshape(b, it, &i1));
+    NodeId xf = ir_dtype_is_float((DType)L->g->nodes[xt].dtype) ? xt : ir_b_cast(b, xt, DT_F64);
+    NodeId prod = eq == IR_NONE || xf == IR_NONE ? IR_NONE : ir_b_binary(b, OP_MUL, ir_b_reshape(b, xf, &x1), ir_b_cast(b, eq, (DType)L->g->nodes[xf].dtype));
+    NodeId r = prod == IR_NONE ? IR_NONE : ir_b_reduce(b, OP_REDUCE_SUM, prod, UINT64_C(1) << (hot.rank - 1), false);
+    if (r != IR_NONE && xf != xt) r = ir_b_cast(b, r, (DType)L->g->nodes[xt].dtype);
+    if (r != IR_NONE && axis != last) r = ir_b_transpose(b, r, axis, last);
+    return done(L, r, call);
+}
+
+/* linear(x, weight, bias = none) as F.linear: weight [out, in] */
+static Value fn_linear(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "linear"), w = tensor(L, a, 1, "linear");
+    NodeId bias = a->v[2].kind == V_NONE ? IR_NONE : tensor(L, a, 2, "linear");
+    if (x == IR_NONE || w == IR_NONE || (a->v[2].kind != V_NONE && bias == IR_NONE)) return value_error();
+    if (L->g->nodes[w].shape.rank != 2) {
+        lower_error(L, a->at[1], "linear: the weight must be [out_features, in_features]");
+        return value_error();
+    }
+    return done(L, comp_linear(&L->b, x, w, bias), call);
+}
+
+/* layer_norm(x, normalized_shape, weight = none, bias = none, eps = 1e-5) as F.layer_norm:
+ * over the trailing axes normalized_shape names (a size or a list of sizes) */
+static Value fn_layer_norm(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "layer_norm");
+    if (x == IR_NONE) return value_error();
+    Dim dims[IR_MAX_RANK];
+    int n, infer;
+    double eps;
+    if (!dims_from(L, &a->v[1], 1, &a->at[1], 1, "layer_norm(normalized_shape)", false, dims, &n, &infer) ||
+        !value_number(L, a->v[4], a->at[4], "layer_norm(eps)", &eps))
+        return value_error();
+    Shape xs = L->g->nodes[x].shape;
+    bool ok = n >= 1 && n <= xs.rank;
+    for (int i = 0; ok && i < n; i++) ok = ir_dim_eq(xs.d[xs.rank - n + i], dims[i]);
+    if (!ok) {
+        StrBuf t;
+        sb_init(&t);
+        ir_shape_format(&t, L->g, &xs);
+        lower_error(L, a->at[1], "layer_norm: normalized_shape must be the input's last sizes, found input %s", t.data);
+        sb_free(&t);
+        return value_error();
+    }
+    NodeId w = a->v[2].kind == V_NONE ? IR_NONE : tensor(L, a, 2, "layer_norm");
+    NodeId bias = a->v[3].kind == V_NONE ? IR_NONE : tensor(L, a, 3, "layer_norm");
+    if ((a->v[2].kind != V_NONE && w == IR_NONE) || (a->v[3].kind != V_NONE && bias == IR_NONE)) return value_error();
+    return done(L, comp_layer_norm(&L->b, x, w, bias, n, eps), call);
+}
+
+/* A size per spatial axis: a number, or a list of two */
+static bool pair_arg(Lower *L, const BoundArgs *a, int i, const char *fn, int64_t lo, int64_t hi, int out[2])
+{
+    Value v = a->v[i];
+    for (int k = 0; k < 2; k++) {
+        Value e = v.kind == V_TUPLE ? (v.count == 2 ? L->seq[v.idx + k] : value_error()) : v;
+        int64_t n;
+        if (e.kind == V_ERROR) {
+            lower_error(L, a->at[i], "%s: expected a number or a list of two", fn);
+            return false;
+        }
+        if (!value_int(L, e, a->at[i], fn, &n)) return false;
+        if (n < lo || n > hi) {
+            lower_error(L, a->at[i], "%s: sizes must be between %lld and %lld, found %lld", fn, (long long)lo, (long long)hi, (long long)n);
+            return false;
+        }
+        out[k] = (int)n;
+    }
+    return true;
+}
+
+/* max_pool2d(x, kernel_size, stride = none, padding = 0, dilation = 1, ceil_mode = false) and
+ * avg_pool2d(x, kernel_size, stride = none, padding = 0, ceil_mode = false,
+ * count_include_pad = true) as F.max_pool2d and F.avg_pool2d */
+static Value fn_pool(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    const char *fn = v ? "avg_pool2d" : "max_pool2d";
+    NodeId x = tensor(L, a, 0, fn);
+    int k[2], st[2], pad[2], dil[2] = {1, 1};
+    bool ceil_mode, count_pad = true;
+    if (x == IR_NONE || !pair_arg(L, a, 1, fn, 1, 1024, k) || !pair_arg(L, a, 3, fn, 0, 512, pad) ||
+        !value_bool(L, a->v[v ? 4 : 5], a->at[v ? 4 : 5], fn, &ceil_mode) || (!v && !pair_arg(L, a, 4, fn, 1, 1024, dil)) ||
+        (v && !value_bool(L, a->v[5], a->at[5], fn, &count_pad)))
+        return value_error();
+    if (a->v[2].kind == V_NONE) st[0] = k[0], st[1] = k[1];
+    else if (!pair_arg(L, a, 2, fn, 1, 1024, st)) return value_error();
+    bool plain = k[0] == k[1] && st[0] == st[1] && pad[0] == pad[1] && dil[0] == 1 && dil[1] == 1 && !ceil_mode && count_pad;
+    if (plain) return done(L, comp_pool2d(&L->b, x, !v, k[0], st[0], pad[0]), call);
+    return done(L, comp_pool2d_ex(&L->b, x, !v, k, st, pad, dil, ceil_mode, count_pad), call);
+}
+
+static Value fn_einsum(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    if (a->v[0].kind != V_STR) {
+        lower_error(L, a->at[0], "einsum: the first argument is the equation, a string such as \"bij,bjk->bik\"");
+        return value_error();
+    }
+    const Value *vals = a->rest;
+    int n = a->nrest;
+    if (n == 1 && vals[0].kind == V_TUPLE) {
+        n = vals[0].count;
+        vals = &L->seq[vals[0].idx];
+    }
+    NodeId xs[8];
+    if (n < 1 || n > 8) {
+        lower_error(L, call, "einsum: expected between 1 and 8 operands, found %d", n);
+        return value_error();
+    }
+    for (int i = 0; i < n; i++) {
+        xs[i] = lower_tensor_arg(L, vals[i], call, "einsum");
+        if (xs[i] == IR_NONE) return value_error();
+    }
+    return done(L, comp_einsum(&L->b, a->v[0].str, xs, n), call);
+}
+
+bool lower_interp_mode(Lower *L, Value mode, Value align, AstId at, const char *what, bool *bilinear, bool *aligned)
+{
+    *bilinear = false;
+    *aligned = false;
+    if (mode.kind == V_STR && !strcmp(mode.str, "bilinear")) *bilinear = true;
+    else if (mode.kind != V_NONE && !(mode.kind == V_STR && !strcmp(mode.str, "nearest"))) {
+        lower_error(L, at, "%s: mode must be \"nearest\" or \"bilinear\"", what);
+        return false;
+    }
+    if (align.kind == V_NONE) return true;
+    if (!*bilinear) {
+        lower_error(L, at, "%s: align_corners is for mode = \"bilinear\" (as in PyTorch)", what);
+        return false;
+    }
+    return value_bool(L, align, at, what, aligned);
+}
+
+bool lower_interp_size(Lower *L, Value size, Value scale, AstId at, const char *what, NodeId x, int64_t out[2])
+{
+    const Shape *xs = &L->g->nodes[x].shape;
+    if (xs->rank != 4 || !ir_dim_is_const(xs->d[2]) || !ir_dim_is_const(xs->d[3])) {
+        lower_error(L, at, "%s: expected [N, C, H, W] with a fixed height and width", what);
+        return false;
+    }
+    if ((size.kind == V_NONE) == (scale.kind == V_NONE)) {
+        lower_error(L, at, "%s: give size or scale_factor (one of the two)", what);
+        return false;
+    }
+    Value v = size.kind != V_NONE ? size : scale;
+    for (int i = 0; i < 2; i++) {
+        Value e = v.kind == V_TUPLE ? (v.count == 2 ? L->seq[v.idx + i] : value_error()) : v;
+        double f;
+        if (e.kind == V_ERROR) {
+            lower_error(L, at, "%s: expected a number or a list of two", what);
+            return false;
+        }
+        if (!value_number(L, e, at, what, &f)) return false;
+        double o = size.kind != V_NONE ? f : floor((double)xs->d[2 + i].k * f);
+        if (!(o >= 1 && o <= 65536) || (size.kind != V_NONE && o != floor(o))) {
+            lower_error(L, at, "%s: the output size must be a whole number between 1 and 65536, found %g", what, o);
+            return false;
+        }
+        out[i] = (int64_t)o;
+    }
+    return true;
+}
+
+static Value fn_interpolate(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "interpolate");
+    int64_t o[2];
+    bool bil, al;
+    if (x == IR_NONE || !lower_interp_size(L, a->v[1], a->v[2], call, "interpolate", x, o) ||
+        !lower_interp_mode(L, a->v[3], a->v[4], call, "interpolate", &bil, &al))
+        return value_error();
+    return done(L, comp_interpolate(&L->b, x, o[0], o[1], bil, al), call);
+}
+
+/* topk(x, k, dim = -1, largest = true) -> (values, indices), largest first as PyTorch's
+ * sorted result: k rounds of max and argmax, each taking the winner out (with -inf) for
+ * the next; ties go to the first index. */
+static Value fn_topk(Lower *L, const BoundArgs *a, AstId call, int v)
+{
+    NodeId x = tensor(L, a, 0, "topk");
+    int64_t k;
+    int axis;
+    bool largest;
+    if (x == IR_NONE || !int_arg(L, a, 1, "topk", &k) || !axis_arg(L, a, 2, "topk", rank_of(L, x), &axis) ||
+        !value_bool(L, a->v[3], a->at[3], "topk(largest)", &largest))
+        return value_error();
+    Shape xs = L->g->nodes[x].shape;
+    if (!ir_dim_is_const(xs.d[axis]) || k < 1 || k > xs.d[axis].k || k > 64) {
+        lower_error(L, a->at[1], "topk: k must be between 1 and the size of a fixed axis (and at most 64), found %lld", (long long)k);
+        return value_error();
+    }
+    IrBuilder *b = &L->b;
+    if (!ir_dtype_is_float((DType)L->g->nodes[x].dtype)) x = ir_b_cast(b, x, DT_F32);
+    NodeId cur = largest || x == IR_NONE ? x : ir_b_unary(b, OP_NEG, x);
+    NodeId vals[64], idxs[64];
+    Shape is = L->g->nodes[x].shape;
+    NodeId pos = ir_b_iota(b, &is, axis, DT_I64);
+    NodeId ninf = ir_b_const(b, -INFINITY, (DType)L->g->nodes[x].dtype);
+    if (cur == IR_NONE || pos == IR_NONE || ninf == IR_NONE) return lower_builder_error(L, call);
+    for (int64_t j = 0; j < k; j++) {
+        vals[j] = ir_b_reduce(b, OP_REDUCE_MAX, cur, UINT64_C(1) << axis, true);
+        idxs[j] = ir_b_argmax(b, cur, axis, true);
+        if (vals[j] == IR_NONE || idxs[j] == IR_NONE) return lower_builder_error(L, call);
+        if (j + 1 < k) {
+            NodeId hit = ir_b_binary(b, OP_EQ, pos, idxs[j]);
+            cur = hit == IR_NONE ? IR_NONE : ir_b_where(b, hit, ninf, cur);
+            if (cur == IR_NONE) return lower_builder_error(L, call);
+        }
+    }
+    NodeId vv = ir_b_concat(b, vals, (int)k, axis), ii = ir_b_concat(b, idxs, (int)k, axis);
+    if (vv != IR_NONE && !largest) vv = ir_b_unary(b, OP_NEG, vv);
+    if (vv == IR_NONE || ii == IR_NONE) return lower_builder_error(L, call);
+    NodeId parts[2] = {vv, ii};
+    return make_tuple(L, parts, 2);
+}
+
 static const Function functions[] = {
     {"exp", "x", fn_unary, 0}, {"log", "x", fn_unary, 1}, {"sqrt", "x", fn_unary, 2}, {"tanh", "x", fn_unary, 3},
     {"abs", "x", fn_unary, 4}, {"sigmoid", "x", fn_unary, 5}, {"relu", "x", fn_unary, 6},
+    {"erf", "x", fn_unary, 7}, {"sin", "x", fn_unary, 8}, {"cos", "x", fn_unary, 9},
     {"gelu", "x, approximate=none", fn_gelu, 0},
+    {"silu", "x", fn_act, ACT_SILU}, {"leaky_relu", "x, negative_slope=0.01", fn_act, ACT_LEAKY_RELU},
+    {"elu", "x, alpha=1.0", fn_act, ACT_ELU}, {"softplus", "x, beta=1.0, threshold=20.0", fn_act, ACT_SOFTPLUS},
+    {"mish", "x", fn_act, ACT_MISH}, {"hardswish", "x", fn_act, ACT_HARDSWISH}, {"hardsigmoid", "x", fn_act, ACT_HARDSIGMOID},
     {"maximum", "x, y", fn_binary, 0}, {"minimum", "x, y", fn_binary, 1}, {"pow", "x, y", fn_binary, 2},
     {"clamp", "x, min=none, max=none", fn_clamp, 0},
     {"where", "condition, x, y", fn_where, 0},
@@ -572,12 +1148,19 @@ static const Function functions[] = {
     {"u8", "x", fn_cast, DT_U8}, {"bool", "x", fn_cast, DT_BOOL},
     {"softmax", "x, axis|dim=-1", fn_softmax, 0}, {"log_softmax", "x, axis|dim=-1", fn_softmax, 1},
     {"logsumexp", "x, axis|dim=-1, keepdim=false", fn_softmax, 2},
-    {"cross_entropy", "input|logits, target", fn_loss, 0}, {"mse", "input, target", fn_loss, 1},
-    {"mse_loss", "input, target", fn_loss, 1},
+    {"cross_entropy", "input|logits, target, ignore_index=none, reduction=\"mean\", label_smoothing=0.0, weight=none", fn_loss, 0},
+    {"nll_loss", "input, target, ignore_index=none, reduction=\"mean\", weight=none", fn_loss, 1},
+    {"kl_div", "input, target, reduction=\"mean\", log_target=false", fn_kl_div, 0},
+    {"mse", "input, target", fn_loss, 2}, {"mse_loss", "input, target", fn_loss, 2},
+    {"l1_loss", "input, target, reduction=\"mean\"", fn_regression_loss, 0},
+    {"smooth_l1_loss", "input, target, reduction=\"mean\", beta=1.0", fn_regression_loss, 1},
+    {"huber_loss", "input, target, reduction=\"mean\", delta=1.0", fn_regression_loss, 2},
+    {"binary_cross_entropy_with_logits", "input, target, weight=none, pos_weight=none, reduction=\"mean\"", fn_bce_logits, 0},
     {"dropout", "x, p=0.5", fn_dropout, 0}, {"one_hot", "x, num_classes", fn_one_hot, 0},
     {"sum", "x, axis|dim=none, keepdim=false", fn_reduce, 0}, {"mean", "x, axis|dim=none, keepdim=false", fn_reduce, 1},
     {"max", "x, axis|dim=none, keepdim=false", fn_reduce, 2}, {"min", "x, axis|dim=none, keepdim=false", fn_reduce, 3},
     {"var", "x, axis|dim=none, keepdim=false, unbiased=true", fn_reduce, 4},
+    {"std", "x, axis|dim=none, keepdim=false, unbiased=true", fn_reduce, 5},
     {"argmax", "x, axis|dim=-1, keepdim=false", fn_argmax, 0},
     {"reshape", "x, *shape", fn_reshape, 0}, {"view", "x, *shape", fn_reshape, 0},
     {"flatten", "x, start|start_dim=1, end|end_dim=-1", fn_flatten, 0},
@@ -586,6 +1169,22 @@ static const Function functions[] = {
     {"split", "x, size, axis|dim=-1", fn_split, 0}, {"chunk", "x, chunks, axis|dim=-1", fn_split, 1},
     {"concat", "*xs, axis|dim=0", fn_concat, 0}, {"cat", "*xs, axis|dim=0", fn_concat, 0},
     {"slice", "x, axis|dim, start=0, end=none, step=1", fn_slice, 0},
+    {"zeros", "*size", fn_fill, 0}, {"ones", "*size", fn_fill, 1}, {"full", "size, fill_value", fn_fill, 2},
+    {"zeros_like", "x|input", fn_fill_like, 0}, {"ones_like", "x|input", fn_fill_like, 1},
+    {"full_like", "x|input, fill_value", fn_fill_like, 2},
+    {"tril", "x|input, diagonal=0", fn_tri, 0}, {"triu", "x|input, diagonal=0", fn_tri, 1},
+    {"masked_fill", "x|input, mask, value", fn_masked_fill, 0}, {"expand", "x, *size", fn_expand, 0},
+    {"flip", "x|input, dims", fn_flip, 0}, {"stack", "*xs|tensors, axis|dim=0", fn_stack, 0},
+    {"scaled_dot_product_attention", "query, key, value, attn_mask=none, dropout_p=0.0, is_causal=false, scale=none", fn_sdpa, 0},
+    {"cumsum", "x|input, dim", fn_cumsum, 0}, {"rotary", "x, base=10000.0", fn_rotary, 0},
+    {"gather", "x|input, dim, index", fn_gather, 0},
+    {"linear", "input, weight, bias=none", fn_linear, 0},
+    {"layer_norm", "input, normalized_shape, weight=none, bias=none, eps=1e-5", fn_layer_norm, 0},
+    {"max_pool2d", "input, kernel_size, stride=none, padding=0, dilation=1, ceil_mode=false", fn_pool, 0},
+    {"avg_pool2d", "input, kernel_size, stride=none, padding=0, ceil_mode=false, count_include_pad=true", fn_pool, 1},
+    {"topk", "x|input, k, dim=-1, largest=true", fn_topk, 0},
+    {"einsum", "equation, *operands", fn_einsum, 0},
+    {"interpolate", "input, size=none, scale_factor=none, mode=\"nearest\", align_corners=none", fn_interpolate, 0},
     {"arange", "n", fn_arange, 0}, {"matmul", "x, y", fn_matmul, 0}, {"detach", "x", fn_detach, 0},
 };
 
@@ -632,4 +1231,57 @@ bool functions_call(Lower *L, Scope *s, int32_t inst, const char *name, AstId ca
         return true;
     }
     return false;
+}
+
+/* x.shape: a list of the sizes, numbers or symbolic (so x.shape[0] can be B) */
+Value functions_shape_tuple(Lower *L, NodeId x)
+{
+    const Shape sh = L->g->nodes[x].shape;
+    Value t = {.kind = V_TUPLE, .node = IR_NONE, .idx = L->nseq, .count = sh.rank};
+    for (int i = 0; i < sh.rank; i++)
+    {
+        GROW(L->seq, L->seq_cap, L->nseq + 1);
+        L->seq[L->nseq++] = ir_dim_is_const(sh.d[i]) ? value_num((double)sh.d[i].k, true) : (Value){.kind = V_DIM, .dim = sh.d[i], .node = IR_NONE};
+    }
+    return t;
+}
+
+/* Tensor methods PyTorch users write: every function taking a tensor first (x.mean(1),
+ * x.softmax(-1), x.masked_fill(m, 0)), and the casts by PyTorch's names (x.float()). */
+Value functions_method(Lower *L, Scope *s, int32_t inst, AstId e, const char *name, Value self)
+{
+    static const char *const aliases[][2] = {{"float", "f32"}, {"double", "f64"}, {"half", "f16"}, {"bfloat16", "bf16"},
+                                             {"long", "i64"}, {"int", "i32"}, {"byte", "u8"}, {"size", "size"}};
+    const char *fname = name;
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (!strcmp(name, aliases[i][0])) fname = aliases[i][1];
+    if (!strcmp(fname, "size")) { /* x.size() is x.shape, x.size(i) its size i */
+        const AstNode *n = ast_node(L->ast, e);
+        Value shape = functions_shape_tuple(L, self.node);
+        if (n->nkids == 1) return shape;
+        int64_t i;
+        if (n->nkids != 2 || !value_int(L, lower_expr(L, s, inst, ast_kid(L->ast, e, 1)), e, "size", &i)) {
+            if (n->nkids != 2) lower_error(L, e, "size takes at most one axis, e.g. x.size(0)");
+            return value_error();
+        }
+        int axis = ir_b_axis(&L->b, "size", i, shape.count);
+        return axis < 0 ? lower_builder_error(L, e) : L->seq[shape.idx + axis];
+    }
+    Value out;
+    if (!strcmp(fname, "checkpoint")) { /* not a function of a tensor: checkpoint(expr) */
+        lower_error(L, e, "checkpoint is not a tensor method: write checkpoint(expression)");
+        return value_error();
+    }
+    L->method_self = &self;
+    bool known = functions_call(L, s, inst, fname, e, &out);
+    L->method_self = NULL;
+    if (known) return out;
+    int nf;
+    const char *const *names = functions_names(&nf);
+    const char *best = NULL;
+    int bestd = 1000;
+    for (int i = 0; i < nf; i++) lower_consider(names[i], name, &best, &bestd);
+    if (best && bestd <= 2) lower_error(L, e, "a tensor has no method '%s' (did you mean '%s'?)", name, best);
+    else lower_error(L, e, "a tensor has no method '%s'", name);
+    return value_error();
 }

@@ -23,6 +23,7 @@ typedef struct {
 } Value;
 
 typedef struct BuiltinModule BuiltinModule;
+#define BUILTIN_MAX_ARGS 10 /* ConvTranspose2d's 9 */
 
 /* A named member of a module instance: a parameter, submodule, list or constant. */
 typedef struct {
@@ -35,7 +36,8 @@ typedef struct {
     char *type;                   /* "Linear", "Block", the model name for the root */
     AstId def;                    /* user module definition, or AST_NONE */
     const BuiltinModule *builtin; /* or NULL */
-    Value args[8];                /* builtin arguments after defaults */
+    Value args[BUILTIN_MAX_ARGS]; /* builtin arguments after defaults */
+    AstId args_at[BUILTIN_MAX_ARGS];          /* where each was written (the call for a default; 0 for a child's) */
     Member *members;
     int32_t nmembers, members_cap;
     StrMap member_index; /* name -> index in members */
@@ -85,9 +87,17 @@ typedef struct {
     int32_t *inst_stack; /* user module definitions being instantiated, for recursion */
     int32_t ninst_stack, inst_stack_cap;
     Scope **scopes;     /* every scope made, freed at the end */
+    Value *method_self; /* x of a method call x.f(...): bound as f's first argument */
     int32_t nscopes, scopes_cap;
 } Lower;
 
+/* Applies module instance m (built-in or user) to argument values. */
+Value lower_apply_module_value(Lower *L, int32_t m, const Value *args, int nargs, AstId at);
+/* Instantiates the member expression e (a module call, a repetition, Parameter) as member
+ * `name` of instance parent. */
+Value lower_instantiate(Lower *L, int32_t parent, const char *name, AstId e);
+/* builtins.c: Sequential(modules...) as member `name` of parent */
+Value builtin_sequential(Lower *L, int32_t parent, const char *name, AstId e);
 /* Evaluates an expression in scope s inside module instance inst. */
 Value lower_expr(Lower *L, Scope *s, int32_t inst, AstId e);
 
@@ -143,12 +153,43 @@ NodeId comp_mse(IrBuilder *b, NodeId x, NodeId y);
 NodeId comp_dropout(IrBuilder *b, NodeId x, double p, bool train);
 NodeId comp_layer_norm(IrBuilder *b, NodeId x, NodeId weight, NodeId bias, int nnorm, double eps);
 NodeId comp_linear(IrBuilder *b, NodeId x, NodeId weight, NodeId bias);
-NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, int stride, int pad, int dilation);
+/* pad: before each spatial axis, pad_hi: after it; groups as nn.Conv2d's (weight [O, C/groups, KH, KW]) */
+NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, const int stride[2], const int pad[2], const int pad_hi[2],
+                   const int dilation[2], int groups);
 NodeId comp_pool2d(IrBuilder *b, NodeId x, bool max, int k, int stride, int pad);
+NodeId comp_pool2d_ex(IrBuilder *b, NodeId x, bool max, const int k[2], const int st[2], const int pad[2], const int dil[2], bool ceil_mode,
+                      bool count_pad);
 NodeId comp_scalar_op(IrBuilder *b, Op op, NodeId x, double s, bool scalar_left);
 
+/* activations.c: PyTorch's activations (a0, a1: negative_slope, alpha, beta/threshold) */
+typedef enum {
+    ACT_RELU, ACT_SIGMOID, ACT_TANH, ACT_GELU, ACT_GELU_TANH, ACT_SILU, ACT_LEAKY_RELU, ACT_ELU,
+    ACT_SOFTPLUS, ACT_MISH, ACT_HARDSWISH, ACT_HARDSIGMOID
+} ActKind;
+NodeId comp_activation(IrBuilder *b, ActKind k, NodeId x, double a0, double a1);
+NodeId comp_floor_divide(IrBuilder *b, NodeId x, NodeId y, bool remainder);
+NodeId comp_tri(IrBuilder *b, NodeId x, int64_t diagonal, bool upper);
+NodeId comp_flip(IrBuilder *b, NodeId x, int axis);
+NodeId comp_attention(IrBuilder *b, NodeId q, NodeId k, NodeId v, NodeId mask, bool causal, double scale, double dropout_p, bool train);
+NodeId comp_cumsum(IrBuilder *b, NodeId x, int axis);
+NodeId comp_rotary(IrBuilder *b, NodeId x, double base);
+/* tensorops.c */
+NodeId comp_einsum(IrBuilder *b, const char *eq, const NodeId *xs, int n);
+NodeId comp_interpolate(IrBuilder *b, NodeId x, int64_t oh, int64_t ow, bool bilinear, bool align);
+/* interpolate's and Upsample's arguments to an output size (size, or floor(in * scale)) */
+bool lower_interp_size(Lower *L, Value size, Value scale, AstId at, const char *what, NodeId x, int64_t out[2]);
+bool lower_interp_mode(Lower *L, Value mode, Value align, AstId at, const char *what, bool *bilinear, bool *aligned);
+
+/* losses.c: PyTorch's reduction, nll/cross-entropy options and the other losses */
+typedef enum { LOSS_MEAN, LOSS_SUM, LOSS_NONE } LossReduction;
+NodeId comp_reduce_loss(IrBuilder *b, NodeId l, LossReduction r);
+NodeId comp_nll(IrBuilder *b, NodeId logp, NodeId target, NodeId weight, bool has_ignore, int64_t ignore_index, double smoothing,
+                LossReduction r, const char *what);
+NodeId comp_kl_div(IrBuilder *b, NodeId x, NodeId t, bool log_target, LossReduction r, bool batchmean);
+NodeId comp_regression_loss(IrBuilder *b, int kind, NodeId x, NodeId y, double beta, LossReduction r);
+NodeId comp_bce_logits(IrBuilder *b, NodeId x, NodeId y, NodeId weight, NodeId pos_weight, LossReduction r);
+
 /* ---- built-in modules (builtins.c) ---- */
-#define BUILTIN_MAX_ARGS 8
 struct BuiltinModule {
     const char *name;
     const char *args[BUILTIN_MAX_ARGS];     /* argument names, in positional order */
@@ -176,6 +217,10 @@ NodeId lower_tensor_arg(Lower *L, Value v, AstId at, const char *what);
 /* Lowers a call of a named built-in function; returns false when no function has that
  * name (so the caller can try modules and suggest names). */
 bool functions_call(Lower *L, Scope *s, int32_t inst, const char *name, AstId call, Value *out);
+/* x.f(...) on a tensor x: f's first argument is x (x.mean(1), x.float(), x.size(0)) */
+Value functions_method(Lower *L, Scope *s, int32_t inst, AstId e, const char *name, Value self);
+/* x.shape: a list of the sizes, numbers or symbolic sizes */
+Value functions_shape_tuple(Lower *L, NodeId x);
 /* All function names, for suggestions and docs. */
 const char *const *functions_names(int *n);
 

@@ -271,7 +271,8 @@ static int operator_at(const Lexer *lx, int *width)
     case ':': return TOK_COLON;
     case '.': return TOK_DOT;
     case '+': return TOK_PLUS;
-    case '/': return TOK_SLASH;
+    case '/': if (c1 == '/') { *width = 2; return TOK_FLOORDIV; } return TOK_SLASH;
+    case '%': return TOK_PERCENT;
     case '@': return TOK_AT;
     case '-': if (c1 == '>') { *width = 2; return TOK_ARROW; } return TOK_MINUS;
     case '*': if (c1 == '*') { *width = 2; return TOK_POW; } return TOK_STAR;

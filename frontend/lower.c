@@ -306,6 +306,21 @@ static Value binary_numbers(Lower *L, AstId e, int op, Value a, Value b)
         ints = false;
         break;
     case TOK_POW: r = pow(x, y); ints = ints && y >= 0; break;
+    case TOK_FLOORDIV:
+    case TOK_PERCENT: /* Python's: floor division, and a remainder with the sign of y */
+        if (y == 0) {
+            lower_error(L, e, "%s by zero in a constant expression", op == TOK_FLOORDIV ? "floor division" : "modulo");
+            return value_error();
+        }
+        if (ints && fabs(x) < 9e15 && fabs(y) < 9e15) {
+            int64_t xi = (int64_t)x, yi = (int64_t)y, q = xi / yi;
+            if (xi % yi != 0 && (xi < 0) != (yi < 0)) q--;
+            r = op == TOK_FLOORDIV ? (double)q : (double)(xi - q * yi);
+        } else {
+            double q = floor(x / y);
+            r = op == TOK_FLOORDIV ? q : x - y * q;
+        }
+        break;
     case TOK_EQ: return (Value){.kind = V_BOOL, .num = x == y, .node = IR_NONE};
     case TOK_NE: return (Value){.kind = V_BOOL, .num = x != y, .node = IR_NONE};
     case TOK_LT: return (Value){.kind = V_BOOL, .num = x < y, .node = IR_NONE};
@@ -392,6 +407,18 @@ static Value lower_binary(Lower *L, Scope *s, int32_t inst, AstId e)
             return value_error();
         }
         NodeId r = ir_b_matmul(&L->b, a.node, b.node);
+        return r == IR_NONE ? lower_builder_error(L, e) : value_tensor(r);
+    }
+    if (op == TOK_FLOORDIV || op == TOK_PERCENT) {
+        /* a number takes the tensor's dtype, as for the other operators (comp_scalar_op) */
+        DType like = a.kind == V_TENSOR ? (DType)L->g->nodes[a.node].dtype : b.kind == V_TENSOR ? (DType)L->g->nodes[b.node].dtype : DT_I64;
+        bool fa = a.kind == V_NUM && !a.is_int, fb = b.kind == V_NUM && !b.is_int;
+        if ((fa || fb) && !ir_dtype_is_float(like)) like = DT_F32;
+        NodeId x = a.kind == V_TENSOR ? a.node : lower_as_tensor(L, a, like);
+        NodeId y = b.kind == V_TENSOR ? b.node : lower_as_tensor(L, b, like);
+        if (x != IR_NONE && a.kind == V_NUM && a.is_int && !ir_dtype_is_float(like)) x = ir_b_cast(&L->b, x, like);
+        if (y != IR_NONE && b.kind == V_NUM && b.is_int && !ir_dtype_is_float(like)) y = ir_b_cast(&L->b, y, like);
+        NodeId r = x == IR_NONE || y == IR_NONE ? IR_NONE : comp_floor_divide(&L->b, x, y, op == TOK_PERCENT);
         return r == IR_NONE ? lower_builder_error(L, e) : value_tensor(r);
     }
     Op iop = token_op(op);
@@ -507,10 +534,14 @@ static Value apply_module(Lower *L, Scope *s, int32_t inst, int32_t m, AstId e)
         if (args[nargs].kind == V_ERROR) return value_error();
         nargs++;
     }
-    if (mi->builtin) {
-        L->b.loc = n->loc;
-        return mi->builtin->apply(L, m, args, nargs, e);
-    }
+    L->b.loc = n->loc;
+    return lower_apply_module_value(L, m, args, nargs, e);
+}
+
+Value lower_apply_module_value(Lower *L, int32_t m, const Value *args, int nargs, AstId e)
+{
+    Inst *mi = &L->insts[m];
+    if (mi->builtin) return mi->builtin->apply(L, m, args, nargs, e);
     AstId fwd = mi->forward;
     if (fwd == AST_NONE) {
         lower_error(L, e, "module '%s' (%s) has no forward", mi->path, mi->type);
@@ -541,6 +572,45 @@ static Value apply_module(Lower *L, Scope *s, int32_t inst, int32_t m, AstId e)
     return r;
 }
 
+/* The attribute `attr` of a value (AST_ATTR e): a module's member, a list's element by
+ * number, and of a tensor: .T (the last two axes swapped), .shape (a list of its sizes,
+ * numbers or symbolic, so x.shape[0] is B), .ndim. */
+static Value attr_of(Lower *L, AstId e, Value base)
+{
+    const AstNode *n = ast_node(L->ast, e);
+    const char *attr = ast_str(L->ast, e);
+    if (base.kind == V_ERROR) return base;
+    if (base.kind == V_MODULE) {
+        Value *m = inst_member(L, base.idx, attr);
+        if (m) return *m;
+        Inst *bi = &L->insts[base.idx];
+        const char *best = NULL;
+        int bestd = 1000;
+        for (int32_t i = 0; i < bi->nmembers; i++) lower_consider(bi->members[i].name, attr, &best, &bestd);
+        if (best && bestd <= 2) lower_error(L, e, "module '%s' (%s) has no member '%s' (did you mean '%s'?)", bi->path, bi->type, attr, best);
+        else lower_error(L, e, "module '%s' (%s) has no member '%s'", bi->path, bi->type, attr);
+        return value_error();
+    }
+    if (base.kind == V_LIST) {
+        char *end;
+        long i = strtol(attr, &end, 10);
+        if (*end || i < 0 || i >= base.count) {
+            lower_error(L, e, "'%s' is not an index of a list of %d modules", attr, base.count);
+            return value_error();
+        }
+        return L->seq[base.idx + i];
+    }
+    if (base.kind == V_TENSOR && !strcmp(attr, "shape")) return functions_shape_tuple(L, base.node);
+    if (base.kind == V_TENSOR && !strcmp(attr, "ndim")) return value_num(L->g->nodes[base.node].shape.rank, true);
+    if (base.kind == V_TENSOR && !strcmp(attr, "T")) {
+        L->b.loc = n->loc;
+        NodeId r = ir_b_transpose(&L->b, base.node, -2, -1);
+        return r == IR_NONE ? lower_builder_error(L, e) : value_tensor(r);
+    }
+    lower_error(L, e, "%s has no attribute '%s'", kind_desc(base), attr);
+    return value_error();
+}
+
 static Value lower_call(Lower *L, Scope *s, int32_t inst, AstId e)
 {
     AstId callee = ast_kid(L->ast, e, 0);
@@ -568,7 +638,15 @@ static Value lower_call(Lower *L, Scope *s, int32_t inst, AstId e)
         unknown_name(L, s, inst, name, callee, true);
         return value_error();
     }
-    Value f = lower_expr(L, s, inst, callee);
+    Value f;
+    if (cn->kind == AST_ATTR) {
+        /* x.mean(1), x.view(B, -1), x.transpose(0, 1): a function called with the tensor
+         * as its first argument; m.fc(x): a member module */
+        Value base = lower_expr(L, s, inst, ast_kid(L->ast, callee, 0));
+        if (base.kind == V_ERROR) return base;
+        if (base.kind == V_TENSOR) return functions_method(L, s, inst, e, ast_str(L->ast, callee), base);
+        f = attr_of(L, callee, base);
+    } else f = lower_expr(L, s, inst, callee);
     if (f.kind == V_MODULE) return apply_module(L, s, inst, f.idx, e);
     if (f.kind != V_ERROR) lower_error(L, callee, "%s cannot be called", kind_desc(f));
     return value_error();
@@ -590,6 +668,11 @@ Value lower_expr(Lower *L, Scope *s, int32_t inst, AstId e)
         if (!strcmp(name, "inf")) return value_num(INFINITY, false);
         if (!strcmp(name, "pi")) return value_num(KILN_PI, false);
         if (!strcmp(name, "none")) return value_none();
+        if (!strcmp(name, "True") || !strcmp(name, "False") || !strcmp(name, "None")) {
+            lower_error(L, e, "unknown name '%s' (did you mean '%s'? Kiln writes true, false and none in lower case)", name,
+                        name[0] == 'T' ? "true" : name[0] == 'F' ? "false" : "none");
+            return value_error();
+        }
         unknown_name(L, s, inst, name, e, false);
         return value_error();
     }
@@ -618,38 +701,7 @@ Value lower_expr(Lower *L, Scope *s, int32_t inst, AstId e)
     case AST_BINARY: return lower_binary(L, s, inst, e);
     case AST_CALL: return lower_call(L, s, inst, e);
     case AST_INDEX: return lower_index(L, s, inst, e);
-    case AST_ATTR: {
-        Value base = lower_expr(L, s, inst, ast_kid(L->ast, e, 0));
-        const char *attr = ast_str(L->ast, e);
-        if (base.kind == V_ERROR) return base;
-        if (base.kind == V_MODULE) {
-            Value *m = inst_member(L, base.idx, attr);
-            if (m) return *m;
-            Inst *bi = &L->insts[base.idx];
-            const char *best = NULL;
-            int bestd = 1000;
-            for (int32_t i = 0; i < bi->nmembers; i++) lower_consider(bi->members[i].name, attr, &best, &bestd);
-            if (best && bestd <= 2) lower_error(L, e, "module '%s' (%s) has no member '%s' (did you mean '%s'?)", bi->path, bi->type, attr, best);
-            else lower_error(L, e, "module '%s' (%s) has no member '%s'", bi->path, bi->type, attr);
-            return value_error();
-        }
-        if (base.kind == V_LIST) {
-            char *end;
-            long i = strtol(attr, &end, 10);
-            if (*end || i < 0 || i >= base.count) {
-                lower_error(L, e, "'%s' is not an index of a list of %d modules", attr, base.count);
-                return value_error();
-            }
-            return L->seq[base.idx + i];
-        }
-        if (base.kind == V_TENSOR && !strcmp(attr, "T")) {
-            L->b.loc = n->loc;
-            NodeId r = ir_b_transpose(&L->b, base.node, -2, -1);
-            return r == IR_NONE ? lower_builder_error(L, e) : value_tensor(r);
-        }
-        lower_error(L, e, "%s has no attribute '%s'", kind_desc(base), attr);
-        return value_error();
-    }
+    case AST_ATTR: return attr_of(L, e, lower_expr(L, s, inst, ast_kid(L->ast, e, 0)));
     case AST_LIST: {
         Value t = {.kind = V_TUPLE, .node = IR_NONE, .count = n->nkids};
         Value tmp[64];
@@ -844,7 +896,7 @@ static void instantiate_items(Lower *L, int32_t inst, AstId container, int first
 
 /* Creates the member `name` of instance `parent` from expression e (a module call, a
  * repetition, or Parameter(...)). */
-static Value instantiate(Lower *L, int32_t parent, const char *name, AstId e)
+Value lower_instantiate(Lower *L, int32_t parent, const char *name, AstId e)
 {
     if (L->ninsts >= MAX_INSTANCES) {
         lower_error(L, e, "more than %d module instances", MAX_INSTANCES);
@@ -879,7 +931,7 @@ static Value instantiate(Lower *L, int32_t parent, const char *name, AstId e)
             sb_init(&full);
             sb_printf(&full, "%s.%s", name, idx);
             int errors = L->d->nerrors;
-            elems[i] = instantiate(L, parent, full.data, ast_kid(L->ast, e, 0));
+            elems[i] = lower_instantiate(L, parent, full.data, ast_kid(L->ast, e, 0));
             sb_free(&full);
             if (elems[i].kind == V_ERROR || L->d->nerrors > errors) {
                 free(elems);
@@ -941,6 +993,7 @@ static Value instantiate(Lower *L, int32_t parent, const char *name, AstId e)
         v.count = -1; /* lower_param already made it a member */
         return v;
     }
+    if (!strcmp(type, "Sequential")) return builtin_sequential(L, parent, name, e);
     const BuiltinModule *bm = builtin_find(type);
     AstId def = bm ? AST_NONE : find_user_module(L, type);
     if (!bm && def == AST_NONE) {
@@ -959,8 +1012,8 @@ static Value instantiate(Lower *L, int32_t parent, const char *name, AstId e)
         int32_t m = lower_inst_new(L, parent, name, type, n->loc);
         L->insts[m].builtin = bm;
         L->insts[m].scope = ps;
-        for (int i = 0; i < ba.n && i < 8; i++) L->insts[m].args[i] = ba.v[i];
-        for (int i = 0; i < ba.n && i < 8; i++) L->insts[m].args[i].count = ba.at[i]; /* where, for errors */
+        for (int i = 0; i < ba.n && i < BUILTIN_MAX_ARGS; i++) L->insts[m].args[i] = ba.v[i];
+        for (int i = 0; i < ba.n && i < BUILTIN_MAX_ARGS; i++) L->insts[m].args_at[i] = ba.at[i]; /* where, for errors */
         if (!bm->create(L, m, e)) return value_error();
         return (Value){.kind = V_MODULE, .idx = m, .node = IR_NONE};
     }
@@ -1028,7 +1081,7 @@ static void instantiate_items(Lower *L, int32_t inst, AstId container, int first
                 lower_error(L, it, "member '%s' is defined twice", name);
                 continue;
             }
-            Value v = instantiate(L, inst, name, ast_kid(L->ast, it, 0));
+            Value v = lower_instantiate(L, inst, name, ast_kid(L->ast, it, 0));
             if (v.kind == V_TENSOR && v.count == -1) continue; /* Parameter: already added */
             lower_add_member(L, inst, name, v);
         } else if (in->kind == AST_FORWARD && inst != 0) {

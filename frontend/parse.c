@@ -534,7 +534,7 @@ static bool is_binop(TokKind k, int level)
     case 0: return k == TOK_KW_OR;
     case 1: return k == TOK_KW_AND;
     case 2: return k == TOK_PLUS || k == TOK_MINUS;
-    case 3: return k == TOK_STAR || k == TOK_SLASH || k == TOK_AT;
+    case 3: return k == TOK_STAR || k == TOK_SLASH || k == TOK_FLOORDIV || k == TOK_PERCENT || k == TOK_AT;
     default: return k == TOK_EQ || k == TOK_NE || k == TOK_LT || k == TOK_LE || k == TOK_GT || k == TOK_GE;
     }
 }

@@ -265,7 +265,10 @@ static bool convert(const Ast *a, AstId e, uint8_t kind, double lo, double hi, c
         const char *s = ast_str(a, e);
         if (kind == A_BOOL) {
             if (strcmp(s, "true") && strcmp(s, "false")) {
-                diag_error(d, n->loc, "%s: expected true or false, found '%s'", what, s);
+                if (!strcmp(s, "True") || !strcmp(s, "False")) /* Python's spelling */
+                    diag_error(d, n->loc, "%s: expected true or false, found '%s' (did you mean '%s'? Kiln writes them in lower case)", what, s,
+                               s[0] == 'T' ? "true" : "false");
+                else diag_error(d, n->loc, "%s: expected true or false, found '%s'", what, s);
                 return false;
             }
             out->kind = RV_BOOL;

@@ -214,6 +214,10 @@ double interp_unary(Op op, double x)
     /* Two forms so that exp never overflows to inf/inf. */
     case OP_SIGMOID: return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
     case OP_RELU: return x > 0 || isnan(x) ? x : 0.0; /* NaN propagates, as in PyTorch */
+    case OP_ERF: return erf(x);
+    case OP_SIN: return sin(x);
+    case OP_COS: return cos(x);
+    case OP_FLOOR: return floor(x);
     case OP_NOT: return x == 0 ? 1.0 : 0.0;
     default: return x; /* cast and detach: identity here (a cast converts in the normalise() that follows every op) */
     }
@@ -554,7 +558,8 @@ static int eval_node(Interp *ip, NodeId id)
             o->data[e] = kiln_rng_uniform24(ip->seed, ip->step, (uint64_t)a[0], (uint64_t)e);
         break;
     case OP_NEG: case OP_ABS: case OP_SIGN: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_TANH:
-    case OP_SIGMOID: case OP_RELU: case OP_NOT: case OP_CAST: case OP_DETACH:
+    case OP_SIGMOID: case OP_RELU: case OP_ERF: case OP_SIN: case OP_COS: case OP_FLOOR:
+    case OP_NOT: case OP_CAST: case OP_DETACH:
         for (int64_t e = 0; e < o->n; e++) o->data[e] = interp_unary(op, in[0]->data[e]);
         break;
     case OP_DIV:

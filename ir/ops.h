@@ -20,6 +20,10 @@
  *                    rng_uniform(seed, step, attrs[0] = stream, e) (util/rng.h)
  *   neg abs sign exp log sqrt tanh sigmoid relu
  *                    elementwise maths; relu(x) = x > 0 ? x : 0 (NaN stays NaN); sign(0) = 0
+ *   erf sin cos floor
+ *                    the error function (exact GELU), sine and cosine (rotary embeddings),
+ *                    and floor (integer // and %: through f64, exact below 2^53); floor's
+ *                    gradient is zero
  *   not              logical not of a bool
  *   detach           identity whose gradient is zero (stop_gradient): marks values that
  *                    only stabilise a computation, such as softmax's max shift
@@ -101,6 +105,10 @@ typedef enum {
     OP(TANH, "tanh", 1, OPF_UNARY | OPF_FLOAT, ATTRS_NONE)                      \
     OP(SIGMOID, "sigmoid", 1, OPF_UNARY | OPF_FLOAT, ATTRS_NONE)                \
     OP(RELU, "relu", 1, OPF_UNARY, ATTRS_NONE)                                  \
+    OP(ERF, "erf", 1, OPF_UNARY | OPF_FLOAT, ATTRS_NONE)                        \
+    OP(SIN, "sin", 1, OPF_UNARY | OPF_FLOAT, ATTRS_NONE)                        \
+    OP(COS, "cos", 1, OPF_UNARY | OPF_FLOAT, ATTRS_NONE)                        \
+    OP(FLOOR, "floor", 1, OPF_UNARY | OPF_FLOAT, ATTRS_NONE)                    \
     OP(NOT, "not", 1, OPF_UNARY | OPF_LOGIC, ATTRS_NONE)                        \
     OP(DETACH, "detach", 1, OPF_UNARY, ATTRS_NONE)                              \
     OP(CAST, "cast", 1, OPF_UNARY, ATTRS_NONE)                                  \

@@ -156,6 +156,14 @@ static void backprop(Ad *a, NodeId i)
         break;
     }
     case OP_RELU: accumulate(a, x, where_(a, bin(a, OP_GT, x, full_like(a, x, 0.0)), g, full_like(a, g, 0.0))); break;
+    case OP_ERF: { /* d erf(x) = 2/sqrt(pi) exp(-x^2) */
+        NodeId e = un(a, OP_EXP, un(a, OP_NEG, bin(a, OP_MUL, x, x)));
+        accumulate(a, x, bin(a, OP_MUL, g, scalar_op(a, OP_MUL, e, 1.1283791670955126)));
+        break;
+    }
+    case OP_SIN: accumulate(a, x, bin(a, OP_MUL, g, un(a, OP_COS, x))); break;
+    case OP_COS: accumulate(a, x, un(a, OP_NEG, bin(a, OP_MUL, g, un(a, OP_SIN, x)))); break;
+    case OP_FLOOR: break; /* piecewise constant: zero almost everywhere, as in PyTorch */
     case OP_NOT: break;
     case OP_CAST:
         if (ir_dtype_is_float(dtype_of(a, x))) accumulate(a, x, cast_to(a, g, dtype_of(a, x)));

@@ -559,6 +559,9 @@ static int recompute_cost(const Graph *g, const FusionPlan *p, NodeId r, int32_t
     case OP_LOG:
     case OP_TANH:
     case OP_SIGMOID:
+    case OP_ERF:
+    case OP_SIN:
+    case OP_COS:
     case OP_POW: cost = RECOMPUTE_CALL; break;
     default: break;
     }

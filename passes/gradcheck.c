@@ -102,6 +102,9 @@ static uint64_t decision_pattern(const Interp *ip, const bool *on_path)
         case OP_POW: /* the exponent's gradient is 0 where the base is <= 0 */
             for (int64_t e = 0; e < x->n; e++) h = hash_bit(h, side_of_zero(x->data[e]));
             break;
+        case OP_FLOOR: /* a step at every integer */
+            for (int64_t e = 0; e < out->n; e++) h = hash_bit(h, (uint64_t)(int64_t)out->data[e]);
+            break;
         case OP_MAX:
         case OP_MIN:
             for (int64_t e = 0; e < x->n; e++) h = hash_bit(h, side_of_zero(x->data[e] - y->data[e]));

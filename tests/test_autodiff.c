@@ -13,14 +13,15 @@
 #include "op_cases.h"
 #include "support.h"
 
-/* Compiles a model and checks the gradients of its parameters and float inputs. */
-static void check_model_text(const char *what, const char *text, int64_t size)
+/* Compiles a model and checks the gradients of its parameters and float inputs, at a seed
+ * and with up to `samples` elements of every tensor. */
+static void check_model_text_at(const char *what, const char *text, int64_t size, uint64_t seed, int samples)
 {
     Diag d;
     diag_init(&d, NULL);
     Model *m = frontend_compile(&d, "grad.kiln", text, strlen(text), MODE_TRAIN);
     cr_assert(m, "%s does not compile:\n%s", what, d.out.data);
-    GradcheckOptions o = {.seed = 3, .tolerance = 1e-6, .samples = 6, .sym_value = size, .wrt_inputs = true};
+    GradcheckOptions o = {.seed = seed, .tolerance = 1e-6, .samples = samples, .sym_value = size, .wrt_inputs = true};
     GradcheckResult *res;
     int n;
     StrBuf err;
@@ -29,14 +30,51 @@ static void check_model_text(const char *what, const char *text, int64_t size)
     cr_assert_geq(fails, 0, "%s: %s", what, err.data);
     cr_expect_gt(n, 0, "%s: nothing was checked", what);
     for (int i = 0; i < n; i++) {
-        cr_expect_neq(res[i].verdict, GRADCHECK_FAIL, "%s: gradient of %s fails (relative error %g, %g of the allowed)",
-                      what, res[i].name, res[i].max_rel_error, res[i].worst_ratio);
+        cr_expect_neq(res[i].verdict, GRADCHECK_FAIL, "%s (seed %llu): gradient of %s fails (relative error %g, %g of the allowed)",
+                      what, (unsigned long long)seed, res[i].name, res[i].max_rel_error, res[i].worst_ratio);
         cr_expect_gt(res[i].checked, 0, "%s: no element of %s could be checked", what, res[i].name);
     }
     gradcheck_free(res, n);
     sb_free(&err);
     frontend_model_free(m);
     diag_free(&d);
+}
+
+static void check_model_text(const char *what, const char *text, int64_t size) { check_model_text_at(what, text, size, 3, 6); }
+
+/* Issue 20's functions, modules and losses: every element of every tensor, at four seeds. */
+static const char *const layer_cases[] = {
+    "gelu", "gelu_tanh", "erf", "sin_cos", "silu", "leaky_relu", "elu", "softplus", "mish", "hardswish", "floor_divide",
+    "int_floor_divide", "zeros_ones_full", "like", "tril_triu", "masked_fill", "expand", "flip", "stack", "stack_last", "methods",
+    "sdpa", "cumsum", "rotary", "gather_dim", "functional_layers", "functional_pools", "einsum", "interpolate", "topk", "std",
+    "cross_entropy_options", "nll_loss", "class_weights", "kl_div", "regression_losses", "bce_with_logits",
+    "Sequential", "activation_modules", "Flatten", "Conv1d", "Conv1d_stride_dilation_nobias", "Conv2d_tuples", "Conv2d_groups_same",
+    "Conv2d_depthwise_same_even", "Conv1d_groups_valid", "LayerNorm_dims", "MultiheadAttention", "MultiheadAttention_seq_first",
+    "LSTM", "GRU", "ConvTranspose2d", "ConvTranspose2d_dilation_nobias", "MaxPool2d_options", "AvgPool2d_options", "Upsample",
+    "EmbeddingBag", "BatchNorm1d", "BatchNorm1d_3d", "GroupNorm", "RMSNorm", "RMSNorm_eps", "AdaptiveAvgPool2d_1",
+    "AdaptiveAvgPool2d_divisible",
+};
+#define NLAYER_CASES (sizeof layer_cases / sizeof layer_cases[0])
+static int layer_index[NLAYER_CASES];
+
+ParameterizedTestParameters(layers, every_element_at_four_seeds)
+{
+    for (size_t i = 0; i < NLAYER_CASES; i++) layer_index[i] = (int)i;
+    return cr_make_param_array(int, layer_index, NLAYER_CASES);
+}
+
+ParameterizedTest(int *ci, layers, every_element_at_four_seeds)
+{
+    const char *name = layer_cases[*ci];
+    char text[2048];
+    text[0] = 0;
+    for (size_t i = 0; i < sizeof op_cases / sizeof op_cases[0]; i++)
+        if (!strcmp(op_cases[i].name, name)) op_case_text(text, sizeof text, &op_cases[i]);
+    for (size_t i = 0; i < sizeof module_cases / sizeof module_cases[0]; i++)
+        if (!strcmp(module_cases[i].name, name)) module_case_text(text, sizeof text, &module_cases[i]);
+    cr_assert(text[0], "no op or module case named %s", name);
+    static const uint64_t seeds[] = {1, 2, 7, 42};
+    for (int s = 0; s < 4; s++) check_model_text_at(name, text, 3, seeds[s], 1 << 20);
 }
 
 /* Parameters are indices: Criterion's workers do not share the parent's pointers. */

@@ -103,7 +103,8 @@ static Graph *everything(void)
     NodeId h = nd(g, OP_MATMUL, DT_F32, SH(SY(B), D(8)), IN(flat, w), NO_AT);
     ir_set_name(g, h, "h with \"quotes\"");
     Shape bh = SH(SY(B), D(8));
-    static const Op unary[] = {OP_NEG, OP_ABS, OP_SIGN, OP_EXP, OP_LOG, OP_SQRT, OP_TANH, OP_SIGMOID, OP_RELU};
+    static const Op unary[] = {OP_NEG, OP_ABS, OP_SIGN, OP_EXP, OP_LOG, OP_SQRT, OP_TANH, OP_SIGMOID, OP_RELU,
+                                OP_ERF, OP_SIN, OP_COS, OP_FLOOR};
     for (size_t i = 0; i < sizeof unary / sizeof *unary; i++) nd(g, unary[i], DT_F32, bh, IN(h), NO_AT);
     NodeId one = nd(g, OP_RESHAPE, DT_F32, SH(D(1), D(1)), IN(c255), NO_AT);
     NodeId big = nd(g, OP_EXPAND, DT_F32, bh, IN(one), NO_AT);

@@ -1,0 +1,294 @@
+/* test_parity.c — issue 20's functions, modules and losses against PyTorch itself.
+ *
+ * Each case below is a small model; Kiln computes, in its reference interpreter (whose
+ * every kernel the generated C is checked against by test_codegen.c), the forward output y,
+ * the loss sum(y * y / 2 + y) (or the case's own loss), the gradients of every trainable
+ * parameter and float input, the buffers' updates, and the loss after one SGD step
+ * (lr = 0.1) on the parameters. The values, the weights under their state_dict names and the
+ * inputs go to a JSON file that tests/parity/torch_parity.py reads: it builds the same
+ * module with torch.nn / torch.nn.functional, loads the weights with
+ * load_state_dict(strict = True) (so the parameter names and layouts are PyTorch's), and
+ * compares everything in float32 within a relative 1e-5 (of each tensor's largest
+ * element). Without PyTorch (Debian's python3-torch) the test is skipped with a message. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "../frontend/frontend.h"
+#include "../passes/passes.h"
+#include "support.h"
+
+typedef struct {
+    const char *name;    /* the key of its reference in torch_parity.py */
+    const char *members; /* module members, or "" */
+    const char *inputs;  /* forward inputs */
+    const char *body;    /* statements assigning y */
+    bool cubic;          /* loss sum(y^3 / 3 + y^2 + y), not sum(y^2 / 2 + y): a normalisation's input
+                            gradient of the latter is zero up to rounding (it is linear in y) */
+} ParityCase;
+
+static const ParityCase cases[] = {
+    /* functions */
+    {"gelu", "", "x: f32[3, 5]", "y = gelu(x)", false},
+    {"gelu_tanh", "", "x: f32[3, 5]", "y = gelu(x, approximate = \"tanh\")", false},
+    {"silu", "", "x: f32[3, 5]", "y = silu(x)", false},
+    {"leaky_relu", "", "x: f32[3, 5]", "y = leaky_relu(x, 0.2)", false},
+    {"elu", "", "x: f32[3, 5]", "y = elu(x, alpha = 0.7)", false},
+    {"softplus", "", "x: f32[3, 5]", "y = softplus(x * 3, beta = 2, threshold = 3)", false},
+    {"mish", "", "x: f32[3, 5]", "y = mish(x)", false},
+    {"hardswish", "", "x: f32[3, 5]", "y = hardswish(x * 4) + hardsigmoid(x * 4)", false},
+    {"erf_sin_cos", "", "x: f32[3, 5]", "y = erf(x) + sin(x) * cos(x * 2)", false},
+    {"floor_divide", "", "x: f32[3, 5]", "y = x * 5 // 2 + (x * 5) % 1.5 + x", false},
+    {"tril_triu", "", "x: f32[2, 3, 4]", "y = tril(x, 1) + triu(x, -1) * 2", false},
+    {"masked_fill", "", "x: f32[3, 5]", "y = masked_fill(x, x > 0.3, -2.0)", false},
+    {"expand_flip_stack", "", "x: f32[3, 1]", "y = stack([expand(x, 2, 3, 4), flip(expand(x, 2, 3, 4), [1, 2])], dim = 1)",
+     false},
+    {"std", "", "x: f32[3, 5]", "y = std(x, 1, keepdim = true) * x + std(x, unbiased = false)", false},
+    {"methods", "", "x: f32[3, 5]",
+     "y = x.view(x.shape[0], -1).softmax(-1) * x.reshape(3, 5).transpose(0, 1).mean(1).sum() + x.size(1) + x.float().flip(1)", false},
+    {"sdpa", "", "x: f32[2, 3, 4], z: f32[2, 5, 4]",
+     "y = scaled_dot_product_attention(x, z, z * 2) + scaled_dot_product_attention(x, x, x, is_causal = true, scale = 0.3)"
+     " + scaled_dot_product_attention(x, z, z, attn_mask = tril(ones(3, 5)) > 0)",
+     false},
+    {"cumsum_gather", "", "x: f32[3, 4], t: i64[3, 2]", "y = cumsum(x, 1) * x + gather(x, 1, t).sum() + cumsum(x, 0)", false},
+    {"rotary", "", "x: f32[2, 3, 5, 4]", "y = rotary(x) + rotary(x * 2, base = 100)", false},
+    {"functional_layers", "", "x: f32[2, 2, 4, 4], w: f32[3, 4], z: f32[3]",
+     "y = linear(x, w, z).sum() + layer_norm(x, [4, 4]) + layer_norm(x, 4, weight = x[0, 0, 0], bias = x[0, 0, 1])"
+     " + max_pool2d(x, 2).sum() + avg_pool2d(x, 3, stride = 1, padding = 1)",
+     false},
+    {"einsum", "", "x: f32[2, 3, 4], z: f32[2, 4, 5]",
+     "y = einsum(\"bij,bjk->bik\", x, z) + einsum(\"bij->bi\", x).sum() + einsum(\"bij,bjk\", x, z).sum() * einsum(\"ijk->kji\", x).mean()"
+     " + einsum(\"bij, bij -> b\", x, x).sum() + einsum(\"i,j->ij\", x[0, 0], z[0, 0]).sum()",
+     false},
+    {"interpolate", "", "x: f32[2, 3, 4, 5]",
+     "y = interpolate(x, scale_factor = 2).sum() + interpolate(x, size = [3, 7], mode = \"bilinear\")"
+     " + interpolate(x, size = [3, 7], mode = \"bilinear\", align_corners = true) + interpolate(x, scale_factor = [0.75, 1.5]).sum()",
+     false},
+    {"topk", "", "x: f32[3, 5]", "v, i = topk(x, 2)\n w, j = topk(x, 3, dim = 0, largest = false)\n y = v.sum(1) * f32(i[:, 0]) + w.sum(0)[0:3] * f32(j[0, 0:3])",
+     false},
+    {"functional_pools", "", "x: f32[2, 2, 6, 7]",
+     "y = concat(flatten(max_pool2d(x, [3, 2], stride = [2, 1], padding = 1, dilation = [1, 2], ceil_mode = true)),"
+     " flatten(avg_pool2d(x, 3, 2, 1, ceil_mode = true, count_include_pad = false)), flatten(avg_pool2d(x, [2, 3])), dim = 1)",
+     false},
+    /* losses */
+    {"cross_entropy_options", "", "x: f32[4, 5], t: i64[4]",
+     "y = cross_entropy(x, t, ignore_index = 2, label_smoothing = 0.1) + cross_entropy(x, t, reduction = \"sum\") * 0.1", false},
+    {"nll_loss", "", "x: f32[2, 3, 5], t: i64[2, 3]",
+     "y = nll_loss(log_softmax(x), t) + nll_loss(x, t, ignore_index = 1, reduction = \"none\")", false},
+    {"class_weights", "", "x: f32[4, 5], t: i64[4], w: f32[5]",
+     "y = cross_entropy(x, t, weight = detach(exp(w))) + nll_loss(log_softmax(x), t, weight = detach(exp(w)), ignore_index = 1)"
+     " + cross_entropy(x, t, weight = detach(exp(w)), label_smoothing = 0.2, reduction = \"sum\")",
+     false},
+    {"kl_div", "", "x: f32[3, 4], z: f32[3, 4]",
+     "y = kl_div(log_softmax(x), softmax(z), reduction = \"batchmean\") + kl_div(log_softmax(x), log_softmax(z), log_target = true)"
+     " + kl_div(log_softmax(x), relu(z), reduction = \"none\")",
+     false},
+    {"regression_losses", "", "x: f32[3, 4], z: f32[3, 4]",
+     "y = l1_loss(x, z) + smooth_l1_loss(x * 2, z, beta = 0.5) + huber_loss(x * 2, z, delta = 0.7, reduction = \"sum\")"
+     " + smooth_l1_loss(x, z, reduction = \"none\", beta = 0)",
+     false},
+    {"bce_with_logits", "", "x: f32[3, 4], z: f32[3, 4], w: f32[4]",
+     "y = binary_cross_entropy_with_logits(x * 3, sigmoid(z))"
+     " + binary_cross_entropy_with_logits(x, sigmoid(z), pos_weight = detach(exp(w)), weight = detach(sigmoid(w)),"
+     " reduction = \"none\")",
+     false},
+    /* modules */
+    {"Sequential", "net = Sequential(Linear(6, 8), ReLU(), Linear(8, 3), GELU(), Linear(3, 2, bias = false))", "x: f32[4, 6]",
+     "y = net(x)", false},
+    {"activation_modules",
+     "net = Sequential(Linear(5, 5), SiLU(), Linear(5, 5), Tanh(), Linear(5, 5), Sigmoid(), Linear(5, 5), LeakyReLU(0.1), "
+     "Linear(5, 5), ELU(), Linear(5, 5), Softplus(), Linear(5, 5), Mish(), Linear(5, 5), Hardswish(), Linear(5, 5), "
+     "GELU(approximate = \"tanh\"), Flatten(), Identity())",
+     "x: f32[3, 5]", "y = net(x * 3)", false},
+    {"Conv1d", "m = Conv1d(3, 4, 3, stride = 2, padding = 1, dilation = 1)", "x: f32[2, 3, 9]", "y = m(x)", false},
+    {"Conv2d_tuples", "m = Conv2d(2, 3, [3, 2], stride = [2, 1], padding = [1, 0], bias = false)", "x: f32[2, 2, 6, 5]", "y = m(x)",
+     false},
+    {"Conv_groups_padding", "a = Conv2d(4, 6, 3, padding = \"same\", groups = 2)\nb = Conv2d(6, 6, [2, 4], padding = \"same\", groups = 6, dilation = [1, 2])\n"
+     "c = Conv1d(4, 2, 3, padding = \"valid\", groups = 2, bias = false)",
+     "x: f32[2, 4, 5, 6]", "y = concat(flatten(b(a(x))), flatten(c(x[:, :, 0, :])), dim = 1)", false},
+    {"LayerNorm_dims", "m = LayerNorm([3, 4])", "x: f32[2, 3, 4]", "y = m(x)", true},
+    {"LSTM", "m = LSTM(3, 4, num_layers = 2)", "x: f32[5, 2, 3]", "o, hc = m(x)\n y = concat(flatten(o), flatten(hc[0]), flatten(hc[1]), dim = 0)",
+     false},
+    {"GRU", "m = GRU(3, 4, num_layers = 2, batch_first = true)\nn = GRU(3, 2, bias = false)", "x: f32[2, 5, 3]",
+     "o, h = m(x)\n p, u = n(x)\n y = o.sum() + (h * h).sum() + p * u.mean()", false},
+    {"pool_options",
+     "a = MaxPool2d([3, 2], stride = [2, 1], padding = 1, dilation = [1, 2], ceil_mode = true)\n"
+     "b = AvgPool2d(3, stride = 2, padding = 1, ceil_mode = true, count_include_pad = false)\nc = AvgPool2d([2, 3], ceil_mode = true)\n"
+     "d = AvgPool2d(3, stride = 2, padding = 1, ceil_mode = true)",
+     "x: f32[2, 2, 6, 7]", "y = concat(flatten(a(x)), flatten(b(x)), flatten(c(x)), flatten(d(x)), dim = 1)", false},
+    {"ConvTranspose2d", "m = ConvTranspose2d(2, 3, 3, stride = 2, padding = 1, output_padding = 1)\nn = ConvTranspose2d(3, 2, [2, 3], dilation = 2, bias = false)",
+     "x: f32[2, 2, 3, 3]", "y = n(m(x))", false},
+    {"Upsample", "a = Upsample(scale_factor = 2)\nb = Upsample(size = [5, 3], mode = \"bilinear\")", "x: f32[1, 2, 3, 4]", "y = a(b(x))", false},
+    {"EmbeddingBag", "m = EmbeddingBag(7, 4)\nn = EmbeddingBag(7, 4, mode = \"sum\")\no = EmbeddingBag(7, 4, mode = \"max\")",
+     "i: i64[2, 3]", "y = m(i) + n(i) * o(i)", false},
+    {"MultiheadAttention", "m = MultiheadAttention(8, 2, batch_first = true)\nn = MultiheadAttention(8, 4)", "x: f32[2, 3, 8], z: f32[2, 5, 8]",
+     "o, w = m(x, z, z)\n p, u = n(x, x, x)\n y = concat(flatten(o * 2 + w.sum()), flatten(p + u.mean()), dim = 1)", false},
+    {"BatchNorm1d", "m = BatchNorm1d(4)", "x: f32[5, 4]", "y = m(x)", true},
+    {"BatchNorm1d_3d", "m = BatchNorm1d(3, momentum = 0.2)", "x: f32[2, 3, 4]", "y = m(x)", true},
+    {"GroupNorm", "m = GroupNorm(2, 4)", "x: f32[2, 4, 3, 2]", "y = m(x)", true},
+    {"RMSNorm", "m = RMSNorm(6)", "x: f32[2, 3, 6]", "y = m(x)", true},
+    {"AdaptiveAvgPool2d", "m = AdaptiveAvgPool2d(1)\nn = AdaptiveAvgPool2d([2, 3])", "x: f32[2, 3, 4, 6]",
+     "y = concat(flatten(m(x)), flatten(n(x)), dim = 1)", false},
+};
+
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+static void case_text(char *buf, size_t n, const ParityCase *c)
+{
+    snprintf(buf, n, "model t\n%s\nforward(%s) -> y {\n %s\n}\nloss(y) = %s\n", c->members, c->inputs, c->body,
+             c->cubic ? "sum(y * y * y / 3 + y * y + y)" : "sum(y * y / 2 + y)");
+}
+
+static void put_array(StrBuf *o, const double *v, int64_t n)
+{
+    sb_putc(o, '[');
+    for (int64_t i = 0; i < n; i++) sb_printf(o, "%s%.17g", i ? ", " : "", v[i]);
+    sb_putc(o, ']');
+}
+
+static void put_tensor(StrBuf *o, const char *name, const ITensor *t, const char *dtype, bool trainable)
+{
+    sb_printf(o, "{\"name\": \"%s\", \"dtype\": \"%s\", \"trainable\": %s, \"shape\": [", name, dtype, trainable ? "true" : "false");
+    for (int i = 0; i < t->rank; i++) sb_printf(o, "%s%lld", i ? ", " : "", (long long)t->dims[i]);
+    sb_puts(o, "], \"data\": ");
+    put_array(o, t->data, t->n);
+    sb_putc(o, '}');
+}
+
+static NodeId output_node(const Graph *g, OutputKind kind, const char *name)
+{
+    for (int32_t k = 0; k < g->noutputs; k++)
+        if (g->outputs[k].kind == kind && (!name || !strcmp(ir_str(g, g->outputs[k].name), name))) return g->outputs[k].node;
+    return IR_NONE;
+}
+
+/* One case: its model, weights, inputs and Kiln's values, as a JSON object. */
+static void run_case(StrBuf *o, const ParityCase *c)
+{
+    char text[4096];
+    case_text(text, sizeof text, c);
+    Diag d;
+    diag_init(&d, NULL);
+    Model *m = frontend_compile(&d, "parity.kiln", text, strlen(text), MODE_TRAIN);
+    cr_assert(m, "%s does not compile:\n%s", c->name, d.out.data);
+    Graph *g = ir_graph_clone(m->graph);
+    StrBuf err;
+    sb_init(&err);
+    AutodiffOptions ao = {.wrt_inputs = true};
+    cr_assert_eq(pass_autodiff(g, &ao, &err), 0, "%s: %s", c->name, err.data);
+    Interp ip;
+    interp_init(&ip, g);
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_INPUT) continue;
+        int64_t cnt = 1;
+        for (int k = 0; k < n->shape.rank; k++) cnt *= n->shape.d[k].k;
+        double *v = malloc(sizeof(double) * (size_t)(cnt ? cnt : 1));
+        for (int64_t e = 0; e < cnt; e++)
+            v[e] = ir_dtype_is_float((DType)n->dtype) ? (double)(float)(1.3 * sin((double)e * 1.37 + 0.5 * i)) : (double)((e * 7 + i) % 3);
+        interp_set(&ip, i, v);
+        free(v);
+    }
+    interp_init_params(&ip, 5);
+    /* weights rounded to float32, as PyTorch will hold them */
+    for (NodeId i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == OP_PARAM && ir_dtype_is_float((DType)g->nodes[i].dtype))
+            for (int64_t e = 0; e < ip.vals[i].n; e++) ip.vals[i].data[e] = (double)(float)ip.vals[i].data[e];
+    cr_assert_eq(interp_run(&ip), 0, "%s: %s", c->name, ip.err.data);
+    sb_printf(o, "{\"name\": \"%s\", \"cubic\": %s, \"model\": ", c->name, c->cubic ? "true" : "false");
+    sb_putc(o, '"');
+    for (const char *p = text; *p; p++) {
+        if (*p == '"' || *p == '\\') sb_putc(o, '\\');
+        if (*p == '\n') sb_puts(o, "\\n");
+        else sb_putc(o, *p);
+    }
+    sb_puts(o, "\", \"params\": [");
+    int np = 0;
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        if (g->nodes[i].op != OP_PARAM) continue;
+        if (np++) sb_puts(o, ", ");
+        put_tensor(o, ir_node_name(g, i), &ip.vals[i], ir_dtype_name((DType)g->nodes[i].dtype), ir_attrs(g, i)[1] != 0);
+    }
+    sb_puts(o, "], \"inputs\": [");
+    int ni = 0;
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        if (g->nodes[i].op != OP_INPUT) continue;
+        if (ni++) sb_puts(o, ", ");
+        put_tensor(o, ir_node_name(g, i), &ip.vals[i], ir_dtype_name((DType)g->nodes[i].dtype), false);
+    }
+    sb_puts(o, "], \"y\": ");
+    NodeId y = output_node(g, OUT_FORWARD, "y");
+    put_tensor(o, "y", &ip.vals[y], "f32", false);
+    NodeId loss = output_node(g, OUT_LOSS, NULL);
+    sb_printf(o, ", \"loss\": %.17g, \"grads\": [", ip.vals[loss].data[0]);
+    int ng = 0;
+    for (int32_t k = 0; k < g->noutputs; k++) {
+        if (g->outputs[k].kind != OUT_GRAD) continue;
+        if (ng++) sb_puts(o, ", ");
+        put_tensor(o, ir_str(g, g->outputs[k].name), &ip.vals[g->outputs[k].node], "f32", true);
+    }
+    sb_puts(o, "], \"updates\": [");
+    int nu = 0;
+    for (int32_t k = 0; k < g->noutputs; k++) {
+        if (g->outputs[k].kind != OUT_UPDATE) continue;
+        if (nu++) sb_puts(o, ", ");
+        const Node *un = &g->nodes[g->outputs[k].node];
+        put_tensor(o, ir_str(g, g->outputs[k].name), &ip.vals[g->outputs[k].node], ir_dtype_name((DType)un->dtype), false);
+    }
+    /* one SGD step (lr = 0.1) on the trainable parameters, then the loss again */
+    for (int32_t k = 0; k < g->noutputs; k++) {
+        if (g->outputs[k].kind != OUT_GRAD) continue;
+        NodeId p = ir_find_named(g, OP_PARAM, ir_str(g, g->outputs[k].name));
+        if (p == IR_NONE) continue;
+        const ITensor *gt = &ip.vals[g->outputs[k].node];
+        double *w = malloc(sizeof(double) * (size_t)(gt->n ? gt->n : 1));
+        for (int64_t e = 0; e < gt->n; e++) w[e] = (double)(float)(ip.vals[p].data[e] - 0.1 * gt->data[e]);
+        interp_set(&ip, p, w);
+        free(w);
+    }
+    cr_assert_eq(interp_run(&ip), 0, "%s: %s", c->name, ip.err.data);
+    sb_printf(o, "], \"loss_after_step\": %.17g}", ip.vals[loss].data[0]);
+    interp_free(&ip);
+    ir_graph_free(g);
+    sb_free(&err);
+    frontend_model_free(m);
+    diag_free(&d);
+}
+
+Test(parity, functions_modules_and_losses_match_pytorch, .timeout = 300)
+{
+    StrBuf o;
+    sb_init(&o);
+    sb_puts(&o, "{\"cases\": [\n");
+    for (int i = 0; i < NCASES; i++) {
+        if (i) sb_puts(&o, ",\n");
+        run_case(&o, &cases[i]);
+    }
+    sb_puts(&o, "\n]}\n");
+    char path[] = "/tmp/kiln-parity-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    cr_assert(f);
+    fwrite(o.data, 1, o.len, f);
+    fclose(f);
+    sb_free(&o);
+    /* Debian's PyTorch is a package of the system's Python, not of a virtual environment's */
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s'", support_path("tests/parity/torch_parity.py"), path);
+    StrBuf out;
+    sb_init(&out);
+    int rc = support_run(cmd, &out);
+    remove(path);
+    cr_log_info("%s", out.data);
+    if (rc == 77 || rc == 127) {
+        sb_free(&out);
+        cr_skip_test("%s (Debian's python3-torch): parity with PyTorch not checked",
+                     rc == 77 ? "PyTorch is not installed" : "there is no /usr/bin/python3");
+    }
+    cr_expect_eq(rc, 0, "torch_parity.py exited %d:\n%s", rc, out.data);
+    sb_free(&out);
+}
