@@ -164,7 +164,7 @@ static void single_kernel_test(const Graph *g, int32_t k, NodeId id, const char 
     int64_t cnt = numel_at(g, &n->shape, symvals);
     sb_printf(body, "        %s *want = filled<%s>(%lld, 7u), *got = filled<%s>(%lld, 9u);\n", t, t, (long long)cnt, t, (long long)cnt);
     sb_printf(body, "        %s *dy = on_device(got, %lld);\n", t, (long long)cnt);
-    if (check) sb_puts(body, "        int64_t bad_want = -2, bad_got = -2, *dbad = on_device(&bad_got, 1);\n");
+    if (check) sb_puts(body, "        int64_t bad_want = -2, bad_got[2] = {-2, -2}, *dbad = on_device(bad_got, 2); /* position, value */\n");
     sb_printf(body, "        ref_k%d(s%s, want%s);\n        train_k%d_%s_launch(s%s, dy%s, 0);\n", k, hargs.data ? hargs.data : "",
               check ? ", &bad_want" : "", k, op, dargs.data ? dargs.data : "", check ? ", dbad" : "");
     sb_puts(body, "        KILN_CUDA_CHECK(cudaDeviceSynchronize());\n");
@@ -173,10 +173,10 @@ static void single_kernel_test(const Graph *g, int32_t k, NodeId id, const char 
                     "        for (int64_t i = 0; i < %lld; i++) differ += memcmp(&got[i], &want[i], sizeof *got) != 0;\n",
               (long long)cnt);
     if (check) {
-        sb_puts(body, "        KILN_CUDA_CHECK(cudaMemcpy(&bad_got, dbad, sizeof bad_got, cudaMemcpyDeviceToHost));\n"
-                      "        differ += bad_got != bad_want;\n");
+        sb_puts(body, "        KILN_CUDA_CHECK(cudaMemcpy(bad_got, dbad, sizeof bad_got, cudaMemcpyDeviceToHost));\n"
+                      "        differ += bad_got[0] != bad_want;\n");
         sb_printf(body, "        printf(\"kernel %d, %%%%%d %s: %lld elements, %%lld differ; first bad index %%lld (C: %%lld)\\n\", "
-                        "(long long)differ, (long long)bad_got, (long long)bad_want);\n",
+                        "(long long)differ, (long long)bad_got[0], (long long)bad_want);\n",
                   k, id, op, (long long)cnt);
         sb_puts(body, "        KILN_CUDA_CHECK(cudaFree(dbad));\n");
     } else {
@@ -362,9 +362,9 @@ static void check_map_kernels(const char *text)
              KILN_SOURCE_DIR, dir, dir);
     cr_assert_eq(run(cmd, "the C reference"), 0);
     snprintf(cmd, sizeof cmd,
-             "'%s' %s -Wall -Wextra -Wshadow -Werror -DKILN_CUDA_EMU -I'%s/runtime/cuda' -x c++ '%s/harness.cu' -x none "
+             "'%s' %s -Wall -Wextra -Wshadow -Werror -DKILN_CUDA_EMU -I'%s/runtime/cuda' -I'%s/runtime' -x c++ '%s/harness.cu' -x none "
              "'%s/ref.o' '%s' '%s' -lpthread -lm -o '%s/harness' 2>&1",
-             KILN_CXX, KILN_EMU_CXXFLAGS, KILN_SOURCE_DIR, dir, dir, KILN_CUDA_EMU_LIB, KILN_OPENBLAS, dir);
+             KILN_CXX, KILN_EMU_CXXFLAGS, KILN_SOURCE_DIR, KILN_SOURCE_DIR, dir, dir, KILN_CUDA_EMU_LIB, KILN_OPENBLAS, dir);
     cr_assert_eq(run(cmd, "model.cu under the emulator"), 0);
     /* every thread order gives the same elements (no kernel here shares anything) */
     static const char *const orders[] = {"forward", "reverse", "shuffle"};
@@ -375,8 +375,8 @@ static void check_map_kernels(const char *text)
 
     if (*KILN_NVCC) {
         snprintf(cmd, sizeof cmd,
-                 "'%s' -std=c++17 -O3 -arch=sm_90 -Xptxas -v -I'%s/runtime/cuda' -c '%s/model.cu' -o '%s/model.o' 2>&1",
-                 KILN_NVCC, KILN_SOURCE_DIR, dir, dir);
+                 "'%s' -std=c++17 -O3 -arch=sm_90 -Xptxas -v -I'%s/runtime/cuda' -I'%s/runtime' -c '%s/model.cu' -o '%s/model.o' 2>&1",
+                 KILN_NVCC, KILN_SOURCE_DIR, KILN_SOURCE_DIR, dir, dir);
         StrBuf out;
         sb_init(&out);
         cr_expect_eq(support_run(cmd, &out), 0, "nvcc:\n%s", out.data ? out.data : "");
