@@ -1,0 +1,189 @@
+/* test_cuda_train.c — the CUDA target's training programs against the C target's, without a
+ * GPU: `kiln build --target cuda-emu` compiles the same model.cu and the same CUDA host
+ * runtime (runtime/cuda/device.cu) that --target cuda compiles with nvcc, against Kiln's
+ * CUDA emulator. For mlp, gpt (and cnn once its every kernel is written):
+ *   - N steps give the C program's losses within 1e-4 relative, step by step, and its
+ *     evaluation loss;
+ *   - a run resumed from its own checkpoint halfway ends with the same checkpoint, bit for
+ *     bit, as the run that did not stop;
+ *   - the reversed and shuffled thread orders give the forward order's losses exactly;
+ *   - a checkpoint of the CUDA program resumes in the C program (same file format, same
+ *     model hash), and the C program's in the CUDA program.
+ * With nvcc, --target cuda builds, and the program says that there is no GPU and exits 1
+ * on a machine without one. Sizes are cut for CI's time (gpt at T 32, batch 2). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt_compare.h"
+#include "support.h"
+
+#ifndef KILN_NVCC
+#define KILN_NVCC ""
+#endif
+
+typedef struct {
+    const char *model, *build_flags, *run_flags;
+    int steps;
+} Case;
+
+static const Case mlp_case = {"mlp", "", "--batch 32 --eval-batches 2", 20};
+static const Case gpt_case = {"gpt", "--bound T=32", "--batch 2 --eval-batches 1 --sample-tokens 0", 5};
+
+static void build(const char *dir, const Case *t, const char *target, const char *name)
+{
+    char args[1024];
+    StrBuf out;
+    sb_init(&out);
+    snprintf(args, sizeof args, "build %s/models/%s.kiln %s --target %s -o %s/%s", KILN_SOURCE_DIR, t->model, t->build_flags, target, dir,
+             name);
+    int rc = support_run_kiln(args, &out);
+    cr_assert_eq(rc, 0, "kiln %s:\n%s", args, out.data ? out.data : "");
+    sb_free(&out);
+}
+
+/* Runs dir/prog with the case's flags plus `extra`, in dir; fails the test unless it exits 0. */
+static void run(const char *dir, const char *env, const char *prog, const Case *t, const char *extra)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s ./%s %s %s", env, prog, t->run_flags, extra);
+    StrBuf out;
+    sb_init(&out);
+    int rc = support_run_in(dir, cmd, &out);
+    cr_assert_eq(rc, 0, "%s (in %s) exited %d:\n%s", cmd, dir, rc, out.data ? out.data : "");
+    sb_free(&out);
+}
+
+/* The "loss" (or "eval_loss") values of a JSONL log, in order; returns how many. */
+static int losses(const char *path, const char *key, double *v, int cap)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no log %s", path);
+    char line[4096], pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    int n = 0;
+    while (n < cap && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, pat);
+        if (p && (p == line || p[-1] != '_')) v[n++] = strtod(p + strlen(pat), NULL);
+    }
+    fclose(f);
+    return n;
+}
+
+/* dir/ck/<newest step>/file */
+static void newest(char *buf, size_t cap, const char *dir, const char *ck, const char *file)
+{
+    char d[512], found[4096];
+    int64_t step;
+    krt_error err;
+    snprintf(d, sizeof d, "%s/%s", dir, ck);
+    cr_assert_eq(krt_ckpt_find(d, found, sizeof found, &step, NULL, &err), KRT_OK, "%s", err.msg);
+    snprintf(buf, cap, "%s/%s", found, file);
+}
+
+static void same_losses(const char *a, const char *b, const char *key, double tol, int want)
+{
+    double x[256], y[256];
+    int n = losses(a, key, x, 256), m = losses(b, key, y, 256);
+    cr_assert_eq(n, m, "%s has %d %s values, %s %d", a, n, key, b, m);
+    cr_assert(want < 0 || n == want, "%s has %d %s values, not %d", a, n, key, want);
+    for (int i = 0; i < n; i++) {
+        double rel = fabs(x[i] - y[i]) / fmax(fabs(x[i]), 1e-30);
+        cr_expect(rel <= tol, "%s %d: %.9g in %s, %.9g in %s (relative difference %.3g > %.3g)", key, i + 1, x[i], a, y[i], b, rel, tol);
+    }
+}
+
+static void train_against_c(const Case *t)
+{
+    char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/kiln-cudatrain-%s-XXXXXX", t->model);
+    cr_assert(mkdtemp(dir));
+    build(dir, t, "c", "prog-c");
+    build(dir, t, "cuda-emu", "prog-emu");
+    char extra[512], path[512], other[512];
+    const int n = t->steps, half = t->steps / 2;
+    /* the whole run, each program */
+    snprintf(extra, sizeof extra, "--steps %d --checkpoint-dir ck-c --log c.log", n);
+    run(dir, "", "prog-c", t, extra);
+    snprintf(extra, sizeof extra, "--steps %d --checkpoint-dir ck-emu --log emu.log", n);
+    run(dir, "", "prog-emu", t, extra);
+    snprintf(path, sizeof path, "%s/c.log", dir);
+    snprintf(other, sizeof other, "%s/emu.log", dir);
+    same_losses(path, other, "loss", 1e-4, n);
+    same_losses(path, other, "eval_loss", 1e-4, 1);
+    /* other thread orders: the same bits */
+    static const char *const orders[] = {"reverse", "shuffle"};
+    for (int i = 0; i < 2; i++) {
+        char env[64];
+        snprintf(env, sizeof env, "KILN_CUDA_EMU_ORDER=%s", orders[i]);
+        snprintf(extra, sizeof extra, "--steps %d --checkpoint-dir ck-%s --log %s.log", n, orders[i], orders[i]);
+        run(dir, env, "prog-emu", t, extra);
+        snprintf(path, sizeof path, "%s/%s.log", dir, orders[i]);
+        same_losses(other, path, "loss", 0, n);
+        same_losses(other, path, "eval_loss", 0, 1);
+        char a[4200], b[4200], ck[64];
+        snprintf(ck, sizeof ck, "ck-%s", orders[i]);
+        newest(a, sizeof a, dir, "ck-emu", "model.safetensors");
+        newest(b, sizeof b, dir, ck, "model.safetensors");
+        const char *why = ckpt_difference(a, b);
+        cr_expect(!why, "order %s: %s", orders[i], why);
+    }
+    /* stopped halfway and resumed: the same final checkpoint, bit for bit */
+    snprintf(extra, sizeof extra, "--steps %d --checkpoint-dir ck-half", half);
+    run(dir, "", "prog-emu", t, extra);
+    snprintf(extra, sizeof extra, "--steps %d --resume ck-half --checkpoint-dir ck-half --log resumed.log", n);
+    run(dir, "", "prog-emu", t, extra);
+    static const char *const files[] = {"model.safetensors", "train_state.safetensors"};
+    for (int f = 0; f < 2; f++) {
+        char a[4200], b[4200];
+        newest(a, sizeof a, dir, "ck-emu", files[f]);
+        newest(b, sizeof b, dir, "ck-half", files[f]);
+        const char *why = ckpt_difference(a, b);
+        cr_expect(!why, "resumed at step %d: %s", half, why);
+    }
+    /* across targets: the CUDA program's checkpoint in the C program, and back */
+    snprintf(extra, sizeof extra, "--steps %d --checkpoint-dir ck-emu-half", half);
+    run(dir, "", "prog-emu", t, extra);
+    snprintf(extra, sizeof extra, "--steps %d --resume ck-emu-half --checkpoint-dir ck-emu-half --log c-from-emu.log", n);
+    run(dir, "", "prog-c", t, extra);
+    snprintf(extra, sizeof extra, "--steps %d --checkpoint-dir ck-c-half", half);
+    run(dir, "", "prog-c", t, extra);
+    snprintf(extra, sizeof extra, "--steps %d --resume ck-c-half --checkpoint-dir ck-c-half --log emu-from-c.log", n);
+    run(dir, "", "prog-emu", t, extra);
+    snprintf(path, sizeof path, "%s/c-from-emu.log", dir);
+    snprintf(other, sizeof other, "%s/emu-from-c.log", dir);
+    same_losses(path, other, "loss", 1e-4, n - half);
+    support_remove_dir(dir);
+}
+
+Test(cuda_train, mlp_trains_as_the_c_program, .timeout = 600) { train_against_c(&mlp_case); }
+
+Test(cuda_train, gpt_trains_as_the_c_program, .timeout = 600) { train_against_c(&gpt_case); }
+
+/* --target cuda: nvcc builds the program (sm_80 and sm_90); without a GPU it says so. */
+Test(cuda_train, gpu_program_without_a_gpu_says_so, .timeout = 600)
+{
+    if (!*KILN_NVCC) {
+        cr_skip_test("no CUDA toolkit: --target cuda cannot be built here");
+    }
+    char dir[] = "/tmp/kiln-cudagpu-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    build(dir, &mlp_case, "cuda", "prog-gpu");
+    StrBuf out;
+    sb_init(&out);
+    int rc = support_run_in(dir, "./prog-gpu --steps 1", &out);
+    const char *msg = out.data ? out.data : "";
+    if (rc == 0) {
+        /* a machine with a GPU: it trained */
+        cr_expect(strstr(msg, "step 1/1"), "%s", msg);
+    } else {
+        cr_expect_eq(rc, 1, "%s", msg);
+        cr_expect(strstr(msg, "mlp: error: no CUDA GPU"), "%s", msg);
+        cr_expect(!strstr(msg, "step 1/1"), "%s", msg);
+    }
+    sb_free(&out);
+    support_remove_dir(dir);
+}
