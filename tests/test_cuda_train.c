@@ -187,3 +187,51 @@ Test(cuda_train, gpu_program_without_a_gpu_says_so, .timeout = 600)
     sb_free(&out);
     support_remove_dir(dir);
 }
+
+/* Every model of models/ that --target cuda writes compiles with nvcc for sm_80 and sm_90,
+ * host code included, and ptxas reports no register spills and no stack frame in any
+ * kernel (shared memory over the limit fails the compilation). */
+Test(cuda_train, every_model_compiles_for_sm80_and_sm90_without_spills, .timeout = 900)
+{
+    if (!*KILN_NVCC) {
+        cr_skip_test("no CUDA toolkit: nvcc cannot be run here");
+    }
+    static const char *const models[] = {"mlp", "gpt", "gpt2-124m"};
+    char dir[] = "/tmp/kiln-cudanvcc-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    for (size_t m = 0; m < sizeof models / sizeof *models; m++) {
+        char args[1024], cmd[2048];
+        StrBuf out;
+        sb_init(&out);
+        snprintf(args, sizeof args, "emit %s/models/%s.kiln --target cuda -o %s/%s", KILN_SOURCE_DIR, models[m], dir, models[m]);
+        cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data ? out.data : "");
+        snprintf(cmd, sizeof cmd,
+                 "'%s' -std=c++17 -O3 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -Xptxas -v "
+                 "-I'%s/runtime/cuda' -I'%s/runtime' -c '%s/%s/model.cu' -o '%s/%s/model.o' 2>&1",
+                 KILN_NVCC, KILN_SOURCE_DIR, KILN_SOURCE_DIR, dir, models[m], dir, models[m]);
+        int rc = support_run(cmd, &out);
+        cr_expect_eq(rc, 0, "nvcc %s:\n%s", models[m], out.data ? out.data : "");
+        int kernels = 0, spilling = 0, stack = 0, max_regs = 0;
+        for (const char *s = out.data ? out.data : ""; (s = strstr(s, "bytes stack frame")); s++) {
+            const char *line = s;
+            while (line > out.data && line[-1] != '\n') line--;
+            int a, b, e;
+            if (sscanf(line, " %d bytes stack frame, %d bytes spill stores, %d bytes spill loads", &a, &b, &e) == 3) {
+                kernels++;
+                spilling += b || e;
+                stack += a != 0;
+            }
+        }
+        for (const char *s = out.data ? out.data : ""; (s = strstr(s, "Used ")); s++) {
+            int r;
+            if (sscanf(s, "Used %d registers", &r) == 1 && r > max_regs) max_regs = r;
+        }
+        printf("nvcc %s, sm_80 + sm_90: %d kernels, %d spilling, %d with a stack frame, at most %d registers\n", models[m], kernels, spilling,
+               stack, max_regs);
+        cr_expect_gt(kernels, 0, "%s", out.data);
+        cr_expect_eq(spilling, 0, "%s: %s", models[m], out.data);
+        cr_expect_eq(stack, 0, "%s: %s", models[m], out.data);
+        sb_free(&out);
+    }
+    support_remove_dir(dir);
+}
