@@ -814,6 +814,17 @@ static void emit_kernel_call(Cg *c, int32_t k)
         if (n->op == OP_CHECK_INDEX) sb_printf(o, ", checks + %d", 2 * c->ncheck++);
         sb_puts(o, ", stream);");
     } else {
+        if (L.mode == CG_LOOP_GEMM) { /* its cuBLAS calls' errors name it */
+            StrBuf site;
+            sb_init(&site);
+            model_line(c, L.K->anchor, &site);
+            sb_puts(o, "KILN_CUDA_NOW_AT(\"");
+            kernel_name(&L, o);
+            sb_puts(o, "\", ");
+            cg_c_string(o, site.data);
+            sb_puts(o, ");\n    ");
+            sb_free(&site);
+        }
         kernel_name(&L, o);
         sb_puts(o, "_launch(io->syms");
         for (int i = 0; i < L.nreads; i++) sb_printf(o, ", v%d", L.reads[i]);

@@ -39,6 +39,10 @@ void kiln_cuda_read_scalar(void *ctx, int slot, const void *device_value, size_t
 void kiln_cuda_finish(void *ctx, kiln_step_io *io, const kiln_index_check *checks, int nchecks);
 const void *kiln_cuda_scalar(void *ctx, int slot);
 
+/* Before a matrix product's cuBLAS calls: a failed call names the kernel and its model line
+ * (KILN_CUBLAS_CHECK prints the last kernel and site). */
+#define KILN_CUDA_NOW_AT(kernel, site) (kiln_cuda_last_kernel = (kernel), kiln_cuda_last_site = (site))
+
 /* --profile: the kernel's time is known once it has run, so the step waits for it before
  * marking it (profiled steps are not the timed ones). */
 #define KILN_CUDA_MARK(io, k, stream)                       \
