@@ -235,3 +235,25 @@ Test(cuda_train, every_model_compiles_for_sm80_and_sm90_without_spills, .timeout
     }
     support_remove_dir(dir);
 }
+
+/* A model that does not fit the GPU's free memory is refused before it starts, with both
+ * figures (the emulator plays a 48 MiB GPU: KILN_CUDA_EMU_MEMORY). */
+Test(cuda_train, a_model_too_big_for_the_gpu_is_refused_with_both_figures, .timeout = 300)
+{
+    char dir[] = "/tmp/kiln-cudamem-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    build(dir, &mlp_case, "cuda-emu", "prog-emu");
+    StrBuf out;
+    sb_init(&out);
+    int rc = support_run_in(dir, "KILN_CUDA_EMU_MEMORY=48M ./prog-emu --steps 1 --checkpoint-dir ck", &out);
+    const char *msg = out.data ? out.data : "";
+    cr_expect_eq(rc, 1, "%s", msg);
+    cr_expect(strstr(msg, "mlp: error: the model needs ") && strstr(msg, " MiB more device memory") && strstr(msg, "MiB free of 48.0 MiB"),
+              "%s", msg);
+    cr_expect(!strstr(msg, "step 1/1"), "%s", msg);
+    /* with enough memory it trains */
+    rc = support_run_in(dir, "KILN_CUDA_EMU_MEMORY=1G ./prog-emu --steps 1 --batch 8 --eval-batches 1 --checkpoint-dir ck", &out);
+    cr_expect_eq(rc, 0, "%s", out.data ? out.data : "");
+    sb_free(&out);
+    support_remove_dir(dir);
+}

@@ -163,10 +163,11 @@ static int device_reserve(void *vctx, int64_t bytes, char *err, size_t cap)
      * middle of the first step */
     const int64_t margin = 64ll << 20;
     if ((double)bytes + (double)margin > (double)free_bytes) {
-        say(err, cap, "the model needs %.1f MiB of device memory (parameters, gradients, optimizer state and activations at the "
-                      "batch's bound, plus %.1f MiB of staging already allocated), but the GPU has %.1f MiB free of %.1f MiB: lower "
-                      "--batch or the model's bounds",
-            (double)bytes / mib, (double)c->staging_bytes / mib, (double)free_bytes / mib, (double)total / mib);
+        say(err, cap, "the model needs %.1f MiB more device memory (%.1f MiB of parameters, gradients, optimizer state and activations "
+                      "at the batch's bound, and 64 MiB kept for cuBLAS), but the GPU has %.1f MiB free of %.1f MiB (after %.1f MiB of "
+                      "input staging): lower --batch or the model's bounds",
+            ((double)bytes + (double)margin) / mib, (double)bytes / mib, (double)free_bytes / mib, (double)total / mib,
+            (double)c->staging_bytes / mib);
         return -1;
     }
     return 0;

@@ -268,8 +268,36 @@ cudaError_t cudaGetDevice(int *device)
     return cudaSuccess;
 }
 
+static size_t device_bytes; /* live cudaMalloc bytes (under lock) */
+
+/* KILN_CUDA_EMU_MEMORY=8G (or bytes, K, M, G): the emulated device has that much memory, as a
+ * small GPU would, instead of the host's: cudaMemGetInfo reports it and cudaMalloc fails past
+ * it. 0 when unset. */
+static size_t device_limit(void)
+{
+    static size_t limit = (size_t)-1;
+    if (limit == (size_t)-1) {
+        const char *v = getenv("KILN_CUDA_EMU_MEMORY");
+        char *end = NULL;
+        double x = v && *v ? strtod(v, &end) : 0;
+        double unit = 1;
+        if (end && (*end == 'K' || *end == 'k')) unit = 1024.0;
+        if (end && (*end == 'M' || *end == 'm')) unit = 1024.0 * 1024.0;
+        if (end && (*end == 'G' || *end == 'g')) unit = 1024.0 * 1024.0 * 1024.0;
+        limit = x > 0 ? (size_t)(x * unit) : 0;
+    }
+    return limit;
+}
+
 static size_t host_memory(int available)
 {
+    size_t limit = device_limit();
+    if (limit) {
+        pthread_mutex_lock(&lock);
+        size_t used = device_bytes;
+        pthread_mutex_unlock(&lock);
+        return available ? (used < limit ? limit - used : 0) : limit;
+    }
     long pages = sysconf(available ? _SC_AVPHYS_PAGES : _SC_PHYS_PAGES);
     long page = sysconf(_SC_PAGESIZE);
     if (pages <= 0 || page <= 0) return (size_t)16 << 30;
@@ -408,6 +436,12 @@ static cudaError_t add_alloc(void **ptr, size_t size, int kind)
     if (st) return kemu_set_error(st);
     *ptr = NULL;
     if (size == 0) return cudaSuccess; /* as cudaMalloc: no allocation, NULL */
+    if (kind == KEMU_MEM_DEVICE && device_limit()) {
+        pthread_mutex_lock(&lock);
+        int over = device_bytes + size > device_limit();
+        pthread_mutex_unlock(&lock);
+        if (over) return kemu_set_error(cudaErrorMemoryAllocation); /* as a full GPU: not sticky */
+    }
     void *p = NULL;
     if (posix_memalign(&p, 256, size) != 0)
         return kemu_fail(cudaErrorMemoryAllocation, 0, "%s of %zu bytes: out of host memory",
@@ -431,6 +465,7 @@ static cudaError_t add_alloc(void **ptr, size_t size, int kind)
     allocs[i].size = size;
     allocs[i].kind = kind;
     nallocs++;
+    if (kind == KEMU_MEM_DEVICE) device_bytes += size;
     pthread_mutex_unlock(&lock);
     *ptr = p;
     return cudaSuccess;
@@ -444,6 +479,7 @@ static cudaError_t remove_alloc(void *ptr, int kind, const char *fn)
     int found = i > 0 && allocs[i - 1].base == (uintptr_t)ptr;
     int right_kind = found && allocs[i - 1].kind == kind;
     if (right_kind) {
+        if (kind == KEMU_MEM_DEVICE) device_bytes -= allocs[i - 1].size;
         memmove(&allocs[i - 1], &allocs[i], (nallocs - i) * sizeof *allocs);
         nallocs--;
     }
