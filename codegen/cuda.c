@@ -25,8 +25,8 @@
  *     scatter-add, one block for an index check), sums in the C target's order.
  * Every other kind of kernel is refused with an error naming it and its model line: never
  * code that computes something else. Summed products,
- * reductions over leading or middle axes whose coordinates the kernel needs, random numbers and the host
- * program follow (issue 18). */
+ * reductions over middle axes follow (issue 18). Random numbers (dropout) are kiln_rng.h's
+ * counter-based ones, drawn by element index as the C target draws them: the same masks. */
 #include "kernel.h"
 
 #include <stdio.h>
@@ -41,6 +41,7 @@
 #define CUDA_MAP_GRID_MAX 65535
 
 static bool single_supported(Op op);
+static bool columns_kernel(const CgKernel *L);
 
 /* What the target cannot write yet, in a few words ("row reduction"), or NULL. */
 static const char *unsupported_kind(const CgKernel *L)
@@ -61,7 +62,8 @@ static const char *unsupported_kind(const CgKernel *L)
      * the C target) runs as the others, each thread deriving its element's coordinates */
     if (K->axes && L->mode != CG_LOOP_ROWS && L->mode != CG_LOOP_COLUMNS && !cg_axes_trailing(L) && !cg_columns_shape(L))
         return "row reduction (over coordinates it needs, neither the trailing nor the leading axes)";
-    if (L->random) return "random-number elementwise";
+    /* random numbers are drawn by element index i (or row index), as the C target's are */
+    if (L->random && K->axes && columns_kernel(L)) return "random-number column reduction";
     return NULL;
 }
 
@@ -120,6 +122,7 @@ static void parameters(CgKernel *L, StrBuf *o, bool host)
                   L->c->mp.inplace_of[L->stores[i]] != IR_NONE || host ? "" : "__restrict__ ", L->stores[i]);
         any = true;
     }
+    if (L->random) sb_printf(o, "%suint64_t seed, uint64_t step", any ? ", " : ""); /* dropout's counter-based numbers */
     if (host) sb_puts(o, L->mode == CG_LOOP_GEMM ? ", cudaStream_t stream, cublasHandle_t blas" : ", cudaStream_t stream");
 }
 
@@ -446,6 +449,7 @@ static void emit_launcher(CgKernel *L)
     parameters(L, o, true);
     sb_puts(o, ")\n{\n");
     for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, "    const int64_t %s = s[%d];\n", g->syms[sy].name, sy);
+    if (L->random) sb_puts(o, "    (void)seed;\n    (void)step;\n");
     sb_puts(o, "    (void)s;\n    const int64_t n = ");
     if (!L->rank) sb_puts(o, "1");
     for (int a = 0; a < L->rank; a++) {
@@ -493,6 +497,7 @@ static void emit_launcher(CgKernel *L)
     for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, ", %s", g->syms[sy].name);
     for (int i = 0; i < L->nreads; i++) sb_printf(o, ", p%d", L->reads[i]);
     for (int i = 0; i < L->nstores; i++) sb_printf(o, ", y%d", L->stores[i]);
+    if (L->random) sb_puts(o, ", seed, step");
     sb_puts(o, ");\n}\n\n");
 }
 
@@ -829,6 +834,7 @@ static void emit_kernel_call(Cg *c, int32_t k)
         sb_puts(o, "_launch(io->syms");
         for (int i = 0; i < L.nreads; i++) sb_printf(o, ", v%d", L.reads[i]);
         for (int i = 0; i < L.nstores; i++) sb_printf(o, ", v%d", L.stores[i]);
+        if (L.random) sb_puts(o, ", io->seed, io->step");
         sb_puts(o, L.mode == CG_LOOP_GEMM ? ", stream, blas);" : ", stream);");
     }
     sb_printf(o, " KILN_CUDA_MARK(io, %d, stream);", k);
@@ -925,7 +931,7 @@ int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path,
                    " * for the CUDA emulator. */\n",
               train->name, KILN_VERSION, source_path);
     if (partial) sb_puts(out, "/* Partial: kernels that --target cuda cannot write yet are left out (tests only). */\n");
-    sb_puts(out, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n#include \"kiln_cuda_model.h\"\n\n");
+    sb_puts(out, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n#include \"kiln_cuda_model.h\"\n#include \"kiln_rng.h\"\n\n");
     sb_puts(out, "/* The leading dimension cuBLAS needs (runtime/kiln_gemm.h's, for the host). */\n"
                  "static inline int64_t kiln_blas_ld(int64_t stride, int64_t cols) { return stride >= cols && stride > 0 ? stride : cols > 1 ? cols : 1; }\n\n");
     sb_puts(out, "/* The sum and the maximum of v over the block, returned to every thread: each warp\n"

@@ -9,7 +9,14 @@
 #include <math.h>
 #include <stdint.h>
 
-static inline uint64_t kiln_rng_mix(uint64_t z)
+/* The CUDA target's kernels call it on the device (model.cu includes kiln_cuda.h first). */
+#if defined(__CUDACC__) || defined(KILN_CUDA_EMU)
+#define KILN_RNG_FN static __host__ __device__ inline
+#else
+#define KILN_RNG_FN static inline
+#endif
+
+KILN_RNG_FN uint64_t kiln_rng_mix(uint64_t z)
 {
     z += UINT64_C(0x9e3779b97f4a7c15);
     z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
@@ -18,7 +25,7 @@ static inline uint64_t kiln_rng_mix(uint64_t z)
 }
 
 /* 64 random bits for element `index` of stream (a, b) under `seed`. */
-static inline uint64_t kiln_rng_bits(uint64_t seed, uint64_t a, uint64_t b, uint64_t index)
+KILN_RNG_FN uint64_t kiln_rng_bits(uint64_t seed, uint64_t a, uint64_t b, uint64_t index)
 {
     uint64_t k = kiln_rng_mix(seed ^ kiln_rng_mix(a ^ kiln_rng_mix(b)));
     return kiln_rng_mix(k ^ kiln_rng_mix(index));
@@ -26,19 +33,19 @@ static inline uint64_t kiln_rng_bits(uint64_t seed, uint64_t a, uint64_t b, uint
 
 /* Uniform in [0, 1) with 24 random bits: exactly representable in float32, so the C, CUDA
  * and interpreter paths agree bit for bit. */
-static inline float kiln_rng_uniform24(uint64_t seed, uint64_t a, uint64_t b, uint64_t index)
+KILN_RNG_FN float kiln_rng_uniform24(uint64_t seed, uint64_t a, uint64_t b, uint64_t index)
 {
     return (float)(kiln_rng_bits(seed, a, b, index) >> 40) * (1.0f / 16777216.0f);
 }
 
 /* Uniform in (0, 1) with 53 bits, never 0 (safe for log). */
-static inline double kiln_rng_uniform53(uint64_t seed, uint64_t a, uint64_t b, uint64_t index)
+KILN_RNG_FN double kiln_rng_uniform53(uint64_t seed, uint64_t a, uint64_t b, uint64_t index)
 {
     return ((double)(kiln_rng_bits(seed, a, b, index) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
 /* Standard normal by Box-Muller from the two uniforms of (index*2, index*2+1). */
-static inline double kiln_rng_normal(uint64_t seed, uint64_t a, uint64_t b, uint64_t index)
+KILN_RNG_FN double kiln_rng_normal(uint64_t seed, uint64_t a, uint64_t b, uint64_t index)
 {
     double u1 = kiln_rng_uniform53(seed, a, b, 2 * index);
     double u2 = kiln_rng_uniform53(seed, a, b, 2 * index + 1);
