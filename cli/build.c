@@ -141,6 +141,22 @@ void build_fingerprint(StrBuf *key)
     }
 }
 
+/* Runs a shell command, its output appended to log; 0 when it succeeded. */
+static int run_logged(const char *cmd, StrBuf *log, const char *what)
+{
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        sb_printf(log, "cannot run the %s: %s", what, cmd);
+        return -1;
+    }
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0) sb_putn(log, chunk, n);
+    int rc = pclose(p) == 0 ? 0 : -1;
+    if (rc) sb_printf(log, "\nthe %s failed (%s)", what, cmd);
+    return rc;
+}
+
 /* Compiles the two halves of model.c at the same time (two compilers, one per core of a
  * small machine; see KILN_PART in the generated file), then links them with the driver
  * (train_main.c, compiled when Kiln was built). The objects go next to model_c and are
@@ -178,39 +194,13 @@ int build_program(const char *model_c, const char *prog, const char *extra_cflag
     shell_word(&cmd, KILN_BLAS_LIB);
     /* libgomp by name too: the runtime's loops need it even when --cflags says -fno-openmp. */
     sb_printf(&cmd, "%s -lz -lm -lpthread 2>&1", KILN_OPENMP_LIBS);
-    int rc = -1;
-    FILE *p = popen(cmd.data, "r");
-    if (!p) {
-        sb_printf(log, "cannot run the C compiler: %s", cmd.data);
-    } else {
-        char chunk[4096];
-        size_t n;
-        while ((n = fread(chunk, 1, sizeof chunk, p)) > 0) sb_putn(log, chunk, n);
-        rc = pclose(p) == 0 ? 0 : -1;
-        if (rc) sb_printf(log, "\nthe C compiler failed (%s)", cmd.data);
-    }
+    int rc = run_logged(cmd.data, log, "C compiler");
     for (int part = 0; part < 2; part++) {
         unlink(obj[part].data);
         sb_free(&obj[part]);
     }
     sb_free(&flags);
     sb_free(&cmd);
-    return rc;
-}
-
-/* Runs a shell command, its output appended to log; 0 when it succeeded. */
-static int run_logged(const char *cmd, StrBuf *log, const char *what)
-{
-    FILE *p = popen(cmd, "r");
-    if (!p) {
-        sb_printf(log, "cannot run the %s: %s", what, cmd);
-        return -1;
-    }
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0) sb_putn(log, chunk, n);
-    int rc = pclose(p) == 0 ? 0 : -1;
-    if (rc) sb_printf(log, "\nthe %s failed (%s)", what, cmd);
     return rc;
 }
 

@@ -408,42 +408,28 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
     sb_init(&source_literal);
     cg_c_string(&source_literal, c->source);
     const unsigned long long hash = (unsigned long long)graph_hash(train);
-    if (!cuda(c)) {
-        sb_printf(out, "const kiln_model kiln_model_def = {\n"
-                       "    .name = \"%s\",\n    .source = %s,\n    .hash = \"%016llx\",\n"
-                       "    .nparams = %d, .params = params, .nparam_floats = %lld, .buffer_bytes = %lld,\n"
-                       "    .ninputs = %d, .inputs = inputs, .nsyms = %d, .syms = syms,\n"
-                       "    .nmetrics = %d, .metric_names = metric_names,\n"
-                       "    .noutputs = %d, .output_names = output_names, .output_dtypes = output_dtypes,\n"
-                       "    .train_arena_bytes = %lld, .eval_arena_bytes = %lld,\n"
-                       "    .nrecipe = %d, .recipe = recipe,\n"
-                       "    .train_step = train_step, .eval_step = eval_step,\n"
-                       "    .train_gemm_flops = train_gemm_flops, .eval_gemm_flops = eval_gemm_flops,\n"
-                       "    .ntrain_gemms = %d, .train_gemms = train_gemms,\n"
-                       "    .ntrain_kernels = %d, .train_kernels = train_kernels, .neval_kernels = %d, .eval_kernels = eval_kernels,\n};\n",
-                  train->name, source_literal.data, hash, n->nparams, (long long)n->nparam_floats, (long long)n->buffer_bytes, n->ninputs,
-                  train->nsyms, n->nmetrics, n->noutputs, (long long)train_arena, (long long)eval_arena, n->nrecipe, c->ngemms, c->nkernels[0],
-                  c->nkernels[1]);
-    } else {
-        /* C++: designated initializers in declaration order */
-        sb_printf(out, "/* The model, as the training program sees it: its steps run on the GPU (device.cu). */\n"
-                       "extern \"C\" const kiln_model kiln_model_def = {\n"
-                       "    .name = \"%s\",\n    .source = %s,\n    .hash = \"%016llx\",\n"
-                       "    .nparams = %d, .params = params, .nparam_floats = %lld, .buffer_bytes = %lld,\n"
-                       "    .ninputs = %d, .inputs = inputs, .nsyms = %d, .syms = syms,\n"
-                       "    .nmetrics = %d, .metric_names = metric_names,\n"
-                       "    .noutputs = %d, .output_names = output_names, .output_dtypes = output_dtypes,\n"
-                       "    .train_arena_bytes = %lld, .eval_arena_bytes = %lld,\n"
-                       "    .nrecipe = %d, .recipe = recipe,\n"
-                       "    .train_step = train_step, .eval_step = eval_step,\n"
-                       "    .train_gemm_flops = train_gemm_flops, .eval_gemm_flops = eval_gemm_flops,\n"
-                       "    .ntrain_gemms = %d, .train_gemms = train_gemms,\n"
-                       "    .ntrain_kernels = %d, .neval_kernels = %d, .train_kernels = train_kernels, .eval_kernels = eval_kernels,\n"
-                       "    .nindex_checks = %d,\n"
-                       "    .device = &kiln_cuda_device,\n};\n",
-                  train->name, source_literal.data, hash, n->nparams, (long long)n->nparam_floats, (long long)n->buffer_bytes, n->ninputs,
-                  train->nsyms, n->nmetrics, n->noutputs, (long long)train_arena, (long long)eval_arena, n->nrecipe, c->ngemms, c->nkernels[0],
-                  c->nkernels[1], c->nchecks_max);
-    }
+    if (cuda(c))
+        sb_puts(out, "/* The model, as the training program sees it: its steps run on the GPU (device.cu). */\n"
+                     "extern \"C\" ");
+    sb_printf(out, "const kiln_model kiln_model_def = {\n"
+                   "    .name = \"%s\",\n    .source = %s,\n    .hash = \"%016llx\",\n"
+                   "    .nparams = %d, .params = params, .nparam_floats = %lld, .buffer_bytes = %lld,\n"
+                   "    .ninputs = %d, .inputs = inputs, .nsyms = %d, .syms = syms,\n"
+                   "    .nmetrics = %d, .metric_names = metric_names,\n"
+                   "    .noutputs = %d, .output_names = output_names, .output_dtypes = output_dtypes,\n"
+                   "    .train_arena_bytes = %lld, .eval_arena_bytes = %lld,\n"
+                   "    .nrecipe = %d, .recipe = recipe,\n"
+                   "    .train_step = train_step, .eval_step = eval_step,\n"
+                   "    .train_gemm_flops = train_gemm_flops, .eval_gemm_flops = eval_gemm_flops,\n"
+                   "    .ntrain_gemms = %d, .train_gemms = train_gemms,\n",
+              train->name, source_literal.data, hash, n->nparams, (long long)n->nparam_floats, (long long)n->buffer_bytes, n->ninputs,
+              train->nsyms, n->nmetrics, n->noutputs, (long long)train_arena, (long long)eval_arena, n->nrecipe, c->ngemms);
+    if (!cuda(c))
+        sb_printf(out, "    .ntrain_kernels = %d, .train_kernels = train_kernels, .neval_kernels = %d, .eval_kernels = eval_kernels,\n};\n",
+                  c->nkernels[0], c->nkernels[1]);
+    else /* C++: designated initializers in declaration order */
+        sb_printf(out, "    .ntrain_kernels = %d, .neval_kernels = %d, .train_kernels = train_kernels, .eval_kernels = eval_kernels,\n"
+                       "    .nindex_checks = %d,\n    .device = &kiln_cuda_device,\n};\n",
+                  c->nkernels[0], c->nkernels[1], c->nchecks_max);
     sb_free(&source_literal);
 }

@@ -148,3 +148,24 @@ const char *support_listing(const char *dir)
     }
     return out;
 }
+
+SupportPtxas support_ptxas_summary(const char *out)
+{
+    SupportPtxas r = {0, 0, 0, 0};
+    if (!out) return r;
+    for (const char *s = out; (s = strstr(s, "bytes stack frame")); s++) {
+        const char *line = s;
+        while (line > out && line[-1] != '\n') line--;
+        int a, b, e;
+        if (sscanf(line, " %d bytes stack frame, %d bytes spill stores, %d bytes spill loads", &a, &b, &e) == 3) {
+            r.kernels++;
+            r.spilling += b || e;
+            r.stack += a != 0;
+        }
+    }
+    for (const char *s = out; (s = strstr(s, "Used ")); s++) {
+        int regs;
+        if (sscanf(s, "Used %d registers", &regs) == 1 && regs > r.max_registers) r.max_registers = regs;
+    }
+    return r;
+}

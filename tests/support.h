@@ -39,4 +39,10 @@ bool support_write_npy(const char *path, const char *descr, int64_t rows, int64_
 /* Absolute path of a file in the source tree (static buffer, valid until the next call). */
 const char *support_path(const char *relpath);
 
+/* What ptxas -v printed for each kernel (nvcc -Xptxas -v): how many kernels it reported,
+ * how many spill registers, how many have a stack frame, and the most registers one uses. */
+typedef struct {
+    int kernels, spilling, stack, max_registers;
+} SupportPtxas;
+SupportPtxas support_ptxas_summary(const char *out);
 #endif

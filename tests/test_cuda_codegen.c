@@ -380,17 +380,8 @@ static void check_map_kernels(const char *text)
         StrBuf out;
         sb_init(&out);
         cr_expect_eq(support_run(cmd, &out), 0, "nvcc:\n%s", out.data ? out.data : "");
-        int kernels = 0, spilling = 0, stack = 0;
-        for (const char *s = out.data ? out.data : ""; (s = strstr(s, "bytes stack frame")); s++) {
-            const char *line = s;
-            while (line > out.data && line[-1] != '\n') line--;
-            int a, b, e;
-            if (sscanf(line, " %d bytes stack frame, %d bytes spill stores, %d bytes spill loads", &a, &b, &e) == 3) {
-                kernels++;
-                spilling += b || e;
-                stack += a != 0;
-            }
-        }
+        SupportPtxas px = support_ptxas_summary(out.data);
+        const int kernels = px.kernels, spilling = px.spilling, stack = px.stack;
         printf("nvcc sm_90: %d kernels, %d spilling, %d with a stack frame\n", kernels, spilling, stack);
         cr_expect_gt(kernels, 0, "%s", out.data);
         cr_expect_eq(spilling, 0, "%s", out.data);

@@ -250,21 +250,8 @@ Test(cuda_train, every_model_compiles_for_sm80_and_sm90_without_spills, .timeout
                  KILN_NVCC, KILN_SOURCE_DIR, KILN_SOURCE_DIR, dir, models[m], dir, models[m]);
         int rc = support_run(cmd, &out);
         cr_expect_eq(rc, 0, "nvcc %s:\n%s", models[m], out.data ? out.data : "");
-        int kernels = 0, spilling = 0, stack = 0, max_regs = 0;
-        for (const char *s = out.data ? out.data : ""; (s = strstr(s, "bytes stack frame")); s++) {
-            const char *line = s;
-            while (line > out.data && line[-1] != '\n') line--;
-            int a, b, e;
-            if (sscanf(line, " %d bytes stack frame, %d bytes spill stores, %d bytes spill loads", &a, &b, &e) == 3) {
-                kernels++;
-                spilling += b || e;
-                stack += a != 0;
-            }
-        }
-        for (const char *s = out.data ? out.data : ""; (s = strstr(s, "Used ")); s++) {
-            int r;
-            if (sscanf(s, "Used %d registers", &r) == 1 && r > max_regs) max_regs = r;
-        }
+        SupportPtxas px = support_ptxas_summary(out.data);
+        const int kernels = px.kernels, spilling = px.spilling, stack = px.stack, max_regs = px.max_registers;
         printf("nvcc %s, sm_80 + sm_90: %d kernels, %d spilling, %d with a stack frame, at most %d registers\n", models[m], kernels, spilling,
                stack, max_regs);
         cr_expect_gt(kernels, 0, "%s", out.data);
