@@ -7,26 +7,30 @@
  *   - elementwise kernels (loop kernels without reduced axes) as grid-stride loops: each
  *     thread computes elements i, i + gridDim.x * blockDim.x, ..., deriving from i the
  *     coordinates the members need (broadcast loads, iotas);
- *   - row reductions over trailing axes (softmax, layer norm, their backward kernels,
- *     cross-entropy's one-hot; members may need coordinates, which each thread derives
- *     from the row index and its position in the row): one
- *     block per row, kernel.c's passes over the row as block-strided loops, each followed
- *     by block-wide sums or maxima (warp shuffles, then shared memory); a kernel with a
- *     total over all rows (a loss) runs as one block that takes the rows in order;
+ *   - row reductions (softmax, layer norm, cross-entropy's one-hot, pooling windows, batch
+ *     norm's statistics, their backward kernels; members may need coordinates, which each
+ *     thread derives from the row index and its position in the row): one block per row,
+ *     kernel.c's passes over the row as block-strided loops, each followed by block-wide
+ *     sums or maxima (warp shuffles, then shared memory); rows of at most 32 elements
+ *     (pooling windows, a classifier's logits) one thread per row, walking it in the C
+ *     target's order; reduced axes that are not the trailing ones find each element from its
+ *     coordinates; a kernel with a total over all rows (a loss) runs as one block that takes
+ *     the rows in order;
  *   - reductions over leading axes (bias gradients, cross-entropy's gradient summed over
  *     the batch; members may need coordinates, from the column and the position down it):
  *     one thread per column;
  *   - float32 matrix products: cublasSgemm into the product's memory (a batch: one call
  *     per batch element, in order; a product written permuted goes straight into the
- *     permuted memory), then the
- *     epilogue (bias, activation, ...) as an elementwise kernel over the product;
+ *     permuted memory; products summed over a batch, a convolution's weight gradient, are
+ *     added into the sum in batch order with beta 1), then the epilogue (bias, activation,
+ *     ...) as an elementwise kernel over the product;
  *   - single-node kernels (index checks, argmax, gathers, scatter-adds, copies, im2col)
  *     from kernel.c's index arithmetic: one thread per output element (per column for a
  *     scatter-add, one block for an index check), sums in the C target's order.
- * Every other kind of kernel is refused with an error naming it and its model line: never
- * code that computes something else. Summed products,
- * reductions over middle axes follow (issue 18). Random numbers (dropout) are kiln_rng.h's
- * counter-based ones, drawn by element index as the C target draws them: the same masks. */
+ * Double-precision matrix products are refused with an error naming the kernel and its
+ * model line: never code that computes something else. Random numbers (dropout) are
+ * kiln_rng.h's counter-based ones, drawn by element index as the C target draws them, in
+ * every kind of kernel: the same masks. */
 #include "kernel.h"
 
 #include <stdio.h>
@@ -49,21 +53,14 @@ static const char *unsupported_kind(const CgKernel *L)
     const Kernel *K = L->K;
     if (K->kind == KERNEL_GEMM) {
         const Graph *g = L->g;
-        if (K->summed != IR_NONE) return "summed matrix product";
         if (g->nodes[K->anchor].dtype != DT_F32) return "non-float32 matrix product";
-        if (K->written == IR_NONE && !L->f->stored[K->anchor]) return "matrix product with an unstored result";
+        if (K->written == IR_NONE && K->summed == IR_NONE && !L->f->stored[K->anchor]) return "matrix product with an unstored result";
         return NULL;
     }
     if (K->kind == KERNEL_SINGLE) {
         const Op op = (Op)L->g->nodes[K->anchor].op;
         return single_supported(op) ? NULL : ir_op_info[op].name;
     }
-    /* a row reduction over trailing axes whose members need coordinates (CG_LOOP_NESTED for
-     * the C target) runs as the others, each thread deriving its element's coordinates */
-    if (K->axes && L->mode != CG_LOOP_ROWS && L->mode != CG_LOOP_COLUMNS && !cg_axes_trailing(L) && !cg_columns_shape(L))
-        return "row reduction (over coordinates it needs, neither the trailing nor the leading axes)";
-    /* random numbers are drawn by element index i (or row index), as the C target's are */
-    if (L->random && K->axes && columns_kernel(L)) return "random-number column reduction";
     return NULL;
 }
 
@@ -79,6 +76,33 @@ static void void_coordinates(const CgKernel *L, uint64_t axes, const char *inden
 {
     for (int a = 0; a < L->rank; a++)
         if ((L->coords & axes) >> a & 1) sb_printf(L->c->o, "%s(void)c%d; /* not every pass needs it */\n", indent, a);
+}
+
+/* `(void)p<id>;` at the top of the kernel written since `start` for each load it does not
+ * read: one only members that other kernels recompute needed (their readers load it). */
+static void void_unread(CgKernel *L, size_t start)
+{
+    StrBuf *o = L->c->o;
+    StrBuf voids;
+    sb_init(&voids);
+    for (int i = 0; i < L->nreads; i++) {
+        char use[32];
+        snprintf(use, sizeof use, "p%d[", L->reads[i]);
+        if (!strstr(o->data + start, use)) sb_printf(&voids, "    (void)p%d; /* only its recomputed readers needed it */\n", L->reads[i]);
+    }
+    char *body = voids.len ? strstr(o->data + start, ")\n{\n") : NULL;
+    if (body) {
+        const size_t at = (size_t)(body - o->data) + 4;
+        StrBuf tail;
+        sb_init(&tail);
+        sb_puts(&tail, o->data + at);
+        o->len = at;
+        o->data[at] = 0;
+        sb_puts(o, voids.data);
+        sb_puts(o, tail.data);
+        sb_free(&tail);
+    }
+    sb_free(&voids);
 }
 
 static void kernel_name(const CgKernel *L, StrBuf *b)
@@ -173,6 +197,7 @@ static void emit_map_kernel(CgKernel *L)
     sb_puts(o, ";\n"
                "    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {\n");
     cg_coordinates(L, L->coords, L->rank ? (((uint64_t)1 << L->rank) - 1) : 0, "i", "        ");
+    void_coordinates(L, L->coords, "        "); /* a coordinate along an axis of 1 is not read */
     cg_clear_needed(L);
     for (int i = 0; i < L->nstores; i++)
         if (L->stores[i] != mm) cg_need(L, L->stores[i]);
@@ -182,9 +207,38 @@ static void emit_map_kernel(CgKernel *L)
     sb_puts(o, "    }\n}\n\n");
 }
 
+/* How a row kernel spreads its rows over threads. */
+typedef enum {
+    ROWS_PER_BLOCK, /* one block per row: each thread takes every blockDim.x-th element */
+    ROWS_PER_THREAD /* one thread per row, walking it in order (short rows: a pooling window) */
+} RowSpread;
+
+/* Rows of at most this many elements (known when the model is compiled) go one per thread:
+ * a block of 256 threads would leave most of them idle and pay for two barriers per pass. */
+#define CUDA_ROW_THREAD_MAX 32
+
+static bool has_total(const CgKernel *L);
+
+/* One thread per row: its row length is a constant no larger than CUDA_ROW_THREAD_MAX, and
+ * no total over the rows needs them taken in order by one block. */
+static RowSpread row_spread(const CgKernel *L)
+{
+    if (has_total(L)) return ROWS_PER_BLOCK;
+    int64_t w = 1;
+    for (int a = 0; a < L->rank; a++) {
+        if (!(L->inner >> a & 1)) continue;
+        Dim d = L->K->shape.d[a];
+        if (d.nsym) return ROWS_PER_BLOCK;
+        w *= d.k;
+    }
+    return w <= CUDA_ROW_THREAD_MAX ? ROWS_PER_THREAD : ROWS_PER_BLOCK;
+}
+
 /* Pass s over a row: the accumulators, the loop over the row's elements (the needed
- * members, the partial reductions, the stores of the pass), the block's results. */
-static void emit_row_pass(CgKernel *L, int s, const char *indent, const char *in)
+ * members, the partial reductions, the stores of the pass), the row's results. When the
+ * reduced axes are not the trailing ones (`strided`), element j of the row is at
+ * base + c<a> * Ss<a> summed over the reduced axes a, their coordinates from j. */
+static void emit_row_pass(CgKernel *L, int s, RowSpread spread, bool strided, const char *indent, const char *in)
 {
     const Graph *g = L->g;
     StrBuf *o = L->c->o;
@@ -195,11 +249,20 @@ static void emit_row_pass(CgKernel *L, int s, const char *indent, const char *in
         if (g->nodes[id].op == OP_REDUCE_SUM) sb_printf(o, "%s%s a%d = 0;\n", indent, ty, id);
         else sb_printf(o, "%s%s a%d = -INFINITY;\n%sint nan%d = 0;\n", indent, ty, id, indent, id);
     }
-    sb_printf(o, "%sfor (int64_t j = threadIdx.x; j < W; j += blockDim.x) {\n%s    const int64_t i = row * W + j;\n", indent,
-              indent);
+    if (spread == ROWS_PER_THREAD) sb_printf(o, "%sfor (int64_t j = 0; j < W; j++) {\n", indent);
+    else sb_printf(o, "%sfor (int64_t j = threadIdx.x; j < W; j += blockDim.x) {\n", indent);
+    if (strided) {
+        cg_coordinates(L, L->inner, L->inner, "j", in);
+        sb_printf(o, "%sconst int64_t i = base", in);
+        for (int a = 0; a < L->rank; a++)
+            if (L->inner >> a & 1) sb_printf(o, " + c%d * Ss%d", a, a);
+        sb_puts(o, ";\n");
+    } else {
+        sb_printf(o, "%sconst int64_t i = row * W + j;\n", in);
+        /* the coordinates of the reduced axes, from the position in the row */
+        cg_coordinates(L, L->coords & L->inner, L->inner, "j", in);
+    }
     sb_printf(o, "%s(void)i; /* a pass that counts the elements (a mean's divisor) reads none */\n", in);
-    /* the coordinates of the reduced axes, from the position in the row */
-    cg_coordinates(L, L->coords & L->inner, L->inner, "j", in);
     void_coordinates(L, L->inner, in);
     cg_emit_needed(L, in);
     for (int32_t i = 0; i < L->K->count; i++) {
@@ -217,12 +280,15 @@ static void emit_row_pass(CgKernel *L, int s, const char *indent, const char *in
     for (int i = 0; i < L->nstores; i++)
         if (cg_stored_in_pass(L, L->stores[i], s)) sb_printf(o, "%sy%d[i] = t%d;\n", in, L->stores[i], L->stores[i]);
     sb_printf(o, "%s}\n", indent);
-    /* the block's results, the same in every thread */
+    /* the row's results: a thread's own, or the block's (the same in every thread) */
     for (int32_t i = 0; i < L->K->count; i++) {
         NodeId id = CG_MEMBER(L, i);
         if (!cg_reduced_in_pass(L, id, s)) continue;
         const char *ty = cg_ctype((DType)g->nodes[id].dtype);
-        if (g->nodes[id].op == OP_REDUCE_SUM) {
+        if (spread == ROWS_PER_THREAD) {
+            if (g->nodes[id].op == OP_REDUCE_SUM) sb_printf(o, "%sconst %s w%d = a%d;\n", indent, ty, id, id);
+            else sb_printf(o, "%sconst %s w%d = nan%d ? NAN : a%d;\n", indent, ty, id, id, id);
+        } else if (g->nodes[id].op == OP_REDUCE_SUM) {
             sb_printf(o, "%sconst %s w%d = kiln_block_sum(a%d);\n", indent, ty, id, id);
         } else {
             sb_printf(o, "%sconst %s m%d = kiln_block_max(a%d);\n", indent, ty, id, id);
@@ -299,39 +365,58 @@ static void emit_columns_kernel(CgKernel *L)
     sb_puts(o, "    }\n}\n\n");
 }
 
-/* A row reduction kernel (CG_LOOP_ROWS: the reduced axes are the trailing ones, so a row
- * is W contiguous elements): one block per row, and kernel.c's passes over the row
- * (cg_need_pass) as loops in which each thread takes every blockDim.x-th element,
- * followed by block-wide reductions of the threads' partial results. Every thread then
- * holds the row values (w<id>), as the C target's row loop does. */
+/* A row reduction kernel: kernel.c's passes over each row (cg_need_pass) as loops over
+ * the row's elements. With one block per row, each thread takes every blockDim.x-th
+ * element and block-wide reductions combine the threads' partial results, so that every
+ * thread then holds the row values (w<id>), as the C target's row loop does; with one
+ * thread per row (short rows), the thread walks the row in the C target's order, the same
+ * sums. The reduced axes are the trailing ones (a row is W contiguous elements) or any
+ * others (pooling windows, a convolution's bias gradient over the batch and the pixels):
+ * then each element's offset comes from its coordinates. */
 static void emit_rows_kernel(CgKernel *L)
 {
     const Graph *g = L->g;
     StrBuf *o = L->c->o;
+    const RowSpread spread = row_spread(L);
+    const bool strided = !cg_axes_trailing(L);
     kernel_head(L, has_total(L) ? "one block of 256 threads for all the rows, in order, so that the total is summed\n"
                                   " * in the same order every time (correct, not yet fast); in each pass over a row, thread t\n"
                                   " * takes elements t, t + blockDim.x, ..., then the block combines the threads' partial\n"
                                   " * sums or maxima (kiln_block_sum, kiln_block_max)."
-                                : "one block of 256 threads per row (a grid-stride loop over the rows); in each\n"
-                                  " * pass over the row, thread t takes elements t, t + blockDim.x, ..., then the block\n"
-                                  " * combines the threads' partial sums or maxima (kiln_block_sum, kiln_block_max).");
+                   : spread == ROWS_PER_THREAD ? "one thread per row (the rows are short: blocks of 256 threads, a grid-stride loop\n"
+                                                 " * over the rows); each pass walks the row's elements in order, as the C target does."
+                                               : "one block of 256 threads per row (a grid-stride loop over the rows); in each\n"
+                                                 " * pass over the row, thread t takes elements t, t + blockDim.x, ..., then the block\n"
+                                                 " * combines the threads' partial sums or maxima (kiln_block_sum, kiln_block_max).");
     sb_puts(o, "    const int64_t R = ");
     dims_product(o, L, false, false);
     sb_puts(o, ", W = ");
     dims_product(o, L, true, false);
     sb_puts(o, ";\n");
+    if (strided) { /* row-major strides of the kernel's shape: element offsets from coordinates */
+        cg_declare_strides(L->c, "S", L->rank);
+        for (int a = 0; a < L->rank; a++) sb_printf(o, "    (void)Ss%d;\n", a);
+    }
     for (int i = 0; i < L->nstores; i++)
         if (L->f->cls[L->stores[i]] == CLASS_TOTAL)
             sb_printf(o, "    %s tot%d = 0;\n", cg_ctype((DType)g->nodes[L->stores[i]].dtype), L->stores[i]);
-    sb_puts(o, "    for (int64_t row = blockIdx.x; row < R; row += gridDim.x) {\n");
+    if (spread == ROWS_PER_THREAD)
+        sb_puts(o, "    for (int64_t row = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; row < R; row += (int64_t)gridDim.x * blockDim.x) {\n");
+    else sb_puts(o, "    for (int64_t row = blockIdx.x; row < R; row += gridDim.x) {\n");
     const char *indent = "        ", *in = "            ";
-    /* the coordinates of the other axes, from the row index */
+    /* the coordinates of the other axes, from the row index (all of them for an offset) */
     const uint64_t outer = (L->rank ? (((uint64_t)1 << L->rank) - 1) : 0) & ~L->inner;
-    cg_coordinates(L, L->coords & outer, outer, "row", indent);
+    cg_coordinates(L, strided ? outer : L->coords & outer, outer, "row", indent);
     void_coordinates(L, outer, indent);
+    if (strided) {
+        sb_printf(o, "%sconst int64_t base = 0", indent);
+        for (int a = 0; a < L->rank; a++)
+            if (outer >> a & 1) sb_printf(o, " + c%d * Ss%d", a, a);
+        sb_puts(o, "; /* the row's first element */\n");
+    }
     for (int s = 0; s <= L->nstages + 1; s++) {
         L->pass = s;
-        if (s > 0 && cg_need_pass(L, s)) emit_row_pass(L, s, indent, in);
+        if (s > 0 && cg_need_pass(L, s)) emit_row_pass(L, s, spread, strided, indent, in);
         for (int32_t i = 0; i < L->K->count; i++) {
             NodeId id = CG_MEMBER(L, i);
             const Node *n = &g->nodes[id];
@@ -340,8 +425,9 @@ static void emit_rows_kernel(CgKernel *L)
         }
     }
     L->pass = 0;
+    const char *first = spread == ROWS_PER_THREAD ? "" : "if (threadIdx.x == 0) ";
     for (int i = 0; i < L->nstores; i++)
-        if (L->f->cls[L->stores[i]] == CLASS_ROW) sb_printf(o, "%sif (threadIdx.x == 0) y%d[row] = w%d;\n", indent, L->stores[i], L->stores[i]);
+        if (L->f->cls[L->stores[i]] == CLASS_ROW) sb_printf(o, "%s%sy%d[row] = w%d;\n", indent, first, L->stores[i], L->stores[i]);
     for (int i = 0; i < L->nstores; i++) {
         NodeId id = L->stores[i];
         if (L->f->cls[id] != CLASS_TOTAL) continue;
@@ -386,7 +472,15 @@ static bool emit_gemm_call(CgKernel *L)
     cg_dim(o, g, L->K->shape.d[r - 1]);
     sb_puts(o, ", K = ");
     cg_dim(o, g, g->nodes[xb].shape.d[r - 2]);
-    sb_puts(o, ";\n    if (batch == 0 || M == 0 || N == 0) return;\n");
+    const NodeId sum = L->K->summed;
+    if (sum != IR_NONE) /* an empty batch sums to zero */
+        sb_printf(o, ";\n    if (M == 0 || N == 0) return;\n"
+                     "    if (batch == 0) {\n"
+                     "        KILN_CUDA_CHECK(cudaMemsetAsync(y%d, 0, (size_t)(M * N) * sizeof *y%d, stream));\n"
+                     "        return;\n"
+                     "    }\n",
+                  sum, sum);
+    else sb_puts(o, ";\n    if (batch == 0 || M == 0 || N == 0) return;\n");
     cg_gemm_operand_comment(L, "A", xa, &A);
     cg_gemm_operand_comment(L, "B", xb, &B);
     cg_gemm_operand_ld(L, "a", xa, &A);
@@ -402,22 +496,31 @@ static bool emit_gemm_call(CgKernel *L)
         cg_gemm_operand_offset(L, &C, nbatch, "0", "0", &offc);
     } else {
         sb_puts(o, "    const int ldc = (int)kiln_blas_ld(N, N);\n");
-        sb_puts(&offc, nbatch ? "b * M * N" : "0");
+        sb_puts(&offc, nbatch && sum == IR_NONE ? "b * M * N" : "0");
     }
     cg_gemm_operand_offset(L, &A, nbatch, "0", "0", &offa);
     cg_gemm_operand_offset(L, &B, nbatch, "0", "0", &offb);
     sb_puts(o, "    const float one = 1, zero = 0;\n"
                "    KILN_CUBLAS_CHECK(cublasSetStream(blas, stream));\n");
     /* a batch: one product per batch element, in order (cublasSgemmStridedBatched, where
-     * the operands' batch strides allow it, is to come) */
+     * the operands' batch strides allow it, is to come); products summed over the batch
+     * (a convolution's weight gradient) are added into the sum in batch order, as the C
+     * target adds them: beta 0 for the first, 1 after */
+    if (sum != IR_NONE) {
+        sb_printf(o, "    /* C = %%%d ", sum);
+        sb_puts(o, cg_ctype((DType)g->nodes[sum].dtype));
+        ir_shape_format(o, g, &g->nodes[sum].shape);
+        sb_puts(o, ": the products summed over the batch, none stored */\n");
+    }
     if (nbatch) sb_puts(o, "    for (int64_t b = 0; b < batch; b++) {\n");
+    if (sum != IR_NONE) sb_puts(o, "        const float beta = b ? one : zero;\n");
     cg_coordinates(L, batch_axes, batch_axes, "b", "        ");
     const char *in = nbatch ? "    " : "";
     if (!C.trans) /* row-major C (M x N) is column-major C^T = B^T A^T */
-        sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)N, (int)M, (int)K, &one, p%d + (%s), ldb, p%d + (%s), lda, &zero,\n"
+        sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)N, (int)M, (int)K, &one, p%d + (%s), ldb, p%d + (%s), lda, %s,\n"
                      "    %s                              y%d + (%s), ldc));\n",
                   in, B.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", A.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", B.lay.base, offb.data,
-                  A.lay.base, offa.data, in, wr != IR_NONE ? wr : mm, offc.data);
+                  A.lay.base, offa.data, sum != IR_NONE ? "&beta" : "&zero", in, wr != IR_NONE ? wr : sum != IR_NONE ? sum : mm, offc.data);
     else /* C's rows are the memory's columns: column-major C = A B */
         sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)M, (int)N, (int)K, &one, p%d + (%s), lda, p%d + (%s), ldb, &zero,\n"
                      "    %s                              y%d + (%s), ldc));\n",
@@ -428,7 +531,7 @@ static bool emit_gemm_call(CgKernel *L)
     sb_free(&offa);
     sb_free(&offb);
     sb_free(&offc);
-    if (wr != IR_NONE) return false; /* no epilogue (fusion.c): the permute is the store */
+    if (wr != IR_NONE || sum != IR_NONE) return false; /* no epilogue (fusion.c): the permute or the sum is the store */
     for (int i = 0; i < L->nstores; i++)
         if (L->stores[i] != mm) return true;
     return false;
@@ -475,6 +578,10 @@ static void emit_launcher(CgKernel *L)
         sb_printf(o, ";\n    const int64_t blocks = (columns + %d - 1) / %d;\n", CUDA_MAP_BLOCK, CUDA_MAP_BLOCK);
     } else if (has_total(L)) { /* one block for every row: the total in row order */
         sb_puts(o, "    const int64_t blocks = 1;\n");
+    } else if (L->K->axes && row_spread(L) == ROWS_PER_THREAD) { /* one thread per row */
+        sb_puts(o, "    const int64_t rows = ");
+        dims_product(o, L, false, true);
+        sb_printf(o, ";\n    const int64_t blocks = (rows + %d - 1) / %d;\n", CUDA_MAP_BLOCK, CUDA_MAP_BLOCK);
     } else if (L->K->axes) { /* one block per row; a row of no elements still has its sum, 0 */
         sb_puts(o, "    const int64_t blocks = ");
         dims_product(o, L, false, true);
@@ -862,11 +969,13 @@ static int emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *prefi
             emit_single_launcher(c, k, L.K->anchor);
         } else if (!kind) {
             bool epilogue = false;
-            for (int i = 0; i < L.nstores && L.K->written == IR_NONE; i++) epilogue |= L.stores[i] != L.K->anchor;
+            for (int i = 0; i < L.nstores && L.K->written == IR_NONE && L.K->summed == IR_NONE; i++) epilogue |= L.stores[i] != L.K->anchor;
+            const size_t start = c->o->len;
             if (L.mode == CG_LOOP_GEMM && !epilogue) cg_kernel_comment(&L);
             else if (columns_kernel(&L)) emit_columns_kernel(&L);
             else if (L.K->axes) emit_rows_kernel(&L);
             else emit_map_kernel(&L);
+            if (L.mode != CG_LOOP_GEMM) void_unread(&L, start);
             emit_launcher(&L);
         } else {
             StrBuf title, line;

@@ -1,7 +1,7 @@
 /* test_cuda_train.c — the CUDA target's training programs against the C target's, without a
  * GPU: `kiln build --target cuda-emu` compiles the same model.cu and the same CUDA host
  * runtime (runtime/cuda/device.cu) that --target cuda compiles with nvcc, against Kiln's
- * CUDA emulator. For mlp, gpt (and cnn once its every kernel is written):
+ * CUDA emulator. For mlp, cnn and gpt:
  *   - N steps give the C program's losses within 1e-4 relative, step by step, and its
  *     evaluation loss;
  *   - a run resumed from its own checkpoint halfway ends with the same checkpoint, bit for
@@ -10,7 +10,8 @@
  *   - a checkpoint of the CUDA program resumes in the C program (same file format, same
  *     model hash), and the C program's in the CUDA program.
  * With nvcc, --target cuda builds, and the program says that there is no GPU and exits 1
- * on a machine without one. Sizes are cut for CI's time (gpt at T 32, batch 2). */
+ * on a machine without one. Sizes are cut for CI's time (cnn at batch 8, gpt at T 32,
+ * batch 2). */
 #define _DEFAULT_SOURCE /* mkstemps */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -32,6 +33,7 @@ typedef struct {
 } Case;
 
 static const Case mlp_case = {"mlp", "", "--batch 32 --eval-batches 2", 20};
+static const Case cnn_case = {"cnn", "", "--batch 8 --eval-batches 1", 5};
 static const Case gpt_case = {"gpt", "--bound T=32", "--batch 2 --eval-batches 1 --sample-tokens 0", 5};
 
 static void build(const char *dir, const Case *t, const char *target, const char *name)
@@ -94,10 +96,15 @@ static void same_losses(const char *a, const char *b, const char *key, double to
     int n = losses(a, key, x, 256), m = losses(b, key, y, 256);
     cr_assert_eq(n, m, "%s has %d %s values, %s %d", a, n, key, b, m);
     cr_assert(want < 0 || n == want, "%s has %d %s values, not %d", a, n, key, want);
+    double worst = 0;
     for (int i = 0; i < n; i++) {
         double rel = fabs(x[i] - y[i]) / fmax(fabs(x[i]), 1e-30);
         cr_expect(rel <= tol, "%s %d: %.9g in %s, %.9g in %s (relative difference %.3g > %.3g)", key, i + 1, x[i], a, y[i], b, rel, tol);
+        worst = rel > worst ? rel : worst;
     }
+    /* the logs hold 6 significant digits: 0 means equal to that precision */
+    printf("%s vs %s: %d %s values, worst relative difference %.3g\n", strrchr(a, '/') + 1, strrchr(b, '/') + 1, n, key, worst);
+    fflush(stdout);
 }
 
 static void train_against_c(const Case *t)
@@ -165,6 +172,8 @@ static void train_against_c(const Case *t)
 
 Test(cuda_train, mlp_trains_as_the_c_program, .timeout = 600) { train_against_c(&mlp_case); }
 
+Test(cuda_train, cnn_trains_as_the_c_program, .timeout = 600) { train_against_c(&cnn_case); }
+
 Test(cuda_train, gpt_trains_as_the_c_program, .timeout = 600) { train_against_c(&gpt_case); }
 
 /* gpt with dropout in attention and MLP (0.1): the CUDA kernels draw the C program's
@@ -227,7 +236,7 @@ Test(cuda_train, gpu_program_without_a_gpu_says_so, .timeout = 600)
     support_remove_dir(dir);
 }
 
-/* Every model of models/ that --target cuda writes compiles with nvcc for sm_80 and sm_90,
+/* Every model of models/ compiles with nvcc for sm_80 and sm_90,
  * host code included, and ptxas reports no register spills and no stack frame in any
  * kernel (shared memory over the limit fails the compilation). */
 Test(cuda_train, every_model_compiles_for_sm80_and_sm90_without_spills, .timeout = 900)
@@ -235,7 +244,7 @@ Test(cuda_train, every_model_compiles_for_sm80_and_sm90_without_spills, .timeout
     if (!*KILN_NVCC) {
         cr_skip_test("no CUDA toolkit: nvcc cannot be run here");
     }
-    static const char *const models[] = {"mlp", "gpt", "gpt2-124m"};
+    static const char *const models[] = {"mlp", "cnn", "gpt", "gpt2-124m"};
     char dir[] = "/tmp/kiln-cudanvcc-XXXXXX";
     cr_assert(mkdtemp(dir));
     for (size_t m = 0; m < sizeof models / sizeof *models; m++) {
