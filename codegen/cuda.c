@@ -19,8 +19,9 @@
  *   - reductions over leading axes (bias gradients, cross-entropy's gradient summed over
  *     the batch; members may need coordinates, from the column and the position down it):
  *     one thread per column;
- *   - float32 matrix products: cublasSgemm into the product's memory (a batch: one call
- *     per batch element, in order; a product written permuted goes straight into the
+ *   - float32 matrix products: cublasSgemm into the product's memory (a batch:
+ *     cublasSgemmStridedBatched over the batch axes whose strides nest, a loop over the
+ *     others; a product written permuted goes straight into the
  *     permuted memory; products summed over a batch, a convolution's weight gradient, are
  *     added into the sum in batch order with beta 1), then the epilogue (bias, activation,
  *     ...) as an elementwise kernel over the product;
@@ -441,6 +442,100 @@ static void emit_rows_kernel(CgKernel *L)
     sb_puts(o, "}\n\n");
 }
 
+/* Is d the constant 0 (a batch axis that an operand broadcasts)? */
+static bool dim_is_zero(Dim d) { return d.nsym == 0 && d.k == 0; }
+
+/* Do batch axes a and a + 1 of an operand with these strides walk its memory as one axis:
+ * the stride of a is the stride of a + 1 times the dim of a + 1 (or both are 0)? */
+static bool strides_nest(Dim outer, Dim inner, Dim n)
+{
+    if (dim_is_zero(inner)) return dim_is_zero(outer);
+    Dim p;
+    return ir_dim_mul(inner, n, &p) && ir_dim_eq(p, outer);
+}
+
+/* The stride, in elements, between consecutive products of an operand along batch axis a. */
+static void batch_stride(CgKernel *L, const CgOperand *X, int a, StrBuf *o)
+{
+    Dim st = X->lay.stride[a];
+    sb_puts(o, "(long long)(");
+    cg_dim(o, L->g, st);
+    sb_puts(o, ")");
+}
+
+/* A batch of products (attention's q k^T and its product with v, per batch element and
+ * head) as cublasSgemmStridedBatched calls: the trailing batch axes whose strides nest in
+ * every operand (a row-major product always does) are one call of their products; the
+ * leading ones that do not, a loop around it. cuBLAS computes each product as cublasSgemm
+ * would: the same sums. */
+static void emit_strided_batched(CgKernel *L, const CgOperand *A, const CgOperand *B, const CgOperand *C, NodeId y)
+{
+    StrBuf *o = L->c->o;
+    const int nbatch = L->rank - 2;
+    const bool permuted = L->K->written != IR_NONE;
+    int q = nbatch - 1; /* the first axis of the run of one call */
+    while (q > 0) {
+        const Dim n = L->K->shape.d[q];
+        if (!strides_nest(A->lay.stride[q - 1], A->lay.stride[q], n) || !strides_nest(B->lay.stride[q - 1], B->lay.stride[q], n) ||
+            (permuted && !strides_nest(C->lay.stride[q - 1], C->lay.stride[q], n)))
+            break;
+        q--;
+    }
+    /* the offsets of the run's first product: its batch coordinates from q on are 0 */
+    CgOperand a0 = *A, b0 = *B, c0 = *C;
+    for (int k = q; k < nbatch; k++) a0.lay.stride[k] = b0.lay.stride[k] = c0.lay.stride[k] = ir_dim_const(0);
+    StrBuf offa, offb, offc, sa, sb, sc;
+    sb_init(&offa);
+    sb_init(&offb);
+    sb_init(&offc);
+    sb_init(&sa);
+    sb_init(&sb);
+    sb_init(&sc);
+    cg_gemm_operand_offset(L, &a0, nbatch, "0", "0", &offa);
+    cg_gemm_operand_offset(L, &b0, nbatch, "0", "0", &offb);
+    batch_stride(L, A, nbatch - 1, &sa);
+    batch_stride(L, B, nbatch - 1, &sb);
+    if (permuted) {
+        cg_gemm_operand_offset(L, &c0, nbatch, "0", "0", &offc);
+        batch_stride(L, C, nbatch - 1, &sc);
+    } else {
+        sb_puts(&offc, q ? "ob * count * M * N" : "0");
+        sb_puts(&sc, "(long long)(M * N)");
+    }
+    sb_puts(o, "    /* the batch: ");
+    if (q) sb_printf(o, "its axes from %d on as one strided-batched call (their strides nest),\n     * a loop over the others */\n", q);
+    else sb_puts(o, "one strided-batched call of all its products (their strides nest) */\n");
+    sb_puts(o, "    const int64_t count = 1");
+    for (int k = q; k < nbatch; k++) sb_printf(o, " * S%d", k);
+    sb_puts(o, ";\n");
+    const char *in = "";
+    if (q) {
+        const uint64_t outer = ((uint64_t)1 << q) - 1;
+        sb_puts(o, "    for (int64_t ob = 0; ob < batch / count; ob++) {\n");
+        cg_coordinates(L, outer, outer, "ob", "        ");
+        in = "    ";
+    }
+    if (!C->trans) /* row-major C (M x N) is column-major C^T = B^T A^T */
+        sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemmStridedBatched(blas, %s, %s, (int)N, (int)M, (int)K, &one,\n"
+                     "    %s    p%d + (%s), ldb, %s, p%d + (%s), lda, %s, &zero,\n"
+                     "    %s    y%d + (%s), ldc, %s, (int)count));\n",
+                  in, B->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", A->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", in, B->lay.base, offb.data,
+                  sb.data, A->lay.base, offa.data, sa.data, in, y, offc.data, sc.data);
+    else /* C's rows are the memory's columns: column-major C = A B */
+        sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemmStridedBatched(blas, %s, %s, (int)M, (int)N, (int)K, &one,\n"
+                     "    %s    p%d + (%s), lda, %s, p%d + (%s), ldb, %s, &zero,\n"
+                     "    %s    y%d + (%s), ldc, %s, (int)count));\n",
+                  in, A->trans ? "CUBLAS_OP_N" : "CUBLAS_OP_T", B->trans ? "CUBLAS_OP_N" : "CUBLAS_OP_T", in, A->lay.base, offa.data,
+                  sa.data, B->lay.base, offb.data, sb.data, in, y, offc.data, sc.data);
+    if (q) sb_puts(o, "    }\n");
+    sb_free(&offa);
+    sb_free(&offb);
+    sb_free(&offc);
+    sb_free(&sa);
+    sb_free(&sb);
+    sb_free(&sc);
+}
+
 /* The product of a GEMM kernel through cuBLAS, into the product's memory. cuBLAS is
  * column-major: the row-major C = A B (M x N) is the column-major C^T = B^T A^T, and a
  * row-major operand read as column-major is its transpose, so B goes first, each operand
@@ -452,7 +547,7 @@ static bool emit_gemm_call(CgKernel *L)
     StrBuf *o = L->c->o;
     NodeId mm = L->K->anchor, xa = ir_input(g, mm, 0), xb = ir_input(g, mm, 1);
     const int r = L->rank, nbatch = r - 2;
-    const uint64_t batch_axes = ((uint64_t)1 << nbatch) - 1;
+    const uint64_t batch_axes = nbatch ? ((uint64_t)1 << nbatch) - 1 : 0;
     CgOperand A, B;
     cg_gemm_operand(L, xa, &A);
     cg_gemm_operand(L, xb, &B);
@@ -487,50 +582,50 @@ static bool emit_gemm_call(CgKernel *L)
     cg_gemm_operand_ld(L, "b", xb, &B);
     const NodeId wr = L->K->written;
     CgOperand C = {.trans = false};
-    StrBuf offa, offb, offc;
-    sb_init(&offa);
-    sb_init(&offb);
-    sb_init(&offc);
-    if (wr != IR_NONE) { /* straight into the permuted memory of %wr, as the C target */
-        cg_gemm_output(L, &C);
-        cg_gemm_operand_offset(L, &C, nbatch, "0", "0", &offc);
-    } else {
-        sb_puts(o, "    const int ldc = (int)kiln_blas_ld(N, N);\n");
-        sb_puts(&offc, nbatch && sum == IR_NONE ? "b * M * N" : "0");
-    }
-    cg_gemm_operand_offset(L, &A, nbatch, "0", "0", &offa);
-    cg_gemm_operand_offset(L, &B, nbatch, "0", "0", &offb);
+    if (wr != IR_NONE) cg_gemm_output(L, &C); /* straight into the permuted memory of %wr, as the C target */
+    else sb_puts(o, "    const int ldc = (int)kiln_blas_ld(N, N);\n");
     sb_puts(o, "    const float one = 1, zero = 0;\n"
                "    KILN_CUBLAS_CHECK(cublasSetStream(blas, stream));\n");
-    /* a batch: one product per batch element, in order (cublasSgemmStridedBatched, where
-     * the operands' batch strides allow it, is to come); products summed over the batch
-     * (a convolution's weight gradient) are added into the sum in batch order, as the C
-     * target adds them: beta 0 for the first, 1 after */
-    if (sum != IR_NONE) {
-        sb_printf(o, "    /* C = %%%d ", sum);
-        sb_puts(o, cg_ctype((DType)g->nodes[sum].dtype));
-        ir_shape_format(o, g, &g->nodes[sum].shape);
-        sb_puts(o, ": the products summed over the batch, none stored */\n");
+    const NodeId y = wr != IR_NONE ? wr : sum != IR_NONE ? sum : mm;
+    if (sum != IR_NONE || !nbatch) {
+        /* one product, or products summed over the batch (a convolution's weight gradient):
+         * added into the sum in batch order, as the C target adds them, beta 0 for the
+         * first and 1 after */
+        if (sum != IR_NONE) {
+            sb_printf(o, "    /* C = %%%d ", sum);
+            sb_puts(o, cg_ctype((DType)g->nodes[sum].dtype));
+            ir_shape_format(o, g, &g->nodes[sum].shape);
+            sb_puts(o, ": the products summed over the batch, none stored */\n"
+                       "    for (int64_t b = 0; b < batch; b++) {\n"
+                       "        const float beta = b ? one : zero;\n");
+            cg_coordinates(L, batch_axes, batch_axes, "b", "        ");
+        }
+        StrBuf offa, offb, offc;
+        sb_init(&offa);
+        sb_init(&offb);
+        sb_init(&offc);
+        cg_gemm_operand_offset(L, &A, nbatch, "0", "0", &offa);
+        cg_gemm_operand_offset(L, &B, nbatch, "0", "0", &offb);
+        if (wr != IR_NONE) cg_gemm_operand_offset(L, &C, nbatch, "0", "0", &offc);
+        else sb_puts(&offc, "0");
+        const char *in = sum != IR_NONE ? "    " : "";
+        if (!C.trans) /* row-major C (M x N) is column-major C^T = B^T A^T */
+            sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)N, (int)M, (int)K, &one, p%d + (%s), ldb, p%d + (%s), lda, %s,\n"
+                         "    %s                              y%d + (%s), ldc));\n",
+                      in, B.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", A.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", B.lay.base, offb.data,
+                      A.lay.base, offa.data, sum != IR_NONE ? "&beta" : "&zero", in, y, offc.data);
+        else /* C's rows are the memory's columns: column-major C = A B */
+            sb_printf(o, "    KILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)M, (int)N, (int)K, &one, p%d + (%s), lda, p%d + (%s), ldb, &zero,\n"
+                         "                                  y%d + (%s), ldc));\n",
+                      A.trans ? "CUBLAS_OP_N" : "CUBLAS_OP_T", B.trans ? "CUBLAS_OP_N" : "CUBLAS_OP_T", A.lay.base, offa.data,
+                      B.lay.base, offb.data, y, offc.data);
+        sb_puts(o, sum != IR_NONE ? "    }\n" : "    (void)batch;\n");
+        sb_free(&offa);
+        sb_free(&offb);
+        sb_free(&offc);
+    } else {
+        emit_strided_batched(L, &A, &B, &C, y);
     }
-    if (nbatch) sb_puts(o, "    for (int64_t b = 0; b < batch; b++) {\n");
-    if (sum != IR_NONE) sb_puts(o, "        const float beta = b ? one : zero;\n");
-    cg_coordinates(L, batch_axes, batch_axes, "b", "        ");
-    const char *in = nbatch ? "    " : "";
-    if (!C.trans) /* row-major C (M x N) is column-major C^T = B^T A^T */
-        sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)N, (int)M, (int)K, &one, p%d + (%s), ldb, p%d + (%s), lda, %s,\n"
-                     "    %s                              y%d + (%s), ldc));\n",
-                  in, B.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", A.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", B.lay.base, offb.data,
-                  A.lay.base, offa.data, sum != IR_NONE ? "&beta" : "&zero", in, wr != IR_NONE ? wr : sum != IR_NONE ? sum : mm, offc.data);
-    else /* C's rows are the memory's columns: column-major C = A B */
-        sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)M, (int)N, (int)K, &one, p%d + (%s), lda, p%d + (%s), ldb, &zero,\n"
-                     "    %s                              y%d + (%s), ldc));\n",
-                  in, A.trans ? "CUBLAS_OP_N" : "CUBLAS_OP_T", B.trans ? "CUBLAS_OP_N" : "CUBLAS_OP_T", A.lay.base, offa.data,
-                  B.lay.base, offb.data, in, wr, offc.data);
-    if (nbatch) sb_puts(o, "    }\n");
-    else sb_puts(o, "    (void)batch;\n");
-    sb_free(&offa);
-    sb_free(&offb);
-    sb_free(&offc);
     if (wr != IR_NONE || sum != IR_NONE) return false; /* no epilogue (fusion.c): the permute or the sum is the store */
     for (int i = 0; i < L->nstores; i++)
         if (L->stores[i] != mm) return true;

@@ -515,3 +515,14 @@ Test(cuda_codegen, random_numbers_in_every_kind_of_kernel, .timeout = 240)
                       " y = dropout(softmax(fc(dropout(x, 0.25))), 0.5) + dropout(x[:, 0:20], 0.1)\n"
                       "}\nloss(y) = sum(y * y / 2 + y)\n");
 }
+
+/* Batched products as cublasSgemmStridedBatched calls: contiguous batch axes as one call
+ * (forward and backward), and a product read from a permuted operand whose batch axes do
+ * not nest (a loop over the first axis around a call over the second). */
+Test(cuda_codegen, batched_products_as_strided_batched_calls, .timeout = 240)
+{
+    check_map_kernels("model t\ndim B <= 9\n"
+                      "forward(x: f32[B, 3, 4, 5], z: f32[B, 3, 5, 6], u: f32[B, 5, 3, 6]) -> y {\n"
+                      " y = matmul(x, z) + matmul(x, permute(u, 0, 2, 1, 3))\n"
+                      "}\nloss(y) = sum(y * y / 2 + y)\n");
+}
