@@ -3,6 +3,7 @@
 for the same model and recipe, printed as the same one-line `bench: {...}` JSON.
 
     torch_bench.py mlp|cnn|gpt|gpt2 [--steps N] [--batch B] [--infer-batch NB] [--seq T]
+                   [--device cpu|cuda] [--compile]
 
 Models are bench/reference.py's MLP and CNN and bench/reference_gpt.py's GPT (gpt: 4 layers,
 4 heads, width 128, bytes; gpt2: GPT-2 small, 12 layers, 12 heads, width 768, vocabulary
@@ -21,6 +22,13 @@ at most 100). train_rss_mb is the peak RSS after the training steps, peak_rss_mb
 end (resource.getrusage). Threads: --threads (2); run.sh sets OMP_WAIT_POLICY=passive and
 OPENBLAS_CORETYPE (SkylakeX or Haswell, by the CPU) for this process; oneDNN (mkldnn) is
 left at PyTorch's default.
+
+On a GPU (--device cuda, bench/gpu/run.sh): the model and the inputs live on the GPU, each
+timed step and call ends with torch.cuda.synchronize() (Kiln's step reads its loss back,
+one synchronisation), float32 throughout (TF32 off for matrix products and convolutions:
+Kiln's CUDA target computes in float32), --compile wraps the model in torch.compile (its
+compilation happens in the warm-up steps, untimed), and the peak device memory is
+reported (torch.cuda.max_memory_allocated).
 """
 import argparse, json, os, resource, statistics, sys, time
 
@@ -66,21 +74,30 @@ def main():
     ap.add_argument("--infer-batch", type=int, default=256, help="the large inference batch")
     ap.add_argument("--seq", type=int, help="language models: sequence length (default: gpt 128, gpt2 64)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     a = ap.parse_args()
     if a.steps < 1:
         ap.error("--steps must be at least 1")
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
+    dev = torch.device(a.device)
+    cuda = a.device == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     factory, batch, seq, vocab, adamw, clip = MODELS[a.model]
     batch = a.batch or batch
     seq = a.seq or seq
-    model = factory()
+    model = factory().to(dev)
     nparams = sum(p.numel() for p in model.parameters())
     if a.model == "gpt2" and nparams != GPT2_PARAMS:
         sys.exit(f"torch_bench: GPT-2 small has {nparams:,} parameters, expected {GPT2_PARAMS:,}")
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay}, {"params": rest, "weight_decay": 0.0}], **adamw)
+    run = torch.compile(model) if a.compile else model
     rows = max(batch, a.infer_batch)
     if seq is None:
         x = torch.randint(0, 256, (rows, 28, 28), dtype=torch.uint8)
@@ -88,9 +105,10 @@ def main():
     else:
         x = torch.randint(0, vocab, (rows, seq))
         y = torch.randint(0, vocab, (rows, seq))
+    x, y = x.to(dev), y.to(dev)
 
     def loss_of(n):
-        out = model(x[:n])
+        out = run(x[:n])
         return F.cross_entropy(out.reshape(-1, out.shape[-1]), y[:n].reshape(-1))
 
     model.train()
@@ -103,13 +121,14 @@ def main():
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
+        sync()
         if step >= a.warmup:
             times.append(1e3 * (time.perf_counter() - t0))
     train_rss = rss_mb()
     model.eval()
     with torch.no_grad():
-        b1, reps1 = median_ms(lambda: loss_of(1))
-        bb, repsb = median_ms(lambda: loss_of(a.infer_batch))
+        b1, reps1 = median_ms(lambda: (loss_of(1), sync()))
+        bb, repsb = median_ms(lambda: (loss_of(a.infer_batch), sync()))
     sizes = {"B": batch} if seq is None else {"T": seq, "B": batch}
     print("bench: " + json.dumps({
         "model": a.model, "framework": "pytorch", "torch": torch.__version__, "params": nparams, "batch": batch,
@@ -119,7 +138,9 @@ def main():
         "train_step_ms_median": round(statistics.median(times), 4), "train_step_ms_min": round(min(times), 4),
         "infer_b1_ms": round(b1, 4), "infer_b1_repeats": reps1,
         "infer_b256_batch": a.infer_batch, "infer_b256_ms": round(bb, 4), "infer_b256_repeats": repsb,
-        "train_rss_mb": round(train_rss, 1), "peak_rss_mb": round(rss_mb(), 1)}), flush=True)
+        "train_rss_mb": round(train_rss, 1), "peak_rss_mb": round(rss_mb(), 1),
+        "device": torch.cuda.get_device_name() if cuda else "cpu", "compile": a.compile,
+        "device_peak_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None}), flush=True)
 
 
 if __name__ == "__main__":

@@ -258,7 +258,7 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
         shell_word(&cmd, KILN_CUDA_LIB_DIR);
         sb_puts(&cmd, "-lcublasLt -lcublas -lcudart ");
     }
-    shell_word(&cmd, KILN_BLAS_LIB);
+    if (emulated) shell_word(&cmd, KILN_BLAS_LIB); /* the emulator's cuBLAS; the GPU program needs no OpenBLAS */
     sb_printf(&cmd, "%s %s -lz -lm -lpthread 2>&1", KILN_DEFAULT_LDFLAGS, KILN_OPENMP_LIBS);
     int rc = run_logged(cmd.data, log, emulated ? "C++ compiler" : "CUDA compiler");
     for (int part = 0; part < 2; part++) {

@@ -135,7 +135,7 @@ int krt_threads(void)
 #endif
 }
 
-static int blas_threads(void)
+int krt_blas_threads(void)
 {
     return openblas_get_num_threads ? openblas_get_num_threads() : 0;
 }
@@ -144,7 +144,7 @@ static int blas_threads(void)
  * "4 threads, BLAS 2" (the OpenMP count first). */
 static void print_threads(void)
 {
-    int o = krt_threads(), b = blas_threads();
+    int o = krt_threads(), b = krt_blas_threads();
     fprintf(stderr, "%d thread%s", o, o == 1 ? "" : "s");
     if (b == 1 && o > 1) fprintf(stderr, " (BLAS single-threaded)");
     else if (b > 1) fprintf(stderr, ", BLAS %d", b);

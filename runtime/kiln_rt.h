@@ -170,6 +170,8 @@ void krt_fast_environment(int argc, char **argv);
 int krt_cpus(void);
 /* The OpenMP threads the generated kernels share their work between (1 without OpenMP). */
 int krt_threads(void);
+/* OpenBLAS's thread count, or 0 in a program not linked with OpenBLAS (--target cuda). */
+int krt_blas_threads(void);
 /* --threads N: N OpenMP threads; BLAS stays as it is, single-threaded by default
  * (reported with KILN_VERBOSE=1). */
 void krt_set_threads(int n);

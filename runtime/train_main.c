@@ -24,8 +24,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cblas.h>
-
 #include "kiln_model.h"
 #include "kiln_rng.h"
 
@@ -1116,7 +1114,7 @@ static int bench(kiln_step_io *io, int64_t batch, int64_t n)
                "\"train_step_ms_min\": %.4f, \"gemm_flops_per_step\": %.6g, \"infer_b1_ms\": %.4f, \"infer_b1_repeats\": %d, "
                "\"infer_b1_gemm_flops\": %.6g, \"infer_b256_batch\": %lld, \"infer_b256_ms\": %.4f, \"infer_b256_repeats\": %d, "
                "\"infer_b256_gemm_flops\": %.6g, \"train_rss_mb\": %.1f, \"peak_rss_mb\": %.1f, \"gemms\": [",
-               krt_threads(), openblas_get_num_threads(), (long long)warm, (long long)n, step_ms, min_ms, flops, b1, reps1, f1, (long long)big, bb,
+               krt_threads(), krt_blas_threads(), (long long)warm, (long long)n, step_ms, min_ms, flops, b1, reps1, f1, (long long)big, bb,
                repsb, fb, train_rss, kiln_peak_rss_mb());
         for (int i = 0; i < M->ntrain_gemms; i++) {
             const kiln_gemm_shape *g = &M->train_gemms[i];

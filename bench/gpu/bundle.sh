@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# bench/gpu/bundle.sh — prepares out/gpu/, everything a GPU machine needs to run
+# bench/gpu/run.sh without building anything there (this project's GPU machines have the
+# CUDA toolkit and PyTorch but not OpenBLAS, Criterion or the datasets; a session gets one
+# rarely and for minutes, so the work is done here and the machine only runs and measures).
+#
+#   bench/gpu/bundle.sh            (about 5 minutes on 2 cores; needs nvcc here)
+#
+# out/gpu/ holds (about 35 MB; the device tool's `carry` takes it: name "out/gpu"):
+#   bin/       --target cuda programs: mlp, cnn and gpt at CI's sizes (tests/test_cuda_train.c:
+#              mlp batch 32, cnn batch 8, gpt T 32 batch 2), gpt at its recipe's 16 x 128,
+#              gpt2-124m at 16 x 1024 (a copy of the model file with batch = 16)
+#   ref/       the C programs' logs for the same runs (the reference the GPU runs are
+#              checked against, as test_cuda_train checks cuda-emu) and, for the short
+#              runs, their halfway checkpoints (resumed by the GPU program: the
+#              cross-target check)
+#   data/      Fashion-MNIST's test set (the training data of these short runs, 4.4 MB)
+#              and the fortunes text gpt trains on
+#   lib/       libgomp (the runtime's OpenMP), in case the machine's image lacks it
+#   ptxas.txt  nvcc -Xptxas -v's summary for every model
+# BUNDLE_TARGET=cuda-emu builds the programs for the CUDA emulator instead, to try
+# bench/gpu/run.sh here (GPU_RUNS="mlp cnn gpt" bench/gpu/run.sh check) before a GPU session.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { echo "bench/gpu/bundle.sh: nvcc is needed" >&2; exit 1; }
+scripts/deps.sh
+cmake -S . -B out/build-gpu -DCMAKE_BUILD_TYPE=Release -DKILN_TESTS=OFF >/dev/null
+cmake --build out/build-gpu -j"$(nproc)" --target kiln kiln_rt >/dev/null
+kiln=out/build-gpu/kiln
+B=out/gpu
+rm -rf "$B"
+mkdir -p "$B/bin" "$B/ref" "$B/data" "$B/lib" "$B/models"
+cp /usr/share/datasets/fashion-mnist/t10k-* "$B/data/"
+mkdir -p "$B/data/fortunes"
+for f in /usr/share/games/fortunes/*; do # the recipe's text: exclude = "*.*"
+    case ${f##*/} in *.*) ;; *) cp "$f" "$B/data/fortunes/" ;; esac
+done
+cp "$(gcc -print-file-name=libgomp.so.1)" "$B/lib/"
+
+# The runs: name, model file, build flags, run flags, steps. Data from out/gpu/data, so
+# that the same flags work here and there ($D is replaced by the data folder).
+mnist='--data image=$D/t10k-images-idx3-ubyte.gz --data label=$D/t10k-labels-idx1-ubyte.gz --eval-data image=$D/t10k-images-idx3-ubyte.gz --eval-data label=$D/t10k-labels-idx1-ubyte.gz'
+cat >"$B/runs.txt" <<RUNS
+mlp|models/mlp.kiln||$mnist --batch 32 --eval-batches 2|20
+mlp-long|models/mlp.kiln||$mnist --batch 128 --eval-batches 10|300
+cnn|models/cnn.kiln||$mnist --batch 8 --eval-batches 1|5
+cnn-long|models/cnn.kiln||$mnist --batch 128 --eval-batches 10|100
+gpt|models/gpt.kiln|--bound T=32|--data '\$D/fortunes/*' --batch 2 --eval-batches 1 --sample-tokens 0|5
+gpt-long|models/gpt.kiln||--data '\$D/fortunes/*' --eval-batches 4 --sample-tokens 0|100
+RUNS
+here=$(pwd)
+while IFS='|' read -r name model bflags rflags steps; do
+    [ -n "$name" ] || continue
+    mkdir -p "$B/ref/$name"
+    # shellcheck disable=SC2086
+    $kiln build "$model" $bflags -o "$B/bin/$name-c" 2>/dev/null
+    # shellcheck disable=SC2086
+    $kiln build "$model" $bflags --target "${BUNDLE_TARGET:-cuda}" -o "$B/bin/$name" 2>/dev/null
+    flags=${rflags//\$D/$here/$B/data}
+    half=$((steps / 2))
+    (cd "$B/ref/$name" && eval "../../bin/$name-c $flags --steps $steps --checkpoint-dir ck --log c.log" >/dev/null)
+    # the halfway checkpoint for the cross-target check: CI's short runs only (size)
+    case $name in *-long) ;; *) (cd "$B/ref/$name" && eval "../../bin/$name-c $flags --steps $half --checkpoint-dir ck-half" >/dev/null) ;; esac
+    rm -rf "$B/ref/$name/ck"
+    rm -f "$B/bin/$name-c"
+    echo "bundled $name: $(wc -l <"$B/ref/$name/c.log") log lines"
+done <"$B/runs.txt"
+
+# The benchmark programs (--bench-steps: random inputs, no data)
+$kiln build models/gpt.kiln --target "${BUNDLE_TARGET:-cuda}" -o "$B/bin/bench-gpt" >/dev/null
+sed 's/^\( *batch *= *\)4$/\116/' models/gpt2-124m.kiln >"$B/models/gpt2-124m-b16.kiln"
+grep -q 'batch *= *16$' "$B/models/gpt2-124m-b16.kiln" || { echo "bench/gpu/bundle.sh: models/gpt2-124m.kiln's batch line changed" >&2; exit 1; }
+$kiln build "$B/models/gpt2-124m-b16.kiln" --target "${BUNDLE_TARGET:-cuda}" -o "$B/bin/bench-gpt2" >/dev/null
+
+# ptxas's register and spill report for every model
+mkdir -p out/gpu-emit
+for m in mlp cnn gpt gpt2-124m; do
+    $kiln emit "models/$m.kiln" --target cuda -o "out/gpu-emit/$m" 2>/dev/null
+    nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+    "$nvcc" -std=c++17 -O3 -arch=sm_90 -Xptxas -v -Iruntime/cuda -Iruntime -c "out/gpu-emit/$m/model.cu" -o /dev/null 2>&1 |
+        awk -v m="$m" '/Used [0-9]+ registers/ { n++; r = $0; sub(/.*Used /, "", r); sub(/ registers.*/, "", r); if (r + 0 > max) max = r + 0 }
+                        /bytes spill stores/ { s = $0; sub(/ bytes spill stores.*/, "", s); sub(/.*, /, "", s); if (s + 0 > 0) spill++ }
+                        END { printf "%s: %d kernels, at most %d registers, %d spilling\n", m, n, max, spill }'
+done >"$B/ptxas.txt"
+cat "$B/ptxas.txt"
+git rev-parse --short HEAD >"$B/commit.txt"
+du -sh "$B"
