@@ -14,8 +14,9 @@
  *     sums or maxima (warp shuffles, then shared memory); rows of at most 32 elements
  *     (pooling windows, a classifier's logits) one thread per row, walking it in the C
  *     target's order; reduced axes that are not the trailing ones find each element from its
- *     coordinates; a kernel with a total over all rows (a loss) runs as one block that takes
- *     the rows in order;
+ *     coordinates; a kernel with a total over all rows (a loss): each block takes a
+ *     contiguous run of rows in order and writes its part, kiln_sum_parts adds the parts in
+ *     block order (deterministic);
  *   - reductions over leading axes (bias gradients, cross-entropy's gradient summed over
  *     the batch; members may need coordinates, from the column and the position down it):
  *     one thread per column;
@@ -123,6 +124,8 @@ static void model_line(Cg *c, NodeId id, StrBuf *b)
     }
 }
 
+static bool has_total(const CgKernel *L);
+
 /* The symbols by value, then the kernel's loads and stores: its parameters. */
 static void parameters(CgKernel *L, StrBuf *o, bool host)
 {
@@ -148,6 +151,7 @@ static void parameters(CgKernel *L, StrBuf *o, bool host)
         any = true;
     }
     if (L->random) sb_printf(o, "%suint64_t seed, uint64_t step", any ? ", " : ""); /* dropout's counter-based numbers */
+    if (has_total(L)) sb_puts(o, ", void *partials"); /* the blocks' parts of the totals */
     if (host) sb_puts(o, L->mode == CG_LOOP_GEMM ? ", cudaStream_t stream, cublasHandle_t blas" : ", cudaStream_t stream");
 }
 
@@ -217,8 +221,6 @@ typedef enum {
 /* Rows of at most this many elements (known when the model is compiled) go one per thread:
  * a block of 256 threads would leave most of them idle and pay for two barriers per pass. */
 #define CUDA_ROW_THREAD_MAX 32
-
-static bool has_total(const CgKernel *L);
 
 /* One thread per row: its row length is a constant no larger than CUDA_ROW_THREAD_MAX, and
  * no total over the rows needs them taken in order by one block. */
@@ -380,10 +382,11 @@ static void emit_rows_kernel(CgKernel *L)
     StrBuf *o = L->c->o;
     const RowSpread spread = row_spread(L);
     const bool strided = !cg_axes_trailing(L);
-    kernel_head(L, has_total(L) ? "one block of 256 threads for all the rows, in order, so that the total is summed\n"
-                                  " * in the same order every time (correct, not yet fast); in each pass over a row, thread t\n"
-                                  " * takes elements t, t + blockDim.x, ..., then the block combines the threads' partial\n"
-                                  " * sums or maxima (kiln_block_sum, kiln_block_max)."
+    kernel_head(L, has_total(L) ? "blocks of 256 threads (at most KILN_CUDA_TOTAL_BLOCKS), each taking a contiguous\n"
+                                  " * run of rows in order and writing its part of the total to `partials`; kiln_sum_parts\n"
+                                  " * then adds the parts in block order, so that the total is the same bits every run. In\n"
+                                  " * each pass over a row, thread t takes elements t, t + blockDim.x, ..., then the block\n"
+                                  " * combines the threads' partial sums or maxima (kiln_block_sum, kiln_block_max)."
                    : spread == ROWS_PER_THREAD ? "one thread per row (the rows are short: blocks of 256 threads, a grid-stride loop\n"
                                                  " * over the rows); each pass walks the row's elements in order, as the C target does."
                                                : "one block of 256 threads per row (a grid-stride loop over the rows); in each\n"
@@ -398,10 +401,16 @@ static void emit_rows_kernel(CgKernel *L)
         cg_declare_strides(L->c, "S", L->rank);
         for (int a = 0; a < L->rank; a++) sb_printf(o, "    (void)Ss%d;\n", a);
     }
-    for (int i = 0; i < L->nstores; i++)
-        if (L->f->cls[L->stores[i]] == CLASS_TOTAL)
-            sb_printf(o, "    %s tot%d = 0;\n", cg_ctype((DType)g->nodes[L->stores[i]].dtype), L->stores[i]);
-    if (spread == ROWS_PER_THREAD)
+    for (int i = 0, t = 0; i < L->nstores; i++)
+        if (L->f->cls[L->stores[i]] == CLASS_TOTAL) {
+            const char *ty = cg_ctype((DType)g->nodes[L->stores[i]].dtype);
+            sb_printf(o, "    %s tot%d = 0;\n", ty, L->stores[i]);
+            sb_printf(o, "    %s *parts%d = (%s *)((char *)partials + %d * KILN_CUDA_TOTAL_BLOCKS * 8);\n", ty, L->stores[i], ty, t++);
+            sb_printf(o, "    (void)y%d; /* kiln_sum_parts writes it */\n", L->stores[i]);
+        }
+    if (has_total(L))
+        sb_puts(o, "    for (int64_t row = R * blockIdx.x / gridDim.x; row < R * (blockIdx.x + 1) / gridDim.x; row++) {\n");
+    else if (spread == ROWS_PER_THREAD)
         sb_puts(o, "    for (int64_t row = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; row < R; row += (int64_t)gridDim.x * blockDim.x) {\n");
     else sb_puts(o, "    for (int64_t row = blockIdx.x; row < R; row += gridDim.x) {\n");
     const char *indent = "        ", *in = "            ";
@@ -438,7 +447,8 @@ static void emit_rows_kernel(CgKernel *L)
     }
     sb_puts(o, "    }\n");
     for (int i = 0; i < L->nstores; i++)
-        if (L->f->cls[L->stores[i]] == CLASS_TOTAL) sb_printf(o, "    if (threadIdx.x == 0) y%d[0] = tot%d;\n", L->stores[i], L->stores[i]);
+        if (L->f->cls[L->stores[i]] == CLASS_TOTAL)
+            sb_printf(o, "    if (threadIdx.x == 0) parts%d[blockIdx.x] = tot%d;\n", L->stores[i], L->stores[i]);
     sb_puts(o, "}\n\n");
 }
 
@@ -671,8 +681,10 @@ static void emit_launcher(CgKernel *L)
         sb_puts(o, "    const int64_t columns = ");
         dims_product(o, L, false, true);
         sb_printf(o, ";\n    const int64_t blocks = (columns + %d - 1) / %d;\n", CUDA_MAP_BLOCK, CUDA_MAP_BLOCK);
-    } else if (has_total(L)) { /* one block for every row: the total in row order */
-        sb_puts(o, "    const int64_t blocks = 1;\n");
+    } else if (has_total(L)) { /* runs of rows; a block with none still writes its part, 0 */
+        sb_puts(o, "    const int64_t R = ");
+        dims_product(o, L, false, true);
+        sb_puts(o, ";\n    const int64_t blocks = R < 1 ? 1 : R < KILN_CUDA_TOTAL_BLOCKS ? R : KILN_CUDA_TOTAL_BLOCKS;\n");
     } else if (L->K->axes && row_spread(L) == ROWS_PER_THREAD) { /* one thread per row */
         sb_puts(o, "    const int64_t rows = ");
         dims_product(o, L, false, true);
@@ -700,7 +712,23 @@ static void emit_launcher(CgKernel *L)
     for (int i = 0; i < L->nreads; i++) sb_printf(o, ", p%d", L->reads[i]);
     for (int i = 0; i < L->nstores; i++) sb_printf(o, ", y%d", L->stores[i]);
     if (L->random) sb_puts(o, ", seed, step");
-    sb_puts(o, ");\n}\n\n");
+    if (has_total(L)) sb_puts(o, ", partials");
+    sb_puts(o, ");\n");
+    /* the totals: the blocks' parts in block order */
+    for (int i = 0, t = 0; i < L->nstores; i++) {
+        NodeId id = L->stores[i];
+        if (L->f->cls[id] != CLASS_TOTAL) continue;
+        const char *ty = cg_ctype((DType)g->nodes[id].dtype);
+        sb_puts(o, "    KILN_LAUNCH_AT(");
+        StrBuf at;
+        sb_init(&at);
+        model_line(c, L->K->anchor, &at);
+        cg_c_string(o, at.data);
+        sb_free(&at);
+        sb_printf(o, ", kiln_sum_parts<%s>, 1, 32, 0, stream, (const %s *)((char *)partials + %d * KILN_CUDA_TOTAL_BLOCKS * 8), grid, y%d);\n",
+                  ty, ty, t++, id);
+    }
+    sb_puts(o, "}\n\n");
 }
 
 /* ---- single-node kernels (KERNEL_SINGLE) ----
@@ -1037,6 +1065,7 @@ static void emit_kernel_call(Cg *c, int32_t k)
         for (int i = 0; i < L.nreads; i++) sb_printf(o, ", v%d", L.reads[i]);
         for (int i = 0; i < L.nstores; i++) sb_printf(o, ", v%d", L.stores[i]);
         if (L.random) sb_puts(o, ", io->seed, io->step");
+        if (has_total(&L)) sb_puts(o, ", cs.partials");
         sb_puts(o, L.mode == CG_LOOP_GEMM ? ", stream, blas);" : ", stream);");
     }
     sb_printf(o, " KILN_CUDA_MARK(io, %d, stream);", k);
@@ -1163,6 +1192,14 @@ int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path,
                  "    T m = warp_maxes[0];\n"
                  "    for (int w = 1; w < (int)blockDim.x / 32; w++) m = warp_maxes[w] > m ? warp_maxes[w] : m;\n"
                  "    return m;\n}\n\n"
+                 "/* A total's parts, one per block of the kernel that computed it (each block summed a\n"
+                 " * contiguous run of rows in order), added in block order by one thread: the same bits\n"
+                 " * whatever the order the blocks ran in. */\n"
+                 "template <typename T> __global__ void __launch_bounds__(32) kiln_sum_parts(const T *parts, int n, T *total)\n{\n"
+                 "    if (threadIdx.x != 0) return;\n"
+                 "    T s = 0;\n"
+                 "    for (int b = 0; b < n; b++) s += parts[b];\n"
+                 "    total[0] = s;\n}\n\n"
                  "template <typename T> static __device__ T kiln_block_min(T v)\n{\n"
                  "    KILN_SHARED(T, warp_mins, [32]);\n"
                  "    for (int o = 16; o > 0; o /= 2) {\n"

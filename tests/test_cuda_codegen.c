@@ -260,7 +260,8 @@ static void check_map_kernels(const char *text)
     sb_puts(&body, "int main(void)\n{\n    const int64_t s[] = {");
     for (int s = 0; s < g->nsyms; s++) sb_printf(&body, "%s%lld", s ? ", " : "", (long long)symvals[s]);
     sb_puts(&body, g->nsyms ? "};\n" : "0};\n");
-    sb_puts(&body, "    int bad = 0;\n    cublasHandle_t blas;\n    KILN_CUBLAS_CHECK(cublasCreate(&blas));\n");
+    sb_puts(&body, "    int bad = 0;\n    cublasHandle_t blas;\n    KILN_CUBLAS_CHECK(cublasCreate(&blas));\n"
+                   "    void *partials;\n    KILN_CUDA_CHECK(cudaMalloc(&partials, KILN_CUDA_PARTIALS_BYTES));\n");
     int nmaps = 0;
     for (int32_t k = 0; k < cg.fp.nkernels; k++) {
         if (cg.fp.kernels[k].kind == KERNEL_SINGLE) {
@@ -327,8 +328,10 @@ static void check_map_kernels(const char *text)
         }
         /* random numbers: the same seed and step for both, not the first of a run */
         const char *rng = L.random ? ", 0x5eedull, 3" : "";
-        sb_printf(&body, "        ref_k%d(s%s%s);\n        %s_launch(s%s%s, 0%s);\n", k, hargs.data, rng, name, dargs.data, rng,
-                  gemm ? ", blas" : "");
+        bool total = false; /* a loss: the CUDA kernel writes its blocks' parts to `partials` */
+        for (int i = 0; i < L.nstores; i++) total |= cg.fp.cls[L.stores[i]] == CLASS_TOTAL;
+        sb_printf(&body, "        ref_k%d(s%s%s);\n        %s_launch(s%s%s%s, 0%s);\n", k, hargs.data, rng, name, dargs.data, rng,
+                  total ? ", partials" : "", gemm ? ", blas" : "");
         sb_puts(&body, "        KILN_CUDA_CHECK(cudaDeviceSynchronize());\n");
         for (int i = 0; i < L.nstores; i++) {
             NodeId y = L.stores[i];
@@ -357,7 +360,7 @@ static void check_map_kernels(const char *text)
         nmaps++;
         cg_kernel_teardown(&L);
     }
-    sb_puts(&body, "    KILN_CUBLAS_CHECK(cublasDestroy(blas));\n    return bad;\n}\n");
+    sb_puts(&body, "    KILN_CUBLAS_CHECK(cublasDestroy(blas));\n    KILN_CUDA_CHECK(cudaFree(partials));\n    return bad;\n}\n");
     cr_assert_gt(nmaps, 0, "no kernel of the training graph that --target cuda writes");
     sb_printf(&harness, "\n%s", body.data);
     snprintf(path, sizeof path, "%s/ref.c", dir);

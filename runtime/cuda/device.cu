@@ -43,6 +43,7 @@ struct kiln_cuda_context {
     int64_t nparams, nparts;
     double *norm_parts, *norm_total; /* the gradient norm's block sums and their sum */
     double *norm_host;
+    void *partials;                /* KILN_CUDA_PARTIALS_BYTES: the blocks' parts of a loss's total */
     int64_t staging_bytes;         /* device memory of all of the above */
 };
 
@@ -122,7 +123,9 @@ static void *device_open(const struct kiln_model *m, char *err, size_t cap)
     KILN_CUDA_CHECK(cudaMalloc((void **)&c->norm_parts, sizeof(double) * (size_t)(c->nparts + 1)));
     KILN_CUDA_CHECK(cudaMalloc((void **)&c->norm_total, sizeof(double)));
     KILN_CUDA_CHECK(cudaMallocHost((void **)&c->norm_host, sizeof(double)));
-    c->staging_bytes += (int64_t)(sizeof(int64_t) * 2 * (size_t)c->nchecks + sizeof(double) * (size_t)(c->nparts + 2));
+    KILN_CUDA_CHECK(cudaMalloc(&c->partials, KILN_CUDA_PARTIALS_BYTES));
+    c->staging_bytes += (int64_t)(sizeof(int64_t) * 2 * (size_t)c->nchecks + sizeof(double) * (size_t)(c->nparts + 2)) +
+                        KILN_CUDA_PARTIALS_BYTES;
     return c;
 }
 
@@ -146,6 +149,7 @@ static void device_close(void *vctx)
     cudaFreeHost(c->scalars_host);
     cudaFree(c->norm_parts);
     cudaFree(c->norm_total);
+    cudaFree(c->partials);
     cudaFreeHost(c->norm_host);
     if (c->blas) cublasDestroy(c->blas);
     if (c->stream) cudaStreamDestroy(c->stream);
@@ -366,7 +370,7 @@ kiln_cuda_step kiln_cuda_begin(void *vctx)
     kiln_cuda_context *c = (kiln_cuda_context *)vctx;
     c->turn ^= 1;
     if (c->used[c->turn]) KILN_CUDA_CHECK(cudaEventSynchronize(c->copied[c->turn])); /* its pinned memory is free again */
-    kiln_cuda_step s = {c->stream, c->blas};
+    kiln_cuda_step s = {c->stream, c->blas, c->partials};
     return s;
 }
 

@@ -4,8 +4,8 @@
  * buffers and activations in device memory; a step's inputs and outputs stay in host
  * memory, and the step moves them:
  *
- *   kiln_cuda_begin        the step's stream and cuBLAS handle; the next set of staging
- *                          buffers (two sets, used in turn)
+ *   kiln_cuda_begin        the step's stream, cuBLAS handle and room for the parts of
+ *                          totals; the next set of staging buffers (two sets, used in turn)
  *   kiln_cuda_input        input k: host memory -> pinned staging -> the device, an
  *                          asynchronous copy on the copy stream that the step's stream waits
  *                          for
@@ -30,7 +30,15 @@ extern "C" const kiln_device kiln_cuda_device;
 typedef struct {
     cudaStream_t stream;
     cublasHandle_t blas;
+    /* KILN_CUDA_PARTIALS_BYTES of device memory, allocated at start: a kernel with a total
+     * over rows (a loss) writes each block's part there, and kiln_sum_parts adds them in
+     * block order, the same bits every run */
+    void *partials;
 } kiln_cuda_step;
+
+/* Room for 16 totals of 512 blocks' double-precision parts. */
+#define KILN_CUDA_PARTIALS_BYTES 65536
+#define KILN_CUDA_TOTAL_BLOCKS 512
 
 kiln_cuda_step kiln_cuda_begin(void *ctx);
 const void *kiln_cuda_input(void *ctx, int k, const void *host, int64_t bytes);
