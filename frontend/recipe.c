@@ -59,20 +59,38 @@ static const CallSpec eval_data_calls[] = {
     {"npy", map_args, true, "NumPy .npy files, one per input, all evaluated"},
     {NULL, NULL, false, NULL}};
 
+/* Learning rates have no upper bound (PyTorch has none); they must be finite and, as
+ * check_optimizer says, above 0. */
 static const ArgSpec sgd_args[] = {
-    {"lr", A_NUM, "0.01", 0, 10, NULL}, {"momentum", A_NUM, "0.0", 0, 1, NULL}, {"dampening", A_NUM, "0.0", 0, 1, NULL},
+    {"lr", A_NUM, "0.01", 0, INF, NULL}, {"momentum", A_NUM, "0.0", 0, 1, NULL}, {"dampening", A_NUM, "0.0", 0, 1, NULL},
     {"nesterov", A_BOOL, "false", 0, 0, NULL}, {"weight_decay", A_NUM, "0.0", 0, 10, NULL},
     {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
 static const ArgSpec adam_args[] = {
-    {"lr", A_NUM, "0.001", 0, 10, NULL}, {"betas", A_PAIR, "0.9 0.999", 0, 1, NULL}, {"eps", A_NUM, "1e-8", 0, 1, NULL},
-    {"weight_decay", A_NUM, "0.0", 0, 10, NULL}, {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
+    {"lr", A_NUM, "0.001", 0, INF, NULL}, {"betas", A_PAIR, "0.9 0.999", 0, 1, NULL}, {"eps", A_NUM, "1e-8", 0, 1, NULL},
+    {"weight_decay", A_NUM, "0.0", 0, 10, NULL}, {"amsgrad", A_BOOL, "false", 0, 0, NULL},
+    {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
 static const ArgSpec adamw_args[] = {
-    {"lr", A_NUM, "0.001", 0, 10, NULL}, {"betas", A_PAIR, "0.9 0.999", 0, 1, NULL}, {"eps", A_NUM, "1e-8", 0, 1, NULL},
-    {"weight_decay", A_NUM, "0.01", 0, 10, NULL}, {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
+    {"lr", A_NUM, "0.001", 0, INF, NULL}, {"betas", A_PAIR, "0.9 0.999", 0, 1, NULL}, {"eps", A_NUM, "1e-8", 0, 1, NULL},
+    {"weight_decay", A_NUM, "0.01", 0, 10, NULL}, {"amsgrad", A_BOOL, "false", 0, 0, NULL},
+    {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
+static const ArgSpec rmsprop_args[] = {
+    {"lr", A_NUM, "0.01", 0, INF, NULL}, {"alpha", A_NUM, "0.99", 0, 1, NULL}, {"eps", A_NUM, "1e-8", 0, 1, NULL},
+    {"weight_decay", A_NUM, "0.0", 0, 10, NULL}, {"momentum", A_NUM, "0.0", 0, 1, NULL}, {"centered", A_BOOL, "false", 0, 0, NULL},
+    {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
+static const ArgSpec adagrad_args[] = {
+    {"lr", A_NUM, "0.01", 0, INF, NULL}, {"lr_decay", A_NUM, "0.0", 0, INF, NULL}, {"weight_decay", A_NUM, "0.0", 0, 10, NULL},
+    {"initial_accumulator_value", A_NUM, "0.0", 0, INF, NULL}, {"eps", A_NUM, "1e-10", 0, 1, NULL},
+    {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
+static const ArgSpec lion_args[] = {
+    {"lr", A_NUM, "0.0001", 0, INF, NULL}, {"betas", A_PAIR, "0.9 0.99", 0, 1, NULL}, {"weight_decay", A_NUM, "0.0", 0, 10, NULL},
+    {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
 static const CallSpec optim_calls[] = {
     {"SGD", sgd_args, false, "stochastic gradient descent with optional (Nesterov) momentum"},
-    {"Adam", adam_args, false, "Adam; weight_decay is L2 added to the gradient"},
+    {"Adam", adam_args, false, "Adam; weight_decay is L2 added to the gradient; amsgrad keeps the largest second moments"},
     {"AdamW", adamw_args, false, "Adam with decoupled weight decay (on >= 2-D parameters unless decay = all)"},
+    {"RMSprop", rmsprop_args, false, "RMSprop (optionally centred, with momentum); weight_decay is L2"},
+    {"Adagrad", adagrad_args, false, "Adagrad; weight_decay is L2"},
+    {"Lion", lion_args, false, "Lion (sign of the interpolated momentum) with decoupled weight decay"},
     {NULL, NULL, false, NULL}};
 
 static const ArgSpec const_args[] = {{"warmup", A_INT, "0", 0, INF, NULL}, END};
@@ -103,7 +121,7 @@ static const CallSpec eval_calls[] = {{"every", eval_args, false, "evaluate ever
 static const KeySpec keys[] = {
     {"data", A_CALL, data_calls, NULL, 0, 0, NULL, "training data"},
     {"eval_data", A_CALL, eval_data_calls, NULL, 0, 0, NULL, "evaluation data (default: the loader's val split)"},
-    {"optimizer", A_CALL, optim_calls, "AdamW", 0, 0, NULL, "SGD, Adam or AdamW with their hyperparameters"},
+    {"optimizer", A_CALL, optim_calls, "AdamW", 0, 0, NULL, "SGD, Adam, AdamW, RMSprop, Adagrad or Lion with their hyperparameters"},
     {"schedule", A_CALL, sched_calls, "constant", 0, 0, NULL, "learning-rate schedule"},
     {"batch", A_INT, NULL, "64", 1, 1 << 24, NULL, "samples per step (bounds the batch size symbol)"},
     {"epochs", A_INT, NULL, "1", 1, 1e9, NULL, "passes over the training data"},
@@ -554,16 +572,21 @@ static bool check_optimizer(const RecipeValue *opt, Diag *d)
         }
     } else {
         const RecipeValue *betas = recipe_arg(opt, "betas"), *eps = recipe_arg(opt, "eps");
-        for (int i = 0; i < 2 && i < betas->nargs; i++)
+        for (int i = 0; betas && i < 2 && i < betas->nargs; i++)
             if (!(betas->args[i].num < 1)) {
                 diag_error(d, betas->args[i].loc, "%s(betas): beta%d = %g must be below 1 (0 <= beta < 1)", k, i + 1, betas->args[i].num);
                 ok = false;
             }
-        if (!(eps->num > 0)) {
+        if (eps && !(eps->num > 0)) {
             diag_error(d, eps->loc, "%s(eps): must be greater than 0, found %g (the update of a parameter whose gradient is 0 would be 0/0)", k,
                        eps->num);
             ok = false;
         }
+    }
+    const RecipeValue *lr = recipe_arg(opt, "lr");
+    if (!(lr->num > 0)) {
+        diag_error(d, lr->loc, "%s(lr): the learning rate must be greater than 0, found %g", k, lr->num);
+        ok = false;
     }
     if (!decay->is_default && wd->num == 0) {
         diag_error(d, decay->loc, "%s: decay = %s has no effect: weight_decay is 0", k, decay->str);

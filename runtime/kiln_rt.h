@@ -109,15 +109,20 @@ void krt_prefetch_stop(krt_prefetch *p);
 
 /* ---- optimizers and schedules (optim.c, sched.c) ---- */
 
-typedef enum { KRT_SGD, KRT_ADAM, KRT_ADAMW } krt_optim_kind;
+typedef enum { KRT_SGD, KRT_ADAM, KRT_ADAMW, KRT_RMSPROP, KRT_ADAGRAD, KRT_LION } krt_optim_kind;
 
 typedef struct {
     krt_optim_kind kind;
     double lr;
-    double momentum, dampening; /* SGD */
+    double momentum, dampening; /* SGD; momentum also RMSprop's */
     bool nesterov;              /* SGD */
-    double beta1, beta2, eps;   /* Adam, AdamW */
-    double weight_decay;        /* SGD, Adam: L2 added to the gradient; AdamW: decoupled */
+    double beta1, beta2, eps;   /* Adam, AdamW, Lion (betas); eps: Adam, AdamW, RMSprop, Adagrad */
+    bool amsgrad;               /* Adam, AdamW: keep the maximum of the second moments */
+    double alpha;               /* RMSprop: smoothing constant */
+    bool centered;              /* RMSprop: divide by the centred second moment */
+    double lr_decay;            /* Adagrad: lr / (1 + (step - 1) * lr_decay) */
+    double initial_accumulator_value; /* Adagrad: the sum's initial value */
+    double weight_decay;        /* SGD, Adam, RMSprop, Adagrad: L2 added to the gradient; AdamW, Lion: decoupled */
 } krt_optim_config;
 
 /* One parameter tensor inside the flat parameter slab. */
@@ -126,13 +131,25 @@ typedef struct {
     bool decay; /* weight decay applies (by default: tensors of rank >= 2) */
 } krt_param_span;
 
-/* Optimizer state: one or two moment slabs the size of the parameter slab. */
+/* Optimizer state: up to KRT_OPTIM_SLABS slabs the size of the parameter slab, each
+ * NULL when the optimizer does not use it; krt_optim_slab_name gives their names (as
+ * torch.optim's state keys) in checkpoints:
+ *   SGD      m: momentum buffer (checkpoint name exp_avg, as Kiln always wrote it)
+ *   Adam(W)  m: exp_avg, v: exp_avg_sq, w: max_exp_avg_sq (amsgrad)
+ *   RMSprop  m: momentum_buffer (momentum > 0), v: square_avg, w: grad_avg (centered)
+ *   Adagrad  v: sum
+ *   Lion     m: exp_avg */
 typedef struct {
-    float *m, *v;    /* SGD momentum buffer in m; Adam first and second moments */
+    float *m, *v, *w;
     int64_t n;
     int64_t step;    /* optimizer steps taken (Adam bias correction), starts at 0 */
 } krt_optim_state;
+#define KRT_OPTIM_SLABS 3
 
+/* Slab k (0: m, 1: v, 2: w) of s, and its name under config c (NULL when c does not
+ * use it). */
+float **krt_optim_slab(krt_optim_state *s, int k);
+const char *krt_optim_slab_name(const krt_optim_config *c, int k);
 krt_status krt_optim_init(krt_optim_state *s, const krt_optim_config *c, int64_t n, krt_error *err);
 void krt_optim_free(krt_optim_state *s);
 /* One update of params from grads with learning rate lr, exactly as torch.optim does it. */

@@ -399,6 +399,7 @@ static void state_to_device(const float *params, const unsigned char *buffers, c
     TR.dev->to_device(TR.ctx, TR.buffers, buffers, M->buffer_bytes);
     if (st->m) TR.dev->to_device(TR.ctx, TR.state.m, st->m, bytes);
     if (st->v) TR.dev->to_device(TR.ctx, TR.state.v, st->v, bytes);
+    if (st->w) TR.dev->to_device(TR.ctx, TR.state.w, st->w, bytes);
     TR.state.step = st->step;
 }
 
@@ -409,6 +410,7 @@ static void state_to_host(float *params, unsigned char *buffers, krt_optim_state
     TR.dev->to_host(TR.ctx, buffers, TR.buffers, M->buffer_bytes);
     if (st->m) TR.dev->to_host(TR.ctx, st->m, TR.state.m, bytes);
     if (st->v) TR.dev->to_host(TR.ctx, st->v, TR.state.v, bytes);
+    if (st->w) TR.dev->to_host(TR.ctx, st->w, TR.state.w, bytes);
     st->step = TR.state.step;
 }
 
@@ -575,8 +577,8 @@ static int64_t batches_drawn;
  * its tensors in train_state.safetensors: one naming for saving and loading. */
 static float *moment_slab(const krt_optim_state *st, int k, const char **prefix)
 {
-    *prefix = k == 0 ? "exp_avg" : "exp_avg_sq";
-    return k == 0 ? st->m : st->v;
+    *prefix = krt_optim_slab_name(&TR.oc, k);
+    return !*prefix ? NULL : k == 0 ? st->m : k == 1 ? st->v : st->w;
 }
 
 /* Writes the two files of the checkpoint of `step` into dir (a temporary directory of
@@ -586,8 +588,8 @@ static int write_checkpoint_files(const char *dir, const float *params, const un
                                   const krt_cursor *cur, int64_t step)
 {
     krt_error err;
-    krt_st_tensor *t = calloc((size_t)M->nparams * 3 + 1, sizeof *t);
-    char **names = calloc((size_t)M->nparams * 2 + 1, sizeof *names);
+    krt_st_tensor *t = calloc((size_t)M->nparams * (KRT_OPTIM_SLABS + 1) + 1, sizeof *t);
+    char **names = calloc((size_t)M->nparams * KRT_OPTIM_SLABS + 1, sizeof *names);
     if (!t || !names) {
         free(t);
         free(names);
@@ -625,11 +627,11 @@ static int write_checkpoint_files(const char *dir, const float *params, const un
     for (int i = 0; i < M->nparams && !oom; i++) {
         const kiln_param *p = &M->params[i];
         if (!p->trainable) continue;
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < KRT_OPTIM_SLABS; k++) {
             const char *prefix;
             float *slab = moment_slab(st, k, &prefix);
             if (!slab) continue;
-            size_t len = strlen(p->name) + 16;
+            size_t len = strlen(p->name) + strlen(prefix) + 2;
             names[m] = malloc(len);
             if (!names[m]) {
                 oom = true;
@@ -817,7 +819,7 @@ static int load_checkpoint(const char *dir, int64_t accumulate, float *params, u
     for (int i = 0; !bad && i < M->nparams; i++) {
         const kiln_param *p = &M->params[i];
         if (!p->trainable) continue;
-        for (int k = 0; k < 2 && !bad; k++) {
+        for (int k = 0; k < KRT_OPTIM_SLABS && !bad; k++) {
             const char *prefix;
             float *slab = moment_slab(st, k, &prefix);
             if (!slab) continue;
@@ -1274,7 +1276,12 @@ int main(int argc, char **argv)
     memset(&oc, 0, sizeof oc);
     TR.accumulate = accumulate;
     const char *opt = recipe("optimizer", "AdamW");
-    oc.kind = !strcmp(opt, "SGD") ? KRT_SGD : !strcmp(opt, "Adam") ? KRT_ADAM : KRT_ADAMW;
+    oc.kind = !strcmp(opt, "SGD")       ? KRT_SGD
+              : !strcmp(opt, "Adam")    ? KRT_ADAM
+              : !strcmp(opt, "RMSprop") ? KRT_RMSPROP
+              : !strcmp(opt, "Adagrad") ? KRT_ADAGRAD
+              : !strcmp(opt, "Lion")    ? KRT_LION
+                                        : KRT_ADAMW;
     oc.lr = recipe_num("optimizer.lr", 1e-3);
     oc.momentum = recipe_num("optimizer.momentum", 0);
     oc.dampening = recipe_num("optimizer.dampening", 0);
@@ -1283,6 +1290,11 @@ int main(int argc, char **argv)
     oc.beta1 = strtod(betas, NULL);
     oc.beta2 = strchr(betas, ',') ? strtod(strchr(betas, ',') + 1, NULL) : 0.999;
     oc.eps = recipe_num("optimizer.eps", 1e-8);
+    oc.amsgrad = !strcmp(recipe("optimizer.amsgrad", "false"), "true");
+    oc.alpha = recipe_num("optimizer.alpha", 0.99);
+    oc.centered = !strcmp(recipe("optimizer.centered", "false"), "true");
+    oc.lr_decay = recipe_num("optimizer.lr_decay", 0);
+    oc.initial_accumulator_value = recipe_num("optimizer.initial_accumulator_value", 0);
     oc.weight_decay = recipe_num("optimizer.weight_decay", 0);
     bool decay_all = !strcmp(recipe("optimizer.decay", "matrices"), "all");
     krt_schedule sc;
@@ -1307,7 +1319,7 @@ int main(int argc, char **argv)
     }
     int64_t arena_bytes = M->train_arena_bytes > M->eval_arena_bytes ? M->train_arena_bytes : M->eval_arena_bytes;
     const int64_t slab = (int64_t)sizeof(float) * np;
-    const int64_t planned = slab * (2 + (accumulate > 1) + (st.m != NULL) + (st.v != NULL)) + M->buffer_bytes + arena_bytes;
+    const int64_t planned = slab * (2 + (accumulate > 1) + (st.m != NULL) + (st.v != NULL) + (st.w != NULL)) + M->buffer_bytes + arena_bytes;
     if (TR.dev->reserve(TR.ctx, planned, derr, sizeof derr)) {
         rc = die("%s", derr);
         goto out;
@@ -1320,7 +1332,9 @@ int main(int argc, char **argv)
     TR.state = st;
     TR.state.m = st.m && !TR.dev->host ? TR.dev->alloc(TR.ctx, slab) : st.m;
     TR.state.v = st.v && !TR.dev->host ? TR.dev->alloc(TR.ctx, slab) : st.v;
-    if (!TR.params || !TR.grads || (accumulate > 1 && !TR.acc) || !TR.buffers || !TR.arena || (st.m && !TR.state.m) || (st.v && !TR.state.v)) {
+    TR.state.w = st.w && !TR.dev->host ? TR.dev->alloc(TR.ctx, slab) : st.w;
+    if (!TR.params || !TR.grads || (accumulate > 1 && !TR.acc) || !TR.buffers || !TR.arena || (st.m && !TR.state.m) || (st.v && !TR.state.v) ||
+        (st.w && !TR.state.w)) {
         rc = die("out of %s memory for %lld bytes of parameters, gradients, optimizer state and activations", TR.dev->host ? "host" : "device",
                  (long long)planned);
         goto out;
@@ -1503,6 +1517,7 @@ out:
             free(buffers);
             TR.dev->release(TR.ctx, TR.state.m);
             TR.dev->release(TR.ctx, TR.state.v);
+            TR.dev->release(TR.ctx, TR.state.w);
         }
         TR.dev->release(TR.ctx, TR.params);
         TR.dev->release(TR.ctx, TR.grads);
