@@ -97,11 +97,25 @@ static const ArgSpec const_args[] = {{"warmup", A_INT, "0", 0, INF, NULL}, END};
 static const ArgSpec step_args[] = {
     {"step_size", A_INT, NULL, 1, INF, NULL}, {"gamma", A_NUM, "0.1", 0, 1, NULL}, {"warmup", A_INT, "0", 0, INF, NULL}, END};
 static const ArgSpec decay_args[] = {{"warmup", A_INT, "0", 0, INF, NULL}, {"min_lr", A_NUM, "0.0", 0, 10, NULL}, END};
+static const ArgSpec onecycle_args[] = {
+    {"pct_start", A_NUM, "0.3", 0, 1, NULL}, {"anneal_strategy", A_NAME, "cos", 0, 0, "cos linear"},
+    {"div_factor", A_NUM, "25", 1e-12, INF, NULL}, {"final_div_factor", A_NUM, "1e4", 1e-12, INF, NULL},
+    {"three_phase", A_BOOL, "false", 0, 0, NULL}, END};
+static const ArgSpec exponential_args[] = {{"gamma", A_NUM, NULL, 0, 1, NULL}, {"warmup", A_INT, "0", 0, INF, NULL}, END};
+static const ArgSpec polynomial_args[] = {
+    {"power", A_NUM, "1.0", 0, INF, NULL}, {"total_iters", A_INT, "0", 0, INF, NULL}, {"warmup", A_INT, "0", 0, INF, NULL}, END};
+static const ArgSpec restarts_args[] = {
+    {"T_0", A_INT, NULL, 1, INF, NULL}, {"T_mult", A_INT, "1", 1, 1000, NULL}, {"eta_min", A_NUM, "0.0", 0, INF, NULL},
+    {"warmup", A_INT, "0", 0, INF, NULL}, END};
 static const CallSpec sched_calls[] = {
     {"constant", const_args, false, "constant learning rate after a linear warmup"},
     {"step", step_args, false, "multiply by gamma every step_size steps"},
     {"linear", decay_args, false, "linear warmup, then linear decay to min_lr"},
     {"cosine", decay_args, false, "linear warmup, then cosine decay to min_lr"},
+    {"onecycle", onecycle_args, false, "OneCycleLR over the run's steps, max_lr = the optimizer's lr"},
+    {"exponential", exponential_args, false, "ExponentialLR: multiply by gamma every step"},
+    {"polynomial", polynomial_args, false, "PolynomialLR: decay to 0 over total_iters steps (0: the run's steps)"},
+    {"cosine_restarts", restarts_args, false, "CosineAnnealingWarmRestarts, stepped every step"},
     {NULL, NULL, false, NULL}};
 
 static const ArgSpec ckpt_args[] = {

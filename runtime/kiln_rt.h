@@ -161,14 +161,28 @@ double krt_grad_norm(const float *grads, int64_t n);
  * factor max_norm / (norm + 1e-6) when norm > max_norm); returns the norm before. */
 double krt_clip_grad_norm(float *grads, int64_t n, double max_norm);
 
-typedef enum { KRT_SCHED_CONSTANT, KRT_SCHED_STEP, KRT_SCHED_LINEAR, KRT_SCHED_COSINE } krt_sched_kind;
+typedef enum {
+    KRT_SCHED_CONSTANT,
+    KRT_SCHED_STEP,
+    KRT_SCHED_LINEAR,
+    KRT_SCHED_COSINE,
+    KRT_SCHED_ONECYCLE,        /* torch.optim.lr_scheduler.OneCycleLR */
+    KRT_SCHED_EXPONENTIAL,     /* ExponentialLR, stepped every optimizer step */
+    KRT_SCHED_POLYNOMIAL,      /* PolynomialLR */
+    KRT_SCHED_COSINE_RESTARTS, /* CosineAnnealingWarmRestarts, stepped every optimizer step */
+} krt_sched_kind;
 typedef struct {
     krt_sched_kind kind;
-    int64_t warmup;      /* linear warmup steps from 0 */
+    int64_t warmup;      /* linear warmup steps from 0 (all but ONECYCLE) */
     int64_t step_size;   /* STEP */
-    double gamma;        /* STEP */
-    double min_lr;       /* LINEAR, COSINE: value at total_steps */
-    int64_t total_steps; /* LINEAR, COSINE */
+    double gamma;        /* STEP, EXPONENTIAL */
+    double min_lr;       /* LINEAR, COSINE: value at total_steps; COSINE_RESTARTS: eta_min */
+    int64_t total_steps; /* LINEAR, COSINE, ONECYCLE, POLYNOMIAL (when total_iters is 0): the run's steps */
+    double pct_start, div_factor, final_div_factor; /* ONECYCLE */
+    bool anneal_linear, three_phase;                /* ONECYCLE: anneal_strategy "linear" (else "cos"), three_phase */
+    double power;                                   /* POLYNOMIAL */
+    int64_t total_iters;                            /* POLYNOMIAL: 0 = total_steps - warmup */
+    int64_t t0, t_mult;                             /* COSINE_RESTARTS: T_0, T_mult */
 } krt_schedule;
 /* Learning rate for optimizer step `step` (0-based). */
 double krt_schedule_lr(const krt_schedule *s, double base_lr, int64_t step);

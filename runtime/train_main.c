@@ -1300,11 +1300,27 @@ int main(int argc, char **argv)
     krt_schedule sc;
     memset(&sc, 0, sizeof sc);
     const char *sk = recipe("schedule", "constant");
-    sc.kind = !strcmp(sk, "step") ? KRT_SCHED_STEP : !strcmp(sk, "linear") ? KRT_SCHED_LINEAR : !strcmp(sk, "cosine") ? KRT_SCHED_COSINE : KRT_SCHED_CONSTANT;
+    sc.kind = !strcmp(sk, "step")              ? KRT_SCHED_STEP
+              : !strcmp(sk, "linear")          ? KRT_SCHED_LINEAR
+              : !strcmp(sk, "cosine")          ? KRT_SCHED_COSINE
+              : !strcmp(sk, "onecycle")        ? KRT_SCHED_ONECYCLE
+              : !strcmp(sk, "exponential")     ? KRT_SCHED_EXPONENTIAL
+              : !strcmp(sk, "polynomial")      ? KRT_SCHED_POLYNOMIAL
+              : !strcmp(sk, "cosine_restarts") ? KRT_SCHED_COSINE_RESTARTS
+                                               : KRT_SCHED_CONSTANT;
     sc.warmup = recipe_int("schedule.warmup", 0);
     sc.step_size = recipe_int("schedule.step_size", 1);
     sc.gamma = recipe_num("schedule.gamma", 0.1);
-    sc.min_lr = recipe_num("schedule.min_lr", 0);
+    sc.min_lr = recipe_num(sc.kind == KRT_SCHED_COSINE_RESTARTS ? "schedule.eta_min" : "schedule.min_lr", 0);
+    sc.pct_start = recipe_num("schedule.pct_start", 0.3);
+    sc.anneal_linear = !strcmp(recipe("schedule.anneal_strategy", "cos"), "linear");
+    sc.div_factor = recipe_num("schedule.div_factor", 25);
+    sc.final_div_factor = recipe_num("schedule.final_div_factor", 1e4);
+    sc.three_phase = !strcmp(recipe("schedule.three_phase", "false"), "true");
+    sc.power = recipe_num("schedule.power", 1);
+    sc.total_iters = recipe_int("schedule.total_iters", 0);
+    sc.t0 = recipe_int("schedule.T_0", 1);
+    sc.t_mult = recipe_int("schedule.T_mult", 1);
     sc.total_steps = total_steps;
     double clip = recipe_num("clip", 0);
     TR.oc = oc;

@@ -142,3 +142,50 @@ Test(optim_parity, optimizers_match_torch_optim, .timeout = 120)
     compare_with_torch(&o);
     sb_free(&o);
 }
+
+/* ---- schedules ---- */
+
+typedef struct {
+    const char *name, *torch_kind, *torch_args; /* torch_args: the scheduler's arguments as JSON */
+    krt_schedule s;
+} SchedCase;
+
+#define SCHED_STEPS 50
+
+static const SchedCase sched_cases[] = {
+    {"onecycle", "onecycle",
+     "{\"pct_start\": 0.3, \"anneal_strategy\": \"cos\", \"div_factor\": 25, \"final_div_factor\": 1e4, \"three_phase\": false}",
+     {.kind = KRT_SCHED_ONECYCLE, .pct_start = 0.3, .div_factor = 25, .final_div_factor = 1e4, .total_steps = SCHED_STEPS}},
+    {"onecycle_three_phase_linear", "onecycle",
+     "{\"pct_start\": 0.25, \"anneal_strategy\": \"linear\", \"div_factor\": 10, \"final_div_factor\": 100, \"three_phase\": true}",
+     {.kind = KRT_SCHED_ONECYCLE, .pct_start = 0.25, .div_factor = 10, .final_div_factor = 100, .anneal_linear = true,
+      .three_phase = true, .total_steps = SCHED_STEPS}},
+    {"exponential", "exponential", "{\"gamma\": 0.9}", {.kind = KRT_SCHED_EXPONENTIAL, .gamma = 0.9, .total_steps = SCHED_STEPS}},
+    {"polynomial_run", "polynomial", "{\"total_iters\": 50, \"power\": 2.0}",
+     {.kind = KRT_SCHED_POLYNOMIAL, .power = 2.0, .total_steps = SCHED_STEPS}},
+    {"polynomial_30", "polynomial", "{\"total_iters\": 30, \"power\": 1.0}",
+     {.kind = KRT_SCHED_POLYNOMIAL, .power = 1.0, .total_iters = 30, .total_steps = SCHED_STEPS}},
+    {"cosine_restarts", "cosine_restarts", "{\"T_0\": 10, \"T_mult\": 1, \"eta_min\": 0.0}",
+     {.kind = KRT_SCHED_COSINE_RESTARTS, .t0 = 10, .t_mult = 1, .total_steps = SCHED_STEPS}},
+    {"cosine_restarts_mult", "cosine_restarts", "{\"T_0\": 3, \"T_mult\": 2, \"eta_min\": 0.001}",
+     {.kind = KRT_SCHED_COSINE_RESTARTS, .t0 = 3, .t_mult = 2, .min_lr = 0.001, .total_steps = SCHED_STEPS}},
+};
+#define NSCHED ((int)(sizeof sched_cases / sizeof sched_cases[0]))
+
+Test(optim_parity, schedules_match_torch_lr_scheduler, .timeout = 120)
+{
+    StrBuf o;
+    sb_init(&o);
+    sb_puts(&o, "{\"sched\": [\n");
+    for (int i = 0; i < NSCHED; i++) {
+        const SchedCase *c = &sched_cases[i];
+        const double lr = 0.1;
+        sb_printf(&o, "%s{\"name\": \"%s\", \"kind\": \"%s\", \"lr\": %.17g, \"total_steps\": %d, \"args\": %s, \"lrs\": [", i ? ",\n" : "",
+                  c->name, c->torch_kind, lr, SCHED_STEPS, c->torch_args);
+        for (int s = 0; s < SCHED_STEPS; s++) sb_printf(&o, "%s%.17g", s ? ", " : "", krt_schedule_lr(&c->s, lr, s));
+        sb_puts(&o, "]}");
+    }
+    sb_puts(&o, "\n]}\n");
+    compare_with_torch(&o);
+    sb_free(&o);
+}

@@ -525,3 +525,65 @@ Test(sched, cosine_decay)
     expect_lr(&s, 1.0, 120, 0.1);
     expect_lr(&s, 1.0, 121, 0.1);
 }
+
+/* Issue 20's schedules (their every step is checked against torch.optim.lr_scheduler by
+ * test_optim_parity.c); here the values by hand, warmup, and the ends. */
+Test(sched, exponential_after_warmup)
+{
+    krt_schedule s = {.kind = KRT_SCHED_EXPONENTIAL, .gamma = 0.5};
+    expect_lr(&s, 0.8, 0, 0.8);
+    expect_lr(&s, 0.8, 1, 0.4);
+    expect_lr(&s, 0.8, 3, 0.1);
+    s.warmup = 4; /* warmup, then ExponentialLR from its step 0 */
+    expect_lr(&s, 0.8, 0, 0.2);
+    expect_lr(&s, 0.8, 3, 0.8);
+    expect_lr(&s, 0.8, 4, 0.8);
+    expect_lr(&s, 0.8, 6, 0.2);
+}
+
+Test(sched, polynomial)
+{
+    krt_schedule s = {.kind = KRT_SCHED_POLYNOMIAL, .power = 2, .total_steps = 10};
+    expect_lr(&s, 1.0, 0, 1.0);
+    expect_lr(&s, 1.0, 5, 0.25);
+    expect_lr(&s, 1.0, 10, 0.0);
+    expect_lr(&s, 1.0, 50, 0.0);
+    s = (krt_schedule){.kind = KRT_SCHED_POLYNOMIAL, .power = 1, .warmup = 2, .total_steps = 12}; /* over T - W = 10 */
+    expect_lr(&s, 1.0, 0, 0.5);
+    expect_lr(&s, 1.0, 2, 1.0);
+    expect_lr(&s, 1.0, 7, 0.5);
+    s.total_iters = 4;
+    expect_lr(&s, 1.0, 4, 0.5);
+    expect_lr(&s, 1.0, 6, 0.0);
+}
+
+Test(sched, cosine_restarts)
+{
+    krt_schedule s = {.kind = KRT_SCHED_COSINE_RESTARTS, .t0 = 4, .t_mult = 2, .min_lr = 0.0};
+    expect_lr(&s, 1.0, 0, 1.0);
+    expect_lr(&s, 1.0, 2, 0.5);
+    expect_lr(&s, 1.0, 4, 1.0); /* restart; the next cycle is 8 steps */
+    expect_lr(&s, 1.0, 8, 0.5);
+    expect_lr(&s, 1.0, 12, 1.0);
+    s.t_mult = 1;
+    s.min_lr = 0.2;
+    s.warmup = 2;
+    expect_lr(&s, 1.0, 0, 0.5);
+    expect_lr(&s, 1.0, 4, 0.6);
+    expect_lr(&s, 1.0, 6, 1.0);
+}
+
+Test(sched, onecycle)
+{
+    /* max 1, initial 1/25 = 0.04, final 0.04 / 1e4; 10 steps, pct_start 0.3: up over steps
+     * 0..2, down over 2..9 */
+    krt_schedule s = {.kind = KRT_SCHED_ONECYCLE, .pct_start = 0.3, .div_factor = 25, .final_div_factor = 1e4, .total_steps = 10};
+    expect_lr(&s, 1.0, 0, 0.04);
+    expect_lr(&s, 1.0, 1, 0.52);
+    expect_lr(&s, 1.0, 2, 1.0);
+    expect_lr(&s, 1.0, 9, 4e-6);
+    expect_lr(&s, 1.0, 20, 4e-6); /* past the end: the last value */
+    s.anneal_linear = true;
+    expect_lr(&s, 1.0, 1, 0.52);
+    expect_lr(&s, 1.0, 9, 4e-6);
+}
