@@ -128,7 +128,9 @@ typedef struct {
 /* One parameter tensor inside the flat parameter slab. */
 typedef struct {
     int64_t offset, count;
-    bool decay; /* weight decay applies (by default: tensors of rank >= 2) */
+    bool decay;           /* weight decay applies (by default: tensors of rank >= 2) */
+    bool grouped;         /* in a parameter group: lr and weight_decay below replace the rate */
+    double lr, weight_decay; /* passed to krt_optim_step and the config's weight_decay */
 } krt_param_span;
 
 /* Optimizer state: up to KRT_OPTIM_SLABS slabs the size of the parameter slab, each

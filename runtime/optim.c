@@ -22,6 +22,7 @@
  *
  * Decisions where the header is silent:
  *   - spans == NULL means one span over the whole slab, with weight decay;
+ *   - a span of a parameter group (`grouped`) steps with its own lr and weight_decay;
  *   - spans are clamped to the slab; they must not overlap (the compiler emits them
  *     disjoint), elements outside every span are not touched, nor is their state;
  *   - the state's step counter counts every krt_optim_step call, for every kind (SGD uses
@@ -368,7 +369,7 @@ void krt_optim_step(const krt_optim_config *c, krt_optim_state *s, double lr, fl
     if (s->n > 0 && (!params || !grads)) return;
     bool first = s->step == 0;
     s->step++;
-    krt_param_span whole = {0, s->n, true};
+    krt_param_span whole = {.offset = 0, .count = s->n, .decay = true};
     if (!spans) {
         spans = &whole;
         nspans = 1;
@@ -380,7 +381,9 @@ void krt_optim_step(const krt_optim_config *c, krt_optim_state *s, double lr, fl
         int64_t hi = off > 0 && cnt > INT64_MAX - off ? INT64_MAX : off + cnt;
         if (hi > s->n) hi = s->n;
         if (lo >= hi) continue;
-        optim_span(c, s, first, lr, spans[k].decay, params, grads, lo, hi);
+        krt_optim_config gc;
+        const double glr = krt_span_config(c, &spans[k], lr, &gc);
+        optim_span(&gc, s, first, glr, spans[k].decay, params, grads, lo, hi);
     }
 }
 

@@ -62,6 +62,16 @@ enum { KRT_ADAM_DECOUPLED = 1, KRT_ADAM_L2 = 2, KRT_ADAM_SMALL_W = 4, KRT_ADAM_A
 enum { KRT_RMSPROP_L2 = 1, KRT_RMSPROP_MOMENTUM = 2, KRT_RMSPROP_CENTERED = 4 };
 enum { KRT_DECAY = 1 };
 
+/* The configuration and rate of one span: a parameter group's (torch.optim's param_groups)
+ * lr and weight_decay replace the step's rate and the config's weight_decay. */
+static inline double krt_span_config(const krt_optim_config *c, const krt_param_span *sp, double lr, krt_optim_config *out)
+{
+    *out = *c;
+    if (!sp->grouped) return lr;
+    out->weight_decay = sp->weight_decay;
+    return sp->lr;
+}
+
 /* SGD's scalars and variant for a span (decay: weight decay applies to it). */
 static inline int krt_sgd_setup(const krt_optim_config *c, bool first, double lr, bool decay, krt_sgd_k *k)
 {

@@ -1360,7 +1360,7 @@ int main(int argc, char **argv)
     TR.spans = calloc((size_t)M->nparams + 1, sizeof *TR.spans);
     for (int i = 0; TR.spans && i < M->nparams; i++)
         if (M->params[i].trainable)
-            TR.spans[TR.nspans++] = (krt_param_span){M->params[i].offset, M->params[i].count, decay_all || M->params[i].decay};
+            TR.spans[TR.nspans++] = (krt_param_span){.offset = M->params[i].offset, .count = M->params[i].count, .decay = decay_all || M->params[i].decay};
     bool bufs_ok = true;
     for (int k = 0; k < M->ninputs; k++) {
         int64_t per = 1;

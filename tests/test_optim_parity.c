@@ -2,7 +2,8 @@
  * 20 against PyTorch's own (torch.optim, torch.optim.lr_scheduler).
  *
  * Each optimizer case takes N_STEPS steps on two parameters, a matrix `w` [3, 4] (weight
- * decay applies) and a vector `b` [4] (it does not), from fixed starting values and fixed
+ * decay applies) and a vector `b` [4] (it does not; in the group cases b is a parameter
+ * group of its own lr and weight decay), from fixed starting values and fixed
  * gradients; the parameters after every step, the state after the last, and the case's
  * configuration go to a JSON file that tests/parity/torch_optim.py replays with
  * torch.optim (single-tensor path) and compares within a relative 1e-5. Each schedule case
@@ -23,20 +24,27 @@
 typedef struct {
     const char *name, *torch_kind, *torch_args; /* torch_args: the constructor's keyword arguments as JSON */
     krt_optim_config c;
+    bool group_b;           /* b is in a parameter group of its own lr and weight_decay (decay applies) */
+    double b_lr, b_wd;
 } OptimCase;
 
 static const OptimCase optim_cases[] = {
     {"rmsprop", "RMSprop", "{\"alpha\": 0.99, \"eps\": 1e-8, \"momentum\": 0, \"centered\": false}",
-     {.kind = KRT_RMSPROP, .lr = 0.01, .alpha = 0.99, .eps = 1e-8, .weight_decay = 0.01}},
+     {.kind = KRT_RMSPROP, .lr = 0.01, .alpha = 0.99, .eps = 1e-8, .weight_decay = 0.01}, false, 0, 0},
     {"rmsprop_centered_momentum", "RMSprop", "{\"alpha\": 0.9, \"eps\": 1e-6, \"momentum\": 0.9, \"centered\": true}",
-     {.kind = KRT_RMSPROP, .lr = 0.003, .alpha = 0.9, .eps = 1e-6, .momentum = 0.9, .centered = true, .weight_decay = 0.1}},
+     {.kind = KRT_RMSPROP, .lr = 0.003, .alpha = 0.9, .eps = 1e-6, .momentum = 0.9, .centered = true, .weight_decay = 0.1}, false, 0, 0},
     {"adagrad", "Adagrad", "{\"lr_decay\": 0.05, \"initial_accumulator_value\": 0.1, \"eps\": 1e-10}",
-     {.kind = KRT_ADAGRAD, .lr = 0.1, .lr_decay = 0.05, .initial_accumulator_value = 0.1, .eps = 1e-10, .weight_decay = 0.1}},
+     {.kind = KRT_ADAGRAD, .lr = 0.1, .lr_decay = 0.05, .initial_accumulator_value = 0.1, .eps = 1e-10, .weight_decay = 0.1}, false, 0, 0},
     {"adam_amsgrad", "Adam", "{\"betas\": [0.9, 0.999], \"eps\": 1e-8, \"amsgrad\": true}",
-     {.kind = KRT_ADAM, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .amsgrad = true, .weight_decay = 0.1}},
+     {.kind = KRT_ADAM, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .amsgrad = true, .weight_decay = 0.1}, false, 0, 0},
     {"adamw_amsgrad", "AdamW", "{\"betas\": [0.9, 0.5], \"eps\": 1e-8, \"amsgrad\": true}",
-     {.kind = KRT_ADAMW, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.5, .eps = 1e-8, .amsgrad = true, .weight_decay = 0.1}},
-    {"lion", "Lion", "{\"betas\": [0.9, 0.99]}", {.kind = KRT_LION, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.5}},
+     {.kind = KRT_ADAMW, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.5, .eps = 1e-8, .amsgrad = true, .weight_decay = 0.1}, false, 0, 0},
+    {"lion", "Lion", "{\"betas\": [0.9, 0.99]}", {.kind = KRT_LION, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.5}, false, 0, 0},
+    /* parameter groups: b with its own lr and weight decay */
+    {"adamw_group", "AdamW", "{\"betas\": [0.9, 0.999], \"eps\": 1e-8}",
+     {.kind = KRT_ADAMW, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1}, true, 0.05, 0.3},
+    {"rmsprop_group", "RMSprop", "{\"alpha\": 0.99, \"eps\": 1e-8, \"momentum\": 0.5, \"centered\": false}",
+     {.kind = KRT_RMSPROP, .lr = 0.01, .alpha = 0.99, .eps = 1e-8, .momentum = 0.5, .weight_decay = 0.01}, true, 0.002, 0.2},
 };
 #define NOPTIM ((int)(sizeof optim_cases / sizeof optim_cases[0]))
 
@@ -71,8 +79,9 @@ static void run_optim_case(StrBuf *o, const OptimCase *oc)
             g[s][i] = (float)(0.5 * cos(i * 0.71 + s * 1.9) / (1 + (s % 2) * (i % 3)));
     sb_printf(o, "{\"name\": \"%s\", \"kind\": \"%s\", \"args\": %s, \"params\": [", oc->name, oc->torch_kind, oc->torch_args);
     for (int k = 0; k < 2; k++) {
+        double lr = k && oc->group_b ? oc->b_lr : c->lr, wd = k ? (oc->group_b ? oc->b_wd : 0.0) : c->weight_decay;
         sb_printf(o, "%s{\"name\": \"%s\", \"shape\": %s, \"lr\": %.17g, \"weight_decay\": %.17g, \"data\": ", k ? ", " : "", pname[k],
-                  k ? "[4]" : "[3, 4]", c->lr, k ? 0.0 : c->weight_decay);
+                  k ? "[4]" : "[3, 4]", lr, wd);
         put_floats(o, p + poff[k], pcount[k]);
         sb_putc(o, '}');
     }
@@ -84,7 +93,8 @@ static void run_optim_case(StrBuf *o, const OptimCase *oc)
     krt_optim_state st;
     krt_error err = {0};
     cr_assert_eq(krt_optim_init(&st, c, NP, &err), KRT_OK, "%s: %s", oc->name, err.msg);
-    const krt_param_span spans[2] = {{0, 12, true}, {12, 4, false}};
+    const krt_param_span spans[2] = {{.offset = 0, .count = 12, .decay = true},
+                                     {.offset = 12, .count = 4, .decay = oc->group_b, .grouped = oc->group_b, .lr = oc->b_lr, .weight_decay = oc->b_wd}};
     sb_puts(o, "], \"after\": [");
     for (int s = 0; s < N_STEPS; s++) {
         krt_optim_step(c, &st, c->lr, p, g[s], spans, 2);

@@ -39,7 +39,7 @@ static const float G[3][N] = {
     {-0.05f, 0.15f, 0.25f, 0.1f, -0.6f, 7.0f},
     {0.2f, 0.0f, -0.1f, 0.3f, 0.05f, 7.0f},
 };
-static const krt_param_span SPANS[2] = {{0, 3, true}, {3, 2, false}};
+static const krt_param_span SPANS[2] = {{.offset = 0, .count = 3, .decay = true}, {.offset = 3, .count = 2, .decay = false}};
 
 static void expect_floats(const float *got, const float *want, int n, const char *what)
 {
@@ -323,14 +323,14 @@ Test(optim, spans_are_clamped_to_the_slab)
     cr_assert_eq(krt_optim_init(&s, &c, 5, &err), KRT_OK);
     float *p = malloc(5 * sizeof *p), *g = malloc(5 * sizeof *g);
     for (int i = 0; i < 5; i++) p[i] = 1.0f, g[i] = 1.0f;
-    const krt_param_span spans[3] = {{-2, 3, true}, {3, INT64_MAX, false}, {7, 2, true}};
+    const krt_param_span spans[3] = {{.offset = -2, .count = 3, .decay = true}, {.offset = 3, .count = INT64_MAX, .decay = false}, {.offset = 7, .count = 2, .decay = true}};
     krt_optim_step(&c, &s, 0.1, p, g, spans, 3);
     /* First Adam step: p - lr * g/|g| (up to eps) for 0 and 3-4; 1-2 untouched. */
     for (int i = 0; i < 5; i++) {
         float want = i == 1 || i == 2 ? 1.0f : 0.9f;
         cr_expect(fabsf(p[i] - want) < 1e-6f, "p[%d] = %.9g", i, (double)p[i]);
     }
-    krt_optim_step(&c, &s, 0.1, p, g, (krt_param_span[]){{0, 0, true}, {2, -5, true}}, 2);
+    krt_optim_step(&c, &s, 0.1, p, g, (krt_param_span[]){{.offset = 0, .count = 0, .decay = true}, {.offset = 2, .count = -5, .decay = true}}, 2);
     cr_expect_eq(s.step, 2);
     free(p);
     free(g);

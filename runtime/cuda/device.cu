@@ -362,7 +362,7 @@ static void device_optim_step(void *vctx, const krt_optim_config *oc, krt_optim_
         if (krt_optim_slab_name(oc, k) && !*krt_optim_slab(s, k)) return;
     const bool first = s->step == 0;
     s->step++;
-    krt_param_span whole = {0, s->n, true};
+    krt_param_span whole = {.offset = 0, .count = s->n, .decay = true};
     if (!spans) {
         spans = &whole;
         nspans = 1;
@@ -372,37 +372,39 @@ static void device_optim_step(void *vctx, const krt_optim_config *oc, krt_optim_
         if (spans[k].count <= 0) continue;
         if (hi > s->n) hi = s->n;
         if (lo >= hi) continue;
+        krt_optim_config gc; /* a parameter group's lr and weight_decay */
+        const double glr = krt_span_config(oc, &spans[k], lr, &gc);
         switch (oc->kind) {
         case KRT_SGD: {
             krt_sgd_k kk;
-            const int variant = krt_sgd_setup(oc, first, lr, spans[k].decay, &kk);
+            const int variant = krt_sgd_setup(&gc, first, glr, spans[k].decay, &kk);
             KILN_LAUNCH_AT("optimizer: SGD", kiln_sgd, grid_for(hi - lo), BLOCK, 0, c->stream, kk, variant, params, grads, s->m, lo, hi);
             break;
         }
         case KRT_ADAM:
         case KRT_ADAMW: {
             krt_adam_k kk;
-            const int variant = krt_adam_setup(oc, s->step, lr, spans[k].decay, &kk);
+            const int variant = krt_adam_setup(&gc, s->step, glr, spans[k].decay, &kk);
             KILN_LAUNCH_AT(oc->kind == KRT_ADAMW ? "optimizer: AdamW" : "optimizer: Adam", kiln_adam, grid_for(hi - lo), BLOCK, 0, c->stream,
                            kk, variant, params, grads, s->m, s->v, s->w, lo, hi);
             break;
         }
         case KRT_RMSPROP: {
             krt_rmsprop_k kk;
-            const int variant = krt_rmsprop_setup(oc, lr, spans[k].decay, &kk);
+            const int variant = krt_rmsprop_setup(&gc, glr, spans[k].decay, &kk);
             KILN_LAUNCH_AT("optimizer: RMSprop", kiln_rmsprop, grid_for(hi - lo), BLOCK, 0, c->stream, kk, variant, params, grads, s->v, s->w,
                            s->m, lo, hi);
             break;
         }
         case KRT_ADAGRAD: {
             krt_adagrad_k kk;
-            const int variant = krt_adagrad_setup(oc, s->step, lr, spans[k].decay, &kk);
+            const int variant = krt_adagrad_setup(&gc, s->step, glr, spans[k].decay, &kk);
             KILN_LAUNCH_AT("optimizer: Adagrad", kiln_adagrad, grid_for(hi - lo), BLOCK, 0, c->stream, kk, variant, params, grads, s->v, lo, hi);
             break;
         }
         case KRT_LION: {
             krt_lion_k kk;
-            const int variant = krt_lion_setup(oc, lr, spans[k].decay, &kk);
+            const int variant = krt_lion_setup(&gc, glr, spans[k].decay, &kk);
             KILN_LAUNCH_AT("optimizer: Lion", kiln_lion, grid_for(hi - lo), BLOCK, 0, c->stream, kk, variant, params, grads, s->m, lo, hi);
             break;
         }
