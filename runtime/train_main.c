@@ -363,6 +363,7 @@ typedef struct {
     krt_optim_config oc;
     krt_schedule sc;
     krt_param_span *spans;
+    double *group_lr; /* per span: its parameter group's base lr (spans[k].grouped) */
     int nspans;
     int64_t accumulate;
     double clip;
@@ -385,9 +386,45 @@ static double apply_update(int64_t step, bool want_norm, double *lr)
     float *g = TR.accumulate > 1 ? TR.acc : TR.grads;
     double norm = TR.clip > 0 ? TR.dev->clip_grad_norm(TR.ctx, g, np, TR.clip) : want_norm ? TR.dev->grad_norm(TR.ctx, g, np) : 0;
     *lr = krt_schedule_lr(&TR.sc, TR.oc.lr, step);
+    for (int k = 0; k < TR.nspans; k++) /* each group's rate, scheduled from its own base, as each torch param group */
+        if (TR.spans[k].grouped) TR.spans[k].lr = krt_schedule_lr(&TR.sc, TR.group_lr[k], step);
     TR.dev->optim_step(TR.ctx, &TR.oc, &TR.state, *lr, TR.params, g, TR.spans, TR.nspans);
     if (TR.acc) TR.dev->zero(TR.ctx, TR.acc, (int64_t)sizeof(float) * np);
     return norm;
+}
+
+/* The recipe's parameter groups (groups.K.params: the names the compiler matched, the
+ * first matching group winning; groups.K.lr, groups.K.weight_decay) onto the spans: a
+ * group's lr replaces the optimizer's (--lr included) for its parameters, and its
+ * weight_decay applies to them whatever their rank. Returns non-zero (after a message)
+ * for a name that is no trainable parameter, which only a hand-edited model.c can give. */
+static int apply_groups(const krt_optim_config *oc)
+{
+    for (int gi = 0;; gi++) {
+        char key[64];
+        snprintf(key, sizeof key, "groups.%d.params", gi);
+        const char *names = recipe(key, NULL);
+        if (!names) return 0;
+        snprintf(key, sizeof key, "groups.%d.lr", gi);
+        const double lr = recipe_num(key, oc->lr);
+        snprintf(key, sizeof key, "groups.%d.weight_decay", gi);
+        const char *wd = recipe(key, NULL);
+        for (const char *p = names; *p;) {
+            size_t len = strcspn(p, ",");
+            int k = -1, span = 0;
+            for (int i = 0; i < M->nparams && k < 0; i++) {
+                if (!M->params[i].trainable) continue;
+                if (strlen(M->params[i].name) == len && !strncmp(M->params[i].name, p, len)) k = span;
+                else span++;
+            }
+            if (k < 0 || k >= TR.nspans) return die("parameter group %d names '%.*s', which is not a trainable parameter", gi, (int)len, p);
+            TR.spans[k].grouped = true;
+            TR.group_lr[k] = lr;
+            TR.spans[k].weight_decay = wd ? strtod(wd, NULL) : oc->weight_decay;
+            if (wd) TR.spans[k].decay = TR.spans[k].weight_decay != 0;
+            p += len + (p[len] == ',');
+        }
+    }
 }
 
 /* The host's copies (initialised, or loaded from a checkpoint) into the device's memory,
@@ -1361,6 +1398,11 @@ int main(int argc, char **argv)
     for (int i = 0; TR.spans && i < M->nparams; i++)
         if (M->params[i].trainable)
             TR.spans[TR.nspans++] = (krt_param_span){.offset = M->params[i].offset, .count = M->params[i].count, .decay = decay_all || M->params[i].decay};
+    TR.group_lr = calloc((size_t)M->nparams + 1, sizeof *TR.group_lr);
+    if (TR.spans && TR.group_lr && apply_groups(&oc)) {
+        rc = 2;
+        goto out;
+    }
     bool bufs_ok = true;
     for (int k = 0; k < M->ninputs; k++) {
         int64_t per = 1;
@@ -1388,7 +1430,7 @@ int main(int argc, char **argv)
     }
     krt_cursor cur = {seed, 0, 0};
     int64_t step = 0;
-    if (!params || !buffers || !TR.spans || !bufs_ok || (lm && !sample_logits)) {
+    if (!params || !buffers || !TR.spans || !TR.group_lr || !bufs_ok || (lm && !sample_logits)) {
         rc = die("out of memory");
         goto out;
     }
@@ -1544,6 +1586,7 @@ out:
     }
     krt_optim_free(&st);
     free(TR.spans);
+    free(TR.group_lr);
     free(sample_logits);
     for (int k = 0; bufs && k < M->ninputs; k++) free(bufs[k]);
     free(bufs);

@@ -204,6 +204,13 @@ static const Row rows[] = {
     {"schedule=cosine_restarts.T_mult", CLS, "schedule = cosine_restarts(T_0 = 1)\n", "schedule = cosine_restarts(T_0 = 1, T_mult = 2)\n", "schedule.T_mult", OBS_LR, NULL, RT_ANY},
     {"schedule=cosine_restarts.eta_min", CLS, "schedule = cosine_restarts(T_0 = 2)\n", "schedule = cosine_restarts(T_0 = 2, eta_min = 0.0005)\n", "schedule.eta_min", OBS_LR, NULL, RT_ANY},
     {"schedule=cosine_restarts.warmup", CLS, "schedule = cosine_restarts(T_0 = 2)\n", "schedule = cosine_restarts(T_0 = 2, warmup = 2)\n", "schedule.warmup", OBS_LR, NULL, RT_ANY},
+    /* parameter groups */
+    {"groups", CLS, "", "groups = [group(\"fc2.*\", lr = 0.1)]\n", "groups", OBS_LOSSES, NULL, RT_ANY},
+    {"groups=group.pattern", CLS, "groups = [group(\"fc2.*\", lr = 0.1)]\n", "groups = [group(\"fc1.*\", lr = 0.1)]\n", "groups.0.pattern", OBS_LOSSES, NULL, RT_ANY},
+    {"groups=group.lr", CLS, "groups = [group(\"fc2.*\", weight_decay = 0.5)]\n", "groups = [group(\"fc2.*\", weight_decay = 0.5, lr = 0.1)]\n",
+     "groups.0.lr", OBS_LOSSES, NULL, RT_ANY},
+    {"groups=group.weight_decay", CLS, "groups = [group(\"fc2.*\", lr = 0.1)]\n", "groups = [group(\"fc2.*\", lr = 0.1, weight_decay = 1)]\n", "groups.0.weight_decay",
+     OBS_LOSSES, NULL, RT_ANY},
     /* scalars */
     {"batch", CLS, "", "batch = 16\n", "batch", OBS_START, NULL, RT_ANY},
     {"epochs", CLS, "steps = -\n", "steps = -\nepochs = 2\n", "epochs", OBS_START, NULL, RT_ANY},
