@@ -37,6 +37,7 @@ typedef struct {
 } KeySpec;
 
 #define A_CALL 100
+#define A_GROUPS 101 /* a list of group(...) calls */
 #define INF 1e300
 #define END {NULL, 0, NULL, 0, 0, NULL}
 
@@ -59,31 +60,70 @@ static const CallSpec eval_data_calls[] = {
     {"npy", map_args, true, "NumPy .npy files, one per input, all evaluated"},
     {NULL, NULL, false, NULL}};
 
+/* Learning rates have no upper bound (PyTorch has none); they must be finite and, as
+ * check_optimizer says, above 0. */
 static const ArgSpec sgd_args[] = {
-    {"lr", A_NUM, "0.01", 0, 10, NULL}, {"momentum", A_NUM, "0.0", 0, 1, NULL}, {"dampening", A_NUM, "0.0", 0, 1, NULL},
+    {"lr", A_NUM, "0.01", 0, INF, NULL}, {"momentum", A_NUM, "0.0", 0, 1, NULL}, {"dampening", A_NUM, "0.0", 0, 1, NULL},
     {"nesterov", A_BOOL, "false", 0, 0, NULL}, {"weight_decay", A_NUM, "0.0", 0, 10, NULL},
     {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
 static const ArgSpec adam_args[] = {
-    {"lr", A_NUM, "0.001", 0, 10, NULL}, {"betas", A_PAIR, "0.9 0.999", 0, 1, NULL}, {"eps", A_NUM, "1e-8", 0, 1, NULL},
-    {"weight_decay", A_NUM, "0.0", 0, 10, NULL}, {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
+    {"lr", A_NUM, "0.001", 0, INF, NULL}, {"betas", A_PAIR, "0.9 0.999", 0, 1, NULL}, {"eps", A_NUM, "1e-8", 0, 1, NULL},
+    {"weight_decay", A_NUM, "0.0", 0, 10, NULL}, {"amsgrad", A_BOOL, "false", 0, 0, NULL},
+    {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
 static const ArgSpec adamw_args[] = {
-    {"lr", A_NUM, "0.001", 0, 10, NULL}, {"betas", A_PAIR, "0.9 0.999", 0, 1, NULL}, {"eps", A_NUM, "1e-8", 0, 1, NULL},
-    {"weight_decay", A_NUM, "0.01", 0, 10, NULL}, {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
+    {"lr", A_NUM, "0.001", 0, INF, NULL}, {"betas", A_PAIR, "0.9 0.999", 0, 1, NULL}, {"eps", A_NUM, "1e-8", 0, 1, NULL},
+    {"weight_decay", A_NUM, "0.01", 0, 10, NULL}, {"amsgrad", A_BOOL, "false", 0, 0, NULL},
+    {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
+static const ArgSpec rmsprop_args[] = {
+    {"lr", A_NUM, "0.01", 0, INF, NULL}, {"alpha", A_NUM, "0.99", 0, 1, NULL}, {"eps", A_NUM, "1e-8", 0, 1, NULL},
+    {"weight_decay", A_NUM, "0.0", 0, 10, NULL}, {"momentum", A_NUM, "0.0", 0, 1, NULL}, {"centered", A_BOOL, "false", 0, 0, NULL},
+    {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
+static const ArgSpec adagrad_args[] = {
+    {"lr", A_NUM, "0.01", 0, INF, NULL}, {"lr_decay", A_NUM, "0.0", 0, INF, NULL}, {"weight_decay", A_NUM, "0.0", 0, 10, NULL},
+    {"initial_accumulator_value", A_NUM, "0.0", 0, INF, NULL}, {"eps", A_NUM, "1e-10", 0, 1, NULL},
+    {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
+static const ArgSpec lion_args[] = {
+    {"lr", A_NUM, "0.0001", 0, INF, NULL}, {"betas", A_PAIR, "0.9 0.99", 0, 1, NULL}, {"weight_decay", A_NUM, "0.0", 0, 10, NULL},
+    {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
 static const CallSpec optim_calls[] = {
     {"SGD", sgd_args, false, "stochastic gradient descent with optional (Nesterov) momentum"},
-    {"Adam", adam_args, false, "Adam; weight_decay is L2 added to the gradient"},
+    {"Adam", adam_args, false, "Adam; weight_decay is L2 added to the gradient; amsgrad keeps the largest second moments"},
     {"AdamW", adamw_args, false, "Adam with decoupled weight decay (on >= 2-D parameters unless decay = all)"},
+    {"RMSprop", rmsprop_args, false, "RMSprop (optionally centred, with momentum); weight_decay is L2"},
+    {"Adagrad", adagrad_args, false, "Adagrad; weight_decay is L2"},
+    {"Lion", lion_args, false, "Lion (sign of the interpolated momentum) with decoupled weight decay"},
     {NULL, NULL, false, NULL}};
+
+/* Parameter groups (torch.optim's param_groups): a name pattern as init rules take it,
+ * and the lr and/or weight_decay of the parameters it matches. */
+static const ArgSpec group_args[] = {
+    {"pattern", A_STR, NULL, 0, 0, NULL}, {"lr", A_NUM, "", 0, INF, NULL}, {"weight_decay", A_NUM, "", 0, 10, NULL}, END};
+static const CallSpec group_calls[] = {
+    {"group", group_args, false, "the parameters a pattern matches, with their own lr and/or weight_decay"}, {NULL, NULL, false, NULL}};
 
 static const ArgSpec const_args[] = {{"warmup", A_INT, "0", 0, INF, NULL}, END};
 static const ArgSpec step_args[] = {
     {"step_size", A_INT, NULL, 1, INF, NULL}, {"gamma", A_NUM, "0.1", 0, 1, NULL}, {"warmup", A_INT, "0", 0, INF, NULL}, END};
 static const ArgSpec decay_args[] = {{"warmup", A_INT, "0", 0, INF, NULL}, {"min_lr", A_NUM, "0.0", 0, 10, NULL}, END};
+static const ArgSpec onecycle_args[] = {
+    {"pct_start", A_NUM, "0.3", 0, 1, NULL}, {"anneal_strategy", A_NAME, "cos", 0, 0, "cos linear"},
+    {"div_factor", A_NUM, "25", 1e-12, INF, NULL}, {"final_div_factor", A_NUM, "1e4", 1e-12, INF, NULL},
+    {"three_phase", A_BOOL, "false", 0, 0, NULL}, END};
+static const ArgSpec exponential_args[] = {{"gamma", A_NUM, NULL, 0, 1, NULL}, {"warmup", A_INT, "0", 0, INF, NULL}, END};
+static const ArgSpec polynomial_args[] = {
+    {"power", A_NUM, "1.0", 0, INF, NULL}, {"total_iters", A_INT, "0", 0, INF, NULL}, {"warmup", A_INT, "0", 0, INF, NULL}, END};
+static const ArgSpec restarts_args[] = {
+    {"T_0", A_INT, NULL, 1, INF, NULL}, {"T_mult", A_INT, "1", 1, 1000, NULL}, {"eta_min", A_NUM, "0.0", 0, INF, NULL},
+    {"warmup", A_INT, "0", 0, INF, NULL}, END};
 static const CallSpec sched_calls[] = {
     {"constant", const_args, false, "constant learning rate after a linear warmup"},
     {"step", step_args, false, "multiply by gamma every step_size steps"},
     {"linear", decay_args, false, "linear warmup, then linear decay to min_lr"},
     {"cosine", decay_args, false, "linear warmup, then cosine decay to min_lr"},
+    {"onecycle", onecycle_args, false, "OneCycleLR over the run's steps, max_lr = the optimizer's lr"},
+    {"exponential", exponential_args, false, "ExponentialLR: multiply by gamma every step"},
+    {"polynomial", polynomial_args, false, "PolynomialLR: decay to 0 over total_iters steps (0: the run's steps)"},
+    {"cosine_restarts", restarts_args, false, "CosineAnnealingWarmRestarts, stepped every step"},
     {NULL, NULL, false, NULL}};
 
 static const ArgSpec ckpt_args[] = {
@@ -103,8 +143,9 @@ static const CallSpec eval_calls[] = {{"every", eval_args, false, "evaluate ever
 static const KeySpec keys[] = {
     {"data", A_CALL, data_calls, NULL, 0, 0, NULL, "training data"},
     {"eval_data", A_CALL, eval_data_calls, NULL, 0, 0, NULL, "evaluation data (default: the loader's val split)"},
-    {"optimizer", A_CALL, optim_calls, "AdamW", 0, 0, NULL, "SGD, Adam or AdamW with their hyperparameters"},
+    {"optimizer", A_CALL, optim_calls, "AdamW", 0, 0, NULL, "SGD, Adam, AdamW, RMSprop, Adagrad or Lion with their hyperparameters"},
     {"schedule", A_CALL, sched_calls, "constant", 0, 0, NULL, "learning-rate schedule"},
+    {"groups", A_GROUPS, group_calls, NULL, 0, 0, NULL, "parameter groups: [group(\"PATTERN\", lr = ..., weight_decay = ...), ...]"},
     {"batch", A_INT, NULL, "64", 1, 1 << 24, NULL, "samples per step (bounds the batch size symbol)"},
     {"epochs", A_INT, NULL, "1", 1, 1e9, NULL, "passes over the training data"},
     {"steps", A_INT, NULL, "", 1, 1e12, NULL, "optimizer steps (overrides epochs)"},
@@ -554,16 +595,21 @@ static bool check_optimizer(const RecipeValue *opt, Diag *d)
         }
     } else {
         const RecipeValue *betas = recipe_arg(opt, "betas"), *eps = recipe_arg(opt, "eps");
-        for (int i = 0; i < 2 && i < betas->nargs; i++)
+        for (int i = 0; betas && i < 2 && i < betas->nargs; i++)
             if (!(betas->args[i].num < 1)) {
                 diag_error(d, betas->args[i].loc, "%s(betas): beta%d = %g must be below 1 (0 <= beta < 1)", k, i + 1, betas->args[i].num);
                 ok = false;
             }
-        if (!(eps->num > 0)) {
+        if (eps && !(eps->num > 0)) {
             diag_error(d, eps->loc, "%s(eps): must be greater than 0, found %g (the update of a parameter whose gradient is 0 would be 0/0)", k,
                        eps->num);
             ok = false;
         }
+    }
+    const RecipeValue *lr = recipe_arg(opt, "lr");
+    if (!(lr->num > 0)) {
+        diag_error(d, lr->loc, "%s(lr): the learning rate must be greater than 0, found %g", k, lr->num);
+        ok = false;
     }
     if (!decay->is_default && wd->num == 0) {
         diag_error(d, decay->loc, "%s: decay = %s has no effect: weight_decay is 0", k, decay->str);
@@ -631,7 +677,99 @@ static bool check_combinations(const Recipe *r, const Inputs *in, Diag *d)
     return ok;
 }
 
-static bool check_recipe(Recipe *r, const Ast *a, AstId train, const Inputs *in, Diag *d)
+/* Does `pat` (dotted segments, '*' for any one segment, as init rules) match `name`? */
+static bool pattern_matches(const char *pat, const char *name)
+{
+    for (;;) {
+        size_t pl = strcspn(pat, "."), nl = strcspn(name, ".");
+        if (!(pl == 1 && pat[0] == '*') && !(pl == nl && !strncmp(pat, name, pl))) return false;
+        pat += pl;
+        name += nl;
+        if (!*pat || !*name) return !*pat && !*name;
+        pat++;
+        name++;
+    }
+}
+
+/* The model's trainable parameters, by state_dict name (none when lowering failed). */
+typedef struct {
+    const char **names;
+    int n;
+} Params;
+
+/* groups = [group("PATTERN", lr = ..., weight_decay = ...), ...]: each group takes the
+ * trainable parameters its pattern matches that no earlier group took (the first matching
+ * group wins), listed in its `params` argument for the training program. A group that
+ * sets nothing, or takes no parameter, would do nothing: an error. */
+static bool check_groups(const Ast *a, AstId e, const KeySpec *ks, const Inputs *in, const Params *ps, RecipeValue *out, Diag *d)
+{
+    const AstNode *n = ast_node(a, e);
+    out->loc = n->loc;
+    if (n->kind != AST_LIST) {
+        diag_error(d, n->loc, "groups: expected a list of groups, e.g. [group(\"*.bias\", weight_decay = 0)], found %s", ast_desc(a, e));
+        return false;
+    }
+    out->kind = RV_LIST;
+    bool ok = true;
+    char *taken = calloc((size_t)ps->n + 1, 1);
+    for (int k = 0; k < n->nkids; k++) {
+        AstId ge = ast_kid(a, e, k);
+        RecipeValue *g = push(&out->args, &out->nargs);
+        if (!check_call(a, ge, ks, in, g, d)) {
+            ok = false;
+            continue;
+        }
+        const RecipeValue *pat = recipe_arg(g, "pattern"), *lr = recipe_arg(g, "lr"), *wd = recipe_arg(g, "weight_decay");
+        if (!lr && !wd) {
+            diag_error(d, g->loc, "group(\"%s\") sets neither lr nor weight_decay: it would change nothing", pat->str);
+            ok = false;
+            continue;
+        }
+        if (lr && !(lr->num > 0)) {
+            diag_error(d, lr->loc, "group(lr): the learning rate must be greater than 0, found %g", lr->num);
+            ok = false;
+            continue;
+        }
+        if (!ps->names) continue; /* lowering failed: reported there */
+        StrBuf list;
+        sb_init(&list);
+        bool earlier = false;
+        for (int i = 0; i < ps->n; i++) {
+            if (!pattern_matches(pat->str, ps->names[i])) continue;
+            if (taken[i]) {
+                earlier = true;
+                continue;
+            }
+            taken[i] = 1;
+            sb_printf(&list, "%s%s", list.len ? "," : "", ps->names[i]);
+        }
+        if (!list.len) {
+            if (earlier)
+                diag_error(d, pat->loc, "group(\"%s\"): every parameter it matches is in an earlier group (the first matching group wins)",
+                           pat->str);
+            else {
+                StrBuf all;
+                sb_init(&all);
+                for (int i = 0; i < ps->n; i++) sb_printf(&all, "%s%s", i ? ", " : "", ps->names[i]);
+                diag_error(d, pat->loc, "group(\"%s\"): the pattern matches no parameter of the model (its parameters: %s)", pat->str,
+                           all.len ? all.data : "none");
+                sb_free(&all);
+            }
+            ok = false;
+        } else {
+            RecipeValue *pv = push(&g->args, &g->nargs);
+            pv->key = xstrdup("params");
+            pv->kind = RV_STR;
+            pv->str = xstrdup(list.data);
+            pv->loc = pat->loc;
+        }
+        sb_free(&list);
+    }
+    free(taken);
+    return ok;
+}
+
+static bool check_recipe(Recipe *r, const Ast *a, AstId train, const Inputs *in, const Params *ps, Diag *d)
 {
     bool ok = true;
     const char *names[NKEYS];
@@ -665,8 +803,9 @@ static bool check_recipe(Recipe *r, const Ast *a, AstId train, const Inputs *in,
         RecipeValue *v = push(&r->entries, &r->n);
         v->key = xstrdup(name);
         AstId val = ast_kid(a, key, 0);
-        bool good = ks->kind == A_CALL ? check_call(a, val, ks, in, v, d)
-                                       : convert(a, val, ks->kind, ks->lo, ks->hi, ks->choices, name, v, d);
+        bool good = ks->kind == A_CALL     ? check_call(a, val, ks, in, v, d)
+                    : ks->kind == A_GROUPS ? check_groups(a, val, ks, in, ps, v, d)
+                                           : convert(a, val, ks->kind, ks->lo, ks->hi, ks->choices, name, v, d);
         if (!good) {
             ok = false;
             free_value(v);
@@ -741,7 +880,14 @@ bool recipe_check(Recipe *r, const Ast *a, AstId train, const Graph *g, Diag *d)
     memset(r, 0, sizeof *r);
     Inputs in;
     inputs_collect(&in, a, g);
-    bool ok = check_recipe(r, a, train, &in, d);
+    Params ps = {NULL, 0};
+    for (NodeId i = 0; g && i < g->nnodes; i++)
+        if (g->nodes[i].op == OP_PARAM && ir_attrs(g, i)[1] != 0) {
+            ps.names = xrealloc(ps.names, (size_t)(ps.n + 1) * sizeof *ps.names);
+            ps.names[ps.n++] = ir_node_name(g, i);
+        }
+    bool ok = check_recipe(r, a, train, &in, &ps, d);
+    free(ps.names);
     inputs_free(&in);
     return check_batch(a, train, g, r, d) && ok;
 }
@@ -750,7 +896,7 @@ void recipe_schema(StrBuf *out)
 {
     for (int i = 0; i < NKEYS; i++) {
         sb_printf(out, "%s\n", keys[i].key);
-        for (const CallSpec *c = keys[i].calls; keys[i].kind == A_CALL && c->name; c++) {
+        for (const CallSpec *c = keys[i].calls; (keys[i].kind == A_CALL || keys[i].kind == A_GROUPS) && c->name; c++) {
             if (c->input_map) sb_printf(out, "%s=%s.INPUT\n", keys[i].key, c->name);
             for (const ArgSpec *as = c->args; as->name; as++) sb_printf(out, "%s=%s.%s\n", keys[i].key, c->name, as->name);
         }
@@ -862,6 +1008,19 @@ char **recipe_flatten(const Recipe *r, int *n)
         flat_value(e, &v);
         flat_push(&kv, n, &cap, e->key, v.data ? v.data : "");
         sb_free(&v);
+        for (int32_t k = 0; e->kind == RV_LIST && k < e->nargs; k++) { /* groups: KEY.K.ARG */
+            const RecipeValue *c = &e->args[k];
+            for (int32_t j = 0; c->kind == RV_CALL && j < c->nargs; j++) {
+                StrBuf key, val;
+                sb_init(&key);
+                sb_init(&val);
+                sb_printf(&key, "%s.%d.%s", e->key, (int)k, c->args[j].key);
+                flat_value(&c->args[j], &val);
+                flat_push(&kv, n, &cap, key.data, val.data ? val.data : "");
+                sb_free(&key);
+                sb_free(&val);
+            }
+        }
         if (e->kind != RV_CALL) continue;
         for (int32_t k = 0; k < e->nargs; k++) {
             const RecipeValue *a = &e->args[k];

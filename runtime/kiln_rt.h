@@ -109,30 +109,49 @@ void krt_prefetch_stop(krt_prefetch *p);
 
 /* ---- optimizers and schedules (optim.c, sched.c) ---- */
 
-typedef enum { KRT_SGD, KRT_ADAM, KRT_ADAMW } krt_optim_kind;
+typedef enum { KRT_SGD, KRT_ADAM, KRT_ADAMW, KRT_RMSPROP, KRT_ADAGRAD, KRT_LION } krt_optim_kind;
 
 typedef struct {
     krt_optim_kind kind;
     double lr;
-    double momentum, dampening; /* SGD */
+    double momentum, dampening; /* SGD; momentum also RMSprop's */
     bool nesterov;              /* SGD */
-    double beta1, beta2, eps;   /* Adam, AdamW */
-    double weight_decay;        /* SGD, Adam: L2 added to the gradient; AdamW: decoupled */
+    double beta1, beta2, eps;   /* Adam, AdamW, Lion (betas); eps: Adam, AdamW, RMSprop, Adagrad */
+    bool amsgrad;               /* Adam, AdamW: keep the maximum of the second moments */
+    double alpha;               /* RMSprop: smoothing constant */
+    bool centered;              /* RMSprop: divide by the centred second moment */
+    double lr_decay;            /* Adagrad: lr / (1 + (step - 1) * lr_decay) */
+    double initial_accumulator_value; /* Adagrad: the sum's initial value */
+    double weight_decay;        /* SGD, Adam, RMSprop, Adagrad: L2 added to the gradient; AdamW, Lion: decoupled */
 } krt_optim_config;
 
 /* One parameter tensor inside the flat parameter slab. */
 typedef struct {
     int64_t offset, count;
-    bool decay; /* weight decay applies (by default: tensors of rank >= 2) */
+    bool decay;           /* weight decay applies (by default: tensors of rank >= 2) */
+    bool grouped;         /* in a parameter group: lr and weight_decay below replace the rate */
+    double lr, weight_decay; /* passed to krt_optim_step and the config's weight_decay */
 } krt_param_span;
 
-/* Optimizer state: one or two moment slabs the size of the parameter slab. */
+/* Optimizer state: up to KRT_OPTIM_SLABS slabs the size of the parameter slab, each
+ * NULL when the optimizer does not use it; krt_optim_slab_name gives their names (as
+ * torch.optim's state keys) in checkpoints:
+ *   SGD      m: momentum buffer (checkpoint name exp_avg, as Kiln always wrote it)
+ *   Adam(W)  m: exp_avg, v: exp_avg_sq, w: max_exp_avg_sq (amsgrad)
+ *   RMSprop  m: momentum_buffer (momentum > 0), v: square_avg, w: grad_avg (centered)
+ *   Adagrad  v: sum
+ *   Lion     m: exp_avg */
 typedef struct {
-    float *m, *v;    /* SGD momentum buffer in m; Adam first and second moments */
+    float *m, *v, *w;
     int64_t n;
     int64_t step;    /* optimizer steps taken (Adam bias correction), starts at 0 */
 } krt_optim_state;
+#define KRT_OPTIM_SLABS 3
 
+/* Slab k (0: m, 1: v, 2: w) of s, and its name under config c (NULL when c does not
+ * use it). */
+float **krt_optim_slab(krt_optim_state *s, int k);
+const char *krt_optim_slab_name(const krt_optim_config *c, int k);
 krt_status krt_optim_init(krt_optim_state *s, const krt_optim_config *c, int64_t n, krt_error *err);
 void krt_optim_free(krt_optim_state *s);
 /* One update of params from grads with learning rate lr, exactly as torch.optim does it. */
@@ -144,14 +163,28 @@ double krt_grad_norm(const float *grads, int64_t n);
  * factor max_norm / (norm + 1e-6) when norm > max_norm); returns the norm before. */
 double krt_clip_grad_norm(float *grads, int64_t n, double max_norm);
 
-typedef enum { KRT_SCHED_CONSTANT, KRT_SCHED_STEP, KRT_SCHED_LINEAR, KRT_SCHED_COSINE } krt_sched_kind;
+typedef enum {
+    KRT_SCHED_CONSTANT,
+    KRT_SCHED_STEP,
+    KRT_SCHED_LINEAR,
+    KRT_SCHED_COSINE,
+    KRT_SCHED_ONECYCLE,        /* torch.optim.lr_scheduler.OneCycleLR */
+    KRT_SCHED_EXPONENTIAL,     /* ExponentialLR, stepped every optimizer step */
+    KRT_SCHED_POLYNOMIAL,      /* PolynomialLR */
+    KRT_SCHED_COSINE_RESTARTS, /* CosineAnnealingWarmRestarts, stepped every optimizer step */
+} krt_sched_kind;
 typedef struct {
     krt_sched_kind kind;
-    int64_t warmup;      /* linear warmup steps from 0 */
+    int64_t warmup;      /* linear warmup steps from 0 (all but ONECYCLE) */
     int64_t step_size;   /* STEP */
-    double gamma;        /* STEP */
-    double min_lr;       /* LINEAR, COSINE: value at total_steps */
-    int64_t total_steps; /* LINEAR, COSINE */
+    double gamma;        /* STEP, EXPONENTIAL */
+    double min_lr;       /* LINEAR, COSINE: value at total_steps; COSINE_RESTARTS: eta_min */
+    int64_t total_steps; /* LINEAR, COSINE, ONECYCLE, POLYNOMIAL (when total_iters is 0): the run's steps */
+    double pct_start, div_factor, final_div_factor; /* ONECYCLE */
+    bool anneal_linear, three_phase;                /* ONECYCLE: anneal_strategy "linear" (else "cos"), three_phase */
+    double power;                                   /* POLYNOMIAL */
+    int64_t total_iters;                            /* POLYNOMIAL: 0 = total_steps - warmup */
+    int64_t t0, t_mult;                             /* COSINE_RESTARTS: T_0, T_mult */
 } krt_schedule;
 /* Learning rate for optimizer step `step` (0-based). */
 double krt_schedule_lr(const krt_schedule *s, double base_lr, int64_t step);

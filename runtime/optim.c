@@ -1,9 +1,11 @@
-/* optim.c — the optimizers a generated training program steps (SGD, Adam, AdamW) and
+/* optim.c — the optimizers a generated training program steps (SGD, Adam, AdamW, RMSprop,
+ * Adagrad, Lion) and
  * gradient-norm clipping, over one flat float32 parameter slab.
  *
  * The goal is that a model trained by Kiln follows the same trajectory as the same model
  * under torch.optim (PyTorch 2.x, the single-tensor path: foreach=False, fused=False,
- * capturable=False, amsgrad=False, maximize=False). So each update below performs the
+ * capturable=False, maximize=False; Lion, which is not in torch.optim, as lucidrains/lion-pytorch
+ * writes it). So each update below performs the
  * same float32 operations, in the same order and with the same scalars, as PyTorch's
  * Python code and its scalar CPU kernels:
  *   - a Python float passed to a tensor op (lr, momentum, betas, eps, ...) is first
@@ -20,6 +22,7 @@
  *
  * Decisions where the header is silent:
  *   - spans == NULL means one span over the whole slab, with weight decay;
+ *   - a span of a parameter group (`grouped`) steps with its own lr and weight_decay;
  *   - spans are clamped to the slab; they must not overlap (the compiler emits them
  *     disjoint), elements outside every span are not touched, nor is their state;
  *   - the state's step counter counts every krt_optim_step call, for every kind (SGD uses
@@ -49,33 +52,83 @@ static const char *kind_name(krt_optim_kind k)
     case KRT_SGD: return "SGD";
     case KRT_ADAM: return "Adam";
     case KRT_ADAMW: return "AdamW";
+    case KRT_RMSPROP: return "RMSprop";
+    case KRT_ADAGRAD: return "Adagrad";
+    case KRT_LION: return "Lion";
     }
     return "optimizer";
 }
+
+static bool known_kind(krt_optim_kind k)
+{
+    return k == KRT_SGD || k == KRT_ADAM || k == KRT_ADAMW || k == KRT_RMSPROP || k == KRT_ADAGRAD || k == KRT_LION;
+}
+
+float **krt_optim_slab(krt_optim_state *s, int k)
+{
+    return k == 0 ? &s->m : k == 1 ? &s->v : k == 2 ? &s->w : NULL;
+}
+
+const char *krt_optim_slab_name(const krt_optim_config *c, int k)
+{
+    switch (c->kind) {
+    case KRT_SGD: return k == 0 && c->momentum != 0 ? "exp_avg" : NULL;
+    case KRT_ADAM:
+    case KRT_ADAMW: return k == 0 ? "exp_avg" : k == 1 ? "exp_avg_sq" : k == 2 && c->amsgrad ? "max_exp_avg_sq" : NULL;
+    case KRT_RMSPROP: return k == 0 && c->momentum > 0 ? "momentum_buffer" : k == 1 ? "square_avg" : k == 2 && c->centered ? "grad_avg" : NULL;
+    case KRT_ADAGRAD: return k == 1 ? "sum" : NULL;
+    case KRT_LION: return k == 0 ? "exp_avg" : NULL;
+    }
+    return NULL;
+}
+
+/* The state's slabs are those config c names (optim_step leaves a state alone otherwise). */
+static bool state_fits(const krt_optim_config *c, krt_optim_state *s)
+{
+    for (int k = 0; k < KRT_OPTIM_SLABS; k++)
+        if (krt_optim_slab_name(c, k) && !*krt_optim_slab(s, k)) return false;
+    return true;
+}
+
+static bool beta_ok(double b) { return b >= 0 && b < 1; }
 
 /* The same range checks torch.optim's constructors make, plus finiteness. */
 static krt_status check_config(const krt_optim_config *c, krt_error *err)
 {
     const char *k = kind_name(c->kind);
-    if (c->kind != KRT_SGD && c->kind != KRT_ADAM && c->kind != KRT_ADAMW)
-        return krt_fail(err, KRT_EINVAL, "optimizer: unknown kind %d", (int)c->kind);
+    if (!known_kind(c->kind)) return krt_fail(err, KRT_EINVAL, "optimizer: unknown kind %d", (int)c->kind);
     if (!(c->lr >= 0 && isfinite(c->lr))) return krt_fail(err, KRT_EINVAL, "%s: invalid learning rate %g", k, c->lr);
     if (!(c->weight_decay >= 0 && isfinite(c->weight_decay)))
         return krt_fail(err, KRT_EINVAL, "%s: invalid weight_decay %g (must be >= 0)", k, c->weight_decay);
-    if (c->kind == KRT_SGD) {
+    switch (c->kind) {
+    case KRT_SGD:
         if (!(c->momentum >= 0 && isfinite(c->momentum)))
             return krt_fail(err, KRT_EINVAL, "SGD: invalid momentum %g (must be >= 0)", c->momentum);
         if (!isfinite(c->dampening)) return krt_fail(err, KRT_EINVAL, "SGD: invalid dampening %g", c->dampening);
         if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
             return krt_fail(err, KRT_EINVAL, "SGD: Nesterov momentum requires a momentum > 0 and zero dampening "
                                          "(momentum %g, dampening %g)", c->momentum, c->dampening);
-    } else {
-        if (!(c->beta1 >= 0 && c->beta1 < 1))
-            return krt_fail(err, KRT_EINVAL, "%s: invalid beta1 %g (must be in [0, 1))", k, c->beta1);
-        if (!(c->beta2 >= 0 && c->beta2 < 1))
-            return krt_fail(err, KRT_EINVAL, "%s: invalid beta2 %g (must be in [0, 1))", k, c->beta2);
-        if (!(c->eps >= 0 && isfinite(c->eps))) return krt_fail(err, KRT_EINVAL, "%s: invalid eps %g (must be >= 0)", k, c->eps);
+        break;
+    case KRT_RMSPROP:
+        if (!(c->alpha >= 0 && isfinite(c->alpha))) return krt_fail(err, KRT_EINVAL, "RMSprop: invalid alpha %g (must be >= 0)", c->alpha);
+        if (!(c->momentum >= 0 && isfinite(c->momentum)))
+            return krt_fail(err, KRT_EINVAL, "RMSprop: invalid momentum %g (must be >= 0)", c->momentum);
+        break;
+    case KRT_ADAGRAD:
+        if (!(c->lr_decay >= 0 && isfinite(c->lr_decay)))
+            return krt_fail(err, KRT_EINVAL, "Adagrad: invalid lr_decay %g (must be >= 0)", c->lr_decay);
+        if (!(c->initial_accumulator_value >= 0 && isfinite(c->initial_accumulator_value)))
+            return krt_fail(err, KRT_EINVAL, "Adagrad: invalid initial_accumulator_value %g (must be >= 0)", c->initial_accumulator_value);
+        break;
+    case KRT_ADAM:
+    case KRT_ADAMW:
+    case KRT_LION:
+        if (!beta_ok(c->beta1)) return krt_fail(err, KRT_EINVAL, "%s: invalid beta1 %g (must be in [0, 1))", k, c->beta1);
+        if (!beta_ok(c->beta2)) return krt_fail(err, KRT_EINVAL, "%s: invalid beta2 %g (must be in [0, 1))", k, c->beta2);
+        break;
     }
+    if (c->kind != KRT_SGD && c->kind != KRT_LION && !(c->eps >= 0 && isfinite(c->eps)))
+        return krt_fail(err, KRT_EINVAL, "%s: invalid eps %g (must be >= 0)", k, c->eps);
     return KRT_OK;
 }
 
@@ -88,11 +141,13 @@ krt_status krt_optim_init(krt_optim_state *s, const krt_optim_config *c, int64_t
     if (n < 0) return krt_fail(err, KRT_EINVAL, "%s: negative parameter count %lld", kind_name(c->kind), (long long)n);
     if ((uint64_t)n > SIZE_MAX / sizeof(float))
         return krt_fail(err, KRT_ENOMEM, "%s: %lld parameters do not fit in memory", kind_name(c->kind), (long long)n);
-    bool need_m = c->kind != KRT_SGD || c->momentum != 0;
-    bool need_v = c->kind != KRT_SGD;
     size_t count = n > 0 ? (size_t)n : 1; /* a valid pointer even for an empty slab */
-    if (need_m && !(s->m = calloc(count, sizeof(float)))) goto oom;
-    if (need_v && !(s->v = calloc(count, sizeof(float)))) goto oom;
+    for (int k = 0; k < KRT_OPTIM_SLABS; k++)
+        if (krt_optim_slab_name(c, k) && !(*krt_optim_slab(s, k) = calloc(count, sizeof(float)))) goto oom;
+    if (c->kind == KRT_ADAGRAD) { /* torch.full_like(p, initial_accumulator_value) */
+        const float init = (float)c->initial_accumulator_value;
+        for (int64_t i = 0; i < n; i++) s->v[i] = init;
+    }
     s->n = n;
     return KRT_OK;
 oom:
@@ -105,6 +160,7 @@ void krt_optim_free(krt_optim_state *s)
     if (!s) return;
     free(s->m);
     free(s->v);
+    free(s->w);
     memset(s, 0, sizeof *s);
 }
 
@@ -193,23 +249,29 @@ static void sgd_span(const krt_optim_config *c, float *buf, bool first, double l
     FOR_THREAD_RANGES(lo, hi, sgd_range(&k, variant, p, grads, buf, a, b));
 }
 
-#define ADAM_LOOP(DECOUPLED, L2, SMALL_W)                                                     \
+#define ADAM_LOOP(DECOUPLED, L2, SMALL_W, AMSGRAD)                                            \
     do {                                                                                     \
         _Pragma("omp simd")                                                                  \
-        for (int64_t i = lo; i < hi; i++) krt_adam_elem(k, DECOUPLED, L2, SMALL_W, p, grads, m, v, i); \
+        for (int64_t i = lo; i < hi; i++) krt_adam_elem(k, DECOUPLED, L2, SMALL_W, AMSGRAD, p, grads, m, v, vmax, i); \
     } while (0)
 
 /* Adam over elements [lo, hi) of one thread; `variant` is the switch value below. */
 static VECTOR_CLONES void adam_range(const krt_adam_k *k, int variant, float *restrict p, const float *restrict grads,
-                                     float *restrict m, float *restrict v, int64_t lo, int64_t hi)
+                                     float *restrict m, float *restrict v, float *restrict vmax, int64_t lo, int64_t hi)
 {
     switch (variant) {
-    case 0: ADAM_LOOP(false, false, false); break;
-    case 1: ADAM_LOOP(true, false, false); break;
-    case 2: ADAM_LOOP(false, true, false); break;
-    case 4: ADAM_LOOP(false, false, true); break;
-    case 5: ADAM_LOOP(true, false, true); break;
-    case 6: ADAM_LOOP(false, true, true); break;
+    case 0: ADAM_LOOP(false, false, false, false); break;
+    case 1: ADAM_LOOP(true, false, false, false); break;
+    case 2: ADAM_LOOP(false, true, false, false); break;
+    case 4: ADAM_LOOP(false, false, true, false); break;
+    case 5: ADAM_LOOP(true, false, true, false); break;
+    case 6: ADAM_LOOP(false, true, true, false); break;
+    case 8: ADAM_LOOP(false, false, false, true); break;
+    case 9: ADAM_LOOP(true, false, false, true); break;
+    case 10: ADAM_LOOP(false, true, false, true); break;
+    case 12: ADAM_LOOP(false, false, true, true); break;
+    case 13: ADAM_LOOP(true, false, true, true); break;
+    case 14: ADAM_LOOP(false, true, true, true); break;
     }
 }
 
@@ -219,20 +281,95 @@ static void adam_span(const krt_optim_config *c, krt_optim_state *s, double lr, 
 {
     krt_adam_k k;
     const int variant = krt_adam_setup(c, s->step, lr, decay, &k);
-    FOR_THREAD_RANGES(lo, hi, adam_range(&k, variant, p, grads, s->m, s->v, a, b));
+    FOR_THREAD_RANGES(lo, hi, adam_range(&k, variant, p, grads, s->m, s->v, s->w, a, b));
+}
+
+#define RMSPROP_LOOP(L2, MOM, CENTERED)                                                         \
+    do {                                                                                     \
+        _Pragma("omp simd")                                                                  \
+        for (int64_t i = lo; i < hi; i++) krt_rmsprop_elem(k, L2, MOM, CENTERED, p, grads, sq, gavg, buf, i); \
+    } while (0)
+
+/* RMSprop over elements [lo, hi) of one thread; `variant` is the switch value below. */
+static VECTOR_CLONES void rmsprop_range(const krt_rmsprop_k *k, int variant, float *restrict p, const float *restrict grads,
+                                        float *restrict sq, float *restrict gavg, float *restrict buf, int64_t lo, int64_t hi)
+{
+    switch (variant) {
+    case 0: RMSPROP_LOOP(false, false, false); break;
+    case 1: RMSPROP_LOOP(true, false, false); break;
+    case 2: RMSPROP_LOOP(false, true, false); break;
+    case 3: RMSPROP_LOOP(true, true, false); break;
+    case 4: RMSPROP_LOOP(false, false, true); break;
+    case 5: RMSPROP_LOOP(true, false, true); break;
+    case 6: RMSPROP_LOOP(false, true, true); break;
+    case 7: RMSPROP_LOOP(true, true, true); break;
+    }
+}
+
+/* Adagrad over elements [lo, hi) of one thread. */
+static VECTOR_CLONES void adagrad_range(const krt_adagrad_k *k, int variant, float *restrict p, const float *restrict grads,
+                                        float *restrict sum, int64_t lo, int64_t hi)
+{
+    if (variant & KRT_DECAY) {
+        _Pragma("omp simd")
+        for (int64_t i = lo; i < hi; i++) krt_adagrad_elem(k, true, p, grads, sum, i);
+    } else {
+        _Pragma("omp simd")
+        for (int64_t i = lo; i < hi; i++) krt_adagrad_elem(k, false, p, grads, sum, i);
+    }
+}
+
+/* Lion over elements [lo, hi) of one thread. */
+static VECTOR_CLONES void lion_range(const krt_lion_k *k, int variant, float *restrict p, const float *restrict grads,
+                                     float *restrict m, int64_t lo, int64_t hi)
+{
+    if (variant & KRT_DECAY) {
+        _Pragma("omp simd")
+        for (int64_t i = lo; i < hi; i++) krt_lion_elem(k, true, p, grads, m, i);
+    } else {
+        _Pragma("omp simd")
+        for (int64_t i = lo; i < hi; i++) krt_lion_elem(k, false, p, grads, m, i);
+    }
+}
+
+/* One span of any optimizer (s->step already counts this step). */
+static void optim_span(const krt_optim_config *c, krt_optim_state *s, bool first, double lr, bool decay, float *p, const float *grads,
+                       int64_t lo, int64_t hi)
+{
+    switch (c->kind) {
+    case KRT_SGD: sgd_span(c, s->m, first, lr, decay, p, grads, lo, hi); break;
+    case KRT_ADAM:
+    case KRT_ADAMW: adam_span(c, s, lr, decay, p, grads, lo, hi); break;
+    case KRT_RMSPROP: {
+        krt_rmsprop_k k;
+        const int variant = krt_rmsprop_setup(c, lr, decay, &k);
+        FOR_THREAD_RANGES(lo, hi, rmsprop_range(&k, variant, p, grads, s->v, s->w, s->m, a, b));
+        break;
+    }
+    case KRT_ADAGRAD: {
+        krt_adagrad_k k;
+        const int variant = krt_adagrad_setup(c, s->step, lr, decay, &k);
+        FOR_THREAD_RANGES(lo, hi, adagrad_range(&k, variant, p, grads, s->v, a, b));
+        break;
+    }
+    case KRT_LION: {
+        krt_lion_k k;
+        const int variant = krt_lion_setup(c, lr, decay, &k);
+        FOR_THREAD_RANGES(lo, hi, lion_range(&k, variant, p, grads, s->m, a, b));
+        break;
+    }
+    }
 }
 
 void krt_optim_step(const krt_optim_config *c, krt_optim_state *s, double lr, float *params, const float *grads,
                     const krt_param_span *spans, int nspans)
 {
     if (!c || !s) return;
-    bool is_sgd = c->kind == KRT_SGD;
-    if (!is_sgd && c->kind != KRT_ADAM && c->kind != KRT_ADAMW) return;
-    if (is_sgd ? (c->momentum != 0 && !s->m) : (!s->m || !s->v)) return; /* not initialised for this kind */
+    if (!known_kind(c->kind) || !state_fits(c, s)) return; /* not initialised for this kind */
     if (s->n > 0 && (!params || !grads)) return;
     bool first = s->step == 0;
     s->step++;
-    krt_param_span whole = {0, s->n, true};
+    krt_param_span whole = {.offset = 0, .count = s->n, .decay = true};
     if (!spans) {
         spans = &whole;
         nspans = 1;
@@ -244,10 +381,9 @@ void krt_optim_step(const krt_optim_config *c, krt_optim_state *s, double lr, fl
         int64_t hi = off > 0 && cnt > INT64_MAX - off ? INT64_MAX : off + cnt;
         if (hi > s->n) hi = s->n;
         if (lo >= hi) continue;
-        if (is_sgd)
-            sgd_span(c, s->m, first, lr, spans[k].decay, params, grads, lo, hi);
-        else
-            adam_span(c, s, lr, spans[k].decay, params, grads, lo, hi);
+        krt_optim_config gc;
+        const double glr = krt_span_config(c, &spans[k], lr, &gc);
+        optim_span(&gc, s, first, glr, spans[k].decay, params, grads, lo, hi);
     }
 }
 

@@ -361,6 +361,7 @@ typedef struct {
     krt_optim_config oc;
     krt_schedule sc;
     krt_param_span *spans;
+    double *group_lr; /* per span: its parameter group's base lr (spans[k].grouped) */
     int nspans;
     int64_t accumulate;
     double clip;
@@ -383,9 +384,45 @@ static double apply_update(int64_t step, bool want_norm, double *lr)
     float *g = TR.accumulate > 1 ? TR.acc : TR.grads;
     double norm = TR.clip > 0 ? TR.dev->clip_grad_norm(TR.ctx, g, np, TR.clip) : want_norm ? TR.dev->grad_norm(TR.ctx, g, np) : 0;
     *lr = krt_schedule_lr(&TR.sc, TR.oc.lr, step);
+    for (int k = 0; k < TR.nspans; k++) /* each group's rate, scheduled from its own base, as each torch param group */
+        if (TR.spans[k].grouped) TR.spans[k].lr = krt_schedule_lr(&TR.sc, TR.group_lr[k], step);
     TR.dev->optim_step(TR.ctx, &TR.oc, &TR.state, *lr, TR.params, g, TR.spans, TR.nspans);
     if (TR.acc) TR.dev->zero(TR.ctx, TR.acc, (int64_t)sizeof(float) * np);
     return norm;
+}
+
+/* The recipe's parameter groups (groups.K.params: the names the compiler matched, the
+ * first matching group winning; groups.K.lr, groups.K.weight_decay) onto the spans: a
+ * group's lr replaces the optimizer's (--lr included) for its parameters, and its
+ * weight_decay applies to them whatever their rank. Returns non-zero (after a message)
+ * for a name that is no trainable parameter, which only a hand-edited model.c can give. */
+static int apply_groups(const krt_optim_config *oc)
+{
+    for (int gi = 0;; gi++) {
+        char key[64];
+        snprintf(key, sizeof key, "groups.%d.params", gi);
+        const char *names = recipe(key, NULL);
+        if (!names) return 0;
+        snprintf(key, sizeof key, "groups.%d.lr", gi);
+        const double lr = recipe_num(key, oc->lr);
+        snprintf(key, sizeof key, "groups.%d.weight_decay", gi);
+        const char *wd = recipe(key, NULL);
+        for (const char *p = names; *p;) {
+            size_t len = strcspn(p, ",");
+            int k = -1, span = 0;
+            for (int i = 0; i < M->nparams && k < 0; i++) {
+                if (!M->params[i].trainable) continue;
+                if (strlen(M->params[i].name) == len && !strncmp(M->params[i].name, p, len)) k = span;
+                else span++;
+            }
+            if (k < 0 || k >= TR.nspans) return die("parameter group %d names '%.*s', which is not a trainable parameter", gi, (int)len, p);
+            TR.spans[k].grouped = true;
+            TR.group_lr[k] = lr;
+            TR.spans[k].weight_decay = wd ? strtod(wd, NULL) : oc->weight_decay;
+            if (wd) TR.spans[k].decay = TR.spans[k].weight_decay != 0;
+            p += len + (p[len] == ',');
+        }
+    }
 }
 
 /* The host's copies (initialised, or loaded from a checkpoint) into the device's memory,
@@ -397,6 +434,7 @@ static void state_to_device(const float *params, const unsigned char *buffers, c
     TR.dev->to_device(TR.ctx, TR.buffers, buffers, M->buffer_bytes);
     if (st->m) TR.dev->to_device(TR.ctx, TR.state.m, st->m, bytes);
     if (st->v) TR.dev->to_device(TR.ctx, TR.state.v, st->v, bytes);
+    if (st->w) TR.dev->to_device(TR.ctx, TR.state.w, st->w, bytes);
     TR.state.step = st->step;
 }
 
@@ -407,6 +445,7 @@ static void state_to_host(float *params, unsigned char *buffers, krt_optim_state
     TR.dev->to_host(TR.ctx, buffers, TR.buffers, M->buffer_bytes);
     if (st->m) TR.dev->to_host(TR.ctx, st->m, TR.state.m, bytes);
     if (st->v) TR.dev->to_host(TR.ctx, st->v, TR.state.v, bytes);
+    if (st->w) TR.dev->to_host(TR.ctx, st->w, TR.state.w, bytes);
     st->step = TR.state.step;
 }
 
@@ -573,8 +612,8 @@ static int64_t batches_drawn;
  * its tensors in train_state.safetensors: one naming for saving and loading. */
 static float *moment_slab(const krt_optim_state *st, int k, const char **prefix)
 {
-    *prefix = k == 0 ? "exp_avg" : "exp_avg_sq";
-    return k == 0 ? st->m : st->v;
+    *prefix = krt_optim_slab_name(&TR.oc, k);
+    return !*prefix ? NULL : k == 0 ? st->m : k == 1 ? st->v : st->w;
 }
 
 /* Writes the two files of the checkpoint of `step` into dir (a temporary directory of
@@ -584,8 +623,8 @@ static int write_checkpoint_files(const char *dir, const float *params, const un
                                   const krt_cursor *cur, int64_t step)
 {
     krt_error err;
-    krt_st_tensor *t = calloc((size_t)M->nparams * 3 + 1, sizeof *t);
-    char **names = calloc((size_t)M->nparams * 2 + 1, sizeof *names);
+    krt_st_tensor *t = calloc((size_t)M->nparams * (KRT_OPTIM_SLABS + 1) + 1, sizeof *t);
+    char **names = calloc((size_t)M->nparams * KRT_OPTIM_SLABS + 1, sizeof *names);
     if (!t || !names) {
         free(t);
         free(names);
@@ -623,11 +662,11 @@ static int write_checkpoint_files(const char *dir, const float *params, const un
     for (int i = 0; i < M->nparams && !oom; i++) {
         const kiln_param *p = &M->params[i];
         if (!p->trainable) continue;
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < KRT_OPTIM_SLABS; k++) {
             const char *prefix;
             float *slab = moment_slab(st, k, &prefix);
             if (!slab) continue;
-            size_t len = strlen(p->name) + 16;
+            size_t len = strlen(p->name) + strlen(prefix) + 2;
             names[m] = malloc(len);
             if (!names[m]) {
                 oom = true;
@@ -815,7 +854,7 @@ static int load_checkpoint(const char *dir, int64_t accumulate, float *params, u
     for (int i = 0; !bad && i < M->nparams; i++) {
         const kiln_param *p = &M->params[i];
         if (!p->trainable) continue;
-        for (int k = 0; k < 2 && !bad; k++) {
+        for (int k = 0; k < KRT_OPTIM_SLABS && !bad; k++) {
             const char *prefix;
             float *slab = moment_slab(st, k, &prefix);
             if (!slab) continue;
@@ -1272,7 +1311,12 @@ int main(int argc, char **argv)
     memset(&oc, 0, sizeof oc);
     TR.accumulate = accumulate;
     const char *opt = recipe("optimizer", "AdamW");
-    oc.kind = !strcmp(opt, "SGD") ? KRT_SGD : !strcmp(opt, "Adam") ? KRT_ADAM : KRT_ADAMW;
+    oc.kind = !strcmp(opt, "SGD")       ? KRT_SGD
+              : !strcmp(opt, "Adam")    ? KRT_ADAM
+              : !strcmp(opt, "RMSprop") ? KRT_RMSPROP
+              : !strcmp(opt, "Adagrad") ? KRT_ADAGRAD
+              : !strcmp(opt, "Lion")    ? KRT_LION
+                                        : KRT_ADAMW;
     oc.lr = recipe_num("optimizer.lr", 1e-3);
     oc.momentum = recipe_num("optimizer.momentum", 0);
     oc.dampening = recipe_num("optimizer.dampening", 0);
@@ -1281,16 +1325,37 @@ int main(int argc, char **argv)
     oc.beta1 = strtod(betas, NULL);
     oc.beta2 = strchr(betas, ',') ? strtod(strchr(betas, ',') + 1, NULL) : 0.999;
     oc.eps = recipe_num("optimizer.eps", 1e-8);
+    oc.amsgrad = !strcmp(recipe("optimizer.amsgrad", "false"), "true");
+    oc.alpha = recipe_num("optimizer.alpha", 0.99);
+    oc.centered = !strcmp(recipe("optimizer.centered", "false"), "true");
+    oc.lr_decay = recipe_num("optimizer.lr_decay", 0);
+    oc.initial_accumulator_value = recipe_num("optimizer.initial_accumulator_value", 0);
     oc.weight_decay = recipe_num("optimizer.weight_decay", 0);
     bool decay_all = !strcmp(recipe("optimizer.decay", "matrices"), "all");
     krt_schedule sc;
     memset(&sc, 0, sizeof sc);
     const char *sk = recipe("schedule", "constant");
-    sc.kind = !strcmp(sk, "step") ? KRT_SCHED_STEP : !strcmp(sk, "linear") ? KRT_SCHED_LINEAR : !strcmp(sk, "cosine") ? KRT_SCHED_COSINE : KRT_SCHED_CONSTANT;
+    sc.kind = !strcmp(sk, "step")              ? KRT_SCHED_STEP
+              : !strcmp(sk, "linear")          ? KRT_SCHED_LINEAR
+              : !strcmp(sk, "cosine")          ? KRT_SCHED_COSINE
+              : !strcmp(sk, "onecycle")        ? KRT_SCHED_ONECYCLE
+              : !strcmp(sk, "exponential")     ? KRT_SCHED_EXPONENTIAL
+              : !strcmp(sk, "polynomial")      ? KRT_SCHED_POLYNOMIAL
+              : !strcmp(sk, "cosine_restarts") ? KRT_SCHED_COSINE_RESTARTS
+                                               : KRT_SCHED_CONSTANT;
     sc.warmup = recipe_int("schedule.warmup", 0);
     sc.step_size = recipe_int("schedule.step_size", 1);
     sc.gamma = recipe_num("schedule.gamma", 0.1);
-    sc.min_lr = recipe_num("schedule.min_lr", 0);
+    sc.min_lr = recipe_num(sc.kind == KRT_SCHED_COSINE_RESTARTS ? "schedule.eta_min" : "schedule.min_lr", 0);
+    sc.pct_start = recipe_num("schedule.pct_start", 0.3);
+    sc.anneal_linear = !strcmp(recipe("schedule.anneal_strategy", "cos"), "linear");
+    sc.div_factor = recipe_num("schedule.div_factor", 25);
+    sc.final_div_factor = recipe_num("schedule.final_div_factor", 1e4);
+    sc.three_phase = !strcmp(recipe("schedule.three_phase", "false"), "true");
+    sc.power = recipe_num("schedule.power", 1);
+    sc.total_iters = recipe_int("schedule.total_iters", 0);
+    sc.t0 = recipe_int("schedule.T_0", 1);
+    sc.t_mult = recipe_int("schedule.T_mult", 1);
     sc.total_steps = total_steps;
     double clip = recipe_num("clip", 0);
     TR.oc = oc;
@@ -1305,7 +1370,7 @@ int main(int argc, char **argv)
     }
     int64_t arena_bytes = M->train_arena_bytes > M->eval_arena_bytes ? M->train_arena_bytes : M->eval_arena_bytes;
     const int64_t slab = (int64_t)sizeof(float) * np;
-    const int64_t planned = slab * (2 + (accumulate > 1) + (st.m != NULL) + (st.v != NULL)) + M->buffer_bytes + arena_bytes;
+    const int64_t planned = slab * (2 + (accumulate > 1) + (st.m != NULL) + (st.v != NULL) + (st.w != NULL)) + M->buffer_bytes + arena_bytes;
     if (TR.dev->reserve(TR.ctx, planned, derr, sizeof derr)) {
         rc = die("%s", derr);
         goto out;
@@ -1318,7 +1383,9 @@ int main(int argc, char **argv)
     TR.state = st;
     TR.state.m = st.m && !TR.dev->host ? TR.dev->alloc(TR.ctx, slab) : st.m;
     TR.state.v = st.v && !TR.dev->host ? TR.dev->alloc(TR.ctx, slab) : st.v;
-    if (!TR.params || !TR.grads || (accumulate > 1 && !TR.acc) || !TR.buffers || !TR.arena || (st.m && !TR.state.m) || (st.v && !TR.state.v)) {
+    TR.state.w = st.w && !TR.dev->host ? TR.dev->alloc(TR.ctx, slab) : st.w;
+    if (!TR.params || !TR.grads || (accumulate > 1 && !TR.acc) || !TR.buffers || !TR.arena || (st.m && !TR.state.m) || (st.v && !TR.state.v) ||
+        (st.w && !TR.state.w)) {
         rc = die("out of %s memory for %lld bytes of parameters, gradients, optimizer state and activations", TR.dev->host ? "host" : "device",
                  (long long)planned);
         goto out;
@@ -1328,7 +1395,12 @@ int main(int argc, char **argv)
     TR.spans = calloc((size_t)M->nparams + 1, sizeof *TR.spans);
     for (int i = 0; TR.spans && i < M->nparams; i++)
         if (M->params[i].trainable)
-            TR.spans[TR.nspans++] = (krt_param_span){M->params[i].offset, M->params[i].count, decay_all || M->params[i].decay};
+            TR.spans[TR.nspans++] = (krt_param_span){.offset = M->params[i].offset, .count = M->params[i].count, .decay = decay_all || M->params[i].decay};
+    TR.group_lr = calloc((size_t)M->nparams + 1, sizeof *TR.group_lr);
+    if (TR.spans && TR.group_lr && apply_groups(&oc)) {
+        rc = 2;
+        goto out;
+    }
     bool bufs_ok = true;
     for (int k = 0; k < M->ninputs; k++) {
         int64_t per = 1;
@@ -1356,7 +1428,7 @@ int main(int argc, char **argv)
     }
     krt_cursor cur = {seed, 0, 0};
     int64_t step = 0;
-    if (!params || !buffers || !TR.spans || !bufs_ok || (lm && !sample_logits)) {
+    if (!params || !buffers || !TR.spans || !TR.group_lr || !bufs_ok || (lm && !sample_logits)) {
         rc = die("out of memory");
         goto out;
     }
@@ -1501,6 +1573,7 @@ out:
             free(buffers);
             TR.dev->release(TR.ctx, TR.state.m);
             TR.dev->release(TR.ctx, TR.state.v);
+            TR.dev->release(TR.ctx, TR.state.w);
         }
         TR.dev->release(TR.ctx, TR.params);
         TR.dev->release(TR.ctx, TR.grads);
@@ -1511,6 +1584,7 @@ out:
     }
     krt_optim_free(&st);
     free(TR.spans);
+    free(TR.group_lr);
     free(sample_logits);
     for (int k = 0; bufs && k < M->ninputs; k++) free(bufs[k]);
     free(bufs);

@@ -211,6 +211,42 @@ Test(cuda_train, gpt_with_dropout_trains_as_the_c_program, .timeout = 600)
     free(text);
 }
 
+/* mlp with the optimizer replaced: the device's kernels of issue 20's optimizers
+ * (device.cu, sharing optim_elem.h with the host) against the C program, and resumed. */
+static void mlp_with_optimizer(const char *optimizer)
+{
+    size_t len;
+    char *text = support_read("models/mlp.kiln", &len);
+    cr_assert(text);
+    const char *old = "AdamW(lr = 1e-3, weight_decay = 0.01)";
+    char *at = strstr(text, old);
+    cr_assert(at, "models/mlp.kiln changed: no '%s'", old);
+    char path[] = "/tmp/kiln-mlpopt-XXXXXX.kiln";
+    int fd = mkstemps(path, 5);
+    cr_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    cr_assert(f);
+    fprintf(f, "%.*s%s%s", (int)(at - text), text, optimizer, at + strlen(old));
+    fclose(f);
+    Case t = mlp_case;
+    t.model = path;
+    t.steps = 6;
+    train_against_c(&t);
+    unlink(path);
+    free(text);
+}
+
+Test(cuda_train, mlp_rmsprop_centered_momentum_as_the_c_program, .timeout = 600)
+{
+    mlp_with_optimizer("RMSprop(lr = 1e-3, momentum = 0.9, centered = true, weight_decay = 0.01)");
+}
+Test(cuda_train, mlp_adagrad_as_the_c_program, .timeout = 600)
+{
+    mlp_with_optimizer("Adagrad(lr = 0.01, lr_decay = 0.01, initial_accumulator_value = 0.1, weight_decay = 0.01)");
+}
+Test(cuda_train, mlp_adamw_amsgrad_as_the_c_program, .timeout = 600) { mlp_with_optimizer("AdamW(lr = 1e-3, amsgrad = true)"); }
+Test(cuda_train, mlp_lion_as_the_c_program, .timeout = 600) { mlp_with_optimizer("Lion(lr = 1e-4, weight_decay = 0.1)"); }
+
 /* --target cuda: nvcc builds the program (sm_80 and sm_90); without a GPU it says so. */
 Test(cuda_train, gpu_program_without_a_gpu_says_so, .timeout = 600)
 {

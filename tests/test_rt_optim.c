@@ -39,7 +39,7 @@ static const float G[3][N] = {
     {-0.05f, 0.15f, 0.25f, 0.1f, -0.6f, 7.0f},
     {0.2f, 0.0f, -0.1f, 0.3f, 0.05f, 7.0f},
 };
-static const krt_param_span SPANS[2] = {{0, 3, true}, {3, 2, false}};
+static const krt_param_span SPANS[2] = {{.offset = 0, .count = 3, .decay = true}, {.offset = 3, .count = 2, .decay = false}};
 
 static void expect_floats(const float *got, const float *want, int n, const char *what)
 {
@@ -163,6 +163,144 @@ Test(optim, adam_large_lerp_weight)
     krt_optim_free(&s);
 }
 
+/* The optimizers of issue 20, derived as above (tests/test_rt_optim.c's header), each
+ * operation of optim_elem.h rounded to float32:
+ *   RMSprop: g = f(g + f(f(wd) * p)) (decay spans); sq = f(f(sq * f(alpha)) + f(f(f(1 - alpha) * g) * g))
+ *            centered: ga = f(f(ga * f(alpha)) + f(f(1 - alpha) * g)); avg = f(sqrt(f(sq + f(-ga * ga))))
+ *            else avg = f(sqrt(sq)); avg = f(avg + f(eps))
+ *            momentum: buf = f(f(buf * f(mom)) + f(g / avg)); p = f(p + f(f(-lr) * buf))
+ *            else p = f(p + f(f(f(-lr) * g) / avg))
+ *   Adagrad: g as RMSprop; clr = lr / (1 + (t - 1) * lr_decay) in double; sum starts at
+ *            f(initial_accumulator_value); sum = f(sum + f(g * g));
+ *            p = f(p + f(f(f(-clr) * g) / f(f(sqrt(sum)) + f(eps))))
+ *   Lion:    p = f(p * f(1 - lr * wd)) (decay spans); c = f(f(m * f(b1)) + f(f(1 - b1) * g));
+ *            p = f(p + f(f(-lr) * sign(c))); m = f(f(m * f(b2)) + f(f(1 - b2) * g))
+ *   amsgrad: Adam's, with vmax = max(vmax, v) in place of v in the denominator. */
+Test(optim, rmsprop_plain_with_weight_decay)
+{
+    krt_optim_config c = {.kind = KRT_RMSPROP, .lr = 0.01, .alpha = 0.99, .eps = 1e-8, .weight_decay = 0.01};
+    const float want[3][N] = {
+        {0.400000095f, -1.1500001f, 1.9000001f, 0.849999964f, -0.399999976f, 9.0f},
+        {0.440297097f, -1.20479548f, 1.83546352f, 0.82563144f, -0.323019952f, 9.0f},
+        {0.352885574f, -1.20001042f, 1.85477924f, 0.766421497f, -0.329453915f, 9.0f},
+    };
+    const float sq[N] = {0.000546810159f, 0.000633932243f, 0.0017866561f, 0.00256716018f, 0.00603925018f, 0.0f};
+    krt_optim_state s;
+    run3(&c, (double[]){0.01, 0.01, 0.01}, want, &s);
+    cr_expect(s.m == NULL && s.w == NULL, "no momentum buffer nor grad_avg without momentum and centered");
+    expect_floats(s.v, sq, N, "square_avg");
+    krt_optim_free(&s);
+}
+
+Test(optim, rmsprop_centered_momentum_and_step_lr)
+{
+    krt_optim_config c = {.kind = KRT_RMSPROP, .lr = 7, .alpha = 0.9, .eps = 1e-6, .weight_decay = 0.1, .momentum = 0.9, .centered = true};
+    const float want[3][N] = {
+        {0.466667414f, -1.21666706f, 1.96666694f, 0.783333063f, -0.333333135f, 9.0f},
+        {0.40821749f, -1.16267812f, 1.85851002f, 0.826850414f, -0.34362337f, 9.0f},
+        {0.379934341f, -1.14430749f, 1.83173561f, 0.826711476f, -0.347026378f, 9.0f},
+    };
+    const float buf[N] = {5.65662718f, -3.67412519f, 5.35488749f, 0.0277884007f, 0.680598974f, 0.0f};
+    const float sq[N] = {0.00762301125f, 0.00997969322f, 0.0389430411f, 0.0228600018f, 0.0528999977f, 0.0f};
+    const float ga[N] = {0.0359321833f, -0.0354017839f, 0.0892851055f, 0.00660000183f, -0.00850000232f, 0.0f};
+    krt_optim_state s;
+    run3(&c, (double[]){0.01, 0.02, 0.005}, want, &s);
+    expect_floats(s.m, buf, N, "momentum_buffer");
+    expect_floats(s.v, sq, N, "square_avg");
+    expect_floats(s.w, ga, N, "grad_avg");
+    krt_optim_free(&s);
+}
+
+Test(optim, adagrad_lr_decay_initial_accumulator)
+{
+    krt_optim_config c = {.kind = KRT_ADAGRAD, .lr = 0.1, .lr_decay = 0.1, .initial_accumulator_value = 0.1, .eps = 1e-10, .weight_decay = 0.1};
+    const float want[3][N] = {
+        {0.45714286f, -1.17832863f, 1.91548455f, 0.828446448f, -0.384515435f, 9.0f},
+        {0.458255947f, -1.18476129f, 1.86110926f, 0.810950994f, -0.319781899f, 9.0f},
+        {0.410361916f, -1.16374516f, 1.85145414f, 0.769284308f, -0.324718148f, 9.0f},
+    };
+    /* element 5 is in no span: its sum keeps the initial value */
+    const float sum[N] = {0.182948589f, 0.220696315f, 0.552380145f, 0.360000014f, 0.712500036f, 0.100000001f};
+    krt_optim_state s;
+    run3(&c, (double[]){0.1, 0.1, 0.1}, want, &s);
+    cr_expect(s.m == NULL && s.w == NULL, "Adagrad keeps only its sum");
+    expect_floats(s.v, sum, N, "sum");
+    krt_optim_free(&s);
+}
+
+Test(optim, lion_decoupled_decay_and_step_lr)
+{
+    krt_optim_config c = {.kind = KRT_LION, .lr = 1e-4, .beta1 = 0.9, .beta2 = 0.99, .weight_decay = 0.1};
+    const float want[3][N] = {
+        {0.489500016f, -1.23874998f, 1.98800004f, 0.75999999f, -0.310000002f, 9.0f},
+        {0.50852102f, -1.25627244f, 1.96402407f, 0.74000001f, -0.289999992f, 9.0f},
+        {0.503266752f, -1.25064433f, 1.96804202f, 0.735000014f, -0.294999987f, 9.0f},
+    };
+    const float m[N] = {0.00248510018f, -0.000475200155f, 0.00441530021f, 6.95998315e-05f, -0.000539500092f, 0.0f};
+    krt_optim_state s;
+    run3(&c, (double[]){0.01, 0.02, 0.005}, want, &s);
+    cr_expect(s.v == NULL && s.w == NULL, "Lion keeps only exp_avg");
+    expect_floats(s.m, m, N, "exp_avg");
+    krt_optim_free(&s);
+}
+
+Test(optim, adam_amsgrad)
+{
+    /* The second step's gradient of element 0 is nearly 0: exp_avg_sq falls, its maximum
+     * stays, and the steps differ from adam_l2_and_bias_correction's from there on. */
+    krt_optim_config c = {.kind = KRT_ADAM, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1, .amsgrad = true};
+    const float want[3][N] = {
+        {0.49000001f, -1.24000001f, 1.99000001f, 0.75999999f, -0.310000002f, 9.0f},
+        {0.483352393f, -1.23391449f, 1.98004234f, 0.764694691f, -0.308570564f, 9.0f},
+        {0.47522673f, -1.22725236f, 1.97150314f, 0.763867319f, -0.307876259f, 9.0f},
+    };
+    const float vmax[N] = {8.41264118e-05f, 0.000121314632f, 0.000460504496f, 0.000259670196f, 0.000611640338f, 0.0f};
+    krt_optim_state s;
+    run3(&c, (double[]){0.01, 0.01, 0.01}, want, &s);
+    expect_floats(s.w, vmax, N, "max_exp_avg_sq");
+    krt_optim_free(&s);
+}
+
+Test(optim, adamw_amsgrad_keeps_the_maximum)
+{
+    krt_optim_config c = {.kind = KRT_ADAMW, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.5, .eps = 1e-8, .weight_decay = 0.1, .amsgrad = true};
+    const float want[3][N] = {
+        {0.489500016f, -1.23874998f, 1.98800004f, 0.75999999f, -0.310000002f, 9.0f},
+        {0.486432105f, -1.23657322f, 1.97578883f, 0.764189899f, -0.308611602f, 9.0f},
+        {0.480437934f, -1.23469734f, 1.9683342f, 0.763384461f, -0.308015794f, 9.0f},
+    };
+    const float v[N] = {0.0218750015f, 0.010625001f, 0.0318749994f, 0.0675000027f, 0.122500002f, 0.0f};
+    const float vmax[N] = {0.0218750015f, 0.0212500021f, 0.0537500009f, 0.0800000057f, 0.242500007f, 0.0f};
+    krt_optim_state s;
+    run3(&c, (double[]){0.01, 0.01, 0.01}, want, &s);
+    expect_floats(s.v, v, N, "exp_avg_sq");
+    expect_floats(s.w, vmax, N, "max_exp_avg_sq");
+    krt_optim_free(&s);
+}
+
+Test(optim, slab_names_are_torch_state_keys)
+{
+    const struct {
+        krt_optim_config c;
+        const char *names[KRT_OPTIM_SLABS];
+    } cases[] = {
+        {{.kind = KRT_SGD}, {NULL, NULL, NULL}},
+        {{.kind = KRT_SGD, .momentum = 0.9}, {"exp_avg", NULL, NULL}},
+        {{.kind = KRT_ADAM}, {"exp_avg", "exp_avg_sq", NULL}},
+        {{.kind = KRT_ADAMW, .amsgrad = true}, {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}},
+        {{.kind = KRT_RMSPROP}, {NULL, "square_avg", NULL}},
+        {{.kind = KRT_RMSPROP, .momentum = 0.5, .centered = true}, {"momentum_buffer", "square_avg", "grad_avg"}},
+        {{.kind = KRT_ADAGRAD}, {NULL, "sum", NULL}},
+        {{.kind = KRT_LION}, {"exp_avg", NULL, NULL}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        for (int k = 0; k < KRT_OPTIM_SLABS; k++) {
+            const char *got = krt_optim_slab_name(&cases[i].c, k), *want = cases[i].names[k];
+            cr_expect(got == want || (got && want && !strcmp(got, want)), "case %zu slab %d: %s, want %s", i, k, got ? got : "(none)",
+                      want ? want : "(none)");
+        }
+}
+
 Test(optim, null_spans_mean_the_whole_slab_with_decay)
 {
     krt_optim_config c = {.kind = KRT_SGD, .lr = 0.5, .weight_decay = 0.5};
@@ -185,14 +323,14 @@ Test(optim, spans_are_clamped_to_the_slab)
     cr_assert_eq(krt_optim_init(&s, &c, 5, &err), KRT_OK);
     float *p = malloc(5 * sizeof *p), *g = malloc(5 * sizeof *g);
     for (int i = 0; i < 5; i++) p[i] = 1.0f, g[i] = 1.0f;
-    const krt_param_span spans[3] = {{-2, 3, true}, {3, INT64_MAX, false}, {7, 2, true}};
+    const krt_param_span spans[3] = {{.offset = -2, .count = 3, .decay = true}, {.offset = 3, .count = INT64_MAX, .decay = false}, {.offset = 7, .count = 2, .decay = true}};
     krt_optim_step(&c, &s, 0.1, p, g, spans, 3);
     /* First Adam step: p - lr * g/|g| (up to eps) for 0 and 3-4; 1-2 untouched. */
     for (int i = 0; i < 5; i++) {
         float want = i == 1 || i == 2 ? 1.0f : 0.9f;
         cr_expect(fabsf(p[i] - want) < 1e-6f, "p[%d] = %.9g", i, (double)p[i]);
     }
-    krt_optim_step(&c, &s, 0.1, p, g, (krt_param_span[]){{0, 0, true}, {2, -5, true}}, 2);
+    krt_optim_step(&c, &s, 0.1, p, g, (krt_param_span[]){{.offset = 0, .count = 0, .decay = true}, {.offset = 2, .count = -5, .decay = true}}, 2);
     cr_expect_eq(s.step, 2);
     free(p);
     free(g);
@@ -216,6 +354,13 @@ Test(optim, init_validates_the_config)
         {{.kind = KRT_ADAM, .lr = 0.1, .beta1 = 0.9, .beta2 = 0.9, .eps = -1}, 4, "eps"},
         {{.kind = KRT_ADAMW, .lr = 0.1, .beta1 = 0.9, .beta2 = 0.9, .weight_decay = -0.1}, 4, "weight_decay"},
         {{.kind = (krt_optim_kind)7, .lr = 0.1}, 4, "unknown kind"},
+        {{.kind = KRT_RMSPROP, .lr = 0.1, .alpha = -0.5}, 4, "alpha"},
+        {{.kind = KRT_RMSPROP, .lr = 0.1, .alpha = 0.9, .momentum = -1}, 4, "momentum"},
+        {{.kind = KRT_RMSPROP, .lr = 0.1, .alpha = 0.9, .eps = -1}, 4, "eps"},
+        {{.kind = KRT_ADAGRAD, .lr = 0.1, .lr_decay = -0.1}, 4, "lr_decay"},
+        {{.kind = KRT_ADAGRAD, .lr = 0.1, .initial_accumulator_value = -1}, 4, "initial_accumulator_value"},
+        {{.kind = KRT_LION, .lr = 0.1, .beta1 = 1.0, .beta2 = 0.99}, 4, "beta1"},
+        {{.kind = KRT_LION, .lr = 0.1, .beta1 = 0.9, .beta2 = -0.1}, 4, "beta2"},
         {{.kind = KRT_ADAM, .lr = 0.1, .beta1 = 0.9, .beta2 = 0.9}, -3, "negative"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -223,7 +368,7 @@ Test(optim, init_validates_the_config)
         krt_error err = {0};
         cr_expect_eq(krt_optim_init(&s, &bad[i].c, bad[i].n, &err), KRT_EINVAL, "case %zu accepted", i);
         cr_expect(strstr(err.msg, bad[i].needle), "case %zu: message '%s' lacks '%s'", i, err.msg, bad[i].needle);
-        cr_expect(s.m == NULL && s.v == NULL, "case %zu: state allocated", i);
+        cr_expect(s.m == NULL && s.v == NULL && s.w == NULL, "case %zu: state allocated", i);
     }
     krt_optim_state s;
     cr_expect_eq(krt_optim_init(NULL, &bad[0].c, 4, NULL), KRT_EINVAL);
@@ -379,4 +524,66 @@ Test(sched, cosine_decay)
     expect_lr(&s, 1.0, 70, 0.55);
     expect_lr(&s, 1.0, 120, 0.1);
     expect_lr(&s, 1.0, 121, 0.1);
+}
+
+/* Issue 20's schedules (their every step is checked against torch.optim.lr_scheduler by
+ * test_optim_parity.c); here the values by hand, warmup, and the ends. */
+Test(sched, exponential_after_warmup)
+{
+    krt_schedule s = {.kind = KRT_SCHED_EXPONENTIAL, .gamma = 0.5};
+    expect_lr(&s, 0.8, 0, 0.8);
+    expect_lr(&s, 0.8, 1, 0.4);
+    expect_lr(&s, 0.8, 3, 0.1);
+    s.warmup = 4; /* warmup, then ExponentialLR from its step 0 */
+    expect_lr(&s, 0.8, 0, 0.2);
+    expect_lr(&s, 0.8, 3, 0.8);
+    expect_lr(&s, 0.8, 4, 0.8);
+    expect_lr(&s, 0.8, 6, 0.2);
+}
+
+Test(sched, polynomial)
+{
+    krt_schedule s = {.kind = KRT_SCHED_POLYNOMIAL, .power = 2, .total_steps = 10};
+    expect_lr(&s, 1.0, 0, 1.0);
+    expect_lr(&s, 1.0, 5, 0.25);
+    expect_lr(&s, 1.0, 10, 0.0);
+    expect_lr(&s, 1.0, 50, 0.0);
+    s = (krt_schedule){.kind = KRT_SCHED_POLYNOMIAL, .power = 1, .warmup = 2, .total_steps = 12}; /* over T - W = 10 */
+    expect_lr(&s, 1.0, 0, 0.5);
+    expect_lr(&s, 1.0, 2, 1.0);
+    expect_lr(&s, 1.0, 7, 0.5);
+    s.total_iters = 4;
+    expect_lr(&s, 1.0, 4, 0.5);
+    expect_lr(&s, 1.0, 6, 0.0);
+}
+
+Test(sched, cosine_restarts)
+{
+    krt_schedule s = {.kind = KRT_SCHED_COSINE_RESTARTS, .t0 = 4, .t_mult = 2, .min_lr = 0.0};
+    expect_lr(&s, 1.0, 0, 1.0);
+    expect_lr(&s, 1.0, 2, 0.5);
+    expect_lr(&s, 1.0, 4, 1.0); /* restart; the next cycle is 8 steps */
+    expect_lr(&s, 1.0, 8, 0.5);
+    expect_lr(&s, 1.0, 12, 1.0);
+    s.t_mult = 1;
+    s.min_lr = 0.2;
+    s.warmup = 2;
+    expect_lr(&s, 1.0, 0, 0.5);
+    expect_lr(&s, 1.0, 4, 0.6);
+    expect_lr(&s, 1.0, 6, 1.0);
+}
+
+Test(sched, onecycle)
+{
+    /* max 1, initial 1/25 = 0.04, final 0.04 / 1e4; 10 steps, pct_start 0.3: up over steps
+     * 0..2, down over 2..9 */
+    krt_schedule s = {.kind = KRT_SCHED_ONECYCLE, .pct_start = 0.3, .div_factor = 25, .final_div_factor = 1e4, .total_steps = 10};
+    expect_lr(&s, 1.0, 0, 0.04);
+    expect_lr(&s, 1.0, 1, 0.52);
+    expect_lr(&s, 1.0, 2, 1.0);
+    expect_lr(&s, 1.0, 9, 4e-6);
+    expect_lr(&s, 1.0, 20, 4e-6); /* past the end: the last value */
+    s.anneal_linear = true;
+    expect_lr(&s, 1.0, 1, 0.52);
+    expect_lr(&s, 1.0, 9, 4e-6);
 }

@@ -57,7 +57,7 @@ static void compare(const krt_optim_config *c, const krt_param_span *a, int na, 
 static void check(const krt_optim_config *c, const char *what)
 {
     const int64_t cut = 200000, end = N - 3;
-    krt_param_span large[2] = {{0, cut, true}, {cut, end - cut, false}};
+    krt_param_span large[2] = {{.offset = 0, .count = cut, .decay = true}, {.offset = cut, .count = end - cut, .decay = false}};
     int nsmall = 0;
     krt_param_span *small = malloc(sizeof *small * (size_t)(N / SMALL + 4));
     cr_assert(small);
@@ -65,7 +65,7 @@ static void check(const krt_optim_config *c, const char *what)
         hi = lo + SMALL;
         if (lo < cut && hi > cut) hi = cut;
         if (hi > end) hi = end;
-        small[nsmall++] = (krt_param_span){lo, hi - lo, lo < cut};
+        small[nsmall++] = (krt_param_span){.offset = lo, .count = hi - lo, .decay = lo < cut};
     }
     compare(c, large, 2, small, nsmall, what);
     free(small);

@@ -121,6 +121,76 @@ Test(train, resume_is_bit_identical)
     sb_free(&out);
 }
 
+/* mlp.kiln with its optimizer replaced by `optimizer`, built as dir/NAME. */
+static void build_mlp_with(const char *optimizer, const char *name)
+{
+    size_t len;
+    char *text = support_read("models/mlp.kiln", &len);
+    cr_assert(text);
+    const char *old = "AdamW(lr = 1e-3, weight_decay = 0.01)";
+    char *at = strstr(text, old);
+    cr_assert(at, "models/mlp.kiln changed: no '%s'", old);
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s.kiln", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fprintf(f, "%.*s%s%s", (int)(at - text), text, optimizer, at + strlen(old));
+    fclose(f);
+    free(text);
+    char args[1024];
+    snprintf(args, sizeof args, "build %s -o %s/%s", path, dir, name);
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(support_run_kiln(args, &out), 0, "kiln %s:\n%s", args, out.data);
+    sb_free(&out);
+}
+
+/* Issue 20's optimizers: 6 steps, and 3 + resume + 3, give the same checkpoint bit for bit
+ * (weights and every state tensor, named as torch.optim names them). */
+Test(train, new_optimizers_resume_bit_identically)
+{
+    if (!have_fashion_mnist()) cr_skip_test("dataset-fashion-mnist is not installed");
+    static const struct {
+        const char *optimizer, *state; /* state: a tensor the training state must hold */
+    } cases[] = {
+        {"RMSprop(lr = 1e-3, momentum = 0.9, centered = true, weight_decay = 0.01)", "grad_avg.fc1.weight"},
+        {"RMSprop(lr = 1e-3)", "square_avg.fc2.bias"},
+        {"Adagrad(lr = 0.01, lr_decay = 0.01, initial_accumulator_value = 0.1, weight_decay = 0.01)", "sum.fc1.weight"},
+        {"Adam(lr = 1e-3, amsgrad = true)", "max_exp_avg_sq.fc1.weight"},
+        {"AdamW(lr = 1e-3, amsgrad = true)", "max_exp_avg_sq.fc3.bias"},
+        {"Lion(lr = 1e-4, weight_decay = 0.1)", "exp_avg.fc1.weight"},
+    };
+    StrBuf out;
+    sb_init(&out);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char name[32], cmd[1024];
+        snprintf(name, sizeof name, "opt%zu", i);
+        build_mlp_with(cases[i].optimizer, name);
+        snprintf(cmd, sizeof cmd,
+                 "./%s --steps 6 --limit 1000 --checkpoint-dir %s-a --eval-every 1000 --eval-batches 1 && "
+                 "./%s --steps 3 --limit 1000 --checkpoint-dir %s-b --eval-every 1000 --eval-batches 1 && "
+                 "./%s --steps 6 --limit 1000 --checkpoint-dir %s-b --resume %s-b --eval-every 1000 --eval-batches 1",
+                 name, name, name, name, name, name, name);
+        cr_assert_eq(run(cmd, &out), 0, "%s: %s", cases[i].optimizer, out.data);
+        const char *files[] = {"model.safetensors", "train_state.safetensors"};
+        for (int k = 0; k < 2; k++) {
+            char a[512], b[512];
+            snprintf(a, sizeof a, "%s/%s-a/step-00000006/%s", dir, name, files[k]);
+            snprintf(b, sizeof b, "%s/%s-b/step-00000006/%s", dir, name, files[k]);
+            const char *why = ckpt_difference(a, b);
+            cr_expect(!why, "%s: 6 steps differ from 3 + resume + 3: %s", cases[i].optimizer, why);
+        }
+        char st[512];
+        snprintf(st, sizeof st, "%s/%s-a/step-00000006/train_state.safetensors", dir, name);
+        krt_safetensors *s = NULL;
+        krt_error err;
+        cr_assert_eq(krt_safetensors_read(st, &s, &err), KRT_OK, "%s", err.msg);
+        cr_expect(krt_safetensors_find(s, cases[i].state), "%s: %s has no '%s'", cases[i].optimizer, st, cases[i].state);
+        krt_safetensors_free(s);
+    }
+    sb_free(&out);
+}
+
 /* Each bad input: exit status non-zero and a message containing `want`. */
 static void expect_error(const char *cmd, const char *want)
 {

@@ -286,12 +286,39 @@ __global__ void __launch_bounds__(BLOCK) kiln_sgd(krt_sgd_k k, int variant, floa
 }
 
 /* torch.optim.Adam / AdamW over [lo, hi). Launch: grid-stride. */
-__global__ void __launch_bounds__(BLOCK) kiln_adam(krt_adam_k k, int variant, float *p, const float *g, float *m, float *v, int64_t lo,
-                                                   int64_t hi)
+__global__ void __launch_bounds__(BLOCK) kiln_adam(krt_adam_k k, int variant, float *p, const float *g, float *m, float *v, float *vmax,
+                                                   int64_t lo, int64_t hi)
 {
-    const bool decoupled = variant & KRT_ADAM_DECOUPLED, l2 = variant & KRT_ADAM_L2, small_w = variant & KRT_ADAM_SMALL_W;
+    const bool decoupled = variant & KRT_ADAM_DECOUPLED, l2 = variant & KRT_ADAM_L2, small_w = variant & KRT_ADAM_SMALL_W,
+               amsgrad = variant & KRT_ADAM_AMSGRAD;
     for (int64_t i = lo + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < hi; i += (int64_t)gridDim.x * blockDim.x)
-        krt_adam_elem(&k, decoupled, l2, small_w, p, g, m, v, i);
+        krt_adam_elem(&k, decoupled, l2, small_w, amsgrad, p, g, m, v, vmax, i);
+}
+
+/* torch.optim.RMSprop over [lo, hi). Launch: grid-stride. */
+__global__ void __launch_bounds__(BLOCK) kiln_rmsprop(krt_rmsprop_k k, int variant, float *p, const float *g, float *sq, float *gavg,
+                                                      float *buf, int64_t lo, int64_t hi)
+{
+    const bool l2 = variant & KRT_RMSPROP_L2, mom = variant & KRT_RMSPROP_MOMENTUM, centered = variant & KRT_RMSPROP_CENTERED;
+    for (int64_t i = lo + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < hi; i += (int64_t)gridDim.x * blockDim.x)
+        krt_rmsprop_elem(&k, l2, mom, centered, p, g, sq, gavg, buf, i);
+}
+
+/* torch.optim.Adagrad over [lo, hi). Launch: grid-stride. */
+__global__ void __launch_bounds__(BLOCK) kiln_adagrad(krt_adagrad_k k, int variant, float *p, const float *g, float *sum, int64_t lo,
+                                                      int64_t hi)
+{
+    const bool l2 = variant & KRT_DECAY;
+    for (int64_t i = lo + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < hi; i += (int64_t)gridDim.x * blockDim.x)
+        krt_adagrad_elem(&k, l2, p, g, sum, i);
+}
+
+/* Lion over [lo, hi). Launch: grid-stride. */
+__global__ void __launch_bounds__(BLOCK) kiln_lion(krt_lion_k k, int variant, float *p, const float *g, float *m, int64_t lo, int64_t hi)
+{
+    const bool decay = variant & KRT_DECAY;
+    for (int64_t i = lo + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < hi; i += (int64_t)gridDim.x * blockDim.x)
+        krt_lion_elem(&k, decay, p, g, m, i);
 }
 
 static void device_accumulate(void *vctx, float *acc, const float *g, int64_t n, float divisor)
@@ -335,12 +362,11 @@ static void device_optim_step(void *vctx, const krt_optim_config *oc, krt_optim_
 {
     kiln_cuda_context *c = (kiln_cuda_context *)vctx;
     if (!oc || !s) return;
-    const bool is_sgd = oc->kind == KRT_SGD;
-    if (!is_sgd && oc->kind != KRT_ADAM && oc->kind != KRT_ADAMW) return;
-    if (is_sgd ? (oc->momentum != 0 && !s->m) : (!s->m || !s->v)) return;
+    for (int k = 0; k < KRT_OPTIM_SLABS; k++) /* not initialised for this kind (optim.c's state_fits) */
+        if (krt_optim_slab_name(oc, k) && !*krt_optim_slab(s, k)) return;
     const bool first = s->step == 0;
     s->step++;
-    krt_param_span whole = {0, s->n, true};
+    krt_param_span whole = {.offset = 0, .count = s->n, .decay = true};
     if (!spans) {
         spans = &whole;
         nspans = 1;
@@ -350,15 +376,42 @@ static void device_optim_step(void *vctx, const krt_optim_config *oc, krt_optim_
         if (spans[k].count <= 0) continue;
         if (hi > s->n) hi = s->n;
         if (lo >= hi) continue;
-        if (is_sgd) {
+        krt_optim_config gc; /* a parameter group's lr and weight_decay */
+        const double glr = krt_span_config(oc, &spans[k], lr, &gc);
+        switch (oc->kind) {
+        case KRT_SGD: {
             krt_sgd_k kk;
-            const int variant = krt_sgd_setup(oc, first, lr, spans[k].decay, &kk);
+            const int variant = krt_sgd_setup(&gc, first, glr, spans[k].decay, &kk);
             KILN_LAUNCH_AT("optimizer: SGD", kiln_sgd, grid_for(hi - lo), BLOCK, 0, c->stream, kk, variant, params, grads, s->m, lo, hi);
-        } else {
+            break;
+        }
+        case KRT_ADAM:
+        case KRT_ADAMW: {
             krt_adam_k kk;
-            const int variant = krt_adam_setup(oc, s->step, lr, spans[k].decay, &kk);
+            const int variant = krt_adam_setup(&gc, s->step, glr, spans[k].decay, &kk);
             KILN_LAUNCH_AT(oc->kind == KRT_ADAMW ? "optimizer: AdamW" : "optimizer: Adam", kiln_adam, grid_for(hi - lo), BLOCK, 0, c->stream,
-                           kk, variant, params, grads, s->m, s->v, lo, hi);
+                           kk, variant, params, grads, s->m, s->v, s->w, lo, hi);
+            break;
+        }
+        case KRT_RMSPROP: {
+            krt_rmsprop_k kk;
+            const int variant = krt_rmsprop_setup(&gc, glr, spans[k].decay, &kk);
+            KILN_LAUNCH_AT("optimizer: RMSprop", kiln_rmsprop, grid_for(hi - lo), BLOCK, 0, c->stream, kk, variant, params, grads, s->v, s->w,
+                           s->m, lo, hi);
+            break;
+        }
+        case KRT_ADAGRAD: {
+            krt_adagrad_k kk;
+            const int variant = krt_adagrad_setup(&gc, s->step, glr, spans[k].decay, &kk);
+            KILN_LAUNCH_AT("optimizer: Adagrad", kiln_adagrad, grid_for(hi - lo), BLOCK, 0, c->stream, kk, variant, params, grads, s->v, lo, hi);
+            break;
+        }
+        case KRT_LION: {
+            krt_lion_k kk;
+            const int variant = krt_lion_setup(&gc, glr, spans[k].decay, &kk);
+            KILN_LAUNCH_AT("optimizer: Lion", kiln_lion, grid_for(hi - lo), BLOCK, 0, c->stream, kk, variant, params, grads, s->m, lo, hi);
+            break;
+        }
         }
     }
 }
