@@ -1210,9 +1210,6 @@ bool functions_call(Lower *L, Scope *s, int32_t inst, const char *name, AstId ca
             *out = value_error();
             return true;
         }
-        /* Marked in the IR, but no pass recomputes a region yet: said, not ignored. */
-        diag_report(L->d, DIAG_WARNING, cn->loc,
-                    "checkpoint(...) has no effect yet: its activations are kept, not recomputed (activation checkpointing is not implemented)");
         int32_t saved = L->b.ckpt;
         L->b.ckpt = ++L->next_ckpt;
         *out = lower_expr(L, s, inst, ast_kid(L->ast, call, 1));

@@ -133,6 +133,7 @@ static void put_node(StrBuf *b, const Graph *g, NodeId id)
     sb_puts(b, "\\n");
     put_type(b, g, n);
     if (n->ckpt) sb_printf(b, "\\nckpt=%d", n->ckpt);
+    if (n->flags & NODE_RECOMPUTED) sb_puts(b, "\\nrecomputed");
     sb_putc(b, '"');
     switch (known ? (Op)n->op : OP_COUNT) {
     case OP_INPUT: sb_puts(b, ", shape=ellipse, style=filled, fillcolor=\"#c6e2ff\""); break;

@@ -99,7 +99,7 @@ typedef struct {
 typedef struct {
     uint16_t op;        /* Op */
     uint8_t dtype;      /* DType */
-    uint8_t pad_;
+    uint8_t flags;      /* NODE_* */
     int32_t ckpt;       /* checkpoint region (from checkpoint(...)), 0 = none */
     uint32_t ninputs;
     uint32_t inputs;    /* index of the first operand in Graph.operands */
@@ -111,6 +111,14 @@ typedef struct {
     uint32_t name;      /* offset in Graph.strings; 0 = none. Input/param name, or the
                            source variable a value was assigned to (for readable dumps) */
 } Node;
+
+/* Node.flags */
+enum {
+    /* a copy of a checkpointed forward value that the backward pass computes again instead
+     * of keeping the original (passes/remat.c); fusion keeps such copies out of the
+     * original's kernels */
+    NODE_RECOMPUTED = 1
+};
 
 typedef enum {
     OUT_FORWARD, /* an output of forward() */

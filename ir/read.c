@@ -742,6 +742,7 @@ static void node_line(Parser *P)
     }
     int64_t ckpt = 0;
     if (lit(P, "ckpt=") && !integer_in(P, &ckpt, INT32_MIN, INT32_MAX, "checkpoint region")) return;
+    const bool recomputed = lit(P, "recomputed");
     Loc loc = {0, 0, 0};
     skip_ws(P);
     if (P->p < P->end && *P->p == '@') {
@@ -755,6 +756,7 @@ static void node_line(Parser *P)
     nd->fattr[0] = fattr[0];
     nd->fattr[1] = fattr[1];
     nd->ckpt = (int32_t)ckpt;
+    if (recomputed) nd->flags |= NODE_RECOMPUTED;
     if (has_name) nd->name = ir_intern(g, P->s1.data);
     GROW(P->node_loc, P->node_loc_cap, (int64_t)id + 1);
     P->node_loc[id] = loc_at(P, at);

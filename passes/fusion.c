@@ -241,13 +241,22 @@ static bool readable(Fuser *f, int32_t k, NodeId r, MemberClass cls, NodeId read
 
 /* Can node n (elementwise or reduction) join kernel k? Sets *cls. On success also
  * records the dependencies. */
+/* A copy that the backward pass recomputes (remat.c) and the values that are not copies
+ * are never in one kernel: a copy in a forward kernel would be computed, and kept, in the
+ * forward pass; and the backward pass's kernels stay grouped as without copies. */
+static bool same_pass(const Fuser *f, int32_t k, NodeId id)
+{
+    const Graph *g = f->g;
+    return (g->nodes[id].flags & NODE_RECOMPUTED) == (g->nodes[f->p->kernels[k].anchor].flags & NODE_RECOMPUTED);
+}
+
 static bool try_join(Fuser *f, int32_t k, NodeId id)
 {
     const Graph *g = f->g;
     FusionPlan *p = f->p;
     Kernel *K = &p->kernels[k];
     const Node *n = &g->nodes[id];
-    if (K->kind == KERNEL_SINGLE || K->written != IR_NONE || K->summed != IR_NONE) return false;
+    if (K->kind == KERNEL_SINGLE || K->written != IR_NONE || K->summed != IR_NONE || !same_pass(f, k, id)) return false;
     Numel full = numel_of(&K->shape, 0), rows = numel_of(&K->shape, K->axes);
     Numel mine = numel_of(&n->shape, 0);
     MemberClass cls;
@@ -324,7 +333,7 @@ static bool try_join_expand(Fuser *f, NodeId id)
     if (p->role[r] != ROLE_KERNEL || p->kernel_of[r] < 0) return false;
     int32_t k = p->kernel_of[r];
     const Kernel *K = &p->kernels[k];
-    if (K->kind != KERNEL_LOOP || p->cls[r] != CLASS_ROW) return false;
+    if (K->kind != KERNEL_LOOP || p->cls[r] != CLASS_ROW || !same_pass(f, k, id)) return false;
     const Shape *xs = &g->nodes[x].shape, *s = &K->shape;
     if (!ir_shape_eq(&g->nodes[id].shape, s) || xs->rank != s->rank) return false;
     for (int a = 0; a < s->rank; a++) {
@@ -377,7 +386,8 @@ static bool try_join_written(Fuser *f, NodeId id)
     Kernel *K = &p->kernels[k];
     Dim stride[IR_MAX_RANK];
     bool swapped;
-    if (K->kind != KERNEL_GEMM || f->nmem[k] != 1 || K->written != IR_NONE || !fusion_gemm_output(g, mm, id, stride, &swapped))
+    if (K->kind != KERNEL_GEMM || f->nmem[k] != 1 || K->written != IR_NONE || !same_pass(f, k, id) ||
+        !fusion_gemm_output(g, mm, id, stride, &swapped))
         return false;
     add_member(f, k, id, CLASS_FULL);
     p->kernels[k].written = id;
@@ -397,7 +407,7 @@ static bool try_join_summed(Fuser *f, NodeId id)
     int32_t k = p->kernel_of[mm];
     Kernel *K = &p->kernels[k];
     uint64_t batch_axes = (UINT64_C(1) << (m->shape.rank - 2)) - 1;
-    if (K->kind != KERNEL_GEMM || f->nmem[k] != 1 || K->written != IR_NONE || K->summed != IR_NONE ||
+    if (K->kind != KERNEL_GEMM || f->nmem[k] != 1 || K->written != IR_NONE || K->summed != IR_NONE || !same_pass(f, k, id) ||
         (uint64_t)ir_attrs(g, id)[0] != batch_axes)
         return false;
     add_member(f, k, id, CLASS_FULL);

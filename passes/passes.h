@@ -21,6 +21,15 @@ int pass_autodiff(Graph *g, const AutodiffOptions *opt, StrBuf *err);
  * and dead-node elimination. Renumbers nodes; outputs keep their meaning. */
 void pass_simplify(Graph *g);
 
+/* remat.c — activation checkpointing: backward reads of the values computed inside a
+ * checkpoint(...) region read copies recomputed from the region's inputs (NODE_RECOMPUTED).
+ * Renumbers nodes; runs after simplify (whose CSE would merge the copies back). */
+typedef struct {
+    int32_t regions;    /* checkpoint(...) regions in the graph */
+    int32_t recomputed; /* nodes copied for the backward pass */
+} RematStats;
+int pass_remat(Graph *g, RematStats *stats);
+
 /* pipeline.c — the passes in order. */
 typedef struct {
     const char *name;

@@ -21,12 +21,19 @@ static int run_simplify(Graph *g, StrBuf *err)
     return 0;
 }
 
+static int run_remat(Graph *g, StrBuf *err)
+{
+    (void)err;
+    return pass_remat(g, NULL);
+}
+
 static const struct {
     PassInfo info;
     PassFn run;
 } passes[] = {
     {{"autodiff", "reverse-mode gradients of the loss for every trainable parameter"}, run_autodiff},
     {{"simplify", "constant folding, algebraic identities, CSE, dead-node elimination"}, run_simplify},
+    {{"remat", "checkpoint(...) regions: the backward pass recomputes their values (copies marked recomputed)"}, run_remat},
     /* Planning passes: they annotate the final graph (kernels, memory) without changing it;
      * `kiln ir --after fusion|memplan` prints their plan. */
     {{"fusion", "kernel groups: elementwise chains, row reductions, GEMM epilogues (plan only)"}, NULL},

@@ -347,6 +347,7 @@ static Graph *eliminate_dead(const Graph *g)
         m->fattr[0] = n->fattr[0];
         m->fattr[1] = n->fattr[1];
         m->ckpt = n->ckpt;
+        m->flags = n->flags;
         if (n->name) ir_set_name(o, id, ir_str(g, n->name));
         map[i] = id;
     }
@@ -384,6 +385,7 @@ void pass_simplify(Graph *g)
             m->fattr[0] = n->fattr[0];
             m->fattr[1] = n->fattr[1];
             m->ckpt = n->ckpt;
+            m->flags = n->flags;
             if (n->name) ir_set_name(s.out, r, ir_str(g, n->name));
             r = cse(&s, r); /* a duplicate left behind is removed with the dead nodes */
         } else if (n->name && !s.out->nodes[r].name && s.out->nodes[r].op != OP_INPUT && s.out->nodes[r].op != OP_PARAM) {

@@ -1,0 +1,227 @@
+/* test_remat.c — activation checkpointing (passes/remat.c): checkpoint(...) regions are
+ * recomputed by the backward pass instead of kept, the planned activation memory shrinks,
+ * and training gives the same losses as without checkpoint(...), within 1e-5, dropout
+ * included (its counter-based numbers are drawn again, the same). Not yet bit for bit:
+ * the copies change how fusion groups the backward pass's kernels, and the C target's sums
+ * are taken in an order that depends on the kernel's grouping: rounding-level differences
+ * after a few steps; sums in a canonical order, whatever the kernel, are the fix to come
+ * (issue 22). */
+#define _DEFAULT_SOURCE
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../frontend/frontend.h"
+#include "../passes/passes.h"
+#include "ckpt_compare.h"
+#include "support.h"
+
+/* models/gpt.kiln with `from` replaced by `to` wherever it occurs (each must occur). */
+static char *gpt_variant(const char *const *from, const char *const *to, int n)
+{
+    size_t len;
+    char *text = support_read("models/gpt.kiln", &len);
+    cr_assert(text);
+    for (int k = 0; k < n; k++) {
+        StrBuf m;
+        sb_init(&m);
+        bool found = false;
+        const size_t fl = strlen(from[k]);
+        for (const char *p = text; *p;) {
+            if (!strncmp(p, from[k], fl)) {
+                sb_puts(&m, to[k]);
+                p += fl;
+                found = true;
+            } else {
+                sb_putc(&m, *p++);
+            }
+        }
+        cr_assert(found, "models/gpt.kiln changed: no '%s'", from[k]);
+        free(text);
+        text = m.data;
+    }
+    return text;
+}
+
+static const char *const dropout_from[] = {"CausalSelfAttention(C, H)", "MLP(C, 4 * C)"};
+static const char *const dropout_to[] = {"CausalSelfAttention(C, H, dropout = 0.1)", "MLP(C, 4 * C, dropout = 0.1)"};
+static const char *const ckpt_from[] = {"CausalSelfAttention(C, H)", "MLP(C, 4 * C)", "for block in h { x = block(x) }"};
+static const char *const ckpt_to[] = {"CausalSelfAttention(C, H, dropout = 0.1)", "MLP(C, 4 * C, dropout = 0.1)",
+                                      "for block in h { x = checkpoint(block(x)) }"};
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The activation bytes `kiln build --report` plans for the training step. */
+static long long train_activations(const char *report)
+{
+    const char *at = strstr(report, "activations train");
+    cr_assert(at, "%s", report);
+    return atoll(at + strlen("activations train"));
+}
+
+/* The pass itself: every backward read of a value inside a region reads a copy marked
+ * recomputed; region outputs and parameters are not copied; the graph verifies. */
+Test(remat, backward_reads_of_region_values_read_recomputed_copies)
+{
+    char *text = gpt_variant(ckpt_from, ckpt_to, 3);
+    Diag d;
+    diag_init(&d, NULL);
+    Model *m = frontend_compile(&d, "gptck.kiln", text, strlen(text), MODE_TRAIN);
+    cr_assert(m, "%s", d.out.data);
+    StrBuf err;
+    sb_init(&err);
+    Graph *g = m->graph;
+    AutodiffOptions opt = {.wrt_inputs = false};
+    cr_assert_eq(pass_autodiff(g, &opt, &err), 0, "%s", err.data);
+    pass_simplify(g);
+    const int32_t before = g->nnodes;
+    RematStats st;
+    cr_assert_eq(pass_remat(g, &st), 0);
+    cr_expect_eq(st.regions, 4, "one region per block");
+    cr_expect_gt(st.recomputed, 40, "%d copies", st.recomputed);
+    cr_expect_eq(g->nnodes, before + st.recomputed);
+    cr_expect_eq(ir_verify(g, &err), 0, "%s", err.data);
+    /* which nodes are forward: the loss and what it reads */
+    bool *fwd = calloc((size_t)g->nnodes + 1, 1);
+    for (int32_t k = 0; k < g->noutputs; k++)
+        if (g->outputs[k].kind != OUT_GRAD) fwd[g->outputs[k].node] = true;
+    for (NodeId i = g->nnodes - 1; i >= 0; i--)
+        if (fwd[i])
+            for (uint32_t j = 0; j < g->nodes[i].ninputs; j++) fwd[ir_input(g, i, (int)j)] = true;
+    int copies = 0, recomputed_in_forward = 0, backward_reads_of_region = 0;
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        const bool copy = n->flags & NODE_RECOMPUTED;
+        copies += copy;
+        recomputed_in_forward += copy && fwd[i];
+        if (copy) cr_expect(n->ckpt > 0 && n->op != OP_PARAM && n->op != OP_INPUT, "%%%d", i);
+        if (fwd[i] || copy) continue;
+        /* a backward node reads no region value but the regions' outputs */
+        for (uint32_t j = 0; j < n->ninputs; j++) {
+            NodeId x = ir_input(g, i, (int)j);
+            const Node *xn = &g->nodes[x];
+            if (!fwd[x] || xn->ckpt <= 0 || xn->op == OP_PARAM) continue;
+            bool output = false; /* read by a forward node of another region or none */
+            for (NodeId u = x + 1; u < g->nnodes && !output; u++)
+                if (fwd[u] && g->nodes[u].ckpt != xn->ckpt)
+                    for (uint32_t q = 0; q < g->nodes[u].ninputs; q++) output |= ir_input(g, u, (int)q) == x;
+            for (int32_t k = 0; k < g->noutputs; k++) output |= g->outputs[k].kind != OUT_GRAD && g->outputs[k].node == x;
+            backward_reads_of_region += !output;
+        }
+    }
+    cr_expect_eq(copies, st.recomputed);
+    cr_expect_eq(recomputed_in_forward, 0, "a copy is read by the forward pass");
+    cr_expect_eq(backward_reads_of_region, 0, "the backward pass reads a region's inner value");
+    /* the text form says which values are recomputed, and reads back */
+    StrBuf txt;
+    sb_init(&txt);
+    ir_print(g, &txt);
+    cr_expect(strstr(txt.data, " recomputed @"), "no 'recomputed' in kiln ir's text");
+    free(fwd);
+    sb_free(&txt);
+    sb_free(&err);
+    frontend_model_free(m);
+    diag_free(&d);
+    free(text);
+}
+
+static const char *const plain_from[] = {"for block in h { x = block(x) }"};
+static const char *const plain_to[] = {"for block in h { x = checkpoint(block(x)) }"};
+
+/* The losses of a JSON-lines log. */
+static int log_losses(const char *path, double *v, int cap)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no log %s", path);
+    char line[4096];
+    int n = 0;
+    while (n < cap && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "\"loss\": ");
+        if (p) v[n++] = strtod(p + 8, NULL);
+    }
+    fclose(f);
+    return n;
+}
+
+/* Trains `a` and `b` (model texts) 6 steps each in dir: their planned training activations
+ * and whether the final checkpoints hold the same bits; the logs' losses agree within tol. */
+static bool train_pair(const char *dir, const char *a, const char *b, long long act[2], double tol)
+{
+    char path[2][300], args[1024];
+    StrBuf out;
+    sb_init(&out);
+    for (int v = 0; v < 2; v++) {
+        snprintf(path[v], sizeof path[v], "%s/m%d.kiln", dir, v);
+        write_file(path[v], v ? b : a);
+        snprintf(args, sizeof args, "build %s --bound T=64 --report -o %s/prog%d", path[v], dir, v);
+        cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+        act[v] = train_activations(out.data);
+        snprintf(args, sizeof args, "rm -rf ck%d log%d && ./prog%d --steps 6 --batch 4 --eval-batches 1 --sample-tokens 0 --checkpoint-dir ck%d --log log%d",
+                 v, v, v, v, v);
+        cr_assert_eq(support_run_in(dir, args, &out), 0, "%s", out.data);
+    }
+    double x[16], y[16];
+    snprintf(path[0], sizeof path[0], "%s/log0", dir);
+    snprintf(path[1], sizeof path[1], "%s/log1", dir);
+    int n = log_losses(path[0], x, 16), m = log_losses(path[1], y, 16);
+    cr_expect_eq(n, 6);
+    cr_expect_eq(m, 6);
+    for (int i = 0; i < n && i < m; i++)
+        cr_expect(fabs(x[i] - y[i]) <= tol * fabs(x[i]), "step %d: loss %.9g without checkpoint(...), %.9g with", i + 1, x[i], y[i]);
+    bool same = true;
+    static const char *const files[] = {"model.safetensors", "train_state.safetensors"};
+    for (int f = 0; f < 2; f++) {
+        char p0[512], p1[512], f0[1000], f1[1000];
+        int64_t step;
+        krt_error err;
+        snprintf(p0, sizeof p0, "%s/ck0", dir);
+        snprintf(p1, sizeof p1, "%s/ck1", dir);
+        cr_assert_eq(krt_ckpt_find(p0, f0, sizeof f0, &step, NULL, &err), KRT_OK, "%s", err.msg);
+        cr_assert_eq(krt_ckpt_find(p1, f1, sizeof f1, &step, NULL, &err), KRT_OK, "%s", err.msg);
+        char *x0 = malloc(1100), *y0 = malloc(1100); /* on the heap: the message's room is not the paths' */
+        snprintf(x0, 1100, "%s/%s", f0, files[f]);
+        snprintf(y0, 1100, "%s/%s", f1, files[f]);
+        same &= ckpt_difference(x0, y0) == NULL;
+        free(x0);
+        free(y0);
+    }
+    sb_free(&out);
+    return same;
+}
+
+/* gpt with and without checkpoint(...) around every block, and the same with dropout 0.1
+ * in attention and MLP: the same losses within 1e-5 relative (bit-identical checkpoints
+ * are the goal, not met yet: see the header), and planned training activations at most
+ * 2/3 of those without. */
+Test(remat, checkpointed_gpt_trains_as_without_in_less_memory, .timeout = 600)
+{
+    char dir[] = "/tmp/kiln-remat-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    size_t len;
+    char *plain = support_read("models/gpt.kiln", &len), *ckpt = gpt_variant(plain_from, plain_to, 1);
+    long long act[2];
+    const bool same_plain = train_pair(dir, plain, ckpt, act, 1e-5);
+    printf("gpt: losses within 1e-5 with every block checkpointed; checkpoints %s\n",
+           same_plain ? "bit-identical" : "equal to rounding, not bit for bit (see the header)");
+    printf("gpt (T 64): planned training activations %lld bytes, %lld with every block checkpointed (%.2fx)\n", act[0], act[1],
+           (double)act[1] / (double)act[0]);
+    cr_expect_lt(act[1] * 3, act[0] * 2, "%lld bytes with checkpoint(...), %lld without", act[1], act[0]);
+    free(plain);
+    free(ckpt);
+    char *a = gpt_variant(dropout_from, dropout_to, 2), *b = gpt_variant(ckpt_from, ckpt_to, 3);
+    const bool same = train_pair(dir, a, b, act, 1e-5);
+    printf("gpt with dropout 0.1: losses within 1e-5 with every block checkpointed; checkpoints %s\n",
+           same ? "bit-identical" : "equal to rounding, not bit for bit (see the header)");
+    free(a);
+    free(b);
+    support_remove_dir(dir);
+}
