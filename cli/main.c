@@ -567,9 +567,52 @@ static int g_nbounds;
 static bool g_report;
 static bool g_cuda; /* emit --target cuda */
 
+static bool has_recomputed(const Graph *g)
+{
+    for (NodeId i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].flags & NODE_RECOMPUTED) return true;
+    return false;
+}
+
+/* The matrix products' FLOPs of a graph at the bounds (2 M N K per product), and of those
+ * the remat pass copied. */
+static void matmul_flops(const Graph *g, double *all, double *again)
+{
+    *all = *again = 0;
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_MATMUL) continue;
+        const Shape *a = &g->nodes[ir_input(g, i, 0)].shape;
+        const double f = 2.0 * (double)ir_shape_max_numel(g, &n->shape) * (double)ir_shape_max_numel(g, &(Shape){.rank = 1, .d = {a->d[a->rank - 1]}});
+        *all += f;
+        if (n->flags & NODE_RECOMPUTED) *again += f;
+    }
+}
+
+/* The training graph of a model file without rematerialisation (autodiff and simplify
+ * only), with the --bound settings applied: the plan checkpoint(...) is compared with. */
+static Graph *graph_without_remat(const char *file, Diag *d)
+{
+    StrBuf err;
+    sb_init(&err);
+    size_t len;
+    char *text = util_read_file(file, &len, &err);
+    Model *m = text ? frontend_compile(d, file, text, len, MODE_TRAIN) : NULL;
+    free(text);
+    Graph *g = NULL;
+    if (m && !apply_bounds(m->graph, g_bounds, g_nbounds, &err) && !pipeline_run(m->graph, "simplify", NULL, &err)) {
+        g = m->graph;
+        m->graph = NULL;
+    }
+    if (m) frontend_model_free(m);
+    sb_free(&err);
+    return g;
+}
+
 /* `kiln build --report` and `kiln check`: the memory a training step of the program uses,
- * from the plan (train: the training graph after the pipeline). */
-static void print_memory_report(const Model *train, const Graph *eval, StrBuf *out)
+ * from the plan (train: the training graph after the pipeline; plain: the same without
+ * rematerialisation, or NULL when nothing is recomputed). */
+static void print_memory_report(const Model *train, const Graph *eval, const Graph *plain, StrBuf *out)
 {
     const Graph *g = train->graph;
     int64_t params = 0, buffers = 0;
@@ -590,6 +633,17 @@ static void print_memory_report(const Model *train, const Graph *eval, StrBuf *o
               moments, moments == 1 ? ", momentum buffer if used" : "");
     sb_printf(out, "  buffers           %14lld\n", (long long)buffers);
     sb_printf(out, "  activations train %14lld\n", (long long)train_arena);
+    if (plain) { /* checkpoint(...): what it saves and what it costs */
+        double all, again;
+        matmul_flops(g, &all, &again);
+        int64_t copies = 0;
+        for (NodeId i = 0; i < g->nnodes; i++) copies += (g->nodes[i].flags & NODE_RECOMPUTED) != 0;
+        const int64_t plain_arena = codegen_arena_bytes(plain);
+        sb_printf(out, "    without remat   %14lld  (checkpoint(...): %.2fx the activations; %lld values recomputed, %.3g GFLOP of\n"
+                       "                                     matrix products again, +%.1f%% of the step's %.3g GFLOP)\n",
+                  (long long)plain_arena, plain_arena ? (double)train_arena / (double)plain_arena : 0.0, (long long)copies, again / 1e9,
+                  all > again ? 100.0 * again / (all - again) : 0.0, (all - again) / 1e9);
+    }
     sb_printf(out, "  activations eval  %14lld\n", (long long)eval_arena);
     sb_printf(out, "  total             %14lld\n", (long long)(params * (2 + moments) + buffers + train_arena + eval_arena));
 }
@@ -622,7 +676,9 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
     if (g_report) {
         StrBuf rep;
         sb_init(&rep);
-        print_memory_report(train, eval->graph, &rep);
+        Graph *plain = has_recomputed(train->graph) ? graph_without_remat(file, d) : NULL;
+        print_memory_report(train, eval->graph, plain, &rep);
+        if (plain) ir_graph_free(plain);
         fprintf(stderr, "kiln: %s", rep.data);
         sb_free(&rep);
     }
@@ -844,7 +900,9 @@ static int cmd_model(const char *cmd, int argc, char **argv)
             StrBuf err;
             sb_init(&err);
             Model *eval = pipeline_run(m->graph, NULL, NULL, &err) == 0 ? eval_model(o.file, &d, &err) : NULL;
-            if (eval) print_memory_report(m, eval->graph, &out);
+            Graph *plain = eval && has_recomputed(m->graph) ? graph_without_remat(o.file, &d) : NULL;
+            if (eval) print_memory_report(m, eval->graph, plain, &out);
+            if (plain) ir_graph_free(plain);
             else sb_printf(&out, "(no memory plan: %s)\n", err.len ? err.data : "the eval graph failed");
             frontend_model_free(eval);
             sb_free(&err);

@@ -165,6 +165,9 @@ static bool train_pair(const char *dir, const char *a, const char *b, long long 
         snprintf(args, sizeof args, "build %s --bound T=64 --report -o %s/prog%d", path[v], dir, v);
         cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
         act[v] = train_activations(out.data);
+        /* the report says what checkpoint(...) saves and costs, only where something is recomputed */
+        const char *plain = strstr(out.data, "without remat");
+        cr_expect(v ? plain && strstr(plain, "values recomputed") && strstr(plain, "matrix products again, +") : !plain, "%s", out.data);
         snprintf(args, sizeof args, "rm -rf ck%d log%d && ./prog%d --steps 6 --batch 4 --eval-batches 1 --sample-tokens 0 --checkpoint-dir ck%d --log log%d",
                  v, v, v, v, v);
         cr_assert_eq(support_run_in(dir, args, &out), 0, "%s", out.data);
