@@ -882,11 +882,11 @@ bool recipe_check(Recipe *r, const Ast *a, AstId train, const Graph *g, Diag *d)
     Inputs in;
     inputs_collect(&in, a, g);
     Params ps = {NULL, 0};
+    int32_t nparams = 0; /* counted first: one allocation, not one per parameter (linear time) */
+    for (NodeId i = 0; g && i < g->nnodes; i++) nparams += g->nodes[i].op == OP_PARAM && ir_attrs(g, i)[1] != 0;
+    if (nparams) ps.names = xmalloc((size_t)nparams * sizeof *ps.names);
     for (NodeId i = 0; g && i < g->nnodes; i++)
-        if (g->nodes[i].op == OP_PARAM && ir_attrs(g, i)[1] != 0) {
-            ps.names = xrealloc(ps.names, (size_t)(ps.n + 1) * sizeof *ps.names);
-            ps.names[ps.n++] = ir_node_name(g, i);
-        }
+        if (g->nodes[i].op == OP_PARAM && ir_attrs(g, i)[1] != 0) ps.names[ps.n++] = ir_node_name(g, i);
     bool ok = check_recipe(r, a, train, &in, &ps, d);
     free(ps.names);
     inputs_free(&in);
