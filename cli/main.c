@@ -74,6 +74,7 @@ static const char *usage_emit =
 
 static const char *usage_build =
     "usage: kiln build FILE -o PROG [--target c|cuda|cuda-emu] [--cflags FLAGS] [--bound NAME=N] [--report]\n"
+    "                  [--memory-budget SIZE]\n"
     "\n"
     "Compiles FILE into a standalone training program PROG (generated C + the runtime,\n"
     "with $CC or the compiler Kiln was built with). Run PROG --help for its options.\n"
@@ -83,7 +84,11 @@ static const char *usage_build =
     "goes to the compiler of the target.\n"
     "--bound T=64 lowers a size's bound for this program (memory is planned for it).\n"
     "--report prints, before anything runs, the bytes of each memory slab (parameters,\n"
-    "gradients, optimizer state, buffers) and the activation arenas at the bounds.\n";
+    "gradients, optimizer state, buffers) and the activation arenas at the bounds.\n"
+    "--memory-budget SIZE (e.g. 1.5GiB) makes the training memory fit: blocks (calls of the\n"
+    "model's own modules from forward) are checkpointed, recomputed in the backward pass,\n"
+    "the most memory per recomputed FLOP first, until the plan fits; an error gives the\n"
+    "smallest figure when none does.\n";
 
 static const char *usage_train =
     "usage: kiln train FILE [PROGRAM FLAGS...]\n"
@@ -120,6 +125,7 @@ typedef struct {
     const char *bounds[8]; /* "T=64": lower a symbol's bound for this build */
     int nbounds;
     bool dot, stats, list_passes, inputs, report;
+    int64_t memory_budget; /* build, emit: --memory-budget SIZE (0: none) */
     bool cuda;     /* emit, build: --target cuda or cuda-emu */
     bool emulated; /* build: --target cuda-emu */
     GraphMode mode;
@@ -216,6 +222,10 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
             if (strcmp(t, "c") && !o->cuda) return usage_error(cmd, "--target must be c, cuda or cuda-emu, not '%s'", t);
         } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--report")) {
             o->report = true;
+        } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--memory-budget")) {
+            if (!has_value) return usage_error(cmd, "--memory-budget needs a size, e.g. 1.5GiB%s", "");
+            if (!util_parse_size(argv[++i], &o->memory_budget))
+                return usage_error(cmd, "--memory-budget: '%s' is not a size (e.g. 1.5GiB, 800MiB, 2GB, 4096)", argv[i]);
         } else if (!strcmp(cmd, "build") && !strcmp(a, "--cflags")) {
             if (!has_value) return usage_error(cmd, "--cflags needs a value%s", "");
             o->cflags = argv[++i];
@@ -566,6 +576,8 @@ static const char *const *g_bounds;
 static int g_nbounds;
 static bool g_report;
 static bool g_cuda; /* emit --target cuda */
+static int64_t g_memory_budget; /* --memory-budget: bytes of training memory, 0 = none */
+static int32_t g_budget_blocks, g_budget_nblocks; /* what it checkpointed, of how many */
 
 static bool has_recomputed(const Graph *g)
 {
@@ -609,10 +621,8 @@ static Graph *graph_without_remat(const char *file, Diag *d)
     return g;
 }
 
-/* `kiln build --report` and `kiln check`: the memory a training step of the program uses,
- * from the plan (train: the training graph after the pipeline; plain: the same without
- * rematerialisation, or NULL when nothing is recomputed). */
-static void print_memory_report(const Model *train, const Graph *eval, const Graph *plain, StrBuf *out)
+/* Parameters, gradients, optimizer moments and buffers (the slabs), in bytes. */
+static int64_t slab_bytes(const Model *train, int64_t *params_out, int64_t *buffers_out, int *moments_out, const char **opt_out)
 {
     const Graph *g = train->graph;
     int64_t params = 0, buffers = 0;
@@ -625,6 +635,23 @@ static void print_memory_report(const Model *train, const Graph *eval, const Gra
     const RecipeValue *opt = recipe_get(&train->recipe, "optimizer");
     const char *name = opt && opt->kind == RV_CALL && opt->str ? opt->str : "";
     int moments = !strcmp(name, "Adam") || !strcmp(name, "AdamW") ? 2 : !strcmp(name, "SGD") ? 1 : 0;
+    if (params_out) *params_out = params;
+    if (buffers_out) *buffers_out = buffers;
+    if (moments_out) *moments_out = moments;
+    if (opt_out) *opt_out = name;
+    return params * (2 + moments) + buffers;
+}
+
+/* `kiln build --report` and `kiln check`: the memory a training step of the program uses,
+ * from the plan (train: the training graph after the pipeline; plain: the same without
+ * rematerialisation, or NULL when nothing is recomputed). */
+static void print_memory_report(const Model *train, const Graph *eval, const Graph *plain, StrBuf *out)
+{
+    const Graph *g = train->graph;
+    int64_t params, buffers;
+    int moments;
+    const char *name;
+    slab_bytes(train, &params, &buffers, &moments, &name);
     int64_t train_arena = codegen_arena_bytes(g), eval_arena = codegen_arena_bytes(eval);
     sb_puts(out, "memory at the bounds (bytes):\n");
     sb_printf(out, "  parameters        %14lld\n", (long long)params);
@@ -639,11 +666,14 @@ static void print_memory_report(const Model *train, const Graph *eval, const Gra
         int64_t copies = 0;
         for (NodeId i = 0; i < g->nnodes; i++) copies += (g->nodes[i].flags & NODE_RECOMPUTED) != 0;
         const int64_t plain_arena = codegen_arena_bytes(plain);
-        sb_printf(out, "    without remat   %14lld  (checkpoint(...): %.2fx the activations; %lld values recomputed, %.3g GFLOP of\n"
+        sb_printf(out, "    without remat   %14lld  (recomputing: %.2fx the activations; %lld values recomputed, %.3g GFLOP of\n"
                        "                                     matrix products again, +%.1f%% of the step's %.3g GFLOP)\n",
                   (long long)plain_arena, plain_arena ? (double)train_arena / (double)plain_arena : 0.0, (long long)copies, again / 1e9,
                   all > again ? 100.0 * again / (all - again) : 0.0, (all - again) / 1e9);
     }
+    if (g_memory_budget)
+        sb_printf(out, "    memory budget   %14lld  (%d of the model's %d blocks checkpointed for it)\n", (long long)g_memory_budget,
+                  g_budget_blocks, g_budget_nblocks);
     sb_printf(out, "  activations eval  %14lld\n", (long long)eval_arena);
     sb_printf(out, "  total             %14lld\n", (long long)(params * (2 + moments) + buffers + train_arena + eval_arena));
 }
@@ -670,9 +700,46 @@ static Model *eval_model(const char *file, Diag *d, StrBuf *err)
 static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *err)
 {
     if (apply_bounds(train->graph, g_bounds, g_nbounds, err)) return -1;
-    if (pipeline_run(train->graph, NULL, NULL, err) != 0) return -1;
     Model *eval = eval_model(file, d, err);
     if (!eval) return -1;
+    /* --memory-budget: what the training activations may take besides the slabs and the
+     * evaluation step's activations */
+    RematOptions remat = {0};
+    if (g_memory_budget) {
+        const int64_t fixed = slab_bytes(train, NULL, NULL, NULL, NULL) + codegen_arena_bytes(eval->graph);
+        if (fixed >= g_memory_budget) {
+            sb_printf(err, "%s: error: --memory-budget %lld bytes (%.1f MiB) is not more than the parameters, gradients, optimizer "
+                           "state, buffers and evaluation activations alone (%lld bytes, %.1f MiB): recomputing activations cannot help",
+                      file, (long long)g_memory_budget, (double)g_memory_budget / 1048576.0, (long long)fixed, (double)fixed / 1048576.0);
+            frontend_model_free(eval);
+            return -1;
+        }
+        remat.arena_budget = g_memory_budget - fixed;
+    }
+    if (pipeline_run_with(train->graph, NULL, &remat, NULL, err) != 0) {
+        if (remat.smallest_arena) { /* the budget, not the model: say so with the smallest figure */
+            const int64_t fixed = g_memory_budget - remat.arena_budget, least = fixed + remat.smallest_arena;
+            err->len = 0;
+            err->data[0] = 0;
+            if (remat.nblocks)
+                sb_printf(err, "%s: error: --memory-budget %lld bytes (%.1f MiB) cannot be met: the smallest plan found, %d of the "
+                               "model's %d blocks checkpointed, needs %lld bytes (%.1f MiB) of training memory",
+                          file, (long long)g_memory_budget, (double)g_memory_budget / 1048576.0, remat.blocks, remat.nblocks,
+                          (long long)least, (double)least / 1048576.0);
+            else
+                sb_printf(err, "%s: error: --memory-budget %lld bytes (%.1f MiB) cannot be met: the model's forward calls none of its "
+                               "own modules, so there is no block to checkpoint, and its plan needs %lld bytes (%.1f MiB) of training "
+                               "memory (checkpoint(...) in the model file recomputes what it marks)",
+                          file, (long long)g_memory_budget, (double)g_memory_budget / 1048576.0, (long long)least,
+                          (double)least / 1048576.0);
+        }
+        frontend_model_free(eval);
+        return -1;
+    }
+    g_budget_blocks = remat.blocks;
+    g_budget_nblocks = remat.nblocks;
+    if (g_memory_budget && !remat.nblocks && g_report) /* nothing to choose from: said, not silently ignored */
+        fprintf(stderr, "kiln: --memory-budget: the model calls none of its own modules from forward: no block to checkpoint\n");
     if (g_report) {
         StrBuf rep;
         sb_init(&rep);
@@ -855,6 +922,7 @@ static int cmd_model(const char *cmd, int argc, char **argv)
     g_bounds = o.bounds;
     g_nbounds = o.nbounds;
     g_report = o.report;
+    g_memory_budget = o.memory_budget;
     g_cuda = o.cuda;
     if (!strcmp(cmd, "build")) {
         rc = build_to(&o, m, &d, o.output);

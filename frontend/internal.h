@@ -79,6 +79,7 @@ typedef struct {
     int depth;          /* module nesting, bounded against recursion */
     int loop_depth;     /* `for` loops being lowered */
     int32_t next_ckpt;
+    int32_t next_auto;  /* module calls stamped IR_CKPT_AUTO + k (remat under a memory budget) */
     int64_t batch;      /* train.batch: the bound of the batch symbol */
     bool failed;
     Scope *globals;     /* consts and dims of the file */

@@ -556,6 +556,10 @@ Value lower_apply_module_value(Lower *L, int32_t m, const Value *args, int nargs
         lower_error(L, e, "modules nested deeper than %d", MAX_MODULE_DEPTH);
         return value_error();
     }
+    /* a call of one of the model's own modules from forward: a region that a memory budget
+     * may checkpoint (passes/remat.c), unless the model checkpoints it itself */
+    const int32_t saved_ckpt = L->b.ckpt;
+    if (L->depth == 0 && L->b.ckpt == 0 && L->next_auto < IR_CKPT_AUTO - 1) L->b.ckpt = IR_CKPT_AUTO + ++L->next_auto;
     L->depth++;
     int saved_loops = L->loop_depth; /* a module's own body is not inside the caller's loop */
     L->loop_depth = 0;
@@ -565,6 +569,7 @@ Value lower_apply_module_value(Lower *L, int32_t m, const Value *args, int nargs
     Value r = lower_stmts(L, local, m, fwd, fn->aux + fn->aux2, &returned);
     L->loop_depth = saved_loops;
     L->depth--;
+    L->b.ckpt = saved_ckpt;
     if (!returned && r.kind != V_ERROR) {
         lower_error(L, fwd, "forward of module %s does not return a value", mi->type);
         return value_error();

@@ -132,7 +132,8 @@ static void put_node(StrBuf *b, const Graph *g, NodeId id)
     if (known) put_attrs(b, g, n);
     sb_puts(b, "\\n");
     put_type(b, g, n);
-    if (n->ckpt) sb_printf(b, "\\nckpt=%d", n->ckpt);
+    if (n->ckpt >= IR_CKPT_AUTO) sb_printf(b, "\\nblock=%d", n->ckpt - IR_CKPT_AUTO);
+    else if (n->ckpt) sb_printf(b, "\\nckpt=%d", n->ckpt);
     if (n->flags & NODE_RECOMPUTED) sb_puts(b, "\\nrecomputed");
     sb_putc(b, '"');
     switch (known ? (Op)n->op : OP_COUNT) {

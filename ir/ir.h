@@ -112,6 +112,11 @@ typedef struct {
                            source variable a value was assigned to (for readable dumps) */
 } Node;
 
+/* Node.ckpt from IR_CKPT_AUTO up: a call of one of the model's own modules in forward
+ * (a block), which the remat pass checkpoints only when a memory budget asks for it;
+ * below it, a checkpoint(...) of the model file, always recomputed. */
+#define IR_CKPT_AUTO 0x1000000
+
 /* Node.flags */
 enum {
     /* a copy of a checkpointed forward value that the backward pass computes again instead

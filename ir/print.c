@@ -230,7 +230,8 @@ static void put_node(StrBuf *b, const Graph *g, NodeId id)
         sb_putc(b, ' ');
         put_quoted(b, safe_str(g, n->name));
     }
-    if (n->ckpt) sb_printf(b, " ckpt=%d", n->ckpt);
+    if (n->ckpt >= IR_CKPT_AUTO) sb_printf(b, " block=%d", n->ckpt - IR_CKPT_AUTO);
+    else if (n->ckpt) sb_printf(b, " ckpt=%d", n->ckpt);
     if (n->flags & NODE_RECOMPUTED) sb_puts(b, " recomputed");
     put_loc(b, g, n->loc);
     sb_putc(b, '\n');

@@ -741,7 +741,11 @@ static void node_line(Parser *P)
         has_name = true;
     }
     int64_t ckpt = 0;
-    if (lit(P, "ckpt=") && !integer_in(P, &ckpt, INT32_MIN, INT32_MAX, "checkpoint region")) return;
+    if (lit(P, "ckpt=") && !integer_in(P, &ckpt, INT32_MIN, IR_CKPT_AUTO - 1, "checkpoint region")) return;
+    if (lit(P, "block=")) {
+        if (!integer_in(P, &ckpt, 1, INT32_MAX - IR_CKPT_AUTO, "module call (block)")) return;
+        ckpt += IR_CKPT_AUTO;
+    }
     const bool recomputed = lit(P, "recomputed");
     Loc loc = {0, 0, 0};
     skip_ws(P);

@@ -25,10 +25,19 @@ void pass_simplify(Graph *g);
  * checkpoint(...) region read copies recomputed from the region's inputs (NODE_RECOMPUTED).
  * Renumbers nodes; runs after simplify (whose CSE would merge the copies back). */
 typedef struct {
-    int32_t regions;    /* checkpoint(...) regions in the graph */
-    int32_t recomputed; /* nodes copied for the backward pass */
+    int64_t arena_budget;   /* bytes of training activations to fit (0: no budget) */
+    int64_t smallest_arena; /* out, when the budget cannot be met: with every block checkpointed */
+    int32_t nblocks;        /* out: the model's blocks (module calls from forward) */
+    int32_t blocks;         /* out: how many of them were checkpointed for the budget */
+} RematOptions;
+typedef struct {
+    int32_t regions;              /* checkpoint(...) regions in the graph */
+    int32_t blocks;               /* module calls checkpointed for the budget */
+    int32_t recomputed;           /* nodes copied for the backward pass */
+    int64_t arena_without_blocks; /* under a budget: the activations before any block */
 } RematStats;
-int pass_remat(Graph *g, RematStats *stats);
+/* 0, or -1 with the message in err when the budget cannot be met. */
+int pass_remat(Graph *g, RematOptions *opt, RematStats *stats, StrBuf *err);
 
 /* pipeline.c — the passes in order. */
 typedef struct {
@@ -41,6 +50,8 @@ const PassInfo *pipeline_passes(int *n);
  * before and after to *stats. Returns 0, or -1 with a message in *err (an unknown pass
  * name, a failing pass, or a verifier failure naming the pass). */
 int pipeline_run(Graph *g, const char *after, StrBuf *stats, StrBuf *err);
+/* The same with the remat pass's options (a memory budget). */
+int pipeline_run_with(Graph *g, const char *after, RematOptions *remat, StrBuf *stats, StrBuf *err);
 bool pipeline_has_pass(const char *name);
 
 /* gradcheck.c — every parameter gradient of the training graph (from autodiff, run by the

@@ -21,10 +21,12 @@ static int run_simplify(Graph *g, StrBuf *err)
     return 0;
 }
 
+/* The options of the run in progress (pipeline_run_with), for the passes that take some. */
+static RematOptions *run_remat_options;
+
 static int run_remat(Graph *g, StrBuf *err)
 {
-    (void)err;
-    return pass_remat(g, NULL);
+    return pass_remat(g, run_remat_options, NULL, err);
 }
 
 static const struct {
@@ -59,8 +61,11 @@ bool pipeline_has_pass(const char *name)
     return false;
 }
 
-int pipeline_run(Graph *g, const char *after, StrBuf *stats, StrBuf *err)
+int pipeline_run(Graph *g, const char *after, StrBuf *stats, StrBuf *err) { return pipeline_run_with(g, after, NULL, stats, err); }
+
+int pipeline_run_with(Graph *g, const char *after, RematOptions *remat, StrBuf *stats, StrBuf *err)
 {
+    run_remat_options = remat;
     if (after && !pipeline_has_pass(after)) {
         sb_printf(err, "unknown pass '%s'; passes:", after);
         int n;

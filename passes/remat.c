@@ -18,6 +18,13 @@
  * (kiln_rng.h's generator is counter-based: a copy of a dropout mask draws the same
  * numbers), so trained weights are bit-identical with and without checkpoint(...).
  *
+ * Under a memory budget (RematOptions.arena_budget: bytes of training activations) the
+ * calls of the model's own modules from forward (blocks, Node.ckpt from IR_CKPT_AUTO) are
+ * candidate regions too: each is planned alone (fusion and memplan of the graph with it
+ * checkpointed), ranked by activation bytes saved per matrix-product FLOP recomputed, and
+ * taken in that order until the plan fits (PyTorch's and Checkmate's trade-off, greedy).
+ * If even every block checkpointed does not fit, the pass fails with the smallest figure.
+ *
  * Simplify must not run after this pass: CSE would merge the copies back. */
 #include "passes.h"
 
@@ -27,6 +34,7 @@
 typedef struct {
     const Graph *g;
     Graph *o;
+    const int32_t *reg; /* per node: its region if that region is recomputed, else 0 */
     bool *forward;     /* per node: a forward node */
     bool *region_out;  /* per node: a region's value that a forward node outside it reads */
     bool *wanted;      /* per node: a backward node reads a copy of it (transitively) */
@@ -39,7 +47,7 @@ typedef struct {
 static bool copied(const Remat *r, NodeId x)
 {
     const Node *n = &r->g->nodes[x];
-    return r->forward[x] && n->ckpt > 0 && !r->region_out[x] && n->op != OP_PARAM && n->op != OP_INPUT;
+    return r->forward[x] && r->reg[x] > 0 && !r->region_out[x] && n->op != OP_PARAM && n->op != OP_INPUT;
 }
 
 static void mark_forward(Remat *r)
@@ -61,11 +69,11 @@ static void mark_wanted(Remat *r)
         if (!r->forward[i]) continue;
         for (uint32_t j = 0; j < g->nodes[i].ninputs; j++) {
             NodeId x = ir_input(g, i, (int)j);
-            if (g->nodes[x].ckpt > 0 && g->nodes[x].ckpt != g->nodes[i].ckpt) r->region_out[x] = true;
+            if (r->reg[x] > 0 && r->reg[x] != r->reg[i]) r->region_out[x] = true;
         }
     }
     for (int32_t k = 0; k < g->noutputs; k++)
-        if (g->outputs[k].kind != OUT_GRAD && g->nodes[g->outputs[k].node].ckpt > 0) r->region_out[g->outputs[k].node] = true;
+        if (g->outputs[k].kind != OUT_GRAD && r->reg[g->outputs[k].node] > 0) r->region_out[g->outputs[k].node] = true;
     for (NodeId i = 0; i < g->nnodes; i++) {
         if (r->forward[i]) continue;
         for (uint32_t j = 0; j < g->nodes[i].ninputs; j++) {
@@ -77,7 +85,7 @@ static void mark_wanted(Remat *r)
         if (r->wanted[i])
             for (uint32_t j = 0; j < g->nodes[i].ninputs; j++) {
                 NodeId x = ir_input(g, i, (int)j);
-                if (copied(r, x) && g->nodes[x].ckpt == g->nodes[i].ckpt) r->wanted[x] = true;
+                if (copied(r, x) && r->reg[x] == r->reg[i]) r->wanted[x] = true;
             }
 }
 
@@ -109,19 +117,16 @@ static void emit_region(Remat *r, int32_t c)
 {
     const Graph *g = r->g;
     for (NodeId i = 0; i < g->nnodes; i++)
-        if (r->wanted[i] && g->nodes[i].ckpt == c) r->copy[i] = emit(r, i, true);
+        if (r->wanted[i] && r->reg[i] == c) r->copy[i] = emit(r, i, true);
     r->emitted[c] = true;
 }
 
-int pass_remat(Graph *g, RematStats *stats)
+/* The graph with the regions of `reg` recomputed, as a new graph (g unchanged); the
+ * number of copies in *ncopies. */
+static Graph *rematerialise(const Graph *g, const int32_t *reg, int32_t nregions, int32_t *ncopies)
 {
-    Remat r = {.g = g};
+    Remat r = {.g = g, .reg = reg};
     size_t nn = (size_t)g->nnodes + 1;
-    int32_t nregions = 0;
-    for (NodeId i = 0; i < g->nnodes; i++)
-        if (g->nodes[i].ckpt > nregions) nregions = g->nodes[i].ckpt;
-    if (stats) memset(stats, 0, sizeof *stats);
-    if (!nregions) return 0;
     r.forward = xcalloc(nn, 1);
     r.region_out = xcalloc(nn, 1);
     r.wanted = xcalloc(nn, 1);
@@ -139,25 +144,175 @@ int pass_remat(Graph *g, RematStats *stats)
         if (!r.forward[i]) /* a backward node: the copies it reads first */
             for (uint32_t j = 0; j < g->nodes[i].ninputs; j++) {
                 NodeId x = ir_input(g, i, (int)j);
-                if (r.wanted[x] && !r.emitted[g->nodes[x].ckpt]) emit_region(&r, g->nodes[x].ckpt);
+                if (r.wanted[x] && !r.emitted[reg[x]]) emit_region(&r, reg[x]);
             }
         r.map[i] = emit(&r, i, false);
     }
     for (int32_t k = 0; k < g->noutputs; k++)
         ir_add_output(r.o, (OutputKind)g->outputs[k].kind, ir_str(g, g->outputs[k].name), r.map[g->outputs[k].node]);
-    if (stats) {
-        stats->regions = nregions;
-        for (NodeId i = 0; i < g->nnodes; i++) stats->recomputed += r.copy[i] != IR_NONE;
-    }
+    *ncopies = 0;
+    for (NodeId i = 0; i < g->nnodes; i++) *ncopies += r.copy[i] != IR_NONE;
     free(r.forward);
     free(r.region_out);
     free(r.wanted);
     free(r.map);
     free(r.copy);
     free(r.emitted);
+    return r.o;
+}
+
+/* The planned training activations of a graph (fusion, then memplan). */
+static int64_t arena_of(const Graph *g)
+{
+    FusionPlan f;
+    MemPlan m;
+    fusion_plan(g, &f);
+    memplan_run(g, &f, &m);
+    const int64_t bytes = m.arena_bytes;
+    fusion_free(&f);
+    memplan_free(&m);
+    return bytes;
+}
+
+/* Matrix-product FLOPs of the copies in a rematerialised graph, at the bounds. */
+static double copies_flops(const Graph *g)
+{
+    double f = 0;
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_MATMUL || !(n->flags & NODE_RECOMPUTED)) continue;
+        const Shape *a = &g->nodes[ir_input(g, i, 0)].shape;
+        const Shape k = {.rank = 1, .d = {a->d[a->rank - 1]}};
+        f += 2.0 * (double)ir_shape_max_numel(g, &n->shape) * (double)ir_shape_max_numel(g, &k);
+    }
+    return f;
+}
+
+/* Region numbers dense from 1: checkpoint(...) regions keep theirs, blocks follow them. */
+typedef struct {
+    int32_t *dense;    /* per node: its dense region, 0 = none */
+    int32_t nexplicit; /* dense 1 ... nexplicit: checkpoint(...) regions */
+    int32_t nregions;  /* then the blocks, up to nregions */
+} Regions;
+
+static void number_regions(const Graph *g, Regions *R)
+{
+    R->dense = xcalloc((size_t)g->nnodes + 1, sizeof *R->dense);
+    int32_t maxexp = 0, maxauto = 0;
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const int32_t c = g->nodes[i].ckpt;
+        if (c >= IR_CKPT_AUTO) maxauto = c - IR_CKPT_AUTO > maxauto ? c - IR_CKPT_AUTO : maxauto;
+        else if (c > maxexp) maxexp = c;
+    }
+    R->nexplicit = maxexp;
+    R->nregions = maxexp + maxauto;
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const int32_t c = g->nodes[i].ckpt;
+        R->dense[i] = c >= IR_CKPT_AUTO ? maxexp + (c - IR_CKPT_AUTO) : c > 0 ? c : 0;
+    }
+}
+
+/* reg for the regions `on` (per dense region). */
+static void select_regions(const Graph *g, const Regions *R, const bool *on, int32_t *reg)
+{
+    for (NodeId i = 0; i < g->nnodes; i++) reg[i] = R->dense[i] && on[R->dense[i]] ? R->dense[i] : 0;
+}
+
+static void replace_graph(Graph *g, Graph *o)
+{
     Graph tmp = *g;
-    *g = *r.o;
-    *r.o = tmp;
-    ir_graph_free(r.o);
-    return 0;
+    *g = *o;
+    *o = tmp;
+    ir_graph_free(o);
+}
+
+int pass_remat(Graph *g, RematOptions *opt, RematStats *stats, StrBuf *err)
+{
+    RematStats st;
+    memset(&st, 0, sizeof st);
+    Regions R;
+    number_regions(g, &R);
+    bool *on = xcalloc((size_t)R.nregions + 1, 1);
+    int32_t *reg = xmalloc(((size_t)g->nnodes + 1) * sizeof *reg);
+    for (int32_t c = 1; c <= R.nexplicit; c++) on[c] = true; /* the model's checkpoint(...) */
+    st.regions = R.nexplicit;
+    int rc = 0;
+    const int64_t budget = opt ? opt->arena_budget : 0;
+    if (budget > 0) {
+        select_regions(g, &R, on, reg);
+        int32_t nc;
+        Graph *base = rematerialise(g, reg, R.nregions, &nc);
+        const int64_t base_arena = arena_of(base);
+        ir_graph_free(base);
+        st.arena_without_blocks = base_arena;
+        if (base_arena > budget) {
+            /* each block alone: bytes saved per FLOP recomputed (none: the plan as it is is the
+             * smallest) */
+            const int32_t nb = R.nregions - R.nexplicit;
+            double *rank = xcalloc((size_t)nb + 1, sizeof *rank);
+            int32_t *order = xmalloc(((size_t)nb + 1) * sizeof *order);
+            for (int32_t b = 0; b < nb; b++) {
+                const int32_t c = R.nexplicit + 1 + b;
+                on[c] = true;
+                select_regions(g, &R, on, reg);
+                Graph *t = rematerialise(g, reg, R.nregions, &nc);
+                const double saved = (double)(base_arena - arena_of(t)), flops = copies_flops(t);
+                ir_graph_free(t);
+                on[c] = false;
+                rank[b] = saved / (flops > 0 ? flops : 1);
+                order[b] = b;
+            }
+            for (int32_t a = 0; a < nb; a++) /* best first; ties in model order */
+                for (int32_t b = a + 1; b < nb; b++)
+                    if (rank[order[b]] > rank[order[a]]) {
+                        int32_t t = order[a];
+                        order[a] = order[b];
+                        order[b] = t;
+                    }
+            /* the blocks in rank order until the plan fits; the smallest plan on the way is the
+             * figure to give when none does (checkpointing a block need not lower the peak) */
+            int64_t arena = base_arena, least = base_arena;
+            int32_t least_blocks = 0;
+            for (int32_t k = 0; k < nb && arena > budget; k++) {
+                on[R.nexplicit + 1 + order[k]] = true;
+                select_regions(g, &R, on, reg);
+                Graph *t = rematerialise(g, reg, R.nregions, &nc);
+                arena = arena_of(t);
+                ir_graph_free(t);
+                st.blocks++;
+                if (arena < least) {
+                    least = arena;
+                    least_blocks = st.blocks;
+                }
+            }
+            if (arena > budget) {
+                sb_printf(err, "the memory budget cannot be met: the smallest plan found, %d of the model's %d blocks checkpointed, "
+                               "takes %lld bytes (%.1f MiB) of training activations, %lld more than the budget leaves them",
+                          least_blocks, nb, (long long)least, (double)least / 1048576.0, (long long)(least - budget));
+                opt->smallest_arena = least;
+                opt->blocks = least_blocks;
+                rc = -1;
+            }
+            free(rank);
+            free(order);
+        }
+    }
+    if (!rc) {
+        select_regions(g, &R, on, reg);
+        bool any = false;
+        for (int32_t c = 1; c <= R.nregions; c++) any |= on[c];
+        if (any) {
+            Graph *o = rematerialise(g, reg, R.nregions, &st.recomputed);
+            replace_graph(g, o);
+        }
+    }
+    free(on);
+    free(reg);
+    free(R.dense);
+    if (opt) {
+        opt->nblocks = R.nregions - R.nexplicit;
+        if (!rc) opt->blocks = st.blocks;
+    }
+    if (stats) *stats = st;
+    return rc;
 }

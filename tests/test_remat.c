@@ -85,7 +85,7 @@ Test(remat, backward_reads_of_region_values_read_recomputed_copies)
     pass_simplify(g);
     const int32_t before = g->nnodes;
     RematStats st;
-    cr_assert_eq(pass_remat(g, &st), 0);
+    cr_assert_eq(pass_remat(g, NULL, &st, &err), 0, "%s", err.data);
     cr_expect_eq(st.regions, 4, "one region per block");
     cr_expect_gt(st.recomputed, 40, "%d copies", st.recomputed);
     cr_expect_eq(g->nnodes, before + st.recomputed);
@@ -163,6 +163,8 @@ static bool train_pair(const char *dir, const char *a, const char *b, long long 
         snprintf(path[v], sizeof path[v], "%s/m%d.kiln", dir, v);
         write_file(path[v], v ? b : a);
         snprintf(args, sizeof args, "build %s --bound T=64 --report -o %s/prog%d", path[v], dir, v);
+        sb_free(&out); /* support_run_kiln appends */
+        sb_init(&out);
         cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
         act[v] = train_activations(out.data);
         /* the report says what checkpoint(...) saves and costs, only where something is recomputed */
@@ -226,5 +228,91 @@ Test(remat, checkpointed_gpt_trains_as_without_in_less_memory, .timeout = 600)
            same ? "bit-identical" : "equal to rounding, not bit for bit (see the header)");
     free(a);
     free(b);
+    support_remove_dir(dir);
+}
+
+/* The total training memory `kiln build --report` plans. */
+/* out emptied: support_run_kiln appends to it */
+static void fresh(StrBuf *out)
+{
+    sb_free(out);
+    sb_init(out);
+}
+
+static long long report_total(const char *report)
+{
+    const char *at = strstr(report, "  total ");
+    cr_assert(at, "%s", report);
+    return atoll(at + strlen("  total "));
+}
+
+/* --memory-budget halfway between gpt's plan without rematerialisation and with every
+ * block checkpointed: met (the report's total within the budget) by checkpointing some of
+ * its blocks, and the program trains as without; a budget below the smallest plan is an
+ * error with that plan's figure; below the parameters' own memory, an error saying so; a
+ * model with no block to checkpoint says that; a size that is not one is a usage error. */
+Test(remat, a_memory_budget_is_met_by_checkpointing_blocks, .timeout = 600)
+{
+    char dir[] = "/tmp/kiln-budget-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char args[1024];
+    StrBuf out;
+    sb_init(&out);
+    snprintf(args, sizeof args, "build models/gpt.kiln --bound T=64 --report -o %s/plain", dir);
+    fresh(&out);
+    cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+    const long long plain = report_total(out.data);
+    size_t len;
+    char *text = support_read("models/gpt.kiln", &len), *all = gpt_variant(plain_from, plain_to, 1);
+    char path[300];
+    snprintf(path, sizeof path, "%s/all.kiln", dir);
+    write_file(path, all);
+    snprintf(args, sizeof args, "build %s --bound T=64 --report -o %s/all", path, dir);
+    fresh(&out);
+    cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+    const long long every = report_total(out.data);
+    cr_assert_lt(every, plain, "%lld bytes with every block checkpointed, %lld without:\n%s", every, plain, out.data);
+    const long long budget = (plain + every) / 2;
+    snprintf(args, sizeof args, "build models/gpt.kiln --bound T=64 --report --memory-budget %lld -o %s/budget", budget, dir);
+    fresh(&out);
+    cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+    const long long met = report_total(out.data);
+    const char *line = strstr(out.data, "memory budget");
+    cr_expect(line && strstr(line, " of the model's 4 blocks checkpointed for it"), "%s", out.data);
+    printf("gpt (T 64): %lld bytes planned, %lld with every block checkpointed; budget %lld: %lld (%.40s)\n", plain, every, budget, met,
+           line ? line + 36 : "");
+    cr_expect_leq(met, budget, "the plan (%lld bytes) does not fit the budget (%lld)", met, budget);
+    /* it trains as without (the same losses within 1e-5) */
+    snprintf(args, sizeof args, "./plain --steps 3 --batch 4 --eval-batches 1 --sample-tokens 0 --checkpoint-dir ck0 --log log0 && "
+                                "./budget --steps 3 --batch 4 --eval-batches 1 --sample-tokens 0 --checkpoint-dir ck1 --log log1");
+    cr_assert_eq(support_run_in(dir, args, &out), 0, "%s", out.data);
+    double x[8], y[8];
+    snprintf(path, sizeof path, "%s/log0", dir);
+    int n = log_losses(path, x, 8);
+    snprintf(path, sizeof path, "%s/log1", dir);
+    cr_assert_eq(log_losses(path, y, 8), n);
+    for (int i = 0; i < n; i++) cr_expect(fabs(x[i] - y[i]) <= 1e-5 * fabs(x[i]), "step %d: %.9g, %.9g under the budget", i + 1, x[i], y[i]);
+    /* below the smallest plan: an error with its figure */
+    snprintf(args, sizeof args, "build models/gpt.kiln --bound T=64 --memory-budget %lld -o %s/small", every / 2, dir);
+    fresh(&out);
+    cr_expect_eq(support_run_kiln(args, &out), 1, "%s", out.data);
+    cr_expect(strstr(out.data, "models/gpt.kiln: error: --memory-budget ") && strstr(out.data, " cannot be met: the smallest plan found, ") &&
+                  strstr(out.data, " of training memory"),
+              "%s", out.data);
+    snprintf(args, sizeof args, "build models/gpt.kiln --bound T=64 --memory-budget 1MiB -o %s/tiny", dir);
+    fresh(&out);
+    cr_expect_eq(support_run_kiln(args, &out), 1, "%s", out.data);
+    cr_expect(strstr(out.data, "is not more than the parameters, gradients, optimizer state"), "%s", out.data);
+    snprintf(args, sizeof args, "build models/mlp.kiln --memory-budget 5.5MiB -o %s/mlp", dir);
+    fresh(&out);
+    cr_expect_eq(support_run_kiln(args, &out), 1, "%s", out.data);
+    cr_expect(strstr(out.data, "no block to checkpoint"), "%s", out.data);
+    snprintf(args, sizeof args, "build models/mlp.kiln --memory-budget 1.5XB -o %s/mlp", dir);
+    fresh(&out);
+    cr_expect_eq(support_run_kiln(args, &out), 2, "%s", out.data);
+    cr_expect(strstr(out.data, "--memory-budget: '1.5XB' is not a size"), "%s", out.data);
+    free(text);
+    free(all);
+    sb_free(&out);
     support_remove_dir(dir);
 }

@@ -1,6 +1,7 @@
 /* util.c — allocation, buffers, file reading and number formatting shared by all layers. */
 #include "util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -226,4 +227,26 @@ void strmap_put(StrMap *m, const char *key, int32_t val)
         m->n++;
     }
     m->vals[i] = val;
+}
+
+bool util_parse_size(const char *s, int64_t *bytes)
+{
+    if (!s || !*s) return false;
+    char *end;
+    const double v = strtod(s, &end);
+    if (end == s || !(v > 0) || *s == '-' || *s == '+' || isspace((unsigned char)*s)) return false;
+    static const struct {
+        const char *unit;
+        double scale;
+    } units[] = {{"", 1},         {"B", 1},         {"K", 1024.0},   {"KiB", 1024.0}, {"KB", 1e3},
+                 {"M", 1048576.0}, {"MiB", 1048576.0}, {"MB", 1e6},  {"G", 1073741824.0}, {"GiB", 1073741824.0},
+                 {"GB", 1e9},      {"T", 1099511627776.0}, {"TiB", 1099511627776.0}, {"TB", 1e12}};
+    for (size_t k = 0; k < sizeof units / sizeof units[0]; k++) {
+        if (strcmp(end, units[k].unit)) continue;
+        const double b = v * units[k].scale;
+        if (!(b >= 1 && b < 4611686018427387904.0)) return false;
+        *bytes = (int64_t)b;
+        return true;
+    }
+    return false;
 }

@@ -7,6 +7,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -54,6 +55,10 @@ void util_format_double(char *out, size_t outsz, double v);
 int util_edit_distance(const char *a, const char *b);
 /* The same, ignoring ASCII case: 0 means the names differ only in case. */
 int util_edit_distance_nocase(const char *a, const char *b);
+/* A size in bytes as people write it: "1.5GiB", "800MiB", "512M" (binary: K, M, G, T and
+ * KiB ... TiB), "2GB" (decimal: KB, MB, GB, TB), "4096" or "4096B". False unless the
+ * whole string is one such size, positive and below 2^62. */
+bool util_parse_size(const char *s, int64_t *bytes);
 
 /* ---- source locations and diagnostics ---- */
 typedef struct {
