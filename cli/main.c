@@ -2,9 +2,11 @@
  * help and version texts. Exit status: 0 success, 1 the model has errors (diagnostics on
  * stderr), 2 the command line is wrong. Output files are written atomically (a temp file,
  * fsync, rename), so an interrupted or failed run never leaves a truncated file behind. */
+#define _XOPEN_SOURCE 700
 #include <errno.h>
 #include <math.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +16,7 @@
 #include "../passes/passes.h"
 #include "../codegen/codegen.h"
 #include "build.h"
-#include "../runtime/kiln_rt.h"
+#include "../runtime/kiln_model.h"
 #include <sys/stat.h>
 
 static void print_plan(const Graph *g, const char *after, StrBuf *out);
@@ -74,6 +76,7 @@ static const char *usage_emit =
 
 static const char *usage_build =
     "usage: kiln build FILE -o PROG [--target c|cuda|cuda-emu] [--cflags FLAGS] [--bound NAME=N] [--report]\n"
+    "                  [--infer [--embed-weights CKPT]]\n"
     "\n"
     "Compiles FILE into a standalone training program PROG (generated C + the runtime,\n"
     "with $CC or the compiler Kiln was built with). Run PROG --help for its options.\n"
@@ -83,7 +86,12 @@ static const char *usage_build =
     "goes to the compiler of the target.\n"
     "--bound T=64 lowers a size's bound for this program (memory is planned for it).\n"
     "--report prints, before anything runs, the bytes of each memory slab (parameters,\n"
-    "gradients, optimizer state, buffers) and the activation arenas at the bounds.\n";
+    "gradients, optimizer state, buffers) and the activation arenas at the bounds.\n"
+    "--infer builds an inference program instead: the forward in eval mode on input files,\n"
+    "weights from a checkpoint (PROG --weights DIR|FILE), outputs to .npy, top-k, and loss\n"
+    "and metrics when the loss's inputs are given (docs/inference.md; C target only).\n"
+    "--embed-weights CKPT (with --infer) compiles the weights of CKPT (a checkpoint\n"
+    "directory or a .safetensors file, Kiln's or PyTorch's) into the program.\n";
 
 static const char *usage_train =
     "usage: kiln train FILE [PROGRAM FLAGS...]\n"
@@ -122,6 +130,8 @@ typedef struct {
     bool dot, stats, list_passes, inputs, report;
     bool cuda;     /* emit, build: --target cuda or cuda-emu */
     bool emulated; /* build: --target cuda-emu */
+    bool infer;    /* build: --infer */
+    const char *embed; /* build: --embed-weights CKPT */
     GraphMode mode;
     uint64_t seed;
     double tolerance, atol;
@@ -216,6 +226,11 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
             if (strcmp(t, "c") && !o->cuda) return usage_error(cmd, "--target must be c, cuda or cuda-emu, not '%s'", t);
         } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--report")) {
             o->report = true;
+        } else if (!strcmp(cmd, "build") && !strcmp(a, "--infer")) {
+            o->infer = true;
+        } else if (!strcmp(cmd, "build") && !strcmp(a, "--embed-weights")) {
+            if (!has_value) return usage_error(cmd, "--embed-weights needs a checkpoint: a directory or a .safetensors file%s", "");
+            o->embed = argv[++i];
         } else if (!strcmp(cmd, "build") && !strcmp(a, "--cflags")) {
             if (!has_value) return usage_error(cmd, "--cflags needs a value%s", "");
             o->cflags = argv[++i];
@@ -233,6 +248,8 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
     if (!o->file && !o->list_passes) return usage_error(cmd, "no model file given%s", "");
     if (!strcmp(cmd, "emit") && !o->output) return usage_error(cmd, "emit needs an output directory: -o DIR%s", "");
     if (!strcmp(cmd, "build") && !o->output) return usage_error(cmd, "build needs an output program: -o PROG%s", "");
+    if (o->infer && o->cuda) return usage_error(cmd, "--infer is not available for --target %s yet (build it for the C target)", o->emulated ? "cuda-emu" : "cuda");
+    if (o->embed && !o->infer) return usage_error(cmd, "--embed-weights %s: only inference programs embed weights (add --infer)", o->embed);
     return -1;
 }
 
@@ -566,6 +583,7 @@ static const char *const *g_bounds;
 static int g_nbounds;
 static bool g_report;
 static bool g_cuda; /* emit --target cuda */
+static bool g_infer; /* build --infer */
 
 /* `kiln build --report` and `kiln check`: the memory a training step of the program uses,
  * from the plan (train: the training graph after the pipeline). */
@@ -628,8 +646,15 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
     }
     int nkv;
     char **kv = recipe_flatten(&train->recipe, &nkv);
-    int rc = g_cuda ? codegen_cuda(train->graph, eval->graph, file, kv, nkv, false, c, err)
+    int rc;
+    if (g_infer) {
+        Graph *predict = codegen_predict_graph(eval->graph);
+        rc = codegen_c_infer(train->graph, eval->graph, predict, file, kv, nkv, c, err);
+        ir_graph_free(predict);
+    } else {
+        rc = g_cuda ? codegen_cuda(train->graph, eval->graph, file, kv, nkv, false, c, err)
                     : codegen_c(train->graph, eval->graph, file, kv, nkv, c, err);
+    }
     recipe_flat_free(kv, nkv);
     frontend_model_free(eval);
     return rc;
@@ -664,6 +689,69 @@ static int cmd_emit(const Options *o, Model *train, Diag *d)
     return rc;
 }
 
+/* --embed-weights CKPT: checks the checkpoint's weights against the model's parameters
+ * and buffers (as the program checks --weights), then appends to the generated C the
+ * file's bytes (the assembler's .incbin, read when model.c is compiled) between the
+ * symbols kiln_embedded_weights and kiln_embedded_weights_end, which infer_main.c reads.
+ * Returns 0, or 1 after a message. */
+static int embed_weights(const char *ckpt, const Graph *g, StrBuf *c)
+{
+    krt_error err;
+    struct stat st;
+    char found[4096], file[4200], real[PATH_MAX];
+    if (stat(ckpt, &st) == 0 && S_ISDIR(st.st_mode)) {
+        int64_t step;
+        bool stale;
+        if (krt_ckpt_find(ckpt, found, sizeof found, &step, &stale, &err) != KRT_OK) {
+            fprintf(stderr, "kiln: error: --embed-weights: %s\n", err.msg);
+            return 1;
+        }
+        snprintf(file, sizeof file, "%s/model.safetensors", found);
+    } else {
+        snprintf(file, sizeof file, "%s", ckpt);
+    }
+    krt_safetensors *w = NULL;
+    if (krt_safetensors_read(file, &w, &err) != KRT_OK) {
+        fprintf(stderr, "kiln: error: --embed-weights: %s\n", err.msg);
+        return 1;
+    }
+    int np = 0;
+    kiln_param *ps = xcalloc((size_t)g->nnodes + 1, sizeof *ps);
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_PARAM) continue;
+        kiln_param *p = &ps[np++];
+        p->name = ir_node_name(g, i);
+        p->dtype = (krt_dtype)n->dtype;
+        p->rank = n->shape.rank;
+        for (int k = 0; k < n->shape.rank; k++) p->dims[k] = n->shape.d[k].k;
+        p->trainable = ir_attrs(g, i)[1] != 0;
+    }
+    krt_status s = kiln_weights_check(ps, np, w, file, &err);
+    free(ps);
+    krt_safetensors_free(w);
+    if (s != KRT_OK) {
+        fprintf(stderr, "kiln: error: --embed-weights: %s\n", err.msg);
+        return 1;
+    }
+    if (!realpath(file, real)) {
+        fprintf(stderr, "kiln: error: --embed-weights: %s: %s\n", file, strerror(errno));
+        return 1;
+    }
+    for (const char *q = real; *q; q++)
+        if (*q == '"' || *q == '\\' || (unsigned char)*q < 32) {
+            fprintf(stderr, "kiln: error: --embed-weights: %s: the path has a quote, backslash or control character, which the assembler's .incbin cannot name; copy the file elsewhere\n", real);
+            return 1;
+        }
+    sb_printf(c, "\n#if KILN_PART != 1\n"
+                 "/* The weights, embedded by kiln build --embed-weights from %s (safetensors). */\n"
+                 "__asm__(\".section .rodata\\n.balign 64\\n.globl kiln_embedded_weights\\nkiln_embedded_weights:\\n\"\n"
+                 "        \".incbin \\\"%s\\\"\\n.globl kiln_embedded_weights_end\\nkiln_embedded_weights_end:\\n.previous\\n\");\n"
+                 "const char kiln_embedded_weights_name[] = \"%s\";\n#endif\n",
+              real, real, real);
+    return 0;
+}
+
 /* Builds the program into prog; with a cache directory, reuses a build of identical code. */
 static int build_to(const Options *o, Model *train, Diag *d, const char *prog)
 {
@@ -675,13 +763,14 @@ static int build_to(const Options *o, Model *train, Diag *d, const char *prog)
     char dir[4096] = "";
     char *model_c = NULL;
     if (generate(o->file, train, d, &c, &err)) goto done;
+    if (o->embed && embed_weights(o->embed, train->graph, &c)) goto done;
     if (build_tempdir_make(dir, sizeof dir)) {
         fprintf(stderr, "kiln: error: cannot create a temporary directory: %s\n", strerror(errno));
         dir[0] = 0;
         goto done;
     }
     if (write_model_c(dir, o->cuda ? "model.cu" : "model.c", &c, &model_c)) goto done;
-    if (o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, &log) : build_program(model_c, prog, o->cflags, &log)) {
+    if (o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, &log) : build_program(model_c, prog, o->cflags, o->infer, &log)) {
         fprintf(stderr, "kiln: error: building %s failed:\n%s\n", prog, log.data ? log.data : "");
         goto done;
     }
@@ -800,6 +889,7 @@ static int cmd_model(const char *cmd, int argc, char **argv)
     g_nbounds = o.nbounds;
     g_report = o.report;
     g_cuda = o.cuda;
+    g_infer = o.infer;
     if (!strcmp(cmd, "build")) {
         rc = build_to(&o, m, &d, o.output);
         if (!rc) fprintf(stderr, "kiln: built %s\n", o.output);
