@@ -253,13 +253,13 @@ static int load_input(int k, const char *given, krt_array *a, int64_t *sym_value
         snprintf(path, sizeof path, "%s", given);
     }
     krt_error err;
+    expected_shape(k, want, sizeof want);
     if (krt_array_load(path, a, &err) != KRT_OK) {
         const char *msg = err.msg;
         size_t pl = strlen(path);
-        if (!strncmp(msg, path, pl)) return die("%s%s (input '%s')", shown, msg + pl, in->name);
-        return die("%s (input '%s')", msg, in->name);
+        if (!strncmp(msg, path, pl)) return die("%s%s (input '%s' takes %s)", shown, msg + pl, in->name, want);
+        return die("%s (input '%s' takes %s)", msg, in->name, want);
     }
-    expected_shape(k, want, sizeof want);
     array_shape(a, got, sizeof got);
     bool ok = a->rank == in->rank;
     for (int d = 1; ok && d < in->rank; d++) ok = in->sym[d] >= 0 ? a->dims[d] >= 1 && a->dims[d] <= in->dims[d] : a->dims[d] == in->dims[d];
@@ -479,7 +479,7 @@ int main(int argc, char **argv)
         nused++;
     }
     if (N <= 0) {
-        die("%s: no samples (0 rows)", strcmp(o.data[first], "-") ? o.data[first] : "stdin");
+        die("%s: no samples (0 rows) of input '%s'", strcmp(o.data[first], "-") ? o.data[first] : "stdin", M->inputs[first].name);
         goto out;
     }
     for (int s = 0; s < M->nsyms; s++) syms[s] = sym_value[s] ? sym_value[s] : M->syms[s].max;
