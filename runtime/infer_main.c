@@ -46,9 +46,26 @@ static int die(const char *fmt, ...)
 
 /* ---- flags ---- */
 
+/* The model file's recipe entry `key`, or NULL. */
+static const char *recipe(const char *key)
+{
+    for (int i = 0; i < M->nrecipe; i++)
+        if (!strcmp(M->recipe[i].key, key)) return M->recipe[i].value;
+    return NULL;
+}
+
+/* A language model: its recipe reads a text or token stream, cut into windows. */
+static bool lm_data(void)
+{
+    const char *kind = recipe("data");
+    return kind && (!strcmp(kind, "text") || !strcmp(kind, "tokens"));
+}
+
+
 typedef struct {
     const char *weights;
     const char **data; /* per input: its file, "-" for stdin, or NULL */
+    const char *stream; /* a language model's --data PATH: text (a glob) or tokens */
     const char *output;
     int64_t top_k;     /* 0: not given */
     bool quiet;
@@ -75,6 +92,9 @@ static void usage(FILE *f)
         }
         fprintf(f, "]%s", M->forward_inputs[k] ? "" : " (loss only)");
     }
+    if (lm_data())
+        fprintf(f, "\n  --data PATH            a text (a glob, as the recipe's) or token file, cut into windows of\n"
+                   "                         the model's length: inputs and targets, as the training program's");
     fprintf(f, "\n"
                "  --weights DIR|FILE     a checkpoint directory (its newest checkpoint) or a .safetensors\n"
                "                         file (Kiln's or PyTorch's state_dict)%s\n"
@@ -152,6 +172,12 @@ static int parse_args(int argc, char **argv, Opts *o, int64_t bound)
         if (f == 0) o->weights = v;
         else if (f == 1) {
             const char *eq = strchr(v, '=');
+            if (lm_data() && (!eq || input_named(v, (size_t)(eq - v)) < 0)) {
+                /* a language model's stream, as the training program's --data PATH */
+                if (o->stream) return die("--data %s: the text is already read from %s", v, o->stream), 2;
+                o->stream = v;
+                continue;
+            }
             if (!eq) return die("--data %s: give INPUT=PATH (the model's inputs: %s)", v, inputs), 2;
             int k = input_named(v, (size_t)(eq - v));
             if (k < 0) return die("--data %s: the model has no input '%.*s' (its inputs: %s)", v, (int)(eq - v), v, inputs), 2;
@@ -173,6 +199,12 @@ static int parse_args(int argc, char **argv, Opts *o, int64_t bound)
             krt_set_threads((int)(n > 4 * krt_cpus() ? 4 * krt_cpus() : n));
         }
     }
+    if (o->stream)
+        for (int k = 0; k < M->ninputs; k++)
+            if (o->data[k])
+                return die("--data %s=%s: the windows of the text %s give every input (leave one of them out)", M->inputs[k].name, o->data[k],
+                           o->stream),
+                       2;
     if (o->quiet && o->top_k) return die("--top-k and --quiet: --quiet prints no per-sample lines (give one of them)"), 2;
     return -1;
 }
@@ -284,6 +316,60 @@ static int load_input(int k, const char *given, krt_array *a, int64_t *sym_value
                 return die("%s: value %lld at element %lld of input '%s' is out of range [0, %lld)", shown, (long long)v, (long long)e, in->name,
                            (long long)hi);
         }
+    }
+    return 0;
+}
+
+/* A language model's --data PATH: the recipe's reader (text: the bytes of every file the
+ * glob matches; tokens: any file of integers, by content), the tokens checked against the
+ * vocabulary, cut into windows of the model's length T (its bound) as the training
+ * program's evaluation cuts them: input tokens [o, o + T), targets [o + 1, o + T + 1). */
+static int load_stream(const char *given, krt_array *stream, krt_dataset **ds, void **bufs, void **dst, krt_dtype *dtypes,
+                       const void **inputs, int64_t batch)
+{
+    int in = -1, tg = -1;
+    for (int k = 0; k < M->ninputs; k++) {
+        if (M->forward_inputs[k] && in < 0) in = k;
+        else if (!M->forward_inputs[k] && tg < 0) tg = k;
+        else return die("--data %s: a text gives a model of one input and one target; %s has more", given, M->name);
+    }
+    if (in < 0 || tg < 0 || M->inputs[in].rank != 2 || M->inputs[tg].rank != 2)
+        return die("--data %s: a text gives inputs [N, T] of tokens and their targets; %s's are not", given, M->name);
+    char path[4200];
+    const char *shown = !strcmp(given, "-") ? "stdin" : given;
+    if (!strcmp(given, "-")) {
+        if (stdin_file(path, sizeof path)) return 1;
+    } else {
+        snprintf(path, sizeof path, "%s", given);
+    }
+    krt_error err;
+    krt_status s = !strcmp(recipe("data"), "text") ? krt_text_load(path, "", stream, &err) : krt_array_load(path, stream, &err);
+    if (s != KRT_OK) {
+        size_t pl = strlen(path);
+        return die("%s%s", !strncmp(err.msg, path, pl) ? shown : "", !strncmp(err.msg, path, pl) ? err.msg + pl : err.msg);
+    }
+    if (stream->rank != 1 || !is_int(stream->dtype) || stream->dtype == KRT_BOOL)
+        return die("%s: tokens must be one-dimensional integers; this file holds %s of rank %d", shown, krt_dtype_name(stream->dtype),
+                   stream->rank);
+    int64_t n = krt_array_count(stream), vocab = M->inputs[in].max_value > 0 ? M->inputs[in].max_value : INT32_MAX;
+    for (int64_t e = 0; e < n; e++) {
+        int64_t v = int_at(stream, e);
+        if (v < 0 || v >= vocab)
+            return die("%s: token %lld at position %lld is not in [0, %lld), the vocabulary", shown, (long long)v, (long long)e, (long long)vocab);
+    }
+    int64_t T = M->inputs[in].dims[1];
+    *ds = krt_dataset_windows(stream, T, 0, n, &err);
+    if (!*ds) {
+        const char *msg = strncmp(err.msg, "krt_dataset_windows: ", 21) ? err.msg : err.msg + 21;
+        return die("%s: %s", shown, msg);
+    }
+    int ks[2] = {in, tg};
+    for (int j = 0; j < 2; j++) {
+        bufs[ks[j]] = calloc((size_t)(batch * T) + 1, krt_dtype_size(M->inputs[ks[j]].dtype));
+        if (!bufs[ks[j]]) return die("out of memory");
+        dst[j] = bufs[ks[j]];
+        dtypes[j] = M->inputs[ks[j]].dtype;
+        inputs[ks[j]] = bufs[ks[j]];
     }
     return 0;
 }
@@ -427,8 +513,21 @@ int main(int argc, char **argv)
     krt_safetensors_free(w);
     w = NULL;
 
-    /* The inputs: every one the forward reads; the loss's others all or none. */
     bool labels = false, all_labels = true;
+    int nused = 0;
+    int64_t N = -1;
+    int first = -1;
+    krt_array stream;
+    memset(&stream, 0, sizeof stream);
+    if (o.stream) {
+        if (load_stream(o.stream, &stream, &ds, bufs, dst, dtypes, inputs, batch)) goto out;
+        N = krt_dataset_size(ds);
+        nused = 2;
+        labels = true;
+        for (int s = 0; s < M->nsyms; s++) syms[s] = M->syms[s].max;
+        goto data_ready;
+    }
+    /* The inputs: every one the forward reads; the loss's others all or none. */
     for (int k = 0; k < M->ninputs; k++) {
         char want[256];
         expected_shape(k, want, sizeof want);
@@ -449,9 +548,6 @@ int main(int argc, char **argv)
                 goto out;
             }
     }
-    int nused = 0;
-    int64_t N = -1;
-    int first = -1;
     for (int k = 0; k < M->ninputs; k++) {
         if (!o.data[k]) continue;
         if (load_input(k, o.data[k], &arrays[k], sym_value)) goto out;
@@ -488,6 +584,7 @@ int main(int argc, char **argv)
         die("%s", err.msg);
         goto out;
     }
+data_ready:;
 
     /* The outputs, one batch at a time, and all samples' as float32. */
     int64_t C = 0;
@@ -579,6 +676,7 @@ int main(int argc, char **argv)
 out:
     krt_safetensors_free(w);
     krt_dataset_free(ds);
+    krt_array_free(&stream);
     for (int k = 0; arrays && k < M->ninputs; k++) krt_array_free(&arrays[k]);
     for (int k = 0; bufs && k < M->ninputs; k++) free(bufs[k]);
     for (int k = 0; outs && all && k < M->noutputs; k++) {

@@ -116,6 +116,27 @@ static const char *field(const char *out, const char *line, const char *key)
     return buf[k];
 }
 
+/* Runs cmd, which must fail with `status` and print `message` (on stderr), no sanitizer
+ * report and no signal. */
+static void fails(const char *cmd, int status, const char *message)
+{
+    StrBuf out;
+    sb_init(&out);
+    int rc = run(cmd, &out);
+    const char *o = out.data ? out.data : "";
+    cr_expect_eq(rc, status, "%s: exit status %d, expected %d:\n%s", cmd, rc, status, o);
+    cr_expect(strstr(o, message) != NULL, "%s: expected '%s' in:\n%s", cmd, message, o);
+    cr_expect(!strstr(o, "Sanitizer") && !strstr(o, "runtime error"), "%s:\n%s", cmd, o);
+    sb_free(&out);
+}
+
+/* fails(), after a command that prepares its files. */
+static void fails_with(const char *cmd, const char *prepare, int status, const char *message)
+{
+    if (prepare) ok(prepare);
+    fails(cmd, status, message);
+}
+
 /* Trains `name` a few steps, then checks the inference program against the training
  * program's evaluation of the whole test set and the batch/stdin/embedding equalities. */
 static void trained_model_matches(const char *name, int steps)
@@ -181,6 +202,29 @@ Test(infer, mlp_matches_training_eval) { trained_model_matches("mlp", 20); }
 
 Test(infer, cnn_matches_training_eval) { trained_model_matches("cnn", 5); }
 
+/* A language model reads a text as the training program does: windows of T tokens and
+ * their targets. The training program evaluates on the last 10% of its text (the recipe's
+ * val = 0.1); the inference program, given exactly those bytes, prints the same loss. */
+Test(infer, gpt_text_windows)
+{
+    build("models/gpt.kiln", "", "train");
+    build("models/gpt.kiln", "--infer", "infer");
+    ok("head -c 40000 /usr/share/games/fortunes/computers > corpus.txt && tail -c 4000 corpus.txt > val.txt");
+    ok("./train --data corpus.txt --steps 2 --checkpoint-dir ck --sample-tokens 0 --log train.jsonl");
+    char loss[64];
+    snprintf(loss, sizeof loss, "%s", field(ok("grep eval_loss train.jsonl"), "{", "\"eval_loss\": "));
+    const char *out = ok("./infer --weights ck --data val.txt --output logits.npy");
+    cr_expect_str_eq(field(out, "31 samples:", "loss "), loss, "%s", out);
+    krt_array a = load_npy("logits.npy");
+    cr_expect(a.rank == 3 && a.dims[0] == 31 && a.dims[1] == 128 && a.dims[2] == 256, "logits %lld x %lld x %lld", (long long)a.dims[0],
+              (long long)a.dims[1], (long long)a.dims[2]);
+    krt_array_free(&a);
+    ok("./infer --weights ck --data - --output stdin.npy < val.txt");
+    expect_same_bits("logits.npy", "stdin.npy");
+    fails_with("./infer --weights ck --data short.txt", "echo 'too short' > short.txt", 1, "short.txt: ");
+    fails_with("./infer --weights ck --data idx=val.txt", NULL, 1, "val.txt: not a data file of a format Kiln reads");
+}
+
 /* PyTorch's state_dict (tests/infer/torch_ref.py) and PyTorch's logits. */
 static void matches_pytorch(const char *name)
 {
@@ -235,20 +279,6 @@ static void write_weights(const char *rel, const char *drop, const char *reshape
     snprintf(path, sizeof path, "%s/%s", dir, rel);
     krt_error err;
     cr_assert_eq(krt_safetensors_write(path, t, n, NULL, 0, &err), KRT_OK, "%s", err.msg);
-}
-
-/* Runs cmd, which must fail with `status` and print `message` (on stderr), no sanitizer
- * report and no signal. */
-static void fails(const char *cmd, int status, const char *message)
-{
-    StrBuf out;
-    sb_init(&out);
-    int rc = run(cmd, &out);
-    const char *o = out.data ? out.data : "";
-    cr_expect_eq(rc, status, "%s: exit status %d, expected %d:\n%s", cmd, rc, status, o);
-    cr_expect(strstr(o, message) != NULL, "%s: expected '%s' in:\n%s", cmd, message, o);
-    cr_expect(!strstr(o, "Sanitizer") && !strstr(o, "runtime error"), "%s:\n%s", cmd, o);
-    sb_free(&out);
 }
 
 #define BAD(f) "--data image=" KILN_SOURCE_DIR "/tests/infer/bad/" f
