@@ -4,6 +4,9 @@
 #
 #   bench/infer.sh            (about a minute on 2 cores)
 #
+# Both sides are also timed at 1 thread: on a busy 2-core machine a second thread that is
+# not scheduled when a parallel kernel starts makes the whole step wait for it (the load
+# average at the start and the end is recorded).
 # Weights: bench/reference.py's MLP initialised by PyTorch (tests/infer/torch_ref.py, seed
 # 1234), saved as safetensors; the images: Fashion-MNIST's 10,000 test images as .npy.
 #   batch-1 latency   Kiln: the inference program with --batch 1 --threads 2 --quiet over
@@ -55,18 +58,25 @@ out/build-bench/kiln build models/mlp.kiln --infer --embed-weights "$work/mlp.sa
 wall() { local t=$EPOCHREALTIME; "$@" >/dev/null; awk "BEGIN { printf \"%.6f\", $EPOCHREALTIME - $t }"; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-echo "== batch-1 latency, $rounds rounds" >&2
-all=() one=() torch_lines=()
-for r in $(seq "$rounds"); do
-  all+=("$(wall "${kiln_env[@]}" "$work/mlp" --weights "$work/mlp.safetensors" --data image="$work/images.npy" --batch 1 --threads 2 --quiet)")
-  one+=("$(wall "${kiln_env[@]}" "$work/mlp" --weights "$work/mlp.safetensors" --data image="$work/one.npy" --batch 1 --threads 2 --quiet)")
-  torch_lines+=("$("${torch_env[@]}" $PY bench/infer_torch.py latency "$work/mlp.safetensors" "$work/images.npy" | sed -n 's/^bench: //p')")
-done
-t_all=$(printf '%s\n' "${all[@]}" | median)
-t_one=$(printf '%s\n' "${one[@]}" | median)
-kiln_us=$(awk "BEGIN { printf \"%.1f\", ($t_all - $t_one) / 9999 * 1e6 }")
-torch_median_us=$(printf '%s\n' "${torch_lines[@]}" | $PY -c 'import json, sys, statistics; print("%.1f" % (1e3 * statistics.median(json.loads(l)["median_ms"] for l in sys.stdin)))')
-torch_mean_us=$(printf '%s\n' "${torch_lines[@]}" | $PY -c 'import json, sys, statistics; print("%.1f" % (1e3 * statistics.median(json.loads(l)["mean_ms"] for l in sys.stdin)))')
+# batch-1 figures at T threads: sets kiln_us, t_all, t_one, torch_mean_us, torch_median_us
+latency() {
+  local t=$1 all=() one=() torch_lines=()
+  echo "== batch-1 latency, $t thread(s), $rounds rounds" >&2
+  for r in $(seq "$rounds"); do
+    all+=("$(wall "${kiln_env[@]}" "$work/mlp" --weights "$work/mlp.safetensors" --data image="$work/images.npy" --batch 1 --threads "$t" --quiet)")
+    one+=("$(wall "${kiln_env[@]}" "$work/mlp" --weights "$work/mlp.safetensors" --data image="$work/one.npy" --batch 1 --threads "$t" --quiet)")
+    torch_lines+=("$("${torch_env[@]}" $PY bench/infer_torch.py latency "$work/mlp.safetensors" "$work/images.npy" --threads "$t" | sed -n 's/^bench: //p')")
+  done
+  t_all=$(printf '%s\n' "${all[@]}" | median)
+  t_one=$(printf '%s\n' "${one[@]}" | median)
+  kiln_us=$(awk "BEGIN { printf \"%.1f\", ($t_all - $t_one) / 9999 * 1e6 }")
+  torch_median_us=$(printf '%s\n' "${torch_lines[@]}" | $PY -c 'import json, sys, statistics; print("%.1f" % (1e3 * statistics.median(json.loads(l)["median_ms"] for l in sys.stdin)))')
+  torch_mean_us=$(printf '%s\n' "${torch_lines[@]}" | $PY -c 'import json, sys, statistics; print("%.1f" % (1e3 * statistics.median(json.loads(l)["mean_ms"] for l in sys.stdin)))')
+}
+latency 1
+line1="mlp, batch 1, 1 thread, per image (us)   Kiln $kiln_us   PyTorch eager $torch_mean_us (mean), $torch_median_us (median call)"
+line1b="  Kiln: 10,000 images $(awk "BEGIN { printf \"%.1f\", $t_all * 1e3 }") ms, 1 image $(awk "BEGIN { printf \"%.1f\", $t_one * 1e3 }") ms (median runs)"
+latency 2
 
 echo "== start to first result, $((rounds * 4)) runs each" >&2
 emb=() file=() pt=()
@@ -82,10 +92,12 @@ result="bench/results/infer-$(date +%F)-$(git rev-parse --short HEAD 2>/dev/null
 {
   echo "# bench/infer.sh, $(date -u '+%F %H:%M UTC'), kiln $(git rev-parse --short HEAD)$dirty"
   echo "# $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores; load average $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
-  echo "# PyTorch $($PY -c 'import torch; print(torch.__version__)'), 2 threads; Kiln --threads 2; $rounds rounds"
+  echo "# PyTorch $($PY -c 'import torch; print(torch.__version__)'), Kiln: 1 and 2 threads each (--threads, torch.set_num_threads); $rounds rounds"
   echo
-  echo "mlp, batch 1, per image (us)       Kiln $kiln_us   PyTorch eager $torch_mean_us (mean), $torch_median_us (median call)"
+  echo "mlp, batch 1, 2 threads, per image (us)  Kiln $kiln_us   PyTorch eager $torch_mean_us (mean), $torch_median_us (median call)"
   echo "  Kiln: 10,000 images $(awk "BEGIN { printf \"%.1f\", $t_all * 1e3 }") ms, 1 image $(awk "BEGIN { printf \"%.1f\", $t_one * 1e3 }") ms (median runs)"
+  echo "$line1"
+  echo "$line1b"
   echo "start to first result (ms)          Kiln embedded $(ms "${emb[@]}")   Kiln --weights $(ms "${file[@]}")   PyTorch $(ms "${pt[@]}")"
   echo "first logits, largest |Kiln - PyTorch|: $agree"
   echo "kiln build --infer: $build_s s"
