@@ -637,7 +637,26 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
     if (pipeline_run(train->graph, NULL, NULL, err) != 0) return -1;
     Model *eval = eval_model(file, d, err);
     if (!eval) return -1;
-    if (g_report) {
+    if (g_report && g_infer) {
+        /* an inference program has no training step: its weights and the steps' arenas */
+        Graph *predict = codegen_predict_graph(eval->graph);
+        const Graph *g = train->graph;
+        int64_t params = 0, buffers = 0;
+        for (NodeId i = 0; i < g->nnodes; i++) {
+            if (g->nodes[i].op != OP_PARAM) continue;
+            int64_t bytes = ir_shape_max_numel(g, &g->nodes[i].shape) * ir_dtype_size((DType)g->nodes[i].dtype);
+            if (ir_attrs(g, i)[1]) params += bytes;
+            else buffers += bytes;
+        }
+        int64_t ea = codegen_arena_bytes(eval->graph), pa = codegen_arena_bytes(predict);
+        fprintf(stderr, "kiln: memory at the bounds (bytes):\n"
+                        "  parameters          %14lld\n  buffers             %14lld\n"
+                        "  activations eval    %14lld  (with the loss's inputs: loss and metrics)\n"
+                        "  activations predict %14lld  (the forward alone; one arena of the larger size serves both)\n"
+                        "  total               %14lld\n",
+                (long long)params, (long long)buffers, (long long)ea, (long long)pa, (long long)(params + buffers + (ea > pa ? ea : pa)));
+        ir_graph_free(predict);
+    } else if (g_report) {
         StrBuf rep;
         sb_init(&rep);
         print_memory_report(train, eval->graph, &rep);

@@ -72,8 +72,12 @@ typedef struct {
     int64_t batch;     /* 0: the bound */
 } Opts;
 
+static int batch_symbol(void);
+
 static void usage(FILE *f)
 {
+    const int bs = batch_symbol();
+    const long long bound = bs >= 0 ? (long long)M->syms[bs].max : 1;
     fprintf(f,
             "usage: %s --data INPUT=PATH... [--weights DIR|FILE] [--output FILE.npy] [--top-k K] [--quiet]\n"
             "       [--batch N] [--threads N]\n\n"
@@ -104,8 +108,7 @@ static void usage(FILE *f)
                "  --batch N              samples per step, 1 to %lld (default %lld)\n"
                "  --threads N            threads of the generated kernels (default: all cores)\n"
                "  --help                 show this help\n",
-            kiln_embedded_weights ? "; default: the weights embedded in the program" : "", (long long)M->syms[0].max,
-            (long long)M->syms[0].max);
+            kiln_embedded_weights ? "; default: the weights embedded in the program" : "", bound, bound);
 }
 
 /* A whole number flag value in [lo, hi]; -1 after a message. */
@@ -196,7 +199,13 @@ static int parse_args(int argc, char **argv, Opts *o, int64_t bound)
         } else {
             int64_t n = whole(a, v, 1, 1024);
             if (n < 0) return 2;
-            krt_set_threads((int)(n > 4 * krt_cpus() ? 4 * krt_cpus() : n));
+            int cpus = krt_cpus(), most = 4 * cpus; /* as the training program: more only wait for each other */
+            if (n > most) {
+                fprintf(stderr, "%s: note: --threads %lld: %d CPU%s available, so %d threads (at most 4 per CPU)\n", M->name, (long long)n, cpus,
+                        cpus == 1 ? " is" : "s are", most);
+                n = most;
+            }
+            krt_set_threads((int)n);
         }
     }
     if (o->stream)
@@ -608,6 +617,11 @@ data_ready:;
         rc = 2;
         goto out;
     }
+    if (o.top_k > C) {
+        die("--top-k %lld: output '%s' has %lld classes", (long long)o.top_k, M->output_names[cls], (long long)C);
+        rc = 2;
+        goto out;
+    }
 
     kiln_step_io io;
     memset(&io, 0, sizeof io);
@@ -650,7 +664,7 @@ data_ready:;
     }
 
     if (cls >= 0 && !o.quiet) {
-        int64_t K = o.top_k ? o.top_k : 5;
+        int64_t K = o.top_k ? o.top_k : C < 5 ? C : 5;
         for (int64_t i = 0; i < N; i++) print_top_k(i, all[cls] + i * C, C, K);
     }
     if (o.output) {

@@ -322,6 +322,7 @@ Test(infer, bad_inputs_weights_and_flags)
     fails("./infer --weights w.safetensors " BAD("image_2.idx") " --batch 0", 2, "--batch 0: give a whole number from 1 to 128");
     fails("./infer --weights w.safetensors " BAD("image_2.idx") " --batch 129", 2, "--batch 129: give a whole number from 1 to 128");
     fails("./infer --weights w.safetensors " BAD("image_2.idx") " --top-k 3 --quiet", 2, "--top-k and --quiet");
+    fails("./infer --weights w.safetensors " BAD("image_2.idx") " --top-k 11", 2, "--top-k 11: output 'logits' has 10 classes");
     fails("./infer --weights w.safetensors --data imgae=x", 2, "--data imgae=x: the model has no input 'imgae' (its inputs: image, label)");
     fails("./infer --weights w.safetensors " BAD("image_2.idx") " " BAD("image_2.idx"), 2, "input 'image' is already read from");
     fails("./infer --weights w.safetensors extra", 2, "unexpected argument 'extra'");
