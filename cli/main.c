@@ -66,13 +66,15 @@ static const char *usage_ir =
     "  --mode train|eval  graph to build (default train)\n";
 
 static const char *usage_emit =
-    "usage: kiln emit FILE -o DIR [--target c|cuda|cuda-emu]\n"
+    "usage: kiln emit FILE -o DIR [--target c|cuda|cuda-emu] [--infer]\n"
     "\n"
     "Compiles FILE (forward, loss, gradients; train and eval modes) to C and writes\n"
     "DIR/model.c, which defines `kiln_model_def` (runtime/kiln_model.h). Build it with the\n"
     "runtime: cc -O2 -Iruntime DIR/model.c ... -lkiln_rt -lopenblas -lz -lm -lpthread.\n"
     "--target cuda (or cuda-emu: the same file) writes DIR/model.cu instead, in Kiln's CUDA\n"
-    "dialect (docs/cuda.md); a kernel it cannot write yet is an error naming its model line.\n";
+    "dialect (docs/cuda.md); a kernel it cannot write yet is an error naming its model line.\n"
+    "--infer writes the model.c of an inference program (kiln build --infer) instead: the\n"
+    "evaluation step and the forward alone, no training step (docs/inference.md).\n";
 
 static const char *usage_build =
     "usage: kiln build FILE -o PROG [--target c|cuda|cuda-emu] [--cflags FLAGS] [--bound NAME=N] [--report]\n"
@@ -226,7 +228,7 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
             if (strcmp(t, "c") && !o->cuda) return usage_error(cmd, "--target must be c, cuda or cuda-emu, not '%s'", t);
         } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--report")) {
             o->report = true;
-        } else if (!strcmp(cmd, "build") && !strcmp(a, "--infer")) {
+        } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--infer")) {
             o->infer = true;
         } else if (!strcmp(cmd, "build") && !strcmp(a, "--embed-weights")) {
             if (!has_value) return usage_error(cmd, "--embed-weights needs a checkpoint: a directory or a .safetensors file%s", "");

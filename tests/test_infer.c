@@ -279,6 +279,25 @@ static void write_weights(const char *rel, const char *drop, const char *reshape
     cr_assert_eq(krt_safetensors_write(path, t, n, NULL, 0, &err), KRT_OK, "%s", err.msg);
 }
 
+/* kiln emit --infer: the evaluation and predict steps, the forward's tables, no training
+ * step; the predict step reads no label. */
+Test(infer, emit_has_no_training_step)
+{
+    char args[512];
+    StrBuf out;
+    sb_init(&out);
+    snprintf(args, sizeof args, "emit %s --infer -o %s/c", support_path("models/mlp.kiln"), dir);
+    cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+    sb_free(&out);
+    const char *c = ok("cat c/model.c");
+    cr_expect(strstr(c, "static void eval_step(kiln_step_io *io)"));
+    cr_expect(strstr(c, "static void predict_step(kiln_step_io *io)"));
+    cr_expect(!strstr(c, "train_step"), "an inference program's model.c has a training step");
+    cr_expect(!strstr(c, "io->grads"), "an inference program's model.c writes gradients");
+    cr_expect(strstr(c, "static const bool forward_inputs[] = {true, false};"));
+    cr_expect(strstr(c, "{\"logits\", KRT_F32, 2, {128, 10}, {0, -1}, 0},"));
+}
+
 #define BAD(f) "--data image=" KILN_SOURCE_DIR "/tests/infer/bad/" f
 
 Test(infer, bad_inputs_weights_and_flags)
