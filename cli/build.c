@@ -1,5 +1,5 @@
 /* build.c — turns a generated model.c into a training program with the system C
- * compiler: model.c + the runtime's train_main.o, linked against the runtime library,
+ * compiler: model.c + the runtime's train_main.o (infer_main.o for an inference program), linked against the runtime library,
  * OpenBLAS, OpenMP (libgomp), zlib, libm and pthreads. The compiler is $CC (default: the
  * one Kiln was built with) and flags are overridable, so users can build with their own
  * toolchain. The default flags (KILN_GENERATED_CFLAGS in CMakeLists.txt) are fast ones:
@@ -131,7 +131,7 @@ void build_fingerprint(StrBuf *key)
         fclose(f);
     }
     /* the runtime and every header the generated code includes */
-    const char *files[] = {KILN_RUNTIME_LIB, KILN_TRAIN_MAIN, KILN_RUNTIME_DIR "/kiln_model.h", KILN_RUNTIME_DIR "/kiln_gemm.h",
+    const char *files[] = {KILN_RUNTIME_LIB, KILN_TRAIN_MAIN, KILN_INFER_MAIN, KILN_RUNTIME_DIR "/kiln_model.h", KILN_RUNTIME_DIR "/kiln_gemm.h",
                            KILN_RUNTIME_DIR "/kiln_math.h", KILN_RUNTIME_DIR "/kiln_rng.h", KILN_RUNTIME_DIR "/optim_elem.h",
                            KILN_RUNTIME_DIR "/cuda/kiln_cuda.h", KILN_RUNTIME_DIR "/cuda/kiln_cuda_model.h", KILN_RUNTIME_DIR "/cuda/device.cu",
                            KILN_CUDA_EMU_LIB};
@@ -161,7 +161,7 @@ static int run_logged(const char *cmd, StrBuf *log, const char *what)
  * small machine; see KILN_PART in the generated file), then links them with the driver
  * (train_main.c, compiled when Kiln was built). The objects go next to model_c and are
  * removed. */
-int build_program(const char *model_c, const char *prog, const char *extra_cflags, StrBuf *log)
+int build_program(const char *model_c, const char *prog, const char *extra_cflags, bool infer, StrBuf *log)
 {
     const char *cc = getenv("CC");
     if (!cc || !*cc) cc = KILN_DEFAULT_CC;
@@ -187,7 +187,7 @@ int build_program(const char *model_c, const char *prog, const char *extra_cflag
     sb_printf(&cmd, "[ $first = 0 ] && [ $second = 0 ] && %s", flags.data);
     shell_word(&cmd, obj[0].data);
     shell_word(&cmd, obj[1].data);
-    shell_word(&cmd, KILN_TRAIN_MAIN);
+    shell_word(&cmd, infer ? KILN_INFER_MAIN : KILN_TRAIN_MAIN);
     sb_puts(&cmd, "-o ");
     shell_word(&cmd, prog);
     shell_word(&cmd, KILN_RUNTIME_LIB);

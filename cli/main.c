@@ -2,9 +2,11 @@
  * help and version texts. Exit status: 0 success, 1 the model has errors (diagnostics on
  * stderr), 2 the command line is wrong. Output files are written atomically (a temp file,
  * fsync, rename), so an interrupted or failed run never leaves a truncated file behind. */
+#define _XOPEN_SOURCE 700
 #include <errno.h>
 #include <math.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +16,7 @@
 #include "../passes/passes.h"
 #include "../codegen/codegen.h"
 #include "build.h"
-#include "../runtime/kiln_rt.h"
+#include "../runtime/kiln_model.h"
 #include <sys/stat.h>
 
 static void print_plan(const Graph *g, const char *after, StrBuf *out);
@@ -64,17 +66,20 @@ static const char *usage_ir =
     "  --mode train|eval  graph to build (default train)\n";
 
 static const char *usage_emit =
-    "usage: kiln emit FILE -o DIR [--target c|cuda|cuda-emu]\n"
+    "usage: kiln emit FILE -o DIR [--target c|cuda|cuda-emu] [--infer]\n"
     "\n"
     "Compiles FILE (forward, loss, gradients; train and eval modes) to C and writes\n"
     "DIR/model.c, which defines `kiln_model_def` (runtime/kiln_model.h). Build it with the\n"
     "runtime: cc -O2 -Iruntime DIR/model.c ... -lkiln_rt -lopenblas -lz -lm -lpthread.\n"
     "--target cuda (or cuda-emu: the same file) writes DIR/model.cu instead, in Kiln's CUDA\n"
-    "dialect (docs/cuda.md); a kernel it cannot write yet is an error naming its model line.\n";
+    "dialect (docs/cuda.md); a kernel it cannot write yet is an error naming its model line.\n"
+    "--infer writes the model.c of an inference program (kiln build --infer) instead: the\n"
+    "evaluation step and the forward alone, no training step (docs/inference.md).\n";
 
 static const char *usage_build =
     "usage: kiln build FILE -o PROG [--target c|cuda|cuda-emu] [--cflags FLAGS] [--bound NAME=N] [--report]\n"
     "                  [--memory-budget SIZE]\n"
+    "                  [--infer [--embed-weights CKPT]]\n"
     "\n"
     "Compiles FILE into a standalone training program PROG (generated C + the runtime,\n"
     "with $CC or the compiler Kiln was built with). Run PROG --help for its options.\n"
@@ -88,7 +93,12 @@ static const char *usage_build =
     "--memory-budget SIZE (e.g. 1.5GiB) makes the training memory fit: blocks (calls of the\n"
     "model's own modules from forward) are checkpointed, recomputed in the backward pass,\n"
     "the most memory per recomputed FLOP first, until the plan fits; an error gives the\n"
-    "smallest figure when none does.\n";
+    "smallest figure when none does.\n"
+    "--infer builds an inference program instead: the forward in eval mode on input files,\n"
+    "weights from a checkpoint (PROG --weights DIR|FILE), outputs to .npy, top-k, and loss\n"
+    "and metrics when the loss's inputs are given (docs/inference.md; C target only).\n"
+    "--embed-weights CKPT (with --infer) compiles the weights of CKPT (a checkpoint\n"
+    "directory or a .safetensors file, Kiln's or PyTorch's) into the program.\n";
 
 static const char *usage_train =
     "usage: kiln train FILE [PROGRAM FLAGS...]\n"
@@ -128,6 +138,8 @@ typedef struct {
     int64_t memory_budget; /* build, emit: --memory-budget SIZE (0: none) */
     bool cuda;     /* emit, build: --target cuda or cuda-emu */
     bool emulated; /* build: --target cuda-emu */
+    bool infer;    /* build: --infer */
+    const char *embed; /* build: --embed-weights CKPT */
     GraphMode mode;
     uint64_t seed;
     double tolerance, atol;
@@ -226,6 +238,11 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
             if (!has_value) return usage_error(cmd, "--memory-budget needs a size, e.g. 1.5GiB%s", "");
             if (!util_parse_size(argv[++i], &o->memory_budget))
                 return usage_error(cmd, "--memory-budget: '%s' is not a size (e.g. 1.5GiB, 800MiB, 2GB, 4096)", argv[i]);
+        } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--infer")) {
+            o->infer = true;
+        } else if (!strcmp(cmd, "build") && !strcmp(a, "--embed-weights")) {
+            if (!has_value) return usage_error(cmd, "--embed-weights needs a checkpoint: a directory or a .safetensors file%s", "");
+            o->embed = argv[++i];
         } else if (!strcmp(cmd, "build") && !strcmp(a, "--cflags")) {
             if (!has_value) return usage_error(cmd, "--cflags needs a value%s", "");
             o->cflags = argv[++i];
@@ -243,6 +260,8 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
     if (!o->file && !o->list_passes) return usage_error(cmd, "no model file given%s", "");
     if (!strcmp(cmd, "emit") && !o->output) return usage_error(cmd, "emit needs an output directory: -o DIR%s", "");
     if (!strcmp(cmd, "build") && !o->output) return usage_error(cmd, "build needs an output program: -o PROG%s", "");
+    if (o->infer && o->cuda) return usage_error(cmd, "--infer is not available for --target %s yet (build it for the C target)", o->emulated ? "cuda-emu" : "cuda");
+    if (o->embed && !o->infer) return usage_error(cmd, "--embed-weights %s: only inference programs embed weights (add --infer)", o->embed);
     return -1;
 }
 
@@ -578,6 +597,7 @@ static bool g_report;
 static bool g_cuda; /* emit --target cuda */
 static int64_t g_memory_budget; /* --memory-budget: bytes of training memory, 0 = none */
 static int32_t g_budget_blocks, g_budget_nblocks; /* what it checkpointed, of how many */
+static bool g_infer; /* build --infer */
 
 static bool has_recomputed(const Graph *g)
 {
@@ -740,7 +760,26 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
     g_budget_nblocks = remat.nblocks;
     if (g_memory_budget && !remat.nblocks && g_report) /* nothing to choose from: said, not silently ignored */
         fprintf(stderr, "kiln: --memory-budget: the model calls none of its own modules from forward: no block to checkpoint\n");
-    if (g_report) {
+    if (g_report && g_infer) {
+        /* an inference program has no training step: its weights and the steps' arenas */
+        Graph *predict = codegen_predict_graph(eval->graph);
+        const Graph *g = train->graph;
+        int64_t params = 0, buffers = 0;
+        for (NodeId i = 0; i < g->nnodes; i++) {
+            if (g->nodes[i].op != OP_PARAM) continue;
+            int64_t bytes = ir_shape_max_numel(g, &g->nodes[i].shape) * ir_dtype_size((DType)g->nodes[i].dtype);
+            if (ir_attrs(g, i)[1]) params += bytes;
+            else buffers += bytes;
+        }
+        int64_t ea = codegen_arena_bytes(eval->graph), pa = codegen_arena_bytes(predict);
+        fprintf(stderr, "kiln: memory at the bounds (bytes):\n"
+                        "  parameters          %14lld\n  buffers             %14lld\n"
+                        "  activations eval    %14lld  (with the loss's inputs: loss and metrics)\n"
+                        "  activations predict %14lld  (the forward alone; one arena of the larger size serves both)\n"
+                        "  total               %14lld\n",
+                (long long)params, (long long)buffers, (long long)ea, (long long)pa, (long long)(params + buffers + (ea > pa ? ea : pa)));
+        ir_graph_free(predict);
+    } else if (g_report) {
         StrBuf rep;
         sb_init(&rep);
         Graph *plain = has_recomputed(train->graph) ? graph_without_remat(file, d) : NULL;
@@ -751,8 +790,15 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
     }
     int nkv;
     char **kv = recipe_flatten(&train->recipe, &nkv);
-    int rc = g_cuda ? codegen_cuda(train->graph, eval->graph, file, kv, nkv, false, c, err)
+    int rc;
+    if (g_infer) {
+        Graph *predict = codegen_predict_graph(eval->graph);
+        rc = codegen_c_infer(train->graph, eval->graph, predict, file, kv, nkv, c, err);
+        ir_graph_free(predict);
+    } else {
+        rc = g_cuda ? codegen_cuda(train->graph, eval->graph, file, kv, nkv, false, c, err)
                     : codegen_c(train->graph, eval->graph, file, kv, nkv, c, err);
+    }
     recipe_flat_free(kv, nkv);
     frontend_model_free(eval);
     return rc;
@@ -787,6 +833,69 @@ static int cmd_emit(const Options *o, Model *train, Diag *d)
     return rc;
 }
 
+/* --embed-weights CKPT: checks the checkpoint's weights against the model's parameters
+ * and buffers (as the program checks --weights), then appends to the generated C the
+ * file's bytes (the assembler's .incbin, read when model.c is compiled) between the
+ * symbols kiln_embedded_weights and kiln_embedded_weights_end, which infer_main.c reads.
+ * Returns 0, or 1 after a message. */
+static int embed_weights(const char *ckpt, const Graph *g, StrBuf *c)
+{
+    krt_error err;
+    struct stat st;
+    char found[4096], file[4200], real[PATH_MAX];
+    if (stat(ckpt, &st) == 0 && S_ISDIR(st.st_mode)) {
+        int64_t step;
+        bool stale;
+        if (krt_ckpt_find(ckpt, found, sizeof found, &step, &stale, &err) != KRT_OK) {
+            fprintf(stderr, "kiln: error: --embed-weights: %s\n", err.msg);
+            return 1;
+        }
+        snprintf(file, sizeof file, "%s/model.safetensors", found);
+    } else {
+        snprintf(file, sizeof file, "%s", ckpt);
+    }
+    krt_safetensors *w = NULL;
+    if (krt_safetensors_read(file, &w, &err) != KRT_OK) {
+        fprintf(stderr, "kiln: error: --embed-weights: %s\n", err.msg);
+        return 1;
+    }
+    int np = 0;
+    kiln_param *ps = xcalloc((size_t)g->nnodes + 1, sizeof *ps);
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_PARAM) continue;
+        kiln_param *p = &ps[np++];
+        p->name = ir_node_name(g, i);
+        p->dtype = (krt_dtype)n->dtype;
+        p->rank = n->shape.rank;
+        for (int k = 0; k < n->shape.rank; k++) p->dims[k] = n->shape.d[k].k;
+        p->trainable = ir_attrs(g, i)[1] != 0;
+    }
+    krt_status s = kiln_weights_check(ps, np, w, file, &err);
+    free(ps);
+    krt_safetensors_free(w);
+    if (s != KRT_OK) {
+        fprintf(stderr, "kiln: error: --embed-weights: %s\n", err.msg);
+        return 1;
+    }
+    if (!realpath(file, real)) {
+        fprintf(stderr, "kiln: error: --embed-weights: %s: %s\n", file, strerror(errno));
+        return 1;
+    }
+    for (const char *q = real; *q; q++)
+        if (*q == '"' || *q == '\\' || (unsigned char)*q < 32) {
+            fprintf(stderr, "kiln: error: --embed-weights: %s: the path has a quote, backslash or control character, which the assembler's .incbin cannot name; copy the file elsewhere\n", real);
+            return 1;
+        }
+    sb_printf(c, "\n#if KILN_PART != 1\n"
+                 "/* The weights, embedded by kiln build --embed-weights from %s (safetensors). */\n"
+                 "__asm__(\".section .rodata\\n.balign 64\\n.globl kiln_embedded_weights\\nkiln_embedded_weights:\\n\"\n"
+                 "        \".incbin \\\"%s\\\"\\n.globl kiln_embedded_weights_end\\nkiln_embedded_weights_end:\\n.previous\\n\");\n"
+                 "const char kiln_embedded_weights_name[] = \"%s\";\n#endif\n",
+              real, real, real);
+    return 0;
+}
+
 /* Builds the program into prog; with a cache directory, reuses a build of identical code. */
 static int build_to(const Options *o, Model *train, Diag *d, const char *prog)
 {
@@ -798,13 +907,14 @@ static int build_to(const Options *o, Model *train, Diag *d, const char *prog)
     char dir[4096] = "";
     char *model_c = NULL;
     if (generate(o->file, train, d, &c, &err)) goto done;
+    if (o->embed && embed_weights(o->embed, train->graph, &c)) goto done;
     if (build_tempdir_make(dir, sizeof dir)) {
         fprintf(stderr, "kiln: error: cannot create a temporary directory: %s\n", strerror(errno));
         dir[0] = 0;
         goto done;
     }
     if (write_model_c(dir, o->cuda ? "model.cu" : "model.c", &c, &model_c)) goto done;
-    if (o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, &log) : build_program(model_c, prog, o->cflags, &log)) {
+    if (o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, &log) : build_program(model_c, prog, o->cflags, o->infer, &log)) {
         fprintf(stderr, "kiln: error: building %s failed:\n%s\n", prog, log.data ? log.data : "");
         goto done;
     }
@@ -924,6 +1034,7 @@ static int cmd_model(const char *cmd, int argc, char **argv)
     g_report = o.report;
     g_memory_budget = o.memory_budget;
     g_cuda = o.cuda;
+    g_infer = o.infer;
     if (!strcmp(cmd, "build")) {
         rc = build_to(&o, m, &d, o.output);
         if (!rc) fprintf(stderr, "kiln: built %s\n", o.output);

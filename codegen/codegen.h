@@ -14,6 +14,16 @@
  * nrecipe key/value string pairs (the flattened train section). */
 int codegen_c(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe,
               StrBuf *out, StrBuf *err);
+/* The C source of an inference program's model (kiln build --infer): the tables of
+ * codegen_c, the evaluation step of `eval` (forward, loss and metrics in eval mode, as the
+ * training program's), and a predict step of `predict` (the eval graph without its loss
+ * and metrics: codegen_predict_graph), planned and fused as any step; no training step.
+ * `train` is the reference graph for the tables (parameter and input order, the hash). */
+int codegen_c_infer(const Graph *train, const Graph *eval, const Graph *predict, const char *source_path, char *const *recipe_kv,
+                    int nrecipe, StrBuf *out, StrBuf *err);
+/* The forward alone: a copy of the eval graph without its loss and metric outputs,
+ * simplified (what only they read is dropped; the inputs stay). Free with ir_graph_free. */
+Graph *codegen_predict_graph(const Graph *eval);
 
 /* cuda.c — writes model.cu, the CUDA of the same kernels in Kiln's dialect
  * (runtime/cuda/kiln_cuda.h). Returns 0, or -1 with "FILE:LINE: error: --target cuda does

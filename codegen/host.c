@@ -383,6 +383,53 @@ void cg_emit_model_tables(Cg *c, const Graph *g, char *const *recipe_kv, int nre
     sb_puts(out, "};\n\n");
 }
 
+/* A tensor's shape as kiln_input's dims (at the bounds) and sym (the symbol a dim is, -1
+ * for a number). */
+static void shape_fields(StrBuf *out, const Graph *g, const Shape *s)
+{
+    sb_printf(out, "%d, {", s->rank);
+    for (int k = 0; k < s->rank; k++) sb_printf(out, "%s%lld", k ? ", " : "", (long long)ir_dim_max(g, s->d[k]));
+    sb_puts(out, "}, {");
+    for (int k = 0; k < s->rank; k++) {
+        Dim d = s->d[k];
+        sb_printf(out, "%s%d", k ? ", " : "", d.nsym == 1 && d.k == 1 ? d.sym[0] : -1);
+    }
+    sb_puts(out, "}");
+}
+
+void cg_emit_infer_tables(Cg *c, const Graph *train, const Graph *predict)
+{
+    StrBuf *out = c->o;
+    bool *read = xcalloc((size_t)predict->nnodes + 1, sizeof *read);
+    for (NodeId i = 0; i < predict->nnodes; i++)
+        for (uint32_t k = 0; k < predict->nodes[i].ninputs; k++) read[ir_input(predict, i, (int)k)] = true;
+    for (int32_t k = 0; k < predict->noutputs; k++) read[predict->outputs[k].node] = true;
+    sb_puts(out, "/* Per input: whether the forward (the predict step) reads it; the others only the loss\n"
+                 " * and metrics. */\nstatic const bool forward_inputs[] = {");
+    int ni = 0;
+    for (NodeId i = 0; i < train->nnodes; i++) {
+        if (train->nodes[i].op != OP_INPUT) continue;
+        NodeId j = ir_find_named(predict, OP_INPUT, ir_node_name(train, i));
+        sb_printf(out, "%s%s", ni++ ? ", " : "", j != IR_NONE && read[j] ? "true" : "false");
+    }
+    if (!ni) sb_puts(out, "false");
+    free(read);
+    sb_puts(out, "};\n\n/* The forward's outputs: dtype and shape (dims at the bounds; sym: the symbol a dim is). */\n"
+                 "static const kiln_input output_info[] = {\n");
+    int no = 0;
+    for (int32_t k = 0; k < train->noutputs; k++) {
+        const Output *o = &train->outputs[k];
+        if (o->kind != OUT_FORWARD) continue;
+        const Node *n = &train->nodes[o->node];
+        sb_printf(out, "    {\"%s\", %s, ", ir_str(train, o->name), krt_dtype_c((DType)n->dtype));
+        shape_fields(out, train, &n->shape);
+        sb_puts(out, ", 0},\n");
+        no++;
+    }
+    if (!no) sb_puts(out, "    {\"\", KRT_F32, 0, {0}, {0}, 0},\n");
+    sb_puts(out, "};\n\n");
+}
+
 /* Identifies the model's computation for checkpoints: the graph without source locations,
  * so editing comments or building from another directory keeps checkpoints usable. Both
  * targets give the same hash: a checkpoint of one resumes in the other. */
@@ -411,6 +458,28 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
     if (cuda(c))
         sb_puts(out, "/* The model, as the training program sees it: its steps run on the GPU (device.cu). */\n"
                      "extern \"C\" ");
+    if (c->infer) {
+        /* An inference program: the evaluation and predict steps, no training step. */
+        sb_printf(out, "const kiln_model kiln_model_def = {\n"
+                       "    .name = \"%s\",\n    .source = %s,\n    .hash = \"%016llx\",\n"
+                       "    .nparams = %d, .params = params, .nparam_floats = %lld, .buffer_bytes = %lld,\n"
+                       "    .ninputs = %d, .inputs = inputs, .nsyms = %d, .syms = syms,\n"
+                       "    .nmetrics = %d, .metric_names = metric_names,\n"
+                       "    .noutputs = %d, .output_names = output_names, .output_dtypes = output_dtypes,\n"
+                       "    .eval_arena_bytes = %lld,\n"
+                       "    .nrecipe = %d, .recipe = recipe,\n"
+                       "    .eval_step = eval_step, .eval_gemm_flops = eval_gemm_flops,\n"
+                       "    .neval_kernels = %d, .eval_kernels = eval_kernels,\n"
+                       "    .predict_step = predict_step, .predict_gemm_flops = predict_gemm_flops,\n"
+                       "    .predict_arena_bytes = %lld, .npredict_kernels = %d, .predict_kernels = predict_kernels,\n"
+                       "    .forward_inputs = forward_inputs, .outputs = output_info,\n};\n",
+                  train->name, source_literal.data, hash, n->nparams, (long long)n->nparam_floats, (long long)n->buffer_bytes,
+                  n->ninputs, train->nsyms, n->nmetrics, n->noutputs, (long long)eval_arena, n->nrecipe, c->nkernels[1],
+                  (long long)c->predict_arena, c->npredict_kernels);
+        (void)train_arena;
+        sb_free(&source_literal);
+        return;
+    }
     sb_printf(out, "const kiln_model kiln_model_def = {\n"
                    "    .name = \"%s\",\n    .source = %s,\n    .hash = \"%016llx\",\n"
                    "    .nparams = %d, .params = params, .nparam_floats = %lld, .buffer_bytes = %lld,\n"

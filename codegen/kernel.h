@@ -44,6 +44,11 @@ typedef struct {
     size_t *kernel_at, step_at, kernel_bytes;
     int nkernel_at, capkernel_at;
     int nkernels[2]; /* of the training and evaluation steps: the profile tables */
+    /* An inference program's file (codegen_c_infer): no training step; an evaluation step
+     * and a predict step (the forward alone), and the tables only they need. */
+    bool infer;
+    int npredict_kernels;
+    int64_t predict_arena;
     int ncheck;      /* index checks called so far in the step being written */
     int nchecks_max; /* the most index checks of one step (the CUDA device's memory for them) */
 } Cg;
@@ -273,5 +278,9 @@ void cg_emit_gemm_info(Cg *c, bool table);
  * then, after both steps, kiln_model_def. */
 void cg_emit_model_tables(Cg *c, const Graph *g, char *const *recipe_kv, int nrecipe, CgModelCounts *n);
 void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_t train_arena, int64_t eval_arena);
+/* An inference program's tables (c->infer), before kiln_model_def: which inputs the
+ * forward reads, and each forward output's dtype and shape; train is the reference graph
+ * (inputs and outputs in its order), predict the forward-only graph. */
+void cg_emit_infer_tables(Cg *c, const Graph *train, const Graph *predict);
 
 #endif

@@ -998,6 +998,9 @@ static krt_status verify_checksums(const char *path, const krt_safetensors *st, 
     return KRT_OK;
 }
 
+static krt_status parse_loaded(const char *path, krt_safetensors *st, uint64_t hlen, uint64_t size, size_t shift,
+                               krt_safetensors **out, krt_error *err);
+
 krt_status krt_safetensors_read(const char *path, krt_safetensors **out, krt_error *err)
 {
     if (out) *out = NULL;
@@ -1007,7 +1010,40 @@ krt_status krt_safetensors_read(const char *path, krt_safetensors **out, krt_err
     uint64_t hlen = 0, size = 0;
     size_t shift = 0;
     krt_status rc = load_file(path, st, &hlen, &size, &shift, err);
-    if (rc != KRT_OK) goto bad;
+    if (rc != KRT_OK) {
+        krt_safetensors_free(st);
+        return rc;
+    }
+    return parse_loaded(path, st, hlen, size, shift, out, err);
+}
+
+krt_status krt_safetensors_parse(const char *name, const void *data, size_t size, krt_safetensors **out, krt_error *err)
+{
+    if (out) *out = NULL;
+    if (!name || !out || (!data && size)) return krt_fail(err, KRT_EINVAL, "safetensors: NULL %s", name ? "data or result pointer" : "name");
+    if (size < 8)
+        return krt_fail(err, KRT_EFORMAT, "%s: not a safetensors file (%zu bytes, too short even for the header length)", name, size);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | ((const unsigned char *)data)[i];
+    krt_status rc = check_length(name, hlen, size, err);
+    if (rc != KRT_OK) return rc;
+    krt_safetensors *st = calloc(1, sizeof *st);
+    if (!st || size > SIZE_MAX - 32 || !(st->buf = malloc(size + 16))) {
+        free(st);
+        return krt_fail(err, KRT_ENOMEM, "%s: out of memory for %zu bytes", name, size);
+    }
+    /* As load_file: the data section (at 8 + N) on a 16-byte boundary. */
+    size_t shift = (16 - ((uintptr_t)st->buf + 8 + (uintptr_t)hlen) % 16) % 16;
+    memcpy(st->buf + shift, data, size);
+    return parse_loaded(name, st, hlen, size, shift, out, err);
+}
+
+/* The rest of a read, once the file is in st->buf + shift (its length checked): the
+ * header, the tensors, the checksums. Frees st on failure. */
+static krt_status parse_loaded(const char *path, krt_safetensors *st, uint64_t hlen, uint64_t size, size_t shift,
+                               krt_safetensors **out, krt_error *err)
+{
+    krt_status rc;
     unsigned char *hdr = st->buf + shift + 8;
     size_t bad_at = utf8_check(hdr, (size_t)hlen);
     if (bad_at != hlen) {

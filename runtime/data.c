@@ -762,3 +762,58 @@ krt_status krt_tokens_write(const char *path, const int32_t *tokens, int64_t cou
     }
     return krt_ok(err);
 }
+
+/* ---- writing .npy ---- */
+
+krt_status krt_npy_write(const char *path, krt_dtype dtype, int rank, const int64_t *dims, const void *data, krt_error *err)
+{
+    static const char *const descr[KRT_DTYPE_COUNT] = {"|b1", "|u1", "<i4", "<i8", "<f2", NULL, "<f4", "<f8"};
+    if (!path || rank < 0 || rank > KRT_MAX_RANK || (unsigned)dtype >= KRT_DTYPE_COUNT || !descr[dtype])
+        return krt_fail(err, KRT_EINVAL, "krt_npy_write: %s", path ? "a dtype .npy cannot hold, or a bad rank" : "NULL path");
+    char shape[KRT_MAX_RANK * 24 + 8];
+    size_t o = 0;
+    int64_t count = 1;
+    for (int d = 0; d < rank; d++) {
+        o += (size_t)snprintf(shape + o, sizeof shape - o, "%lld%s", (long long)dims[d], rank == 1 ? "," : d + 1 < rank ? ", " : "");
+        count *= dims[d];
+    }
+    shape[o] = 0;
+    /* Format 1.0: magic, version, u16 header length; the header padded with spaces to a
+     * multiple of 64 bytes in all, ending with a newline. */
+    char header[512];
+    int hl = snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr[dtype], shape);
+    int total = 10 + hl + 1;
+    int pad = (64 - total % 64) % 64;
+    memset(header + hl, ' ', (size_t)pad);
+    header[hl + pad] = '\n';
+    hl += pad + 1;
+    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hl & 0xff), (unsigned char)(hl >> 8)};
+    size_t tl = strlen(path) + 32;
+    char *tmp = malloc(tl);
+    if (!tmp) return krt_fail(err, KRT_ENOMEM, "%s: out of memory", path);
+    snprintf(tmp, tl, "%s.tmp%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        krt_status s = krt_fail_errno(err, errno, path, "cannot create");
+        free(tmp);
+        return s;
+    }
+    size_t bytes = (size_t)count * krt_dtype_size(dtype);
+    bool ok = fwrite(pre, 1, 10, f) == 10 && fwrite(header, 1, (size_t)hl, f) == (size_t)hl && (!bytes || fwrite(data, 1, bytes, f) == bytes);
+    int e = errno;
+    if (fclose(f) != 0 && ok) {
+        ok = false;
+        e = errno;
+    }
+    if (ok && rename(tmp, path) != 0) {
+        ok = false;
+        e = errno;
+    }
+    if (!ok) {
+        unlink(tmp);
+        free(tmp);
+        return krt_fail_errno(err, e ? e : EIO, path, "writing failed");
+    }
+    free(tmp);
+    return KRT_OK;
+}

@@ -192,7 +192,27 @@ typedef struct kiln_model {
     const kiln_kernel_info *train_kernels, *eval_kernels;
     int nindex_checks;          /* the most index checks in one step */
     const kiln_device *device;  /* NULL: the host */
+    /* Inference programs (kiln build --infer) only; NULL and 0 in training programs, which
+     * have no predict step (and inference programs have no training step: train_step,
+     * train_gemm_flops and the train tables are NULL there). */
+    /* The forward alone in eval mode: reads only the inputs forward_inputs marks (io->inputs
+     * of the others may be NULL), writes io->outputs; no loss, no metrics. */
+    void (*predict_step)(kiln_step_io *io);
+    double (*predict_gemm_flops)(const int64_t *syms);
+    int64_t predict_arena_bytes;
+    int npredict_kernels;
+    const kiln_kernel_info *predict_kernels;
+    const bool *forward_inputs; /* per input: whether the forward reads it (else only the loss and metrics) */
+    const kiln_input *outputs;  /* per forward output: name, dtype and shape (dims at the bounds, sym as for inputs) */
 } kiln_model;
+
+/* Copies a model's parameters and buffers from a safetensors file by name (PyTorch
+ * state_dict keys and layouts; weights.c): every tensor of the model must be there with
+ * its dtype and shape, and the file must hold no other tensor. `path` names the file in
+ * messages. params: nparam_floats floats; buffers: buffer_bytes. */
+krt_status kiln_weights_check(const kiln_param *params, int nparams, const krt_safetensors *st, const char *path, krt_error *err);
+krt_status kiln_weights_load(const kiln_model *m, const krt_safetensors *st, const char *path, float *params, unsigned char *buffers,
+                             krt_error *err);
 
 #ifdef __cplusplus
 }

@@ -58,6 +58,9 @@ int64_t krt_array_count(const krt_array *a);
 krt_status krt_idx_load(const char *path, krt_array *out, krt_error *err);
 /* NumPy .npy (format 1.0/2.0/3.0, C order, little-endian): |b1 |u1 <i4 <i8 <f4 <f8. */
 krt_status krt_npy_load(const char *path, krt_array *out, krt_error *err);
+/* Writes a .npy file (format 1.0, C order, little-endian) of count(dims) elements of dtype
+ * (not bf16, which NumPy lacks), through a temporary file renamed into place. */
+krt_status krt_npy_write(const char *path, krt_dtype dtype, int rank, const int64_t *dims, const void *data, krt_error *err);
 /* Any of the formats above, chosen by the file's first bytes, not its name: IDX (00 00
  * type rank), gzip-compressed IDX (1f 8b), .npy (\x93NUMPY), token file (KILNTOK1). A
  * file of none of them is KRT_EFORMAT naming the file and the formats tried. */
@@ -250,6 +253,9 @@ typedef struct krt_safetensors krt_safetensors;
  * corrupted or foreign file is refused with a message naming it; a file without
  * checksums (written elsewhere) is read as it is. */
 krt_status krt_safetensors_read(const char *path, krt_safetensors **out, krt_error *err);
+/* The same for a file's bytes in memory (an inference program's embedded weights); `name`
+ * stands for the file in messages. The bytes are copied. */
+krt_status krt_safetensors_parse(const char *name, const void *data, size_t size, krt_safetensors **out, krt_error *err);
 int krt_safetensors_count(const krt_safetensors *st);
 /* The i-th tensor (data points into the loaded file), or NULL. */
 const krt_st_tensor *krt_safetensors_tensor(const krt_safetensors *st, int i);

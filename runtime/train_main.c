@@ -809,17 +809,9 @@ static int load_checkpoint(const char *dir, int64_t accumulate, float *params, u
         krt_safetensors_free(w);
         return 1;
     }
-    for (int i = 0; i < M->nparams; i++) {
-        const kiln_param *p = &M->params[i];
-        const krt_st_tensor *x = krt_safetensors_find(w, p->name);
-        bool ok = x && x->dtype == p->dtype && x->rank == p->rank;
-        for (int d = 0; ok && d < p->rank; d++) ok = x->dims[d] == p->dims[d];
-        if (!ok) {
-            krt_safetensors_free(w);
-            return die("%s: tensor '%s' is missing or has another shape or dtype", path, p->name);
-        }
-        memcpy(p->trainable ? (void *)(params + p->offset) : (void *)(buffers + p->offset), x->data,
-               (size_t)p->count * krt_dtype_size(p->dtype));
+    if (kiln_weights_load(M, w, path, params, buffers, &err) != KRT_OK) { /* by name, as inference programs (weights.c) */
+        krt_safetensors_free(w);
+        return die("%s", err.msg);
     }
     krt_safetensors_free(w);
     if (krt_safetensors_read(spath, &s, &err) != KRT_OK) return die("%s", err.msg);
