@@ -149,6 +149,12 @@ static const OpCase op_cases[] = {
     {"class_weights", "x: f32[4, 5], t: i64[4], w: f32[5]",
      "y = cross_entropy(x, t, weight = exp(w)) + nll_loss(log_softmax(x), t, weight = exp(w), ignore_index = 1)"
      " + cross_entropy(x, t, weight = exp(w), label_smoothing = 0.2, reduction = \"sum\")"},
+    /* PyTorch's [N, C, d1, ...] inputs with [N, d1, ...] targets (classes on axis 1), and the
+     * class axis written where a target fits both axis 1 and the last */
+    {"cross_entropy_axis1", "x: f32[2, 4, 3], t: i64[2, 3], w: f32[4], z: f32[2, 4, 3, 2], u: i32[2, 3, 2], c: f32[2, 3, 3], s: i64[2, 3]",
+     "y = cross_entropy(x, t, weight = exp(w), ignore_index = 1, label_smoothing = 0.1) + cross_entropy(z, u, reduction = \"sum\") * 0.1"
+     " + nll_loss(log_softmax(x, 1), t, reduction = \"none\") + nll_loss(log_softmax(z, 1), u, weight = exp(w), ignore_index = 0)"
+     " + cross_entropy(c, s, axis = 1) * cross_entropy(c, s, axis = -1, reduction = \"none\")"},
     {"kl_div", "x: f32[3, 4], z: f32[3, 4]",
      "y = kl_div(log_softmax(x), softmax(z), reduction = \"batchmean\") + kl_div(log_softmax(x), log_softmax(z), log_target = true)"
      " + kl_div(log_softmax(x), relu(z), reduction = \"none\")"},

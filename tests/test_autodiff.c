@@ -47,7 +47,7 @@ static const char *const layer_cases[] = {
     "gelu", "gelu_tanh", "erf", "sin_cos", "silu", "leaky_relu", "elu", "softplus", "mish", "hardswish", "floor_divide",
     "int_floor_divide", "zeros_ones_full", "like", "tril_triu", "masked_fill", "expand", "flip", "stack", "stack_last", "methods",
     "sdpa", "cumsum", "rotary", "gather_dim", "functional_layers", "functional_pools", "einsum", "interpolate", "topk", "std",
-    "cross_entropy_options", "nll_loss", "class_weights", "kl_div", "regression_losses", "bce_with_logits",
+    "cross_entropy_options", "cross_entropy_axis1", "nll_loss", "class_weights", "kl_div", "regression_losses", "bce_with_logits",
     "Sequential", "activation_modules", "Flatten", "Conv1d", "Conv1d_stride_dilation_nobias", "Conv2d_tuples", "Conv2d_groups_same",
     "Conv2d_depthwise_same_even", "Conv1d_groups_valid", "LayerNorm_dims", "MultiheadAttention", "MultiheadAttention_seq_first",
     "LSTM", "GRU", "ConvTranspose2d", "ConvTranspose2d_dilation_nobias", "MaxPool2d_options", "AvgPool2d_options", "Upsample",

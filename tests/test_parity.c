@@ -76,6 +76,11 @@ static const ParityCase cases[] = {
     /* losses */
     {"cross_entropy_options", "", "x: f32[4, 5], t: i64[4]",
      "y = cross_entropy(x, t, ignore_index = 2, label_smoothing = 0.1) + cross_entropy(x, t, reduction = \"sum\") * 0.1", false},
+    {"cross_entropy_axis1", "", "x: f32[2, 4, 3], t: i64[2, 3], w: f32[4], z: f32[2, 4, 3, 2], u: i64[2, 3, 2], c: f32[2, 3, 3], s: i64[2, 3]",
+     "y = cross_entropy(x, t, weight = detach(exp(w)), ignore_index = 1, label_smoothing = 0.1) + cross_entropy(z, u, reduction = \"sum\") * 0.1"
+     " + nll_loss(log_softmax(x, 1), t, reduction = \"none\") + nll_loss(log_softmax(z, 1), u, weight = detach(exp(w)), ignore_index = 0)"
+     " + cross_entropy(c, s, axis = 1) * cross_entropy(c, s, axis = -1, reduction = \"none\")",
+     false},
     {"nll_loss", "", "x: f32[2, 3, 5], t: i64[2, 3]",
      "y = nll_loss(log_softmax(x), t) + nll_loss(x, t, ignore_index = 1, reduction = \"none\")", false},
     {"class_weights", "", "x: f32[4, 5], t: i64[4], w: f32[5]",

@@ -83,7 +83,12 @@ REFERENCES = {
                       + F.interpolate(x, scale_factor=(0.75, 1.5)).sum()),
     "cross_entropy_options": fn(lambda x, t: F.cross_entropy(x, t, ignore_index=2, label_smoothing=0.1)
                                 + F.cross_entropy(x, t, reduction="sum") * 0.1),
-    # PyTorch's classes are on axis 1 of [N, C, d1]; Kiln's on the last axis
+    "cross_entropy_axis1": fn(lambda x, t, w, z, u, c, s: F.cross_entropy(x, t, weight=torch.exp(w).detach(), ignore_index=1,
+                                                                        label_smoothing=0.1)
+                              + F.cross_entropy(z, u, reduction="sum") * 0.1 + F.nll_loss(F.log_softmax(x, 1), t, reduction="none")
+                              + F.nll_loss(F.log_softmax(z, 1), u, weight=torch.exp(w).detach(), ignore_index=0)
+                              + F.cross_entropy(c, s) * F.cross_entropy(c.permute(0, 2, 1), s, reduction="none")),
+    # [N, d1, C] inputs with [N, d1] targets: Kiln finds the classes on the last axis, PyTorch wants them on axis 1
     "nll_loss": fn(lambda x, t: F.nll_loss(F.log_softmax(x, -1).permute(0, 2, 1), t)
                    + F.nll_loss(x.permute(0, 2, 1), t, ignore_index=1, reduction="none")),
     "class_weights": fn(lambda x, t, w: F.cross_entropy(x, t, weight=torch.exp(w).detach())
