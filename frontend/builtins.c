@@ -478,28 +478,70 @@ static Value ln_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstI
 
 /* ---- Embedding ---- */
 
+/* padding_idx (argument i: Embedding's 2, EmbeddingBag's 3), normalised as PyTorch's: none
+ * gives -1, a negative one counts from the end, outside [-n, n) is an error. */
+static bool emb_padding(Lower *L, int32_t inst, int i, AstId at, int64_t n, int64_t *pad)
+{
+    *pad = -1;
+    if (I(L, inst)->args[i].kind == V_NONE) return true;
+    if (!arg_int(L, inst, i, at, -n, n - 1, pad)) return false;
+    if (*pad < 0) *pad += n;
+    return true;
+}
+
+static int emb_padding_arg(Lower *L, int32_t inst) { return strcmp(I(L, inst)->builtin->name, "Embedding") ? 3 : 2; }
+
+/* weight [n, dim] ~ N(0, 1), its padding_idx row zeros (also under an init rule: the row is
+ * the module's, as PyTorch's reset_parameters zeroes it) */
 static bool emb_create(Lower *L, int32_t inst, AstId at)
 {
-    int64_t n, dim;
-    if (!arg_int(L, inst, 0, at, 1, MAXD, &n) || !arg_int(L, inst, 1, at, 1, MAXD, &dim)) return false;
+    int64_t n, dim, pad;
+    if (!arg_int(L, inst, 0, at, 1, MAXD, &n) || !arg_int(L, inst, 1, at, 1, MAXD, &dim) ||
+        !emb_padding(L, inst, emb_padding_arg(L, inst), at, n, &pad))
+        return false;
     Shape w = shape2(n, dim);
-    return lower_param(L, inst, "weight", &w, INIT_NORMAL, 0, 1, true, at) != IR_NONE;
+    return lower_param_zero_row(L, inst, "weight", &w, INIT_NORMAL, 0, 1, true, pad, at) != IR_NONE;
+}
+
+/* The rows of weight [n, d] looked up by x; with a padding row, that row is read through a
+ * detach (where(row != pad, weight, detach(weight))): the same values, and no gradient to
+ * it from the lookup, as PyTorch's padding_idx. */
+static NodeId emb_lookup(Lower *L, int32_t inst, NodeId x, AstId at, int64_t pad)
+{
+    NodeId weight = member_node(L, inst, "weight");
+    IrBuilder *b = &L->b;
+    int64_t n = L->g->nodes[weight].shape.d[0].k;
+    char what[300];
+    snprintf(what, sizeof what, "%s '%s'", I(L, inst)->builtin->name, I(L, inst)->path);
+    x = ir_b_check_index(b, x, n, what);
+    if (x == IR_NONE) return IR_NONE;
+    if (pad >= 0) {
+        Shape rs = shape2(n, 1);
+        NodeId rows = ir_b_iota(b, &rs, 0, DT_I64);
+        NodeId keep = rows == IR_NONE ? IR_NONE : comp_scalar_op(b, OP_NE, rows, (double)pad, false);
+        NodeId fixed = ir_b_unary(b, OP_DETACH, weight);
+        if (keep == IR_NONE || fixed == IR_NONE) return IR_NONE;
+        weight = ir_b_where(b, keep, weight, fixed);
+        if (weight == IR_NONE) return IR_NONE;
+    }
+    return ir_b_gather(b, weight, x);
+}
+
+static bool emb_indices(Lower *L, int32_t inst, NodeId x, AstId at)
+{
+    if (ir_dtype_is_int((DType)L->g->nodes[x].dtype)) return true;
+    lower_error(L, at, "%s '%s' needs integer indices, found %s", I(L, inst)->builtin->name, I(L, inst)->path,
+                ir_dtype_name((DType)L->g->nodes[x].dtype));
+    return false;
 }
 
 static Value emb_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstId at)
 {
     NodeId x = one_input(L, inst, args, nargs, at);
-    if (x == IR_NONE) return value_error();
-    if (!ir_dtype_is_int((DType)L->g->nodes[x].dtype)) {
-        lower_error(L, at, "Embedding '%s' needs integer indices, found %s", I(L, inst)->path,
-                    ir_dtype_name((DType)L->g->nodes[x].dtype));
-        return value_error();
-    }
-    NodeId weight = member_node(L, inst, "weight");
-    char what[300];
-    snprintf(what, sizeof what, "Embedding '%s'", I(L, inst)->path);
-    x = ir_b_check_index(&L->b, x, L->g->nodes[weight].shape.d[0].k, what);
-    return result(L, x == IR_NONE ? IR_NONE : ir_b_gather(&L->b, weight, x), at);
+    if (x == IR_NONE || !emb_indices(L, inst, x, at)) return value_error();
+    int64_t pad;
+    emb_padding(L, inst, 2, at, L->g->nodes[member_node(L, inst, "weight")].shape.d[0].k, &pad);
+    return result(L, emb_lookup(L, inst, x, at, pad), at);
 }
 
 /* ---- Dropout ---- */
@@ -1046,21 +1088,52 @@ static bool bag_create(Lower *L, int32_t inst, AstId at)
     return bag_mode(L, inst, at, &mode) && emb_create(L, inst, at);
 }
 
-/* EmbeddingBag on bags of one size, [B, N] indices (PyTorch's 2-D input, no offsets) */
+/* EmbeddingBag on bags of one size, [B, N] indices (PyTorch's 2-D input, no offsets). With
+ * padding_idx, PyTorch leaves that index out of its bag: the sum and the max are over the
+ * others, the mean divides by their count, and a bag of nothing but padding gives zeros. */
 static Value bag_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstId at)
 {
-    Value e = emb_apply(L, inst, args, nargs, at);
-    if (e.kind != V_TENSOR) return e;
-    int mode;
-    bag_mode(L, inst, at, &mode);
-    if (L->g->nodes[e.node].shape.rank != 3) {
+    NodeId x = one_input(L, inst, args, nargs, at);
+    if (x == IR_NONE || !emb_indices(L, inst, x, at)) return value_error();
+    if (L->g->nodes[x].shape.rank != 2) {
         lower_error(L, at, "EmbeddingBag '%s' takes [B, N] indices (bags of N), found rank %d", I(L, inst)->path,
-                    L->g->nodes[e.node].shape.rank - 1);
+                    L->g->nodes[x].shape.rank);
         return value_error();
     }
+    int mode;
+    int64_t pad;
+    bag_mode(L, inst, at, &mode);
+    emb_padding(L, inst, 3, at, L->g->nodes[member_node(L, inst, "weight")].shape.d[0].k, &pad);
     IrBuilder *b = &L->b;
-    if (mode == 0) return result(L, comp_mean(b, e.node, 2, false), at);
-    return result(L, ir_b_reduce(b, mode == 1 ? OP_REDUCE_SUM : OP_REDUCE_MAX, e.node, 2, false), at);
+    NodeId e = emb_lookup(L, inst, x, at, pad);
+    if (e == IR_NONE) return result(L, e, at);
+    if (pad < 0) {
+        if (mode == 0) return result(L, comp_mean(b, e, 2, false), at);
+        return result(L, ir_b_reduce(b, mode == 1 ? OP_REDUCE_SUM : OP_REDUCE_MAX, e, 2, false), at);
+    }
+    /* keep [B, N, 1]: the entries that count */
+    Shape ks = L->g->nodes[x].shape;
+    ks.d[ks.rank++] = ir_dim_const(1);
+    NodeId xi = ir_b_cast(b, x, DT_I64);
+    NodeId keep = xi == IR_NONE ? IR_NONE : comp_scalar_op(b, OP_NE, xi, (double)pad, false);
+    keep = keep == IR_NONE ? IR_NONE : ir_b_reshape(b, keep, &ks);
+    NodeId keepf = keep == IR_NONE ? IR_NONE : ir_b_cast(b, keep, DT_F32);
+    NodeId cnt = keepf == IR_NONE ? IR_NONE : ir_b_reduce(b, OP_REDUCE_SUM, keepf, 2, false); /* [B, 1] */
+    NodeId zero = ir_b_const(b, 0.0, DT_F32);
+    if (cnt == IR_NONE || zero == IR_NONE) return result(L, IR_NONE, at);
+    if (mode == 2) {
+        NodeId low = ir_b_const(b, -INFINITY, DT_F32);
+        NodeId m = low == IR_NONE ? IR_NONE : ir_b_where(b, keep, e, low);
+        m = m == IR_NONE ? IR_NONE : ir_b_reduce(b, OP_REDUCE_MAX, m, 2, false);
+        NodeId some = comp_scalar_op(b, OP_GT, cnt, 0.0, false);
+        return result(L, m == IR_NONE || some == IR_NONE ? IR_NONE : ir_b_where(b, some, m, zero), at);
+    }
+    NodeId s = ir_b_where(b, keep, e, zero);
+    s = s == IR_NONE ? IR_NONE : ir_b_reduce(b, OP_REDUCE_SUM, s, 2, false);
+    if (mode == 1 || s == IR_NONE) return result(L, s, at);
+    NodeId one = ir_b_const(b, 1.0, DT_F32);
+    NodeId den = one == IR_NONE ? IR_NONE : ir_b_binary(b, OP_MAX, cnt, one);
+    return result(L, den == IR_NONE ? IR_NONE : ir_b_binary(b, OP_DIV, s, den), at);
 }
 
 /* ---- ConvTranspose2d: the adjoint of Conv2d, a product then fold ---- */
@@ -1368,8 +1441,9 @@ static const BuiltinModule builtins[] = {
      mha_apply},
     {"Upsample", {"size", "scale_factor", "mode", "align_corners"}, {"none", "none", "none", "none"},
      "nearest or bilinear interpolation of [N, C, H, W] (mode none = \"nearest\")", upsample_create, upsample_apply},
-    {"EmbeddingBag", {"num_embeddings", "embedding_dim", "mode"}, {NULL, NULL, "none"},
-     "mean (mode none), sum or max of the embeddings of each bag of a [B, N] input; weight ~ N(0, 1)", bag_create, bag_apply},
+    {"EmbeddingBag", {"num_embeddings", "embedding_dim", "mode", "padding_idx"}, {NULL, NULL, "none", "none"},
+     "mean (mode none), sum or max of the embeddings of each bag of a [B, N] input, padding_idx left out; weight ~ N(0, 1)",
+     bag_create, bag_apply},
     {"LSTM", {"input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout", "bidirectional"},
      {NULL, NULL, "1", "true", "false", "0.0", "false"},
      "nn.LSTM unrolled over a fixed T from zero states: y, (h_n, c_n) = lstm(x); gates i, f, g, o", rnn_create, rnn_apply},
@@ -1392,7 +1466,8 @@ static const BuiltinModule builtins[] = {
     {"Sequential", {NULL}, {NULL}, "its modules applied in order; members named 0, 1, ... as nn.Sequential's", nothing_create, seq_apply},
     {"LayerNorm", {"normalized_shape", "eps", "elementwise_affine", "bias"}, {NULL, "1e-5", "true", "true"},
      "normalises the last axis; weight ones, bias zeros", ln_create, ln_apply},
-    {"Embedding", {"num_embeddings", "embedding_dim"}, {NULL, NULL}, "weight[idx]; weight ~ N(0, 1)", emb_create, emb_apply},
+    {"Embedding", {"num_embeddings", "embedding_dim", "padding_idx"}, {NULL, NULL, "none"},
+     "weight[idx]; weight ~ N(0, 1), the padding_idx row zeros and without gradient", emb_create, emb_apply},
     {"Dropout", {"p"}, {"0.5"}, "zeroes elements with probability p in train mode, scales by 1/(1-p)", dropout_create,
      dropout_apply},
     {"MLP", {"in_features", "hidden_features", "out_features", "dropout", "bias"}, {NULL, NULL, "0", "0.0", "true"},

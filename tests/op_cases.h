@@ -232,6 +232,14 @@ static const ModuleCase module_cases[] = {
     {"Upsample", "a = Upsample(scale_factor = 2)\nb = Upsample(size = [5, 3], mode = \"bilinear\")", "x: f32[1, 2, 3, 4]", "y = a(b(x))"},
     {"EmbeddingBag", "m = EmbeddingBag(7, 4)\nn = EmbeddingBag(7, 4, mode = \"sum\")\no = EmbeddingBag(7, 4, mode = \"max\")",
      "i: i32[2, 3], x: f32[4]", "y = (m(i) + n(i) + o(i)) * x"},
+    /* padding_idx: that row gets no gradient (j repeats index 0 often); EmbeddingBag leaves
+     * it out of its bags (a bag of nothing but padding gives zeros) */
+    {"Embedding_padding_idx", "a = Embedding(7, 4, padding_idx = 0)\nb = Embedding(7, 4, padding_idx = -2)", "i: i32[2, 3], x: f32[4]",
+     "j = i32(clamp(f32(i) - 2, 0, 6))\n y = (a(j) + b(i) + a(i)) * x"},
+    {"EmbeddingBag_padding_idx",
+     "m = EmbeddingBag(7, 4, padding_idx = 0)\nn = EmbeddingBag(7, 4, mode = \"sum\", padding_idx = 1)\n"
+     "o = EmbeddingBag(7, 4, mode = \"max\", padding_idx = 0)",
+     "i: i32[2, 3], x: f32[4]", "j = i32(clamp(f32(i) - 3, 0, 6))\n y = (m(j) + n(i) + o(j) + m(i * 0) + o(i * 0)) * x"},
     {"MultiheadAttention", "m = MultiheadAttention(8, 2, batch_first = true)", "x: f32[2, 3, 8], z: f32[2, 5, 8]",
      "o, w = m(x, z, z)\n y = o * 2 + w.sum()"},
     {"MultiheadAttention_seq_first", "m = MultiheadAttention(4, 1, bias = false)", "x: f32[3, 2, 4]", "y = m(x, x, x)[0]"},

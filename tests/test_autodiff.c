@@ -51,7 +51,7 @@ static const char *const layer_cases[] = {
     "Sequential", "activation_modules", "Flatten", "Conv1d", "Conv1d_stride_dilation_nobias", "Conv2d_tuples", "Conv2d_groups_same",
     "Conv2d_depthwise_same_even", "Conv1d_groups_valid", "LayerNorm_dims", "MultiheadAttention", "MultiheadAttention_seq_first",
     "LSTM", "GRU", "ConvTranspose2d", "ConvTranspose2d_dilation_nobias", "MaxPool2d_options", "AvgPool2d_options", "Upsample",
-    "EmbeddingBag", "BatchNorm1d", "BatchNorm1d_3d", "GroupNorm", "RMSNorm", "RMSNorm_eps", "AdaptiveAvgPool2d_1",
+    "EmbeddingBag", "Embedding_padding_idx", "EmbeddingBag_padding_idx", "BatchNorm1d", "BatchNorm1d_3d", "GroupNorm", "RMSNorm", "RMSNorm_eps", "AdaptiveAvgPool2d_1",
     "AdaptiveAvgPool2d_divisible",
 };
 #define NLAYER_CASES (sizeof layer_cases / sizeof layer_cases[0])

@@ -129,6 +129,12 @@ static const ParityCase cases[] = {
     {"Upsample", "a = Upsample(scale_factor = 2)\nb = Upsample(size = [5, 3], mode = \"bilinear\")", "x: f32[1, 2, 3, 4]", "y = a(b(x))", false},
     {"EmbeddingBag", "m = EmbeddingBag(7, 4)\nn = EmbeddingBag(7, 4, mode = \"sum\")\no = EmbeddingBag(7, 4, mode = \"max\")",
      "i: i64[2, 3]", "y = m(i) + n(i) * o(i)", false},
+    {"Embedding_padding_idx", "a = Embedding(7, 4, padding_idx = 0)\nb = Embedding(7, 4, padding_idx = -6)\ne = Embedding(5, 4)",
+     "i: i64[3, 3]", "y = a(i) + b(i) * e(i) + a(i * 0 + 2)", false},
+    {"EmbeddingBag_padding_idx",
+     "m = EmbeddingBag(7, 4, padding_idx = 0)\nn = EmbeddingBag(7, 4, mode = \"sum\", padding_idx = 1)\n"
+     "o = EmbeddingBag(7, 4, mode = \"max\", padding_idx = 2)",
+     "i: i64[3, 3]", "y = m(i) + n(i) * o(i) + m(i * 0) + o(i * 0 + 2) + n(i * 0 + 1)", false},
     {"MultiheadAttention", "m = MultiheadAttention(8, 2, batch_first = true)\nn = MultiheadAttention(8, 4)", "x: f32[2, 3, 8], z: f32[2, 5, 8]",
      "o, w = m(x, z, z)\n p, u = n(x, x, x)\n y = concat(flatten(o * 2 + w.sum()), flatten(p + u.mean()), dim = 1)", false},
     {"BatchNorm1d", "m = BatchNorm1d(4)", "x: f32[5, 4]", "y = m(x)", true},
