@@ -127,6 +127,7 @@ static void check_model_file(const char *rel)
 Test(models, mlp_gradcheck) { check_model_file("models/mlp.kiln"); }
 Test(models, cnn_gradcheck, .timeout = 300) { check_model_file("models/cnn.kiln"); }
 Test(models, gpt_gradcheck, .timeout = 300) { check_model_file("models/gpt.kiln"); }
+Test(models, llama_gradcheck, .timeout = 300) { check_model_file("models/llama.kiln"); }
 
 /* ---- the graph autodiff builds ---- */
 

@@ -28,9 +28,9 @@ static int64_t param_count(const Graph *g, bool trainable)
 
 Test(models, parameter_counts_match_pytorch)
 {
-    const char *files[] = {"models/mlp.kiln", "models/cnn.kiln", "models/gpt.kiln", "models/gpt2-124m.kiln"};
-    int64_t expect[] = {269322, 421642, 842496, 124439808};
-    for (int i = 0; i < 4; i++) {
+    const char *files[] = {"models/mlp.kiln", "models/cnn.kiln", "models/gpt.kiln", "models/gpt2-124m.kiln", "models/llama.kiln"};
+    int64_t expect[] = {269322, 421642, 842496, 124439808, 853120};
+    for (int i = 0; i < 5; i++) {
         Diag d;
         Model *m = support_compile_file(files[i], MODE_TRAIN, &d);
         cr_expect_eq(param_count(m->graph, true), expect[i], "%s: %lld parameters", files[i],
