@@ -223,6 +223,11 @@ static const ModuleCase module_cases[] = {
     {"LSTM", "m = LSTM(3, 4, num_layers = 2)", "x: f32[3, 2, 3]",
      "o, hc = m(x)\n y = concat(flatten(o), flatten(hc[0]), flatten(hc[1]), dim = 0)"},
     {"GRU", "m = GRU(3, 4, batch_first = true, bias = false)", "x: f32[2, 3, 3]", "o, h = m(x)\n y = o.sum(1) + h[0]"},
+    /* bidirectional: *_reverse parameters, outputs [T, N, 2H] (forward, reverse), h_n [2 layers, N, H] */
+    {"LSTM_bidirectional", "m = LSTM(3, 2, num_layers = 2, bidirectional = true)", "x: f32[3, 2, 3]",
+     "o, hc = m(x)\n y = concat(flatten(o, 0), flatten(hc[0], 0) * 2, flatten(hc[1], 0), dim = 0)"},
+    {"GRU_bidirectional", "m = GRU(3, 2, batch_first = true, bias = false, bidirectional = true)\nn = GRU(3, 2, bidirectional = true)",
+     "x: f32[2, 3, 3]", "o, h = m(x)\n p, u = n(x)\n y = o.sum(1) * h[1, 0, 0] + concat(h[0], h[1], dim = 1) + p[:, 0] * u.mean()"},
     {"MaxPool2d_options", "m = MaxPool2d([3, 2], stride = [2, 1], padding = 1, dilation = [1, 2], ceil_mode = true)", "x: f32[2, 2, 6, 7]",
      "y = m(x)"},
     {"AvgPool2d_options", "m = AvgPool2d(3, stride = 2, padding = 1, ceil_mode = true, count_include_pad = false)\nn = AvgPool2d([2, 3], ceil_mode = true)",

@@ -50,7 +50,7 @@ static const char *const layer_cases[] = {
     "cross_entropy_options", "cross_entropy_axis1", "nll_loss", "class_weights", "kl_div", "regression_losses", "bce_with_logits",
     "Sequential", "activation_modules", "Flatten", "Conv1d", "Conv1d_stride_dilation_nobias", "Conv2d_tuples", "Conv2d_groups_same",
     "Conv2d_depthwise_same_even", "Conv1d_groups_valid", "LayerNorm_dims", "MultiheadAttention", "MultiheadAttention_seq_first",
-    "LSTM", "GRU", "ConvTranspose2d", "ConvTranspose2d_dilation_nobias", "MaxPool2d_options", "AvgPool2d_options", "Upsample",
+    "LSTM", "GRU", "LSTM_bidirectional", "GRU_bidirectional", "ConvTranspose2d", "ConvTranspose2d_dilation_nobias", "MaxPool2d_options", "AvgPool2d_options", "Upsample",
     "EmbeddingBag", "Embedding_padding_idx", "EmbeddingBag_padding_idx", "BatchNorm1d", "BatchNorm1d_3d", "GroupNorm", "RMSNorm", "RMSNorm_eps", "AdaptiveAvgPool2d_1",
     "AdaptiveAvgPool2d_divisible",
 };

@@ -119,6 +119,12 @@ static const ParityCase cases[] = {
      false},
     {"GRU", "m = GRU(3, 4, num_layers = 2, batch_first = true)\nn = GRU(3, 2, bias = false)", "x: f32[2, 5, 3]",
      "o, h = m(x)\n p, u = n(x)\n y = o.sum() + (h * h).sum() + p * u.mean()", false},
+    {"LSTM_bidirectional", "m = LSTM(3, 4, num_layers = 2, bidirectional = true, batch_first = true)\nn = LSTM(3, 2, bidirectional = true, bias = false)",
+     "x: f32[2, 5, 3]",
+     "o, hc = m(x)\n p, qc = n(x)\n y = concat(flatten(o, 0), flatten(hc[0], 0), flatten(hc[1], 0), dim = 0).sum() + flatten(p, 0) * flatten(qc[0], 0).sum() + qc[1].mean()",
+     false},
+    {"GRU_bidirectional", "m = GRU(3, 4, num_layers = 3, bidirectional = true)", "x: f32[5, 2, 3]",
+     "o, h = m(x)\n y = o.sum() + (h * h).sum() + concat(flatten(o, 0), flatten(h, 0), dim = 0)", false},
     {"pool_options",
      "a = MaxPool2d([3, 2], stride = [2, 1], padding = 1, dilation = [1, 2], ceil_mode = true)\n"
      "b = AvgPool2d(3, stride = 2, padding = 1, ceil_mode = true, count_include_pad = false)\nc = AvgPool2d([2, 3], ceil_mode = true)\n"

@@ -140,6 +140,10 @@ REFERENCES = {
     "LSTM": mod(lambda: Members(m=nn.LSTM(3, 4, num_layers=2)), lambda m, x: lstm_case(m, x)),
     "GRU": mod(lambda: Members(m=nn.GRU(3, 4, num_layers=2, batch_first=True), n=nn.GRU(3, 2, bias=False)),
                lambda m, x: gru_case(m, x)),
+    "LSTM_bidirectional": mod(lambda: Members(m=nn.LSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True),
+                                              n=nn.LSTM(3, 2, bidirectional=True, bias=False)),
+                              lambda m, x: lstm_bidir_case(m, x)),
+    "GRU_bidirectional": mod(lambda: Members(m=nn.GRU(3, 4, num_layers=3, bidirectional=True)), lambda m, x: gru_bidir_case(m, x)),
     "BatchNorm1d": mod(lambda: Members(m=nn.BatchNorm1d(4)), lambda m, x: m.m(x["x"])),
     "BatchNorm1d_3d": mod(lambda: Members(m=nn.BatchNorm1d(3, momentum=0.2)), lambda m, x: m.m(x["x"])),
     "GroupNorm": mod(lambda: Members(m=nn.GroupNorm(2, 4)), lambda m, x: m.m(x["x"])),
@@ -158,6 +162,17 @@ def topk_case(x):
 def lstm_case(m, x):
     o, (h, c) = m.m(x["x"])
     return torch.cat([o.flatten(1), h.flatten(1), c.flatten(1)], dim=0)
+
+
+def lstm_bidir_case(m, x):
+    o, (h, c) = m.m(x["x"])
+    p, (q, r) = m.n(x["x"])  # [T, N, I]: x's first axis is the sequence here
+    return torch.cat([o.flatten(), h.flatten(), c.flatten()]).sum() + p.flatten() * q.flatten().sum() + r.mean()
+
+
+def gru_bidir_case(m, x):
+    o, h = m.m(x["x"])
+    return o.sum() + (h * h).sum() + torch.cat([o.flatten(), h.flatten()])
 
 
 def gru_case(m, x):
