@@ -328,9 +328,10 @@ void cg_emit_model_tables(Cg *c, const Graph *g, char *const *recipe_kv, int nre
         sb_printf(out, "    {\"%s\", %s, %d, {", ir_node_name(g, i), krt_dtype_c((DType)p->dtype), p->shape.rank);
         for (int k = 0; k < p->shape.rank; k++) sb_printf(out, "%s%lld", k ? ", " : "", (long long)p->shape.d[k].k);
         static const char *inits[] = {"KILN_INIT_ZEROS", "KILN_INIT_ONES", "KILN_INIT_CONSTANT", "KILN_INIT_UNIFORM", "KILN_INIT_NORMAL"};
-        sb_printf(out, "}, %lld, %lld, %s, %.17g, %.17g, %s, %s},\n", (long long)count, (long long)(trainable ? po : bo),
+        int64_t zr = ir_param_zero_row(g, i), row = zr >= 0 ? count / p->shape.d[0].k : 0;
+        sb_printf(out, "}, %lld, %lld, %s, %.17g, %.17g, %s, %s, %lld, %lld},\n", (long long)count, (long long)(trainable ? po : bo),
                   inits[ir_attrs(g, i)[0]], p->fattr[0], p->fattr[1], trainable ? "true" : "false",
-                  trainable && p->shape.rank >= 2 ? "true" : "false");
+                  trainable && p->shape.rank >= 2 ? "true" : "false", (long long)(zr * row), (long long)(zr * row + row));
         if (trainable) po += count;
         else bo += (count * ir_dtype_size((DType)p->dtype) + 7) / 8 * 8;
         n->nparams++;

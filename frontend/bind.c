@@ -331,6 +331,12 @@ bool lower_eval_init(Lower *L, const InitRule *r, const Shape *s, InitKind *kind
 NodeId lower_param(Lower *L, int32_t inst, const char *name, const Shape *s, InitKind init, double a0, double a1,
                    bool trainable, AstId at)
 {
+    return lower_param_zero_row(L, inst, name, s, init, a0, a1, trainable, -1, at);
+}
+
+NodeId lower_param_zero_row(Lower *L, int32_t inst, const char *name, const Shape *s, InitKind init, double a0, double a1,
+                            bool trainable, int64_t zero_row, AstId at)
+{
     /* The outermost matching rule wins: the user of a module overrides its defaults. */
     const InitRule *rule = NULL;
     int32_t chain[MAX_MODULE_DEPTH + 2];
@@ -354,7 +360,7 @@ NodeId lower_param(Lower *L, int32_t inst, const char *name, const Shape *s, Ini
     sb_printf(&full, "%s%s%s", L->insts[inst].path, L->insts[inst].path[0] ? "." : "", name);
     Loc saved = L->b.loc;
     L->b.loc = lower_loc(L, at);
-    NodeId p = ir_b_param(&L->b, full.data, s, init, a0, a1, trainable);
+    NodeId p = ir_b_param_zero_row(&L->b, full.data, s, init, a0, a1, trainable, zero_row);
     L->b.loc = saved;
     sb_free(&full);
     if (p == IR_NONE) lower_builder_error(L, at);

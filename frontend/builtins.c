@@ -478,28 +478,70 @@ static Value ln_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstI
 
 /* ---- Embedding ---- */
 
+/* padding_idx (argument i: Embedding's 2, EmbeddingBag's 3), normalised as PyTorch's: none
+ * gives -1, a negative one counts from the end, outside [-n, n) is an error. */
+static bool emb_padding(Lower *L, int32_t inst, int i, AstId at, int64_t n, int64_t *pad)
+{
+    *pad = -1;
+    if (I(L, inst)->args[i].kind == V_NONE) return true;
+    if (!arg_int(L, inst, i, at, -n, n - 1, pad)) return false;
+    if (*pad < 0) *pad += n;
+    return true;
+}
+
+static int emb_padding_arg(Lower *L, int32_t inst) { return strcmp(I(L, inst)->builtin->name, "Embedding") ? 3 : 2; }
+
+/* weight [n, dim] ~ N(0, 1), its padding_idx row zeros (also under an init rule: the row is
+ * the module's, as PyTorch's reset_parameters zeroes it) */
 static bool emb_create(Lower *L, int32_t inst, AstId at)
 {
-    int64_t n, dim;
-    if (!arg_int(L, inst, 0, at, 1, MAXD, &n) || !arg_int(L, inst, 1, at, 1, MAXD, &dim)) return false;
+    int64_t n, dim, pad;
+    if (!arg_int(L, inst, 0, at, 1, MAXD, &n) || !arg_int(L, inst, 1, at, 1, MAXD, &dim) ||
+        !emb_padding(L, inst, emb_padding_arg(L, inst), at, n, &pad))
+        return false;
     Shape w = shape2(n, dim);
-    return lower_param(L, inst, "weight", &w, INIT_NORMAL, 0, 1, true, at) != IR_NONE;
+    return lower_param_zero_row(L, inst, "weight", &w, INIT_NORMAL, 0, 1, true, pad, at) != IR_NONE;
+}
+
+/* The rows of weight [n, d] looked up by x; with a padding row, that row is read through a
+ * detach (where(row != pad, weight, detach(weight))): the same values, and no gradient to
+ * it from the lookup, as PyTorch's padding_idx. */
+static NodeId emb_lookup(Lower *L, int32_t inst, NodeId x, AstId at, int64_t pad)
+{
+    NodeId weight = member_node(L, inst, "weight");
+    IrBuilder *b = &L->b;
+    int64_t n = L->g->nodes[weight].shape.d[0].k;
+    char what[300];
+    snprintf(what, sizeof what, "%s '%s'", I(L, inst)->builtin->name, I(L, inst)->path);
+    x = ir_b_check_index(b, x, n, what);
+    if (x == IR_NONE) return IR_NONE;
+    if (pad >= 0) {
+        Shape rs = shape2(n, 1);
+        NodeId rows = ir_b_iota(b, &rs, 0, DT_I64);
+        NodeId keep = rows == IR_NONE ? IR_NONE : comp_scalar_op(b, OP_NE, rows, (double)pad, false);
+        NodeId fixed = ir_b_unary(b, OP_DETACH, weight);
+        if (keep == IR_NONE || fixed == IR_NONE) return IR_NONE;
+        weight = ir_b_where(b, keep, weight, fixed);
+        if (weight == IR_NONE) return IR_NONE;
+    }
+    return ir_b_gather(b, weight, x);
+}
+
+static bool emb_indices(Lower *L, int32_t inst, NodeId x, AstId at)
+{
+    if (ir_dtype_is_int((DType)L->g->nodes[x].dtype)) return true;
+    lower_error(L, at, "%s '%s' needs integer indices, found %s", I(L, inst)->builtin->name, I(L, inst)->path,
+                ir_dtype_name((DType)L->g->nodes[x].dtype));
+    return false;
 }
 
 static Value emb_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstId at)
 {
     NodeId x = one_input(L, inst, args, nargs, at);
-    if (x == IR_NONE) return value_error();
-    if (!ir_dtype_is_int((DType)L->g->nodes[x].dtype)) {
-        lower_error(L, at, "Embedding '%s' needs integer indices, found %s", I(L, inst)->path,
-                    ir_dtype_name((DType)L->g->nodes[x].dtype));
-        return value_error();
-    }
-    NodeId weight = member_node(L, inst, "weight");
-    char what[300];
-    snprintf(what, sizeof what, "Embedding '%s'", I(L, inst)->path);
-    x = ir_b_check_index(&L->b, x, L->g->nodes[weight].shape.d[0].k, what);
-    return result(L, x == IR_NONE ? IR_NONE : ir_b_gather(&L->b, weight, x), at);
+    if (x == IR_NONE || !emb_indices(L, inst, x, at)) return value_error();
+    int64_t pad;
+    emb_padding(L, inst, 2, at, L->g->nodes[member_node(L, inst, "weight")].shape.d[0].k, &pad);
+    return result(L, emb_lookup(L, inst, x, at, pad), at);
 }
 
 /* ---- Dropout ---- */
@@ -1046,21 +1088,52 @@ static bool bag_create(Lower *L, int32_t inst, AstId at)
     return bag_mode(L, inst, at, &mode) && emb_create(L, inst, at);
 }
 
-/* EmbeddingBag on bags of one size, [B, N] indices (PyTorch's 2-D input, no offsets) */
+/* EmbeddingBag on bags of one size, [B, N] indices (PyTorch's 2-D input, no offsets). With
+ * padding_idx, PyTorch leaves that index out of its bag: the sum and the max are over the
+ * others, the mean divides by their count, and a bag of nothing but padding gives zeros. */
 static Value bag_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstId at)
 {
-    Value e = emb_apply(L, inst, args, nargs, at);
-    if (e.kind != V_TENSOR) return e;
-    int mode;
-    bag_mode(L, inst, at, &mode);
-    if (L->g->nodes[e.node].shape.rank != 3) {
+    NodeId x = one_input(L, inst, args, nargs, at);
+    if (x == IR_NONE || !emb_indices(L, inst, x, at)) return value_error();
+    if (L->g->nodes[x].shape.rank != 2) {
         lower_error(L, at, "EmbeddingBag '%s' takes [B, N] indices (bags of N), found rank %d", I(L, inst)->path,
-                    L->g->nodes[e.node].shape.rank - 1);
+                    L->g->nodes[x].shape.rank);
         return value_error();
     }
+    int mode;
+    int64_t pad;
+    bag_mode(L, inst, at, &mode);
+    emb_padding(L, inst, 3, at, L->g->nodes[member_node(L, inst, "weight")].shape.d[0].k, &pad);
     IrBuilder *b = &L->b;
-    if (mode == 0) return result(L, comp_mean(b, e.node, 2, false), at);
-    return result(L, ir_b_reduce(b, mode == 1 ? OP_REDUCE_SUM : OP_REDUCE_MAX, e.node, 2, false), at);
+    NodeId e = emb_lookup(L, inst, x, at, pad);
+    if (e == IR_NONE) return result(L, e, at);
+    if (pad < 0) {
+        if (mode == 0) return result(L, comp_mean(b, e, 2, false), at);
+        return result(L, ir_b_reduce(b, mode == 1 ? OP_REDUCE_SUM : OP_REDUCE_MAX, e, 2, false), at);
+    }
+    /* keep [B, N, 1]: the entries that count */
+    Shape ks = L->g->nodes[x].shape;
+    ks.d[ks.rank++] = ir_dim_const(1);
+    NodeId xi = ir_b_cast(b, x, DT_I64);
+    NodeId keep = xi == IR_NONE ? IR_NONE : comp_scalar_op(b, OP_NE, xi, (double)pad, false);
+    keep = keep == IR_NONE ? IR_NONE : ir_b_reshape(b, keep, &ks);
+    NodeId keepf = keep == IR_NONE ? IR_NONE : ir_b_cast(b, keep, DT_F32);
+    NodeId cnt = keepf == IR_NONE ? IR_NONE : ir_b_reduce(b, OP_REDUCE_SUM, keepf, 2, false); /* [B, 1] */
+    NodeId zero = ir_b_const(b, 0.0, DT_F32);
+    if (cnt == IR_NONE || zero == IR_NONE) return result(L, IR_NONE, at);
+    if (mode == 2) {
+        NodeId low = ir_b_const(b, -INFINITY, DT_F32);
+        NodeId m = low == IR_NONE ? IR_NONE : ir_b_where(b, keep, e, low);
+        m = m == IR_NONE ? IR_NONE : ir_b_reduce(b, OP_REDUCE_MAX, m, 2, false);
+        NodeId some = comp_scalar_op(b, OP_GT, cnt, 0.0, false);
+        return result(L, m == IR_NONE || some == IR_NONE ? IR_NONE : ir_b_where(b, some, m, zero), at);
+    }
+    NodeId s = ir_b_where(b, keep, e, zero);
+    s = s == IR_NONE ? IR_NONE : ir_b_reduce(b, OP_REDUCE_SUM, s, 2, false);
+    if (mode == 1 || s == IR_NONE) return result(L, s, at);
+    NodeId one = ir_b_const(b, 1.0, DT_F32);
+    NodeId den = one == IR_NONE ? IR_NONE : ir_b_binary(b, OP_MAX, cnt, one);
+    return result(L, den == IR_NONE ? IR_NONE : ir_b_binary(b, OP_DIV, s, den), at);
 }
 
 /* ---- ConvTranspose2d: the adjoint of Conv2d, a product then fold ---- */
@@ -1149,18 +1222,22 @@ static Value convt_apply(Lower *L, int32_t inst, const Value *args, int nargs, A
 
 static bool rnn_lstm(Lower *L, int32_t inst) { return I(L, inst)->type[0] == 'L'; }
 
-static bool rnn_args(Lower *L, int32_t inst, AstId at, int64_t *in, int64_t *hid, int64_t *layers, bool *bias, bool *bf, double *p)
+static bool rnn_args(Lower *L, int32_t inst, AstId at, int64_t *in, int64_t *hid, int64_t *layers, bool *bias, bool *bf, double *p,
+                     int *dirs)
 {
     bool bidir;
     if (!arg_int(L, inst, 0, at, 1, MAXD, in) || !arg_int(L, inst, 1, at, 1, MAXD, hid) || !arg_int(L, inst, 2, at, 1, 64, layers) ||
         !arg_bool(L, inst, 3, at, bias) || !arg_bool(L, inst, 4, at, bf) || !arg_num(L, inst, 5, at, 0, 1, p) ||
         !arg_bool(L, inst, 6, at, &bidir))
         return false;
-    if (bidir) {
-        lower_error(L, arg_at(L, inst, 6, at), "%s: bidirectional = true is not supported", I(L, inst)->type);
-        return false;
-    }
+    *dirs = bidir ? 2 : 1;
     return true;
+}
+
+/* The name of one of layer l's parameters in direction d (1: PyTorch's "_reverse"). */
+static void rnn_name(char *buf, size_t n, const char *what, int64_t l, int d)
+{
+    snprintf(buf, n, "%s_l%lld%s", what, (long long)l, d ? "_reverse" : "");
 }
 
 static bool rnn_create(Lower *L, int32_t inst, AstId at)
@@ -1168,22 +1245,19 @@ static bool rnn_create(Lower *L, int32_t inst, AstId at)
     int64_t in, hid, layers;
     bool bias, bf;
     double p;
-    if (!rnn_args(L, inst, at, &in, &hid, &layers, &bias, &bf, &p)) return false;
+    int dirs;
+    if (!rnn_args(L, inst, at, &in, &hid, &layers, &bias, &bf, &p, &dirs)) return false;
     int64_t g = rnn_lstm(L, inst) ? 4 : 3;
     double bound = 1.0 / sqrt((double)hid); /* every weight and bias ~ U(-1/sqrt(H), 1/sqrt(H)) */
-    for (int64_t l = 0; l < layers; l++) {
-        char name[64];
-        Shape wih = shape2(g * hid, l ? hid : in), whh = shape2(g * hid, hid), b = shape1(g * hid);
-        snprintf(name, sizeof name, "weight_ih_l%lld", (long long)l);
-        if (lower_param(L, inst, name, &wih, INIT_UNIFORM, -bound, bound, true, at) == IR_NONE) return false;
-        snprintf(name, sizeof name, "weight_hh_l%lld", (long long)l);
-        if (lower_param(L, inst, name, &whh, INIT_UNIFORM, -bound, bound, true, at) == IR_NONE) return false;
-        if (!bias) continue;
-        snprintf(name, sizeof name, "bias_ih_l%lld", (long long)l);
-        if (lower_param(L, inst, name, &b, INIT_UNIFORM, -bound, bound, true, at) == IR_NONE) return false;
-        snprintf(name, sizeof name, "bias_hh_l%lld", (long long)l);
-        if (lower_param(L, inst, name, &b, INIT_UNIFORM, -bound, bound, true, at) == IR_NONE) return false;
-    }
+    static const char *const what[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+    for (int64_t l = 0; l < layers; l++)
+        for (int d = 0; d < dirs; d++) /* PyTorch's order: a layer's forward parameters, then its _reverse ones */
+            for (int k = 0; k < (bias ? 4 : 2); k++) {
+                char name[64];
+                rnn_name(name, sizeof name, what[k], l, d);
+                Shape s = k == 0 ? shape2(g * hid, l ? dirs * hid : in) : k == 1 ? shape2(g * hid, hid) : shape1(g * hid);
+                if (lower_param(L, inst, name, &s, INIT_UNIFORM, -bound, bound, true, at) == IR_NONE) return false;
+            }
     return true;
 }
 
@@ -1192,8 +1266,62 @@ static NodeId add2(IrBuilder *b, NodeId x, NodeId y) { return x == IR_NONE || y 
 static NodeId mul2(IrBuilder *b, NodeId x, NodeId y) { return x == IR_NONE || y == IR_NONE ? IR_NONE : ir_b_binary(b, OP_MUL, x, y); }
 static NodeId act1(IrBuilder *b, Op op, NodeId x) { return x == IR_NONE ? IR_NONE : ir_b_unary(b, op, x); }
 
+/* One direction d of layer l over x [N, T, In] from zero states: the outputs [N, T, H] (step
+ * t's at position t, also in reverse, where the steps run from T - 1 down to 0), and the
+ * final h and c [1, N, H] (the reverse direction's are those after step 0). outs holds T. */
+static NodeId rnn_direction(Lower *L, int32_t inst, NodeId x, int64_t l, int d, int64_t T, int64_t hid, Dim n, NodeId *outs,
+                            NodeId *h_last, NodeId *c_last)
+{
+    IrBuilder *b = &L->b;
+    bool lstm = rnn_lstm(L, inst);
+    int64_t g = lstm ? 4 : 3;
+    char name[64];
+    rnn_name(name, sizeof name, "weight_ih", l, d);
+    NodeId wih = member_node(L, inst, name);
+    rnn_name(name, sizeof name, "weight_hh", l, d);
+    NodeId whh = member_node(L, inst, name);
+    rnn_name(name, sizeof name, "bias_ih", l, d);
+    NodeId bih = member_node(L, inst, name);
+    rnn_name(name, sizeof name, "bias_hh", l, d);
+    NodeId bhh = member_node(L, inst, name);
+    Dim hd[2] = {n, ir_dim_const(hid)}, h3d[3] = {n, ir_dim_const(1), ir_dim_const(hid)};
+    Dim s3d[3] = {ir_dim_const(1), n, ir_dim_const(hid)}, gd[2] = {n, ir_dim_const(g * hid)};
+    Shape hs = ir_shape_make(2, hd), h3 = ir_shape_make(3, h3d), s3 = ir_shape_make(3, s3d), gs = ir_shape_make(2, gd);
+    NodeId xw = comp_linear(b, x, wih, bih); /* [N, T, G*H], every step at once */
+    NodeId h = ir_b_full(b, 0.0, DT_F32, &hs), c = h;
+    for (int64_t k = 0; k < T && xw != IR_NONE && h != IR_NONE; k++) {
+        int64_t t = d ? T - 1 - k : k;
+        NodeId xt = ir_b_slice(b, xw, 1, t, t + 1, 1);
+        xt = xt == IR_NONE ? IR_NONE : ir_b_reshape(b, xt, &gs);
+        NodeId hw = comp_linear(b, h, whh, bhh);
+        if (lstm) { /* gates i, f, g, o */
+            NodeId gt = add2(b, xt, hw);
+            NodeId ig = act1(b, OP_SIGMOID, cols(b, gt, 0, hid)), fg = act1(b, OP_SIGMOID, cols(b, gt, hid, 2 * hid));
+            NodeId gg = act1(b, OP_TANH, cols(b, gt, 2 * hid, 3 * hid)), og = act1(b, OP_SIGMOID, cols(b, gt, 3 * hid, 4 * hid));
+            c = add2(b, mul2(b, fg, c), mul2(b, ig, gg));
+            h = mul2(b, og, act1(b, OP_TANH, c));
+        } else { /* gates r, z, n: n = tanh(x_n + r (W_hn h + b_hn)), h = (1 - z) n + z h */
+            NodeId rg = act1(b, OP_SIGMOID, add2(b, cols(b, xt, 0, hid), cols(b, hw, 0, hid)));
+            NodeId zg = act1(b, OP_SIGMOID, add2(b, cols(b, xt, hid, 2 * hid), cols(b, hw, hid, 2 * hid)));
+            NodeId ng = act1(b, OP_TANH, add2(b, cols(b, xt, 2 * hid, 3 * hid), mul2(b, rg, cols(b, hw, 2 * hid, 3 * hid))));
+            NodeId omz = zg == IR_NONE ? IR_NONE : comp_scalar_op(b, OP_SUB, zg, 1.0, true);
+            h = add2(b, mul2(b, omz, ng), mul2(b, zg, h));
+        }
+        outs[t] = h == IR_NONE ? IR_NONE : ir_b_reshape(b, h, &h3);
+        if (outs[t] == IR_NONE) h = IR_NONE;
+    }
+    if (xw == IR_NONE || h == IR_NONE || (lstm && c == IR_NONE)) return IR_NONE;
+    *h_last = ir_b_reshape(b, h, &s3);
+    *c_last = lstm ? ir_b_reshape(b, c, &s3) : IR_NONE;
+    if (*h_last == IR_NONE || (lstm && *c_last == IR_NONE)) return IR_NONE;
+    return ir_b_concat(b, outs, (int)T, 1); /* [N, T, H] */
+}
+
 /* m(x) -> (output, (h_n, c_n)) for LSTM, (output, h_n) for GRU, from zero initial states:
- * x [T, N, I] (or [N, T, I] with batch_first), output [T, N, H], h_n [layers, N, H]. */
+ * x [T, N, I] (or [N, T, I] with batch_first), output [T, N, D*H], h_n [D*layers, N, H]
+ * (D = 2 with bidirectional: each layer's output is its forward and reverse outputs
+ * concatenated on the last axis, h_n and c_n hold layer l's forward state at 2l and its
+ * reverse state at 2l + 1, as PyTorch). */
 static Value rnn_apply(Lower *L, int32_t inst, const Value *args, int nargs, AstId at)
 {
     NodeId x = one_input(L, inst, args, nargs, at);
@@ -1201,7 +1329,8 @@ static Value rnn_apply(Lower *L, int32_t inst, const Value *args, int nargs, Ast
     int64_t in, hid, layers;
     bool bias, bf, lstm = rnn_lstm(L, inst);
     double p;
-    rnn_args(L, inst, at, &in, &hid, &layers, &bias, &bf, &p);
+    int dirs;
+    rnn_args(L, inst, at, &in, &hid, &layers, &bias, &bf, &p, &dirs);
     Shape xs = L->g->nodes[x].shape;
     int ta = bf ? 1 : 0;
     if (xs.rank != 3 || !ir_dim_eq(xs.d[2], ir_dim_const(in)) || !ir_dim_is_const(xs.d[ta]) || xs.d[ta].k > 4096) {
@@ -1217,62 +1346,26 @@ static Value rnn_apply(Lower *L, int32_t inst, const Value *args, int nargs, Ast
     if (!ir_dtype_is_float((DType)L->g->nodes[x].dtype)) x = ir_b_cast(b, x, DT_F32);
     if (!bf && x != IR_NONE) x = ir_b_transpose(b, x, 0, 1); /* [N, T, I] */
     if (x == IR_NONE) return lower_builder_error(L, at);
-    int64_t T = xs.d[ta].k, g = lstm ? 4 : 3;
+    int64_t T = xs.d[ta].k;
     Dim n = xs.d[bf ? 0 : 1];
-    Dim hd[2] = {n, ir_dim_const(hid)};
-    Shape hs = ir_shape_make(2, hd);
-    Dim h3d[3] = {n, ir_dim_const(1), ir_dim_const(hid)};
-    Shape h3 = ir_shape_make(3, h3d);
-    Dim s3d[3] = {ir_dim_const(1), n, ir_dim_const(hid)};
-    Shape s3 = ir_shape_make(3, s3d);
     NodeId *outs = xmalloc(sizeof(NodeId) * (size_t)T);
-    NodeId hn[64], cn[64];
+    NodeId hn[128], cn[128];
     Value r = value_error();
     for (int64_t l = 0; l < layers; l++) {
-        char name[64];
-        snprintf(name, sizeof name, "weight_ih_l%lld", (long long)l);
-        NodeId wih = member_node(L, inst, name);
-        snprintf(name, sizeof name, "weight_hh_l%lld", (long long)l);
-        NodeId whh = member_node(L, inst, name);
-        snprintf(name, sizeof name, "bias_ih_l%lld", (long long)l);
-        NodeId bih = member_node(L, inst, name);
-        snprintf(name, sizeof name, "bias_hh_l%lld", (long long)l);
-        NodeId bhh = member_node(L, inst, name);
-        NodeId xw = comp_linear(b, x, wih, bih); /* [N, T, G*H], every step at once */
-        NodeId h = ir_b_full(b, 0.0, DT_F32, &hs), c = h;
-        Dim gd[2] = {n, ir_dim_const(g * hid)};
-        Shape gs = ir_shape_make(2, gd);
-        for (int64_t t = 0; t < T && xw != IR_NONE && h != IR_NONE; t++) {
-            NodeId xt = ir_b_slice(b, xw, 1, t, t + 1, 1);
-            xt = xt == IR_NONE ? IR_NONE : ir_b_reshape(b, xt, &gs);
-            NodeId hw = comp_linear(b, h, whh, bhh);
-            if (lstm) { /* gates i, f, g, o */
-                NodeId gt = add2(b, xt, hw);
-                NodeId ig = act1(b, OP_SIGMOID, cols(b, gt, 0, hid)), fg = act1(b, OP_SIGMOID, cols(b, gt, hid, 2 * hid));
-                NodeId gg = act1(b, OP_TANH, cols(b, gt, 2 * hid, 3 * hid)), og = act1(b, OP_SIGMOID, cols(b, gt, 3 * hid, 4 * hid));
-                c = add2(b, mul2(b, fg, c), mul2(b, ig, gg));
-                h = mul2(b, og, act1(b, OP_TANH, c));
-            } else { /* gates r, z, n: n = tanh(x_n + r (W_hn h + b_hn)), h = (1 - z) n + z h */
-                NodeId rg = act1(b, OP_SIGMOID, add2(b, cols(b, xt, 0, hid), cols(b, hw, 0, hid)));
-                NodeId zg = act1(b, OP_SIGMOID, add2(b, cols(b, xt, hid, 2 * hid), cols(b, hw, hid, 2 * hid)));
-                NodeId ng = act1(b, OP_TANH, add2(b, cols(b, xt, 2 * hid, 3 * hid), mul2(b, rg, cols(b, hw, 2 * hid, 3 * hid))));
-                NodeId omz = zg == IR_NONE ? IR_NONE : comp_scalar_op(b, OP_SUB, zg, 1.0, true);
-                h = add2(b, mul2(b, omz, ng), mul2(b, zg, h));
-            }
-            outs[t] = h == IR_NONE ? IR_NONE : ir_b_reshape(b, h, &h3);
-            if (outs[t] == IR_NONE) h = IR_NONE;
+        NodeId y[2];
+        for (int d = 0; d < dirs; d++) {
+            y[d] = rnn_direction(L, inst, x, l, d, T, hid, n, outs, &hn[l * dirs + d], &cn[l * dirs + d]);
+            if (y[d] == IR_NONE) goto done;
         }
-        if (xw == IR_NONE || h == IR_NONE || (lstm && c == IR_NONE)) goto done;
-        x = ir_b_concat(b, outs, (int)T, 1); /* [N, T, H] */
-        hn[l] = ir_b_reshape(b, h, &s3);
-        cn[l] = lstm ? ir_b_reshape(b, c, &s3) : IR_NONE;
-        if (x == IR_NONE || hn[l] == IR_NONE || (lstm && cn[l] == IR_NONE)) goto done;
+        x = dirs == 1 ? y[0] : ir_b_concat(b, y, 2, 2); /* [N, T, D*H] */
+        if (x == IR_NONE) goto done;
         if (l + 1 < layers) x = comp_dropout(b, x, p, L->g->mode == MODE_TRAIN); /* between layers, as PyTorch */
         if (x == IR_NONE) goto done;
     }
     {
         NodeId out = bf ? x : ir_b_transpose(b, x, 0, 1);
-        NodeId h_n = ir_b_concat(b, hn, (int)layers, 0), c_n = lstm ? ir_b_concat(b, cn, (int)layers, 0) : IR_NONE;
+        int nstates = (int)(layers * dirs);
+        NodeId h_n = ir_b_concat(b, hn, nstates, 0), c_n = lstm ? ir_b_concat(b, cn, nstates, 0) : IR_NONE;
         if (out == IR_NONE || h_n == IR_NONE || (lstm && c_n == IR_NONE)) goto done;
         r = (Value){.kind = V_TUPLE, .node = IR_NONE, .count = 2};
         Value second = value_tensor(h_n);
@@ -1368,14 +1461,17 @@ static const BuiltinModule builtins[] = {
      mha_apply},
     {"Upsample", {"size", "scale_factor", "mode", "align_corners"}, {"none", "none", "none", "none"},
      "nearest or bilinear interpolation of [N, C, H, W] (mode none = \"nearest\")", upsample_create, upsample_apply},
-    {"EmbeddingBag", {"num_embeddings", "embedding_dim", "mode"}, {NULL, NULL, "none"},
-     "mean (mode none), sum or max of the embeddings of each bag of a [B, N] input; weight ~ N(0, 1)", bag_create, bag_apply},
+    {"EmbeddingBag", {"num_embeddings", "embedding_dim", "mode", "padding_idx"}, {NULL, NULL, "none", "none"},
+     "mean (mode none), sum or max of the embeddings of each bag of a [B, N] input, padding_idx left out; weight ~ N(0, 1)",
+     bag_create, bag_apply},
     {"LSTM", {"input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout", "bidirectional"},
      {NULL, NULL, "1", "true", "false", "0.0", "false"},
-     "nn.LSTM unrolled over a fixed T from zero states: y, (h_n, c_n) = lstm(x); gates i, f, g, o", rnn_create, rnn_apply},
+     "nn.LSTM unrolled over a fixed T from zero states: y, (h_n, c_n) = lstm(x); gates i, f, g, o; bidirectional: *_reverse",
+     rnn_create, rnn_apply},
     {"GRU", {"input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout", "bidirectional"},
      {NULL, NULL, "1", "true", "false", "0.0", "false"},
-     "nn.GRU unrolled over a fixed T from a zero state: y, h_n = gru(x); gates r, z, n", rnn_create, rnn_apply},
+     "nn.GRU unrolled over a fixed T from a zero state: y, h_n = gru(x); gates r, z, n; bidirectional: *_reverse", rnn_create,
+     rnn_apply},
     {"ReLU", {NULL}, {NULL}, "relu(x)", nothing_create, act_apply},
     {"Sigmoid", {NULL}, {NULL}, "sigmoid(x)", nothing_create, act_apply},
     {"Tanh", {NULL}, {NULL}, "tanh(x)", nothing_create, act_apply},
@@ -1392,7 +1488,8 @@ static const BuiltinModule builtins[] = {
     {"Sequential", {NULL}, {NULL}, "its modules applied in order; members named 0, 1, ... as nn.Sequential's", nothing_create, seq_apply},
     {"LayerNorm", {"normalized_shape", "eps", "elementwise_affine", "bias"}, {NULL, "1e-5", "true", "true"},
      "normalises the last axis; weight ones, bias zeros", ln_create, ln_apply},
-    {"Embedding", {"num_embeddings", "embedding_dim"}, {NULL, NULL}, "weight[idx]; weight ~ N(0, 1)", emb_create, emb_apply},
+    {"Embedding", {"num_embeddings", "embedding_dim", "padding_idx"}, {NULL, NULL, "none"},
+     "weight[idx]; weight ~ N(0, 1), the padding_idx row zeros and without gradient", emb_create, emb_apply},
     {"Dropout", {"p"}, {"0.5"}, "zeroes elements with probability p in train mode, scales by 1/(1-p)", dropout_create,
      dropout_apply},
     {"MLP", {"in_features", "hidden_features", "out_features", "dropout", "bias"}, {NULL, NULL, "0", "0.0", "true"},

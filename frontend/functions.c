@@ -228,8 +228,67 @@ static bool reduction_arg(Lower *L, const BoundArgs *a, int i, const char *fn, L
     return true;
 }
 
+/* True when target shape t is input shape x without its axis k. */
+static bool shape_without_axis(const Shape *x, const Shape *t, int k)
+{
+    if (t->rank != x->rank - 1) return false;
+    for (int i = 0, j = 0; i < x->rank; i++) {
+        if (i == k) continue;
+        if (!ir_dim_eq(x->d[i], t->d[j++])) return false;
+    }
+    return true;
+}
+
+/* The class axis of cross_entropy's or nll_loss's input x (its argument axis, at index ai):
+ * written, or else found from the target's shape: PyTorch's axis 1 of [N, C, d1, ...] with
+ * targets [N, d1, ...], or the last axis of [..., C] with targets [...] (the two agree for
+ * [N, C]); when a target fits both, the axis must be written. -1 after an error. */
+static int class_axis(Lower *L, const BoundArgs *a, int ai, NodeId x, NodeId y, const char *name, AstId call)
+{
+    Shape xs = L->g->nodes[x].shape, ts = L->g->nodes[y].shape;
+    int last = xs.rank - 1;
+    if (a->v[ai].kind != V_NONE) {
+        int ax;
+        if (!axis_arg(L, a, ai, name, xs.rank, &ax)) return -1;
+        return ax;
+    }
+    if (xs.rank < 3 || ts.rank != xs.rank - 1 || !ir_dtype_is_int((DType)L->g->nodes[y].dtype)) return last;
+    bool one = shape_without_axis(&xs, &ts, 1), end = shape_without_axis(&xs, &ts, last);
+    if (one && end) {
+        StrBuf t, s;
+        sb_init(&t);
+        sb_init(&s);
+        ir_shape_format(&t, L->g, &ts);
+        ir_shape_format(&s, L->g, &xs);
+        lower_error(L, call,
+                    "%s: target shape %s fits the input shape %s with the classes on axis 1 (PyTorch's [N, C, d1, ...]) and on the "
+                    "last axis: write axis = 1 or axis = -1",
+                    name, t.data, s.data);
+        sb_free(&t);
+        sb_free(&s);
+        return -1;
+    }
+    if (one) return 1;
+    if (!end) {
+        StrBuf t, s;
+        sb_init(&t);
+        sb_init(&s);
+        ir_shape_format(&t, L->g, &ts);
+        ir_shape_format(&s, L->g, &xs);
+        lower_error(L, call,
+                    "%s: target shape %s must equal the input shape %s without its class axis: axis 1 (PyTorch's [N, C, d1, ...] "
+                    "with targets [N, d1, ...]) or the last",
+                    name, t.data, s.data);
+        sb_free(&t);
+        sb_free(&s);
+        return -1;
+    }
+    return last;
+}
+
 /* cross_entropy (0) and nll_loss (1): ignore_index (none: every target counts; PyTorch's
- * default is -100), label_smoothing (cross_entropy), reduction; mse (2) as before */
+ * default is -100), label_smoothing (cross_entropy), reduction, weight, and the class axis
+ * (class_axis: PyTorch's axis 1 or the last), moved last; mse (2) as before */
 static Value fn_loss(Lower *L, const BoundArgs *a, AstId call, int v)
 {
     static const char *names[] = {"cross_entropy", "nll_loss", "mse"};
@@ -237,6 +296,17 @@ static Value fn_loss(Lower *L, const BoundArgs *a, AstId call, int v)
     NodeId x = tensor(L, a, 0, name), y = tensor(L, a, 1, name);
     if (x == IR_NONE || y == IR_NONE) return value_error();
     if (v == 2) return done(L, comp_mse(&L->b, x, y), call);
+    int axis = class_axis(L, a, v == 0 ? 6 : 5, x, y, name, call);
+    if (axis < 0) return value_error();
+    int rank = L->g->nodes[x].shape.rank;
+    if (axis != rank - 1) {
+        int perm[IR_MAX_RANK];
+        for (int i = 0, j = 0; i < rank; i++)
+            if (i != axis) perm[j++] = i;
+        perm[rank - 1] = axis;
+        x = ir_b_permute(&L->b, x, perm);
+        if (x == IR_NONE) return lower_builder_error(L, call);
+    }
     LossReduction r;
     if (!reduction_arg(L, a, 3, name, &r)) return value_error();
     int64_t ignore = 0;
@@ -1148,8 +1218,8 @@ static const Function functions[] = {
     {"u8", "x", fn_cast, DT_U8}, {"bool", "x", fn_cast, DT_BOOL},
     {"softmax", "x, axis|dim=-1", fn_softmax, 0}, {"log_softmax", "x, axis|dim=-1", fn_softmax, 1},
     {"logsumexp", "x, axis|dim=-1, keepdim=false", fn_softmax, 2},
-    {"cross_entropy", "input|logits, target, ignore_index=none, reduction=\"mean\", label_smoothing=0.0, weight=none", fn_loss, 0},
-    {"nll_loss", "input, target, ignore_index=none, reduction=\"mean\", weight=none", fn_loss, 1},
+    {"cross_entropy", "input|logits, target, ignore_index=none, reduction=\"mean\", label_smoothing=0.0, weight=none, axis=none", fn_loss, 0},
+    {"nll_loss", "input, target, ignore_index=none, reduction=\"mean\", weight=none, axis=none", fn_loss, 1},
     {"kl_div", "input, target, reduction=\"mean\", log_target=false", fn_kl_div, 0},
     {"mse", "input, target", fn_loss, 2}, {"mse_loss", "input, target", fn_loss, 2},
     {"l1_loss", "input, target, reduction=\"mean\"", fn_regression_loss, 0},

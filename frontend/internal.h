@@ -208,6 +208,10 @@ const BuiltinModule *builtin_all(int *n);
 /* Creates parameter `name` of inst with the given shape, applying init rules; returns it. */
 NodeId lower_param(Lower *L, int32_t inst, const char *name, const Shape *s, InitKind init, double a0, double a1,
                    bool trainable, AstId at);
+/* The same with row zero_row (axis 0) initialised to zeros whatever the init, an init rule's
+ * included (Embedding's padding_idx); -1: none. */
+NodeId lower_param_zero_row(Lower *L, int32_t inst, const char *name, const Shape *s, InitKind init, double a0, double a1,
+                            bool trainable, int64_t zero_row, AstId at);
 Value *inst_member(Lower *L, int32_t inst, const char *name);
 /* Adds a module instance below parent (path parent.name) and a member to an instance. */
 int32_t lower_inst_new(Lower *L, int32_t parent, const char *name, const char *type, Loc loc);

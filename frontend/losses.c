@@ -2,7 +2,7 @@
  * primitive IR ops: nll_loss and cross_entropy with ignore_index and label_smoothing,
  * l1_loss, smooth_l1_loss, huber_loss and binary_cross_entropy_with_logits (pos_weight,
  * weight), each with PyTorch's reduction ("mean", "sum", "none"). Classes are on the last
- * axis, as for Kiln's cross_entropy. Each returns IR_NONE when the builder rejects a step
+ * axis here: functions.c moves PyTorch's axis 1 of [N, C, d1, ...] there first. Each returns IR_NONE when the builder rejects a step
  * (its message is in b->err). */
 #include "internal.h"
 

@@ -89,11 +89,19 @@ NodeId ir_b_input(IrBuilder *b, const char *name, DType t, const Shape *s)
 
 NodeId ir_b_param(IrBuilder *b, const char *name, const Shape *s, InitKind init, double a0, double a1, bool trainable)
 {
+    return ir_b_param_zero_row(b, name, s, init, a0, a1, trainable, -1);
+}
+
+NodeId ir_b_param_zero_row(IrBuilder *b, const char *name, const Shape *s, InitKind init, double a0, double a1, bool trainable,
+                           int64_t zero_row)
+{
     if (!check_size(b, s, name)) return IR_NONE;
     for (int i = 0; i < s->rank; i++)
         if (!ir_dim_is_const(s->d[i])) return fail(b, "parameter %s: dimensions must be numbers, found %s", name, shp(b, s));
-    int64_t attrs[2] = {init, trainable};
-    NodeId id = add(b, OP_PARAM, DT_F32, s, NULL, 0, attrs, 2);
+    if (zero_row >= 0 && (s->rank < 1 || zero_row >= s->d[0].k))
+        return fail(b, "parameter %s: zero row %lld is outside %s", name, (long long)zero_row, shp(b, s));
+    int64_t attrs[3] = {init, trainable, zero_row};
+    NodeId id = add(b, OP_PARAM, DT_F32, s, NULL, 0, attrs, zero_row >= 0 ? 3 : 2);
     b->g->nodes[id].fattr[0] = a0;
     b->g->nodes[id].fattr[1] = a1;
     ir_set_name(b->g, id, name);
@@ -620,4 +628,11 @@ NodeId ir_b_fold(IrBuilder *b, NodeId x, const Shape *out, int kh, int kw, int s
         return fail(b, "fold: %s does not unfold from %s with a %dx%d window", shp(b, xs), shp(b, out), kh, kw);
     int64_t a[6] = {kh, kw, sh, sw, dh, dw};
     return add(b, OP_FOLD, nd(b, x)->dtype, out, &x, 1, a, 6);
+}
+
+int64_t ir_param_zero_row(const Graph *g, NodeId p)
+{
+    const Node *n = &g->nodes[p];
+    if (n->op != OP_PARAM || n->nattrs < 3 || (uint64_t)n->attrs + 3 > (uint64_t)g->nattrs) return -1;
+    return ir_attrs(g, p)[2];
 }

@@ -139,7 +139,7 @@ static void put_node(StrBuf *b, const Graph *g, NodeId id)
     switch (known ? (Op)n->op : OP_COUNT) {
     case OP_INPUT: sb_puts(b, ", shape=ellipse, style=filled, fillcolor=\"#c6e2ff\""); break;
     case OP_PARAM: {
-        bool trainable = n->nattrs == 2 && (uint64_t)n->attrs + 2 <= (uint64_t)g->nattrs && g->attrs[n->attrs + 1];
+        bool trainable = n->nattrs >= 2 && (uint64_t)n->attrs + 2 <= (uint64_t)g->nattrs && g->attrs[n->attrs + 1];
         sb_printf(b, ", shape=box3d, style=filled, fillcolor=\"%s\"", trainable ? "#ffe4b5" : "#e0e0e0");
         break;
     }

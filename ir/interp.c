@@ -724,6 +724,11 @@ void interp_init_params(Interp *ip, uint64_t seed)
             case INIT_COUNT: v[e] = 0; break;
             }
         }
+        int64_t zr = ir_param_zero_row(g, id); /* Embedding's padding_idx row */
+        if (zr >= 0 && t.rank >= 1 && zr < t.dims[0]) {
+            int64_t row = t.n / t.dims[0];
+            for (int64_t e = zr * row; e < (zr + 1) * row; e++) v[e] = 0;
+        }
         interp_normalise((DType)nd->dtype, v, t.n);
         set_leaf(ip, id, &t, v);
     }

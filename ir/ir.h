@@ -227,6 +227,12 @@ typedef struct {
 
 NodeId ir_b_input(IrBuilder *b, const char *name, DType t, const Shape *s);
 NodeId ir_b_param(IrBuilder *b, const char *name, const Shape *s, InitKind init, double a0, double a1, bool trainable);
+/* The same with row zero_row (on axis 0) initialised to zeros whatever the init (Embedding's
+ * padding_idx); -1: none, as ir_b_param. The row is the param's optional third attr. */
+NodeId ir_b_param_zero_row(IrBuilder *b, const char *name, const Shape *s, InitKind init, double a0, double a1, bool trainable,
+                           int64_t zero_row);
+/* A param's zero row (ir_b_param_zero_row), or -1 when it has none. */
+int64_t ir_param_zero_row(const Graph *g, NodeId p);
 NodeId ir_b_const(IrBuilder *b, double v, DType t);
 NodeId ir_b_full(IrBuilder *b, double v, DType t, const Shape *s);
 NodeId ir_b_iota(IrBuilder *b, const Shape *s, int axis, DType t);

@@ -109,7 +109,7 @@ static bool attrs_fit(OpAttrs layout, uint32_t nattrs)
     switch (layout) {
     case ATTRS_NONE: case ATTRS_INPUT: case ATTRS_CONST: return nattrs == 0;
     case ATTRS_AXIS: case ATTRS_AXES: case ATTRS_STREAM: case ATTRS_LIMIT: return nattrs == 1;
-    case ATTRS_PARAM: return nattrs == 2;
+    case ATTRS_PARAM: return nattrs == 2 || nattrs == 3;
     case ATTRS_SLICE: return nattrs == 4;
     case ATTRS_WINDOW: return nattrs == 6;
     case ATTRS_PERM: return true;
@@ -151,6 +151,7 @@ static void put_attrs(StrBuf *b, const Graph *g, const Node *n, const int64_t *a
         if (a[1] == 1) sb_puts(b, " trainable");
         else if (a[1] == 0) sb_puts(b, " buffer");
         else sb_printf(b, " trainable=%lld", (long long)a[1]);
+        if (n->nattrs == 3) sb_printf(b, " zero_row=%lld", (long long)a[2]);
         break;
     }
     case ATTRS_CONST: sb_putc(b, ' '); put_double(b, n->fattr[0]); break;

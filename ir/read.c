@@ -573,6 +573,11 @@ static bool param_attrs(Parser *P, double *fattr)
         expected(P, "'trainable' or 'buffer'");
         return false;
     }
+    if (lit(P, "zero_row=")) {
+        int64_t row;
+        if (!integer(P, &row, "an integer")) return false;
+        push_attr(P, row);
+    }
     return true;
 }
 

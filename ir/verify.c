@@ -200,6 +200,8 @@ static void check_leaf(V *v, NodeId id, const int64_t *a)
         if (!n->name) problem(v, id, "param has no name");
         if (a[0] < 0 || a[0] >= INIT_COUNT) problem(v, id, "unknown init kind %lld", (long long)a[0]);
         if (a[1] != 0 && a[1] != 1) problem(v, id, "trainable flag is %lld, expected 0 or 1", (long long)a[1]);
+        if (n->nattrs == 3 && (a[2] < 0 || n->shape.rank < 1 || a[2] >= n->shape.d[0].k))
+            problem(v, id, "zero row %lld is outside axis 0", (long long)a[2]);
         break;
     case OP_IOTA: axis_ok(v, id, a[0], n->shape.rank); break;
     case OP_RANDOM_UNIFORM:
@@ -608,6 +610,7 @@ static void check_node(V *v, NodeId id)
         }
     }
     int want = want_attrs(info->attrs, n->shape.rank);
+    if (info->attrs == ATTRS_PARAM && n->nattrs == 3) want = 3; /* with a zero row */
     if (want >= 0 && n->nattrs != (uint32_t)want) {
         problem(v, id, "expects %d attribute%s, got %u", want, want == 1 ? "" : "s", n->nattrs);
         return;

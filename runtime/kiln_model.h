@@ -26,6 +26,8 @@ typedef struct {
     double init_a, init_b;
     bool trainable;
     bool decay;       /* weight decay applies by default (rank >= 2) */
+    int64_t zero_from, zero_to; /* elements [zero_from, zero_to) start at zero whatever the init
+                                   (Embedding's padding_idx row); equal: none */
 } kiln_param;
 
 typedef struct {

@@ -339,6 +339,7 @@ static void init_params(float *params, unsigned char *buffers, uint64_t seed)
             case KILN_INIT_UNIFORM: v = p->init_a + (p->init_b - p->init_a) * kiln_rng_uniform53(seed, key, 0, (uint64_t)e); break;
             case KILN_INIT_NORMAL: v = p->init_a + p->init_b * kiln_rng_normal(seed, key, 0, (uint64_t)e); break;
             }
+            if (e >= p->zero_from && e < p->zero_to) v = 0;
             if (p->trainable) params[p->offset + e] = (float)v;
             else if (p->dtype == KRT_F32) ((float *)(buffers + p->offset))[e] = (float)v;
             else if (p->dtype == KRT_I64) ((int64_t *)(buffers + p->offset))[e] = (int64_t)v;

@@ -149,6 +149,12 @@ static const OpCase op_cases[] = {
     {"class_weights", "x: f32[4, 5], t: i64[4], w: f32[5]",
      "y = cross_entropy(x, t, weight = exp(w)) + nll_loss(log_softmax(x), t, weight = exp(w), ignore_index = 1)"
      " + cross_entropy(x, t, weight = exp(w), label_smoothing = 0.2, reduction = \"sum\")"},
+    /* PyTorch's [N, C, d1, ...] inputs with [N, d1, ...] targets (classes on axis 1), and the
+     * class axis written where a target fits both axis 1 and the last */
+    {"cross_entropy_axis1", "x: f32[2, 4, 3], t: i64[2, 3], w: f32[4], z: f32[2, 4, 3, 2], u: i32[2, 3, 2], c: f32[2, 3, 3], s: i64[2, 3]",
+     "y = cross_entropy(x, t, weight = exp(w), ignore_index = 1, label_smoothing = 0.1) + cross_entropy(z, u, reduction = \"sum\") * 0.1"
+     " + nll_loss(log_softmax(x, 1), t, reduction = \"none\") + nll_loss(log_softmax(z, 1), u, weight = exp(w), ignore_index = 0)"
+     " + cross_entropy(c, s, axis = 1) * cross_entropy(c, s, axis = -1, reduction = \"none\")"},
     {"kl_div", "x: f32[3, 4], z: f32[3, 4]",
      "y = kl_div(log_softmax(x), softmax(z), reduction = \"batchmean\") + kl_div(log_softmax(x), log_softmax(z), log_target = true)"
      " + kl_div(log_softmax(x), relu(z), reduction = \"none\")"},
@@ -217,6 +223,11 @@ static const ModuleCase module_cases[] = {
     {"LSTM", "m = LSTM(3, 4, num_layers = 2)", "x: f32[3, 2, 3]",
      "o, hc = m(x)\n y = concat(flatten(o), flatten(hc[0]), flatten(hc[1]), dim = 0)"},
     {"GRU", "m = GRU(3, 4, batch_first = true, bias = false)", "x: f32[2, 3, 3]", "o, h = m(x)\n y = o.sum(1) + h[0]"},
+    /* bidirectional: *_reverse parameters, outputs [T, N, 2H] (forward, reverse), h_n [2 layers, N, H] */
+    {"LSTM_bidirectional", "m = LSTM(3, 2, num_layers = 2, bidirectional = true)", "x: f32[3, 2, 3]",
+     "o, hc = m(x)\n y = concat(flatten(o, 0), flatten(hc[0], 0) * 2, flatten(hc[1], 0), dim = 0)"},
+    {"GRU_bidirectional", "m = GRU(3, 2, batch_first = true, bias = false, bidirectional = true)\nn = GRU(3, 2, bidirectional = true)",
+     "x: f32[2, 3, 3]", "o, h = m(x)\n p, u = n(x)\n y = o.sum(1) * h[1, 0, 0] + concat(h[0], h[1], dim = 1) + p[:, 0] * u.mean()"},
     {"MaxPool2d_options", "m = MaxPool2d([3, 2], stride = [2, 1], padding = 1, dilation = [1, 2], ceil_mode = true)", "x: f32[2, 2, 6, 7]",
      "y = m(x)"},
     {"AvgPool2d_options", "m = AvgPool2d(3, stride = 2, padding = 1, ceil_mode = true, count_include_pad = false)\nn = AvgPool2d([2, 3], ceil_mode = true)",
@@ -226,6 +237,14 @@ static const ModuleCase module_cases[] = {
     {"Upsample", "a = Upsample(scale_factor = 2)\nb = Upsample(size = [5, 3], mode = \"bilinear\")", "x: f32[1, 2, 3, 4]", "y = a(b(x))"},
     {"EmbeddingBag", "m = EmbeddingBag(7, 4)\nn = EmbeddingBag(7, 4, mode = \"sum\")\no = EmbeddingBag(7, 4, mode = \"max\")",
      "i: i32[2, 3], x: f32[4]", "y = (m(i) + n(i) + o(i)) * x"},
+    /* padding_idx: that row gets no gradient (j repeats index 0 often); EmbeddingBag leaves
+     * it out of its bags (a bag of nothing but padding gives zeros) */
+    {"Embedding_padding_idx", "a = Embedding(7, 4, padding_idx = 0)\nb = Embedding(7, 4, padding_idx = -2)", "i: i32[2, 3], x: f32[4]",
+     "j = i32(clamp(f32(i) - 2, 0, 6))\n y = (a(j) + b(i) + a(i)) * x"},
+    {"EmbeddingBag_padding_idx",
+     "m = EmbeddingBag(7, 4, padding_idx = 0)\nn = EmbeddingBag(7, 4, mode = \"sum\", padding_idx = 1)\n"
+     "o = EmbeddingBag(7, 4, mode = \"max\", padding_idx = 0)",
+     "i: i32[2, 3], x: f32[4]", "j = i32(clamp(f32(i) - 3, 0, 6))\n y = (m(j) + n(i) + o(j) + m(i * 0) + o(i * 0)) * x"},
     {"MultiheadAttention", "m = MultiheadAttention(8, 2, batch_first = true)", "x: f32[2, 3, 8], z: f32[2, 5, 8]",
      "o, w = m(x, z, z)\n y = o * 2 + w.sum()"},
     {"MultiheadAttention_seq_first", "m = MultiheadAttention(4, 1, bias = false)", "x: f32[3, 2, 4]", "y = m(x, x, x)[0]"},

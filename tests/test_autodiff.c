@@ -47,11 +47,11 @@ static const char *const layer_cases[] = {
     "gelu", "gelu_tanh", "erf", "sin_cos", "silu", "leaky_relu", "elu", "softplus", "mish", "hardswish", "floor_divide",
     "int_floor_divide", "zeros_ones_full", "like", "tril_triu", "masked_fill", "expand", "flip", "stack", "stack_last", "methods",
     "sdpa", "cumsum", "rotary", "gather_dim", "functional_layers", "functional_pools", "einsum", "interpolate", "topk", "std",
-    "cross_entropy_options", "nll_loss", "class_weights", "kl_div", "regression_losses", "bce_with_logits",
+    "cross_entropy_options", "cross_entropy_axis1", "nll_loss", "class_weights", "kl_div", "regression_losses", "bce_with_logits",
     "Sequential", "activation_modules", "Flatten", "Conv1d", "Conv1d_stride_dilation_nobias", "Conv2d_tuples", "Conv2d_groups_same",
     "Conv2d_depthwise_same_even", "Conv1d_groups_valid", "LayerNorm_dims", "MultiheadAttention", "MultiheadAttention_seq_first",
-    "LSTM", "GRU", "ConvTranspose2d", "ConvTranspose2d_dilation_nobias", "MaxPool2d_options", "AvgPool2d_options", "Upsample",
-    "EmbeddingBag", "BatchNorm1d", "BatchNorm1d_3d", "GroupNorm", "RMSNorm", "RMSNorm_eps", "AdaptiveAvgPool2d_1",
+    "LSTM", "GRU", "LSTM_bidirectional", "GRU_bidirectional", "ConvTranspose2d", "ConvTranspose2d_dilation_nobias", "MaxPool2d_options", "AvgPool2d_options", "Upsample",
+    "EmbeddingBag", "Embedding_padding_idx", "EmbeddingBag_padding_idx", "BatchNorm1d", "BatchNorm1d_3d", "GroupNorm", "RMSNorm", "RMSNorm_eps", "AdaptiveAvgPool2d_1",
     "AdaptiveAvgPool2d_divisible",
 };
 #define NLAYER_CASES (sizeof layer_cases / sizeof layer_cases[0])
@@ -127,6 +127,7 @@ static void check_model_file(const char *rel)
 Test(models, mlp_gradcheck) { check_model_file("models/mlp.kiln"); }
 Test(models, cnn_gradcheck, .timeout = 300) { check_model_file("models/cnn.kiln"); }
 Test(models, gpt_gradcheck, .timeout = 300) { check_model_file("models/gpt.kiln"); }
+Test(models, llama_gradcheck, .timeout = 300) { check_model_file("models/llama.kiln"); }
 
 /* ---- the graph autodiff builds ---- */
 

@@ -230,6 +230,7 @@ static void compare_file(const char *rel, int64_t symval)
 Test(models, mlp, .timeout = 300) { compare_file("models/mlp.kiln", 5); }
 Test(models, cnn, .timeout = 300) { compare_file("models/cnn.kiln", 2); }
 Test(models, gpt, .timeout = 300) { compare_file("models/gpt.kiln", 3); }
+Test(models, llama, .timeout = 300) { compare_file("models/llama.kiln", 3); }
 
 /* The text of the first kernel whose header comment contains title, up to the next kernel. */
 static char *kernel_text(const char *code, const char *title)

@@ -59,8 +59,8 @@ Test(cuda_codegen, unsupported_kernels_are_named_with_their_model_line)
  * written by the target. */
 Test(cuda_codegen, every_model_is_written_whole)
 {
-    static const char *const models[] = {"mlp", "cnn", "gpt", "gpt2-124m"};
-    for (int m = 0; m < 4; m++) {
+    static const char *const models[] = {"mlp", "cnn", "gpt", "gpt2-124m", "llama"};
+    for (int m = 0; m < 5; m++) {
         char dir[] = "/tmp/kiln-cudacg-XXXXXX";
         cr_assert(mkdtemp(dir));
         char args[256], path[300];

@@ -28,9 +28,9 @@ static int64_t param_count(const Graph *g, bool trainable)
 
 Test(models, parameter_counts_match_pytorch)
 {
-    const char *files[] = {"models/mlp.kiln", "models/cnn.kiln", "models/gpt.kiln", "models/gpt2-124m.kiln"};
-    int64_t expect[] = {269322, 421642, 842496, 124439808};
-    for (int i = 0; i < 4; i++) {
+    const char *files[] = {"models/mlp.kiln", "models/cnn.kiln", "models/gpt.kiln", "models/gpt2-124m.kiln", "models/llama.kiln"};
+    int64_t expect[] = {269322, 421642, 842496, 124439808, 853120};
+    for (int i = 0; i < 5; i++) {
         Diag d;
         Model *m = support_compile_file(files[i], MODE_TRAIN, &d);
         cr_expect_eq(param_count(m->graph, true), expect[i], "%s: %lld parameters", files[i],
@@ -526,4 +526,49 @@ Test(graph, intern_after_clone)
     cr_expect_str_eq(ir_str(c, fresh), "another");
     ir_graph_free(c);
     ir_graph_free(g);
+}
+
+/* Embedding(padding_idx) and EmbeddingBag(padding_idx): that row starts at zero (an init
+ * rule included, as the module's own), the others as the init says; the IR text keeps it. */
+Test(semantics, padding_idx_row_starts_at_zero)
+{
+    Diag d;
+    Model *m = compile_text(
+                       "model t\na = Embedding(5, 3, padding_idx = 1)\nb = Embedding(5, 3, padding_idx = -1)\n"
+                       "c = EmbeddingBag(5, 3, padding_idx = 0)\ninit b.weight = uniform(1, 2)\n"
+                       "forward(i: i64[2, 2]) -> y {\n y = a(i).sum(1) + b(i).sum(1) + c(i)\n}\nloss(y) = sum(y)\n",
+                       MODE_TRAIN, &d);
+    cr_assert(m, "%s", d.out.data);
+    Interp ip;
+    interp_init(&ip, m->graph);
+    interp_init_params(&ip, 3);
+    static const struct {
+        const char *name;
+        int row;
+    } cases[] = {{"a.weight", 1}, {"b.weight", 4}, {"c.weight", 0}};
+    for (int k = 0; k < 3; k++) {
+        NodeId p = ir_find_named(m->graph, OP_PARAM, cases[k].name);
+        cr_assert_eq(ir_param_zero_row(m->graph, p), cases[k].row);
+        const double *w = interp_value(&ip, p)->data;
+        for (int r = 0; r < 5; r++)
+            for (int e = 0; e < 3; e++) {
+                if (r == cases[k].row) cr_expect_eq(w[r * 3 + e], 0.0, "%s[%d, %d] = %g", cases[k].name, r, e, w[r * 3 + e]);
+                else cr_expect_neq(w[r * 3 + e], 0.0, "%s[%d, %d]", cases[k].name, r, e);
+            }
+    }
+    StrBuf text;
+    sb_init(&text);
+    ir_print(m->graph, &text);
+    cr_expect(strstr(text.data, "\"b.weight\" init=uniform(1.0, 2.0) trainable zero_row=4"), "%s", text.data);
+    Diag rd;
+    diag_init(&rd, NULL);
+    Graph *back = ir_read(text.data, text.len, "padding.ir", &rd);
+    cr_assert(back, "%s", rd.out.data);
+    cr_expect_eq(ir_param_zero_row(back, ir_find_named(back, OP_PARAM, "a.weight")), 1);
+    ir_graph_free(back);
+    diag_free(&rd);
+    sb_free(&text);
+    interp_free(&ip);
+    frontend_model_free(m);
+    diag_free(&d);
 }

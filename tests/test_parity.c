@@ -76,6 +76,11 @@ static const ParityCase cases[] = {
     /* losses */
     {"cross_entropy_options", "", "x: f32[4, 5], t: i64[4]",
      "y = cross_entropy(x, t, ignore_index = 2, label_smoothing = 0.1) + cross_entropy(x, t, reduction = \"sum\") * 0.1", false},
+    {"cross_entropy_axis1", "", "x: f32[2, 4, 3], t: i64[2, 3], w: f32[4], z: f32[2, 4, 3, 2], u: i64[2, 3, 2], c: f32[2, 3, 3], s: i64[2, 3]",
+     "y = cross_entropy(x, t, weight = detach(exp(w)), ignore_index = 1, label_smoothing = 0.1) + cross_entropy(z, u, reduction = \"sum\") * 0.1"
+     " + nll_loss(log_softmax(x, 1), t, reduction = \"none\") + nll_loss(log_softmax(z, 1), u, weight = detach(exp(w)), ignore_index = 0)"
+     " + cross_entropy(c, s, axis = 1) * cross_entropy(c, s, axis = -1, reduction = \"none\")",
+     false},
     {"nll_loss", "", "x: f32[2, 3, 5], t: i64[2, 3]",
      "y = nll_loss(log_softmax(x), t) + nll_loss(x, t, ignore_index = 1, reduction = \"none\")", false},
     {"class_weights", "", "x: f32[4, 5], t: i64[4], w: f32[5]",
@@ -114,6 +119,12 @@ static const ParityCase cases[] = {
      false},
     {"GRU", "m = GRU(3, 4, num_layers = 2, batch_first = true)\nn = GRU(3, 2, bias = false)", "x: f32[2, 5, 3]",
      "o, h = m(x)\n p, u = n(x)\n y = o.sum() + (h * h).sum() + p * u.mean()", false},
+    {"LSTM_bidirectional", "m = LSTM(3, 4, num_layers = 2, bidirectional = true, batch_first = true)\nn = LSTM(3, 2, bidirectional = true, bias = false)",
+     "x: f32[2, 5, 3]",
+     "o, hc = m(x)\n p, qc = n(x)\n y = concat(flatten(o, 0), flatten(hc[0], 0), flatten(hc[1], 0), dim = 0).sum() + flatten(p, 0) * flatten(qc[0], 0).sum() + qc[1].mean()",
+     false},
+    {"GRU_bidirectional", "m = GRU(3, 4, num_layers = 3, bidirectional = true)", "x: f32[5, 2, 3]",
+     "o, h = m(x)\n y = o.sum() + (h * h).sum() + concat(flatten(o, 0), flatten(h, 0), dim = 0)", false},
     {"pool_options",
      "a = MaxPool2d([3, 2], stride = [2, 1], padding = 1, dilation = [1, 2], ceil_mode = true)\n"
      "b = AvgPool2d(3, stride = 2, padding = 1, ceil_mode = true, count_include_pad = false)\nc = AvgPool2d([2, 3], ceil_mode = true)\n"
@@ -124,6 +135,12 @@ static const ParityCase cases[] = {
     {"Upsample", "a = Upsample(scale_factor = 2)\nb = Upsample(size = [5, 3], mode = \"bilinear\")", "x: f32[1, 2, 3, 4]", "y = a(b(x))", false},
     {"EmbeddingBag", "m = EmbeddingBag(7, 4)\nn = EmbeddingBag(7, 4, mode = \"sum\")\no = EmbeddingBag(7, 4, mode = \"max\")",
      "i: i64[2, 3]", "y = m(i) + n(i) * o(i)", false},
+    {"Embedding_padding_idx", "a = Embedding(7, 4, padding_idx = 0)\nb = Embedding(7, 4, padding_idx = -6)\ne = Embedding(5, 4)",
+     "i: i64[3, 3]", "y = a(i) + b(i) * e(i) + a(i * 0 + 2)", false},
+    {"EmbeddingBag_padding_idx",
+     "m = EmbeddingBag(7, 4, padding_idx = 0)\nn = EmbeddingBag(7, 4, mode = \"sum\", padding_idx = 1)\n"
+     "o = EmbeddingBag(7, 4, mode = \"max\", padding_idx = 2)",
+     "i: i64[3, 3]", "y = m(i) + n(i) * o(i) + m(i * 0) + o(i * 0 + 2) + n(i * 0 + 1)", false},
     {"MultiheadAttention", "m = MultiheadAttention(8, 2, batch_first = true)\nn = MultiheadAttention(8, 4)", "x: f32[2, 3, 8], z: f32[2, 5, 8]",
      "o, w = m(x, z, z)\n p, u = n(x, x, x)\n y = concat(flatten(o * 2 + w.sum()), flatten(p + u.mean()), dim = 1)", false},
     {"BatchNorm1d", "m = BatchNorm1d(4)", "x: f32[5, 4]", "y = m(x)", true},
@@ -290,5 +307,119 @@ Test(parity, functions_modules_and_losses_match_pytorch, .timeout = 300)
                      rc == 77 ? "PyTorch is not installed" : "there is no /usr/bin/python3");
     }
     cr_expect_eq(rc, 0, "torch_parity.py exited %d:\n%s", rc, out.data);
+    sb_free(&out);
+}
+
+/* models/llama.kiln against bench/reference_llama.py, its PyTorch twin: the same weights
+ * (Kiln's initialisation, rounded to float32, loaded with strict=True), a batch of 2 windows
+ * of 16 bytes; the loss, every gradient, and the loss after one training step of the
+ * model's recipe (clip 1.0, then AdamW lr 3e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1
+ * on matrices), within a relative 1e-5 in float32 (tests/parity/torch_llama.py). */
+Test(parity, llama_matches_its_pytorch_twin, .timeout = 300)
+{
+    Diag d;
+    Model *m = support_compile_file("models/llama.kiln", MODE_TRAIN, &d);
+    cr_assert(m, "%s", d.out.data);
+    Graph *g = ir_graph_clone(m->graph);
+    StrBuf err, o;
+    sb_init(&err);
+    sb_init(&o);
+    AutodiffOptions ao = {.wrt_inputs = false};
+    cr_assert_eq(pass_autodiff(g, &ao, &err), 0, "%s", err.data);
+    Interp ip;
+    interp_init(&ip, g);
+    enum { NB = 2, NT = 16 };
+    cr_assert_eq(interp_set_symbol(&ip, "B", NB), 0);
+    cr_assert_eq(interp_set_symbol(&ip, "T", NT), 0);
+    /* bytes of a text, the targets the next byte */
+    const char *text = "Q: What is a compiler?\nA: A program that writes programs for you, if you ask it nicely.";
+    double idx[NB * NT], tgt[NB * NT];
+    for (int b = 0; b < NB; b++)
+        for (int t = 0; t < NT; t++) {
+            idx[b * NT + t] = (unsigned char)text[b * 37 + t];
+            tgt[b * NT + t] = (unsigned char)text[b * 37 + t + 1];
+        }
+    NodeId in_idx = ir_find_named(g, OP_INPUT, "idx"), in_tgt = ir_find_named(g, OP_INPUT, "targets");
+    cr_assert(in_idx != IR_NONE && in_tgt != IR_NONE);
+    interp_set(&ip, in_idx, idx);
+    interp_set(&ip, in_tgt, tgt);
+    interp_init_params(&ip, 5);
+    for (NodeId i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == OP_PARAM)
+            for (int64_t e = 0; e < ip.vals[i].n; e++) ip.vals[i].data[e] = (double)(float)ip.vals[i].data[e];
+    cr_assert_eq(interp_run(&ip), 0, "%s", ip.err.data);
+    NodeId loss = output_node(g, OUT_LOSS, NULL);
+    double loss0 = ip.vals[loss].data[0];
+    sb_puts(&o, "{\"params\": [");
+    int np = 0;
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        if (g->nodes[i].op != OP_PARAM) continue;
+        if (np++) sb_puts(&o, ", ");
+        put_tensor(&o, ir_node_name(g, i), &ip.vals[i], "f32", true);
+    }
+    sb_puts(&o, "], \"inputs\": [");
+    put_tensor(&o, "idx", &ip.vals[in_idx], "i64", false);
+    sb_puts(&o, ", ");
+    put_tensor(&o, "targets", &ip.vals[in_tgt], "i64", false);
+    sb_printf(&o, "], \"loss\": %.17g, \"grads\": [", loss0);
+    /* the global gradient norm, for clipping as torch.nn.utils.clip_grad_norm_ */
+    double norm2 = 0;
+    int ng = 0;
+    for (int32_t k = 0; k < g->noutputs; k++) {
+        if (g->outputs[k].kind != OUT_GRAD) continue;
+        const ITensor *gt = &ip.vals[g->outputs[k].node];
+        for (int64_t e = 0; e < gt->n; e++) norm2 += gt->data[e] * gt->data[e];
+        if (ng++) sb_puts(&o, ", ");
+        put_tensor(&o, ir_str(g, g->outputs[k].name), gt, "f32", true);
+    }
+    cr_assert_gt(ng, 0);
+    double clip = fmin(1.0, 1.0 / (sqrt(norm2) + 1e-6));
+    /* AdamW's first step: m = (1 - b1) g, v = (1 - b2) g^2, bias-corrected m / (sqrt(v) + eps)
+     * = g / (|g| + eps), after decoupled decay p (1 - lr wd) on matrices */
+    const double lr = 3e-4, wd = 0.1, eps = 1e-8;
+    for (int32_t k = 0; k < g->noutputs; k++) {
+        if (g->outputs[k].kind != OUT_GRAD) continue;
+        NodeId p = ir_find_named(g, OP_PARAM, ir_str(g, g->outputs[k].name));
+        cr_assert_neq(p, IR_NONE);
+        const ITensor *gt = &ip.vals[g->outputs[k].node];
+        bool decay = g->nodes[p].shape.rank >= 2;
+        double *w = malloc(sizeof(double) * (size_t)(gt->n ? gt->n : 1));
+        for (int64_t e = 0; e < gt->n; e++) {
+            double gr = (double)(float)(gt->data[e] * clip), pv = ip.vals[p].data[e];
+            if (decay) pv *= 1 - lr * wd;
+            w[e] = (double)(float)(pv - lr * gr / (fabs(gr) + eps));
+        }
+        interp_set(&ip, p, w);
+        free(w);
+    }
+    cr_assert_eq(interp_run(&ip), 0, "%s", ip.err.data);
+    sb_printf(&o, "], \"grad_norm\": %.17g, \"loss_after_step\": %.17g}\n", sqrt(norm2), ip.vals[loss].data[0]);
+    interp_free(&ip);
+    ir_graph_free(g);
+    frontend_model_free(m);
+    diag_free(&d);
+    sb_free(&err);
+    char path[] = "/tmp/kiln-llama-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    cr_assert(f);
+    fwrite(o.data, 1, o.len, f);
+    fclose(f);
+    sb_free(&o);
+    char script[600], cmd[1400];
+    snprintf(script, sizeof script, "%s", support_path("tests/parity/torch_llama.py")); /* support_path's buffer is reused */
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s' '%s'", script, path, support_path("bench/reference_llama.py"));
+    StrBuf out;
+    sb_init(&out);
+    int rc = support_run(cmd, &out);
+    remove(path);
+    cr_log_info("%s", out.data);
+    if (rc == 77 || rc == 127) {
+        sb_free(&out);
+        cr_skip_test("%s (Debian's python3-torch): models/llama.kiln's parity with PyTorch not checked",
+                     rc == 77 ? "PyTorch is not installed" : "there is no /usr/bin/python3");
+    }
+    cr_expect_eq(rc, 0, "torch_llama.py exited %d:\n%s", rc, out.data);
     sb_free(&out);
 }

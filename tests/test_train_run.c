@@ -746,3 +746,33 @@ Test(run, eval_flags_need_evaluation_data)
     cr_expect(strstr(out.data, "eval at step 0: "), "%s", out.data);
     sb_free(&out);
 }
+
+/* Embedding(padding_idx) in the generated program: the row starts at zero (the C runtime's
+ * initialisation) and stays zero through AdamW steps (no gradient; decay of zero is zero),
+ * while the other rows move. Index 0 is in every sample (its three small features). */
+Test(run, padding_idx_row_starts_at_zero_and_stays)
+{
+    write_data();
+    const char *text = "model pad\nemb = Embedding(4, 3, padding_idx = 0)\nfc = Linear(12, 3)\n"
+                       "forward(x: u8[B, 4]) -> logits {\n    logits = fc(flatten(emb(i32(x) // 64)))\n}\n"
+                       "loss(logits, y: u8[B]) = cross_entropy(logits, y)\n"
+                       "train {\n    data = idx(x = \"x.idx\", y = \"y.idx\")\n    optimizer = AdamW(lr = 0.05)\n    batch = 4\n"
+                       "    steps = 6\n    checkpoint = every(steps = 6)\n}\n";
+    put("pad.kiln", text, strlen(text));
+    StrBuf out;
+    sb_init(&out);
+    char args[512];
+    snprintf(args, sizeof args, "build %s -o %s", at("pad.kiln"), at("pad"));
+    cr_assert_eq(support_run_kiln(args, &out), 0, "kiln build failed:\n%s", out.data);
+    cr_assert_eq(run("./pad", &out), 0, "%s", out.data);
+    krt_safetensors *st;
+    krt_error err;
+    cr_assert_eq(krt_safetensors_read(at("checkpoints/step-00000006/model.safetensors"), &st, &err), KRT_OK, "%s", err.msg);
+    const krt_st_tensor *w = krt_safetensors_find(st, "emb.weight");
+    cr_assert(w && w->dtype == KRT_F32 && w->rank == 2 && w->dims[0] == 4 && w->dims[1] == 3);
+    const float *v = w->data;
+    for (int e = 0; e < 3; e++) cr_expect_eq(v[e], 0.0f, "emb.weight[0, %d] = %g", e, (double)v[e]);
+    for (int e = 3; e < 12; e++) cr_expect_neq(v[e], 0.0f, "emb.weight[%d, %d]", e / 3, e % 3);
+    krt_safetensors_free(st);
+    sb_free(&out);
+}

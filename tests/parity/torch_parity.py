@@ -83,7 +83,12 @@ REFERENCES = {
                       + F.interpolate(x, scale_factor=(0.75, 1.5)).sum()),
     "cross_entropy_options": fn(lambda x, t: F.cross_entropy(x, t, ignore_index=2, label_smoothing=0.1)
                                 + F.cross_entropy(x, t, reduction="sum") * 0.1),
-    # PyTorch's classes are on axis 1 of [N, C, d1]; Kiln's on the last axis
+    "cross_entropy_axis1": fn(lambda x, t, w, z, u, c, s: F.cross_entropy(x, t, weight=torch.exp(w).detach(), ignore_index=1,
+                                                                        label_smoothing=0.1)
+                              + F.cross_entropy(z, u, reduction="sum") * 0.1 + F.nll_loss(F.log_softmax(x, 1), t, reduction="none")
+                              + F.nll_loss(F.log_softmax(z, 1), u, weight=torch.exp(w).detach(), ignore_index=0)
+                              + F.cross_entropy(c, s) * F.cross_entropy(c.permute(0, 2, 1), s, reduction="none")),
+    # [N, d1, C] inputs with [N, d1] targets: Kiln finds the classes on the last axis, PyTorch wants them on axis 1
     "nll_loss": fn(lambda x, t: F.nll_loss(F.log_softmax(x, -1).permute(0, 2, 1), t)
                    + F.nll_loss(x.permute(0, 2, 1), t, ignore_index=1, reduction="none")),
     "class_weights": fn(lambda x, t, w: F.cross_entropy(x, t, weight=torch.exp(w).detach())
@@ -116,6 +121,14 @@ REFERENCES = {
     "EmbeddingBag": mod(lambda: Members(m=nn.EmbeddingBag(7, 4), n=nn.EmbeddingBag(7, 4, mode="sum"),
                                         o=nn.EmbeddingBag(7, 4, mode="max")),
                         lambda m, x: m.m(x["i"]) + m.n(x["i"]) * m.o(x["i"])),
+    "Embedding_padding_idx": mod(lambda: Members(a=nn.Embedding(7, 4, padding_idx=0), b=nn.Embedding(7, 4, padding_idx=-6),
+                                                 e=nn.Embedding(5, 4)),
+                                 lambda m, x: m.a(x["i"]) + m.b(x["i"]) * m.e(x["i"]) + m.a(x["i"] * 0 + 2)),
+    "EmbeddingBag_padding_idx": mod(lambda: Members(m=nn.EmbeddingBag(7, 4, padding_idx=0),
+                                                    n=nn.EmbeddingBag(7, 4, mode="sum", padding_idx=1),
+                                                    o=nn.EmbeddingBag(7, 4, mode="max", padding_idx=2)),
+                                    lambda m, x: m.m(x["i"]) + m.n(x["i"]) * m.o(x["i"]) + m.m(x["i"] * 0)
+                                    + m.o(x["i"] * 0 + 2) + m.n(x["i"] * 0 + 1)),
     "ConvTranspose2d": mod(lambda: Members(m=nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1, output_padding=1),
                                            n=nn.ConvTranspose2d(3, 2, (2, 3), dilation=2, bias=False)),
                            lambda m, x: m.n(m.m(x["x"]))),
@@ -127,6 +140,10 @@ REFERENCES = {
     "LSTM": mod(lambda: Members(m=nn.LSTM(3, 4, num_layers=2)), lambda m, x: lstm_case(m, x)),
     "GRU": mod(lambda: Members(m=nn.GRU(3, 4, num_layers=2, batch_first=True), n=nn.GRU(3, 2, bias=False)),
                lambda m, x: gru_case(m, x)),
+    "LSTM_bidirectional": mod(lambda: Members(m=nn.LSTM(3, 4, num_layers=2, bidirectional=True, batch_first=True),
+                                              n=nn.LSTM(3, 2, bidirectional=True, bias=False)),
+                              lambda m, x: lstm_bidir_case(m, x)),
+    "GRU_bidirectional": mod(lambda: Members(m=nn.GRU(3, 4, num_layers=3, bidirectional=True)), lambda m, x: gru_bidir_case(m, x)),
     "BatchNorm1d": mod(lambda: Members(m=nn.BatchNorm1d(4)), lambda m, x: m.m(x["x"])),
     "BatchNorm1d_3d": mod(lambda: Members(m=nn.BatchNorm1d(3, momentum=0.2)), lambda m, x: m.m(x["x"])),
     "GroupNorm": mod(lambda: Members(m=nn.GroupNorm(2, 4)), lambda m, x: m.m(x["x"])),
@@ -145,6 +162,17 @@ def topk_case(x):
 def lstm_case(m, x):
     o, (h, c) = m.m(x["x"])
     return torch.cat([o.flatten(1), h.flatten(1), c.flatten(1)], dim=0)
+
+
+def lstm_bidir_case(m, x):
+    o, (h, c) = m.m(x["x"])
+    p, (q, r) = m.n(x["x"])  # [T, N, I]: x's first axis is the sequence here
+    return torch.cat([o.flatten(), h.flatten(), c.flatten()]).sum() + p.flatten() * q.flatten().sum() + r.mean()
+
+
+def gru_bidir_case(m, x):
+    o, h = m.m(x["x"])
+    return o.sum() + (h * h).sum() + torch.cat([o.flatten(), h.flatten()])
 
 
 def gru_case(m, x):
