@@ -280,7 +280,7 @@ Test(cuda_train, every_model_compiles_for_sm80_and_sm90_without_spills, .timeout
     if (!*KILN_NVCC) {
         cr_skip_test("no CUDA toolkit: nvcc cannot be run here");
     }
-    static const char *const models[] = {"mlp", "cnn", "gpt", "gpt2-124m"};
+    static const char *const models[] = {"mlp", "cnn", "gpt", "gpt2-124m", "llama"};
     char dir[] = "/tmp/kiln-cudanvcc-XXXXXX";
     cr_assert(mkdtemp(dir));
     for (size_t m = 0; m < sizeof models / sizeof *models; m++) {
