@@ -254,36 +254,25 @@ static int class_axis(Lower *L, const BoundArgs *a, int ai, NodeId x, NodeId y, 
     }
     if (xs.rank < 3 || ts.rank != xs.rank - 1 || !ir_dtype_is_int((DType)L->g->nodes[y].dtype)) return last;
     bool one = shape_without_axis(&xs, &ts, 1), end = shape_without_axis(&xs, &ts, last);
-    if (one && end) {
-        StrBuf t, s;
-        sb_init(&t);
-        sb_init(&s);
-        ir_shape_format(&t, L->g, &ts);
-        ir_shape_format(&s, L->g, &xs);
+    if (one != end) return one ? 1 : last;
+    StrBuf t, s; /* both forms fit, or neither: say which shapes */
+    sb_init(&t);
+    sb_init(&s);
+    ir_shape_format(&t, L->g, &ts);
+    ir_shape_format(&s, L->g, &xs);
+    if (one)
         lower_error(L, call,
                     "%s: target shape %s fits the input shape %s with the classes on axis 1 (PyTorch's [N, C, d1, ...]) and on the "
                     "last axis: write axis = 1 or axis = -1",
                     name, t.data, s.data);
-        sb_free(&t);
-        sb_free(&s);
-        return -1;
-    }
-    if (one) return 1;
-    if (!end) {
-        StrBuf t, s;
-        sb_init(&t);
-        sb_init(&s);
-        ir_shape_format(&t, L->g, &ts);
-        ir_shape_format(&s, L->g, &xs);
+    else
         lower_error(L, call,
                     "%s: target shape %s must equal the input shape %s without its class axis: axis 1 (PyTorch's [N, C, d1, ...] "
                     "with targets [N, d1, ...]) or the last",
                     name, t.data, s.data);
-        sb_free(&t);
-        sb_free(&s);
-        return -1;
-    }
-    return last;
+    sb_free(&t);
+    sb_free(&s);
+    return -1;
 }
 
 /* cross_entropy (0) and nll_loss (1): ignore_index (none: every target counts; PyTorch's
