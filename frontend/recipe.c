@@ -757,11 +757,12 @@ static bool check_groups(const Ast *a, AstId e, const KeySpec *ks, const Inputs 
             }
             ok = false;
         } else {
+            Loc at = pat->loc; /* pat lies in g->args, which push moves */
             RecipeValue *pv = push(&g->args, &g->nargs);
             pv->key = xstrdup("params");
             pv->kind = RV_STR;
             pv->str = xstrdup(list.data);
-            pv->loc = pat->loc;
+            pv->loc = at;
         }
         sb_free(&list);
     }
