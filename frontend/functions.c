@@ -250,6 +250,18 @@ static int class_axis(Lower *L, const BoundArgs *a, int ai, NodeId x, NodeId y, 
     if (a->v[ai].kind != V_NONE) {
         int ax;
         if (!axis_arg(L, a, ai, name, xs.rank, &ax)) return -1;
+        if (ir_dtype_is_int((DType)L->g->nodes[y].dtype) && !shape_without_axis(&xs, &ts, ax)) {
+            StrBuf t, s;
+            sb_init(&t);
+            sb_init(&s);
+            ir_shape_format(&t, L->g, &ts);
+            ir_shape_format(&s, L->g, &xs);
+            lower_error(L, a->at[ai], "%s: target shape %s must equal the input shape %s without its class axis %d", name, t.data,
+                        s.data, ax);
+            sb_free(&t);
+            sb_free(&s);
+            return -1;
+        }
         return ax;
     }
     if (xs.rank < 3 || ts.rank != xs.rank - 1 || !ir_dtype_is_int((DType)L->g->nodes[y].dtype)) return last;
