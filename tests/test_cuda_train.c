@@ -301,7 +301,12 @@ Test(cuda_train, every_model_compiles_for_sm80_and_sm90_without_spills, .timeout
                stack, max_regs);
         cr_expect_gt(kernels, 0, "%s", out.data);
         cr_expect_eq(spilling, 0, "%s: %s", models[m], out.data);
-        cr_expect_eq(stack, 0, "%s: %s", models[m], out.data);
+        /* llama's rotary embedding calls sinf and cosf, whose exact argument reduction for
+         * large arguments (Payne-Hanek) keeps a small array in local memory: a stack frame
+         * that is not a spill, in its four sin/cos kernels (training and evaluation). Every
+         * other model has none. */
+        if (strcmp(models[m], "llama")) cr_expect_eq(stack, 0, "%s: %s", models[m], out.data);
+        else cr_expect_leq(stack, 4, "%s: %d kernels with a stack frame: %s", models[m], stack, out.data);
         sb_free(&out);
     }
     support_remove_dir(dir);
