@@ -131,7 +131,7 @@ void build_fingerprint(StrBuf *key)
         fclose(f);
     }
     /* the runtime and every header the generated code includes */
-    const char *files[] = {KILN_RUNTIME_LIB, KILN_TRAIN_MAIN, KILN_INFER_MAIN, KILN_RUNTIME_DIR "/kiln_model.h", KILN_RUNTIME_DIR "/kiln_gemm.h",
+    const char *files[] = {KILN_RUNTIME_LIB, KILN_TRAIN_MAIN, KILN_TRAIN_BENCH, KILN_INFER_MAIN, KILN_RUNTIME_DIR "/kiln_model.h", KILN_RUNTIME_DIR "/kiln_gemm.h",
                            KILN_RUNTIME_DIR "/kiln_math.h", KILN_RUNTIME_DIR "/kiln_rng.h", KILN_RUNTIME_DIR "/optim_elem.h",
                            KILN_RUNTIME_DIR "/cuda/kiln_cuda.h", KILN_RUNTIME_DIR "/cuda/kiln_cuda_model.h", KILN_RUNTIME_DIR "/cuda/device.cu",
                            KILN_CUDA_EMU_LIB};
@@ -188,6 +188,7 @@ int build_program(const char *model_c, const char *prog, const char *extra_cflag
     shell_word(&cmd, obj[0].data);
     shell_word(&cmd, obj[1].data);
     shell_word(&cmd, infer ? KILN_INFER_MAIN : KILN_TRAIN_MAIN);
+    if (!infer) shell_word(&cmd, KILN_TRAIN_BENCH);
     sb_puts(&cmd, "-o ");
     shell_word(&cmd, prog);
     shell_word(&cmd, KILN_RUNTIME_LIB);
@@ -246,6 +247,7 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
     shell_word(&cmd, obj[0].data);
     shell_word(&cmd, obj[1].data);
     shell_word(&cmd, KILN_TRAIN_MAIN);
+    shell_word(&cmd, KILN_TRAIN_BENCH);
     sb_puts(&cmd, "-o ");
     shell_word(&cmd, prog);
     shell_word(&cmd, KILN_RUNTIME_LIB);

@@ -26,6 +26,7 @@
 
 #include "kiln_model.h"
 #include "kiln_rng.h"
+#include "train_internal.h"
 
 extern const kiln_model kiln_model_def;
 static const kiln_model *M = &kiln_model_def;
@@ -37,7 +38,7 @@ static void on_sigint(int sig)
     interrupted = 1;
 }
 
-static int die(const char *fmt, ...)
+int tm_die(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -51,7 +52,7 @@ static int die(const char *fmt, ...)
 /* A computed index out of range stopped the step at its check (kiln_model.h): the error
  * names the model line, the layer, the value and the step (1-based; `when` says whether it
  * was the training step or an evaluation after that many steps). */
-static int index_failed(const kiln_step_io *io, const char *when, int64_t step)
+int tm_index_failed(const kiln_step_io *io, const char *when, int64_t step)
 {
     const kiln_index_check *c = io->index_error;
     if (!c) return 0;
@@ -66,7 +67,7 @@ static int index_failed(const kiln_step_io *io, const char *when, int64_t step)
 static const char *ov_key[MAX_OVERRIDES], *ov_val[MAX_OVERRIDES];
 static int nov;
 
-static const char *recipe(const char *key, const char *dflt)
+const char *tm_recipe(const char *key, const char *dflt)
 {
     for (int i = nov - 1; i >= 0; i--)
         if (!strcmp(ov_key[i], key)) return ov_val[i];
@@ -77,14 +78,14 @@ static const char *recipe(const char *key, const char *dflt)
 
 static double recipe_num(const char *key, double dflt)
 {
-    const char *v = recipe(key, NULL);
+    const char *v = tm_recipe(key, NULL);
     return v && *v ? strtod(v, NULL) : dflt;
 }
 
 /* Whole numbers exactly (a seed above 2^53 would lose bits through a double). */
 static int64_t recipe_int(const char *key, int64_t dflt)
 {
-    const char *v = recipe(key, NULL);
+    const char *v = tm_recipe(key, NULL);
     if (!v || !*v) return dflt;
     char *end;
     errno = 0;
@@ -181,28 +182,28 @@ static void usage(FILE *f)
  * not empty. Returns 0, or 2 after a message naming the flag. */
 static int check_value(const Flag *g, const char *v)
 {
-    if (g->kind == F_STR) return *v ? 0 : (die("%s: the value is empty", g->flag), 2);
+    if (g->kind == F_STR) return *v ? 0 : (tm_die("%s: the value is empty", g->flag), 2);
     char *end;
     errno = 0;
     double x = strtod(v, &end);
     /* Decimal only: strtod also reads hexadecimal (0x10) and "infinity". */
     bool decimal = strpbrk(v, "xXpP") == NULL && (isdigit((unsigned char)v[0]) || v[0] == '-' || v[0] == '+' || v[0] == '.' ||
                                                   !strcasecmp(v, "nan") || !strcasecmp(v, "inf"));
-    if (end == v || *end || isspace((unsigned char)*v) || !decimal) return die("%s: '%s' is not a number", g->flag, v), 2;
+    if (end == v || *end || isspace((unsigned char)*v) || !decimal) return tm_die("%s: '%s' is not a number", g->flag, v), 2;
     if (g->kind == F_INT) {
         errno = 0;
         long long n = strtoll(v, &end, 10);
         bool whole = !*end && errno != ERANGE; /* else 1e5 is whole too; 2.5 and nan are not */
-        if (!whole && (x != nearbyint(x) || isnan(x))) return die("%s %s: give a whole number%s%s", g->flag, v, *g->unit ? " of " : "", g->unit), 2;
+        if (!whole && (x != nearbyint(x) || isnan(x))) return tm_die("%s %s: give a whole number%s%s", g->flag, v, *g->unit ? " of " : "", g->unit), 2;
         if (!whole) n = x > 9e18 ? LLONG_MAX : x < -9e18 ? LLONG_MIN : (long long)x;
         if ((double)n > g->hi)
-            return die("%s %s: give a whole number%s%s, at most %.0f", g->flag, v, *g->unit ? " of " : "", g->unit, g->hi), 2;
-        if ((double)n < g->lo) return die("%s %s: give a whole number%s%s, at least %.0f", g->flag, v, *g->unit ? " of " : "", g->unit, g->lo), 2;
+            return tm_die("%s %s: give a whole number%s%s, at most %.0f", g->flag, v, *g->unit ? " of " : "", g->unit, g->hi), 2;
+        if ((double)n < g->lo) return tm_die("%s %s: give a whole number%s%s, at least %.0f", g->flag, v, *g->unit ? " of " : "", g->unit, g->lo), 2;
         return 0;
     }
     if (!(x >= g->lo && x <= g->hi)) /* NaN too */
-        return g->hi >= 1e300 ? (die("%s %s: give a finite number, at least %g", g->flag, v, g->lo), 2)
-                              : (die("%s %s: give a number from %g to %g", g->flag, v, g->lo, g->hi), 2);
+        return g->hi >= 1e300 ? (tm_die("%s %s: give a finite number, at least %g", g->flag, v, g->lo), 2)
+                              : (tm_die("%s %s: give a number from %g to %g", g->flag, v, g->lo, g->hi), 2);
     return 0;
 }
 
@@ -216,7 +217,7 @@ static int input_named(const char *s, size_t len)
 
 static bool lm_data(void)
 {
-    const char *kind = recipe("data", "");
+    const char *kind = tm_recipe("data", "");
     return !strcmp(kind, "text") || !strcmp(kind, "tokens");
 }
 
@@ -237,19 +238,19 @@ static int data_flag(const char *flag, const char *prefix, const char *v)
     input_list(inputs, sizeof inputs);
     if (lm_data()) {
         if (!strcmp(flag, "--eval-data"))
-            return die("--eval-data: %s evaluates on the val split of its training data (data = %s(..., val = F))", M->name, recipe("data", "")),
+            return tm_die("--eval-data: %s evaluates on the val split of its training data (data = %s(..., val = F))", M->name, tm_recipe("data", "")),
                    2;
-        return set_override("data.path", v) ? (die("too many options"), 2) : 0;
+        return set_override("data.path", v) ? (tm_die("too many options"), 2) : 0;
     }
     const char *eq = strchr(v, '=');
-    if (!eq) return die("%s %s: give INPUT=PATH, one for each input of the model (%s)", flag, v, inputs), 2;
-    if (input_named(v, (size_t)(eq - v)) < 0) return die("%s %s: the model has no input '%.*s' (its inputs: %s)", flag, v, (int)(eq - v), v, inputs), 2;
-    if (!eq[1]) return die("%s %s: the path is empty", flag, v), 2;
-    if (nk == MAX_OVERRIDES) return die("too many options"), 2;
+    if (!eq) return tm_die("%s %s: give INPUT=PATH, one for each input of the model (%s)", flag, v, inputs), 2;
+    if (input_named(v, (size_t)(eq - v)) < 0) return tm_die("%s %s: the model has no input '%.*s' (its inputs: %s)", flag, v, (int)(eq - v), v, inputs), 2;
+    if (!eq[1]) return tm_die("%s %s: the path is empty", flag, v), 2;
+    if (nk == MAX_OVERRIDES) return tm_die("too many options"), 2;
     snprintf(keys[nk], sizeof keys[nk], "%s.%.*s", prefix, (int)(eq - v), v);
-    if (set_override(keys[nk++], eq + 1)) return die("too many options"), 2;
+    if (set_override(keys[nk++], eq + 1)) return tm_die("too many options"), 2;
     /* Eval files given by flag replace a val split too: the recipe then has eval_data. */
-    if (!strcmp(prefix, "eval_data") && set_override("eval_data", "files")) return die("too many options"), 2;
+    if (!strcmp(prefix, "eval_data") && set_override("eval_data", "files")) return tm_die("too many options"), 2;
     return 0;
 }
 
@@ -267,18 +268,18 @@ static int parse_args(int argc, char **argv, const char **resume)
         int f = 0;
         while (f < NFLAGS && strcmp(a, flags[f].flag)) f++;
         if (f == NFLAGS) {
-            if (a[0] != '-') return die("unexpected argument '%s': every option is a --flag (see --help)", a), 2;
+            if (a[0] != '-') return tm_die("unexpected argument '%s': every option is a --flag (see --help)", a), 2;
             const char *eq = strchr(a, '=');
-            if (eq && eq > a + 2) return die("unknown option '%s' (give the value after a space: %.*s %s; see --help)", a, (int)(eq - a), a, eq + 1), 2;
-            return die("unknown option '%s' (see --help)", a), 2;
+            if (eq && eq > a + 2) return tm_die("unknown option '%s' (give the value after a space: %.*s %s; see --help)", a, (int)(eq - a), a, eq + 1), 2;
+            return tm_die("unknown option '%s' (see --help)", a), 2;
         }
         const Flag *g = &flags[f];
         mode_given[f] = 1;
         if (g->kind == F_SWITCH) {
-            if (set_override(g->key, "1")) return die("too many options"), 2;
+            if (set_override(g->key, "1")) return tm_die("too many options"), 2;
             continue;
         }
-        if (i + 1 >= argc) return die("%s needs a value (see --help)", a), 2;
+        if (i + 1 >= argc) return tm_die("%s needs a value (see --help)", a), 2;
         const char *v = argv[++i];
         int rc = check_value(g, v);
         if (rc) return rc;
@@ -300,25 +301,25 @@ static int parse_args(int argc, char **argv, const char **resume)
              * or at each epoch end for 0 (the recipe's every(...) may also count epochs). */
             if (!rc && !strcmp(g->key, "eval.steps")) rc = set_override("eval.epochs", atoll(v) > 0 ? "0" : "1");
             if (!rc && !strcmp(g->key, "checkpoint.steps")) rc = set_override("checkpoint.epochs", atoll(v) > 0 ? "0" : "1");
-            if (rc) return die("too many options"), 2;
+            if (rc) return tm_die("too many options"), 2;
         }
         if (rc) return rc;
     }
-    bool eval_only = recipe("eval.only", NULL) != NULL;
-    if (eval_only && recipe("bench.steps", NULL)) return die("--eval and --bench-steps: give one of them"), 2;
+    bool eval_only = tm_recipe("eval.only", NULL) != NULL;
+    if (eval_only && tm_recipe("bench.steps", NULL)) return tm_die("--eval and --bench-steps: give one of them"), 2;
     for (int f = 0; f < NFLAGS; f++) {
         if (!mode_given[f]) continue;
         if (eval_only && !(flags[f].modes & EVAL))
-            return die("%s has no effect with --eval, which only evaluates (leave it out)", flags[f].flag), 2;
+            return tm_die("%s has no effect with --eval, which only evaluates (leave it out)", flags[f].flag), 2;
     }
-    if (recipe("bench.profile", NULL) && !recipe("bench.steps", NULL))
-        return die("--profile times the steps of a benchmark: give --bench-steps N too"), 2;
+    if (tm_recipe("bench.profile", NULL) && !tm_recipe("bench.steps", NULL))
+        return tm_die("--profile times the steps of a benchmark: give --bench-steps N too"), 2;
     /* Sampling flags act only for language models, which print a sample at each evaluation. */
     static const char *const sample_flags[] = {"--sample-tokens", "--temperature", "--top-k", "--prompt"};
     for (int f = 0; f < NFLAGS; f++)
         for (int s = 0; s < 4; s++)
             if (mode_given[f] && !strcmp(flags[f].flag, sample_flags[s]) && !lm_data())
-                return die("%s: only language models (data = text(...) or tokens(...)) print samples; %s does not", flags[f].flag, M->name),
+                return tm_die("%s: only language models (data = text(...) or tokens(...)) print samples; %s does not", flags[f].flag, M->name),
                        2;
     return -1;
 }
@@ -370,7 +371,7 @@ typedef struct {
 static Trainer TR;
 
 /* One micro-batch's gradients added to the accumulated ones. */
-static void accumulate_grads(void)
+void tm_accumulate_grads(void)
 {
     if (TR.accumulate > 1) TR.dev->accumulate(TR.ctx, TR.acc, TR.grads, M->nparam_floats, (float)TR.accumulate);
 }
@@ -379,7 +380,7 @@ static void accumulate_grads(void)
  * the schedule's learning rate (*lr), the optimizer. Returns the gradient norm before
  * clipping when clipping or asked for, else 0: without clipping the norm is only logged,
  * one more pass over the gradients (5% of mlp's step), made only when it is. */
-static double apply_update(int64_t step, bool want_norm, double *lr)
+double tm_apply_update(int64_t step, bool want_norm, double *lr)
 {
     const int64_t np = M->nparam_floats;
     float *g = TR.accumulate > 1 ? TR.acc : TR.grads;
@@ -402,12 +403,12 @@ static int apply_groups(const krt_optim_config *oc)
     for (int gi = 0;; gi++) {
         char key[64];
         snprintf(key, sizeof key, "groups.%d.params", gi);
-        const char *names = recipe(key, NULL);
+        const char *names = tm_recipe(key, NULL);
         if (!names) return 0;
         snprintf(key, sizeof key, "groups.%d.lr", gi);
         const double lr = recipe_num(key, oc->lr);
         snprintf(key, sizeof key, "groups.%d.weight_decay", gi);
-        const char *wd = recipe(key, NULL);
+        const char *wd = tm_recipe(key, NULL);
         for (const char *p = names; *p;) {
             size_t len = strcspn(p, ",");
             int k = -1, span = 0;
@@ -416,7 +417,7 @@ static int apply_groups(const krt_optim_config *oc)
                 if (strlen(M->params[i].name) == len && !strncmp(M->params[i].name, p, len)) k = span;
                 else span++;
             }
-            if (k < 0 || k >= TR.nspans) return die("parameter group %d names '%.*s', which is not a trainable parameter", gi, (int)len, p);
+            if (k < 0 || k >= TR.nspans) return tm_die("parameter group %d names '%.*s', which is not a trainable parameter", gi, (int)len, p);
             TR.spans[k].grouped = true;
             TR.group_lr[k] = lr;
             TR.spans[k].weight_decay = wd ? strtod(wd, NULL) : oc->weight_decay;
@@ -459,7 +460,7 @@ typedef struct {
     krt_dataset *train, *eval;
 } Data;
 
-static int batch_symbol(void)
+int tm_batch_symbol(void)
 {
     return M->ninputs && M->inputs[0].rank ? M->inputs[0].sym[0] : -1;
 }
@@ -468,10 +469,10 @@ static int batch_symbol(void)
 static int check_rows(const krt_array *a, int k, const char *path)
 {
     const kiln_input *in = &M->inputs[k];
-    if (a->rank != in->rank) return die("%s: data for input '%s' has rank %d, the model expects rank %d", path, in->name, a->rank, in->rank);
+    if (a->rank != in->rank) return tm_die("%s: data for input '%s' has rank %d, the model expects rank %d", path, in->name, a->rank, in->rank);
     for (int d = 1; d < in->rank; d++)
         if (in->sym[d] < 0 && a->dims[d] != in->dims[d])
-            return die("%s: data for input '%s' has size %lld in dimension %d, the model expects %lld", path, in->name,
+            return tm_die("%s: data for input '%s' has size %lld in dimension %d, the model expects %lld", path, in->name,
                        (long long)a->dims[d], d, (long long)in->dims[d]);
     if (in->max_value > 0) {
         int64_t n = krt_array_count(a);
@@ -479,7 +480,7 @@ static int check_rows(const krt_array *a, int k, const char *path)
             int64_t v = a->dtype == KRT_U8 ? ((const uint8_t *)a->data)[e] : a->dtype == KRT_I32 ? ((const int32_t *)a->data)[e]
                                                                               : a->dtype == KRT_I64 ? ((const int64_t *)a->data)[e] : 0;
             if (v < 0 || v >= in->max_value)
-                return die("%s: value %lld at element %lld of input '%s' is out of range [0, %lld)", path, (long long)v, (long long)e,
+                return tm_die("%s: value %lld at element %lld of input '%s' is out of range [0, %lld)", path, (long long)v, (long long)e,
                            in->name, (long long)in->max_value);
         }
     }
@@ -491,15 +492,15 @@ static int load_rows(const char *prefix, krt_array *arrays, krt_error *err)
     for (int k = 0; k < M->ninputs; k++) {
         char key[256];
         snprintf(key, sizeof key, "%s.%s", prefix, M->inputs[k].name);
-        const char *path = recipe(key, NULL);
-        if (!path) return die("the recipe's %s has no file for input '%s' (add %s = \"...\" or --%s %s=PATH)", prefix,
+        const char *path = tm_recipe(key, NULL);
+        if (!path) return tm_die("the recipe's %s has no file for input '%s' (add %s = \"...\" or --%s %s=PATH)", prefix,
                               M->inputs[k].name, M->inputs[k].name, strcmp(prefix, "data") ? "eval-data" : "data", M->inputs[k].name);
         /* The reader is chosen by the file's content, not by the recipe's idx(...) or
          * npy(...): a --data file may be of another format than the recipe's. */
-        if (krt_array_load(path, &arrays[k], err) != KRT_OK) return die("%s", err->msg);
+        if (krt_array_load(path, &arrays[k], err) != KRT_OK) return tm_die("%s", err->msg);
         if (check_rows(&arrays[k], k, path)) return 1;
         if (k && arrays[k].dims[0] != arrays[0].dims[0])
-            return die("%s: %lld samples, but the data of input '%s' has %lld", path, (long long)arrays[k].dims[0], M->inputs[0].name,
+            return tm_die("%s: %lld samples, but the data of input '%s' has %lld", path, (long long)arrays[k].dims[0], M->inputs[0].name,
                        (long long)arrays[0].dims[0]);
     }
     return 0;
@@ -510,7 +511,7 @@ static const char *input_path(const char *prefix, int k)
 {
     char key[256];
     snprintf(key, sizeof key, "%s.%s", prefix, M->inputs[k].name);
-    return recipe(key, "?");
+    return tm_recipe(key, "?");
 }
 
 /* A dataset's message without the runtime function's name: the caller puts the file's. */
@@ -527,20 +528,20 @@ static int load_data(Data *d, int64_t *ntrain, int64_t *neval)
     krt_error err;
     memset(d, 0, sizeof *d);
     d->arrays = calloc(2 * (size_t)M->ninputs + 1, sizeof *d->arrays);
-    if (!d->arrays) return die("out of memory");
-    const char *kind = recipe("data", NULL);
-    if (!kind) return die("the model file's train section has no `data = ...`, and no --data was given");
+    if (!d->arrays) return tm_die("out of memory");
+    const char *kind = tm_recipe("data", NULL);
+    if (!kind) return tm_die("the model file's train section has no `data = ...`, and no --data was given");
     double val = recipe_num("data.val", 0);
     int64_t limit = (int64_t)recipe_num("limit", 0);
     if (!strcmp(kind, "text") || !strcmp(kind, "tokens")) {
-        const char *path = recipe("data.path", NULL);
+        const char *path = tm_recipe("data.path", NULL);
         /* The recipe's exclude pattern filters the recipe's glob, not a path given with --data. */
-        const char *exclude = overridden("data.path") ? "" : recipe("data.exclude", "");
+        const char *exclude = overridden("data.path") ? "" : tm_recipe("data.exclude", "");
         /* A token stream may be any file of integers (by content, as for --data INPUT=PATH). */
         krt_status s = !strcmp(kind, "text") ? krt_text_load(path, exclude, &d->stream, &err) : krt_array_load(path, &d->stream, &err);
-        if (s != KRT_OK) return die("%s", err.msg);
+        if (s != KRT_OK) return tm_die("%s", err.msg);
         if (d->stream.rank != 1 || (d->stream.dtype != KRT_U8 && d->stream.dtype != KRT_I32 && d->stream.dtype != KRT_I64))
-            return die("%s: tokens must be one-dimensional integers; this file holds %s of rank %d", path, krt_dtype_name(d->stream.dtype),
+            return tm_die("%s: tokens must be one-dimensional integers; this file holds %s of rank %d", path, krt_dtype_name(d->stream.dtype),
                        d->stream.rank);
         int64_t T = M->inputs[0].rank > 1 ? M->inputs[0].dims[1] : 1;
         int64_t n = krt_array_count(&d->stream), nval = (int64_t)((double)n * val);
@@ -549,37 +550,37 @@ static int load_data(Data *d, int64_t *ntrain, int64_t *neval)
             int64_t v = d->stream.dtype == KRT_U8    ? ((const uint8_t *)d->stream.data)[e]
                         : d->stream.dtype == KRT_I32 ? ((const int32_t *)d->stream.data)[e]
                                                      : ((const int64_t *)d->stream.data)[e];
-            if (v < 0) return die("%s: token %lld at position %lld is negative", path, (long long)v, (long long)e);
+            if (v < 0) return tm_die("%s: token %lld at position %lld is negative", path, (long long)v, (long long)e);
             if (v >= vocab)
-                return die("%s: token %lld at position %lld is not below the vocabulary size %lld", path, (long long)v, (long long)e,
+                return tm_die("%s: token %lld at position %lld is not below the vocabulary size %lld", path, (long long)v, (long long)e,
                            (long long)vocab);
         }
         int64_t ntok = n - nval; /* --limit N: the first N windows */
         if (limit > 0 && limit < (ntok - 1) / T) ntok = limit * T + 1;
         d->train = krt_dataset_windows(&d->stream, T, 0, ntok, &err);
-        if (!d->train) return die("%s: %s", path, dataset_message(err.msg));
+        if (!d->train) return tm_die("%s: %s", path, dataset_message(err.msg));
         d->eval = nval > T ? krt_dataset_windows(&d->stream, T, n - nval, nval, &err) : NULL;
     } else {
         if (load_rows("data", d->arrays, &err)) return 1;
         d->narrays = M->ninputs;
         int64_t n = d->arrays[0].dims[0];
         const char *path = input_path("data", 0), *epath = input_path("eval_data", 0);
-        if (n == 0) return die("%s: the training data has no samples (0 rows)", path);
-        if (recipe("eval_data", NULL)) {
+        if (n == 0) return tm_die("%s: the training data has no samples (0 rows)", path);
+        if (tm_recipe("eval_data", NULL)) {
             if (load_rows("eval_data", d->arrays + M->ninputs, &err)) return 1;
             int64_t ne = d->arrays[M->ninputs].dims[0];
-            if (ne == 0) return die("%s: the evaluation data has no samples (0 rows)", epath);
+            if (ne == 0) return tm_die("%s: the evaluation data has no samples (0 rows)", epath);
             d->eval = krt_dataset_rows(d->arrays + M->ninputs, M->ninputs, 0, ne, &err); /* --limit is the training data's */
-            if (!d->eval) return die("%s: %s", epath, dataset_message(err.msg));
+            if (!d->eval) return tm_die("%s: %s", epath, dataset_message(err.msg));
             d->train = krt_dataset_rows(d->arrays, M->ninputs, 0, limit > 0 && limit < n ? limit : n, &err);
         } else {
             int64_t nval = (int64_t)((double)n * val), nt = n - nval;
-            if (nt == 0) return die("%s: %lld samples, all of them taken by the val split (val = %g)", path, (long long)n, val);
+            if (nt == 0) return tm_die("%s: %lld samples, all of them taken by the val split (val = %g)", path, (long long)n, val);
             d->train = krt_dataset_rows(d->arrays, M->ninputs, 0, limit > 0 && limit < nt ? limit : nt, &err);
             d->eval = nval ? krt_dataset_rows(d->arrays, M->ninputs, nt, nval, &err) : NULL;
-            if (nval && !d->eval) return die("%s: %s", path, dataset_message(err.msg));
+            if (nval && !d->eval) return tm_die("%s: %s", path, dataset_message(err.msg));
         }
-        if (!d->train) return die("%s: %s", path, dataset_message(err.msg));
+        if (!d->train) return tm_die("%s: %s", path, dataset_message(err.msg));
     }
     *ntrain = krt_dataset_size(d->train);
     *neval = d->eval ? krt_dataset_size(d->eval) : 0;
@@ -629,7 +630,7 @@ static int write_checkpoint_files(const char *dir, const float *params, const un
     if (!t || !names) {
         free(t);
         free(names);
-        return die("out of memory");
+        return tm_die("out of memory");
     }
     int n = 0;
     for (int i = 0; i < M->nparams; i++) {
@@ -655,7 +656,7 @@ static int write_checkpoint_files(const char *dir, const float *params, const un
     if (krt_safetensors_write_checked(path, t, n, meta, 5, &err) != KRT_OK) {
         free(t);
         free(names);
-        return die("%s", err.msg);
+        return tm_die("%s", err.msg);
     }
     /* Optimizer moments, one tensor per parameter and moment, and the training position. */
     int m = 0;
@@ -689,8 +690,8 @@ static int write_checkpoint_files(const char *dir, const float *params, const un
     for (int i = 0; i < m; i++) free(names[i]);
     free(names);
     free(t);
-    if (oom) return die("%s: out of memory", path);
-    if (s != KRT_OK) return die("%s", err.msg);
+    if (oom) return tm_die("%s: out of memory", path);
+    if (s != KRT_OK) return tm_die("%s", err.msg);
     return 0;
 }
 
@@ -702,9 +703,9 @@ static int save_checkpoint(const char *dir, int64_t keep, const float *params, c
     krt_error err;
     char tmp[4096];
     int failed = 0;
-    if (krt_ckpt_begin(dir, step, tmp, sizeof tmp, &err) != KRT_OK) failed = die("%s", err.msg);
+    if (krt_ckpt_begin(dir, step, tmp, sizeof tmp, &err) != KRT_OK) failed = tm_die("%s", err.msg);
     else if (write_checkpoint_files(tmp, params, buffers, st, cur, step)) failed = 1;
-    else if (krt_ckpt_publish(dir, tmp, step, &err) != KRT_OK) failed = die("%s", err.msg);
+    else if (krt_ckpt_publish(dir, tmp, step, &err) != KRT_OK) failed = tm_die("%s", err.msg);
     if (failed) {
         /* Nothing of this checkpoint is published: the previous one stands. */
         krt_ckpt_discard(tmp);
@@ -748,7 +749,7 @@ static int meta_count(const krt_safetensors *f, const char *path, const char *ke
                       const char *why, int64_t *v)
 {
     const char *s = krt_safetensors_meta(f, key);
-    if (!s) return required ? die("%s: the metadata has no '%s' (it is not the checkpoint of a Kiln training run)", path, key) : 0;
+    if (!s) return required ? tm_die("%s: the metadata has no '%s' (it is not the checkpoint of a Kiln training run)", path, key) : 0;
     size_t len = strlen(s);
     bool ok = len >= 1 && len <= 19 && (s[0] != '0' || len == 1);
     uint64_t n = 0;
@@ -758,8 +759,8 @@ static int meta_count(const krt_safetensors *f, const char *path, const char *ke
     }
     if (!ok || n < (uint64_t)lo || n > (uint64_t)hi) {
         char b[64];
-        if (lo == hi) return die("%s: the metadata's '%s' is %s, but must be %lld%s", path, key, shown(b, s), (long long)lo, why);
-        return die("%s: the metadata's '%s' is %s, not a whole number from %lld to %lld%s", path, key, shown(b, s), (long long)lo,
+        if (lo == hi) return tm_die("%s: the metadata's '%s' is %s, but must be %lld%s", path, key, shown(b, s), (long long)lo, why);
+        return tm_die("%s: the metadata's '%s' is %s, not a whole number from %lld to %lld%s", path, key, shown(b, s), (long long)lo,
                    (long long)hi, why);
     }
     *v = (int64_t)n;
@@ -776,7 +777,7 @@ static int meta_run_id(const krt_safetensors *f, const char *path, char id[17])
     bool ok = strlen(s) == 16;
     for (int i = 0; ok && i < 16; i++) ok = (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f');
     char b[64];
-    if (!ok) return die("%s: the metadata's 'run_id' is %s, not 16 hexadecimal digits", path, shown(b, s));
+    if (!ok) return tm_die("%s: the metadata's 'run_id' is %s, not 16 hexadecimal digits", path, shown(b, s));
     memcpy(id, s, 17);
     return 0;
 }
@@ -792,15 +793,15 @@ static int load_checkpoint(const char *dir, int64_t accumulate, float *params, u
     char found[4096], path[4200], spath[4200];
     int64_t named = -1;
     bool stale = false;
-    if (krt_ckpt_find(dir, found, sizeof found, &named, &stale, &err) != KRT_OK) return die("%s", err.msg);
+    if (krt_ckpt_find(dir, found, sizeof found, &named, &stale, &err) != KRT_OK) return tm_die("%s", err.msg);
     if (stale) fprintf(stderr, "%s: warning: %s/latest names a checkpoint that is not there; resuming from %s\n", M->name, dir, found);
     krt_safetensors *w = NULL, *s = NULL;
     snprintf(path, sizeof path, "%s/model.safetensors", found);
     snprintf(spath, sizeof spath, "%s/train_state.safetensors", found);
-    if (krt_safetensors_read(path, &w, &err) != KRT_OK) return die("%s", err.msg);
+    if (krt_safetensors_read(path, &w, &err) != KRT_OK) return tm_die("%s", err.msg);
     const char *h = krt_safetensors_meta(w, "kiln_hash");
     if (!h || strcmp(h, M->hash)) {
-        die("%s: this checkpoint belongs to another model (hash %s, this model is %s)", path, h ? h : "none", M->hash);
+        tm_die("%s: this checkpoint belongs to another model (hash %s, this model is %s)", path, h ? h : "none", M->hash);
         krt_safetensors_free(w); /* after the message: h points into it */
         return 1;
     }
@@ -812,25 +813,25 @@ static int load_checkpoint(const char *dir, int64_t accumulate, float *params, u
     }
     if (kiln_weights_load(M, w, path, params, buffers, &err) != KRT_OK) { /* by name, as inference programs (weights.c) */
         krt_safetensors_free(w);
-        return die("%s", err.msg);
+        return tm_die("%s", err.msg);
     }
     krt_safetensors_free(w);
-    if (krt_safetensors_read(spath, &s, &err) != KRT_OK) return die("%s", err.msg);
+    if (krt_safetensors_read(spath, &s, &err) != KRT_OK) return tm_die("%s", err.msg);
     const char *sh = krt_safetensors_meta(s, "kiln_hash");
     if (!sh || strcmp(sh, M->hash)) {
         krt_safetensors_free(s);
-        return die("%s: this training state belongs to another model", spath);
+        return tm_die("%s: this training state belongs to another model", spath);
     }
     int64_t sstep = 0, ostep = -1, nb = -1, epoch = 0, position = 0, seed = (int64_t)cur->seed;
     int bad = meta_count(s, spath, "step", true, 0, MAX_STEP, "", &sstep) || meta_run_id(s, spath, state_run);
     if (!bad && model_step >= 0 && model_step != sstep)
-        bad = die("%s is of step %lld but %s is of step %lld: the two files of a checkpoint must be of one step", path,
+        bad = tm_die("%s is of step %lld but %s is of step %lld: the two files of a checkpoint must be of one step", path,
                   (long long)model_step, spath, (long long)sstep);
     if (!bad && strcmp(model_run, state_run))
-        bad = die("%s is of run %s but %s is of run %s: the two files of a checkpoint must be of one run", path,
+        bad = tm_die("%s is of run %s but %s is of run %s: the two files of a checkpoint must be of one run", path,
                   *model_run ? model_run : "(none)", spath, *state_run ? state_run : "(none)");
     if (!bad && named >= 0 && named != sstep)
-        bad = die("%s: the checkpoint's files are of step %lld, not of the step its directory is named for (%lld)", found, (long long)sstep,
+        bad = tm_die("%s: the checkpoint's files are of step %lld, not of the step its directory is named for (%lld)", found, (long long)sstep,
                   (long long)named);
     /* The optimizer takes one step per training step; each step draws `accumulate`
      * batches (1 to 65536); an epoch takes at least one batch. */
@@ -855,13 +856,13 @@ static int load_checkpoint(const char *dir, int64_t accumulate, float *params, u
             snprintf(name, sizeof name, "%s.%s", prefix, p->name);
             const krt_st_tensor *x = krt_safetensors_find(s, name);
             if (!x || x->dtype != KRT_F32) {
-                bad = die("%s: optimizer state '%s' is missing", spath, name);
+                bad = tm_die("%s: optimizer state '%s' is missing", spath, name);
                 break;
             }
             int64_t count = 1;
             for (int d = 0; d < x->rank; d++) count *= x->dims[d];
             if (count != p->count) {
-                bad = die("%s: optimizer state '%s' has another shape than the parameter", spath, name);
+                bad = tm_die("%s: optimizer state '%s' has another shape than the parameter", spath, name);
                 break;
             }
             memcpy(slab + p->offset, x->data, sizeof(float) * (size_t)p->count);
@@ -888,11 +889,11 @@ static int sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t bat
 {
     const kiln_input *in = &M->inputs[0];
     int64_t Tmax = in->dims[1], V = 0;
-    const char *prompt = recipe("sample.prompt", "\n");
+    const char *prompt = tm_recipe("sample.prompt", "\n");
     int64_t n = (int64_t)recipe_num("sample.tokens", 0);
     double temperature = recipe_num("sample.temperature", 0.8);
     int64_t top_k = (int64_t)recipe_num("sample.top_k", 40);
-    int bs = batch_symbol(), ts = in->sym[1];
+    int bs = tm_batch_symbol(), ts = in->sym[1];
     if (n <= 0 || ts < 0 || M->noutputs < 1 || M->output_dtypes[0] != KRT_F32) return 0;
     V = in->max_value > 0 ? in->max_value : 256;
     int64_t len = (int64_t)strlen(prompt), cap = len + n;
@@ -901,7 +902,7 @@ static int sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t bat
     if (!tokens || !row) {
         free(tokens);
         free(row);
-        return die("out of memory");
+        return tm_die("out of memory");
     }
     int failed = 0;
     for (int64_t i = 0; i < len; i++) tokens[i] = (unsigned char)prompt[i];
@@ -916,7 +917,7 @@ static int sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t bat
         if (bs >= 0) io->syms[bs] = 1;
         io->syms[ts] = ctx;
         M->eval_step(io);
-        if (index_failed(io, "sampling after step", step)) {
+        if (tm_index_failed(io, "sampling after step", step)) {
             failed = 1;
             break;
         }
@@ -970,18 +971,18 @@ static int evaluate(krt_dataset *ds, kiln_step_io *io, void **bufs, const krt_dt
     krt_error err;
     krt_cursor cur = {0, 0, 0};
     double total = 0, sum_loss = 0, *sum_m = calloc((size_t)M->nmetrics + 1, sizeof *sum_m);
-    if (!sum_m) return die("out of memory");
-    int bs = batch_symbol();
+    if (!sum_m) return tm_die("out of memory");
+    int bs = tm_batch_symbol();
     for (int64_t b = 0; max_batches <= 0 || b < max_batches; b++) {
         int64_t got = 0;
         if (krt_dataset_next(ds, &cur, batch, false, false, bufs, dtypes, &got, &err) != KRT_OK) {
             free(sum_m);
-            return die("%s", err.msg);
+            return tm_die("%s", err.msg);
         }
         if (got <= 0) break;
         if (bs >= 0) io->syms[bs] = got;
         M->eval_step(io);
-        if (index_failed(io, "evaluation after step", step)) {
+        if (tm_index_failed(io, "evaluation after step", step)) {
             free(sum_m);
             return 1;
         }
@@ -997,176 +998,6 @@ static int evaluate(krt_dataset *ds, kiln_step_io *io, void **bufs, const krt_dt
     return 0;
 }
 
-/* ---- --bench-steps N: speed and memory on random inputs (bench/run.sh) ---- */
-
-/* Median milliseconds of the eval step at batch b: one untimed call, then calls until
- * 0.5 s have passed (at least 3, at most 100). */
-static double time_eval(kiln_step_io *io, int bs, int64_t b, int *reps)
-{
-    double t[100];
-    int n = 0;
-    if (bs >= 0) io->syms[bs] = b;
-    M->eval_step(io);
-    for (double start = kiln_now(); n < 100 && (n < 3 || kiln_now() - start < 0.5); n++) {
-        double t0 = kiln_now();
-        M->eval_step(io);
-        t[n] = 1e3 * (kiln_now() - t0);
-    }
-    *reps = n;
-    return kiln_median(t, n);
-}
-
-/* --profile: each kernel's time in n more steps, after the benchmark's, printed as a table
- * (kiln_print_profile) with the time outside the kernels (clipping, optimizer) as rows of
- * their own. Marks cost one clock read per kernel, so profiled steps are not the timed ones. */
-static int profile(kiln_step_io *io, int64_t batch, int64_t n)
-{
-    int nk = M->ntrain_kernels > M->neval_kernels ? M->ntrain_kernels : M->neval_kernels;
-    double *seconds = calloc((size_t)nk + 1, sizeof *seconds);
-    if (!seconds) return die("out of memory");
-    kiln_profile prof = {0, seconds};
-    const int64_t accumulate = TR.accumulate;
-    double other[3] = {0}, total = 0, lr;
-    for (int64_t s = 0; s < n; s++) {
-        double t0 = kiln_now();
-        for (int64_t micro = 0; micro < accumulate; micro++) {
-            io->step = (uint64_t)(s * accumulate + micro);
-            io->profile = &prof;
-            prof.last = kiln_now();
-            M->train_step(io);
-            io->profile = NULL;
-            double t = kiln_now();
-            other[0] += t - prof.last; /* the gradients' copies after the last kernel */
-            accumulate_grads();
-            other[2] += kiln_now() - t;
-        }
-        double t = kiln_now();
-        apply_update(s, false, &lr); /* as the training loop without a log */
-        double t1 = kiln_now();
-        other[1] += t1 - t;
-        total += t1 - t0;
-    }
-    static const char *const extra_rows[] = {"(step outputs)", "(clip, optimizer)", "(accumulation)"};
-    char title[96];
-    snprintf(title, sizeof title, "training step at batch %lld", (long long)batch);
-    kiln_print_profile(title, M->train_kernels, M->ntrain_kernels, seconds, extra_rows, other, accumulate > 1 ? 3 : 2, n, total);
-    int bs = batch_symbol();
-    int64_t sizes[2] = {1, bs >= 0 ? M->syms[bs].max : batch};
-    for (int i = 0; i < 2; i++) {
-        memset(seconds, 0, sizeof *seconds * (size_t)nk);
-        other[0] = total = 0;
-        if (bs >= 0) io->syms[bs] = sizes[i];
-        M->eval_step(io);
-        int64_t reps = n * (i == 0 ? 10 : 1);
-        for (int64_t r = 0; r < reps; r++) {
-            double t0 = kiln_now();
-            io->profile = &prof;
-            prof.last = t0;
-            M->eval_step(io);
-            io->profile = NULL;
-            double t1 = kiln_now();
-            other[0] += t1 - prof.last;
-            total += t1 - t0;
-        }
-        snprintf(title, sizeof title, "eval step at batch %lld", (long long)sizes[i]);
-        kiln_print_profile(title, M->eval_kernels, M->neval_kernels, seconds, extra_rows, other, 1, reps, total);
-    }
-    if (bs >= 0) io->syms[bs] = batch;
-    free(seconds);
-    return 0;
-}
-
-/* Runs 2 warm-up and n timed training steps exactly as the training loop does (train
- * step per micro-batch, accumulation, clipping, schedule, optimizer), then times the eval
- * step at batch 1 and at 256 (or the batch bound when smaller), all on random inputs in
- * their valid ranges made before timing, and prints one machine-readable line. */
-static int bench(kiln_step_io *io, int64_t batch, int64_t n)
-{
-    const int64_t warm = 2, accumulate = TR.accumulate;
-    int bs = batch_symbol();
-    int64_t bmax = bs >= 0 ? M->syms[bs].max : batch, big = bmax < 256 ? bmax : 256;
-    void **in = calloc((size_t)M->ninputs + 1, sizeof *in);
-    double *times = malloc(sizeof(double) * (size_t)n);
-    int rc = times && in ? 0 : die("out of memory");
-    for (int k = 0; k < M->ninputs && !rc; k++) {
-        const kiln_input *x = &M->inputs[k];
-        int64_t count = bmax;
-        for (int d = 1; d < x->rank; d++) count *= x->dims[d];
-        int64_t range = x->max_value > 0 ? x->max_value : 256;
-        in[k] = malloc((size_t)count * krt_dtype_size(x->dtype) + 1);
-        if (!in[k]) {
-            rc = die("out of memory");
-            break;
-        }
-        for (int64_t e = 0; e < count; e++) {
-            double u = kiln_rng_uniform53(io->seed, 0x62656e6368 /* "bench" */, (uint64_t)k, (uint64_t)e);
-            int64_t v = (int64_t)(u * (double)range);
-            switch (x->dtype) {
-            case KRT_F32: ((float *)in[k])[e] = (float)u; break;
-            case KRT_F64: ((double *)in[k])[e] = u; break;
-            case KRT_BOOL: ((unsigned char *)in[k])[e] = u < 0.5; break;
-            case KRT_U8: ((uint8_t *)in[k])[e] = (uint8_t)v; break;
-            case KRT_I32: ((int32_t *)in[k])[e] = (int32_t)v; break;
-            case KRT_I64: ((int64_t *)in[k])[e] = v; break;
-            default: memset((char *)in[k] + e * (int64_t)krt_dtype_size(x->dtype), 0, krt_dtype_size(x->dtype)); break;
-            }
-        }
-    }
-    const void *const *saved_inputs = io->inputs;
-    io->inputs = (const void *const *)in;
-    for (int64_t s = 0; s < warm + n && !rc; s++) {
-        double t0 = kiln_now(), loss = 0, lr;
-        for (int64_t micro = 0; micro < accumulate; micro++) {
-            io->step = (uint64_t)(s * accumulate + micro);
-            M->train_step(io);
-            if (index_failed(io, "benchmark step", s + 1)) rc = 1;
-            loss += io->loss;
-            accumulate_grads();
-        }
-        apply_update(s, false, &lr); /* as the training loop without a log */
-        if (s >= warm) times[s - warm] = 1e3 * (kiln_now() - t0);
-        if (!rc && !isfinite(loss)) rc = die("the loss is %g at benchmark step %lld", loss, (long long)s + 1);
-    }
-    if (!rc) {
-        double flops = M->train_gemm_flops ? M->train_gemm_flops(io->syms) * (double)accumulate : 0;
-        double train_rss = kiln_peak_rss_mb(), step_ms = kiln_median(times, n), min_ms = times[0];
-        int reps1, repsb;
-        double b1 = time_eval(io, bs, 1, &reps1);
-        double f1 = M->eval_gemm_flops ? M->eval_gemm_flops(io->syms) : 0;
-        double bb = time_eval(io, bs, big, &repsb);
-        double fb = M->eval_gemm_flops ? M->eval_gemm_flops(io->syms) : 0;
-        if (bs >= 0) io->syms[bs] = batch;
-        printf("bench: {\"model\": \"%s\", \"batch\": %lld, \"accumulate\": %lld, \"sizes\": {", M->name, (long long)batch,
-               (long long)accumulate);
-        for (int s = 0; s < M->nsyms; s++)
-            printf("%s\"%s\": %lld", s ? ", " : "", M->syms[s].name, (long long)io->syms[s]);
-        printf("}, \"bounds\": {");
-        for (int s = 0; s < M->nsyms; s++) printf("%s\"%s\": %lld", s ? ", " : "", M->syms[s].name, (long long)M->syms[s].max);
-        printf("}, \"threads\": %d, \"blas_threads\": %d, \"warmup_steps\": %lld, \"train_steps\": %lld, \"train_step_ms_median\": %.4f, "
-               "\"train_step_ms_min\": %.4f, \"gemm_flops_per_step\": %.6g, \"infer_b1_ms\": %.4f, \"infer_b1_repeats\": %d, "
-               "\"infer_b1_gemm_flops\": %.6g, \"infer_b256_batch\": %lld, \"infer_b256_ms\": %.4f, \"infer_b256_repeats\": %d, "
-               "\"infer_b256_gemm_flops\": %.6g, \"train_rss_mb\": %.1f, \"peak_rss_mb\": %.1f, \"gemms\": [",
-               krt_threads(), krt_blas_threads(), (long long)warm, (long long)n, step_ms, min_ms, flops, b1, reps1, f1, (long long)big, bb,
-               repsb, fb, train_rss, kiln_peak_rss_mb());
-        for (int i = 0; i < M->ntrain_gemms; i++) {
-            const kiln_gemm_shape *g = &M->train_gemms[i];
-            printf("%s[%lld, %lld, %lld, %lld, %d, %d, %d]", i ? ", " : "", (long long)g->batch, (long long)g->M, (long long)g->N,
-                   (long long)g->K, g->trans_a, g->trans_b, g->count);
-        }
-        printf("]}\n");
-        fflush(stdout);
-    }
-    if (!rc && recipe("bench.profile", NULL)) rc = profile(io, batch, n);
-    io->inputs = saved_inputs;
-    for (int k = 0; in && k < M->ninputs; k++) free(in[k]);
-    free(in);
-    free(times);
-    return rc;
-}
-
-/* Whether a periodic action (evaluation, checkpoint) is due after `step`: every `steps`
- * steps, and after every `epochs`-th epoch (epochs_done epochs are complete; the step just
- * taken completed one when epoch_ended). 0 turns a count off; both 0: only at the end. */
 static bool due(int64_t step, int64_t steps, int64_t epochs, bool epoch_ended, int64_t epochs_done)
 {
     return (steps > 0 && step % steps == 0) || (epochs > 0 && epoch_ended && epochs_done % epochs == 0);
@@ -1177,7 +1008,7 @@ static int eval_and_report(krt_dataset *ds, kiln_step_io *io, void **bufs, const
                            FILE *log, float *sample_logits, uint64_t seed, int64_t step, bool tty)
 {
     double el = 0, *em = calloc((size_t)M->nmetrics + 1, sizeof *em);
-    if (!em) return die("out of memory");
+    if (!em) return tm_die("out of memory");
     if (evaluate(ds, io, bufs, dtypes, batch, ev_batches, step, &el, em)) {
         free(em);
         return 1;
@@ -1203,7 +1034,7 @@ int main(int argc, char **argv)
     const char *resume = NULL;
     int parsed = parse_args(argc, argv, &resume);
     if (parsed >= 0) return parsed;
-    const bool eval_only = recipe("eval.only", NULL) != NULL;
+    const bool eval_only = tm_recipe("eval.only", NULL) != NULL;
     /* Beyond a file-size limit (ulimit -f) a write fails with EFBIG, reported as any failed
      * write, instead of the signal killing the program. */
     signal(SIGXFSZ, SIG_IGN);
@@ -1228,37 +1059,37 @@ int main(int argc, char **argv)
     int rc = 0;
     bool tty = isatty(2);
     if (!bufs || !dtypes || !io_syms || !io_metrics || !msum || !io_outputs) {
-        rc = die("out of memory");
+        rc = tm_die("out of memory");
         goto out;
     }
     /* The device first: a program built for a GPU on a machine without one says so at once. */
     char derr[1024] = "";
     TR.ctx = TR.dev->open(M, derr, sizeof derr);
     if (!TR.ctx) {
-        rc = die("%s", derr);
+        rc = tm_die("%s", derr);
         goto out;
     }
     int64_t batch = recipe_int("batch", 64);
-    int bs = batch_symbol();
+    int bs = tm_batch_symbol();
     int64_t bmax = bs >= 0 ? M->syms[bs].max : batch;
     if (batch < 1 || batch > bmax) {
-        die("--batch %lld: the model was built for batches of at most %lld", (long long)batch, (long long)bmax);
+        tm_die("--batch %lld: the model was built for batches of at most %lld", (long long)batch, (long long)bmax);
         rc = 2;
         goto out;
     }
     uint64_t seed = (uint64_t)recipe_int("seed", 0);
-    const char *ckdir = recipe("checkpoint.dir", "checkpoints");
+    const char *ckdir = tm_recipe("checkpoint.dir", "checkpoints");
     int64_t keep = recipe_int("checkpoint.keep", 2);
     int64_t ck_steps = recipe_int("checkpoint.steps", 0), ck_epochs = recipe_int("checkpoint.epochs", 1);
     int64_t ev_steps = recipe_int("eval.steps", 0), ev_epochs = recipe_int("eval.epochs", 1);
     int64_t ev_batches = recipe_int("eval.batches", 0);
     if (keep < 1) {
-        die("checkpoint keep = %lld: keep at least 1 checkpoint", (long long)keep);
+        tm_die("checkpoint keep = %lld: keep at least 1 checkpoint", (long long)keep);
         rc = 2;
         goto out;
     }
     int64_t ntrain = 0, neval = 0;
-    const char *bench_steps = recipe("bench.steps", NULL); /* --bench-steps N: random inputs, no data */
+    const char *bench_steps = tm_recipe("bench.steps", NULL); /* --bench-steps N: random inputs, no data */
     krt_error err;
     char earlier_found[4096];
     bool earlier = false;
@@ -1266,7 +1097,7 @@ int main(int argc, char **argv)
         /* Before anything long: a run must not train for hours and then find that it
          * cannot save. A run that starts afresh where checkpoints are says so. */
         if (krt_ckpt_prepare(ckdir, &err) != KRT_OK) {
-            rc = die("%s", err.msg);
+            rc = tm_die("%s", err.msg);
             goto out;
         }
         int64_t at;
@@ -1280,13 +1111,13 @@ int main(int argc, char **argv)
     if (!bench_steps && !data.eval) {
         const char *why = eval_only ? "--eval" : overridden("eval.steps") ? "--eval-every" : overridden("eval.batches") ? "--eval-batches" : NULL;
         if (why) {
-            rc = die("%s: there is no evaluation data (the recipe has no eval_data and no val split%s)", why,
+            rc = tm_die("%s: there is no evaluation data (the recipe has no eval_data and no val split%s)", why,
                      lm_data() ? "" : "; give --eval-data INPUT=PATH");
             goto out;
         }
     }
     if (!eval_only && ntrain < batch) {
-        rc = die("the training data has %lld samples, fewer than one batch of %lld", (long long)ntrain, (long long)batch);
+        rc = tm_die("the training data has %lld samples, fewer than one batch of %lld", (long long)ntrain, (long long)batch);
         goto out;
     }
     int64_t steps_per_epoch = ntrain / batch;
@@ -1295,7 +1126,7 @@ int main(int argc, char **argv)
     int64_t total_steps = recipe_int("steps", 0);
     if (total_steps <= 0) total_steps = recipe_int("epochs", 1) * steps_per_epoch / accumulate;
     if (!eval_only && !bench_steps && total_steps < 1) {
-        rc = die("an epoch of %lld batches of %lld samples is shorter than one step of %lld accumulated batches: give --steps N",
+        rc = tm_die("an epoch of %lld batches of %lld samples is shorter than one step of %lld accumulated batches: give --steps N",
                  (long long)steps_per_epoch, (long long)batch, (long long)accumulate);
         goto out;
     }
@@ -1303,7 +1134,7 @@ int main(int argc, char **argv)
     krt_optim_config oc;
     memset(&oc, 0, sizeof oc);
     TR.accumulate = accumulate;
-    const char *opt = recipe("optimizer", "AdamW");
+    const char *opt = tm_recipe("optimizer", "AdamW");
     oc.kind = !strcmp(opt, "SGD")       ? KRT_SGD
               : !strcmp(opt, "Adam")    ? KRT_ADAM
               : !strcmp(opt, "RMSprop") ? KRT_RMSPROP
@@ -1313,21 +1144,21 @@ int main(int argc, char **argv)
     oc.lr = recipe_num("optimizer.lr", 1e-3);
     oc.momentum = recipe_num("optimizer.momentum", 0);
     oc.dampening = recipe_num("optimizer.dampening", 0);
-    oc.nesterov = !strcmp(recipe("optimizer.nesterov", "false"), "true");
-    const char *betas = recipe("optimizer.betas", "0.9,0.999");
+    oc.nesterov = !strcmp(tm_recipe("optimizer.nesterov", "false"), "true");
+    const char *betas = tm_recipe("optimizer.betas", "0.9,0.999");
     oc.beta1 = strtod(betas, NULL);
     oc.beta2 = strchr(betas, ',') ? strtod(strchr(betas, ',') + 1, NULL) : 0.999;
     oc.eps = recipe_num("optimizer.eps", 1e-8);
-    oc.amsgrad = !strcmp(recipe("optimizer.amsgrad", "false"), "true");
+    oc.amsgrad = !strcmp(tm_recipe("optimizer.amsgrad", "false"), "true");
     oc.alpha = recipe_num("optimizer.alpha", 0.99);
-    oc.centered = !strcmp(recipe("optimizer.centered", "false"), "true");
+    oc.centered = !strcmp(tm_recipe("optimizer.centered", "false"), "true");
     oc.lr_decay = recipe_num("optimizer.lr_decay", 0);
     oc.initial_accumulator_value = recipe_num("optimizer.initial_accumulator_value", 0);
     oc.weight_decay = recipe_num("optimizer.weight_decay", 0);
-    bool decay_all = !strcmp(recipe("optimizer.decay", "matrices"), "all");
+    bool decay_all = !strcmp(tm_recipe("optimizer.decay", "matrices"), "all");
     krt_schedule sc;
     memset(&sc, 0, sizeof sc);
-    const char *sk = recipe("schedule", "constant");
+    const char *sk = tm_recipe("schedule", "constant");
     sc.kind = !strcmp(sk, "step")              ? KRT_SCHED_STEP
               : !strcmp(sk, "linear")          ? KRT_SCHED_LINEAR
               : !strcmp(sk, "cosine")          ? KRT_SCHED_COSINE
@@ -1341,10 +1172,10 @@ int main(int argc, char **argv)
     sc.gamma = recipe_num("schedule.gamma", 0.1);
     sc.min_lr = recipe_num(sc.kind == KRT_SCHED_COSINE_RESTARTS ? "schedule.eta_min" : "schedule.min_lr", 0);
     sc.pct_start = recipe_num("schedule.pct_start", 0.3);
-    sc.anneal_linear = !strcmp(recipe("schedule.anneal_strategy", "cos"), "linear");
+    sc.anneal_linear = !strcmp(tm_recipe("schedule.anneal_strategy", "cos"), "linear");
     sc.div_factor = recipe_num("schedule.div_factor", 25);
     sc.final_div_factor = recipe_num("schedule.final_div_factor", 1e4);
-    sc.three_phase = !strcmp(recipe("schedule.three_phase", "false"), "true");
+    sc.three_phase = !strcmp(tm_recipe("schedule.three_phase", "false"), "true");
     sc.power = recipe_num("schedule.power", 1);
     sc.total_iters = recipe_int("schedule.total_iters", 0);
     sc.t0 = recipe_int("schedule.T_0", 1);
@@ -1358,14 +1189,14 @@ int main(int argc, char **argv)
      * (the step allocates nothing). */
     int64_t np = M->nparam_floats;
     if (krt_optim_init(&st, &oc, np, &err) != KRT_OK) {
-        rc = die("%s", err.msg);
+        rc = tm_die("%s", err.msg);
         goto out;
     }
     int64_t arena_bytes = M->train_arena_bytes > M->eval_arena_bytes ? M->train_arena_bytes : M->eval_arena_bytes;
     const int64_t slab = (int64_t)sizeof(float) * np;
     const int64_t planned = slab * (2 + (accumulate > 1) + (st.m != NULL) + (st.v != NULL) + (st.w != NULL)) + M->buffer_bytes + arena_bytes;
     if (TR.dev->reserve(TR.ctx, planned, derr, sizeof derr)) {
-        rc = die("%s", derr);
+        rc = tm_die("%s", derr);
         goto out;
     }
     TR.params = TR.dev->alloc(TR.ctx, slab);
@@ -1379,7 +1210,7 @@ int main(int argc, char **argv)
     TR.state.w = st.w && !TR.dev->host ? TR.dev->alloc(TR.ctx, slab) : st.w;
     if (!TR.params || !TR.grads || (accumulate > 1 && !TR.acc) || !TR.buffers || !TR.arena || (st.m && !TR.state.m) || (st.v && !TR.state.v) ||
         (st.w && !TR.state.w)) {
-        rc = die("out of %s memory for %lld bytes of parameters, gradients, optimizer state and activations", TR.dev->host ? "host" : "device",
+        rc = tm_die("out of %s memory for %lld bytes of parameters, gradients, optimizer state and activations", TR.dev->host ? "host" : "device",
                  (long long)planned);
         goto out;
     }
@@ -1408,21 +1239,21 @@ int main(int argc, char **argv)
     sample_logits = lm ? malloc(sizeof(float) * (size_t)(M->inputs[0].dims[1] * vocab)) : NULL;
     if (lm && recipe_int("sample.tokens", 0) > 0) {
         /* The prompt's bytes are its tokens: each must be one the model knows. */
-        const char *prompt = recipe("sample.prompt", "\n");
+        const char *prompt = tm_recipe("sample.prompt", "\n");
         if (!*prompt) {
-            rc = die("the sample prompt is empty: give --prompt TEXT (the sample continues it)");
+            rc = tm_die("the sample prompt is empty: give --prompt TEXT (the sample continues it)");
             goto out;
         }
         for (const unsigned char *p = (const unsigned char *)prompt; *p; p++)
             if (*p >= vocab) {
-                rc = die("--prompt: byte %d of the prompt is not below the vocabulary size %lld", *p, (long long)vocab);
+                rc = tm_die("--prompt: byte %d of the prompt is not below the vocabulary size %lld", *p, (long long)vocab);
                 goto out;
             }
     }
     krt_cursor cur = {seed, 0, 0};
     int64_t step = 0;
     if (!params || !buffers || !TR.spans || !TR.group_lr || !bufs_ok || (lm && !sample_logits)) {
-        rc = die("out of memory");
+        rc = tm_die("out of memory");
         goto out;
     }
     init_params(params, buffers, seed);
@@ -1432,13 +1263,13 @@ int main(int argc, char **argv)
     }
     state_to_device(params, buffers, &st);
     if (resume && overridden("seed") && seed != cur.seed) {
-        rc = die("--seed %llu: the run in %s has seed %llu, which a resumed run keeps (leave --seed out)", (unsigned long long)seed, resume,
+        rc = tm_die("--seed %llu: the run in %s has seed %llu, which a resumed run keeps (leave --seed out)", (unsigned long long)seed, resume,
                  (unsigned long long)cur.seed);
         goto out;
     }
     seed = cur.seed; /* resumed: the checkpoint's, for dropout and sampling as for shuffling */
     if (resume && !eval_only && !bench_steps && cur.position > ntrain) {
-        rc = die("--resume %s: the checkpoint stands at sample %lld of an epoch, but the training data has %lld samples (it was made with "
+        rc = tm_die("--resume %s: the checkpoint stands at sample %lld of an epoch, but the training data has %lld samples (it was made with "
                  "other data or another --limit)",
                  resume, (long long)cur.position, (long long)ntrain);
         goto out;
@@ -1458,7 +1289,7 @@ int main(int argc, char **argv)
     for (int s = 0; s < M->nsyms; s++) io.syms[s] = M->syms[s].max;
     if (bs >= 0) io.syms[bs] = batch;
     if (bench_steps) {
-        rc = bench(&io, batch, strtoll(bench_steps, NULL, 10));
+        rc = tm_bench(&io, batch, strtoll(bench_steps, NULL, 10), TR.accumulate);
         goto out;
     }
     if (!eval_only && step >= total_steps) { /* resumed at or past the end: nothing to train */
@@ -1466,10 +1297,10 @@ int main(int argc, char **argv)
                M->name, resume, (long long)step, (long long)total_steps, (long long)step);
         goto out;
     }
-    const char *logpath = recipe("log", "");
+    const char *logpath = tm_recipe("log", "");
     log = *logpath ? fopen(logpath, "a") : NULL;
     if (*logpath && !log) {
-        rc = die("%s: cannot open the log file: %s", logpath, strerror(errno));
+        rc = tm_die("%s: cannot open the log file: %s", logpath, strerror(errno));
         goto out;
     }
     if (eval_only) {
@@ -1493,7 +1324,7 @@ int main(int argc, char **argv)
         for (int64_t micro = 0; micro < accumulate; micro++) {
             int64_t got = 0;
             if (krt_dataset_next(data.train, &cur, batch, true, true, bufs, dtypes, &got, &err) != KRT_OK) {
-                rc = die("%s", err.msg);
+                rc = tm_die("%s", err.msg);
                 goto out;
             }
             /* After an epoch's last batch the cursor already reads (next epoch, 0). */
@@ -1501,21 +1332,21 @@ int main(int argc, char **argv)
             io.step = (uint64_t)(step * accumulate + micro);
             batches_drawn++;
             M->train_step(&io);
-            if (index_failed(&io, "step", step + 1)) {
+            if (tm_index_failed(&io, "step", step + 1)) {
                 rc = 1;
                 goto out;
             }
             if (!isfinite(io.loss)) {
-                rc = die("the loss is %g at step %lld: training diverged (lower the learning rate, or clip gradients)", io.loss,
+                rc = tm_die("the loss is %g at step %lld: training diverged (lower the learning rate, or clip gradients)", io.loss,
                          (long long)step + 1);
                 goto out;
             }
             loss_sum += io.loss;
             for (int k = 0; k < M->nmetrics; k++) msum[k] += io.metrics[k];
-            accumulate_grads();
+            tm_accumulate_grads();
         }
         double lr;
-        double norm = apply_update(step, log != NULL, &lr);
+        double norm = tm_apply_update(step, log != NULL, &lr);
         step++;
         double loss = loss_sum / (double)accumulate, t = kiln_now();
         if (tty || step % 50 == 0 || step == total_steps) {
