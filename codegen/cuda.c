@@ -878,6 +878,7 @@ static void emit_single_kernel(Cg *c, int32_t k, NodeId id)
         cg_copy_declare(c, id);
         sb_puts(o, "    /* not every copy uses every dim and stride: */\n");
         void_names(o, "Y", r);
+        void_names(o, "Ys", r);
         if (n->ninputs) {
             void_names(o, "X", N(c, ir_input(g, id, 0))->shape.rank);
             void_names(o, "Xs", N(c, ir_input(g, id, 0))->shape.rank);
