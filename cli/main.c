@@ -606,21 +606,6 @@ static bool has_recomputed(const Graph *g)
     return false;
 }
 
-/* The matrix products' FLOPs of a graph at the bounds (2 M N K per product), and of those
- * the remat pass copied. */
-static void matmul_flops(const Graph *g, double *all, double *again)
-{
-    *all = *again = 0;
-    for (NodeId i = 0; i < g->nnodes; i++) {
-        const Node *n = &g->nodes[i];
-        if (n->op != OP_MATMUL) continue;
-        const Shape *a = &g->nodes[ir_input(g, i, 0)].shape;
-        const double f = 2.0 * (double)ir_shape_max_numel(g, &n->shape) * (double)ir_shape_max_numel(g, &(Shape){.rank = 1, .d = {a->d[a->rank - 1]}});
-        *all += f;
-        if (n->flags & NODE_RECOMPUTED) *again += f;
-    }
-}
-
 /* The training graph of a model file without rematerialisation (autodiff and simplify
  * only), with the --bound settings applied: the plan checkpoint(...) is compared with. */
 static Graph *graph_without_remat(const char *file, Diag *d)
@@ -682,7 +667,7 @@ static void print_memory_report(const Model *train, const Graph *eval, const Gra
     sb_printf(out, "  activations train %14lld\n", (long long)train_arena);
     if (plain) { /* checkpoint(...): what it saves and what it costs */
         double all, again;
-        matmul_flops(g, &all, &again);
+        remat_matmul_flops(g, &all, &again);
         int64_t copies = 0;
         for (NodeId i = 0; i < g->nnodes; i++) copies += (g->nodes[i].flags & NODE_RECOMPUTED) != 0;
         const int64_t plain_arena = codegen_arena_bytes(plain);
@@ -763,14 +748,8 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
     if (g_report && g_infer) {
         /* an inference program has no training step: its weights and the steps' arenas */
         Graph *predict = codegen_predict_graph(eval->graph);
-        const Graph *g = train->graph;
-        int64_t params = 0, buffers = 0;
-        for (NodeId i = 0; i < g->nnodes; i++) {
-            if (g->nodes[i].op != OP_PARAM) continue;
-            int64_t bytes = ir_shape_max_numel(g, &g->nodes[i].shape) * ir_dtype_size((DType)g->nodes[i].dtype);
-            if (ir_attrs(g, i)[1]) params += bytes;
-            else buffers += bytes;
-        }
+        int64_t params, buffers;
+        slab_bytes(train, &params, &buffers, NULL, NULL);
         int64_t ea = codegen_arena_bytes(eval->graph), pa = codegen_arena_bytes(predict);
         fprintf(stderr, "kiln: memory at the bounds (bytes):\n"
                         "  parameters          %14lld\n  buffers             %14lld\n"

@@ -38,6 +38,9 @@ typedef struct {
 } RematStats;
 /* 0, or -1 with the message in err when the budget cannot be met. */
 int pass_remat(Graph *g, RematOptions *opt, RematStats *stats, StrBuf *err);
+/* The matrix products' FLOPs of a graph at the bounds (2 M N K each), all of them and
+ * those of the copies the pass made (NODE_RECOMPUTED). */
+void remat_matmul_flops(const Graph *g, double *all, double *recomputed);
 
 /* pipeline.c — the passes in order. */
 typedef struct {

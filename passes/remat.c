@@ -174,18 +174,18 @@ static int64_t arena_of(const Graph *g)
     return bytes;
 }
 
-/* Matrix-product FLOPs of the copies in a rematerialised graph, at the bounds. */
-static double copies_flops(const Graph *g)
+void remat_matmul_flops(const Graph *g, double *all, double *recomputed)
 {
-    double f = 0;
+    *all = *recomputed = 0;
     for (NodeId i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
-        if (n->op != OP_MATMUL || !(n->flags & NODE_RECOMPUTED)) continue;
+        if (n->op != OP_MATMUL) continue;
         const Shape *a = &g->nodes[ir_input(g, i, 0)].shape;
         const Shape k = {.rank = 1, .d = {a->d[a->rank - 1]}};
-        f += 2.0 * (double)ir_shape_max_numel(g, &n->shape) * (double)ir_shape_max_numel(g, &k);
+        const double f = 2.0 * (double)ir_shape_max_numel(g, &n->shape) * (double)ir_shape_max_numel(g, &k);
+        *all += f;
+        if (n->flags & NODE_RECOMPUTED) *recomputed += f;
     }
-    return f;
 }
 
 /* Region numbers dense from 1: checkpoint(...) regions keep theirs, blocks follow them. */
@@ -256,7 +256,9 @@ int pass_remat(Graph *g, RematOptions *opt, RematStats *stats, StrBuf *err)
                 on[c] = true;
                 select_regions(g, &R, on, reg);
                 Graph *t = rematerialise(g, reg, R.nregions, &nc);
-                const double saved = (double)(base_arena - arena_of(t)), flops = copies_flops(t);
+                double all, flops;
+                remat_matmul_flops(t, &all, &flops);
+                const double saved = (double)(base_arena - arena_of(t));
                 ir_graph_free(t);
                 on[c] = false;
                 rank[b] = saved / (flops > 0 ? flops : 1);
