@@ -36,48 +36,93 @@ static int nested_loops(const CgKernel *L)
     return n;
 }
 
+/* How open_inner lays out the element loop of a row that has sums in it. Every sum of the C
+ * target is taken in one order, whatever kernel it is fused into (activation checkpointing
+ * trains bit-identically only so): element k of the row, k counted over the reduced axes
+ * in row-major order, goes to accumulator lane k % KILN_SUM_LANES, each lane adds its
+ * elements in order, and KILN_LANES_SUM adds the lanes as a fixed tree (kiln_math.h). An
+ * `omp simd reduction` would leave that order to the compiler's vectoriser, which splits
+ * a sum one way where the loop body vectorises and another (or not at all) where it does
+ * not, so the same sum came out differently in two kernels. */
+enum inner_layout {
+    INNER_PLAIN,   /* no sums: one loop per run of axes, as memory allows */
+    INNER_BLOCKED, /* one loop, in blocks of KILN_SUM_LANES: `lane` is the loop's, SIMD */
+    INNER_INDEXED, /* several loops (or the lane-axis nest): `lane` from the coordinates */
+};
+
 /* Opens the element loop of a row (rows and nested modes) and defines i (and the
- * coordinates of the inner axes). Returns the number of braces to close. */
-static int open_inner(CgKernel *L, const char *pragma, const char *indent)
+ * coordinates of the inner axes; `lane` unless the layout is INNER_PLAIN). Returns the
+ * number of braces to close. */
+static int open_inner(CgKernel *L, const char *pragma, const char *indent, enum inner_layout layout)
 {
     StrBuf *o = L->c->o;
     if (L->mode == CG_LOOP_ROWS) {
-        if (pragma) sb_printf(o, "%s%s\n", indent, pragma);
-        if (L->coords >> (L->rank - 1) & 1) {
-            sb_printf(o, "%sfor (int64_t c%d = 0; c%d < W; c%d++) {\n", indent, L->rank - 1, L->rank - 1, L->rank - 1);
-            sb_printf(o, "%s    const int64_t i = row * W + c%d;\n", indent, L->rank - 1);
-        } else {
-            sb_printf(o, "%sfor (int64_t j = 0; j < W; j++) {\n", indent);
-            sb_printf(o, "%s    const int64_t i = row * W + j;\n", indent);
+        char var[16];
+        if (L->coords >> (L->rank - 1) & 1) snprintf(var, sizeof var, "c%d", L->rank - 1);
+        else snprintf(var, sizeof var, "j");
+        if (layout != INNER_PLAIN) {
+            sb_printf(o, "%sfor (int64_t j0 = 0; j0 < W; j0 += KILN_SUM_LANES) {\n", indent);
+            sb_printf(o, "%s    const int64_t lanes = W - j0 < KILN_SUM_LANES ? W - j0 : KILN_SUM_LANES;\n", indent);
+            if (pragma) sb_printf(o, "%s    %s\n", indent, pragma);
+            sb_printf(o, "%s    for (int lane = 0; lane < lanes; lane++) {\n", indent);
+            sb_printf(o, "%s        const int64_t %s = j0 + lane;\n", indent, var);
+            sb_printf(o, "%s        const int64_t i = row * W + %s;\n", indent, var);
+            return 2;
         }
+        if (pragma) sb_printf(o, "%s%s\n", indent, pragma);
+        sb_printf(o, "%sfor (int64_t %s = 0; %s < W; %s++) {\n", indent, var, var, var);
+        sb_printf(o, "%s    const int64_t i = row * W + %s;\n", indent, var);
         return 1;
     }
     /* nested: one loop per run of adjacent inner axes whose coordinates no member uses
      * (memory-contiguous, so one loop), one per other inner axis */
     int depth = 0, nloops = nested_loops(L), seen = 0;
-    StrBuf idx;
+    const bool blocked = layout == INNER_BLOCKED && nloops == 1;
+    StrBuf idx, k;
     sb_init(&idx);
+    sb_init(&k);
     for (int a = 0; a < L->rank; a++) {
         if (!(L->inner >> a & 1)) {
             sb_printf(&idx, "%sc%d * Ss%d", idx.len ? " + " : "", a, a);
             continue;
         }
         int b = run_end(L, a);
-        if (++seen == nloops && pragma) sb_printf(o, "%s%*s%s\n", indent, 4 * depth, "", pragma);
-        if (b == a) {
-            sb_printf(o, "%s%*sfor (int64_t c%d = 0; c%d < S%d; c%d++) {\n", indent, 4 * depth, "", a, a, a, a);
-            sb_printf(&idx, "%sc%d * Ss%d", idx.len ? " + " : "", a, a);
+        char var[16], extent[128];
+        snprintf(var, sizeof var, "%c%d", b == a ? 'c' : 'm', a);
+        int at = snprintf(extent, sizeof extent, "S%d", a);
+        for (int q = a + 1; q <= b && at < (int)sizeof extent; q++) at += snprintf(extent + at, sizeof extent - (size_t)at, " * S%d", q);
+        /* k, the element's number in the row: ((v0 * E1 + v1) * E2 + v2) ... */
+        if (k.len) {
+            StrBuf t;
+            sb_init(&t);
+            sb_printf(&t, "(%s) * (%s) + %s", k.data, extent, var);
+            sb_free(&k);
+            k = t;
         } else {
-            sb_printf(o, "%s%*sfor (int64_t m%d = 0; m%d < S%d", indent, 4 * depth, "", a, a, a);
-            for (int q = a + 1; q <= b; q++) sb_printf(o, " * S%d", q);
-            sb_printf(o, "; m%d++) {\n", a);
-            sb_printf(&idx, "%sm%d * Ss%d", idx.len ? " + " : "", a, b);
-            a = b;
+            sb_puts(&k, var);
         }
-        depth++;
+        const bool last = ++seen == nloops;
+        if (blocked) {
+            sb_printf(o, "%sfor (int64_t j0 = 0; j0 < %s; j0 += KILN_SUM_LANES) {\n", indent, extent);
+            sb_printf(o, "%s    const int64_t lanes = %s - j0 < KILN_SUM_LANES ? %s - j0 : KILN_SUM_LANES;\n", indent, extent, extent);
+            if (pragma) sb_printf(o, "%s    %s\n", indent, pragma);
+            sb_printf(o, "%s    for (int lane = 0; lane < lanes; lane++) {\n", indent);
+            sb_printf(o, "%s        const int64_t %s = j0 + lane;\n", indent, var);
+            depth = 2;
+        } else {
+            /* an indexed row's loop carries its lanes from one element to the next: not SIMD */
+            if (last && pragma && layout == INNER_PLAIN) sb_printf(o, "%s%*s%s\n", indent, 4 * depth, "", pragma);
+            sb_printf(o, "%s%*sfor (int64_t %s = 0; %s < %s; %s++) {\n", indent, 4 * depth, "", var, var, extent, var);
+            depth++;
+        }
+        sb_printf(&idx, "%s%s * Ss%d", idx.len ? " + " : "", var, b);
+        a = b;
     }
     sb_printf(o, "%s%*sconst int64_t i = %s;\n", indent, 4 * depth, "", idx.len ? idx.data : "0");
+    if (layout == INNER_INDEXED || (layout == INNER_BLOCKED && !blocked))
+        sb_printf(o, "%s%*sconst int lane = (int)((%s) %% KILN_SUM_LANES);\n", indent, 4 * depth, "", k.len ? k.data : "0");
     sb_free(&idx);
+    sb_free(&k);
     return depth;
 }
 
@@ -87,9 +132,10 @@ static void close_braces(StrBuf *o, int n, const char *indent)
 }
 
 /* The inner indentation after open_inner. */
-static void inner_indent(CgKernel *L, const char *indent, char *buf, size_t n)
+static void inner_indent(CgKernel *L, const char *indent, enum inner_layout layout, char *buf, size_t n)
 {
     int depth = L->mode == CG_LOOP_ROWS ? 1 : nested_loops(L);
+    if (layout == INNER_BLOCKED && depth == 1) depth = 2;
     snprintf(buf, n, "%s%*s", indent, 4 * depth, "");
 }
 
@@ -99,7 +145,6 @@ static void emit_row_body(CgKernel *L, const char *indent)
     const Graph *g = L->g;
     StrBuf *o = L->c->o;
     char in[128];
-    inner_indent(L, indent, in, sizeof in);
     for (int s = 0; s <= L->nstages; s++) {
         if (s > 0) {
             L->pass = s;
@@ -113,7 +158,8 @@ static void emit_row_body(CgKernel *L, const char *indent)
                 const Node *n = &g->nodes[id];
                 if (!cg_reduced_in_pass(L, id, s)) continue;
                 const char *t = cg_ctype((DType)n->dtype);
-                sb_printf(o, "%s%s a%d = %s;\n", indent, t, id, n->op == OP_REDUCE_SUM ? "0" : "-INFINITY");
+                if (n->op == OP_REDUCE_SUM) sb_printf(o, "%s%s a%d[KILN_SUM_LANES] = {0};\n", indent, t, id);
+                else sb_printf(o, "%s%s a%d = -INFINITY;\n", indent, t, id);
                 if (n->op == OP_REDUCE_MAX) {
                     /* a NaN anywhere makes the maximum NaN, as in PyTorch: a flag beside
                      * the vector maximum, whose lanes may drop NaNs */
@@ -127,9 +173,11 @@ static void emit_row_body(CgKernel *L, const char *indent)
             StrBuf pragma;
             sb_init(&pragma);
             sb_puts(&pragma, "#pragma omp simd");
-            if (red.len) sb_printf(&pragma, " reduction(+: %s)", red.data);
             if (maxes.len) sb_printf(&pragma, " reduction(max: %s) reduction(|: %s)", maxes.data, nans.data);
-            int braces = open_inner(L, L->lane >= 0 ? NULL : pragma.data, indent);
+            /* sums in lanes (enum inner_layout), in SIMD blocks where the row is one loop */
+            const enum inner_layout layout = !red.len ? INNER_PLAIN : L->lane >= 0 ? INNER_INDEXED : INNER_BLOCKED;
+            inner_indent(L, indent, layout, in, sizeof in);
+            int braces = open_inner(L, L->lane >= 0 ? NULL : pragma.data, indent, layout);
             sb_free(&pragma);
             cg_emit_needed(L, in);
             for (int32_t i = 0; i < L->K->count; i++) {
@@ -139,7 +187,7 @@ static void emit_row_body(CgKernel *L, const char *indent)
                 StrBuf v;
                 sb_init(&v);
                 cg_operand(L, ir_input(g, id, 0), id, false, &v);
-                if (n->op == OP_REDUCE_SUM) sb_printf(o, "%sa%d += %s;\n", in, id, v.data);
+                if (n->op == OP_REDUCE_SUM) sb_printf(o, "%sa%d[lane] += %s;\n", in, id, v.data);
                 else
                     sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    a%d = v > a%d ? v : a%d;\n%s    nan%d |= v != v;\n%s}\n", in,
                               in, cg_ctype((DType)n->dtype), v.data, in, id, id, id, in, id, in);
@@ -155,7 +203,7 @@ static void emit_row_body(CgKernel *L, const char *indent)
                 NodeId id = CG_MEMBER(L, i);
                 const Node *n = &g->nodes[id];
                 if (L->f->cls[id] != CLASS_ROW || L->avail[id] != s) continue;
-                if (n->op == OP_REDUCE_SUM) sb_printf(o, "%sconst %s w%d = a%d;\n", indent, cg_ctype((DType)n->dtype), id, id);
+                if (n->op == OP_REDUCE_SUM) sb_printf(o, "%sconst %s w%d = KILN_LANES_SUM(a%d);\n", indent, cg_ctype((DType)n->dtype), id, id);
                 if (n->op == OP_REDUCE_MAX)
                     sb_printf(o, "%sconst %s w%d = nan%d ? NAN : a%d;\n", indent, cg_ctype((DType)n->dtype), id, id, id);
             }
@@ -170,7 +218,8 @@ static void emit_row_body(CgKernel *L, const char *indent)
     /* the final pass: full values other kernels read */
     L->pass = L->nstages + 1;
     if (cg_need_pass(L, L->pass)) {
-        int braces = open_inner(L, L->lane >= 0 ? NULL : "#pragma omp simd", indent);
+        inner_indent(L, indent, INNER_PLAIN, in, sizeof in);
+        int braces = open_inner(L, L->lane >= 0 ? NULL : "#pragma omp simd", indent, INNER_PLAIN);
         cg_emit_needed(L, in);
         for (int i = 0; i < L->nstores; i++)
             if (cg_stored_in_pass(L, L->stores[i], L->pass)) sb_printf(o, "%sy%d[i] = t%d;\n", in, L->stores[i], L->stores[i]);

@@ -38,6 +38,13 @@ static inline double kiln_select(int c, double a, double b)
     return a;
 }
 
+/* Sums in generated kernels: element k of a sum goes to lane k % KILN_SUM_LANES, each lane
+ * adds in order, and the lanes are added as this fixed tree, so a sum has one order (one
+ * result) whatever kernel computes it and however the compiler vectorises its loop
+ * (codegen/c_loops.c, enum inner_layout). Eight lanes fill an AVX2 vector of floats. */
+#define KILN_SUM_LANES 8
+#define KILN_LANES_SUM(a) ((((a)[0] + (a)[1]) + ((a)[2] + (a)[3])) + (((a)[4] + (a)[5]) + ((a)[6] + (a)[7])))
+
 /* 2^n for an integral float n in [-126, 127], by building the float's bits. Adding
  * 1.5 * 2^23 puts n in the low mantissa bits; no float-to-int conversion, which GCC will
  * not vectorise while trapping math is on. */

@@ -6,14 +6,22 @@
 #ifndef KILN_TESTS_CKPT_COMPARE_H
 #define KILN_TESTS_CKPT_COMPARE_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "../runtime/kiln_rt.h"
 
-/* NULL when the files at paths a and b hold the same state, else what differs (a static
- * buffer). */
-static inline const char *ckpt_difference(const char *a, const char *b)
+/* NULL when the files at paths a and b hold the same state (with metadata, or the tensors
+ * alone), else what differs (a static buffer). */
+static inline const char *ckpt_compare(const char *a, const char *b, bool metadata);
+
+/* The tensors of two checkpoint files alone: NULL when they are the same bits. */
+static inline const char *ckpt_tensor_difference(const char *a, const char *b) { return ckpt_compare(a, b, false); }
+
+static inline const char *ckpt_difference(const char *a, const char *b) { return ckpt_compare(a, b, true); }
+
+static inline const char *ckpt_compare(const char *a, const char *b, bool metadata)
 {
     static char why[1200];
     static const char *const keys[] = {"format",   "kiln_model", "kiln_hash",      "step",   "epoch",
@@ -34,7 +42,7 @@ static inline const char *ckpt_difference(const char *a, const char *b)
                 memcmp(t->data, u->data, bytes))
                 snprintf(why, sizeof why, "tensor '%s' differs between %s and %s", t->name, a, b);
         }
-        for (size_t k = 0; !why[0] && k < sizeof keys / sizeof keys[0]; k++) {
+        for (size_t k = 0; metadata && !why[0] && k < sizeof keys / sizeof keys[0]; k++) {
             const char *v = krt_safetensors_meta(x, keys[k]), *w = krt_safetensors_meta(y, keys[k]);
             if ((v || w) && (!v || !w || strcmp(v, w)))
                 snprintf(why, sizeof why, "metadata '%s' is %s in %s, %s in %s", keys[k], v ? v : "missing", a, w ? w : "missing", b);
