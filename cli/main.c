@@ -596,6 +596,7 @@ static int g_nbounds;
 static bool g_report;
 static bool g_cuda; /* emit --target cuda */
 static int64_t g_memory_budget; /* --memory-budget: bytes of training memory, 0 = none */
+static const char *g_budget_from = "--memory-budget"; /* or the recipe's memory_budget */
 static int32_t g_budget_blocks, g_budget_nblocks; /* what it checkpointed, of how many */
 static bool g_infer; /* build --infer */
 
@@ -702,21 +703,24 @@ static Model *eval_model(const char *file, Diag *d, StrBuf *err)
     return eval;
 }
 
-static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *err)
+/* Runs the pass pipeline on the training graph as `kiln build` does: under the memory
+ * budget (--memory-budget, else the recipe's memory_budget), if any, checkpointing blocks
+ * until the plan fits; eval is the evaluation graph, whose arena counts against it. */
+static int plan_training(const char *file, Model *train, const Graph *eval, StrBuf *err)
 {
-    if (apply_bounds(train->graph, g_bounds, g_nbounds, err)) return -1;
-    Model *eval = eval_model(file, d, err);
-    if (!eval) return -1;
     /* --memory-budget: what the training activations may take besides the slabs and the
      * evaluation step's activations */
     RematOptions remat = {0};
+    /* the recipe's memory_budget when the command line gives none (the flag overrides it,
+     * as a training program's flags override its recipe) */
+    const RecipeValue *budget = recipe_get(&train->recipe, "memory_budget");
+    if (!g_memory_budget && budget && !g_infer && util_parse_size(budget->str, &g_memory_budget)) g_budget_from = "memory_budget";
     if (g_memory_budget) {
-        const int64_t fixed = slab_bytes(train, NULL, NULL, NULL, NULL) + codegen_arena_bytes(eval->graph);
+        const int64_t fixed = slab_bytes(train, NULL, NULL, NULL, NULL) + codegen_arena_bytes(eval);
         if (fixed >= g_memory_budget) {
-            sb_printf(err, "%s: error: --memory-budget %lld bytes (%.1f MiB) is not more than the parameters, gradients, optimizer "
+            sb_printf(err, "%s: error: %s %lld bytes (%.1f MiB) is not more than the parameters, gradients, optimizer "
                            "state, buffers and evaluation activations alone (%lld bytes, %.1f MiB): recomputing activations cannot help",
-                      file, (long long)g_memory_budget, (double)g_memory_budget / 1048576.0, (long long)fixed, (double)fixed / 1048576.0);
-            frontend_model_free(eval);
+                      file, g_budget_from, (long long)g_memory_budget, (double)g_memory_budget / 1048576.0, (long long)fixed, (double)fixed / 1048576.0);
             return -1;
         }
         remat.arena_budget = g_memory_budget - fixed;
@@ -727,24 +731,35 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
             err->len = 0;
             err->data[0] = 0;
             if (remat.nblocks)
-                sb_printf(err, "%s: error: --memory-budget %lld bytes (%.1f MiB) cannot be met: the smallest plan found, %d of the "
+                sb_printf(err, "%s: error: %s %lld bytes (%.1f MiB) cannot be met: the smallest plan found, %d of the "
                                "model's %d blocks checkpointed, needs %lld bytes (%.1f MiB) of training memory",
-                          file, (long long)g_memory_budget, (double)g_memory_budget / 1048576.0, remat.blocks, remat.nblocks,
+                          file, g_budget_from, (long long)g_memory_budget, (double)g_memory_budget / 1048576.0, remat.blocks, remat.nblocks,
                           (long long)least, (double)least / 1048576.0);
             else
-                sb_printf(err, "%s: error: --memory-budget %lld bytes (%.1f MiB) cannot be met: the model's forward calls none of its "
+                sb_printf(err, "%s: error: %s %lld bytes (%.1f MiB) cannot be met: the model's forward calls none of its "
                                "own modules, so there is no block to checkpoint, and its plan needs %lld bytes (%.1f MiB) of training "
                                "memory (checkpoint(...) in the model file recomputes what it marks)",
-                          file, (long long)g_memory_budget, (double)g_memory_budget / 1048576.0, (long long)least,
+                          file, g_budget_from, (long long)g_memory_budget, (double)g_memory_budget / 1048576.0, (long long)least,
                           (double)least / 1048576.0);
         }
-        frontend_model_free(eval);
         return -1;
     }
     g_budget_blocks = remat.blocks;
     g_budget_nblocks = remat.nblocks;
     if (g_memory_budget && !remat.nblocks && g_report) /* nothing to choose from: said, not silently ignored */
-        fprintf(stderr, "kiln: --memory-budget: the model calls none of its own modules from forward: no block to checkpoint\n");
+        fprintf(stderr, "kiln: %s: the model calls none of its own modules from forward: no block to checkpoint\n", g_budget_from);
+    return 0;
+}
+
+static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *err)
+{
+    if (apply_bounds(train->graph, g_bounds, g_nbounds, err)) return -1;
+    Model *eval = eval_model(file, d, err);
+    if (!eval) return -1;
+    if (plan_training(file, train, eval->graph, err)) {
+        frontend_model_free(eval);
+        return -1;
+    }
     if (g_report && g_infer) {
         /* an inference program has no training step: its weights and the steps' arenas */
         Graph *predict = codegen_predict_graph(eval->graph);
@@ -1057,11 +1072,15 @@ static int cmd_model(const char *cmd, int argc, char **argv)
             /* the memory plan of the program `kiln build` would make */
             StrBuf err;
             sb_init(&err);
-            Model *eval = pipeline_run(m->graph, NULL, NULL, &err) == 0 ? eval_model(o.file, &d, &err) : NULL;
+            Model *eval = eval_model(o.file, &d, &err);
+            if (eval && plan_training(o.file, m, eval->graph, &err)) {
+                frontend_model_free(eval);
+                eval = NULL;
+            }
             Graph *plain = eval && has_recomputed(m->graph) ? graph_without_remat(o.file, &d) : NULL;
             if (eval) print_memory_report(m, eval->graph, plain, &out);
-            if (plain) ir_graph_free(plain);
             else sb_printf(&out, "(no memory plan: %s)\n", err.len ? err.data : "the eval graph failed");
+            if (plain) ir_graph_free(plain);
             frontend_model_free(eval);
             sb_free(&err);
         }

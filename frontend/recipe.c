@@ -152,6 +152,7 @@ static const KeySpec keys[] = {
     {"clip", A_NUM, NULL, "0.0", 0, 1e12, NULL, "global gradient-norm clipping (0 = off)"},
     {"accumulate", A_INT, NULL, "1", 1, 65536, NULL, "micro-batches per optimizer step"},
     {"precision", A_NAME, NULL, "f32", 0, 0, "f32 bf16 f16", "f32, or mixed precision with bf16 / f16"},
+    {"memory_budget", A_STR, NULL, NULL, 0, 0, NULL, "training memory to fit by recomputing blocks, e.g. \"1.5GiB\" (kiln build --memory-budget)"},
     {"checkpoint", A_CALL, ckpt_calls, "every", 0, 0, NULL, "checkpoint policy"},
     {"eval", A_CALL, eval_calls, "every", 0, 0, NULL, "evaluation policy"},
     {"seed", A_INT, NULL, "0", 0, 1e18, NULL, "seed of initialisation, shuffling and dropout"},
@@ -812,6 +813,12 @@ static bool check_recipe(Recipe *r, const Ast *a, AstId train, const Inputs *in,
             free_value(v);
             r->n--;
         }
+    }
+    const RecipeValue *budget = recipe_get(r, "memory_budget");
+    int64_t budget_bytes;
+    if (budget && (!util_parse_size(budget->str, &budget_bytes) || budget_bytes <= 0)) {
+        diag_error(d, budget->loc, "memory_budget = \"%s\" is not a size (e.g. \"1.5GiB\", \"800MiB\", \"2GB\", \"4096\")", budget->str);
+        ok = false;
     }
     /* Accepted for the model files of tomorrow, but not implemented: said, not ignored. */
     const RecipeValue *prec = recipe_get(r, "precision");

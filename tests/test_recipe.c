@@ -75,10 +75,12 @@ typedef enum {
     OBS_EXIT,      /* the exit status */
     OBS_REFUSED,   /* the variant is a located error of `kiln check` */
     OBS_WARNING,   /* the variant's `kiln build` warns that it has no effect yet */
+    OBS_PLAN,      /* the memory plan `kiln check` prints (what `kiln build` will allocate) */
 } Obs;
 
 static const char *const obs_name[] = {"start line", "losses",         "learning rates", "eval lines", "sample",
-                                       "files",      "steps run",      "exit status",    "refusal",    "warning"};
+                                       "files",      "steps run",      "exit status",    "refusal",    "warning",
+                                       "memory plan"};
 
 typedef struct {
     const char *covers;  /* recipe_schema() items shown, space-separated */
@@ -219,6 +221,10 @@ static const Row rows[] = {
     {"accumulate", CLS, "", "accumulate = 2\n", "accumulate", OBS_START, NULL, RT_ANY},
     {"precision", CLS, "", "precision = bf16\n", "precision", OBS_WARNING,
      "mixed precision is not implemented yet; until it is, kiln check and kiln build warn that it has no effect", RT_ANY},
+    /* the budget is planned at compile time: the tiny model has no block to checkpoint, so
+     * the plan shows the budget it was checked against (test_remat: gpt's blocks chosen) */
+    {"memory_budget", CLS, "", "memory_budget = \"64MiB\"\n", "memory_budget", OBS_PLAN, NULL, RT_ANY},
+    {"memory_budget", CLS, "", "memory_budget = \"lots\"\n", NULL, OBS_REFUSED, NULL, RT_ANY},
     {"seed", CLS, "", "seed = 1\n", "seed", OBS_LOSSES, NULL, RT_ANY},
     {"log", CLS, "log = -\n", "log = \"other.jsonl\"\n", "log", OBS_FILES, NULL, RT_ANY},
     /* checkpoint: 4 steps of an 8-step epoch */
@@ -612,7 +618,15 @@ static void check_row(const Row *row)
     cr_expect(fb || fv, "[%s] recipe entry %s is absent from both programs", row->covers, row->flat);
     free(fb);
     free(fv);
-    /* 2. What the program does. */
+    /* 2. What the program does (or, for a compile-time setting, what kiln plans). */
+    if (row->obs == OBS_PLAN) {
+        const char *pb = strstr(b->check_out, "memory at the bounds"), *pv = strstr(v->check_out, "memory at the bounds");
+        cr_expect(pb, "[%s] the base's kiln check prints no memory plan:\n%s", row->covers, b->check_out);
+        if (!pv) pv = strstr(v->check_out, "(no memory plan: ");
+        cr_expect(pv, "[%s] the variant's kiln check prints no memory plan:\n%s", row->covers, v->check_out);
+        cr_expect(!pb || !pv || strcmp(pb, pv), "[%s] the memory plan is the same with and without the change:\n%s", row->covers, pb);
+        return;
+    }
     if (row->obs == OBS_WARNING) {
         cr_expect(!strstr(b->build_out, ": warning: "), "[%s] the base warns:\n%s", row->covers, b->build_out);
         cr_expect(strstr(v->build_out, ": warning: ") && strstr(v->build_out, "has no effect yet"),
