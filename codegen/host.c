@@ -133,6 +133,15 @@ static void emit_copy_out(Cg *c, NodeId id, const char *dst, const char *kind)
     else sb_puts(o, "));\n");
 }
 
+/* Forward output number fwd (graph output q) into the caller's buffer, if it gave one. */
+static void emit_forward_copy(Cg *c, int32_t q, int fwd)
+{
+    char dst[64];
+    snprintf(dst, sizeof dst, "io->outputs[%d]", fwd);
+    sb_printf(c->o, "    if (io->outputs && io->outputs[%d]) /* output %s */\n    ", fwd, ir_str(c->g, c->g->outputs[q].name));
+    emit_copy_out(c, c->g->outputs[q].node, dst, "cudaMemcpyDeviceToHost");
+}
+
 void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
 {
     const Graph *g = c->g;
@@ -156,7 +165,16 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
     for (int sy = 0; sy < g->nsyms; sy++)
         sb_printf(o, "    const int64_t %s = io->syms[%d];\n    (void)%s;\n", g->syms[sy].name, sy, g->syms[sy].name);
     for (NodeId i = 0; i < g->nnodes; i++) pointer_decl(c, i);
-    for (int32_t k = 0; k < c->fp.nkernels; k++) call(c, k);
+    /* a forward output is copied out as soon as its kernel has run: its memory is then
+     * free for the rest of the step (memplan.c) */
+    for (int32_t k = 0; k < c->fp.nkernels; k++) {
+        call(c, k);
+        for (int32_t q = 0, fwd = 0; q < g->noutputs; q++) {
+            if (g->outputs[q].kind != OUT_FORWARD) continue;
+            if (c->fp.kernel_of[fusion_root(g, &c->fp, g->outputs[q].node)] == k) emit_forward_copy(c, q, fwd);
+            fwd++;
+        }
+    }
     int metric = 0, fwd = 0;
     for (int32_t k = 0; k < g->noutputs; k++) {
         const Output *out = &g->outputs[k];
@@ -189,14 +207,10 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
             emit_copy_out(c, v, dst, "cudaMemcpyDeviceToDevice");
             break;
         }
-        case OUT_FORWARD: {
-            char dst[64];
-            snprintf(dst, sizeof dst, "io->outputs[%d]", fwd);
-            sb_printf(o, "    if (io->outputs && io->outputs[%d])\n    ", fwd);
+        case OUT_FORWARD: /* copied after its kernel, unless no kernel computes it */
+            if (c->fp.kernel_of[fusion_root(g, &c->fp, v)] < 0) emit_forward_copy(c, k, fwd);
             fwd++;
-            emit_copy_out(c, v, dst, "cudaMemcpyDeviceToHost");
             break;
-        }
         default: break;
         }
     }

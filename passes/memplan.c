@@ -191,7 +191,14 @@ void memplan_run(const Graph *g, const FusionPlan *f, MemPlan *m)
             if (m->kind[r] == MEM_ARENA && f->kernel_of[r] != k && last[r] < k) last[r] = k;
         }
     }
-    for (int32_t o = 0; o < g->noutputs; o++) last[fusion_root(g, f, g->outputs[o].node)] = f->nkernels;
+    /* The step's results live to its end, but for the forward outputs: the step copies
+     * each out right after the kernel that computes it (codegen/host.c), and nothing keeps
+     * it after its last reader (a training step's logits are not held through the
+     * backward pass for a copy that the caller usually does not ask for). */
+    for (int32_t o = 0; o < g->noutputs; o++) {
+        NodeId r = fusion_root(g, f, g->outputs[o].node);
+        if (g->outputs[o].kind != OUT_FORWARD || f->kernel_of[r] < 0) last[r] = f->nkernels;
+    }
     FreeList fl = {0};
     bool *taken = xcalloc(nn, sizeof *taken);
     for (int32_t k = 0; k < f->nkernels; k++) {
