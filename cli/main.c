@@ -598,6 +598,7 @@ static bool g_cuda; /* emit --target cuda */
 static int64_t g_memory_budget; /* --memory-budget: bytes of training memory, 0 = none */
 static const char *g_budget_from = "--memory-budget"; /* or the recipe's memory_budget */
 static int32_t g_budget_blocks, g_budget_nblocks; /* what it checkpointed, of how many */
+static bool g_budget_cheap;                       /* and whether cheap values are recomputed */
 static bool g_infer; /* build --infer */
 
 static bool has_recomputed(const Graph *g)
@@ -678,8 +679,8 @@ static void print_memory_report(const Model *train, const Graph *eval, const Gra
                   all > again ? 100.0 * again / (all - again) : 0.0, (all - again) / 1e9);
     }
     if (g_memory_budget)
-        sb_printf(out, "    memory budget   %14lld  (%d of the model's %d blocks checkpointed for it)\n", (long long)g_memory_budget,
-                  g_budget_blocks, g_budget_nblocks);
+        sb_printf(out, "    memory budget   %14lld  (%s%d of the model's %d blocks checkpointed for it)\n", (long long)g_memory_budget,
+                  g_budget_cheap ? "cheap values recomputed, " : "", g_budget_blocks, g_budget_nblocks);
     sb_printf(out, "  activations eval  %14lld\n", (long long)eval_arena);
     sb_printf(out, "  total             %14lld\n", (long long)(params * (2 + moments) + buffers + train_arena + eval_arena));
 }
@@ -745,6 +746,7 @@ static int plan_training(const char *file, Model *train, const Graph *eval, StrB
         return -1;
     }
     g_budget_blocks = remat.blocks;
+    g_budget_cheap = remat.cheap;
     g_budget_nblocks = remat.nblocks;
     if (g_memory_budget && !remat.nblocks && g_report) /* nothing to choose from: said, not silently ignored */
         fprintf(stderr, "kiln: %s: the model calls none of its own modules from forward: no block to checkpoint\n", g_budget_from);

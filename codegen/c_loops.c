@@ -310,8 +310,11 @@ static void signature(CgKernel *L)
     for (int a = 0; a < L->rank; a++) sb_printf(o, "    (void)S%d;\n", a);
 }
 
-/* Reductions over the leading axes, in memory order: each thread takes a block of
- * columns and walks down the rows, accumulating into the outputs. */
+/* Reductions over the leading axes, in memory order: each thread takes a block of 64
+ * columns and walks down the rows, accumulating in lanes as a row's sum does (enum
+ * inner_layout: element h of a column in lane h % KILN_SUM_LANES, the lanes added as a
+ * fixed tree), so that a bias gradient has the same bits whether it is summed here or in
+ * a kernel of rows. */
 static void emit_columns(CgKernel *L)
 {
     Cg *c = L->c;
@@ -323,22 +326,44 @@ static void emit_columns(CgKernel *L)
     sb_puts(o, ", R = 1");
     for (int a = 0; a < L->rank; a++)
         if (!(L->K->axes >> a & 1)) sb_printf(o, " * S%d", a);
-    sb_puts(o, ";\n    for (int64_t row = 0; row < R; row++) {\n");
-    for (int i = 0; i < L->nstores; i++) {
-        NodeId id = L->stores[i];
-        if (L->f->cls[id] == CLASS_ROW) sb_printf(o, "        y%d[row] = %s;\n", id, g->nodes[id].op == OP_REDUCE_SUM ? "0" : "-INFINITY");
-    }
-    sb_puts(o, "    }\n");
+    sb_puts(o, ";\n");
     if (cg_may_parallel(c, &L->K->shape)) sb_printf(o, "    #pragma omp parallel for if (H * R >= %d)\n", PARALLEL_MIN);
     sb_puts(o, "    for (int64_t r0 = 0; r0 < R; r0 += 64) {\n"
-               "        const int64_t r1 = R - r0 < 64 ? R : r0 + 64;\n"
-               "        for (int64_t h = 0; h < H; h++) {\n"
+               "        const int64_t r1 = R - r0 < 64 ? R : r0 + 64;\n");
+    for (int i = 0; i < L->nstores; i++) {
+        NodeId id = L->stores[i];
+        if (L->f->cls[id] != CLASS_ROW) continue;
+        const char *t = cg_ctype((DType)g->nodes[id].dtype);
+        if (g->nodes[id].op == OP_REDUCE_SUM) {
+            sb_printf(o, "        %s a%d[KILN_SUM_LANES][64] = {{0}};\n", t, id);
+        } else {
+            sb_printf(o, "        %s a%d[KILN_SUM_LANES][64];\n", t, id);
+            sb_printf(o, "        for (int lane = 0; lane < KILN_SUM_LANES; lane++)\n"
+                         "            for (int j = 0; j < 64; j++) a%d[lane][j] = -INFINITY;\n", id);
+        }
+    }
+    sb_puts(o, "        for (int64_t h = 0; h < H; h++) {\n"
+               "            const int lane = (int)(h % KILN_SUM_LANES);\n"
                "            #pragma omp simd\n"
                "            for (int64_t row = r0; row < r1; row++) {\n"
                "                const int64_t i = h * R + row;\n");
     cg_need_columns(L);
-    cg_emit_column_element(L, "                ", "y", "[row]");
-    sb_puts(o, "            }\n        }\n    }\n");
+    cg_emit_column_element(L, "                ", "a", "[lane][row - r0]");
+    sb_puts(o, "            }\n        }\n"
+               "        for (int64_t row = r0; row < r1; row++) {\n");
+    for (int i = 0; i < L->nstores; i++) {
+        NodeId id = L->stores[i];
+        if (L->f->cls[id] != CLASS_ROW) continue;
+        if (g->nodes[id].op == OP_REDUCE_SUM) {
+            sb_printf(o, "            y%d[row] = KILN_LANES_SUM_AT(a%d, row - r0);\n", id, id);
+        } else { /* the lanes' maximum, NaN if any lane saw one */
+            sb_printf(o, "            %s m = a%d[0][row - r0];\n", cg_ctype((DType)g->nodes[id].dtype), id);
+            sb_printf(o, "            for (int lane = 1; lane < KILN_SUM_LANES; lane++)\n"
+                         "                if (a%d[lane][row - r0] > m || a%d[lane][row - r0] != a%d[lane][row - r0]) m = a%d[lane][row - r0];\n"
+                         "            y%d[row] = m;\n", id, id, id, id, id);
+        }
+    }
+    sb_puts(o, "        }\n    }\n");
 }
 
 static void emit_loop_kernel(CgKernel *L)

@@ -241,13 +241,15 @@ static bool readable(Fuser *f, int32_t k, NodeId r, MemberClass cls, NodeId read
 
 /* Can node n (elementwise or reduction) join kernel k? Sets *cls. On success also
  * records the dependencies. */
-/* A copy that the backward pass recomputes (remat.c) and the values that are not copies
- * are never in one kernel: a copy in a forward kernel would be computed, and kept, in the
- * forward pass; and the backward pass's kernels stay grouped as without copies. */
+/* A copy that the backward pass recomputes (remat.c) never joins a kernel of values that
+ * are not copies: in a forward kernel it would be computed, and kept, in the forward
+ * pass. A copy starts a kernel of its own (the copies come right before the backward
+ * node that first reads them), and the backward nodes after it may join that kernel: a
+ * recomputed exponential is computed in the kernel of the gradient that reads it. */
 static bool same_pass(const Fuser *f, int32_t k, NodeId id)
 {
     const Graph *g = f->g;
-    return (g->nodes[id].flags & NODE_RECOMPUTED) == (g->nodes[f->p->kernels[k].anchor].flags & NODE_RECOMPUTED);
+    return !(g->nodes[id].flags & NODE_RECOMPUTED) || (g->nodes[f->p->kernels[k].anchor].flags & NODE_RECOMPUTED);
 }
 
 static bool try_join(Fuser *f, int32_t k, NodeId id)

@@ -29,11 +29,14 @@ typedef struct {
     int64_t smallest_arena; /* out, when the budget cannot be met: with every block checkpointed */
     int32_t nblocks;        /* out: the model's blocks (module calls from forward) */
     int32_t blocks;         /* out: how many of them were checkpointed for the budget */
+    bool cheap;             /* out: cheap values (elementwise, views) recomputed for the budget */
 } RematOptions;
 typedef struct {
     int32_t regions;              /* checkpoint(...) regions in the graph */
     int32_t blocks;               /* module calls checkpointed for the budget */
     int32_t recomputed;           /* nodes copied for the backward pass */
+    int32_t moved;                /* of them: region values only the backward pass reads, no longer computed in the forward */
+    bool cheap;                   /* cheap values recomputed for the budget (before any block) */
     int64_t arena_without_blocks; /* under a budget: the activations before any block */
 } RematStats;
 /* 0, or -1 with the message in err when the budget cannot be met. */

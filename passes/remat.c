@@ -41,12 +41,14 @@ typedef struct {
     NodeId *map;       /* old node -> new graph */
     NodeId *copy;      /* old node -> its copy in the new graph (IR_NONE: none yet) */
     bool *emitted;     /* per region: its copies are in the new graph */
+    const bool *cheap; /* per node: a cheap value recomputed where the backward reads it (or NULL) */
 } Remat;
 
 /* Is x a value that the backward pass reads a copy of instead of the original? */
 static bool copied(const Remat *r, NodeId x)
 {
     const Node *n = &r->g->nodes[x];
+    if (r->cheap && r->cheap[x]) return r->forward[x];
     return r->forward[x] && r->reg[x] > 0 && !r->region_out[x] && n->op != OP_PARAM && n->op != OP_INPUT;
 }
 
@@ -85,7 +87,9 @@ static void mark_wanted(Remat *r)
         if (r->wanted[i])
             for (uint32_t j = 0; j < g->nodes[i].ninputs; j++) {
                 NodeId x = ir_input(g, i, (int)j);
-                if (copied(r, x) && r->reg[x] == r->reg[i]) r->wanted[x] = true;
+                /* a region's copies read copies within the region; a cheap copy reads cheap copies */
+                const bool cheap_chain = r->cheap && r->cheap[i] && r->cheap[x];
+                if (copied(r, x) && (cheap_chain || (r->reg[x] == r->reg[i] && !(r->cheap && r->cheap[x])))) r->wanted[x] = true;
             }
 }
 
@@ -117,15 +121,28 @@ static void emit_region(Remat *r, int32_t c)
 {
     const Graph *g = r->g;
     for (NodeId i = 0; i < g->nnodes; i++)
-        if (r->wanted[i] && r->reg[i] == c) r->copy[i] = emit(r, i, true);
+        if (r->wanted[i] && r->reg[i] == c && !(r->cheap && r->cheap[i])) r->copy[i] = emit(r, i, true);
     r->emitted[c] = true;
 }
 
-/* The graph with the regions of `reg` recomputed, as a new graph (g unchanged); the
- * number of copies in *ncopies. */
-static Graph *rematerialise(const Graph *g, const int32_t *reg, int32_t nregions, int32_t *ncopies)
+/* The copy of cheap value x, after the copies of the cheap values it is computed from:
+ * right before the backward node that first reads it, so that fusion can put it in that
+ * node's kernel. */
+static void emit_cheap(Remat *r, NodeId x)
 {
-    Remat r = {.g = g, .reg = reg};
+    const Graph *g = r->g;
+    for (uint32_t j = 0; j < g->nodes[x].ninputs; j++) {
+        NodeId y = ir_input(g, x, (int)j);
+        if (r->wanted[y] && r->cheap[y] && r->copy[y] == IR_NONE) emit_cheap(r, y);
+    }
+    r->copy[x] = emit(r, x, true);
+}
+
+/* The graph with the regions of `reg` and the cheap values of `cheap` (or NULL)
+ * recomputed, as a new graph (g unchanged); the number of copies in *ncopies. */
+static Graph *rematerialise(const Graph *g, const int32_t *reg, int32_t nregions, const bool *cheap, int32_t *ncopies, int32_t *nmoved)
+{
+    Remat r = {.g = g, .reg = reg, .cheap = cheap};
     size_t nn = (size_t)g->nnodes + 1;
     r.forward = xcalloc(nn, 1);
     r.region_out = xcalloc(nn, 1);
@@ -135,19 +152,42 @@ static Graph *rematerialise(const Graph *g, const int32_t *reg, int32_t nregions
     r.emitted = xcalloc((size_t)nregions + 1, 1);
     for (NodeId i = 0; i < g->nnodes; i++) r.map[i] = r.copy[i] = IR_NONE;
     mark_forward(&r);
+    /* a value built inside a recomputed region that only the backward pass reads (the
+     * key matrix of attention, whose transpose the forward reads) is recomputed with its
+     * region too, and not computed in the forward pass at all: otherwise it keeps the
+     * region's values alive */
+    bool *backward_only = xcalloc(nn, 1);
+    for (NodeId i = 0; i < g->nnodes; i++)
+        if (reg[i] > 0 && !r.forward[i]) backward_only[i] = r.forward[i] = true;
     mark_wanted(&r);
     r.o = ir_graph_new(g->name);
     r.o->mode = g->mode;
     for (int i = 0; i < g->nsyms; i++) ir_add_symbol(r.o, g->syms[i].name, g->syms[i].max);
     for (int i = 0; i < g->nfiles; i++) ir_add_file(r.o, g->files[i]);
+    /* Copies are made for the backward pass proper, after the last forward node: a node
+     * that only the backward pass reads but that is built in the forward pass (the key
+     * matrix of attention, whose transpose the forward reads) reads the originals there. */
+    NodeId forward_end = -1;
+    for (NodeId i = 0; i < g->nnodes; i++)
+        if (r.forward[i]) forward_end = i;
     for (NodeId i = 0; i < g->nnodes; i++) {
-        if (!r.forward[i]) /* a backward node: the copies it reads first */
+        if (!r.forward[i] && i > forward_end) /* a backward node: the copies it reads first */
             for (uint32_t j = 0; j < g->nodes[i].ninputs; j++) {
                 NodeId x = ir_input(g, i, (int)j);
-                if (r.wanted[x] && !r.emitted[reg[x]]) emit_region(&r, reg[x]);
+                if (!r.wanted[x]) continue;
+                if (cheap && cheap[x]) {
+                    if (r.copy[x] == IR_NONE) emit_cheap(&r, x);
+                } else if (!r.emitted[reg[x]]) {
+                    emit_region(&r, reg[x]);
+                }
             }
-        r.map[i] = emit(&r, i, false);
+        if (!backward_only[i]) r.map[i] = emit(&r, i, false);
     }
+    if (nmoved) {
+        *nmoved = 0;
+        for (NodeId i = 0; i < g->nnodes; i++) *nmoved += backward_only[i];
+    }
+    free(backward_only);
     for (int32_t k = 0; k < g->noutputs; k++)
         ir_add_output(r.o, (OutputKind)g->outputs[k].kind, ir_str(g, g->outputs[k].name), r.map[g->outputs[k].node]);
     *ncopies = 0;
@@ -159,6 +199,45 @@ static Graph *rematerialise(const Graph *g, const int32_t *reg, int32_t nregions
     free(r.copy);
     free(r.emitted);
     return r.o;
+}
+
+/* ---- cheap values ----
+ *
+ * Under a memory budget, before any block, the values that are cheap to compute again
+ * (elementwise maths, views, casts, constants: JAX's `dots_saveable` keeps the others)
+ * and that the backward pass reads are recomputed where it reads them instead of kept:
+ * GELU's output from its input, a normalised row from the row and its statistics,
+ * cross-entropy's exponentials from the logits and their row maxima. A copy reads the
+ * originals of the values it is computed from; chains are at most CHEAP_DEPTH ops long,
+ * so that a residual stream (one add per layer) is not recomputed from the embeddings. */
+#define CHEAP_DEPTH 6
+
+static bool cheap_op(const Node *n)
+{
+    const uint16_t f = ir_op_info[n->op].flags;
+    if (n->op == OP_CHECK_INDEX || n->op == OP_PARAM || n->op == OP_INPUT) return false;
+    return (f & (OPF_UNARY | OPF_BINARY | OPF_SHAPE)) || n->op == OP_WHERE || n->op == OP_CONST || n->op == OP_IOTA ||
+           n->op == OP_RANDOM_UNIFORM;
+}
+
+/* Per node: a cheap value outside the recomputed regions (reg), of a short enough chain. */
+static bool *cheap_values(const Graph *g, const int32_t *reg)
+{
+    bool *cheap = xcalloc((size_t)g->nnodes + 1, 1);
+    int32_t *depth = xcalloc((size_t)g->nnodes + 1, sizeof *depth);
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (reg[i] > 0 || !cheap_op(n)) continue;
+        int32_t d = 0;
+        for (uint32_t j = 0; j < n->ninputs; j++) {
+            NodeId x = ir_input(g, i, (int)j);
+            if (cheap[x] && depth[x] > d) d = depth[x];
+        }
+        depth[i] = d + 1;
+        cheap[i] = depth[i] <= CHEAP_DEPTH;
+    }
+    free(depth);
+    return cheap;
 }
 
 /* The planned training activations of a graph (fusion, then memplan). */
@@ -237,14 +316,26 @@ int pass_remat(Graph *g, RematOptions *opt, RematStats *stats, StrBuf *err)
     for (int32_t c = 1; c <= R.nexplicit; c++) on[c] = true; /* the model's checkpoint(...) */
     st.regions = R.nexplicit;
     int rc = 0;
+    bool use_cheap = false, *cheap = NULL;
     const int64_t budget = opt ? opt->arena_budget : 0;
     if (budget > 0) {
         select_regions(g, &R, on, reg);
         int32_t nc;
-        Graph *base = rematerialise(g, reg, R.nregions, &nc);
-        const int64_t base_arena = arena_of(base);
+        Graph *base = rematerialise(g, reg, R.nregions, NULL, &nc, NULL);
+        int64_t base_arena = arena_of(base);
         ir_graph_free(base);
         st.arena_without_blocks = base_arena;
+        if (base_arena > budget) { /* cheap values first, kept if they lower the plan */
+            bool *c = cheap_values(g, reg);
+            Graph *t = rematerialise(g, reg, R.nregions, c, &nc, NULL);
+            const int64_t a = arena_of(t);
+            ir_graph_free(t);
+            free(c);
+            if (a < base_arena) {
+                use_cheap = true;
+                base_arena = a;
+            }
+        }
         if (base_arena > budget) {
             /* each block alone: bytes saved per FLOP recomputed (none: the plan as it is is the
              * smallest) */
@@ -255,7 +346,10 @@ int pass_remat(Graph *g, RematOptions *opt, RematStats *stats, StrBuf *err)
                 const int32_t c = R.nexplicit + 1 + b;
                 on[c] = true;
                 select_regions(g, &R, on, reg);
-                Graph *t = rematerialise(g, reg, R.nregions, &nc);
+                cheap = use_cheap ? cheap_values(g, reg) : NULL;
+                Graph *t = rematerialise(g, reg, R.nregions, cheap, &nc, NULL);
+                free(cheap);
+                cheap = NULL;
                 double all, flops;
                 remat_matmul_flops(t, &all, &flops);
                 const double saved = (double)(base_arena - arena_of(t));
@@ -278,7 +372,10 @@ int pass_remat(Graph *g, RematOptions *opt, RematStats *stats, StrBuf *err)
             for (int32_t k = 0; k < nb && arena > budget; k++) {
                 on[R.nexplicit + 1 + order[k]] = true;
                 select_regions(g, &R, on, reg);
-                Graph *t = rematerialise(g, reg, R.nregions, &nc);
+                cheap = use_cheap ? cheap_values(g, reg) : NULL;
+                Graph *t = rematerialise(g, reg, R.nregions, cheap, &nc, NULL);
+                free(cheap);
+                cheap = NULL;
                 arena = arena_of(t);
                 ir_graph_free(t);
                 st.blocks++;
@@ -301,12 +398,15 @@ int pass_remat(Graph *g, RematOptions *opt, RematStats *stats, StrBuf *err)
     }
     if (!rc) {
         select_regions(g, &R, on, reg);
-        bool any = false;
+        bool any = use_cheap;
         for (int32_t c = 1; c <= R.nregions; c++) any |= on[c];
         if (any) {
-            Graph *o = rematerialise(g, reg, R.nregions, &st.recomputed);
+            cheap = use_cheap ? cheap_values(g, reg) : NULL;
+            Graph *o = rematerialise(g, reg, R.nregions, cheap, &st.recomputed, &st.moved);
+            free(cheap);
             replace_graph(g, o);
         }
+        st.cheap = use_cheap;
     }
     free(on);
     free(reg);
@@ -314,6 +414,7 @@ int pass_remat(Graph *g, RematOptions *opt, RematStats *stats, StrBuf *err)
     if (opt) {
         opt->nblocks = R.nregions - R.nexplicit;
         if (!rc) opt->blocks = st.blocks;
+        opt->cheap = use_cheap;
     }
     if (stats) *stats = st;
     return rc;

@@ -377,7 +377,13 @@ void pass_simplify(Graph *g)
         NodeId ins[64];
         NodeId *in = n->ninputs <= 64 ? ins : xmalloc(n->ninputs * sizeof *in);
         for (uint32_t k = 0; k < n->ninputs; k++) in[k] = s.map[ir_input(g, i, (int)k)];
+        const NodeId before = s.out->nnodes;
         NodeId r = rewrite(&s, i, n, in, ir_attrs(g, i));
+        /* nodes a rewrite made stay in the checkpoint(...) region of the node they replace
+         * (remat.c recomputes the region's nodes; a composed permute left outside would keep
+         * the region's values alive for the backward pass) */
+        for (NodeId q = before; r != IR_NONE && q < s.out->nnodes; q++)
+            if (!s.out->nodes[q].ckpt) s.out->nodes[q].ckpt = n->ckpt;
         if (r == IR_NONE) {
             r = ir_add_node(s.out, (Op)n->op, (DType)n->dtype, &n->shape, in, (int)n->ninputs, ir_attrs(g, i), (int)n->nattrs,
                             n->loc);

@@ -44,6 +44,9 @@ static inline double kiln_select(int c, double a, double b)
  * (codegen/c_loops.c, enum inner_layout). Eight lanes fill an AVX2 vector of floats. */
 #define KILN_SUM_LANES 8
 #define KILN_LANES_SUM(a) ((((a)[0] + (a)[1]) + ((a)[2] + (a)[3])) + (((a)[4] + (a)[5]) + ((a)[6] + (a)[7])))
+/* The same for column j of lanes a[KILN_SUM_LANES][...] (sums over leading axes). */
+#define KILN_LANES_SUM_AT(a, j) \
+    ((((a)[0][j] + (a)[1][j]) + ((a)[2][j] + (a)[3][j])) + (((a)[4][j] + (a)[5][j]) + ((a)[6][j] + (a)[7][j])))
 
 /* 2^n for an integral float n in [-126, 127], by building the float's bits. Adding
  * 1.5 * 2^23 puts n in the low mantissa bits; no float-to-int conversion, which GCC will
