@@ -751,6 +751,30 @@ static int plan_training(const char *file, Model *train, const Graph *eval, StrB
     return 0;
 }
 
+/* A language model's decode graph for incremental generation (frontend/decode.c), as the
+ * predict graph is made from the eval graph; NULL for other models, or with the reason in
+ * *why when generation must recompute the whole window for each token. */
+static Graph *decode_graph(const char *file, const Model *train, Diag *d, StrBuf *why, StrBuf *err)
+{
+    const RecipeValue *data = recipe_get(&train->recipe, "data");
+    if (!data || !data->str || (strcmp(data->str, "text") && strcmp(data->str, "tokens"))) return NULL;
+    size_t len;
+    char *text = util_read_file(file, &len, err);
+    Model *m = text ? frontend_compile(d, file, text, len, MODE_DECODE) : NULL;
+    free(text);
+    if (!m) { /* the eval graph of the same file lowered: a bug of decode.c, said as one */
+        if (!err->len) sb_printf(err, "%s: internal error: the decode graph did not lower", file);
+        return NULL;
+    }
+    Graph *g = NULL;
+    bool same_syms = m->graph->nsyms >= train->graph->nsyms;
+    for (int i = 0; same_syms && i < train->graph->nsyms; i++) same_syms = !strcmp(m->graph->syms[i].name, train->graph->syms[i].name);
+    if (!same_syms) sb_puts(why, "its sizes are not the model's");
+    else if (!apply_bounds(m->graph, g_bounds, g_nbounds, err) && !frontend_decode_check(m->graph, why)) g = codegen_predict_graph(m->graph);
+    frontend_model_free(m);
+    return g;
+}
+
 static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *err)
 {
     if (apply_bounds(train->graph, g_bounds, g_nbounds, err)) return -1;
@@ -787,7 +811,12 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
     int rc;
     if (g_infer) {
         Graph *predict = codegen_predict_graph(eval->graph);
-        rc = codegen_c_infer(train->graph, eval->graph, predict, file, kv, nkv, c, err);
+        StrBuf why;
+        sb_init(&why);
+        Graph *decode = decode_graph(file, train, d, &why, err);
+        rc = err->len ? -1 : codegen_c_infer(train->graph, eval->graph, predict, decode, why.data, file, kv, nkv, c, err);
+        if (decode) ir_graph_free(decode);
+        sb_free(&why);
         ir_graph_free(predict);
     } else {
         rc = g_cuda ? codegen_cuda(train->graph, eval->graph, file, kv, nkv, false, c, err)

@@ -19,7 +19,11 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, ch
  * training program's), and a predict step of `predict` (the eval graph without its loss
  * and metrics: codegen_predict_graph), planned and fused as any step; no training step.
  * `train` is the reference graph for the tables (parameter and input order, the hash). */
-int codegen_c_infer(const Graph *train, const Graph *eval, const Graph *predict, const char *source_path, char *const *recipe_kv,
+/* `decode`: a language model's decode graph (frontend/decode.c, through
+ * codegen_predict_graph), emitted as a decode step, or NULL; `decode_why`: NULL, or why a
+ * language model has none, which the program says when it generates. */
+int codegen_c_infer(const Graph *train, const Graph *eval, const Graph *predict, const Graph *decode, const char *decode_why,
+                    const char *source_path, char *const *recipe_kv,
                     int nrecipe, StrBuf *out, StrBuf *err);
 /* The forward alone: a copy of the eval graph without its loss and metric outputs,
  * simplified (what only they read is dropped; the inputs stay). Free with ir_graph_free. */
