@@ -797,6 +797,21 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
                         "  total               %14lld\n",
                 (long long)params, (long long)buffers, (long long)ea, (long long)pa, (long long)(params + buffers + (ea > pa ? ea : pa)));
         ir_graph_free(predict);
+        StrBuf why;
+        sb_init(&why);
+        Graph *decode = decode_graph(file, train, d, &why, err);
+        if (decode) { /* what --generate adds: its own arena and the caches, batch 1 */
+            int64_t cache = 0;
+            for (NodeId i = 0; i < decode->nnodes; i++)
+                if (decode->nodes[i].op == OP_INPUT && !strncmp(ir_node_name(decode, i), "decode.", 7) && decode->nodes[i].shape.rank == 4)
+                    cache += ir_shape_max_numel(decode, &decode->nodes[i].shape) * 4;
+            fprintf(stderr, "  generation (--generate, batch 1): decode step activations %lld, key/value cache %lld\n",
+                    (long long)codegen_arena_bytes(decode), (long long)cache);
+            ir_graph_free(decode);
+        } else if (why.len) {
+            fprintf(stderr, "  generation (--generate): by full recomputation (%s)\n", why.data);
+        }
+        sb_free(&why);
     } else if (g_report) {
         StrBuf rep;
         sb_init(&rep);
@@ -819,8 +834,15 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
         sb_free(&why);
         ir_graph_free(predict);
     } else {
+        /* the C target's training program samples through the decode step too */
+        StrBuf why;
+        sb_init(&why);
+        Graph *decode = g_cuda ? NULL : decode_graph(file, train, d, &why, err);
         rc = g_cuda ? codegen_cuda(train->graph, eval->graph, file, kv, nkv, false, c, err)
-                    : codegen_c(train->graph, eval->graph, file, kv, nkv, c, err);
+             : err->len ? -1
+                        : codegen_c_train(train->graph, eval->graph, decode, file, kv, nkv, c, err);
+        if (decode) ir_graph_free(decode);
+        sb_free(&why);
     }
     recipe_flat_free(kv, nkv);
     frontend_model_free(eval);

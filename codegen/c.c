@@ -478,7 +478,13 @@ static void cg_done(Cg *c)
 int codegen_c(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe,
               StrBuf *out, StrBuf *err)
 {
-    if (check_supported(train, err) || check_supported(eval, err)) return -1;
+    return codegen_c_train(train, eval, NULL, source_path, recipe_kv, nrecipe, out, err);
+}
+
+int codegen_c_train(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path, char *const *recipe_kv,
+                    int nrecipe, StrBuf *out, StrBuf *err)
+{
+    if (check_supported(train, err) || check_supported(eval, err) || (decode && check_supported(decode, err))) return -1;
     Cg c;
     cg_init(&c, out, err, source_path);
     emit_header(&c, train, source_path);
@@ -487,6 +493,12 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, ch
     cg_emit_model_tables(&c, train, recipe_kv, nrecipe, &counts);
     int64_t train_arena = emit_graph(&c, train, train, "train", true, true);
     int64_t eval_arena = emit_graph(&c, eval, train, "eval", false, false);
+    if (decode) { /* the samples printed at each evaluation */
+        c.decoding = c.has_decode = true;
+        c.decode_arena = emit_graph(&c, decode, train, "decode", false, false);
+        c.decoding = false;
+        cg_emit_decode_tables(&c, train, decode, NULL);
+    }
     cg_emit_model_def(&c, train, &counts, train_arena, eval_arena);
     split_in_halves(&c, tables_at);
     cg_done(&c);

@@ -12,6 +12,10 @@
  * eval mode (forward, loss, metrics). Returns 0, or -1 with a message in *err (an op or
  * dtype the C target does not support yet, named with its model line). recipe_kv holds
  * nrecipe key/value string pairs (the flattened train section). */
+/* The same with a language model's decode step (frontend/decode.c; NULL: none), which the
+ * training program's samples use. */
+int codegen_c_train(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path, char *const *recipe_kv,
+                    int nrecipe, StrBuf *out, StrBuf *err);
 int codegen_c(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe,
               StrBuf *out, StrBuf *err);
 /* The C source of an inference program's model (kiln build --infer): the tables of

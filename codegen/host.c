@@ -143,7 +143,8 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
     const char *prefix = c->prefix;
     StrBuf *o = c->o;
     sb_printf(o, "/* The %s step: %d kernels, %lld bytes of activations at the largest sizes. */\n",
-              train ? "training" : "evaluation", c->fp.nkernels, (long long)c->mp.arena_bytes);
+              train ? "training" : c->decoding ? "decode (T new tokens after P cached ones, batch 1)" : "evaluation", c->fp.nkernels,
+              (long long)c->mp.arena_bytes);
     int nchecks = emit_index_checks(c, prefix);
     c->ncheck = 0;
     sb_printf(o, "static void %s_step(kiln_step_io *io)\n{\n", prefix);
@@ -458,6 +459,7 @@ void cg_emit_decode_tables(Cg *c, const Graph *train, const Graph *decode, const
                 io_entry(out, decode, ir_node_name(decode, j), j);
                 ni++;
             }
+        if (!ni) sb_puts(out, "    {\"\", KRT_F32, 0, {0}, {0}, 0}, /* none: a forward without positions or attention */\n");
         sb_puts(out, "};\n\n/* The decode step's outputs: the forward's, then the caches' new rows [T, B, H, hd]. */\n"
                      "static const kiln_input decode_outputs[] = {\n");
         for (int32_t k = 0; k < decode->noutputs; k++)
@@ -506,6 +508,22 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
     if (cuda(c))
         sb_puts(out, "/* The model, as the training program sees it: its steps run on the GPU (device.cu). */\n"
                      "extern \"C\" ");
+    StrBuf decode_fields;
+    sb_init(&decode_fields);
+    if (c->has_decode)
+        sb_printf(&decode_fields, "    .decode_step = decode_step, .decode_gemm_flops = decode_gemm_flops, .decode_arena_bytes = %lld,\n"
+                                  "    .ndecode_kernels = %d, .decode_kernels = decode_kernels,\n"
+                                  "    .ndecode_syms = %d, .decode_syms = decode_syms,\n"
+                                  "    .ndecode_inputs = %d, .decode_inputs = decode_inputs,\n"
+                                  "    .ndecode_outputs = %d, .decode_outputs = decode_outputs,\n",
+                  (long long)c->decode_arena, c->ndecode_kernels, c->ndecode_syms, c->ndecode_inputs, c->ndecode_outputs);
+    if (c->decode_why) {
+        sb_puts(&decode_fields, "    .decode_unsupported = ");
+        cg_c_string(&decode_fields, c->decode_why);
+        sb_puts(&decode_fields, ",\n");
+    }
+    free(c->decode_why);
+    c->decode_why = NULL;
     if (c->infer) {
         /* An inference program: the evaluation and predict steps, no training step. */
         sb_printf(out, "const kiln_model kiln_model_def = {\n"
@@ -524,21 +542,8 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
                   train->name, source_literal.data, hash, n->nparams, (long long)n->nparam_floats, (long long)n->buffer_bytes,
                   n->ninputs, train->nsyms, n->nmetrics, n->noutputs, (long long)eval_arena, n->nrecipe, c->nkernels[1],
                   (long long)c->predict_arena, c->npredict_kernels);
-        if (c->has_decode)
-            sb_printf(out, "    .decode_step = decode_step, .decode_gemm_flops = decode_gemm_flops, .decode_arena_bytes = %lld,\n"
-                           "    .ndecode_kernels = %d, .decode_kernels = decode_kernels,\n"
-                           "    .ndecode_syms = %d, .decode_syms = decode_syms,\n"
-                           "    .ndecode_inputs = %d, .decode_inputs = decode_inputs,\n"
-                           "    .ndecode_outputs = %d, .decode_outputs = decode_outputs,\n",
-                      (long long)c->decode_arena, c->ndecode_kernels, c->ndecode_syms, c->ndecode_inputs, c->ndecode_outputs);
-        if (c->decode_why) {
-            sb_puts(out, "    .decode_unsupported = ");
-            cg_c_string(out, c->decode_why);
-            sb_puts(out, ",\n");
-        }
-        sb_puts(out, "};\n");
-        free(c->decode_why);
-        c->decode_why = NULL;
+        sb_printf(out, "%s};\n", decode_fields.data ? decode_fields.data : "");
+        sb_free(&decode_fields);
         (void)train_arena;
         sb_free(&source_literal);
         return;
@@ -557,11 +562,12 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
               train->name, source_literal.data, hash, n->nparams, (long long)n->nparam_floats, (long long)n->buffer_bytes, n->ninputs,
               train->nsyms, n->nmetrics, n->noutputs, (long long)train_arena, (long long)eval_arena, n->nrecipe, c->ngemms);
     if (!cuda(c))
-        sb_printf(out, "    .ntrain_kernels = %d, .train_kernels = train_kernels, .neval_kernels = %d, .eval_kernels = eval_kernels,\n};\n",
-                  c->nkernels[0], c->nkernels[1]);
+        sb_printf(out, "    .ntrain_kernels = %d, .train_kernels = train_kernels, .neval_kernels = %d, .eval_kernels = eval_kernels,\n%s};\n",
+                  c->nkernels[0], c->nkernels[1], decode_fields.data ? decode_fields.data : "");
     else /* C++: designated initializers in declaration order */
         sb_printf(out, "    .ntrain_kernels = %d, .neval_kernels = %d, .train_kernels = train_kernels, .eval_kernels = eval_kernels,\n"
                        "    .nindex_checks = %d,\n    .device = &kiln_cuda_device,\n};\n",
                   c->nkernels[0], c->nkernels[1], c->nchecks_max);
+    sb_free(&decode_fields);
     sb_free(&source_literal);
 }

@@ -243,6 +243,9 @@ int frontend_decode_check(Graph *g, StrBuf *why)
     }
     int k = ir_find_symbol(g, "KV");
     if (!bad && k >= 0) g->syms[k].max = g->syms[t].max; /* after --bound */
+    /* Generation continues one text: the step and its caches are planned for batch 1. */
+    NodeId tokens = first_input(g);
+    if (!bad && g->nodes[tokens].shape.d[0].nsym == 1 && g->nodes[tokens].shape.d[0].k == 1) g->syms[g->nodes[tokens].shape.d[0].sym[0]].max = 1;
     bool *live = xcalloc((size_t)g->nnodes + 1, sizeof *live);
     for (int32_t o = 0; o < g->noutputs; o++)
         if (g->outputs[o].kind == OUT_FORWARD) live[g->outputs[o].node] = true;
@@ -251,7 +254,7 @@ int frontend_decode_check(Graph *g, StrBuf *why)
         for (uint32_t j = 0; j < g->nodes[i].ninputs; j++) live[ir_input(g, i, (int)j)] = true;
         const char *m = g->nodes[i].flags & NODE_DECODE_CACHED ? NULL : mixes_positions(g, i, t);
         if (m) {
-            sb_printf(why, "line %u: %s", g->nodes[i].loc.line, m);
+            sb_printf(why, "%s:%u: %s", g->nfiles ? g->files[0] : "?", g->nodes[i].loc.line, m);
             bad = 1;
         }
     }

@@ -94,7 +94,7 @@ typedef struct {
     int tsym, bsym;    /* the sequence and batch symbols */
     int kvsym;         /* decode: the cache length */
     int64_t past;      /* decode: the input decode.past */
-    float **cache;     /* decode: per decode input after decode.past */
+    float **cache;     /* decode: per decode input, its cache (NULL for decode.past) */
     int64_t *row_floats; /* decode: floats per cached position of each */
     int logits_out;    /* index of the logits among the step's outputs */
     float *logits;     /* [T, V] */
@@ -152,15 +152,18 @@ static krt_status gen_open(Gen *g, const kiln_model *m, float *params, unsigned 
         if (!g->cache || !g->row_floats) return krt_fail(err, KRT_ENOMEM, "out of memory");
         /* The caches, batch 1: [KV, 1, H, hd] at the context's bound, the part of the
          * program's memory that generation adds. */
-        for (int k = 1; k < m->ndecode_inputs; k++) {
+        for (int k = 0; k < m->ndecode_inputs; k++) {
             const kiln_input *c = &m->decode_inputs[k];
+            if (!strcmp(c->name, "decode.past")) {
+                g->inputs[m->ninputs + k] = &g->past;
+                continue;
+            }
             g->row_floats[k] = 1;
             for (int d = 2; d < c->rank; d++) g->row_floats[k] *= c->dims[d];
             g->cache[k] = calloc((size_t)(c->dims[0] * g->row_floats[k]) + 1, sizeof(float));
             if (!g->cache[k]) return krt_fail(err, KRT_ENOMEM, "out of memory");
             g->inputs[m->ninputs + k] = g->cache[k];
         }
-        g->inputs[m->ninputs] = &g->past;
     }
     g->inputs[0] = g->tokens;
     g->io.params = params;
@@ -205,13 +208,13 @@ static krt_status gen_run(Gen *g, bool full, const int32_t *tokens, int64_t past
         m->predict_step(&g->io);
     } else {
         g->past = past;
-        g->syms[g->kvsym] = past + n;
+        if (g->kvsym >= 0) g->syms[g->kvsym] = past + n; /* none without attention */
         for (int k = 0; k < m->ndecode_outputs; k++) {
             const char *name = m->decode_outputs[k].name;
             if (k == g->logits_out) continue;
             g->outputs[k] = NULL;
-            for (int c = 1; c < m->ndecode_inputs; c++)
-                if (!strcmp(m->decode_inputs[c].name, name)) g->outputs[k] = g->cache[c] + past * g->row_floats[c]; /* row P */
+            for (int c = 0; c < m->ndecode_inputs; c++)
+                if (g->cache[c] && !strcmp(m->decode_inputs[c].name, name)) g->outputs[k] = g->cache[c] + past * g->row_floats[c]; /* row P */
         }
         m->decode_step(&g->io);
     }

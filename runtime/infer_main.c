@@ -489,12 +489,20 @@ static void output_path(const char *file, int o, char *buf, size_t cap)
 
 /* ---- generation ---- */
 
+typedef struct {
+    bool bytes;
+    int64_t n;
+    double first, last; /* kiln_now() at the first and the last token */
+} Emitted;
+
 static void emit_token(void *ctx, int64_t token)
 {
-    const bool bytes = *(const bool *)ctx;
-    if (bytes) putchar((int)token);
+    Emitted *e = ctx;
+    if (e->bytes) putchar((int)token);
     else printf(" %lld", (long long)token);
     fflush(stdout); /* each token as it comes */
+    e->last = kiln_now();
+    if (!e->n++) e->first = e->last;
 }
 
 /* The prompt as tokens: a byte-level model's bytes, else whole numbers apart by spaces. */
@@ -553,10 +561,17 @@ static int generate_text(const Opts *o, float *params, unsigned char *buffers)
     else for (int64_t i = 0; i < n; i++) printf("%s%d", i ? " " : "", tokens[i]);
     fflush(stdout);
     krt_error err;
-    krt_status s = kiln_generate(M, params, buffers, &c, emit_token, (void *)&bytes, &err);
+    Emitted e = {.bytes = bytes};
+    const double start = kiln_now();
+    krt_status s = kiln_generate(M, params, buffers, &c, emit_token, &e, &err);
     putchar('\n');
+    fflush(stdout);
     free(tokens);
     if (s != KRT_OK) return die("%s", err.msg);
+    /* On stderr, as the text is stdout's: the first token's time is the prompt's. */
+    fprintf(stderr, "%s: %lld tokens in %.3f s: the first after %.1f ms (the %lld-token prompt), then %.1f tokens/s (%s)\n", M->name,
+            (long long)e.n, e.last - start, (e.first - start) * 1e3, (long long)n,
+            e.n > 1 ? (double)(e.n - 1) / (e.last - e.first) : 0.0, c.full || !M->decode_step ? "full recomputation" : "key/value cache");
     return 0;
 }
 

@@ -45,7 +45,7 @@ static void build(const char *model, const char *extra, const char *name)
     StrBuf args, out;
     sb_init(&args);
     sb_init(&out);
-    sb_printf(&args, "build %s %s -o %s/%s", support_path(model), extra, dir, name);
+    sb_printf(&args, "build %s %s -o %s/%s", model[0] == '/' ? model : support_path(model), extra, dir, name);
     int rc = support_run_kiln(args.data, &out);
     cr_assert_eq(rc, 0, "kiln %s:\n%s", args.data, out.data ? out.data : "");
     sb_free(&args);
@@ -142,6 +142,31 @@ Test(generate, llama_recomputes_with_a_notice)
     const char *note = ok("./infer --weights ck --generate --prompt 'Q: ' --tokens 30 --seed 2 2> note.txt > /dev/null; cat note.txt");
     cr_expect(strstr(note, "note: generating by full recomputation"), "%s", note);
     same_both_ways("--prompt 'Q: ' --tokens 30 --seed 2");
+}
+
+/* A language model without attention or positions: its decode step has no cache and no
+ * past position, and must still equal recomputation. */
+Test(generate, bigram_without_cache)
+{
+    ok("mkdir corpus && for i in $(seq 200); do echo 'the quick brown fox jumps over the lazy dog'; done > corpus/a.txt");
+    static const char lm[] = "model lm\n"
+                             "dim T <= 8\n"
+                             "wte = Embedding(256, 16)\n"
+                             "head = Linear(16, 256)\n"
+                             "forward(idx: i32[B, T]) -> logits {\n    logits = head(wte(idx))\n}\n"
+                             "loss(logits, targets: i32[B, T]) = cross_entropy(logits, targets)\n"
+                             "train {\n    data = text(\"corpus/*.txt\", input = idx, target = targets)\n"
+                             "    batch = 4\n    steps = 20\n    sample = generate(tokens = 20)\n}\n";
+    char path[128];
+    snprintf(path, sizeof path, "%s/lm.kiln", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs(lm, f);
+    fclose(f);
+    build(path, "", "train");
+    build(path, "--infer", "infer");
+    cr_expect(strstr(ok("./train --checkpoint-dir ck"), "sample at step 20: \n"), "no sample");
+    same_both_ways("--prompt 'the qu' --tokens 30 --seed 4");
 }
 
 Test(generate, not_a_language_model)
