@@ -89,7 +89,7 @@ static int kv_sym(Graph *g, int t)
 static NodeId cached(Lower *L, const char *path, const char *which, NodeId fresh, Dim kv, NodeId past)
 {
     IrBuilder *b = &L->b;
-    const Shape *fs = &L->g->nodes[fresh].shape;
+    const Shape fsv = L->g->nodes[fresh].shape, *fs = &fsv; /* a copy: building nodes moves the array */
     char name[512];
     snprintf(name, sizeof name, "decode.%s.%s", path, which);
     int tm[4] = {2, 0, 1, 3};
@@ -136,7 +136,7 @@ bool decode_attention(Lower *L, const char *path, const NodeId heads[3], int64_t
     IrBuilder *b = &L->b;
     *out = IR_NONE;
     int t = seq_sym(g);
-    const Shape *qs = &g->nodes[heads[0]].shape; /* [B, H, S, hd] */
+    const Shape qsv = g->nodes[heads[0]].shape, *qs = &qsv; /* [B, H, S, hd]; a copy, as nodes are added */
     Dim S = qs->d[2];
     if (t < 0 || S.nsym != 1 || S.k != 1 || S.sym[0] != t) return false; /* not over the sequence: the check says so */
     int k = kv_sym(g, t);
