@@ -71,7 +71,7 @@ typedef struct {
     bool quiet;
     int64_t batch;     /* 0: the bound */
     /* --generate (language models; runtime/generate.c) */
-    bool generate, full;
+    bool generate, full, top_k_given;
     const char *prompt;
     int64_t tokens;    /* 0: not given */
     double temperature, top_p; /* < 0: not given */
@@ -228,7 +228,9 @@ static int parse_args(int argc, char **argv, Opts *o, int64_t bound)
             o->data[k] = eq + 1;
         } else if (f == 2) o->output = v;
         else if (f == 3) {
-            if ((o->top_k = whole(a, v, 1, 1000000)) < 0) return 2;
+            /* 0 (all tokens) only for --generate, checked below when the flags are known */
+            if ((o->top_k = whole(a, v, 0, 1000000)) < 0) return 2;
+            o->top_k_given = true;
         } else if (f == 4) {
             if ((o->batch = whole(a, v, 1, bound)) < 0) return 2;
         } else {
@@ -250,6 +252,7 @@ static int parse_args(int argc, char **argv, Opts *o, int64_t bound)
                            o->stream),
                        2;
     if (o->quiet && o->top_k) return die("--top-k and --quiet: --quiet prints no per-sample lines (give one of them)"), 2;
+    if (o->top_k_given && !o->top_k && !o->generate) return die("--top-k 0: give a whole number from 1 to 1000000"), 2;
     const bool gen_flags = o->prompt || o->tokens || o->temperature >= 0 || o->top_p >= 0 || o->seed;
     if (gen_flags && !o->generate) return die("--prompt, --tokens, --temperature, --top-p and --seed go with --generate"), 2;
     if (o->generate && (o->stream || o->output || o->quiet || o->batch))
@@ -551,7 +554,7 @@ static int generate_text(const Opts *o, float *params, unsigned char *buffers)
         .prompt = tokens, .nprompt = n, .vocab = V, .seed = o->seed, .step = 0, .full = o->full,
         .tokens = o->tokens ? o->tokens : rt && atoll(rt) > 0 ? atoll(rt) : 100,
         .temperature = o->temperature >= 0 ? o->temperature : rT ? atof(rT) : 1.0,
-        .top_k = o->top_k ? o->top_k : rk ? atoll(rk) : 0,
+        .top_k = o->top_k_given ? o->top_k : rk ? atoll(rk) : 0,
         .top_p = o->top_p >= 0 ? o->top_p : 1.0,
     };
     if (!o->full && !M->decode_step)

@@ -103,6 +103,7 @@ Test(generate, gpt_incremental_equals_full)
     same_both_ways("--prompt 'Q: What is a computer' --tokens 200 --seed 7 --temperature 1"); /* 220 > 128: past the context */
     same_both_ways("--prompt 'A' --tokens 60 --temperature 0");
     same_both_ways("--prompt 'Q: ' --tokens 60 --top-k 5 --seed 3");
+    same_both_ways("--prompt 'Q: ' --tokens 60 --top-k 0 --temperature 1 --seed 3"); /* all tokens */
     same_both_ways("--prompt 'Q: ' --tokens 60 --top-p 0.8 --seed 3");
     same_both_ways("--prompt 'Q: ' --tokens 60 --top-k 20 --top-p 0.5 --temperature 1.5 --seed 11");
 
@@ -134,6 +135,7 @@ Test(generate, gpt_incremental_equals_full)
     fails("./infer --weights ck --prompt x", 2, "go with --generate");
     fails("./infer --weights ck --generate --prompt x --data corpus.txt", 2, "do not go with it");
     fails("./infer --weights ck --generate --prompt x --tokens", 2, "--tokens needs a value");
+    fails("./infer --weights ck --data corpus.txt --top-k 0", 2, "--top-k 0: give a whole number from 1");
 }
 
 Test(generate, llama_recomputes_with_a_notice)
