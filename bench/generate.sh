@@ -2,7 +2,8 @@
 # bench/generate.sh — text generation by gpt's inference program (--generate: the decode
 # step and its key/value cache; --generate-full: the whole window for each token) against
 # PyTorch loops with and without a key/value cache (bench/generate_torch.py) on the same
-# weights, in this one run on this machine, 2 threads each.
+# weights, in this one run on this machine, 2 threads each, and 1 (on a busy 2-core machine
+# a second thread that is not scheduled makes every parallel kernel wait for it).
 #
 #   bench/generate.sh          (about a minute on 2 cores)
 #
@@ -44,27 +45,29 @@ prompt=$(head -c 16 "$work/corpus.txt")
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # tokens/s of Kiln's program: the figure before "tokens/s" on its stderr line
 kiln_rate() {
-  local flag=$1 n=$2
+  local flag=$1 n=$2 threads=$3
   for r in $(seq "$rounds"); do
     "${kiln_env[@]}" "$work/gpt-infer" --weights "$weights" "$flag" --prompt "$prompt" --tokens "$n" --seed "$r" \
-      --temperature 0.8 --top-k 40 --threads 2 2>&1 >/dev/null | sed -n 's/.*then \([0-9.]*\) tokens\/s.*/\1/p'
+      --temperature 0.8 --top-k 40 --threads "$threads" 2>&1 >/dev/null | sed -n 's/.*then \([0-9.]*\) tokens\/s.*/\1/p'
   done | median
 }
 
 report=$(mktemp)
 {
   echo "bench/generate.sh — $(date -u +%F) $(git rev-parse --short HEAD)$dirty"
-  echo "gpt (models/gpt.kiln: 4 layers, width 128, context 128), prompt of 16 bytes, 2 threads each,"
+  echo "gpt (models/gpt.kiln: 4 layers, width 128, context 128), prompt of 16 bytes, the same threads each,"
   echo "tokens/s after the first token, median of $rounds runs; temperature 0.8, top-k 40"
   echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; load average at the start $load_start"
   echo
-  printf "%-8s %14s %14s %14s %14s %10s %10s\n" tokens "kiln cache" "kiln full" "torch cache" "torch full" "vs cache" "vs full"
+  printf "%-8s %-8s %12s %12s %12s %12s %9s %9s\n" tokens threads "kiln cache" "kiln full" "torch cache" "torch full" "vs cache" "vs full"
   for n in 200 112; do
-    echo "== $n tokens" >&2
-    kc=$(kiln_rate --generate "$n")
-    kf=$(kiln_rate --generate-full "$n")
-    read -r tc tf < <("${torch_env[@]}" $PY bench/generate_torch.py "$weights" "$prompt" "$n" --threads 2 --rounds "$rounds" | awk '{ v[$2] = $3 } END { print v["cached"], v["full"] }')
-    printf "%-8s %14s %14s %14s %14s %9.2fx %9.2fx\n" "$n" "$kc" "$kf" "$tc" "$tf" "$(echo "$kc / $tc" | bc -l)" "$(echo "$kc / $tf" | bc -l)"
+    for threads in 2 1; do
+      echo "== $n tokens, $threads threads" >&2
+      kc=$(kiln_rate --generate "$n" "$threads")
+      kf=$(kiln_rate --generate-full "$n" "$threads")
+      read -r tc tf < <("${torch_env[@]}" $PY bench/generate_torch.py "$weights" "$prompt" "$n" --threads "$threads" --rounds "$rounds" | awk '{ v[$2] = $3 } END { print v["cached"], v["full"] }')
+      printf "%-8s %-8s %12s %12s %12s %12s %8.2fx %8.2fx\n" "$n" "$threads" "$kc" "$kf" "$tc" "$tf" "$(echo "$kc / $tc" | bc -l)" "$(echo "$kc / $tf" | bc -l)"
+    done
   done
   echo
   echo "vs cache: Kiln with its cache / PyTorch with its cache; vs full: Kiln with its cache / PyTorch recomputing."
