@@ -460,7 +460,7 @@ void cg_emit_decode_tables(Cg *c, const Graph *train, const Graph *decode, const
                 ni++;
             }
         if (!ni) sb_puts(out, "    {\"\", KRT_F32, 0, {0}, {0}, 0}, /* none: a forward without positions or attention */\n");
-        sb_puts(out, "};\n\n/* The decode step's outputs: the forward's, then the caches' new rows [T, B, H, hd]. */\n"
+        sb_puts(out, "};\n\n/* The decode step's outputs: the forward's and each cache's new rows [T, B, H, hd]. */\n"
                      "static const kiln_input decode_outputs[] = {\n");
         for (int32_t k = 0; k < decode->noutputs; k++)
             if (decode->outputs[k].kind == OUT_FORWARD) {

@@ -210,8 +210,9 @@ typedef struct kiln_model {
      * for T new tokens at positions [P, P + T) against each attention's cached keys and
      * values. io->inputs: the model's inputs (the tokens [B, T]), then decode_inputs (P as
      * i64[1], then each cache [KV, B, H, hd] with KV = P + T); io->syms: decode_syms (the
-     * model's, then KV); io->outputs: decode_outputs (the forward's, then each cache's new
-     * rows [T, B, H, hd], which the caller points at row P of the cache). NULL when the
+     * model's, then KV); io->outputs: decode_outputs, in the graph's order: the forward's
+     * and each cache's new rows [T, B, H, hd] (named as its cache input), which the caller
+     * points at row P of the cache. NULL when the
      * model is not a language model, or when decode_unsupported says why it cannot have one. */
     void (*decode_step)(kiln_step_io *io);
     double (*decode_gemm_flops)(const int64_t *syms);
