@@ -753,6 +753,30 @@ static int plan_training(const char *file, Model *train, const Graph *eval, StrB
     return 0;
 }
 
+/* A language model's decode graph for incremental generation (frontend/decode.c), as the
+ * predict graph is made from the eval graph; NULL for other models, or with the reason in
+ * *why when generation must recompute the whole window for each token. */
+static Graph *decode_graph(const char *file, const Model *train, Diag *d, StrBuf *why, StrBuf *err)
+{
+    const RecipeValue *data = recipe_get(&train->recipe, "data");
+    if (!data || !data->str || (strcmp(data->str, "text") && strcmp(data->str, "tokens"))) return NULL;
+    size_t len;
+    char *text = util_read_file(file, &len, err);
+    Model *m = text ? frontend_compile(d, file, text, len, MODE_DECODE) : NULL;
+    free(text);
+    if (!m) { /* the eval graph of the same file lowered: a bug of decode.c, said as one */
+        if (!err->len) sb_printf(err, "%s: internal error: the decode graph did not lower", file);
+        return NULL;
+    }
+    Graph *g = NULL;
+    bool same_syms = m->graph->nsyms >= train->graph->nsyms;
+    for (int i = 0; same_syms && i < train->graph->nsyms; i++) same_syms = !strcmp(m->graph->syms[i].name, train->graph->syms[i].name);
+    if (!same_syms) sb_puts(why, "its sizes are not the model's");
+    else if (!apply_bounds(m->graph, g_bounds, g_nbounds, err) && !frontend_decode_check(m->graph, why)) g = codegen_predict_graph(m->graph);
+    frontend_model_free(m);
+    return g;
+}
+
 static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *err)
 {
     if (apply_bounds(train->graph, g_bounds, g_nbounds, err)) return -1;
@@ -775,6 +799,21 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
                         "  total               %14lld\n",
                 (long long)params, (long long)buffers, (long long)ea, (long long)pa, (long long)(params + buffers + (ea > pa ? ea : pa)));
         ir_graph_free(predict);
+        StrBuf why;
+        sb_init(&why);
+        Graph *decode = decode_graph(file, train, d, &why, err);
+        if (decode) { /* what --generate adds: its own arena and the caches, batch 1 */
+            int64_t cache = 0;
+            for (NodeId i = 0; i < decode->nnodes; i++)
+                if (decode->nodes[i].op == OP_INPUT && !strncmp(ir_node_name(decode, i), "decode.", 7) && decode->nodes[i].shape.rank == 4)
+                    cache += ir_shape_max_numel(decode, &decode->nodes[i].shape) * 4;
+            fprintf(stderr, "  generation (--generate, batch 1): decode step activations %lld, key/value cache %lld\n",
+                    (long long)codegen_arena_bytes(decode), (long long)cache);
+            ir_graph_free(decode);
+        } else if (why.len) {
+            fprintf(stderr, "  generation (--generate): by full recomputation (%s)\n", why.data);
+        }
+        sb_free(&why);
     } else if (g_report) {
         StrBuf rep;
         sb_init(&rep);
@@ -789,11 +828,23 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
     int rc;
     if (g_infer) {
         Graph *predict = codegen_predict_graph(eval->graph);
-        rc = codegen_c_infer(train->graph, eval->graph, predict, file, kv, nkv, c, err);
+        StrBuf why;
+        sb_init(&why);
+        Graph *decode = decode_graph(file, train, d, &why, err);
+        rc = err->len ? -1 : codegen_c_infer(train->graph, eval->graph, predict, decode, why.data, file, kv, nkv, c, err);
+        if (decode) ir_graph_free(decode);
+        sb_free(&why);
         ir_graph_free(predict);
     } else {
+        /* the C target's training program samples through the decode step too */
+        StrBuf why;
+        sb_init(&why);
+        Graph *decode = g_cuda ? NULL : decode_graph(file, train, d, &why, err);
         rc = g_cuda ? codegen_cuda(train->graph, eval->graph, file, kv, nkv, false, c, err)
-                    : codegen_c(train->graph, eval->graph, file, kv, nkv, c, err);
+             : err->len ? -1
+                        : codegen_c_train(train->graph, eval->graph, decode, file, kv, nkv, c, err);
+        if (decode) ir_graph_free(decode);
+        sb_free(&why);
     }
     recipe_flat_free(kv, nkv);
     frontend_model_free(eval);

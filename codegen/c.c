@@ -378,7 +378,8 @@ static int64_t emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *p
     c->kernel_bytes += o->len - graph_at;
     cg_emit_step(c, train, emit_kernel_call);
     cg_emit_kernel_table(c, kernel_function);
-    if (c->infer && !first) c->npredict_kernels = c->fp.nkernels;
+    if (c->decoding) c->ndecode_kernels = c->fp.nkernels;
+    else if (c->infer && !first) c->npredict_kernels = c->fp.nkernels;
     else c->nkernels[!train] = c->fp.nkernels;
     int64_t arena = c->mp.arena_bytes;
     cg_emit_gemm_info(c, train); /* the plan says which operands BLAS reads transposed */
@@ -477,7 +478,13 @@ static void cg_done(Cg *c)
 int codegen_c(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe,
               StrBuf *out, StrBuf *err)
 {
-    if (check_supported(train, err) || check_supported(eval, err)) return -1;
+    return codegen_c_train(train, eval, NULL, source_path, recipe_kv, nrecipe, out, err);
+}
+
+int codegen_c_train(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path, char *const *recipe_kv,
+                    int nrecipe, StrBuf *out, StrBuf *err)
+{
+    if (check_supported(train, err) || check_supported(eval, err) || (decode && check_supported(decode, err))) return -1;
     Cg c;
     cg_init(&c, out, err, source_path);
     emit_header(&c, train, source_path);
@@ -486,16 +493,22 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, ch
     cg_emit_model_tables(&c, train, recipe_kv, nrecipe, &counts);
     int64_t train_arena = emit_graph(&c, train, train, "train", true, true);
     int64_t eval_arena = emit_graph(&c, eval, train, "eval", false, false);
+    if (decode) { /* the samples printed at each evaluation */
+        c.decoding = c.has_decode = true;
+        c.decode_arena = emit_graph(&c, decode, train, "decode", false, false);
+        c.decoding = false;
+        cg_emit_decode_tables(&c, train, decode, NULL);
+    }
     cg_emit_model_def(&c, train, &counts, train_arena, eval_arena);
     split_in_halves(&c, tables_at);
     cg_done(&c);
     return 0;
 }
 
-int codegen_c_infer(const Graph *train, const Graph *eval, const Graph *predict, const char *source_path, char *const *recipe_kv,
-                    int nrecipe, StrBuf *out, StrBuf *err)
+int codegen_c_infer(const Graph *train, const Graph *eval, const Graph *predict, const Graph *decode, const char *decode_why,
+                    const char *source_path, char *const *recipe_kv, int nrecipe, StrBuf *out, StrBuf *err)
 {
-    if (check_supported(eval, err) || check_supported(predict, err)) return -1;
+    if (check_supported(eval, err) || check_supported(predict, err) || (decode && check_supported(decode, err))) return -1;
     Cg c;
     cg_init(&c, out, err, source_path);
     c.infer = true;
@@ -505,7 +518,13 @@ int codegen_c_infer(const Graph *train, const Graph *eval, const Graph *predict,
     cg_emit_model_tables(&c, train, recipe_kv, nrecipe, &counts);
     int64_t eval_arena = emit_graph(&c, eval, train, "eval", false, true);
     c.predict_arena = emit_graph(&c, predict, train, "predict", false, false);
+    if (decode) {
+        c.decoding = c.has_decode = true;
+        c.decode_arena = emit_graph(&c, decode, train, "decode", false, false);
+        c.decoding = false;
+    }
     cg_emit_infer_tables(&c, train, predict);
+    cg_emit_decode_tables(&c, train, decode, decode_why);
     cg_emit_model_def(&c, train, &counts, 0, eval_arena);
     split_in_halves(&c, tables_at);
     cg_done(&c);

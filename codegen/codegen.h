@@ -12,6 +12,10 @@
  * eval mode (forward, loss, metrics). Returns 0, or -1 with a message in *err (an op or
  * dtype the C target does not support yet, named with its model line). recipe_kv holds
  * nrecipe key/value string pairs (the flattened train section). */
+/* The same with a language model's decode step (frontend/decode.c; NULL: none), which the
+ * training program's samples use. */
+int codegen_c_train(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path, char *const *recipe_kv,
+                    int nrecipe, StrBuf *out, StrBuf *err);
 int codegen_c(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe,
               StrBuf *out, StrBuf *err);
 /* The C source of an inference program's model (kiln build --infer): the tables of
@@ -19,7 +23,11 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, ch
  * training program's), and a predict step of `predict` (the eval graph without its loss
  * and metrics: codegen_predict_graph), planned and fused as any step; no training step.
  * `train` is the reference graph for the tables (parameter and input order, the hash). */
-int codegen_c_infer(const Graph *train, const Graph *eval, const Graph *predict, const char *source_path, char *const *recipe_kv,
+/* `decode`: a language model's decode graph (frontend/decode.c, through
+ * codegen_predict_graph), emitted as a decode step, or NULL; `decode_why`: NULL, or why a
+ * language model has none, which the program says when it generates. */
+int codegen_c_infer(const Graph *train, const Graph *eval, const Graph *predict, const Graph *decode, const char *decode_why,
+                    const char *source_path, char *const *recipe_kv,
                     int nrecipe, StrBuf *out, StrBuf *err);
 /* The forward alone: a copy of the eval graph without its loss and metric outputs,
  * simplified (what only they read is dropped; the inputs stay). Free with ir_graph_free. */

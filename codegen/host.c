@@ -53,6 +53,10 @@ void cg_layout_for(Cg *c, const Graph *g, const Graph *ref)
             bo += (count * ir_dtype_size((DType)n->dtype) + 7) / 8 * 8;
         }
     }
+    /* A decode step's own inputs (the past position, the caches) follow the model's, in
+     * the graph's order. */
+    for (NodeId j = 0; j < g->nnodes; j++)
+        if (g->nodes[j].op == OP_INPUT && ir_find_named(ref, OP_INPUT, ir_node_name(g, j)) == IR_NONE) c->input_index[j] = ni++;
 }
 
 void cg_layout_free(Cg *c)
@@ -148,7 +152,8 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
     const char *prefix = c->prefix;
     StrBuf *o = c->o;
     sb_printf(o, "/* The %s step: %d kernels, %lld bytes of activations at the largest sizes. */\n",
-              train ? "training" : "evaluation", c->fp.nkernels, (long long)c->mp.arena_bytes);
+              train ? "training" : c->decoding ? "decode (T new tokens after P cached ones, batch 1)" : "evaluation", c->fp.nkernels,
+              (long long)c->mp.arena_bytes);
     int nchecks = emit_index_checks(c, prefix);
     c->ncheck = 0;
     sb_printf(o, "static void %s_step(kiln_step_io *io)\n{\n", prefix);
@@ -445,6 +450,50 @@ void cg_emit_infer_tables(Cg *c, const Graph *train, const Graph *predict)
     sb_puts(out, "};\n\n");
 }
 
+static void io_entry(StrBuf *out, const Graph *g, const char *name, NodeId id)
+{
+    const Node *n = &g->nodes[id];
+    sb_puts(out, "    {");
+    cg_c_string(out, name);
+    sb_printf(out, ", %s, ", krt_dtype_c((DType)n->dtype));
+    shape_fields(out, g, &n->shape);
+    sb_puts(out, ", 0},\n");
+}
+
+void cg_emit_decode_tables(Cg *c, const Graph *train, const Graph *decode, const char *why)
+{
+    StrBuf *out = c->o;
+    int ni = 0, no = 0;
+    if (decode) {
+        sb_puts(out, "/* The decode step's inputs after the model's: the number of cached positions P, then\n"
+                     " * each attention's cached keys and values [KV, B, H, hd] (time-major; KV = P + T). */\n"
+                     "static const kiln_input decode_inputs[] = {\n");
+        for (NodeId j = 0; j < decode->nnodes; j++)
+            if (decode->nodes[j].op == OP_INPUT && ir_find_named(train, OP_INPUT, ir_node_name(decode, j)) == IR_NONE) {
+                io_entry(out, decode, ir_node_name(decode, j), j);
+                ni++;
+            }
+        if (!ni) sb_puts(out, "    {\"\", KRT_F32, 0, {0}, {0}, 0}, /* none: a forward without positions or attention */\n");
+        sb_puts(out, "};\n\n/* The decode step's outputs: the forward's and each cache's new rows [T, B, H, hd]. */\n"
+                     "static const kiln_input decode_outputs[] = {\n");
+        for (int32_t k = 0; k < decode->noutputs; k++)
+            if (decode->outputs[k].kind == OUT_FORWARD) {
+                io_entry(out, decode, ir_str(decode, decode->outputs[k].name), decode->outputs[k].node);
+                no++;
+            }
+        sb_puts(out, "};\n\n");
+        sb_printf(out, "static const kiln_symbol decode_syms[] = {\n");
+        for (int k = 0; k < decode->nsyms; k++) sb_printf(out, "    {\"%s\", %lld},\n", decode->syms[k].name, (long long)decode->syms[k].max);
+        sb_puts(out, "};\n\n");
+    }
+    c->ndecode_inputs = ni;
+    c->ndecode_outputs = no;
+    c->ndecode_syms = decode ? decode->nsyms : 0;
+    free(c->decode_why);
+    c->decode_why = NULL;
+    if (why && *why) c->decode_why = xstrdup(why);
+}
+
 /* Identifies the model's computation for checkpoints: the graph without source locations,
  * so editing comments or building from another directory keeps checkpoints usable. Both
  * targets give the same hash: a checkpoint of one resumes in the other. */
@@ -473,6 +522,22 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
     if (cuda(c))
         sb_puts(out, "/* The model, as the training program sees it: its steps run on the GPU (device.cu). */\n"
                      "extern \"C\" ");
+    StrBuf decode_fields;
+    sb_init(&decode_fields);
+    if (c->has_decode)
+        sb_printf(&decode_fields, "    .decode_step = decode_step, .decode_gemm_flops = decode_gemm_flops, .decode_arena_bytes = %lld,\n"
+                                  "    .ndecode_kernels = %d, .decode_kernels = decode_kernels,\n"
+                                  "    .ndecode_syms = %d, .decode_syms = decode_syms,\n"
+                                  "    .ndecode_inputs = %d, .decode_inputs = decode_inputs,\n"
+                                  "    .ndecode_outputs = %d, .decode_outputs = decode_outputs,\n",
+                  (long long)c->decode_arena, c->ndecode_kernels, c->ndecode_syms, c->ndecode_inputs, c->ndecode_outputs);
+    if (c->decode_why) {
+        sb_puts(&decode_fields, "    .decode_unsupported = ");
+        cg_c_string(&decode_fields, c->decode_why);
+        sb_puts(&decode_fields, ",\n");
+    }
+    free(c->decode_why);
+    c->decode_why = NULL;
     if (c->infer) {
         /* An inference program: the evaluation and predict steps, no training step. */
         sb_printf(out, "const kiln_model kiln_model_def = {\n"
@@ -487,10 +552,12 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
                        "    .neval_kernels = %d, .eval_kernels = eval_kernels,\n"
                        "    .predict_step = predict_step, .predict_gemm_flops = predict_gemm_flops,\n"
                        "    .predict_arena_bytes = %lld, .npredict_kernels = %d, .predict_kernels = predict_kernels,\n"
-                       "    .forward_inputs = forward_inputs, .outputs = output_info,\n};\n",
+                       "    .forward_inputs = forward_inputs, .outputs = output_info,\n",
                   train->name, source_literal.data, hash, n->nparams, (long long)n->nparam_floats, (long long)n->buffer_bytes,
                   n->ninputs, train->nsyms, n->nmetrics, n->noutputs, (long long)eval_arena, n->nrecipe, c->nkernels[1],
                   (long long)c->predict_arena, c->npredict_kernels);
+        sb_printf(out, "%s};\n", decode_fields.data ? decode_fields.data : "");
+        sb_free(&decode_fields);
         (void)train_arena;
         sb_free(&source_literal);
         return;
@@ -509,11 +576,12 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
               train->name, source_literal.data, hash, n->nparams, (long long)n->nparam_floats, (long long)n->buffer_bytes, n->ninputs,
               train->nsyms, n->nmetrics, n->noutputs, (long long)train_arena, (long long)eval_arena, n->nrecipe, c->ngemms);
     if (!cuda(c))
-        sb_printf(out, "    .ntrain_kernels = %d, .train_kernels = train_kernels, .neval_kernels = %d, .eval_kernels = eval_kernels,\n};\n",
-                  c->nkernels[0], c->nkernels[1]);
+        sb_printf(out, "    .ntrain_kernels = %d, .train_kernels = train_kernels, .neval_kernels = %d, .eval_kernels = eval_kernels,\n%s};\n",
+                  c->nkernels[0], c->nkernels[1], decode_fields.data ? decode_fields.data : "");
     else /* C++: designated initializers in declaration order */
         sb_printf(out, "    .ntrain_kernels = %d, .neval_kernels = %d, .train_kernels = train_kernels, .eval_kernels = eval_kernels,\n"
                        "    .nindex_checks = %d,\n    .device = &kiln_cuda_device,\n};\n",
                   c->nkernels[0], c->nkernels[1], c->nchecks_max);
+    sb_free(&decode_fields);
     sb_free(&source_literal);
 }

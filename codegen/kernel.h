@@ -49,6 +49,12 @@ typedef struct {
     bool infer;
     int npredict_kernels;
     int64_t predict_arena;
+    /* A language model's decode step (frontend/decode.c), emitted after the predict step:
+     * whether there is one, its kernels and arena. */
+    bool decoding, has_decode;
+    int ndecode_kernels, ndecode_inputs, ndecode_outputs, ndecode_syms;
+    int64_t decode_arena;
+    char *decode_why; /* why a language model has no decode step, or NULL */
     int ncheck;      /* index checks called so far in the step being written */
     int nchecks_max; /* the most index checks of one step (the CUDA device's memory for them) */
 } Cg;
@@ -282,5 +288,9 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
  * forward reads, and each forward output's dtype and shape; train is the reference graph
  * (inputs and outputs in its order), predict the forward-only graph. */
 void cg_emit_infer_tables(Cg *c, const Graph *train, const Graph *predict);
+/* The decode step's tables: its inputs beyond the model's (the past position, the caches)
+ * and its outputs (the forward's, then the caches' new rows); the reason the model has no
+ * decode step when `why` is not empty. */
+void cg_emit_decode_tables(Cg *c, const Graph *train, const Graph *decode, const char *why);
 
 #endif

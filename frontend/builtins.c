@@ -647,6 +647,9 @@ static Value attn_apply(Lower *L, int32_t inst, const Value *args, int nargs, As
         heads[i] = ir_b_permute(b, r, perm);
         if (heads[i] == IR_NONE) return lower_builder_error(L, at);
     }
+    NodeId y = IR_NONE;
+    if (L->g->mode == MODE_DECODE && decode_attention(L, I(L, inst)->path, heads, hd, &y)) /* frontend/decode.c */
+        goto project;
     NodeId kt = ir_b_transpose(b, heads[1], 2, 3);
     NodeId att = kt == IR_NONE ? IR_NONE : ir_b_matmul(b, heads[0], kt);
     if (att == IR_NONE) return lower_builder_error(L, at);
@@ -663,7 +666,8 @@ static Value attn_apply(Lower *L, int32_t inst, const Value *args, int nargs, As
     att = comp_softmax(b, att, 3);
     if (att == IR_NONE) return lower_builder_error(L, at);
     att = comp_dropout(b, att, p, L->g->mode == MODE_TRAIN);
-    NodeId y = att == IR_NONE ? IR_NONE : ir_b_matmul(b, att, heads[2]);
+    y = att == IR_NONE ? IR_NONE : ir_b_matmul(b, att, heads[2]);
+project:
     if (y == IR_NONE) return lower_builder_error(L, at);
     y = ir_b_permute(b, y, perm);
     Dim od[3] = {B, T, ir_dim_const(c)};

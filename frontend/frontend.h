@@ -184,6 +184,12 @@ typedef struct {
 /* Parses, checks and lowers source `path`; NULL with diagnostics on error. The text is
  * registered with d. */
 Model *frontend_compile(Diag *d, const char *path, const char *text, size_t len, GraphMode mode);
+/* Whether the decode graph g (frontend_compile in MODE_DECODE, before any pass) computes a
+ * language model's forward exactly for tokens after cached ones: every op of the forward
+ * besides the cached attention and positions treats each position alone. 0, or -1 with
+ * the reason in *why (the program then generates by full recomputation). Sets the cache
+ * symbol KV's bound to the sequence's (call it after --bound). decode.c. */
+int frontend_decode_check(Graph *g, StrBuf *why);
 void frontend_model_free(Model *m);
 
 #endif

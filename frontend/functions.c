@@ -735,7 +735,9 @@ static Value fn_arange(Lower *L, const BoundArgs *a, AstId call, int v)
         d = ir_dim_const(n);
     }
     Shape s = ir_shape_make(1, &d);
-    return done(L, ir_b_iota(&L->b, &s, 0, DT_I64), call);
+    /* the decode graph's positions continue after the cached ones (frontend/decode.c) */
+    NodeId pos = L->g->mode == MODE_DECODE ? decode_positions(L, d) : IR_NONE;
+    return done(L, pos != IR_NONE ? pos : ir_b_iota(&L->b, &s, 0, DT_I64), call);
 }
 
 static Value fn_matmul(Lower *L, const BoundArgs *a, AstId call, int v)

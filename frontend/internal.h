@@ -99,6 +99,13 @@ Value lower_apply_module_value(Lower *L, int32_t m, const Value *args, int nargs
 Value lower_instantiate(Lower *L, int32_t parent, const char *name, AstId e);
 /* builtins.c: Sequential(modules...) as member `name` of parent */
 Value builtin_sequential(Lower *L, int32_t parent, const char *name, AstId e);
+/* decode.c, the decode graph (MODE_DECODE): arange(d) as absolute positions P + arange(d)
+ * when d is the sequence length (else IR_NONE: an ordinary arange); the cached attention
+ * over heads q, k, v [B, H, S, hd] of CausalSelfAttention `path`, false when it does not
+ * apply (then the ordinary one, which frontend_decode_check rejects), else true with the
+ * result [B, H, S, hd] in *out (IR_NONE on a builder error). */
+NodeId decode_positions(Lower *L, Dim d);
+bool decode_attention(Lower *L, const char *path, const NodeId heads[3], int64_t hd, NodeId *out);
 /* Evaluates an expression in scope s inside module instance inst. */
 Value lower_expr(Lower *L, Scope *s, int32_t inst, AstId e);
 

@@ -1454,7 +1454,8 @@ Model *frontend_compile(Diag *d, const char *path, const char *text, size_t len,
         }
         if (!L.failed) {
             m = xcalloc(1, sizeof *m);
-            if (!recipe_check(&m->recipe, ast, train, L.g, d)) {
+            /* the decode graph's inputs are not the data's (the recipe was checked with the eval graph) */
+            if (!recipe_check(&m->recipe, ast, train, mode == MODE_DECODE ? NULL : L.g, d)) {
                 recipe_free(&m->recipe);
                 free(m);
                 m = NULL;

@@ -122,7 +122,10 @@ enum {
     /* a copy of a checkpointed forward value that the backward pass computes again instead
      * of keeping the original (passes/remat.c); fusion keeps such copies out of the
      * original's kernels */
-    NODE_RECOMPUTED = 1
+    NODE_RECOMPUTED = 1,
+    /* built by the decode graph's cached attention or positions, which the frontend's
+     * check of the decode graph exempts (frontend/decode.c; cleared by the check) */
+    NODE_DECODE_CACHED = 2
 };
 
 typedef enum {
@@ -140,7 +143,9 @@ typedef struct {
     uint8_t kind;  /* OutputKind */
 } Output;
 
-typedef enum { MODE_TRAIN, MODE_EVAL } GraphMode;
+/* MODE_DECODE: eval mode, with a language model's forward lowered for incremental
+ * decoding against a key/value cache (frontend/decode.c). */
+typedef enum { MODE_TRAIN, MODE_EVAL, MODE_DECODE } GraphMode;
 
 typedef struct {
     char *name; /* the model name */

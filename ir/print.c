@@ -242,7 +242,7 @@ void ir_print(const Graph *g, StrBuf *out)
 {
     sb_puts(out, "kiln-ir 1\ngraph ");
     put_word(out, g->name ? g->name : "");
-    sb_printf(out, " mode=%s\n", g->mode == MODE_EVAL ? "eval" : g->mode == MODE_TRAIN ? "train" : "?");
+    sb_printf(out, " mode=%s\n", g->mode == MODE_EVAL ? "eval" : g->mode == MODE_TRAIN ? "train" : g->mode == MODE_DECODE ? "decode" : "?");
     for (int32_t i = 0; i < g->nfiles; i++) {
         sb_puts(out, "file ");
         put_quoted(out, g->files[i]);

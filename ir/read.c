@@ -829,6 +829,7 @@ static void graph_line(Parser *P)
     GraphMode mode;
     if (keyword(P, "train")) mode = MODE_TRAIN;
     else if (keyword(P, "eval")) mode = MODE_EVAL;
+    else if (keyword(P, "decode")) mode = MODE_DECODE;
     else {
         expected(P, "'train' or 'eval'");
         return;

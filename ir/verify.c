@@ -689,7 +689,7 @@ int ir_verify(const Graph *g, StrBuf *err)
     v.g = g;
     v.err = err;
     for (int i = 0; i < 4; i++) sb_init(&v.fmt[i]);
-    if (g->mode != MODE_TRAIN && g->mode != MODE_EVAL) graph_problem(&v, "graph: invalid mode %d", g->mode);
+    if (g->mode != MODE_TRAIN && g->mode != MODE_EVAL && g->mode != MODE_DECODE) graph_problem(&v, "graph: invalid mode %d", g->mode);
     if (g->nsyms < 0 || g->nsyms > IR_MAX_SYMS) {
         graph_problem(&v, "graph: symbol count %d is out of range", g->nsyms);
         return v.count; /* every dim check would index the table out of range */

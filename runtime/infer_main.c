@@ -70,6 +70,12 @@ typedef struct {
     int64_t top_k;     /* 0: not given */
     bool quiet;
     int64_t batch;     /* 0: the bound */
+    /* --generate (language models; runtime/generate.c) */
+    bool generate, full, top_k_given;
+    const char *prompt;
+    int64_t tokens;    /* 0: not given */
+    double temperature, top_p; /* < 0: not given */
+    uint64_t seed;
 } Opts;
 
 static int batch_symbol(void);
@@ -107,6 +113,9 @@ static void usage(FILE *f)
                "  --quiet                print no per-sample lines\n"
                "  --batch N              samples per step, 1 to %lld (default %lld)\n"
                "  --threads N            threads of the generated kernels (default: all cores)\n"
+               "  --generate             language models: continue --prompt by --tokens tokens, printed as\n"
+               "                         they come (--temperature T, 0 greedy; --top-k K, 0 all; --top-p P;\n"
+               "                         --seed S; defaults: the recipe's sample settings)\n"
                "  --help                 show this help\n",
             kiln_embedded_weights ? "; default: the weights embedded in the program" : "", bound, bound);
 }
@@ -162,16 +171,42 @@ static int parse_args(int argc, char **argv, Opts *o, int64_t bound)
             o->quiet = true;
             continue;
         }
-        static const char *const valued[] = {"--weights", "--data", "--output", "--top-k", "--batch", "--threads"};
+        if (!strcmp(a, "--generate") || !strcmp(a, "--generate-full")) { /* -full: by full recomputation (the tests' oracle) */
+            if (!lm_data()) return die("%s: only language models (data = text(...) or tokens(...)) generate; %s does not", a, M->name), 2;
+            o->generate = true;
+            o->full |= !strcmp(a, "--generate-full");
+            continue;
+        }
+        static const char *const valued[] = {"--weights", "--data", "--output", "--top-k", "--batch", "--threads",
+                                             "--prompt", "--tokens", "--temperature", "--top-p", "--seed"};
         int f = 0;
-        while (f < 6 && strcmp(a, valued[f])) f++;
-        if (f == 6) {
+        while (f < 11 && strcmp(a, valued[f])) f++;
+        if (f == 11) {
             if (a[0] != '-') return die("unexpected argument '%s': every option is a --flag (see --help)", a), 2;
             return die("unknown option '%s' (see --help)", a), 2;
         }
         if (i + 1 >= argc) return die("%s needs a value (see --help)", a), 2;
         const char *v = argv[++i];
         if (!*v) return die("%s: the value is empty", a), 2;
+        if (f >= 6) {
+            if (f == 6) o->prompt = v;
+            else if (f == 7) {
+                if ((o->tokens = whole(a, v, 1, 1000000)) < 0) return 2;
+            } else if (f == 10) {
+                int64_t n = whole(a, v, 0, INT64_MAX);
+                if (n < 0) return 2;
+                o->seed = (uint64_t)n;
+            } else {
+                char *end;
+                double x = strtod(v, &end);
+                double hi = f == 8 ? 100 : 1, lo = f == 8 ? 0 : 0;
+                if (end == v || *end || !(x >= lo && x <= hi) || (f == 9 && x <= 0))
+                    return die("%s %s: give a number %s %g to %g", a, v, f == 9 ? "above" : "from", lo, hi), 2;
+                if (f == 8) o->temperature = x;
+                else o->top_p = x;
+            }
+            continue;
+        }
         if (f == 0) o->weights = v;
         else if (f == 1) {
             const char *eq = strchr(v, '=');
@@ -193,7 +228,9 @@ static int parse_args(int argc, char **argv, Opts *o, int64_t bound)
             o->data[k] = eq + 1;
         } else if (f == 2) o->output = v;
         else if (f == 3) {
-            if ((o->top_k = whole(a, v, 1, 1000000)) < 0) return 2;
+            /* 0 (all tokens) only for --generate, checked below when the flags are known */
+            if ((o->top_k = whole(a, v, 0, 1000000)) < 0) return 2;
+            o->top_k_given = true;
         } else if (f == 4) {
             if ((o->batch = whole(a, v, 1, bound)) < 0) return 2;
         } else {
@@ -215,6 +252,13 @@ static int parse_args(int argc, char **argv, Opts *o, int64_t bound)
                            o->stream),
                        2;
     if (o->quiet && o->top_k) return die("--top-k and --quiet: --quiet prints no per-sample lines (give one of them)"), 2;
+    if (o->top_k_given && !o->top_k && !o->generate) return die("--top-k 0: give a whole number from 1 to 1000000"), 2;
+    const bool gen_flags = o->prompt || o->tokens || o->temperature >= 0 || o->top_p >= 0 || o->seed;
+    if (gen_flags && !o->generate) return die("--prompt, --tokens, --temperature, --top-p and --seed go with --generate"), 2;
+    if (o->generate && (o->stream || o->output || o->quiet || o->batch))
+        return die("--generate continues a prompt: --data, --output, --quiet and --batch do not go with it"), 2;
+    for (int k = 0; o->generate && k < M->ninputs; k++)
+        if (o->data[k]) return die("--generate continues a prompt: --data does not go with it"), 2;
     return -1;
 }
 
@@ -446,6 +490,94 @@ static void output_path(const char *file, int o, char *buf, size_t cap)
     snprintf(buf, cap, "%.*s.%s%s", (int)(dot - file), file, M->output_names[o], dot);
 }
 
+/* ---- generation ---- */
+
+typedef struct {
+    bool bytes;
+    int64_t n;
+    double first, last; /* kiln_now() at the first and the last token */
+} Emitted;
+
+static void emit_token(void *ctx, int64_t token)
+{
+    Emitted *e = ctx;
+    if (e->bytes) putchar((int)token);
+    else printf(" %lld", (long long)token);
+    fflush(stdout); /* each token as it comes */
+    e->last = kiln_now();
+    if (!e->n++) e->first = e->last;
+}
+
+/* The prompt as tokens: a byte-level model's bytes, else whole numbers apart by spaces. */
+static int64_t prompt_tokens(const char *p, int32_t *out, int64_t cap, int64_t V, bool bytes)
+{
+    int64_t n = 0;
+    if (bytes) {
+        for (; *p; p++) {
+            if (n < cap) out[n] = (unsigned char)*p;
+            n++;
+        }
+        return n;
+    }
+    while (*p) {
+        char *end;
+        if (*p == ' ') {
+            p++;
+            continue;
+        }
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || (*end && *end != ' ') || errno || v < 0 || v >= V) return die("--prompt: give tokens as whole numbers from 0 to %lld apart by spaces", (long long)V - 1), -1;
+        if (n < cap) out[n] = (int32_t)v;
+        n++;
+        p = end;
+    }
+    return n;
+}
+
+static int generate_text(const Opts *o, float *params, unsigned char *buffers)
+{
+    const kiln_input *in = &M->inputs[0];
+    const int64_t Tmax = in->dims[1], V = in->max_value > 0 ? in->max_value : 256;
+    const bool bytes = !strcmp(recipe("data"), "text");
+    const char *prompt = o->prompt ? o->prompt : recipe("sample.prompt");
+    if (!prompt || !*prompt) return die("--generate needs a prompt: --prompt TEXT (the text it continues)"), 2;
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)(Tmax + 1));
+    if (!tokens) return die("out of memory");
+    int64_t n = prompt_tokens(prompt, tokens, Tmax, V, bytes);
+    if (n < 0) return free(tokens), 2;
+    if (n == 0) return free(tokens), die("--prompt: no tokens: the text it continues is empty"), 2;
+    if (n > Tmax)
+        return free(tokens), die("--prompt: %lld tokens, longer than the model's context of %lld", (long long)n, (long long)Tmax), 2;
+    const char *rt = recipe("sample.tokens"), *rk = recipe("sample.top_k"), *rT = recipe("sample.temperature");
+    kiln_generate_config c = {
+        .prompt = tokens, .nprompt = n, .vocab = V, .seed = o->seed, .step = 0, .full = o->full,
+        .tokens = o->tokens ? o->tokens : rt && atoll(rt) > 0 ? atoll(rt) : 100,
+        .temperature = o->temperature >= 0 ? o->temperature : rT ? atof(rT) : 1.0,
+        .top_k = o->top_k_given ? o->top_k : rk ? atoll(rk) : 0,
+        .top_p = o->top_p >= 0 ? o->top_p : 1.0,
+    };
+    if (!o->full && !M->decode_step)
+        fprintf(stderr, "%s: note: generating by full recomputation of the window for each token: %s\n", M->name,
+                M->decode_unsupported ? M->decode_unsupported : "the model has no decode step");
+    if (bytes) fputs(prompt, stdout);
+    else for (int64_t i = 0; i < n; i++) printf("%s%d", i ? " " : "", tokens[i]);
+    fflush(stdout);
+    krt_error err;
+    Emitted e = {.bytes = bytes};
+    const double start = kiln_now();
+    krt_status s = kiln_generate(M, params, buffers, &c, emit_token, &e, &err);
+    putchar('\n');
+    fflush(stdout);
+    free(tokens);
+    if (s != KRT_OK) return die("%s", err.msg);
+    /* On stderr, as the text is stdout's: the first token's time is the prompt's. */
+    fprintf(stderr, "%s: %lld tokens in %.3f s: the first after %.1f ms (the %lld-token prompt), then %.1f tokens/s (%s)\n", M->name,
+            (long long)e.n, e.last - start, (e.first - start) * 1e3, (long long)n,
+            e.n > 1 ? (double)(e.n - 1) / (e.last - e.first) : 0.0, c.full || !M->decode_step ? "full recomputation" : "key/value cache");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     krt_fast_environment(argc, argv); /* BLAS kernels, OpenMP wait policy, threads, FTZ (env.c) */
@@ -453,6 +585,7 @@ int main(int argc, char **argv)
     const int64_t bound = bs >= 0 ? M->syms[bs].max : 1;
     Opts o;
     memset(&o, 0, sizeof o);
+    o.temperature = o.top_p = -1;
     o.data = calloc((size_t)M->ninputs + 1, sizeof *o.data);
     if (!o.data) return die("out of memory");
     int rc = parse_args(argc, argv, &o, bound);
@@ -521,6 +654,10 @@ int main(int argc, char **argv)
     }
     krt_safetensors_free(w);
     w = NULL;
+    if (o.generate) {
+        rc = generate_text(&o, params, buffers);
+        goto out;
+    }
 
     bool labels = false, all_labels = true;
     int nused = 0;

@@ -206,6 +206,26 @@ typedef struct kiln_model {
     const kiln_kernel_info *predict_kernels;
     const bool *forward_inputs; /* per input: whether the forward reads it (else only the loss and metrics) */
     const kiln_input *outputs;  /* per forward output: name, dtype and shape (dims at the bounds, sym as for inputs) */
+    /* A language model's decode step (inference programs; frontend/decode.c): the forward
+     * for T new tokens at positions [P, P + T) against each attention's cached keys and
+     * values. io->inputs: the model's inputs (the tokens [B, T]), then decode_inputs (P as
+     * i64[1], then each cache [KV, B, H, hd] with KV = P + T); io->syms: decode_syms (the
+     * model's, then KV); io->outputs: decode_outputs, in the graph's order: the forward's
+     * and each cache's new rows [T, B, H, hd] (named as its cache input), which the caller
+     * points at row P of the cache. NULL when the
+     * model is not a language model, or when decode_unsupported says why it cannot have one. */
+    void (*decode_step)(kiln_step_io *io);
+    double (*decode_gemm_flops)(const int64_t *syms);
+    int64_t decode_arena_bytes;
+    int ndecode_kernels;
+    const kiln_kernel_info *decode_kernels;
+    int ndecode_syms;
+    const kiln_symbol *decode_syms;
+    int ndecode_inputs;
+    const kiln_input *decode_inputs;
+    int ndecode_outputs;
+    const kiln_input *decode_outputs;
+    const char *decode_unsupported;
 } kiln_model;
 
 /* Copies a model's parameters and buffers from a safetensors file by name (PyTorch
@@ -215,6 +235,34 @@ typedef struct kiln_model {
 krt_status kiln_weights_check(const kiln_param *params, int nparams, const krt_safetensors *st, const char *path, krt_error *err);
 krt_status kiln_weights_load(const kiln_model *m, const krt_safetensors *st, const char *path, float *params, unsigned char *buffers,
                              krt_error *err);
+
+/* ---- generation (generate.c; docs/inference.md#generation) ---- */
+
+/* One token drawn from a row of logits: divided by the temperature (0: the first largest,
+ * greedy), the top_k largest kept (0: all), then the likeliest whose probabilities first
+ * reach top_p (1: all); u, uniform in (0, 1), picks among them in token order. scratch:
+ * 2 * V floats. */
+int64_t kiln_sample_token(const float *logits, int64_t V, double temperature, int64_t top_k, double top_p, double u, float *scratch);
+/* The uniform number of token t of a sample: the counter-based generator's stream
+ * "sample", keyed by the seed and the training step (0 in inference programs). */
+double kiln_sample_uniform(uint64_t seed, uint64_t step, uint64_t t);
+
+typedef struct {
+    const int32_t *prompt;
+    int64_t nprompt, tokens, vocab;
+    double temperature, top_p;
+    int64_t top_k;
+    uint64_t seed, step;
+    bool full; /* recompute the whole window for each token (also when the model has no decode step) */
+} kiln_generate_config;
+
+/* Continues the prompt by c->tokens tokens from model m (inputs[0] its tokens [B, T]),
+ * calling emit with each as it is drawn: through the decode step and its key/value cache
+ * (batch 1, allocated here at the context's bound) when the model has one, the whole
+ * window through the predict step otherwise. The same seed gives the same tokens either
+ * way whenever the two give the same logits. */
+krt_status kiln_generate(const kiln_model *m, float *params, unsigned char *buffers, const kiln_generate_config *c,
+                         void (*emit)(void *ctx, int64_t token), void *ctx, krt_error *err);
 
 #ifdef __cplusplus
 }

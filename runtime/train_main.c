@@ -882,9 +882,20 @@ static int load_checkpoint(const char *dir, int64_t accumulate, float *params, u
 
 /* ---- sampling from a language model ---- */
 
-/* Continues `prompt` by n tokens: the eval step on the last (at most T) tokens, the
- * logits of the last position divided by the temperature, the top k kept, one draw from
- * the counter-based generator keyed by (seed, step). Byte-level models print text. */
+/* A sampled token as the training program prints it: a byte-level model's printable
+ * bytes (others as '?'), else the number. */
+static void print_token(void *ctx, int64_t pick)
+{
+    const int64_t V = *(const int64_t *)ctx;
+    if (V <= 256) putchar(pick == '\n' || (pick >= 32 && pick < 127) ? (int)pick : '?');
+    else printf(" %lld", (long long)pick);
+}
+
+/* Continues `prompt` by n tokens, each drawn by kiln_sample_token (the logits of the last
+ * position divided by the temperature, the top k kept) with the counter-based generator
+ * keyed by (seed, step): through the decode step and its key/value cache when the model
+ * has one (runtime/generate.c, as the inference program's --generate), else the eval step
+ * on the last (at most T) tokens for each. Byte-level models print text. */
 static int sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t batch, uint64_t seed, int64_t step)
 {
     const kiln_input *in = &M->inputs[0];
@@ -898,7 +909,7 @@ static int sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t bat
     V = in->max_value > 0 ? in->max_value : 256;
     int64_t len = (int64_t)strlen(prompt), cap = len + n;
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)(cap + 1));
-    float *row = malloc(sizeof(float) * (size_t)V);
+    float *row = malloc(sizeof(float) * (size_t)(2 * V));
     if (!tokens || !row) {
         free(tokens);
         free(row);
@@ -906,9 +917,16 @@ static int sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t bat
     }
     int failed = 0;
     for (int64_t i = 0; i < len; i++) tokens[i] = (unsigned char)prompt[i];
+    printf("sample at step %lld: %s", (long long)step, prompt);
+    if (M->decode_step && len <= Tmax) {
+        kiln_generate_config c = {.prompt = tokens, .nprompt = len, .tokens = n, .vocab = V, .temperature = temperature,
+                                  .top_p = 1, .top_k = top_k, .seed = seed, .step = (uint64_t)step};
+        krt_error err;
+        if (kiln_generate(M, io->params, io->buffers, &c, print_token, &V, &err) != KRT_OK) failed = tm_die("sampling after step %lld: %s", (long long)step, err.msg);
+        n = 0;
+    }
     void *saved_out = io->outputs[0];
     io->outputs[0] = logits;
-    printf("sample at step %lld: %s", (long long)step, prompt);
     for (int64_t t = 0; t < n; t++) {
         int64_t ctx = len < Tmax ? len : Tmax, first = len - ctx;
         int32_t *x = bufs[0];
@@ -921,37 +939,9 @@ static int sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t bat
             failed = 1;
             break;
         }
-        const float *last = logits + (ctx - 1) * V;
-        float mx = -INFINITY;
-        for (int64_t v = 0; v < V; v++) {
-            row[v] = (float)(last[v] / temperature);
-            if (row[v] > mx) mx = row[v];
-        }
-        /* The k-th largest logit: everything below it is dropped. */
-        float cut = -INFINITY;
-        if (top_k > 0 && top_k < V) {
-            float lo = -INFINITY;
-            for (int64_t k = 0; k < top_k; k++) {
-                float best = -INFINITY;
-                for (int64_t v = 0; v < V; v++)
-                    if (row[v] > best && (k == 0 || row[v] < lo)) best = row[v];
-                lo = best;
-            }
-            cut = lo;
-        }
-        double total = 0;
-        for (int64_t v = 0; v < V; v++) total += row[v] >= cut ? exp((double)(row[v] - mx)) : 0;
-        double u = kiln_rng_uniform53(seed, 0x73616d706c65 /* "sample" */, (uint64_t)step, (uint64_t)t) * total, acc = 0;
-        int64_t pick = 0;
-        for (int64_t v = 0; v < V; v++) {
-            if (row[v] < cut) continue;
-            acc += exp((double)(row[v] - mx));
-            pick = v;
-            if (acc >= u) break;
-        }
+        int64_t pick = kiln_sample_token(logits + (ctx - 1) * V, V, temperature, top_k, 1, kiln_sample_uniform(seed, (uint64_t)step, (uint64_t)t), row);
         tokens[len++] = (int32_t)pick;
-        if (V <= 256) putchar(pick == '\n' || (pick >= 32 && pick < 127) ? (int)pick : '?');
-        else printf(" %lld", (long long)pick);
+        print_token(&V, pick);
     }
     printf("\n");
     fflush(stdout);
