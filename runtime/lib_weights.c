@@ -19,6 +19,8 @@
 #define NAME_CAP 512
 
 static const char *const st_dtype[KRT_DTYPE_COUNT] = {"BOOL", "U8", "I32", "I64", "F16", "BF16", "F32", "F64"};
+/* As messages name them (krt_dtype_name's, which lives beside file I/O in core.c). */
+static const char *const dtype_name[KRT_DTYPE_COUNT] = {"bool", "u8", "i32", "i64", "f16", "bf16", "f32", "f64"};
 static const unsigned dtype_bytes[KRT_DTYPE_COUNT] = {1, 1, 4, 8, 2, 2, 4, 8};
 
 /* ---- the JSON header, read in place ---- */
@@ -384,8 +386,8 @@ int kiln_lib_bind(const kiln_model *m, unsigned char *weights, const void *file,
         for (int d = 0; ok && d < p->rank; d++) ok = t.dims[d] == p->dims[d];
         if (!ok) {
             char want[160], got[160];
-            shape_text(want, sizeof want, st_dtype[p->dtype], p->rank, p->dims);
-            shape_text(got, sizeof got, t.dtype_text, t.rank, t.dims);
+            shape_text(want, sizeof want, dtype_name[p->dtype], p->rank, p->dims);
+            shape_text(got, sizeof got, t.dtype >= 0 ? dtype_name[t.dtype] : t.dtype_text, t.rank, t.dims);
             return kiln_lib_fail(msg, cap, KILN_LIB_EMISMATCH, "%s: tensor '%s' is %s, the model's is %s", name, p->name, got, want);
         }
         uint32_t want;

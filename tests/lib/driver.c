@@ -2,10 +2,11 @@
  * one input and one output (mlp, cnn: an image to logits; gpt: tokens to logits). It is
  * compiled per model with -DMODEL=mlp -DUPPER=MLP -DIN_T=uint8_t -DOUT_T=float. The
  * driver, not the library, reads and writes files: the library only sees memory.
+ * W is a safetensors file, or `embedded` for the library's own (--embed-weights).
  *   driver run W.safetensors IN.raw N BATCH THREADS OUT.raw
  *       all N samples of IN.raw (raw IN_T, batch-major) in batches of BATCH, the outputs
  *       to OUT.raw (raw OUT_T)
- *   driver two W1 W2 IN.raw N BATCH OUT1.raw OUT2.raw
+ *   driver two W1 W2 IN.raw N BATCH THREADS OUT1.raw OUT2.raw
  *       two instances with the two weights, run at the same time from two threads, each
  *       over all N samples three times (each time the same bits, else exit status 3)
  *   driver bind W.safetensors [CUT]
@@ -54,11 +55,19 @@ static instance make(const char *w)
     instance m;
     char msg[512];
     size_t n = 0;
+    if (API(_init)(&m, aligned(K(_WEIGHTS_BYTES)), K(_WEIGHTS_BYTES), aligned(K(_WORKSPACE_BYTES)), K(_WORKSPACE_BYTES), msg, sizeof msg))
+        fprintf(stderr, "%s: %s\n", w, msg), exit(1);
+    if (!strcmp(w, "embedded")) {
+#if K(_HAS_EMBEDDED_WEIGHTS)
+        if (API(_bind_embedded)(&m, msg, sizeof msg)) fprintf(stderr, "embedded: %s\n", msg), exit(1);
+        return m;
+#else
+        fprintf(stderr, "the library has no embedded weights\n"), exit(1);
+#endif
+    }
     unsigned char *file = read_all(w, &n);
     if (!file) fprintf(stderr, "cannot read %s\n", w), exit(1);
-    if (API(_init)(&m, aligned(K(_WEIGHTS_BYTES)), K(_WEIGHTS_BYTES), aligned(K(_WORKSPACE_BYTES)), K(_WORKSPACE_BYTES), msg, sizeof msg) ||
-        API(_bind)(&m, file, n, msg, sizeof msg))
-        fprintf(stderr, "%s: %s\n", w, msg), exit(1);
+    if (API(_bind)(&m, file, n, msg, sizeof msg)) fprintf(stderr, "%s: %s\n", w, msg), exit(1);
     free(file); /* the weights were copied */
     return m;
 }
@@ -165,10 +174,11 @@ int main(int argc, char **argv)
         free(m.workspace);
         return rc;
     }
-    if (argc == 9 && !strcmp(argv[1], "two")) {
+    if (argc == 10 && !strcmp(argv[1], "two")) {
         instance m[2] = {make(argv[2]), make(argv[3])};
         size_t bytes = 0;
         long n = atol(argv[5]), batch = atol(argv[6]);
+        for (int i = 0; i < 2; i++) API(_set_threads)(&m[i], atoi(argv[7]));
         IN_T *in = (IN_T *)read_all(argv[4], &bytes);
         if (!in || bytes < sizeof(IN_T) * (size_t)(n * IN_ELEMS)) return fprintf(stderr, "%s: too short\n", argv[4]), 1;
         Job j[2];
@@ -182,7 +192,7 @@ int main(int argc, char **argv)
             pthread_join(t[i], NULL);
             rc = rc ? rc : j[i].rc;
         }
-        for (int i = 0; i < 2 && !rc; i++) rc = write_all(argv[7 + i], j[i].out, sizeof(OUT_T) * (size_t)(n * OUT_ELEMS));
+        for (int i = 0; i < 2 && !rc; i++) rc = write_all(argv[8 + i], j[i].out, sizeof(OUT_T) * (size_t)(n * OUT_ELEMS));
         for (int i = 0; i < 2; i++) {
             free(j[i].out);
             free(m[i].weights);
