@@ -333,10 +333,14 @@ Test(lib, archive_has_no_state_allocation_or_io)
     build("models/cnn.kiln", "--lib", "lib");
     const char *out = ok("nm -g --defined-only lib/libcnn.a | awk 'NF == 3 {print $3}' | sort | tr '\\n' ' '");
     cr_expect_str_eq(out, "cnn_bind cnn_init cnn_run cnn_set_threads cnn_workspace_bytes ");
-    out = ok("nm --defined-only -f sysv lib/libcnn.a | awk -F'|' 'NF > 6 && $3 ~ /[bBdDcCgGsSvV]/ && $7 !~ /^ *\\.data\\.rel\\.ro/'");
-    cr_expect_str_eq(out, "", "writable data in the library:\n%s", out);
-    out = ok("size -A lib/libcnn.a | awk '($1 == \".data\" || $1 == \".bss\") && $2 != 0'");
-    cr_expect_str_eq(out, "", "writable sections that are not empty:\n%s", out);
+    /* (AddressSanitizer adds writable data of its own to every object: its globals'
+     * descriptors and ODR indicators; the sanitizer build checks the rest) */
+    if (!strstr(KILN_GENERATED_CFLAGS, "-fsanitize")) {
+        out = ok("nm --defined-only -f sysv lib/libcnn.a | awk -F'|' 'NF > 6 && $3 ~ /[bBdDcCgGsSvV]/ && $7 !~ /^ *\\.data\\.rel\\.ro/'");
+        cr_expect_str_eq(out, "", "writable data in the library:\n%s", out);
+        out = ok("size -A lib/libcnn.a | awk '($1 == \".data\" || $1 == \".bss\") && $2 != 0'");
+        cr_expect_str_eq(out, "", "writable sections that are not empty:\n%s", out);
+    }
     out = ok("nm -u lib/libcnn.a | awk 'NF == 2 {print $2}' | sort -u | tr '\\n' ' '");
     static const char *const banned[] = {" malloc ", " calloc ", " realloc ", " free ", " fopen ", " open ", " read ", " getenv ",
                                          " printf ", " fprintf ", " puts ", " exit ", " abort "};
