@@ -269,7 +269,7 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
     if (o->lib && o->infer) return usage_error(cmd, "--lib and --infer: give one of them (a library or an inference program)%s", "");
     if (o->lib && o->cuda) return usage_error(cmd, "--lib is not available for --target %s yet (build it for the C target)", o->emulated ? "cuda-emu" : "cuda");
     if (o->embed && !o->infer && !o->lib)
-        return usage_error(cmd, "--embed-weights %s: only inference programs and libraries embed weights (add --infer or --lib)", o->embed);
+        return usage_error(cmd, "--embed-weights %s: only inference programs embed weights (add --infer), and libraries (--lib)", o->embed);
     return -1;
 }
 

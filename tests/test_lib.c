@@ -360,7 +360,7 @@ Test(lib, usage_errors)
         {"--lib --target cuda", "--lib is not available for --target cuda yet"},
         {"--lib --target cuda-emu", "--lib is not available for --target cuda-emu yet"},
         {"--lib --infer", "--lib and --infer: give one of them"},
-        {"--embed-weights x.safetensors", "only inference programs and libraries embed weights"},
+        {"--embed-weights x.safetensors", "only inference programs embed weights (add --infer), and libraries (--lib)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         sb_init(&out);
