@@ -14,6 +14,8 @@
  *     and a message, never a crash (the ASan build runs this too);
  *   - the archive exports only the API, has no writable data (only .data.rel.ro, read-
  *     only after relocation), and calls no malloc, free, fopen or getenv;
+ *   - gpt (tokens to logits) at batch 4 and 1 likewise; a token outside the vocabulary is
+ *     the library's index error (MODEL_EINDEX), naming the model line;
  *   - --lib with --target cuda, or with --infer, is a usage error. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -128,19 +130,16 @@ static void blas_core(char *core, size_t cap)
     snprintf(core, cap, "%.*s", (int)strcspn(at, ", \n"), at);
 }
 
-/* Writes the first n images of the test set as dir/images.raw (u8, 784 each) and as a
- * .npy u8[n, 28, 28] for the inference program. */
-static void write_images(int n)
+/* dir/STEM.npy: a .npy header (descr, shape "(4, 128)") followed by dir/STEM.raw. */
+static void write_npy_of_raw(const char *stem, const char *descr, const char *shape)
 {
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "gzip -dc " IMAGES " | tail -c +17 | head -c %d > images.raw", n * 784);
-    ok(cmd);
     char header[128];
-    int len = snprintf(header, sizeof header, "{'descr': '|u1', 'fortran_order': False, 'shape': (%d, 28, 28), }", n);
+    int len = snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape);
     while ((len + 11) % 64) header[len++] = ' ';
     header[len++] = '\n';
     char path[256];
-    snprintf(path, sizeof path, "%s/images.npy", dir);
+    snprintf(path, sizeof path, "%s/%s.npy", dir, stem);
     FILE *f = fopen(path, "wb");
     cr_assert(f);
     fwrite("\x93NUMPY\x01\x00", 1, 8, f);
@@ -148,8 +147,19 @@ static void write_images(int n)
     fputc(len >> 8, f);
     fwrite(header, 1, (size_t)len, f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "cat images.raw >> images.npy");
+    snprintf(cmd, sizeof cmd, "cat %s.raw >> %s.npy", stem, stem);
     ok(cmd);
+}
+
+/* The first n images of the test set as dir/images.raw (u8, 784 each) and as a .npy
+ * u8[n, 28, 28] for the inference program. */
+static void write_images(int n)
+{
+    char cmd[512], shape[64];
+    snprintf(cmd, sizeof cmd, "gzip -dc " IMAGES " | tail -c +17 | head -c %d > images.raw", n * 784);
+    ok(cmd);
+    snprintf(shape, sizeof shape, "(%d, 28, 28)", n);
+    write_npy_of_raw("images", "|u1", shape);
 }
 
 /* Synthetic mlp weights, all tensors (or one dropped, one transposed, one extra). */
@@ -384,4 +394,52 @@ Test(lib, usage_errors)
     cr_expect(out.data && strstr(out.data, "tensor 'fc1.weight' is f32[784, 256], the model's is f32[256, 784]"), "%s", out.data);
     sb_free(&out);
     cr_expect_str_eq(ok("ls lib 2>/dev/null | wc -l"), "0\n", "a failed build left files");
+}
+
+/* gpt's logits (i32 tokens [B, T] to f32 [B, T, 256]) at batch 4 and 1; a token outside
+ * the vocabulary is the library's index error, with the model line. */
+Test(lib, gpt_logits_match_infer)
+{
+    char core[64], cmd[1024];
+    build("models/gpt.kiln", "", "train");
+    build("models/gpt.kiln", "--infer", "infer");
+    build("models/gpt.kiln", "--lib", "lib");
+    ok("head -c 40000 /usr/share/games/fortunes/computers > corpus.txt && "
+       "./train --data corpus.txt --steps 1 --checkpoint-dir ck --sample-tokens 0 && cp ck/$(cat ck/latest)/model.safetensors w.safetensors");
+    /* 4 windows of 128 bytes of the text, as i32 tokens */
+    enum { N = 4, T = 128 };
+    static int32_t tokens[N * T];
+    const char *text = ok("head -c 512 corpus.txt");
+    cr_assert_eq(strlen(text), (size_t)(N * T));
+    for (int i = 0; i < N * T; i++) tokens[i] = (unsigned char)text[i];
+    char path[256];
+    snprintf(path, sizeof path, "%s/tokens.raw", dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f && fwrite(tokens, sizeof tokens, 1, f) == 1);
+    fclose(f);
+    write_npy_of_raw("tokens", "<i4", "(4, 128)");
+    compile_driver("gpt", "lib", "int32_t", "idx", "logits", "driver");
+    blas_core(core, sizeof core);
+    for (int b = 4; b >= 1; b -= 3) {
+        snprintf(cmd, sizeof cmd, "KILN_FTZ=0 ./infer --weights w.safetensors --threads 2 --batch %d --data idx=tokens.npy --quiet --output p%d.npy", b, b);
+        ok(cmd);
+        snprintf(cmd, sizeof cmd, "OPENBLAS_CORETYPE=%s OPENBLAS_NUM_THREADS=1 ./driver run w.safetensors tokens.raw %d %d 2 l%d.raw", core, N, b, b);
+        ok(cmd);
+        snprintf(cmd, sizeof cmd, "p%d.npy", b);
+        char raw[32];
+        snprintf(raw, sizeof raw, "l%d.raw", b);
+        expect_same_logits(cmd, raw);
+    }
+    tokens[T + 5] = 300;
+    f = fopen(path, "wb");
+    cr_assert(f && fwrite(tokens, sizeof tokens, 1, f) == 1);
+    fclose(f);
+    StrBuf out;
+    sb_init(&out);
+    int rc = run("OPENBLAS_NUM_THREADS=1 ./driver run w.safetensors tokens.raw 4 4 2 bad.raw", &out);
+    cr_expect_eq(rc, 5, "%s", out.data);
+    cr_expect(out.data && strstr(out.data, "run: status 5: ") && strstr(out.data, "models/gpt.kiln:33:9: Embedding 'wte': ") &&
+                  strstr(out.data, "index 300 out of range [0, 256)"),
+              "%s", out.data);
+    sb_free(&out);
 }
