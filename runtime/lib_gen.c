@@ -139,7 +139,7 @@ static int write_header(FILE *f, const char *version, bool embedded)
     fprintf(f, "#define %s_ALIGN %d\n", U, KILN_LIB_ALIGN);
     fprintf(f, "#define %s_WEIGHTS_BYTES %lld\n", U, (long long)kiln_lib_weights_bytes(M));
     fprintf(f, "#define %s_WORKSPACE_BYTES %lld\n", U, (long long)M->predict_arena_bytes);
-    fprintf(f, "#define %s_HAS_EMBEDDED_WEIGHTS %d /* %s_bind_embedded exists */\n\n", U, embedded ? 1 : 0, n);
+    fprintf(f, "#define %s_HAS_EMBEDDED_WEIGHTS %d /* 1: built with --embed-weights, %s_bind_embedded exists */\n\n", U, embedded ? 1 : 0, n);
     fprintf(f, "/* The batch axis: 1 to its bound, chosen per run. */\n#define %s_BATCH_MAX %lld /* %s */\n", U, bound,
             bs >= 0 ? M->syms[bs].name : "no batch axis");
     for (int s = 0; s < M->nsyms; s++) {

@@ -162,8 +162,9 @@ static void write_images(int n)
     write_npy_of_raw("images", "|u1", shape);
 }
 
-/* Synthetic mlp weights, all tensors (or one dropped, one transposed, one extra). */
-static void write_mlp_weights(const char *rel, const char *drop, const char *reshape, const char *extra)
+/* Synthetic mlp weights, all tensors (or one dropped, one transposed, one extra); with
+ * Kiln's checksums in the metadata when `checked`. */
+static void write_weights_checked(const char *rel, const char *drop, const char *reshape, const char *extra, bool checked)
 {
     static const struct {
         const char *name;
@@ -188,7 +189,13 @@ static void write_mlp_weights(const char *rel, const char *drop, const char *res
     char path[256];
     snprintf(path, sizeof path, "%s/%s", dir, rel);
     krt_error err;
-    cr_assert_eq(krt_safetensors_write(path, t, n, NULL, 0, &err), KRT_OK, "%s", err.msg);
+    krt_status st = checked ? krt_safetensors_write_checked(path, t, n, NULL, 0, &err) : krt_safetensors_write(path, t, n, NULL, 0, &err);
+    cr_assert_eq(st, KRT_OK, "%s", err.msg);
+}
+
+static void write_mlp_weights(const char *rel, const char *drop, const char *reshape, const char *extra)
+{
+    write_weights_checked(rel, drop, reshape, extra, false);
 }
 
 /* Trains NAME a few steps, builds its inference program and library, and checks the
@@ -315,9 +322,8 @@ Test(lib, bad_weights_and_misuse)
     cr_expect_str_eq(all, "", "a cut file was bound, or crashed:\n%s", all);
     /* a foreign file, and a corrupted byte under Kiln's checksum */
     bind_fails("driver", -1, 2, "not a safetensors file, or truncated");
-    build("models/mlp.kiln", "", "train");
-    ok("./train --steps 1 --batch 8 --checkpoint-dir ck --eval-batches 1 && cp ck/$(cat ck/latest)/model.safetensors ck.safetensors && "
-       "cp ck.safetensors bad.safetensors && printf '\\001' | dd of=bad.safetensors bs=1 seek=$(( $(stat -c %s bad.safetensors) - 3 )) conv=notrunc status=none");
+    write_weights_checked("ck.safetensors", NULL, NULL, NULL, true);
+    ok("cp ck.safetensors bad.safetensors && printf '\\001' | dd of=bad.safetensors bs=1 seek=$(( $(stat -c %s bad.safetensors) - 3 )) conv=notrunc status=none");
     bind_fails("ck.safetensors", -1, 0, "");
     bind_fails("bad.safetensors", -1, 2, "does not match its checksum");
 
@@ -442,4 +448,15 @@ Test(lib, gpt_logits_match_infer)
                   strstr(out.data, "index 300 out of range [0, 256)"),
               "%s", out.data);
     sb_free(&out);
+}
+
+/* --bound B=8: the library's batch bound and workspace follow it, as a program's do. */
+Test(lib, bound_flag)
+{
+    build("models/mlp.kiln", "--lib --bound B=8", "lib");
+    const char *h = ok("cat lib/mlp.h");
+    cr_expect(strstr(h, "#define MLP_BATCH_MAX 8 /* B */\n"), "%s", h);
+    cr_expect(strstr(h, "#define MLP_WORKSPACE_BYTES 41472\n"), "%s", h); /* 8 x the bytes of a sample's activations */
+    cr_expect(strstr(h, "#define MLP_WEIGHTS_BYTES 1077312\n"), "%s", h); /* 269,322 floats, at a 64-byte multiple */
+    cr_expect(strstr(h, "int mlp_run(mlp_instance *m, int64_t batch, const uint8_t *image, float *logits, char *msg, size_t msg_cap);"), "%s", h);
 }
