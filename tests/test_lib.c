@@ -343,7 +343,8 @@ Test(lib, bad_weights_and_misuse)
 
 /* The archive: only the API exported; no writable data (every data symbol in
  * .data.rel.ro: tables of pointers, read-only once relocated); no allocation, file or
- * environment calls. */
+ * environment calls; and two models' archives link into one program (no clash of the
+ * kernels', tables' or runtime's names). */
 Test(lib, archive_has_no_state_allocation_or_io)
 {
     build("models/cnn.kiln", "--lib", "lib");
@@ -366,6 +367,20 @@ Test(lib, archive_has_no_state_allocation_or_io)
     cr_expect(strstr(padded, " cblas_sgemm "), "%s", padded);
     out = ok("nm -D --defined-only lib/libcnn.so | awk '$2 == \"T\" {print $3}' | sort | tr '\\n' ' '");
     cr_expect_str_eq(out, "cnn_bind cnn_init cnn_run cnn_set_threads cnn_workspace_bytes ");
+    /* so two models' libraries link into one program */
+    build("models/mlp.kiln", "--lib", "mlp");
+    char cmd[1024], path[256];
+    snprintf(path, sizeof path, "%s/both.c", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs("#include <stdio.h>\n#include \"cnn.h\"\n#include \"mlp.h\"\n"
+          "int main(void)\n{\n    cnn_instance c;\n    mlp_instance m;\n"
+          "    printf(\"%d %d\\n\", cnn_init(&c, NULL, 0, NULL, 0, NULL, 0), mlp_init(&m, NULL, 0, NULL, 0, NULL, 0));\n    return 0;\n}\n",
+          f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s %s -std=c11 -Wall -Wextra -Werror both.c -I lib -I mlp lib/libcnn.a mlp/libmlp.a %s -lm -o both && ./both",
+             KILN_CC, KILN_GENERATED_CFLAGS, KILN_OPENBLAS);
+    cr_expect_str_eq(ok(cmd), "1 1\n");
 }
 
 Test(lib, usage_errors)
