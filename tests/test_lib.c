@@ -16,6 +16,7 @@
  *     only after relocation), and calls no malloc, free, fopen or getenv;
  *   - gpt (tokens to logits) at batch 4 and 1 likewise; a token outside the vocabulary is
  *     the library's index error (MODEL_EINDEX), naming the model line;
+ *   - a model with buffers (tests/lib/bn.kiln: batch norm's running statistics) likewise;
  *   - --lib with --target cuda, or with --infer, is a usage error. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -474,4 +475,34 @@ Test(lib, bound_flag)
     cr_expect(strstr(h, "#define MLP_WORKSPACE_BYTES 41472\n"), "%s", h); /* 8 x the bytes of a sample's activations */
     cr_expect(strstr(h, "#define MLP_WEIGHTS_BYTES 1077312\n"), "%s", h); /* 269,322 floats, at a 64-byte multiple */
     cr_expect(strstr(h, "int mlp_run(mlp_instance *m, int64_t batch, const uint8_t *image, float *logits, char *msg, size_t msg_cap);"), "%s", h);
+}
+
+/* Buffers (batch norm's running statistics, and its i64 scalar num_batches_tracked) go
+ * where the steps read them: tests/lib/bn.kiln's library, bound to synthetic weights
+ * whose statistics move the logits, gives the inference program's bits. */
+Test(lib, buffers_match_infer)
+{
+    char core[64], cmd[1024];
+    build("tests/lib/bn.kiln", "--infer", "infer");
+    build("tests/lib/bn.kiln", "--lib", "lib");
+    static float data[31360];
+    for (int i = 0; i < 31360; i++) data[i] = (float)((i * 7 % 23) - 11) / 64;
+    static const float mean[4] = {0.25f, -0.5f, 0.125f, 1.0f}, var[4] = {0.5f, 2.0f, 1.5f, 0.75f};
+    static const int64_t tracked = 7;
+    krt_st_tensor t[] = {{"conv.weight", KRT_F32, 4, {4, 1, 3, 3}, data},     {"conv.bias", KRT_F32, 1, {4}, data + 3},
+                         {"norm.weight", KRT_F32, 1, {4}, data + 5},          {"norm.bias", KRT_F32, 1, {4}, data + 9},
+                         {"norm.running_mean", KRT_F32, 1, {4}, mean},        {"norm.running_var", KRT_F32, 1, {4}, var},
+                         {"norm.num_batches_tracked", KRT_I64, 0, {0}, &tracked}, {"fc.weight", KRT_F32, 2, {10, 3136}, data},
+                         {"fc.bias", KRT_F32, 1, {10}, data + 17}};
+    char path[256];
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    krt_error err;
+    cr_assert_eq(krt_safetensors_write(path, t, 9, NULL, 0, &err), KRT_OK, "%s", err.msg);
+    write_images(100);
+    compile_driver("bn", "lib", "uint8_t", "image", "logits", "driver");
+    blas_core(core, sizeof core);
+    ok("KILN_FTZ=0 ./infer --weights w.safetensors --threads 2 --batch 16 --data image=images.npy --quiet --output p.npy");
+    snprintf(cmd, sizeof cmd, "OPENBLAS_CORETYPE=%s OPENBLAS_NUM_THREADS=1 ./driver run w.safetensors images.raw 100 16 2 l.raw", core);
+    ok(cmd);
+    expect_same_logits("p.npy", "l.raw");
 }
