@@ -104,7 +104,7 @@ void build_tempdir_remove(const char *dir)
 }
 
 /* Appends s as one single-quoted shell word. */
-void build_shell_word(StrBuf *b, const char *s)
+static void shell_word(StrBuf *b, const char *s)
 {
     sb_putc(b, '\'');
     for (; *s; s++) {
@@ -113,6 +113,8 @@ void build_shell_word(StrBuf *b, const char *s)
     }
     sb_puts(b, "' ");
 }
+
+void build_shell_word(StrBuf *b, const char *s) { shell_word(b, s); }
 
 void build_fingerprint(StrBuf *key)
 {
@@ -144,7 +146,7 @@ void build_fingerprint(StrBuf *key)
 }
 
 /* Runs a shell command, its output appended to log; 0 when it succeeded. */
-int build_run_logged(const char *cmd, StrBuf *log, const char *what)
+static int run_logged(const char *cmd, StrBuf *log, const char *what)
 {
     FILE *p = popen(cmd, "r");
     if (!p) {
@@ -158,6 +160,8 @@ int build_run_logged(const char *cmd, StrBuf *log, const char *what)
     if (rc) sb_printf(log, "\nthe %s failed (%s)", what, cmd);
     return rc;
 }
+
+int build_run_logged(const char *cmd, StrBuf *log, const char *what) { return run_logged(cmd, log, what); }
 
 /* Compiles the two halves of model.c at the same time (two compilers, one per core of a
  * small machine; see KILN_PART in the generated file), then links them with the driver
@@ -173,7 +177,7 @@ int build_program(const char *model_c, const char *prog, const char *extra_cflag
     sb_printf(&flags, "%s %s -std=c11 ", cc, KILN_DEFAULT_CFLAGS);
     if (extra_cflags && *extra_cflags) sb_printf(&flags, "%s ", extra_cflags);
     sb_puts(&flags, "-I");
-    build_shell_word(&flags, KILN_RUNTIME_DIR);
+    shell_word(&flags, KILN_RUNTIME_DIR);
     const char *slash = strrchr(model_c, '/');
     int dirlen = slash ? (int)(slash - model_c + 1) : 0;
     /* sh: the first half in the background, the second in the foreground, then the link */
@@ -181,23 +185,23 @@ int build_program(const char *model_c, const char *prog, const char *extra_cflag
         sb_init(&obj[part]);
         sb_printf(&obj[part], "%.*smodel%d.o", dirlen, model_c, part + 1);
         sb_printf(&cmd, "%s-DKILN_PART=%d -c ", flags.data, part + 1);
-        build_shell_word(&cmd, model_c);
+        shell_word(&cmd, model_c);
         sb_puts(&cmd, "-o ");
-        build_shell_word(&cmd, obj[part].data);
+        shell_word(&cmd, obj[part].data);
         sb_puts(&cmd, part ? "2>&1; second=$?; wait $!; first=$?; " : "2>&1 & ");
     }
     sb_printf(&cmd, "[ $first = 0 ] && [ $second = 0 ] && %s", flags.data);
-    build_shell_word(&cmd, obj[0].data);
-    build_shell_word(&cmd, obj[1].data);
-    build_shell_word(&cmd, infer ? KILN_INFER_MAIN : KILN_TRAIN_MAIN);
-    if (!infer) build_shell_word(&cmd, KILN_TRAIN_BENCH);
+    shell_word(&cmd, obj[0].data);
+    shell_word(&cmd, obj[1].data);
+    shell_word(&cmd, infer ? KILN_INFER_MAIN : KILN_TRAIN_MAIN);
+    if (!infer) shell_word(&cmd, KILN_TRAIN_BENCH);
     sb_puts(&cmd, "-o ");
-    build_shell_word(&cmd, prog);
-    build_shell_word(&cmd, KILN_RUNTIME_LIB);
-    build_shell_word(&cmd, KILN_BLAS_LIB);
+    shell_word(&cmd, prog);
+    shell_word(&cmd, KILN_RUNTIME_LIB);
+    shell_word(&cmd, KILN_BLAS_LIB);
     /* libgomp by name too: the runtime's loops need it even when --cflags says -fno-openmp. */
     sb_printf(&cmd, "%s -lz -lm -lpthread 2>&1", KILN_OPENMP_LIBS);
-    int rc = build_run_logged(cmd.data, log, "C compiler");
+    int rc = run_logged(cmd.data, log, "C compiler");
     for (int part = 0; part < 2; part++) {
         unlink(obj[part].data);
         sb_free(&obj[part]);
@@ -230,9 +234,9 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
         sb_printf(&compile, "%s -std=c++17 -O3 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 ", KILN_NVCC);
     if (extra_flags && *extra_flags) sb_printf(&compile, "%s ", extra_flags);
     sb_puts(&compile, "-I");
-    build_shell_word(&compile, KILN_RUNTIME_DIR "/cuda");
+    shell_word(&compile, KILN_RUNTIME_DIR "/cuda");
     sb_puts(&compile, "-I");
-    build_shell_word(&compile, KILN_RUNTIME_DIR);
+    shell_word(&compile, KILN_RUNTIME_DIR);
     const char *slash = strrchr(model_cu, '/');
     int dirlen = slash ? (int)(slash - model_cu + 1) : 0;
     const char *sources[2] = {model_cu, KILN_RUNTIME_DIR "/cuda/device.cu"};
@@ -240,31 +244,31 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
         sb_init(&obj[part]);
         sb_printf(&obj[part], "%.*smodel%d.o", dirlen, model_cu, part + 1);
         sb_printf(&cmd, "%s%s%s-c ", compile.data, part ? (emulated ? "-ffp-contract=off " : "-fmad=false ") : "", emulated ? "-x c++ " : "");
-        build_shell_word(&cmd, sources[part]);
+        shell_word(&cmd, sources[part]);
         sb_puts(&cmd, "-o ");
-        build_shell_word(&cmd, obj[part].data);
+        shell_word(&cmd, obj[part].data);
         sb_puts(&cmd, part ? "2>&1; second=$?; wait $!; first=$?; " : "2>&1 & ");
     }
     sb_printf(&cmd, "[ $first = 0 ] && [ $second = 0 ] && %s %s ", cxx, emulated ? KILN_EMU_CXXFLAGS : "");
-    build_shell_word(&cmd, obj[0].data);
-    build_shell_word(&cmd, obj[1].data);
-    build_shell_word(&cmd, KILN_TRAIN_MAIN);
-    build_shell_word(&cmd, KILN_TRAIN_BENCH);
+    shell_word(&cmd, obj[0].data);
+    shell_word(&cmd, obj[1].data);
+    shell_word(&cmd, KILN_TRAIN_MAIN);
+    shell_word(&cmd, KILN_TRAIN_BENCH);
     sb_puts(&cmd, "-o ");
-    build_shell_word(&cmd, prog);
-    build_shell_word(&cmd, KILN_RUNTIME_LIB);
+    shell_word(&cmd, prog);
+    shell_word(&cmd, KILN_RUNTIME_LIB);
     if (emulated) {
-        build_shell_word(&cmd, KILN_CUDA_EMU_LIB);
+        shell_word(&cmd, KILN_CUDA_EMU_LIB);
     } else {
         sb_puts(&cmd, "-L");
-        build_shell_word(&cmd, KILN_CUDA_LIB_DIR);
+        shell_word(&cmd, KILN_CUDA_LIB_DIR);
         sb_puts(&cmd, "-Wl,-rpath,");
-        build_shell_word(&cmd, KILN_CUDA_LIB_DIR);
+        shell_word(&cmd, KILN_CUDA_LIB_DIR);
         sb_puts(&cmd, "-lcublasLt -lcublas -lcudart ");
     }
-    if (emulated) build_shell_word(&cmd, KILN_BLAS_LIB); /* the emulator's cuBLAS; the GPU program needs no OpenBLAS */
+    if (emulated) shell_word(&cmd, KILN_BLAS_LIB); /* the emulator's cuBLAS; the GPU program needs no OpenBLAS */
     sb_printf(&cmd, "%s %s -lz -lm -lpthread 2>&1", KILN_DEFAULT_LDFLAGS, KILN_OPENMP_LIBS);
-    int rc = build_run_logged(cmd.data, log, emulated ? "C++ compiler" : "CUDA compiler");
+    int rc = run_logged(cmd.data, log, emulated ? "C++ compiler" : "CUDA compiler");
     for (int part = 0; part < 2; part++) {
         unlink(obj[part].data);
         sb_free(&obj[part]);
