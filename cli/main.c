@@ -97,8 +97,8 @@ static const char *usage_build =
     "--infer builds an inference program instead: the forward in eval mode on input files,\n"
     "weights from a checkpoint (PROG --weights DIR|FILE), outputs to .npy, top-k, and loss\n"
     "and metrics when the loss's inputs are given (docs/inference.md; C target only).\n"
-    "--embed-weights CKPT (with --infer) compiles the weights of CKPT (a checkpoint\n"
-    "directory or a .safetensors file, Kiln's or PyTorch's) into the program.\n"
+    "--embed-weights CKPT (with --infer or --lib) compiles the weights of CKPT (a checkpoint\n"
+    "directory or a .safetensors file, Kiln's or PyTorch's) into the program or library.\n"
     "--lib -o DIR builds an embeddable C library instead: DIR/MODEL.h, DIR/libMODEL.a and\n"
     "DIR/libMODEL.so, the forward in caller-owned memory (docs/library.md; C target only).\n";
 
