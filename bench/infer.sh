@@ -18,6 +18,11 @@
 #                     PyTorch: bench/infer_torch.py latency: model(images[i:i+1]) under
 #                     no_grad for each image after one untimed call, 2 threads: the median
 #                     call and the mean over the loop (the figure to compare with Kiln's).
+#                     Kiln's library (kiln build --lib, docs/library.md): bench/lib_latency.c
+#                     times mlp_run at batch 1 the same way (each image, one untimed call
+#                     first; the median call and the mean over the loop), the median of
+#                     ROUNDS processes; OpenBLAS single-threaded with the core PyTorch uses,
+#                     GOMP_SPINCOUNT=10000 as Kiln's programs set it, denormals flushed.
 #   first result      wall time from starting the process to its exit after writing the
 #                     first image's logits to .npy, the median of ROUNDS x 4 runs: Kiln's
 #                     program with its weights embedded (kiln build --infer --embed-weights),
@@ -53,20 +58,28 @@ t0=$EPOCHREALTIME
 out/build-bench/kiln build models/mlp.kiln --infer -o "$work/mlp" 2>/dev/null
 build_s=$(awk "BEGIN { printf \"%.2f\", $EPOCHREALTIME - $t0 }")
 out/build-bench/kiln build models/mlp.kiln --infer --embed-weights "$work/mlp.safetensors" -o "$work/mlp-embedded" 2>/dev/null
+echo "== kiln build --lib" >&2
+out/build-bench/kiln build models/mlp.kiln --lib -o "$work/mlp-lib" 2>/dev/null
+cc -O2 -std=c11 -I "$work/mlp-lib" bench/lib_latency.c "$work/mlp-lib/libmlp.a" -lopenblas -fopenmp -lm -o "$work/lib_latency"
+lib_env=(env -u OMP_WAIT_POLICY "${torch_env[@]:2}" OPENBLAS_NUM_THREADS=1 GOMP_SPINCOUNT=10000)
 
 # wall seconds of one run of a command, its output discarded
 wall() { local t=$EPOCHREALTIME; "$@" >/dev/null; awk "BEGIN { printf \"%.6f\", $EPOCHREALTIME - $t }"; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-# batch-1 figures at T threads: sets kiln_us, t_all, t_one, torch_mean_us, torch_median_us
+# batch-1 figures at T threads: sets kiln_us, t_all, t_one, torch_mean_us, torch_median_us,
+# lib_mean_us, lib_median_us
 latency() {
-  local t=$1 all=() one=() torch_lines=()
+  local t=$1 all=() one=() torch_lines=() lib_lines=()
   echo "== batch-1 latency, $t thread(s), $rounds rounds" >&2
   for r in $(seq "$rounds"); do
     all+=("$(wall "${kiln_env[@]}" "$work/mlp" --weights "$work/mlp.safetensors" --data image="$work/images.npy" --batch 1 --threads "$t" --quiet)")
     one+=("$(wall "${kiln_env[@]}" "$work/mlp" --weights "$work/mlp.safetensors" --data image="$work/one.npy" --batch 1 --threads "$t" --quiet)")
     torch_lines+=("$("${torch_env[@]}" $PY bench/infer_torch.py latency "$work/mlp.safetensors" "$work/images.npy" --threads "$t" | sed -n 's/^bench: //p')")
+    lib_lines+=("$("${lib_env[@]}" "$work/lib_latency" "$work/mlp.safetensors" "$work/images.npy" "$t" | sed -n 's/^bench: //p')")
   done
+  lib_median_us=$(printf '%s\n' "${lib_lines[@]}" | $PY -c 'import json, sys, statistics; print("%.1f" % statistics.median(json.loads(l)["median_us"] for l in sys.stdin))')
+  lib_mean_us=$(printf '%s\n' "${lib_lines[@]}" | $PY -c 'import json, sys, statistics; print("%.1f" % statistics.median(json.loads(l)["mean_us"] for l in sys.stdin))')
   t_all=$(printf '%s\n' "${all[@]}" | median)
   t_one=$(printf '%s\n' "${one[@]}" | median)
   kiln_us=$(awk "BEGIN { printf \"%.1f\", ($t_all - $t_one) / 9999 * 1e6 }")
@@ -75,6 +88,7 @@ latency() {
 }
 latency 1
 line1="mlp, batch 1, 1 thread, per image (us)   Kiln $kiln_us   PyTorch eager $torch_mean_us (mean), $torch_median_us (median call)"
+line1c="  Kiln library (mlp_run): $lib_mean_us (mean), $lib_median_us (median call)"
 line1b="  Kiln: 10,000 images $(awk "BEGIN { printf \"%.1f\", $t_all * 1e3 }") ms, 1 image $(awk "BEGIN { printf \"%.1f\", $t_one * 1e3 }") ms (median runs)"
 latency 2
 
@@ -96,7 +110,9 @@ result="bench/results/infer-$(date +%F)-$(git rev-parse --short HEAD 2>/dev/null
   echo
   echo "mlp, batch 1, 2 threads, per image (us)  Kiln $kiln_us   PyTorch eager $torch_mean_us (mean), $torch_median_us (median call)"
   echo "  Kiln: 10,000 images $(awk "BEGIN { printf \"%.1f\", $t_all * 1e3 }") ms, 1 image $(awk "BEGIN { printf \"%.1f\", $t_one * 1e3 }") ms (median runs)"
+  echo "  Kiln library (mlp_run): $lib_mean_us (mean), $lib_median_us (median call)"
   echo "$line1"
+  echo "$line1c"
   echo "$line1b"
   echo "start to first result (ms)          Kiln embedded $(ms "${emb[@]}")   Kiln --weights $(ms "${file[@]}")   PyTorch $(ms "${pt[@]}")"
   echo "first logits, largest |Kiln - PyTorch|: $agree"

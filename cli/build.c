@@ -21,7 +21,9 @@
 #define TEMP_PREFIX "kiln-build-"
 
 /* What a build writes in its directory (write_model_c and build_program). */
-static const char *const temp_files[] = {"model.c", "model.cu", "model1.o", "model2.o"};
+static const char *const temp_files[] = {"model.c", "model.cu", "model1.o", "model2.o",
+                                         /* and a library's (lib_build.c) */
+                                         "lib_gen", "lib.h", "lib.c", "lib.syms", "lib.o", "lib_all.o", "lib_model.o", "lib.a", "lib.so"};
 
 /* The live directory, for the signal handler: a fixed buffer, written before the handler
  * is installed, so that the handler only reads it. */
@@ -112,6 +114,8 @@ static void shell_word(StrBuf *b, const char *s)
     sb_puts(b, "' ");
 }
 
+void build_shell_word(StrBuf *b, const char *s) { shell_word(b, s); }
+
 void build_fingerprint(StrBuf *key)
 {
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -156,6 +160,8 @@ static int run_logged(const char *cmd, StrBuf *log, const char *what)
     if (rc) sb_printf(log, "\nthe %s failed (%s)", what, cmd);
     return rc;
 }
+
+int build_run_logged(const char *cmd, StrBuf *log, const char *what) { return run_logged(cmd, log, what); }
 
 /* Compiles the two halves of model.c at the same time (two compilers, one per core of a
  * small machine; see KILN_PART in the generated file), then links them with the driver

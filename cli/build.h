@@ -17,6 +17,14 @@ int build_program(const char *model_c, const char *prog, const char *extra_cflag
  * and the driver into prog. extra_flags go to both compilations. Returns 0, or -1 with the
  * compiler's output in *log. */
 int build_cuda_program(const char *model_cu, const char *prog, bool emulated, const char *extra_flags, StrBuf *log);
+/* Compiles model_c (an inference model.c) into an embeddable library in dir: dir/NAME.h,
+ * dir/libNAME.a and dir/libNAME.so (lib_build.c). Returns 0, or -1 with the tools' output
+ * in *log. */
+int build_library(const char *model_c, const char *dir, const char *name, const char *extra_cflags, StrBuf *log);
+/* Appends s as one single-quoted shell word (and a space); runs a shell command with its
+ * output appended to log, 0 when it succeeded (`what` names it in the log). */
+void build_shell_word(StrBuf *b, const char *s);
+int build_run_logged(const char *cmd, StrBuf *log, const char *what);
 /* Whether Kiln was built with a CUDA toolkit (nvcc) for --target cuda. */
 bool build_have_nvcc(void);
 

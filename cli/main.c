@@ -79,7 +79,7 @@ static const char *usage_emit =
 static const char *usage_build =
     "usage: kiln build FILE -o PROG [--target c|cuda|cuda-emu] [--cflags FLAGS] [--bound NAME=N] [--report]\n"
     "                  [--memory-budget SIZE]\n"
-    "                  [--infer [--embed-weights CKPT]]\n"
+    "                  [--infer [--embed-weights CKPT]] [--lib [--embed-weights CKPT]]\n"
     "\n"
     "Compiles FILE into a standalone training program PROG (generated C + the runtime,\n"
     "with $CC or the compiler Kiln was built with). Run PROG --help for its options.\n"
@@ -97,8 +97,10 @@ static const char *usage_build =
     "--infer builds an inference program instead: the forward in eval mode on input files,\n"
     "weights from a checkpoint (PROG --weights DIR|FILE), outputs to .npy, top-k, and loss\n"
     "and metrics when the loss's inputs are given (docs/inference.md; C target only).\n"
-    "--embed-weights CKPT (with --infer) compiles the weights of CKPT (a checkpoint\n"
-    "directory or a .safetensors file, Kiln's or PyTorch's) into the program.\n";
+    "--embed-weights CKPT (with --infer or --lib) compiles the weights of CKPT (a checkpoint\n"
+    "directory or a .safetensors file, Kiln's or PyTorch's) into the program or library.\n"
+    "--lib -o DIR builds an embeddable C library instead: DIR/MODEL.h, DIR/libMODEL.a and\n"
+    "DIR/libMODEL.so, the forward in caller-owned memory (docs/library.md; C target only).\n";
 
 static const char *usage_train =
     "usage: kiln train FILE [PROGRAM FLAGS...]\n"
@@ -139,6 +141,7 @@ typedef struct {
     bool cuda;     /* emit, build: --target cuda or cuda-emu */
     bool emulated; /* build: --target cuda-emu */
     bool infer;    /* build: --infer */
+    bool lib;      /* build: --lib */
     const char *embed; /* build: --embed-weights CKPT */
     GraphMode mode;
     uint64_t seed;
@@ -240,6 +243,8 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
                 return usage_error(cmd, "--memory-budget: '%s' is not a size (e.g. 1.5GiB, 800MiB, 2GB, 4096)", argv[i]);
         } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--infer")) {
             o->infer = true;
+        } else if (!strcmp(cmd, "build") && !strcmp(a, "--lib")) {
+            o->lib = true;
         } else if (!strcmp(cmd, "build") && !strcmp(a, "--embed-weights")) {
             if (!has_value) return usage_error(cmd, "--embed-weights needs a checkpoint: a directory or a .safetensors file%s", "");
             o->embed = argv[++i];
@@ -261,7 +266,10 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
     if (!strcmp(cmd, "emit") && !o->output) return usage_error(cmd, "emit needs an output directory: -o DIR%s", "");
     if (!strcmp(cmd, "build") && !o->output) return usage_error(cmd, "build needs an output program: -o PROG%s", "");
     if (o->infer && o->cuda) return usage_error(cmd, "--infer is not available for --target %s yet (build it for the C target)", o->emulated ? "cuda-emu" : "cuda");
-    if (o->embed && !o->infer) return usage_error(cmd, "--embed-weights %s: only inference programs embed weights (add --infer)", o->embed);
+    if (o->lib && o->infer) return usage_error(cmd, "--lib and --infer: give one of them (a library or an inference program)%s", "");
+    if (o->lib && o->cuda) return usage_error(cmd, "--lib is not available for --target %s yet (build it for the C target)", o->emulated ? "cuda-emu" : "cuda");
+    if (o->embed && !o->infer && !o->lib)
+        return usage_error(cmd, "--embed-weights %s: only inference programs embed weights (add --infer), and libraries (--lib)", o->embed);
     return -1;
 }
 
@@ -961,7 +969,9 @@ static int build_to(const Options *o, Model *train, Diag *d, const char *prog)
         goto done;
     }
     if (write_model_c(dir, o->cuda ? "model.cu" : "model.c", &c, &model_c)) goto done;
-    if (o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, &log) : build_program(model_c, prog, o->cflags, o->infer, &log)) {
+    if (o->lib ? build_library(model_c, prog, train->graph->name, o->cflags, &log)
+               : o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, &log)
+                         : build_program(model_c, prog, o->cflags, o->infer, &log)) {
         fprintf(stderr, "kiln: error: building %s failed:\n%s\n", prog, log.data ? log.data : "");
         goto done;
     }
@@ -1067,7 +1077,7 @@ static int cmd_model(const char *cmd, int argc, char **argv)
         for (int i = 0; i < n; i++) printf("%-10s %s\n", p[i].name, p[i].doc);
         return 0;
     }
-    if (o.output && check_output(cmd, o.output, !strcmp(cmd, "emit"))) return 2;
+    if (o.output && check_output(cmd, o.output, !strcmp(cmd, "emit") || o.lib)) return 2;
     Diag d;
     diag_init(&d, stderr);
     Model *m = load(&o, &d);
@@ -1081,7 +1091,7 @@ static int cmd_model(const char *cmd, int argc, char **argv)
     g_report = o.report;
     g_memory_budget = o.memory_budget;
     g_cuda = o.cuda;
-    g_infer = o.infer;
+    g_infer = o.infer || o.lib; /* a library runs the inference program's predict step */
     if (!strcmp(cmd, "build")) {
         rc = build_to(&o, m, &d, o.output);
         if (!rc) fprintf(stderr, "kiln: built %s\n", o.output);

@@ -97,8 +97,13 @@ typedef struct kiln_profile {
 double kiln_now(void);
 void kiln_profile_mark(kiln_profile *p, int k);
 
-/* One predictable branch per kernel when not profiling. */
+/* One predictable branch per kernel when not profiling. A library (kiln build --lib,
+ * compiled with KILN_NO_PROFILE) has no profile and no clock in its run path. */
+#ifdef KILN_NO_PROFILE
+#define KILN_MARK(io, k) ((void)(io), (void)(k))
+#else
 #define KILN_MARK(io, k) ((io)->profile ? kiln_profile_mark((io)->profile, (k)) : (void)0)
+#endif
 
 /* A kernel of a step, in call order: the function it calls (kernels with the same code
  * share one), what it computes, and the line of the model file it comes from. */
