@@ -97,6 +97,16 @@ Value lower_apply_module_value(Lower *L, int32_t m, const Value *args, int nargs
 /* Instantiates the member expression e (a module call, a repetition, Parameter) as member
  * `name` of instance parent. */
 Value lower_instantiate(Lower *L, int32_t parent, const char *name, AstId e);
+/* instantiate.c: the init rules of a module body (items first ...) for instance owner, and
+ * its member items instantiated under inst */
+void lower_collect_init_rules(Lower *L, AstId container, int first, int32_t owner);
+void lower_instantiate_items(Lower *L, int32_t inst, AstId container, int first);
+/* lower.c: scopes of names, and the sequence values of repetitions */
+Scope *lower_scope_new(Lower *L, Scope *parent, bool boundary);
+void lower_scope_set(Scope *s, const char *name, Value v);
+int32_t lower_seq_push(Lower *L, Value v);
+#define LOWER_MAX_REPEAT 100000    /* `[M(...) for N]`: N at most */
+#define LOWER_MAX_INSTANCES 1000000 /* module instances in a model */
 /* builtins.c: Sequential(modules...) as member `name` of parent */
 Value builtin_sequential(Lower *L, int32_t parent, const char *name, AstId e);
 /* decode.c, the decode graph (MODE_DECODE): arange(d) as absolute positions P + arange(d)

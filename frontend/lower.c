@@ -13,8 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_REPEAT 100000
-#define MAX_INSTANCES 1000000
 
 /* ---- values and errors ---- */
 
@@ -149,7 +147,7 @@ NodeId lower_tensor_arg(Lower *L, Value v, AstId at, const char *what)
 
 /* ---- scopes ---- */
 
-static Scope *scope_new(Lower *L, Scope *parent, bool boundary)
+Scope *lower_scope_new(Lower *L, Scope *parent, bool boundary)
 {
     Scope *s = xcalloc(1, sizeof *s);
     s->parent = parent;
@@ -174,7 +172,7 @@ static Value *scope_find_here(Scope *s, const char *name)
     return i >= 0 ? &s->vals[i] : NULL;
 }
 
-static void scope_set(Scope *s, const char *name, Value v)
+void lower_scope_set(Scope *s, const char *name, Value v)
 {
     Value *old = scope_find_here(s, name);
     if (old) { *old = v; return; }
@@ -224,7 +222,7 @@ void lower_add_member(Lower *L, int32_t inst, const char *name, Value v)
     in->members[in->nmembers++].v = v;
 }
 
-static int32_t seq_push(Lower *L, Value v)
+int32_t lower_seq_push(Lower *L, Value v)
 {
     GROW(L->seq, L->seq_cap, L->nseq + 1);
     L->seq[L->nseq] = v;
@@ -563,8 +561,8 @@ Value lower_apply_module_value(Lower *L, int32_t m, const Value *args, int nargs
     L->depth++;
     int saved_loops = L->loop_depth; /* a module's own body is not inside the caller's loop */
     L->loop_depth = 0;
-    Scope *local = scope_new(L, mi->scope, false);
-    for (int i = 0; i < nargs; i++) scope_set(local, ast_str(L->ast, ast_kid(L->ast, fwd, i)), args[i]);
+    Scope *local = lower_scope_new(L, mi->scope, false);
+    for (int i = 0; i < nargs; i++) lower_scope_set(local, ast_str(L->ast, ast_kid(L->ast, fwd, i)), args[i]);
     bool returned = false;
     Value r = lower_stmts(L, local, m, fwd, fn->aux + fn->aux2, &returned);
     L->loop_depth = saved_loops;
@@ -719,7 +717,7 @@ Value lower_expr(Lower *L, Scope *s, int32_t inst, AstId e)
             if (tmp[k].kind == V_ERROR) return value_error();
         }
         t.idx = L->nseq;
-        for (int k = 0; k < n->nkids; k++) seq_push(L, tmp[k]);
+        for (int k = 0; k < n->nkids; k++) lower_seq_push(L, tmp[k]);
         return t;
     }
     case AST_COMPREHENSION:
@@ -758,19 +756,19 @@ static Value lower_stmts(Lower *L, Scope *s, int32_t inst, AstId parent, int fir
                     v = value_error();
                 }
                 name_new_nodes(L, mark, v, name);
-                scope_set(s, name, v);
+                lower_scope_set(s, name, v);
                 break;
             }
             if (v.kind != V_TUPLE || v.count != nt) {
                 if (v.kind == V_TUPLE) lower_error(L, st, "the value has %d elements but %d names are assigned", v.count, nt);
                 else if (v.kind != V_ERROR) lower_error(L, st, "%d names are assigned but the value is %s", nt, kind_desc(v));
-                for (int i = 0; i < nt; i++) scope_set(s, ast_str(L->ast, ast_kid(L->ast, st, i)), value_error());
+                for (int i = 0; i < nt; i++) lower_scope_set(s, ast_str(L->ast, ast_kid(L->ast, st, i)), value_error());
                 break;
             }
             for (int i = 0; i < nt; i++) {
                 const char *name = ast_str(L->ast, ast_kid(L->ast, st, i));
                 name_new_nodes(L, mark, L->seq[v.idx + i], name);
-                scope_set(s, name, L->seq[v.idx + i]);
+                lower_scope_set(s, name, L->seq[v.idx + i]);
             }
             break;
         }
@@ -790,7 +788,7 @@ static Value lower_stmts(Lower *L, Scope *s, int32_t inst, AstId parent, int fir
             }
             for (int i = 0; i < sn->nkids; i++) tmp[i] = lower_expr(L, s, inst, ast_kid(L->ast, st, i));
             t.idx = L->nseq;
-            for (int i = 0; i < sn->nkids; i++) seq_push(L, tmp[i]);
+            for (int i = 0; i < sn->nkids; i++) lower_seq_push(L, tmp[i]);
             return t;
         }
         case AST_FOR: {
@@ -800,7 +798,7 @@ static Value lower_stmts(Lower *L, Scope *s, int32_t inst, AstId parent, int fir
             if (iv.kind == V_ERROR) break;
             int64_t count;
             if (iv.kind == V_LIST || iv.kind == V_TUPLE) count = iv.count;
-            else if (iv.kind == V_NUM && iv.is_int && iv.num >= 0 && iv.num <= MAX_REPEAT) count = (int64_t)iv.num;
+            else if (iv.kind == V_NUM && iv.is_int && iv.num >= 0 && iv.num <= LOWER_MAX_REPEAT) count = (int64_t)iv.num;
             else {
                 lower_error(L, it, "`for` iterates over a list of modules or a count, found %s", kind_desc(iv));
                 break;
@@ -808,7 +806,7 @@ static Value lower_stmts(Lower *L, Scope *s, int32_t inst, AstId parent, int fir
             L->loop_depth++;
             for (int64_t i = 0; i < count && !L->failed; i++) {
                 Value elem = iv.kind == V_NUM ? value_num((double)i, true) : L->seq[iv.idx + i];
-                scope_set(s, var, elem);
+                lower_scope_set(s, var, elem);
                 bool ret = false;
                 lower_stmts(L, s, inst, st, 1, &ret);
                 if (ret) {
@@ -825,275 +823,6 @@ static Value lower_stmts(Lower *L, Scope *s, int32_t inst, AstId parent, int fir
         }
     }
     return value_none();
-}
-
-/* ---- instantiation ---- */
-
-static void collect_init_rules(Lower *L, AstId container, int first, int32_t owner)
-{
-    const AstNode *cn = ast_node(L->ast, container);
-    for (int k = first; k < cn->nkids; k++) {
-        AstId it = ast_kid(L->ast, container, k);
-        if (ast_node(L->ast, it)->kind != AST_INIT) continue;
-        GROW(L->rules, L->rules_cap, L->nrules + 1);
-        InitRule *r = &L->rules[L->nrules++];
-        r->pattern = ast_str(L->ast, it);
-        r->expr = ast_kid(L->ast, it, 0);
-        r->at = it;
-        r->owner = owner;
-        r->matches = 0;
-        r->failed = false;
-    }
-}
-
-static bool is_function_name(const char *name)
-{
-    int n;
-    const char *const *fns = functions_names(&n);
-    for (int i = 0; i < n; i++)
-        if (!strcmp(fns[i], name)) return true;
-    return false;
-}
-
-/* An unknown name where a module type is expected: suggest only module types. */
-static void unknown_module(Lower *L, const char *type, AstId at)
-{
-    if (is_function_name(type)) {
-        lower_error(L, at, "'%s' is a function, not a module: call it in forward (`x = %s(x)`) instead of making it a member",
-                    type, type);
-        return;
-    }
-    const char *best = NULL;
-    int bestd = 1000, n;
-    StrBuf all;
-    sb_init(&all);
-    const BuiltinModule *mods = builtin_all(&n);
-    for (int i = 0; i < n; i++) {
-        lower_consider(mods[i].name, type, &best, &bestd);
-        sb_printf(&all, "%s%s", i ? ", " : "", mods[i].name);
-    }
-    const AstNode *rn = ast_node(L->ast, L->ast->root);
-    for (int k = 0; k < rn->nkids; k++) {
-        AstId it = ast_kid(L->ast, L->ast->root, k);
-        if (ast_node(L->ast, it)->kind != AST_MODULE) continue;
-        lower_consider(ast_str(L->ast, it), type, &best, &bestd);
-        sb_printf(&all, ", %s", ast_str(L->ast, it));
-    }
-    size_t len = strlen(type);
-    if (best && (bestd <= (len <= 3 ? 1 : len <= 6 ? 2 : 3) || util_edit_distance_nocase(best, type) == 0))
-        lower_error(L, at, "unknown module '%s' (did you mean '%s'?)", type, best);
-    else lower_error(L, at, "unknown module '%s'; modules: %s", type, all.data);
-    sb_free(&all);
-}
-
-static AstId find_user_module(Lower *L, const char *name)
-{
-    AstId root = L->ast->root;
-    const AstNode *rn = ast_node(L->ast, root);
-    for (int k = 0; k < rn->nkids; k++) {
-        AstId it = ast_kid(L->ast, root, k);
-        if (ast_node(L->ast, it)->kind == AST_MODULE && !strcmp(ast_str(L->ast, it), name)) return it;
-    }
-    return AST_NONE;
-}
-
-static void instantiate_items(Lower *L, int32_t inst, AstId container, int first);
-
-/* Creates the member `name` of instance `parent` from expression e (a module call, a
- * repetition, or Parameter(...)). */
-Value lower_instantiate(Lower *L, int32_t parent, const char *name, AstId e)
-{
-    if (L->ninsts >= MAX_INSTANCES) {
-        lower_error(L, e, "more than %d module instances", MAX_INSTANCES);
-        return value_error();
-    }
-    const AstNode *n = ast_node(L->ast, e);
-    Scope *ps = L->insts[parent].scope;
-    if (n->kind == AST_COMPREHENSION) {
-        int64_t count;
-        AstId ce = ast_kid(L->ast, e, 1);
-        if (!value_int(L, lower_expr(L, ps, parent, ce), ce, "repeat count", &count)) return value_error();
-        if (count < 0 || count > MAX_REPEAT) {
-            lower_error(L, ce, "repeat count %lld must be between 0 and %d", (long long)count, MAX_REPEAT);
-            return value_error();
-        }
-        Value *elems = xmalloc((size_t)(count ? count : 1) * sizeof *elems);
-        int32_t before = L->ninsts;
-        for (int64_t i = 0; i < count; i++) {
-            /* The elements are the same expression, so the first one tells how many
-             * instances each makes: a nesting that would pass the limit is refused before
-             * the rest are built (it took seconds and gigabytes to reach the limit). */
-            if (i == 1 && (int64_t)(L->ninsts - before) * (count - 1) > (int64_t)MAX_INSTANCES - L->ninsts) {
-                lower_error(L, e, "more than %d module instances: %lld repetitions of %d instances each", MAX_INSTANCES, (long long)count,
-                            L->ninsts - before);
-                free(elems);
-                return value_error();
-            }
-            char idx[32];
-            snprintf(idx, sizeof idx, "%lld", (long long)i);
-            /* Members of the list are named "h.0", "h.1", ... like nn.ModuleList. */
-            StrBuf full;
-            sb_init(&full);
-            sb_printf(&full, "%s.%s", name, idx);
-            int errors = L->d->nerrors;
-            elems[i] = lower_instantiate(L, parent, full.data, ast_kid(L->ast, e, 0));
-            sb_free(&full);
-            if (elems[i].kind == V_ERROR || L->d->nerrors > errors) {
-                free(elems);
-                return value_error();
-            }
-        }
-        Value list = {.kind = V_LIST, .node = IR_NONE, .idx = L->nseq, .count = (int32_t)count};
-        for (int64_t i = 0; i < count; i++) seq_push(L, elems[i]);
-        free(elems);
-        return list;
-    }
-    if (n->kind != AST_CALL || ast_node(L->ast, ast_kid(L->ast, e, 0))->kind != AST_NAME) {
-        lower_error(L, e, "a member must be a module, e.g. `fc = Linear(784, 256)`, a repetition `[Block(C) for 4]`, or Parameter(...)");
-        return value_error();
-    }
-    AstId callee = ast_kid(L->ast, e, 0);
-    const char *type = ast_str(L->ast, callee);
-    if (!strcmp(type, "Parameter") || !strcmp(type, "Buffer")) {
-        /* Parameter(dims..., init = normal(0, 0.02)): dims are evaluated, the initialiser
-         * is read as an initialiser (like an `init` rule), not as a function call. */
-        bool buffer = type[0] == 'B';
-        Shape s = ir_shape_make(0, NULL);
-        AstId init = AST_NONE;
-        for (int k = 1; k < n->nkids; k++) {
-            AstId a = ast_kid(L->ast, e, k);
-            if (ast_node(L->ast, a)->kind == AST_KWARG) {
-                if (strcmp(ast_str(L->ast, a), "init")) {
-                    lower_error(L, a, "%s has no argument '%s'; it takes sizes and init = ...", type, ast_str(L->ast, a));
-                    return value_error();
-                }
-                if (init != AST_NONE) {
-                    lower_error(L, a, "%s: argument 'init' is given twice", type);
-                    return value_error();
-                }
-                init = ast_kid(L->ast, a, 0);
-                continue;
-            }
-            int64_t d;
-            if (s.rank >= IR_MAX_RANK) {
-                lower_error(L, a, "%s: rank exceeds %d", type, IR_MAX_RANK);
-                return value_error();
-            }
-            if (!value_int(L, lower_expr(L, ps, parent, a), a, type, &d)) return value_error();
-            if (d < 0 || d > IR_MAX_DIM) {
-                lower_error(L, a, "%s: size %lld is out of range (0 to 2^32)", type, (long long)d);
-                return value_error();
-            }
-            s.d[s.rank++] = ir_dim_const(d);
-        }
-        InitKind kind = INIT_ZEROS;
-        double a0 = 0, a1 = 0;
-        if (init != AST_NONE) {
-            InitRule tmp = {.pattern = "", .expr = init, .at = e, .owner = parent};
-            if (!lower_eval_init(L, &tmp, &s, &kind, &a0, &a1)) return value_error();
-        }
-        NodeId p = lower_param(L, parent, name, &s, kind, a0, a1, !buffer, e);
-        if (p == IR_NONE) return value_error();
-        Value v = value_tensor(p);
-        v.count = -1; /* lower_param already made it a member */
-        return v;
-    }
-    if (!strcmp(type, "Sequential")) return builtin_sequential(L, parent, name, e);
-    const BuiltinModule *bm = builtin_find(type);
-    AstId def = bm ? AST_NONE : find_user_module(L, type);
-    if (!bm && def == AST_NONE) {
-        unknown_module(L, type, callee);
-        return value_error();
-    }
-    if (bm) {
-        BoundArgs ba;
-        StrBuf sig;
-        sb_init(&sig);
-        for (int i = 0; i < BUILTIN_MAX_ARGS && bm->args[i]; i++)
-            sb_printf(&sig, "%s%s%s%s", i ? ", " : "", bm->args[i], bm->defaults[i] ? "=" : "", bm->defaults[i] ? bm->defaults[i] : "");
-        bool ok = lower_bind_args(L, ps, parent, e, type, sig.data ? sig.data : "", &ba);
-        sb_free(&sig);
-        if (!ok) return value_error();
-        int32_t m = lower_inst_new(L, parent, name, type, n->loc);
-        L->insts[m].builtin = bm;
-        L->insts[m].scope = ps;
-        for (int i = 0; i < ba.n && i < BUILTIN_MAX_ARGS; i++) L->insts[m].args[i] = ba.v[i];
-        for (int i = 0; i < ba.n && i < BUILTIN_MAX_ARGS; i++) L->insts[m].args_at[i] = ba.at[i]; /* where, for errors */
-        if (!bm->create(L, m, e)) return value_error();
-        return (Value){.kind = V_MODULE, .idx = m, .node = IR_NONE};
-    }
-    /* A user module: bind arguments, then instantiate its body. */
-    for (int32_t i = 0; i < L->ninst_stack; i++)
-        if (L->inst_stack[i] == def) {
-            StrBuf chain;
-            sb_init(&chain);
-            for (int32_t j = i; j < L->ninst_stack; j++) sb_printf(&chain, "%s -> ", ast_str(L->ast, L->inst_stack[j]));
-            sb_puts(&chain, type);
-            lower_error(L, e, "module %s contains itself: %s", type, chain.data);
-            sb_free(&chain);
-            return value_error();
-        }
-    if (L->ninst_stack >= MAX_MODULE_DEPTH) {
-        lower_error(L, e, "modules nested deeper than %d", MAX_MODULE_DEPTH);
-        return value_error();
-    }
-    const AstNode *dn = ast_node(L->ast, def);
-    StrBuf sig;
-    sb_init(&sig);
-    for (int i = 0; i < dn->aux; i++) {
-        AstId p = ast_kid(L->ast, def, i);
-        sb_printf(&sig, "%s%s%s", i ? ", " : "", ast_str(L->ast, p), ast_node(L->ast, p)->aux == 2 ? "=none" : "");
-    }
-    BoundArgs ba;
-    if (dn->aux > CALL_MAX_ARGS) {
-        sb_free(&sig);
-        lower_error(L, def, "module %s has more than %d arguments", type, CALL_MAX_ARGS);
-        return value_error();
-    }
-    bool ok = lower_bind_args(L, ps, parent, e, type, sig.data ? sig.data : "", &ba);
-    sb_free(&sig);
-    if (!ok) return value_error();
-    int32_t m = lower_inst_new(L, parent, name, type, n->loc);
-    Scope *ms = scope_new(L, L->globals, true);
-    L->insts[m].scope = ms;
-    L->insts[m].def = def;
-    for (int i = 0; i < dn->aux; i++) {
-        AstId p = ast_kid(L->ast, def, i);
-        Value v = ba.v[i];
-        if (!ba.given[i] && ast_node(L->ast, p)->aux == 2) v = lower_expr(L, ms, -1, ast_kid(L->ast, p, 0));
-        scope_set(ms, ast_str(L->ast, p), v);
-    }
-    GROW(L->inst_stack, L->inst_stack_cap, L->ninst_stack + 1);
-    L->inst_stack[L->ninst_stack++] = def;
-    collect_init_rules(L, def, dn->aux, m);
-    instantiate_items(L, m, def, dn->aux);
-    L->ninst_stack--;
-    return (Value){.kind = V_MODULE, .idx = m, .node = IR_NONE};
-}
-
-/* Consts and members of a module body (or the file), in order. */
-static void instantiate_items(Lower *L, int32_t inst, AstId container, int first)
-{
-    const AstNode *cn = ast_node(L->ast, container);
-    for (int k = first; k < cn->nkids; k++) {
-        AstId it = ast_kid(L->ast, container, k);
-        const AstNode *in = ast_node(L->ast, it);
-        const char *name = ast_str(L->ast, it);
-        if (in->kind == AST_CONST && inst != 0) {
-            scope_set(L->insts[inst].scope, name, lower_expr(L, L->insts[inst].scope, inst, ast_kid(L->ast, it, 0)));
-        } else if (in->kind == AST_MEMBER) {
-            if (inst_member(L, inst, name)) {
-                lower_error(L, it, "member '%s' is defined twice", name);
-                continue;
-            }
-            Value v = lower_instantiate(L, inst, name, ast_kid(L->ast, it, 0));
-            if (v.kind == V_TENSOR && v.count == -1) continue; /* Parameter: already added */
-            lower_add_member(L, inst, name, v);
-        } else if (in->kind == AST_FORWARD && inst != 0) {
-            if (L->insts[inst].forward != AST_NONE) lower_error(L, it, "module %s has two forward definitions", L->insts[inst].type);
-            else L->insts[inst].forward = it;
-        }
-    }
 }
 
 /* ---- inputs ---- */
@@ -1123,7 +852,7 @@ static bool lower_type(Lower *L, AstId ty, Shape *s, int first_input)
                     return false;
                 }
                 Value dv = {.kind = V_DIM, .dim = ir_dim_sym(id), .node = IR_NONE};
-                scope_set(L->globals, sym, dv);
+                lower_scope_set(L->globals, sym, dv);
                 s->d[s->rank++] = dv.dim;
                 continue;
             }
@@ -1203,32 +932,32 @@ static void lower_model(Lower *L, AstId forward, AstId loss, AstId train)
 {
     AstId root = L->ast->root;
     /* Inputs first, in declaration order: forward's, then the loss's typed ones. */
-    Scope *fs = scope_new(L, L->globals, false);
+    Scope *fs = lower_scope_new(L, L->globals, false);
     const AstNode *fn = forward != AST_NONE ? ast_node(L->ast, forward) : NULL;
     if (fn)
         for (int i = 0; i < fn->aux; i++) {
             AstId p = ast_kid(L->ast, forward, i);
             if (ast_node(L->ast, p)->aux != 1) {
                 lower_error(L, p, "input '%s' of forward needs a type, e.g. `%s: f32[B, 784]`", ast_str(L->ast, p), ast_str(L->ast, p));
-                scope_set(fs, ast_str(L->ast, p), value_error());
+                lower_scope_set(fs, ast_str(L->ast, p), value_error());
                 continue;
             }
-            scope_set(fs, ast_str(L->ast, p), make_input(L, p, i == 0));
+            lower_scope_set(fs, ast_str(L->ast, p), make_input(L, p, i == 0));
         }
     const AstNode *ln = loss != AST_NONE ? ast_node(L->ast, loss) : NULL;
-    Scope *ls = scope_new(L, L->globals, false);
+    Scope *ls = lower_scope_new(L, L->globals, false);
     if (ln)
         for (int i = 0; i < ln->aux; i++) {
             AstId p = ast_kid(L->ast, loss, i);
-            if (ast_node(L->ast, p)->aux == 1) scope_set(ls, ast_str(L->ast, p), make_input(L, p, false));
+            if (ast_node(L->ast, p)->aux == 1) lower_scope_set(ls, ast_str(L->ast, p), make_input(L, p, false));
         }
     (void)train;
 
     /* Parameters: the root's members, in order (state_dict order). */
     L->insts[0].scope = L->globals;
-    collect_init_rules(L, root, 0, 0);
+    lower_collect_init_rules(L, root, 0, 0);
     GROW(L->inst_stack, L->inst_stack_cap, 1);
-    instantiate_items(L, 0, root, 0);
+    lower_instantiate_items(L, 0, root, 0);
     for (int32_t i = 0; i < L->nrules; i++)
         if (L->rules[i].matches == 0 && !L->failed)
             lower_error(L, L->rules[i].at, "init pattern '%s' matches no parameter", L->rules[i].pattern);
@@ -1242,7 +971,7 @@ static void lower_model(Lower *L, AstId forward, AstId loss, AstId train)
     /* Forward's outputs. One that failed (its error already reported) is an error value,
      * so that the loss and metrics are still checked for their own mistakes but what
      * uses it is not reported again. */
-    Scope *outs = scope_new(L, L->globals, false);
+    Scope *outs = lower_scope_new(L, L->globals, false);
     bool outputs_unknown = false; /* forward failed before its outputs could be named */
     if (fn->aux2 == 0) {
         if (!returned) {
@@ -1250,10 +979,10 @@ static void lower_model(Lower *L, AstId forward, AstId loss, AstId train)
             outputs_unknown = true;
         } else if (ret.kind == V_TENSOR) {
             ir_add_output(L->g, OUT_FORWARD, "output", ret.node);
-            scope_set(outs, "output", ret);
+            lower_scope_set(outs, "output", ret);
         } else {
             if (ret.kind != V_ERROR) lower_error(L, forward, "forward must return a tensor, found %s", kind_desc(ret));
-            scope_set(outs, "output", value_error());
+            lower_scope_set(outs, "output", value_error());
         }
     } else {
         if (returned) lower_error(L, forward, "forward names its outputs with `->`; use assignments, not `return`");
@@ -1268,10 +997,10 @@ static void lower_model(Lower *L, AstId forward, AstId loss, AstId train)
             } else if (v->kind != V_TENSOR) lower_error(L, on, "output '%s' is %s, not a tensor", name, kind_desc(*v));
             else {
                 ir_add_output(L->g, OUT_FORWARD, name, v->node);
-                scope_set(outs, name, *v);
+                lower_scope_set(outs, name, *v);
                 continue;
             }
-            scope_set(outs, name, value_error());
+            lower_scope_set(outs, name, value_error());
         }
     }
 
@@ -1283,7 +1012,7 @@ static void lower_model(Lower *L, AstId forward, AstId loss, AstId train)
             const char *name = ast_str(L->ast, p);
             Value *v = scope_find_here(outs, name);
             if (!v && outputs_unknown) {
-                scope_set(ls, name, value_error());
+                lower_scope_set(ls, name, value_error());
                 continue;
             }
             if (!v) {
@@ -1293,10 +1022,10 @@ static void lower_model(Lower *L, AstId forward, AstId loss, AstId train)
                 lower_error(L, p, "loss input '%s' is not an output of forward (outputs: %s); give it a type to make it a data input",
                             name, names.len ? names.data : "none");
                 sb_free(&names);
-                scope_set(ls, name, value_error());
+                lower_scope_set(ls, name, value_error());
                 continue;
             }
-            scope_set(ls, name, *v);
+            lower_scope_set(ls, name, *v);
         }
         returned = false;
         Value lv = lower_stmts(L, ls, 0, loss, ln->aux, &returned);
@@ -1304,16 +1033,16 @@ static void lower_model(Lower *L, AstId forward, AstId loss, AstId train)
         NodeId l = scalar_output(L, lv, loss, "the loss");
         if (l != IR_NONE) ir_add_output(L->g, OUT_LOSS, "loss", l);
         /* A loss that failed is an error value for the metrics, not an unknown name. */
-        scope_set(ls, "loss", l != IR_NONE ? value_tensor(l) : value_error());
+        lower_scope_set(ls, "loss", l != IR_NONE ? value_tensor(l) : value_error());
     }
     /* Metrics see forward outputs, loss inputs and the loss. */
     const AstNode *rn = ast_node(L->ast, root);
     for (int k = 0; k < rn->nkids; k++) {
         AstId it = ast_kid(L->ast, root, k);
         if (ast_node(L->ast, it)->kind != AST_METRIC) continue;
-        Scope *ms = scope_new(L, ls, false);
+        Scope *ms = lower_scope_new(L, ls, false);
         for (int32_t j = 0; j < outs->n; j++)
-            if (!scope_find_here(ls, outs->names[j])) scope_set(ms, outs->names[j], outs->vals[j]);
+            if (!scope_find_here(ls, outs->names[j])) lower_scope_set(ms, outs->names[j], outs->vals[j]);
         L->b.loc = ast_node(L->ast, it)->loc;
         Value mv = lower_expr(L, ms, 0, ast_kid(L->ast, it, 0));
         StrBuf what;
@@ -1340,7 +1069,7 @@ static void lower_globals(Lower *L)
                 lower_error(L, it, "const '%s' must be a number known at compile time", name);
                 v = value_error();
             }
-            scope_set(L->globals, name, v);
+            lower_scope_set(L->globals, name, v);
         } else if (in->kind == AST_DIM) {
             int64_t bound = -1;
             if (in->nkids == 1) {
@@ -1360,7 +1089,7 @@ static void lower_globals(Lower *L)
                 lower_error(L, it, "too many symbolic sizes (at most %d)", IR_MAX_SYMS);
                 continue;
             }
-            scope_set(L->globals, name, (Value){.kind = V_DIM, .dim = ir_dim_sym(id), .node = IR_NONE});
+            lower_scope_set(L->globals, name, (Value){.kind = V_DIM, .dim = ir_dim_sym(id), .node = IR_NONE});
         }
     }
 }
@@ -1436,7 +1165,7 @@ Model *frontend_compile(Diag *d, const char *path, const char *text, size_t len,
         L.b.err = &L.err;
         L.b.loc.file = 0;
         L.batch = recipe_batch_hint(ast, train);
-        L.globals = scope_new(&L, NULL, true);
+        L.globals = lower_scope_new(&L, NULL, true);
         lower_inst_new(&L, -1, "", model_name, ast_node(ast, ast->root)->loc);
         lower_globals(&L);
         if (!L.failed) lower_model(&L, forward, loss, train);
