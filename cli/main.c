@@ -613,14 +613,25 @@ static bool g_infer; /* build --infer */
 static PrecisionOptions g_precision = {DT_F32}; /* --precision, else the recipe's precision */
 static const char *g_precision_from = "precision"; /* or --precision */
 
+static const char *precision_name(DType t) { return t == DT_BF16 ? "bf16" : t == DT_F16 ? "fp16" : "fp32"; }
+
 /* The precision of the build: --precision when given, else the recipe's. */
 static void set_precision(const Options *o, const Model *m)
 {
     const RecipeValue *p = recipe_get(&m->recipe, "precision");
     const char *name = o->precision ? o->precision : p && p->str ? p->str : "fp32";
-    g_precision_from = o->precision ? "--precision" : "precision";
+    g_precision_from = o->precision ? "--precision" : "precision =";
     int t = recipe_precision_dtype(name);
     g_precision.half = t < 0 ? DT_F32 : (DType)t;
+}
+
+/* fp16 without GradScaler's dynamic loss scaling: said, not silently different. */
+static void note_fp16(const Model *m)
+{
+    if (g_precision.half == DT_F16 && m->graph->mode == MODE_TRAIN && !g_infer)
+        fprintf(stderr, "kiln: note: %s fp16: dynamic loss scaling is not implemented yet; gradients rounded to fp16 (the "
+                        "matrix products' operands) may underflow to zero (bf16 has fp32's range and needs none)\n",
+                g_precision_from);
 }
 
 static int run_passes(Graph *g, const char *after, RematOptions *remat, StrBuf *stats, StrBuf *err)
@@ -695,7 +706,7 @@ static void print_memory_report(const Model *train, const Graph *eval, const Gra
               moments, moments == 1 ? ", momentum buffer if used" : "");
     sb_printf(out, "  buffers           %14lld\n", (long long)buffers);
     if (g_precision.half != DT_F32)
-        sb_printf(out, "  activations train %14lld  (mixed precision: %s)\n", (long long)train_arena, ir_dtype_name(g_precision.half));
+        sb_printf(out, "  activations train %14lld  (mixed precision: %s)\n", (long long)train_arena, precision_name(g_precision.half));
     else sb_printf(out, "  activations train %14lld\n", (long long)train_arena);
     if (plain) { /* checkpoint(...): what it saves and what it costs */
         double all, again;
@@ -965,6 +976,7 @@ static int cmd_train(const char *file, Model *train, Diag *d, int argc, char **a
     memset(&o, 0, sizeof o);
     o.file = file;
     set_precision(&o, train); /* kiln train takes the recipe's (its flags are the program's) */
+    note_fp16(train);
     if (generate(file, train, d, &c, &err)) {
         fprintf(stderr, "%s\n", err.data);
         return 1;
@@ -1062,9 +1074,10 @@ static int cmd_model(const char *cmd, int argc, char **argv)
     g_cuda = o.cuda;
     g_infer = o.infer;
     set_precision(&o, m);
+    if (!strcmp(cmd, "build") || !strcmp(cmd, "emit")) note_fp16(m);
     if (o.cuda && g_precision.half != DT_F32 && !o.infer) {
-        fprintf(stderr, "kiln %s: error: %s = %s: mixed precision is not implemented for the CUDA target yet (the C target has it)\n",
-                cmd, g_precision_from, ir_dtype_name(g_precision.half));
+        fprintf(stderr, "kiln %s: error: %s %s: mixed precision is not implemented for the CUDA target yet (the C target has it)\n",
+                cmd, g_precision_from, precision_name(g_precision.half));
         frontend_model_free(m);
         diag_free(&d);
         return 2;

@@ -132,8 +132,9 @@ static NodeId through_half(Prec *p, NodeId x, NodeId reader)
     p->st->widened++;
     NodeId w = add_cast(p, p->narrow[x], DT_F32, g->nodes[reader].loc, p->forward[reader] ? g->nodes[reader].ckpt : 0);
     /* kept out of the forward kernel that computes the half copy (fusion.c): there it would
-     * be stored in f32 until the backward pass reads it */
-    if (!p->forward[reader]) p->o->nodes[w].flags |= NODE_RECOMPUTED;
+     * be stored in f32 until the backward pass reads it. A gradient's copy is not: rounded
+     * in the kernel that computes the gradient, it takes the f32 gradient's place. */
+    if (!p->forward[reader] && p->forward[x]) p->o->nodes[w].flags |= NODE_RECOMPUTED;
     if (shared) *shared = w;
     return w;
 }
@@ -219,6 +220,43 @@ static void mark_narrowed(const Prec *p, bool *narrowed)
     free(seen);
 }
 
+/* g without the nodes no output depends on (the forward pass's views that the backward pass
+ * read before it read them through half-precision copies), renumbered in the same order. */
+static Graph *without_dead_nodes(const Graph *g)
+{
+    size_t nn = (size_t)g->nnodes + 1;
+    bool *live = xcalloc(nn, 1);
+    NodeId *map = xmalloc(nn * sizeof *map);
+    for (int32_t k = 0; k < g->noutputs; k++) live[g->outputs[k].node] = true;
+    for (NodeId i = g->nnodes - 1; i >= 0; i--)
+        if (live[i])
+            for (uint32_t j = 0; j < g->nodes[i].ninputs; j++) live[ir_input(g, i, (int)j)] = true;
+    Graph *o = ir_graph_new(g->name);
+    o->mode = g->mode;
+    for (int i = 0; i < g->nsyms; i++) ir_add_symbol(o, g->syms[i].name, g->syms[i].max);
+    for (int i = 0; i < g->nfiles; i++) ir_add_file(o, g->files[i]);
+    NodeId ins[64];
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        map[i] = IR_NONE;
+        if (!live[i]) continue;
+        const Node *n = &g->nodes[i];
+        NodeId *in = n->ninputs <= 64 ? ins : xmalloc(n->ninputs * sizeof *in);
+        for (uint32_t k = 0; k < n->ninputs; k++) in[k] = map[ir_input(g, i, (int)k)];
+        map[i] = ir_add_node(o, (Op)n->op, (DType)n->dtype, &n->shape, in, (int)n->ninputs, ir_attrs(g, i), (int)n->nattrs, n->loc);
+        if (in != ins) free(in);
+        Node *m = &o->nodes[map[i]];
+        m->fattr[0] = n->fattr[0];
+        m->fattr[1] = n->fattr[1];
+        m->ckpt = n->ckpt;
+        m->flags = n->flags;
+        if (n->name) ir_set_name(o, map[i], ir_str(g, n->name));
+    }
+    for (int32_t k = 0; k < g->noutputs; k++) ir_add_output(o, (OutputKind)g->outputs[k].kind, ir_str(g, g->outputs[k].name), map[g->outputs[k].node]);
+    free(live);
+    free(map);
+    return o;
+}
+
 int pass_precision(Graph *g, const PrecisionOptions *opt, PrecisionStats *stats, StrBuf *err)
 {
     PrecisionStats st;
@@ -270,10 +308,12 @@ int pass_precision(Graph *g, const PrecisionOptions *opt, PrecisionStats *stats,
     }
     for (int32_t k = 0; k < g->noutputs; k++)
         ir_add_output(p.o, (OutputKind)g->outputs[k].kind, ir_str(g, g->outputs[k].name), p.map[g->outputs[k].node]);
-    Graph tmp = *g;
-    *g = *p.o;
-    *p.o = tmp;
+    Graph *live = without_dead_nodes(p.o);
     ir_graph_free(p.o);
+    Graph tmp = *g;
+    *g = *live;
+    *live = tmp;
+    ir_graph_free(live);
     free(p.forward);
     free(p.stat);
     free(narrowed);
