@@ -21,8 +21,8 @@ const char *cg_ctype(DType t)
     case DT_U8: return "uint8_t";
     case DT_I32: return "int32_t";
     case DT_I64: return "int64_t";
-    case DT_F16: return "_Float16";
-    case DT_BF16: return "uint16_t"; /* kiln_half.h */
+    case DT_F16: return "uint16_t"; /* IEEE binary16 bits: kiln_half.h */
+    case DT_BF16: return "uint16_t"; /* the top half of a float: kiln_half.h */
     case DT_F32: return "float";
     case DT_F64: return "double";
     default: return NULL;
@@ -39,14 +39,14 @@ const char *cg_value_ctype(DType t) { return cg_ctype(cg_compute_dtype(t)); }
 void cg_load(StrBuf *b, DType t, const char *stored)
 {
     if (t == DT_BF16) sb_printf(b, "kiln_bf16_to_f32(%s)", stored);
-    else if (t == DT_F16) sb_printf(b, "(float)%s", stored);
+    else if (t == DT_F16) sb_printf(b, "kiln_f16_to_f32(%s)", stored);
     else sb_puts(b, stored);
 }
 
 void cg_store(StrBuf *b, DType t, const char *value)
 {
     if (t == DT_BF16) sb_printf(b, "kiln_f32_to_bf16(%s)", value); /* exact: the value is rounded already */
-    else if (t == DT_F16) sb_printf(b, "(_Float16)%s", value);
+    else if (t == DT_F16) sb_printf(b, "kiln_f32_to_f16(%s)", value);
     else sb_puts(b, value);
 }
 

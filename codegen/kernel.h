@@ -57,7 +57,7 @@ static inline const Node *N(const Cg *c, NodeId id) { return &c->g->nodes[id]; }
 
 /* ---- scalar text, both targets ---- */
 
-/* The C type a dtype is stored as (bf16: uint16_t, f16: _Float16; kiln_half.h). */
+/* The C type a dtype is stored as (bf16 and f16: uint16_t bits; kiln_half.h). */
 const char *cg_ctype(DType t);
 /* The dtype a value is computed in (f32 for half precision), and its C type. */
 DType cg_compute_dtype(DType t);

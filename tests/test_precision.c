@@ -12,10 +12,55 @@
 #include "../codegen/codegen.h"
 #include "../frontend/frontend.h"
 #include "../passes/passes.h"
+#include "../runtime/kiln_half.h"
 #include "ckpt_compare.h"
 #include "support.h"
 
 static bool is_half(DType t) { return t == DT_BF16 || t == DT_F16; }
+
+/* ---- the conversions of the generated code (kiln_half.h) ---- */
+
+/* fp16: GCC's _Float16 is the reference, for every half and a sweep of floats (every 997th
+ * bit pattern: all exponents, subnormal results, the overflow edge and NaNs). */
+Test(conversions, fp16_as_float16_does)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        _Float16 r;
+        uint16_t bits = (uint16_t)h;
+        memcpy(&r, &bits, 2);
+        float want = (float)r, got = kiln_f16_to_f32(bits);
+        if (isnan(want)) cr_assert(isnan(got), "%04x", h);
+        else cr_assert_eq(kiln_f32_bits(got), kiln_f32_bits(want), "half %04x: %a, not %a", h, got, want);
+    }
+    const float edges[] = {65504.0f, 65519.99f, 65520.0f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-14f, 0x1.ffcp-15f, INFINITY, -0.0f};
+    for (uint64_t u = 0; u < (UINT64_C(1) << 32) + 10; u += u < (UINT64_C(1) << 32) ? 997 : 1) {
+        float f = u < (UINT64_C(1) << 32) ? kiln_bits_f32((uint32_t)u) : edges[u - (UINT64_C(1) << 32)];
+        _Float16 r = (_Float16)f;
+        uint16_t want;
+        memcpy(&want, &r, 2);
+        uint16_t got = kiln_f32_to_f16(f);
+        if (isnan(f)) cr_assert((got & 0x7e00) == 0x7e00, "NaN %08x -> %04x is not a quiet NaN", kiln_f32_bits(f), got);
+        else cr_assert_eq(got, want, "%a -> %04x, not %04x", f, got, want);
+    }
+}
+
+/* The interpreter rounds as the generated code does, bf16 and fp16 alike. */
+Test(conversions, interpreter_rounds_as_generated_code)
+{
+    for (uint64_t u = 0; u < (UINT64_C(1) << 32); u += 7919) {
+        float f = kiln_bits_f32((uint32_t)u);
+        if (isnan(f)) continue;
+        double b = f, h = f;
+        interp_normalise(DT_BF16, &b, 1);
+        interp_normalise(DT_F16, &h, 1);
+        cr_assert_eq(b, (double)kiln_bf16_round(f), "bf16 of %a: %a vs %a", f, b, (double)kiln_bf16_round(f));
+        cr_assert_eq(h, (double)kiln_f16_round(f), "fp16 of %a: %a vs %a", f, h, (double)kiln_f16_round(f));
+    }
+    /* bf16's NaN stays NaN; ties go to even */
+    cr_expect(isnan(kiln_bf16_round(NAN)));
+    cr_expect_eq(kiln_bf16_round(1.0f + 0x1p-8f), 1.0f);
+    cr_expect_eq(kiln_bf16_round(1.0f + 0x3p-8f), 1.0f + 0x1p-6f);
+}
 
 static NodeId view_root(const Graph *g, NodeId x)
 {
