@@ -1074,6 +1074,12 @@ static int cmd_model(const char *cmd, int argc, char **argv)
     g_cuda = o.cuda;
     g_infer = o.infer;
     set_precision(&o, m);
+    if (o.infer && o.precision && g_precision.half != DT_F32) { /* a flag that would change nothing: an error */
+        fprintf(stderr, "kiln %s: error: --precision %s applies to training; inference programs (--infer) run in fp32\n", cmd, o.precision);
+        frontend_model_free(m);
+        diag_free(&d);
+        return 2;
+    }
     if (!strcmp(cmd, "build") || !strcmp(cmd, "emit")) note_fp16(m);
     if (o.cuda && g_precision.half != DT_F32 && !o.infer) {
         fprintf(stderr, "kiln %s: error: %s %s: mixed precision is not implemented for the CUDA target yet (the C target has it)\n",
