@@ -52,9 +52,12 @@ static inline uint32_t kiln_f32_bits(float f)
 static inline uint16_t kiln_f32_to_f16(float f)
 {
     const uint32_t x = kiln_f32_bits(f), sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
-    /* a subnormal result: adding 0.5 puts its bits at the bottom of the float, and the
-     * FPU's addition rounds them to nearest even */
-    const uint32_t sub = kiln_f32_bits(kiln_bits_f32(a) + 0.5f) - 0x3f000000u;
+    /* a subnormal result (|f| < 2^-14): the significand shifted right by 126 - exponent
+     * (at most 31: smaller values round to 0), rounded to nearest even by hand */
+    const uint32_t e = a >> 23, shift = e < 95u ? 31u : 126u - e;
+    const uint32_t mant = (a & 0x7fffffu) | 0x800000u, kept = mant >> shift;
+    const uint32_t rest = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    const uint32_t sub = kept + (uint32_t)((rest > half) | ((rest == half) & (kept & 1u)));
     /* a normal one: rebias the exponent (-112 << 23), add 0xfff plus the lowest kept bit
      * (ties to even), keep the top bits */
     const uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
@@ -68,7 +71,7 @@ static inline float kiln_f16_to_f32(uint16_t h)
     const uint32_t sign = ((uint32_t)h & 0x8000u) << 16, e = (uint32_t)h & 0x7c00u, m = (uint32_t)h & 0x3ffu;
     const uint32_t normal = (((uint32_t)h & 0x7fffu) << 13) + 0x38000000u;
     const uint32_t special = (((uint32_t)h & 0x7fffu) << 13) | 0x7f800000u; /* inf, NaN */
-    const uint32_t sub = kiln_f32_bits((float)m * 0x1p-24f);
+    const uint32_t sub = kiln_f32_bits((float)(int32_t)m * 0x1p-24f); /* m < 2^10: a signed conversion, which vectorises */
     const uint32_t u = e == 0x7c00u ? special : e == 0 ? sub : normal;
     return kiln_bits_f32(u | sign);
 }
