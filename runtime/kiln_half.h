@@ -54,7 +54,7 @@ static inline uint16_t kiln_f32_to_f16(float f)
     const uint32_t x = kiln_f32_bits(f), sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
     /* a subnormal result (|f| < 2^-14): the significand shifted right by 126 - exponent
      * (at most 31: smaller values round to 0), rounded to nearest even by hand */
-    const uint32_t e = a >> 23, shift = e < 95u ? 31u : 126u - e;
+    const uint32_t e = a >> 23, shift = e < 95u ? 31u : e > 125u ? 1u : 126u - e; /* 1..31: defined shifts in every lane */
     const uint32_t mant = (a & 0x7fffffu) | 0x800000u, kept = mant >> shift;
     const uint32_t rest = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
     const uint32_t sub = kept + (uint32_t)((rest > half) | ((rest == half) & (kept & 1u)));

@@ -71,7 +71,8 @@ static NodeId view_root(const Graph *g, NodeId x)
     }
 }
 
-/* The training graph of a model file after the pipeline in the given precision. */
+/* The training graph of a model file after the pipeline in the given precision; d is
+ * initialised here (support_compile_file), one per model, freed by the caller. */
 static Model *compiled(const char *rel, DType half, Diag *d)
 {
     Model *m = support_compile_file(rel, MODE_TRAIN, d);
@@ -89,7 +90,6 @@ static Model *compiled(const char *rel, DType half, Diag *d)
 static int check_decisions(const char *rel, DType half)
 {
     Diag d;
-    diag_init(&d, NULL);
     Model *m = compiled(rel, half, &d);
     const Graph *g = m->graph;
     int narrowed = 0, matmul_half = 0;
@@ -134,10 +134,9 @@ Test(decisions, gpt) { cr_expect_gt(check_decisions("models/gpt.kiln", DT_F16), 
 /* fp32 leaves the graph as simplify left it. */
 Test(decisions, fp32_changes_nothing)
 {
-    Diag d;
-    diag_init(&d, NULL);
-    Model *a = compiled("models/gpt.kiln", DT_F32, &d);
-    Model *b = support_compile_file("models/gpt.kiln", MODE_TRAIN, &d);
+    Diag da, db;
+    Model *a = compiled("models/gpt.kiln", DT_F32, &da);
+    Model *b = support_compile_file("models/gpt.kiln", MODE_TRAIN, &db);
     StrBuf err, pa, pb;
     sb_init(&err);
     sb_init(&pa);
@@ -151,20 +150,21 @@ Test(decisions, fp32_changes_nothing)
     sb_free(&pb);
     frontend_model_free(a);
     frontend_model_free(b);
-    diag_free(&d);
+    diag_free(&da);
+    diag_free(&db);
 }
 
 /* gpt's kept activations are in half precision: the planned training arena shrinks. */
 Test(decisions, gpt_arena_shrinks)
 {
-    Diag d;
-    diag_init(&d, NULL);
-    Model *a = compiled("models/gpt.kiln", DT_F32, &d), *b = compiled("models/gpt.kiln", DT_BF16, &d);
+    Diag da, db;
+    Model *a = compiled("models/gpt.kiln", DT_F32, &da), *b = compiled("models/gpt.kiln", DT_BF16, &db);
     int64_t full = codegen_arena_bytes(a->graph), half = codegen_arena_bytes(b->graph);
     cr_expect(half < 0.75 * (double)full, "bf16 arena %lld bytes vs fp32 %lld", (long long)half, (long long)full);
     frontend_model_free(a);
     frontend_model_free(b);
-    diag_free(&d);
+    diag_free(&da);
+    diag_free(&db);
 }
 
 /* `kiln ir --after precision` shows the casts; a recipe's precision is the default. */
