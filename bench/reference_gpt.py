@@ -59,6 +59,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: torch.autocast('cpu', torch.bfloat16), PyTorch's CPU mixed precision")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -82,18 +84,19 @@ def main():
         batch = tw[order[pos:pos + 16]]
         pos += 16
         t0 = time.perf_counter()
-        loss = F.cross_entropy(model(batch[:, :-1]).reshape(-1, V), batch[:, 1:].reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = F.cross_entropy(model(batch[:, :-1]).reshape(-1, V), batch[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         times.append(time.perf_counter() - t0)
-        if step % 100 == 0:
-            with torch.no_grad():
+        if step % 100 == 0 or step == a.steps:
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
                 vl = [F.cross_entropy(model(vw[i:i + 16, :-1]).reshape(-1, V), vw[i:i + 16, 1:].reshape(-1)).item()
                       for i in range(0, 16 * 20, 16)]
             print(f"pytorch gpt step {step}: train loss {loss.item():.4f}  val loss {sum(vl) / len(vl):.4f}  "
-                  f"median step {1000 * statistics.median(times[5:]):.0f} ms", flush=True)
+                  f"median step {1000 * statistics.median(times[5:] or times):.0f} ms", flush=True)
 
 
 if __name__ == "__main__":

@@ -136,7 +136,7 @@ void build_fingerprint(StrBuf *key)
     }
     /* the runtime and every header the generated code includes */
     const char *files[] = {KILN_RUNTIME_LIB, KILN_TRAIN_MAIN, KILN_TRAIN_BENCH, KILN_INFER_MAIN, KILN_RUNTIME_DIR "/kiln_model.h", KILN_RUNTIME_DIR "/kiln_gemm.h",
-                           KILN_RUNTIME_DIR "/kiln_math.h", KILN_RUNTIME_DIR "/kiln_rng.h", KILN_RUNTIME_DIR "/optim_elem.h",
+                           KILN_RUNTIME_DIR "/kiln_math.h", KILN_RUNTIME_DIR "/kiln_half.h", KILN_RUNTIME_DIR "/kiln_rng.h", KILN_RUNTIME_DIR "/optim_elem.h",
                            KILN_RUNTIME_DIR "/cuda/kiln_cuda.h", KILN_RUNTIME_DIR "/cuda/kiln_cuda_model.h", KILN_RUNTIME_DIR "/cuda/device.cu",
                            KILN_CUDA_EMU_LIB};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {

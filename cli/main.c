@@ -58,7 +58,9 @@ static const char *usage_ir =
     "(forward, loss, metrics); --after PASS runs the pipeline up to PASS.\n"
     "\n"
     "options:\n"
-    "  --after PASS       print the graph after PASS (lower, autodiff, simplify, fusion, memplan)\n"
+    "  --after PASS       print the graph after PASS (lower, autodiff, simplify, precision, remat,\n"
+    "                     fusion, memplan)\n"
+    "  --precision P      fp32, bf16 or fp16: overrides the recipe's precision (the precision pass)\n"
     "  --passes           list the passes in pipeline order\n"
     "  --stats            print node counts before and after each pass (to stderr)\n"
     "  --dot              print Graphviz DOT instead of text\n"
@@ -78,7 +80,7 @@ static const char *usage_emit =
 
 static const char *usage_build =
     "usage: kiln build FILE -o PROG [--target c|cuda|cuda-emu] [--cflags FLAGS] [--bound NAME=N] [--report]\n"
-    "                  [--memory-budget SIZE]\n"
+    "                  [--memory-budget SIZE] [--precision fp32|bf16|fp16]\n"
     "                  [--infer [--embed-weights CKPT]] [--lib [--embed-weights CKPT]]\n"
     "\n"
     "Compiles FILE into a standalone training program PROG (generated C + the runtime,\n"
@@ -94,6 +96,9 @@ static const char *usage_build =
     "model's own modules from forward) are checkpointed, recomputed in the backward pass,\n"
     "the most memory per recomputed FLOP first, until the plan fits; an error gives the\n"
     "smallest figure when none does.\n"
+    "--precision P overrides the recipe's precision: bf16 or fp16 trains in mixed precision\n"
+    "(half-precision matrix-product inputs and kept activations, fp32 master weights;\n"
+    "docs/precision.md); fp32 (or f32) trains in single precision. C target only for now.\n"
     "--infer builds an inference program instead: the forward in eval mode on input files,\n"
     "weights from a checkpoint (PROG --weights DIR|FILE), outputs to .npy, top-k, and loss\n"
     "and metrics when the loss's inputs are given (docs/inference.md; C target only).\n"
@@ -138,6 +143,7 @@ typedef struct {
     int nbounds;
     bool dot, stats, list_passes, inputs, report;
     int64_t memory_budget; /* build, emit: --memory-budget SIZE (0: none) */
+    const char *precision; /* build, emit, ir: --precision NAME (NULL: the recipe's) */
     bool cuda;     /* emit, build: --target cuda or cuda-emu */
     bool emulated; /* build: --target cuda-emu */
     bool infer;    /* build: --infer */
@@ -241,6 +247,11 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
             if (!has_value) return usage_error(cmd, "--memory-budget needs a size, e.g. 1.5GiB%s", "");
             if (!util_parse_size(argv[++i], &o->memory_budget))
                 return usage_error(cmd, "--memory-budget: '%s' is not a size (e.g. 1.5GiB, 800MiB, 2GB, 4096)", argv[i]);
+        } else if ((ir || !strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--precision")) {
+            if (!has_value) return usage_error(cmd, "--precision needs a value: fp32, bf16 or fp16%s", "");
+            o->precision = argv[++i];
+            if (recipe_precision_dtype(o->precision) < 0)
+                return usage_error(cmd, "--precision must be fp32, bf16 or fp16 (f32 and f16 are aliases), not '%s'", o->precision);
         } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--infer")) {
             o->infer = true;
         } else if (!strcmp(cmd, "build") && !strcmp(a, "--lib")) {
@@ -608,11 +619,40 @@ static const char *g_budget_from = "--memory-budget"; /* or the recipe's memory_
 static int32_t g_budget_blocks, g_budget_nblocks; /* what it checkpointed, of how many */
 static bool g_budget_cheap;                       /* and whether cheap values are recomputed */
 static bool g_infer; /* build --infer */
+static PrecisionOptions g_precision = {DT_F32}; /* --precision, else the recipe's precision */
+static const char *g_precision_from = "precision"; /* or --precision */
+
+static const char *precision_name(DType t) { return t == DT_BF16 ? "bf16" : t == DT_F16 ? "fp16" : "fp32"; }
+
+/* The precision of the build: --precision when given, else the recipe's. */
+static void set_precision(const Options *o, const Model *m)
+{
+    const RecipeValue *p = recipe_get(&m->recipe, "precision");
+    const char *name = o->precision ? o->precision : p && p->str ? p->str : "fp32";
+    g_precision_from = o->precision ? "--precision" : "precision =";
+    int t = recipe_precision_dtype(name);
+    g_precision.half = t < 0 ? DT_F32 : (DType)t;
+}
+
+/* fp16 without GradScaler's dynamic loss scaling: said, not silently different. */
+static void note_fp16(const Model *m)
+{
+    if (g_precision.half == DT_F16 && m->graph->mode == MODE_TRAIN && !g_infer)
+        fprintf(stderr, "kiln: note: %s fp16: dynamic loss scaling is not implemented yet; gradients rounded to fp16 (the "
+                        "matrix products' operands) may underflow to zero (bf16 has fp32's range and needs none)\n",
+                g_precision_from);
+}
+
+static int run_passes(Graph *g, const char *after, RematOptions *remat, StrBuf *stats, StrBuf *err)
+{
+    PipelineOptions opt = {.remat = remat, .precision = &g_precision};
+    return pipeline_run_opts(g, after, &opt, stats, err);
+}
 
 static bool has_recomputed(const Graph *g)
 {
     for (NodeId i = 0; i < g->nnodes; i++)
-        if (g->nodes[i].flags & NODE_RECOMPUTED) return true;
+        if ((g->nodes[i].flags & NODE_RECOMPUTED) && g->nodes[i].ckpt) return true; /* not the precision pass's */
     return false;
 }
 
@@ -627,7 +667,7 @@ static Graph *graph_without_remat(const char *file, Diag *d)
     Model *m = text ? frontend_compile(d, file, text, len, MODE_TRAIN) : NULL;
     free(text);
     Graph *g = NULL;
-    if (m && !apply_bounds(m->graph, g_bounds, g_nbounds, &err) && !pipeline_run(m->graph, "simplify", NULL, &err)) {
+    if (m && !apply_bounds(m->graph, g_bounds, g_nbounds, &err) && !run_passes(m->graph, "precision", NULL, NULL, &err)) {
         g = m->graph;
         m->graph = NULL;
     }
@@ -674,12 +714,14 @@ static void print_memory_report(const Model *train, const Graph *eval, const Gra
     sb_printf(out, "  optimizer state   %14lld  (%s: %d per parameter%s)\n", (long long)params * moments, *name ? name : "none",
               moments, moments == 1 ? ", momentum buffer if used" : "");
     sb_printf(out, "  buffers           %14lld\n", (long long)buffers);
-    sb_printf(out, "  activations train %14lld\n", (long long)train_arena);
+    if (g_precision.half != DT_F32)
+        sb_printf(out, "  activations train %14lld  (mixed precision: %s)\n", (long long)train_arena, precision_name(g_precision.half));
+    else sb_printf(out, "  activations train %14lld\n", (long long)train_arena);
     if (plain) { /* checkpoint(...): what it saves and what it costs */
         double all, again;
         remat_matmul_flops(g, &all, &again);
         int64_t copies = 0;
-        for (NodeId i = 0; i < g->nnodes; i++) copies += (g->nodes[i].flags & NODE_RECOMPUTED) != 0;
+        for (NodeId i = 0; i < g->nnodes; i++) copies += (g->nodes[i].flags & NODE_RECOMPUTED) && g->nodes[i].ckpt;
         const int64_t plain_arena = codegen_arena_bytes(plain);
         sb_printf(out, "    without remat   %14lld  (recomputing: %.2fx the activations; %lld values recomputed, %.3g GFLOP of\n"
                        "                                     matrix products again, +%.1f%% of the step's %.3g GFLOP)\n",
@@ -734,7 +776,7 @@ static int plan_training(const char *file, Model *train, const Graph *eval, StrB
         }
         remat.arena_budget = g_memory_budget - fixed;
     }
-    if (pipeline_run_with(train->graph, NULL, &remat, NULL, err) != 0) {
+    if (run_passes(train->graph, NULL, &remat, NULL, err) != 0) {
         if (remat.smallest_arena) { /* the budget, not the model: say so with the smallest figure */
             const int64_t fixed = g_memory_budget - remat.arena_budget, least = fixed + remat.smallest_arena;
             err->len = 0;
@@ -996,6 +1038,8 @@ static int cmd_train(const char *file, Model *train, Diag *d, int argc, char **a
     Options o;
     memset(&o, 0, sizeof o);
     o.file = file;
+    set_precision(&o, train); /* kiln train takes the recipe's (its flags are the program's) */
+    note_fp16(train);
     if (generate(file, train, d, &c, &err)) {
         fprintf(stderr, "%s\n", err.data);
         return 1;
@@ -1092,6 +1136,22 @@ static int cmd_model(const char *cmd, int argc, char **argv)
     g_memory_budget = o.memory_budget;
     g_cuda = o.cuda;
     g_infer = o.infer || o.lib; /* a library runs the inference program's predict step */
+    set_precision(&o, m);
+    if (g_infer && o.precision && g_precision.half != DT_F32) { /* a flag that would change nothing: an error */
+        fprintf(stderr, "kiln %s: error: --precision %s applies to training; inference programs (--infer, --lib) run in fp32\n", cmd,
+                o.precision);
+        frontend_model_free(m);
+        diag_free(&d);
+        return 2;
+    }
+    if (!strcmp(cmd, "build") || !strcmp(cmd, "emit")) note_fp16(m);
+    if (o.cuda && g_precision.half != DT_F32 && !g_infer) {
+        fprintf(stderr, "kiln %s: error: %s %s: mixed precision is not implemented for the CUDA target yet (the C target has it)\n",
+                cmd, g_precision_from, precision_name(g_precision.half));
+        frontend_model_free(m);
+        diag_free(&d);
+        return 2;
+    }
     if (!strcmp(cmd, "build")) {
         rc = build_to(&o, m, &d, o.output);
         if (!rc) fprintf(stderr, "kiln: built %s\n", o.output);
@@ -1115,7 +1175,7 @@ static int cmd_model(const char *cmd, int argc, char **argv)
         StrBuf stats, err;
         sb_init(&stats);
         sb_init(&err);
-        if (pipeline_run(m->graph, o.after, o.stats ? &stats : NULL, &err) != 0) {
+        if (run_passes(m->graph, o.after, NULL, o.stats ? &stats : NULL, &err) != 0) {
             fprintf(stderr, "%s\n", err.data);
             sb_free(&stats);
             sb_free(&err);

@@ -101,7 +101,11 @@ static void kernel_body(Cg *c, NodeId id)
         sb_puts(o, "    const int64_t n = ");
         cg_numel(c, &n->shape);
         sb_puts(o, ";\n    for (int64_t i = 0; i < n; i++)\n        y[i] = ");
-        cg_literal(o, n->fattr[0], (DType)n->dtype);
+        StrBuf lit;
+        sb_init(&lit);
+        cg_literal(&lit, n->fattr[0], (DType)n->dtype);
+        cg_store(o, (DType)n->dtype, lit.data);
+        sb_free(&lit);
         sb_puts(o, ";\n");
         break;
     case OP_IOTA:
@@ -319,6 +323,19 @@ static int check_supported(const Graph *g, StrBuf *err)
                       g->nfiles ? g->files[0] : "?", n->loc.line, ir_dtype_name((DType)n->dtype), i, ir_op_info[n->op].name);
             return -1;
         }
+        /* Half-precision values are computed in elementwise kernels (as floats) and moved by
+         * the copying kernels; the rest would accumulate or fill in 16 bits. */
+        bool half = n->dtype == DT_BF16 || n->dtype == DT_F16;
+        bool half_in = n->ninputs && (g->nodes[ir_input(g, i, 0)].dtype == DT_BF16 || g->nodes[ir_input(g, i, 0)].dtype == DT_F16);
+        if ((half && (n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX || n->op == OP_MATMUL || n->op == OP_SCATTER_ADD ||
+                      n->op == OP_FOLD || n->op == OP_PAD || n->op == OP_IOTA || n->op == OP_RANDOM_UNIFORM)) ||
+            (half_in && n->op == OP_ARGMAX)) {
+            sb_printf(err, "%s:%u: error: the C target computes %s values in elementwise operations only, not %s (node %%%d): "
+                           "convert to f32 first (f32(x))",
+                      g->nfiles ? g->files[0] : "?", n->loc.line, ir_dtype_name(half ? (DType)n->dtype : (DType)g->nodes[ir_input(g, i, 0)].dtype),
+                      ir_op_info[n->op].name, i);
+            return -1;
+        }
         if (n->shape.rank > 6 && n->op != OP_RESHAPE) {
             sb_printf(err, "%s:%u: error: the C target supports tensors up to rank 6 (node %%%d)", g->nfiles ? g->files[0] : "?",
                       n->loc.line, i);
@@ -450,7 +467,7 @@ static void emit_header(Cg *c, const Graph *g, const char *source_path)
                    "/* Without OpenMP (--cflags -fno-openmp) the pragmas are ignored: one thread. */\n"
                    "#pragma GCC diagnostic ignored \"-Wunknown-pragmas\"\n"
                    "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n"
-                   "#include \"kiln_gemm.h\"\n#include \"kiln_math.h\"\n#include \"kiln_model.h\"\n#include \"kiln_rng.h\"\n\n"
+                   "#include \"kiln_gemm.h\"\n#include \"kiln_half.h\"\n#include \"kiln_math.h\"\n#include \"kiln_model.h\"\n#include \"kiln_rng.h\"\n\n"
                    "/* kiln build compiles this file as two halves at once (-DKILN_PART=1 and 2, one per\n"
                    " * core); the first half's kernels are then shared with the second. As one file, every\n"
                    " * kernel is static. */\n"

@@ -1151,7 +1151,7 @@ int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path,
     c.source = source_path;
     c.target = CG_TARGET_CUDA;
     for (NodeId i = 0; i < train->nnodes; i++)
-        if (!cg_ctype((DType)train->nodes[i].dtype)) {
+        if (!cg_ctype((DType)train->nodes[i].dtype) || train->nodes[i].dtype == DT_BF16 || train->nodes[i].dtype == DT_F16) {
             sb_printf(err, "%s:%u: error: --target cuda does not support %s tensors yet (node %%%d %s)", source_path,
                       train->nodes[i].loc.line, ir_dtype_name((DType)train->nodes[i].dtype), i, ir_op_info[train->nodes[i].op].name);
             return -1;

@@ -21,10 +21,40 @@ const char *cg_ctype(DType t)
     case DT_U8: return "uint8_t";
     case DT_I32: return "int32_t";
     case DT_I64: return "int64_t";
+    case DT_F16: return "uint16_t"; /* IEEE binary16 bits: kiln_half.h */
+    case DT_BF16: return "uint16_t"; /* the top half of a float: kiln_half.h */
     case DT_F32: return "float";
     case DT_F64: return "double";
     default: return NULL;
     }
+}
+
+/* Half-precision values are stored as 16 bits and computed as floats (kiln_half.h). */
+static bool is_half(DType t) { return t == DT_F16 || t == DT_BF16; }
+
+DType cg_compute_dtype(DType t) { return is_half(t) ? DT_F32 : t; }
+
+const char *cg_value_ctype(DType t) { return cg_ctype(cg_compute_dtype(t)); }
+
+void cg_load(StrBuf *b, DType t, const char *stored)
+{
+    if (t == DT_BF16) sb_printf(b, "kiln_bf16_to_f32(%s)", stored);
+    else if (t == DT_F16) sb_printf(b, "kiln_f16_to_f32(%s)", stored);
+    else sb_puts(b, stored);
+}
+
+void cg_store(StrBuf *b, DType t, const char *value)
+{
+    if (t == DT_BF16) sb_printf(b, "kiln_f32_to_bf16(%s)", value); /* exact: the value is rounded already */
+    else if (t == DT_F16) sb_printf(b, "kiln_f32_to_f16(%s)", value);
+    else sb_puts(b, value);
+}
+
+void cg_store_local(StrBuf *b, const Graph *g, NodeId id, const char *fmt)
+{
+    char local[32];
+    snprintf(local, sizeof local, fmt, id);
+    cg_store(b, (DType)g->nodes[id].dtype, local);
 }
 
 /* A C expression for a dim, using the symbols' names (declared in each kernel). */
@@ -46,7 +76,7 @@ void cg_literal(StrBuf *b, double v, DType t)
         else {
             char buf[64];
             util_format_double(buf, sizeof buf, v);
-            sb_printf(b, "%s%s", buf, t == DT_F32 ? "f" : "");
+            sb_printf(b, "%s%s", buf, t == DT_F32 || is_half(t) ? "f" : "");
         }
     } else {
         sb_printf(b, "(%s)%lld", cg_ctype(t), (long long)v);
@@ -61,7 +91,7 @@ static const char *fsuffix(DType t) { return t == DT_F32 ? "f" : ""; }
 void cg_elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const char *w)
 {
     const Node *n = N(c, id);
-    DType in = (DType)N(c, ir_input(c->g, id, 0))->dtype;
+    DType in = cg_compute_dtype((DType)N(c, ir_input(c->g, id, 0))->dtype);
     const char *f = fsuffix(in);
     bool fl = ir_dtype_is_float(in);
     /* kiln_math.h's vectorisable functions are host code: CUDA has its own expf, tanhf */
@@ -101,6 +131,8 @@ void cg_elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const c
     case OP_DETACH: sb_puts(o, a); break;
     case OP_CAST:
         if (n->dtype == DT_BOOL) sb_printf(o, "%s != 0", a);
+        else if (n->dtype == DT_BF16) sb_printf(o, "kiln_bf16_round(%s)", a);
+        else if (n->dtype == DT_F16) sb_printf(o, "kiln_f16_round(%s)", a);
         else sb_printf(o, "(%s)%s", cg_ctype((DType)n->dtype), a);
         break;
     case OP_ADD: sb_printf(o, "%s + %s", a, b); break;
@@ -124,7 +156,7 @@ void cg_elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const c
     case OP_AND: sb_printf(o, "%s && %s", a, b); break;
     case OP_OR: sb_printf(o, "%s || %s", a, b); break;
     case OP_WHERE:
-        if (n->dtype == DT_F32 && !cuda) sb_printf(o, "kiln_selectf(%s, %s, %s)", a, b, w); /* kiln_math.h */
+        if (cg_compute_dtype((DType)n->dtype) == DT_F32 && !cuda) sb_printf(o, "kiln_selectf(%s, %s, %s)", a, b, w); /* kiln_math.h */
         else if (n->dtype == DT_F64 && !cuda) sb_printf(o, "kiln_select(%s, %s, %s)", a, b, w);
         else sb_printf(o, "%s ? %s : %s", a, b, w);
         break;
@@ -273,6 +305,10 @@ void cg_operand(CgKernel *L, NodeId x, NodeId reader, bool row, StrBuf *b)
             return;
         }
         const Shape *xs = &g->nodes[x0].shape, *es = &g->nodes[r].shape;
+        StrBuf at;
+        sb_init(&at);
+        StrBuf *outer = b;
+        b = &at;
         sb_printf(b, "p%d[", q);
         bool any = false;
         for (int a = fusion_first_kept_axis(g, r); a < xs->rank; a++) {
@@ -284,6 +320,8 @@ void cg_operand(CgKernel *L, NodeId x, NodeId reader, bool row, StrBuf *b)
             any = true;
         }
         sb_puts(b, any ? "]" : "0]");
+        cg_load(outer, (DType)g->nodes[q].dtype, at.data);
+        sb_free(&at);
         return;
     }
     if (L->f->role[r] == ROLE_INLINE) {
@@ -297,7 +335,9 @@ void cg_operand(CgKernel *L, NodeId x, NodeId reader, bool row, StrBuf *b)
         default: break;
         }
     }
-    sb_printf(b, "p%d[%s]", r, row ? "row" : "i");
+    char at[48];
+    snprintf(at, sizeof at, "p%d[%s]", r, row ? "row" : "i");
+    cg_load(b, (DType)g->nodes[r].dtype, at);
 }
 
 /* Whether full member id was stored by an earlier pass over the current row. */
@@ -313,9 +353,12 @@ void cg_member_value(CgKernel *L, NodeId id, bool row, const char *indent)
     Cg *c = L->c;
     const Node *n = &g->nodes[id];
     StrBuf *o = c->o;
-    sb_printf(o, "%sconst %s %c%d = ", indent, cg_ctype((DType)n->dtype), row ? 'w' : 't', id);
+    sb_printf(o, "%sconst %s %c%d = ", indent, cg_value_ctype((DType)n->dtype), row ? 'w' : 't', id);
     if (n->op == OP_MATMUL || (!row && written_before(L, id))) {
-        sb_printf(o, "y%d[i];\n", id);
+        char at[32];
+        snprintf(at, sizeof at, "y%d[i]", id);
+        cg_load(o, (DType)n->dtype, at);
+        sb_puts(o, ";\n");
         return;
     }
     if (n->op == OP_EXPAND || n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX) { /* a row value, or an identity */
@@ -329,7 +372,12 @@ void cg_member_value(CgKernel *L, NodeId id, bool row, const char *indent)
         if (j < n->ninputs) cg_operand(L, ir_input(g, id, (int)j), id, row, &ops[j]);
         else sb_puts(&ops[j], "");
     }
+    /* a half-precision result is rounded to its dtype, as the interpreter rounds it (a cast
+     * rounds by itself) */
+    const char *round = n->op == OP_CAST ? NULL : n->dtype == DT_BF16 ? "kiln_bf16_round" : n->dtype == DT_F16 ? "kiln_f16_round" : NULL;
+    if (round) sb_printf(o, "%s(", round);
     cg_elementwise_expr(c, id, ops[0].data, ops[1].data, ops[2].data);
+    if (round) sb_putc(o, ')');
     for (int j = 0; j < 3; j++) sb_free(&ops[j]);
     sb_puts(o, ";\n");
 }
@@ -396,7 +444,11 @@ void cg_emit_column_element(CgKernel *L, const char *indent, const char *acc, co
     cg_emit_needed(L, indent);
     for (int32_t i = 0; i < L->K->count; i++) {
         NodeId id = CG_MEMBER(L, i);
-        if (L->f->cls[id] == CLASS_FULL && L->f->stored[id]) sb_printf(o, "%sy%d[i] = t%d;\n", indent, id, id);
+        if (L->f->cls[id] == CLASS_FULL && L->f->stored[id]) {
+            sb_printf(o, "%sy%d[i] = ", indent, id);
+            cg_store_local(o, g, id, "t%d");
+            sb_puts(o, ";\n");
+        }
         if (L->f->cls[id] != CLASS_ROW) continue;
         StrBuf v;
         sb_init(&v);

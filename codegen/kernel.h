@@ -63,7 +63,17 @@ static inline const Node *N(const Cg *c, NodeId id) { return &c->g->nodes[id]; }
 
 /* ---- scalar text, both targets ---- */
 
+/* The C type a dtype is stored as (bf16 and f16: uint16_t bits; kiln_half.h). */
 const char *cg_ctype(DType t);
+/* The dtype a value is computed in (f32 for half precision), and its C type. */
+DType cg_compute_dtype(DType t);
+const char *cg_value_ctype(DType t);
+/* Appends the computed value of a stored element (a C lvalue of dtype t), and the stored
+ * form of a computed value (rounded already: the conversion is exact). */
+void cg_load(StrBuf *b, DType t, const char *stored);
+void cg_store(StrBuf *b, DType t, const char *value);
+/* cg_store of the local that fmt ("t%d", "w%d") names for node id. */
+void cg_store_local(StrBuf *b, const Graph *g, NodeId id, const char *fmt);
 /* A dim as an expression over the symbols' names (declared in each kernel). */
 void cg_dim(StrBuf *b, const Graph *g, Dim d);
 void cg_literal(StrBuf *b, double v, DType t);

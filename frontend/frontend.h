@@ -162,6 +162,9 @@ void recipe_free(Recipe *r);
  * loader that maps each input to a file). For the test that shows each has an effect. */
 void recipe_schema(StrBuf *out);
 const RecipeValue *recipe_get(const Recipe *r, const char *key);
+/* The dtype a precision name stands for (the recipe's precision, kiln build --precision):
+ * fp32/f32 DT_F32, bf16 DT_BF16, fp16/f16 DT_F16; -1 for any other name. */
+int recipe_precision_dtype(const char *name);
 const RecipeValue *recipe_arg(const RecipeValue *call, const char *key);
 double recipe_num(const Recipe *r, const char *key, double dflt);
 void recipe_print(const Recipe *r, StrBuf *out);

@@ -151,7 +151,7 @@ static const KeySpec keys[] = {
     {"steps", A_INT, NULL, "", 1, 1e12, NULL, "optimizer steps (overrides epochs)"},
     {"clip", A_NUM, NULL, "0.0", 0, 1e12, NULL, "global gradient-norm clipping (0 = off)"},
     {"accumulate", A_INT, NULL, "1", 1, 65536, NULL, "micro-batches per optimizer step"},
-    {"precision", A_NAME, NULL, "f32", 0, 0, "f32 bf16 f16", "f32, or mixed precision with bf16 / f16"},
+    {"precision", A_NAME, NULL, "fp32", 0, 0, "fp32 bf16 fp16 f32 f16", "fp32, or mixed precision with bf16 / fp16 (kiln build --precision)"},
     {"memory_budget", A_STR, NULL, NULL, 0, 0, NULL, "training memory to fit by recomputing blocks, e.g. \"1.5GiB\" (kiln build --memory-budget)"},
     {"checkpoint", A_CALL, ckpt_calls, "every", 0, 0, NULL, "checkpoint policy"},
     {"eval", A_CALL, eval_calls, "every", 0, 0, NULL, "evaluation policy"},
@@ -820,11 +820,6 @@ static bool check_recipe(Recipe *r, const Ast *a, AstId train, const Inputs *in,
         diag_error(d, budget->loc, "memory_budget = \"%s\" is not a size (e.g. \"1.5GiB\", \"800MiB\", \"2GB\", \"4096\")", budget->str);
         ok = false;
     }
-    /* Accepted for the model files of tomorrow, but not implemented: said, not ignored. */
-    const RecipeValue *prec = recipe_get(r, "precision");
-    if (prec && strcmp(prec->str, "f32"))
-        diag_report(d, DIAG_WARNING, prec->loc,
-                    "precision = %s has no effect yet: training runs in f32 (mixed precision is not implemented)", prec->str);
     if (!ok) return false;
     /* Defaults for everything not written, so the full recipe is explicit. */
     for (int i = 0; i < NKEYS; i++) {
@@ -916,6 +911,14 @@ void recipe_free(Recipe *r)
     for (int32_t i = 0; i < r->n; i++) free_value(&r->entries[i]);
     free(r->entries);
     memset(r, 0, sizeof *r);
+}
+
+int recipe_precision_dtype(const char *name)
+{
+    if (!strcmp(name, "fp32") || !strcmp(name, "f32")) return DT_F32;
+    if (!strcmp(name, "bf16")) return DT_BF16;
+    if (!strcmp(name, "fp16") || !strcmp(name, "f16")) return DT_F16;
+    return -1;
 }
 
 const RecipeValue *recipe_get(const Recipe *r, const char *key)

@@ -63,8 +63,30 @@ static double to_dtype(DType t, double x)
     }
 }
 
+/* x rounded to the nearest value of a half-precision dtype (bf16: 8 significant bits and
+ * f32's exponent range; f16: 11 bits, normals from 2^-14, largest 65504), ties to even,
+ * beyond the largest to infinity. x is first rounded to f32, as the generated code holds
+ * it, so the two round the same way (kiln_half.h). */
+static double round_half(DType t, double x)
+{
+    x = (double)(float)x;
+    if (x == 0 || !isfinite(x)) return x;
+    const int bits = t == DT_BF16 ? 8 : 11, emin = t == DT_BF16 ? -126 : -14;
+    const double largest = t == DT_BF16 ? 0x1.fep127 : 65504.0;
+    int e = ilogb(x);
+    if (e < emin) e = emin;
+    const double q = ldexp(1.0, e - (bits - 1));
+    double r = nearbyint(x / q) * q; /* the default rounding: to nearest, ties to even */
+    if (fabs(r) > largest) r = copysign(INFINITY, x);
+    return r;
+}
+
 void interp_normalise(DType t, double *v, int64_t n)
 {
+    if (t == DT_BF16 || t == DT_F16) {
+        for (int64_t i = 0; i < n; i++) v[i] = round_half(t, v[i]);
+        return;
+    }
     if (ir_dtype_is_float(t)) return;
     for (int64_t i = 0; i < n; i++) v[i] = to_dtype(t, v[i]);
 }

@@ -291,9 +291,11 @@ int ir_verify(const Graph *g, StrBuf *err);
 
 /* ---- the reference interpreter (interp.c) ----
  * Executes a graph in double precision: every value, whatever its dtype, is held as
- * doubles (integer dtypes hold exact integers; float dtypes are not rounded to their
- * width, so that gradient checks see true derivatives). Slow and obviously right: it is
- * the oracle for gradient checks and for every generated kernel. */
+ * doubles (integer dtypes hold exact integers; f32 and f64 are not rounded to their
+ * width, so that gradient checks see true derivatives; bf16 and f16 are rounded, through
+ * f32, to nearest even, as the generated code rounds them: passes/precision.c). Slow
+ * and obviously right: it is the oracle for gradient checks and for every generated
+ * kernel. */
 typedef struct {
     int rank;
     int64_t dims[IR_MAX_RANK];

@@ -21,6 +21,22 @@ int pass_autodiff(Graph *g, const AutodiffOptions *opt, StrBuf *err);
  * and dead-node elimination. Renumbers nodes; outputs keep their meaning. */
 void pass_simplify(Graph *g);
 
+/* precision.c — mixed precision as PyTorch's autocast: matrix products read half-precision
+ * copies of their non-parameter operands (fp32 accumulation), forward activations that the
+ * backward pass keeps are stored in half precision, everything else stays f32; every
+ * conversion an explicit cast node (the file's header lists the rules). half = DT_F32
+ * leaves the graph unchanged. Renumbers nodes; runs after simplify, before remat. */
+typedef struct {
+    DType half; /* DT_F32 (no change), DT_BF16 or DT_F16 */
+} PrecisionOptions;
+typedef struct {
+    int32_t narrowed; /* cast<half> nodes added */
+    int32_t widened;  /* cast<f32> nodes added (one per reading node) */
+    int32_t copied;   /* forward values computed again in the backward pass from half copies */
+} PrecisionStats;
+/* 0, or -1 with a message in err (a dtype that is not half precision). */
+int pass_precision(Graph *g, const PrecisionOptions *opt, PrecisionStats *stats, StrBuf *err);
+
 /* remat.c — activation checkpointing: backward reads of the values computed inside a
  * checkpoint(...) region read copies recomputed from the region's inputs (NODE_RECOMPUTED).
  * Renumbers nodes; runs after simplify (whose CSE would merge the copies back). */
@@ -58,6 +74,13 @@ const PassInfo *pipeline_passes(int *n);
 int pipeline_run(Graph *g, const char *after, StrBuf *stats, StrBuf *err);
 /* The same with the remat pass's options (a memory budget). */
 int pipeline_run_with(Graph *g, const char *after, RematOptions *remat, StrBuf *stats, StrBuf *err);
+/* The options of the passes that take some: NULL members (or opt NULL) are the defaults
+ * (no memory budget, f32). */
+typedef struct {
+    RematOptions *remat;
+    const PrecisionOptions *precision;
+} PipelineOptions;
+int pipeline_run_opts(Graph *g, const char *after, const PipelineOptions *opt, StrBuf *stats, StrBuf *err);
 bool pipeline_has_pass(const char *name);
 
 /* gradcheck.c — every parameter gradient of the training graph (from autodiff, run by the

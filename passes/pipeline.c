@@ -21,8 +21,14 @@ static int run_simplify(Graph *g, StrBuf *err)
     return 0;
 }
 
-/* The options of the run in progress (pipeline_run_with), for the passes that take some. */
+/* The options of the run in progress (pipeline_run_opts), for the passes that take some. */
 static RematOptions *run_remat_options;
+static const PrecisionOptions *run_precision_options;
+
+static int run_precision(Graph *g, StrBuf *err)
+{
+    return pass_precision(g, run_precision_options, NULL, err);
+}
 
 static int run_remat(Graph *g, StrBuf *err)
 {
@@ -35,6 +41,7 @@ static const struct {
 } passes[] = {
     {{"autodiff", "reverse-mode gradients of the loss for every trainable parameter"}, run_autodiff},
     {{"simplify", "constant folding, algebraic identities, CSE, dead-node elimination"}, run_simplify},
+    {{"precision", "mixed precision (precision = bf16|fp16): half-precision matmul inputs and kept activations, explicit casts"}, run_precision},
     {{"remat", "checkpoint(...) regions: the backward pass recomputes their values (copies marked recomputed)"}, run_remat},
     /* Planning passes: they annotate the final graph (kernels, memory) without changing it;
      * `kiln ir --after fusion|memplan` prints their plan. */
@@ -65,7 +72,14 @@ int pipeline_run(Graph *g, const char *after, StrBuf *stats, StrBuf *err) { retu
 
 int pipeline_run_with(Graph *g, const char *after, RematOptions *remat, StrBuf *stats, StrBuf *err)
 {
-    run_remat_options = remat;
+    PipelineOptions opt = {.remat = remat};
+    return pipeline_run_opts(g, after, &opt, stats, err);
+}
+
+int pipeline_run_opts(Graph *g, const char *after, const PipelineOptions *opt, StrBuf *stats, StrBuf *err)
+{
+    run_remat_options = opt ? opt->remat : NULL;
+    run_precision_options = opt ? opt->precision : NULL;
     if (after && !pipeline_has_pass(after)) {
         sb_printf(err, "unknown pass '%s'; passes:", after);
         int n;

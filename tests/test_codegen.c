@@ -1,6 +1,8 @@
 /* test_codegen.c — generated C against the reference interpreter: every model is compiled
  * to C, built with the system compiler, run on the same parameters and inputs as the
- * interpreter, and its loss, metrics and every gradient compared (float32 vs double). */
+ * interpreter, and its loss, metrics and every gradient compared (float32 vs double).
+ * The models_bf16/models_fp16 suites do the same after the precision pass: both sides
+ * round the half-precision values (the interpreter in double, kiln_half.h in float). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
@@ -20,6 +22,14 @@ typedef struct {
     Diag d;
 } Graphs;
 
+/* The precision the models are compiled in (the precision pass); f32 unless a suite sets it. */
+static PrecisionOptions precision = {DT_F32};
+/* How far the generated code may be from the interpreter: float32 rounding, and with half
+ * precision a value on either side of a rounding boundary (float vs double before the
+ * rounding) may round one half-precision step apart. */
+static double loss_tolerance(void) { return precision.half == DT_F32 ? 1e-4 : 2e-3; }
+static double grad_tolerance(void) { return precision.half == DT_F32 ? 2e-3 : 1e-2; }
+
 static void build_graphs(const char *path, const char *text, size_t len, Graphs *gs)
 {
     diag_init(&gs->d, NULL);
@@ -31,7 +41,8 @@ static void build_graphs(const char *path, const char *text, size_t len, Graphs 
     gs->eval = gs->me->graph;
     StrBuf err;
     sb_init(&err);
-    cr_assert_eq(pipeline_run(gs->train, NULL, NULL, &err), 0, "%s", err.data);
+    PipelineOptions opt = {.precision = &precision};
+    cr_assert_eq(pipeline_run_opts(gs->train, NULL, &opt, NULL, &err), 0, "%s", err.data);
     pass_simplify(gs->eval);
     sb_free(&err);
 }
@@ -179,7 +190,7 @@ static void compare(const char *name, const char *path, const char *text, size_t
         if (o->kind == OUT_LOSS) {
             double want = interp_value(&ip, o->node)->data[0];
             if (isnan(want)) cr_expect(isnan(loss), "%s: loss %.9g, but NaN in the interpreter", name, loss);
-            else cr_expect(fabs(loss - want) <= 1e-4 * fmax(1, fabs(want)), "%s: loss %.9g vs interpreter %.9g", name, loss, want);
+            else cr_expect(fabs(loss - want) <= loss_tolerance() * fmax(1, fabs(want)), "%s: loss %.9g vs interpreter %.9g", name, loss, want);
         }
         if (o->kind == OUT_METRIC) nmet++;
     }
@@ -190,7 +201,7 @@ static void compare(const char *name, const char *path, const char *text, size_t
         double got;
         memcpy(&got, p + 8 * m++, 8);
         double want = interp_value(&ip, o->node)->data[0];
-        cr_expect(fabs(got - want) <= 1e-4 * fmax(1, fabs(want)), "%s: metric %s %.9g vs %.9g", name, ir_str(g, o->name), got, want);
+        cr_expect(fabs(got - want) <= loss_tolerance() * fmax(1, fabs(want)), "%s: metric %s %.9g vs %.9g", name, ir_str(g, o->name), got, want);
     }
     p += 8 * nmet;
     const float *grads = (const float *)p;
@@ -205,7 +216,8 @@ static void compare(const char *name, const char *path, const char *text, size_t
         double scale = 0, worst = 0;
         for (int64_t e = 0; e < want->n; e++) scale = fmax(scale, fabs(want->data[e]));
         for (int64_t e = 0; e < want->n; e++) worst = fmax(worst, fabs((double)grads[goff + e] - want->data[e]));
-        cr_expect(worst <= 2e-3 * fmax(scale, 1e-6), "%s: gradient of %s differs by %g (largest %g)", name, ir_node_name(g, i), worst,
+        if (getenv("KILN_TEST_VERBOSE")) fprintf(stderr, "%s: gradient of %s: largest %g, differs by %g\n", name, ir_node_name(g, i), scale, worst);
+        cr_expect(worst <= grad_tolerance() * fmax(scale, 1e-6), "%s: gradient of %s differs by %g (largest %g)", name, ir_node_name(g, i), worst,
                   scale);
         goff += want->n;
     }
@@ -230,6 +242,11 @@ static void compare_file(const char *rel, int64_t symval)
 Test(models, mlp, .timeout = 300) { compare_file("models/mlp.kiln", 5); }
 Test(models, cnn, .timeout = 300) { compare_file("models/cnn.kiln", 2); }
 Test(models, gpt, .timeout = 300) { compare_file("models/gpt.kiln", 3); }
+Test(models_bf16, mlp, .timeout = 300) { precision.half = DT_BF16; compare_file("models/mlp.kiln", 5); }
+Test(models_bf16, cnn, .timeout = 300) { precision.half = DT_BF16; compare_file("models/cnn.kiln", 2); }
+Test(models_bf16, gpt, .timeout = 300) { precision.half = DT_BF16; compare_file("models/gpt.kiln", 3); }
+Test(models_fp16, mlp, .timeout = 300) { precision.half = DT_F16; compare_file("models/mlp.kiln", 5); }
+Test(models_fp16, gpt, .timeout = 300) { precision.half = DT_F16; compare_file("models/gpt.kiln", 3); }
 Test(models, llama, .timeout = 300) { compare_file("models/llama.kiln", 3); }
 
 /* The text of the first kernel whose header comment contains title, up to the next kernel. */

@@ -17,7 +17,7 @@
  * layout, checkpoint steps is shown by how far a run gets whose checkpoint directory
  * cannot be made, and keep and epochs (which it ignores) are pending.
  *
- * Also: the golden warnings of tests/warn/ (precision has no effect yet; checkpoint(...)
+ * Also: the golden warnings of tests/warn/ (precision needs none now; checkpoint(...)
  * needs none now), printed once by `kiln check` and by `kiln build`. */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -219,8 +219,9 @@ static const Row rows[] = {
     {"steps", CLS, "", "steps = 6\n", "steps", OBS_START, NULL, RT_ANY},
     {"clip", CLS, "optimizer = SGD(lr = 0.5)\n", "optimizer = SGD(lr = 0.5)\nclip = 0.01\n", "clip", OBS_LOSSES, NULL, RT_ANY},
     {"accumulate", CLS, "", "accumulate = 2\n", "accumulate", OBS_START, NULL, RT_ANY},
-    {"precision", CLS, "", "precision = bf16\n", "precision", OBS_WARNING,
-     "mixed precision is not implemented yet; until it is, kiln check and kiln build warn that it has no effect", RT_ANY},
+    {"precision", CLS, "", "precision = bf16\n", "precision", OBS_LOSSES, NULL, RT_ANY},
+    {"precision", CLS, "", "precision = fp16\n", "precision", OBS_LOSSES, NULL, RT_ANY},
+    {"precision", CLS, "", "precision = fp8\n", NULL, OBS_REFUSED, NULL, RT_ANY},
     /* the budget is planned at compile time: the tiny model has no block to checkpoint, so
      * the plan shows the budget it was checked against (test_remat: gpt's blocks chosen) */
     {"memory_budget", CLS, "", "memory_budget = \"64MiB\"\n", "memory_budget", OBS_PLAN, NULL, RT_ANY},
@@ -739,7 +740,8 @@ static void check_warning_file(const char *name)
     free(want);
 }
 
-Test(warnings, precision_bf16_has_no_effect_yet) { check_warning_file("precision_bf16"); }
+/* mixed precision works now (passes/precision.c): no warning */
+Test(warnings, precision_bf16_needs_no_warning) { check_warning_file("precision_bf16"); }
 Test(warnings, precision_f32_needs_no_warning) { check_warning_file("precision_f32"); }
 /* checkpoint(...) works now (passes/remat.c): no warning */
 Test(warnings, checkpoint_in_forward_needs_no_warning) { check_warning_file("checkpoint_in_forward"); }

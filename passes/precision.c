@@ -1,0 +1,328 @@
+/* precision.c — mixed precision: which values of the training graph are rounded to half
+ * precision (bf16 or fp16), with every conversion an explicit cast node.
+ *
+ * Requires: a verified graph after autodiff and simplify (forward and backward nodes).
+ * Guarantees, for PrecisionOptions.half = DT_BF16 or DT_F16 (DT_F32: the graph unchanged):
+ *   - matrix products take half-precision inputs and accumulate in fp32, as under PyTorch's
+ *     autocast: every f32 operand of a matmul that is not a parameter reads
+ *     cast<f32>(cast<half>(v)) of the value v it read (through the same views). The product
+ *     itself stays an f32 node: the C target widens the half values to fp32 and calls
+ *     sgemm, which is what "half inputs, fp32 accumulation" computes exactly;
+ *   - activations kept for the backward pass are stored in half precision: every f32 value
+ *     of the forward pass that a backward node reads is read there as
+ *     cast<f32>(cast<half>(v)), so what lives from the forward to the backward pass is the
+ *     half-precision copy (memplan frees v after its last forward reader). Kept in f32:
+ *     parameters (the fp32 masters: the optimizer, the gradients and the checkpoints see
+ *     only f32), inputs, constants, scalars, and row statistics (reductions and the
+ *     elementwise values computed from them alone: the mean, variance, reciprocal standard
+ *     deviation of a norm, a softmax's max and sum), which are small and precision-critical;
+ *   - everything else (softmax, norms, losses, exp/log, reductions, the backward's
+ *     elementwise arithmetic, the optimizer) computes in fp32 as before.
+ * One cast<half> per value, right after it; one cast<f32> per reading node, right before
+ * it, so fusion puts the widening into the reader's own kernel (a load and a conversion,
+ * no kernel of its own) and the narrowing into the producer's. gradcheck does not run this
+ * pass: it checks the exact graph in double precision. ir_verify() holds. */
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const Graph *g;
+    Graph *o;
+    DType half;
+    bool *forward; /* per node: the forward outputs, the loss or the metrics depend on it */
+    bool *stat;    /* per node: a row statistic (see the header) */
+    NodeId *map;   /* old node -> new graph */
+    NodeId *narrow; /* old node -> its cast<half> in the new graph, or IR_NONE */
+    NodeId *widen[2]; /* old node -> the cast<f32> of its narrow that the forward [0] or
+                         backward [1] matrix products read, or IR_NONE */
+    NodeId *copy;  /* old forward node -> its copy for the backward pass, or IR_NONE */
+    FusionPlan plan; /* of the graph before the pass: which values a kernel stores */
+    PrecisionStats *st;
+} Prec;
+
+static bool is_view(Op op) { return op == OP_RESHAPE || op == OP_DETACH || op == OP_PERMUTE || op == OP_SLICE || op == OP_EXPAND; }
+
+static bool is_leaf(Op op) { return op == OP_PARAM || op == OP_INPUT || op == OP_CONST || op == OP_IOTA || op == OP_RANDOM_UNIFORM; }
+
+/* The value a chain of views reads. */
+static NodeId view_root(const Graph *g, NodeId x)
+{
+    while (is_view((Op)g->nodes[x].op)) x = ir_input(g, x, 0);
+    return x;
+}
+
+static void mark_forward(Prec *p)
+{
+    const Graph *g = p->g;
+    for (int32_t k = 0; k < g->noutputs; k++)
+        if (g->outputs[k].kind != OUT_GRAD) p->forward[g->outputs[k].node] = true;
+    for (NodeId i = g->nnodes - 1; i >= 0; i--)
+        if (p->forward[i])
+            for (uint32_t j = 0; j < g->nodes[i].ninputs; j++) p->forward[ir_input(g, i, (int)j)] = true;
+}
+
+/* Reductions, and elementwise values of reductions and constants only. */
+static void mark_stats(Prec *p)
+{
+    const Graph *g = p->g;
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        const OpInfo *info = &ir_op_info[n->op];
+        if (n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX) {
+            p->stat[i] = true;
+            continue;
+        }
+        if (!(info->flags & (OPF_UNARY | OPF_BINARY)) && n->op != OP_WHERE && n->op != OP_RESHAPE) continue;
+        bool any = false, all = true;
+        for (uint32_t j = 0; j < n->ninputs; j++) {
+            NodeId x = ir_input(g, i, (int)j);
+            Op xop = (Op)g->nodes[x].op;
+            if (xop == OP_CONST || (xop == OP_EXPAND && g->nodes[view_root(g, x)].op == OP_CONST)) continue;
+            any = true;
+            all = all && p->stat[x];
+        }
+        p->stat[i] = any && all;
+    }
+}
+
+static NodeId add_like(Prec *p, NodeId i, const NodeId *in)
+{
+    const Graph *g = p->g;
+    const Node *n = &g->nodes[i];
+    NodeId id = ir_add_node(p->o, (Op)n->op, (DType)n->dtype, &n->shape, in, (int)n->ninputs, ir_attrs(g, i), (int)n->nattrs, n->loc);
+    Node *m = &p->o->nodes[id];
+    m->fattr[0] = n->fattr[0];
+    m->fattr[1] = n->fattr[1];
+    m->ckpt = n->ckpt;
+    m->flags = n->flags;
+    if (n->name) ir_set_name(p->o, id, ir_str(g, n->name));
+    return id;
+}
+
+static NodeId add_cast(Prec *p, NodeId x, DType t, Loc loc, int32_t ckpt)
+{
+    const Node *n = &p->o->nodes[x];
+    Shape s = n->shape;
+    NodeId id = ir_add_node(p->o, OP_CAST, t, &s, &x, 1, NULL, 0, loc);
+    p->o->nodes[id].ckpt = ckpt;
+    return id;
+}
+
+/* Operand x (old graph) of node `reader` read through a half-precision copy of its root:
+ * the views from the root to x applied again to cast<f32>(cast<half>(root)). */
+static NodeId through_half(Prec *p, NodeId x, NodeId reader)
+{
+    const Graph *g = p->g;
+    if (is_view((Op)g->nodes[x].op)) {
+        NodeId in = through_half(p, ir_input(g, x, 0), reader);
+        return add_like(p, x, &in);
+    }
+    if (p->narrow[x] == IR_NONE) { /* a gradient read by a backward matmul: narrowed here */
+        p->narrow[x] = add_cast(p, p->map[x], p->half, g->nodes[x].loc, g->nodes[x].ckpt);
+        p->st->narrowed++;
+    }
+    /* Matrix products share one widened copy per pass (forward, backward): BLAS reads it
+     * through the views, often only a slice of it (attention's q, k, v of one qkv tensor).
+     * Every other reader has its own, which fusion computes in the reader's kernel. */
+    const bool mm = g->nodes[reader].op == OP_MATMUL;
+    NodeId *shared = mm ? &p->widen[p->forward[reader] ? 0 : 1][x] : NULL;
+    if (shared && *shared != IR_NONE) return *shared;
+    p->st->widened++;
+    NodeId w = add_cast(p, p->narrow[x], DT_F32, g->nodes[reader].loc, p->forward[reader] ? g->nodes[reader].ckpt : 0);
+    /* kept out of the forward kernel that computes the half copy (fusion.c): there it would
+     * be stored in f32 until the backward pass reads it. A gradient's copy is not: rounded
+     * in the kernel that computes the gradient, it takes the f32 gradient's place. */
+    if (!p->forward[reader] && p->forward[x]) p->o->nodes[w].flags |= NODE_RECOMPUTED;
+    if (shared) *shared = w;
+    return w;
+}
+
+static NodeId backward_value(Prec *p, NodeId u, NodeId reader);
+
+/* Operand x of backward node `reader`, a forward value: the value kernels store is read
+ * through its half-precision copy; a cheap elementwise value that fusion would compute again
+ * in the reading kernel (GELU's tanh from the stored pre-activation) is computed again
+ * here, as a backward node, from the half-precision copies of what it is computed from.
+ * Views are applied again on top. Row statistics, leaves and non-f32 values: as they are. */
+typedef enum { BW_AS_IS, BW_COPY, BW_HALF } BackwardRead;
+
+static BackwardRead backward_read(const Prec *p, NodeId u)
+{
+    const Graph *g = p->g;
+    const Node *n = &g->nodes[u];
+    const OpInfo *info = &ir_op_info[n->op];
+    if (!p->forward[u] || p->stat[u] || is_leaf((Op)n->op)) return BW_AS_IS;
+    const bool view = is_view((Op)n->op), elementwise = (info->flags & (OPF_UNARY | OPF_BINARY)) || n->op == OP_WHERE;
+    const bool recomputed = p->plan.role[u] == ROLE_KERNEL && (!p->plan.stored[u] || p->plan.recomputed[u]);
+    if (view || (elementwise && recomputed)) return BW_COPY;
+    if (n->dtype != DT_F32 || ir_shape_max_numel(g, &n->shape) <= 1) return BW_AS_IS;
+    if (n->op == OP_CAST && !ir_dtype_is_float((DType)g->nodes[ir_input(g, u, 0)].dtype)) return BW_AS_IS;
+    return BW_HALF;
+}
+
+/* The forward values that backward_value reads through half-precision copies. */
+static void mark_backward_reads(const Prec *p, NodeId u, bool *narrowed, bool *seen)
+{
+    if (seen[u]) return;
+    seen[u] = true;
+    BackwardRead how = backward_read(p, u);
+    if (how == BW_HALF) narrowed[u] = true;
+    if (how == BW_COPY)
+        for (uint32_t k = 0; k < p->g->nodes[u].ninputs; k++) mark_backward_reads(p, ir_input(p->g, u, (int)k), narrowed, seen);
+}
+
+static NodeId backward_value(Prec *p, NodeId u, NodeId reader)
+{
+    const Graph *g = p->g;
+    const Node *n = &g->nodes[u];
+    BackwardRead how = backward_read(p, u);
+    if (how == BW_AS_IS) return p->map[u];
+    if (p->copy[u] != IR_NONE) return p->copy[u];
+    if (how == BW_COPY) {
+        NodeId ins[3];
+        for (uint32_t k = 0; k < n->ninputs; k++) ins[k] = backward_value(p, ir_input(g, u, (int)k), u);
+        NodeId c = add_like(p, u, ins);
+        p->o->nodes[c].ckpt = 0;
+        p->o->nodes[c].flags |= NODE_RECOMPUTED;
+        p->copy[u] = c;
+        p->st->copied++;
+        return c;
+    }
+    return through_half(p, u, reader);
+}
+
+/* Does operand x of node i read a half-precision copy? */
+static bool reads_half(const Prec *p, NodeId i, NodeId x)
+{
+    const Graph *g = p->g;
+    NodeId r = view_root(g, x);
+    const Node *rn = &g->nodes[r];
+    if (rn->dtype != DT_F32 || (is_leaf((Op)rn->op) && rn->op != OP_INPUT)) return false;
+    if (rn->op == OP_CAST && !ir_dtype_is_float((DType)g->nodes[ir_input(g, r, 0)].dtype)) return false; /* exact, recomputed */
+    if (g->nodes[i].op == OP_MATMUL) return rn->op != OP_PARAM;
+    /* a forward activation that the backward pass keeps: stored by its kernel */
+    return false;
+}
+
+/* Values that some reader takes in half precision: narrowed right after they are computed. */
+static void mark_narrowed(const Prec *p, bool *narrowed)
+{
+    const Graph *g = p->g;
+    bool *seen = xcalloc((size_t)g->nnodes + 1, 1);
+    for (NodeId i = 0; i < g->nnodes; i++)
+        for (uint32_t j = 0; j < g->nodes[i].ninputs; j++) {
+            NodeId x = ir_input(g, i, (int)j);
+            if (!p->forward[i] && p->forward[x] && g->nodes[i].op != OP_MATMUL) mark_backward_reads(p, x, narrowed, seen);
+            else if (reads_half(p, i, x) && p->forward[view_root(g, x)]) narrowed[view_root(g, x)] = true;
+        }
+    free(seen);
+}
+
+/* g without the nodes no output depends on (the forward pass's views that the backward pass
+ * read before it read them through half-precision copies), renumbered in the same order. */
+static Graph *without_dead_nodes(const Graph *g)
+{
+    size_t nn = (size_t)g->nnodes + 1;
+    bool *live = xcalloc(nn, 1);
+    NodeId *map = xmalloc(nn * sizeof *map);
+    for (int32_t k = 0; k < g->noutputs; k++) live[g->outputs[k].node] = true;
+    for (NodeId i = g->nnodes - 1; i >= 0; i--)
+        if (live[i])
+            for (uint32_t j = 0; j < g->nodes[i].ninputs; j++) live[ir_input(g, i, (int)j)] = true;
+    Graph *o = ir_graph_new(g->name);
+    o->mode = g->mode;
+    for (int i = 0; i < g->nsyms; i++) ir_add_symbol(o, g->syms[i].name, g->syms[i].max);
+    for (int i = 0; i < g->nfiles; i++) ir_add_file(o, g->files[i]);
+    NodeId ins[64];
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        map[i] = IR_NONE;
+        if (!live[i]) continue;
+        const Node *n = &g->nodes[i];
+        NodeId *in = n->ninputs <= 64 ? ins : xmalloc(n->ninputs * sizeof *in);
+        for (uint32_t k = 0; k < n->ninputs; k++) in[k] = map[ir_input(g, i, (int)k)];
+        map[i] = ir_add_node(o, (Op)n->op, (DType)n->dtype, &n->shape, in, (int)n->ninputs, ir_attrs(g, i), (int)n->nattrs, n->loc);
+        if (in != ins) free(in);
+        Node *m = &o->nodes[map[i]];
+        m->fattr[0] = n->fattr[0];
+        m->fattr[1] = n->fattr[1];
+        m->ckpt = n->ckpt;
+        m->flags = n->flags;
+        if (n->name) ir_set_name(o, map[i], ir_str(g, n->name));
+    }
+    for (int32_t k = 0; k < g->noutputs; k++) ir_add_output(o, (OutputKind)g->outputs[k].kind, ir_str(g, g->outputs[k].name), map[g->outputs[k].node]);
+    free(live);
+    free(map);
+    return o;
+}
+
+int pass_precision(Graph *g, const PrecisionOptions *opt, PrecisionStats *stats, StrBuf *err)
+{
+    PrecisionStats st;
+    memset(&st, 0, sizeof st);
+    DType half = opt ? opt->half : DT_F32;
+    if (half == DT_F32) {
+        if (stats) *stats = st;
+        return 0;
+    }
+    if (half != DT_BF16 && half != DT_F16) {
+        sb_printf(err, "precision: %s is not a half-precision dtype (bf16 or f16)", ir_dtype_name(half));
+        return -1;
+    }
+    Prec p = {.g = g, .half = half, .st = &st};
+    size_t nn = (size_t)g->nnodes + 1;
+    p.forward = xcalloc(nn, 1);
+    p.stat = xcalloc(nn, 1);
+    bool *narrowed = xcalloc(nn, 1);
+    p.map = xmalloc(nn * sizeof *p.map);
+    p.narrow = xmalloc(nn * sizeof *p.narrow);
+    p.copy = xmalloc(nn * sizeof *p.copy);
+    for (NodeId i = 0; i < g->nnodes; i++) p.copy[i] = IR_NONE;
+    fusion_plan(g, &p.plan);
+    p.widen[0] = xmalloc(nn * sizeof *p.widen[0]);
+    p.widen[1] = xmalloc(nn * sizeof *p.widen[1]);
+    for (NodeId i = 0; i < g->nnodes; i++) p.map[i] = p.narrow[i] = p.widen[0][i] = p.widen[1][i] = IR_NONE;
+    mark_forward(&p);
+    mark_stats(&p);
+    mark_narrowed(&p, narrowed);
+    p.o = ir_graph_new(g->name);
+    p.o->mode = g->mode;
+    for (int i = 0; i < g->nsyms; i++) ir_add_symbol(p.o, g->syms[i].name, g->syms[i].max);
+    for (int i = 0; i < g->nfiles; i++) ir_add_file(p.o, g->files[i]);
+    NodeId ins[64];
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        NodeId *in = n->ninputs <= 64 ? ins : xmalloc(n->ninputs * sizeof *in);
+        for (uint32_t k = 0; k < n->ninputs; k++) {
+            NodeId x = ir_input(g, i, (int)k);
+            if (!p.forward[i] && p.forward[x] && n->op != OP_MATMUL) in[k] = backward_value(&p, x, i);
+            else in[k] = reads_half(&p, i, x) ? through_half(&p, x, i) : p.map[x];
+        }
+        p.map[i] = add_like(&p, i, in);
+        if (in != ins) free(in);
+        if (narrowed[i]) {
+            p.narrow[i] = add_cast(&p, p.map[i], half, n->loc, n->ckpt);
+            st.narrowed++;
+        }
+    }
+    for (int32_t k = 0; k < g->noutputs; k++)
+        ir_add_output(p.o, (OutputKind)g->outputs[k].kind, ir_str(g, g->outputs[k].name), p.map[g->outputs[k].node]);
+    Graph *live = without_dead_nodes(p.o);
+    ir_graph_free(p.o);
+    Graph tmp = *g;
+    *g = *live;
+    *live = tmp;
+    ir_graph_free(live);
+    free(p.forward);
+    free(p.stat);
+    free(narrowed);
+    free(p.map);
+    free(p.narrow);
+    free(p.copy);
+    fusion_free(&p.plan);
+    free(p.widen[0]);
+    free(p.widen[1]);
+    if (stats) *stats = st;
+    return 0;
+}

@@ -1,0 +1,82 @@
+/* kiln_half.h — half-precision storage for the generated C (mixed precision,
+ * passes/precision.c): bf16 is stored as uint16_t, the top half of a float, rounded to
+ * nearest even with NaN kept a (quiet) NaN; fp16 is stored as uint16_t too, IEEE binary16
+ * bits, converted by the branch-free integer code below: GCC 12 converts C's _Float16 one
+ * element at a time (vcvtsh2ss, or a libgcc call), which kept every loop with a conversion
+ * from vectorising (gpt's step 2.8x slower than fp32), while these vectorise. They give
+ * _Float16's results bit for bit (tests/test_precision.c checks them against it, every
+ * half and a sweep of floats). Values are widened to float wherever they are computed, so a half-precision
+ * tensor only changes what is stored: memory and bandwidth, not the arithmetic. The same
+ * rounding is ir/interp.c's, so generated kernels and the interpreter agree. */
+#ifndef KILN_HALF_H
+#define KILN_HALF_H
+
+#include <stdint.h>
+#include <string.h>
+
+static inline float kiln_bf16_to_f32(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint16_t kiln_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN stays NaN (quiet) */
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even; overflow carries into inf */
+    return (uint16_t)(u >> 16);
+}
+
+/* f rounded to the nearest bf16, as a float. */
+static inline float kiln_bf16_round(float f) { return kiln_bf16_to_f32(kiln_f32_to_bf16(f)); }
+
+static inline float kiln_bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t kiln_f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* Round to nearest even; beyond 65504 (from 65520 up) to inf; NaN to a quiet NaN. */
+static inline uint16_t kiln_f32_to_f16(float f)
+{
+    const uint32_t x = kiln_f32_bits(f), sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+    /* a subnormal result (|f| < 2^-14): the significand shifted right by 126 - exponent
+     * (at most 31: smaller values round to 0), rounded to nearest even by hand */
+    const uint32_t e = a >> 23, shift = e < 95u ? 31u : e > 125u ? 1u : 126u - e; /* 1..31: defined shifts in every lane */
+    const uint32_t mant = (a & 0x7fffffu) | 0x800000u, kept = mant >> shift;
+    const uint32_t rest = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    const uint32_t sub = kept + (uint32_t)((rest > half) | ((rest == half) & (kept & 1u)));
+    /* a normal one: rebias the exponent (-112 << 23), add 0xfff plus the lowest kept bit
+     * (ties to even), keep the top bits */
+    const uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+    const uint32_t huge = a > 0x7f800000u ? 0x7e00u : 0x7c00u;
+    const uint32_t h = a >= 0x477ff000u ? huge : a < 0x38800000u ? sub : normal;
+    return (uint16_t)(h | sign);
+}
+
+static inline float kiln_f16_to_f32(uint16_t h)
+{
+    const uint32_t sign = ((uint32_t)h & 0x8000u) << 16, e = (uint32_t)h & 0x7c00u, m = (uint32_t)h & 0x3ffu;
+    const uint32_t normal = (((uint32_t)h & 0x7fffu) << 13) + 0x38000000u;
+    const uint32_t special = (((uint32_t)h & 0x7fffu) << 13) | 0x7f800000u; /* inf, NaN */
+    const uint32_t sub = kiln_f32_bits((float)(int32_t)m * 0x1p-24f); /* m < 2^10: a signed conversion, which vectorises */
+    const uint32_t u = e == 0x7c00u ? special : e == 0 ? sub : normal;
+    return kiln_bits_f32(u | sign);
+}
+
+/* f rounded to the nearest fp16, as a float. */
+static inline float kiln_f16_round(float f) { return kiln_f16_to_f32(kiln_f32_to_f16(f)); }
+
+#endif
