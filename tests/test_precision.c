@@ -198,7 +198,7 @@ Test(cli, bad_precision_flags)
     expect_usage_error("emit models/mlp.kiln -o /tmp/kiln-prec-never --target cuda-emu --precision bf16",
                        "not implemented for the CUDA target yet");
     expect_usage_error("gradcheck models/mlp.kiln --precision bf16", "unknown option '--precision'");
-    expect_usage_error("emit models/mlp.kiln -o /tmp/kiln-prec-never --infer --precision bf16", "inference programs (--infer) run in fp32");
+    expect_usage_error("emit models/mlp.kiln -o /tmp/kiln-prec-never --infer --precision bf16", "inference programs (--infer, --lib) run in fp32");
 }
 
 /* ---- training: tiny GPT in fp32, bf16 and fp16 ---- */
