@@ -183,6 +183,124 @@ static void kernel_head(CgKernel *L, const char *launch)
     for (int a = 0; a < L->rank; a++) sb_printf(o, "    (void)S%d;\n", a);
 }
 
+/* Elements per vectorised load and store: float4, 16 bytes. */
+#define CUDA_VECTOR 4
+
+/* The statements of one lane of a vectorised elementwise kernel (element i = 4q + k):
+ * its coordinate along the last axis (the others are the lanes' own: scalar_reason), then
+ * kernel.c's scalar statements for the results, with
+ * every float32 value loaded at element i itself read as e<id>[k]; those values go to
+ * loads (in node order). Returns how many. */
+static int lane_body(CgKernel *L, NodeId mm, StrBuf *body, NodeId *loads)
+{
+    const Graph *g = L->g;
+    StrBuf *saved = L->c->o;
+    cg_clear_needed(L);
+    for (int i = 0; i < L->nstores; i++)
+        if (L->stores[i] != mm) cg_need(L, L->stores[i]);
+    L->lane_loaded = xcalloc((size_t)g->nnodes + 1, 1);
+    L->c->o = body;
+    const int last = L->rank - 1;
+    if (L->coords >> last & 1) sb_printf(body, "            const int64_t c%d = l%d + k;\n            (void)c%d;\n", last, last, last);
+    cg_emit_needed(L, "            ");
+    L->c->o = saved;
+    int n = 0;
+    for (NodeId id = 0; id < g->nnodes; id++)
+        if (L->lane_loaded[id]) loads[n++] = id;
+    free(L->lane_loaded);
+    L->lane_loaded = NULL;
+    return n;
+}
+
+/* Why elementwise kernel L is not vectorised, or NULL when it is. Vectorised, each thread
+ * takes four consecutive elements at a time and loads and stores every float32 array at
+ * the element itself as one float4; operands read by coordinates (a broadcast along the
+ * loop, an iota) and arrays of other dtypes are read and written one element at a time
+ * in the four lanes, as in the scalar loop. So there must be such a float32 array; and
+ * coordinates are derived once per four elements (64-bit divisions are calls on a GPU,
+ * four per element group spill registers), so that only the last axis's differs. */
+static const char *scalar_reason(CgKernel *L)
+{
+    const Graph *g = L->g;
+    const NodeId mm = L->mode == CG_LOOP_GEMM ? L->K->anchor : IR_NONE;
+    if (!L->rank) return "a single element";
+    /* the lanes' coordinates from the first lane's, without dividing again: only the last
+     * one differs, by k, when the last axis is a fixed multiple of 4 */
+    const Dim d = L->K->shape.d[L->rank - 1];
+    if (L->coords && (d.nsym || d.k % CUDA_VECTOR))
+        return "an operand is read by coordinates (a broadcast, an iota) and the last axis is not a fixed multiple of 4";
+    for (int i = 0; i < L->nstores; i++)
+        if (L->stores[i] != mm && g->nodes[L->stores[i]].dtype == DT_F32) return NULL;
+    StrBuf body;
+    sb_init(&body);
+    NodeId *loads = xcalloc((size_t)g->nnodes + 1, sizeof *loads);
+    const int n = lane_body(L, mm, &body, loads);
+    sb_free(&body);
+    free(loads);
+    return n ? NULL : "no float32 array is read or written at the element itself (only other dtypes, or values found from coordinates)";
+}
+
+/* The vectorised loop of an elementwise kernel (see scalar_reason); the scalar loop after
+ * it takes what it leaves. */
+static void emit_vector_loop(CgKernel *L, NodeId mm)
+{
+    const Graph *g = L->g;
+    StrBuf *o = L->c->o;
+    StrBuf body;
+    sb_init(&body);
+    NodeId *loads = xcalloc((size_t)g->nnodes + 1, sizeof *loads);
+    const int nloads = lane_body(L, mm, &body, loads);
+    sb_puts(o, "    /* Four elements at a time (float4: 16-byte loads and stores) when every float4 pointer\n"
+               "     * is 16-byte aligned, as the arena's 64-byte offsets and cudaMalloc's memory are (a\n"
+               "     * parameter's place in its slab need not be); the scalar loop below takes the last\n"
+               "     * n % 4 elements, or all of them otherwise. */\n"
+               "    const bool aligned = (");
+    int nptr = 0;
+    for (int i = 0; i < nloads; i++) sb_printf(o, "%s(uintptr_t)%c%d", nptr++ ? " | " : "", loads[i] == mm ? 'y' : 'p', loads[i]);
+    for (int i = 0; i < L->nstores; i++)
+        if (L->stores[i] != mm && g->nodes[L->stores[i]].dtype == DT_F32) sb_printf(o, "%s(uintptr_t)y%d", nptr++ ? " | " : "", L->stores[i]);
+    sb_printf(o, ") %% 16 == 0;\n"
+                 "    const int64_t n4 = aligned ? n / %d : 0;\n"
+                 "    for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < n4; q += (int64_t)gridDim.x * blockDim.x) {\n",
+              CUDA_VECTOR);
+    for (int i = 0; i < nloads; i++) {
+        const NodeId id = loads[i];
+        sb_printf(o, "        const float4 q%d = reinterpret_cast<const float4 *>(%c%d)[q]; /* elements 4q ... 4q + 3 */\n", id,
+                  id == mm ? 'y' : 'p', id);
+        sb_printf(o, "        const float e%d[4] = {q%d.x, q%d.y, q%d.z, q%d.w};\n", id, id, id, id, id);
+    }
+    for (int i = 0; i < L->nstores; i++)
+        if (L->stores[i] != mm && g->nodes[L->stores[i]].dtype == DT_F32) sb_printf(o, "        float r%d[4];\n", L->stores[i]);
+    const int last = L->rank - 1;
+    const uint64_t others = L->coords & ~((uint64_t)1 << last);
+    if (L->coords) {
+        sb_puts(o, "        /* the four elements' coordinates: the same but along the last axis (a multiple of 4) */\n");
+        cg_coordinates(L, others, (((uint64_t)1 << L->rank) - 1), "(4 * q)", "        ");
+        void_coordinates(L, others, "        ");
+    }
+    if (L->coords >> last & 1) sb_printf(o, "        const int64_t l%d = 4 * q %% S%d; /* the first element's */\n", last, last);
+    sb_puts(o, "        KILN_UNROLL4\n"
+               "        for (int k = 0; k < 4; k++) {\n"
+               "            const int64_t i = 4 * q + k;\n"
+               "            (void)i; /* for coordinates, random numbers, scalar loads: not every kernel has them */\n");
+    sb_puts(o, body.data ? body.data : "");
+    for (int i = 0; i < L->nstores; i++) {
+        const NodeId id = L->stores[i];
+        if (id == mm) continue;
+        if (g->nodes[id].dtype == DT_F32) sb_printf(o, "            r%d[k] = t%d;\n", id, id);
+        else sb_printf(o, "            y%d[i] = t%d; /* not float32: one element */\n", id, id);
+    }
+    sb_puts(o, "        }\n");
+    for (int i = 0; i < L->nstores; i++) {
+        const NodeId id = L->stores[i];
+        if (id != mm && g->nodes[id].dtype == DT_F32)
+            sb_printf(o, "        reinterpret_cast<float4 *>(y%d)[q] = make_float4(r%d[0], r%d[1], r%d[2], r%d[3]);\n", id, id, id, id, id);
+    }
+    sb_puts(o, "    }\n");
+    sb_free(&body);
+    free(loads);
+}
+
 static void emit_map_kernel(CgKernel *L)
 {
     StrBuf *o = L->c->o;
@@ -190,22 +308,34 @@ static void emit_map_kernel(CgKernel *L)
     /* a GEMM kernel's epilogue: the product is in memory (cuBLAS wrote it), its consumers
      * run as an elementwise kernel over it */
     const NodeId mm = gemm ? L->K->anchor : IR_NONE;
-    kernel_head(L, gemm ? "cuBLAS writes the product (the host function below), then this epilogue runs\n"
-                          " * over its elements: blocks of 256 threads, a grid-stride loop over the elements."
-                        : "blocks of 256 threads, a grid-stride loop over the elements (each thread takes\n"
-                          " * every gridDim.x * blockDim.x-th one, from its own index).");
+    const char *scalar = scalar_reason(L);
+    StrBuf launch;
+    sb_init(&launch);
+    sb_puts(&launch, gemm ? "cuBLAS writes the product (the host function below), then this epilogue runs\n"
+                            " * over its elements: blocks of 256 threads, a grid-stride loop over the elements."
+                          : "blocks of 256 threads, a grid-stride loop over the elements (each thread takes\n"
+                            " * every gridDim.x * blockDim.x-th one, from its own index).");
+    if (scalar) sb_printf(&launch, "\n * Not vectorised: %s.", scalar);
+    else sb_puts(&launch, "\n * Vectorised: each thread takes four consecutive elements at a time (the grid is sized\n"
+                          " * for n / 4), loading and storing each float32 array at the element itself as one float4;\n"
+                          " * operands read by coordinates (broadcasts) and other dtypes, one element at a time.");
+    kernel_head(L, launch.data);
+    sb_free(&launch);
     /* the product's operands (the first reads): cuBLAS reads them, not this kernel */
     for (int i = 0; gemm && i < 2 && i < L->nreads; i++) sb_printf(o, "    (void)p%d;\n", L->reads[i]);
     sb_puts(o, "    const int64_t n = ");
     if (!L->rank) sb_puts(o, "1");
     for (int a = 0; a < L->rank; a++) sb_printf(o, "%sS%d", a ? " * " : "", a);
-    sb_puts(o, ";\n"
-               "    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {\n");
-    cg_coordinates(L, L->coords, L->rank ? (((uint64_t)1 << L->rank) - 1) : 0, "i", "        ");
-    void_coordinates(L, L->coords, "        "); /* a coordinate along an axis of 1 is not read */
+    sb_puts(o, ";\n");
+    const bool vector = !scalar;
+    if (vector) emit_vector_loop(L, mm);
     cg_clear_needed(L);
     for (int i = 0; i < L->nstores; i++)
         if (L->stores[i] != mm) cg_need(L, L->stores[i]);
+    sb_printf(o, "    for (int64_t i = %sblockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {\n",
+              vector ? "4 * n4 + " : "");
+    cg_coordinates(L, L->coords, L->rank ? (((uint64_t)1 << L->rank) - 1) : 0, "i", "        ");
+    void_coordinates(L, L->coords, "        "); /* a coordinate along an axis of 1 is not read */
     cg_emit_needed(L, "        ");
     for (int i = 0; i < L->nstores; i++)
         if (L->stores[i] != mm) sb_printf(o, "        y%d[i] = t%d;\n", L->stores[i], L->stores[i]);
@@ -693,6 +823,8 @@ static void emit_launcher(CgKernel *L)
         sb_puts(o, "    const int64_t blocks = ");
         dims_product(o, L, false, true);
         sb_puts(o, ";\n");
+    } else if (!scalar_reason(L)) { /* four elements per thread (emit_vector_loop) */
+        sb_printf(o, "    const int64_t blocks = ((n + 3) / 4 + %d - 1) / %d; /* four elements a thread */\n", CUDA_MAP_BLOCK, CUDA_MAP_BLOCK);
     } else {
         sb_printf(o, "    const int64_t blocks = (n + %d - 1) / %d;\n", CUDA_MAP_BLOCK, CUDA_MAP_BLOCK);
     }

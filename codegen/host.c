@@ -478,7 +478,9 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
                   c->infer ? "inference" : "training");
     if (c->infer) {
         /* An inference program: the evaluation and predict steps, no training step; on the
-         * CUDA target they run on the GPU (C++: the fields in declaration order). */
+         * CUDA target they run on the GPU (C++: the fields in declaration order, the
+         * training step's given as none, as g++ -Wextra wants every field before the last
+         * one given). */
         StrBuf device;
         sb_init(&device);
         sb_printf(&device, "    .nindex_checks = %d, .device = &kiln_cuda_device,\n", c->nchecks_max);
@@ -488,17 +490,19 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
                        "    .ninputs = %d, .inputs = inputs, .nsyms = %d, .syms = syms,\n"
                        "    .nmetrics = %d, .metric_names = metric_names,\n"
                        "    .noutputs = %d, .output_names = output_names, .output_dtypes = output_dtypes,\n"
-                       "    .eval_arena_bytes = %lld,\n"
+                       "    %s.eval_arena_bytes = %lld,\n"
                        "    .nrecipe = %d, .recipe = recipe,\n"
-                       "    .eval_step = eval_step, .eval_gemm_flops = eval_gemm_flops,\n"
-                       "    .neval_kernels = %d, .eval_kernels = eval_kernels,\n"
+                       "    %s.eval_step = eval_step, %s.eval_gemm_flops = eval_gemm_flops,\n"
+                       "    %s.neval_kernels = %d, %s.eval_kernels = eval_kernels,\n"
                        "%s"
                        "    .predict_step = predict_step, .predict_gemm_flops = predict_gemm_flops,\n"
                        "    .predict_arena_bytes = %lld, .npredict_kernels = %d, .predict_kernels = predict_kernels,\n"
                        "    .forward_inputs = forward_inputs, .outputs = output_info,\n};\n",
                   train->name, source_literal.data, hash, n->nparams, (long long)n->nparam_floats, (long long)n->buffer_bytes,
-                  n->ninputs, train->nsyms, n->nmetrics, n->noutputs, (long long)eval_arena, n->nrecipe, c->nkernels[1],
-                  cuda(c) ? device.data : "", (long long)c->predict_arena, c->npredict_kernels);
+                  n->ninputs, train->nsyms, n->nmetrics, n->noutputs, cuda(c) ? ".train_arena_bytes = 0, " : "", (long long)eval_arena,
+                  n->nrecipe, cuda(c) ? ".train_step = NULL, " : "", cuda(c) ? ".train_gemm_flops = NULL, " : "",
+                  cuda(c) ? ".ntrain_gemms = 0, .train_gemms = NULL, .ntrain_kernels = 0, " : "", c->nkernels[1],
+                  cuda(c) ? ".train_kernels = NULL, " : "", cuda(c) ? device.data : "", (long long)c->predict_arena, c->npredict_kernels);
         sb_free(&device);
         (void)train_arena;
         sb_free(&source_literal);

@@ -231,7 +231,8 @@ Test(cuda_infer, emit_writes_the_two_steps_for_the_device)
     cr_expect(strstr(cu, "static void eval_step(kiln_step_io *io)"));
     cr_expect(strstr(cu, "static void predict_step(kiln_step_io *io)"));
     cr_expect(strstr(cu, "__global__ void __launch_bounds__(256) predict_k"), "the predict step's kernels");
-    cr_expect(!strstr(cu, "train_step") && !strstr(cu, "io->grads"), "an inference program's model.cu has a training step");
+    cr_expect(!strstr(cu, "void train_step") && !strstr(cu, "io->grads"), "an inference program's model.cu has a training step");
+    cr_expect(strstr(cu, ".train_step = NULL, .eval_step = eval_step,"));
     cr_expect(strstr(cu, "static const bool forward_inputs[] = {true, false};"));
     cr_expect(strstr(cu, ".device = &kiln_cuda_device,"));
     /* the predict step leaves the labels alone; the evaluation step copies them */

@@ -55,6 +55,9 @@
 #define KILN_SHFL_IDX(v, src) kemu::shfl(KEMU_SHFL_IDX, (v), (int)(src), __FILE__, __LINE__)
 #define KILN_LAUNCH_RAW_(kernel, grid, block, shmem, stream, ...) \
     kemu::launch(kernel, #kernel, __FILE__, __LINE__, (grid), (block), (shmem), (stream), __VA_ARGS__)
+/* KILN_UNROLL4 before a loop of 4 iterations with a constant count: unrolled, so that an
+ * array indexed by its counter stays in registers (the vectorised elementwise kernels). */
+#define KILN_UNROLL4 _Pragma("GCC unroll 4")
 
 #elif defined(__CUDACC__)
 
@@ -68,6 +71,7 @@
 #define KILN_SHFL_IDX(v, src) __shfl_sync(KILN_FULL_MASK, (v), (src))
 #define KILN_LAUNCH_RAW_(kernel, grid, block, shmem, stream, ...) \
     kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
+#define KILN_UNROLL4 _Pragma("unroll 4")
 
 #endif /* else: host-only C++ against the real runtime (error helpers below only) */
 
