@@ -189,7 +189,7 @@ static void kernel_head(CgKernel *L, const char *launch)
 /* The statements of one lane of a vectorised elementwise kernel (element i = 4q + k):
  * its coordinate along the last axis (the others are the lanes' own: scalar_reason), then
  * kernel.c's scalar statements for the results, with
- * every float32 value loaded at element i itself read as e<id>[k]; those values go to
+ * every float32 value loaded at element i itself read as kiln_lane(q<id>, k); those go to
  * loads (in node order). Returns how many. */
 static int lane_body(CgKernel *L, NodeId mm, StrBuf *body, NodeId *loads)
 {
@@ -267,10 +267,9 @@ static void emit_vector_loop(CgKernel *L, NodeId mm)
         const NodeId id = loads[i];
         sb_printf(o, "        const float4 q%d = reinterpret_cast<const float4 *>(%c%d)[q]; /* elements 4q ... 4q + 3 */\n", id,
                   id == mm ? 'y' : 'p', id);
-        sb_printf(o, "        const float e%d[4] = {q%d.x, q%d.y, q%d.z, q%d.w};\n", id, id, id, id, id);
     }
     for (int i = 0; i < L->nstores; i++)
-        if (L->stores[i] != mm && g->nodes[L->stores[i]].dtype == DT_F32) sb_printf(o, "        float r%d[4];\n", L->stores[i]);
+        if (L->stores[i] != mm && g->nodes[L->stores[i]].dtype == DT_F32) sb_printf(o, "        float4 r%d = make_float4(0, 0, 0, 0);\n", L->stores[i]);
     const int last = L->rank - 1;
     const uint64_t others = L->coords & ~((uint64_t)1 << last);
     if (L->coords) {
@@ -279,7 +278,7 @@ static void emit_vector_loop(CgKernel *L, NodeId mm)
         void_coordinates(L, others, "        ");
     }
     if (L->coords >> last & 1) sb_printf(o, "        const int64_t l%d = 4 * q %% S%d; /* the first element's */\n", last, last);
-    sb_puts(o, "        KILN_UNROLL4\n"
+    sb_puts(o, "        KILN_NO_UNROLL /* one lane's values live at a time, as in the scalar loop */\n"
                "        for (int k = 0; k < 4; k++) {\n"
                "            const int64_t i = 4 * q + k;\n"
                "            (void)i; /* for coordinates, random numbers, scalar loads: not every kernel has them */\n");
@@ -287,14 +286,14 @@ static void emit_vector_loop(CgKernel *L, NodeId mm)
     for (int i = 0; i < L->nstores; i++) {
         const NodeId id = L->stores[i];
         if (id == mm) continue;
-        if (g->nodes[id].dtype == DT_F32) sb_printf(o, "            r%d[k] = t%d;\n", id, id);
+        if (g->nodes[id].dtype == DT_F32) sb_printf(o, "            kiln_set_lane(r%d, k, t%d);\n", id, id);
         else sb_printf(o, "            y%d[i] = t%d; /* not float32: one element */\n", id, id);
     }
     sb_puts(o, "        }\n");
     for (int i = 0; i < L->nstores; i++) {
         const NodeId id = L->stores[i];
         if (id != mm && g->nodes[id].dtype == DT_F32)
-            sb_printf(o, "        reinterpret_cast<float4 *>(y%d)[q] = make_float4(r%d[0], r%d[1], r%d[2], r%d[3]);\n", id, id, id, id, id);
+            sb_printf(o, "        reinterpret_cast<float4 *>(y%d)[q] = r%d;\n", id, id);
     }
     sb_puts(o, "    }\n");
     sb_free(&body);
@@ -1339,6 +1338,11 @@ static int begin_file(Cg *c, const Graph *g, const Graph *train, const char *sou
                  "    T s = 0;\n"
                  "    for (int b = 0; b < n; b++) s += parts[b];\n"
                  "    total[0] = s;\n}\n\n"
+                 "/* Lane k of four elements loaded or stored at once (the vectorised elementwise\n"
+                 " * kernels): selects, no memory. */\n"
+                 "static __device__ inline float kiln_lane(float4 v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }\n"
+                 "static __device__ inline void kiln_set_lane(float4 &v, int k, float x)\n{\n"
+                 "    v.x = k == 0 ? x : v.x;\n    v.y = k == 1 ? x : v.y;\n    v.z = k == 2 ? x : v.z;\n    v.w = k == 3 ? x : v.w;\n}\n\n"
                  "template <typename T> static __device__ T kiln_block_min(T v)\n{\n"
                  "    KILN_SHARED(T, warp_mins, [32]);\n"
                  "    for (int o = 16; o > 0; o /= 2) {\n"

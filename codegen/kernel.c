@@ -299,7 +299,7 @@ void cg_operand(CgKernel *L, NodeId x, NodeId reader, bool row, StrBuf *b)
     }
     if (L->lane_loaded && !row && g->nodes[r].dtype == DT_F32) {
         L->lane_loaded[r] = 1;
-        sb_printf(b, "e%d[k]", r);
+        sb_printf(b, "kiln_lane(q%d, k)", r);
         return;
     }
     sb_printf(b, "p%d[%s]", r, row ? "row" : "i");
@@ -321,7 +321,7 @@ void cg_member_value(CgKernel *L, NodeId id, bool row, const char *indent)
     sb_printf(o, "%sconst %s %c%d = ", indent, cg_ctype((DType)n->dtype), row ? 'w' : 't', id);
     if (n->op == OP_MATMUL && L->lane_loaded && n->dtype == DT_F32) { /* the product, four at a time */
         L->lane_loaded[id] = 1;
-        sb_printf(o, "e%d[k];\n", id);
+        sb_printf(o, "kiln_lane(q%d, k);\n", id);
         return;
     }
     if (n->op == OP_MATMUL || (!row && written_before(L, id))) {
