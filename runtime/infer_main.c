@@ -533,6 +533,8 @@ int main(int argc, char **argv)
     /* the device first: a program built for a GPU on a machine without one says so at once */
     if (device_start(&device, arena_bytes)) {
         device_stop(&device);
+        free(params);
+        free(buffers);
         free(o.data);
         return 1;
     }
@@ -549,8 +551,8 @@ int main(int argc, char **argv)
     krt_safetensors *w = NULL;
     krt_dataset *ds = NULL;
     krt_error err;
-    if (!params || !buffers || (!arena && !device.ctx) || !arrays || !used || !bufs || !dst || !inputs || !dtypes || !syms || !sym_value || !metrics || !msum ||
-        !outs || !all) {
+    if (!params || !buffers || (!arena && !device.ctx) || !arrays || !used || !bufs || !dst || !inputs || !dtypes || !syms || !sym_value ||
+        !metrics || !msum || !outs || !all) {
         die("out of memory");
         goto out;
     }
