@@ -229,6 +229,16 @@ static const char *scalar_reason(CgKernel *L)
     const Dim d = L->K->shape.d[L->rank - 1];
     if (L->coords && (d.nsym || d.k % CUDA_VECTOR))
         return "an operand is read by coordinates (a broadcast, an iota) and the last axis is not a fixed multiple of 4";
+    /* sinf's and cosf's exact reduction of large arguments keeps a small array in local
+     * memory: a second copy of the kernel's body (the lanes) gave those kernels a stack frame
+     * on sm_80 too (llama's rotary tables, small kernels: nothing to gain) */
+    for (int32_t i = 0; i < L->K->count; i++) {
+        const Op op = (Op)g->nodes[CG_MEMBER(L, i)].op;
+        if (op == OP_SIN || op == OP_COS) return "it calls sinf or cosf, whose exact reduction of large arguments keeps an array in local memory";
+    }
+    for (int i = 0; i < L->nremat; i++)
+        if (g->nodes[L->remat[i]].op == OP_SIN || g->nodes[L->remat[i]].op == OP_COS)
+            return "it calls sinf or cosf, whose exact reduction of large arguments keeps an array in local memory";
     for (int i = 0; i < L->nstores; i++)
         if (L->stores[i] != mm && g->nodes[L->stores[i]].dtype == DT_F32) return NULL;
     StrBuf body;
