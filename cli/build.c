@@ -217,7 +217,7 @@ bool build_have_nvcc(void) { return KILN_NVCC[0] != 0; }
  * then linked with the driver, the runtime and the CUDA libraries (or the emulator's) by
  * the host C++ compiler. The GPU build targets sm_80 and sm_90 (A100, H100); device.cu
  * without FMA contraction, so that the optimizer rounds as the host's does. */
-int build_cuda_program(const char *model_cu, const char *prog, bool emulated, const char *extra_flags, StrBuf *log)
+int build_cuda_program(const char *model_cu, const char *prog, bool emulated, const char *extra_flags, bool infer, StrBuf *log)
 {
     const char *cxx = getenv("CXX");
     if (!cxx || !*cxx) cxx = KILN_CXX;
@@ -252,8 +252,8 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
     sb_printf(&cmd, "[ $first = 0 ] && [ $second = 0 ] && %s %s ", cxx, emulated ? KILN_EMU_CXXFLAGS : "");
     shell_word(&cmd, obj[0].data);
     shell_word(&cmd, obj[1].data);
-    shell_word(&cmd, KILN_TRAIN_MAIN);
-    shell_word(&cmd, KILN_TRAIN_BENCH);
+    shell_word(&cmd, infer ? KILN_INFER_MAIN : KILN_TRAIN_MAIN);
+    if (!infer) shell_word(&cmd, KILN_TRAIN_BENCH);
     sb_puts(&cmd, "-o ");
     shell_word(&cmd, prog);
     shell_word(&cmd, KILN_RUNTIME_LIB);

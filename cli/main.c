@@ -101,7 +101,8 @@ static const char *usage_build =
     "docs/precision.md); fp32 (or f32) trains in single precision. C target only for now.\n"
     "--infer builds an inference program instead: the forward in eval mode on input files,\n"
     "weights from a checkpoint (PROG --weights DIR|FILE), outputs to .npy, top-k, and loss\n"
-    "and metrics when the loss's inputs are given (docs/inference.md; C target only).\n"
+    "and metrics when the loss's inputs are given (docs/inference.md); with --target cuda or\n"
+    "cuda-emu its steps run on the GPU (or the emulator).\n"
     "--embed-weights CKPT (with --infer or --lib) compiles the weights of CKPT (a checkpoint\n"
     "directory or a .safetensors file, Kiln's or PyTorch's) into the program or library.\n"
     "--lib -o DIR builds an embeddable C library instead: DIR/MODEL.h, DIR/libMODEL.a and\n"
@@ -276,7 +277,6 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
     if (!o->file && !o->list_passes) return usage_error(cmd, "no model file given%s", "");
     if (!strcmp(cmd, "emit") && !o->output) return usage_error(cmd, "emit needs an output directory: -o DIR%s", "");
     if (!strcmp(cmd, "build") && !o->output) return usage_error(cmd, "build needs an output program: -o PROG%s", "");
-    if (o->infer && o->cuda) return usage_error(cmd, "--infer is not available for --target %s yet (build it for the C target)", o->emulated ? "cuda-emu" : "cuda");
     if (o->lib && o->infer) return usage_error(cmd, "--lib and --infer: give one of them (a library or an inference program)%s", "");
     if (o->lib && o->cuda) return usage_error(cmd, "--lib is not available for --target %s yet (build it for the C target)", o->emulated ? "cuda-emu" : "cuda");
     if (o->embed && !o->infer && !o->lib)
@@ -878,12 +878,16 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
     int rc;
     if (g_infer) {
         Graph *predict = codegen_predict_graph(eval->graph);
-        StrBuf why;
-        sb_init(&why);
-        Graph *decode = decode_graph(file, train, d, &why, err);
-        rc = err->len ? -1 : codegen_c_infer(train->graph, eval->graph, predict, decode, why.data, file, kv, nkv, c, err);
-        if (decode) ir_graph_free(decode);
-        sb_free(&why);
+        if (g_cuda) { /* text generation is the C target's for now (docs/inference.md) */
+            rc = codegen_cuda_infer(train->graph, eval->graph, predict, file, kv, nkv, c, err);
+        } else {
+            StrBuf why;
+            sb_init(&why);
+            Graph *decode = decode_graph(file, train, d, &why, err);
+            rc = err->len ? -1 : codegen_c_infer(train->graph, eval->graph, predict, decode, why.data, file, kv, nkv, c, err);
+            if (decode) ir_graph_free(decode);
+            sb_free(&why);
+        }
         ir_graph_free(predict);
     } else {
         /* the C target's training program samples through the decode step too */
@@ -935,7 +939,7 @@ static int cmd_emit(const Options *o, Model *train, Diag *d)
  * file's bytes (the assembler's .incbin, read when model.c is compiled) between the
  * symbols kiln_embedded_weights and kiln_embedded_weights_end, which infer_main.c reads.
  * Returns 0, or 1 after a message. */
-static int embed_weights(const char *ckpt, const Graph *g, StrBuf *c)
+static int embed_weights(const char *ckpt, const Graph *g, bool cuda, StrBuf *c)
 {
     krt_error err;
     struct stat st;
@@ -984,12 +988,15 @@ static int embed_weights(const char *ckpt, const Graph *g, StrBuf *c)
             fprintf(stderr, "kiln: error: --embed-weights: %s: the path has a quote, backslash or control character, which the assembler's .incbin cannot name; copy the file elsewhere\n", real);
             return 1;
         }
-    sb_printf(c, "\n#if KILN_PART != 1\n"
+    /* model.cu (CUDA): the host compilation only (nvcc compiles the file once per GPU
+     * architecture too, with __CUDA_ARCH__ set), and the name with C linkage, as
+     * infer_main.c declares it */
+    sb_printf(c, "\n#if %s\n"
                  "/* The weights, embedded by kiln build --embed-weights from %s (safetensors). */\n"
                  "__asm__(\".section .rodata\\n.balign 64\\n.globl kiln_embedded_weights\\nkiln_embedded_weights:\\n\"\n"
                  "        \".incbin \\\"%s\\\"\\n.globl kiln_embedded_weights_end\\nkiln_embedded_weights_end:\\n.previous\\n\");\n"
-                 "const char kiln_embedded_weights_name[] = \"%s\";\n#endif\n",
-              real, real, real);
+                 "%sconst char kiln_embedded_weights_name[] = \"%s\";\n#endif\n",
+              cuda ? "!defined(__CUDA_ARCH__)" : "KILN_PART != 1", real, real, cuda ? "extern \"C\" " : "", real);
     return 0;
 }
 
@@ -1004,7 +1011,7 @@ static int build_to(const Options *o, Model *train, Diag *d, const char *prog)
     char dir[4096] = "";
     char *model_c = NULL;
     if (generate(o->file, train, d, &c, &err)) goto done;
-    if (o->embed && embed_weights(o->embed, train->graph, &c)) goto done;
+    if (o->embed && embed_weights(o->embed, train->graph, o->cuda, &c)) goto done;
     if (build_tempdir_make(dir, sizeof dir)) {
         fprintf(stderr, "kiln: error: cannot create a temporary directory: %s\n", strerror(errno));
         dir[0] = 0;
@@ -1012,7 +1019,7 @@ static int build_to(const Options *o, Model *train, Diag *d, const char *prog)
     }
     if (write_model_c(dir, o->cuda ? "model.cu" : "model.c", &c, &model_c)) goto done;
     if (o->lib ? build_library(model_c, prog, train->graph->name, o->cflags, &log)
-               : o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, &log)
+               : o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, o->infer, &log)
                          : build_program(model_c, prog, o->cflags, o->infer, &log)) {
         fprintf(stderr, "kiln: error: building %s failed:\n%s\n", prog, log.data ? log.data : "");
         goto done;

@@ -40,6 +40,13 @@ Graph *codegen_predict_graph(const Graph *eval);
 int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe, bool partial,
                  StrBuf *out, StrBuf *err);
 
+/* An inference program's model.cu (kiln build --infer --target cuda|cuda-emu): what
+ * codegen_c_infer writes for the C target (the evaluation step, the predict step, the
+ * inference tables), with the kernels and launches of codegen_cuda, the steps running on
+ * the GPU. Errors as codegen_cuda's. */
+int codegen_cuda_infer(const Graph *train, const Graph *eval, const Graph *predict, const char *source_path, char *const *recipe_kv,
+                       int nrecipe, StrBuf *out, StrBuf *err);
+
 /* Bytes of activation memory each step needs at the symbols' bounds (after planning). */
 int64_t codegen_arena_bytes(const Graph *g);
 

@@ -183,6 +183,133 @@ static void kernel_head(CgKernel *L, const char *launch)
     for (int a = 0; a < L->rank; a++) sb_printf(o, "    (void)S%d;\n", a);
 }
 
+/* Elements per vectorised load and store: float4, 16 bytes. */
+#define CUDA_VECTOR 4
+
+/* The statements of one lane of a vectorised elementwise kernel (element i = 4q + k):
+ * its coordinate along the last axis (the others are the lanes' own: scalar_reason), then
+ * kernel.c's scalar statements for the results, with
+ * every float32 value loaded at element i itself read as kiln_lane(q<id>, k); those go to
+ * loads (in node order). Returns how many. */
+static int lane_body(CgKernel *L, NodeId mm, StrBuf *body, NodeId *loads)
+{
+    const Graph *g = L->g;
+    StrBuf *saved = L->c->o;
+    cg_clear_needed(L);
+    for (int i = 0; i < L->nstores; i++)
+        if (L->stores[i] != mm) cg_need(L, L->stores[i]);
+    L->lane_loaded = xcalloc((size_t)g->nnodes + 1, 1);
+    L->c->o = body;
+    const int last = L->rank - 1;
+    if (L->coords >> last & 1) sb_printf(body, "            const int64_t c%d = l%d + k;\n            (void)c%d;\n", last, last, last);
+    cg_emit_needed(L, "            ");
+    L->c->o = saved;
+    int n = 0;
+    for (NodeId id = 0; id < g->nnodes; id++)
+        if (L->lane_loaded[id]) loads[n++] = id;
+    free(L->lane_loaded);
+    L->lane_loaded = NULL;
+    return n;
+}
+
+/* Why elementwise kernel L is not vectorised, or NULL when it is. Vectorised, each thread
+ * takes four consecutive elements at a time and loads and stores every float32 array at
+ * the element itself as one float4; operands read by coordinates (a broadcast along the
+ * loop, an iota) and arrays of other dtypes are read and written one element at a time
+ * in the four lanes, as in the scalar loop. So there must be such a float32 array; and
+ * coordinates are derived once per four elements (64-bit divisions are calls on a GPU,
+ * four per element group spill registers), so that only the last axis's differs. */
+static const char *scalar_reason(CgKernel *L)
+{
+    const Graph *g = L->g;
+    const NodeId mm = L->mode == CG_LOOP_GEMM ? L->K->anchor : IR_NONE;
+    if (!L->rank) return "a single element";
+    /* the lanes' coordinates from the first lane's, without dividing again: only the last
+     * one differs, by k, when the last axis is a fixed multiple of 4 */
+    const Dim d = L->K->shape.d[L->rank - 1];
+    if (L->coords && (d.nsym || d.k % CUDA_VECTOR))
+        return "an operand is read by coordinates (a broadcast, an iota) and the last axis is not a fixed multiple of 4";
+    /* sinf's and cosf's exact reduction of large arguments keeps a small array in local
+     * memory: a second copy of the kernel's body (the lanes) gave those kernels a stack frame
+     * on sm_80 too (llama's rotary tables, small kernels: nothing to gain) */
+    for (int32_t i = 0; i < L->K->count; i++) {
+        const Op op = (Op)g->nodes[CG_MEMBER(L, i)].op;
+        if (op == OP_SIN || op == OP_COS) return "it calls sinf or cosf, whose exact reduction of large arguments keeps an array in local memory";
+    }
+    for (int i = 0; i < L->nremat; i++)
+        if (g->nodes[L->remat[i]].op == OP_SIN || g->nodes[L->remat[i]].op == OP_COS)
+            return "it calls sinf or cosf, whose exact reduction of large arguments keeps an array in local memory";
+    for (int i = 0; i < L->nstores; i++)
+        if (L->stores[i] != mm && g->nodes[L->stores[i]].dtype == DT_F32) return NULL;
+    StrBuf body;
+    sb_init(&body);
+    NodeId *loads = xcalloc((size_t)g->nnodes + 1, sizeof *loads);
+    const int n = lane_body(L, mm, &body, loads);
+    sb_free(&body);
+    free(loads);
+    return n ? NULL : "no float32 array is read or written at the element itself (only other dtypes, or values found from coordinates)";
+}
+
+/* The vectorised loop of an elementwise kernel (see scalar_reason); the scalar loop after
+ * it takes what it leaves. */
+static void emit_vector_loop(CgKernel *L, NodeId mm)
+{
+    const Graph *g = L->g;
+    StrBuf *o = L->c->o;
+    StrBuf body;
+    sb_init(&body);
+    NodeId *loads = xcalloc((size_t)g->nnodes + 1, sizeof *loads);
+    const int nloads = lane_body(L, mm, &body, loads);
+    sb_puts(o, "    /* Four elements at a time (float4: 16-byte loads and stores) when every float4 pointer\n"
+               "     * is 16-byte aligned, as the arena's 64-byte offsets and cudaMalloc's memory are (a\n"
+               "     * parameter's place in its slab need not be); the scalar loop below takes the last\n"
+               "     * n % 4 elements, or all of them otherwise. */\n"
+               "    const bool aligned = (");
+    int nptr = 0;
+    for (int i = 0; i < nloads; i++) sb_printf(o, "%s(uintptr_t)%c%d", nptr++ ? " | " : "", loads[i] == mm ? 'y' : 'p', loads[i]);
+    for (int i = 0; i < L->nstores; i++)
+        if (L->stores[i] != mm && g->nodes[L->stores[i]].dtype == DT_F32) sb_printf(o, "%s(uintptr_t)y%d", nptr++ ? " | " : "", L->stores[i]);
+    sb_printf(o, ") %% 16 == 0;\n"
+                 "    const int64_t n4 = aligned ? n / %d : 0;\n"
+                 "    for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < n4; q += (int64_t)gridDim.x * blockDim.x) {\n",
+              CUDA_VECTOR);
+    for (int i = 0; i < nloads; i++) {
+        const NodeId id = loads[i];
+        sb_printf(o, "        const float4 q%d = reinterpret_cast<const float4 *>(%c%d)[q]; /* elements 4q ... 4q + 3 */\n", id,
+                  id == mm ? 'y' : 'p', id);
+    }
+    for (int i = 0; i < L->nstores; i++)
+        if (L->stores[i] != mm && g->nodes[L->stores[i]].dtype == DT_F32) sb_printf(o, "        float4 r%d = make_float4(0, 0, 0, 0);\n", L->stores[i]);
+    const int last = L->rank - 1;
+    const uint64_t others = L->coords & ~((uint64_t)1 << last);
+    if (L->coords) {
+        sb_puts(o, "        /* the four elements' coordinates: the same but along the last axis (a multiple of 4) */\n");
+        cg_coordinates(L, others, (((uint64_t)1 << L->rank) - 1), "(4 * q)", "        ");
+        void_coordinates(L, others, "        ");
+    }
+    if (L->coords >> last & 1) sb_printf(o, "        const int64_t l%d = 4 * q %% S%d; /* the first element's */\n", last, last);
+    sb_puts(o, "        KILN_NO_UNROLL /* one lane's values live at a time, as in the scalar loop */\n"
+               "        for (int k = 0; k < 4; k++) {\n"
+               "            const int64_t i = 4 * q + k;\n"
+               "            (void)i; /* for coordinates, random numbers, scalar loads: not every kernel has them */\n");
+    sb_puts(o, body.data ? body.data : "");
+    for (int i = 0; i < L->nstores; i++) {
+        const NodeId id = L->stores[i];
+        if (id == mm) continue;
+        if (g->nodes[id].dtype == DT_F32) sb_printf(o, "            kiln_set_lane(r%d, k, t%d);\n", id, id);
+        else sb_printf(o, "            y%d[i] = t%d; /* not float32: one element */\n", id, id);
+    }
+    sb_puts(o, "        }\n");
+    for (int i = 0; i < L->nstores; i++) {
+        const NodeId id = L->stores[i];
+        if (id != mm && g->nodes[id].dtype == DT_F32)
+            sb_printf(o, "        reinterpret_cast<float4 *>(y%d)[q] = r%d;\n", id, id);
+    }
+    sb_puts(o, "    }\n");
+    sb_free(&body);
+    free(loads);
+}
+
 static void emit_map_kernel(CgKernel *L)
 {
     StrBuf *o = L->c->o;
@@ -190,22 +317,34 @@ static void emit_map_kernel(CgKernel *L)
     /* a GEMM kernel's epilogue: the product is in memory (cuBLAS wrote it), its consumers
      * run as an elementwise kernel over it */
     const NodeId mm = gemm ? L->K->anchor : IR_NONE;
-    kernel_head(L, gemm ? "cuBLAS writes the product (the host function below), then this epilogue runs\n"
-                          " * over its elements: blocks of 256 threads, a grid-stride loop over the elements."
-                        : "blocks of 256 threads, a grid-stride loop over the elements (each thread takes\n"
-                          " * every gridDim.x * blockDim.x-th one, from its own index).");
+    const char *scalar = scalar_reason(L);
+    StrBuf launch;
+    sb_init(&launch);
+    sb_puts(&launch, gemm ? "cuBLAS writes the product (the host function below), then this epilogue runs\n"
+                            " * over its elements: blocks of 256 threads, a grid-stride loop over the elements."
+                          : "blocks of 256 threads, a grid-stride loop over the elements (each thread takes\n"
+                            " * every gridDim.x * blockDim.x-th one, from its own index).");
+    if (scalar) sb_printf(&launch, "\n * Not vectorised: %s.", scalar);
+    else sb_puts(&launch, "\n * Vectorised: each thread takes four consecutive elements at a time (the grid is sized\n"
+                          " * for n / 4), loading and storing each float32 array at the element itself as one float4;\n"
+                          " * operands read by coordinates (broadcasts) and other dtypes, one element at a time.");
+    kernel_head(L, launch.data);
+    sb_free(&launch);
     /* the product's operands (the first reads): cuBLAS reads them, not this kernel */
     for (int i = 0; gemm && i < 2 && i < L->nreads; i++) sb_printf(o, "    (void)p%d;\n", L->reads[i]);
     sb_puts(o, "    const int64_t n = ");
     if (!L->rank) sb_puts(o, "1");
     for (int a = 0; a < L->rank; a++) sb_printf(o, "%sS%d", a ? " * " : "", a);
-    sb_puts(o, ";\n"
-               "    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {\n");
-    cg_coordinates(L, L->coords, L->rank ? (((uint64_t)1 << L->rank) - 1) : 0, "i", "        ");
-    void_coordinates(L, L->coords, "        "); /* a coordinate along an axis of 1 is not read */
+    sb_puts(o, ";\n");
+    const bool vector = !scalar;
+    if (vector) emit_vector_loop(L, mm);
     cg_clear_needed(L);
     for (int i = 0; i < L->nstores; i++)
         if (L->stores[i] != mm) cg_need(L, L->stores[i]);
+    sb_printf(o, "    for (int64_t i = %sblockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {\n",
+              vector ? "4 * n4 + " : "");
+    cg_coordinates(L, L->coords, L->rank ? (((uint64_t)1 << L->rank) - 1) : 0, "i", "        ");
+    void_coordinates(L, L->coords, "        "); /* a coordinate along an axis of 1 is not read */
     cg_emit_needed(L, "        ");
     for (int i = 0; i < L->nstores; i++)
         if (L->stores[i] != mm) sb_printf(o, "        y%d[i] = t%d;\n", L->stores[i], L->stores[i]);
@@ -693,6 +832,8 @@ static void emit_launcher(CgKernel *L)
         sb_puts(o, "    const int64_t blocks = ");
         dims_product(o, L, false, true);
         sb_puts(o, ";\n");
+    } else if (!scalar_reason(L)) { /* four elements per thread (emit_vector_loop) */
+        sb_printf(o, "    const int64_t blocks = ((n + 3) / 4 + %d - 1) / %d; /* four elements a thread */\n", CUDA_MAP_BLOCK, CUDA_MAP_BLOCK);
     } else {
         sb_printf(o, "    const int64_t blocks = (n + %d - 1) / %d;\n", CUDA_MAP_BLOCK, CUDA_MAP_BLOCK);
     }
@@ -1131,7 +1272,8 @@ static int emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *prefi
         const bool train = !strcmp(prefix, "train");
         cg_emit_step(c, train, emit_kernel_call);
         cg_emit_kernel_table(c, kernel_function);
-        c->nkernels[!train] = c->fp.nkernels;
+        if (!strcmp(prefix, "predict")) c->npredict_kernels = c->fp.nkernels;
+        else c->nkernels[!train] = c->fp.nkernels;
         cg_emit_gemm_info(c, train);
     }
     *arena = c->mp.arena_bytes;
@@ -1141,29 +1283,34 @@ static int emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *prefi
     return rc;
 }
 
-int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe, bool partial,
-                 StrBuf *out, StrBuf *err)
+/* Starts model.cu: checks that the target supports every dtype of g (the graph whose
+ * steps the file holds), then the file's comment, includes and the block-wide helpers
+ * every kind of kernel uses. -1 with the error in err. */
+static int begin_file(Cg *c, const Graph *g, const Graph *train, const char *source_path, bool partial, bool infer, StrBuf *out,
+                      StrBuf *err)
 {
-    Cg c;
-    memset(&c, 0, sizeof c);
-    c.o = out;
-    c.err = err;
-    c.source = source_path;
-    c.target = CG_TARGET_CUDA;
-    for (NodeId i = 0; i < train->nnodes; i++)
-        if (!cg_ctype((DType)train->nodes[i].dtype) || train->nodes[i].dtype == DT_BF16 || train->nodes[i].dtype == DT_F16) {
+    memset(c, 0, sizeof *c);
+    c->infer = infer;
+    c->o = out;
+    c->err = err;
+    c->source = source_path;
+    c->target = CG_TARGET_CUDA;
+    for (NodeId i = 0; i < g->nnodes; i++)
+        if (!cg_ctype((DType)g->nodes[i].dtype) || g->nodes[i].dtype == DT_BF16 || g->nodes[i].dtype == DT_F16) {
             sb_printf(err, "%s:%u: error: --target cuda does not support %s tensors yet (node %%%d %s)", source_path,
-                      train->nodes[i].loc.line, ir_dtype_name((DType)train->nodes[i].dtype), i, ir_op_info[train->nodes[i].op].name);
+                      g->nodes[i].loc.line, ir_dtype_name((DType)g->nodes[i].dtype), i, ir_op_info[g->nodes[i].op].name);
             return -1;
         }
-    cg_read_lines(&c, source_path);
+    cg_read_lines(c, source_path);
     sb_printf(out, "/* %s — CUDA generated by kiln %s from %s. Do not edit: edit the model and rebuild.\n"
                    " *\n"
                    " * Every kernel below is a group of operations of the model's graph (kiln ir --after\n"
                    " * fusion lists them), with its shapes and the model line it comes from, written in\n"
                    " * Kiln's CUDA dialect (docs/cuda.md): nvcc compiles it for the GPU, g++ -DKILN_CUDA_EMU\n"
-                   " * for the CUDA emulator. */\n",
-              train->name, KILN_VERSION, source_path);
+                   " * for the CUDA emulator.%s */\n",
+              train->name, KILN_VERSION, source_path,
+              c->infer ? "\n *\n * An inference program's model (kiln build --infer): the evaluation step and the\n"
+                         " * forward alone (the predict step), no training step" : "");
     if (partial) sb_puts(out, "/* Partial: kernels that --target cuda cannot write yet are left out (tests only). */\n");
     sb_puts(out, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n#include \"kiln_cuda_model.h\"\n#include \"kiln_rng.h\"\n\n");
     sb_puts(out, "/* The leading dimension cuBLAS needs (runtime/kiln_gemm.h's, for the host). */\n"
@@ -1201,6 +1348,11 @@ int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path,
                  "    T s = 0;\n"
                  "    for (int b = 0; b < n; b++) s += parts[b];\n"
                  "    total[0] = s;\n}\n\n"
+                 "/* Lane k of four elements loaded or stored at once (the vectorised elementwise\n"
+                 " * kernels): selects, no memory. */\n"
+                 "static __device__ inline float kiln_lane(float4 v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }\n"
+                 "static __device__ inline void kiln_set_lane(float4 &v, int k, float x)\n{\n"
+                 "    v.x = k == 0 ? x : v.x;\n    v.y = k == 1 ? x : v.y;\n    v.z = k == 2 ? x : v.z;\n    v.w = k == 3 ? x : v.w;\n}\n\n"
                  "template <typename T> static __device__ T kiln_block_min(T v)\n{\n"
                  "    KILN_SHARED(T, warp_mins, [32]);\n"
                  "    for (int o = 16; o > 0; o /= 2) {\n"
@@ -1213,6 +1365,14 @@ int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path,
                  "    T m = warp_mins[0];\n"
                  "    for (int w = 1; w < (int)blockDim.x / 32; w++) m = warp_mins[w] < m ? warp_mins[w] : m;\n"
                  "    return m;\n}\n\n");
+    return 0;
+}
+
+int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe, bool partial,
+                 StrBuf *out, StrBuf *err)
+{
+    Cg c;
+    if (begin_file(&c, train, train, source_path, partial, false, out, err)) return -1;
     int64_t train_arena = 0, eval_arena = 0;
     int rc = emit_graph(&c, train, train, "train", "training", partial, &train_arena);
     if (!rc) rc = emit_graph(&c, eval, train, "eval", "evaluation", partial, &eval_arena);
@@ -1221,6 +1381,27 @@ int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path,
         CgModelCounts counts;
         cg_emit_model_tables(&c, train, recipe_kv, nrecipe, &counts);
         cg_emit_model_def(&c, train, &counts, train_arena, eval_arena);
+    }
+    cg_free_lines(&c);
+    return rc;
+}
+
+/* As codegen_c_infer, in CUDA: the evaluation step and the predict step, each kernel
+ * written and launched as in a training program's model.cu, with the inference tables;
+ * the device (device.cu) is the training program's. */
+int codegen_cuda_infer(const Graph *train, const Graph *eval, const Graph *predict, const char *source_path, char *const *recipe_kv,
+                       int nrecipe, StrBuf *out, StrBuf *err)
+{
+    Cg c;
+    if (begin_file(&c, eval, train, source_path, false, true, out, err)) return -1;
+    int64_t eval_arena = 0;
+    int rc = emit_graph(&c, eval, train, "eval", "evaluation", false, &eval_arena);
+    if (!rc) rc = emit_graph(&c, predict, train, "predict", "predict", false, &c.predict_arena);
+    if (!rc) {
+        CgModelCounts counts;
+        cg_emit_model_tables(&c, train, recipe_kv, nrecipe, &counts);
+        cg_emit_infer_tables(&c, train, predict);
+        cg_emit_model_def(&c, train, &counts, 0, eval_arena);
     }
     cg_free_lines(&c);
     return rc;

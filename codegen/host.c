@@ -70,6 +70,18 @@ void cg_layout_free(Cg *c)
 
 /* ---- the step ---- */
 
+/* Does any node or output of the step's graph read node id? */
+static bool read_in_step(const Cg *c, NodeId id)
+{
+    const Graph *g = c->g;
+    for (NodeId i = 0; i < g->nnodes; i++)
+        for (uint32_t k = 0; k < g->nodes[i].ninputs; k++)
+            if (ir_input(g, i, (int)k) == id) return true;
+    for (int32_t k = 0; k < g->noutputs; k++)
+        if (g->outputs[k].node == id) return true;
+    return false;
+}
+
 static void pointer_decl(Cg *c, NodeId id)
 {
     const Node *n = N(c, id);
@@ -77,7 +89,11 @@ static void pointer_decl(Cg *c, NodeId id)
     StrBuf *o = c->o;
     switch ((MemKind)c->mp.kind[id]) {
     case MEM_CALLER:
-        if (n->op == OP_INPUT && cuda(c)) {
+        if (n->op == OP_INPUT && cuda(c) && !read_in_step(c, id)) {
+            /* an inference program's predict step has the loss's inputs but does not read
+             * them (the caller gives none): nothing to copy */
+            sb_printf(o, "    /* input %s: not read by this step */\n", ir_node_name(c->g, id));
+        } else if (n->op == OP_INPUT && cuda(c)) {
             int k = c->input_index[id];
             sb_printf(o, "    const %s *v%d = (const %s *)kiln_cuda_input(io->device, %d, io->inputs[%d], (int64_t)sizeof(%s) * (", t, id, t,
                       k, k, t);
@@ -520,8 +536,9 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
     cg_c_string(&source_literal, c->source);
     const unsigned long long hash = (unsigned long long)graph_hash(train);
     if (cuda(c))
-        sb_puts(out, "/* The model, as the training program sees it: its steps run on the GPU (device.cu). */\n"
-                     "extern \"C\" ");
+        sb_printf(out, "/* The model, as the %s program sees it: its steps run on the GPU (device.cu). */\n"
+                       "extern \"C\" ",
+                  c->infer ? "inference" : "training");
     StrBuf decode_fields;
     sb_init(&decode_fields);
     if (c->has_decode)
@@ -539,23 +556,33 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
     free(c->decode_why);
     c->decode_why = NULL;
     if (c->infer) {
-        /* An inference program: the evaluation and predict steps, no training step. */
+        /* An inference program: the evaluation and predict steps, no training step; on the
+         * CUDA target they run on the GPU (C++: the fields in declaration order, the
+         * training step's given as none, as g++ -Wextra wants every field before the last
+         * one given). */
+        StrBuf device;
+        sb_init(&device);
+        sb_printf(&device, "    .nindex_checks = %d, .device = &kiln_cuda_device,\n", c->nchecks_max);
         sb_printf(out, "const kiln_model kiln_model_def = {\n"
                        "    .name = \"%s\",\n    .source = %s,\n    .hash = \"%016llx\",\n"
                        "    .nparams = %d, .params = params, .nparam_floats = %lld, .buffer_bytes = %lld,\n"
                        "    .ninputs = %d, .inputs = inputs, .nsyms = %d, .syms = syms,\n"
                        "    .nmetrics = %d, .metric_names = metric_names,\n"
                        "    .noutputs = %d, .output_names = output_names, .output_dtypes = output_dtypes,\n"
-                       "    .eval_arena_bytes = %lld,\n"
+                       "    %s.eval_arena_bytes = %lld,\n"
                        "    .nrecipe = %d, .recipe = recipe,\n"
-                       "    .eval_step = eval_step, .eval_gemm_flops = eval_gemm_flops,\n"
-                       "    .neval_kernels = %d, .eval_kernels = eval_kernels,\n"
+                       "    %s.eval_step = eval_step, %s.eval_gemm_flops = eval_gemm_flops,\n"
+                       "    %s.neval_kernels = %d, %s.eval_kernels = eval_kernels,\n"
+                       "%s"
                        "    .predict_step = predict_step, .predict_gemm_flops = predict_gemm_flops,\n"
                        "    .predict_arena_bytes = %lld, .npredict_kernels = %d, .predict_kernels = predict_kernels,\n"
                        "    .forward_inputs = forward_inputs, .outputs = output_info,\n",
                   train->name, source_literal.data, hash, n->nparams, (long long)n->nparam_floats, (long long)n->buffer_bytes,
-                  n->ninputs, train->nsyms, n->nmetrics, n->noutputs, (long long)eval_arena, n->nrecipe, c->nkernels[1],
-                  (long long)c->predict_arena, c->npredict_kernels);
+                  n->ninputs, train->nsyms, n->nmetrics, n->noutputs, cuda(c) ? ".train_arena_bytes = 0, " : "", (long long)eval_arena,
+                  n->nrecipe, cuda(c) ? ".train_step = NULL, " : "", cuda(c) ? ".train_gemm_flops = NULL, " : "",
+                  cuda(c) ? ".ntrain_gemms = 0, .train_gemms = NULL, .ntrain_kernels = 0, " : "", c->nkernels[1],
+                  cuda(c) ? ".train_kernels = NULL, " : "", cuda(c) ? device.data : "", (long long)c->predict_arena, c->npredict_kernels);
+        sb_free(&device);
         sb_printf(out, "%s};\n", decode_fields.data ? decode_fields.data : "");
         sb_free(&decode_fields);
         (void)train_arena;

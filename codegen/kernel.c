@@ -335,6 +335,11 @@ void cg_operand(CgKernel *L, NodeId x, NodeId reader, bool row, StrBuf *b)
         default: break;
         }
     }
+    if (L->lane_loaded && !row && g->nodes[r].dtype == DT_F32) {
+        L->lane_loaded[r] = 1;
+        sb_printf(b, "kiln_lane(q%d, k)", r);
+        return;
+    }
     char at[48];
     snprintf(at, sizeof at, "p%d[%s]", r, row ? "row" : "i");
     cg_load(b, (DType)g->nodes[r].dtype, at);
@@ -354,6 +359,11 @@ void cg_member_value(CgKernel *L, NodeId id, bool row, const char *indent)
     const Node *n = &g->nodes[id];
     StrBuf *o = c->o;
     sb_printf(o, "%sconst %s %c%d = ", indent, cg_value_ctype((DType)n->dtype), row ? 'w' : 't', id);
+    if (n->op == OP_MATMUL && L->lane_loaded && n->dtype == DT_F32) { /* the product, four at a time */
+        L->lane_loaded[id] = 1;
+        sb_printf(o, "kiln_lane(q%d, k);\n", id);
+        return;
+    }
     if (n->op == OP_MATMUL || (!row && written_before(L, id))) {
         char at[32];
         snprintf(at, sizeof at, "y%d[i]", id);

@@ -130,6 +130,11 @@ typedef struct {
     int nremat, capremat;
     NodeId *work; /* cg_need()'s work list */
     int capwork;
+    /* CUDA, a vectorised elementwise kernel's four lanes (cuda.c): when set, a float32 value
+     * loaded at element i (p<id>[i], a product's y<id>[i]) is lane k of the float4 q<id>,
+     * kiln_lane(q<id>, k), loaded four at a time, and lane_loaded[id] is set; other loads
+     * stay p<id>[...]. */
+    uint8_t *lane_loaded;
 } CgKernel;
 
 #define CG_MEMBER(L, i) ((L)->f->members[(L)->K->first + (i)])

@@ -11,7 +11,9 @@
  * for classifiers, and, when the loss's inputs are given too, the loss and the metrics over
  * the whole set, computed by the very evaluation step of the training program. Every
  * failure is one message naming the flag, file, input or tensor, and a non-zero exit:
- * 2 for a bad flag, 1 for anything else. docs/inference.md. */
+ * 2 for a bad flag, 1 for anything else. A model.cu of the CUDA target (codegen_cuda_infer)
+ * runs its steps on the GPU: the weights are copied there once (device_start, device_bind).
+ * docs/inference.md. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <math.h>
@@ -578,6 +580,67 @@ static int generate_text(const Opts *o, float *params, unsigned char *buffers)
     return 0;
 }
 
+/* ---- where the steps run ---- */
+
+/* The model's device: the GPU of a program built with --target cuda or cuda-emu, else the
+ * host, whose steps use the host's memory as it is. On a GPU, the weights (loaded on the
+ * host) are copied to device memory once, the activation arena is there too, and nothing
+ * else moves but each batch's inputs and outputs, which the steps copy themselves
+ * (kiln_cuda_model.h). */
+typedef struct {
+    const kiln_device *dev;
+    void *ctx;               /* NULL on the host */
+    float *params;           /* the device's copies (NULL on the host) */
+    unsigned char *buffers, *arena;
+} Device;
+
+/* Opens a GPU model's device with room for its weights and arena_bytes of activations; 0, or
+ * 1 after a message (no GPU, not enough memory). */
+static int device_start(Device *d, int64_t arena_bytes)
+{
+    memset(d, 0, sizeof *d);
+    d->dev = M->device ? M->device : &kiln_host_device;
+    if (d->dev->host) return 0;
+    char msg[1024] = "";
+    if (!(d->ctx = d->dev->open(M, msg, sizeof msg))) return die("%s", msg);
+    const int64_t bytes = (int64_t)sizeof(float) * M->nparam_floats + M->buffer_bytes + 8 + arena_bytes;
+    if (d->dev->reserve(d->ctx, bytes, msg, sizeof msg)) return die("%s", msg);
+    d->params = d->dev->alloc(d->ctx, (int64_t)sizeof(float) * M->nparam_floats);
+    d->buffers = d->dev->alloc(d->ctx, M->buffer_bytes + 8);
+    d->arena = d->dev->alloc(d->ctx, arena_bytes);
+    if (!d->params || !d->buffers || !d->arena)
+        return die("out of device memory for %lld bytes of weights and activations", (long long)bytes);
+    return 0;
+}
+
+/* Points io at the memory the steps use: the device's, with the weights copied there, or
+ * the host's. */
+static void device_bind(Device *d, kiln_step_io *io, float *params, unsigned char *buffers, unsigned char *arena)
+{
+    if (!d->ctx) {
+        io->params = params;
+        io->buffers = buffers;
+        io->arena = arena;
+        return;
+    }
+    d->dev->to_device(d->ctx, d->params, params, (int64_t)sizeof(float) * M->nparam_floats);
+    d->dev->to_device(d->ctx, d->buffers, buffers, M->buffer_bytes);
+    io->params = d->params;
+    io->buffers = d->buffers;
+    io->arena = d->arena;
+    io->device = d->ctx;
+}
+
+static void device_stop(Device *d)
+{
+    if (!d->ctx) return;
+    d->dev->release(d->ctx, d->params);
+    d->dev->release(d->ctx, d->buffers);
+    d->dev->release(d->ctx, d->arena);
+    d->dev->close(d->ctx);
+    d->ctx = NULL;
+}
+
 int main(int argc, char **argv)
 {
     krt_fast_environment(argc, argv); /* BLAS kernels, OpenMP wait policy, threads, FTZ (env.c) */
@@ -599,7 +662,16 @@ int main(int argc, char **argv)
     float *params = calloc((size_t)M->nparam_floats + 1, sizeof *params);
     unsigned char *buffers = calloc((size_t)M->buffer_bytes + 1, 1);
     int64_t arena_bytes = M->eval_arena_bytes > M->predict_arena_bytes ? M->eval_arena_bytes : M->predict_arena_bytes;
-    unsigned char *arena = calloc((size_t)arena_bytes + 64, 1);
+    Device device;
+    /* the device first: a program built for a GPU on a machine without one says so at once */
+    if (device_start(&device, arena_bytes)) {
+        device_stop(&device);
+        free(params);
+        free(buffers);
+        free(o.data);
+        return 1;
+    }
+    unsigned char *arena = device.ctx ? NULL : calloc((size_t)arena_bytes + 64, 1);
     krt_array *arrays = calloc((size_t)M->ninputs + 1, sizeof *arrays);
     krt_array *used = calloc((size_t)M->ninputs + 1, sizeof *used);
     void **bufs = calloc((size_t)M->ninputs + 1, sizeof *bufs), **dst = calloc((size_t)M->ninputs + 1, sizeof *dst);
@@ -612,8 +684,8 @@ int main(int argc, char **argv)
     krt_safetensors *w = NULL;
     krt_dataset *ds = NULL;
     krt_error err;
-    if (!params || !buffers || !arena || !arrays || !used || !bufs || !dst || !inputs || !dtypes || !syms || !sym_value || !metrics || !msum ||
-        !outs || !all) {
+    if (!params || !buffers || (!arena && !device.ctx) || !arrays || !used || !bufs || !dst || !inputs || !dtypes || !syms || !sym_value ||
+        !metrics || !msum || !outs || !all) {
         die("out of memory");
         goto out;
     }
@@ -654,6 +726,11 @@ int main(int argc, char **argv)
     }
     krt_safetensors_free(w);
     w = NULL;
+    if (o.generate && device.ctx) { /* the decode step and the sampler run on the host */
+        die("--generate: text generation is the C target's for now; build the program without --target cuda");
+        rc = 2;
+        goto out;
+    }
     if (o.generate) {
         rc = generate_text(&o, params, buffers);
         goto out;
@@ -762,11 +839,9 @@ data_ready:;
 
     kiln_step_io io;
     memset(&io, 0, sizeof io);
-    io.params = params;
-    io.buffers = buffers;
+    device_bind(&device, &io, params, buffers, arena);
     io.inputs = inputs;
     io.syms = syms;
-    io.arena = arena;
     io.metrics = metrics;
     io.outputs = outs;
     krt_cursor cur = {0, 0, 0};
@@ -825,6 +900,7 @@ data_ready:;
     }
     rc = fflush(stdout) == 0 ? 0 : die("writing the results failed: %s", strerror(errno));
 out:
+    device_stop(&device);
     krt_safetensors_free(w);
     krt_dataset_free(ds);
     krt_array_free(&stream);

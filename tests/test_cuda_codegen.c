@@ -529,3 +529,140 @@ Test(cuda_codegen, batched_products_as_strided_batched_calls, .timeout = 240)
                       " y = matmul(x, z) + matmul(x, permute(u, 0, 2, 1, 3))\n"
                       "}\nloss(y) = sum(y * y / 2 + y)\n");
 }
+
+/* The kernels of model.cu (a file kiln emit wrote) with what their launch comment says of
+ * vectorisation, one line each: "NAME: vectorised" or "NAME: not vectorised: WHY". Counts
+ * the two kinds. */
+static void vectorisation_table(const char *cu, StrBuf *table, int *yes, int *no)
+{
+    *yes = *no = 0;
+    for (const char *p = strstr(cu, "\n * Launch: "); p; p = strstr(p + 1, "\n * Launch: ")) {
+        const char *head = strstr(p, "__global__ void __launch_bounds__(256) ");
+        const char *next = strstr(p + 1, "\n * Launch: ");
+        if (!head || (next && head > next)) continue;
+        head += strlen("__global__ void __launch_bounds__(256) ");
+        const int name = (int)strcspn(head, "(");
+        const char *v = strstr(p, " * Vectorised: "), *nv = strstr(p, " * Not vectorised: ");
+        if (v && v < head) {
+            sb_printf(table, "  %.*s: vectorised\n", name, head);
+            ++*yes;
+        } else if (nv && nv < head) {
+            nv += strlen(" * Not vectorised: ");
+            sb_printf(table, "  %.*s: not vectorised: %.*s\n", name, head, (int)strcspn(nv, "*\n") - 1, nv);
+            ++*no;
+        }
+    }
+}
+
+/* Elementwise kernels load and store float32 arrays four elements at a time (float4) where
+ * every such pointer is 16-byte aligned, with a scalar loop for the rest; the launch
+ * comment of each says whether it is vectorised, and why not. mlp's and gpt's kernels
+ * are listed; a kernel with a broadcast operand and a u8 operand is vectorised (those read
+ * one element at a time), a cast of labels alone is not, and under the emulator the
+ * vectorised kernel gives the scalar expression's bits for aligned and misaligned pointers
+ * and element counts that are not multiples of 4. */
+Test(cuda_codegen, vectorised_loads_where_aligned, .timeout = 240)
+{
+    char dir[] = "/tmp/kiln-cudavec-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char args[1024], path[512], cmd[4096];
+    StrBuf out;
+    sb_init(&out);
+    static const char *const models[] = {"mlp", "gpt"};
+    for (int m = 0; m < 2; m++) {
+        snprintf(args, sizeof args, "emit %s/models/%s.kiln --target cuda -o %s/%s", KILN_SOURCE_DIR, models[m], dir, models[m]);
+        cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+        snprintf(path, sizeof path, "%s/%s/model.cu", dir, models[m]);
+        size_t len;
+        char *cu = util_read_file(path, &len, &out);
+        cr_assert(cu);
+        StrBuf table;
+        sb_init(&table);
+        int yes, no;
+        vectorisation_table(cu, &table, &yes, &no);
+        printf("%s: %d elementwise kernels vectorised, %d not:\n%s", models[m], yes, no, table.data ? table.data : "");
+        cr_expect_gt(yes, 0, "%s", table.data);
+        if (!m) {
+            /* the first layer's epilogue: the product and the activation as float4, the bias
+             * by its coordinate, the relu mask (u8) one element at a time */
+            cr_expect(strstr(table.data, "  train_k1_gemm_epilogue: vectorised\n"), "%s", table.data);
+            cr_expect(strstr(cu, "reinterpret_cast<float4 *>(y17)[q] = r17;"));
+            cr_expect(strstr(cu, "y89[i] = t89; /* not float32: one element */"));
+            /* the labels' cast (u8 to i64): no float32 array */
+            cr_expect(strstr(table.data, "  train_k6_map: not vectorised: no float32 array is read or written at the element itself"),
+                      "%s", table.data);
+        }
+        free(cu);
+        sb_free(&table);
+    }
+
+    /* y = (x * 2 + 1) * z + m (z broadcast along rows of 8, m u8) and v = w * 3 - 1 (rows
+     * of 7): the predict step's two elementwise kernels, against the same expressions on
+     * the host */
+    snprintf(path, sizeof path, "%s/t.kiln", dir);
+    write_file(path, "model t\ndim B <= 64\nforward(x: f32[B, 8], z: f32[8], m: u8[B, 8], w: f32[B, 7]) -> y, v {\n"
+                     "    y = (x * 2 + 1) * z + f32(m)\n    v = w * 3 - 1\n}\nloss(y, v) = sum(y * y) + sum(v)\n");
+    snprintf(args, sizeof args, "emit %s --infer --target cuda -o %s/t", path, dir);
+    cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+    snprintf(path, sizeof path, "%s/t/model.cu", dir);
+    size_t len;
+    char *cu = util_read_file(path, &len, &out);
+    cr_assert(cu);
+    cr_expect(strstr(cu, "const bool aligned = ((uintptr_t)p0 | (uintptr_t)y12) % 16 == 0;"), "%s", cu);
+    cr_expect(strstr(cu, "const int64_t c1 = l1 + k;"), "the lanes' coordinates from the first one's");
+    cr_expect(strstr(cu, "const float t10 = t7 * p1[c1 * (1)];"), "the broadcast z, one element at a time");
+    cr_expect(strstr(cu, "const float t11 = (float)p2[i];"), "the u8 m, one element at a time");
+    cr_expect(strstr(cu, "const bool aligned = ((uintptr_t)p3 | (uintptr_t)y16) % 16 == 0;"), "%s", cu);
+    free(cu);
+    snprintf(path, sizeof path, "%s/t/harness.cu", dir);
+    write_file(path,
+               "#include \"model.cu\"\n#include <stdio.h>\n\n"
+               "/* a device copy of n values at `shift` elements past an aligned allocation */\n"
+               "template <typename T> static T *on_device(const T *h, int64_t n, int shift)\n{\n"
+               "    T *p;\n"
+               "    KILN_CUDA_CHECK(cudaMalloc(&p, sizeof(T) * (size_t)(n + 4)));\n"
+               "    KILN_CUDA_CHECK(cudaMemcpy(p + shift, h, sizeof(T) * (size_t)n, cudaMemcpyHostToDevice));\n"
+               "    return p + shift;\n}\n\n"
+               "static int differ(const char *what, const float *want, const float *dev, int64_t n, int64_t B, int shift)\n{\n"
+               "    float *got = (float *)malloc(sizeof(float) * (size_t)n);\n"
+               "    KILN_CUDA_CHECK(cudaMemcpy(got, dev, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost));\n"
+               "    int bad = 0;\n"
+               "    for (int64_t i = 0; i < n; i++) bad += memcmp(&want[i], &got[i], sizeof(float)) != 0;\n"
+               "    printf(\"%s, B %lld (n %% 4 = %lld), inputs %s: %d of %lld elements differ\\n\", what, (long long)B, (long long)(n % 4),\n"
+               "           shift ? \"misaligned\" : \"aligned\", bad, (long long)n);\n"
+               "    free(got);\n    return bad;\n}\n\n"
+               "/* B rows; the inputs at `shift` elements past an aligned allocation */\n"
+               "static int check(int64_t B, int shift)\n{\n"
+               "    const int64_t s[] = {B};\n"
+               "    float *x = (float *)malloc(sizeof(float) * (size_t)(8 * B)), z[8], *w = (float *)malloc(sizeof(float) * (size_t)(7 * B));\n"
+               "    float *y = (float *)malloc(sizeof(float) * (size_t)(8 * B)), *v = (float *)malloc(sizeof(float) * (size_t)(7 * B));\n"
+               "    uint8_t *m = (uint8_t *)malloc((size_t)(8 * B));\n"
+               "    for (int j = 0; j < 8; j++) z[j] = 0.3f * (float)j - 1.1f;\n"
+               "    for (int64_t i = 0; i < 8 * B; i++) {\n"
+               "        x[i] = (float)(i % 13) / 7 - 0.9f, m[i] = (uint8_t)(i * 37 % 251);\n"
+               "        y[i] = (x[i] * 2.0f + 1.0f) * z[i % 8] + (float)m[i];\n    }\n"
+               "    for (int64_t i = 0; i < 7 * B; i++) w[i] = (float)(i % 11) / 3 - 1.3f, v[i] = w[i] * 3.0f - 1.0f;\n"
+               "    float *dx = on_device(x, 8 * B, shift), *dz = on_device(z, 8, 0), *dw = on_device(w, 7 * B, shift);\n"
+               "    uint8_t *dm = on_device(m, 8 * B, shift);\n"
+               "    float *dy = on_device(y, 8 * B, 0), *dv = on_device(v, 7 * B, 0);\n"
+               "    KILN_CUDA_CHECK(cudaMemset(dy, 0xff, sizeof(float) * (size_t)(8 * B)));\n"
+               "    KILN_CUDA_CHECK(cudaMemset(dv, 0xff, sizeof(float) * (size_t)(7 * B)));\n"
+               "    predict_k0_map_launch(s, dm, dx, dz, dy, 0);\n"
+               "    predict_k1_map_launch(s, dw, dv, 0);\n"
+               "    const int bad = differ(\"y\", y, dy, 8 * B, B, shift) + differ(\"v\", v, dv, 7 * B, B, shift);\n"
+               "    cudaFree(dx - shift), cudaFree(dz), cudaFree(dw - shift), cudaFree(dm - shift), cudaFree(dy), cudaFree(dv);\n"
+               "    free(x), free(w), free(y), free(v), free(m);\n"
+               "    return bad;\n}\n\n"
+               "int main(void) { return check(5, 0) || check(4, 0) || check(5, 1) || check(1, 0) || check(64, 0) || check(64, 3); }\n");
+    /* the steps of model.cu need the device runtime (device.cu), built as kiln build does */
+    snprintf(cmd, sizeof cmd,
+             "'%s' %s -DKILN_CUDA_EMU -I'%s/runtime/cuda' -I'%s/runtime' -x c++ -c '%s/runtime/cuda/device.cu' -o '%s/t/device.o' 2>&1 && "
+             "'%s' %s -ffp-contract=off -Wall -Wextra -Wshadow -Werror -Wno-unused-variable -DKILN_CUDA_EMU -I'%s/runtime/cuda' "
+             "-I'%s/runtime' -x c++ '%s/t/harness.cu' -x none '%s/t/device.o' '%s' '%s' '%s' -fopenmp -lz -lpthread -lm -o '%s/t/harness' 2>&1 && "
+             "'%s/t/harness'",
+             KILN_CXX, KILN_EMU_CXXFLAGS, KILN_SOURCE_DIR, KILN_SOURCE_DIR, KILN_SOURCE_DIR, dir, KILN_CXX, KILN_EMU_CXXFLAGS,
+             KILN_SOURCE_DIR, KILN_SOURCE_DIR, dir, dir, KILN_RT_LIB, KILN_CUDA_EMU_LIB, KILN_OPENBLAS, dir, dir);
+    cr_expect_eq(run(cmd, "the vectorised kernel under the emulator"), 0);
+    sb_free(&out);
+    support_remove_dir(dir);
+}

@@ -349,10 +349,7 @@ Test(infer, bad_inputs_weights_and_flags)
     StrBuf out;
     sb_init(&out);
     char args[512];
-    snprintf(args, sizeof args, "build %s --infer --target cuda -o %s/x", support_path("models/mlp.kiln"), dir);
-    cr_expect_eq(support_run_kiln(args, &out), 2);
-    cr_expect(strstr(out.data, "--infer is not available for --target cuda yet"), "%s", out.data);
-    sb_free(&out);
+    /* (--infer --target cuda|cuda-emu: tests/test_cuda_infer.c) */
     snprintf(args, sizeof args, "build %s --embed-weights %s/w.safetensors -o %s/x", support_path("models/mlp.kiln"), dir, dir);
     cr_expect_eq(support_run_kiln(args, &out), 2);
     cr_expect(strstr(out.data, "only inference programs embed weights (add --infer)"), "%s", out.data);

@@ -55,6 +55,10 @@
 #define KILN_SHFL_IDX(v, src) kemu::shfl(KEMU_SHFL_IDX, (v), (int)(src), __FILE__, __LINE__)
 #define KILN_LAUNCH_RAW_(kernel, grid, block, shmem, stream, ...) \
     kemu::launch(kernel, #kernel, __FILE__, __LINE__, (grid), (block), (shmem), (stream), __VA_ARGS__)
+/* KILN_NO_UNROLL before a loop: kept a loop (the vectorised elementwise kernels' four
+ * lanes: unrolled, four lanes' values live at once made ptxas spill around the calls of
+ * expf and of float division's slow path). */
+#define KILN_NO_UNROLL _Pragma("GCC unroll 1")
 
 #elif defined(__CUDACC__)
 
@@ -68,6 +72,7 @@
 #define KILN_SHFL_IDX(v, src) __shfl_sync(KILN_FULL_MASK, (v), (src))
 #define KILN_LAUNCH_RAW_(kernel, grid, block, shmem, stream, ...) \
     kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
+#define KILN_NO_UNROLL _Pragma("unroll 1")
 
 #endif /* else: host-only C++ against the real runtime (error helpers below only) */
 
