@@ -548,11 +548,16 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
                                   "    .ndecode_inputs = %d, .decode_inputs = decode_inputs,\n"
                                   "    .ndecode_outputs = %d, .decode_outputs = decode_outputs,\n",
                   (long long)c->decode_arena, c->ndecode_kernels, c->ndecode_syms, c->ndecode_inputs, c->ndecode_outputs);
+    if (cuda(c) && !c->has_decode) /* C++ (g++ -Wextra): every field given, in order; no decode step on the GPU yet */
+        sb_puts(&decode_fields, "    .decode_step = NULL, .decode_gemm_flops = NULL, .decode_arena_bytes = 0, .ndecode_kernels = 0,\n"
+                                "    .decode_kernels = NULL, .ndecode_syms = 0, .decode_syms = NULL, .ndecode_inputs = 0, .decode_inputs = NULL,\n"
+                                "    .ndecode_outputs = 0, .decode_outputs = NULL,\n");
     if (c->decode_why) {
         sb_puts(&decode_fields, "    .decode_unsupported = ");
         cg_c_string(&decode_fields, c->decode_why);
         sb_puts(&decode_fields, ",\n");
     }
+    if (cuda(c) && !c->decode_why) sb_puts(&decode_fields, "    .decode_unsupported = NULL,\n");
     free(c->decode_why);
     c->decode_why = NULL;
     if (c->infer) {
