@@ -12,7 +12,7 @@
  * -march=native), and the runtime library and driver it links (their size and time). */
 void build_fingerprint(StrBuf *key);
 /* infer: link the inference program's driver (infer_main.c) instead of train_main.c. */
-int build_program(const char *model_c, const char *prog, const char *extra_cflags, bool infer, StrBuf *log);
+int build_program(const char *model_c, const char *prog, const char *extra_cflags, bool infer, bool distributed, StrBuf *log);
 /* Compiles model_cu (--target cuda, or cuda-emu when `emulated`) with the CUDA host runtime
  * and the driver into prog. extra_flags go to both compilations. Returns 0, or -1 with the
  * compiler's output in *log. */

@@ -79,7 +79,7 @@ static const char *usage_emit =
 static const char *usage_build =
     "usage: kiln build FILE -o PROG [--target c|cuda|cuda-emu] [--cflags FLAGS] [--bound NAME=N] [--report]\n"
     "                  [--memory-budget SIZE]\n"
-    "                  [--infer [--embed-weights CKPT]]\n"
+    "                  [--infer [--embed-weights CKPT]] [--distributed [--bucket-size SIZE]]\n"
     "\n"
     "Compiles FILE into a standalone training program PROG (generated C + the runtime,\n"
     "with $CC or the compiler Kiln was built with). Run PROG --help for its options.\n"
@@ -98,7 +98,11 @@ static const char *usage_build =
     "weights from a checkpoint (PROG --weights DIR|FILE), outputs to .npy, top-k, and loss\n"
     "and metrics when the loss's inputs are given (docs/inference.md; C target only).\n"
     "--embed-weights CKPT (with --infer) compiles the weights of CKPT (a checkpoint\n"
-    "directory or a .safetensors file, Kiln's or PyTorch's) into the program.\n";
+    "directory or a .safetensors file, Kiln's or PyTorch's) into the program.\n"
+    "--distributed builds a data-parallel training program for MPI: mpirun -np N PROG\n"
+    "trains on N processes, the recipe's batch split across them, gradients summed in\n"
+    "buckets of --bucket-size (default 25MiB) as the backward finishes each\n"
+    "(docs/distributed.md; C target only).\n";
 
 static const char *usage_train =
     "usage: kiln train FILE [PROGRAM FLAGS...]\n"
@@ -140,6 +144,8 @@ typedef struct {
     bool emulated; /* build: --target cuda-emu */
     bool infer;    /* build: --infer */
     const char *embed; /* build: --embed-weights CKPT */
+    bool distributed;     /* build, emit: --distributed */
+    int64_t bucket_bytes; /* build, emit: --bucket-size SIZE (0: not given) */
     GraphMode mode;
     uint64_t seed;
     double tolerance, atol;
@@ -240,6 +246,12 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
                 return usage_error(cmd, "--memory-budget: '%s' is not a size (e.g. 1.5GiB, 800MiB, 2GB, 4096)", argv[i]);
         } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--infer")) {
             o->infer = true;
+        } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--distributed")) {
+            o->distributed = true;
+        } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--bucket-size")) {
+            if (!has_value) return usage_error(cmd, "--bucket-size needs a size, e.g. 25MiB%s", "");
+            if (!util_parse_size(argv[++i], &o->bucket_bytes) || o->bucket_bytes < 4 || o->bucket_bytes > ((int64_t)1 << 32))
+                return usage_error(cmd, "--bucket-size: '%s' is not a size from 4 bytes to 4GiB (e.g. 25MiB, 1MB, 65536)", argv[i]);
         } else if (!strcmp(cmd, "build") && !strcmp(a, "--embed-weights")) {
             if (!has_value) return usage_error(cmd, "--embed-weights needs a checkpoint: a directory or a .safetensors file%s", "");
             o->embed = argv[++i];
@@ -262,6 +274,11 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
     if (!strcmp(cmd, "build") && !o->output) return usage_error(cmd, "build needs an output program: -o PROG%s", "");
     if (o->infer && o->cuda) return usage_error(cmd, "--infer is not available for --target %s yet (build it for the C target)", o->emulated ? "cuda-emu" : "cuda");
     if (o->embed && !o->infer) return usage_error(cmd, "--embed-weights %s: only inference programs embed weights (add --infer)", o->embed);
+    if (o->bucket_bytes && !o->distributed) return usage_error(cmd, "--bucket-size sizes the gradient buckets of distributed programs: add --distributed%s", "");
+    if (o->distributed && o->infer) return usage_error(cmd, "--distributed builds a training program; inference programs (--infer) run on one process%s", "");
+    if (o->distributed && o->cuda)
+        return usage_error(cmd, "--distributed is not available for --target %s yet (the C target trains on MPI)", o->emulated ? "cuda-emu" : "cuda");
+    if (o->distributed && !o->bucket_bytes) o->bucket_bytes = 25 << 20; /* PyTorch DDP's bucket_cap_mb = 25 */
     return -1;
 }
 
@@ -599,6 +616,7 @@ static int64_t g_memory_budget; /* --memory-budget: bytes of training memory, 0 
 static const char *g_budget_from = "--memory-budget"; /* or the recipe's memory_budget */
 static int32_t g_budget_blocks, g_budget_nblocks; /* what it checkpointed, of how many */
 static bool g_infer; /* build --infer */
+static int64_t g_bucket_bytes; /* build --distributed: the gradient buckets' size (0: not distributed) */
 
 static bool has_recomputed(const Graph *g)
 {
@@ -791,7 +809,7 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
         ir_graph_free(predict);
     } else {
         rc = g_cuda ? codegen_cuda(train->graph, eval->graph, file, kv, nkv, false, c, err)
-                    : codegen_c(train->graph, eval->graph, file, kv, nkv, c, err);
+                    : codegen_c_distributed(train->graph, eval->graph, file, kv, nkv, g_bucket_bytes, c, err);
     }
     recipe_flat_free(kv, nkv);
     frontend_model_free(eval);
@@ -908,7 +926,7 @@ static int build_to(const Options *o, Model *train, Diag *d, const char *prog)
         goto done;
     }
     if (write_model_c(dir, o->cuda ? "model.cu" : "model.c", &c, &model_c)) goto done;
-    if (o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, &log) : build_program(model_c, prog, o->cflags, o->infer, &log)) {
+    if (o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, &log) : build_program(model_c, prog, o->cflags, o->infer, o->distributed, &log)) {
         fprintf(stderr, "kiln: error: building %s failed:\n%s\n", prog, log.data ? log.data : "");
         goto done;
     }
@@ -1029,6 +1047,7 @@ static int cmd_model(const char *cmd, int argc, char **argv)
     g_memory_budget = o.memory_budget;
     g_cuda = o.cuda;
     g_infer = o.infer;
+    g_bucket_bytes = o.distributed ? o.bucket_bytes : 0;
     if (!strcmp(cmd, "build")) {
         rc = build_to(&o, m, &d, o.output);
         if (!rc) fprintf(stderr, "kiln: built %s\n", o.output);

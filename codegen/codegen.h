@@ -14,6 +14,12 @@
  * nrecipe key/value string pairs (the flattened train section). */
 int codegen_c(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe,
               StrBuf *out, StrBuf *err);
+/* codegen_c for a distributed training program (kiln build --distributed): the training
+ * step also calls the gradient bucket hook (kiln_model.h's KILN_BUCKET_READY) after the
+ * kernel that finishes each bucket of at most bucket_bytes (codegen/buckets.c); 0: none,
+ * as codegen_c. */
+int codegen_c_distributed(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe,
+                          int64_t bucket_bytes, StrBuf *out, StrBuf *err);
 /* The C source of an inference program's model (kiln build --infer): the tables of
  * codegen_c, the evaluation step of `eval` (forward, loss and metrics in eval mode, as the
  * training program's), and a predict step of `predict` (the eval graph without its loss

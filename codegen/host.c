@@ -156,7 +156,12 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
     for (int sy = 0; sy < g->nsyms; sy++)
         sb_printf(o, "    const int64_t %s = io->syms[%d];\n    (void)%s;\n", g->syms[sy].name, sy, g->syms[sy].name);
     for (NodeId i = 0; i < g->nnodes; i++) pointer_decl(c, i);
-    for (int32_t k = 0; k < c->fp.nkernels; k++) call(c, k);
+    const bool buckets = train && c->bucket_bytes > 0;
+    if (buckets) cg_plan_buckets(c);
+    for (int32_t k = 0; k < c->fp.nkernels; k++) {
+        call(c, k);
+        if (buckets) cg_emit_bucket_hooks(c, k);
+    }
     int metric = 0, fwd = 0;
     for (int32_t k = 0; k < g->noutputs; k++) {
         const Output *out = &g->outputs[k];
@@ -200,6 +205,7 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
         default: break;
         }
     }
+    if (buckets) cg_emit_bucket_hooks(c, c->fp.nkernels);
     if (cuda(c)) {
         if (nchecks) sb_printf(o, "    kiln_cuda_finish(io->device, io, %s_index_checks, %d); /* waits for the step */\n", prefix, nchecks);
         else sb_puts(o, "    kiln_cuda_finish(io->device, io, NULL, 0); /* waits for the step */\n");
@@ -213,6 +219,7 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
         }
     }
     sb_puts(o, "}\n\n");
+    if (buckets) cg_emit_bucket_table(c);
     c->nchecks_max = nchecks > c->nchecks_max ? nchecks : c->nchecks_max;
 }
 
@@ -494,7 +501,11 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
                    "    .ntrain_gemms = %d, .train_gemms = train_gemms,\n",
               train->name, source_literal.data, hash, n->nparams, (long long)n->nparam_floats, (long long)n->buffer_bytes, n->ninputs,
               train->nsyms, n->nmetrics, n->noutputs, (long long)train_arena, (long long)eval_arena, n->nrecipe, c->ngemms);
-    if (!cuda(c))
+    if (!cuda(c) && c->bucket_bytes > 0)
+        sb_printf(out, "    .ntrain_kernels = %d, .train_kernels = train_kernels, .neval_kernels = %d, .eval_kernels = eval_kernels,\n"
+                       "    .nbuckets = %d, .buckets = train_buckets,\n};\n",
+                  c->nkernels[0], c->nkernels[1], c->nbuckets);
+    else if (!cuda(c))
         sb_printf(out, "    .ntrain_kernels = %d, .train_kernels = train_kernels, .neval_kernels = %d, .eval_kernels = eval_kernels,\n};\n",
                   c->nkernels[0], c->nkernels[1]);
     else /* C++: designated initializers in declaration order */
