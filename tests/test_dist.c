@@ -31,10 +31,15 @@
 #include "../runtime/kiln_rt.h"
 #include "support.h"
 
-#define MPIRUN "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun --oversubscribe "
+/* In the ASan build, the ranks run without LeakSanitizer: OpenMPI's components, unloaded
+ * by MPI_Finalize, leave allocations that LSan can neither free nor name ("<unknown
+ * module>"), so no suppression matches them. ASan's other checks and UBSan stay on, and
+ * the same training code is leak-checked in the one-process runs. */
+#define MPIRUN                                                                                                             \
+    "ASAN_OPTIONS=\"$ASAN_OPTIONS:detect_leaks=0\" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
 /* Small runs: a few thousand samples, 20 steps of a small batch. */
-#define MLP_ARGS " --steps 20 --batch 64 --limit 4000 --eval-every 1000 "
-#define GPT_ARGS " --steps 20 --batch 8 --limit 400 --eval-every 1000 "
+#define MLP_ARGS " --steps 20 --batch 64 --limit 4000 --eval-every 1000 --eval-batches 2 "
+#define GPT_ARGS " --steps 20 --batch 8 --limit 400 --eval-every 1000 --eval-batches 2 "
 
 static char dir[96];
 
@@ -281,7 +286,7 @@ Test(dist, bad_flags_are_errors)
     cr_assert(strstr(out.data, "--dist-timeout 0: give the seconds a rank waits for the others, from 1 to 1000000"), "%s", out.data);
     cr_assert_eq(run("./mlp --deterministic", &out), 2, "%s", out.data);
     cr_assert(strstr(out.data, "unknown option '--deterministic'"), "%s", out.data);
-    cr_assert_eq(run("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ./mlp_d --help", &out), 0, "%s", out.data); /* alone, without mpirun: one rank */
+    cr_assert_eq(run("ASAN_OPTIONS=\"$ASAN_OPTIONS:detect_leaks=0\" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ./mlp_d --help", &out), 0, "%s", out.data); /* alone, without mpirun: one rank */
     cr_assert(strstr(out.data, "--dist-timeout S"), "%s", out.data);
     sb_free(&out);
     sb_init(&out);
