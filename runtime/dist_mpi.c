@@ -365,6 +365,8 @@ static void bucket_hook(kiln_step_io *io, int b)
 void tm_dist_attach(kiln_step_io *io, int64_t batch, int64_t accumulate)
 {
     tm_dist_share(batch, &share_first, &share_count);
+    if (batch < nranks) /* every rank computes at least one sample; a step of none has no mean */
+        fail("the batch of %lld is smaller than the %d ranks: give --batch %d or more, or start fewer ranks", (long long)batch, nranks, nranks);
     weight = (float)((double)share_count / (double)batch);
     const int nb = M->nbuckets;
     if (!req_scatter) {

@@ -284,6 +284,8 @@ Test(dist, bad_flags_are_errors)
     sb_init(&out);
     cr_assert_eq(run(MPIRUN "-np 2 ./mlp_d --dist-timeout 0", &out), 2, "%s", out.data);
     cr_assert(strstr(out.data, "--dist-timeout 0: give the seconds a rank waits for the others, from 1 to 1000000"), "%s", out.data);
+    cr_assert_neq(run(MPIRUN "-np 3 ./mlp_d --batch 2 --steps 1 --limit 100", &out), 0, "%s", out.data);
+    cr_assert(strstr(out.data, "the batch of 2 is smaller than the 3 ranks: give --batch 3 or more"), "%s", out.data);
     cr_assert_eq(run("./mlp --deterministic", &out), 2, "%s", out.data);
     cr_assert(strstr(out.data, "unknown option '--deterministic'"), "%s", out.data);
     cr_assert_eq(run("ASAN_OPTIONS=\"$ASAN_OPTIONS:detect_leaks=0\" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ./mlp_d --help", &out), 0, "%s", out.data); /* alone, without mpirun: one rank */
