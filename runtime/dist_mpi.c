@@ -6,7 +6,8 @@
  * do not depend on the number of ranks) and computes its share of the recipe's batch,
  * which stays the global batch. The step's loss is a mean over the samples, so a rank's
  * gradients are the mean over its share: scaled by share / batch, they sum over the ranks
- * to the mean over the global batch, exactly what one process computes. The sum is an
+ * to the mean over the global batch, what one process computes (but for the order of the
+ * additions). The loss and metrics go to rank 0, which adds them in rank order. The sum is an
  * all-reduce per gradient bucket (codegen/buckets.c), started by the step's hook as soon
  * as the backward has finished a bucket and waited for before clipping and the optimizer.
  * --deterministic replaces MPI's all-reduce, whose order of additions MPI does not promise,
