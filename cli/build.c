@@ -135,7 +135,7 @@ void build_fingerprint(StrBuf *key)
         fclose(f);
     }
     /* the runtime and every header the generated code includes */
-    const char *files[] = {KILN_RUNTIME_LIB, KILN_TRAIN_MAIN, KILN_TRAIN_BENCH, KILN_INFER_MAIN, KILN_RUNTIME_DIR "/kiln_model.h", KILN_RUNTIME_DIR "/kiln_gemm.h",
+    const char *files[] = {KILN_RUNTIME_LIB, KILN_TRAIN_MAIN, KILN_TRAIN_BENCH, KILN_INFER_MAIN, KILN_DIST_SINGLE, KILN_DIST_MPI, KILN_RUNTIME_DIR "/kiln_model.h", KILN_RUNTIME_DIR "/kiln_gemm.h",
                            KILN_RUNTIME_DIR "/kiln_math.h", KILN_RUNTIME_DIR "/kiln_half.h", KILN_RUNTIME_DIR "/kiln_rng.h", KILN_RUNTIME_DIR "/optim_elem.h",
                            KILN_RUNTIME_DIR "/cuda/kiln_cuda.h", KILN_RUNTIME_DIR "/cuda/kiln_cuda_model.h", KILN_RUNTIME_DIR "/cuda/device.cu",
                            KILN_CUDA_EMU_LIB};
@@ -167,8 +167,13 @@ int build_run_logged(const char *cmd, StrBuf *log, const char *what) { return ru
  * small machine; see KILN_PART in the generated file), then links them with the driver
  * (train_main.c, compiled when Kiln was built). The objects go next to model_c and are
  * removed. */
-int build_program(const char *model_c, const char *prog, const char *extra_cflags, bool infer, StrBuf *log)
+int build_program(const char *model_c, const char *prog, const char *extra_cflags, bool infer, bool distributed, StrBuf *log)
 {
+    if (distributed && !KILN_DIST_MPI[0]) {
+        sb_puts(log, "--distributed needs MPI, and Kiln was built without it: install libopenmpi-dev and openmpi-bin "
+                     "(scripts/deps.sh does), then configure Kiln again (cmake finds it with find_package(MPI))");
+        return -1;
+    }
     const char *cc = getenv("CC");
     if (!cc || !*cc) cc = KILN_DEFAULT_CC;
     StrBuf flags, cmd, obj[2];
@@ -195,10 +200,13 @@ int build_program(const char *model_c, const char *prog, const char *extra_cflag
     shell_word(&cmd, obj[1].data);
     shell_word(&cmd, infer ? KILN_INFER_MAIN : KILN_TRAIN_MAIN);
     if (!infer) shell_word(&cmd, KILN_TRAIN_BENCH);
+    /* The training program's processes: MPI's (dist_mpi.c), or one (dist_single.c). */
+    if (!infer) shell_word(&cmd, distributed ? KILN_DIST_MPI : KILN_DIST_SINGLE);
     sb_puts(&cmd, "-o ");
     shell_word(&cmd, prog);
     shell_word(&cmd, KILN_RUNTIME_LIB);
     shell_word(&cmd, KILN_BLAS_LIB);
+    if (distributed) sb_printf(&cmd, "%s ", KILN_MPI_LIBS);
     /* libgomp by name too: the runtime's loops need it even when --cflags says -fno-openmp. */
     sb_printf(&cmd, "%s -lz -lm -lpthread 2>&1", KILN_OPENMP_LIBS);
     int rc = run_logged(cmd.data, log, "C compiler");
@@ -254,6 +262,7 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
     shell_word(&cmd, obj[1].data);
     shell_word(&cmd, infer ? KILN_INFER_MAIN : KILN_TRAIN_MAIN);
     if (!infer) shell_word(&cmd, KILN_TRAIN_BENCH);
+    if (!infer) shell_word(&cmd, KILN_DIST_SINGLE); /* one process: --distributed is the C target's */
     sb_puts(&cmd, "-o ");
     shell_word(&cmd, prog);
     shell_word(&cmd, KILN_RUNTIME_LIB);

@@ -11,8 +11,11 @@
 /* What else a cached program depends on: the CPU (generated code is built with
  * -march=native), and the runtime library and driver it links (their size and time). */
 void build_fingerprint(StrBuf *key);
-/* infer: link the inference program's driver (infer_main.c) instead of train_main.c. */
-int build_program(const char *model_c, const char *prog, const char *extra_cflags, bool infer, StrBuf *log);
+/* infer: link the inference program's driver (infer_main.c) instead of train_main.c.
+ * distributed: a training program of MPI ranks (runtime/dist_mpi.c and MPI's libraries,
+ * kiln build --distributed) instead of one process (dist_single.c); -1 with a message when
+ * Kiln was built without MPI. */
+int build_program(const char *model_c, const char *prog, const char *extra_cflags, bool infer, bool distributed, StrBuf *log);
 /* Compiles model_cu (--target cuda, or cuda-emu when `emulated`) with the CUDA host runtime
  * and the driver (infer: the inference program's, infer_main.c) into prog. extra_flags go
  * to both compilations. Returns 0, or -1 with the compiler's output in *log. */

@@ -82,6 +82,7 @@ static const char *usage_build =
     "usage: kiln build FILE -o PROG [--target c|cuda|cuda-emu] [--cflags FLAGS] [--bound NAME=N] [--report]\n"
     "                  [--memory-budget SIZE] [--precision fp32|bf16|fp16]\n"
     "                  [--infer [--embed-weights CKPT]] [--lib [--embed-weights CKPT]]\n"
+    "                  [--distributed [--bucket-size SIZE]]\n"
     "\n"
     "Compiles FILE into a standalone training program PROG (generated C + the runtime,\n"
     "with $CC or the compiler Kiln was built with). Run PROG --help for its options.\n"
@@ -92,10 +93,11 @@ static const char *usage_build =
     "--bound T=64 lowers a size's bound for this program (memory is planned for it).\n"
     "--report prints, before anything runs, the bytes of each memory slab (parameters,\n"
     "gradients, optimizer state, buffers) and the activation arenas at the bounds.\n"
-    "--memory-budget SIZE (e.g. 1.5GiB) makes the training memory fit: blocks (calls of the\n"
-    "model's own modules from forward) are checkpointed, recomputed in the backward pass,\n"
-    "the most memory per recomputed FLOP first, until the plan fits; an error gives the\n"
-    "smallest figure when none does.\n"
+    "--memory-budget SIZE (e.g. 1.5GiB; or the recipe's memory_budget) makes the training\n"
+    "memory fit: cheap values (elementwise, views) are recomputed where the backward pass\n"
+    "reads them, then blocks (calls of the model's own modules from forward) are\n"
+    "checkpointed, the most memory per recomputed FLOP first, until the plan fits; an error\n"
+    "gives the smallest figure when none does.\n"
     "--precision P overrides the recipe's precision: bf16 or fp16 trains in mixed precision\n"
     "(half-precision matrix-product inputs and kept activations, fp32 master weights;\n"
     "docs/precision.md); fp32 (or f32) trains in single precision. C target only for now.\n"
@@ -106,7 +108,11 @@ static const char *usage_build =
     "--embed-weights CKPT (with --infer or --lib) compiles the weights of CKPT (a checkpoint\n"
     "directory or a .safetensors file, Kiln's or PyTorch's) into the program or library.\n"
     "--lib -o DIR builds an embeddable C library instead: DIR/MODEL.h, DIR/libMODEL.a and\n"
-    "DIR/libMODEL.so, the forward in caller-owned memory (docs/library.md; C target only).\n";
+    "DIR/libMODEL.so, the forward in caller-owned memory (docs/library.md; C target only).\n"
+    "--distributed builds a data-parallel training program for MPI: mpirun -np N PROG\n"
+    "trains on N processes, the recipe's batch split across them, gradients summed in\n"
+    "buckets of --bucket-size (default 25MiB) as the backward finishes each\n"
+    "(docs/distributed.md; C target only).\n";
 
 static const char *usage_train =
     "usage: kiln train FILE [PROGRAM FLAGS...]\n"
@@ -150,6 +156,8 @@ typedef struct {
     bool infer;    /* build: --infer */
     bool lib;      /* build: --lib */
     const char *embed; /* build: --embed-weights CKPT */
+    bool distributed;     /* build, emit: --distributed */
+    int64_t bucket_bytes; /* build, emit: --bucket-size SIZE (0: not given) */
     GraphMode mode;
     uint64_t seed;
     double tolerance, atol;
@@ -257,6 +265,12 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
             o->infer = true;
         } else if (!strcmp(cmd, "build") && !strcmp(a, "--lib")) {
             o->lib = true;
+        } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--distributed")) {
+            o->distributed = true;
+        } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--bucket-size")) {
+            if (!has_value) return usage_error(cmd, "--bucket-size needs a size, e.g. 25MiB%s", "");
+            if (!util_parse_size(argv[++i], &o->bucket_bytes) || o->bucket_bytes < 4 || o->bucket_bytes > ((int64_t)1 << 32))
+                return usage_error(cmd, "--bucket-size: '%s' is not a size from 4 bytes to 4GiB (e.g. 25MiB, 1MB, 65536)", argv[i]);
         } else if (!strcmp(cmd, "build") && !strcmp(a, "--embed-weights")) {
             if (!has_value) return usage_error(cmd, "--embed-weights needs a checkpoint: a directory or a .safetensors file%s", "");
             o->embed = argv[++i];
@@ -281,6 +295,11 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
     if (o->lib && o->cuda) return usage_error(cmd, "--lib is not available for --target %s yet (build it for the C target)", o->emulated ? "cuda-emu" : "cuda");
     if (o->embed && !o->infer && !o->lib)
         return usage_error(cmd, "--embed-weights %s: only inference programs embed weights (add --infer), and libraries (--lib)", o->embed);
+    if (o->bucket_bytes && !o->distributed) return usage_error(cmd, "--bucket-size sizes the gradient buckets of distributed programs: add --distributed%s", "");
+    if (o->distributed && o->infer) return usage_error(cmd, "--distributed builds a training program; inference programs (--infer) run on one process%s", "");
+    if (o->distributed && o->cuda)
+        return usage_error(cmd, "--distributed is not available for --target %s yet (the C target trains on MPI)", o->emulated ? "cuda-emu" : "cuda");
+    if (o->distributed && !o->bucket_bytes) o->bucket_bytes = 25 << 20; /* PyTorch DDP's bucket_cap_mb = 25 */
     return -1;
 }
 
@@ -649,6 +668,8 @@ static int run_passes(Graph *g, const char *after, RematOptions *remat, StrBuf *
     return pipeline_run_opts(g, after, &opt, stats, err);
 }
 
+static int64_t g_bucket_bytes; /* build --distributed: the gradient buckets' size (0: not distributed) */
+
 static bool has_recomputed(const Graph *g)
 {
     for (NodeId i = 0; i < g->nnodes; i++)
@@ -896,7 +917,7 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
         Graph *decode = g_cuda ? NULL : decode_graph(file, train, d, &why, err);
         rc = g_cuda ? codegen_cuda(train->graph, eval->graph, file, kv, nkv, false, c, err)
              : err->len ? -1
-                        : codegen_c_train(train->graph, eval->graph, decode, file, kv, nkv, c, err);
+                        : codegen_c_train(train->graph, eval->graph, decode, file, kv, nkv, g_bucket_bytes, c, err);
         if (decode) ir_graph_free(decode);
         sb_free(&why);
     }
@@ -1020,7 +1041,7 @@ static int build_to(const Options *o, Model *train, Diag *d, const char *prog)
     if (write_model_c(dir, o->cuda ? "model.cu" : "model.c", &c, &model_c)) goto done;
     if (o->lib ? build_library(model_c, prog, train->graph->name, o->cflags, &log)
                : o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, o->infer, &log)
-                         : build_program(model_c, prog, o->cflags, o->infer, &log)) {
+                         : build_program(model_c, prog, o->cflags, o->infer, o->distributed, &log)) {
         fprintf(stderr, "kiln: error: building %s failed:\n%s\n", prog, log.data ? log.data : "");
         goto done;
     }
@@ -1159,6 +1180,7 @@ static int cmd_model(const char *cmd, int argc, char **argv)
         diag_free(&d);
         return 2;
     }
+    g_bucket_bytes = o.distributed ? o.bucket_bytes : 0;
     if (!strcmp(cmd, "build")) {
         rc = build_to(&o, m, &d, o.output);
         if (!rc) fprintf(stderr, "kiln: built %s\n", o.output);

@@ -490,20 +490,22 @@ static void cg_done(Cg *c)
     cg_free_lines(c);
     free(c->kernel_at);
     cg_free_shared(c);
+    free(c->buckets);
 }
 
 int codegen_c(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe,
               StrBuf *out, StrBuf *err)
 {
-    return codegen_c_train(train, eval, NULL, source_path, recipe_kv, nrecipe, out, err);
+    return codegen_c_train(train, eval, NULL, source_path, recipe_kv, nrecipe, 0, out, err);
 }
 
 int codegen_c_train(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path, char *const *recipe_kv,
-                    int nrecipe, StrBuf *out, StrBuf *err)
+                    int nrecipe, int64_t bucket_bytes, StrBuf *out, StrBuf *err)
 {
     if (check_supported(train, err) || check_supported(eval, err) || (decode && check_supported(decode, err))) return -1;
     Cg c;
     cg_init(&c, out, err, source_path);
+    c.bucket_bytes = bucket_bytes;
     emit_header(&c, train, source_path);
     size_t tables_at = out->len;
     CgModelCounts counts;

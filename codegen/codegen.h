@@ -13,9 +13,12 @@
  * dtype the C target does not support yet, named with its model line). recipe_kv holds
  * nrecipe key/value string pairs (the flattened train section). */
 /* The same with a language model's decode step (frontend/decode.c; NULL: none), which the
- * training program's samples use. */
+ * training program's samples use, and, for a distributed training program (kiln build
+ * --distributed), the gradient bucket hook (kiln_model.h's KILN_BUCKET_READY) called after
+ * the kernel that finishes each bucket of at most bucket_bytes (codegen/buckets.c; 0:
+ * none). */
 int codegen_c_train(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path, char *const *recipe_kv,
-                    int nrecipe, StrBuf *out, StrBuf *err);
+                    int nrecipe, int64_t bucket_bytes, StrBuf *out, StrBuf *err);
 int codegen_c(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe,
               StrBuf *out, StrBuf *err);
 /* The C source of an inference program's model (kiln build --infer): the tables of

@@ -186,10 +186,13 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
     for (int sy = 0; sy < g->nsyms; sy++)
         sb_printf(o, "    const int64_t %s = io->syms[%d];\n    (void)%s;\n", g->syms[sy].name, sy, g->syms[sy].name);
     for (NodeId i = 0; i < g->nnodes; i++) pointer_decl(c, i);
+    const bool buckets = train && c->bucket_bytes > 0;
+    if (buckets) cg_plan_buckets(c);
     /* a forward output is copied out as soon as its kernel has run: its memory is then
      * free for the rest of the step (memplan.c) */
     for (int32_t k = 0; k < c->fp.nkernels; k++) {
         call(c, k);
+        if (buckets) cg_emit_bucket_hooks(c, k);
         for (int32_t q = 0, fwd = 0; q < g->noutputs; q++) {
             if (g->outputs[q].kind != OUT_FORWARD) continue;
             if (c->fp.kernel_of[fusion_root(g, &c->fp, g->outputs[q].node)] == k) emit_forward_copy(c, q, fwd);
@@ -235,6 +238,7 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
         default: break;
         }
     }
+    if (buckets) cg_emit_bucket_hooks(c, c->fp.nkernels);
     if (cuda(c)) {
         if (nchecks) sb_printf(o, "    kiln_cuda_finish(io->device, io, %s_index_checks, %d); /* waits for the step */\n", prefix, nchecks);
         else sb_puts(o, "    kiln_cuda_finish(io->device, io, NULL, 0); /* waits for the step */\n");
@@ -248,6 +252,7 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
         }
     }
     sb_puts(o, "}\n\n");
+    if (buckets) cg_emit_bucket_table(c);
     c->nchecks_max = nchecks > c->nchecks_max ? nchecks : c->nchecks_max;
 }
 
@@ -607,13 +612,17 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
                    "    .ntrain_gemms = %d, .train_gemms = train_gemms,\n",
               train->name, source_literal.data, hash, n->nparams, (long long)n->nparam_floats, (long long)n->buffer_bytes, n->ninputs,
               train->nsyms, n->nmetrics, n->noutputs, (long long)train_arena, (long long)eval_arena, n->nrecipe, c->ngemms);
+    StrBuf buckets; /* a distributed program's gradient buckets, after the decode fields (kiln_model.h's order) */
+    sb_init(&buckets);
+    if (c->bucket_bytes > 0) sb_printf(&buckets, "    .nbuckets = %d, .buckets = train_buckets,\n", c->nbuckets);
     if (!cuda(c))
-        sb_printf(out, "    .ntrain_kernels = %d, .train_kernels = train_kernels, .neval_kernels = %d, .eval_kernels = eval_kernels,\n%s};\n",
-                  c->nkernels[0], c->nkernels[1], decode_fields.data ? decode_fields.data : "");
+        sb_printf(out, "    .ntrain_kernels = %d, .train_kernels = train_kernels, .neval_kernels = %d, .eval_kernels = eval_kernels,\n%s%s};\n",
+                  c->nkernels[0], c->nkernels[1], decode_fields.data ? decode_fields.data : "", buckets.data ? buckets.data : "");
     else /* C++: designated initializers in declaration order */
         sb_printf(out, "    .ntrain_kernels = %d, .neval_kernels = %d, .train_kernels = train_kernels, .eval_kernels = eval_kernels,\n"
                        "    .nindex_checks = %d,\n    .device = &kiln_cuda_device,\n};\n",
                   c->nkernels[0], c->nkernels[1], c->nchecks_max);
+    sb_free(&buckets);
     sb_free(&decode_fields);
     sb_free(&source_literal);
 }

@@ -57,7 +57,21 @@ typedef struct {
     char *decode_why; /* why a language model has no decode step, or NULL */
     int ncheck;      /* index checks called so far in the step being written */
     int nchecks_max; /* the most index checks of one step (the CUDA device's memory for them) */
+    /* A distributed program's gradient buckets (buckets.c): their largest size in bytes
+     * (0: not distributed, no buckets) and the plan of the training step. */
+    int64_t bucket_bytes;
+    struct CgBucket *buckets;
+    int nbuckets, capbuckets;
 } Cg;
+
+/* A gradient bucket: `count` floats of the gradient slab from `offset`, final after
+ * kernel `ready` (nkernels: after the step's copies); the names of its first and last
+ * parameters, for comments. */
+typedef struct CgBucket {
+    int64_t offset, count;
+    int ready;
+    const char *first, *last;
+} CgBucket;
 
 static inline const Node *N(const Cg *c, NodeId id) { return &c->g->nodes[id]; }
 
@@ -299,6 +313,12 @@ void cg_emit_gemm_info(Cg *c, bool table);
  * then, after both steps, kiln_model_def. */
 void cg_emit_model_tables(Cg *c, const Graph *g, char *const *recipe_kv, int nrecipe, CgModelCounts *n);
 void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_t train_arena, int64_t eval_arena);
+/* buckets.c — with c->bucket_bytes, the training step's gradient buckets (c->buckets) from
+ * its plan; the hooks to call after kernel k (k = nkernels: after the copies); their table
+ * train_buckets, after the step. */
+void cg_plan_buckets(Cg *c);
+void cg_emit_bucket_hooks(Cg *c, int32_t k);
+void cg_emit_bucket_table(Cg *c);
 /* An inference program's tables (c->infer), before kiln_model_def: which inputs the
  * forward reads, and each forward output's dtype and shape; train is the reference graph
  * (inputs and outputs in its order), predict the forward-only graph. */

@@ -51,7 +51,7 @@ typedef struct {
 } kiln_recipe_entry;
 
 /* Buffers a step reads and writes. */
-typedef struct {
+typedef struct kiln_step_io {
     float *params;        /* trainable parameters, `nparam_floats` floats */
     float *grads;         /* gradients, same layout (train step only) */
     unsigned char *buffers; /* non-trained state (batch-norm statistics), `buffer_bytes` */
@@ -71,7 +71,23 @@ typedef struct {
      * handle and staging memory, and then params, grads, buffers and arena are device
      * memory while inputs and outputs stay host memory; NULL on the host. */
     void *device;
+    /* Distributed programs (kiln build --distributed) only, else NULL: called by the
+     * training step after the kernel that finishes the gradients of bucket b of the
+     * model's `buckets`, so that their all-reduce starts while the backward goes on. */
+    void (*bucket_ready)(struct kiln_step_io *io, int b);
 } kiln_step_io;
+
+/* A step's call of the gradient bucket hook: one predictable branch when not distributed. */
+#define KILN_BUCKET_READY(io, b) ((io)->bucket_ready ? (io)->bucket_ready((io), (b)) : (void)0)
+
+/* A gradient bucket of a distributed program, planned at build time: `count` floats of the
+ * gradient slab from `offset`, final once kernel `ready` of the training step has run
+ * (ntrain_kernels: after the step's last copies). Buckets are contiguous spans of the slab
+ * listed in the order the step finishes them (the backward's). */
+typedef struct {
+    int64_t offset, count;
+    int ready;
+} kiln_grad_bucket;
 
 /* An index computed in the model (an embedding's rows, one_hot's or cross-entropy's
  * classes) must lie in [0, limit): the step checks every one and stops at the first that
@@ -231,6 +247,10 @@ typedef struct kiln_model {
     int ndecode_outputs;
     const kiln_input *decode_outputs;
     const char *decode_unsupported;
+    /* Distributed training programs (kiln build --distributed): the gradient buckets, in
+     * the order the training step calls their hooks; 0 and NULL otherwise. */
+    int nbuckets;
+    const kiln_grad_bucket *buckets;
 } kiln_model;
 
 /* Copies a model's parameters and buffers from a safetensors file by name (PyTorch

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dist.h"
 #include "kiln_model.h"
 #include "kiln_rng.h"
 #include "train_internal.h"
@@ -134,6 +135,7 @@ int tm_bench(kiln_step_io *io, int64_t batch, int64_t n, int64_t accumulate_step
     const void *const *saved_inputs = io->inputs;
     io->inputs = (const void *const *)in;
     for (int64_t s = 0; s < warm + n && !rc; s++) {
+        if (s == warm) tm_dist_wait_seconds(); /* the timed steps' wait for the all-reduce, from here */
         double t0 = kiln_now(), loss = 0, lr;
         for (int64_t micro = 0; micro < accumulate; micro++) {
             io->step = (uint64_t)(s * accumulate + micro);
@@ -146,6 +148,10 @@ int tm_bench(kiln_step_io *io, int64_t batch, int64_t n, int64_t accumulate_step
         if (s >= warm) times[s - warm] = 1e3 * (kiln_now() - t0);
         if (!rc && !isfinite(loss)) rc = tm_die("the loss is %g at benchmark step %lld", loss, (long long)s + 1);
     }
+    /* Distributed: the update's wait for the gradients per timed step, and a whole
+     * all-reduce alone (the transfer a step would wait for with no overlap). */
+    const double wait_ms = 1e3 * tm_dist_wait_seconds() / (double)n;
+    const double allreduce_ms = !rc && tm_dist_size() > 1 ? tm_dist_allreduce_ms(io->grads, M->nparam_floats, 5) : 0;
     if (!rc) {
         double flops = M->train_gemm_flops ? M->train_gemm_flops(io->syms) * (double)accumulate : 0;
         double train_rss = kiln_peak_rss_mb(), step_ms = kiln_median(times, n), min_ms = times[0];
@@ -161,11 +167,14 @@ int tm_bench(kiln_step_io *io, int64_t batch, int64_t n, int64_t accumulate_step
             printf("%s\"%s\": %lld", s ? ", " : "", M->syms[s].name, (long long)io->syms[s]);
         printf("}, \"bounds\": {");
         for (int s = 0; s < M->nsyms; s++) printf("%s\"%s\": %lld", s ? ", " : "", M->syms[s].name, (long long)M->syms[s].max);
-        printf("}, \"threads\": %d, \"blas_threads\": %d, \"warmup_steps\": %lld, \"train_steps\": %lld, \"train_step_ms_median\": %.4f, "
+        if (tm_dist_size() > 1)
+            printf("}, \"ranks\": %d, \"allreduce_wait_ms\": %.4f, \"allreduce_ms\": %.4f, \"gradient_bytes\": %lld", tm_dist_size(), wait_ms,
+                   allreduce_ms, (long long)M->nparam_floats * 4);
+        printf("%s\"threads\": %d, \"blas_threads\": %d, \"warmup_steps\": %lld, \"train_steps\": %lld, \"train_step_ms_median\": %.4f, "
                "\"train_step_ms_min\": %.4f, \"gemm_flops_per_step\": %.6g, \"infer_b1_ms\": %.4f, \"infer_b1_repeats\": %d, "
                "\"infer_b1_gemm_flops\": %.6g, \"infer_b256_batch\": %lld, \"infer_b256_ms\": %.4f, \"infer_b256_repeats\": %d, "
                "\"infer_b256_gemm_flops\": %.6g, \"train_rss_mb\": %.1f, \"peak_rss_mb\": %.1f, \"gemms\": [",
-               krt_threads(), krt_blas_threads(), (long long)warm, (long long)n, step_ms, min_ms, flops, b1, reps1, f1, (long long)big, bb,
+               tm_dist_size() > 1 ? ", " : "}, ", krt_threads(), krt_blas_threads(), (long long)warm, (long long)n, step_ms, min_ms, flops, b1, reps1, f1, (long long)big, bb,
                repsb, fb, train_rss, kiln_peak_rss_mb());
         for (int i = 0; i < M->ntrain_gemms; i++) {
             const kiln_gemm_shape *g = &M->train_gemms[i];

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dist.h"
 #include "kiln_model.h"
 #include "kiln_rng.h"
 #include "train_internal.h"
@@ -171,6 +172,7 @@ static void usage(FILE *f)
         else
             fprintf(f, "  %-22s %s (recipe: %s)\n", name, g->help, g->key);
     }
+    tm_dist_usage(f); /* a distributed program's own */
     fprintf(f, "  %-22s %s\n", "--help", "show this help");
 }
 
@@ -384,6 +386,7 @@ double tm_apply_update(int64_t step, bool want_norm, double *lr)
 {
     const int64_t np = M->nparam_floats;
     float *g = TR.accumulate > 1 ? TR.acc : TR.grads;
+    tm_dist_reduce_grads(g, np); /* the global batch's gradient, on every rank */
     double norm = TR.clip > 0 ? TR.dev->clip_grad_norm(TR.ctx, g, np, TR.clip) : want_norm ? TR.dev->grad_norm(TR.ctx, g, np) : 0;
     *lr = krt_schedule_lr(&TR.sc, TR.oc.lr, step);
     for (int k = 0; k < TR.nspans; k++) /* each group's rate, scheduled from its own base, as each torch param group */
@@ -1018,9 +1021,17 @@ static int eval_and_report(krt_dataset *ds, kiln_step_io *io, void **bufs, const
     return sample_logits && sample_text(io, bufs, sample_logits, batch, seed, step);
 }
 
+static int train(int argc, char **argv);
+
 int main(int argc, char **argv)
 {
     krt_fast_environment(argc, argv); /* BLAS kernels, OpenMP wait policy, threads, FTZ (env.c) */
+    int rc = tm_dist_init(&argc, argv); /* the processes (dist.h): MPI's in a distributed program */
+    return tm_dist_finish(rc >= 0 ? rc : train(argc, argv));
+}
+
+static int train(int argc, char **argv)
+{
     const char *resume = NULL;
     int parsed = parse_args(argc, argv, &resume);
     if (parsed >= 0) return parsed;
@@ -1037,7 +1048,7 @@ int main(int argc, char **argv)
     memset(&TR, 0, sizeof TR);
     TR.dev = M->device ? M->device : &kiln_host_device;
     /* Sized from the model: any number of inputs, metrics, outputs and sizes. */
-    void **bufs = calloc((size_t)M->ninputs + 1, sizeof *bufs);
+    void **bufs = calloc((size_t)M->ninputs + 1, sizeof *bufs), **my_bufs = calloc((size_t)M->ninputs + 1, sizeof *my_bufs);
     krt_dtype *dtypes = calloc((size_t)M->ninputs + 1, sizeof *dtypes);
     int64_t *io_syms = calloc((size_t)M->nsyms + 1, sizeof *io_syms);
     double *io_metrics = calloc((size_t)M->nmetrics + 1, sizeof *io_metrics), *msum = calloc((size_t)M->nmetrics + 1, sizeof *msum);
@@ -1048,7 +1059,7 @@ int main(int argc, char **argv)
     float *sample_logits = NULL;
     int rc = 0;
     bool tty = isatty(2);
-    if (!bufs || !dtypes || !io_syms || !io_metrics || !msum || !io_outputs) {
+    if (!bufs || !my_bufs || !dtypes || !io_syms || !io_metrics || !msum || !io_outputs) {
         rc = tm_die("out of memory");
         goto out;
     }
@@ -1083,7 +1094,7 @@ int main(int argc, char **argv)
     krt_error err;
     char earlier_found[4096];
     bool earlier = false;
-    if (!bench_steps && !eval_only) {
+    if (!bench_steps && !eval_only && tm_dist_rank() == 0) { /* rank 0 alone writes checkpoints */
         /* Before anything long: a run must not train for hours and then find that it
          * cannot save. A run that starts afresh where checkpoints are says so. */
         if (krt_ckpt_prepare(ckdir, &err) != KRT_OK) {
@@ -1247,9 +1258,16 @@ int main(int argc, char **argv)
         goto out;
     }
     init_params(params, buffers, seed);
-    if (resume && load_checkpoint(resume, accumulate, params, buffers, &st, &cur, &step)) {
+    if (resume && tm_dist_rank() == 0 && load_checkpoint(resume, accumulate, params, buffers, &st, &cur, &step)) {
         rc = 1;
         goto out;
+    }
+    if (tm_dist_size() > 1) { /* every rank starts from rank 0's state, checkpoint or not */
+        int64_t counters[6] = {step, cur.epoch, cur.position, (int64_t)cur.seed, batches_drawn, st.step};
+        float *const slabs[3] = {st.m, st.v, st.w};
+        tm_dist_share_state(params, np, buffers, M->buffer_bytes, slabs, 3, counters, 6);
+        step = counters[0], cur.epoch = counters[1], cur.position = counters[2], cur.seed = (uint64_t)counters[3];
+        batches_drawn = counters[4], st.step = counters[5];
     }
     state_to_device(params, buffers, &st);
     if (resume && overridden("seed") && seed != cur.seed) {
@@ -1278,8 +1296,18 @@ int main(int argc, char **argv)
     io.outputs = io_outputs;
     for (int s = 0; s < M->nsyms; s++) io.syms[s] = M->syms[s].max;
     if (bs >= 0) io.syms[bs] = batch;
-    if (bench_steps) {
-        rc = tm_bench(&io, batch, strtoll(bench_steps, NULL, 10), TR.accumulate);
+    /* This rank's share of each global batch: its samples of bufs (rows are contiguous). */
+    int64_t share_first, share;
+    tm_dist_share(batch, &share_first, &share);
+    for (int k = 0; k < M->ninputs; k++) {
+        int64_t row = (int64_t)krt_dtype_size(M->inputs[k].dtype);
+        for (int d = 1; d < M->inputs[k].rank; d++) row *= M->inputs[k].dims[d];
+        my_bufs[k] = (char *)bufs[k] + share_first * row;
+    }
+    tm_dist_attach(&io, batch, accumulate);
+    if (bench_steps) { /* each rank times its share */
+        if (bs >= 0) io.syms[bs] = share;
+        rc = tm_bench(&io, share, strtoll(bench_steps, NULL, 10), TR.accumulate);
         goto out;
     }
     if (!eval_only && step >= total_steps) { /* resumed at or past the end: nothing to train */
@@ -1287,7 +1315,7 @@ int main(int argc, char **argv)
                M->name, resume, (long long)step, (long long)total_steps, (long long)step);
         goto out;
     }
-    const char *logpath = tm_recipe("log", "");
+    const char *logpath = tm_dist_rank() == 0 ? tm_recipe("log", "") : ""; /* rank 0 alone logs */
     log = *logpath ? fopen(logpath, "a") : NULL;
     if (*logpath && !log) {
         rc = tm_die("%s: cannot open the log file: %s", logpath, strerror(errno));
@@ -1297,13 +1325,15 @@ int main(int argc, char **argv)
         rc = eval_and_report(data.eval, &io, bufs, dtypes, batch, ev_batches, log, sample_logits, seed, step, false);
         goto out;
     }
-    if (earlier)
+    if (earlier && tm_dist_rank() == 0)
         fprintf(stderr, "%s: note: %s holds a checkpoint of an earlier run (%s); this run starts afresh and replaces it (--resume %s continues it)\n",
                 M->name, ckdir, earlier_found, ckdir);
     new_run_id();
     signal(SIGINT, on_sigint);
-    printf("%s: %lld parameters, %lld training samples, %lld steps of %lld (x%lld), %s lr %g\n", M->name, (long long)np,
-           (long long)ntrain, (long long)total_steps, (long long)batch, (long long)accumulate, opt, oc.lr);
+    const char *split = tm_dist_describe(batch); /* "2 ranks × batch 64" */
+    printf("%s: %lld parameters, %lld training samples, %lld steps of %lld%s%s%s (x%lld), %s lr %g\n", M->name, (long long)np,
+           (long long)ntrain, (long long)total_steps, (long long)batch, *split ? " (" : "", split, *split ? ")" : "", (long long)accumulate,
+           opt, oc.lr);
     double t0 = kiln_now();
     int64_t saved = -1; /* the step of the last checkpoint this run saved */
     while (step < total_steps && !interrupted) {
@@ -1321,11 +1351,16 @@ int main(int argc, char **argv)
             batch_epoch = cur.position == 0 ? cur.epoch - 1 : cur.epoch;
             io.step = (uint64_t)(step * accumulate + micro);
             batches_drawn++;
+            io.inputs = (const void *const *)my_bufs; /* this rank's share */
+            if (bs >= 0) io.syms[bs] = share;
             M->train_step(&io);
+            io.inputs = (const void *const *)bufs;
+            if (bs >= 0) io.syms[bs] = batch;
             if (tm_index_failed(&io, "step", step + 1)) {
                 rc = 1;
                 goto out;
             }
+            tm_dist_global_metrics(&io, step); /* the global batch's loss and metrics */
             if (!isfinite(io.loss)) {
                 rc = tm_die("the loss is %g at step %lld: training diverged (lower the learning rate, or clip gradients)", io.loss,
                          (long long)step + 1);
@@ -1358,7 +1393,7 @@ int main(int argc, char **argv)
                 rc = 1;
                 goto out;
             }
-        if (due(step, ck_steps, ck_epochs, epoch_end, cur.epoch) || step == total_steps) {
+        if ((due(step, ck_steps, ck_epochs, epoch_end, cur.epoch) || step == total_steps) && tm_dist_rank() == 0) {
             state_to_host(params, buffers, &st);
             if (save_checkpoint(ckdir, keep, params, buffers, &st, &cur, step)) {
                 rc = 1;
@@ -1369,7 +1404,9 @@ int main(int argc, char **argv)
     }
     if (interrupted) {
         if (tty) fputc('\n', stderr);
-        if (saved == step) {
+        if (tm_dist_rank() != 0) {
+            rc = 130; /* rank 0 saves */
+        } else if (saved == step) {
             fprintf(stderr, "%s: interrupted at step %lld; its checkpoint is saved in %s\n", M->name, (long long)step, ckdir);
             rc = 130;
         } else {
@@ -1402,6 +1439,7 @@ out:
     free(sample_logits);
     for (int k = 0; bufs && k < M->ninputs; k++) free(bufs[k]);
     free(bufs);
+    free(my_bufs);
     free(dtypes);
     free(io_syms);
     free(io_metrics);

@@ -9,6 +9,7 @@ packages=(
   libopenblas-dev zlib1g-dev         # the runtime: BLAS for matmuls, gzip for IDX data
   graphviz                           # `kiln ir --dot` output is checked with dot
   dataset-fashion-mnist fortunes     # the reference models' training data
+  openmpi-bin libopenmpi-dev         # kiln build --distributed (MPI) and tests/test_dist.c (mpirun)
   python3-torch                      # tests/test_parity.c: PyTorch 1.13 for parity checks
                                      # (174 packages, 146 MB download, 606 MB installed; 29 s here)
 )
