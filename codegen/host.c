@@ -563,6 +563,7 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
         sb_puts(&decode_fields, ",\n");
     }
     if (cuda(c) && !c->decode_why) sb_puts(&decode_fields, "    .decode_unsupported = NULL,\n");
+    if (cuda(c)) sb_puts(&decode_fields, "    .nbuckets = 0, .buckets = NULL,\n"); /* --distributed is the C target's */
     free(c->decode_why);
     c->decode_why = NULL;
     if (c->infer) {
