@@ -39,16 +39,18 @@ Graph *codegen_predict_graph(const Graph *eval);
 /* cuda.c — writes model.cu, the CUDA of the same kernels in Kiln's dialect
  * (runtime/cuda/kiln_cuda.h). Returns 0, or -1 with "FILE:LINE: error: --target cuda does
  * not support <kind> kernels yet (...)" for the first kernel it cannot write yet. With
- * `partial` (tests), such kernels are left out with a comment instead. */
-int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe, bool partial,
-                 StrBuf *out, StrBuf *err);
+ * `partial` (tests), such kernels are left out with a comment instead. `decode`: as
+ * codegen_c_train's, for the training program's samples. */
+int codegen_cuda(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path, char *const *recipe_kv, int nrecipe,
+                 bool partial, StrBuf *out, StrBuf *err);
 
 /* An inference program's model.cu (kiln build --infer --target cuda|cuda-emu): what
  * codegen_c_infer writes for the C target (the evaluation step, the predict step, the
- * inference tables), with the kernels and launches of codegen_cuda, the steps running on
- * the GPU. Errors as codegen_cuda's. */
-int codegen_cuda_infer(const Graph *train, const Graph *eval, const Graph *predict, const char *source_path, char *const *recipe_kv,
-                       int nrecipe, StrBuf *out, StrBuf *err);
+ * decode step, the inference tables), with the kernels and launches of codegen_cuda, the
+ * steps running on the GPU; the decode step reads and writes the key/value caches in
+ * device memory. Errors as codegen_cuda's. */
+int codegen_cuda_infer(const Graph *train, const Graph *eval, const Graph *predict, const Graph *decode, const char *decode_why,
+                       const char *source_path, char *const *recipe_kv, int nrecipe, StrBuf *out, StrBuf *err);
 
 /* Bytes of activation memory each step needs at the symbols' bounds (after planning). */
 int64_t codegen_arena_bytes(const Graph *g);

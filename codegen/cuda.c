@@ -1273,6 +1273,7 @@ static int emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *prefi
         cg_emit_step(c, train, emit_kernel_call);
         cg_emit_kernel_table(c, kernel_function);
         if (!strcmp(prefix, "predict")) c->npredict_kernels = c->fp.nkernels;
+        else if (c->decoding) c->ndecode_kernels = c->fp.nkernels;
         else c->nkernels[!train] = c->fp.nkernels;
         cg_emit_gemm_info(c, train);
     }
@@ -1368,39 +1369,51 @@ static int begin_file(Cg *c, const Graph *g, const Graph *train, const char *sou
     return 0;
 }
 
-int codegen_cuda(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe, bool partial,
-                 StrBuf *out, StrBuf *err)
+int codegen_cuda(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path, char *const *recipe_kv, int nrecipe,
+                 bool partial, StrBuf *out, StrBuf *err)
 {
     Cg c;
     if (begin_file(&c, train, train, source_path, partial, false, out, err)) return -1;
     int64_t train_arena = 0, eval_arena = 0;
     int rc = emit_graph(&c, train, train, "train", "training", partial, &train_arena);
     if (!rc) rc = emit_graph(&c, eval, train, "eval", "evaluation", partial, &eval_arena);
+    if (!rc && decode && !partial) { /* the samples printed at each evaluation */
+        c.decoding = c.has_decode = true;
+        rc = emit_graph(&c, decode, train, "decode", "decode", false, &c.decode_arena);
+        c.decoding = false;
+    }
     if (!rc && !partial) {
         /* the model's tables, as the C target writes them: the same checkpoints */
         CgModelCounts counts;
         cg_emit_model_tables(&c, train, recipe_kv, nrecipe, &counts);
+        if (decode) cg_emit_decode_tables(&c, train, decode, NULL);
         cg_emit_model_def(&c, train, &counts, train_arena, eval_arena);
     }
     cg_free_lines(&c);
     return rc;
 }
 
-/* As codegen_c_infer, in CUDA: the evaluation step and the predict step, each kernel
- * written and launched as in a training program's model.cu, with the inference tables;
- * the device (device.cu) is the training program's. */
-int codegen_cuda_infer(const Graph *train, const Graph *eval, const Graph *predict, const char *source_path, char *const *recipe_kv,
-                       int nrecipe, StrBuf *out, StrBuf *err)
+/* As codegen_c_infer, in CUDA: the evaluation step, the predict step and a language
+ * model's decode step, each kernel written and launched as in a training program's
+ * model.cu, with the inference tables; the device (device.cu) is the training program's. */
+int codegen_cuda_infer(const Graph *train, const Graph *eval, const Graph *predict, const Graph *decode, const char *decode_why,
+                       const char *source_path, char *const *recipe_kv, int nrecipe, StrBuf *out, StrBuf *err)
 {
     Cg c;
     if (begin_file(&c, eval, train, source_path, false, true, out, err)) return -1;
     int64_t eval_arena = 0;
     int rc = emit_graph(&c, eval, train, "eval", "evaluation", false, &eval_arena);
     if (!rc) rc = emit_graph(&c, predict, train, "predict", "predict", false, &c.predict_arena);
+    if (!rc && decode) { /* --generate: the caches stay in device memory (host.c) */
+        c.decoding = c.has_decode = true;
+        rc = emit_graph(&c, decode, train, "decode", "decode", false, &c.decode_arena);
+        c.decoding = false;
+    }
     if (!rc) {
         CgModelCounts counts;
         cg_emit_model_tables(&c, train, recipe_kv, nrecipe, &counts);
         cg_emit_infer_tables(&c, train, predict);
+        cg_emit_decode_tables(&c, train, decode, decode_why);
         cg_emit_model_def(&c, train, &counts, 0, eval_arena);
     }
     cg_free_lines(&c);

@@ -82,6 +82,15 @@ static bool read_in_step(const Cg *c, NodeId id)
     return false;
 }
 
+/* A decode step's key/value cache (an input "decode.NAME" of rank > 1, and the output of
+ * the same name: its new rows): on the GPU the caches stay in device memory from token to
+ * token (runtime/generate.c allocates them there), read in place and written by device
+ * copies, where the other inputs and outputs cross from and to the host. */
+static bool device_cache(const Cg *c, const char *name, NodeId id)
+{
+    return cuda(c) && c->decoding && !strncmp(name, "decode.", 7) && N(c, id)->shape.rank > 1;
+}
+
 static void pointer_decl(Cg *c, NodeId id)
 {
     const Node *n = N(c, id);
@@ -93,6 +102,8 @@ static void pointer_decl(Cg *c, NodeId id)
             /* an inference program's predict step has the loss's inputs but does not read
              * them (the caller gives none): nothing to copy */
             sb_printf(o, "    /* input %s: not read by this step */\n", ir_node_name(c->g, id));
+        } else if (n->op == OP_INPUT && device_cache(c, ir_node_name(c->g, id), id)) {
+            sb_printf(o, "    const %s *v%d = (const %s *)io->inputs[%d]; /* the cache, in device memory */\n", t, id, t, c->input_index[id]);
         } else if (n->op == OP_INPUT && cuda(c)) {
             int k = c->input_index[id];
             sb_printf(o, "    const %s *v%d = (const %s *)kiln_cuda_input(io->device, %d, io->inputs[%d], (int64_t)sizeof(%s) * (", t, id, t,
@@ -157,9 +168,11 @@ static void emit_copy_out(Cg *c, NodeId id, const char *dst, const char *kind)
 static void emit_forward_copy(Cg *c, int32_t q, int fwd)
 {
     char dst[64];
+    const char *name = ir_str(c->g, c->g->outputs[q].name);
+    const bool cache = device_cache(c, name, c->g->outputs[q].node);
     snprintf(dst, sizeof dst, "io->outputs[%d]", fwd);
-    sb_printf(c->o, "    if (io->outputs && io->outputs[%d]) /* output %s */\n    ", fwd, ir_str(c->g, c->g->outputs[q].name));
-    emit_copy_out(c, c->g->outputs[q].node, dst, "cudaMemcpyDeviceToHost");
+    sb_printf(c->o, "    if (io->outputs && io->outputs[%d]) /* output %s%s */\n    ", fwd, name, cache ? ": the new rows of its cache" : "");
+    emit_copy_out(c, c->g->outputs[q].node, dst, cache ? "cudaMemcpyDeviceToDevice" : "cudaMemcpyDeviceToHost");
 }
 
 void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
@@ -553,7 +566,7 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
                                   "    .ndecode_inputs = %d, .decode_inputs = decode_inputs,\n"
                                   "    .ndecode_outputs = %d, .decode_outputs = decode_outputs,\n",
                   (long long)c->decode_arena, c->ndecode_kernels, c->ndecode_syms, c->ndecode_inputs, c->ndecode_outputs);
-    if (cuda(c) && !c->has_decode) /* C++ (g++ -Wextra): every field given, in order; no decode step on the GPU yet */
+    if (cuda(c) && !c->has_decode) /* C++ (g++ -Wextra): every field given, in order */
         sb_puts(&decode_fields, "    .decode_step = NULL, .decode_gemm_flops = NULL, .decode_arena_bytes = 0, .ndecode_kernels = 0,\n"
                                 "    .decode_kernels = NULL, .ndecode_syms = 0, .decode_syms = NULL, .ndecode_inputs = 0, .decode_inputs = NULL,\n"
                                 "    .ndecode_outputs = 0, .decode_outputs = NULL,\n");

@@ -85,6 +85,8 @@ double kiln_sample_uniform(uint64_t seed, uint64_t step, uint64_t t) { return ki
 
 typedef struct {
     const kiln_model *m;
+    const kiln_device *dev; /* NULL: the host */
+    void *dev_ctx;
     kiln_step_io io;
     int64_t *syms;
     const void **inputs;
@@ -107,24 +109,43 @@ static int sym_named(const kiln_symbol *s, int n, const char *name)
     return -1;
 }
 
+/* The arena and the caches: host memory, or the device's (zeroed either way). */
+static void *gen_alloc(Gen *g, int64_t bytes)
+{
+    return g->dev ? g->dev->alloc(g->dev_ctx, bytes) : calloc((size_t)bytes, 1);
+}
+
+static void gen_release(Gen *g, void *p)
+{
+    if (!p) return;
+    if (g->dev) g->dev->release(g->dev_ctx, p);
+    else free(p);
+}
+
 static void gen_free(Gen *g)
 {
     if (g->cache)
-        for (int k = 0; k < g->m->ndecode_inputs; k++) free(g->cache[k]);
+        for (int k = 0; k < g->m->ndecode_inputs; k++) gen_release(g, g->cache[k]);
     free(g->cache);
     free(g->row_floats);
     free(g->syms);
     free(g->inputs);
     free(g->outputs);
-    free(g->arena);
+    gen_release(g, g->arena);
     free(g->tokens);
     free(g->logits);
 }
 
-static krt_status gen_open(Gen *g, const kiln_model *m, float *params, unsigned char *buffers, bool full, int64_t V, krt_error *err)
+static krt_status gen_open(Gen *g, const kiln_model *m, const kiln_generate_config *c, float *params, unsigned char *buffers, bool full,
+                           int64_t V, krt_error *err)
 {
     memset(g, 0, sizeof *g);
     g->m = m;
+    if (c->device && !c->device->host) {
+        g->dev = c->device;
+        g->dev_ctx = c->device_ctx;
+    }
+    const char *oom = g->dev ? "out of device memory for generation's activations and key/value caches" : "out of memory";
     const kiln_input *in = &m->inputs[0];
     int64_t Tmax = in->dims[1];
     int nsyms = full ? m->nsyms : m->ndecode_syms;
@@ -133,10 +154,11 @@ static krt_status gen_open(Gen *g, const kiln_model *m, float *params, unsigned 
     g->syms = calloc((size_t)nsyms + 1, sizeof *g->syms);
     g->inputs = calloc((size_t)nin + 1, sizeof *g->inputs);
     g->outputs = calloc((size_t)nout + 1, sizeof *g->outputs);
-    g->arena = calloc((size_t)arena + 64, 1);
+    g->arena = gen_alloc(g, arena + 64);
     g->tokens = calloc((size_t)Tmax + 1, krt_dtype_size(in->dtype));
     g->logits = calloc((size_t)(Tmax * V) + 1, sizeof *g->logits);
-    if (!g->syms || !g->inputs || !g->outputs || !g->arena || !g->tokens || !g->logits) return krt_fail(err, KRT_ENOMEM, "out of memory");
+    if (!g->arena) return krt_fail(err, KRT_ENOMEM, "%s", oom);
+    if (!g->syms || !g->inputs || !g->outputs || !g->tokens || !g->logits) return krt_fail(err, KRT_ENOMEM, "out of memory");
     g->tsym = in->sym[1];
     g->bsym = in->sym[0];
     g->logits_out = 0;
@@ -153,15 +175,15 @@ static krt_status gen_open(Gen *g, const kiln_model *m, float *params, unsigned 
         /* The caches, batch 1: [KV, 1, H, hd] at the context's bound, the part of the
          * program's memory that generation adds. */
         for (int k = 0; k < m->ndecode_inputs; k++) {
-            const kiln_input *c = &m->decode_inputs[k];
-            if (!strcmp(c->name, "decode.past")) {
+            const kiln_input *ci = &m->decode_inputs[k];
+            if (!strcmp(ci->name, "decode.past")) {
                 g->inputs[m->ninputs + k] = &g->past;
                 continue;
             }
             g->row_floats[k] = 1;
-            for (int d = 2; d < c->rank; d++) g->row_floats[k] *= c->dims[d];
-            g->cache[k] = calloc((size_t)(c->dims[0] * g->row_floats[k]) + 1, sizeof(float));
-            if (!g->cache[k]) return krt_fail(err, KRT_ENOMEM, "out of memory");
+            for (int d = 2; d < ci->rank; d++) g->row_floats[k] *= ci->dims[d];
+            g->cache[k] = gen_alloc(g, (int64_t)sizeof(float) * (ci->dims[0] * g->row_floats[k] + 1));
+            if (!g->cache[k]) return krt_fail(err, KRT_ENOMEM, "%s", oom);
             g->inputs[m->ninputs + k] = g->cache[k];
         }
     }
@@ -172,6 +194,7 @@ static krt_status gen_open(Gen *g, const kiln_model *m, float *params, unsigned 
     g->io.syms = g->syms;
     g->io.arena = g->arena;
     g->io.outputs = g->outputs;
+    g->io.device = g->dev_ctx;
     g->outputs[g->logits_out] = g->logits;
     for (int s = 0; s < nsyms; s++) g->syms[s] = full ? m->syms[s].max : m->decode_syms[s].max;
     return KRT_OK;
@@ -242,7 +265,7 @@ krt_status kiln_generate(const kiln_model *m, float *params, unsigned char *buff
         goto out;
     }
     memcpy(tokens, c->prompt, sizeof(int32_t) * (size_t)c->nprompt);
-    if ((s = gen_open(&g, m, params, buffers, full, V, err)) != KRT_OK) goto out;
+    if ((s = gen_open(&g, m, c, params, buffers, full, V, err)) != KRT_OK) goto out;
     int64_t len = c->nprompt, cached = 0; /* decode: positions in the cache */
     for (int64_t t = 0; t < c->tokens; t++) {
         const float *last;

@@ -537,7 +537,7 @@ static int64_t prompt_tokens(const char *p, int32_t *out, int64_t cap, int64_t V
     return n;
 }
 
-static int generate_text(const Opts *o, float *params, unsigned char *buffers)
+static int generate_text(const Opts *o, const kiln_device *dev, void *dev_ctx, float *params, unsigned char *buffers)
 {
     const kiln_input *in = &M->inputs[0];
     const int64_t Tmax = in->dims[1], V = in->max_value > 0 ? in->max_value : 256;
@@ -558,6 +558,7 @@ static int generate_text(const Opts *o, float *params, unsigned char *buffers)
         .temperature = o->temperature >= 0 ? o->temperature : rT ? atof(rT) : 1.0,
         .top_k = o->top_k_given ? o->top_k : rk ? atoll(rk) : 0,
         .top_p = o->top_p >= 0 ? o->top_p : 1.0,
+        .device = dev, .device_ctx = dev_ctx,
     };
     if (!o->full && !M->decode_step)
         fprintf(stderr, "%s: note: generating by full recomputation of the window for each token: %s\n", M->name,
@@ -726,13 +727,11 @@ int main(int argc, char **argv)
     }
     krt_safetensors_free(w);
     w = NULL;
-    if (o.generate && device.ctx) { /* the decode step and the sampler run on the host */
-        die("--generate: text generation is the C target's for now; build the program without --target cuda");
-        rc = 2;
-        goto out;
-    }
-    if (o.generate) {
-        rc = generate_text(&o, params, buffers);
+    if (o.generate) { /* on a GPU: the steps there, the sampler on the host (one row of logits a token) */
+        kiln_step_io gio;
+        memset(&gio, 0, sizeof gio);
+        device_bind(&device, &gio, params, buffers, arena);
+        rc = generate_text(&o, device.dev, device.ctx, gio.params, gio.buffers);
         goto out;
     }
 

@@ -279,6 +279,11 @@ typedef struct {
     int64_t top_k;
     uint64_t seed, step;
     bool full; /* recompute the whole window for each token (also when the model has no decode step) */
+    /* Where the steps run: NULL (or the host device) for the C target; a GPU's device and
+     * context (params and buffers then in its memory) for --target cuda|cuda-emu, where
+     * the arena and the key/value caches are allocated in device memory too. */
+    const kiln_device *device;
+    void *device_ctx;
 } kiln_generate_config;
 
 /* Continues the prompt by c->tokens tokens from model m (inputs[0] its tokens [B, T]),

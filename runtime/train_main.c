@@ -923,7 +923,8 @@ static int sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t bat
     printf("sample at step %lld: %s", (long long)step, prompt);
     if (M->decode_step && len <= Tmax) {
         kiln_generate_config c = {.prompt = tokens, .nprompt = len, .tokens = n, .vocab = V, .temperature = temperature,
-                                  .top_p = 1, .top_k = top_k, .seed = seed, .step = (uint64_t)step};
+                                  .top_p = 1, .top_k = top_k, .seed = seed, .step = (uint64_t)step,
+                                  .device = M->device, .device_ctx = io->device};
         krt_error err;
         if (kiln_generate(M, io->params, io->buffers, &c, print_token, &V, &err) != KRT_OK) failed = tm_die("sampling after step %lld: %s", (long long)step, err.msg);
         n = 0;

@@ -45,4 +45,19 @@ typedef struct {
     int kernels, spilling, stack, max_registers;
 } SupportPtxas;
 SupportPtxas support_ptxas_summary(const char *out);
+
+/* Whether this test build runs nvcc: not the sanitizer build. nvcc's verdict on a model.cu
+ * (compiles, no spills) depends on the text kiln wrote, not on how kiln was built, and CI
+ * runs the optimised build too: the sanitizer build still runs kiln emit on every model
+ * (its memory is what ASan checks there), and leaves the minutes of nvcc to the other. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SUPPORT_RUN_NVCC 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SUPPORT_RUN_NVCC 0
+#endif
+#endif
+#ifndef SUPPORT_RUN_NVCC
+#define SUPPORT_RUN_NVCC 1
+#endif
 #endif

@@ -73,6 +73,7 @@ static Ptxas parse(const char *out, const char *file, const char *arch)
 static Ptxas run_nvcc(const char *file, const char *arch, const char *flags, StrBuf *out)
 {
     if (!*KILN_NVCC) cr_skip_test("no CUDA toolkit found by CMake (find_package(CUDAToolkit))");
+    if (!SUPPORT_RUN_NVCC) cr_skip_test("sanitizer build: nvcc runs in the optimised build (support.h)");
     char dir[] = "/tmp/kiln-nvcc-XXXXXX";
     cr_assert(mkdtemp(dir));
     char cmd[2048];

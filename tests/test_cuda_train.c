@@ -289,6 +289,10 @@ Test(cuda_train, every_model_compiles_for_sm80_and_sm90_without_spills, .timeout
         sb_init(&out);
         snprintf(args, sizeof args, "emit %s/models/%s.kiln --target cuda -o %s/%s", KILN_SOURCE_DIR, models[m], dir, models[m]);
         cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data ? out.data : "");
+        if (!SUPPORT_RUN_NVCC) { /* the sanitizer build: kiln emit only (support.h) */
+            sb_free(&out);
+            continue;
+        }
         snprintf(cmd, sizeof cmd,
                  "'%s' -std=c++17 -O3 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -Xptxas -v "
                  "-I'%s/runtime/cuda' -I'%s/runtime' -c '%s/%s/model.cu' -o '%s/%s/model.o' 2>&1",

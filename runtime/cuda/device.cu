@@ -12,7 +12,8 @@
  *
  * A step's inputs arrive in host memory; kiln_cuda_input copies each into pinned staging
  * memory and from there to the device on a copy stream, asynchronously, with the step's
- * stream waiting on the copy's event. There are two sets of staging buffers, used in turn,
+ * stream waiting on the copy's event. (A decode step's key/value caches are the exception:
+ * they live in device memory, runtime/generate.c's, read and written in place.) There are two sets of staging buffers, used in turn,
  * so that a set is not overwritten while a copy from it may still run.
  *
  * Written in Kiln's CUDA dialect (kiln_cuda.h): nvcc compiles it for --target cuda, the
@@ -93,11 +94,13 @@ static void *device_open(const struct kiln_model *m, char *err, size_t cap)
     KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&c->copy_stream, cudaStreamNonBlocking));
     KILN_CUBLAS_CHECK(cublasCreate(&c->blas));
     KILN_CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));
-    c->ninputs = m->ninputs;
-    c->input_cap = (int64_t *)calloc((size_t)m->ninputs + 1, sizeof *c->input_cap);
+    /* the model's inputs, then a decode step's own (the past position; its caches stay in
+     * device memory and are not staged) */
+    c->ninputs = m->ninputs + m->ndecode_inputs;
+    c->input_cap = (int64_t *)calloc((size_t)c->ninputs + 1, sizeof *c->input_cap);
     for (int s = 0; s < 2; s++) {
-        c->pinned[s] = (unsigned char **)calloc((size_t)m->ninputs + 1, sizeof *c->pinned[s]);
-        c->staged[s] = (void **)calloc((size_t)m->ninputs + 1, sizeof *c->staged[s]);
+        c->pinned[s] = (unsigned char **)calloc((size_t)c->ninputs + 1, sizeof *c->pinned[s]);
+        c->staged[s] = (void **)calloc((size_t)c->ninputs + 1, sizeof *c->staged[s]);
         KILN_CUDA_CHECK(cudaEventCreateWithFlags(&c->copied[s], cudaEventDisableTiming));
     }
     c->nchecks = m->nindex_checks > 0 ? m->nindex_checks : 1;
@@ -109,8 +112,10 @@ static void *device_open(const struct kiln_model *m, char *err, size_t cap)
         say(err, cap, "out of host memory");
         return NULL;
     }
-    for (int k = 0; k < m->ninputs; k++) {
-        c->input_cap[k] = input_bytes_at_bounds(&m->inputs[k]);
+    for (int k = 0; k < c->ninputs; k++) {
+        const kiln_input *in = k < m->ninputs ? &m->inputs[k] : &m->decode_inputs[k - m->ninputs];
+        if (k >= m->ninputs && in->rank > 1) continue; /* a cache */
+        c->input_cap[k] = input_bytes_at_bounds(in);
         for (int s = 0; s < 2; s++) {
             KILN_CUDA_CHECK(cudaMallocHost((void **)&c->pinned[s][k], (size_t)c->input_cap[k] + 8));
             KILN_CUDA_CHECK(cudaMalloc(&c->staged[s][k], (size_t)c->input_cap[k] + 8));
