@@ -180,8 +180,12 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
     const Graph *g = c->g;
     const char *prefix = c->prefix;
     StrBuf *o = c->o;
-    sb_printf(o, "/* The %s step: %d kernels, %lld bytes of activations at the largest sizes. */\n",
-              train ? "training" : c->decoding ? "decode (T new tokens after P cached ones, batch 1)" : "evaluation", c->fp.nkernels,
+    sb_printf(o, "/* The %s: %d kernels, %lld bytes of activations at the largest sizes. */\n",
+              train                        ? "training step"
+              : c->decoding                ? "decode step (T new tokens after P cached ones, batch 1)"
+              : !strcmp(prefix, "predict") ? "predict step (the forward to the outputs, without the loss)"
+                                           : "evaluation step",
+              c->fp.nkernels,
               (long long)c->mp.arena_bytes);
     int nchecks = emit_index_checks(c, prefix);
     c->ncheck = 0;
