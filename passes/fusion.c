@@ -565,6 +565,11 @@ static int recompute_cost(const Graph *g, const FusionPlan *p, NodeId r, int32_t
     const Node *n = &g->nodes[r];
     if (!is_elementwise(g, r) || (ir_op_info[n->op].flags & OPF_RANDOM)) return -1;
     if (p->role[r] != ROLE_KERNEL || p->kernel_of[r] != k || p->cls[r] != CLASS_FULL) return -1;
+    /* A narrowing cast (mixed precision's half-precision copy of an activation) is there to
+     * be stored: readers computing it, or a value computed from it, again would keep the
+     * wide value alive in its place (gpt2-124m in bf16: each attention output's fp32
+     * product, 151 MB, through the backward pass). */
+    if (n->op == OP_CAST && ir_dtype_size((DType)n->dtype) < ir_dtype_size((DType)g->nodes[ir_input(g, r, 0)].dtype)) return -1;
     int cost = 1;
     switch ((Op)n->op) {
     case OP_EXP:
@@ -594,6 +599,14 @@ static int recompute_cost(const Graph *g, const FusionPlan *p, NodeId r, int32_t
             continue;
         }
         if (p->role[q] == ROLE_INLINE) {
+            /* An iota is computed from the reader's coordinates: its readers must have
+             * them (broadcast_readable checks it, as for a broadcast). A cross-entropy's
+             * one-hot mask, eq(iota, targets), is then computed where it is read, not
+             * stored (gpt2-124m: 206 MB of bool at the arena's peak). */
+            if (g->nodes[q].op == OP_IOTA && p->kernels[k].kind == KERNEL_LOOP && bc->n < RECOMPUTE_BROADCASTS) {
+                bc->list[bc->n++] = q;
+                continue;
+            }
             if (g->nodes[q].op != OP_CONST) return -1;
             continue;
         }
@@ -628,10 +641,25 @@ static bool reads_recomputable(const Graph *g, const FusionPlan *p, const Users 
     return true;
 }
 
-/* Can every reader of v outside kernel k (through views) read expand e as a broadcast: its
+/* Can every reader of v outside kernel k (through views) read expand e as a broadcast (or the
+ * inline iota e from its coordinates): its
  * kept axes a suffix of the reader kernel's shape (of the last two in a GEMM epilogue)? */
 static bool broadcast_readable(const Graph *g, const FusionPlan *p, const Users *U, NodeId v, int32_t k, NodeId e)
 {
+    if (g->nodes[e].op == OP_IOTA) { /* as readable() lets a kernel read an inline iota */
+        for (int32_t i = U->first[v]; i < U->first[v + 1]; i++) {
+            NodeId u = U->list[i];
+            if (p->role[u] == ROLE_VIEW) {
+                if (!broadcast_readable(g, p, U, u, k, e)) return false;
+                continue;
+            }
+            int32_t ku = p->kernel_of[u];
+            if (ku == k) continue;
+            const Kernel *K = &p->kernels[ku];
+            if (!suffix_aligned(&K->shape, &g->nodes[e].shape, (int)ir_attrs(g, e)[0], K->kind == KERNEL_GEMM ? 2 : -1)) return false;
+        }
+        return true;
+    }
     const int first = fusion_first_kept_axis(g, e);
     const bool scalar = first == g->nodes[ir_input(g, e, 0)].shape.rank;
     for (int32_t i = U->first[v]; i < U->first[v + 1]; i++) {
