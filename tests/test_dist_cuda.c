@@ -7,7 +7,8 @@
  *     to those of the C target's 2-rank program (within 1e-5 relative, as test_dist.c's
  *     oracle: the ranks' sum adds in another order than one process);
  *   - a checkpoint of 2 emulated ranks resumes on 1;
- *   - --deterministic is refused (NCCL promises no order of additions);
+ *   - --deterministic (an all-gather, then a kernel adding the ranks' copies in rank order)
+ *     gives the bits of the emulated all-reduce, which adds in rank order too;
  *   - the GPU program compiles and links with nvcc against NCCL and MPI, and without a GPU
  *     says so and exits 1 (not in the sanitizer build: nvcc, as SUPPORT_RUN_NVCC).
  * Tiny runs (the emulator is slow), and one emulated build: its 1-rank runs (without
@@ -76,9 +77,10 @@ TestSuite(dist_cuda, .init = setup, .timeout = 300);
 
 static int run(const char *cmd, StrBuf *out) { return support_run_in(dir, cmd, out); }
 
-/* |a - b| / |b| over all tensors of two checkpoint files (L2 norms). */
-static double weights_difference(const char *a, const char *b)
+/* |a - b| / |b| over all tensors of two checkpoint files (L2 norms); *bitwise: all bits equal. */
+static double weights_difference(const char *a, const char *b, bool *bitwise)
 {
+    *bitwise = true;
     krt_safetensors *x = NULL, *y = NULL;
     krt_error err;
     cr_assert_eq(krt_safetensors_read(at(a), &x, &err), KRT_OK, "%s", err.msg);
@@ -91,7 +93,10 @@ static double weights_difference(const char *a, const char *b)
         int64_t n = 1;
         for (int d = 0; d < t->rank; d++) n *= t->dims[d];
         const float *p = t->data, *q = u->data;
-        for (int64_t e = 0; e < n; e++) diff += ((double)p[e] - q[e]) * ((double)p[e] - q[e]), norm += (double)q[e] * q[e];
+        for (int64_t e = 0; e < n; e++) {
+            diff += ((double)p[e] - q[e]) * ((double)p[e] - q[e]), norm += (double)q[e] * q[e];
+            if (p[e] != q[e]) *bitwise = false;
+        }
     }
     krt_safetensors_free(x);
     krt_safetensors_free(y);
@@ -100,7 +105,8 @@ static double weights_difference(const char *a, const char *b)
 
 static void assert_close(const char *a, const char *b)
 {
-    double d = weights_difference(a, b);
+    bool bitwise;
+    double d = weights_difference(a, b, &bitwise);
     cr_assert(d <= 1e-5, "%s and %s differ by %g relative (at most 1e-5)", a, b, d);
     fprintf(stderr, "test_dist_cuda: %s vs %s: %.3g relative\n", a, b, d);
 }
@@ -128,10 +134,11 @@ Test(dist_cuda, emulated_nccl_ranks_train_what_one_process_and_the_c_target_trai
     cr_assert_eq(run(MPIRUN "-np 2 ./mlp_d" ARGS "--steps 6 --checkpoint-dir c", &out), 0, "%s", out.data);
     assert_close("two/step-00000006/model.safetensors", "one/step-00000006/model.safetensors");
     assert_close("two/step-00000006/model.safetensors", "c/step-00000006/model.safetensors");
-    /* the CUDA program cannot promise a fixed order of additions on GPUs: refused, not ignored */
-    int rc = run(MPIRUN "-np 2 ./mlp_ed --deterministic" ARGS "--steps 1", &out);
-    cr_assert_neq(rc, 0, "%s", out.data);
-    cr_assert(strstr(out.data, "--deterministic: NCCL does not promise an order of additions"), "%s", out.data);
+    /* --deterministic's gather and sum kernel add in rank order, as the emulated all-reduce does */
+    cr_assert_eq(run(MPIRUN "-np 2 ./mlp_ed --deterministic" ARGS "--steps 6 --checkpoint-dir det", &out), 0, "%s", out.data);
+    bool bitwise;
+    weights_difference("det/step-00000006/model.safetensors", "two/step-00000006/model.safetensors", &bitwise);
+    cr_assert(bitwise, "--deterministic's sum in rank order differs from the emulated all-reduce's");
     sb_free(&out);
 }
 

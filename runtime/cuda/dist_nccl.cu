@@ -24,7 +24,10 @@
  * C target: for 2 ranks of equal shares (x 0.5, exact) the same bits as the C transport's
  * when the per-rank gradients are.
  *
- * --deterministic is refused: NCCL does not promise an order of additions.
+ * --deterministic: NCCL promises no order of additions in its all-reduce, so each bucket is
+ * gathered instead (ncclAllGather: every rank's scaled copy, moved, not added) into
+ * scratch device memory of N times the largest bucket, and a kernel adds the copies in rank
+ * order: the C target's --deterministic sum, bitwise the same on every run.
  *
  * Compiled by nvcc against NCCL for the GPU, or by the host C++ compiler with
  * -DKILN_CUDA_EMU against the emulator's NCCL (emu/kemu_nccl.h: the same calls over MPI,
@@ -55,6 +58,8 @@ static cudaEvent_t *ready; /* per bucket: the compute stream's point after the k
 static cudaEvent_t done;   /* the comm stream's point after the last all-reduce */
 static int started;
 static void *ctx;          /* the device context (io->device): its compute stream */
+static bool deterministic;
+static float *gathered;    /* --deterministic: every rank's copy of the bucket being summed */
 
 /* A CUDA failure reported by KILN_CUDA_CHECK or KILN_LAUNCH here: stop every rank. */
 extern "C" void tm_nccl_cuda_error(void) { tm_mpi_fail("a CUDA call of the gradient all-reduce failed (above)"); }
@@ -89,6 +94,17 @@ __global__ void __launch_bounds__(BLOCK) kiln_dist_share(float *g, int64_t n, fl
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) g[i] = g[i] * w;
 }
 
+/* --deterministic: out[i] = the sum of the n ranks' copies parts[r * count + i], added in
+ * rank order (the C target's order). Launch: grid-stride, one element per thread and turn. */
+__global__ void __launch_bounds__(BLOCK) kiln_dist_sum_ranks(const float *parts, int64_t count, int n, float *out)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+        float s = parts[i];
+        for (int r = 1; r < n; r++) s += parts[(int64_t)r * count + i];
+        out[i] = s;
+    }
+}
+
 static int local_rank(void)
 {
     const char *s = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
@@ -105,9 +121,7 @@ void tm_grads_init(void)
 {
     rank = tm_mpi_rank();
     nranks = tm_mpi_size();
-    if (tm_mpi_deterministic())
-        tm_mpi_fail("--deterministic: NCCL does not promise an order of additions, so a CUDA program cannot sum its gradients "
-                    "reproducibly; the C target's distributed program can (kiln build --distributed without --target cuda)");
+    deterministic = tm_mpi_deterministic();
     int count = 0;
     cudaError_t st = cudaGetDeviceCount(&count);
     if (st != cudaSuccess || count < 1) {
@@ -155,7 +169,13 @@ static void start_bucket(float *g, int b)
     if (weight != 1.0f)
         KILN_LAUNCH_AT("gradient bucket: this rank's share of the batch", kiln_dist_share, grid_for(k->count), BLOCK, 0, comm_stream, p,
                        k->count, weight);
-    nccl_check(ncclAllReduce(p, p, (size_t)k->count, ncclFloat, ncclSum, comm, comm_stream), "ncclAllReduce", "starting the sum", b);
+    if (!deterministic) {
+        nccl_check(ncclAllReduce(p, p, (size_t)k->count, ncclFloat, ncclSum, comm, comm_stream), "ncclAllReduce", "starting the sum", b);
+    } else { /* one bucket at a time in `gathered`: the comm stream runs them in order */
+        nccl_check(ncclAllGather(p, gathered, (size_t)k->count, ncclFloat, comm, comm_stream), "ncclAllGather", "gathering every rank's copy", b);
+        KILN_LAUNCH_AT("gradient bucket: the ranks' copies added in rank order", kiln_dist_sum_ranks, grid_for(k->count), BLOCK, 0,
+                       comm_stream, gathered, k->count, nranks, p);
+    }
     started++;
 }
 
@@ -174,8 +194,14 @@ void tm_grads_attach(kiln_step_io *io, int64_t accumulate, float w)
     if (!ready) {
         ready = (cudaEvent_t *)calloc((size_t)nb + 1, sizeof *ready);
         if (!ready) tm_mpi_fail("out of memory");
-        for (int b = 0; b < nb; b++)
+        int64_t most = 0;
+        for (int b = 0; b < nb; b++) {
             cuda_check(cudaEventCreateWithFlags(&ready[b], cudaEventDisableTiming), "cudaEventCreateWithFlags", "making its event", b);
+            most = M->buckets[b].count > most ? M->buckets[b].count : most;
+        }
+        if (deterministic)
+            cuda_check(cudaMalloc((void **)&gathered, sizeof(float) * (size_t)(most * nranks + 1)), "cudaMalloc",
+                       "allocating --deterministic's copies of a bucket from every rank", -1);
     }
     io->bucket_ready = accumulate == 1 && nb > 0 ? bucket_hook : NULL;
 }
@@ -233,6 +259,8 @@ void tm_grads_free(void)
             if (ready[b]) cudaEventDestroy(ready[b]);
     free(ready);
     ready = NULL;
+    if (gathered) cudaFree(gathered);
+    gathered = NULL;
     if (done) cudaEventDestroy(done);
     if (comm_stream) cudaStreamDestroy(comm_stream);
 }

@@ -9,8 +9,9 @@
  * rank whose id differs is refused); buffers must be device memory; the work is
  * stream-ordered as the emulator's other stream work is (done at once, in call order);
  * an all-reduce sums in rank order (rank 0's values, plus rank 1's, ...), so its results
- * are deterministic. Only float32 and float64 sums are emulated (what Kiln uses); other
- * types and operations are refused with ncclInvalidArgument and a message.
+ * are deterministic; an all-gather moves every rank's buffer, in rank order. Only float32
+ * and float64 are emulated, and the sum (what Kiln uses); other types and operations are
+ * refused with ncclInvalidArgument and a message.
  *
  * Needs MPI started (MPI_Init) before ncclCommInitRank: the emulated communicator is a
  * duplicate of MPI_COMM_WORLD. In libkiln_cuda_emu_nccl.a, apart from the emulator, so
@@ -76,6 +77,8 @@ const char *ncclGetErrorString(ncclResult_t result);
 const char *ncclGetLastError(ncclComm_t comm);
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t stream);
+/* recvbuff: the nranks' sendcount elements, in rank order. */
+ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
 /* Between these, collectives are queued and run at ncclGroupEnd, in call order. */
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);

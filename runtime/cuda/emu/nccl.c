@@ -6,10 +6,11 @@
  * duplicate of MPI_COMM_WORLD, so that it never matches the program's other MPI traffic),
  * then each rank adds them in rank order: the same bits on every rank and every run, as
  * --deterministic's reduce-scatter gives on the C target (N times the buffer in scratch
- * memory: fine for an emulator). Like the emulator's other stream work it runs at once,
- * when called: the stream's earlier work has already run. Only the thread that called
+ * memory: fine for an emulator); an all-gather is MPI_Allgather. Like the emulator's other
+ * stream work they run at once, when called: the stream's earlier work has already run. Only the thread that called
  * MPI_Init calls in (the program's main thread), as MPI_THREAD_FUNNELED requires. */
 #include <mpi.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -158,6 +159,7 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
 /* ---- all-reduce ---- */
 
 typedef struct {
+    bool gather; /* ncclAllGather, else ncclAllReduce */
     const void *send;
     void *recv;
     size_t count;
@@ -175,7 +177,12 @@ static ncclResult_t run(const Op *op)
     const int n = op->comm->nranks;
     if (op->count == 0) return ncclSuccess;
     if (op->count > (size_t)INT32_MAX / 8)
-        return nccl_fail(ncclInvalidArgument, "ncclAllReduce: %zu elements: the emulator takes at most %d per call", op->count, INT32_MAX / 8);
+        return nccl_fail(ncclInvalidArgument, "%s: %zu elements: the emulator takes at most %d per call", op->gather ? "ncclAllGather" : "ncclAllReduce",
+                         op->count, INT32_MAX / 8);
+    if (op->gather) {
+        MPI_Allgather(op->send, (int)bytes, MPI_BYTE, op->recv, (int)bytes, MPI_BYTE, op->comm->mpi);
+        return ncclSuccess;
+    }
     unsigned char *all = malloc(bytes * (size_t)n);
     if (!all) return nccl_fail(ncclSystemError, "ncclAllReduce: out of host memory for %zu bytes of scratch", bytes * (size_t)n);
     MPI_Allgather(op->send, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, op->comm->mpi);
@@ -200,19 +207,18 @@ static ncclResult_t run(const Op *op)
     return ncclSuccess;
 }
 
-ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+/* Checks and runs (or queues, in a group) an all-reduce or all-gather. */
+static ncclResult_t enqueue(const char *fn, Op o, cudaStream_t stream)
 {
-    if (!comm || comm->aborted) return nccl_fail(ncclInvalidArgument, "ncclAllReduce: the communicator is NULL or aborted");
-    if (op != ncclSum) return nccl_fail(ncclInvalidArgument, "ncclAllReduce: the emulator sums only (ncclSum), not operation %d", (int)op);
-    if (type != ncclFloat32 && type != ncclFloat64)
-        return nccl_fail(ncclInvalidArgument, "ncclAllReduce: the emulator sums float32 and float64 only, not data type %d", (int)type);
-    if (!kemu_stream_valid(stream)) return nccl_fail(ncclInvalidArgument, "ncclAllReduce: the stream is not a live stream");
-    const size_t bytes = count * (type == ncclFloat32 ? 4 : 8);
-    if (count && (kemu_memory_kind(send, bytes) != KEMU_MEM_DEVICE || kemu_memory_kind(recv, bytes) != KEMU_MEM_DEVICE))
-        return nccl_fail(ncclInvalidArgument, "ncclAllReduce: %zu bytes at %p -> %p are not all device memory (cudaMalloc): NCCL reduces "
-                                              "device buffers",
-                         bytes, send, recv);
-    Op o = {send, recv, count, type, comm};
+    if (!o.comm || o.comm->aborted) return nccl_fail(ncclInvalidArgument, "%s: the communicator is NULL or aborted", fn);
+    if (o.type != ncclFloat32 && o.type != ncclFloat64)
+        return nccl_fail(ncclInvalidArgument, "%s: the emulator takes float32 and float64 only, not data type %d", fn, (int)o.type);
+    if (!kemu_stream_valid(stream)) return nccl_fail(ncclInvalidArgument, "%s: the stream is not a live stream", fn);
+    const size_t bytes = o.count * (o.type == ncclFloat32 ? 4 : 8), out = o.gather ? bytes * (size_t)o.comm->nranks : bytes;
+    if (o.count && (kemu_memory_kind(o.send, bytes) != KEMU_MEM_DEVICE || kemu_memory_kind(o.recv, out) != KEMU_MEM_DEVICE))
+        return nccl_fail(ncclInvalidArgument, "%s: %zu bytes at %p -> %zu at %p are not all device memory (cudaMalloc): NCCL moves device "
+                                              "buffers",
+                         fn, bytes, o.send, out, o.recv);
     if (group_depth == 0) return run(&o);
     if (nqueued == queue_cap) {
         size_t cap = queue_cap ? 2 * queue_cap : 16;
@@ -222,6 +228,17 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
     }
     queued[nqueued++] = o;
     return ncclSuccess;
+}
+
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+{
+    if (op != ncclSum) return nccl_fail(ncclInvalidArgument, "ncclAllReduce: the emulator sums only (ncclSum), not operation %d", (int)op);
+    return enqueue("ncclAllReduce", (Op){false, send, recv, count, type, comm}, stream);
+}
+
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t type, ncclComm_t comm, cudaStream_t stream)
+{
+    return enqueue("ncclAllGather", (Op){true, send, recv, count, type, comm}, stream);
 }
 
 ncclResult_t ncclGroupStart(void)
