@@ -1391,6 +1391,7 @@ int codegen_cuda(const Graph *train, const Graph *eval, const Graph *decode, con
         cg_emit_model_def(&c, train, &counts, train_arena, eval_arena);
     }
     cg_free_lines(&c);
+    free(c.buckets);
     return rc;
 }
 
