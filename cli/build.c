@@ -21,7 +21,7 @@
 #define TEMP_PREFIX "kiln-build-"
 
 /* What a build writes in its directory (write_model_c and build_program). */
-static const char *const temp_files[] = {"model.c", "model.cu", "model1.o", "model2.o",
+static const char *const temp_files[] = {"model.c", "model.cu", "model1.o", "model2.o", "model3.o",
                                          /* and a library's (lib_build.c) */
                                          "lib_gen", "lib.h", "lib.c", "lib.syms", "lib.o", "lib_all.o", "lib_model.o", "lib.a", "lib.so"};
 
@@ -135,10 +135,10 @@ void build_fingerprint(StrBuf *key)
         fclose(f);
     }
     /* the runtime and every header the generated code includes */
-    const char *files[] = {KILN_RUNTIME_LIB, KILN_TRAIN_MAIN, KILN_TRAIN_BENCH, KILN_INFER_MAIN, KILN_DIST_SINGLE, KILN_DIST_MPI, KILN_RUNTIME_DIR "/kiln_model.h", KILN_RUNTIME_DIR "/kiln_gemm.h",
+    const char *files[] = {KILN_RUNTIME_LIB, KILN_TRAIN_MAIN, KILN_TRAIN_BENCH, KILN_INFER_MAIN, KILN_DIST_SINGLE, KILN_DIST_MPI, KILN_DIST_GRADS_MPI, KILN_RUNTIME_DIR "/kiln_model.h", KILN_RUNTIME_DIR "/kiln_gemm.h",
                            KILN_RUNTIME_DIR "/kiln_math.h", KILN_RUNTIME_DIR "/kiln_half.h", KILN_RUNTIME_DIR "/kiln_rng.h", KILN_RUNTIME_DIR "/optim_elem.h",
                            KILN_RUNTIME_DIR "/cuda/kiln_cuda.h", KILN_RUNTIME_DIR "/cuda/kiln_cuda_model.h", KILN_RUNTIME_DIR "/cuda/device.cu",
-                           KILN_CUDA_EMU_LIB};
+                           KILN_RUNTIME_DIR "/cuda/dist_nccl.cu", KILN_RUNTIME_DIR "/dist_mpi.h", KILN_CUDA_EMU_LIB, KILN_CUDA_EMU_NCCL_LIB};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         struct stat st;
         if (stat(files[i], &st) == 0) sb_printf(key, "|%lld.%lld", (long long)st.st_size, (long long)st.st_mtime);
@@ -200,8 +200,10 @@ int build_program(const char *model_c, const char *prog, const char *extra_cflag
     shell_word(&cmd, obj[1].data);
     shell_word(&cmd, infer ? KILN_INFER_MAIN : KILN_TRAIN_MAIN);
     if (!infer) shell_word(&cmd, KILN_TRAIN_BENCH);
-    /* The training program's processes: MPI's (dist_mpi.c), or one (dist_single.c). */
+    /* The training program's processes: MPI's (dist_mpi.c, summing the gradients with MPI:
+     * dist_grads_mpi.c), or one (dist_single.c). */
     if (!infer) shell_word(&cmd, distributed ? KILN_DIST_MPI : KILN_DIST_SINGLE);
+    if (!infer && distributed) shell_word(&cmd, KILN_DIST_GRADS_MPI);
     sb_puts(&cmd, "-o ");
     shell_word(&cmd, prog);
     shell_word(&cmd, KILN_RUNTIME_LIB);
@@ -224,9 +226,21 @@ bool build_have_nvcc(void) { return KILN_NVCC[0] != 0; }
 /* model.cu and the CUDA host runtime (runtime/cuda/device.cu) compiled at the same time,
  * then linked with the driver, the runtime and the CUDA libraries (or the emulator's) by
  * the host C++ compiler. The GPU build targets sm_80 and sm_90 (A100, H100); device.cu
- * without FMA contraction, so that the optimizer rounds as the host's does. */
-int build_cuda_program(const char *model_cu, const char *prog, bool emulated, const char *extra_flags, bool infer, StrBuf *log)
+ * without FMA contraction, so that the optimizer rounds as the host's does. A distributed
+ * program adds the NCCL gradient transport (runtime/cuda/dist_nccl.cu, against the
+ * emulator's NCCL for cuda-emu), dist_mpi.c and MPI. */
+int build_cuda_program(const char *model_cu, const char *prog, bool emulated, const char *extra_flags, bool infer, bool distributed, StrBuf *log)
 {
+    if (distributed && !KILN_DIST_MPI[0]) {
+        sb_puts(log, "--distributed needs MPI, and Kiln was built without it: install libopenmpi-dev and openmpi-bin "
+                     "(scripts/deps.sh does), then configure Kiln again (cmake finds it with find_package(MPI))");
+        return -1;
+    }
+    if (distributed && !emulated && !KILN_NCCL_LIB_DIR[0]) {
+        sb_puts(log, "--target cuda --distributed needs NCCL (libnccl.so and nccl.h), and Kiln found none beside the CUDA toolkit: "
+                     "install NCCL (libnccl-dev), then configure Kiln again; --target cuda-emu --distributed needs none");
+        return -1;
+    }
     const char *cxx = getenv("CXX");
     if (!cxx || !*cxx) cxx = KILN_CXX;
     if (!emulated && !build_have_nvcc()) {
@@ -248,6 +262,9 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
     const char *slash = strrchr(model_cu, '/');
     int dirlen = slash ? (int)(slash - model_cu + 1) : 0;
     const char *sources[2] = {model_cu, KILN_RUNTIME_DIR "/cuda/device.cu"};
+    StrBuf obj3; /* dist_nccl.cu's object (--distributed) */
+    sb_init(&obj3);
+    sb_printf(&obj3, "%.*smodel3.o", dirlen, model_cu);
     for (int part = 0; part < 2; part++) {
         sb_init(&obj[part]);
         sb_printf(&obj[part], "%.*smodel%d.o", dirlen, model_cu, part + 1);
@@ -255,20 +272,41 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
         shell_word(&cmd, sources[part]);
         sb_puts(&cmd, "-o ");
         shell_word(&cmd, obj[part].data);
+        if (part && distributed) { /* then, on the same core, the gradient transport: NCCL's, bootstrapped over MPI */
+            sb_printf(&cmd, "2>&1 && %s%s%s ", compile.data, emulated ? "-x c++ " : "", KILN_MPI_INCLUDES);
+            if (!emulated) {
+                sb_puts(&cmd, "-I");
+                shell_word(&cmd, KILN_NCCL_INCLUDE_DIR);
+            }
+            sb_puts(&cmd, "-c ");
+            shell_word(&cmd, KILN_RUNTIME_DIR "/cuda/dist_nccl.cu");
+            sb_puts(&cmd, "-o ");
+            shell_word(&cmd, obj3.data);
+        }
         sb_puts(&cmd, part ? "2>&1; second=$?; wait $!; first=$?; " : "2>&1 & ");
     }
     sb_printf(&cmd, "[ $first = 0 ] && [ $second = 0 ] && %s %s ", cxx, emulated ? KILN_EMU_CXXFLAGS : "");
     shell_word(&cmd, obj[0].data);
     shell_word(&cmd, obj[1].data);
+    if (distributed) shell_word(&cmd, obj3.data);
     shell_word(&cmd, infer ? KILN_INFER_MAIN : KILN_TRAIN_MAIN);
     if (!infer) shell_word(&cmd, KILN_TRAIN_BENCH);
-    if (!infer) shell_word(&cmd, KILN_DIST_SINGLE); /* one process: --distributed is the C target's */
+    /* the processes: MPI's, or one */
+    if (!infer) shell_word(&cmd, distributed ? KILN_DIST_MPI : KILN_DIST_SINGLE);
     sb_puts(&cmd, "-o ");
     shell_word(&cmd, prog);
     shell_word(&cmd, KILN_RUNTIME_LIB);
     if (emulated) {
+        if (distributed) shell_word(&cmd, KILN_CUDA_EMU_NCCL_LIB);
         shell_word(&cmd, KILN_CUDA_EMU_LIB);
     } else {
+        if (distributed) {
+            sb_puts(&cmd, "-L");
+            shell_word(&cmd, KILN_NCCL_LIB_DIR);
+            sb_puts(&cmd, "-Wl,-rpath,");
+            shell_word(&cmd, KILN_NCCL_LIB_DIR);
+            sb_puts(&cmd, "-lnccl ");
+        }
         sb_puts(&cmd, "-L");
         shell_word(&cmd, KILN_CUDA_LIB_DIR);
         sb_puts(&cmd, "-Wl,-rpath,");
@@ -276,12 +314,15 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
         sb_puts(&cmd, "-lcublasLt -lcublas -lcudart ");
     }
     if (emulated) shell_word(&cmd, KILN_BLAS_LIB); /* the emulator's cuBLAS; the GPU program needs no OpenBLAS */
+    if (distributed) sb_printf(&cmd, "%s ", KILN_MPI_LIBS);
     sb_printf(&cmd, "%s %s -lz -lm -lpthread 2>&1", KILN_DEFAULT_LDFLAGS, KILN_OPENMP_LIBS);
     int rc = run_logged(cmd.data, log, emulated ? "C++ compiler" : "CUDA compiler");
     for (int part = 0; part < 2; part++) {
         unlink(obj[part].data);
         sb_free(&obj[part]);
     }
+    unlink(obj3.data);
+    sb_free(&obj3);
     sb_free(&compile);
     sb_free(&cmd);
     return rc;

@@ -19,7 +19,7 @@ int build_program(const char *model_c, const char *prog, const char *extra_cflag
 /* Compiles model_cu (--target cuda, or cuda-emu when `emulated`) with the CUDA host runtime
  * and the driver (infer: the inference program's, infer_main.c) into prog. extra_flags go
  * to both compilations. Returns 0, or -1 with the compiler's output in *log. */
-int build_cuda_program(const char *model_cu, const char *prog, bool emulated, const char *extra_flags, bool infer, StrBuf *log);
+int build_cuda_program(const char *model_cu, const char *prog, bool emulated, const char *extra_flags, bool infer, bool distributed, StrBuf *log);
 /* Compiles model_c (an inference model.c) into an embeddable library in dir: dir/NAME.h,
  * dir/libNAME.a and dir/libNAME.so (lib_build.c). Returns 0, or -1 with the tools' output
  * in *log. */

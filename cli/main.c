@@ -112,7 +112,8 @@ static const char *usage_build =
     "--distributed builds a data-parallel training program for MPI: mpirun -np N PROG\n"
     "trains on N processes, the recipe's batch split across them, gradients summed in\n"
     "buckets of --bucket-size (default 25MiB) as the backward finishes each\n"
-    "(docs/distributed.md; C target only).\n";
+    "(docs/distributed.md): by MPI on the C target, by NCCL with --target cuda (by the\n"
+    "emulator's NCCL over MPI with cuda-emu).\n";
 
 static const char *usage_train =
     "usage: kiln train FILE [PROGRAM FLAGS...]\n"
@@ -297,8 +298,6 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
         return usage_error(cmd, "--embed-weights %s: only inference programs embed weights (add --infer), and libraries (--lib)", o->embed);
     if (o->bucket_bytes && !o->distributed) return usage_error(cmd, "--bucket-size sizes the gradient buckets of distributed programs: add --distributed%s", "");
     if (o->distributed && o->infer) return usage_error(cmd, "--distributed builds a training program; inference programs (--infer) run on one process%s", "");
-    if (o->distributed && o->cuda)
-        return usage_error(cmd, "--distributed is not available for --target %s yet (the C target trains on MPI)", o->emulated ? "cuda-emu" : "cuda");
     if (o->distributed && !o->bucket_bytes) o->bucket_bytes = 25 << 20; /* PyTorch DDP's bucket_cap_mb = 25 */
     return -1;
 }
@@ -917,7 +916,7 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
         sb_init(&why);
         Graph *decode = g_cuda ? NULL : decode_graph(file, train, d, &why, err);
         rc = err->len ? -1
-             : g_cuda ? codegen_cuda(train->graph, eval->graph, decode, file, kv, nkv, false, c, err)
+             : g_cuda ? codegen_cuda(train->graph, eval->graph, decode, file, kv, nkv, g_bucket_bytes, false, c, err)
                       : codegen_c_train(train->graph, eval->graph, decode, file, kv, nkv, g_bucket_bytes, c, err);
         if (decode) ir_graph_free(decode);
         sb_free(&why);
@@ -1041,7 +1040,7 @@ static int build_to(const Options *o, Model *train, Diag *d, const char *prog)
     }
     if (write_model_c(dir, o->cuda ? "model.cu" : "model.c", &c, &model_c)) goto done;
     if (o->lib ? build_library(model_c, prog, train->graph->name, o->cflags, &log)
-               : o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, o->infer, &log)
+               : o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, o->infer, o->distributed, &log)
                          : build_program(model_c, prog, o->cflags, o->infer, o->distributed, &log)) {
         fprintf(stderr, "kiln: error: building %s failed:\n%s\n", prog, log.data ? log.data : "");
         goto done;

@@ -39,10 +39,11 @@ Graph *codegen_predict_graph(const Graph *eval);
 /* cuda.c — writes model.cu, the CUDA of the same kernels in Kiln's dialect
  * (runtime/cuda/kiln_cuda.h). Returns 0, or -1 with "FILE:LINE: error: --target cuda does
  * not support <kind> kernels yet (...)" for the first kernel it cannot write yet. With
- * `partial` (tests), such kernels are left out with a comment instead. `decode`: as
- * codegen_c_train's, for the training program's samples. */
+ * `partial` (tests), such kernels are left out with a comment instead. `decode` and
+ * `bucket_bytes` (a distributed program's gradient buckets, all-reduced by NCCL): as
+ * codegen_c_train's. */
 int codegen_cuda(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path, char *const *recipe_kv, int nrecipe,
-                 bool partial, StrBuf *out, StrBuf *err);
+                 int64_t bucket_bytes, bool partial, StrBuf *out, StrBuf *err);
 
 /* An inference program's model.cu (kiln build --infer --target cuda|cuda-emu): what
  * codegen_c_infer writes for the C target (the evaluation step, the predict step, the

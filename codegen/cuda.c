@@ -1370,10 +1370,11 @@ static int begin_file(Cg *c, const Graph *g, const Graph *train, const char *sou
 }
 
 int codegen_cuda(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path, char *const *recipe_kv, int nrecipe,
-                 bool partial, StrBuf *out, StrBuf *err)
+                 int64_t bucket_bytes, bool partial, StrBuf *out, StrBuf *err)
 {
     Cg c;
     if (begin_file(&c, train, train, source_path, partial, false, out, err)) return -1;
+    c.bucket_bytes = bucket_bytes;
     int64_t train_arena = 0, eval_arena = 0;
     int rc = emit_graph(&c, train, train, "train", "training", partial, &train_arena);
     if (!rc) rc = emit_graph(&c, eval, train, "eval", "evaluation", partial, &eval_arena);
@@ -1390,6 +1391,7 @@ int codegen_cuda(const Graph *train, const Graph *eval, const Graph *decode, con
         cg_emit_model_def(&c, train, &counts, train_arena, eval_arena);
     }
     cg_free_lines(&c);
+    free(c.buckets);
     return rc;
 }
 

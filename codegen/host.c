@@ -580,7 +580,7 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
         sb_puts(&decode_fields, ",\n");
     }
     if (cuda(c) && !c->decode_why) sb_puts(&decode_fields, "    .decode_unsupported = NULL,\n");
-    if (cuda(c)) sb_puts(&decode_fields, "    .nbuckets = 0, .buckets = NULL,\n"); /* --distributed is the C target's */
+    if (cuda(c)) sb_puts(&decode_fields, "    .nbuckets = 0, .buckets = NULL,\n"); /* inference programs run on one process */
     free(c->decode_why);
     c->decode_why = NULL;
     if (c->infer) {
@@ -638,8 +638,8 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
                   c->nkernels[0], c->nkernels[1], decode_fields.data ? decode_fields.data : "", buckets.data ? buckets.data : "");
     else /* C++: designated initializers in declaration order */
         sb_printf(out, "    .ntrain_kernels = %d, .neval_kernels = %d, .train_kernels = train_kernels, .eval_kernels = eval_kernels,\n"
-                       "    .nindex_checks = %d,\n    .device = &kiln_cuda_device,\n};\n",
-                  c->nkernels[0], c->nkernels[1], c->nchecks_max);
+                       "    .nindex_checks = %d,\n    .device = &kiln_cuda_device,\n%s};\n",
+                  c->nkernels[0], c->nkernels[1], c->nchecks_max, buckets.data ? buckets.data : "");
     sb_free(&buckets);
     sb_free(&decode_fields);
     sb_free(&source_literal);

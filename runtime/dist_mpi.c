@@ -7,17 +7,12 @@
  * which stays the global batch. The step's loss is a mean over the samples, so a rank's
  * gradients are the mean over its share: scaled by share / batch, they sum over the ranks
  * to the mean over the global batch, what one process computes (but for the order of the
- * additions). The loss and metrics go to rank 0, which adds them in rank order. The sum is an
- * all-reduce per gradient bucket (codegen/buckets.c), started by the step's hook as soon
- * as the backward has finished a bucket and waited for before clipping and the optimizer.
- * --deterministic replaces MPI's all-reduce, whose order of additions MPI does not promise,
- * by a reduce-scatter in which each rank adds its part of every bucket in rank order,
- * then an all-gather: bitwise the same result on every run with the same number of ranks.
+ * additions). The loss and metrics go to rank 0, which adds them in rank order. The
+ * gradients' sum is the transport's (dist_mpi.h): MPI's in host memory (dist_grads_mpi.c)
+ * or NCCL's in device memory (cuda/dist_nccl.cu); this file is everything else.
  *
  * Only the thread that calls main() calls MPI (MPI_THREAD_FUNNELED): the hooks run
- * between the step's kernels, whose OpenMP regions have joined. OpenMPI progresses a
- * non-blocking collective only inside MPI calls, so each hook also tests the buckets in
- * flight.
+ * between the step's kernels, whose OpenMP regions have joined.
  *
  * Faults: MPI and mpirun stop every rank when one dies (mpirun names it); a rank that
  * hangs would leave the others waiting forever in a collective, so every wait here polls
@@ -33,7 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "dist.h"
+#include "dist_mpi.h"
 
 extern const kiln_model kiln_model_def;
 static const kiln_model *M = &kiln_model_def;
@@ -47,15 +42,6 @@ static bool deterministic;
 static double timeout_s = DEFAULT_TIMEOUT;
 static float weight = 1; /* this rank's share of the batch / the batch */
 static int64_t share_first, share_count;
-
-/* The buckets of one step: started by the hooks (or all at once by reduce_grads after
- * accumulation), completed by reduce_grads. */
-static MPI_Request *req_scatter, *req_gather;
-static int started;
-static int *chunk_len, *chunk_at; /* per bucket and rank: the rank's part (deterministic) */
-static int *recv_len, *recv_at;   /* per bucket and rank: where this rank receives them */
-static float *scratch;            /* per bucket: every rank's copy of this rank's part */
-static int64_t *scratch_at;
 static double wait_total;
 static double *metrics_in, *metrics_out;
 
@@ -67,7 +53,8 @@ static double now(void)
 }
 
 /* One message naming this rank, then every rank stops (mpirun's exit status is 1). */
-__attribute__((format(printf, 1, 2), noreturn)) static void fail(const char *fmt, ...)
+#define fail tm_mpi_fail
+void tm_mpi_fail(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -77,36 +64,54 @@ __attribute__((format(printf, 1, 2), noreturn)) static void fail(const char *fmt
     va_end(ap);
     fflush(stderr);
     fflush(stdout);
+    tm_grads_abort();
     MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1); /* not reached: MPI_Abort does not return */
 }
 
-/* Polls requests until done or the deadline: 1 when done. */
-static int poll_until(MPI_Request *r, int n, double deadline)
+/* The work waited for: MPI requests, or the transport's own (an event's query). */
+typedef struct {
+    int (*done)(void *arg);
+    void *arg;
+} Work;
+
+typedef struct {
+    MPI_Request *r;
+    int n;
+} Requests;
+
+static int requests_done(void *arg)
+{
+    Requests *q = arg;
+    int done = 0;
+    MPI_Testall(q->n, q->r, &done, MPI_STATUSES_IGNORE);
+    return done;
+}
+
+/* Polls until done or the deadline: 1 when done. */
+static int poll_until(Work w, double deadline)
 {
     for (long spins = 0;; spins++) {
-        int done = 0;
-        MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE);
-        if (done) return 1;
+        if (w.done(w.arg)) return 1;
         if ((spins & 255) == 0 && now() > deadline) return 0;
         sched_yield();
     }
 }
 
-/* Waits for n requests, so that a rank that never comes cannot hang this one. Past the
+/* Waits for the work, so that a rank that never comes cannot hang this one. Past the
  * deadline, a rank other than 0 tells rank 0 that it is stuck too and waits for rank 0 to
  * stop everyone; rank 0 gives the others as long again to say so, and names those that did
  * not: they are hung (or dead without MPI noticing). A rank 0 that never answers is named
  * by the others. */
-static void wait_for(MPI_Request *r, int n, const char *what)
+static void wait_work(Work w, const char *what)
 {
-    if (poll_until(r, n, now() + timeout_s)) return;
+    if (poll_until(w, now() + timeout_s)) return;
     if (rank != 0) {
         int me = rank;
         MPI_Request told;
         MPI_Isend(&me, 1, MPI_INT, 0, TAG_STUCK, MPI_COMM_WORLD, &told);
         MPI_Request_free(&told); /* a small message: sent eagerly, nothing to wait for */
-        if (poll_until(r, n, now() + timeout_s)) return; /* late, but it came */
+        if (poll_until(w, now() + timeout_s)) return; /* late, but it came */
         fail("%s did not complete within %g s, and rank 0 has not answered: rank 0 is hung or too slow (--dist-timeout SECONDS "
              "waits longer)",
              what, timeout_s);
@@ -117,9 +122,7 @@ static void wait_for(MPI_Request *r, int n, const char *what)
     for (int k = 1; k < nranks; k++) MPI_Irecv(&from[k], 1, MPI_INT, k, TAG_STUCK, MPI_COMM_WORLD, &q[k]);
     const double deadline = now() + timeout_s;
     for (int waiting = nranks - 1; waiting > 0 && now() < deadline;) {
-        int done = 0;
-        MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE);
-        if (done) { /* late, but it came: the stuck messages are left unread (they carry nothing) */
+        if (w.done(w.arg)) { /* late, but it came: the stuck messages are left unread (they carry nothing) */
             for (int k = 1; k < nranks; k++)
                 if (!stuck[k]) MPI_Cancel(&q[k]), MPI_Request_free(&q[k]);
             free(stuck), free(from), free(q);
@@ -142,6 +145,19 @@ static void wait_for(MPI_Request *r, int n, const char *what)
              timeout_s, hung > 1 ? "s" : "", names);
     fail("%s did not complete within %g s, and every other rank waits too (--dist-timeout SECONDS waits longer)", what, timeout_s);
 }
+
+static void wait_for(MPI_Request *r, int n, const char *what)
+{
+    Requests q = {r, n};
+    wait_work((Work){requests_done, &q}, what);
+}
+
+void tm_mpi_wait(MPI_Request *r, int n, const char *what) { wait_for(r, n, what); }
+void tm_mpi_wait_until(int (*done)(void *arg), void *arg, const char *what) { wait_work((Work){done, arg}, what); }
+int tm_mpi_rank(void) { return rank; }
+int tm_mpi_size(void) { return nranks; }
+int tm_mpi_deterministic(void) { return deterministic; }
+double tm_mpi_now(void) { return now(); }
 
 /* ---- hashes: the handshake and the check of shared state ---- */
 
@@ -270,6 +286,7 @@ int tm_dist_init(int *argc, char **argv)
     metrics_in = calloc((size_t)(2 + M->nmetrics) * (size_t)nranks, sizeof *metrics_in);
     metrics_out = calloc((size_t)(2 + M->nmetrics), sizeof *metrics_out);
     if (!metrics_in || !metrics_out) fail("out of memory");
+    tm_grads_init();
     return -1;
 }
 
@@ -333,35 +350,7 @@ void tm_dist_share_state(float *params, int64_t nparam_floats, unsigned char *bu
     free(all);
 }
 
-/* ---- gradients ---- */
-
-static void start_bucket(float *g, int b)
-{
-    const kiln_grad_bucket *k = &M->buckets[b];
-    float *p = g + k->offset;
-    const int64_t n = k->count;
-    const float w = weight;
-    if (w != 1.0f) {
-        #pragma omp parallel for simd if (n >= 65536) schedule(simd: static)
-        for (int64_t i = 0; i < n; i++) p[i] *= w;
-    }
-    if (!deterministic) {
-        MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req_scatter[b]);
-    } else {
-        const int *len = chunk_len + (size_t)b * nranks, *at = chunk_at + (size_t)b * nranks;
-        const int *rl = recv_len + (size_t)b * nranks, *ra = recv_at + (size_t)b * nranks;
-        MPI_Ialltoallv(p, len, at, MPI_FLOAT, scratch + scratch_at[b], rl, ra, MPI_FLOAT, MPI_COMM_WORLD, &req_scatter[b]);
-    }
-    started++;
-    int done;
-    MPI_Testall(started, req_scatter, &done, MPI_STATUSES_IGNORE); /* progress the buckets in flight */
-}
-
-static void bucket_hook(kiln_step_io *io, int b)
-{
-    if (b != started) fail("the training step finished gradient bucket %d before bucket %d", b, started);
-    start_bucket(io->grads, b);
-}
+/* ---- gradients: the transport's ---- */
 
 void tm_dist_attach(kiln_step_io *io, int64_t batch, int64_t accumulate)
 {
@@ -369,62 +358,13 @@ void tm_dist_attach(kiln_step_io *io, int64_t batch, int64_t accumulate)
     if (batch < nranks) /* every rank computes at least one sample; a step of none has no mean */
         fail("the batch of %lld is smaller than the %d ranks: give --batch %d or more, or start fewer ranks", (long long)batch, nranks, nranks);
     weight = (float)((double)share_count / (double)batch);
-    const int nb = M->nbuckets;
-    if (!req_scatter) {
-        req_scatter = calloc((size_t)nb + 1, sizeof *req_scatter);
-        req_gather = calloc((size_t)nb + 1, sizeof *req_gather);
-        scratch_at = calloc((size_t)nb + 1, sizeof *scratch_at);
-        const size_t cells = (size_t)nb * (size_t)nranks + 1;
-        chunk_len = calloc(cells, sizeof(int)), chunk_at = calloc(cells, sizeof(int));
-        recv_len = calloc(cells, sizeof(int)), recv_at = calloc(cells, sizeof(int));
-        if (!req_scatter || !req_gather || !scratch_at || !chunk_len || !chunk_at || !recv_len || !recv_at) fail("out of memory");
-        int64_t total = 0;
-        for (int b = 0; b < nb; b++) {
-            const int64_t count = M->buckets[b].count, q = count / nranks, rem = count % nranks;
-            int *len = chunk_len + (size_t)b * nranks, *at = chunk_at + (size_t)b * nranks;
-            for (int r = 0; r < nranks; r++) {
-                len[r] = (int)(q + (r < rem));
-                at[r] = (int)(r * q + (r < rem ? r : rem));
-            }
-            for (int r = 0; r < nranks; r++) { /* every rank's copy of this rank's part, in rank order */
-                recv_len[(size_t)b * nranks + r] = len[rank];
-                recv_at[(size_t)b * nranks + r] = r * len[rank];
-            }
-            scratch_at[b] = total;
-            total += (int64_t)len[rank] * nranks;
-        }
-        if (deterministic && !(scratch = malloc(sizeof(float) * (size_t)(total + 1)))) fail("out of memory for %lld floats of reduction buffers", (long long)total);
-    }
-    io->bucket_ready = accumulate == 1 && nb > 0 ? bucket_hook : NULL;
+    tm_grads_attach(io, accumulate, weight);
 }
 
 void tm_dist_reduce_grads(float *g, int64_t n)
 {
-    (void)n;
     const double t0 = now();
-    const int nb = M->nbuckets;
-    if (started == 0)
-        for (int b = 0; b < nb; b++) start_bucket(g, b);
-    if (started != nb) fail("the training step started %d of its %d gradient buckets", started, nb);
-    if (!deterministic) {
-        wait_for(req_scatter, nb, "the all-reduce of the gradients");
-    } else {
-        for (int b = 0; b < nb; b++) {
-            wait_for(&req_scatter[b], 1, "the reduce-scatter of the gradients");
-            const int len = chunk_len[(size_t)b * nranks + rank];
-            const float *s = scratch + scratch_at[b];
-            float *mine = g + M->buckets[b].offset + chunk_at[(size_t)b * nranks + rank];
-            for (int i = 0; i < len; i++) { /* rank 0's, then rank 1's, ...: one order on every run */
-                float sum = s[i];
-                for (int r = 1; r < nranks; r++) sum += s[(size_t)r * len + i];
-                mine[i] = sum;
-            }
-            MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, g + M->buckets[b].offset, chunk_len + (size_t)b * nranks,
-                            chunk_at + (size_t)b * nranks, MPI_FLOAT, MPI_COMM_WORLD, &req_gather[b]);
-        }
-        wait_for(req_gather, nb, "the all-gather of the gradients");
-    }
-    started = 0;
+    tm_grads_reduce(g, n);
     wait_total += now() - t0;
 }
 
@@ -487,7 +427,7 @@ double tm_dist_allreduce_ms(float *g, int64_t n, int reps)
 {
     double t[32];
     if (reps > 32) reps = 32;
-    memset(g, 0, sizeof(float) * (size_t)n);
+    tm_grads_zero(g, n);
     for (int i = 0; i < reps; i++) {
         MPI_Request r;
         MPI_Ibarrier(MPI_COMM_WORLD, &r);
@@ -505,15 +445,11 @@ int tm_dist_finish(int rc)
 {
     fflush(stdout);
     fflush(stderr);
-    if (rc != 0) MPI_Abort(MPI_COMM_WORLD, rc); /* the other ranks may wait for this one: stop them */
-    free(req_scatter);
-    free(req_gather);
-    free(scratch_at);
-    free(chunk_len);
-    free(chunk_at);
-    free(recv_len);
-    free(recv_at);
-    free(scratch);
+    if (rc != 0) { /* the other ranks may wait for this one: stop them */
+        tm_grads_abort();
+        MPI_Abort(MPI_COMM_WORLD, rc);
+    }
+    tm_grads_free();
     free(metrics_in);
     free(metrics_out);
     MPI_Finalize();

@@ -221,7 +221,7 @@ static void check_map_kernels(const char *text)
     pass_simplify(me->graph);
     const Graph *g = mt->graph;
     cr_assert_eq(codegen_c(g, me->graph, path, NULL, 0, &c, &err), 0, "%s", err.data);
-    cr_assert_eq(codegen_cuda(g, me->graph, NULL, path, NULL, 0, true, &cu, &err), 0, "%s", err.data);
+    cr_assert_eq(codegen_cuda(g, me->graph, NULL, path, NULL, 0, 0, true, &cu, &err), 0, "%s", err.data);
     snprintf(path, sizeof path, "%s/model.cu", dir);
     write_file(path, cu.data);
 

@@ -299,8 +299,4 @@ Test(dist, bad_flags_are_errors)
     cr_assert_eq(support_run_kiln("build models/mlp.kiln --distributed --bucket-size 2x -o /tmp/x", &out), 2, "%s", out.data);
     cr_assert(strstr(out.data, "--bucket-size: '2x' is not a size"), "%s", out.data);
     sb_free(&out);
-    sb_init(&out);
-    cr_assert_eq(support_run_kiln("build models/mlp.kiln --distributed --target cuda-emu -o /tmp/x", &out), 2, "%s", out.data);
-    cr_assert(strstr(out.data, "--distributed is not available for --target cuda-emu yet"), "%s", out.data);
-    sb_free(&out);
 }

@@ -451,6 +451,8 @@ const void *kiln_cuda_input(void *vctx, int k, const void *host, int64_t bytes)
     return c->staged[s][k];
 }
 
+cudaStream_t kiln_cuda_stream(void *vctx) { return ((kiln_cuda_context *)vctx)->stream; }
+
 int64_t *kiln_cuda_checks(void *vctx) { return ((kiln_cuda_context *)vctx)->checks; }
 
 void kiln_cuda_read_scalar(void *vctx, int slot, const void *device_value, size_t bytes)

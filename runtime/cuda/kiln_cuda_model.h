@@ -41,6 +41,10 @@ typedef struct {
 #define KILN_CUDA_TOTAL_BLOCKS 512
 
 kiln_cuda_step kiln_cuda_begin(void *ctx);
+/* The step's stream, without starting a step: the gradient transport of a distributed
+ * program (dist_nccl.cu) orders its all-reduces after the step's kernels with events on it,
+ * and the update's kernels after the all-reduces. */
+cudaStream_t kiln_cuda_stream(void *ctx);
 const void *kiln_cuda_input(void *ctx, int k, const void *host, int64_t bytes);
 int64_t *kiln_cuda_checks(void *ctx);
 void kiln_cuda_read_scalar(void *ctx, int slot, const void *device_value, size_t bytes);
