@@ -79,7 +79,7 @@ static Model *compiled(const char *rel, DType half, Diag *d)
     cr_assert(m, "%s: %s", rel, d->out.data);
     StrBuf err;
     sb_init(&err);
-    PrecisionOptions p = {half};
+    PrecisionOptions p = {half, false};
     PipelineOptions opt = {.precision = &p};
     cr_assert_eq(pipeline_run_opts(m->graph, NULL, &opt, NULL, &err), 0, "%s", err.data);
     sb_free(&err);
