@@ -289,6 +289,9 @@ typedef struct {
 /* A scaler from the recipe: mode "dynamic" (from `init`, doubling every growth_interval
  * clean steps) or a static scale written as a number. */
 krt_status krt_scaler_init(krt_loss_scaler *s, const char *mode, double init, int64_t growth_interval, krt_error *err);
+/* For the program's start line: "fp16 loss scale 65536, dynamic (x2 after 2000 clean
+ * steps)" or "fp16 loss scale 1024, static". */
+void krt_scaler_describe(const krt_loss_scaler *s, char *buf, size_t cap);
 /* After a step's gradients were unscaled: GradScaler.update(). Returns whether the
  * optimizer steps (no inf/NaN found). */
 bool krt_scaler_update(krt_loss_scaler *s, bool found_inf);

@@ -39,6 +39,13 @@ krt_status krt_scaler_init(krt_loss_scaler *s, const char *mode, double init, in
     return KRT_OK;
 }
 
+void krt_scaler_describe(const krt_loss_scaler *s, char *buf, size_t cap)
+{
+    if (s->dynamic)
+        snprintf(buf, cap, "fp16 loss scale %g, dynamic (x2 after %lld clean steps)", (double)s->scale, (long long)s->growth_interval);
+    else snprintf(buf, cap, "fp16 loss scale %g, static", (double)s->scale);
+}
+
 bool krt_scaler_update(krt_loss_scaler *s, bool found_inf)
 {
     if (found_inf) {

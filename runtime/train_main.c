@@ -1355,9 +1355,11 @@ static int train(int argc, char **argv)
     new_run_id();
     signal(SIGINT, on_sigint);
     const char *split = tm_dist_describe(batch); /* "2 ranks × batch 64" */
-    printf("%s: %lld parameters, %lld training samples, %lld steps of %lld%s%s%s (x%lld), %s lr %g\n", M->name, (long long)np,
+    char scaling_is[96] = "";
+    if (TR.scaling) krt_scaler_describe(&TR.scaler, scaling_is + 2, sizeof scaling_is - 2), scaling_is[0] = ',', scaling_is[1] = ' ';
+    printf("%s: %lld parameters, %lld training samples, %lld steps of %lld%s%s%s (x%lld), %s lr %g%s\n", M->name, (long long)np,
            (long long)ntrain, (long long)total_steps, (long long)batch, *split ? " (" : "", split, *split ? ")" : "", (long long)accumulate,
-           opt, oc.lr);
+           opt, oc.lr, scaling_is);
     double t0 = kiln_now();
     int64_t saved = -1; /* the step of the last checkpoint this run saved */
     while (step < total_steps && !interrupted) {
