@@ -637,7 +637,10 @@ static const char *g_budget_from = "--memory-budget"; /* or the recipe's memory_
 static int32_t g_budget_blocks, g_budget_nblocks; /* what it checkpointed, of how many */
 static bool g_budget_cheap;                       /* and whether cheap values are recomputed */
 static bool g_infer; /* build --infer */
-static PrecisionOptions g_precision = {DT_F32}; /* --precision, else the recipe's precision */
+static PrecisionOptions g_precision = {DT_F32, false}; /* --precision, else the recipe's precision */
+/* fp16's loss scaling as the program runs it (g_precision.scale_loss): the recipe's
+ * loss_scale ("dynamic" or a static number) and the dynamic scale's settings. */
+static char g_loss_scale[32], g_scale_init[32], g_scale_interval[32];
 static const char *g_precision_from = "precision"; /* or --precision */
 
 static const char *precision_name(DType t) { return t == DT_BF16 ? "bf16" : t == DT_F16 ? "fp16" : "fp32"; }
@@ -652,13 +655,46 @@ static void set_precision(const Options *o, const Model *m)
     g_precision.half = t < 0 ? DT_F32 : (DType)t;
 }
 
-/* fp16 without GradScaler's dynamic loss scaling: said, not silently different. */
-static void note_fp16(const Model *m)
+/* The loss scaling of the build (after set_precision): the recipe's loss_scale, or by
+ * default dynamic for fp16 training (GradScaler's defaults) and none otherwise. The recipe
+ * check refused loss scaling keys that do nothing under the recipe's own precision; the
+ * same keys under a --precision that is not fp16 are refused here. Returns 0, or 2 after
+ * a message. */
+static int set_loss_scale(const char *cmd, const Model *m)
 {
-    if (g_precision.half == DT_F16 && m->graph->mode == MODE_TRAIN && !g_infer)
-        fprintf(stderr, "kiln: note: %s fp16: dynamic loss scaling is not implemented yet; gradients rounded to fp16 (the "
-                        "matrix products' operands) may underflow to zero (bf16 has fp32's range and needs none)\n",
-                g_precision_from);
+    const RecipeValue *scale = recipe_get(&m->recipe, "loss_scale"), *init = recipe_get(&m->recipe, "loss_scale_init"),
+                      *interval = recipe_get(&m->recipe, "loss_scale_growth_interval");
+    const bool none = scale && scale->kind == RV_NAME && !strcmp(scale->str, "none");
+    g_precision.scale_loss = false;
+    if (g_precision.half != DT_F16) {
+        const RecipeValue *extra = scale && !none ? scale : init ? init : interval;
+        if (!extra) return 0;
+        fprintf(stderr, "kiln %s: error: %s %s: the recipe's %s (line %u) applies to fp16 training only (give --precision fp16, or "
+                        "remove it from the recipe)\n", cmd, g_precision_from, precision_name(g_precision.half), extra->key, extra->loc.line);
+        return 2;
+    }
+    if (none || m->graph->mode != MODE_TRAIN || g_infer) return 0;
+    g_precision.scale_loss = true;
+    if (scale && scale->kind == RV_NUM) util_format_double(g_loss_scale, sizeof g_loss_scale, scale->num);
+    else snprintf(g_loss_scale, sizeof g_loss_scale, "dynamic");
+    util_format_double(g_scale_init, sizeof g_scale_init, init ? init->num : 65536.0);
+    snprintf(g_scale_interval, sizeof g_scale_interval, "%.0f", interval ? interval->num : 2000.0);
+    return 0;
+}
+
+/* Sets `key` of a flattened recipe to `value`, added when absent. */
+static void recipe_kv_set(char ***kv, int *n, const char *key, const char *value)
+{
+    for (int i = 0; i < *n; i++)
+        if (!strcmp((*kv)[2 * i], key)) {
+            free((*kv)[2 * i + 1]);
+            (*kv)[2 * i + 1] = xstrdup(value);
+            return;
+        }
+    *kv = xrealloc(*kv, (size_t)(*n + 1) * 2 * sizeof **kv);
+    (*kv)[2 * *n] = xstrdup(key);
+    (*kv)[2 * *n + 1] = xstrdup(value);
+    (*n)++;
 }
 
 static int run_passes(Graph *g, const char *after, RematOptions *remat, StrBuf *stats, StrBuf *err)
@@ -895,6 +931,11 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
     }
     int nkv;
     char **kv = recipe_flatten(&train->recipe, &nkv);
+    if (g_precision.scale_loss && !g_infer) { /* what the program scales by: the defaults written out */
+        recipe_kv_set(&kv, &nkv, "loss_scale", g_loss_scale);
+        recipe_kv_set(&kv, &nkv, "loss_scale_init", g_scale_init);
+        recipe_kv_set(&kv, &nkv, "loss_scale_growth_interval", g_scale_interval);
+    }
     int rc;
     if (g_infer) {
         Graph *predict = codegen_predict_graph(eval->graph);
@@ -1067,7 +1108,7 @@ static int cmd_train(const char *file, Model *train, Diag *d, int argc, char **a
     memset(&o, 0, sizeof o);
     o.file = file;
     set_precision(&o, train); /* kiln train takes the recipe's (its flags are the program's) */
-    note_fp16(train);
+    if (set_loss_scale("train", train)) return 2;
     if (generate(file, train, d, &c, &err)) {
         fprintf(stderr, "%s\n", err.data);
         return 1;
@@ -1172,7 +1213,11 @@ static int cmd_model(const char *cmd, int argc, char **argv)
         diag_free(&d);
         return 2;
     }
-    if (!strcmp(cmd, "build") || !strcmp(cmd, "emit")) note_fp16(m);
+    if (set_loss_scale(cmd, m)) {
+        frontend_model_free(m);
+        diag_free(&d);
+        return 2;
+    }
     if (o.cuda && g_precision.half != DT_F32 && !g_infer) {
         fprintf(stderr, "kiln %s: error: %s %s: mixed precision is not implemented for the CUDA target yet (the C target has it)\n",
                 cmd, g_precision_from, precision_name(g_precision.half));

@@ -38,6 +38,8 @@ typedef struct {
 
 #define A_CALL 100
 #define A_GROUPS 101 /* a list of group(...) calls */
+#define A_SCALE 102  /* loss_scale: dynamic, none or a number (a static scale) */
+#define MAX_SCALE 1.7014118346046923e38 /* 2^127: a scale fp32 holds, with room to double */
 #define INF 1e300
 #define END {NULL, 0, NULL, 0, 0, NULL}
 
@@ -152,6 +154,13 @@ static const KeySpec keys[] = {
     {"clip", A_NUM, NULL, "0.0", 0, 1e12, NULL, "global gradient-norm clipping (0 = off)"},
     {"accumulate", A_INT, NULL, "1", 1, 65536, NULL, "micro-batches per optimizer step"},
     {"precision", A_NAME, NULL, "fp32", 0, 0, "fp32 bf16 fp16 f32 f16", "fp32, or mixed precision with bf16 / fp16 (kiln build --precision)"},
+    /* No defaults written: they follow the precision, which kiln build --precision may
+     * change (fp16: dynamic from 65536, x2 every 2000 clean steps; else none). */
+    {"loss_scale", A_SCALE, NULL, NULL, 0, MAX_SCALE, "dynamic none",
+     "fp16: dynamic (GradScaler's), none, or a number (a static scale); default dynamic for fp16, none otherwise"},
+    {"loss_scale_init", A_NUM, NULL, NULL, 0, MAX_SCALE, NULL, "fp16, loss_scale = dynamic: the first scale (default 65536)"},
+    {"loss_scale_growth_interval", A_INT, NULL, NULL, 1, 1e9, NULL,
+     "fp16, loss_scale = dynamic: clean steps before the scale doubles (default 2000)"},
     {"memory_budget", A_STR, NULL, NULL, 0, 0, NULL, "training memory to fit by recomputing blocks, e.g. \"1.5GiB\" (kiln build --memory-budget)"},
     {"checkpoint", A_CALL, ckpt_calls, "every", 0, 0, NULL, "checkpoint policy"},
     {"eval", A_CALL, eval_calls, "every", 0, 0, NULL, "evaluation policy"},
@@ -619,6 +628,42 @@ static bool check_optimizer(const RecipeValue *opt, Diag *d)
     return ok;
 }
 
+/* Loss scaling acts in fp16 training only (bf16 and fp32 have fp32's exponent range: no
+ * gradient to keep from underflowing), and loss_scale_init and _growth_interval only for a
+ * dynamic scale: anything else would be accepted and do nothing. The precision here is
+ * the recipe's; kiln build --precision checks the same against its own (cli/main.c). */
+static bool check_loss_scale(const Recipe *r, Diag *d)
+{
+    const RecipeValue *prec = recipe_get(r, "precision"), *scale = recipe_get(r, "loss_scale");
+    const RecipeValue *init = recipe_get(r, "loss_scale_init"), *interval = recipe_get(r, "loss_scale_growth_interval");
+    const bool fp16 = prec && prec->str && recipe_precision_dtype(prec->str) == DT_F16;
+    bool ok = true;
+    if (scale && scale->kind == RV_NUM && !(scale->num > 0)) {
+        diag_error(d, scale->loc, "loss_scale: a static scale must be greater than 0, found %g", scale->num);
+        ok = false;
+    } else if (scale && !fp16 && !(scale->kind == RV_NAME && !strcmp(scale->str, "none"))) {
+        diag_error(d, scale->loc, "loss_scale applies to fp16 training only (precision = fp16); precision = %s keeps fp32's exponent "
+                   "range and scales nothing (remove loss_scale, or write loss_scale = none)", prec ? prec->str : "fp32");
+        ok = false;
+    }
+    if (init && !(init->num > 0)) {
+        diag_error(d, init->loc, "loss_scale_init: the scale must be greater than 0, found %g", init->num);
+        ok = false;
+    }
+    const bool dynamic = fp16 && (!scale || (scale->kind == RV_NAME && !strcmp(scale->str, "dynamic")));
+    const RecipeValue *extra[2] = {init, interval};
+    for (int i = 0; i < 2 && ok; i++) {
+        if (!extra[i] || dynamic) continue;
+        if (!fp16)
+            diag_error(d, extra[i]->loc, "%s has no effect: loss scaling applies to fp16 training only (precision = %s)", extra[i]->key,
+                       prec ? prec->str : "fp32");
+        else diag_error(d, extra[i]->loc, "%s has no effect: it sets the dynamic scale, and loss_scale is %s", extra[i]->key,
+                        scale->kind == RV_NUM ? "a static number" : "none");
+        ok = false;
+    }
+    return ok;
+}
+
 /* Keys and arguments that each pass the schema but together would be ignored by the
  * training program, or refused by it only after it loaded the data. Errors point at the
  * value written in the file that has no effect or conflicts. */
@@ -633,6 +678,7 @@ static bool check_combinations(const Recipe *r, const Inputs *in, Diag *d)
                    steps->num);
         ok = false;
     }
+    if (!check_loss_scale(r, d)) ok = false;
     const RecipeValue *data = recipe_get(r, "data"), *eval_data = recipe_get(r, "eval_data"), *sample = recipe_get(r, "sample");
     bool lm = is_call(data, "text") || is_call(data, "tokens");
     if (eval_data) {
@@ -805,9 +851,11 @@ static bool check_recipe(Recipe *r, const Ast *a, AstId train, const Inputs *in,
         RecipeValue *v = push(&r->entries, &r->n);
         v->key = xstrdup(name);
         AstId val = ast_kid(a, key, 0);
-        bool good = ks->kind == A_CALL     ? check_call(a, val, ks, in, v, d)
-                    : ks->kind == A_GROUPS ? check_groups(a, val, ks, in, ps, v, d)
-                                           : convert(a, val, ks->kind, ks->lo, ks->hi, ks->choices, name, v, d);
+        const AstKind vk = (AstKind)ast_node(a, val)->kind;
+        const uint8_t kind = ks->kind == A_SCALE ? (vk == AST_NAME || vk == AST_STRING ? A_NAME : A_NUM) : ks->kind;
+        bool good = kind == A_CALL     ? check_call(a, val, ks, in, v, d)
+                    : kind == A_GROUPS ? check_groups(a, val, ks, in, ps, v, d)
+                                       : convert(a, val, kind, ks->lo, ks->hi, ks->choices, name, v, d);
         if (!good) {
             ok = false;
             free_value(v);

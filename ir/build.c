@@ -136,6 +136,12 @@ NodeId ir_b_random_uniform(IrBuilder *b, const Shape *s, DType t)
     return add(b, OP_RANDOM_UNIFORM, t, s, NULL, 0, &stream, 1);
 }
 
+NodeId ir_b_loss_scale(IrBuilder *b)
+{
+    Shape s = ir_shape_make(0, NULL);
+    return add(b, OP_LOSS_SCALE, DT_F32, &s, NULL, 0, NULL, 0);
+}
+
 /* ---- elementwise ---- */
 
 DType ir_promote(DType a, DType b)

@@ -144,7 +144,7 @@ static void put_node(StrBuf *b, const Graph *g, NodeId id)
         break;
     }
     case OP_CONST: sb_puts(b, ", shape=plaintext, fontcolor=\"#555555\""); break;
-    case OP_IOTA: case OP_RANDOM_UNIFORM: sb_puts(b, ", shape=box, style=\"rounded,filled\", fillcolor=\"#e8f5e9\""); break;
+    case OP_IOTA: case OP_RANDOM_UNIFORM: case OP_LOSS_SCALE: sb_puts(b, ", shape=box, style=\"rounded,filled\", fillcolor=\"#e8f5e9\""); break;
     default: sb_puts(b, ", shape=box"); break;
     }
     sb_puts(b, "];\n");

@@ -575,6 +575,7 @@ static int eval_node(Interp *ip, NodeId id)
         for (int64_t e = 0; e < o->n; e++, walk_next(&w)) o->data[e] = (double)w.idx[a[0]];
         break;
     }
+    case OP_LOSS_SCALE: o->data[0] = (double)(float)ip->loss_scale; break;
     case OP_RANDOM_UNIFORM:
         for (int64_t e = 0; e < o->n; e++)
             o->data[e] = kiln_rng_uniform24(ip->seed, ip->step, (uint64_t)a[0], (uint64_t)e);
@@ -661,6 +662,7 @@ void interp_init(Interp *ip, const Graph *g)
 {
     memset(ip, 0, sizeof *ip);
     ip->g = g;
+    ip->loss_scale = 1;
     for (int i = 0; i < g->nsyms; i++) ip->symvals[i] = g->syms[i].max;
     ip->vals = xcalloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof *ip->vals);
     sb_init(&ip->err);

@@ -242,6 +242,8 @@ NodeId ir_b_const(IrBuilder *b, double v, DType t);
 NodeId ir_b_full(IrBuilder *b, double v, DType t, const Shape *s);
 NodeId ir_b_iota(IrBuilder *b, const Shape *s, int axis, DType t);
 NodeId ir_b_random_uniform(IrBuilder *b, const Shape *s, DType t);
+/* The step's loss scale (an f32 scalar the program passes in; ops.h). */
+NodeId ir_b_loss_scale(IrBuilder *b);
 NodeId ir_b_unary(IrBuilder *b, Op op, NodeId x);
 NodeId ir_b_cast(IrBuilder *b, NodeId x, DType t);
 /* Binary elementwise with NumPy broadcasting and dtype promotion (ir_promote): operands are
@@ -308,6 +310,7 @@ typedef struct {
     int64_t symvals[IR_MAX_SYMS]; /* concrete symbol values; default: each symbol's max */
     ITensor *vals;                /* one per node */
     uint64_t seed, step;          /* for random_uniform */
+    double loss_scale;            /* the value of loss_scale nodes (interp_init: 1) */
     StrBuf err;
 } Interp;
 

@@ -16,6 +16,10 @@
  *                    attrs [init kind, trainable 0/1], fattr = init arguments
  *   const            every element = fattr[0] (usually rank 0, then expanded)
  *   iota             out[i0..ir] = i_axis (attrs [axis]); arange is iota of rank 1
+ *   loss_scale       the step's loss scale S, an f32 scalar (rank 0) that the training
+ *                    program passes in (kiln_step_io.loss_scale): fp16 training seeds the
+ *                    backward pass with it instead of 1 (docs/precision.md), so every
+ *                    gradient comes out multiplied by S; it has no gradient of its own
  *   random_uniform   counter-based uniform [0,1): element e of out =
  *                    rng_uniform(seed, step, attrs[0] = stream, e) (util/rng.h)
  *   neg abs sign exp log sqrt tanh sigmoid relu
@@ -96,6 +100,7 @@ typedef enum {
     OP(CONST, "const", 0, OPF_LEAF, ATTRS_CONST)                                \
     OP(IOTA, "iota", 0, OPF_LEAF, ATTRS_AXIS)                                   \
     OP(RANDOM_UNIFORM, "random_uniform", 0, OPF_LEAF | OPF_RANDOM, ATTRS_STREAM) \
+    OP(LOSS_SCALE, "loss_scale", 0, OPF_LEAF, ATTRS_NONE)                       \
     OP(NEG, "neg", 1, OPF_UNARY, ATTRS_NONE)                                    \
     OP(ABS, "abs", 1, OPF_UNARY, ATTRS_NONE)                                    \
     OP(SIGN, "sign", 1, OPF_UNARY, ATTRS_NONE)                                  \

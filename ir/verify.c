@@ -204,6 +204,9 @@ static void check_leaf(V *v, NodeId id, const int64_t *a)
             problem(v, id, "zero row %lld is outside axis 0", (long long)a[2]);
         break;
     case OP_IOTA: axis_ok(v, id, a[0], n->shape.rank); break;
+    case OP_LOSS_SCALE:
+        if (n->dtype != DT_F32 || n->shape.rank != 0) problem(v, id, "loss_scale is an f32 scalar (rank 0)");
+        break;
     case OP_RANDOM_UNIFORM:
         need_float(v, id, n->dtype, "result");
         if (a[0] < 0) problem(v, id, "stream %lld is negative", (long long)a[0]);

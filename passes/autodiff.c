@@ -135,6 +135,7 @@ static void backprop(Ad *a, NodeId i)
     case OP_CONST:
     case OP_IOTA:
     case OP_RANDOM_UNIFORM:
+    case OP_LOSS_SCALE:
         break;
     case OP_NEG: accumulate(a, x, un(a, OP_NEG, g)); break;
     case OP_ABS: accumulate(a, x, bin(a, OP_MUL, g, un(a, OP_SIGN, x))); break;
@@ -355,7 +356,11 @@ int pass_autodiff(Graph *g, const AutodiffOptions *opt, StrBuf *err)
     }
     if (a.needs[loss]) {
         a.b.loc = g->nodes[loss].loc;
-        a.adj[loss] = full_like(&a, loss, 1.0);
+        if (opt && opt->scale_loss && g->nodes[loss].shape.rank == 0) {
+            /* d(S * loss)/d(loss) = S: the whole backward pass in scaled units */
+            NodeId s = ok(&a, ir_b_loss_scale(&a.b));
+            a.adj[loss] = dtype_of(&a, loss) == DT_F32 ? s : cast_to(&a, s, dtype_of(&a, loss));
+        } else a.adj[loss] = full_like(&a, loss, 1.0);
     }
     for (NodeId i = a.nfwd - 1; i >= 0 && !a.failed; i--)
         if (a.adj[i] != IR_NONE && a.needs[i]) backprop(&a, i);

@@ -831,7 +831,8 @@ void fusion_plan(const Graph *g, FusionPlan *p)
         if (p->role[id] == ROLE_STRIDED) continue;
         switch ((Op)n->op) {
         case OP_INPUT:
-        case OP_PARAM: p->role[id] = ROLE_MEMORY; continue;
+        case OP_PARAM:
+        case OP_LOSS_SCALE: p->role[id] = ROLE_MEMORY; continue; /* the scale: read from the step's io */
         case OP_RESHAPE:
         case OP_DETACH: p->role[id] = ROLE_VIEW; continue;
         case OP_CONST:

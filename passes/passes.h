@@ -14,6 +14,9 @@
  * Returns 0, or -1 with a message (file:line:col: error: ...) in *err. */
 typedef struct {
     bool wrt_inputs;
+    /* Seed the backward pass with the step's loss scale (a loss_scale node) instead of 1:
+     * fp16 training's loss scaling, every gradient multiplied by it (docs/precision.md). */
+    bool scale_loss;
 } AutodiffOptions;
 int pass_autodiff(Graph *g, const AutodiffOptions *opt, StrBuf *err);
 
@@ -28,6 +31,9 @@ void pass_simplify(Graph *g);
  * leaves the graph unchanged. Renumbers nodes; runs after simplify, before remat. */
 typedef struct {
     DType half; /* DT_F32 (no change), DT_BF16 or DT_F16 */
+    /* Loss scaling (fp16's loss_scale = dynamic or a number): the pipeline's autodiff then
+     * seeds the backward pass with the program's loss scale (AutodiffOptions.scale_loss). */
+    bool scale_loss;
 } PrecisionOptions;
 typedef struct {
     int32_t narrowed; /* cast<half> nodes added */

@@ -8,9 +8,13 @@
 
 typedef int (*PassFn)(Graph *g, StrBuf *err);
 
+/* The options of the run in progress (pipeline_run_opts), for the passes that take some. */
+static RematOptions *run_remat_options;
+static const PrecisionOptions *run_precision_options;
+
 static int run_autodiff(Graph *g, StrBuf *err)
 {
-    AutodiffOptions opt = {.wrt_inputs = false};
+    AutodiffOptions opt = {.wrt_inputs = false, .scale_loss = run_precision_options && run_precision_options->scale_loss};
     return pass_autodiff(g, &opt, err);
 }
 
@@ -21,9 +25,6 @@ static int run_simplify(Graph *g, StrBuf *err)
     return 0;
 }
 
-/* The options of the run in progress (pipeline_run_opts), for the passes that take some. */
-static RematOptions *run_remat_options;
-static const PrecisionOptions *run_precision_options;
 
 static int run_precision(Graph *g, StrBuf *err)
 {

@@ -44,7 +44,10 @@ typedef struct {
 
 static bool is_view(Op op) { return op == OP_RESHAPE || op == OP_DETACH || op == OP_PERMUTE || op == OP_SLICE || op == OP_EXPAND; }
 
-static bool is_leaf(Op op) { return op == OP_PARAM || op == OP_INPUT || op == OP_CONST || op == OP_IOTA || op == OP_RANDOM_UNIFORM; }
+static bool is_leaf(Op op)
+{
+    return op == OP_PARAM || op == OP_INPUT || op == OP_CONST || op == OP_IOTA || op == OP_RANDOM_UNIFORM || op == OP_LOSS_SCALE;
+}
 
 /* The value a chain of views reads. */
 static NodeId view_root(const Graph *g, NodeId x)

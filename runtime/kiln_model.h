@@ -59,6 +59,10 @@ typedef struct kiln_step_io {
     int64_t *syms;        /* current value of every symbol (B, T, ...): nsyms */
     unsigned char *arena; /* activations, `arena_bytes` */
     uint64_t seed, step;  /* for dropout's counter-based random numbers */
+    /* The loss scale of fp16 training (docs/precision.md): a model built with loss scaling
+     * seeds its backward pass with it, so its gradients come out multiplied by it; other
+     * models do not read it. Host memory: the C target only. */
+    float loss_scale;
     double loss;          /* out */
     double *metrics;      /* out, in the order of metric_names: nmetrics */
     void **outputs;       /* out: noutputs (or NULL): forward outputs copied to the non-NULL ones */

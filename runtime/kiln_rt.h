@@ -165,6 +165,12 @@ double krt_grad_norm(const float *grads, int64_t n);
 /* Scales grads so that their norm is at most max_norm (torch.nn.utils.clip_grad_norm_:
  * factor max_norm / (norm + 1e-6) when norm > max_norm); returns the norm before. */
 double krt_clip_grad_norm(float *grads, int64_t n, double max_norm);
+/* fp16 loss scaling's unscale: grads *= inv_scale, in the same pass as their norm (summed
+ * as krt_grad_norm sums), then clipped to max_norm as krt_clip_grad_norm clips when
+ * max_norm > 0. Returns the norm of the unscaled gradients before clipping: infinite or
+ * NaN exactly when some gradient is (the step is then skipped; nothing is clipped). */
+double krt_unscale_clip_grad_norm(float *grads, int64_t n, float inv_scale, double max_norm);
+
 
 typedef enum {
     KRT_SCHED_CONSTANT,
@@ -265,6 +271,37 @@ const char *krt_safetensors_meta(const krt_safetensors *st, const char *key); /*
 int krt_safetensors_meta_count(const krt_safetensors *st);
 const krt_st_meta *krt_safetensors_meta_entry(const krt_safetensors *st, int i); /* or NULL */
 void krt_safetensors_free(krt_safetensors *st);
+
+/* ---- fp16 loss scaling (loss_scale.c; docs/precision.md) ----
+ * torch.cuda.amp.GradScaler's semantics: the loss (the backward pass's seed) is multiplied
+ * by `scale`; the gradients are unscaled before clipping and the optimizer; a step with
+ * an infinite or NaN gradient is skipped whole (no parameter, optimizer state or
+ * optimizer step count changes) and, when dynamic, halves the scale; growth_interval
+ * clean steps in a row double it. A static scale never changes, but its overflowing
+ * steps are skipped too. */
+typedef struct {
+    bool dynamic;
+    float scale;             /* fp32, as GradScaler's _scale */
+    int64_t growth_interval; /* clean steps before the scale doubles */
+    int64_t growth_tracker;  /* clean steps since it last changed (GradScaler's _growth_tracker) */
+    int64_t skipped;         /* steps skipped since the run began (resumed runs included) */
+} krt_loss_scaler;
+/* A scaler from the recipe: mode "dynamic" (from `init`, doubling every growth_interval
+ * clean steps) or a static scale written as a number. */
+krt_status krt_scaler_init(krt_loss_scaler *s, const char *mode, double init, int64_t growth_interval, krt_error *err);
+/* For the program's start line: "fp16 loss scale 65536, dynamic (x2 after 2000 clean
+ * steps)" or "fp16 loss scale 1024, static". */
+void krt_scaler_describe(const krt_loss_scaler *s, char *buf, size_t cap);
+/* After a step's gradients were unscaled: GradScaler.update(). Returns whether the
+ * optimizer steps (no inf/NaN found). */
+bool krt_scaler_update(krt_loss_scaler *s, bool found_inf);
+/* The state as checkpoint metadata (train_state.safetensors: loss_scale, exact in 9
+ * significant digits; loss_scale_growth_tracker; loss_scale_skipped) and back. A file
+ * without them (an older checkpoint, or one of a run without scaling) leaves the scaler as
+ * initialised; invalid values are an error naming the path and key. */
+#define KRT_SCALER_META 3
+void krt_scaler_meta(const krt_loss_scaler *s, char buf[KRT_SCALER_META][32], krt_st_meta meta[KRT_SCALER_META]);
+krt_status krt_scaler_load(krt_loss_scaler *s, const krt_safetensors *st, const char *path, int64_t steps, krt_error *err);
 
 /* ---- checkpoint directories (ckpt_dir.c) ----
  * DIR holds one directory per checkpoint, DIR/step-NNNNNNNN (the step, 8 digits or more),

@@ -425,6 +425,60 @@ double krt_grad_norm(const float *grads, int64_t n)
     return sqrt(sum);
 }
 
+/* The unscale of loss scaling, fused with the norm: block_sum_squares's sums over
+ * g * inv_scale, stored back. A power-of-two inv_scale is exact (short of subnormals). */
+static double block_unscale_sum_squares(float *g, float inv_scale, int64_t lo, int64_t hi)
+{
+    double acc[NORM_LANES] = {0};
+    int64_t i = lo;
+    for (; i + NORM_LANES <= hi; i += NORM_LANES) {
+        #pragma omp simd
+        for (int j = 0; j < NORM_LANES; j++) {
+            const float x = g[i + j] * inv_scale;
+            g[i + j] = x;
+            acc[j] += (double)x * (double)x;
+        }
+    }
+    for (int j = 0; i < hi; i++, j++) {
+        const float x = g[i] * inv_scale;
+        g[i] = x;
+        acc[j] += (double)x * (double)x;
+    }
+    double s = 0;
+    for (int j = 0; j < NORM_LANES; j++) s += acc[j];
+    return s;
+}
+
+/* A square of a float is below 2^256 and a sum of 2^62 of them below 2^318: the double sum
+ * is finite exactly when every gradient is (inf and NaN propagate), so the overflow check
+ * of loss scaling costs nothing beyond the norm. */
+double krt_unscale_clip_grad_norm(float *grads, int64_t n, float inv_scale, double max_norm)
+{
+    if (!grads || n <= 0) return 0;
+    int64_t nblocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
+    double *part = malloc((size_t)nblocks * sizeof *part), sum = 0;
+    if (!part) {
+        for (int64_t b = 0; b < nblocks; b++)
+            sum += block_unscale_sum_squares(grads, inv_scale, b * NORM_BLOCK, b + 1 < nblocks ? (b + 1) * NORM_BLOCK : n);
+    } else {
+        #pragma omp parallel for if (n >= PARALLEL_MIN) schedule(static)
+        for (int64_t b = 0; b < nblocks; b++)
+            part[b] = block_unscale_sum_squares(grads, inv_scale, b * NORM_BLOCK, b + 1 < nblocks ? (b + 1) * NORM_BLOCK : n);
+        for (int64_t b = 0; b < nblocks; b++) sum += part[b];
+        free(part);
+    }
+    const double norm = sqrt(sum);
+    if (max_norm > 0 && isfinite(norm)) {
+        const double coef = krt_clip_coef(norm, max_norm);
+        if (coef < 1.0) {
+            const float f = (float)coef;
+            #pragma omp parallel for simd if (n >= PARALLEL_MIN) schedule(simd: static)
+            for (int64_t i = 0; i < n; i++) grads[i] = grads[i] * f;
+        }
+    }
+    return norm;
+}
+
 /* torch.nn.utils.clip_grad_norm_ computes clip_coef = max_norm / (total_norm + 1e-6) in
  * float32 and multiplies by clamp(clip_coef, max=1); we compute the norm and the factor in
  * double and multiply by the factor rounded to float32, only when it is below 1 (the

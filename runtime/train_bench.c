@@ -53,6 +53,7 @@ static int profile(kiln_step_io *io, int64_t batch, int64_t n, int64_t accumulat
             io->step = (uint64_t)(s * accumulate + micro);
             io->profile = &prof;
             prof.last = kiln_now();
+            io->loss_scale = tm_loss_scale();
             M->train_step(io);
             io->profile = NULL;
             double t = kiln_now();
@@ -139,6 +140,7 @@ int tm_bench(kiln_step_io *io, int64_t batch, int64_t n, int64_t accumulate_step
         double t0 = kiln_now(), loss = 0, lr;
         for (int64_t micro = 0; micro < accumulate; micro++) {
             io->step = (uint64_t)(s * accumulate + micro);
+            io->loss_scale = tm_loss_scale();
             M->train_step(io);
             if (tm_index_failed(io, "benchmark step", s + 1)) rc = 1;
             loss += io->loss;

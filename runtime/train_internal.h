@@ -21,6 +21,8 @@ void tm_accumulate_grads(void);
 /* The optimizer step after step `step` (0-based); the gradient norm when want_norm, the
  * learning rate used in *lr. */
 double tm_apply_update(int64_t step, bool want_norm, double *lr);
+/* The loss scale of the next training step (kiln_step_io.loss_scale): 1 without scaling. */
+float tm_loss_scale(void);
 /* The index of the batch symbol among the model's symbols. */
 int tm_batch_symbol(void);
 

@@ -369,6 +369,8 @@ typedef struct {
     int nspans;
     int64_t accumulate;
     double clip;
+    bool scaling;          /* fp16's loss scaling (the recipe's loss_scale) */
+    krt_loss_scaler scaler;
 } Trainer;
 static Trainer TR;
 
@@ -387,14 +389,19 @@ double tm_apply_update(int64_t step, bool want_norm, double *lr)
     const int64_t np = M->nparam_floats;
     float *g = TR.accumulate > 1 ? TR.acc : TR.grads;
     tm_dist_reduce_grads(g, np); /* the global batch's gradient, on every rank */
-    double norm = TR.clip > 0 ? TR.dev->clip_grad_norm(TR.ctx, g, np, TR.clip) : want_norm ? TR.dev->grad_norm(TR.ctx, g, np) : 0;
+    bool take = true; /* loss scaling: unscaled in the norm's pass; an inf/NaN skips the step (GradScaler) */
+    double norm = TR.scaling  ? krt_unscale_clip_grad_norm(g, np, (float)(1.0 / (double)TR.scaler.scale), TR.clip)
+                  : TR.clip > 0 ? TR.dev->clip_grad_norm(TR.ctx, g, np, TR.clip) : want_norm ? TR.dev->grad_norm(TR.ctx, g, np) : 0;
+    if (TR.scaling) take = krt_scaler_update(&TR.scaler, !isfinite(norm));
     *lr = krt_schedule_lr(&TR.sc, TR.oc.lr, step);
     for (int k = 0; k < TR.nspans; k++) /* each group's rate, scheduled from its own base, as each torch param group */
         if (TR.spans[k].grouped) TR.spans[k].lr = krt_schedule_lr(&TR.sc, TR.group_lr[k], step);
-    TR.dev->optim_step(TR.ctx, &TR.oc, &TR.state, *lr, TR.params, g, TR.spans, TR.nspans);
+    if (take) TR.dev->optim_step(TR.ctx, &TR.oc, &TR.state, *lr, TR.params, g, TR.spans, TR.nspans);
     if (TR.acc) TR.dev->zero(TR.ctx, TR.acc, (int64_t)sizeof(float) * np);
     return norm;
 }
+
+float tm_loss_scale(void) { return TR.scaling ? TR.scaler.scale : 1.0f; }
 
 /* The recipe's parameter groups (groups.K.params: the names the compiler matched, the
  * first matching group winning; groups.K.lr, groups.K.weight_decay) onto the spans: a
@@ -686,10 +693,12 @@ static int write_checkpoint_files(const char *dir, const float *params, const un
             x->data = slab + p->offset;
         }
     }
-    krt_st_meta smeta[] = {{"kiln_hash", hash}, {"step", stepbuf},     {"run_id", run_id},         {"epoch", epoch},
-                           {"position", pos},   {"seed", seed},         {"optimizer_step", ostep}, {"batches", nbatches}};
+    krt_st_meta smeta[8 + KRT_SCALER_META] = {{"kiln_hash", hash}, {"step", stepbuf}, {"run_id", run_id},         {"epoch", epoch},
+                                              {"position", pos},   {"seed", seed},     {"optimizer_step", ostep}, {"batches", nbatches}};
+    char scaler[KRT_SCALER_META][32];
+    if (TR.scaling) krt_scaler_meta(&TR.scaler, scaler, smeta + 8);
     snprintf(path, sizeof path, "%s/train_state.safetensors", dir);
-    krt_status s = oom ? KRT_ENOMEM : krt_safetensors_write_checked(path, t, m, smeta, 8, &err);
+    krt_status s = oom ? KRT_ENOMEM : krt_safetensors_write_checked(path, t, m, smeta, TR.scaling ? 8 + KRT_SCALER_META : 8, &err);
     for (int i = 0; i < m; i++) free(names[i]);
     free(names);
     free(t);
@@ -838,8 +847,11 @@ static int load_checkpoint(const char *dir, int64_t accumulate, float *params, u
                   (long long)named);
     /* The optimizer takes one step per training step; each step draws `accumulate`
      * batches (1 to 65536); an epoch takes at least one batch. */
+    if (!bad && TR.scaling && krt_scaler_load(&TR.scaler, s, spath, sstep, &err) != KRT_OK) bad = tm_die("%s", err.msg);
+    const int64_t taken = sstep - (TR.scaling ? TR.scaler.skipped : 0); /* loss scaling skips the steps that overflowed */
     if (!bad)
-        bad = meta_count(s, spath, "optimizer_step", false, sstep, sstep, " (the optimizer takes one step per training step)", &ostep) ||
+        bad = meta_count(s, spath, "optimizer_step", false, taken, taken,
+                         taken < sstep ? " (one step per training step not skipped)" : " (the optimizer takes one step per training step)", &ostep) ||
               meta_count(s, spath, "batches", false, sstep, sstep * MAX_ACCUMULATE, " (each step draws 1 to 65536 batches)", &nb);
     if (!bad) {
         int64_t most = nb >= 0 ? nb : sstep * accumulate;
@@ -876,7 +888,7 @@ static int load_checkpoint(const char *dir, int64_t accumulate, float *params, u
         cur->epoch = epoch;
         cur->position = position;
         cur->seed = (uint64_t)seed;
-        st->step = ostep >= 0 ? ostep : sstep;
+        st->step = ostep >= 0 ? ostep : taken;
         batches_drawn = nb >= 0 ? nb : sstep * accumulate;
     }
     krt_safetensors_free(s);
@@ -1187,6 +1199,13 @@ static int train(int argc, char **argv)
     TR.oc = oc;
     TR.sc = sc;
     TR.clip = clip;
+    const char *scaling = tm_recipe("loss_scale", "none"); /* written by kiln build for fp16 (docs/precision.md) */
+    if ((TR.scaling = strcmp(scaling, "none") != 0) &&
+        (!TR.dev->host || krt_scaler_init(&TR.scaler, scaling, recipe_num("loss_scale_init", 65536), recipe_int("loss_scale_growth_interval", 2000),
+                                          &err) != KRT_OK)) {
+        rc = tm_die("%s", TR.dev->host ? err.msg : "loss scaling runs on the host only (the C target)");
+        goto out;
+    }
     /* Memory: every buffer allocated once, here, in the device's memory when there is one
      * (the step allocates nothing). */
     int64_t np = M->nparam_floats;
@@ -1264,11 +1283,15 @@ static int train(int argc, char **argv)
         goto out;
     }
     if (tm_dist_size() > 1) { /* every rank starts from rank 0's state, checkpoint or not */
-        int64_t counters[6] = {step, cur.epoch, cur.position, (int64_t)cur.seed, batches_drawn, st.step};
+        uint32_t bits;
+        memcpy(&bits, &TR.scaler.scale, sizeof bits);
+        int64_t counters[9] = {step, cur.epoch, cur.position, (int64_t)cur.seed, batches_drawn, st.step, bits, TR.scaler.growth_tracker, TR.scaler.skipped};
         float *const slabs[3] = {st.m, st.v, st.w};
-        tm_dist_share_state(params, np, buffers, M->buffer_bytes, slabs, 3, counters, 6);
+        tm_dist_share_state(params, np, buffers, M->buffer_bytes, slabs, 3, counters, 9);
         step = counters[0], cur.epoch = counters[1], cur.position = counters[2], cur.seed = (uint64_t)counters[3];
-        batches_drawn = counters[4], st.step = counters[5];
+        batches_drawn = counters[4], st.step = counters[5], bits = (uint32_t)counters[6];
+        memcpy(&TR.scaler.scale, &bits, sizeof bits);
+        TR.scaler.growth_tracker = counters[7], TR.scaler.skipped = counters[8];
     }
     state_to_device(params, buffers, &st);
     if (resume && overridden("seed") && seed != cur.seed) {
@@ -1332,9 +1355,11 @@ static int train(int argc, char **argv)
     new_run_id();
     signal(SIGINT, on_sigint);
     const char *split = tm_dist_describe(batch); /* "2 ranks × batch 64" */
-    printf("%s: %lld parameters, %lld training samples, %lld steps of %lld%s%s%s (x%lld), %s lr %g\n", M->name, (long long)np,
+    char scaling_is[96] = "";
+    if (TR.scaling) krt_scaler_describe(&TR.scaler, scaling_is + 2, sizeof scaling_is - 2), scaling_is[0] = ',', scaling_is[1] = ' ';
+    printf("%s: %lld parameters, %lld training samples, %lld steps of %lld%s%s%s (x%lld), %s lr %g%s\n", M->name, (long long)np,
            (long long)ntrain, (long long)total_steps, (long long)batch, *split ? " (" : "", split, *split ? ")" : "", (long long)accumulate,
-           opt, oc.lr);
+           opt, oc.lr, scaling_is);
     double t0 = kiln_now();
     int64_t saved = -1; /* the step of the last checkpoint this run saved */
     while (step < total_steps && !interrupted) {
@@ -1354,6 +1379,7 @@ static int train(int argc, char **argv)
             batches_drawn++;
             io.inputs = (const void *const *)my_bufs; /* this rank's share */
             if (bs >= 0) io.syms[bs] = share;
+            io.loss_scale = tm_loss_scale();
             M->train_step(&io);
             io.inputs = (const void *const *)bufs;
             if (bs >= 0) io.syms[bs] = batch;
@@ -1372,19 +1398,27 @@ static int train(int argc, char **argv)
             tm_accumulate_grads();
         }
         double lr;
+        const float scale = tm_loss_scale();
         double norm = tm_apply_update(step, log != NULL, &lr);
         step++;
+        char scaled[80] = ""; /* loss scaling: the step's scale and the steps skipped so far */
+        if (TR.scaling) snprintf(scaled, sizeof scaled, "  scale %g  skipped %lld", (double)scale, (long long)TR.scaler.skipped);
         double loss = loss_sum / (double)accumulate, t = kiln_now();
         if (tty || step % 50 == 0 || step == total_steps) {
             double rate = (double)(step * batch * accumulate) / (t - t0);
             double eta = (double)(total_steps - step) * (t - t0) / (double)step;
-            fprintf(tty ? stderr : stdout, "%sstep %lld/%lld  epoch %lld  loss %.4f  lr %.3g  %.0f samples/s  eta %.0fs%s",
-                    tty ? "\r" : "", (long long)step, (long long)total_steps, (long long)batch_epoch + 1, loss, lr, rate, eta,
+            fprintf(tty ? stderr : stdout, "%sstep %lld/%lld  epoch %lld  loss %.4f  lr %.3g%s  %.0f samples/s  eta %.0fs%s",
+                    tty ? "\r" : "", (long long)step, (long long)total_steps, (long long)batch_epoch + 1, loss, lr, scaled, rate, eta,
                     tty ? "   " : "\n");
         }
         if (log) {
-            fprintf(log, "{\"step\": %lld, \"epoch\": %lld, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %.6g", (long long)step,
-                    (long long)batch_epoch + 1, loss, lr, norm);
+            char nb[32] = "null"; /* an infinite or NaN norm (a skipped step): JSON has no inf */
+            if (isfinite(norm)) snprintf(nb, sizeof nb, "%.6g", norm);
+            fprintf(log, "{\"step\": %lld, \"epoch\": %lld, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %s", (long long)step,
+                    (long long)batch_epoch + 1, loss, lr, nb);
+            if (TR.scaling)
+                fprintf(log, ", \"loss_scale\": %.9g, \"skipped\": %s, \"skipped_steps\": %lld", (double)scale,
+                        isfinite(norm) ? "false" : "true", (long long)TR.scaler.skipped);
             for (int k = 0; k < M->nmetrics; k++) fprintf(log, ", \"%s\": %.6g", M->metric_names[k], msum[k] / (double)accumulate);
             fputs("}\n", log);
         }

@@ -24,8 +24,9 @@ static inline const char *ckpt_difference(const char *a, const char *b) { return
 static inline const char *ckpt_compare(const char *a, const char *b, bool metadata)
 {
     static char why[1200];
-    static const char *const keys[] = {"format",   "kiln_model", "kiln_hash",      "step",   "epoch",
-                                       "position", "seed",       "optimizer_step", "batches"};
+    static const char *const keys[] = {"format",  "kiln_model",     "kiln_hash",  "step",
+                                       "epoch",   "position",       "seed",       "optimizer_step",
+                                       "batches", "loss_scale",     "loss_scale_growth_tracker", "loss_scale_skipped"};
     krt_safetensors *x = NULL, *y = NULL;
     krt_error err;
     why[0] = 0;

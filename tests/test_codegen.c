@@ -23,7 +23,7 @@ typedef struct {
 } Graphs;
 
 /* The precision the models are compiled in (the precision pass); f32 unless a suite sets it. */
-static PrecisionOptions precision = {DT_F32};
+static PrecisionOptions precision = {DT_F32, false};
 /* How far the generated code may be from the interpreter: float32 rounding, and with half
  * precision a value on either side of a rounding boundary (float vs double before the
  * rounding) may round one half-precision step apart. */

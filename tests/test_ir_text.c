@@ -96,6 +96,7 @@ static Graph *everything(void)
     cnst(g, -3.0, DT_I64);
     nd(g, OP_IOTA, DT_I32, SH(D(4), D(5)), NO_IN, AT(1));
     NodeId ru = nd(g, OP_RANDOM_UNIFORM, DT_F32, SH(SY(B), D(8)), NO_IN, AT(3));
+    nd(g, OP_LOSS_SCALE, DT_F32, SCALAR, NO_IN, NO_AT);
     g->nodes[ru].ckpt = 2;
     NodeId flat = nd(g, OP_RESHAPE, DT_F32, SH(SY(B), D(16)), IN(x), NO_AT);
     g->nodes[flat].ckpt = 1;

@@ -79,7 +79,7 @@ static Model *compiled(const char *rel, DType half, Diag *d)
     cr_assert(m, "%s: %s", rel, d->out.data);
     StrBuf err;
     sb_init(&err);
-    PrecisionOptions p = {half};
+    PrecisionOptions p = {half, false};
     PipelineOptions opt = {.precision = &p};
     cr_assert_eq(pipeline_run_opts(m->graph, NULL, &opt, NULL, &err), 0, "%s", err.data);
     sb_free(&err);
@@ -300,4 +300,173 @@ Test(train, tiny_gpt_half_precision_close_to_fp32_and_resumes_exactly, .init = s
         }
         sb_free(&out);
     }
+}
+
+/* ---- fp16 loss scaling (runtime/loss_scale.c, docs/precision.md) ---- */
+
+/* GradScaler's update: x0.5 and a skip on inf/NaN, x2 after growth_interval clean steps
+ * (the count restarting at each change), a static scale never changing. */
+Test(scaler, update_as_gradscaler)
+{
+    krt_loss_scaler s;
+    krt_error err;
+    cr_assert_eq(krt_scaler_init(&s, "dynamic", 65536, 3, &err), KRT_OK);
+    cr_expect(!krt_scaler_update(&s, true));
+    cr_expect_eq(s.scale, 32768.0f);
+    cr_expect(krt_scaler_update(&s, false) && krt_scaler_update(&s, false));
+    cr_expect_eq(s.scale, 32768.0f);
+    cr_expect(!krt_scaler_update(&s, true)); /* the streak restarts */
+    for (int i = 0; i < 3; i++) cr_expect(krt_scaler_update(&s, false));
+    cr_expect_eq(s.scale, 32768.0f);
+    cr_expect_eq(s.growth_tracker, 0);
+    cr_expect_eq(s.skipped, 2);
+    cr_assert_eq(krt_scaler_init(&s, "0x1p127", 0, 1, &err), KRT_OK); /* a static scale */
+    cr_expect(!krt_scaler_update(&s, true) && krt_scaler_update(&s, false));
+    cr_expect_eq(s.scale, 0x1p127f);
+    cr_expect_neq(krt_scaler_init(&s, "dynamic", 0, 1, &err), KRT_OK);
+    cr_expect_neq(krt_scaler_init(&s, "dynamic", 1, 0, &err), KRT_OK);
+    cr_expect_neq(krt_scaler_init(&s, "lots", 1, 1, &err), KRT_OK);
+}
+
+/* The fused unscale: the norm is krt_grad_norm's of the unscaled gradients, bit for bit,
+ * clipping as krt_clip_grad_norm; one inf or NaN anywhere makes it non-finite. */
+Test(scaler, unscale_is_the_norm_pass)
+{
+    enum { N = 70001 };
+    float *g = malloc(sizeof(float) * N), *h = malloc(sizeof(float) * N);
+    cr_assert(g && h);
+    for (int i = 0; i < N; i++) g[i] = (float)((i % 97) - 48) * 0x1p10f, h[i] = g[i] * 0x1p-16f;
+    double norm = krt_unscale_clip_grad_norm(g, N, 0x1p-16f, 0);
+    cr_expect_eq(norm, krt_grad_norm(h, N));
+    cr_expect_eq(memcmp(g, h, sizeof(float) * N), 0);
+    for (int i = 0; i < N; i++) g[i] = (float)((i % 97) - 48) * 0x1p10f, h[i] = g[i] * 0x1p-16f;
+    double clipped = krt_clip_grad_norm(h, N, 1.0);
+    cr_expect_eq(krt_unscale_clip_grad_norm(g, N, 0x1p-16f, 1.0), clipped);
+    cr_expect_eq(memcmp(g, h, sizeof(float) * N), 0);
+    const float bad[] = {INFINITY, -INFINITY, NAN};
+    for (int k = 0; k < 3; k++) {
+        g[12345] = bad[k];
+        cr_expect(!isfinite(krt_unscale_clip_grad_norm(g, N, 1.0f, 1.0)), "%g", (double)bad[k]);
+    }
+    g[12345] = 0x1p100f; /* finite, but 2^100 x 2^40 overflows fp32: found as GradScaler finds it */
+    cr_expect(!isfinite(krt_unscale_clip_grad_norm(g, N, 0x1p40f, 0)));
+    free(g);
+    free(h);
+}
+
+/* A JSONL log's values of one key, per line (NAN where a line has none or null). */
+static int log_values(const char *path, const char *key, double *v, int cap)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s", path);
+    char line[1024], pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    int n = 0;
+    while (n < cap && fgets(line, sizeof line, f)) {
+        if (!strstr(line, "\"loss\": ")) continue; /* training steps only */
+        const char *at = strstr(line, pat);
+        /* through float: the log's 9 digits give a float back exactly (the scale is one) */
+        v[n++] = at && strncmp(at + strlen(pat), "null", 4) ? (double)strtof(at + strlen(pat), NULL) : NAN;
+    }
+    fclose(f);
+    return n;
+}
+
+/* fp16 from a scale of 2^40: the first steps overflow and are skipped (weights, moments and
+ * the optimizer's step count unchanged, bit for bit), the scale halving each time; then
+ * training proceeds, the scale doubling after every 3 clean steps (and backing off when
+ * that overflows again); 60 steps equal k + resume + 60 - k across a skip and a growth. */
+Test(train, fp16_loss_scaling_skips_backs_off_grows_and_resumes, .init = setup, .fini = teardown, .timeout = 300)
+{
+    StrBuf out;
+    sb_init(&out);
+    char path[256], args[512];
+    snprintf(path, sizeof path, "%s/tiny.kiln", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    const char *steps = strstr(tiny_gpt, "    steps = 60\n");
+    fprintf(f, "%.*s    precision = fp16\n    loss_scale_init = 2 ** 40\n    loss_scale_growth_interval = 3\n    log = \"log.jsonl\"\n%s",
+            (int)(steps - tiny_gpt), tiny_gpt, steps);
+    fclose(f);
+    cr_assert_eq(run("mkdir corpus && for i in $(seq 200); do echo 'the quick brown fox jumps over the lazy dog'; done > corpus/a.txt", &out), 0);
+    snprintf(args, sizeof args, "build %s -o %s/tiny-ls", path, dir);
+    cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+    out.len = 0;
+    cr_assert_eq(run("./tiny-ls --checkpoint-dir full", &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "fp16 loss scale 1.09951e+12, dynamic (x2 after 3 clean steps)"), "%s", out.data);
+    cr_expect(strstr(out.data, "step 60/60") && strstr(out.data, "  skipped "), "no skipped count in the progress line:\n%s", out.data);
+    char logp[128];
+    snprintf(logp, sizeof logp, "%s/log.jsonl", dir);
+    double scale[64], norm[64], loss[64], skipped[64];
+    cr_assert_eq(log_values(logp, "loss_scale", scale, 64), 60);
+    log_values(logp, "grad_norm", norm, 64);
+    log_values(logp, "loss", loss, 64);
+    log_values(logp, "skipped_steps", skipped, 64);
+    /* the first steps overflow: skipped, each halving the scale */
+    int first_clean = 0;
+    while (first_clean < 60 && isnan(norm[first_clean])) first_clean++;
+    cr_assert(first_clean >= 2 && first_clean < 30, "%d steps skipped before the first clean one", first_clean);
+    for (int i = 0; i < first_clean; i++) {
+        cr_expect_eq(scale[i], ldexp(1, 40 - i), "step %d's scale %g", i + 1, scale[i]);
+        cr_expect_eq(skipped[i], i + 1);
+    }
+    /* afterwards: x2 after 3 clean steps in a row, x0.5 after a skip */
+    int grew = 0, backed_off = 0, run_len = 0, resume_at = 0;
+    for (int i = first_clean; i < 59; i++) {
+        bool skip = isnan(norm[i]);
+        run_len = skip ? 0 : run_len + 1;
+        double want = skip ? scale[i] / 2 : run_len == 3 ? scale[i] * 2 : scale[i];
+        if (run_len == 3) run_len = 0;
+        cr_expect_eq(scale[i + 1], want, "step %d: scale %g after %g (%s)", i + 2, scale[i + 1], scale[i], skip ? "skipped" : "clean");
+        grew += want > scale[i];
+        backed_off += skip;
+        if (skip && !resume_at && grew) resume_at = i; /* resume right before a skipped step, after a growth */
+    }
+    cr_expect(grew > 0, "the scale never grew");
+    cr_expect(loss[59] < loss[first_clean] - 1, "the loss did not fall: %g at the first clean step, %g at the end", loss[first_clean], loss[59]);
+    /* a skipped step changes nothing: steps 1 and 2 hold the same weights and moments */
+    cr_assert_eq(run("./tiny-ls --steps 2 --checkpoint-dir two --checkpoint-every 1", &out), 0, "%s", out.data);
+    char a[256], b[256];
+    snprintf(a, sizeof a, "%s/two/step-00000001/model.safetensors", dir);
+    snprintf(b, sizeof b, "%s/two/step-00000002/model.safetensors", dir);
+    const char *why = ckpt_tensor_difference(a, b);
+    cr_expect(!why, "a skipped step changed the weights: %s", why);
+    snprintf(a, sizeof a, "%s/two/step-00000001/train_state.safetensors", dir);
+    snprintf(b, sizeof b, "%s/two/step-00000002/train_state.safetensors", dir);
+    why = ckpt_tensor_difference(a, b);
+    cr_expect(!why, "a skipped step changed the optimizer state: %s", why);
+    krt_safetensors *st = NULL;
+    krt_error err;
+    cr_assert_eq(krt_safetensors_read(b, &st, &err), KRT_OK, "%s", err.msg);
+    cr_expect_str_eq(krt_safetensors_meta(st, "optimizer_step"), "0");
+    cr_expect_str_eq(krt_safetensors_meta(st, "loss_scale_skipped"), "2");
+    cr_expect_str_eq(krt_safetensors_meta(st, "loss_scale"), "2.74877907e+11"); /* 2^38 */
+    krt_safetensors_free(st);
+    /* resumed across a skipped step and later growth: the same 60th step */
+    cr_assert(resume_at > 0, "no skipped step after a growth to resume at");
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "./tiny-ls --steps %d --checkpoint-dir part && ./tiny-ls --resume part --checkpoint-dir part", resume_at);
+    cr_assert_eq(run(cmd, &out), 0, "%s", out.data);
+    const char *files[] = {"model", "train_state"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(a, sizeof a, "%s/full/step-00000060/%s.safetensors", dir, files[i]);
+        snprintf(b, sizeof b, "%s/part/step-00000060/%s.safetensors", dir, files[i]);
+        why = ckpt_difference(a, b);
+        cr_expect(!why, "60 steps differ from %d + resume in %s: %s", resume_at, files[i], why);
+    }
+    cr_expect(backed_off > 0);
+    sb_free(&out);
+}
+
+/* fp16 builds scale by default (a loss_scale node seeds the backward pass); bf16 does not. */
+Test(cli, fp16_seeds_the_backward_pass_with_the_loss_scale)
+{
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(support_run_kiln("ir models/mlp.kiln --after autodiff --precision fp16", &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "= loss_scale : f32[]"), "%s", out.data);
+    out.len = 0;
+    cr_assert_eq(support_run_kiln("ir models/mlp.kiln --after autodiff --precision bf16", &out), 0, "%s", out.data);
+    cr_expect(!strstr(out.data, "loss_scale"), "%s", out.data);
+    sb_free(&out);
 }

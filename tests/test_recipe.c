@@ -222,6 +222,12 @@ static const Row rows[] = {
     {"precision", CLS, "", "precision = bf16\n", "precision", OBS_LOSSES, NULL, RT_ANY},
     {"precision", CLS, "", "precision = fp16\n", "precision", OBS_LOSSES, NULL, RT_ANY},
     {"precision", CLS, "", "precision = fp8\n", NULL, OBS_REFUSED, NULL, RT_ANY},
+    /* fp16's loss scaling: a scale of 1e30 overflows every step, which is then skipped (no update) */
+    {"loss_scale", CLS, "precision = fp16\n", "precision = fp16\nloss_scale = 1e30\n", "loss_scale", OBS_LOSSES, NULL, RT_ANY},
+    {"loss_scale", CLS, "", "loss_scale = dynamic\n", NULL, OBS_REFUSED, NULL, RT_ANY},
+    {"loss_scale_init", CLS, "precision = fp16\n", "precision = fp16\nloss_scale_init = 1e30\n", "loss_scale_init", OBS_LOSSES, NULL, RT_ANY},
+    {"loss_scale_growth_interval", CLS, "precision = fp16\n", "precision = fp16\nloss_scale_growth_interval = 3\n",
+     "loss_scale_growth_interval", OBS_START, NULL, RT_ANY},
     /* the budget is planned at compile time: the tiny model has no block to checkpoint, so
      * the plan shows the budget it was checked against (test_remat: gpt's blocks chosen) */
     {"memory_budget", CLS, "", "memory_budget = \"64MiB\"\n", "memory_budget", OBS_PLAN, NULL, RT_ANY},
