@@ -33,7 +33,7 @@
  * model line: never code that computes something else. Random numbers (dropout) are
  * kiln_rng.h's counter-based ones, drawn by element index as the C target draws them, in
  * every kind of kernel: the same masks. */
-#include "kernel.h"
+#include "cuda_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -320,7 +320,14 @@ static void emit_map_kernel(CgKernel *L)
     const char *scalar = scalar_reason(L);
     StrBuf launch;
     sb_init(&launch);
-    sb_puts(&launch, gemm ? "cuBLAS writes the product (the host function below), then this epilogue runs\n"
+    CudaLtPlan lt;
+    const bool fused = gemm && cuda_gemm_lt_plan(L, &lt);
+    if (fused)
+        sb_printf(&launch, "cuBLASLt computes the product with %s (the host function\n"
+                           " * below); this kernel runs only when a pointer is not 16-byte aligned, after cublasSgemm:\n"
+                           " * blocks of 256 threads, a grid-stride loop over the elements.",
+                  cuda_gemm_lt_name(lt.epilogue));
+    else sb_puts(&launch, gemm ? "cuBLAS writes the product (the host function below), then this epilogue runs\n"
                             " * over its elements: blocks of 256 threads, a grid-stride loop over the elements."
                           : "blocks of 256 threads, a grid-stride loop over the elements (each thread takes\n"
                             " * every gridDim.x * blockDim.x-th one, from its own index).");
@@ -733,6 +740,7 @@ static bool emit_gemm_call(CgKernel *L)
     CgOperand C = {.trans = false};
     if (wr != IR_NONE) cg_gemm_output(L, &C); /* straight into the permuted memory of %wr, as the C target */
     else sb_puts(o, "    const int ldc = (int)kiln_blas_ld(N, N);\n");
+    if (wr == IR_NONE && sum == IR_NONE && !nbatch) cuda_gemm_emit_lt(L, &A, &B); /* cuda_gemm.c */
     sb_puts(o, "    const float one = 1, zero = 0;\n"
                "    KILN_CUBLAS_CHECK(cublasSetStream(blas, stream));\n");
     const NodeId y = wr != IR_NONE ? wr : sum != IR_NONE ? sum : mm;

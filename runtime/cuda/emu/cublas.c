@@ -528,10 +528,14 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* cuBLASLt's GELU is the tanh form (as GPT-2's). */
+/* cuBLASLt's GELU is the tanh form (as GPT-2's), here in the order of Kiln's expansion of
+ * gelu(x, tanh) (x^3 first, then times 0.044715): the C target's bits, so that a product
+ * whose GELU the CUDA target fuses into cuBLASLt agrees with the C target's kernel exactly
+ * under the emulator. (The GPU's own order is its own: compared there with a tolerance.) */
 static float gelu(float x)
 {
-    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    const float u = (x + x * x * x * 0.044715f) * 0.7978845608028654f;
+    return x * 0.5f * (tanhf(u) + 1.0f);
 }
 
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void *alpha,
