@@ -18,7 +18,7 @@
  * its DRELU epilogue reads), a residual add, an erf GELU, batched or permuted products.
  * The GELU recognised is the expansion frontend writes for gelu(x, tanh), in its order
  * (x * 0.5 * (1 + tanh((x + x^3 * 0.044715) * sqrt(2 / pi)))), which is also the order the
- * emulator's cuBLASLt computes it in: the same bits under cuda-emu as the C target. */
+ * emulator's cuBLASLt computes it in: under cuda-emu the same bits as the epilogue kernel. */
 #include "cuda_internal.h"
 
 #include <stdarg.h>

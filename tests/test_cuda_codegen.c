@@ -330,34 +330,64 @@ static void check_map_kernels(const char *text)
         const char *rng = L.random ? ", 0x5eedull, 3" : "";
         bool total = false; /* a loss: the CUDA kernel writes its blocks' parts to `partials` */
         for (int i = 0; i < L.nstores; i++) total |= cg.fp.cls[L.stores[i]] == CLASS_TOTAL;
-        sb_printf(&body, "        ref_k%d(s%s%s);\n        %s_launch(s%s%s%s, 0%s);\n", k, hargs.data, rng, name, dargs.data, rng,
-                  total ? ", partials" : "", gemm ? ", blas" : "");
-        sb_puts(&body, "        KILN_CUDA_CHECK(cudaDeviceSynchronize());\n");
+        sb_printf(&body, "        ref_k%d(s%s%s);\n", k, hargs.data, rng);
         /* a product with a cuBLASLt epilogue (cuda_gemm.c) never stores the product itself:
-         * its epilogue's values are compared, computed by cuBLASLt */
+         * its epilogue's values are compared, computed by cuBLASLt; then again with the bias
+         * one float off 16-byte alignment, which takes the fallback (cublasSgemm and the
+         * epilogue kernel), the product compared too */
         CudaLtPlan lt;
         const bool fused = gemm && cuda_gemm_lt_plan(&L, &lt);
-        if (fused) sb_printf(&body, "        printf(\"kernel %d: %s\\n\");\n", k, cuda_gemm_lt_name(lt.epilogue));
-        for (int i = 0; i < L.nstores; i++) {
-            NodeId y = L.stores[i];
-            if (fused && y == L.K->anchor) continue;
-            int64_t n = numel_at(g, &g->nodes[y].shape, symvals);
-            /* relative to 1 + |want|: sums are added in another order (a block's tree, not
-             * the C target's SIMD lanes), a difference of a few float roundings */
-            sb_printf(&body,
-                      "        KILN_CUDA_CHECK(cudaMemcpy(got%d, d%d, %lld * sizeof *got%d, cudaMemcpyDeviceToHost));\n"
-                      "        {\n"
-                      "        double worst = 0;\n"
-                      "        for (int64_t i = 0; i < %lld; i++) {\n"
-                      "            const double a = (double)got%d[i], b = (double)want%d[i];\n"
-                      "            /* equal infinities, or NaN in both (sqrt of a negative variance: the inputs are random) */\n"
-                      "            const double e = a == b || (a != a && b != b) ? 0 : fabs(a - b) / (1 + fabs(b));\n"
-                      "            if (!(e <= worst)) worst = e;\n"
-                      "        }\n"
-                      "        printf(\"kernel %d, %%%%%d: %lld elements, worst difference %%g\\n\", worst);\n"
-                      "        bad |= !(worst <= 1e-4);\n"
-                      "        }\n",
-                      y, y, (long long)n, y, (long long)n, y, y, k, y, (long long)n);
+        for (int round = 0; round < 1 + fused; round++) {
+            if (round) {
+                StrBuf shifted;
+                sb_init(&shifted);
+                char from[32], to[32];
+                snprintf(from, sizeof from, ", d%d,", lt.bias);
+                snprintf(to, sizeof to, ", u%d + 1,", lt.bias);
+                const char *at = strstr(dargs.data, from);
+                cr_assert(at, "the bias %%%d is not among the arguments %s", lt.bias, dargs.data);
+                sb_printf(&shifted, "%.*s%s%s", (int)(at - dargs.data), dargs.data, to, at + strlen(from));
+                const int64_t nb = numel_at(g, &g->nodes[lt.bias].shape, symvals);
+                sb_printf(&body, "        float *u%d;\n        KILN_CUDA_CHECK(cudaMalloc(&u%d, %lld * sizeof(float)));\n"
+                                 "        KILN_CUDA_CHECK(cudaMemcpy(u%d + 1, h%d, %lld * sizeof(float), cudaMemcpyHostToDevice));\n",
+                          lt.bias, lt.bias, (long long)nb + 1, lt.bias, lt.bias, (long long)nb);
+                for (int i = 0; i < L.nstores; i++) { /* written again, from scratch */
+                    const NodeId y = L.stores[i];
+                    const char *t = cg_ctype((DType)g->nodes[y].dtype);
+                    const int64_t n = numel_at(g, &g->nodes[y].shape, symvals);
+                    sb_printf(&body, "        { %s *junk = filled<%s>(%lld, 9u); KILN_CUDA_CHECK(cudaMemcpy(d%d, junk, %lld * sizeof *junk, cudaMemcpyHostToDevice)); free(junk); }\n",
+                              t, t, (long long)n, y, (long long)n);
+                }
+                sb_printf(&body, "        printf(\"kernel %d: unaligned bias, cublasSgemm and the epilogue kernel\\n\");\n", k);
+                sb_printf(&body, "        %s_launch(s%s%s%s, 0%s);\n", name, shifted.data, rng, total ? ", partials" : "", ", blas");
+                sb_printf(&frees, "        KILN_CUDA_CHECK(cudaFree(u%d));\n", lt.bias);
+                sb_free(&shifted);
+            } else {
+                if (fused) sb_printf(&body, "        printf(\"kernel %d: %s\\n\");\n", k, cuda_gemm_lt_name(lt.epilogue));
+                sb_printf(&body, "        %s_launch(s%s%s%s, 0%s);\n", name, dargs.data, rng, total ? ", partials" : "", gemm ? ", blas" : "");
+            }
+            sb_puts(&body, "        KILN_CUDA_CHECK(cudaDeviceSynchronize());\n");
+            for (int i = 0; i < L.nstores; i++) {
+                NodeId y = L.stores[i];
+                if (fused && !round && y == L.K->anchor) continue;
+                int64_t n = numel_at(g, &g->nodes[y].shape, symvals);
+                /* relative to 1 + |want|: sums are added in another order (a block's tree, not
+                 * the C target's SIMD lanes), a difference of a few float roundings */
+                sb_printf(&body,
+                          "        KILN_CUDA_CHECK(cudaMemcpy(got%d, d%d, %lld * sizeof *got%d, cudaMemcpyDeviceToHost));\n"
+                          "        {\n"
+                          "        double worst = 0;\n"
+                          "        for (int64_t i = 0; i < %lld; i++) {\n"
+                          "            const double a = (double)got%d[i], b = (double)want%d[i];\n"
+                          "            /* equal infinities, or NaN in both (sqrt of a negative variance: the inputs are random) */\n"
+                          "            const double e = a == b || (a != a && b != b) ? 0 : fabs(a - b) / (1 + fabs(b));\n"
+                          "            if (!(e <= worst)) worst = e;\n"
+                          "        }\n"
+                          "        printf(\"kernel %d, %%%%%d: %lld elements, worst difference %%g\\n\", worst);\n"
+                          "        bad |= !(worst <= 1e-4);\n"
+                          "        }\n",
+                          y, y, (long long)n, y, (long long)n, y, y, k, y, (long long)n);
+            }
         }
         sb_printf(&body, "%s    }\n", frees.data);
         sb_free(&hargs);

@@ -529,9 +529,10 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
 }
 
 /* cuBLASLt's GELU is the tanh form (as GPT-2's), here in the order of Kiln's expansion of
- * gelu(x, tanh) (x^3 first, then times 0.044715): the C target's bits, so that a product
- * whose GELU the CUDA target fuses into cuBLASLt agrees with the C target's kernel exactly
- * under the emulator. (The GPU's own order is its own: compared there with a tolerance.) */
+ * gelu(x, tanh) (x^3 first, then times 0.044715): the arithmetic of the CUDA epilogue
+ * kernel that a fused product replaces, so that fusing changes no bit under the emulator
+ * (the C target differs from both by its own tanh, kiln_math.h's, within an ulp or so; the
+ * GPU's order is its own: compared there with a tolerance). */
 static float gelu(float x)
 {
     const float u = (x + x * x * x * 0.044715f) * 0.7978845608028654f;
