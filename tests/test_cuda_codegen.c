@@ -491,12 +491,71 @@ Test(cuda_codegen, row_reductions, .timeout = 240)
 
 /* Matrix products through cuBLAS (a transposed weight read in place) with their epilogues
  * (bias, activation, the mask of relu's gradient): mlp's layers. */
+/* fc1's tanh-GELU takes cuBLASLt's GELU_AUX_BIAS, fc2's erf-GELU stays in its kernel */
+#define GELU_MODEL                                                                                  \
+    "model t\ndim B <= 64\nfc1 = Linear(37, 72)\nfc2 = Linear(72, 8)\nfc3 = Linear(8, 5)\n"       \
+    "forward(x: f32[B, 37]) -> y {\n y = fc3(gelu(fc2(gelu(fc1(x), \"tanh\"))))\n}\n" \
+    "loss(y) = sum(y * y / 2 + y)\n"
+
 Test(cuda_codegen, matrix_products_with_epilogues, .timeout = 240)
 {
     check_map_kernels("model t\ndim B <= 64\nfc1 = Linear(37, 70)\nfc2 = Linear(70, 5)\n"
                       "forward(x: f32[B, 37]) -> y {\n"
                       " y = fc2(relu(fc1(x)))\n"
                       "}\nloss(y) = sum(y * y / 2 + y)\n");
+    /* tanh-GELU through cuBLASLt (GELU_AUX_BIAS, its input the backward's), erf-GELU not */
+    check_map_kernels(GELU_MODEL);
+}
+
+/* How many times `what` occurs in s. */
+static int occurrences(const char *s, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) n++;
+    return n;
+}
+
+/* Which products take which cuBLASLt epilogue (cuda_gemm.c), counted in model.cu (the
+ * training and evaluation steps): a bias alone, bias + relu when relu's mask is not stored,
+ * bias + tanh-GELU with its input as aux when the backward reads it; never an erf GELU,
+ * relu with its mask stored or a residual add. */
+Test(cuda_codegen, cublaslt_epilogues_where_they_fit)
+{
+    static const struct {
+        const char *model;
+        int bias, relu_bias, gelu_bias, gelu_aux_bias, mask;
+    } want[] = {{"mlp", 2, 2, 0, 0, 2}, {"gpt", 8, 0, 4, 4, 0}, {NULL, 0, 0, 1, 1, 0}};
+    for (int m = 0; m < 3; m++) {
+        char dir[] = "/tmp/kiln-cudacg-XXXXXX";
+        cr_assert(mkdtemp(dir));
+        char args[512], path[300];
+        if (want[m].model) {
+            snprintf(args, sizeof args, "emit models/%s.kiln --target cuda -o %s/out", want[m].model, dir);
+        } else {
+            snprintf(path, sizeof path, "%s/gelu.kiln", dir);
+            write_file(path, GELU_MODEL);
+            snprintf(args, sizeof args, "emit %s --target cuda -o %s/out", path, dir);
+        }
+        StrBuf out;
+        sb_init(&out);
+        cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data ? out.data : "");
+        sb_free(&out);
+        snprintf(path, sizeof path, "%s/out/model.cu", dir);
+        StrBuf err;
+        sb_init(&err);
+        size_t len;
+        char *cu = util_read_file(path, &len, &err);
+        cr_assert(cu, "%s", err.data);
+        const char *name = want[m].model ? want[m].model : "gelu.kiln";
+        cr_expect_eq(occurrences(cu, "kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_BIAS,"), want[m].bias, "%s", name);
+        cr_expect_eq(occurrences(cu, "kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_RELU_BIAS,"), want[m].relu_bias, "%s", name);
+        cr_expect_eq(occurrences(cu, "kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_GELU_BIAS,"), want[m].gelu_bias, "%s", name);
+        cr_expect_eq(occurrences(cu, "kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,"), want[m].gelu_aux_bias, "%s", name);
+        cr_expect_eq(occurrences(cu, "no cuBLASLt epilogue, as relu's mask"), want[m].mask, "%s", name);
+        free(cu);
+        sb_free(&err);
+        support_remove_dir(dir);
+    }
 }
 
 static void check_model_file(const char *name)
