@@ -25,7 +25,8 @@
  *     others; a product written permuted goes straight into the
  *     permuted memory; products summed over a batch, a convolution's weight gradient, are
  *     added into the sum in batch order with beta 1), then the epilogue (bias, activation,
- *     ...) as an elementwise kernel over the product;
+ *     ...) as an elementwise kernel over the product; a bias (+ relu or tanh-GELU) that
+ *     cuBLASLt computes exactly goes into its fused epilogue instead (cuda_gemm.c);
  *   - single-node kernels (index checks, argmax, gathers, scatter-adds, copies, im2col)
  *     from kernel.c's index arithmetic: one thread per output element (per column for a
  *     scatter-add, one block for an index check), sums in the C target's order.
