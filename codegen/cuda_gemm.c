@@ -23,6 +23,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static NodeId skip_reshapes(const Graph *g, NodeId x)
@@ -279,4 +280,150 @@ bool cuda_gemm_emit_lt(CgKernel *L, const CgOperand *A, const CgOperand *B)
     sb_free(&offa);
     sb_free(&offb);
     return true;
+}
+
+/* ---- the bias gradient as the weight gradient's epilogue (BGRADB) ----
+ * A Linear layer's backward computes dW = dY^T X (a product reading dY transposed in place)
+ * and db = dY summed over its rows (a column-sum kernel of its own). cuBLASLt's BGRADB sums
+ * the product's B operand over k while it reads it: in cuBLAS's column-major terms the
+ * row-major dW is B^T A^T with B = dY^T, so the sum over k is db. The column-sum kernel is
+ * then not launched; when a pointer is not aligned, the product's launch function runs
+ * cublasSgemm and then that kernel, as before. Only when the column sum is a kernel alone
+ * (one member, a sum over every leading axis of a stored value), nothing but the step's
+ * outputs reads it (a parameter's gradient), and no gradient bucket is sent after it. */
+
+/* Is kernel k a column sum alone: one member, a float32 sum over every leading axis of a
+ * stored value (*x), that nothing reads (*unread marks what is read)? */
+static bool column_sum(const Cg *c, int32_t k, const uint8_t *is_read, NodeId *x_out)
+{
+    const Graph *g = c->g;
+    const FusionPlan *f = &c->fp;
+    const Kernel *S = &f->kernels[k];
+    if (S->kind != KERNEL_LOOP || S->count != 1) return false;
+    const NodeId v = f->members[S->first];
+    const int r = S->shape.rank;
+    if (g->nodes[v].op != OP_REDUCE_SUM || f->cls[v] != CLASS_ROW || !f->stored[v] || g->nodes[v].dtype != DT_F32 || r < 2 ||
+        S->axes != ((uint64_t)1 << (r - 1)) - 1 || is_read[v])
+        return false;
+    const NodeId x = skip_reshapes(g, ir_input(g, v, 0));
+    if (fusion_root(g, f, ir_input(g, v, 0)) != x || g->nodes[x].dtype != DT_F32) return false;
+    *x_out = x;
+    return true;
+}
+
+/* Is GEMM kernel j a product x^T (x's rows along k) times anything, with no epilogue? */
+static bool reads_transposed(const Cg *c, int32_t j, NodeId x)
+{
+    const Graph *g = c->g;
+    const FusionPlan *f = &c->fp;
+    const Kernel *P = &f->kernels[j];
+    if (P->kind != KERNEL_GEMM || P->count != 1 || P->written != IR_NONE || P->summed != IR_NONE) return false;
+    const NodeId mm = P->anchor;
+    const Node *m = &g->nodes[mm];
+    if (m->dtype != DT_F32 || m->shape.rank != 2) return false;
+    const NodeId xa = ir_input(g, mm, 0);
+    FusionLayout lay;
+    bool trans;
+    if (!fusion_layout(g, f, xa, &lay) || !fusion_gemm_operand(g, &lay, xa, &trans) || !trans || lay.base != x || lay.nterms)
+        return false;
+    const Shape *xs = &g->nodes[x].shape;
+    Dim rows = ir_dim_const(1);
+    for (int a = 0; a < xs->rank - 1; a++)
+        if (!ir_dim_mul(rows, xs->d[a], &rows)) return false;
+    const Dim width = xs->d[xs->rank - 1];
+    return ir_dim_eq(m->shape.d[0], width) && ir_dim_eq(g->nodes[xa].shape.d[1], rows) &&
+           ir_dim_eq(lay.stride[0], ir_dim_const(1)) && ir_dim_eq(lay.stride[1], width);
+}
+
+void cuda_gemm_plan_bgrad(Cg *c)
+{
+    const Graph *g = c->g;
+    const FusionPlan *f = &c->fp;
+    c->cuda_bgrad = malloc(sizeof *c->cuda_bgrad * (size_t)(f->nkernels + 1));
+    uint8_t *is_read = calloc((size_t)g->nnodes + 1, 1);
+    if (!c->cuda_bgrad || !is_read) {
+        fprintf(stderr, "kiln: out of memory\n");
+        abort();
+    }
+    for (int32_t k = 0; k < f->nkernels; k++) c->cuda_bgrad[k] = -1;
+    /* a sum read by any node, or a forward output (copied after its kernel) */
+    for (NodeId u = 0; u < g->nnodes; u++)
+        for (uint32_t q = 0; q < g->nodes[u].ninputs; q++)
+            if (f->role[u] != ROLE_VIEW) is_read[fusion_root(g, f, ir_input(g, u, (int)q))] = 1;
+    for (int q = 0; q < g->noutputs; q++)
+        if (g->outputs[q].kind == OUT_FORWARD) is_read[fusion_root(g, f, g->outputs[q].node)] = 1;
+    for (int32_t k = 0; k < f->nkernels && c->bucket_bytes <= 0; k++) {
+        NodeId x;
+        if (!column_sum(c, k, is_read, &x)) continue;
+        for (int32_t j = k + 1; j < f->nkernels; j++)
+            if (c->cuda_bgrad[j] < 0 && reads_transposed(c, j, x)) {
+                c->cuda_bgrad[k] = j;
+                c->cuda_bgrad[j] = k;
+                break;
+            }
+    }
+    free(is_read);
+}
+
+void cuda_gemm_free_bgrad(Cg *c)
+{
+    free(c->cuda_bgrad);
+    c->cuda_bgrad = NULL;
+}
+
+int32_t cuda_gemm_bgrad_taker(const Cg *c, int32_t k, NodeId *sum)
+{
+    if (!c->cuda_bgrad || c->fp.kernels[k].kind != KERNEL_LOOP || c->cuda_bgrad[k] < 0) return -1;
+    if (sum) *sum = c->fp.members[c->fp.kernels[k].first];
+    return c->cuda_bgrad[k];
+}
+
+int32_t cuda_gemm_bgrad_source(const Cg *c, int32_t j, NodeId *sum)
+{
+    if (!c->cuda_bgrad || c->fp.kernels[j].kind != KERNEL_GEMM || c->cuda_bgrad[j] < 0) return -1;
+    const int32_t k = c->cuda_bgrad[j];
+    if (sum) *sum = c->fp.members[c->fp.kernels[k].first];
+    return k;
+}
+
+bool cuda_gemm_emit_bgrad(CgKernel *L, const CgOperand *A, const CgOperand *B)
+{
+    StrBuf *o = L->c->o;
+    NodeId v;
+    const int32_t k = cuda_gemm_bgrad_source(L->c, L->k, &v);
+    if (k < 0) return false;
+    const NodeId x = fusion_root(L->g, L->f, ir_input(L->g, v, 0)), mm = L->K->anchor;
+    char text[240];
+    snprintf(text, sizeof text,
+             "the bias gradient %%%d, kernel %d's column sums of %%%d, is summed over k from this product's A (%%%d "
+             "transposed) while it reads it",
+             v, k, x, x);
+    comment_text(o, "cuBLASLt with CUBLASLT_EPILOGUE_BGRADB:", text);
+    StrBuf offa, offb;
+    sb_init(&offa);
+    sb_init(&offb);
+    cg_gemm_operand_offset(L, A, 0, "0", "0", &offa);
+    cg_gemm_operand_offset(L, B, 0, "0", "0", &offb);
+    sb_printf(o,
+              "    const float *a_lt = p%d + (%s), *b_lt = p%d + (%s);\n"
+              "    if (kiln_lt_aligned(a_lt, b_lt, y%d, y%d, nullptr)) {\n"
+              "        static kiln_lt_gemm lt; /* descriptors, layouts, algorithm: made at the first call, kept */\n"
+              "        kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_BGRADB, %s, %s, (int)N, (int)M, (int)K, b_lt, ldb, a_lt, lda, y%d, ldc, y%d, nullptr, stream);\n"
+              "        (void)batch;\n        return;\n    }\n"
+              "    /* a pointer not 16-byte aligned (a gradient's place in its slab need not be): cublasSgemm,\n"
+              "     * then kernel %d's column sums */\n",
+              A->lay.base, offa.data, B->lay.base, offb.data, mm, v, B->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N",
+              A->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", mm, v, k);
+    sb_free(&offa);
+    sb_free(&offb);
+    return true;
+}
+
+void cuda_gemm_emit_bgrad_fallback(CgKernel *L)
+{
+    NodeId v;
+    const int32_t k = cuda_gemm_bgrad_source(L->c, L->k, &v);
+    if (k < 0) return;
+    const NodeId x = fusion_root(L->g, L->f, ir_input(L->g, v, 0));
+    sb_printf(L->c->o, "    %s_k%d_rows_launch(s, p%d, y%d, stream); /* the bias gradient, as kernel %d */\n", L->c->prefix, k, x, v, k);
 }

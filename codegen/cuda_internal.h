@@ -28,4 +28,19 @@ const char *cuda_gemm_lt_name(CudaLtEpilogue e);
  * is aligned. Returns whether it wrote the call. */
 bool cuda_gemm_emit_lt(CgKernel *L, const CgOperand *A, const CgOperand *B);
 
+/* The bias gradient as a weight gradient's BGRADB epilogue (cuda_gemm.c): for column-sum
+ * kernel k, the GEMM kernel that computes its sum instead (-1: none), and for GEMM kernel
+ * j, the column-sum kernel it takes over (-1: none); *sum (when not NULL) the sum's node. */
+/* Pairs them for c's graph (c->fp, c->bucket_bytes) into c->cuda_bgrad; freed by
+ * cuda_gemm_free_bgrad. Without it nothing is paired. */
+void cuda_gemm_plan_bgrad(Cg *c);
+void cuda_gemm_free_bgrad(Cg *c);
+int32_t cuda_gemm_bgrad_taker(const Cg *c, int32_t k, NodeId *sum);
+int32_t cuda_gemm_bgrad_source(const Cg *c, int32_t j, NodeId *sum);
+/* In GEMM kernel L's launch function: the comment and the BGRADB call that returns when
+ * every pointer is aligned (false: L takes no bias gradient); after its cublasSgemm, the
+ * column-sum kernel's launch. */
+bool cuda_gemm_emit_bgrad(CgKernel *L, const CgOperand *A, const CgOperand *B);
+void cuda_gemm_emit_bgrad_fallback(CgKernel *L);
+
 #endif

@@ -232,6 +232,7 @@ static void check_map_kernels(const char *text)
     cg.prefix = "train";
     fusion_plan(g, &cg.fp);
     memplan_run(g, &cg.fp, &cg.mp);
+    cuda_gemm_plan_bgrad(&cg); /* as model.cu's writer pairs them */
     int64_t symvals[8] = {0};
     /* at most 50: sizes that are not multiples of the block, so that the last block is partial */
     for (int s = 0; s < g->nsyms; s++) symvals[s] = g->syms[s].max < 50 ? g->syms[s].max : 50;
@@ -337,8 +338,35 @@ static void check_map_kernels(const char *text)
          * epilogue kernel), the product compared too */
         CudaLtPlan lt;
         const bool fused = gemm && cuda_gemm_lt_plan(&L, &lt);
-        for (int round = 0; round < 1 + fused; round++) {
-            if (round) {
+        /* a weight gradient's product that sums a bias gradient (BGRADB): its extra output,
+         * checked against the column sums of its operand in the C target's order (float, row
+         * after row), then again one float off alignment (the fallback: the column kernel) */
+        NodeId bg = IR_NONE;
+        const bool bgrad = gemm && cuda_gemm_bgrad_source(&cg, k, &bg) >= 0;
+        const NodeId bx = bgrad ? fusion_root(g, &cg.fp, ir_input(g, bg, 0)) : IR_NONE;
+        const int64_t bw = bgrad ? numel_at(g, &g->nodes[bg].shape, symvals) : 0;
+        const int64_t bh = bgrad ? numel_at(g, &g->nodes[bx].shape, symvals) / (bw ? bw : 1) : 0;
+        if (bgrad) {
+            sb_printf(&body, "        float *bg%d = (float *)malloc(%lld * sizeof(float)), *dbg%d, *ubg%d;\n"
+                             "        KILN_CUDA_CHECK(cudaMalloc(&dbg%d, %lld * sizeof(float)));\n"
+                             "        KILN_CUDA_CHECK(cudaMalloc(&ubg%d, %lld * sizeof(float)));\n",
+                      bg, (long long)bw + 1, bg, bg, bg, (long long)bw + 1, bg, (long long)bw + 1);
+            sb_printf(&frees, "        free(bg%d);\n        KILN_CUDA_CHECK(cudaFree(dbg%d));\n        KILN_CUDA_CHECK(cudaFree(ubg%d));\n", bg,
+                      bg, bg);
+        }
+        for (int round = 0; round < 1 + (fused || bgrad); round++) {
+            char bgarg[48] = "";
+            if (bgrad) snprintf(bgarg, sizeof bgarg, round ? ", ubg%d + 1" : ", dbg%d", bg);
+            if (round && bgrad) {
+                for (int i = 0; i < L.nstores; i++) { /* written again, from scratch */
+                    const NodeId y = L.stores[i];
+                    const int64_t n = numel_at(g, &g->nodes[y].shape, symvals);
+                    sb_printf(&body, "        { float *junk = filled<float>(%lld, 9u); KILN_CUDA_CHECK(cudaMemcpy(d%d, junk, %lld * sizeof *junk, cudaMemcpyHostToDevice)); free(junk); }\n",
+                              (long long)n, y, (long long)n);
+                }
+                sb_printf(&body, "        printf(\"kernel %d: unaligned bias gradient, cublasSgemm and the column sums\\n\");\n", k);
+                sb_printf(&body, "        %s_launch(s%s%s, 0, blas);\n", name, dargs.data, bgarg);
+            } else if (round) {
                 StrBuf shifted;
                 sb_init(&shifted);
                 char from[32], to[32];
@@ -364,9 +392,27 @@ static void check_map_kernels(const char *text)
                 sb_free(&shifted);
             } else {
                 if (fused) sb_printf(&body, "        printf(\"kernel %d: %s\\n\");\n", k, cuda_gemm_lt_name(lt.epilogue));
-                sb_printf(&body, "        %s_launch(s%s%s%s, 0%s);\n", name, dargs.data, rng, total ? ", partials" : "", gemm ? ", blas" : "");
+                if (bgrad) sb_printf(&body, "        printf(\"kernel %d: CUBLASLT_EPILOGUE_BGRADB\\n\");\n", k);
+                sb_printf(&body, "        %s_launch(s%s%s%s%s, 0%s);\n", name, dargs.data, bgarg, rng, total ? ", partials" : "",
+                          gemm ? ", blas" : "");
             }
             sb_puts(&body, "        KILN_CUDA_CHECK(cudaDeviceSynchronize());\n");
+            if (bgrad)
+                sb_printf(&body,
+                          "        KILN_CUDA_CHECK(cudaMemcpy(bg%d, %s, %lld * sizeof(float), cudaMemcpyDeviceToHost));\n"
+                          "        {\n"
+                          "        double worst = 0;\n"
+                          "        for (int64_t j = 0; j < %lld; j++) {\n"
+                          "            float want = 0;\n"
+                          "            for (int64_t r = 0; r < %lld; r++) want += h%d[r * %lld + j];\n"
+                          "            const double e = fabs((double)bg%d[j] - want) / (1 + fabs((double)want));\n"
+                          "            if (!(e <= worst)) worst = e;\n"
+                          "        }\n"
+                          "        printf(\"kernel %d, bias gradient %%%%%d: %lld elements, worst difference %%g\\n\", worst);\n"
+                          "        bad |= !(worst <= 1e-4);\n"
+                          "        }\n",
+                          bg, bgarg + 2, (long long)bw, (long long)bw, (long long)bh, bx, (long long)bw, bg, k, bg,
+                          (long long)bw);
             for (int i = 0; i < L.nstores; i++) {
                 NodeId y = L.stores[i];
                 if (fused && !round && y == L.K->anchor) continue;
@@ -436,6 +482,7 @@ static void check_map_kernels(const char *text)
         sb_free(&out);
     }
 
+    cuda_gemm_free_bgrad(&cg);
     fusion_free(&cg.fp);
     memplan_free(&cg.mp);
     sb_free(&ref);
