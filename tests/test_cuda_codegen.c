@@ -565,13 +565,14 @@ static int occurrences(const char *s, const char *what)
 /* Which products take which cuBLASLt epilogue (cuda_gemm.c), counted in model.cu (the
  * training and evaluation steps): a bias alone, bias + relu when relu's mask is not stored,
  * bias + tanh-GELU with its input as aux when the backward reads it; never an erf GELU,
- * relu with its mask stored or a residual add. */
+ * relu with its mask stored or a residual add; and which bias gradients the weight
+ * gradient's product sums (BGRADB). */
 Test(cuda_codegen, cublaslt_epilogues_where_they_fit)
 {
     static const struct {
         const char *model;
-        int bias, relu_bias, gelu_bias, gelu_aux_bias, mask;
-    } want[] = {{"mlp", 2, 2, 0, 0, 2}, {"gpt", 8, 0, 4, 4, 0}, {NULL, 0, 0, 1, 1, 0}};
+        int bias, relu_bias, gelu_bias, gelu_aux_bias, mask, bgradb;
+    } want[] = {{"mlp", 2, 2, 0, 0, 2, 2}, {"gpt", 8, 0, 4, 4, 0, 16}, {NULL, 0, 0, 1, 1, 0, 3}};
     for (int m = 0; m < 3; m++) {
         char dir[] = "/tmp/kiln-cudacg-XXXXXX";
         cr_assert(mkdtemp(dir));
@@ -599,6 +600,9 @@ Test(cuda_codegen, cublaslt_epilogues_where_they_fit)
         cr_expect_eq(occurrences(cu, "kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_GELU_BIAS,"), want[m].gelu_bias, "%s", name);
         cr_expect_eq(occurrences(cu, "kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,"), want[m].gelu_aux_bias, "%s", name);
         cr_expect_eq(occurrences(cu, "no cuBLASLt epilogue, as relu's mask"), want[m].mask, "%s", name);
+        /* each bias gradient summed by its weight gradient's product, its own kernel not launched */
+        cr_expect_eq(occurrences(cu, "kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_BGRADB,"), want[m].bgradb, "%s", name);
+        cr_expect_eq(occurrences(cu, "cuBLASLt epilogue (BGRADB) sums it"), want[m].bgradb, "%s", name);
         free(cu);
         sb_free(&err);
         support_remove_dir(dir);
