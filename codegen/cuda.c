@@ -25,7 +25,8 @@
  *     others; a product written permuted goes straight into the
  *     permuted memory; products summed over a batch, a convolution's weight gradient, are
  *     added into the sum in batch order with beta 1), then the epilogue (bias, activation,
- *     ...) as an elementwise kernel over the product;
+ *     ...) as an elementwise kernel over the product; a bias (+ relu or tanh-GELU) that
+ *     cuBLASLt computes exactly goes into its fused epilogue instead (cuda_gemm.c);
  *   - single-node kernels (index checks, argmax, gathers, scatter-adds, copies, im2col)
  *     from kernel.c's index arithmetic: one thread per output element (per column for a
  *     scatter-add, one block for an index check), sums in the C target's order.
@@ -33,7 +34,7 @@
  * model line: never code that computes something else. Random numbers (dropout) are
  * kiln_rng.h's counter-based ones, drawn by element index as the C target draws them, in
  * every kind of kernel: the same masks. */
-#include "kernel.h"
+#include "cuda_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,6 +153,8 @@ static void parameters(CgKernel *L, StrBuf *o, bool host)
     }
     if (L->random) sb_printf(o, "%suint64_t seed, uint64_t step", any ? ", " : ""); /* dropout's counter-based numbers */
     if (has_total(L)) sb_puts(o, ", void *partials"); /* the blocks' parts of the totals */
+    NodeId bgrad;
+    if (host && cuda_gemm_bgrad_source(L->c, L->k, &bgrad) >= 0) sb_printf(o, ", float *y%d", bgrad); /* BGRADB's output */
     if (host) sb_puts(o, L->mode == CG_LOOP_GEMM ? ", cudaStream_t stream, cublasHandle_t blas" : ", cudaStream_t stream");
 }
 
@@ -320,7 +323,14 @@ static void emit_map_kernel(CgKernel *L)
     const char *scalar = scalar_reason(L);
     StrBuf launch;
     sb_init(&launch);
-    sb_puts(&launch, gemm ? "cuBLAS writes the product (the host function below), then this epilogue runs\n"
+    CudaLtPlan lt;
+    const bool fused = gemm && cuda_gemm_lt_plan(L, &lt);
+    if (fused)
+        sb_printf(&launch, "cuBLASLt computes the product with %s (the host function\n"
+                           " * below); this kernel runs only when a pointer is not 16-byte aligned, after cublasSgemm:\n"
+                           " * blocks of 256 threads, a grid-stride loop over the elements.",
+                  cuda_gemm_lt_name(lt.epilogue));
+    else sb_puts(&launch, gemm ? "cuBLAS writes the product (the host function below), then this epilogue runs\n"
                             " * over its elements: blocks of 256 threads, a grid-stride loop over the elements."
                           : "blocks of 256 threads, a grid-stride loop over the elements (each thread takes\n"
                             " * every gridDim.x * blockDim.x-th one, from its own index).");
@@ -733,6 +743,7 @@ static bool emit_gemm_call(CgKernel *L)
     CgOperand C = {.trans = false};
     if (wr != IR_NONE) cg_gemm_output(L, &C); /* straight into the permuted memory of %wr, as the C target */
     else sb_puts(o, "    const int ldc = (int)kiln_blas_ld(N, N);\n");
+    if (wr == IR_NONE && sum == IR_NONE && !nbatch && !cuda_gemm_emit_bgrad(L, &A, &B)) cuda_gemm_emit_lt(L, &A, &B); /* cuda_gemm.c */
     sb_puts(o, "    const float one = 1, zero = 0;\n"
                "    KILN_CUBLAS_CHECK(cublasSetStream(blas, stream));\n");
     const NodeId y = wr != IR_NONE ? wr : sum != IR_NONE ? sum : mm;
@@ -769,6 +780,7 @@ static bool emit_gemm_call(CgKernel *L)
                       A.trans ? "CUBLAS_OP_N" : "CUBLAS_OP_T", B.trans ? "CUBLAS_OP_N" : "CUBLAS_OP_T", A.lay.base, offa.data,
                       B.lay.base, offb.data, y, offc.data);
         sb_puts(o, sum != IR_NONE ? "    }\n" : "    (void)batch;\n");
+        cuda_gemm_emit_bgrad_fallback(L);
         sb_free(&offa);
         sb_free(&offb);
         sb_free(&offc);
@@ -1202,13 +1214,17 @@ static void emit_kernel_call(Cg *c, int32_t k)
             sb_puts(o, ");\n    ");
             sb_free(&site);
         }
-        kernel_name(&L, o);
-        sb_puts(o, "_launch(io->syms");
-        for (int i = 0; i < L.nreads; i++) sb_printf(o, ", v%d", L.reads[i]);
-        for (int i = 0; i < L.nstores; i++) sb_printf(o, ", v%d", L.stores[i]);
-        if (L.random) sb_puts(o, ", io->seed, io->step");
-        if (has_total(&L)) sb_puts(o, ", cs.partials");
-        sb_puts(o, L.mode == CG_LOOP_GEMM ? ", stream, blas);" : ", stream);");
+        NodeId bgrad;
+        const int32_t taker = cuda_gemm_bgrad_taker(c, k, &bgrad);
+        if (taker >= 0) sb_printf(o, "/* %%%d: kernel %d's cuBLASLt epilogue (BGRADB) sums it */", bgrad, taker);
+        else kernel_name(&L, o);
+        if (taker < 0) sb_puts(o, "_launch(io->syms");
+        for (int i = 0; i < L.nreads && taker < 0; i++) sb_printf(o, ", v%d", L.reads[i]);
+        for (int i = 0; i < L.nstores && taker < 0; i++) sb_printf(o, ", v%d", L.stores[i]);
+        if (cuda_gemm_bgrad_source(c, k, &bgrad) >= 0) sb_printf(o, ", v%d", bgrad);
+        if (L.random && taker < 0) sb_puts(o, ", io->seed, io->step");
+        if (has_total(&L) && taker < 0) sb_puts(o, ", cs.partials");
+        if (taker < 0) sb_puts(o, L.mode == CG_LOOP_GEMM ? ", stream, blas);" : ", stream);");
     }
     sb_printf(o, " KILN_CUDA_MARK(io, %d, stream);", k);
     if (n->op == OP_CHECK_INDEX) sb_printf(o, " /* %s: bad indices become 0 */", ir_node_name(c->g, L.K->anchor));
@@ -1225,6 +1241,7 @@ static int emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *prefi
     cg_layout_for(c, g, ref);
     fusion_plan(g, &c->fp);
     memplan_run(g, &c->fp, &c->mp);
+    cuda_gemm_plan_bgrad(c); /* bias gradients summed by their weight gradient's product */
     int rc = 0;
     for (int32_t k = 0; k < c->fp.nkernels && !rc; k++) {
         CgKernel L;
@@ -1279,6 +1296,7 @@ static int emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *prefi
     }
     *arena = c->mp.arena_bytes;
     cg_layout_free(c);
+    cuda_gemm_free_bgrad(c);
     fusion_free(&c->fp);
     memplan_free(&c->mp);
     return rc;

@@ -62,6 +62,10 @@ typedef struct {
     int64_t bucket_bytes;
     struct CgBucket *buckets;
     int nbuckets, capbuckets;
+    /* CUDA, per kernel of the graph being written: the kernel paired with it by a BGRADB
+     * epilogue (a column-sum kernel and the weight gradient's product; cuda_gemm.c), -1 for
+     * none; NULL: no pairs */
+    int32_t *cuda_bgrad;
 } Cg;
 
 /* A gradient bucket: `count` floats of the gradient slab from `offset`, final after

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "../codegen/codegen.h"
-#include "../codegen/kernel.h"
+#include "../codegen/cuda_internal.h"
 #include "../frontend/frontend.h"
 #include "../passes/passes.h"
 #include "support.h"
@@ -232,6 +232,7 @@ static void check_map_kernels(const char *text)
     cg.prefix = "train";
     fusion_plan(g, &cg.fp);
     memplan_run(g, &cg.fp, &cg.mp);
+    cuda_gemm_plan_bgrad(&cg); /* as model.cu's writer pairs them */
     int64_t symvals[8] = {0};
     /* at most 50: sizes that are not multiples of the block, so that the last block is partial */
     for (int s = 0; s < g->nsyms; s++) symvals[s] = g->syms[s].max < 50 ? g->syms[s].max : 50;
@@ -330,28 +331,109 @@ static void check_map_kernels(const char *text)
         const char *rng = L.random ? ", 0x5eedull, 3" : "";
         bool total = false; /* a loss: the CUDA kernel writes its blocks' parts to `partials` */
         for (int i = 0; i < L.nstores; i++) total |= cg.fp.cls[L.stores[i]] == CLASS_TOTAL;
-        sb_printf(&body, "        ref_k%d(s%s%s);\n        %s_launch(s%s%s%s, 0%s);\n", k, hargs.data, rng, name, dargs.data, rng,
-                  total ? ", partials" : "", gemm ? ", blas" : "");
-        sb_puts(&body, "        KILN_CUDA_CHECK(cudaDeviceSynchronize());\n");
-        for (int i = 0; i < L.nstores; i++) {
-            NodeId y = L.stores[i];
-            int64_t n = numel_at(g, &g->nodes[y].shape, symvals);
-            /* relative to 1 + |want|: sums are added in another order (a block's tree, not
-             * the C target's SIMD lanes), a difference of a few float roundings */
-            sb_printf(&body,
-                      "        KILN_CUDA_CHECK(cudaMemcpy(got%d, d%d, %lld * sizeof *got%d, cudaMemcpyDeviceToHost));\n"
-                      "        {\n"
-                      "        double worst = 0;\n"
-                      "        for (int64_t i = 0; i < %lld; i++) {\n"
-                      "            const double a = (double)got%d[i], b = (double)want%d[i];\n"
-                      "            /* equal infinities, or NaN in both (sqrt of a negative variance: the inputs are random) */\n"
-                      "            const double e = a == b || (a != a && b != b) ? 0 : fabs(a - b) / (1 + fabs(b));\n"
-                      "            if (!(e <= worst)) worst = e;\n"
-                      "        }\n"
-                      "        printf(\"kernel %d, %%%%%d: %lld elements, worst difference %%g\\n\", worst);\n"
-                      "        bad |= !(worst <= 1e-4);\n"
-                      "        }\n",
-                      y, y, (long long)n, y, (long long)n, y, y, k, y, (long long)n);
+        sb_printf(&body, "        ref_k%d(s%s%s);\n", k, hargs.data, rng);
+        /* a product with a cuBLASLt epilogue (cuda_gemm.c) never stores the product itself:
+         * its epilogue's values are compared, computed by cuBLASLt; then again with the bias
+         * one float off 16-byte alignment, which takes the fallback (cublasSgemm and the
+         * epilogue kernel), the product compared too */
+        CudaLtPlan lt;
+        const bool fused = gemm && cuda_gemm_lt_plan(&L, &lt);
+        /* a weight gradient's product that sums a bias gradient (BGRADB): its extra output,
+         * checked against the column sums of its operand in the C target's order (float, row
+         * after row), then again one float off alignment (the fallback: the column kernel) */
+        NodeId bg = IR_NONE;
+        const bool bgrad = gemm && cuda_gemm_bgrad_source(&cg, k, &bg) >= 0;
+        const NodeId bx = bgrad ? fusion_root(g, &cg.fp, ir_input(g, bg, 0)) : IR_NONE;
+        const int64_t bw = bgrad ? numel_at(g, &g->nodes[bg].shape, symvals) : 0;
+        const int64_t bh = bgrad ? numel_at(g, &g->nodes[bx].shape, symvals) / (bw ? bw : 1) : 0;
+        if (bgrad) {
+            sb_printf(&body, "        float *bg%d = (float *)malloc(%lld * sizeof(float)), *dbg%d, *ubg%d;\n"
+                             "        KILN_CUDA_CHECK(cudaMalloc(&dbg%d, %lld * sizeof(float)));\n"
+                             "        KILN_CUDA_CHECK(cudaMalloc(&ubg%d, %lld * sizeof(float)));\n",
+                      bg, (long long)bw + 1, bg, bg, bg, (long long)bw + 1, bg, (long long)bw + 1);
+            sb_printf(&frees, "        free(bg%d);\n        KILN_CUDA_CHECK(cudaFree(dbg%d));\n        KILN_CUDA_CHECK(cudaFree(ubg%d));\n", bg,
+                      bg, bg);
+        }
+        for (int round = 0; round < 1 + (fused || bgrad); round++) {
+            char bgarg[48] = "";
+            if (bgrad) snprintf(bgarg, sizeof bgarg, round ? ", ubg%d + 1" : ", dbg%d", bg);
+            if (round && bgrad) {
+                for (int i = 0; i < L.nstores; i++) { /* written again, from scratch */
+                    const NodeId y = L.stores[i];
+                    const int64_t n = numel_at(g, &g->nodes[y].shape, symvals);
+                    sb_printf(&body, "        { float *junk = filled<float>(%lld, 9u); KILN_CUDA_CHECK(cudaMemcpy(d%d, junk, %lld * sizeof *junk, cudaMemcpyHostToDevice)); free(junk); }\n",
+                              (long long)n, y, (long long)n);
+                }
+                sb_printf(&body, "        printf(\"kernel %d: unaligned bias gradient, cublasSgemm and the column sums\\n\");\n", k);
+                sb_printf(&body, "        %s_launch(s%s%s, 0, blas);\n", name, dargs.data, bgarg);
+            } else if (round) {
+                StrBuf shifted;
+                sb_init(&shifted);
+                char from[32], to[32];
+                snprintf(from, sizeof from, ", d%d,", lt.bias);
+                snprintf(to, sizeof to, ", u%d + 1,", lt.bias);
+                const char *at = strstr(dargs.data, from);
+                cr_assert(at, "the bias %%%d is not among the arguments %s", lt.bias, dargs.data);
+                sb_printf(&shifted, "%.*s%s%s", (int)(at - dargs.data), dargs.data, to, at + strlen(from));
+                const int64_t nb = numel_at(g, &g->nodes[lt.bias].shape, symvals);
+                sb_printf(&body, "        float *u%d;\n        KILN_CUDA_CHECK(cudaMalloc(&u%d, %lld * sizeof(float)));\n"
+                                 "        KILN_CUDA_CHECK(cudaMemcpy(u%d + 1, h%d, %lld * sizeof(float), cudaMemcpyHostToDevice));\n",
+                          lt.bias, lt.bias, (long long)nb + 1, lt.bias, lt.bias, (long long)nb);
+                for (int i = 0; i < L.nstores; i++) { /* written again, from scratch */
+                    const NodeId y = L.stores[i];
+                    const char *t = cg_ctype((DType)g->nodes[y].dtype);
+                    const int64_t n = numel_at(g, &g->nodes[y].shape, symvals);
+                    sb_printf(&body, "        { %s *junk = filled<%s>(%lld, 9u); KILN_CUDA_CHECK(cudaMemcpy(d%d, junk, %lld * sizeof *junk, cudaMemcpyHostToDevice)); free(junk); }\n",
+                              t, t, (long long)n, y, (long long)n);
+                }
+                sb_printf(&body, "        printf(\"kernel %d: unaligned bias, cublasSgemm and the epilogue kernel\\n\");\n", k);
+                sb_printf(&body, "        %s_launch(s%s%s%s, 0%s);\n", name, shifted.data, rng, total ? ", partials" : "", ", blas");
+                sb_printf(&frees, "        KILN_CUDA_CHECK(cudaFree(u%d));\n", lt.bias);
+                sb_free(&shifted);
+            } else {
+                if (fused) sb_printf(&body, "        printf(\"kernel %d: %s\\n\");\n", k, cuda_gemm_lt_name(lt.epilogue));
+                if (bgrad) sb_printf(&body, "        printf(\"kernel %d: CUBLASLT_EPILOGUE_BGRADB\\n\");\n", k);
+                sb_printf(&body, "        %s_launch(s%s%s%s%s, 0%s);\n", name, dargs.data, bgarg, rng, total ? ", partials" : "",
+                          gemm ? ", blas" : "");
+            }
+            sb_puts(&body, "        KILN_CUDA_CHECK(cudaDeviceSynchronize());\n");
+            if (bgrad)
+                sb_printf(&body,
+                          "        KILN_CUDA_CHECK(cudaMemcpy(bg%d, %s, %lld * sizeof(float), cudaMemcpyDeviceToHost));\n"
+                          "        {\n"
+                          "        double worst = 0;\n"
+                          "        for (int64_t j = 0; j < %lld; j++) {\n"
+                          "            float want = 0;\n"
+                          "            for (int64_t r = 0; r < %lld; r++) want += h%d[r * %lld + j];\n"
+                          "            const double e = fabs((double)bg%d[j] - want) / (1 + fabs((double)want));\n"
+                          "            if (!(e <= worst)) worst = e;\n"
+                          "        }\n"
+                          "        printf(\"kernel %d, bias gradient %%%%%d: %lld elements, worst difference %%g\\n\", worst);\n"
+                          "        bad |= !(worst <= 1e-4);\n"
+                          "        }\n",
+                          bg, bgarg + 2, (long long)bw, (long long)bw, (long long)bh, bx, (long long)bw, bg, k, bg,
+                          (long long)bw);
+            for (int i = 0; i < L.nstores; i++) {
+                NodeId y = L.stores[i];
+                if (fused && !round && y == L.K->anchor) continue;
+                int64_t n = numel_at(g, &g->nodes[y].shape, symvals);
+                /* relative to 1 + |want|: sums are added in another order (a block's tree, not
+                 * the C target's SIMD lanes), a difference of a few float roundings */
+                sb_printf(&body,
+                          "        KILN_CUDA_CHECK(cudaMemcpy(got%d, d%d, %lld * sizeof *got%d, cudaMemcpyDeviceToHost));\n"
+                          "        {\n"
+                          "        double worst = 0;\n"
+                          "        for (int64_t i = 0; i < %lld; i++) {\n"
+                          "            const double a = (double)got%d[i], b = (double)want%d[i];\n"
+                          "            /* equal infinities, or NaN in both (sqrt of a negative variance: the inputs are random) */\n"
+                          "            const double e = a == b || (a != a && b != b) ? 0 : fabs(a - b) / (1 + fabs(b));\n"
+                          "            if (!(e <= worst)) worst = e;\n"
+                          "        }\n"
+                          "        printf(\"kernel %d, %%%%%d: %lld elements, worst difference %%g\\n\", worst);\n"
+                          "        bad |= !(worst <= 1e-4);\n"
+                          "        }\n",
+                          y, y, (long long)n, y, (long long)n, y, y, k, y, (long long)n);
+            }
         }
         sb_printf(&body, "%s    }\n", frees.data);
         sb_free(&hargs);
@@ -400,6 +482,7 @@ static void check_map_kernels(const char *text)
         sb_free(&out);
     }
 
+    cuda_gemm_free_bgrad(&cg);
     fusion_free(&cg.fp);
     memplan_free(&cg.mp);
     sb_free(&ref);
@@ -455,12 +538,75 @@ Test(cuda_codegen, row_reductions, .timeout = 240)
 
 /* Matrix products through cuBLAS (a transposed weight read in place) with their epilogues
  * (bias, activation, the mask of relu's gradient): mlp's layers. */
+/* fc1's tanh-GELU takes cuBLASLt's GELU_AUX_BIAS, fc2's erf-GELU stays in its kernel */
+#define GELU_MODEL                                                                                  \
+    "model t\ndim B <= 64\nfc1 = Linear(37, 72)\nfc2 = Linear(72, 8)\nfc3 = Linear(8, 5)\n"       \
+    "forward(x: f32[B, 37]) -> y {\n y = fc3(gelu(fc2(gelu(fc1(x), \"tanh\"))))\n}\n" \
+    "loss(y) = sum(y * y / 2 + y)\n"
+
 Test(cuda_codegen, matrix_products_with_epilogues, .timeout = 240)
 {
     check_map_kernels("model t\ndim B <= 64\nfc1 = Linear(37, 70)\nfc2 = Linear(70, 5)\n"
                       "forward(x: f32[B, 37]) -> y {\n"
                       " y = fc2(relu(fc1(x)))\n"
                       "}\nloss(y) = sum(y * y / 2 + y)\n");
+    /* tanh-GELU through cuBLASLt (GELU_AUX_BIAS, its input the backward's), erf-GELU not */
+    check_map_kernels(GELU_MODEL);
+}
+
+/* How many times `what` occurs in s. */
+static int occurrences(const char *s, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) n++;
+    return n;
+}
+
+/* Which products take which cuBLASLt epilogue (cuda_gemm.c), counted in model.cu (the
+ * training and evaluation steps): a bias alone, bias + relu when relu's mask is not stored,
+ * bias + tanh-GELU with its input as aux when the backward reads it; never an erf GELU,
+ * relu with its mask stored or a residual add; and which bias gradients the weight
+ * gradient's product sums (BGRADB). */
+Test(cuda_codegen, cublaslt_epilogues_where_they_fit)
+{
+    static const struct {
+        const char *model;
+        int bias, relu_bias, gelu_bias, gelu_aux_bias, mask, bgradb;
+    } want[] = {{"mlp", 2, 2, 0, 0, 2, 2}, {"gpt", 8, 0, 4, 4, 0, 16}, {NULL, 0, 0, 1, 1, 0, 3}};
+    for (int m = 0; m < 3; m++) {
+        char dir[] = "/tmp/kiln-cudacg-XXXXXX";
+        cr_assert(mkdtemp(dir));
+        char args[512], path[300];
+        if (want[m].model) {
+            snprintf(args, sizeof args, "emit models/%s.kiln --target cuda -o %s/out", want[m].model, dir);
+        } else {
+            snprintf(path, sizeof path, "%s/gelu.kiln", dir);
+            write_file(path, GELU_MODEL);
+            snprintf(args, sizeof args, "emit %s --target cuda -o %s/out", path, dir);
+        }
+        StrBuf out;
+        sb_init(&out);
+        cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data ? out.data : "");
+        sb_free(&out);
+        snprintf(path, sizeof path, "%s/out/model.cu", dir);
+        StrBuf err;
+        sb_init(&err);
+        size_t len;
+        char *cu = util_read_file(path, &len, &err);
+        cr_assert(cu, "%s", err.data);
+        const char *name = want[m].model ? want[m].model : "gelu.kiln";
+        cr_expect_eq(occurrences(cu, "kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_BIAS,"), want[m].bias, "%s", name);
+        cr_expect_eq(occurrences(cu, "kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_RELU_BIAS,"), want[m].relu_bias, "%s", name);
+        cr_expect_eq(occurrences(cu, "kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_GELU_BIAS,"), want[m].gelu_bias, "%s", name);
+        cr_expect_eq(occurrences(cu, "kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,"), want[m].gelu_aux_bias, "%s", name);
+        cr_expect_eq(occurrences(cu, "no cuBLASLt epilogue, as relu's mask"), want[m].mask, "%s", name);
+        /* each bias gradient summed by its weight gradient's product, its own kernel not launched */
+        cr_expect_eq(occurrences(cu, "kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_BGRADB,"), want[m].bgradb, "%s", name);
+        cr_expect_eq(occurrences(cu, "cuBLASLt epilogue (BGRADB) sums it"), want[m].bgradb, "%s", name);
+        free(cu);
+        sb_free(&err);
+        support_remove_dir(dir);
+    }
 }
 
 static void check_model_file(const char *name)

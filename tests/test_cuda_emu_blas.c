@@ -390,6 +390,84 @@ Test(cuda_emu_blas, lt_row_major_linear_layer)
     cudaFree(dout);
 }
 
+/* BGRADA and BGRADB: D = op(A) op(B) as usual, and the bias gradient, op(A)'s rows or
+ * op(B)'s columns summed over k in float in order l = 0 ... k - 1 (the C target's column
+ * sums): checked bit for bit against that plain loop; batches are refused. */
+Test(cuda_emu_blas, lt_bias_gradient_epilogues)
+{
+    cublasLtHandle_t lt;
+    cr_assert_eq(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+    const int m = 13, n = 9, k = 37;
+    for (int which = 0; which < 2; which++)
+        for (int oa = 0; oa < 2; oa++)
+            for (int ob = 0; ob < 2; ob++) {
+                const int ta = oa, tb = ob;
+                const int arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
+                const int lda = arows + 1, ldb = brows + 2, ldd = m + 3;
+                const size_t na = (size_t)lda * acols, nb = (size_t)ldb * bcols, nd = (size_t)ldd * n;
+                const int len = which ? n : m;
+                float *A = malloc(na * 4), *B = malloc(nb * 4), *D = malloc(nd * 4), *grad = malloc((size_t)len * 4);
+                double *want = calloc(nd, sizeof *want);
+                cr_assert(A && B && D && grad && want);
+                fill(A, na, 11u);
+                fill(B, nb, 12u);
+                reference(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, 0.0f, want, ldd);
+                float *dA = to_device(A, na), *dB = to_device(B, nb), *dD = NULL, *dgrad = NULL;
+                cr_assert_eq(cudaMalloc((void **)&dD, nd * 4), cudaSuccess);
+                cr_assert_eq(cudaMalloc((void **)&dgrad, (size_t)len * 4), cudaSuccess);
+                cublasLtMatmulDesc_t desc;
+                cr_assert_eq(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), 0);
+                int32_t t = ta ? CUBLAS_OP_T : CUBLAS_OP_N, u = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+                uint32_t epi = which ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA;
+                cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t), 0);
+                cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &u, sizeof u), 0);
+                cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), 0);
+                cublasLtMatrixLayout_t la = layout(arows, acols, lda, 1, 0), lb = layout(brows, bcols, ldb, 1, 0),
+                                       ld = layout(m, n, ldd, 1, 0);
+                float one = 1.0f, zero = 0.0f;
+                cr_expect_eq(cublasLtMatmul(lt, desc, &one, dA, la, dB, lb, &zero, dD, ld, dD, ld, NULL, NULL, 0, NULL),
+                             CUBLAS_STATUS_INVALID_VALUE, "a bias gradient epilogue without its pointer");
+                cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dgrad, sizeof dgrad), 0);
+                cr_assert_eq(cublasLtMatmul(lt, desc, &one, dA, la, dB, lb, &zero, dD, ld, dD, ld, NULL, NULL, 0, NULL),
+                             CUBLAS_STATUS_SUCCESS);
+                to_host(D, dD, nd);
+                to_host(grad, dgrad, (size_t)len);
+                for (int j = 0; j < n; j++)
+                    for (int i = 0; i < m; i++) {
+                        const double w = want[i + (size_t)j * ldd];
+                        cr_expect_leq(fabs(D[i + (size_t)j * ldd] - w), 1e-5 * (1 + fabs(w)), "D(%d, %d)", i, j);
+                    }
+                for (int i = 0; i < len; i++) {
+                    float sum = 0.0f;
+                    for (int l = 0; l < k; l++) sum += which ? (float)at(B, ldb, tb, l, i) : (float)at(A, lda, ta, i, l);
+                    cr_expect_eq(grad[i], sum, "%s, op(A) %c, op(B) %c: element %d: %.9g, not %.9g", which ? "BGRADB" : "BGRADA",
+                                 ta ? 'T' : 'N', tb ? 'T' : 'N', i, grad[i], sum);
+                }
+                /* no batched bias gradients, as in cuBLASLt */
+                cublasLtMatrixLayout_t la2 = layout(arows, acols, lda, 2, 0), lb2 = layout(brows, bcols, ldb, 2, 0),
+                                       ld2 = layout(m, n, ldd, 2, 0);
+                cr_expect_eq(cublasLtMatmul(lt, desc, &one, dA, la2, dB, lb2, &zero, dD, ld2, dD, ld2, NULL, NULL, 0, NULL),
+                             CUBLAS_STATUS_NOT_SUPPORTED);
+                cublasLtMatrixLayoutDestroy(la2);
+                cublasLtMatrixLayoutDestroy(lb2);
+                cublasLtMatrixLayoutDestroy(ld2);
+                cublasLtMatrixLayoutDestroy(la);
+                cublasLtMatrixLayoutDestroy(lb);
+                cublasLtMatrixLayoutDestroy(ld);
+                cublasLtMatmulDescDestroy(desc);
+                cudaFree(dA);
+                cudaFree(dB);
+                cudaFree(dD);
+                cudaFree(dgrad);
+                free(A);
+                free(B);
+                free(D);
+                free(grad);
+                free(want);
+            }
+    cublasLtDestroy(lt);
+}
+
 Test(cuda_emu_blas, lt_unsupported_and_invalid)
 {
     cublasLtHandle_t lt;

@@ -22,6 +22,7 @@
 #define KILN_CUDA_MODEL_H
 
 #include "kiln_cuda.h"
+#include "kiln_cuda_lt.h"
 #include "kiln_model.h"
 
 /* The GPU as the training program's device (model.cu's kiln_model_def names it). */

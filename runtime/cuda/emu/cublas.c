@@ -442,12 +442,14 @@ typedef struct {
     const Desc *d;
     const Layout *a, *b, *c, *dd;
     int ta, tb, m, n, k, batch, bias, gelu, relu, aux;
+    int bgrad; /* 'A' or 'B': the bias gradient, op(A)'s rows or op(B)'s columns summed over k */
 } Problem;
 
 static int is_f32(int32_t t) { return t == CUDA_R_32F; }
 
 /* Validates a matmul as cuBLASLt would: NOT_SUPPORTED for what the emulator does not do
- * (other types, row order, gradient epilogues), INVALID_VALUE for inconsistent shapes. */
+ * (other types, row order, the gradient epilogues but BGRADA/B), INVALID_VALUE for inconsistent
+ * shapes. */
 static cublasStatus_t lt_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
                                  cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D, Problem *p)
 {
@@ -478,6 +480,8 @@ static cublasStatus_t lt_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout
     case CUBLASLT_EPILOGUE_GELU_BIAS: p->gelu = p->bias = 1; break;
     case CUBLASLT_EPILOGUE_GELU_AUX: p->gelu = p->aux = 1; break;
     case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: p->gelu = p->aux = p->bias = 1; break;
+    case CUBLASLT_EPILOGUE_BGRADA: p->bgrad = 'A'; break;
+    case CUBLASLT_EPILOGUE_BGRADB: p->bgrad = 'B'; break;
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     if ((d->bias_type != -1 && !is_f32(d->bias_type)) || (d->aux_type != -1 && !is_f32(d->aux_type)))
@@ -498,7 +502,8 @@ static cublasStatus_t lt_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout
     if (batch < 1 || p->a->batch != batch || p->b->batch != batch || p->c->batch != batch)
         return CUBLAS_STATUS_INVALID_VALUE;
     if (p->aux && (d->aux_ld < (int64_t)m || !d->aux)) return CUBLAS_STATUS_INVALID_VALUE;
-    if (p->bias && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    if ((p->bias || p->bgrad) && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    if (p->bgrad && batch != 1) return CUBLAS_STATUS_NOT_SUPPORTED; /* as cuBLASLt: no batched bias gradients */
     p->m = (int)m;
     p->n = (int)n;
     p->k = (int)k;
@@ -528,10 +533,32 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* cuBLASLt's GELU is the tanh form (as GPT-2's). */
+/* cuBLASLt's GELU is the tanh form (as GPT-2's), here in the order of Kiln's expansion of
+ * gelu(x, tanh) (x^3 first, then times 0.044715): the arithmetic of the CUDA epilogue
+ * kernel that a fused product replaces, so that fusing changes no bit under the emulator
+ * (the C target differs from both by its own tanh, kiln_math.h's, within an ulp or so; the
+ * GPU's order is its own: compared there with a tolerance). */
 static float gelu(float x)
 {
-    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    const float u = (x + x * x * x * 0.044715f) * 0.7978845608028654f;
+    return x * 0.5f * (tanhf(u) + 1.0f);
+}
+
+/* BGRADA: bias[i] = sum over l of op(A)[i, l], i < m; BGRADB: bias[j] = sum over l of
+ * op(B)[l, j], j < n. Each sum in float, l = 0, 1, ..., k - 1 in order: the order of the
+ * C target's column sums (a bias gradient walked down its rows), so that a product that
+ * takes its bias gradient from cuBLASLt agrees with the C target bit for bit here. */
+static void bias_gradient(const Problem *p, const float *A, const float *B, float *bias)
+{
+    const int len = p->bgrad == 'A' ? p->m : p->n;
+    for (int i = 0; i < len; i++) {
+        float s = 0.0f;
+        for (int l = 0; l < p->k; l++) {
+            if (p->bgrad == 'A') s += p->ta ? A[(size_t)i * p->a->ld + l] : A[(size_t)l * p->a->ld + i];
+            else s += p->tb ? B[(size_t)l * p->b->ld + i] : B[(size_t)i * p->b->ld + l];
+        }
+        bias[i] = s;
+    }
 }
 
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void *alpha,
@@ -564,6 +591,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     if ((b != 0.0f && !matrix_ok(fn, "C", C, p.m, p.n, p.c->ld, p.batch, p.c->stride)) ||
         !matrix_ok(fn, "D", D, p.m, p.n, p.dd->ld, p.batch, p.dd->stride) ||
         (p.bias && !matrix_ok(fn, "bias", d->bias, p.m, 1, p.m, p.batch, d->bias_stride)) ||
+        (p.bgrad && !matrix_ok(fn, "bias gradient", d->bias, p.bgrad == 'A' ? p.m : p.n, 1, p.bgrad == 'A' ? p.m : p.n, 1, 0)) ||
         (p.aux && !matrix_ok(fn, "aux", d->aux, p.m, p.n, d->aux_ld, p.batch, d->aux_stride)))
         return CUBLAS_STATUS_EXECUTION_FAILED;
     int lda = (int)p.a->ld, ldb = (int)p.b->ld, ldc = (int)p.c->ld, ldd = (int)p.dd->ld;
@@ -577,6 +605,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
         if (b != 0.0f && Ci != Di)
             for (int j = 0; j < p.n; j++) memcpy(Di + (size_t)j * ldd, Ci + (size_t)j * ldc, (size_t)p.m * sizeof(float));
         sgemm(p.ta, p.tb, p.m, p.n, p.k, a, Ai, lda, Bi, ldb, b, Di, ldd);
+        if (p.bgrad) bias_gradient(&p, Ai, Bi, (float *)d->bias);
         if (!p.bias && !p.relu && !p.gelu) continue;
         const float *bias = p.bias ? (const float *)d->bias + i * d->bias_stride : NULL;
         float *aux = p.aux ? (float *)d->aux + i * d->aux_stride : NULL;

@@ -1,0 +1,429 @@
+/* cuda_gemm.c — the CUDA target's choice of a cuBLASLt epilogue for a float32 matrix
+ * product, and its call (cuda.c writes the rest of a GEMM kernel: the cublasSgemm path and
+ * the epilogue kernel, which stay as the fallback).
+ *
+ * Why: a product followed by its bias and activation as a separate elementwise kernel reads
+ * and writes the product's memory twice more than cuBLASLt's fused epilogue, which adds the
+ * bias (along D's rows: a Linear layer's out-features) and applies relu or tanh-GELU while
+ * the tile is in registers. The fusion plan's GEMM kernel says what the epilogue is; this
+ * file takes it to cuBLASLt only when cuBLASLt computes exactly the values the plan stores:
+ *   - the product itself is read by nothing but the kernel's own members (cuBLASLt never
+ *     writes it);
+ *   - the stored members are the bias add (BIAS), the relu of it (RELU_BIAS), the tanh-GELU
+ *     of it (GELU_BIAS), or the GELU with its input stored for the backward pass
+ *     (GELU_AUX_BIAS: the aux buffer is the arena value the backward reads);
+ *   - the bias runs along the product's last axis, from one float32 vector read in place.
+ * Anything else stays as today, and the launch function says why in a comment: relu's mask
+ * stored for the backward (cuBLASLt's RELU_AUX is a bit mask in its own layout, which only
+ * its DRELU epilogue reads), a residual add, an erf GELU, batched or permuted products.
+ * The GELU recognised is the expansion frontend writes for gelu(x, tanh), in its order
+ * (x * 0.5 * (1 + tanh((x + x^3 * 0.044715) * sqrt(2 / pi)))), which is also the order the
+ * emulator's cuBLASLt computes it in: under cuda-emu the same bits as the epilogue kernel. */
+#include "cuda_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static NodeId skip_reshapes(const Graph *g, NodeId x)
+{
+    while (g->nodes[x].op == OP_RESHAPE) x = ir_input(g, x, 0);
+    return x;
+}
+
+/* Is x (through reshapes and broadcasts) the constant v, as a float? */
+static bool is_const(const Graph *g, NodeId x, double v)
+{
+    while (g->nodes[x].op == OP_RESHAPE || g->nodes[x].op == OP_EXPAND) x = ir_input(g, x, 0);
+    return g->nodes[x].op == OP_CONST && (float)g->nodes[x].fattr[0] == (float)v;
+}
+
+/* Is n a binary op `op` of a and b, in either order (a commutative op gives the same bits)?
+ * Sets *other to the operand that is not a (when a is given) . */
+static bool binary(const Graph *g, NodeId n, Op op, NodeId a, NodeId *other)
+{
+    if (g->nodes[n].op != op) return false;
+    NodeId x = ir_input(g, n, 0), y = ir_input(g, n, 1);
+    if (x == a) {
+        *other = y;
+        return true;
+    }
+    if (y == a) {
+        *other = x;
+        return true;
+    }
+    return false;
+}
+
+/* Is node o tanh-GELU of x, as gelu(x, tanh) expands: x * 0.5 * (1 + tanh((x + x*x*x *
+ * 0.044715) * 0.7978845608028654))? */
+static bool is_tanh_gelu(const Graph *g, NodeId o, NodeId x)
+{
+    if (g->nodes[o].op != OP_MUL) return false;
+    for (int side = 0; side < 2; side++) {
+        NodeId half = ir_input(g, o, side), rest = ir_input(g, o, 1 - side), c, th, u, s, q, cube, sq;
+        if (!binary(g, half, OP_MUL, x, &c) || !is_const(g, c, 0.5)) continue;
+        /* rest = tanh(u) + 1 */
+        if (g->nodes[rest].op != OP_ADD) continue;
+        th = ir_input(g, rest, 0);
+        c = ir_input(g, rest, 1);
+        if (g->nodes[th].op != OP_TANH) {
+            NodeId t = th;
+            th = c;
+            c = t;
+        }
+        if (g->nodes[th].op != OP_TANH || !is_const(g, c, 1.0)) continue;
+        u = ir_input(g, th, 0);
+        /* u = s * sqrt(2 / pi), s = x + q, q = cube * 0.044715, cube = (x * x) * x */
+        if (g->nodes[u].op != OP_MUL) continue;
+        s = ir_input(g, u, 0);
+        c = ir_input(g, u, 1);
+        if (!is_const(g, c, 0.7978845608028654)) {
+            NodeId t = s;
+            s = c;
+            c = t;
+        }
+        if (!is_const(g, c, 0.7978845608028654) || !binary(g, s, OP_ADD, x, &q) || g->nodes[q].op != OP_MUL) continue;
+        cube = ir_input(g, q, 0);
+        c = ir_input(g, q, 1);
+        if (!is_const(g, c, 0.044715)) {
+            NodeId t = cube;
+            cube = c;
+            c = t;
+        }
+        if (!is_const(g, c, 0.044715) || !binary(g, cube, OP_MUL, x, &sq) || !binary(g, sq, OP_MUL, x, &c) || c != x) continue;
+        return true;
+    }
+    return false;
+}
+
+/* Does a node outside kernel L (or a graph output) read the product mm? */
+static bool read_outside(const CgKernel *L, NodeId mm)
+{
+    const Graph *g = L->g;
+    for (NodeId v = 0; v < g->nnodes; v++) {
+        const uint8_t role = L->f->role[v];
+        if (role == ROLE_VIEW || role == ROLE_STRIDED || cg_in_kernel(L, v)) continue;
+        for (uint32_t j = 0; j < g->nodes[v].ninputs; j++)
+            if (fusion_root(g, L->f, ir_input(g, v, (int)j)) == mm) return true;
+    }
+    for (int q = 0; q < g->noutputs; q++)
+        if (fusion_root(g, L->f, g->outputs[q].node) == mm) return true;
+    return false;
+}
+
+static bool why(CudaLtPlan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool why(CudaLtPlan *p, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->why, sizeof p->why, fmt, ap);
+    va_end(ap);
+    return p->epilogue != CUDA_LT_NONE;
+}
+
+bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p)
+{
+    const Graph *g = L->g;
+    const Kernel *K = L->K;
+    const NodeId mm = K->anchor;
+    memset(p, 0, sizeof *p);
+    p->epilogue = CUDA_LT_NONE;
+    p->add = p->act = p->bias = p->out = p->aux = IR_NONE;
+    if (K->kind != KERNEL_GEMM) return why(p, "not a matrix product");
+    if (K->written != IR_NONE) return why(p, "the product is written permuted: no epilogue");
+    if (K->summed != IR_NONE) return why(p, "products summed over a batch: no epilogue");
+    if (L->rank != 2) return why(p, "a batched product (cuBLASLt's strided batches are not used for epilogues yet)");
+    bool any = false;
+    for (int i = 0; i < L->nstores; i++) any |= L->stores[i] != mm;
+    if (!any) return why(p, "no epilogue");
+    if (read_outside(L, mm)) return why(p, "the product itself is read by another kernel, and a fused epilogue never stores it");
+    /* the bias add: the product (through reshapes) plus a broadcast vector along the last axis */
+    for (int i = 1; i < K->count; i++) {
+        const NodeId v = CG_MEMBER(L, i);
+        if (g->nodes[v].op != OP_ADD) continue;
+        for (int side = 0; side < 2; side++) {
+            const NodeId x = ir_input(g, v, side), b = ir_input(g, v, 1 - side);
+            if (skip_reshapes(g, x) != mm) continue;
+            const Shape *s = &g->nodes[v].shape;
+            const NodeId e = skip_reshapes(g, b);
+            if (g->nodes[e].op != OP_EXPAND || s->rank < 1 || fusion_first_kept_axis(g, e) != g->nodes[e].shape.rank - 1 ||
+                !ir_dim_eq(s->d[s->rank - 1], g->nodes[mm].shape.d[1]))
+                continue;
+            /* the vector itself: stored (a parameter, or a kernel's value), read in place */
+            const NodeId base = fusion_root(g, L->f, ir_input(g, e, 0));
+            const Shape *bs = &g->nodes[base].shape;
+            bool loaded = false;
+            for (int r = 0; r < L->nreads; r++) loaded |= L->reads[r] == base;
+            if (!loaded || g->nodes[base].dtype != DT_F32 || bs->rank != 1 || !ir_dim_eq(bs->d[0], s->d[s->rank - 1])) continue;
+            p->add = v;
+            p->bias = base;
+        }
+        if (p->add != IR_NONE) break;
+    }
+    if (p->add == IR_NONE) return why(p, "its epilogue has no bias add along the product's last axis");
+    /* the activation of the bias add, if any member is one */
+    for (int i = 1; i < K->count && p->act == IR_NONE; i++) {
+        const NodeId v = CG_MEMBER(L, i);
+        if (g->nodes[v].op == OP_RELU && ir_input(g, v, 0) == p->add) {
+            p->act = v;
+            p->relu = true;
+        } else if (is_tanh_gelu(g, v, p->add)) {
+            p->act = v;
+        }
+    }
+    bool add_stored = false, act_stored = false;
+    for (int i = 0; i < L->nstores; i++) {
+        const NodeId v = L->stores[i];
+        if (v == mm) continue;
+        if (v == p->add) add_stored = true;
+        else if (v == p->act) act_stored = true;
+        else if (p->relu && g->nodes[v].op == OP_GT)
+            return why(p, "relu's mask (%%%d) is stored for the backward pass: cuBLASLt's RELU_AUX mask is bits in its own "
+                          "layout that only its DRELU epilogue reads, so relu stays in the epilogue kernel",
+                       v);
+        else return why(p, "%%%d (%s) is stored too, which no cuBLASLt epilogue computes", v, ir_op_info[g->nodes[v].op].name);
+    }
+    const char *act = p->relu ? "relu" : "tanh-GELU";
+    if (act_stored && add_stored && p->relu)
+        return why(p, "the pre-activation %%%d is stored too, and cuBLASLt keeps relu's input only as a bit mask", p->add);
+    const NodeId out = act_stored ? p->act : p->add;
+    /* cuBLASLt writes D and aux while reading A, B and the bias: none may share memory */
+    const NodeId inplace[2] = {L->c->mp.inplace_of[out], act_stored && add_stored ? L->c->mp.inplace_of[p->add] : IR_NONE};
+    for (int i = 0; i < 2; i++)
+        if (inplace[i] != IR_NONE && inplace[i] != mm) return why(p, "its result is written in place of %%%d", inplace[i]);
+    p->out = out;
+    if (!act_stored) {
+        p->epilogue = CUDA_LT_BIAS;
+        return why(p, "the bias add is the only value stored");
+    }
+    if (p->relu) {
+        p->epilogue = CUDA_LT_RELU_BIAS;
+        return why(p, "bias, then relu, and only the relu is stored");
+    }
+    if (add_stored) {
+        p->epilogue = CUDA_LT_GELU_AUX_BIAS;
+        p->aux = p->add;
+        return why(p, "bias, then %s; the backward pass reads the GELU's input %%%d, which cuBLASLt writes as aux", act, p->add);
+    }
+    p->epilogue = CUDA_LT_GELU_BIAS;
+    return why(p, "bias, then %s, and only the GELU is stored", act);
+}
+
+const char *cuda_gemm_lt_name(CudaLtEpilogue e)
+{
+    switch (e) {
+    case CUDA_LT_NONE: return "none";
+    case CUDA_LT_BIAS: return "CUBLASLT_EPILOGUE_BIAS";
+    case CUDA_LT_RELU_BIAS: return "CUBLASLT_EPILOGUE_RELU_BIAS";
+    case CUDA_LT_GELU_BIAS: return "CUBLASLT_EPILOGUE_GELU_BIAS";
+    case CUDA_LT_GELU_AUX_BIAS: return "CUBLASLT_EPILOGUE_GELU_AUX_BIAS";
+    }
+    return "none";
+}
+
+/* Wrapped as a comment: " * " before each line of text of at most ~88 columns. */
+static void comment_text(StrBuf *o, const char *head, const char *text)
+{
+    sb_printf(o, "    /* %s", head);
+    int col = 7 + (int)strlen(head);
+    const char *w = text;
+    while (*w) {
+        const char *e = strchr(w, ' ');
+        int len = e ? (int)(e - w) : (int)strlen(w);
+        if (col + len + 1 > 100) {
+            sb_puts(o, "\n     *");
+            col = 6;
+        }
+        sb_printf(o, " %.*s", len, w);
+        col += len + 1;
+        w += len;
+        while (*w == ' ') w++;
+    }
+    sb_puts(o, " */\n");
+}
+
+bool cuda_gemm_emit_lt(CgKernel *L, const CgOperand *A, const CgOperand *B)
+{
+    StrBuf *o = L->c->o;
+    CudaLtPlan p;
+    if (!cuda_gemm_lt_plan(L, &p)) {
+        if (!strcmp(p.why, "no epilogue")) {
+            sb_puts(o, "    /* cublasSgemm: the product alone, no epilogue */\n");
+            return false;
+        }
+        comment_text(o, "cublasSgemm, then the epilogue kernel: no cuBLASLt epilogue, as", p.why);
+        return false;
+    }
+    char head[128];
+    snprintf(head, sizeof head, "cuBLASLt with %s:", cuda_gemm_lt_name(p.epilogue));
+    comment_text(o, head, p.why);
+    StrBuf offa, offb;
+    sb_init(&offa);
+    sb_init(&offb);
+    cg_gemm_operand_offset(L, A, 0, "0", "0", &offa);
+    cg_gemm_operand_offset(L, B, 0, "0", "0", &offb);
+    char aux[32] = "nullptr";
+    if (p.aux != IR_NONE) snprintf(aux, sizeof aux, "y%d", p.aux);
+    /* row-major out (M x N) is column-major out^T = B^T A^T, as the cublasSgemm call below */
+    sb_printf(o,
+              "    const float *a_lt = p%d + (%s), *b_lt = p%d + (%s);\n"
+              "    if (kiln_lt_aligned(a_lt, b_lt, y%d, p%d, %s)) {\n"
+              "        static kiln_lt_gemm lt; /* descriptors, layouts, algorithm: made at the first call, kept */\n"
+              "        kiln_lt_matmul(&lt, %s, %s, %s, (int)N, (int)M, (int)K, b_lt, ldb, a_lt, lda, y%d, ldc, p%d, %s, stream);\n",
+              A->lay.base, offa.data, B->lay.base, offb.data, p.out, p.bias, aux, cuda_gemm_lt_name(p.epilogue),
+              B->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", A->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", p.out, p.bias, aux);
+    sb_puts(o, "        (void)batch;\n        return;\n    }\n"
+               "    /* a pointer not 16-byte aligned (a parameter's place in its slab need not be): cublasSgemm\n"
+               "     * into the product's memory, then the epilogue kernel */\n");
+    sb_free(&offa);
+    sb_free(&offb);
+    return true;
+}
+
+/* ---- the bias gradient as the weight gradient's epilogue (BGRADB) ----
+ * A Linear layer's backward computes dW = dY^T X (a product reading dY transposed in place)
+ * and db = dY summed over its rows (a column-sum kernel of its own). cuBLASLt's BGRADB sums
+ * the product's B operand over k while it reads it: in cuBLAS's column-major terms the
+ * row-major dW is B^T A^T with B = dY^T, so the sum over k is db. The column-sum kernel is
+ * then not launched; when a pointer is not aligned, the product's launch function runs
+ * cublasSgemm and then that kernel, as before. Only when the column sum is a kernel alone
+ * (one member, a sum over every leading axis of a stored value), nothing but the step's
+ * outputs reads it (a parameter's gradient), and no gradient bucket is sent after it. */
+
+/* Is kernel k a column sum alone: one member, a float32 sum over every leading axis of a
+ * stored value (*x), that nothing reads (*unread marks what is read)? */
+static bool column_sum(const Cg *c, int32_t k, const uint8_t *is_read, NodeId *x_out)
+{
+    const Graph *g = c->g;
+    const FusionPlan *f = &c->fp;
+    const Kernel *S = &f->kernels[k];
+    if (S->kind != KERNEL_LOOP || S->count != 1) return false;
+    const NodeId v = f->members[S->first];
+    const int r = S->shape.rank;
+    if (g->nodes[v].op != OP_REDUCE_SUM || f->cls[v] != CLASS_ROW || !f->stored[v] || g->nodes[v].dtype != DT_F32 || r < 2 ||
+        S->axes != ((uint64_t)1 << (r - 1)) - 1 || is_read[v])
+        return false;
+    const NodeId x = skip_reshapes(g, ir_input(g, v, 0));
+    if (fusion_root(g, f, ir_input(g, v, 0)) != x || g->nodes[x].dtype != DT_F32) return false;
+    *x_out = x;
+    return true;
+}
+
+/* Is GEMM kernel j a product x^T (x's rows along k) times anything, with no epilogue? */
+static bool reads_transposed(const Cg *c, int32_t j, NodeId x)
+{
+    const Graph *g = c->g;
+    const FusionPlan *f = &c->fp;
+    const Kernel *P = &f->kernels[j];
+    if (P->kind != KERNEL_GEMM || P->count != 1 || P->written != IR_NONE || P->summed != IR_NONE) return false;
+    const NodeId mm = P->anchor;
+    const Node *m = &g->nodes[mm];
+    if (m->dtype != DT_F32 || m->shape.rank != 2) return false;
+    const NodeId xa = ir_input(g, mm, 0);
+    FusionLayout lay;
+    bool trans;
+    if (!fusion_layout(g, f, xa, &lay) || !fusion_gemm_operand(g, &lay, xa, &trans) || !trans || lay.base != x || lay.nterms)
+        return false;
+    const Shape *xs = &g->nodes[x].shape;
+    Dim rows = ir_dim_const(1);
+    for (int a = 0; a < xs->rank - 1; a++)
+        if (!ir_dim_mul(rows, xs->d[a], &rows)) return false;
+    const Dim width = xs->d[xs->rank - 1];
+    return ir_dim_eq(m->shape.d[0], width) && ir_dim_eq(g->nodes[xa].shape.d[1], rows) &&
+           ir_dim_eq(lay.stride[0], ir_dim_const(1)) && ir_dim_eq(lay.stride[1], width);
+}
+
+void cuda_gemm_plan_bgrad(Cg *c)
+{
+    const Graph *g = c->g;
+    const FusionPlan *f = &c->fp;
+    c->cuda_bgrad = malloc(sizeof *c->cuda_bgrad * (size_t)(f->nkernels + 1));
+    uint8_t *is_read = calloc((size_t)g->nnodes + 1, 1);
+    if (!c->cuda_bgrad || !is_read) {
+        fprintf(stderr, "kiln: out of memory\n");
+        abort();
+    }
+    for (int32_t k = 0; k < f->nkernels; k++) c->cuda_bgrad[k] = -1;
+    /* a sum read by any node, or a forward output (copied after its kernel) */
+    for (NodeId u = 0; u < g->nnodes; u++)
+        for (uint32_t q = 0; q < g->nodes[u].ninputs; q++)
+            if (f->role[u] != ROLE_VIEW) is_read[fusion_root(g, f, ir_input(g, u, (int)q))] = 1;
+    for (int q = 0; q < g->noutputs; q++)
+        if (g->outputs[q].kind == OUT_FORWARD) is_read[fusion_root(g, f, g->outputs[q].node)] = 1;
+    for (int32_t k = 0; k < f->nkernels && c->bucket_bytes <= 0; k++) {
+        NodeId x;
+        if (!column_sum(c, k, is_read, &x)) continue;
+        for (int32_t j = k + 1; j < f->nkernels; j++)
+            if (c->cuda_bgrad[j] < 0 && reads_transposed(c, j, x)) {
+                c->cuda_bgrad[k] = j;
+                c->cuda_bgrad[j] = k;
+                break;
+            }
+    }
+    free(is_read);
+}
+
+void cuda_gemm_free_bgrad(Cg *c)
+{
+    free(c->cuda_bgrad);
+    c->cuda_bgrad = NULL;
+}
+
+int32_t cuda_gemm_bgrad_taker(const Cg *c, int32_t k, NodeId *sum)
+{
+    if (!c->cuda_bgrad || c->fp.kernels[k].kind != KERNEL_LOOP || c->cuda_bgrad[k] < 0) return -1;
+    if (sum) *sum = c->fp.members[c->fp.kernels[k].first];
+    return c->cuda_bgrad[k];
+}
+
+int32_t cuda_gemm_bgrad_source(const Cg *c, int32_t j, NodeId *sum)
+{
+    if (!c->cuda_bgrad || c->fp.kernels[j].kind != KERNEL_GEMM || c->cuda_bgrad[j] < 0) return -1;
+    const int32_t k = c->cuda_bgrad[j];
+    if (sum) *sum = c->fp.members[c->fp.kernels[k].first];
+    return k;
+}
+
+bool cuda_gemm_emit_bgrad(CgKernel *L, const CgOperand *A, const CgOperand *B)
+{
+    StrBuf *o = L->c->o;
+    NodeId v;
+    const int32_t k = cuda_gemm_bgrad_source(L->c, L->k, &v);
+    if (k < 0) return false;
+    const NodeId x = fusion_root(L->g, L->f, ir_input(L->g, v, 0)), mm = L->K->anchor;
+    char text[240];
+    snprintf(text, sizeof text,
+             "the bias gradient %%%d, kernel %d's column sums of %%%d, is summed over k from this product's A (%%%d "
+             "transposed) while it reads it",
+             v, k, x, x);
+    comment_text(o, "cuBLASLt with CUBLASLT_EPILOGUE_BGRADB:", text);
+    StrBuf offa, offb;
+    sb_init(&offa);
+    sb_init(&offb);
+    cg_gemm_operand_offset(L, A, 0, "0", "0", &offa);
+    cg_gemm_operand_offset(L, B, 0, "0", "0", &offb);
+    sb_printf(o,
+              "    const float *a_lt = p%d + (%s), *b_lt = p%d + (%s);\n"
+              "    if (kiln_lt_aligned(a_lt, b_lt, y%d, y%d, nullptr)) {\n"
+              "        static kiln_lt_gemm lt; /* descriptors, layouts, algorithm: made at the first call, kept */\n"
+              "        kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_BGRADB, %s, %s, (int)N, (int)M, (int)K, b_lt, ldb, a_lt, lda, y%d, ldc, y%d, nullptr, stream);\n"
+              "        (void)batch;\n        return;\n    }\n"
+              "    /* a pointer not 16-byte aligned (a gradient's place in its slab need not be): cublasSgemm,\n"
+              "     * then kernel %d's column sums */\n",
+              A->lay.base, offa.data, B->lay.base, offb.data, mm, v, B->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N",
+              A->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", mm, v, k);
+    sb_free(&offa);
+    sb_free(&offb);
+    return true;
+}
+
+void cuda_gemm_emit_bgrad_fallback(CgKernel *L)
+{
+    NodeId v;
+    const int32_t k = cuda_gemm_bgrad_source(L->c, L->k, &v);
+    if (k < 0) return;
+    const NodeId x = fusion_root(L->g, L->f, ir_input(L->g, v, 0));
+    sb_printf(L->c->o, "    %s_k%d_rows_launch(s, p%d, y%d, stream); /* the bias gradient, as kernel %d */\n", L->c->prefix, k, x, v, k);
+}

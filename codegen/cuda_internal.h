@@ -1,0 +1,46 @@
+/* cuda_internal.h — what the CUDA target's files share (cuda.c, cuda_gemm.c), and what
+ * test_cuda_codegen asks about a product: whether it runs through a cuBLASLt epilogue. */
+#ifndef KILN_CODEGEN_CUDA_INTERNAL_H
+#define KILN_CODEGEN_CUDA_INTERNAL_H
+
+#include "kernel.h"
+
+/* The cuBLASLt epilogues the CUDA target uses for a product's forward epilogue. */
+typedef enum { CUDA_LT_NONE, CUDA_LT_BIAS, CUDA_LT_RELU_BIAS, CUDA_LT_GELU_BIAS, CUDA_LT_GELU_AUX_BIAS } CudaLtEpilogue;
+
+typedef struct {
+    CudaLtEpilogue epilogue;
+    NodeId add, act; /* the bias add and the activation of it (IR_NONE: none) */
+    bool relu;       /* the activation is relu (else tanh-GELU) */
+    NodeId bias;     /* the bias vector, read in place */
+    NodeId out;      /* D: the stored value cuBLASLt writes */
+    NodeId aux;      /* the GELU's input, stored for the backward pass, or IR_NONE */
+    char why[240];   /* why this epilogue, or why none */
+} CudaLtPlan;
+
+/* Which cuBLASLt epilogue GEMM kernel L's product takes (false: none, the cublasSgemm and
+ * epilogue-kernel path), and why. */
+bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p);
+/* "CUBLASLT_EPILOGUE_GELU_AUX_BIAS" */
+const char *cuda_gemm_lt_name(CudaLtEpilogue e);
+/* In a GEMM kernel's launch function (M, N, K, lda, ldb, ldc declared): a comment saying
+ * which epilogue and why, and with one, the cuBLASLt call that returns when every pointer
+ * is aligned. Returns whether it wrote the call. */
+bool cuda_gemm_emit_lt(CgKernel *L, const CgOperand *A, const CgOperand *B);
+
+/* The bias gradient as a weight gradient's BGRADB epilogue (cuda_gemm.c): for column-sum
+ * kernel k, the GEMM kernel that computes its sum instead (-1: none), and for GEMM kernel
+ * j, the column-sum kernel it takes over (-1: none); *sum (when not NULL) the sum's node. */
+/* Pairs them for c's graph (c->fp, c->bucket_bytes) into c->cuda_bgrad; freed by
+ * cuda_gemm_free_bgrad. Without it nothing is paired. */
+void cuda_gemm_plan_bgrad(Cg *c);
+void cuda_gemm_free_bgrad(Cg *c);
+int32_t cuda_gemm_bgrad_taker(const Cg *c, int32_t k, NodeId *sum);
+int32_t cuda_gemm_bgrad_source(const Cg *c, int32_t j, NodeId *sum);
+/* In GEMM kernel L's launch function: the comment and the BGRADB call that returns when
+ * every pointer is aligned (false: L takes no bias gradient); after its cublasSgemm, the
+ * column-sum kernel's launch. */
+bool cuda_gemm_emit_bgrad(CgKernel *L, const CgOperand *A, const CgOperand *B);
+void cuda_gemm_emit_bgrad_fallback(CgKernel *L);
+
+#endif
