@@ -46,18 +46,25 @@ typedef struct {
 } SupportPtxas;
 SupportPtxas support_ptxas_summary(const char *out);
 
-/* Whether this test build runs nvcc: not the sanitizer build. nvcc's verdict on a model.cu
- * (compiles, no spills) depends on the text kiln wrote, not on how kiln was built, and CI
- * runs the optimised build too: the sanitizer build still runs kiln emit on every model
- * (its memory is what ASan checks there), and leaves the minutes of nvcc to the other. */
+/* Whether this is the sanitizer build (ASan + UBSan). CI runs every test in the optimised
+ * build too, so checks whose verdict does not depend on how kiln and the programs were
+ * built run once, there:
+ *   - SUPPORT_RUN_NVCC: nvcc's verdict on a model.cu (compiles, no spills) depends on the
+ *     text kiln wrote; the sanitizer build still runs kiln emit on every model (its memory
+ *     is what ASan checks there) and leaves the minutes of nvcc to the other;
+ *   - SUPPORT_REPEAT_RUNS: a second run of the same code for a numerical verdict (another
+ *     thread order of the emulator beside the shuffled one, a checkpoint resumed across
+ *     targets as well as on its own): the sanitizer sees no other memory accesses in it. */
 #if defined(__SANITIZE_ADDRESS__)
-#define SUPPORT_RUN_NVCC 0
+#define SUPPORT_SANITIZED 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-#define SUPPORT_RUN_NVCC 0
+#define SUPPORT_SANITIZED 1
 #endif
 #endif
-#ifndef SUPPORT_RUN_NVCC
-#define SUPPORT_RUN_NVCC 1
+#ifndef SUPPORT_SANITIZED
+#define SUPPORT_SANITIZED 0
 #endif
+#define SUPPORT_RUN_NVCC (!SUPPORT_SANITIZED)
+#define SUPPORT_REPEAT_RUNS (!SUPPORT_SANITIZED)
 #endif

@@ -468,7 +468,7 @@ static void check_map_kernels(const char *text)
 
     if (*KILN_NVCC && SUPPORT_RUN_NVCC) { /* not again in the sanitizer build (support.h) */
         snprintf(cmd, sizeof cmd,
-                 "'%s' -std=c++17 -O3 -arch=sm_90 -Xptxas -v -I'%s/runtime/cuda' -I'%s/runtime' -c '%s/model.cu' -o '%s/model.o' 2>&1",
+                 "'%s' -std=c++17 -O0 -arch=sm_90 -Xptxas -v -I'%s/runtime/cuda' -I'%s/runtime' -c '%s/model.cu' -o '%s/model.o' 2>&1", /* -O0: the host code's level only */
                  KILN_NVCC, KILN_SOURCE_DIR, KILN_SOURCE_DIR, dir, dir);
         StrBuf out;
         sb_init(&out);

@@ -170,10 +170,13 @@ static void trained_model_matches(const char *name, int steps)
     expect_same_bits("p64.npy", "f64.npy");
 
     /* batch 1, and the bound (the last batch smaller), without rebuilding */
-    ok("./infer --weights ck --batch 1 --data image=" IMAGES " --quiet --output p1.npy");
+    if (SUPPORT_REPEAT_RUNS) { /* 10,000 steps of batch 1: a numerical verdict (support.h) */
+        ok("./infer --weights ck --batch 1 --data image=" IMAGES " --quiet --output p1.npy");
+        double d1 = max_diff("p64.npy", "p1.npy");
+        cr_expect(d1 <= 1e-4, "batch 1 vs 64: %g", d1);
+    }
     ok("./infer --weights ck --data image=" IMAGES " --quiet --output pmax.npy");
-    double d1 = max_diff("p64.npy", "p1.npy"), dmax = max_diff("p64.npy", "pmax.npy");
-    cr_expect(d1 <= 1e-4, "batch 1 vs 64: %g", d1);
+    double dmax = max_diff("p64.npy", "pmax.npy");
     cr_expect(dmax <= 1e-4, "batch bound vs 64: %g", dmax);
     /* stdin */
     ok("gzip -dc " IMAGES " | ./infer --weights ck --batch 64 --data image=- --quiet --output s64.npy");
