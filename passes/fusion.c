@@ -641,27 +641,14 @@ static bool reads_recomputable(const Graph *g, const FusionPlan *p, const Users 
     return true;
 }
 
-/* Can every reader of v outside kernel k (through views) read expand e as a broadcast (or the
- * inline iota e from its coordinates): its
- * kept axes a suffix of the reader kernel's shape (of the last two in a GEMM epilogue)? */
+/* Can every reader of v outside kernel k (through views) read expand e as a broadcast, or
+ * the inline iota e from its coordinates (as readable() lets a kernel read one): its kept
+ * axes a suffix of the reader kernel's shape (of the last two in a GEMM epilogue)? */
 static bool broadcast_readable(const Graph *g, const FusionPlan *p, const Users *U, NodeId v, int32_t k, NodeId e)
 {
-    if (g->nodes[e].op == OP_IOTA) { /* as readable() lets a kernel read an inline iota */
-        for (int32_t i = U->first[v]; i < U->first[v + 1]; i++) {
-            NodeId u = U->list[i];
-            if (p->role[u] == ROLE_VIEW) {
-                if (!broadcast_readable(g, p, U, u, k, e)) return false;
-                continue;
-            }
-            int32_t ku = p->kernel_of[u];
-            if (ku == k) continue;
-            const Kernel *K = &p->kernels[ku];
-            if (!suffix_aligned(&K->shape, &g->nodes[e].shape, (int)ir_attrs(g, e)[0], K->kind == KERNEL_GEMM ? 2 : -1)) return false;
-        }
-        return true;
-    }
-    const int first = fusion_first_kept_axis(g, e);
-    const bool scalar = first == g->nodes[ir_input(g, e, 0)].shape.rank;
+    const bool iota = g->nodes[e].op == OP_IOTA;
+    const int first = iota ? (int)ir_attrs(g, e)[0] : fusion_first_kept_axis(g, e);
+    const bool scalar = !iota && first == g->nodes[ir_input(g, e, 0)].shape.rank;
     for (int32_t i = U->first[v]; i < U->first[v + 1]; i++) {
         NodeId u = U->list[i];
         if (p->role[u] == ROLE_VIEW) {
@@ -671,7 +658,7 @@ static bool broadcast_readable(const Graph *g, const FusionPlan *p, const Users 
         int32_t ku = p->kernel_of[u];
         if (ku == k) continue;
         const Kernel *K = &p->kernels[ku];
-        if (!fusion_is_broadcast(g, p, e, ku, u)) return false;
+        if (!iota && !fusion_is_broadcast(g, p, e, ku, u)) return false;
         if (!scalar && !suffix_aligned(&K->shape, &g->nodes[e].shape, first, K->kind == KERNEL_GEMM ? 2 : -1)) return false;
     }
     return true;
