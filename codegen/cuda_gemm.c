@@ -56,6 +56,18 @@ static bool binary(const Graph *g, NodeId n, Op op, NodeId a, NodeId *other)
     return false;
 }
 
+/* Is n a binary op `op` of the constant v and another operand (set in *other)? */
+static bool with_const(const Graph *g, NodeId n, Op op, double v, NodeId *other)
+{
+    if (g->nodes[n].op != op) return false;
+    for (int side = 0; side < 2; side++)
+        if (is_const(g, ir_input(g, n, side), v)) {
+            *other = ir_input(g, n, 1 - side);
+            return true;
+        }
+    return false;
+}
+
 /* Is node o tanh-GELU of x, as gelu(x, tanh) expands: x * 0.5 * (1 + tanh((x + x*x*x *
  * 0.044715) * 0.7978845608028654))? */
 static bool is_tanh_gelu(const Graph *g, NodeId o, NodeId x)
@@ -65,34 +77,11 @@ static bool is_tanh_gelu(const Graph *g, NodeId o, NodeId x)
         NodeId half = ir_input(g, o, side), rest = ir_input(g, o, 1 - side), c, th, u, s, q, cube, sq;
         if (!binary(g, half, OP_MUL, x, &c) || !is_const(g, c, 0.5)) continue;
         /* rest = tanh(u) + 1 */
-        if (g->nodes[rest].op != OP_ADD) continue;
-        th = ir_input(g, rest, 0);
-        c = ir_input(g, rest, 1);
-        if (g->nodes[th].op != OP_TANH) {
-            NodeId t = th;
-            th = c;
-            c = t;
-        }
-        if (g->nodes[th].op != OP_TANH || !is_const(g, c, 1.0)) continue;
+        if (!with_const(g, rest, OP_ADD, 1.0, &th) || g->nodes[th].op != OP_TANH) continue;
         u = ir_input(g, th, 0);
         /* u = s * sqrt(2 / pi), s = x + q, q = cube * 0.044715, cube = (x * x) * x */
-        if (g->nodes[u].op != OP_MUL) continue;
-        s = ir_input(g, u, 0);
-        c = ir_input(g, u, 1);
-        if (!is_const(g, c, 0.7978845608028654)) {
-            NodeId t = s;
-            s = c;
-            c = t;
-        }
-        if (!is_const(g, c, 0.7978845608028654) || !binary(g, s, OP_ADD, x, &q) || g->nodes[q].op != OP_MUL) continue;
-        cube = ir_input(g, q, 0);
-        c = ir_input(g, q, 1);
-        if (!is_const(g, c, 0.044715)) {
-            NodeId t = cube;
-            cube = c;
-            c = t;
-        }
-        if (!is_const(g, c, 0.044715) || !binary(g, cube, OP_MUL, x, &sq) || !binary(g, sq, OP_MUL, x, &c) || c != x) continue;
+        if (!with_const(g, u, OP_MUL, 0.7978845608028654, &s) || !binary(g, s, OP_ADD, x, &q)) continue;
+        if (!with_const(g, q, OP_MUL, 0.044715, &cube) || !binary(g, cube, OP_MUL, x, &sq) || !binary(g, sq, OP_MUL, x, &c) || c != x) continue;
         return true;
     }
     return false;

@@ -66,5 +66,10 @@ SupportPtxas support_ptxas_summary(const char *out);
 #define SUPPORT_SANITIZED 0
 #endif
 #define SUPPORT_RUN_NVCC (!SUPPORT_SANITIZED)
+
+/* mpirun as the distributed tests run it: as root (CI's containers), more ranks than cores,
+ * and without LeakSanitizer in the ranks (OpenMPI's own allocations at exit). */
+#define SUPPORT_MPIRUN                                                                                                     \
+    "ASAN_OPTIONS=\"$ASAN_OPTIONS:detect_leaks=0\" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
 #define SUPPORT_REPEAT_RUNS (!SUPPORT_SANITIZED)
 #endif

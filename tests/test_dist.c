@@ -31,12 +31,10 @@
 #include "../runtime/kiln_rt.h"
 #include "support.h"
 
-/* In the ASan build, the ranks run without LeakSanitizer: OpenMPI's components, unloaded
+/* SUPPORT_MPIRUN (support.h): in the ASan build, the ranks run without LeakSanitizer: OpenMPI's components, unloaded
  * by MPI_Finalize, leave allocations that LSan can neither free nor name ("<unknown
  * module>"), so no suppression matches them. ASan's other checks and UBSan stay on, and
  * the same training code is leak-checked in the one-process runs. */
-#define MPIRUN                                                                                                             \
-    "ASAN_OPTIONS=\"$ASAN_OPTIONS:detect_leaks=0\" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
 /* Small runs: a few thousand samples, 20 steps of a small batch. */
 #define MLP_ARGS " --steps 20 --batch 64 --limit 4000 --eval-every 1000 --eval-batches 2 "
 #define GPT_ARGS " --steps 20 --batch 8 --limit 400 --eval-every 1000 --eval-batches 2 "
@@ -150,7 +148,7 @@ Test(dist, mlp_two_ranks_train_what_one_process_trains)
     StrBuf out;
     sb_init(&out);
     cr_assert_eq(run("./mlp" MLP_ARGS "--checkpoint-dir one", &out), 0, "%s", out.data);
-    cr_assert_eq(run(MPIRUN "-np 2 ./mlp_d" MLP_ARGS "--checkpoint-dir two --log two.jsonl", &out), 0, "%s", out.data);
+    cr_assert_eq(run(SUPPORT_MPIRUN "-np 2 ./mlp_d" MLP_ARGS "--checkpoint-dir two --log two.jsonl", &out), 0, "%s", out.data);
     cr_assert(strstr(out.data, "steps of 64 (2 ranks × batch 32)"), "the start line states the split:\n%s", out.data);
     cr_assert(strstr(out.data, "eval at step 20:"), "%s", out.data);
     /* Rank 0 alone prints and logs: one start line, one eval line, 20 log lines plus the eval's. */
@@ -159,7 +157,7 @@ Test(dist, mlp_two_ranks_train_what_one_process_trains)
     cr_assert_eq(atoi(out.data), 21, "log lines: %s", out.data);
     assert_close("one/step-00000020/model.safetensors", "two/step-00000020/model.safetensors");
     /* 3 ranks, a batch they do not divide (22, 21, 21 samples): weighted by their shares. */
-    cr_assert_eq(run(MPIRUN "-np 3 ./mlp_d" MLP_ARGS "--checkpoint-dir three", &out), 0, "%s", out.data);
+    cr_assert_eq(run(SUPPORT_MPIRUN "-np 3 ./mlp_d" MLP_ARGS "--checkpoint-dir three", &out), 0, "%s", out.data);
     cr_assert(strstr(out.data, "(3 ranks × batch 21-22)"), "%s", out.data);
     assert_close("one/step-00000020/model.safetensors", "three/step-00000020/model.safetensors");
     sb_free(&out);
@@ -170,7 +168,7 @@ Test(dist, deterministic_runs_are_bitwise_reproducible)
     StrBuf out;
     sb_init(&out);
     for (int i = 0; i < 2; i++) {
-        int rc = runf(&out, MPIRUN "-np 2 ./mlp_d --deterministic" MLP_ARGS "--checkpoint-dir det%d", i);
+        int rc = runf(&out, SUPPORT_MPIRUN "-np 2 ./mlp_d --deterministic" MLP_ARGS "--checkpoint-dir det%d", i);
         cr_assert_eq(rc, 0, "%s", out.data);
     }
     bool bitwise;
@@ -188,7 +186,7 @@ Test(dist, gpt_two_ranks_train_what_one_process_trains, .timeout = 300)
     StrBuf out;
     sb_init(&out);
     cr_assert_eq(run("./gpt" GPT_ARGS "--checkpoint-dir one", &out), 0, "%s", out.data);
-    cr_assert_eq(run(MPIRUN "-np 2 ./gpt_d" GPT_ARGS "--checkpoint-dir two", &out), 0, "%s", out.data);
+    cr_assert_eq(run(SUPPORT_MPIRUN "-np 2 ./gpt_d" GPT_ARGS "--checkpoint-dir two", &out), 0, "%s", out.data);
     cr_assert(strstr(out.data, "(2 ranks × batch 4)"), "%s", out.data);
     assert_close("one/step-00000020/model.safetensors", "two/step-00000020/model.safetensors");
     sb_free(&out);
@@ -200,12 +198,12 @@ Test(dist, checkpoints_move_between_rank_counts)
     sb_init(&out);
     cr_assert_eq(run("./mlp" MLP_ARGS "--checkpoint-dir one", &out), 0, "%s", out.data);
     /* 2 ranks for 10 steps, then 1 process to step 20 */
-    cr_assert_eq(run(MPIRUN "-np 2 ./mlp_d" MLP_ARGS "--steps 10 --checkpoint-dir a", &out), 0, "%s", out.data);
+    cr_assert_eq(run(SUPPORT_MPIRUN "-np 2 ./mlp_d" MLP_ARGS "--steps 10 --checkpoint-dir a", &out), 0, "%s", out.data);
     cr_assert_eq(run("./mlp" MLP_ARGS "--checkpoint-dir a --resume a", &out), 0, "%s", out.data);
     assert_close("one/step-00000020/model.safetensors", "a/step-00000020/model.safetensors");
     /* 1 process for 10 steps, then 2 ranks to step 20 */
     cr_assert_eq(run("./mlp" MLP_ARGS "--steps 10 --checkpoint-dir b", &out), 0, "%s", out.data);
-    cr_assert_eq(run(MPIRUN "-np 2 ./mlp_d" MLP_ARGS "--checkpoint-dir b --resume b", &out), 0, "%s", out.data);
+    cr_assert_eq(run(SUPPORT_MPIRUN "-np 2 ./mlp_d" MLP_ARGS "--checkpoint-dir b --resume b", &out), 0, "%s", out.data);
     assert_close("one/step-00000020/model.safetensors", "b/step-00000020/model.safetensors");
     sb_free(&out);
 }
@@ -215,7 +213,7 @@ Test(dist, checkpoints_move_between_rank_counts)
 static int fault(int victim, const char *sig, StrBuf *out, double *seconds)
 {
     int rc = runf(out,
-                  "rm -f f.log; (" MPIRUN "-np 2 ./mlp_d --dist-timeout 2 --steps 1000000 --limit 4000 --batch 64 --eval-every 1000000 "
+                  "rm -f f.log; (" SUPPORT_MPIRUN "-np 2 ./mlp_d --dist-timeout 2 --steps 1000000 --limit 4000 --batch 64 --eval-every 1000000 "
                   "--checkpoint-every 1000000 --checkpoint-dir f --log f.log > f.out 2>&1 & m=$!; "
                   "n=0; while [ ! -s f.log ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done; "
                   "for p in $(pgrep -P $m); do tr '\\0' '\\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=%d && kill -%s $p; done; "
@@ -264,13 +262,13 @@ Test(dist, ranks_of_another_model_build_or_options_are_refused)
     /* the same layers, another activation: another graph, so another model */
     cr_assert_eq(run("sed 's/x = relu(fc2(x))/x = gelu(fc2(x))/' " KILN_SOURCE_DIR "/models/mlp.kiln > mlp2.kiln", &out), 0);
     build(at("mlp2.kiln"), "mlp2_d", "--distributed");
-    int rc = run(MPIRUN "-np 1 ./mlp_d --steps 5 --limit 4000 --checkpoint-dir x : -np 1 ./mlp2_d --steps 5 --limit 4000 --checkpoint-dir x", &out);
+    int rc = run(SUPPORT_MPIRUN "-np 1 ./mlp_d --steps 5 --limit 4000 --checkpoint-dir x : -np 1 ./mlp2_d --steps 5 --limit 4000 --checkpoint-dir x", &out);
     cr_assert_neq(rc, 0);
     cr_assert(strstr(out.data, "mlp: error: rank 0 of 2: rank 1 runs another model"), "%s", out.data);
-    rc = run(MPIRUN "-np 1 ./mlp_d --steps 5 --limit 4000 --checkpoint-dir x : -np 1 ./mlp_d64 --steps 5 --limit 4000 --checkpoint-dir x", &out);
+    rc = run(SUPPORT_MPIRUN "-np 1 ./mlp_d --steps 5 --limit 4000 --checkpoint-dir x : -np 1 ./mlp_d64 --steps 5 --limit 4000 --checkpoint-dir x", &out);
     cr_assert_neq(rc, 0);
     cr_assert(strstr(out.data, "rank 1 runs another build of mlp than rank 0"), "%s", out.data);
-    rc = run(MPIRUN "-np 1 ./mlp_d --steps 5 --limit 4000 --checkpoint-dir x : -np 1 ./mlp_d --steps 6 --limit 4000 --checkpoint-dir x", &out);
+    rc = run(SUPPORT_MPIRUN "-np 1 ./mlp_d --steps 5 --limit 4000 --checkpoint-dir x : -np 1 ./mlp_d --steps 6 --limit 4000 --checkpoint-dir x", &out);
     cr_assert_neq(rc, 0);
     cr_assert(strstr(out.data, "rank 1 was started with other options than rank 0"), "%s", out.data);
     struct stat st;
@@ -282,9 +280,9 @@ Test(dist, bad_flags_are_errors)
 {
     StrBuf out;
     sb_init(&out);
-    cr_assert_eq(run(MPIRUN "-np 2 ./mlp_d --dist-timeout 0", &out), 2, "%s", out.data);
+    cr_assert_eq(run(SUPPORT_MPIRUN "-np 2 ./mlp_d --dist-timeout 0", &out), 2, "%s", out.data);
     cr_assert(strstr(out.data, "--dist-timeout 0: give the seconds a rank waits for the others, from 1 to 1000000"), "%s", out.data);
-    cr_assert_neq(run(MPIRUN "-np 3 ./mlp_d --batch 2 --steps 1 --limit 100", &out), 0, "%s", out.data);
+    cr_assert_neq(run(SUPPORT_MPIRUN "-np 3 ./mlp_d --batch 2 --steps 1 --limit 100", &out), 0, "%s", out.data);
     cr_assert(strstr(out.data, "the batch of 2 is smaller than the 3 ranks: give --batch 3 or more"), "%s", out.data);
     cr_assert_eq(run("./mlp --deterministic", &out), 2, "%s", out.data);
     cr_assert(strstr(out.data, "unknown option '--deterministic'"), "%s", out.data);

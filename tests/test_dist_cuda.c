@@ -26,8 +26,6 @@
 #include "../runtime/kiln_rt.h"
 #include "support.h"
 
-#define MPIRUN                                                                                                             \
-    "ASAN_OPTIONS=\"$ASAN_OPTIONS:detect_leaks=0\" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
 #define ARGS " --batch 32 --limit 1000 --eval-every 1000 --eval-batches 1 "
 
 static char dir[96];
@@ -118,7 +116,7 @@ static void one_process(void)
     if (stat(at("one/step-00000006/model.safetensors"), &st) == 0) return;
     StrBuf out;
     sb_init(&out);
-    cr_assert_eq(run(MPIRUN "-np 1 ./mlp_ed" ARGS "--steps 6 --checkpoint-dir one", &out), 0, "%s", out.data);
+    cr_assert_eq(run(SUPPORT_MPIRUN "-np 1 ./mlp_ed" ARGS "--steps 6 --checkpoint-dir one", &out), 0, "%s", out.data);
     sb_free(&out);
 }
 
@@ -128,14 +126,14 @@ Test(dist_cuda, emulated_nccl_ranks_train_what_one_process_and_the_c_target_trai
     one_process();
     StrBuf out;
     sb_init(&out);
-    cr_assert_eq(run(MPIRUN "-np 2 ./mlp_ed" ARGS "--steps 6 --checkpoint-dir two", &out), 0, "%s", out.data);
+    cr_assert_eq(run(SUPPORT_MPIRUN "-np 2 ./mlp_ed" ARGS "--steps 6 --checkpoint-dir two", &out), 0, "%s", out.data);
     cr_assert(strstr(out.data, "steps of 32 (2 ranks × batch 16)"), "the start line states the split:\n%s", out.data);
     cr_assert(strstr(out.data, "eval at step 6:"), "%s", out.data);
-    cr_assert_eq(run(MPIRUN "-np 2 ./mlp_d" ARGS "--steps 6 --checkpoint-dir c", &out), 0, "%s", out.data);
+    cr_assert_eq(run(SUPPORT_MPIRUN "-np 2 ./mlp_d" ARGS "--steps 6 --checkpoint-dir c", &out), 0, "%s", out.data);
     assert_close("two/step-00000006/model.safetensors", "one/step-00000006/model.safetensors");
     assert_close("two/step-00000006/model.safetensors", "c/step-00000006/model.safetensors");
     /* --deterministic's gather and sum kernel add in rank order, as the emulated all-reduce does */
-    cr_assert_eq(run(MPIRUN "-np 2 ./mlp_ed --deterministic" ARGS "--steps 6 --checkpoint-dir det", &out), 0, "%s", out.data);
+    cr_assert_eq(run(SUPPORT_MPIRUN "-np 2 ./mlp_ed --deterministic" ARGS "--steps 6 --checkpoint-dir det", &out), 0, "%s", out.data);
     bool bitwise;
     weights_difference("det/step-00000006/model.safetensors", "two/step-00000006/model.safetensors", &bitwise);
     cr_assert(bitwise, "--deterministic's sum in rank order differs from the emulated all-reduce's");
@@ -147,8 +145,8 @@ Test(dist_cuda, emulated_checkpoint_of_two_ranks_resumes_on_one)
     one_process();
     StrBuf out;
     sb_init(&out);
-    cr_assert_eq(run(MPIRUN "-np 2 ./mlp_ed" ARGS "--steps 3 --checkpoint-dir a", &out), 0, "%s", out.data);
-    cr_assert_eq(run(MPIRUN "-np 1 ./mlp_ed" ARGS "--steps 6 --checkpoint-dir a --resume a", &out), 0, "%s", out.data);
+    cr_assert_eq(run(SUPPORT_MPIRUN "-np 2 ./mlp_ed" ARGS "--steps 3 --checkpoint-dir a", &out), 0, "%s", out.data);
+    cr_assert_eq(run(SUPPORT_MPIRUN "-np 1 ./mlp_ed" ARGS "--steps 6 --checkpoint-dir a --resume a", &out), 0, "%s", out.data);
     assert_close("a/step-00000006/model.safetensors", "one/step-00000006/model.safetensors");
     sb_free(&out);
 }
@@ -162,7 +160,7 @@ Test(dist_cuda, gpu_program_links_nccl_and_mpi_and_needs_a_gpu)
     sb_init(&out);
     cr_assert_eq(run("ldd ./mlp_gd", &out), 0, "%s", out.data);
     cr_assert(strstr(out.data, "libnccl.so") && strstr(out.data, "libmpi"), "linked against NCCL and MPI:\n%s", out.data);
-    int rc = run(MPIRUN "-np 1 ./mlp_gd" ARGS "--steps 1", &out);
+    int rc = run(SUPPORT_MPIRUN "-np 1 ./mlp_gd" ARGS "--steps 1", &out);
     if (!strstr(out.data, "no CUDA GPU")) { /* a machine with a GPU: then it trains */
         cr_assert_eq(rc, 0, "%s", out.data);
     } else {
