@@ -386,6 +386,11 @@ static RowSpread row_spread(const CgKernel *L)
     return w <= CUDA_ROW_THREAD_MAX ? ROWS_PER_THREAD : ROWS_PER_BLOCK;
 }
 
+static bool block_per_row(const CgKernel *L)
+{
+    return !columns_kernel(L) && (has_total(L) || (L->K->axes && row_spread(L) == ROWS_PER_BLOCK));
+}
+
 /* Pass s over a row: the accumulators, the loop over the row's elements (the needed
  * members, the partial reductions, the stores of the pass), the row's results. When the
  * reduced axes are not the trailing ones (`strided`), element j of the row is at
@@ -475,6 +480,22 @@ static bool has_total(const CgKernel *L)
     for (int i = 0; i < L->nstores; i++)
         if (L->f->cls[L->stores[i]] == CLASS_TOTAL) return true;
     return false;
+}
+
+/* Whether a block's threads share each row (kiln_block_sum): rows not one per thread, and
+ * not a column kernel's. */
+static bool block_per_row(const CgKernel *L);
+
+/* The launch's block size for a kernel whose block shares each row: as many warps as the
+ * row has elements, up to 256 threads. A row of 40 elements takes 64 threads, not 256 of
+ * which 216 would only wait at the barriers of every block reduction. */
+static void row_threads(const CgKernel *L, StrBuf *o)
+{
+    sb_puts(o, "    const int64_t W = ");
+    dims_product(o, L, true, true);
+    sb_printf(o, "; /* a row's elements */\n"
+                 "    const int threads = W >= %d ? %d : W <= 32 ? 32 : (int)(W + 31) / 32 * 32;\n",
+              CUDA_MAP_BLOCK, CUDA_MAP_BLOCK);
 }
 
 /* Reductions over leading axes whose results nothing else in the kernel uses (bias
@@ -836,6 +857,7 @@ static void emit_launcher(CgKernel *L)
         sb_puts(o, "    const int64_t R = ");
         dims_product(o, L, false, true);
         sb_puts(o, ";\n    const int64_t blocks = R < 1 ? 1 : R < KILN_CUDA_TOTAL_BLOCKS ? R : KILN_CUDA_TOTAL_BLOCKS;\n");
+        row_threads(L, o);
     } else if (L->K->axes && row_spread(L) == ROWS_PER_THREAD) { /* one thread per row */
         sb_puts(o, "    const int64_t rows = ");
         dims_product(o, L, false, true);
@@ -844,6 +866,7 @@ static void emit_launcher(CgKernel *L)
         sb_puts(o, "    const int64_t blocks = ");
         dims_product(o, L, false, true);
         sb_puts(o, ";\n");
+        row_threads(L, o);
     } else if (!scalar_reason(L)) { /* four elements per thread (emit_vector_loop) */
         sb_printf(o, "    const int64_t blocks = ((n + 3) / 4 + %d - 1) / %d; /* four elements a thread */\n", CUDA_MAP_BLOCK, CUDA_MAP_BLOCK);
     } else {
@@ -860,7 +883,8 @@ static void emit_launcher(CgKernel *L)
     sb_puts(o, ", ");
     kernel_name(L, o);
     sb_puts(o, L->mode == CG_LOOP_GEMM ? "_epilogue" : "");
-    sb_printf(o, ", grid, %d, 0, stream", CUDA_MAP_BLOCK);
+    if (block_per_row(L)) sb_puts(o, ", grid, threads, 0, stream");
+    else sb_printf(o, ", grid, %d, 0, stream", CUDA_MAP_BLOCK);
     for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, ", %s", g->syms[sy].name);
     for (int i = 0; i < L->nreads; i++) sb_printf(o, ", p%d", L->reads[i]);
     for (int i = 0; i < L->nstores; i++) sb_printf(o, ", y%d", L->stores[i]);

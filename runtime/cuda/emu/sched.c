@@ -2,9 +2,11 @@
  *
  * Each thread of a block is a fiber on a small stack of its own (switched by a few lines of
  * x86-64 assembly, or by ucontext elsewhere); stacks are mapped once per host thread and
- * reused by every later block and launch. The scheduler runs the block's runnable fibers
- * one after another (a "pass"); a fiber runs until it reaches a synchronisation point and
- * switches back:
+ * reused by every later block and launch, and a thread holds one only from its start to
+ * its end. The scheduler runs the block's runnable fibers one after another (a "pass"); a
+ * fiber runs until it reaches a synchronisation point and switches back, or until it ends,
+ * when the next thread of the pass, if it has not started, runs on in its place (no switch:
+ * a block without barriers costs a call per thread):
  *   - __syncthreads: the barrier opens when every thread of the block waits at the same
  *     one. Threads that exited while others wait, or threads waiting at different
  *     barriers, are a misuse the emulator reports (on a GPU: a hang or undefined results).
@@ -74,9 +76,9 @@ __thread dim3 kemu_grid_dim;
 enum { FIB_NEW, FIB_READY, FIB_BARRIER, FIB_SHFL, FIB_DONE };
 
 typedef struct {
-    void *sp;      /* saved stack pointer (the assembly switch) */
-    ucontext_t uc; /* saved context (the ucontext switch) */
-    unsigned char *stack; /* lowest address of the usable stack, above its guard page */
+    void *sp;       /* saved stack pointer (the assembly switch) */
+    ucontext_t *uc; /* saved context (the ucontext switch), apart: it is 1 KB, the rest 100 bytes */
+    unsigned char *stack; /* lowest address of its stack, above the guard page; NULL until it starts */
     int state;
     uint3 tid;
     const char *file; /* where it waits (barrier or shuffle) */
@@ -111,10 +113,14 @@ typedef struct {
     size_t sched_size;
 #endif
     Fiber *fibers;
+    ucontext_t *contexts; /* fibers[i].uc */
     unsigned cap; /* fibers (and stacks) allocated */
     unsigned char *stack_map;
     size_t map_bytes, stack_size, stride;
     unsigned *order;
+    unsigned next; /* the pass's next place in order */
+    unsigned char **free_stacks; /* stacks no running or waiting fiber holds, last freed on top */
+    unsigned nfree;
     Fiber *cur;       /* the fiber running now, NULL in the scheduler */
     int dirty_stacks; /* a block was abandoned: its fibers' stacks may hold ASan poison */
 
@@ -148,7 +154,9 @@ static void emu_free(void *p)
     if (!e) return;
     if (e->stack_map) munmap(e->stack_map, e->map_bytes);
     free(e->fibers);
+    free(e->contexts);
     free(e->order);
+    free(e->free_stacks);
     free(e->smem);
     free(e);
 }
@@ -201,7 +209,9 @@ static int ensure_fibers(Emu *e, unsigned n)
     while (cap < n) cap *= 2;
     if (e->stack_map) munmap(e->stack_map, e->map_bytes);
     free(e->fibers);
+    free(e->contexts);
     free(e->order);
+    free(e->free_stacks);
     e->stack_map = NULL;
     e->cap = 0;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -209,24 +219,29 @@ static int ensure_fibers(Emu *e, unsigned n)
     e->stride = e->stack_size + page;
     e->map_bytes = e->stride * cap;
     e->fibers = calloc(cap, sizeof *e->fibers);
+    e->contexts = calloc(cap, sizeof *e->contexts);
     e->order = calloc(cap, sizeof *e->order);
+    e->free_stacks = calloc(cap, sizeof *e->free_stacks);
     void *map = mmap(NULL, e->map_bytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-    if (!e->fibers || !e->order || map == MAP_FAILED) {
+    if (!e->fibers || !e->contexts || !e->order || !e->free_stacks || map == MAP_FAILED) {
         if (map != MAP_FAILED) munmap(map, e->map_bytes);
         free(e->fibers);
+        free(e->contexts);
         free(e->order);
+        free(e->free_stacks);
         e->fibers = NULL;
+        e->contexts = NULL;
         e->order = NULL;
+        e->free_stacks = NULL;
         return -1;
     }
     e->stack_map = map;
     for (unsigned i = 0; i < cap; i++) {
-        unsigned char *base = e->stack_map + (size_t)i * e->stride;
-        mprotect(base, page, PROT_NONE);
-        e->fibers[i].stack = base + page;
+        mprotect(e->stack_map + (size_t)i * e->stride, page, PROT_NONE);
         /* Once: later starts only re-make the saved context (makecontext). */
-        if (init_context(&e->fibers[i].uc) != 0) return -1;
+        e->fibers[i].uc = &e->contexts[i];
+        if (init_context(e->fibers[i].uc) != 0) return -1;
     }
     e->cap = cap;
     return 0;
@@ -305,11 +320,14 @@ static int kemu_swapcontext(ucontext_t *from, const ucontext_t *to)
 
 /* Two ways to switch stacks. swapcontext saves and restores the signal mask with a system
  * call each way, about 0.2 us: a softmax over 1024 rows of 1024 took 3.2 s, most of it in
- * rt_sigprocmask. On x86-64 a switch is instead the System V callee-saved registers, the
- * SSE and x87 control words and the stack pointer (kemu_switch_x86_64, a few nanoseconds);
- * fibers never touch the signal mask. ucontext stays for other machines, and on x86-64 with
- * KILN_CUDA_EMU_SWITCH=ucontext (tested, and the way out should a platform enforce shadow
- * stacks, which a hand-made switch would break). */
+ * rt_sigprocmask. On x86-64 a switch is instead the System V callee-saved registers and the
+ * stack pointer (kemu_switch_x86_64, a few nanoseconds); fibers never touch the signal mask.
+ * Nor the SSE and x87 control words: device code has no global rounding mode to set, so
+ * every fiber runs with the host thread's, and the switch leaves them alone (fldcw and
+ * ldmxcsr at every switch made a gpt training step 2.7 times slower on an AMD EPYC).
+ * ucontext stays for other machines, and on x86-64 with KILN_CUDA_EMU_SWITCH=ucontext
+ * (tested, and the way out should a platform enforce shadow stacks, which a hand-made
+ * switch would break). */
 #if KEMU_ASM_SWITCH
 /* Saves the current registers on the current stack and its pointer in *save_sp, then
  * continues on to_sp where an earlier switch (or make_context) left registers. */
@@ -325,14 +343,8 @@ __asm__(".text\n"
         "    pushq %r13\n"
         "    pushq %r14\n"
         "    pushq %r15\n"
-        "    subq $8, %rsp\n"
-        "    stmxcsr (%rsp)\n"
-        "    fnstcw 4(%rsp)\n"
         "    movq %rsp, (%rdi)\n"
         "    movq %rsi, %rsp\n"
-        "    ldmxcsr (%rsp)\n"
-        "    fldcw 4(%rsp)\n"
-        "    addq $8, %rsp\n"
         "    popq %r15\n"
         "    popq %r14\n"
         "    popq %r13\n"
@@ -353,7 +365,7 @@ static void ctx_to_fiber(Emu *e, Fiber *f)
         return;
     }
 #endif
-    swapcontext(&e->sched_uc, &f->uc);
+    swapcontext(&e->sched_uc, f->uc);
 }
 
 static void ctx_to_scheduler(Emu *e, Fiber *f)
@@ -364,7 +376,7 @@ static void ctx_to_scheduler(Emu *e, Fiber *f)
         return;
     }
 #endif
-    swapcontext(&f->uc, &e->sched_uc);
+    swapcontext(f->uc, &e->sched_uc);
 }
 
 /* A fresh context on f's stack that starts in fiber_main. */
@@ -372,11 +384,10 @@ static void ctx_make(Emu *e, Fiber *f)
 {
 #if KEMU_ASM_SWITCH
     if (!e->use_ucontext) {
-        /* What kemu_switch_x86_64 pops: control words, six registers, the address it
-         * returns to (fiber_main), above it a null return address for fiber_main, which
-         * never returns; fiber_main starts with the stack pointer 8 past a 16-byte
-         * boundary, as after a call. The control words are the scheduler's, so kernels
-         * see the host's rounding and denormal settings. */
+        /* What kemu_switch_x86_64 pops: six registers, the address it returns to
+         * (fiber_main), above it a null return address for fiber_main, which never
+         * returns; fiber_main starts with the stack pointer 8 past a 16-byte boundary, as
+         * after a call. */
         uintptr_t top = ((uintptr_t)(f->stack + e->stack_size)) & ~(uintptr_t)15;
         uint64_t *sp = (uint64_t *)top;
         *--sp = 0;
@@ -385,21 +396,19 @@ static void ctx_make(Emu *e, Fiber *f)
         memcpy(&entry_bits, &entry, sizeof entry_bits);
         *--sp = entry_bits;
         for (int i = 0; i < 6; i++) *--sp = 0;
-        uint32_t mxcsr = __builtin_ia32_stmxcsr();
-        uint16_t fcw;
-        __asm__ volatile("fnstcw %0" : "=m"(fcw));
-        *--sp = (uint64_t)mxcsr | (uint64_t)fcw << 32;
         f->sp = sp;
         return;
     }
 #endif
-    f->uc.uc_stack.ss_sp = f->stack;
-    f->uc.uc_stack.ss_size = e->stack_size;
-    f->uc.uc_link = NULL;
-    makecontext(&f->uc, fiber_main, 0);
+    f->uc->uc_stack.ss_sp = f->stack;
+    f->uc->uc_stack.ss_size = e->stack_size;
+    f->uc->uc_link = NULL;
+    makecontext(f->uc, fiber_main, 0);
 }
 
-static void switch_in(Emu *e, Fiber *f)
+/* Runs f until a fiber switches back to the scheduler: f, or the last thread of its chain
+ * (fiber_main); returns that fiber. */
+static Fiber *switch_in(Emu *e, Fiber *f)
 {
     e->cur = f;
     kemu_thread_idx = f->tid;
@@ -412,7 +421,9 @@ static void switch_in(Emu *e, Fiber *f)
 #else
     ctx_to_fiber(e, f);
 #endif
+    Fiber *back = e->cur;
     e->cur = NULL;
+    return back;
 }
 
 /* Back to the scheduler; returns when the scheduler resumes the fiber (never when it is
@@ -429,28 +440,46 @@ static void switch_out(Emu *e, Fiber *f, int exiting)
 #endif
 }
 
+/* A thread that finishes hands its stack to the next thread of the pass when that one has
+ * not started yet, and calls the body again for it without a switch: the same order and
+ * the same semantics as a switch to the scheduler and a fresh fiber, at the cost of a
+ * call. In a kernel without barriers or shuffles a whole block is one such chain. */
 static void fiber_main(void)
 {
     Emu *e = tls_emu;
 #if KEMU_ASAN
     __sanitizer_finish_switch_fiber(NULL, &e->sched_bottom, &e->sched_size);
 #endif
-    e->body(e->ctx);
-    Fiber *f = e->cur;
-    f->state = FIB_DONE;
-    switch_out(e, f, 1);
-    abort(); /* a finished fiber is never resumed */
+    for (;;) {
+        e->body(e->ctx);
+        Fiber *f = e->cur;
+        f->state = FIB_DONE;
+        while (e->next < e->nthreads && e->fibers[e->order[e->next]].state != FIB_NEW &&
+               e->fibers[e->order[e->next]].state != FIB_READY)
+            e->next++; /* the scheduler skips these too */
+        if (e->failed || e->next == e->nthreads || e->fibers[e->order[e->next]].state != FIB_NEW) {
+            switch_out(e, f, 1); /* the scheduler takes back the stack and goes on */
+            abort();             /* a finished fiber is never resumed */
+        }
+        Fiber *g = &e->fibers[e->order[e->next++]];
+        g->stack = f->stack;
+        f->stack = NULL;
+        g->state = FIB_READY;
+        e->cur = g;
+        kemu_thread_idx = g->tid;
+    }
 }
 
-static void start_fiber(Emu *e, Fiber *f)
+static Fiber *start_fiber(Emu *e, Fiber *f)
 {
+    f->stack = e->free_stacks[--e->nfree];
 #if KEMU_ASAN
     /* An abandoned block left its frames' red zones poisoned on these stacks. */
     if (e->dirty_stacks) KEMU_UNPOISON(f->stack, e->stack_size);
 #endif
     ctx_make(e, f);
     f->state = FIB_READY;
-    switch_in(e, f);
+    return switch_in(e, f);
 }
 
 /* A misuse found inside a thread (shared memory over the limit, a shuffle in a partial
@@ -744,6 +773,7 @@ static void run_block(Emu *e)
         f->tid.z = i / (b.x * b.y);
         f->file = "";
         f->line = 0;
+        f->stack = NULL;
     }
     /* Shared memory: the dynamic bytes at the start of the arena, static regions later. */
     KEMU_UNPOISON(e->smem, e->smem_cap);
@@ -752,15 +782,29 @@ static void run_block(Emu *e)
     put_region(e, 0, e->dyn_bytes);
     e->smem_top = e->dyn_bytes + KEMU_REDZONE;
 
+    /* Stacks are handed out as threads start and taken back as they finish, the last one
+     * freed first: a block whose threads run to the end without waiting (elementwise
+     * kernels) runs every thread on the same stack, warm in the cache, instead of touching
+     * a cold page of another stack for each thread. */
+    const size_t page = e->stride - e->stack_size;
+    e->nfree = n;
+    for (unsigned i = 0; i < n; i++) e->free_stacks[i] = e->stack_map + (size_t)(n - 1 - i) * e->stride + page;
+
     for (unsigned pass = 0;; pass++) {
         make_order(e, pass);
-        for (unsigned k = 0; k < n; k++) {
-            Fiber *f = &e->fibers[e->order[k]];
+        for (e->next = 0; e->next < n;) {
+            Fiber *f = &e->fibers[e->order[e->next++]], *back;
             if (f->state == FIB_NEW)
-                start_fiber(e, f);
+                back = start_fiber(e, f);
             else if (f->state == FIB_READY)
-                switch_in(e, f);
+                back = switch_in(e, f);
+            else
+                continue;
             if (e->failed) return;
+            if (back->state == FIB_DONE) {
+                e->free_stacks[e->nfree++] = back->stack;
+                back->stack = NULL;
+            }
         }
         /* Every fiber has run until it finished or waits. */
         unsigned done = 0, barrier = 0;
