@@ -225,7 +225,7 @@ bool build_have_nvcc(void) { return KILN_NVCC[0] != 0; }
 
 /* model.cu and the CUDA host runtime (runtime/cuda/device.cu) compiled at the same time,
  * then linked with the driver, the runtime and the CUDA libraries (or the emulator's) by
- * the host C++ compiler. The GPU build targets sm_80 and sm_90 (A100, H100); device.cu
+ * the host C++ compiler. The GPU build targets sm_80 and sm_90 (BUILD_NVCC_ARCH); device.cu
  * without FMA contraction, so that the optimizer rounds as the host's does. A distributed
  * program adds the NCCL gradient transport (runtime/cuda/dist_nccl.cu, against the
  * emulator's NCCL for cuda-emu), dist_mpi.c and MPI. */
@@ -253,7 +253,7 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
     sb_init(&cmd);
     if (emulated) sb_printf(&compile, "%s %s -DKILN_CUDA_EMU ", cxx, KILN_EMU_CXXFLAGS);
     else
-        sb_printf(&compile, "%s -std=c++17 -O3 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 ", KILN_NVCC);
+        sb_printf(&compile, "%s -std=c++17 -O3 " BUILD_NVCC_ARCH " ", KILN_NVCC);
     if (extra_flags && *extra_flags) sb_printf(&compile, "%s ", extra_flags);
     sb_puts(&compile, "-I");
     shell_word(&compile, KILN_RUNTIME_DIR "/cuda");

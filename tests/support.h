@@ -54,7 +54,8 @@ SupportPtxas support_ptxas_summary(const char *out);
  *     is what ASan checks there) and leaves the minutes of nvcc to the other;
  *   - SUPPORT_REPEAT_RUNS: a second run of the same code for a numerical verdict (another
  *     thread order of the emulator beside the shuffled one, a checkpoint resumed across
- *     targets as well as on its own): the sanitizer sees no other memory accesses in it. */
+ *     targets as well as on its own, more seeds or more elements of a gradient check):
+ *     the sanitizer sees no other memory accesses in it. */
 #if defined(__SANITIZE_ADDRESS__)
 #define SUPPORT_SANITIZED 1
 #elif defined(__has_feature)

@@ -3,7 +3,8 @@
  * both targets from the shared kernel-body generator (codegen/kernel.c), the C kernel runs
  * on the host as the reference, the CUDA kernel runs under the CUDA emulator (g++
  * -DKILN_CUDA_EMU, runtime/cuda/emu) on the same inputs, and the outputs are compared.
- * model.cu also compiles with nvcc for sm_90 without spills when a toolkit is installed,
+ * model.cu also compiles with nvcc for sm_90 without spills when a toolkit is installed
+ * (the models' model.cu in test_cuda_train, for sm_80 and sm_90),
  * and a kernel the target cannot write yet is an error that names it and its model line. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -199,7 +200,9 @@ static void single_kernel_test(const Graph *g, int32_t k, NodeId id, const char 
  * but double-precision matrix products: model.cu is partial, leaving those out) against
  * the C function of the same kernel. A kernel whose C function is an earlier kernel's
  * (the same code) is compared through that one. */
-static void check_map_kernels(const char *text)
+/* nvcc: whether to compile model.cu with nvcc too; the models' kernels are compiled, word
+ * for word, by test_cuda_train's every_model_compiles_for_sm80_and_sm90_without_spills. */
+static void check_map_kernels(const char *text, bool nvcc)
 {
     char dir[] = "/tmp/kiln-cudacg-XXXXXX";
     cr_assert(mkdtemp(dir));
@@ -459,14 +462,15 @@ static void check_map_kernels(const char *text)
              "'%s/ref.o' '%s' '%s' -lpthread -lm -o '%s/harness' 2>&1",
              KILN_CXX, KILN_EMU_CXXFLAGS, KILN_SOURCE_DIR, KILN_SOURCE_DIR, dir, dir, KILN_CUDA_EMU_LIB, KILN_OPENBLAS, dir);
     cr_assert_eq(run(cmd, "model.cu under the emulator"), 0);
-    /* every thread order gives the same elements (no kernel here shares anything) */
-    static const char *const orders[] = {"forward", "reverse", "shuffle"};
-    for (int i = 0; i < 3; i++) {
+    /* every thread order gives the same elements (no kernel here shares anything); the
+     * sanitizer build runs the shuffled one only (support.h, SUPPORT_REPEAT_RUNS) */
+    static const char *const orders[] = {"shuffle", "forward", "reverse"};
+    for (int i = 0; i < (SUPPORT_REPEAT_RUNS ? 3 : 1); i++) {
         snprintf(cmd, sizeof cmd, "KILN_CUDA_EMU_ORDER=%s '%s/harness' 2>&1", orders[i], dir);
         cr_expect_eq(run(cmd, orders[i]), 0, "the CUDA kernels differ from the C target's (order %s)", orders[i]);
     }
 
-    if (*KILN_NVCC && SUPPORT_RUN_NVCC) { /* not again in the sanitizer build (support.h) */
+    if (nvcc && *KILN_NVCC && SUPPORT_RUN_NVCC) { /* not again in the sanitizer build (support.h) */
         snprintf(cmd, sizeof cmd,
                  "'%s' -std=c++17 -O0 -arch=sm_90 -Xptxas -v -I'%s/runtime/cuda' -I'%s/runtime' -c '%s/model.cu' -o '%s/model.o' 2>&1", /* -O0: the host code's level only */
                  KILN_NVCC, KILN_SOURCE_DIR, KILN_SOURCE_DIR, dir, dir);
@@ -505,7 +509,7 @@ Test(cuda_codegen, map_kernels_agree_with_the_c_target, .timeout = 240)
     check_map_kernels("model ew\ndim B <= 64\n"
                       "forward(x: f32[B, 37], z: f32[37]) -> y {\n"
                       " y = tanh(x * z) + sigmoid(x) * 2 - relu(x - z) / (exp(z) + 1) + where(x > z, x, -z)\n"
-                      "}\nloss(y) = sum(y * y / 2 + y)\n");
+                      "}\nloss(y) = sum(y * y / 2 + y)\n", true);
 }
 
 /* Broadcasts along leading and middle axes: coordinates from the flat index by division. */
@@ -514,7 +518,7 @@ Test(cuda_codegen, broadcast_coordinates, .timeout = 240)
     check_map_kernels("model t\ndim B <= 9\n"
                       "forward(x: f32[B, 5, 6, 2], z: f32[5, 1, 2], w: f32[6, 1]) -> y {\n"
                       " y = where(x > 0, x * z, z - w) + maximum(x, w) - minimum(z, x)\n"
-                      "}\nloss(y) = sum(y * y / 2 + y)\n");
+                      "}\nloss(y) = sum(y * y / 2 + y)\n", true);
 }
 
 /* Double precision, casts, pow, abs, sqrt and log. */
@@ -523,7 +527,7 @@ Test(cuda_codegen, f64_casts_and_math, .timeout = 240)
     check_map_kernels("model t\ndim B <= 64\n"
                       "forward(x: f64[B, 7], z: f32[B, 7]) -> y {\n"
                       " y = f32(pow(exp(x), 0.5) + sqrt(abs(x) + 1)) * log(abs(z) + 1) + f32(x > 0)\n"
-                      "}\nloss(y) = sum(y * y / 2 + y)\n");
+                      "}\nloss(y) = sum(y * y / 2 + y)\n", true);
 }
 
 /* Row reductions over the last axis: softmax, log-softmax and layer norm with their
@@ -533,7 +537,7 @@ Test(cuda_codegen, row_reductions, .timeout = 240)
     check_map_kernels("model t\ndim B <= 64\nln = LayerNorm(300)\n"
                       "forward(x: f32[B, 300], z: f32[B, 7]) -> y {\n"
                       " y = sum(softmax(x) * x + ln(x), axis = 1, keepdim = true) * log_softmax(z)[:, 0:1]\n"
-                      "}\nloss(y) = sum(y * y / 2 + y)\n");
+                      "}\nloss(y) = sum(y * y / 2 + y)\n", true);
 }
 
 /* Matrix products through cuBLAS (a transposed weight read in place) with their epilogues
@@ -549,9 +553,9 @@ Test(cuda_codegen, matrix_products_with_epilogues, .timeout = 240)
     check_map_kernels("model t\ndim B <= 64\nfc1 = Linear(37, 70)\nfc2 = Linear(70, 5)\n"
                       "forward(x: f32[B, 37]) -> y {\n"
                       " y = fc2(relu(fc1(x)))\n"
-                      "}\nloss(y) = sum(y * y / 2 + y)\n");
+                      "}\nloss(y) = sum(y * y / 2 + y)\n", true);
     /* tanh-GELU through cuBLASLt (GELU_AUX_BIAS, its input the backward's), erf-GELU not */
-    check_map_kernels(GELU_MODEL);
+    check_map_kernels(GELU_MODEL, true);
 }
 
 /* How many times `what` occurs in s. */
@@ -619,7 +623,7 @@ static void check_model_file(const char *name)
     char *text = util_read_file(path, &len, &err);
     cr_assert(text, "%s", err.data);
     sb_free(&err);
-    check_map_kernels(text);
+    check_map_kernels(text, false);
     free(text);
 }
 
@@ -639,7 +643,7 @@ Test(cuda_codegen, copies_and_argmax_over_a_middle_axis, .timeout = 240)
                       "forward(x: f32[B, 5, 6], z: f32[B, 7, 5]) -> y {\n"
                       " y = cat(transpose(x, dim0 = -2, dim1 = -1), z[:, 1:7:2, :], dim = 1) * 2\n"
                       "}\nloss(y) = sum(y * y / 2 + y)\n"
-                      "metric m = mean(f32(argmax(y, axis = 1)))\n");
+                      "metric m = mean(f32(argmax(y, axis = 1)))\n", true);
 }
 
 /* Reductions over middle and mixed axes: max pooling's 2x2 windows (one thread per short
@@ -651,7 +655,7 @@ Test(cuda_codegen, reductions_over_middle_axes_and_summed_products, .timeout = 3
     check_map_kernels("model t\ndim B <= 9\nconv = Conv2d(3, 4, 3, padding = 1)\nbn = BatchNorm2d(4)\n"
                       "forward(x: f32[B, 3, 6, 10], z: f32[B, 4, 5, 20]) -> y {\n"
                       " y = max_pool2d(relu(bn(conv(x))), 2) + mean(z, axis = [0, 2], keepdim = true)[:, :, :, 0:5]\n"
-                      "}\nloss(y) = sum(y * y / 2 + y)\n");
+                      "}\nloss(y) = sum(y * y / 2 + y)\n", true);
 }
 
 /* Dropout in every kind of kernel: elementwise, a row reduction (softmax, then dropout),
@@ -662,7 +666,7 @@ Test(cuda_codegen, random_numbers_in_every_kind_of_kernel, .timeout = 240)
     check_map_kernels("model t\ndim B <= 40\nfc = Linear(37, 20)\n"
                       "forward(x: f32[B, 37]) -> y {\n"
                       " y = dropout(softmax(fc(dropout(x, 0.25))), 0.5) + dropout(x[:, 0:20], 0.1)\n"
-                      "}\nloss(y) = sum(y * y / 2 + y)\n");
+                      "}\nloss(y) = sum(y * y / 2 + y)\n", true);
 }
 
 /* Batched products as cublasSgemmStridedBatched calls: contiguous batch axes as one call
@@ -673,7 +677,7 @@ Test(cuda_codegen, batched_products_as_strided_batched_calls, .timeout = 240)
     check_map_kernels("model t\ndim B <= 9\n"
                       "forward(x: f32[B, 3, 4, 5], z: f32[B, 3, 5, 6], u: f32[B, 5, 3, 6]) -> y {\n"
                       " y = matmul(x, z) + matmul(x, permute(u, 0, 2, 1, 3))\n"
-                      "}\nloss(y) = sum(y * y / 2 + y)\n");
+                      "}\nloss(y) = sum(y * y / 2 + y)\n", true);
 }
 
 /* The kernels of model.cu (a file kiln emit wrote) with what their launch comment says of

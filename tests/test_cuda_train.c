@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../cli/build.h"
 #include "ckpt_compare.h"
 #include "support.h"
 
@@ -259,6 +260,7 @@ Test(cuda_train, gpu_program_without_a_gpu_says_so, .timeout = 600)
     if (!*KILN_NVCC) {
         cr_skip_test("no CUDA toolkit: --target cuda cannot be built here");
     }
+    if (!SUPPORT_RUN_NVCC) cr_skip_test("nvcc is not run in the sanitizer build (tests/support.h)");
     char dir[] = "/tmp/kiln-cudagpu-XXXXXX";
     cr_assert(mkdtemp(dir));
     build(dir, &mlp_case, "cuda", "prog-gpu");
@@ -303,7 +305,7 @@ Test(cuda_train, every_model_compiles_for_sm80_and_sm90_without_spills, .timeout
             continue;
         }
         snprintf(cmd, sizeof cmd,
-                 "'%s' -std=c++17 -O0 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -Xptxas -v "
+                 "'%s' -std=c++17 -O0 " BUILD_NVCC_ARCH " -Xptxas -v "
                  "-I'%s/runtime/cuda' -I'%s/runtime' -c '%s/%s/model.cu' -o '%s/%s/model.o' 2>&1",
                  KILN_NVCC, KILN_SOURCE_DIR, KILN_SOURCE_DIR, dir, models[m], dir, models[m]);
         int rc = support_run(cmd, &out);
