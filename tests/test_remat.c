@@ -264,7 +264,7 @@ Test(remat, a_memory_budget_is_met_by_checkpointing_blocks, .timeout = 600)
     char path[300];
     snprintf(path, sizeof path, "%s/all.kiln", dir);
     write_file(path, all);
-    snprintf(args, sizeof args, "build %s --bound T=64 --report -o %s/all", path, dir);
+    snprintf(args, sizeof args, "emit %s --bound T=64 --report -o %s/all", path, dir); /* the plan only: not run */
     fresh(&out);
     cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
     const long long every = report_total(out.data);
@@ -291,11 +291,11 @@ Test(remat, a_memory_budget_is_met_by_checkpointing_blocks, .timeout = 600)
     snprintf(path, sizeof path, "%s/keyed.kiln", dir);
     write_file(path, keyed);
     free(keyed);
-    snprintf(args, sizeof args, "build %s --bound T=64 --report -o %s/keyed", path, dir);
+    snprintf(args, sizeof args, "emit %s --bound T=64 --report -o %s/keyed-plan", path, dir);
     fresh(&out);
     cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
     cr_expect_eq(report_total(out.data), met, "memory_budget = \"%lld\" in the recipe:\n%s", budget, out.data);
-    snprintf(args, sizeof args, "build %s --bound T=64 --report --memory-budget %lld -o %s/keyed", path, plain, dir);
+    snprintf(args, sizeof args, "emit %s --bound T=64 --report --memory-budget %lld -o %s/keyed-plan", path, plain, dir);
     fresh(&out);
     cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
     cr_expect(strstr(out.data, "(0 of the model's 4 blocks checkpointed"), "--memory-budget %lld over the recipe's %lld:\n%s", plain, budget,
