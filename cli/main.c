@@ -1218,13 +1218,6 @@ static int cmd_model(const char *cmd, int argc, char **argv)
         diag_free(&d);
         return 2;
     }
-    if (o.cuda && g_precision.half != DT_F32 && !g_infer) {
-        fprintf(stderr, "kiln %s: error: %s %s: mixed precision is not implemented for the CUDA target yet (the C target has it)\n",
-                cmd, g_precision_from, precision_name(g_precision.half));
-        frontend_model_free(m);
-        diag_free(&d);
-        return 2;
-    }
     g_bucket_bytes = o.distributed ? o.bucket_bytes : 0;
     if (!strcmp(cmd, "build")) {
         rc = build_to(&o, m, &d, o.output);

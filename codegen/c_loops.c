@@ -16,13 +16,6 @@
 
 /* The last axis of the run of adjacent inner axes from a that can share one loop: none
  * of their coordinates is used. */
-/* `y<id>[at] = <local>;`, the local converted to the stored dtype (kiln_half.h). */
-static void store_line(StrBuf *o, const char *indent, const Graph *g, NodeId id, const char *at, const char *local)
-{
-    sb_printf(o, "%sy%d[%s] = ", indent, id, at);
-    cg_store_local(o, g, id, local);
-    sb_puts(o, ";\n");
-}
 
 static int run_end(const CgKernel *L, int a)
 {
@@ -202,7 +195,7 @@ static void emit_row_body(CgKernel *L, const char *indent)
                 sb_free(&v);
             }
             for (int i = 0; i < L->nstores; i++)
-                if (cg_stored_in_pass(L, L->stores[i], s)) store_line(o, in, L->g, L->stores[i], "i", "t%d");
+                if (cg_stored_in_pass(L, L->stores[i], s)) cg_store_line(o, in, L->g, L->stores[i], "i", "t%d");
             close_braces(o, braces, indent);
             sb_free(&red);
             sb_free(&maxes);
@@ -230,12 +223,12 @@ static void emit_row_body(CgKernel *L, const char *indent)
         int braces = open_inner(L, L->lane >= 0 ? NULL : "#pragma omp simd", indent, INNER_PLAIN);
         cg_emit_needed(L, in);
         for (int i = 0; i < L->nstores; i++)
-            if (cg_stored_in_pass(L, L->stores[i], L->pass)) store_line(o, in, L->g, L->stores[i], "i", "t%d");
+            if (cg_stored_in_pass(L, L->stores[i], L->pass)) cg_store_line(o, in, L->g, L->stores[i], "i", "t%d");
         close_braces(o, braces, indent);
     }
     for (int i = 0; i < L->nstores; i++) {
         NodeId id = L->stores[i];
-        if (L->f->cls[id] == CLASS_ROW) store_line(o, indent, L->g, id, "row", "w%d");
+        if (L->f->cls[id] == CLASS_ROW) cg_store_line(o, indent, L->g, id, "row", "w%d");
         if (L->f->cls[id] == CLASS_TOTAL) {
             sb_printf(o, "%stot%d += ", indent, id);
             cg_operand(L, ir_input(g, id, 0), id, true, o);
@@ -399,7 +392,7 @@ static void emit_loop_kernel(CgKernel *L)
         cg_clear_needed(L);
         for (int i = 0; i < L->nstores; i++) cg_need(L, L->stores[i]);
         cg_emit_needed(L, "        ");
-        for (int i = 0; i < L->nstores; i++) store_line(o, "        ", g, L->stores[i], "i", "t%d");
+        for (int i = 0; i < L->nstores; i++) cg_store_line(o, "        ", g, L->stores[i], "i", "t%d");
         sb_puts(o, "    }\n");
     } else if (L->mode == CG_LOOP_ROWS) {
         sb_puts(o, "    const int64_t R = 1");
@@ -453,7 +446,7 @@ static void emit_loop_kernel(CgKernel *L)
         sb_printf(o, "    %*s}\n", 4 * (nloops ? nloops - 1 : 0), "");
     }
     for (int i = 0; i < L->nstores; i++)
-        if (L->f->cls[L->stores[i]] == CLASS_TOTAL) store_line(o, "    ", g, L->stores[i], "0", "tot%d");
+        if (L->f->cls[L->stores[i]] == CLASS_TOTAL) cg_store_line(o, "    ", g, L->stores[i], "0", "tot%d");
     sb_free(&tot);
     sb_puts(o, "}\n\n");
 }
@@ -596,7 +589,7 @@ static void emit_gemm_kernel(CgKernel *L)
             if (L->stores[i] != mm) cg_need(L, L->stores[i]);
         cg_emit_needed(L, "                ");
         for (int i = 0; i < L->nstores; i++)
-            if (L->stores[i] != mm) store_line(o, "                ", g, L->stores[i], "i", "t%d");
+            if (L->stores[i] != mm) cg_store_line(o, "                ", g, L->stores[i], "i", "t%d");
         sb_puts(o, "            }\n        }\n");
     }
     sb_puts(o, "    }\n    if (sp.parallel) kiln_blas_serial_end(blas_threads);\n}\n\n");

@@ -300,7 +300,11 @@ static void emit_vector_loop(CgKernel *L, NodeId mm)
         const NodeId id = L->stores[i];
         if (id == mm) continue;
         if (g->nodes[id].dtype == DT_F32) sb_printf(o, "            kiln_set_lane(r%d, k, t%d);\n", id, id);
-        else sb_printf(o, "            y%d[i] = t%d; /* not float32: one element */\n", id, id);
+        else {
+            sb_printf(o, "            y%d[i] = ", id);
+            cg_store_local(o, g, id, "t%d");
+            sb_puts(o, "; /* not float32: one element */\n");
+        }
     }
     sb_puts(o, "        }\n");
     for (int i = 0; i < L->nstores; i++) {
@@ -357,7 +361,7 @@ static void emit_map_kernel(CgKernel *L)
     void_coordinates(L, L->coords, "        "); /* a coordinate along an axis of 1 is not read */
     cg_emit_needed(L, "        ");
     for (int i = 0; i < L->nstores; i++)
-        if (L->stores[i] != mm) sb_printf(o, "        y%d[i] = t%d;\n", L->stores[i], L->stores[i]);
+        if (L->stores[i] != mm) cg_store_line(o, "        ", L->g, L->stores[i], "i", "t%d");
     sb_puts(o, "    }\n}\n\n");
 }
 
@@ -435,7 +439,7 @@ static void emit_row_pass(CgKernel *L, int s, RowSpread spread, bool strided, co
         sb_free(&v);
     }
     for (int i = 0; i < L->nstores; i++)
-        if (cg_stored_in_pass(L, L->stores[i], s)) sb_printf(o, "%sy%d[i] = t%d;\n", in, L->stores[i], L->stores[i]);
+        if (cg_stored_in_pass(L, L->stores[i], s)) cg_store_line(o, in, g, L->stores[i], "i", "t%d");
     sb_printf(o, "%s}\n", indent);
     /* the row's results: a thread's own, or the block's (the same in every thread) */
     for (int32_t i = 0; i < L->K->count; i++) {
@@ -533,7 +537,7 @@ static void emit_columns_kernel(CgKernel *L)
     sb_puts(o, "        }\n");
     for (int32_t i = 0; i < L->K->count; i++) {
         NodeId id = CG_MEMBER(L, i);
-        if (L->f->cls[id] == CLASS_ROW) sb_printf(o, "        y%d[row] = a%d;\n", id, id);
+        if (L->f->cls[id] == CLASS_ROW) cg_store_line(o, "        ", L->g, id, "row", "a%d");
     }
     sb_puts(o, "    }\n}\n\n");
 }
@@ -605,9 +609,10 @@ static void emit_rows_kernel(CgKernel *L)
         }
     }
     L->pass = 0;
-    const char *first = spread == ROWS_PER_THREAD ? "" : "if (threadIdx.x == 0) ";
+    char first[64]; /* the thread that stores a row's results */
+    snprintf(first, sizeof first, "%s%s", indent, spread == ROWS_PER_THREAD ? "" : "if (threadIdx.x == 0) ");
     for (int i = 0; i < L->nstores; i++)
-        if (L->f->cls[L->stores[i]] == CLASS_ROW) sb_printf(o, "%s%sy%d[row] = w%d;\n", indent, first, L->stores[i], L->stores[i]);
+        if (L->f->cls[L->stores[i]] == CLASS_ROW) cg_store_line(o, first, g, L->stores[i], "row", "w%d");
     for (int i = 0; i < L->nstores; i++) {
         NodeId id = L->stores[i];
         if (L->f->cls[id] != CLASS_TOTAL) continue;
@@ -1339,7 +1344,7 @@ static int begin_file(Cg *c, const Graph *g, const Graph *train, const char *sou
     c->source = source_path;
     c->target = CG_TARGET_CUDA;
     for (NodeId i = 0; i < g->nnodes; i++)
-        if (!cg_ctype((DType)g->nodes[i].dtype) || g->nodes[i].dtype == DT_BF16 || g->nodes[i].dtype == DT_F16) {
+        if (!cg_ctype((DType)g->nodes[i].dtype)) {
             sb_printf(err, "%s:%u: error: --target cuda does not support %s tensors yet (node %%%d %s)", source_path,
                       g->nodes[i].loc.line, ir_dtype_name((DType)g->nodes[i].dtype), i, ir_op_info[g->nodes[i].op].name);
             return -1;
@@ -1355,7 +1360,8 @@ static int begin_file(Cg *c, const Graph *g, const Graph *train, const char *sou
               c->infer ? "\n *\n * An inference program's model (kiln build --infer): the evaluation step and the\n"
                          " * forward alone (the predict step), no training step" : "");
     if (partial) sb_puts(out, "/* Partial: kernels that --target cuda cannot write yet are left out (tests only). */\n");
-    sb_puts(out, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n#include \"kiln_cuda_model.h\"\n#include \"kiln_rng.h\"\n\n");
+    sb_puts(out, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n#include \"kiln_cuda_model.h\"\n#include \"kiln_half.h\"\n"
+                 "#include \"kiln_rng.h\"\n\n");
     sb_puts(out, "/* The leading dimension cuBLAS needs (runtime/kiln_gemm.h's, for the host). */\n"
                  "static inline int64_t kiln_blas_ld(int64_t stride, int64_t cols) { return stride >= cols && stride > 0 ? stride : cols > 1 ? cols : 1; }\n\n");
     sb_puts(out, "/* The sum and the maximum of v over the block, returned to every thread: each warp\n"

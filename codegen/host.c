@@ -112,6 +112,8 @@ static void pointer_decl(Cg *c, NodeId id)
             sb_puts(o, ")); /* the batch's copy on the device */\n");
         } else if (n->op == OP_INPUT) {
             sb_printf(o, "    const %s *v%d = io->inputs[%d];\n", t, id, c->input_index[id]);
+        } else if (n->op == OP_LOSS_SCALE && cuda(c)) {
+            sb_printf(o, "    const float *v%d = kiln_cuda_loss_scale(io->device, io->loss_scale); /* the backward pass's seed, on the device */\n", id);
         } else if (n->op == OP_LOSS_SCALE) {
             sb_printf(o, "    const float *v%d = &io->loss_scale; /* the loss scale: the backward pass's seed */\n", id);
         } else if (ir_attrs(c->g, id)[1]) {

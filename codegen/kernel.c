@@ -57,6 +57,13 @@ void cg_store_local(StrBuf *b, const Graph *g, NodeId id, const char *fmt)
     cg_store(b, (DType)g->nodes[id].dtype, local);
 }
 
+void cg_store_line(StrBuf *o, const char *indent, const Graph *g, NodeId id, const char *at, const char *fmt)
+{
+    sb_printf(o, "%sy%d[%s] = ", indent, id, at);
+    cg_store_local(o, g, id, fmt);
+    sb_puts(o, ";\n");
+}
+
 /* A C expression for a dim, using the symbols' names (declared in each kernel). */
 void cg_dim(StrBuf *b, const Graph *g, Dim d)
 {

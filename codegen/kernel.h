@@ -92,6 +92,8 @@ void cg_load(StrBuf *b, DType t, const char *stored);
 void cg_store(StrBuf *b, DType t, const char *value);
 /* cg_store of the local that fmt ("t%d", "w%d") names for node id. */
 void cg_store_local(StrBuf *b, const Graph *g, NodeId id, const char *fmt);
+/* `y<id>[at] = <local>;` at indent, the local (fmt: "t%d") converted to the stored dtype. */
+void cg_store_line(StrBuf *o, const char *indent, const Graph *g, NodeId id, const char *at, const char *fmt);
 /* A dim as an expression over the symbols' names (declared in each kernel). */
 void cg_dim(StrBuf *b, const Graph *g, Dim d);
 void cg_literal(StrBuf *b, double v, DType t);

@@ -68,6 +68,12 @@ static double host_clip(void *ctx, float *g, int64_t n, double max_norm)
     return krt_clip_grad_norm(g, n, max_norm);
 }
 
+static double host_unscale_clip(void *ctx, float *g, int64_t n, float inv_scale, double max_norm)
+{
+    (void)ctx;
+    return krt_unscale_clip_grad_norm(g, n, inv_scale, max_norm);
+}
+
 static void host_optim_step(void *ctx, const krt_optim_config *c, krt_optim_state *s, double lr, float *params, const float *grads,
                             const krt_param_span *spans, int nspans)
 {
@@ -90,6 +96,7 @@ const kiln_device kiln_host_device = {
     .accumulate = host_accumulate,
     .grad_norm = host_grad_norm,
     .clip_grad_norm = host_clip,
+    .unscale_clip_grad_norm = host_unscale_clip,
     .optim_step = host_optim_step,
     .close = host_close,
 };

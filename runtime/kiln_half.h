@@ -14,7 +14,15 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float kiln_bf16_to_f32(uint16_t h)
+/* The CUDA target's kernels call them on the device (model.cu includes kiln_cuda.h first):
+ * the same integer code, so that the GPU rounds as the C target and the interpreter do. */
+#if defined(__CUDACC__) || defined(KILN_CUDA_EMU)
+#define KILN_HALF_FN static __host__ __device__ inline
+#else
+#define KILN_HALF_FN static inline
+#endif
+
+KILN_HALF_FN float kiln_bf16_to_f32(uint16_t h)
 {
     const uint32_t u = (uint32_t)h << 16;
     float f;
@@ -22,7 +30,7 @@ static inline float kiln_bf16_to_f32(uint16_t h)
     return f;
 }
 
-static inline uint16_t kiln_f32_to_bf16(float f)
+KILN_HALF_FN uint16_t kiln_f32_to_bf16(float f)
 {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
@@ -32,16 +40,16 @@ static inline uint16_t kiln_f32_to_bf16(float f)
 }
 
 /* f rounded to the nearest bf16, as a float. */
-static inline float kiln_bf16_round(float f) { return kiln_bf16_to_f32(kiln_f32_to_bf16(f)); }
+KILN_HALF_FN float kiln_bf16_round(float f) { return kiln_bf16_to_f32(kiln_f32_to_bf16(f)); }
 
-static inline float kiln_bits_f32(uint32_t u)
+KILN_HALF_FN float kiln_bits_f32(uint32_t u)
 {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-static inline uint32_t kiln_f32_bits(float f)
+KILN_HALF_FN uint32_t kiln_f32_bits(float f)
 {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
@@ -49,7 +57,7 @@ static inline uint32_t kiln_f32_bits(float f)
 }
 
 /* Round to nearest even; beyond 65504 (from 65520 up) to inf; NaN to a quiet NaN. */
-static inline uint16_t kiln_f32_to_f16(float f)
+KILN_HALF_FN uint16_t kiln_f32_to_f16(float f)
 {
     const uint32_t x = kiln_f32_bits(f), sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
     /* a subnormal result (|f| < 2^-14): the significand shifted right by 126 - exponent
@@ -66,7 +74,7 @@ static inline uint16_t kiln_f32_to_f16(float f)
     return (uint16_t)(h | sign);
 }
 
-static inline float kiln_f16_to_f32(uint16_t h)
+KILN_HALF_FN float kiln_f16_to_f32(uint16_t h)
 {
     const uint32_t sign = ((uint32_t)h & 0x8000u) << 16, e = (uint32_t)h & 0x7c00u, m = (uint32_t)h & 0x3ffu;
     const uint32_t normal = (((uint32_t)h & 0x7fffu) << 13) + 0x38000000u;
@@ -77,6 +85,6 @@ static inline float kiln_f16_to_f32(uint16_t h)
 }
 
 /* f rounded to the nearest fp16, as a float. */
-static inline float kiln_f16_round(float f) { return kiln_f16_to_f32(kiln_f32_to_f16(f)); }
+KILN_HALF_FN float kiln_f16_round(float f) { return kiln_f16_to_f32(kiln_f32_to_f16(f)); }
 
 #endif

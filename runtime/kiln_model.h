@@ -177,6 +177,8 @@ typedef struct kiln_device {
     void (*accumulate)(void *ctx, float *acc, const float *g, int64_t n, float divisor);
     double (*grad_norm)(void *ctx, const float *g, int64_t n);                    /* krt_grad_norm */
     double (*clip_grad_norm)(void *ctx, float *g, int64_t n, double max_norm);    /* krt_clip_grad_norm */
+    /* fp16 loss scaling's unscale, norm and clip: krt_unscale_clip_grad_norm */
+    double (*unscale_clip_grad_norm)(void *ctx, float *g, int64_t n, float inv_scale, double max_norm);
     /* krt_optim_step, with the state's slabs (s->m, s->v, s->w) in the device's memory. */
     void (*optim_step)(void *ctx, const krt_optim_config *c, krt_optim_state *s, double lr, float *params, const float *grads,
                        const krt_param_span *spans, int nspans);

@@ -390,7 +390,7 @@ double tm_apply_update(int64_t step, bool want_norm, double *lr)
     float *g = TR.accumulate > 1 ? TR.acc : TR.grads;
     tm_dist_reduce_grads(g, np); /* the global batch's gradient, on every rank */
     bool take = true; /* loss scaling: unscaled in the norm's pass; an inf/NaN skips the step (GradScaler) */
-    double norm = TR.scaling  ? krt_unscale_clip_grad_norm(g, np, (float)(1.0 / (double)TR.scaler.scale), TR.clip)
+    double norm = TR.scaling  ? TR.dev->unscale_clip_grad_norm(TR.ctx, g, np, (float)(1.0 / (double)TR.scaler.scale), TR.clip)
                   : TR.clip > 0 ? TR.dev->clip_grad_norm(TR.ctx, g, np, TR.clip) : want_norm ? TR.dev->grad_norm(TR.ctx, g, np) : 0;
     if (TR.scaling) take = krt_scaler_update(&TR.scaler, !isfinite(norm));
     *lr = krt_schedule_lr(&TR.sc, TR.oc.lr, step);
@@ -1201,9 +1201,9 @@ static int train(int argc, char **argv)
     TR.clip = clip;
     const char *scaling = tm_recipe("loss_scale", "none"); /* written by kiln build for fp16 (docs/precision.md) */
     if ((TR.scaling = strcmp(scaling, "none") != 0) &&
-        (!TR.dev->host || krt_scaler_init(&TR.scaler, scaling, recipe_num("loss_scale_init", 65536), recipe_int("loss_scale_growth_interval", 2000),
-                                          &err) != KRT_OK)) {
-        rc = tm_die("%s", TR.dev->host ? err.msg : "loss scaling runs on the host only (the C target)");
+        krt_scaler_init(&TR.scaler, scaling, recipe_num("loss_scale_init", 65536), recipe_int("loss_scale_growth_interval", 2000), &err) !=
+            KRT_OK) {
+        rc = tm_die("%s", err.msg);
         goto out;
     }
     /* Memory: every buffer allocated once, here, in the device's memory when there is one

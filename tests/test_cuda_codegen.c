@@ -137,6 +137,35 @@ static int64_t index_range(const Graph *g, NodeId id, int j, const int64_t *symv
     return 0;
 }
 
+/* The harness's call that fills an array of dtype t with values in [-2, 2): filled<T>, or
+ * for half precision those values rounded (filled_bf16, filled_f16), not random bits. */
+static void filler(StrBuf *b, DType t)
+{
+    if (t == DT_BF16) sb_puts(b, "filled_bf16");
+    else if (t == DT_F16) sb_puts(b, "filled_f16");
+    else sb_printf(b, "filled<%s>", cg_ctype(t));
+}
+
+/* How far a kernel's element may be from the C target's, relative to 1 + |want|: float
+ * sums in another order (or libm's tanhf against the device's); in a kernel that rounds to
+ * half precision (t), a value on either side of a rounding boundary rounds one step apart,
+ * and so may everything the kernel computes from it. */
+static double tolerance(DType t) { return t == DT_BF16 ? 1e-2 : t == DT_F16 ? 2e-3 : 1e-4; }
+
+/* The half precision kernel L rounds to (a member or a store of that dtype), or f32. */
+static DType kernel_half(const CgKernel *L)
+{
+    DType t = DT_F32;
+    for (int32_t i = 0; i < L->K->count; i++) {
+        const DType d = (DType)L->g->nodes[CG_MEMBER(L, i)].dtype;
+        if (d == DT_BF16 || (d == DT_F16 && t == DT_F32)) t = d;
+    }
+    return t;
+}
+
+/* The precision the models are compiled in (the precision pass): f32 unless a test sets it. */
+static PrecisionOptions precision = {DT_F32, false};
+
 /* Single-node kernel k (node id) of the C file against its CUDA kernel: the C function
  * train_<id>_<op> and train_k<k>_<op>_launch on the same inputs (indices in range, a few
  * out of range for an index check), outputs compared exactly (the same operations in the
@@ -161,14 +190,22 @@ static void single_kernel_test(const Graph *g, int32_t k, NodeId id, const char 
         const char *t = cg_ctype((DType)g->nodes[x].dtype);
         int64_t cnt = numel_at(g, &g->nodes[x].shape, symvals), range = index_range(g, id, (int)j, symvals);
         if (range) sb_printf(body, "        %s *h%u = indices<%s>(%lld, %lld, %du);\n", t, j, t, (long long)cnt, (long long)range, x + 1);
-        else sb_printf(body, "        %s *h%u = filled<%s>(%lld, %du);\n", t, j, t, (long long)cnt, x + 1);
+        else {
+            sb_printf(body, "        %s *h%u = ", t, j);
+            filler(body, (DType)g->nodes[x].dtype);
+            sb_printf(body, "(%lld, %du);\n", (long long)cnt, x + 1);
+        }
         sb_printf(body, "        %s *d%u = on_device(h%u, %lld);\n", t, j, j, (long long)cnt);
         sb_printf(&hargs, ", h%u", j);
         sb_printf(&dargs, ", d%u", j);
     }
     const char *t = cg_ctype((DType)n->dtype);
     int64_t cnt = numel_at(g, &n->shape, symvals);
-    sb_printf(body, "        %s *want = filled<%s>(%lld, 7u), *got = filled<%s>(%lld, 9u);\n", t, t, (long long)cnt, t, (long long)cnt);
+    sb_printf(body, "        %s *want = ", t);
+    filler(body, (DType)n->dtype);
+    sb_printf(body, "(%lld, 7u), *got = ", (long long)cnt);
+    filler(body, (DType)n->dtype);
+    sb_printf(body, "(%lld, 9u);\n", (long long)cnt);
     sb_printf(body, "        %s *dy = on_device(got, %lld);\n", t, (long long)cnt);
     if (check) sb_puts(body, "        int64_t bad_want = -2, bad_got[2] = {-2, -2}, *dbad = on_device(bad_got, 2); /* position, value */\n");
     sb_printf(body, "        ref_k%d(s%s, want%s);\n        train_k%d_%s_launch(s%s, dy%s, 0);\n", k, hargs.data ? hargs.data : "",
@@ -220,7 +257,8 @@ static void check_map_kernels(const char *text, bool nvcc)
     sb_init(&err);
     sb_init(&c);
     sb_init(&cu);
-    cr_assert_eq(pipeline_run(mt->graph, NULL, NULL, &err), 0, "%s", err.data);
+    PipelineOptions opt = {.precision = &precision};
+    cr_assert_eq(pipeline_run_opts(mt->graph, NULL, &opt, NULL, &err), 0, "%s", err.data);
     pass_simplify(me->graph);
     const Graph *g = mt->graph;
     cr_assert_eq(codegen_c(g, me->graph, path, NULL, 0, &c, &err), 0, "%s", err.data);
@@ -242,7 +280,7 @@ static void check_map_kernels(const char *text, bool nvcc)
     StrBuf ref, harness;
     sb_init(&ref);
     sb_init(&harness);
-    sb_puts(&ref, "#pragma GCC diagnostic ignored \"-Wunknown-pragmas\"\n#include <math.h>\n#include <stdint.h>\n"
+    sb_puts(&ref, "#pragma GCC diagnostic ignored \"-Wunknown-pragmas\"\n#include <math.h>\n#include <stdint.h>\n#include \"kiln_half.h\"\n"
                   "#include <string.h>\n#include \"kiln_gemm.h\"\n#include \"kiln_math.h\"\n#include \"kiln_rng.h\"\n"
                   "#define KILN_KERNEL\n");
     sb_puts(&harness, "#include \"model.cu\"\n#include <stdio.h>\n#include <stdlib.h>\n\n"
@@ -256,6 +294,12 @@ static void check_map_kernels(const char *text, bool nvcc)
                       "    for (int64_t i = 0; i < n; i++) {\n"
                       "        seed = seed * 1664525u + 1013904223u;\n"
                       "        x[i] = (T)((int64_t)((seed >> 8) % (uint64_t)range));\n    }\n    return x;\n}\n\n"
+                      "static inline uint16_t *filled_bf16(int64_t n, unsigned seed)\n{\n"
+                      "    float *f = filled<float>(n, seed);\n    uint16_t *h = (uint16_t *)malloc((size_t)(n ? n : 1) * sizeof(uint16_t));\n"
+                      "    for (int64_t i = 0; i < n; i++) h[i] = kiln_f32_to_bf16(f[i]);\n    free(f);\n    return h;\n}\n\n"
+                      "static inline uint16_t *filled_f16(int64_t n, unsigned seed)\n{\n"
+                      "    float *f = filled<float>(n, seed);\n    uint16_t *h = (uint16_t *)malloc((size_t)(n ? n : 1) * sizeof(uint16_t));\n"
+                      "    for (int64_t i = 0; i < n; i++) h[i] = kiln_f32_to_f16(f[i]);\n    free(f);\n    return h;\n}\n\n"
                       "template <typename T> static T *on_device(const T *h, int64_t n)\n{\n"
                       "    T *p;\n    KILN_CUDA_CHECK(cudaMalloc(&p, (size_t)(n ? n : 1) * sizeof(T)));\n"
                       "    KILN_CUDA_CHECK(cudaMemcpy(p, h, (size_t)n * sizeof(T), cudaMemcpyHostToDevice));\n    return p;\n}\n\n");
@@ -313,7 +357,9 @@ static void check_map_kernels(const char *text, bool nvcc)
             NodeId r = L.reads[i];
             const char *t = cg_ctype((DType)g->nodes[r].dtype);
             int64_t n = numel_at(g, &g->nodes[r].shape, symvals);
-            sb_printf(&body, "        %s *h%d = filled<%s>(%lld, %du);\n", t, r, t, (long long)n, r + 1);
+            sb_printf(&body, "        %s *h%d = ", t, r);
+            filler(&body, (DType)g->nodes[r].dtype);
+            sb_printf(&body, "(%lld, %du);\n", (long long)n, r + 1);
             sb_printf(&body, "        %s *d%d = on_device(h%d, %lld);\n", t, r, r, (long long)n);
             sb_printf(&hargs, ", h%d", r);
             sb_printf(&dargs, ", d%d", r);
@@ -323,8 +369,11 @@ static void check_map_kernels(const char *text, bool nvcc)
             NodeId y = L.stores[i];
             const char *t = cg_ctype((DType)g->nodes[y].dtype);
             int64_t n = numel_at(g, &g->nodes[y].shape, symvals);
-            sb_printf(&body, "        %s *want%d = filled<%s>(%lld, 7u), *got%d = filled<%s>(%lld, 9u);\n", t, y, t, (long long)n,
-                      y, t, (long long)n);
+            sb_printf(&body, "        %s *want%d = ", t, y);
+            filler(&body, (DType)g->nodes[y].dtype);
+            sb_printf(&body, "(%lld, 7u), *got%d = ", (long long)n, y);
+            filler(&body, (DType)g->nodes[y].dtype);
+            sb_printf(&body, "(%lld, 9u);\n", (long long)n);
             sb_printf(&body, "        %s *d%d = on_device(got%d, %lld);\n", t, y, y, (long long)n);
             sb_printf(&hargs, ", want%d", y);
             sb_printf(&dargs, ", d%d", y);
@@ -386,8 +435,10 @@ static void check_map_kernels(const char *text, bool nvcc)
                     const NodeId y = L.stores[i];
                     const char *t = cg_ctype((DType)g->nodes[y].dtype);
                     const int64_t n = numel_at(g, &g->nodes[y].shape, symvals);
-                    sb_printf(&body, "        { %s *junk = filled<%s>(%lld, 9u); KILN_CUDA_CHECK(cudaMemcpy(d%d, junk, %lld * sizeof *junk, cudaMemcpyHostToDevice)); free(junk); }\n",
-                              t, t, (long long)n, y, (long long)n);
+                    sb_printf(&body, "        { %s *junk = ", t);
+                    filler(&body, (DType)g->nodes[y].dtype);
+                    sb_printf(&body, "(%lld, 9u); KILN_CUDA_CHECK(cudaMemcpy(d%d, junk, %lld * sizeof *junk, cudaMemcpyHostToDevice)); free(junk); }\n",
+                              (long long)n, y, (long long)n);
                 }
                 sb_printf(&body, "        printf(\"kernel %d: unaligned bias, cublasSgemm and the epilogue kernel\\n\");\n", k);
                 sb_printf(&body, "        %s_launch(s%s%s%s, 0%s);\n", name, shifted.data, rng, total ? ", partials" : "", ", blas");
@@ -421,21 +472,32 @@ static void check_map_kernels(const char *text, bool nvcc)
                 if (fused && !round && y == L.K->anchor) continue;
                 int64_t n = numel_at(g, &g->nodes[y].shape, symvals);
                 /* relative to 1 + |want|: sums are added in another order (a block's tree, not
-                 * the C target's SIMD lanes), a difference of a few float roundings */
+                 * the C target's SIMD lanes), a difference of a few float roundings (tolerance);
+                 * half-precision elements widened to float first */
+                char gotv[48], wantv[48];
+                StrBuf ga, wa;
+                sb_init(&ga);
+                sb_init(&wa);
+                snprintf(gotv, sizeof gotv, "got%d[i]", y);
+                snprintf(wantv, sizeof wantv, "want%d[i]", y);
+                cg_load(&ga, (DType)g->nodes[y].dtype, gotv);
+                cg_load(&wa, (DType)g->nodes[y].dtype, wantv);
                 sb_printf(&body,
                           "        KILN_CUDA_CHECK(cudaMemcpy(got%d, d%d, %lld * sizeof *got%d, cudaMemcpyDeviceToHost));\n"
                           "        {\n"
                           "        double worst = 0;\n"
                           "        for (int64_t i = 0; i < %lld; i++) {\n"
-                          "            const double a = (double)got%d[i], b = (double)want%d[i];\n"
+                          "            const double a = (double)%s, b = (double)%s;\n"
                           "            /* equal infinities, or NaN in both (sqrt of a negative variance: the inputs are random) */\n"
                           "            const double e = a == b || (a != a && b != b) ? 0 : fabs(a - b) / (1 + fabs(b));\n"
                           "            if (!(e <= worst)) worst = e;\n"
                           "        }\n"
                           "        printf(\"kernel %d, %%%%%d: %lld elements, worst difference %%g\\n\", worst);\n"
-                          "        bad |= !(worst <= 1e-4);\n"
+                          "        bad |= !(worst <= %g);\n"
                           "        }\n",
-                          y, y, (long long)n, y, (long long)n, y, y, k, y, (long long)n);
+                          y, y, (long long)n, y, (long long)n, ga.data, wa.data, k, y, (long long)n, tolerance(kernel_half(&L)));
+                sb_free(&ga);
+                sb_free(&wa);
             }
         }
         sb_printf(&body, "%s    }\n", frees.data);
@@ -613,7 +675,7 @@ Test(cuda_codegen, cublaslt_epilogues_where_they_fit)
     }
 }
 
-static void check_model_file(const char *name)
+static void check_model_file(const char *name, bool nvcc)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/models/%s", KILN_SOURCE_DIR, name);
@@ -623,7 +685,7 @@ static void check_model_file(const char *name)
     char *text = util_read_file(path, &len, &err);
     cr_assert(text, "%s", err.data);
     sb_free(&err);
-    check_map_kernels(text, false);
+    check_map_kernels(text, nvcc);
     free(text);
 }
 
@@ -631,9 +693,23 @@ static void check_model_file(const char *name)
  * accuracy metric), gpt's index check, gathers and scatter-adds (embeddings and their
  * gradients), iota, expand, permute, slice and concat copies, cnn's pad and im2col
  * (unfold, fold), besides their elementwise and row kernels. */
-Test(cuda_codegen, mlp_kernels, .timeout = 240) { check_model_file("mlp.kiln"); }
-Test(cuda_codegen, gpt_kernels, .timeout = 400) { check_model_file("gpt.kiln"); }
-Test(cuda_codegen, cnn_kernels, .timeout = 400) { check_model_file("cnn.kiln"); }
+Test(cuda_codegen, mlp_kernels, .timeout = 240) { check_model_file("mlp.kiln", false); }
+Test(cuda_codegen, gpt_kernels, .timeout = 400) { check_model_file("gpt.kiln", false); }
+Test(cuda_codegen, cnn_kernels, .timeout = 400) { check_model_file("cnn.kiln", false); }
+
+/* Mixed precision (passes/precision.c): kernels that read and write bf16 or fp16 arrays,
+ * widened to float for the arithmetic (kiln_half.h on the device), against the C target's;
+ * gpt's bf16 model.cu through nvcc as well (test_cuda_train's check compiles fp32 ones). */
+Test(cuda_codegen, gpt_bf16_kernels, .timeout = 400)
+{
+    precision.half = DT_BF16;
+    check_model_file("gpt.kiln", true);
+}
+Test(cuda_codegen, mlp_fp16_kernels, .timeout = 240)
+{
+    precision.half = DT_F16;
+    check_model_file("mlp.kiln", false);
+}
 
 /* Copies as single-node kernels: a permute, a strided slice, a concatenation; argmax over
  * a middle axis (inner > 1). */

@@ -34,11 +34,13 @@
 typedef struct {
     const char *model, *build_flags, *run_flags;
     int steps;
+    double tol; /* the losses' relative difference from the C program's: 1e-4 unless set */
+    const char *counted; /* a log value that must be equal in both and reach 1 or more (or NULL) */
 } Case;
 
-static const Case mlp_case = {"mlp", "", "--batch 32 --eval-batches 2", 20};
-static const Case cnn_case = {"cnn", "", "--batch 8 --eval-batches 1", 5};
-static const Case gpt_case = {"gpt", "--bound T=32", "--batch 2 --eval-batches 1 --sample-tokens 0", 5};
+static const Case mlp_case = {"mlp", "", "--batch 32 --eval-batches 2", 20, 0, NULL};
+static const Case cnn_case = {"cnn", "", "--batch 8 --eval-batches 1", 5, 0, NULL};
+static const Case gpt_case = {"gpt", "--bound T=32", "--batch 2 --eval-batches 1 --sample-tokens 0", 5, 0, NULL};
 
 static void build(const char *dir, const Case *t, const char *target, const char *name)
 {
@@ -127,8 +129,15 @@ static void train_against_c(const Case *t)
     run(dir, "", "prog-emu", t, extra);
     snprintf(path, sizeof path, "%s/c.log", dir);
     snprintf(other, sizeof other, "%s/emu.log", dir);
-    same_losses(path, other, "loss", 1e-4, n);
-    same_losses(path, other, "eval_loss", 1e-4, 1);
+    const double tol = t->tol > 0 ? t->tol : 1e-4;
+    same_losses(path, other, "loss", tol, n);
+    same_losses(path, other, "eval_loss", tol, 1);
+    if (t->counted) {
+        same_losses(path, other, t->counted, 0, n);
+        double v[256];
+        const int m = losses(path, t->counted, v, 256);
+        cr_expect(m > 0 && v[m - 1] >= 1, "%s: %s never reaches 1", path, t->counted);
+    }
     /* other thread orders: the same bits */
     static const char *const orders[] = {"shuffle", "reverse"};
     for (int i = 0; i < (SUPPORT_REPEAT_RUNS ? 2 : 1); i++) {
@@ -174,7 +183,7 @@ static void train_against_c(const Case *t)
     run(dir, "", "prog-emu", t, extra);
     snprintf(path, sizeof path, "%s/c-from-emu.log", dir);
     snprintf(other, sizeof other, "%s/emu-from-c.log", dir);
-    same_losses(path, other, "loss", 1e-4, n - half);
+    same_losses(path, other, "loss", tol, n - half);
     support_remove_dir(dir);
 }
 
@@ -226,29 +235,56 @@ Test(cuda_train, gpt_with_dropout_trains_as_the_c_program, .timeout = 600)
     free(text);
 }
 
-/* mlp with the optimizer replaced: the device's kernels of issue 20's optimizers
- * (device.cu, sharing optim_elem.h with the host) against the C program, and resumed. */
-static void mlp_with_optimizer(const char *optimizer)
+/* Mixed precision: the precision pass's program (half-precision activations, matrix
+ * products of widened copies) on the device as on the host, and fp16's loss scaling with
+ * its unscale, norm and skipped steps on the device (device.cu) as train_main.c does them
+ * on the host; the scale and its counters resume across targets. */
+Test(cuda_train, gpt_bf16_trains_as_the_c_program, .timeout = 600)
+{
+    Case t = gpt_case;
+    t.build_flags = "--bound T=32 --precision bf16";
+    train_against_c(&t);
+}
+
+/* fp16 from a loss scale of 2^40: the first steps overflow, are skipped and back off, then
+ * the scale doubles after every 3 clean steps; the same steps skipped as by the C program. */
+static void mlp_variant(const char *old, const char *new_text, int steps, const char *counted);
+Test(cuda_train, mlp_fp16_trains_as_the_c_program, .timeout = 600)
+{
+    mlp_variant("    batch     = 128\n",
+                "    batch     = 128\n    precision = fp16\n    loss_scale_init = 2 ** 40\n    loss_scale_growth_interval = 3\n", 20,
+                "skipped_steps");
+}
+
+/* mlp with `old` of its file replaced by new_text, trained `steps` steps as above. */
+static void mlp_variant(const char *old, const char *new_text, int steps, const char *counted)
 {
     size_t len;
     char *text = support_read("models/mlp.kiln", &len);
     cr_assert(text);
-    const char *old = "AdamW(lr = 1e-3, weight_decay = 0.01)";
     char *at = strstr(text, old);
     cr_assert(at, "models/mlp.kiln changed: no '%s'", old);
-    char path[] = "/tmp/kiln-mlpopt-XXXXXX.kiln";
+    char path[] = "/tmp/kiln-mlpvar-XXXXXX.kiln";
     int fd = mkstemps(path, 5);
     cr_assert(fd >= 0);
     FILE *f = fdopen(fd, "w");
     cr_assert(f);
-    fprintf(f, "%.*s%s%s", (int)(at - text), text, optimizer, at + strlen(old));
+    fprintf(f, "%.*s%s%s", (int)(at - text), text, new_text, at + strlen(old));
     fclose(f);
     Case t = mlp_case;
     t.model = path;
-    t.steps = 6;
+    t.steps = steps;
+    t.counted = counted;
     train_against_c(&t);
     unlink(path);
     free(text);
+}
+
+/* mlp with the optimizer replaced: the device's kernels of issue 20's optimizers
+ * (device.cu, sharing optim_elem.h with the host) against the C program, and resumed. */
+static void mlp_with_optimizer(const char *optimizer)
+{
+    mlp_variant("AdamW(lr = 1e-3, weight_decay = 0.01)", optimizer, 6, NULL);
 }
 
 Test(cuda_train, mlp_rmsprop_centered_momentum_as_the_c_program, .timeout = 600)

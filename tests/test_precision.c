@@ -195,8 +195,6 @@ Test(cli, bad_precision_flags)
     expect_usage_error("build models/mlp.kiln -o /tmp/kiln-prec-never --precision fp8", "--precision must be fp32, bf16 or fp16");
     expect_usage_error("build models/mlp.kiln -o /tmp/kiln-prec-never --precision", "--precision needs a value");
     expect_usage_error("build models/mlp.kiln -o /tmp/kiln-prec-never --precision BF16", "not 'BF16'");
-    expect_usage_error("emit models/mlp.kiln -o /tmp/kiln-prec-never --target cuda-emu --precision bf16",
-                       "not implemented for the CUDA target yet");
     expect_usage_error("gradcheck models/mlp.kiln --precision bf16", "unknown option '--precision'");
     expect_usage_error("emit models/mlp.kiln -o /tmp/kiln-prec-never --infer --precision bf16", "inference programs (--infer, --lib) run in fp32");
 }

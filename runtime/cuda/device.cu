@@ -41,6 +41,7 @@ struct kiln_cuda_context {
     int64_t *checks, *checks_host; /* 2 per index check: the first bad position (-1: none), its value */
     int nscalars;
     double *scalars_host;          /* 8 bytes per loss or metric */
+    float *loss_scale, *loss_scale_host; /* fp16's loss scale, as the step's backward reads it */
     int64_t nparams, nparts;
     double *norm_parts, *norm_total; /* the gradient norm's block sums and their sum */
     double *norm_host;
@@ -125,11 +126,13 @@ static void *device_open(const struct kiln_model *m, char *err, size_t cap)
     KILN_CUDA_CHECK(cudaMalloc((void **)&c->checks, sizeof(int64_t) * 2 * (size_t)c->nchecks));
     KILN_CUDA_CHECK(cudaMallocHost((void **)&c->checks_host, sizeof(int64_t) * 2 * (size_t)c->nchecks));
     KILN_CUDA_CHECK(cudaMallocHost((void **)&c->scalars_host, sizeof(double) * (size_t)c->nscalars));
+    KILN_CUDA_CHECK(cudaMalloc((void **)&c->loss_scale, sizeof(float)));
+    KILN_CUDA_CHECK(cudaMallocHost((void **)&c->loss_scale_host, sizeof(float)));
     KILN_CUDA_CHECK(cudaMalloc((void **)&c->norm_parts, sizeof(double) * (size_t)(c->nparts + 1)));
     KILN_CUDA_CHECK(cudaMalloc((void **)&c->norm_total, sizeof(double)));
     KILN_CUDA_CHECK(cudaMallocHost((void **)&c->norm_host, sizeof(double)));
     KILN_CUDA_CHECK(cudaMalloc(&c->partials, KILN_CUDA_PARTIALS_BYTES));
-    c->staging_bytes += (int64_t)(sizeof(int64_t) * 2 * (size_t)c->nchecks + sizeof(double) * (size_t)(c->nparts + 2)) +
+    c->staging_bytes += (int64_t)(sizeof(int64_t) * 2 * (size_t)c->nchecks + sizeof(double) * (size_t)(c->nparts + 2) + sizeof(float)) +
                         KILN_CUDA_PARTIALS_BYTES;
     return c;
 }
@@ -152,6 +155,8 @@ static void device_close(void *vctx)
     cudaFree(c->checks);
     cudaFreeHost(c->checks_host);
     cudaFreeHost(c->scalars_host);
+    cudaFree(c->loss_scale);
+    cudaFreeHost(c->loss_scale_host);
     cudaFree(c->norm_parts);
     cudaFree(c->norm_total);
     cudaFree(c->partials);
@@ -361,6 +366,17 @@ static double device_clip(void *vctx, float *g, int64_t n, double max_norm)
     return norm;
 }
 
+/* krt_unscale_clip_grad_norm: the gradients times inv_scale (exact for the scaler's powers
+ * of two), then the norm and the clip of device_clip; the host's one pass computes the same
+ * products and sums them in the same order. */
+static double device_unscale_clip(void *vctx, float *g, int64_t n, float inv_scale, double max_norm)
+{
+    kiln_cuda_context *c = (kiln_cuda_context *)vctx;
+    if (n <= 0) return 0;
+    KILN_LAUNCH_AT("loss scaling: unscale", kiln_scale, grid_for(n), BLOCK, 0, c->stream, g, n, inv_scale);
+    return max_norm > 0 ? device_clip(vctx, g, n, max_norm) : device_grad_norm(vctx, g, n);
+}
+
 /* krt_optim_step (optim.c), span by span, with the state's moments in device memory. */
 static void device_optim_step(void *vctx, const krt_optim_config *oc, krt_optim_state *s, double lr, float *params, const float *grads,
                               const krt_param_span *spans, int nspans)
@@ -451,6 +467,16 @@ const void *kiln_cuda_input(void *vctx, int k, const void *host, int64_t bytes)
     return c->staged[s][k];
 }
 
+/* The step waits for the last step's copies (kiln_cuda_finish synchronises), so one pinned
+ * float is never overwritten while a copy reads it. */
+const float *kiln_cuda_loss_scale(void *vctx, float scale)
+{
+    kiln_cuda_context *c = (kiln_cuda_context *)vctx;
+    *c->loss_scale_host = scale;
+    KILN_CUDA_CHECK(cudaMemcpyAsync(c->loss_scale, c->loss_scale_host, sizeof(float), cudaMemcpyHostToDevice, c->stream));
+    return c->loss_scale;
+}
+
 cudaStream_t kiln_cuda_stream(void *vctx) { return ((kiln_cuda_context *)vctx)->stream; }
 
 int64_t *kiln_cuda_checks(void *vctx) { return ((kiln_cuda_context *)vctx)->checks; }
@@ -499,6 +525,7 @@ extern "C" const kiln_device kiln_cuda_device = {
     device_accumulate,
     device_grad_norm,
     device_clip,
+    device_unscale_clip,
     device_optim_step,
     device_close,
 };

@@ -47,6 +47,8 @@ kiln_cuda_step kiln_cuda_begin(void *ctx);
  * and the update's kernels after the all-reduces. */
 cudaStream_t kiln_cuda_stream(void *ctx);
 const void *kiln_cuda_input(void *ctx, int k, const void *host, int64_t bytes);
+/* fp16's loss scale (io->loss_scale) in device memory, copied on the step's stream. */
+const float *kiln_cuda_loss_scale(void *ctx, float scale);
 int64_t *kiln_cuda_checks(void *ctx);
 void kiln_cuda_read_scalar(void *ctx, int slot, const void *device_value, size_t bytes);
 void kiln_cuda_finish(void *ctx, kiln_step_io *io, const kiln_index_check *checks, int nchecks);
