@@ -37,8 +37,11 @@ for f in /usr/share/games/fortunes/*; do # the recipe's text: exclude = "*.*"
 done
 cp "$(gcc -print-file-name=libgomp.so.1)" "$B/lib/"
 
-# The runs: name, model file, build flags, run flags, steps. Data from out/gpu/data, so
-# that the same flags work here and there ($D is replaced by the data folder).
+# The runs: name, model file, build flags, run flags, steps, and the losses' relative
+# tolerance against the C program's (1e-4 unless given: mixed precision's values on either
+# side of a rounding boundary round one half-precision step apart, test_cuda_train's 3e-5
+# under the emulator). Data from out/gpu/data, so that the same flags work here and there
+# ($D is replaced by the data folder).
 mnist='--data image=$D/t10k-images-idx3-ubyte.gz --data label=$D/t10k-labels-idx1-ubyte.gz --eval-data image=$D/t10k-images-idx3-ubyte.gz --eval-data label=$D/t10k-labels-idx1-ubyte.gz'
 cat >"$B/runs.txt" <<RUNS
 mlp|models/mlp.kiln||$mnist --batch 32 --eval-batches 2|20
@@ -47,9 +50,11 @@ cnn|models/cnn.kiln||$mnist --batch 8 --eval-batches 1|5
 cnn-long|models/cnn.kiln||$mnist --batch 128 --eval-batches 10|100
 gpt|models/gpt.kiln|--bound T=32|--data '\$D/fortunes/*' --batch 2 --eval-batches 1 --sample-tokens 0|5
 gpt-long|models/gpt.kiln||--data '\$D/fortunes/*' --eval-batches 4 --sample-tokens 0|100
+gpt-bf16|models/gpt.kiln|--bound T=32 --precision bf16|--data '\$D/fortunes/*' --batch 2 --eval-batches 1 --sample-tokens 0|5|1e-3
+mlp-fp16|models/mlp.kiln|--precision fp16|$mnist --batch 32 --eval-batches 2|20|1e-3
 RUNS
 here=$(pwd)
-while IFS='|' read -r name model bflags rflags steps; do
+while IFS='|' read -r name model bflags rflags steps tol; do
     [ -n "$name" ] || continue
     mkdir -p "$B/ref/$name"
     # shellcheck disable=SC2086
@@ -71,6 +76,7 @@ $kiln build models/gpt.kiln --target "${BUNDLE_TARGET:-cuda}" -o "$B/bin/bench-g
 sed 's/^\( *batch *= *\)4$/\116/' models/gpt2-124m.kiln >"$B/models/gpt2-124m-b16.kiln"
 grep -q 'batch *= *16$' "$B/models/gpt2-124m-b16.kiln" || { echo "bench/gpu/bundle.sh: models/gpt2-124m.kiln's batch line changed" >&2; exit 1; }
 $kiln build "$B/models/gpt2-124m-b16.kiln" --target "${BUNDLE_TARGET:-cuda}" -o "$B/bin/bench-gpt2" >/dev/null
+$kiln build "$B/models/gpt2-124m-b16.kiln" --precision bf16 --target "${BUNDLE_TARGET:-cuda}" -o "$B/bin/bench-gpt2-bf16" >/dev/null
 
 # ptxas's register and spill report for every model
 mkdir -p out/gpu-emit
