@@ -16,7 +16,6 @@
 
 /* The last axis of the run of adjacent inner axes from a that can share one loop: none
  * of their coordinates is used. */
-
 static int run_end(const CgKernel *L, int a)
 {
     if (L->coords >> a & 1) return a;

@@ -390,6 +390,8 @@ static RowSpread row_spread(const CgKernel *L)
     return w <= CUDA_ROW_THREAD_MAX ? ROWS_PER_THREAD : ROWS_PER_BLOCK;
 }
 
+/* Whether a block's threads share each row (kiln_block_sum): rows not one per thread, and
+ * not a column kernel's; its launch has row_threads' block size. */
 static bool block_per_row(const CgKernel *L)
 {
     return !columns_kernel(L) && (has_total(L) || (L->K->axes && row_spread(L) == ROWS_PER_BLOCK));
@@ -485,10 +487,6 @@ static bool has_total(const CgKernel *L)
         if (L->f->cls[L->stores[i]] == CLASS_TOTAL) return true;
     return false;
 }
-
-/* Whether a block's threads share each row (kiln_block_sum): rows not one per thread, and
- * not a column kernel's. */
-static bool block_per_row(const CgKernel *L);
 
 /* The launch's block size for a kernel whose block shares each row: as many warps as the
  * row has elements, up to 256 threads. A row of 40 elements takes 64 threads, not 256 of

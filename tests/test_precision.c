@@ -238,18 +238,27 @@ static const char *tiny_gpt =
     "    eval = every(steps = 60)\n"
     "}\n";
 
+/* Writes dir/tiny.kiln (into path), tiny_gpt with `train_lines` added to its train section,
+ * and the repetitive text it trains on (dir/corpus). */
+static void write_tiny(char *path, size_t cap, const char *train_lines, StrBuf *out)
+{
+    snprintf(path, cap, "%s/tiny.kiln", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    const char *steps = strstr(tiny_gpt, "    steps = 60\n");
+    cr_assert(steps);
+    fprintf(f, "%.*s%s%s", (int)(steps - tiny_gpt), tiny_gpt, train_lines, steps);
+    fclose(f);
+    cr_assert_eq(run("mkdir corpus && for i in $(seq 200); do echo 'the quick brown fox jumps over the lazy dog'; done > corpus/a.txt", out), 0);
+}
+
 /* Builds tiny in each precision (tiny-fp32, tiny-bf16, tiny-fp16) on a repetitive text. */
 static void build_tiny(void)
 {
     StrBuf out;
     sb_init(&out);
     char path[256], args[512];
-    snprintf(path, sizeof path, "%s/tiny.kiln", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert(f);
-    fputs(tiny_gpt, f);
-    fclose(f);
-    cr_assert_eq(run("mkdir corpus && for i in $(seq 200); do echo 'the quick brown fox jumps over the lazy dog'; done > corpus/a.txt", &out), 0);
+    write_tiny(path, sizeof path, "", &out);
     const char *names[] = {"fp32", "bf16", "fp16"};
     for (int i = 0; i < 3; i++) {
         snprintf(args, sizeof args, "build %s --precision %s -o %s/tiny-%s", path, names[i], dir, names[i]);
@@ -379,14 +388,8 @@ Test(train, fp16_loss_scaling_skips_backs_off_grows_and_resumes, .init = setup, 
     StrBuf out;
     sb_init(&out);
     char path[256], args[512];
-    snprintf(path, sizeof path, "%s/tiny.kiln", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert(f);
-    const char *steps = strstr(tiny_gpt, "    steps = 60\n");
-    fprintf(f, "%.*s    precision = fp16\n    loss_scale_init = 2 ** 40\n    loss_scale_growth_interval = 3\n    log = \"log.jsonl\"\n%s",
-            (int)(steps - tiny_gpt), tiny_gpt, steps);
-    fclose(f);
-    cr_assert_eq(run("mkdir corpus && for i in $(seq 200); do echo 'the quick brown fox jumps over the lazy dog'; done > corpus/a.txt", &out), 0);
+    write_tiny(path, sizeof path, "    precision = fp16\n    loss_scale_init = 2 ** 40\n    loss_scale_growth_interval = 3\n    log = \"log.jsonl\"\n",
+               &out);
     snprintf(args, sizeof args, "build %s -o %s/tiny-ls", path, dir);
     cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
     out.len = 0;
