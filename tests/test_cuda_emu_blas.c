@@ -3,7 +3,10 @@
  * leading dimensions larger than the rows (with the padding left untouched), alpha and
  * beta (beta 0 must not read C, so NaN there stays out), strided batches with gaps; the
  * cuBLASLt epilogues (bias, ReLU, GELU, the GELU input as aux) and the row-major Linear
- * layer the CUDA target will issue; and the argument checks that cuBLAS itself makes. */
+ * layer the CUDA target will issue; and the argument checks that cuBLAS itself makes. The
+ * mixed-precision forms (cublasGemmEx, cublasGemmStridedBatchedEx, cuBLASLt with bf16 or
+ * fp16 A and B): against the naive loop over the widened values, and bit for bit against
+ * the fp32 calls on those widened values. */
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
 #include <math.h>
@@ -13,6 +16,7 @@
 
 #include "../runtime/cuda/emu/kemu_cublas.h"
 #include "../runtime/cuda/emu/kemu_runtime.h"
+#include "../runtime/kiln_half.h"
 
 static void fill(float *x, size_t n, uint32_t seed)
 {
@@ -36,6 +40,34 @@ static void to_host(float *h, const float *d, size_t n)
     cr_assert_eq(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
 }
 
+static const char *type_name(cudaDataType t) { return t == CUDA_R_16BF ? "bf16" : t == CUDA_R_16F ? "fp16" : "fp32"; }
+
+/* x rounded to type t (fp32: unchanged), as a float. */
+static float round_to(cudaDataType t, float x)
+{
+    return t == CUDA_R_16BF ? kiln_bf16_round(x) : t == CUDA_R_16F ? kiln_f16_round(x) : x;
+}
+
+static uint16_t half_bits(cudaDataType t, float x) { return t == CUDA_R_16BF ? kiln_f32_to_bf16(x) : kiln_f32_to_f16(x); }
+static float half_value(cudaDataType t, uint16_t h) { return t == CUDA_R_16BF ? kiln_bf16_to_f32(h) : kiln_f16_to_f32(h); }
+
+/* A device copy of n host floats stored as type t (fp32, or the bits of bf16/fp16, which
+ * must hold each value exactly: round_to first). */
+static void *to_device_as(cudaDataType t, const float *h, size_t n)
+{
+    if (t == CUDA_R_32F) return to_device(h, n);
+    uint16_t *bits = malloc(n * sizeof *bits), *d = NULL;
+    cr_assert(bits);
+    for (size_t i = 0; i < n; i++) {
+        bits[i] = half_bits(t, h[i]);
+        cr_assert(isnan(h[i]) || half_value(t, bits[i]) == h[i], "%s does not hold %.9g", type_name(t), h[i]);
+    }
+    cr_assert_eq(cudaMalloc((void **)&d, n * sizeof *d), cudaSuccess);
+    cr_assert_eq(cudaMemcpy(d, bits, n * sizeof *d, cudaMemcpyHostToDevice), cudaSuccess);
+    free(bits);
+    return d;
+}
+
 /* op(X)[i, j] of a column-major X with leading dimension ld. */
 static double at(const float *x, int ld, int trans, int i, int j)
 {
@@ -56,6 +88,8 @@ static void reference(int ta, int tb, int m, int n, int k, float alpha, const fl
 }
 
 static const cublasOperation_t ops[] = {CUBLAS_OP_N, CUBLAS_OP_T, CUBLAS_OP_C};
+/* The operand types of the mixed-precision calls. */
+static const cudaDataType types[] = {CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F};
 
 /* One strided-batched GEMM (batch 1 uses cublasSgemm) checked against the reference,
  * including that the padding rows of C (between m and ldc) and the gaps between batches are
@@ -197,6 +231,415 @@ Test(cuda_emu_blas, argument_checks_as_cublas, .init = cr_redirect_stderr)
     cr_expect_eq(cublasDestroy(NULL), CUBLAS_STATUS_NOT_INITIALIZED);
 }
 
+/* ---- cublasGemmEx and cublasGemmStridedBatchedEx ---------------------------------------- */
+
+/* Quarters in [-4, 4] (at most 5 significant bits): exact in bf16 and in fp16. With k <= 17,
+ * alpha in {1, 1.5, 0.5, -0.5} and beta in {0, 1, -0.75}, every product, every partial sum
+ * (below 2^9 in magnitude, multiples of 2^-5) and the result are exact in float whatever
+ * the order of summation: a product of such operands must equal the naive loop exactly. */
+static void fill_quarters(float *x, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = (float)((int)((seed >> 8) % 33u) - 16) / 4.0f;
+    }
+}
+
+/* NaN in x's padding rows (ld - rows of each column) and in the gaps between its batches
+ * (stride - ld cols): the emulator must read neither. */
+static void nan_padding(float *x, size_t n, int rows, int cols, int ld, long long stride)
+{
+    for (size_t e = 0; e < n; e++) {
+        long long w = (long long)e % stride;
+        if (w >= (long long)ld * cols || w % ld >= rows) x[e] = NAN;
+    }
+}
+
+/* cublasGemmEx (batch 1) or cublasGemmStridedBatchedEx with A and B of type t against the
+ * naive loop in double over the widened values, exactly (fill_quarters), with the padding
+ * of C and the gaps between its batches unchanged. */
+static void check_gemm_ex(cublasHandle_t h, cudaDataType t, cublasOperation_t opa, cublasOperation_t opb, int m, int n,
+                          int k, float alpha, float beta, int batch)
+{
+    int ta = opa != CUBLAS_OP_N, tb = opb != CUBLAS_OP_N;
+    int arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
+    int lda = arows + 3, ldb = brows + 2, ldc = m + 4;
+    long long sa = (long long)lda * acols + 5, sb = (long long)ldb * bcols + 1, sc = (long long)ldc * n + 7;
+    size_t na = (size_t)(sa * batch), nb = (size_t)(sb * batch), nc = (size_t)(sc * batch);
+    float *A = malloc(na * sizeof *A), *B = malloc(nb * sizeof *B), *C = malloc(nc * sizeof *C);
+    float *got = malloc(nc * sizeof *got);
+    double *want = malloc(nc * sizeof *want);
+    cr_assert(A && B && C && got && want);
+    fill_quarters(A, na, 1u + (uint32_t)m);
+    fill_quarters(B, nb, 2u + (uint32_t)n);
+    fill_quarters(C, nc, 3u + (uint32_t)k);
+    nan_padding(A, na, arows, acols, lda, sa);
+    nan_padding(B, nb, brows, bcols, ldb, sb);
+    if (beta == 0.0f)
+        for (size_t i = 0; i < nc; i++) C[i] = NAN; /* must not be read */
+    for (size_t i = 0; i < nc; i++) want[i] = C[i];
+    /* A and B hold exactly what their bf16/fp16 copies widen to (to_device_as checks it). */
+    for (int b = 0; b < batch; b++)
+        reference(ta, tb, m, n, k, alpha, A + b * sa, lda, B + b * sb, ldb, beta, want + b * sc, ldc);
+    void *dA = to_device_as(t, A, na), *dB = to_device_as(t, B, nb);
+    float *dC = to_device(C, nc);
+    cublasStatus_t st;
+    if (batch == 1)
+        st = cublasGemmEx(h, opa, opb, m, n, k, &alpha, dA, t, lda, dB, t, ldb, &beta, dC, CUDA_R_32F, ldc,
+                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP);
+    else
+        st = cublasGemmStridedBatchedEx(h, opa, opb, m, n, k, &alpha, dA, t, lda, sa, dB, t, ldb, sb, &beta, dC,
+                                        CUDA_R_32F, ldc, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    cr_assert_eq(st, CUBLAS_STATUS_SUCCESS, "%s ops %d %d m %d n %d k %d batch %d", type_name(t), opa, opb, m, n, k,
+                 batch);
+    to_host(got, dC, nc);
+    for (int b = 0; b < batch; b++)
+        for (long long e = 0; e < sc; e++) {
+            size_t idx = (size_t)(b * sc + e);
+            int i = (int)(e % ldc), j = (int)(e / ldc);
+            if (i < m && j < n) {
+                double w = want[idx];
+                cr_assert_eq((double)(float)w, w, "the test's premise: %.17g is exact in float", w);
+                cr_assert_eq(got[idx], (float)w,
+                             "%s ops %d %d m %d n %d k %d alpha %g beta %g batch %d: C[%d,%d] of batch %d = %.9g, "
+                             "want %.9g",
+                             type_name(t), opa, opb, m, n, k, alpha, beta, batch, i, j, b, got[idx], w);
+            } else {
+                cr_assert(memcmp(&got[idx], &C[idx], sizeof(float)) == 0, "padding element %zu changed", idx);
+            }
+        }
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dC);
+    free(A);
+    free(B);
+    free(C);
+    free(got);
+    free(want);
+}
+
+Test(cuda_emu_blas, gemm_ex_every_type_and_op_combination)
+{
+    cublasHandle_t h;
+    cr_assert_eq(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    float alphas[] = {1.0f, 1.5f, -0.5f}, betas[] = {0.0f, 1.0f, -0.75f};
+    for (int t = 0; t < 3; t++)
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 3; b++)
+                for (int s = 0; s < 3; s++) {
+                    check_gemm_ex(h, types[t], ops[a], ops[b], 7, 5, 9, alphas[s], betas[s], 1);
+                    check_gemm_ex(h, types[t], ops[a], ops[b], 1, 13, 4, alphas[s], betas[s], 1);
+                    check_gemm_ex(h, types[t], ops[a], ops[b], 33, 1, 17, alphas[s], betas[s], 1);
+                }
+    cr_assert_eq(cublasDestroy(h), CUBLAS_STATUS_SUCCESS);
+}
+
+Test(cuda_emu_blas, gemm_strided_batched_ex_every_type_and_op_combination)
+{
+    cublasHandle_t h;
+    cr_assert_eq(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    for (int t = 0; t < 3; t++)
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 3; b++) {
+                check_gemm_ex(h, types[t], ops[a], ops[b], 6, 8, 5, 1.0f, 0.0f, 3);
+                check_gemm_ex(h, types[t], ops[a], ops[b], 9, 4, 11, 0.5f, 1.0f, 4);
+            }
+    cublasDestroy(h);
+}
+
+/* The C target's sum of products (a convolution's weight gradient: one product per batch
+ * element, beta 0 for the first and 1 after) with bf16 and fp16 operands: C = sum of the
+ * three products, exactly (fill_quarters). */
+Test(cuda_emu_blas, gemm_ex_half_beta_one_accumulates)
+{
+    cublasHandle_t h;
+    cr_assert_eq(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    enum { M = 6, N = 5, K = 7, P = 3 };
+    for (int t = 1; t < 3; t++) {
+        float A[P * M * K], B[P * K * N], C[M * N];
+        double want[M * N] = {0};
+        fill_quarters(A, P * M * K, 21u);
+        fill_quarters(B, P * K * N, 22u);
+        for (int p = 0; p < P; p++)
+            reference(0, 1, M, N, K, 1.0f, A + p * M * K, M, B + p * K * N, N, p ? 1.0f : 0.0f, want, M);
+        uint16_t *dA = to_device_as(types[t], A, P * M * K), *dB = to_device_as(types[t], B, P * K * N);
+        float *dC = NULL, one = 1.0f, zero = 0.0f;
+        cr_assert_eq(cudaMalloc((void **)&dC, sizeof C), cudaSuccess);
+        for (int p = 0; p < P; p++)
+            cr_assert_eq(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, M, N, K, &one, dA + p * M * K, types[t], M,
+                                      dB + p * K * N, types[t], N, p ? &one : &zero, dC, CUDA_R_32F, M,
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP),
+                         CUBLAS_STATUS_SUCCESS);
+        to_host(C, dC, M * N);
+        for (int i = 0; i < M * N; i++)
+            cr_assert_eq(C[i], (float)want[i], "%s: C[%d] = %.9g, want %.9g", type_name(types[t]), i, C[i], want[i]);
+        cudaFree(dA);
+        cudaFree(dB);
+        cudaFree(dC);
+    }
+    cublasDestroy(h);
+}
+
+/* As cublasSgemm: k = 0 gives C = beta C and alpha = 0 reads neither A nor B (here NULL, so
+ * no widening either); an empty product touches nothing. */
+Test(cuda_emu_blas, gemm_ex_half_edge_cases)
+{
+    cublasHandle_t h;
+    cr_assert_eq(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    float c0[12], c[12], one = 1.0f, zero = 0.0f, half = 0.5f;
+    fill_quarters(c0, 12, 51u);
+    for (int t = 1; t < 3; t++) {
+        float *dC = to_device(c0, 12);
+        uint16_t *dA = to_device_as(types[t], c0, 12);
+        cr_expect_eq(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 3, 0, &one, dA, types[t], 4, dA, types[t], 1, &half,
+                                  dC, CUDA_R_32F, 4, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_SUCCESS);
+        to_host(c, dC, 12);
+        for (int i = 0; i < 12; i++) cr_expect_eq(c[i], 0.5f * c0[i], "%s k = 0: C[%d]", type_name(types[t]), i);
+        cr_expect_eq(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, 4, 3, 5, &zero, NULL, types[t], 5, 20,
+                                                NULL, types[t], 5, 15, &one, dC, CUDA_R_32F, 4, 0, 1,
+                                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_SUCCESS);
+        to_host(c, dC, 12);
+        for (int i = 0; i < 12; i++) cr_expect_eq(c[i], 0.5f * c0[i], "%s alpha = 0: C[%d]", type_name(types[t]), i);
+        cr_expect_eq(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 0, 3, 2, &one, NULL, types[t], 1, NULL, types[t], 2,
+                                  &zero, NULL, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_SUCCESS);
+        cudaFree(dC);
+        cudaFree(dA);
+    }
+    cublasDestroy(h);
+}
+
+/* One call of each form on random operands (not exact: the order of summation shows) against
+ * the fp32 call on the same values as floats: the same bits. fp32 operands: cublasGemmEx
+ * against cublasSgemm, with every accepted compute type and two algorithms; bf16 and fp16
+ * operands: against cublasSgemm on their widened copies (what the C target computes). */
+static void check_gemm_ex_bits(cublasHandle_t h, cudaDataType t, cublasComputeType_t compute, cublasGemmAlgo_t algo,
+                               cublasOperation_t opa, cublasOperation_t opb, int m, int n, int k, int batch)
+{
+    int ta = opa != CUBLAS_OP_N, tb = opb != CUBLAS_OP_N;
+    int lda = (ta ? k : m) + 1, ldb = (tb ? n : k) + 2, ldc = m + 1;
+    long long sa = (long long)lda * (ta ? m : k) + 3, sb = (long long)ldb * (tb ? k : n), sc = (long long)ldc * n + 2;
+    size_t na = (size_t)(sa * batch), nb = (size_t)(sb * batch), nc = (size_t)(sc * batch);
+    float *A = malloc(na * 4), *B = malloc(nb * 4), *C = malloc(nc * 4), *ex = malloc(nc * 4), *s = malloc(nc * 4);
+    cr_assert(A && B && C && ex && s);
+    fill(A, na, 31u + (uint32_t)k);
+    fill(B, nb, 32u + (uint32_t)n);
+    fill(C, nc, 33u + (uint32_t)m);
+    for (size_t i = 0; i < na; i++) A[i] = round_to(t, A[i]);
+    for (size_t i = 0; i < nb; i++) B[i] = round_to(t, B[i]);
+    void *dA = to_device_as(t, A, na), *dB = to_device_as(t, B, nb);
+    float *dAf = to_device(A, na), *dBf = to_device(B, nb), *dCex = to_device(C, nc), *dCs = to_device(C, nc);
+    float alpha = 1.5f, beta = -0.75f;
+    if (batch == 1) {
+        cr_assert_eq(cublasGemmEx(h, opa, opb, m, n, k, &alpha, dA, t, lda, dB, t, ldb, &beta, dCex, CUDA_R_32F, ldc,
+                                  compute, algo),
+                     CUBLAS_STATUS_SUCCESS);
+        cr_assert_eq(cublasSgemm(h, opa, opb, m, n, k, &alpha, dAf, lda, dBf, ldb, &beta, dCs, ldc),
+                     CUBLAS_STATUS_SUCCESS);
+    } else {
+        cr_assert_eq(cublasGemmStridedBatchedEx(h, opa, opb, m, n, k, &alpha, dA, t, lda, sa, dB, t, ldb, sb, &beta,
+                                                dCex, CUDA_R_32F, ldc, sc, batch, compute, algo),
+                     CUBLAS_STATUS_SUCCESS);
+        cr_assert_eq(cublasSgemmStridedBatched(h, opa, opb, m, n, k, &alpha, dAf, lda, sa, dBf, ldb, sb, &beta, dCs,
+                                               ldc, sc, batch),
+                     CUBLAS_STATUS_SUCCESS);
+    }
+    to_host(ex, dCex, nc);
+    to_host(s, dCs, nc);
+    for (size_t i = 0; i < nc; i++)
+        cr_assert(memcmp(&ex[i], &s[i], 4) == 0, "%s compute %d algo %d ops %d %d batch %d: element %zu %.9g, fp32 %.9g",
+                  type_name(t), compute, algo, opa, opb, batch, i, ex[i], s[i]);
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dAf);
+    cudaFree(dBf);
+    cudaFree(dCex);
+    cudaFree(dCs);
+    free(A);
+    free(B);
+    free(C);
+    free(ex);
+    free(s);
+}
+
+Test(cuda_emu_blas, gemm_ex_same_bits_as_sgemm)
+{
+    cublasHandle_t h;
+    cr_assert_eq(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    const cublasComputeType_t computes[] = {CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_PEDANTIC,
+                                            CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F_FAST_16BF,
+                                            CUBLAS_COMPUTE_32F_FAST_16F};
+    const cublasGemmAlgo_t algos[] = {CUBLAS_GEMM_DEFAULT, CUBLAS_GEMM_DEFAULT_TENSOR_OP};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++) {
+            for (int c = 0; c < 5; c++)
+                for (int g = 0; g < 2; g++) {
+                    check_gemm_ex_bits(h, CUDA_R_32F, computes[c], algos[g], ops[a], ops[b], 19, 7, 45, 1);
+                    check_gemm_ex_bits(h, CUDA_R_32F, computes[c], algos[g], ops[a], ops[b], 8, 11, 23, 3);
+                }
+            for (int t = 1; t < 3; t++)
+                for (int c = 0; c < 2; c++) {
+                    check_gemm_ex_bits(h, types[t], computes[c], algos[c], ops[a], ops[b], 19, 7, 45, 1);
+                    check_gemm_ex_bits(h, types[t], computes[c], algos[c], ops[a], ops[b], 8, 11, 23, 3);
+                }
+        }
+    cublasDestroy(h);
+}
+
+/* The combinations cuBLAS refuses (CUBLAS_STATUS_NOT_SUPPORTED), with C left untouched; the
+ * ones it accepts besides COMPUTE_32F and the default algorithm; the argument checks of
+ * cublasSgemm, the same for half operands. */
+Test(cuda_emu_blas, gemm_ex_refusals_and_argument_checks)
+{
+    cublasHandle_t h;
+    cr_assert_eq(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    float *d = NULL, *dC = NULL, one = 1.0f, zero = 0.0f, c0[16], c1[16];
+    cr_assert_eq(cudaMalloc((void **)&d, 64 * sizeof(float)), cudaSuccess);
+    cr_assert_eq(cudaMemset(d, 0, 64 * sizeof(float)), cudaSuccess);
+    fill(c0, 16, 41u);
+    dC = to_device(c0, 16);
+    const cublasOperation_t N = CUBLAS_OP_N;
+    const cublasComputeType_t c32 = CUBLAS_COMPUTE_32F;
+    const cublasGemmAlgo_t dflt = CUBLAS_GEMM_DEFAULT;
+    const cudaDataType bf = CUDA_R_16BF, hf = CUDA_R_16F, f = CUDA_R_32F;
+    /* Atype != Btype */
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, &one, d, bf, 4, d, hf, 4, &zero, dC, f, 4, c32, dflt),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "bf16 A, fp16 B");
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, &one, d, f, 4, d, bf, 4, &zero, dC, f, 4, c32, dflt),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "fp32 A, bf16 B");
+    cr_expect_eq(cublasGemmStridedBatchedEx(h, N, N, 4, 4, 4, &one, d, hf, 4, 0, d, bf, 4, 0, &zero, dC, f, 4, 0, 2,
+                                            c32, dflt),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "fp16 A, bf16 B, batched");
+    /* a half C (cuBLAS has it; not emulated) and other C types */
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, &one, d, bf, 4, d, bf, 4, &zero, dC, bf, 4, c32, dflt),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "bf16 C");
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, &one, d, hf, 4, d, hf, 4, &zero, dC, hf, 4, c32, dflt),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "fp16 C");
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, &one, d, f, 4, d, f, 4, &zero, dC, CUDA_R_64F, 4, c32, dflt),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "fp64 C");
+    /* compute types: half compute, and the FAST forms, which cuBLAS takes for fp32 operands only */
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, &one, d, hf, 4, d, hf, 4, &zero, dC, f, 4, CUBLAS_COMPUTE_16F, dflt),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "COMPUTE_16F");
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, &one, d, bf, 4, d, bf, 4, &zero, dC, f, 4, CUBLAS_COMPUTE_32F_FAST_TF32,
+                              dflt),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "bf16 operands with FAST_TF32");
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, &one, d, hf, 4, d, hf, 4, &zero, dC, f, 4, CUBLAS_COMPUTE_32F_FAST_16F,
+                              dflt),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "fp16 operands with FAST_16F");
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, &one, d, f, 4, d, f, 4, &zero, dC, f, 4, CUBLAS_COMPUTE_64F, dflt),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "COMPUTE_64F with fp32");
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, &one, d, f, 4, d, f, 4, &zero, dC, f, 4, CUBLAS_COMPUTE_32I, dflt),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "COMPUTE_32I with fp32");
+    /* algorithms outside cublasGemmAlgo_t's list */
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, &one, d, bf, 4, d, bf, 4, &zero, dC, f, 4, c32, CUBLAS_GEMM_AUTOTUNE),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "AUTOTUNE");
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, &one, d, bf, 4, d, bf, 4, &zero, dC, f, 4, c32, (cublasGemmAlgo_t)24),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "algorithm 24");
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, &one, d, bf, 4, d, bf, 4, &zero, dC, f, 4, c32, (cublasGemmAlgo_t)-2),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "algorithm -2");
+    to_host(c1, dC, 16);
+    cr_expect(memcmp(c0, c1, sizeof c0) == 0, "a refused call wrote C");
+    /* accepted: PEDANTIC, the numbered and tensor-op algorithms, fp32 with FAST_16BF */
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, &one, d, bf, 4, d, bf, 4, &zero, dC, f, 4, CUBLAS_COMPUTE_32F_PEDANTIC,
+                              CUBLAS_GEMM_ALGO23),
+                 CUBLAS_STATUS_SUCCESS);
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, &one, d, hf, 4, d, hf, 4, &zero, dC, f, 4, c32,
+                              CUBLAS_GEMM_ALGO15_TENSOR_OP),
+                 CUBLAS_STATUS_SUCCESS);
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, &one, d, f, 4, d, f, 4, &zero, dC, f, 4, CUBLAS_COMPUTE_32F_FAST_16BF,
+                              CUBLAS_GEMM_ALGO0),
+                 CUBLAS_STATUS_SUCCESS);
+    /* cublasSgemm's argument checks: lda < m, ldb < k with op N, ldc < m, a negative size, a
+     * bad op, no alpha, no handle */
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, &one, d, bf, 3, d, bf, 4, &zero, dC, f, 4, c32, dflt),
+                 CUBLAS_STATUS_INVALID_VALUE);
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 5, &one, d, hf, 4, d, hf, 4, &zero, dC, f, 4, c32, dflt),
+                 CUBLAS_STATUS_INVALID_VALUE);
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, &one, d, bf, 4, d, bf, 4, &zero, dC, f, 3, c32, dflt),
+                 CUBLAS_STATUS_INVALID_VALUE);
+    cr_expect_eq(cublasGemmStridedBatchedEx(h, N, N, 4, 4, 4, &one, d, bf, 4, 16, d, bf, 4, 16, &zero, dC, f, 4, 16,
+                                            -1, c32, dflt),
+                 CUBLAS_STATUS_INVALID_VALUE);
+    cr_expect_eq(cublasGemmEx(h, (cublasOperation_t)7, N, 4, 4, 4, &one, d, bf, 4, d, bf, 4, &zero, dC, f, 4, c32, dflt),
+                 CUBLAS_STATUS_INVALID_VALUE);
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, NULL, d, bf, 4, d, bf, 4, &zero, dC, f, 4, c32, dflt),
+                 CUBLAS_STATUS_INVALID_VALUE);
+    cr_expect_eq(cublasGemmEx(NULL, N, N, 4, 4, 4, &one, d, bf, 4, d, bf, 4, &zero, dC, f, 4, c32, dflt),
+                 CUBLAS_STATUS_NOT_INITIALIZED);
+    cudaFree(d);
+    cudaFree(dC);
+    cublasDestroy(h);
+}
+
+/* Half operands are checked against their allocation with 2-byte elements (fp32 ones with
+ * 4): a bf16 matrix that fills its allocation exactly runs, one that runs one element past
+ * it (or whose last batch does) is reported as cublasSgemm reports its A, sticky. */
+Test(cuda_emu_blas, gemm_ex_half_operand_out_of_bounds, .init = cr_redirect_stderr)
+{
+    cublasHandle_t h;
+    cr_assert_eq(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+    const cublasOperation_t N = CUBLAS_OP_N, T = CUBLAS_OP_T;
+    float one = 1.0f, zero = 0.0f;
+    for (int t = 1; t < 3; t++) {
+        const cudaDataType ht = types[t];
+        uint16_t *dA = NULL, *dB = NULL;
+        float *dC = NULL;
+        /* 64 halves: 128 bytes, as many as 32 floats */
+        cr_assert_eq(cudaMalloc((void **)&dA, 64 * sizeof(uint16_t)), cudaSuccess);
+        cr_assert_eq(cudaMalloc((void **)&dB, 64 * sizeof(uint16_t)), cudaSuccess);
+        cr_assert_eq(cudaMalloc((void **)&dC, 256 * sizeof(float)), cudaSuccess);
+        cr_assert_eq(cudaMemset(dA, 0, 64 * sizeof(uint16_t)), cudaSuccess);
+        cr_assert_eq(cudaMemset(dB, 0, 64 * sizeof(uint16_t)), cudaSuccess);
+        /* A 4 x 16, lda 4: 64 halves, all of A's allocation (as floats it would need 256 bytes) */
+        cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 16, &one, dA, ht, 4, dB, ht, 16, &zero, dC, CUDA_R_32F, 4,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_SUCCESS, "%s: a matrix that fills its allocation", type_name(ht));
+        /* op T: A stored 16 x 4 with lda 16; two batches of B 8 x 4 (ldb 8, stride 32) */
+        cr_expect_eq(cublasGemmStridedBatchedEx(h, T, N, 4, 4, 8, &one, dA, ht, 16, 0, dB, ht, 8, 32, &zero, dC,
+                                                CUDA_R_32F, 4, 16, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_SUCCESS, "%s: batches that fill their allocation", type_name(ht));
+        cr_expect_eq(cudaDeviceSynchronize(), cudaSuccess);
+        /* A 5 x 13, lda 5: 65 halves, one past the end */
+        cr_expect_eq(cublasGemmEx(h, N, N, 5, 4, 13, &one, dA, ht, 5, dB, ht, 13, &zero, dC, CUDA_R_32F, 5,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_EXECUTION_FAILED, "%s: A one element past its allocation", type_name(ht));
+        cr_expect(strstr(kemu_last_error_message(), "cublasGemmEx: matrix A") != NULL, "%s", kemu_last_error_message());
+        cr_expect(strstr(kemu_last_error_message(), "2-byte elements") != NULL, "%s", kemu_last_error_message());
+        cr_expect(strstr(kemu_last_error_message(), "the GPU would fault") != NULL);
+        cr_expect_eq(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
+        cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 4, &one, dA, ht, 4, dB, ht, 4, &zero, dC, CUDA_R_32F, 4,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_EXECUTION_FAILED, "the fault is sticky");
+        cudaDeviceReset();
+        cr_assert_eq(cudaMalloc((void **)&dA, 64 * sizeof(uint16_t)), cudaSuccess);
+        cr_assert_eq(cudaMalloc((void **)&dB, 64 * sizeof(uint16_t)), cudaSuccess);
+        cr_assert_eq(cudaMalloc((void **)&dC, 256 * sizeof(float)), cudaSuccess);
+        /* B's second batch (stride 33) ends one element past */
+        cr_expect_eq(cublasGemmStridedBatchedEx(h, T, N, 4, 4, 8, &one, dA, ht, 16, 0, dB, ht, 8, 33, &zero, dC,
+                                                CUDA_R_32F, 4, 16, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     CUBLAS_STATUS_EXECUTION_FAILED, "%s: B's last batch one element past", type_name(ht));
+        cr_expect(strstr(kemu_last_error_message(), "cublasGemmStridedBatchedEx: matrix B") != NULL, "%s",
+                  kemu_last_error_message());
+        cudaDeviceReset();
+    }
+    /* fp32 operands through cublasGemmEx: 4-byte elements, so 64 floats hold 4 x 16 but not 5 x 13 */
+    float *d = NULL, *dC = NULL;
+    cr_assert_eq(cudaMalloc((void **)&d, 64 * sizeof(float)), cudaSuccess);
+    cr_assert_eq(cudaMalloc((void **)&dC, 64 * sizeof(float)), cudaSuccess);
+    cr_assert_eq(cudaMemset(d, 0, 64 * sizeof(float)), cudaSuccess);
+    cr_expect_eq(cublasGemmEx(h, N, N, 4, 4, 16, &one, d, CUDA_R_32F, 4, d, CUDA_R_32F, 16, &zero, dC, CUDA_R_32F, 4,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 CUBLAS_STATUS_SUCCESS);
+    cr_expect_eq(cublasGemmEx(h, N, N, 5, 4, 13, &one, d, CUDA_R_32F, 5, d, CUDA_R_32F, 13, &zero, dC, CUDA_R_32F, 5,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 CUBLAS_STATUS_EXECUTION_FAILED);
+    cr_expect(strstr(kemu_last_error_message(), "4-byte elements") != NULL, "%s", kemu_last_error_message());
+    cudaDeviceReset();
+    cublasDestroy(h);
+}
+
 /* ---- cuBLASLt ---------------------------------------------------------------------- */
 
 static double gelu(double x) { return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
@@ -213,10 +656,10 @@ static const Epi epilogues[] = {
     {CUBLASLT_EPILOGUE_GELU_AUX, 0, 0, 1, 1},  {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, 1, 0, 1, 1},
 };
 
-static cublasLtMatrixLayout_t layout(int rows, int cols, int ld, int batch, long long stride)
+static cublasLtMatrixLayout_t layout_as(cudaDataType type, int rows, int cols, int ld, int batch, long long stride)
 {
     cublasLtMatrixLayout_t l;
-    cr_assert_eq(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, (uint64_t)rows, (uint64_t)cols, ld), CUBLAS_STATUS_SUCCESS);
+    cr_assert_eq(cublasLtMatrixLayoutCreate(&l, type, (uint64_t)rows, (uint64_t)cols, ld), CUBLAS_STATUS_SUCCESS);
     int32_t b = batch;
     int64_t s = stride;
     cr_assert_eq(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b),
@@ -226,9 +669,17 @@ static cublasLtMatrixLayout_t layout(int rows, int cols, int ld, int batch, long
     return l;
 }
 
-/* D = epilogue(alpha op(A) op(B) + beta C + bias) with C and D distinct, batched. */
-static void check_lt(cublasLtHandle_t lt, cublasOperation_t opa, cublasOperation_t opb, Epi e, int m, int n, int k,
-                     float alpha, float beta, int batch)
+static cublasLtMatrixLayout_t layout(int rows, int cols, int ld, int batch, long long stride)
+{
+    return layout_as(CUDA_R_32F, rows, cols, ld, batch, stride);
+}
+
+/* D = epilogue(alpha op(A) op(B) + beta C + bias) with C and D distinct, batched; A and B
+ * of type ab (bf16 or fp16: random values rounded to it, so the reference in double reads
+ * the widened values, and the same tolerance holds; and D and aux bit for bit those of the
+ * same call on fp32 copies of the widened A and B). */
+static void check_lt(cublasLtHandle_t lt, cudaDataType ab, cublasOperation_t opa, cublasOperation_t opb, Epi e, int m,
+                     int n, int k, float alpha, float beta, int batch)
 {
     int ta = opa != CUBLAS_OP_N, tb = opb != CUBLAS_OP_N;
     int arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
@@ -245,10 +696,13 @@ static void check_lt(cublasLtHandle_t lt, cublasOperation_t opa, cublasOperation
     fill(B, nb, 6u);
     fill(C, nc, 7u);
     fill(bias, nbias, 8u);
+    for (size_t i = 0; i < na; i++) A[i] = round_to(ab, A[i]);
+    for (size_t i = 0; i < nb; i++) B[i] = round_to(ab, B[i]);
     for (size_t i = 0; i < nc; i++) want[i] = C[i];
     for (int b = 0; b < batch; b++)
         reference(ta, tb, m, n, k, alpha, A + b * sa, lda, B + b * sb, ldb, beta, want + b * sc, ldc);
-    float *dA = to_device(A, na), *dB = to_device(B, nb), *dC = to_device(C, nc), *dbias = to_device(bias, nbias);
+    void *dA = to_device_as(ab, A, na), *dB = to_device_as(ab, B, nb);
+    float *dC = to_device(C, nc), *dbias = to_device(bias, nbias);
     float *dD = NULL, *daux = NULL;
     cr_assert_eq(cudaMalloc((void **)&dD, nd * 4), cudaSuccess);
     cr_assert_eq(cudaMalloc((void **)&daux, naux * 4), cudaSuccess);
@@ -276,7 +730,7 @@ static void check_lt(cublasLtHandle_t lt, cublasOperation_t opa, cublasOperation
                                                     sizeof aux_stride),
                      0);
     }
-    cublasLtMatrixLayout_t la = layout(arows, acols, lda, batch, sa), lb = layout(brows, bcols, ldb, batch, sb);
+    cublasLtMatrixLayout_t la = layout_as(ab, arows, acols, lda, batch, sa), lb = layout_as(ab, brows, bcols, ldb, batch, sb);
     cublasLtMatrixLayout_t lc = layout(m, n, ldc, batch, sc), ld = layout(m, n, ldd, batch, sd);
     cublasLtMatmulPreference_t pref;
     cr_assert_eq(cublasLtMatmulPreferenceCreate(&pref), 0);
@@ -288,9 +742,34 @@ static void check_lt(cublasLtHandle_t lt, cublasOperation_t opa, cublasOperation
     cr_assert_eq(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, ld, pref, 1, &heur, &found), 0);
     cr_assert_eq(found, 1);
     cr_assert_eq(cublasLtMatmul(lt, desc, &alpha, dA, la, dB, lb, &beta, dC, lc, dD, ld, &heur.algo, NULL, 0, NULL),
-                 CUBLAS_STATUS_SUCCESS, "epilogue %d ops %d %d", e.epilogue, opa, opb);
+                 CUBLAS_STATUS_SUCCESS, "%s epilogue %d ops %d %d", type_name(ab), e.epilogue, opa, opb);
     to_host(D, dD, nd);
     to_host(aux, daux, naux);
+    if (ab != CUDA_R_32F) {
+        /* The same call on fp32 A and B holding the widened values: the same bits. */
+        float *D32 = malloc(nd * 4), *aux32 = malloc(naux * 4), *dA32 = to_device(A, na), *dB32 = to_device(B, nb);
+        cr_assert(D32 && aux32);
+        cublasLtMatrixLayout_t la32 = layout(arows, acols, lda, batch, sa), lb32 = layout(brows, bcols, ldb, batch, sb);
+        cr_assert_eq(cublasLtMatmul(lt, desc, &alpha, dA32, la32, dB32, lb32, &beta, dC, lc, dD, ld, NULL, NULL, 0, NULL),
+                     CUBLAS_STATUS_SUCCESS);
+        to_host(D32, dD, nd);
+        to_host(aux32, daux, naux);
+        for (int b = 0; b < batch; b++)
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < m; i++) {
+                    size_t di = (size_t)(b * sd) + i + (size_t)j * ldd, ai = (size_t)(b * saux) + i + (size_t)j * ldaux;
+                    cr_assert(memcmp(&D[di], &D32[di], 4) == 0, "%s epilogue %d ops %d %d: D[%d,%d] = %.9g, fp32 %.9g",
+                              type_name(ab), e.epilogue, opa, opb, i, j, D[di], D32[di]);
+                    cr_assert(!e.aux || memcmp(&aux[ai], &aux32[ai], 4) == 0, "%s aux[%d,%d] = %.9g, fp32 %.9g",
+                              type_name(ab), i, j, aux[ai], aux32[ai]);
+                }
+        cublasLtMatrixLayoutDestroy(la32);
+        cublasLtMatrixLayoutDestroy(lb32);
+        cudaFree(dA32);
+        cudaFree(dB32);
+        free(D32);
+        free(aux32);
+    }
     for (int b = 0; b < batch; b++)
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
@@ -335,9 +814,25 @@ Test(cuda_emu_blas, lt_matmul_every_epilogue_and_op)
     for (size_t e = 0; e < sizeof epilogues / sizeof *epilogues; e++)
         for (int a = 0; a < 2; a++)
             for (int b = 0; b < 2; b++) {
-                check_lt(lt, ops[a], ops[b], epilogues[e], 7, 6, 5, 1.0f, 0.0f, 1);
-                check_lt(lt, ops[a], ops[b], epilogues[e], 5, 9, 8, 0.5f, -1.25f, 3);
+                check_lt(lt, CUDA_R_32F, ops[a], ops[b], epilogues[e], 7, 6, 5, 1.0f, 0.0f, 1);
+                check_lt(lt, CUDA_R_32F, ops[a], ops[b], epilogues[e], 5, 9, 8, 0.5f, -1.25f, 3);
             }
+    cr_assert_eq(cublasLtDestroy(lt), CUBLAS_STATUS_SUCCESS);
+}
+
+/* The mixed-precision products the CUDA target will issue: bf16 or fp16 A and B, fp32 C, D,
+ * bias and aux, with every epilogue (BIAS and GELU_AUX_BIAS among them) and ops N/T. */
+Test(cuda_emu_blas, lt_matmul_half_operands_every_epilogue)
+{
+    cublasLtHandle_t lt;
+    cr_assert_eq(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+    for (int t = 1; t < 3; t++)
+        for (size_t e = 0; e < sizeof epilogues / sizeof *epilogues; e++)
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 2; b++) {
+                    check_lt(lt, types[t], ops[a], ops[b], epilogues[e], 7, 6, 5, 1.0f, 0.0f, 1);
+                    check_lt(lt, types[t], ops[a], ops[b], epilogues[e], 5, 9, 8, 0.5f, -1.25f, 3);
+                }
     cr_assert_eq(cublasLtDestroy(lt), CUBLAS_STATUS_SUCCESS);
 }
 
@@ -392,79 +887,86 @@ Test(cuda_emu_blas, lt_row_major_linear_layer)
 
 /* BGRADA and BGRADB: D = op(A) op(B) as usual, and the bias gradient, op(A)'s rows or
  * op(B)'s columns summed over k in float in order l = 0 ... k - 1 (the C target's column
- * sums): checked bit for bit against that plain loop; batches are refused. */
+ * sums): checked bit for bit against that plain loop, for fp32, bf16 and fp16 A and B (the
+ * loop over the widened values); batches are refused. */
 Test(cuda_emu_blas, lt_bias_gradient_epilogues)
 {
     cublasLtHandle_t lt;
     cr_assert_eq(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
     const int m = 13, n = 9, k = 37;
-    for (int which = 0; which < 2; which++)
-        for (int oa = 0; oa < 2; oa++)
-            for (int ob = 0; ob < 2; ob++) {
-                const int ta = oa, tb = ob;
-                const int arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
-                const int lda = arows + 1, ldb = brows + 2, ldd = m + 3;
-                const size_t na = (size_t)lda * acols, nb = (size_t)ldb * bcols, nd = (size_t)ldd * n;
-                const int len = which ? n : m;
-                float *A = malloc(na * 4), *B = malloc(nb * 4), *D = malloc(nd * 4), *grad = malloc((size_t)len * 4);
-                double *want = calloc(nd, sizeof *want);
-                cr_assert(A && B && D && grad && want);
-                fill(A, na, 11u);
-                fill(B, nb, 12u);
-                reference(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, 0.0f, want, ldd);
-                float *dA = to_device(A, na), *dB = to_device(B, nb), *dD = NULL, *dgrad = NULL;
-                cr_assert_eq(cudaMalloc((void **)&dD, nd * 4), cudaSuccess);
-                cr_assert_eq(cudaMalloc((void **)&dgrad, (size_t)len * 4), cudaSuccess);
-                cublasLtMatmulDesc_t desc;
-                cr_assert_eq(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), 0);
-                int32_t t = ta ? CUBLAS_OP_T : CUBLAS_OP_N, u = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-                uint32_t epi = which ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA;
-                cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t), 0);
-                cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &u, sizeof u), 0);
-                cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), 0);
-                cublasLtMatrixLayout_t la = layout(arows, acols, lda, 1, 0), lb = layout(brows, bcols, ldb, 1, 0),
-                                       ld = layout(m, n, ldd, 1, 0);
-                float one = 1.0f, zero = 0.0f;
-                cr_expect_eq(cublasLtMatmul(lt, desc, &one, dA, la, dB, lb, &zero, dD, ld, dD, ld, NULL, NULL, 0, NULL),
-                             CUBLAS_STATUS_INVALID_VALUE, "a bias gradient epilogue without its pointer");
-                cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dgrad, sizeof dgrad), 0);
-                cr_assert_eq(cublasLtMatmul(lt, desc, &one, dA, la, dB, lb, &zero, dD, ld, dD, ld, NULL, NULL, 0, NULL),
-                             CUBLAS_STATUS_SUCCESS);
-                to_host(D, dD, nd);
-                to_host(grad, dgrad, (size_t)len);
-                for (int j = 0; j < n; j++)
-                    for (int i = 0; i < m; i++) {
-                        const double w = want[i + (size_t)j * ldd];
-                        cr_expect_leq(fabs(D[i + (size_t)j * ldd] - w), 1e-5 * (1 + fabs(w)), "D(%d, %d)", i, j);
+    for (int ty = 0; ty < 3; ty++) {
+        const cudaDataType ab = types[ty];
+        for (int which = 0; which < 2; which++)
+            for (int oa = 0; oa < 2; oa++)
+                for (int ob = 0; ob < 2; ob++) {
+                    const int ta = oa, tb = ob;
+                    const int arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
+                    const int lda = arows + 1, ldb = brows + 2, ldd = m + 3;
+                    const size_t na = (size_t)lda * acols, nb = (size_t)ldb * bcols, nd = (size_t)ldd * n;
+                    const int len = which ? n : m;
+                    float *A = malloc(na * 4), *B = malloc(nb * 4), *D = malloc(nd * 4), *grad = malloc((size_t)len * 4);
+                    double *want = calloc(nd, sizeof *want);
+                    cr_assert(A && B && D && grad && want);
+                    fill(A, na, 11u);
+                    fill(B, nb, 12u);
+                    for (size_t i = 0; i < na; i++) A[i] = round_to(ab, A[i]);
+                    for (size_t i = 0; i < nb; i++) B[i] = round_to(ab, B[i]);
+                    reference(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, 0.0f, want, ldd);
+                    void *dA = to_device_as(ab, A, na), *dB = to_device_as(ab, B, nb);
+                    float *dD = NULL, *dgrad = NULL;
+                    cr_assert_eq(cudaMalloc((void **)&dD, nd * 4), cudaSuccess);
+                    cr_assert_eq(cudaMalloc((void **)&dgrad, (size_t)len * 4), cudaSuccess);
+                    cublasLtMatmulDesc_t desc;
+                    cr_assert_eq(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), 0);
+                    int32_t t = ta ? CUBLAS_OP_T : CUBLAS_OP_N, u = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+                    uint32_t epi = which ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA;
+                    cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t), 0);
+                    cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &u, sizeof u), 0);
+                    cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), 0);
+                    cublasLtMatrixLayout_t la = layout_as(ab, arows, acols, lda, 1, 0),
+                                           lb = layout_as(ab, brows, bcols, ldb, 1, 0), ld = layout(m, n, ldd, 1, 0);
+                    float one = 1.0f, zero = 0.0f;
+                    cr_expect_eq(cublasLtMatmul(lt, desc, &one, dA, la, dB, lb, &zero, dD, ld, dD, ld, NULL, NULL, 0, NULL),
+                                 CUBLAS_STATUS_INVALID_VALUE, "a bias gradient epilogue without its pointer");
+                    cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dgrad, sizeof dgrad), 0);
+                    cr_assert_eq(cublasLtMatmul(lt, desc, &one, dA, la, dB, lb, &zero, dD, ld, dD, ld, NULL, NULL, 0, NULL),
+                                 CUBLAS_STATUS_SUCCESS);
+                    to_host(D, dD, nd);
+                    to_host(grad, dgrad, (size_t)len);
+                    for (int j = 0; j < n; j++)
+                        for (int i = 0; i < m; i++) {
+                            const double w = want[i + (size_t)j * ldd];
+                            cr_expect_leq(fabs(D[i + (size_t)j * ldd] - w), 1e-5 * (1 + fabs(w)), "D(%d, %d)", i, j);
+                        }
+                    for (int i = 0; i < len; i++) {
+                        float sum = 0.0f;
+                        for (int l = 0; l < k; l++) sum += which ? (float)at(B, ldb, tb, l, i) : (float)at(A, lda, ta, i, l);
+                        cr_expect_eq(grad[i], sum, "%s %s, op(A) %c, op(B) %c: element %d: %.9g, not %.9g", type_name(ab),
+                                     which ? "BGRADB" : "BGRADA", ta ? 'T' : 'N', tb ? 'T' : 'N', i, grad[i], sum);
                     }
-                for (int i = 0; i < len; i++) {
-                    float sum = 0.0f;
-                    for (int l = 0; l < k; l++) sum += which ? (float)at(B, ldb, tb, l, i) : (float)at(A, lda, ta, i, l);
-                    cr_expect_eq(grad[i], sum, "%s, op(A) %c, op(B) %c: element %d: %.9g, not %.9g", which ? "BGRADB" : "BGRADA",
-                                 ta ? 'T' : 'N', tb ? 'T' : 'N', i, grad[i], sum);
+                    /* no batched bias gradients, as in cuBLASLt */
+                    cublasLtMatrixLayout_t la2 = layout_as(ab, arows, acols, lda, 2, 0),
+                                           lb2 = layout_as(ab, brows, bcols, ldb, 2, 0), ld2 = layout(m, n, ldd, 2, 0);
+                    cr_expect_eq(cublasLtMatmul(lt, desc, &one, dA, la2, dB, lb2, &zero, dD, ld2, dD, ld2, NULL, NULL, 0, NULL),
+                                 CUBLAS_STATUS_NOT_SUPPORTED);
+                    cublasLtMatrixLayoutDestroy(la2);
+                    cublasLtMatrixLayoutDestroy(lb2);
+                    cublasLtMatrixLayoutDestroy(ld2);
+                    cublasLtMatrixLayoutDestroy(la);
+                    cublasLtMatrixLayoutDestroy(lb);
+                    cublasLtMatrixLayoutDestroy(ld);
+                    cublasLtMatmulDescDestroy(desc);
+                    cudaFree(dA);
+                    cudaFree(dB);
+                    cudaFree(dD);
+                    cudaFree(dgrad);
+                    free(A);
+                    free(B);
+                    free(D);
+                    free(grad);
+                    free(want);
                 }
-                /* no batched bias gradients, as in cuBLASLt */
-                cublasLtMatrixLayout_t la2 = layout(arows, acols, lda, 2, 0), lb2 = layout(brows, bcols, ldb, 2, 0),
-                                       ld2 = layout(m, n, ldd, 2, 0);
-                cr_expect_eq(cublasLtMatmul(lt, desc, &one, dA, la2, dB, lb2, &zero, dD, ld2, dD, ld2, NULL, NULL, 0, NULL),
-                             CUBLAS_STATUS_NOT_SUPPORTED);
-                cublasLtMatrixLayoutDestroy(la2);
-                cublasLtMatrixLayoutDestroy(lb2);
-                cublasLtMatrixLayoutDestroy(ld2);
-                cublasLtMatrixLayoutDestroy(la);
-                cublasLtMatrixLayoutDestroy(lb);
-                cublasLtMatrixLayoutDestroy(ld);
-                cublasLtMatmulDescDestroy(desc);
-                cudaFree(dA);
-                cudaFree(dB);
-                cudaFree(dD);
-                cudaFree(dgrad);
-                free(A);
-                free(B);
-                free(D);
-                free(grad);
-                free(want);
-            }
+    }
     cublasLtDestroy(lt);
 }
 
@@ -508,12 +1010,75 @@ Test(cuda_emu_blas, lt_unsupported_and_invalid)
     cublasLtMatmulDesc_t half;
     cr_assert_eq(cublasLtMatmulDescCreate(&half, CUBLAS_COMPUTE_16F, CUDA_R_16F), 0);
     cr_expect_eq(cublasLtMatmul(lt, half, &one, d, l4, d, l4, &zero, d, l4, d, l4, NULL, NULL, 0, NULL),
-                 CUBLAS_STATUS_NOT_SUPPORTED, "half precision is not emulated yet");
+                 CUBLAS_STATUS_NOT_SUPPORTED, "half-precision compute is not emulated");
     cublasLtMatmulDescDestroy(half);
+    /* Half-precision A and B: both bf16 or both fp16 with fp32 C and D, compute 32F; mixed A
+     * and B types, half C or D, and FAST_TF32 with half operands are refused. */
+    cublasLtMatrixLayout_t lbf, lhf;
+    cr_assert_eq(cublasLtMatrixLayoutCreate(&lbf, CUDA_R_16BF, 4, 4, 4), 0);
+    cr_assert_eq(cublasLtMatrixLayoutCreate(&lhf, CUDA_R_16F, 4, 4, 4), 0);
+    cr_expect_eq(cublasLtMatmul(lt, desc, &one, d, lbf, d, lbf, &zero, d, l4, d, l4, NULL, NULL, 0, NULL),
+                 CUBLAS_STATUS_SUCCESS, "bf16 A and B");
+    cr_expect_eq(cublasLtMatmul(lt, desc, &one, d, lhf, d, lhf, &zero, d, l4, d, l4, NULL, NULL, 0, NULL),
+                 CUBLAS_STATUS_SUCCESS, "fp16 A and B");
+    cr_expect_eq(cublasLtMatmul(lt, desc, &one, d, lbf, d, lhf, &zero, d, l4, d, l4, NULL, NULL, 0, NULL),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "bf16 A, fp16 B");
+    cr_expect_eq(cublasLtMatmul(lt, desc, &one, d, l4, d, lbf, &zero, d, l4, d, l4, NULL, NULL, 0, NULL),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "fp32 A, bf16 B");
+    cr_expect_eq(cublasLtMatmul(lt, desc, &one, d, lbf, d, lbf, &zero, d, lbf, d, lbf, NULL, NULL, 0, NULL),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "bf16 C and D");
+    cr_expect_eq(cublasLtMatmul(lt, desc, &one, d, lhf, d, lhf, &zero, d, l4, d, lhf, NULL, NULL, 0, NULL),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "fp16 D");
+    cublasLtMatmulDesc_t tf32;
+    cr_assert_eq(cublasLtMatmulDescCreate(&tf32, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F), 0);
+    cr_expect_eq(cublasLtMatmul(lt, tf32, &one, d, lbf, d, lbf, &zero, d, l4, d, l4, NULL, NULL, 0, NULL),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "FAST_TF32 with bf16 operands");
+    cr_expect_eq(cublasLtMatmul(lt, tf32, &one, d, l4, d, l4, &zero, d, l4, d, l4, NULL, NULL, 0, NULL),
+                 CUBLAS_STATUS_SUCCESS, "FAST_TF32 with fp32 operands");
+    cublasLtMatmulDescDestroy(tf32);
+    cublasLtMatrixLayoutDestroy(lbf);
+    cublasLtMatrixLayoutDestroy(lhf);
     cublasLtMatrixLayoutDestroy(l4);
     cublasLtMatrixLayoutDestroy(l5);
     cublasLtMatrixLayoutDestroy(lrow);
     cublasLtMatmulDescDestroy(desc);
     cublasLtDestroy(lt);
     cudaFree(d);
+}
+
+/* cuBLASLt checks a half-precision A with 2-byte elements too: 4 x 16 fills 64 bf16, 5 x 13
+ * runs one element past. */
+Test(cuda_emu_blas, lt_half_operand_out_of_bounds, .init = cr_redirect_stderr)
+{
+    cublasLtHandle_t lt;
+    cublasLtMatmulDesc_t desc;
+    cr_assert_eq(cublasLtCreate(&lt), 0);
+    cr_assert_eq(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), 0);
+    uint16_t *dA = NULL, *dB = NULL;
+    float *dD = NULL, one = 1.0f, zero = 0.0f;
+    cr_assert_eq(cudaMalloc((void **)&dA, 64 * sizeof(uint16_t)), cudaSuccess);
+    cr_assert_eq(cudaMalloc((void **)&dB, 64 * sizeof(uint16_t)), cudaSuccess);
+    cr_assert_eq(cudaMalloc((void **)&dD, 64 * sizeof(float)), cudaSuccess);
+    cr_assert_eq(cudaMemset(dA, 0, 64 * sizeof(uint16_t)), cudaSuccess);
+    cr_assert_eq(cudaMemset(dB, 0, 64 * sizeof(uint16_t)), cudaSuccess);
+    cublasLtMatrixLayout_t la = layout_as(CUDA_R_16BF, 4, 16, 4, 1, 0), lb = layout_as(CUDA_R_16BF, 16, 4, 16, 1, 0);
+    cublasLtMatrixLayout_t ld = layout(4, 4, 4, 1, 0);
+    cr_expect_eq(cublasLtMatmul(lt, desc, &one, dA, la, dB, lb, &zero, dD, ld, dD, ld, NULL, NULL, 0, NULL),
+                 CUBLAS_STATUS_SUCCESS, "a bf16 A that fills its allocation");
+    cublasLtMatrixLayout_t la5 = layout_as(CUDA_R_16BF, 5, 13, 5, 1, 0), lb5 = layout_as(CUDA_R_16BF, 13, 4, 13, 1, 0);
+    cublasLtMatrixLayout_t ld5 = layout(5, 4, 5, 1, 0);
+    cr_expect_eq(cublasLtMatmul(lt, desc, &one, dA, la5, dB, lb5, &zero, dD, ld5, dD, ld5, NULL, NULL, 0, NULL),
+                 CUBLAS_STATUS_EXECUTION_FAILED, "a bf16 A one element past its allocation");
+    cr_expect(strstr(kemu_last_error_message(), "cublasLtMatmul: matrix A") != NULL, "%s", kemu_last_error_message());
+    cr_expect(strstr(kemu_last_error_message(), "2-byte elements") != NULL, "%s", kemu_last_error_message());
+    cr_expect_eq(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatrixLayoutDestroy(la5);
+    cublasLtMatrixLayoutDestroy(lb5);
+    cublasLtMatrixLayoutDestroy(ld5);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtDestroy(lt);
+    cudaDeviceReset();
 }

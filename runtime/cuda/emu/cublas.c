@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../kiln_half.h"
 #include "kemu_cublas.h"
 #include "kemu_internal.h"
 
@@ -128,23 +129,24 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode)
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* Does [p, p + extent of a rows x cols matrix with leading dimension ld, over batch
- * matrices stride apart) lie in memory the GPU can read? Reports (sticky) when not. */
-static int matrix_ok(const char *fn, const char *which, const void *p, int64_t rows, int64_t cols, int64_t ld,
-                     int64_t batch, int64_t stride)
+/* Does [p, p + extent of a rows x cols matrix of elem-byte elements with leading dimension
+ * ld, over batch matrices stride apart) lie in memory the GPU can read? Reports (sticky)
+ * when not. rows, cols, ld and stride count elements, not bytes. */
+static int matrix_ok(const char *fn, const char *which, const void *p, size_t elem, int64_t rows, int64_t cols,
+                     int64_t ld, int64_t batch, int64_t stride)
 {
     if (rows <= 0 || cols <= 0 || batch <= 0) return 1;
     int64_t span = (cols - 1) * ld + rows;
     int64_t last = (batch - 1) * stride;
     int64_t lo = last < 0 ? last : 0;
     int64_t hi = (last > 0 ? last : 0) + span;
-    const void *start = (const void *)((uintptr_t)p + (uintptr_t)(lo * (int64_t)sizeof(float)));
-    size_t bytes = (size_t)(hi - lo) * sizeof(float);
+    const void *start = (const void *)((uintptr_t)p + (uintptr_t)(lo * (int64_t)elem));
+    size_t bytes = (size_t)(hi - lo) * elem;
     if (p && kemu_memory_kind(start, bytes) != KEMU_MEM_NONE) return 1;
     kemu_fail(cudaErrorIllegalAddress, 1,
-              "%s: matrix %s at %p (%lld x %lld, leading dimension %lld, %lld batch(es) %lld apart) is not inside "
-              "one allocation from cudaMalloc or cudaMallocHost: the GPU would fault",
-              fn, which, p, (long long)rows, (long long)cols, (long long)ld, (long long)batch, (long long)stride);
+              "%s: matrix %s at %p (%lld x %lld, leading dimension %lld, %lld batch(es) %lld apart, %zu-byte "
+              "elements) is not inside one allocation from cudaMalloc or cudaMallocHost: the GPU would fault",
+              fn, which, p, (long long)rows, (long long)cols, (long long)ld, (long long)batch, (long long)stride, elem);
     return 0;
 }
 
@@ -155,29 +157,124 @@ static void sgemm(int ta, int tb, int m, int n, int k, float alpha, const float 
                 B, ldb, beta, C, ldc);
 }
 
+/* Bytes of an element of a matrix operand the emulator multiplies: fp32, or bf16 and fp16,
+ * which it widens to fp32 first; 0 for any other type. */
+static size_t operand_size(int32_t type)
+{
+    return type == CUDA_R_32F ? sizeof(float) : type == CUDA_R_16BF || type == CUDA_R_16F ? sizeof(uint16_t) : 0;
+}
+
+/* The widened copy of a half-precision operand: the rows x cols matrix stored at src with
+ * leading dimension ld, to float at dst with the same ld (its padding rows neither read nor
+ * written), exactly: bf16 is the top half of a float, fp16 widens without rounding. */
+static void widen(float *dst, const void *src, int32_t type, int64_t rows, int64_t cols, int64_t ld)
+{
+    const uint16_t *h = src;
+    for (int64_t j = 0; j < cols; j++) {
+        const uint16_t *col = h + j * ld;
+        float *out = dst + j * ld;
+        if (type == CUDA_R_16BF)
+            for (int64_t i = 0; i < rows; i++) out[i] = kiln_bf16_to_f32(col[i]);
+        else
+            for (int64_t i = 0; i < rows; i++) out[i] = kiln_f16_to_f32(col[i]);
+    }
+}
+
+/* Matrix operand i of a batch as sgemm reads it: fp32 in place, or a half-precision matrix
+ * widened into buf (room for its extent, (cols - 1) ld + rows floats). */
+static const float *operand(const void *base, int32_t type, int64_t i, int64_t stride, float *buf, int64_t rows,
+                            int64_t cols, int64_t ld)
+{
+    if (type == CUDA_R_32F) return (const float *)base + i * stride;
+    widen(buf, (const uint16_t *)base + i * stride, type, rows, cols, ld);
+    return buf;
+}
+
+/* Room for the widened copies of the half-precision operands among A (arows x acols, lda)
+ * and B: *wa and *wb point into one allocation (NULL for an fp32 operand, whose memory
+ * sgemm reads in place). Returns the allocation (NULL when nothing needed widening), with
+ * *failed set when malloc failed. */
+static float *widen_room(int32_t atype, int64_t arows, int64_t acols, int64_t lda, int32_t btype, int64_t brows,
+                         int64_t bcols, int64_t ldb, float **wa, float **wb, int *failed)
+{
+    size_t na = atype == CUDA_R_32F ? 0 : (size_t)((acols - 1) * lda + arows);
+    size_t nb = btype == CUDA_R_32F ? 0 : (size_t)((bcols - 1) * ldb + brows);
+    *wa = *wb = NULL;
+    *failed = 0;
+    if (na + nb == 0) return NULL;
+    float *room = malloc((na + nb) * sizeof *room);
+    if (!room) {
+        *failed = 1;
+        return NULL;
+    }
+    if (na) *wa = room;
+    if (nb) *wb = room + na;
+    return room;
+}
+
 static int op_ok(cublasOperation_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C; }
 static int max1(int v) { return v > 1 ? v : 1; }
 
+/* cublasGemmEx's type combinations with fp32 output and accumulation, as cuBLAS's table
+ * lists them: A and B of one type, fp32, bf16 or fp16, C fp32; compute 32F or 32F_PEDANTIC,
+ * and for fp32 operands also the FAST forms (which let the GPU round the inputs down; here
+ * they are computed in fp32, as the TF32 math mode is). */
+static int gemm_types_ok(cudaDataType atype, cudaDataType btype, cudaDataType ctype, cublasComputeType_t compute)
+{
+    if (atype != btype || !operand_size(atype) || ctype != CUDA_R_32F) return 0;
+    if (compute == CUBLAS_COMPUTE_32F || compute == CUBLAS_COMPUTE_32F_PEDANTIC) return 1;
+    return atype == CUDA_R_32F && (compute == CUBLAS_COMPUTE_32F_FAST_TF32 || compute == CUBLAS_COMPUTE_32F_FAST_16BF ||
+                                   compute == CUBLAS_COMPUTE_32F_FAST_16F);
+}
+
+/* The algorithms of cublas_api.h but CUBLAS_GEMM_AUTOTUNE. */
+static int algo_ok(cublasGemmAlgo_t algo)
+{
+    return (algo >= CUBLAS_GEMM_DEFAULT && algo <= CUBLAS_GEMM_ALGO23) ||
+           (algo >= CUBLAS_GEMM_DEFAULT_TENSOR_OP && algo <= CUBLAS_GEMM_ALGO15_TENSOR_OP);
+}
+
+/* Every GEMM of the cuBLAS API: cublasSgemm and cublasSgemmStridedBatched are the fp32 case
+ * (CUDA_R_32F types, COMPUTE_32F, the default algorithm). */
 static cublasStatus_t gemm_batched(const char *fn, cublasHandle_t handle, cublasOperation_t transa,
-                                   cublasOperation_t transb, int m, int n, int k, const float *alpha, const float *A,
-                                   int lda, long long strideA, const float *B, int ldb, long long strideB,
-                                   const float *beta, float *C, int ldc, long long strideC, int batch)
+                                   cublasOperation_t transb, int m, int n, int k, const void *alpha, const void *A,
+                                   cudaDataType atype, int lda, long long strideA, const void *B, cudaDataType btype,
+                                   int ldb, long long strideB, const void *beta, void *C, cudaDataType ctype, int ldc,
+                                   long long strideC, int batch, cublasComputeType_t compute, cublasGemmAlgo_t algo)
 {
     if (!handle_ok(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!gemm_types_ok(atype, btype, ctype, compute) || !algo_ok(algo)) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (!op_ok(transa) || !op_ok(transb) || m < 0 || n < 0 || k < 0 || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
     int ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
     if (lda < max1(ta ? k : m) || ldb < max1(tb ? n : k) || ldc < max1(m)) return CUBLAS_STATUS_INVALID_VALUE;
     if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
     if (kemu_sticky_error()) return CUBLAS_STATUS_EXECUTION_FAILED;
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
-    float a = *alpha, b = *beta;
-    if (k > 0 && a != 0.0f) {
-        if (!matrix_ok(fn, "A", A, ta ? k : m, ta ? m : k, lda, batch, strideA)) return CUBLAS_STATUS_EXECUTION_FAILED;
-        if (!matrix_ok(fn, "B", B, tb ? n : k, tb ? k : n, ldb, batch, strideB)) return CUBLAS_STATUS_EXECUTION_FAILED;
+    float a = *(const float *)alpha, b = *(const float *)beta;
+    const int arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
+    /* With k = 0 or alpha = 0, BLAS reads neither A nor B (C = beta C): they are neither
+     * checked nor widened, and sgemm gets NULL for a half-precision one. */
+    const int reads = k > 0 && a != 0.0f;
+    if (reads) {
+        if (!matrix_ok(fn, "A", A, operand_size(atype), arows, acols, lda, batch, strideA) ||
+            !matrix_ok(fn, "B", B, operand_size(btype), brows, bcols, ldb, batch, strideB))
+            return CUBLAS_STATUS_EXECUTION_FAILED;
     }
-    if (!matrix_ok(fn, "C", C, m, n, ldc, batch, strideC)) return CUBLAS_STATUS_EXECUTION_FAILED;
-    for (int i = 0; i < batch; i++)
-        sgemm(ta, tb, m, n, k, a, A + i * strideA, lda, B + i * strideB, ldb, b, C + i * strideC, ldc);
+    if (!matrix_ok(fn, "C", C, sizeof(float), m, n, ldc, batch, strideC)) return CUBLAS_STATUS_EXECUTION_FAILED;
+    float *wa = NULL, *wb = NULL, *room = NULL;
+    if (reads) {
+        int failed;
+        room = widen_room(atype, arows, acols, lda, btype, brows, bcols, ldb, &wa, &wb, &failed);
+        if (failed) return CUBLAS_STATUS_ALLOC_FAILED;
+    }
+    for (int i = 0; i < batch; i++) {
+        const float *Ai = reads ? operand(A, atype, i, strideA, wa, arows, acols, lda)
+                                : atype == CUDA_R_32F ? (const float *)A + i * strideA : NULL;
+        const float *Bi = reads ? operand(B, btype, i, strideB, wb, brows, bcols, ldb)
+                                : btype == CUDA_R_32F ? (const float *)B + i * strideB : NULL;
+        sgemm(ta, tb, m, n, k, a, Ai, lda, Bi, ldb, b, (float *)C + i * strideC, ldc);
+    }
+    free(room);
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -185,8 +282,8 @@ cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cubl
                            int k, const float *alpha, const float *A, int lda, const float *B, int ldb,
                            const float *beta, float *C, int ldc)
 {
-    return gemm_batched("cublasSgemm", handle, transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc,
-                        0, 1);
+    return gemm_batched("cublasSgemm", handle, transa, transb, m, n, k, alpha, A, CUDA_R_32F, lda, 0, B, CUDA_R_32F,
+                        ldb, 0, beta, C, CUDA_R_32F, ldc, 0, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
 cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
@@ -194,8 +291,29 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          long long int strideA, const float *B, int ldb, long long int strideB,
                                          const float *beta, float *C, int ldc, long long int strideC, int batchCount)
 {
-    return gemm_batched("cublasSgemmStridedBatched", handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb,
-                        strideB, beta, C, ldc, strideC, batchCount);
+    return gemm_batched("cublasSgemmStridedBatched", handle, transa, transb, m, n, k, alpha, A, CUDA_R_32F, lda,
+                        strideA, B, CUDA_R_32F, ldb, strideB, beta, C, CUDA_R_32F, ldc, strideC, batchCount,
+                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
+                            cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo)
+{
+    return gemm_batched("cublasGemmEx", handle, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0,
+                        beta, C, Ctype, ldc, 0, 1, computeType, algo);
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void *alpha, const void *A, cudaDataType Atype,
+                                          int lda, long long int strideA, const void *B, cudaDataType Btype, int ldb,
+                                          long long int strideB, const void *beta, void *C, cudaDataType Ctype,
+                                          int ldc, long long int strideC, int batchCount,
+                                          cublasComputeType_t computeType, cublasGemmAlgo_t algo)
+{
+    return gemm_batched("cublasGemmStridedBatchedEx", handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA,
+                        B, Btype, ldb, strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType, algo);
 }
 
 /* ---- cuBLASLt ------------------------------------------------------------------------ */
@@ -448,7 +566,7 @@ typedef struct {
 static int is_f32(int32_t t) { return t == CUDA_R_32F; }
 
 /* Validates a matmul as cuBLASLt would: NOT_SUPPORTED for what the emulator does not do
- * (other types, row order, the gradient epilogues but BGRADA/B), INVALID_VALUE for inconsistent
+ * (types but fp32 and bf16/fp16 A and B, row order, the gradient epilogues but BGRADA/B), INVALID_VALUE for inconsistent
  * shapes. */
 static cublasStatus_t lt_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
                                  cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D, Problem *p)
@@ -461,9 +579,13 @@ static cublasStatus_t lt_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout
     p->dd = layout_of(D);
     if (!p->d || !p->a || !p->b || !p->c || !p->dd) return CUBLAS_STATUS_INVALID_VALUE;
     const Desc *d = p->d;
+    /* A and B of one type: fp32 (compute 32F, its PEDANTIC or FAST_TF32 form), or bf16 or
+     * fp16 (compute 32F or 32F_PEDANTIC), widened to fp32; C, D and the scale fp32 (half C
+     * and D, which cuBLASLt has, are not emulated). */
+    const int32_t abtype = (int32_t)p->a->type;
     int compute_ok = d->compute == CUBLAS_COMPUTE_32F || d->compute == CUBLAS_COMPUTE_32F_PEDANTIC ||
-                     d->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
-    if (!compute_ok || !is_f32(d->scale) || !is_f32((int32_t)p->a->type) || !is_f32((int32_t)p->b->type) ||
+                     (is_f32(abtype) && d->compute == CUBLAS_COMPUTE_32F_FAST_TF32);
+    if (!compute_ok || !is_f32(d->scale) || !operand_size(abtype) || (int32_t)p->b->type != abtype ||
         !is_f32((int32_t)p->c->type) || !is_f32((int32_t)p->dd->type))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (p->a->order != CUBLASLT_ORDER_COL || p->b->order != CUBLASLT_ORDER_COL || p->c->order != CUBLASLT_ORDER_COL ||
@@ -583,21 +705,37 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     if (p.m == 0 || p.n == 0) return CUBLAS_STATUS_SUCCESS;
     float a = *(const float *)alpha, b = *(const float *)beta;
     const Desc *d = p.d;
-    if (p.k > 0 && a != 0.0f) {
-        if (!matrix_ok(fn, "A", A, (int64_t)p.a->rows, (int64_t)p.a->cols, p.a->ld, p.batch, p.a->stride) ||
-            !matrix_ok(fn, "B", B, (int64_t)p.b->rows, (int64_t)p.b->cols, p.b->ld, p.batch, p.b->stride))
+    const int32_t atype = (int32_t)p.a->type, btype = (int32_t)p.b->type;
+    const int64_t arows = (int64_t)p.a->rows, acols = (int64_t)p.a->cols;
+    const int64_t brows = (int64_t)p.b->rows, bcols = (int64_t)p.b->cols;
+    /* A and B are read for the product (k > 0, alpha != 0) and for a bias gradient. */
+    const int reads = (p.k > 0 && a != 0.0f) || (p.bgrad && p.k > 0);
+    if (reads) {
+        if (!matrix_ok(fn, "A", A, operand_size(atype), arows, acols, p.a->ld, p.batch, p.a->stride) ||
+            !matrix_ok(fn, "B", B, operand_size(btype), brows, bcols, p.b->ld, p.batch, p.b->stride))
             return CUBLAS_STATUS_EXECUTION_FAILED;
     }
-    if ((b != 0.0f && !matrix_ok(fn, "C", C, p.m, p.n, p.c->ld, p.batch, p.c->stride)) ||
-        !matrix_ok(fn, "D", D, p.m, p.n, p.dd->ld, p.batch, p.dd->stride) ||
-        (p.bias && !matrix_ok(fn, "bias", d->bias, p.m, 1, p.m, p.batch, d->bias_stride)) ||
-        (p.bgrad && !matrix_ok(fn, "bias gradient", d->bias, p.bgrad == 'A' ? p.m : p.n, 1, p.bgrad == 'A' ? p.m : p.n, 1, 0)) ||
-        (p.aux && !matrix_ok(fn, "aux", d->aux, p.m, p.n, d->aux_ld, p.batch, d->aux_stride)))
+    const size_t f = sizeof(float);
+    if ((b != 0.0f && !matrix_ok(fn, "C", C, f, p.m, p.n, p.c->ld, p.batch, p.c->stride)) ||
+        !matrix_ok(fn, "D", D, f, p.m, p.n, p.dd->ld, p.batch, p.dd->stride) ||
+        (p.bias && !matrix_ok(fn, "bias", d->bias, f, p.m, 1, p.m, p.batch, d->bias_stride)) ||
+        (p.bgrad && !matrix_ok(fn, "bias gradient", d->bias, f, p.bgrad == 'A' ? p.m : p.n, 1, p.bgrad == 'A' ? p.m : p.n, 1, 0)) ||
+        (p.aux && !matrix_ok(fn, "aux", d->aux, f, p.m, p.n, d->aux_ld, p.batch, d->aux_stride)))
         return CUBLAS_STATUS_EXECUTION_FAILED;
     int lda = (int)p.a->ld, ldb = (int)p.b->ld, ldc = (int)p.c->ld, ldd = (int)p.dd->ld;
+    float *wa = NULL, *wb = NULL, *room = NULL;
+    if (reads) {
+        int failed;
+        room = widen_room(atype, arows, acols, p.a->ld, btype, brows, bcols, p.b->ld, &wa, &wb, &failed);
+        if (failed) return CUBLAS_STATUS_ALLOC_FAILED;
+    }
     for (int i = 0; i < p.batch; i++) {
-        const float *Ai = (const float *)A + i * p.a->stride;
-        const float *Bi = (const float *)B + i * p.b->stride;
+        /* Half-precision A and B widened (when read; NULL for sgemm otherwise, which reads
+         * neither with k = 0 or alpha = 0). */
+        const float *Ai = reads ? operand(A, atype, i, p.a->stride, wa, arows, acols, p.a->ld)
+                                : is_f32(atype) ? (const float *)A + i * p.a->stride : NULL;
+        const float *Bi = reads ? operand(B, btype, i, p.b->stride, wb, brows, bcols, p.b->ld)
+                                : is_f32(btype) ? (const float *)B + i * p.b->stride : NULL;
         const float *Ci = (const float *)C + i * p.c->stride;
         float *Di = (float *)D + i * p.dd->stride;
         /* D = beta C first (C is not read when beta is 0, as in cuBLASLt), then BLAS
@@ -621,5 +759,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
             }
         }
     }
+    free(room);
     return CUBLAS_STATUS_SUCCESS;
 }

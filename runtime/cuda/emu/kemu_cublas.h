@@ -2,8 +2,10 @@
  *
  * Same names, types and enum values as cublas_v2.h and cublasLt.h (tests/cuda/api_compat.cu
  * compiles against both), for what a generated training program uses: single-precision
- * GEMM, plain and strided-batched, column-major with op N/T and leading dimensions; and
- * cublasLtMatmul with its descriptors, for GEMMs with a bias and a ReLU or GELU epilogue.
+ * GEMM, plain and strided-batched, column-major with op N/T and leading dimensions; its
+ * mixed-precision form (cublasGemmEx: bf16 or fp16 A and B, fp32 C, fp32 accumulation);
+ * and cublasLtMatmul with its descriptors, for GEMMs with a bias and a ReLU or GELU
+ * epilogue, with fp32 or (the same) bf16/fp16 A and B.
  * Arguments are validated as cuBLAS validates them, and matrices must lie in memory the
  * GPU can read (cudaMalloc or cudaMallocHost), so a mistake shows here as it would there.
  * Usable from C and C++. */
@@ -42,13 +44,68 @@ typedef enum {
 } cublasMath_t;
 typedef enum {
     CUBLAS_COMPUTE_16F = 64,
+    CUBLAS_COMPUTE_16F_PEDANTIC = 65,
     CUBLAS_COMPUTE_32F = 68,
     CUBLAS_COMPUTE_32F_PEDANTIC = 69,
     CUBLAS_COMPUTE_64F = 70,
+    CUBLAS_COMPUTE_64F_PEDANTIC = 71,
+    CUBLAS_COMPUTE_32I = 72,
+    CUBLAS_COMPUTE_32I_PEDANTIC = 73,
     CUBLAS_COMPUTE_32F_FAST_16F = 74,
     CUBLAS_COMPUTE_32F_FAST_16BF = 75,
     CUBLAS_COMPUTE_32F_FAST_TF32 = 77
 } cublasComputeType_t;
+
+/* cublas_api.h's algorithms. On sm_80 and newer cuBLAS treats every one as its default
+ * heuristic; the emulator accepts the same set (and computes them all one way) and returns
+ * CUBLAS_STATUS_NOT_SUPPORTED for any other value, CUBLAS_GEMM_AUTOTUNE included. */
+typedef enum {
+    CUBLAS_GEMM_DFALT = -1,
+    CUBLAS_GEMM_DEFAULT = -1,
+    CUBLAS_GEMM_ALGO0 = 0,
+    CUBLAS_GEMM_ALGO1 = 1,
+    CUBLAS_GEMM_ALGO2 = 2,
+    CUBLAS_GEMM_ALGO3 = 3,
+    CUBLAS_GEMM_ALGO4 = 4,
+    CUBLAS_GEMM_ALGO5 = 5,
+    CUBLAS_GEMM_ALGO6 = 6,
+    CUBLAS_GEMM_ALGO7 = 7,
+    CUBLAS_GEMM_ALGO8 = 8,
+    CUBLAS_GEMM_ALGO9 = 9,
+    CUBLAS_GEMM_ALGO10 = 10,
+    CUBLAS_GEMM_ALGO11 = 11,
+    CUBLAS_GEMM_ALGO12 = 12,
+    CUBLAS_GEMM_ALGO13 = 13,
+    CUBLAS_GEMM_ALGO14 = 14,
+    CUBLAS_GEMM_ALGO15 = 15,
+    CUBLAS_GEMM_ALGO16 = 16,
+    CUBLAS_GEMM_ALGO17 = 17,
+    CUBLAS_GEMM_ALGO18 = 18,
+    CUBLAS_GEMM_ALGO19 = 19,
+    CUBLAS_GEMM_ALGO20 = 20,
+    CUBLAS_GEMM_ALGO21 = 21,
+    CUBLAS_GEMM_ALGO22 = 22,
+    CUBLAS_GEMM_ALGO23 = 23,
+    CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99,
+    CUBLAS_GEMM_DFALT_TENSOR_OP = 99,
+    CUBLAS_GEMM_ALGO0_TENSOR_OP = 100,
+    CUBLAS_GEMM_ALGO1_TENSOR_OP = 101,
+    CUBLAS_GEMM_ALGO2_TENSOR_OP = 102,
+    CUBLAS_GEMM_ALGO3_TENSOR_OP = 103,
+    CUBLAS_GEMM_ALGO4_TENSOR_OP = 104,
+    CUBLAS_GEMM_ALGO5_TENSOR_OP = 105,
+    CUBLAS_GEMM_ALGO6_TENSOR_OP = 106,
+    CUBLAS_GEMM_ALGO7_TENSOR_OP = 107,
+    CUBLAS_GEMM_ALGO8_TENSOR_OP = 108,
+    CUBLAS_GEMM_ALGO9_TENSOR_OP = 109,
+    CUBLAS_GEMM_ALGO10_TENSOR_OP = 110,
+    CUBLAS_GEMM_ALGO11_TENSOR_OP = 111,
+    CUBLAS_GEMM_ALGO12_TENSOR_OP = 112,
+    CUBLAS_GEMM_ALGO13_TENSOR_OP = 113,
+    CUBLAS_GEMM_ALGO14_TENSOR_OP = 114,
+    CUBLAS_GEMM_ALGO15_TENSOR_OP = 115,
+    CUBLAS_GEMM_AUTOTUNE = 999
+} cublasGemmAlgo_t;
 
 /* library_types.h */
 typedef enum cudaDataType_t {
@@ -82,6 +139,24 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          long long int strideA, const float *B, int ldb, long long int strideB,
                                          const float *beta, float *C, int ldc, long long int strideC,
                                          int batchCount);
+
+/* The same product with typed operands: Atype == Btype, one of CUDA_R_32F, CUDA_R_16BF and
+ * CUDA_R_16F; Ctype CUDA_R_32F; computeType CUBLAS_COMPUTE_32F or CUBLAS_COMPUTE_32F_PEDANTIC
+ * (and, for fp32 operands only, as in cuBLAS, the FAST_TF32/FAST_16BF/FAST_16F forms);
+ * alpha and beta are floats. Any other combination returns CUBLAS_STATUS_NOT_SUPPORTED, as
+ * cuBLAS does. Half operands are widened exactly to float and the product is cublasSgemm's
+ * on the widened matrices, bit for bit (the fp32 accumulation of a tensor-core GEMM, without
+ * modelling its order). */
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
+                            cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void *alpha, const void *A, cudaDataType Atype,
+                                          int lda, long long int strideA, const void *B, cudaDataType Btype, int ldb,
+                                          long long int strideB, const void *beta, void *C, cudaDataType Ctype,
+                                          int ldc, long long int strideC, int batchCount,
+                                          cublasComputeType_t computeType, cublasGemmAlgo_t algo);
 
 /* ---- cuBLASLt ------------------------------------------------------------------------ */
 
@@ -193,9 +268,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
                                               int *returnAlgoCount);
 
 /* D = epilogue(alpha op(A) op(B) + beta C [+ bias]). Supported: fp32 matrices, bias and
- * scale (COMPUTE_32F, its PEDANTIC and FAST_TF32 forms computed in fp32), column order,
- * strided batches; epilogues DEFAULT, RELU, BIAS, RELU_BIAS, GELU, GELU_BIAS, GELU_AUX and
- * GELU_AUX_BIAS (aux = the input of the GELU). Others return CUBLAS_STATUS_NOT_SUPPORTED. */
+ * scale (COMPUTE_32F, its PEDANTIC and FAST_TF32 forms computed in fp32), or A and B both
+ * CUDA_R_16BF or both CUDA_R_16F (COMPUTE_32F or 32F_PEDANTIC; widened exactly to float)
+ * with C, D, bias, aux and scale fp32; column order, strided batches; epilogues DEFAULT,
+ * RELU, BIAS, RELU_BIAS, GELU, GELU_BIAS, GELU_AUX and GELU_AUX_BIAS (aux = the input of the
+ * GELU), BGRADA and BGRADB. Others return CUBLAS_STATUS_NOT_SUPPORTED. */
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void *alpha,
                               const void *A, cublasLtMatrixLayout_t Adesc, const void *B,
                               cublasLtMatrixLayout_t Bdesc, const void *beta, const void *C,
