@@ -473,7 +473,19 @@ static void batch_coords(StrBuf *o, int nbatch, const char *indent)
 /* The batch's products summed: the threads share blocks of the sum, and each block adds
  * the batch's products into itself in batch order (BLAS beta 1 after the first), so the
  * sum does not depend on the number of threads. */
-static void emit_gemm_summed(CgKernel *L, const CgOperand *A, const CgOperand *B, char f, int nbatch)
+/* The runtime's product of a GEMM kernel's operands (kiln_gemm.h): sgemm, dgemm, or the
+ * panel-widening product of half-precision operands, accumulated in float. */
+static const char *gemm_fn(const Graph *g, NodeId mm)
+{
+    switch (g->nodes[ir_input(g, mm, 0)].dtype) {
+    case DT_F64: return "kiln_dgemm";
+    case DT_BF16: return "kiln_bf16gemm";
+    case DT_F16: return "kiln_f16gemm";
+    default: return "kiln_sgemm";
+    }
+}
+
+static void emit_gemm_summed(CgKernel *L, const CgOperand *A, const CgOperand *B, const char *f, int nbatch)
 {
     StrBuf *o = L->c->o;
     const Graph *g = L->g;
@@ -500,7 +512,7 @@ static void emit_gemm_summed(CgKernel *L, const CgOperand *A, const CgOperand *B
     sb_init(&offb);
     cg_gemm_operand_offset(L, A, nbatch, "m0", "0", &offa);
     cg_gemm_operand_offset(L, B, nbatch, "0", "n0", &offb);
-    sb_printf(o, "            kiln_%cgemm_beta(%s, %s, mb, nb, K, p%d + (%s), lda, p%d + (%s), ldb, b ? 1 : 0, y%d + (m0 * N + n0), ldc);\n",
+    sb_printf(o, "            %s_beta(%s, %s, mb, nb, K, p%d + (%s), lda, p%d + (%s), ldb, b ? 1 : 0, y%d + (m0 * N + n0), ldc);\n",
               f, A->trans ? "CblasTrans" : "CblasNoTrans", B->trans ? "CblasTrans" : "CblasNoTrans", A->lay.base, offa.data,
               B->lay.base, offb.data, sum);
     sb_free(&offa);
@@ -520,7 +532,7 @@ static void emit_gemm_kernel(CgKernel *L)
     cg_gemm_operand(L, xb, &B);
     signature(L);
     int r = L->rank, nbatch = r - 2;
-    char f = g->nodes[mm].dtype == DT_F64 ? 'd' : 's';
+    const char *f = gemm_fn(g, mm);
     sb_puts(o, "    const int64_t batch = 1");
     for (int k = 0; k < nbatch; k++) sb_printf(o, " * S%d", k);
     sb_printf(o, ", M = S%d, N = S%d, K = ", r - 2, r - 1);
@@ -568,11 +580,11 @@ static void emit_gemm_kernel(CgKernel *L)
     else sb_printf(&offc, "(b * M + m0) * N + n0");
     NodeId pa = A.lay.base, pb = B.lay.base, pc = wr != IR_NONE ? wr : mm;
     if (!C.trans)
-        sb_printf(o, "        kiln_%cgemm(%s, %s, mb, nb, K, p%d + (%s), lda, p%d + (%s), ldb, y%d + (%s), ldc);\n", f,
+        sb_printf(o, "        %s(%s, %s, mb, nb, K, p%d + (%s), lda, p%d + (%s), ldb, y%d + (%s), ldc);\n", f,
                   A.trans ? "CblasTrans" : "CblasNoTrans", B.trans ? "CblasTrans" : "CblasNoTrans", pa, offa.data, pb,
                   offb.data, pc, offc.data);
     else
-        sb_printf(o, "        kiln_%cgemm(%s, %s, nb, mb, K, p%d + (%s), ldb, p%d + (%s), lda, y%d + (%s), ldc);\n", f,
+        sb_printf(o, "        %s(%s, %s, nb, mb, K, p%d + (%s), ldb, p%d + (%s), lda, y%d + (%s), ldc);\n", f,
                   B.trans ? "CblasNoTrans" : "CblasTrans", A.trans ? "CblasNoTrans" : "CblasTrans", pb, offb.data, pa,
                   offa.data, pc, offc.data);
     sb_free(&offa);

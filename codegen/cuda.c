@@ -698,18 +698,25 @@ static void emit_strided_batched(CgKernel *L, const CgOperand *A, const CgOperan
         cg_coordinates(L, outer, outer, "ob", "        ");
         in = "    ";
     }
-    if (!C->trans) /* row-major C (M x N) is column-major C^T = B^T A^T */
-        sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemmStridedBatched(blas, %s, %s, (int)N, (int)M, (int)K, &one,\n"
-                     "    %s    p%d + (%s), ldb, %s, p%d + (%s), lda, %s, &zero,\n"
+    /* row-major C (M x N) is column-major C^T = B^T A^T; where C's rows are the memory's
+     * columns (permuted), column-major C = A B */
+    const bool t = C->trans;
+    const CgOperand *first = t ? A : B, *second = t ? B : A;
+    const char *op1 = (first->trans != t) ? "CUBLAS_OP_T" : "CUBLAS_OP_N", *op2 = (second->trans != t) ? "CUBLAS_OP_T" : "CUBLAS_OP_N";
+    const char *ld1 = t ? "lda" : "ldb", *ld2 = t ? "ldb" : "lda", *off1 = t ? offa.data : offb.data, *off2 = t ? offb.data : offa.data;
+    const char *st1 = t ? sa.data : sb.data, *st2 = t ? sb.data : sa.data, *half = cuda_gemm_half_type(L->g, L->K->anchor);
+    if (!half)
+        sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemmStridedBatched(blas, %s, %s, (int)%s, (int)%s, (int)K, &one,\n"
+                     "    %s    p%d + (%s), %s, %s, p%d + (%s), %s, %s, &zero,\n"
                      "    %s    y%d + (%s), ldc, %s, (int)count));\n",
-                  in, B->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", A->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", in, B->lay.base, offb.data,
-                  sb.data, A->lay.base, offa.data, sa.data, in, y, offc.data, sc.data);
-    else /* C's rows are the memory's columns: column-major C = A B */
-        sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemmStridedBatched(blas, %s, %s, (int)M, (int)N, (int)K, &one,\n"
-                     "    %s    p%d + (%s), lda, %s, p%d + (%s), ldb, %s, &zero,\n"
-                     "    %s    y%d + (%s), ldc, %s, (int)count));\n",
-                  in, A->trans ? "CUBLAS_OP_N" : "CUBLAS_OP_T", B->trans ? "CUBLAS_OP_N" : "CUBLAS_OP_T", in, A->lay.base, offa.data,
-                  sa.data, B->lay.base, offb.data, sb.data, in, y, offc.data, sc.data);
+                  in, op1, op2, t ? "M" : "N", t ? "N" : "M", in, first->lay.base, off1, ld1, st1, second->lay.base, off2, ld2, st2,
+                  in, y, offc.data, sc.data);
+    else /* half-precision operands: the tensor cores, accumulated in float32 */
+        sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas, %s, %s, (int)%s, (int)%s, (int)K, &one,\n"
+                     "    %s    p%d + (%s), %s, %s, %s, p%d + (%s), %s, %s, %s, &zero,\n"
+                     "    %s    y%d + (%s), CUDA_R_32F, ldc, %s, (int)count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));\n",
+                  in, op1, op2, t ? "M" : "N", t ? "N" : "M", in, first->lay.base, off1, half, ld1, st1, second->lay.base, off2, half,
+                  ld2, st2, in, y, offc.data, sc.data);
     if (q) sb_puts(o, "    }\n");
     sb_free(&offa);
     sb_free(&offb);
@@ -793,16 +800,25 @@ static bool emit_gemm_call(CgKernel *L)
         if (wr != IR_NONE) cg_gemm_operand_offset(L, &C, nbatch, "0", "0", &offc);
         else sb_puts(&offc, "0");
         const char *in = sum != IR_NONE ? "    " : "";
-        if (!C.trans) /* row-major C (M x N) is column-major C^T = B^T A^T */
-            sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)N, (int)M, (int)K, &one, p%d + (%s), ldb, p%d + (%s), lda, %s,\n"
+        const char *half = cuda_gemm_half_type(g, mm);
+        /* row-major C (M x N) is column-major C^T = B^T A^T; where C's rows are the memory's
+         * columns (permuted), column-major C = A B */
+        const bool t = C.trans;
+        const CgOperand *first = t ? &A : &B, *second = t ? &B : &A;
+        const char *op1 = (first->trans != t) ? "CUBLAS_OP_T" : "CUBLAS_OP_N", *op2 = (second->trans != t) ? "CUBLAS_OP_T" : "CUBLAS_OP_N";
+        const char *ld1 = t ? "lda" : "ldb", *ld2 = t ? "ldb" : "lda", *off1 = t ? offa.data : offb.data, *off2 = t ? offb.data : offa.data;
+        const char *beta = sum != IR_NONE ? "&beta" : "&zero";
+        if (!half)
+            sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)%s, (int)%s, (int)K, &one, p%d + (%s), %s, p%d + (%s), %s, %s,\n"
                          "    %s                              y%d + (%s), ldc));\n",
-                      in, B.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", A.trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", B.lay.base, offb.data,
-                      A.lay.base, offa.data, sum != IR_NONE ? "&beta" : "&zero", in, y, offc.data);
-        else /* C's rows are the memory's columns: column-major C = A B */
-            sb_printf(o, "    KILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)M, (int)N, (int)K, &one, p%d + (%s), lda, p%d + (%s), ldb, &zero,\n"
-                         "                                  y%d + (%s), ldc));\n",
-                      A.trans ? "CUBLAS_OP_N" : "CUBLAS_OP_T", B.trans ? "CUBLAS_OP_N" : "CUBLAS_OP_T", A.lay.base, offa.data,
-                      B.lay.base, offb.data, y, offc.data);
+                      in, op1, op2, t ? "M" : "N", t ? "N" : "M", first->lay.base, off1, ld1, second->lay.base, off2, ld2, beta, in, y,
+                      offc.data);
+        else /* half-precision operands: the tensor cores, accumulated in float32 */
+            sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasGemmEx(blas, %s, %s, (int)%s, (int)%s, (int)K, &one, p%d + (%s), %s, %s,\n"
+                         "    %s                               p%d + (%s), %s, %s, %s, y%d + (%s), CUDA_R_32F, ldc,\n"
+                         "    %s                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));\n",
+                      in, op1, op2, t ? "M" : "N", t ? "N" : "M", first->lay.base, off1, half, ld1, in, second->lay.base, off2, half,
+                      ld2, beta, y, offc.data, in);
         sb_puts(o, sum != IR_NONE ? "    }\n" : "    (void)batch;\n");
         cuda_gemm_emit_bgrad_fallback(L);
         sb_free(&offa);

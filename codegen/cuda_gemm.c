@@ -200,6 +200,15 @@ bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p)
     return why(p, "bias, then %s, and only the GELU is stored", act);
 }
 
+const char *cuda_gemm_half_type(const Graph *g, NodeId mm)
+{
+    switch (g->nodes[ir_input(g, mm, 0)].dtype) {
+    case DT_BF16: return "CUDA_R_16BF";
+    case DT_F16: return "CUDA_R_16F";
+    default: return NULL;
+    }
+}
+
 const char *cuda_gemm_lt_name(CudaLtEpilogue e)
 {
     switch (e) {
@@ -237,12 +246,15 @@ bool cuda_gemm_emit_lt(CgKernel *L, const CgOperand *A, const CgOperand *B)
 {
     StrBuf *o = L->c->o;
     CudaLtPlan p;
+    const char *half = cuda_gemm_half_type(L->g, L->K->anchor), *blas = half ? "cublasGemmEx" : "cublasSgemm";
     if (!cuda_gemm_lt_plan(L, &p)) {
         if (!strcmp(p.why, "no epilogue")) {
-            sb_puts(o, "    /* cublasSgemm: the product alone, no epilogue */\n");
+            sb_printf(o, "    /* %s: the product alone, no epilogue */\n", blas);
             return false;
         }
-        comment_text(o, "cublasSgemm, then the epilogue kernel: no cuBLASLt epilogue, as", p.why);
+        char head[96];
+        snprintf(head, sizeof head, "%s, then the epilogue kernel: no cuBLASLt epilogue, as", blas);
+        comment_text(o, head, p.why);
         return false;
     }
     char head[128];
@@ -255,17 +267,18 @@ bool cuda_gemm_emit_lt(CgKernel *L, const CgOperand *A, const CgOperand *B)
     cg_gemm_operand_offset(L, B, 0, "0", "0", &offb);
     char aux[32] = "nullptr";
     if (p.aux != IR_NONE) snprintf(aux, sizeof aux, "y%d", p.aux);
-    /* row-major out (M x N) is column-major out^T = B^T A^T, as the cublasSgemm call below */
+    /* row-major out (M x N) is column-major out^T = B^T A^T, as the cuBLAS call below */
     sb_printf(o,
-              "    const float *a_lt = p%d + (%s), *b_lt = p%d + (%s);\n"
+              "    const %s *a_lt = p%d + (%s), *b_lt = p%d + (%s);\n"
               "    if (kiln_lt_aligned(a_lt, b_lt, y%d, p%d, %s)) {\n"
               "        static kiln_lt_gemm lt; /* descriptors, layouts, algorithm: made at the first call, kept */\n"
-              "        kiln_lt_matmul(&lt, %s, %s, %s, (int)N, (int)M, (int)K, b_lt, ldb, a_lt, lda, y%d, ldc, p%d, %s, stream);\n",
-              A->lay.base, offa.data, B->lay.base, offb.data, p.out, p.bias, aux, cuda_gemm_lt_name(p.epilogue),
-              B->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", A->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", p.out, p.bias, aux);
-    sb_puts(o, "        (void)batch;\n        return;\n    }\n"
-               "    /* a pointer not 16-byte aligned (a parameter's place in its slab need not be): cublasSgemm\n"
-               "     * into the product's memory, then the epilogue kernel */\n");
+              "        kiln_lt_matmul(&lt, %s, %s, %s, %s, (int)N, (int)M, (int)K, b_lt, ldb, a_lt, lda, y%d, ldc, p%d, %s, stream);\n",
+              half ? "uint16_t" : "float", A->lay.base, offa.data, B->lay.base, offb.data, p.out, p.bias, aux,
+              cuda_gemm_lt_name(p.epilogue), half ? half : "CUDA_R_32F", B->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N",
+              A->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", p.out, p.bias, aux);
+    sb_printf(o, "        (void)batch;\n        return;\n    }\n"
+                 "    /* a pointer not 16-byte aligned (a parameter's place in its slab need not be): %s\n"
+                 "     * into the product's memory, then the epilogue kernel */\n", blas);
     sb_free(&offa);
     sb_free(&offb);
     return true;
@@ -397,7 +410,7 @@ bool cuda_gemm_emit_bgrad(CgKernel *L, const CgOperand *A, const CgOperand *B)
               "    const float *a_lt = p%d + (%s), *b_lt = p%d + (%s);\n"
               "    if (kiln_lt_aligned(a_lt, b_lt, y%d, y%d, nullptr)) {\n"
               "        static kiln_lt_gemm lt; /* descriptors, layouts, algorithm: made at the first call, kept */\n"
-              "        kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_BGRADB, %s, %s, (int)N, (int)M, (int)K, b_lt, ldb, a_lt, lda, y%d, ldc, y%d, nullptr, stream);\n"
+              "        kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_BGRADB, CUDA_R_32F, %s, %s, (int)N, (int)M, (int)K, b_lt, ldb, a_lt, lda, y%d, ldc, y%d, nullptr, stream);\n"
               "        (void)batch;\n        return;\n    }\n"
               "    /* a pointer not 16-byte aligned (a gradient's place in its slab need not be): cublasSgemm,\n"
               "     * then kernel %d's column sums */\n",

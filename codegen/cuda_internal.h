@@ -21,6 +21,11 @@ typedef struct {
 /* Which cuBLASLt epilogue GEMM kernel L's product takes (false: none, the cublasSgemm and
  * epilogue-kernel path), and why. */
 bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p);
+
+/* The cudaDataType of the operands of product mm when they are half precision (CUDA_R_16BF,
+ * CUDA_R_16F: cuBLAS's tensor cores, accumulated in float), or NULL for float32 operands
+ * (cublasSgemm). */
+const char *cuda_gemm_half_type(const Graph *g, NodeId mm);
 /* "CUBLASLT_EPILOGUE_GELU_AUX_BIAS" */
 const char *cuda_gemm_lt_name(CudaLtEpilogue e);
 /* In a GEMM kernel's launch function (M, N, K, lda, ldb, ldc declared): a comment saying

@@ -483,7 +483,8 @@ static void check_matmul(V *v, NodeId id)
         return;
     }
     need_float(v, id, x->dtype, "operand");
-    expect_dtype(v, id, x->dtype);
+    /* half-precision operands accumulate in f32 (mixed precision, passes/precision.c) */
+    expect_dtype(v, id, x->dtype == DT_BF16 || x->dtype == DT_F16 ? DT_F32 : x->dtype);
     if (r < 2 || y->shape.rank != r) {
         problem(v, id, "operands must have the same rank >= 2: %s @ %s", shp(v, &x->shape), shp(v, &y->shape));
         return;

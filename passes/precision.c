@@ -4,18 +4,23 @@
  * Requires: a verified graph after autodiff and simplify (forward and backward nodes).
  * Guarantees, for PrecisionOptions.half = DT_BF16 or DT_F16 (DT_F32: the graph unchanged):
  *   - matrix products take half-precision inputs and accumulate in fp32, as under PyTorch's
- *     autocast: every f32 operand of a matmul that is not a parameter reads
- *     cast<f32>(cast<half>(v)) of the value v it read (through the same views). The product
- *     itself stays an f32 node: the C target widens the half values to fp32 and calls
- *     sgemm, which is what "half inputs, fp32 accumulation" computes exactly;
+ *     autocast: every operand of an f32 matmul, parameters included (autocast rounds the
+ *     weights too), is read as cast<half>(v) of the value v it read, through the same views
+ *     (in half precision), and the matmul is an f32 node of two half operands (ir/verify.c):
+ *     "half inputs, fp32 accumulation". The C target widens the operands panel by panel
+ *     inside its GEMM (runtime/kiln_gemm.h) and calls sgemm; the CUDA target hands the half
+ *     arrays to cuBLAS's tensor cores with fp32 accumulation. No fp32 copy of an operand is
+ *     stored; a parameter's half copy is made where the forward pass first reads it and
+ *     again where the backward pass does (narrow_of);
  *   - activations kept for the backward pass are stored in half precision: every f32 value
  *     of the forward pass that a backward node reads is read there as
- *     cast<f32>(cast<half>(v)), so what lives from the forward to the backward pass is the
- *     half-precision copy (memplan frees v after its last forward reader). Kept in f32:
- *     parameters (the fp32 masters: the optimizer, the gradients and the checkpoints see
- *     only f32), inputs, constants, scalars, and row statistics (reductions and the
- *     elementwise values computed from them alone: the mean, variance, reciprocal standard
- *     deviation of a norm, a softmax's max and sum), which are small and precision-critical;
+ *     cast<f32>(cast<half>(v)) (or, by a matrix product, as cast<half>(v)), so what lives
+ *     from the forward to the backward pass is the half-precision copy (memplan frees v
+ *     after its last forward reader). Kept in f32: parameters (the fp32 masters: the
+ *     optimizer, the gradients and the checkpoints see only f32), inputs, constants,
+ *     scalars, and row statistics (reductions and the elementwise values computed from them
+ *     alone: the mean, variance, reciprocal standard deviation of a norm, a softmax's max
+ *     and sum), which are small and precision-critical;
  *   - everything else (softmax, norms, losses, exp/log, reductions, the backward's
  *     elementwise arithmetic, the optimizer) computes in fp32 as before.
  * One cast<half> per value, right after it; one cast<f32> per reading node, right before
@@ -35,8 +40,7 @@ typedef struct {
     bool *stat;    /* per node: a row statistic (see the header) */
     NodeId *map;   /* old node -> new graph */
     NodeId *narrow; /* old node -> its cast<half> in the new graph, or IR_NONE */
-    NodeId *widen[2]; /* old node -> the cast<f32> of its narrow that the forward [0] or
-                         backward [1] matrix products read, or IR_NONE */
+    NodeId *narrow_backward; /* old leaf -> the cast<half> the backward pass's products read */
     NodeId *copy;  /* old forward node -> its copy for the backward pass, or IR_NONE */
     FusionPlan plan; /* of the graph before the pass: which values a kernel stores */
     PrecisionStats *st;
@@ -90,11 +94,12 @@ static void mark_stats(Prec *p)
     }
 }
 
-static NodeId add_like(Prec *p, NodeId i, const NodeId *in)
+/* Node i of the old graph again, on new inputs, of dtype t. */
+static NodeId add_typed(Prec *p, NodeId i, DType t, const NodeId *in)
 {
     const Graph *g = p->g;
     const Node *n = &g->nodes[i];
-    NodeId id = ir_add_node(p->o, (Op)n->op, (DType)n->dtype, &n->shape, in, (int)n->ninputs, ir_attrs(g, i), (int)n->nattrs, n->loc);
+    NodeId id = ir_add_node(p->o, (Op)n->op, t, &n->shape, in, (int)n->ninputs, ir_attrs(g, i), (int)n->nattrs, n->loc);
     Node *m = &p->o->nodes[id];
     m->fattr[0] = n->fattr[0];
     m->fattr[1] = n->fattr[1];
@@ -103,6 +108,8 @@ static NodeId add_like(Prec *p, NodeId i, const NodeId *in)
     if (n->name) ir_set_name(p->o, id, ir_str(g, n->name));
     return id;
 }
+
+static NodeId add_like(Prec *p, NodeId i, const NodeId *in) { return add_typed(p, i, (DType)p->g->nodes[i].dtype, in); }
 
 static NodeId add_cast(Prec *p, NodeId x, DType t, Loc loc, int32_t ckpt)
 {
@@ -113,8 +120,39 @@ static NodeId add_cast(Prec *p, NodeId x, DType t, Loc loc, int32_t ckpt)
     return id;
 }
 
-/* Operand x (old graph) of node `reader` read through a half-precision copy of its root:
- * the views from the root to x applied again to cast<f32>(cast<half>(root)). */
+/* The half-precision copy of value x (old graph) that `reader` reads, made here where none
+ * is yet: a gradient that a backward product reads (rounded in the kernel that computes
+ * it), or a leaf (a parameter, an input). A leaf is narrowed where a pass first reads it,
+ * once for the forward pass's products and once again for the backward pass's, so that no
+ * half copy of the weights lives from the forward pass to the backward (gpt2-124m: 248 MB
+ * of bf16 weights, which the f32 masters can give again at the cost of one more pass over
+ * them). */
+static NodeId narrow_of(Prec *p, NodeId x, NodeId reader)
+{
+    NodeId *slot = is_leaf((Op)p->g->nodes[x].op) && !p->forward[reader] ? &p->narrow_backward[x] : &p->narrow[x];
+    if (*slot == IR_NONE) {
+        *slot = add_cast(p, p->map[x], p->half, p->g->nodes[reader].loc, p->forward[reader] ? p->g->nodes[reader].ckpt : 0);
+        p->st->narrowed++;
+    }
+    return *slot;
+}
+
+/* Operand x (old graph) of matrix product `reader`, in half precision: the views from its
+ * root to x applied again, in half precision, to the root's half copy. */
+static NodeId half_operand(Prec *p, NodeId x, NodeId reader)
+{
+    const Graph *g = p->g;
+    if (is_view((Op)g->nodes[x].op)) {
+        NodeId in = half_operand(p, ir_input(g, x, 0), reader);
+        return add_typed(p, x, p->half, &in);
+    }
+    return narrow_of(p, x, reader);
+}
+
+/* Operand x (old graph) of backward node `reader` (not a matrix product) read through a
+ * half-precision copy of its root: the views from the root to x applied again to
+ * cast<f32>(cast<half>(root)), the widening of the reader's own, which fusion computes in
+ * the reader's kernel. */
 static NodeId through_half(Prec *p, NodeId x, NodeId reader)
 {
     const Graph *g = p->g;
@@ -122,23 +160,11 @@ static NodeId through_half(Prec *p, NodeId x, NodeId reader)
         NodeId in = through_half(p, ir_input(g, x, 0), reader);
         return add_like(p, x, &in);
     }
-    if (p->narrow[x] == IR_NONE) { /* a gradient read by a backward matmul: narrowed here */
-        p->narrow[x] = add_cast(p, p->map[x], p->half, g->nodes[x].loc, g->nodes[x].ckpt);
-        p->st->narrowed++;
-    }
-    /* Matrix products share one widened copy per pass (forward, backward): BLAS reads it
-     * through the views, often only a slice of it (attention's q, k, v of one qkv tensor).
-     * Every other reader has its own, which fusion computes in the reader's kernel. */
-    const bool mm = g->nodes[reader].op == OP_MATMUL;
-    NodeId *shared = mm ? &p->widen[p->forward[reader] ? 0 : 1][x] : NULL;
-    if (shared && *shared != IR_NONE) return *shared;
     p->st->widened++;
-    NodeId w = add_cast(p, p->narrow[x], DT_F32, g->nodes[reader].loc, p->forward[reader] ? g->nodes[reader].ckpt : 0);
+    NodeId w = add_cast(p, narrow_of(p, x, reader), DT_F32, g->nodes[reader].loc, 0);
     /* kept out of the forward kernel that computes the half copy (fusion.c): there it would
-     * be stored in f32 until the backward pass reads it. A gradient's copy is not: rounded
-     * in the kernel that computes the gradient, it takes the f32 gradient's place. */
-    if (!p->forward[reader] && p->forward[x]) p->o->nodes[w].flags |= NODE_RECOMPUTED;
-    if (shared) *shared = w;
+     * be stored in f32 until the backward pass reads it */
+    p->o->nodes[w].flags |= NODE_RECOMPUTED;
     return w;
 }
 
@@ -156,7 +182,14 @@ static BackwardRead backward_read(const Prec *p, NodeId u)
     const Graph *g = p->g;
     const Node *n = &g->nodes[u];
     const OpInfo *info = &ir_op_info[n->op];
-    if (!p->forward[u] || p->stat[u] || is_leaf((Op)n->op)) return BW_AS_IS;
+    if (!p->forward[u] || is_leaf((Op)n->op)) return BW_AS_IS;
+    /* A maximum is one of its operand's values, and the backward pass compares it with them
+     * (max pooling's mask, eq(x, max)): it reads the maximum rounded as it reads the operand,
+     * or no rounded element would equal the fp32 maximum, the mask would be empty and the
+     * gradient 0/0 (cnn's first step: NaN). Rounding is monotonic: the rounded maximum is the
+     * maximum of the rounded values. */
+    if (n->op == OP_REDUCE_MAX && n->dtype == DT_F32 && !p->stat[ir_input(g, u, 0)]) return BW_HALF;
+    if (p->stat[u]) return BW_AS_IS;
     const bool view = is_view((Op)n->op), elementwise = (info->flags & (OPF_UNARY | OPF_BINARY)) || n->op == OP_WHERE;
     const bool recomputed = p->plan.role[u] == ROLE_KERNEL && (!p->plan.stored[u] || p->plan.recomputed[u]);
     if (view || (elementwise && recomputed)) return BW_COPY;
@@ -196,18 +229,8 @@ static NodeId backward_value(Prec *p, NodeId u, NodeId reader)
     return through_half(p, u, reader);
 }
 
-/* Does operand x of node i read a half-precision copy? */
-static bool reads_half(const Prec *p, NodeId i, NodeId x)
-{
-    const Graph *g = p->g;
-    NodeId r = view_root(g, x);
-    const Node *rn = &g->nodes[r];
-    if (rn->dtype != DT_F32 || (is_leaf((Op)rn->op) && rn->op != OP_INPUT)) return false;
-    if (rn->op == OP_CAST && !ir_dtype_is_float((DType)g->nodes[ir_input(g, r, 0)].dtype)) return false; /* exact, recomputed */
-    if (g->nodes[i].op == OP_MATMUL) return rn->op != OP_PARAM;
-    /* a forward activation that the backward pass keeps: stored by its kernel */
-    return false;
-}
+/* Does node i read its operands in half precision: an f32 matrix product? */
+static bool reads_half(const Prec *p, NodeId i) { return p->g->nodes[i].op == OP_MATMUL && p->g->nodes[i].dtype == DT_F32; }
 
 /* Values that some reader takes in half precision: narrowed right after they are computed. */
 static void mark_narrowed(const Prec *p, bool *narrowed)
@@ -217,8 +240,12 @@ static void mark_narrowed(const Prec *p, bool *narrowed)
     for (NodeId i = 0; i < g->nnodes; i++)
         for (uint32_t j = 0; j < g->nodes[i].ninputs; j++) {
             NodeId x = ir_input(g, i, (int)j);
-            if (!p->forward[i] && p->forward[x] && g->nodes[i].op != OP_MATMUL) mark_backward_reads(p, x, narrowed, seen);
-            else if (reads_half(p, i, x) && p->forward[view_root(g, x)]) narrowed[view_root(g, x)] = true;
+            if (reads_half(p, i)) {
+                const NodeId r = view_root(g, x);
+                if (p->forward[r] && !is_leaf((Op)g->nodes[r].op)) narrowed[r] = true;
+            } else if (!p->forward[i] && p->forward[x]) {
+                mark_backward_reads(p, x, narrowed, seen);
+            }
         }
     free(seen);
 }
@@ -280,12 +307,11 @@ int pass_precision(Graph *g, const PrecisionOptions *opt, PrecisionStats *stats,
     bool *narrowed = xcalloc(nn, 1);
     p.map = xmalloc(nn * sizeof *p.map);
     p.narrow = xmalloc(nn * sizeof *p.narrow);
+    p.narrow_backward = xmalloc(nn * sizeof *p.narrow_backward);
     p.copy = xmalloc(nn * sizeof *p.copy);
     for (NodeId i = 0; i < g->nnodes; i++) p.copy[i] = IR_NONE;
     fusion_plan(g, &p.plan);
-    p.widen[0] = xmalloc(nn * sizeof *p.widen[0]);
-    p.widen[1] = xmalloc(nn * sizeof *p.widen[1]);
-    for (NodeId i = 0; i < g->nnodes; i++) p.map[i] = p.narrow[i] = p.widen[0][i] = p.widen[1][i] = IR_NONE;
+    for (NodeId i = 0; i < g->nnodes; i++) p.map[i] = p.narrow[i] = p.narrow_backward[i] = IR_NONE;
     mark_forward(&p);
     mark_stats(&p);
     mark_narrowed(&p, narrowed);
@@ -299,12 +325,19 @@ int pass_precision(Graph *g, const PrecisionOptions *opt, PrecisionStats *stats,
         NodeId *in = n->ninputs <= 64 ? ins : xmalloc(n->ninputs * sizeof *in);
         for (uint32_t k = 0; k < n->ninputs; k++) {
             NodeId x = ir_input(g, i, (int)k);
-            if (!p.forward[i] && p.forward[x] && n->op != OP_MATMUL) in[k] = backward_value(&p, x, i);
-            else in[k] = reads_half(&p, i, x) ? through_half(&p, x, i) : p.map[x];
+            if (reads_half(&p, i)) in[k] = half_operand(&p, x, i);
+            else if (!p.forward[i] && p.forward[x]) in[k] = backward_value(&p, x, i);
+            else in[k] = p.map[x];
         }
         p.map[i] = add_like(&p, i, in);
         if (in != ins) free(in);
-        if (narrowed[i]) {
+        if (narrowed[i] && n->op == OP_UNFOLD && g->nodes[ir_input(g, i, 0)].dtype == DT_F32) {
+            /* A convolution's windows are a copy of the image, 9 times its size at 3x3: their
+             * half copy is unfolded from the image's half copy (the same values), so that the
+             * fp32 windows are never written (cnn: 14 MB of them beside their 7 MB copy). */
+            const NodeId image = narrow_of(&p, ir_input(g, i, 0), i);
+            p.narrow[i] = add_typed(&p, i, half, &image);
+        } else if (narrowed[i]) {
             p.narrow[i] = add_cast(&p, p.map[i], half, n->loc, n->ckpt);
             st.narrowed++;
         }
@@ -322,10 +355,9 @@ int pass_precision(Graph *g, const PrecisionOptions *opt, PrecisionStats *stats,
     free(narrowed);
     free(p.map);
     free(p.narrow);
+    free(p.narrow_backward);
     free(p.copy);
     fusion_free(&p.plan);
-    free(p.widen[0]);
-    free(p.widen[1]);
     if (stats) *stats = st;
     return 0;
 }

@@ -12,6 +12,10 @@
 
 #include <cblas.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kiln_half.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -105,6 +109,99 @@ static inline kiln_gemm_split kiln_gemm_plan(int64_t batch, int64_t M, int64_t N
 KILN_DEFINE_GEMM(kiln_sgemm, float, cblas_sgemm, cblas_sgemv)
 KILN_DEFINE_GEMM(kiln_dgemm, double, cblas_dgemm, cblas_dgemv)
 #undef KILN_DEFINE_GEMM
+
+/* ---- products of half-precision operands (mixed precision) ----
+ * A product of bf16 or fp16 operands accumulates in float (passes/precision.c): BLAS has no
+ * half-precision GEMM here (Debian's OpenBLAS does not export cblas_sbgemm, and without
+ * AVX512-BF16 it would be slower than sgemm), so the operands are widened to float panel by
+ * panel into a buffer of the thread's, and sgemm multiplies the panels, adding each panel of
+ * k into C. The widening is exact: the product is sgemm's of the widened matrices, but no
+ * float copy of an operand is ever stored, and the panels are read back from cache. A
+ * panel of C sums its k-panels in order: the result does not depend on the threads. */
+#define KILN_HGEMM_KC 256  /* the inner dimension of a panel */
+#define KILN_HGEMM_MC 256  /* rows of op(A) in a panel */
+#define KILN_HGEMM_NC 1024 /* columns of op(B) in a panel */
+
+/* The thread's panel buffer: KC x (MC + NC) floats (1.25 MiB), made at its first product
+ * and kept for the program's life (each OpenMP thread has its own). */
+static inline float *kiln_hgemm_buffer(void)
+{
+    static _Thread_local float *buffer;
+    if (!buffer) {
+        buffer = (float *)malloc(sizeof(float) * KILN_HGEMM_KC * (KILN_HGEMM_MC + KILN_HGEMM_NC));
+        if (!buffer) {
+            fprintf(stderr, "kiln: out of memory (the half-precision matrix products' panel buffer)\n");
+            exit(1);
+        }
+    }
+    return buffer;
+}
+
+/* rows x cols of half matrix x (row stride ld, bf16 bits if bf16, else fp16) widened into
+ * dst (row stride cols). */
+static inline void kiln_widen_panel(int bf16, const uint16_t *x, int64_t ld, int64_t rows, int64_t cols, float *dst)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const uint16_t *restrict src = x + r * ld;
+        float *restrict out = dst + r * cols;
+        if (bf16) {
+#pragma omp simd
+            for (int64_t c = 0; c < cols; c++) out[c] = kiln_bf16_to_f32(src[c]);
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < cols; c++) out[c] = kiln_f16_to_f32(src[c]);
+        }
+    }
+}
+
+/* C (M x N, row stride ldc) = op(A) op(B) + beta C for half-precision A and B (bf16 bits if
+ * bf16, else fp16), accumulated in float: kiln_sgemm_beta's contract. */
+static inline void kiln_hgemm_beta(int bf16, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int64_t M, int64_t N,
+                                   int64_t K, const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C,
+                                   int ldc)
+{
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) { /* an empty sum: C = beta C, C not read when beta is 0, as BLAS */
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) C[m * ldc + n] = beta == 0 ? 0 : beta * C[m * ldc + n];
+        return;
+    }
+    float *const bp = kiln_hgemm_buffer(), *const ap = bp + KILN_HGEMM_KC * KILN_HGEMM_NC;
+    for (int64_t k0 = 0; k0 < K; k0 += KILN_HGEMM_KC) {
+        const int64_t kc = K - k0 < KILN_HGEMM_KC ? K - k0 : KILN_HGEMM_KC;
+        const float b_k = k0 ? 1.0f : beta; /* the first panel of k scales C, the others add */
+        for (int64_t n0 = 0; n0 < N; n0 += KILN_HGEMM_NC) {
+            const int64_t nc = N - n0 < KILN_HGEMM_NC ? N - n0 : KILN_HGEMM_NC;
+            /* op(B)'s panel [k0, +kc) x [n0, +nc), widened as stored (transposed or not) */
+            if (tb == CblasTrans) kiln_widen_panel(bf16, B + n0 * ldb + k0, ldb, nc, kc, bp);
+            else kiln_widen_panel(bf16, B + k0 * ldb + n0, ldb, kc, nc, bp);
+            for (int64_t m0 = 0; m0 < M; m0 += KILN_HGEMM_MC) {
+                const int64_t mc = M - m0 < KILN_HGEMM_MC ? M - m0 : KILN_HGEMM_MC;
+                if (ta == CblasTrans) kiln_widen_panel(bf16, A + k0 * lda + m0, lda, kc, mc, ap);
+                else kiln_widen_panel(bf16, A + m0 * lda + k0, lda, mc, kc, ap);
+                kiln_sgemm_beta(ta, tb, mc, nc, kc, ap, (int)(ta == CblasTrans ? mc : kc), bp, (int)(tb == CblasTrans ? kc : nc),
+                                b_k, C + m0 * ldc + n0, ldc);
+            }
+        }
+    }
+}
+
+/* The generated kernels' names for them, beside kiln_sgemm and kiln_dgemm. */
+#define KILN_DEFINE_HGEMM(name, bf16)                                                                                  \
+    static inline void name##_beta(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K,  \
+                                   const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C,      \
+                                   int ldc)                                                                            \
+    {                                                                                                                  \
+        kiln_hgemm_beta(bf16, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);                                          \
+    }                                                                                                                  \
+    static inline void name(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int64_t M, int64_t N, int64_t K,         \
+                            const uint16_t *A, int lda, const uint16_t *B, int ldb, float *C, int ldc)                 \
+    {                                                                                                                  \
+        kiln_hgemm_beta(bf16, ta, tb, M, N, K, A, lda, B, ldb, 0, C, ldc);                                             \
+    }
+KILN_DEFINE_HGEMM(kiln_bf16gemm, 1)
+KILN_DEFINE_HGEMM(kiln_f16gemm, 0)
+#undef KILN_DEFINE_HGEMM
 
 /* Where BLAS has threads of its own (OPENBLAS_NUM_THREADS set by the user), a kernel's
  * parallel tasks make it single-threaded for their duration. Only with OpenBLAS's

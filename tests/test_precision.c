@@ -1,7 +1,8 @@
 /* test_precision.c — mixed precision (passes/precision.c): the pass's dtype decisions on
  * mlp, cnn and gpt (which nodes are half precision, where the casts are), the planned
  * arena, tiny GPT trained in bf16 and fp16 against fp32 (losses close, resume bit-exact),
- * and bad precision names and flags. The generated kernels against the interpreter in half
+ * and bad precision names and flags; the C target's product of half-precision operands
+ * (kiln_gemm.h) against a double-precision reference. The generated kernels against the interpreter in half
  * precision are test_codegen's models_bf16 and models_fp16 suites. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -12,6 +13,7 @@
 #include "../codegen/codegen.h"
 #include "../frontend/frontend.h"
 #include "../passes/passes.h"
+#include "../runtime/kiln_gemm.h"
 #include "../runtime/kiln_half.h"
 #include "ckpt_compare.h"
 #include "support.h"
@@ -62,6 +64,74 @@ Test(conversions, interpreter_rounds_as_generated_code)
     cr_expect_eq(kiln_bf16_round(1.0f + 0x3p-8f), 1.0f + 0x1p-6f);
 }
 
+/* ---- the C target's product of half-precision operands (kiln_gemm.h) ---- */
+
+/* Deterministic values in [-2, 2), rounded to the half type. */
+static void fill_half(uint16_t *x, size_t n, bool bf16, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        const float v = (float)(seed >> 8) / 16777216.0f * 4.0f - 2.0f;
+        x[i] = bf16 ? kiln_f32_to_bf16(v) : kiln_f32_to_f16(v);
+    }
+}
+
+static double widened(const uint16_t *x, size_t i, bool bf16) { return bf16 ? kiln_bf16_to_f32(x[i]) : kiln_f16_to_f32(x[i]); }
+
+/* C = op(A) op(B) + beta C through kiln_bf16gemm / kiln_f16gemm, against the sum in double
+ * of the widened values: within float's accumulation error (a few ulps of the sum of |terms|,
+ * K of them), for shapes that cross every panel edge (KC 256, MC 256, NC 1024), matrix-vector
+ * shapes (BLAS's gemv path), leading dimensions wider than the matrix, and an empty K. */
+static void check_hgemm(bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float beta)
+{
+    const int64_t pad = 3, lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    const int64_t arows = ta ? K : M, brows = tb ? N : K;
+    uint16_t *A = calloc((size_t)(arows * lda + 1), 2), *B = calloc((size_t)(brows * ldb + 1), 2);
+    float *C = malloc(sizeof(float) * (size_t)(M * ldc + 1));
+    cr_assert(A && B && C);
+    fill_half(A, (size_t)(arows * lda), bf16, (uint32_t)(M * 7 + K));
+    fill_half(B, (size_t)(brows * ldb), bf16, (uint32_t)(N * 13 + K));
+    for (int64_t i = 0; i < M * ldc; i++) C[i] = (float)(i % 5) - 2.0f;
+    float *C0 = malloc(sizeof(float) * (size_t)(M * ldc + 1));
+    cr_assert(C0);
+    memcpy(C0, C, sizeof(float) * (size_t)(M * ldc));
+    (bf16 ? kiln_bf16gemm_beta : kiln_f16gemm_beta)(ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, A,
+                                                   (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    int bad = 0;
+    for (int64_t m = 0; m < M && bad < 5; m++)
+        for (int64_t n = 0; n < N && bad < 5; n++) {
+            double want = beta * (double)C0[m * ldc + n], mag = fabs(want);
+            for (int64_t k = 0; k < K; k++) {
+                const double a = widened(A, (size_t)(ta ? k * lda + m : m * lda + k), bf16);
+                const double b = widened(B, (size_t)(tb ? n * ldb + k : k * ldb + n), bf16);
+                want += a * b;
+                mag += fabs(a * b);
+            }
+            const double got = C[m * ldc + n];
+            if (fabs(got - want) > 1e-6 * (1 + mag) * (1 + sqrt((double)K))) {
+                cr_expect_fail("%s ta %d tb %d M %lld N %lld K %lld beta %g: C[%lld, %lld] = %.9g, want %.9g", bf16 ? "bf16" : "fp16",
+                               ta, tb, (long long)M, (long long)N, (long long)K, beta, (long long)m, (long long)n, got, want);
+                bad++;
+            }
+        }
+    /* the padding between rows is not written */
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = N; n < ldc; n++) cr_expect_eq(C[m * ldc + n], C0[m * ldc + n], "padding of C written at row %lld", (long long)m);
+    free(A);
+    free(B);
+    free(C);
+    free(C0);
+}
+
+Test(half_gemm, matches_the_widened_product)
+{
+    const int64_t shapes[][3] = {{5, 7, 3}, {300, 40, 600}, {17, 1100, 260}, {1, 50, 300}, {40, 1, 300}, {1, 1, 513}, {3, 4, 0}};
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int t = 0; t < 4; t++)
+                check_hgemm(bf16, t & 1, t >> 1 & 1, shapes[s][0], shapes[s][1], shapes[s][2], s % 2 ? 1.0f : 0.0f);
+}
+
 static NodeId view_root(const Graph *g, NodeId x)
 {
     for (;;) {
@@ -69,6 +139,13 @@ static NodeId view_root(const Graph *g, NodeId x)
         if (op != OP_RESHAPE && op != OP_DETACH && op != OP_PERMUTE && op != OP_SLICE && op != OP_EXPAND) return x;
         x = ir_input(g, x, 0);
     }
+}
+
+/* Is x (through views) the widening of a half-precision copy? */
+static bool rounded(const Graph *g, NodeId x)
+{
+    const NodeId r = view_root(g, x);
+    return g->nodes[r].op == OP_CAST && is_half((DType)g->nodes[ir_input(g, r, 0)].dtype);
 }
 
 /* The training graph of a model file after the pipeline in the given precision; d is
@@ -97,7 +174,7 @@ static int check_decisions(const char *rel, DType half)
         const Node *n = &g->nodes[i];
         /* only casts are half precision: nothing computes in 16 bits */
         if (is_half((DType)n->dtype)) {
-            cr_expect(n->op == OP_CAST || n->op == OP_RESHAPE, "%s: %%%d %s is %s", rel, i, ir_op_info[n->op].name, ir_dtype_name((DType)n->dtype));
+            cr_expect(n->op == OP_CAST || n->op == OP_UNFOLD || view_root(g, i) != i, "%s: %%%d %s is %s", rel, i, ir_op_info[n->op].name, ir_dtype_name((DType)n->dtype));
             cr_expect_eq(n->dtype, half, "%s: %%%d has another half dtype", rel, i);
             if (n->op == OP_CAST) {
                 cr_expect_eq(g->nodes[ir_input(g, i, 0)].dtype, DT_F32, "%s: %%%d narrows a non-f32 value", rel, i);
@@ -105,23 +182,33 @@ static int check_decisions(const char *rel, DType half)
             }
         }
         if (n->op == OP_PARAM) cr_expect_eq(n->dtype, DT_F32, "%s: parameter %s is not an fp32 master", rel, ir_node_name(g, i));
+        /* a convolution's windows: unfolded from the image's half copy, never in fp32 */
+        if (n->op == OP_UNFOLD) cr_expect_eq(n->dtype, half, "%s: unfold %%%d is %s", rel, i, ir_dtype_name((DType)n->dtype));
         /* reductions (norm statistics, softmax sums, losses) and transcendental functions in f32 */
         if (n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX || n->op == OP_EXP || n->op == OP_LOG || n->op == OP_MATMUL)
             cr_expect_eq(n->dtype, DT_F32, "%s: %%%d %s is not f32", rel, i, ir_op_info[n->op].name);
+        /* a comparison of floats (max pooling's mask, eq(x, max)) sees both sides rounded the
+         * same way, or no element would equal the maximum */
+        if (n->op == OP_EQ && ir_dtype_is_float((DType)g->nodes[ir_input(g, i, 0)].dtype))
+            cr_expect_eq(rounded(g, ir_input(g, i, 0)), rounded(g, ir_input(g, i, 1)), "%s: eq %%%d compares a rounded value with an unrounded one", rel, i);
         if (n->op != OP_MATMUL) continue;
-        /* every operand: a parameter (f32 master) or a widened half-precision copy */
+        /* every operand, parameters included (as autocast): the half-precision copy of an f32
+         * value, read through half-precision views; the product accumulates in f32 */
         for (int k = 0; k < 2; k++) {
-            NodeId r = view_root(g, ir_input(g, i, k));
+            NodeId x = ir_input(g, i, k), r = view_root(g, x);
             const Node *rn = &g->nodes[r];
-            if (rn->op == OP_PARAM) continue;
-            cr_expect(rn->op == OP_CAST && rn->dtype == DT_F32 && g->nodes[ir_input(g, r, 0)].dtype == half,
+            if (rn->op == OP_UNFOLD) { /* windows unfolded from the image's half copy */
+                r = view_root(g, ir_input(g, r, 0));
+                rn = &g->nodes[r];
+            }
+            cr_expect(g->nodes[x].dtype == half && rn->op == OP_CAST && rn->dtype == half && g->nodes[ir_input(g, r, 0)].dtype == DT_F32,
                       "%s: operand %d of matmul %%%d (%%%d %s) is not read in %s", rel, k, i, r, ir_op_info[rn->op].name, ir_dtype_name(half));
-            matmul_half++;
+            matmul_half += g->nodes[view_root(g, ir_input(g, r, 0))].op == OP_PARAM;
         }
     }
     for (int32_t k = 0; k < g->noutputs; k++)
         cr_expect_eq(g->nodes[g->outputs[k].node].dtype, DT_F32, "%s: output %s is not f32", rel, ir_str(g, g->outputs[k].name));
-    cr_expect_gt(matmul_half, 0, "%s: no matrix product reads half precision", rel);
+    cr_expect_gt(matmul_half, 0, "%s: no matrix product reads a parameter's half-precision copy", rel);
     frontend_model_free(m);
     diag_free(&d);
     return narrowed;
@@ -469,5 +556,35 @@ Test(cli, fp16_seeds_the_backward_pass_with_the_loss_scale)
     out.len = 0;
     cr_assert_eq(support_run_kiln("ir models/mlp.kiln --after autodiff --precision bf16", &out), 0, "%s", out.data);
     cr_expect(!strstr(out.data, "loss_scale"), "%s", out.data);
+    sb_free(&out);
+}
+
+/* cnn in bf16: its max pooling's backward compares the kept (rounded) activations with the
+ * maximum, rounded too (a fp32 maximum matched no element, and the first step's gradient was
+ * 0/0); the first steps' gradients are finite and the loss follows fp32's. */
+Test(train, cnn_bf16_trains_as_fp32, .init = setup, .fini = teardown, .timeout = 300)
+{
+    StrBuf out;
+    sb_init(&out);
+    double loss[2] = {0, 0};
+    const char *names[] = {"fp32", "bf16"};
+    for (int i = 0; i < 2; i++) {
+        char args[512];
+        snprintf(args, sizeof args, "build %s/models/cnn.kiln --precision %s -o %s/cnn-%s", KILN_SOURCE_DIR, names[i], dir, names[i]);
+        cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+        snprintf(args, sizeof args, "./cnn-%s --steps 6 --batch 32 --eval-batches 1 --checkpoint-dir ck-%s --log log-%s.jsonl",
+                 names[i], names[i], names[i]);
+        out.len = 0;
+        cr_assert_eq(run(args, &out), 0, "%s: %s", names[i], out.data);
+        char path[256];
+        snprintf(path, sizeof path, "%s/log-%s.jsonl", dir, names[i]);
+        double norms[16], losses[16];
+        int n = log_values(path, "grad_norm", norms, 16);
+        cr_expect_eq(log_values(path, "loss", losses, 16), 6);
+        cr_expect_eq(n, 6, "%s: %d steps logged", names[i], n);
+        for (int k = 0; k < n; k++) cr_expect(isfinite(norms[k]), "%s: the gradient norm of step %d is not finite", names[i], k + 1);
+        loss[i] = losses[5];
+    }
+    cr_expect(fabs(loss[1] - loss[0]) < 0.1, "cnn's loss after 6 steps: bf16 %g, fp32 %g", loss[1], loss[0]);
     sb_free(&out);
 }

@@ -1,4 +1,4 @@
-/* kiln_cuda_lt.h — a float32 matrix product through cuBLASLt with a fused epilogue (bias,
+/* kiln_cuda_lt.h — a matrix product into float32 through cuBLASLt with a fused epilogue (bias,
  * bias + relu, bias + tanh-GELU, the latter keeping its input in an aux buffer), for the
  * CUDA target's model.cu (codegen/cuda_gemm.c writes the calls).
  *
@@ -52,10 +52,10 @@ static inline bool kiln_lt_aligned(const void *a, const void *b, const void *d, 
     return ((uintptr_t)a | (uintptr_t)b | (uintptr_t)d | (uintptr_t)bias | (uintptr_t)aux) % 16 == 0;
 }
 
-static inline void kiln_lt_layout(cublasLtMatrixLayout_t *l, uint64_t rows, uint64_t cols, int64_t ld)
+static inline void kiln_lt_layout(cublasLtMatrixLayout_t *l, cudaDataType type, uint64_t rows, uint64_t cols, int64_t ld)
 {
     if (!*l) {
-        KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(l, CUDA_R_32F, rows, cols, ld));
+        KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(l, type, rows, cols, ld));
         return;
     }
     KILN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_ROWS, &rows, sizeof rows));
@@ -66,10 +66,12 @@ static inline void kiln_lt_layout(cublasLtMatrixLayout_t *l, uint64_t rows, uint
 /* Column-major D (m x n, leading dimension ldd) = op(A) op(B) (k the inner dimension), then
  * the epilogue: bias (length m, along D's rows) added, then relu or GELU; with an aux
  * epilogue the GELU's input is written to aux (m x n, leading dimension ldd) too. A row-major
- * product is the column-major transposed one (codegen/cuda_gemm.c's call). */
-static inline void kiln_lt_matmul(kiln_lt_gemm *g, cublasLtEpilogue_t epilogue, cublasOperation_t ta, cublasOperation_t tb,
-                                  int m, int n, int k, const float *A, int lda, const float *B, int ldb, float *D, int ldd,
-                                  const float *bias, float *aux, cudaStream_t stream)
+ * product is the column-major transposed one (codegen/cuda_gemm.c's call). A and B are of
+ * type ab: float32, or bf16/fp16 (mixed precision: the tensor cores, accumulated in float32);
+ * D, the bias and aux are float32. */
+static inline void kiln_lt_matmul(kiln_lt_gemm *g, cublasLtEpilogue_t epilogue, cudaDataType ab, cublasOperation_t ta,
+                                  cublasOperation_t tb, int m, int n, int k, const void *A, int lda, const void *B, int ldb,
+                                  float *D, int ldd, const float *bias, float *aux, cudaStream_t stream)
 {
     if (!g->desc) {
         KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -90,9 +92,9 @@ static inline void kiln_lt_matmul(kiln_lt_gemm *g, cublasLtEpilogue_t epilogue, 
         KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
     }
     if (g->m != (uint64_t)m || g->n != (uint64_t)n || g->k != (uint64_t)k) {
-        kiln_lt_layout(&g->a, ta == CUBLAS_OP_N ? (uint64_t)m : (uint64_t)k, ta == CUBLAS_OP_N ? (uint64_t)k : (uint64_t)m, lda);
-        kiln_lt_layout(&g->b, tb == CUBLAS_OP_N ? (uint64_t)k : (uint64_t)n, tb == CUBLAS_OP_N ? (uint64_t)n : (uint64_t)k, ldb);
-        kiln_lt_layout(&g->d, (uint64_t)m, (uint64_t)n, ldd);
+        kiln_lt_layout(&g->a, ab, ta == CUBLAS_OP_N ? (uint64_t)m : (uint64_t)k, ta == CUBLAS_OP_N ? (uint64_t)k : (uint64_t)m, lda);
+        kiln_lt_layout(&g->b, ab, tb == CUBLAS_OP_N ? (uint64_t)k : (uint64_t)n, tb == CUBLAS_OP_N ? (uint64_t)n : (uint64_t)k, ldb);
+        kiln_lt_layout(&g->d, CUDA_R_32F, (uint64_t)m, (uint64_t)n, ldd);
         cublasLtMatmulHeuristicResult_t h;
         int found = 0;
         KILN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(kiln_lt_handle(), g->desc, g->a, g->b, g->d, g->d, g->pref, 1, &h, &found));
