@@ -3,9 +3,14 @@
  * A stored value is live from the kernel that computes it to the last kernel that reads
  * it (directly, through views, through a broadcast recomputed inside the reader, or through
  * a value the reader recomputes from it), or to the end for graph outputs. Kernels run in
- * FusionPlan order; at each, its outputs are placed first (first fit), then the values it
- * was the last reader of are released, so an output never shares bytes with an input of
- * the same kernel. */
+ * FusionPlan order; at each, its outputs are placed first, then the values it was the last
+ * reader of are released, so an output never shares bytes with an input of the same kernel.
+ *
+ * Two placements of the same lifetimes are made and the smaller arena kept: first fit as
+ * the kernels run, and, once every lifetime is known, the largest blocks first, each at the
+ * lowest offset free over its whole lifetime (greedy by size, as TFLite's planner). First fit
+ * leaves holes where a large value later finds no room (gpt2-124m in bf16: 5.19 GB of arena
+ * for a peak of 5.03 GB live); placing the largest first packs them. */
 #include "passes.h"
 
 #include <stdlib.h>
@@ -148,6 +153,63 @@ static NodeId inplace_input(const Graph *g, const FusionPlan *f, const MemPlan *
     return IR_NONE;
 }
 
+/* A block of the arena: a value's bytes, and those of the values that take them in place,
+ * from the kernel that places it to the kernel that releases it (both included). */
+typedef struct {
+    int64_t size, off;
+    int32_t born, died;
+} Life;
+
+typedef struct {
+    Life *list;
+    int32_t n, cap;
+} Lives;
+
+static int by_size(const void *a, const void *b)
+{
+    const Life *x = *(Life *const *)a, *y = *(Life *const *)b;
+    if (x->size != y->size) return x->size > y->size ? -1 : 1;
+    return x->born < y->born ? -1 : x->born > y->born;
+}
+
+static int by_offset(const void *a, const void *b)
+{
+    const Life *x = *(Life *const *)a, *y = *(Life *const *)b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Greedy by size: each block, largest first, at the lowest offset where no placed block of
+ * an overlapping lifetime is; sets every off and returns the arena's size. */
+static int64_t place_by_size(Lives *lv)
+{
+    const int32_t n = lv->n;
+    Life **order = xmalloc(((size_t)n + 1) * sizeof *order), **placed = xmalloc(((size_t)n + 1) * sizeof *placed);
+    Life **clash = xmalloc(((size_t)n + 1) * sizeof *clash);
+    for (int32_t i = 0; i < n; i++) order[i] = &lv->list[i];
+    qsort(order, (size_t)n, sizeof *order, by_size);
+    int64_t top = 0;
+    int32_t nplaced = 0;
+    for (int32_t i = 0; i < n; i++) {
+        Life *b = order[i];
+        int32_t nclash = 0;
+        for (int32_t j = 0; j < nplaced; j++)
+            if (placed[j]->born <= b->died && b->born <= placed[j]->died) clash[nclash++] = placed[j];
+        qsort(clash, (size_t)nclash, sizeof *clash, by_offset);
+        int64_t off = 0;
+        for (int32_t j = 0; j < nclash; j++) {
+            if (clash[j]->off >= off + b->size) break; /* the gap before it fits */
+            if (clash[j]->off + clash[j]->size > off) off = clash[j]->off + clash[j]->size;
+        }
+        b->off = off;
+        if (off + b->size > top) top = off + b->size;
+        placed[nplaced++] = b;
+    }
+    free(order);
+    free(placed);
+    free(clash);
+    return top;
+}
+
 void memplan_run(const Graph *g, const FusionPlan *f, MemPlan *m)
 {
     size_t nn = (size_t)g->nnodes + 1;
@@ -201,6 +263,9 @@ void memplan_run(const Graph *g, const FusionPlan *f, MemPlan *m)
     }
     FreeList fl = {0};
     bool *taken = xcalloc(nn, sizeof *taken);
+    Lives lv = {0};
+    int32_t *life = xmalloc(nn * sizeof *life); /* per arena value: its block's index in lv */
+    for (NodeId i = 0; i < g->nnodes; i++) life[i] = -1;
     for (int32_t k = 0; k < f->nkernels; k++) {
         const Kernel *K = &f->kernels[k];
         for (int32_t j = 0; j < K->count; j++) {
@@ -212,8 +277,13 @@ void memplan_run(const Graph *g, const FusionPlan *f, MemPlan *m)
                 m->inplace_of[id] = r;
                 taken[r] = true;
                 last[r] = -2; /* its bytes now belong to id */
+                life[id] = life[r];
             } else {
-                m->offset[id] = alloc_block(&fl, memplan_node_bytes(g, id));
+                const int64_t bytes = memplan_node_bytes(g, id);
+                m->offset[id] = alloc_block(&fl, bytes);
+                GROW(lv.list, lv.cap, lv.n + 1);
+                lv.list[lv.n] = (Life){bytes, 0, k, f->nkernels};
+                life[id] = lv.n++;
             }
         }
         kernel_reads(g, f, k, &rd);
@@ -222,6 +292,7 @@ void memplan_run(const Graph *g, const FusionPlan *f, MemPlan *m)
             if (m->kind[r] == MEM_ARENA && last[r] == k) {
                 free_block(&fl, m->offset[r], memplan_node_bytes(g, r));
                 last[r] = -2; /* released */
+                if (life[r] >= 0) lv.list[life[r]].died = k;
             }
         }
         for (int32_t j = 0; j < K->count; j++) {
@@ -230,10 +301,19 @@ void memplan_run(const Graph *g, const FusionPlan *f, MemPlan *m)
             if (m->kind[id] == MEM_ARENA && last[id] == -1) {
                 free_block(&fl, m->offset[id], memplan_node_bytes(g, id));
                 last[id] = -2;
+                if (life[id] >= 0) lv.list[life[id]].died = k;
             }
         }
     }
     m->arena_bytes = fl.top;
+    const int64_t packed = place_by_size(&lv);
+    if (packed < fl.top) {
+        m->arena_bytes = packed;
+        for (NodeId i = 0; i < g->nnodes; i++)
+            if (m->kind[i] == MEM_ARENA && life[i] >= 0) m->offset[i] = lv.list[life[i]].off;
+    }
+    free(lv.list);
+    free(life);
     free(rd.list);
     free(fl.list);
     free(last);
