@@ -41,6 +41,7 @@ typedef struct {
     NodeId *map;   /* old node -> new graph */
     NodeId *narrow; /* old node -> its cast<half> in the new graph, or IR_NONE */
     NodeId *narrow_backward; /* old leaf -> the cast<half> the backward pass's products read */
+    NodeId *widen; /* old forward value -> the cast<f32> of its half copy that the backward reads */
     NodeId *copy;  /* old forward node -> its copy for the backward pass, or IR_NONE */
     FusionPlan plan; /* of the graph before the pass: which values a kernel stores */
     PrecisionStats *st;
@@ -160,11 +161,13 @@ static NodeId through_half(Prec *p, NodeId x, NodeId reader)
         NodeId in = through_half(p, ir_input(g, x, 0), reader);
         return add_like(p, x, &in);
     }
+    if (p->widen[x] != IR_NONE) return p->widen[x];
     p->st->widened++;
     NodeId w = add_cast(p, narrow_of(p, x, reader), DT_F32, g->nodes[reader].loc, 0);
     /* kept out of the forward kernel that computes the half copy (fusion.c): there it would
      * be stored in f32 until the backward pass reads it */
     p->o->nodes[w].flags |= NODE_RECOMPUTED;
+    p->widen[x] = w;
     return w;
 }
 
@@ -308,10 +311,11 @@ int pass_precision(Graph *g, const PrecisionOptions *opt, PrecisionStats *stats,
     p.map = xmalloc(nn * sizeof *p.map);
     p.narrow = xmalloc(nn * sizeof *p.narrow);
     p.narrow_backward = xmalloc(nn * sizeof *p.narrow_backward);
+    p.widen = xmalloc(nn * sizeof *p.widen);
     p.copy = xmalloc(nn * sizeof *p.copy);
     for (NodeId i = 0; i < g->nnodes; i++) p.copy[i] = IR_NONE;
     fusion_plan(g, &p.plan);
-    for (NodeId i = 0; i < g->nnodes; i++) p.map[i] = p.narrow[i] = p.narrow_backward[i] = IR_NONE;
+    for (NodeId i = 0; i < g->nnodes; i++) p.map[i] = p.narrow[i] = p.narrow_backward[i] = p.widen[i] = IR_NONE;
     mark_forward(&p);
     mark_stats(&p);
     mark_narrowed(&p, narrowed);
@@ -356,6 +360,7 @@ int pass_precision(Graph *g, const PrecisionOptions *opt, PrecisionStats *stats,
     free(p.map);
     free(p.narrow);
     free(p.narrow_backward);
+    free(p.widen);
     free(p.copy);
     fusion_free(&p.plan);
     if (stats) *stats = st;
