@@ -343,8 +343,12 @@ static void emit_columns(CgKernel *L)
         }
     }
     sb_puts(o, "        for (int64_t h = 0; h < H; h++) {\n"
-               "            const int lane = (int)(h % KILN_SUM_LANES);\n"
-               "            #pragma omp simd\n"
+               "            const int lane = (int)(h % KILN_SUM_LANES);\n");
+    /* the reduced axes' coordinates, which broadcast loads index by (kernel.c's mode choice) */
+    cg_coordinates(L, L->coords & L->K->axes, L->K->axes, "h", "            ");
+    for (int a = 0; a < L->rank; a++)
+        if ((L->coords & L->K->axes) >> a & 1) sb_printf(o, "            (void)c%d;\n", a);
+    sb_puts(o, "            #pragma omp simd\n"
                "            for (int64_t row = r0; row < r1; row++) {\n"
                "                const int64_t i = h * R + row;\n");
     cg_need_columns(L);

@@ -572,7 +572,11 @@ void cg_kernel_setup(CgKernel *L, Cg *c, int32_t k)
     } else {
         L->inner = axes;
         bool rows_ok = cg_axes_trailing(L) && !(L->coords & ~last) && (!(L->coords & last) || cg_popcount64(axes) == 1);
-        bool columns_ok = !L->coords && cg_columns_shape(L);
+        /* columns: members may read by the coordinates of the reduced (leading) axes, which
+         * the walk down a column derives from its position h (a norm's statistics broadcast
+         * along the row in its weight gradient); those of the column's axes would be a
+         * division per element of the vectorised row */
+        bool columns_ok = !(L->coords & ~axes) && cg_columns_shape(L);
         L->mode = rows_ok ? CG_LOOP_ROWS : columns_ok ? CG_LOOP_COLUMNS : CG_LOOP_NESTED;
     }
     L->lane = -1; /* the C target may choose one (c_loops.c) */
