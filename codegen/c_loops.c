@@ -139,12 +139,63 @@ static void inner_indent(CgKernel *L, const char *indent, enum inner_layout layo
     snprintf(buf, n, "%s%*s", indent, 4 * depth, "");
 }
 
+/* A row's buffer of kept values holds at most this many elements (16 KiB of floats on the
+ * thread's stack); longer rows compute them again. */
+#define ROW_KEEP_MAX 4096
+
+/* Rows mode: the full members worth keeping in a buffer of the row's between passes (a
+ * transcendental function's value, which its kernel does not store as it is: a softmax's
+ * exponential, whose stored copy is rounded to half precision), computed by the pass right
+ * after their stage and needed again by a later one. Sets L->kept (NULL for none) and
+ * declares the buffers. */
+static void plan_row_keep(CgKernel *L, const char *indent)
+{
+    const Graph *g = L->g;
+    if (L->mode != CG_LOOP_ROWS || L->lane >= 0 || !L->nstages) return;
+    int64_t wmax = 1;
+    for (int a = 0; a < L->rank; a++)
+        if (L->inner >> a & 1) {
+            const int64_t d = ir_dim_max(g, L->K->shape.d[a]);
+            if (d < 1 || wmax > ROW_KEEP_MAX / d) return;
+            wmax *= d;
+        }
+    const size_t nn = (size_t)g->nnodes + 1;
+    uint8_t *first = xcalloc(nn, 1), *later = xcalloc(nn, 1); /* needed by the pass after its stage, by another */
+    for (int pass = 1; pass <= L->nstages + 1; pass++) {
+        L->pass = pass;
+        cg_need_pass(L, pass);
+        for (int32_t i = 0; i < L->K->count; i++) {
+            NodeId id = CG_MEMBER(L, i);
+            if (!L->needed[id]) continue;
+            if (L->avail[id] + 1 == pass) first[id] = 1;
+            else later[id] = 1;
+        }
+    }
+    L->pass = 0;
+    for (int32_t i = 0; i < L->K->count; i++) {
+        NodeId id = CG_MEMBER(L, i);
+        const Op op = (Op)g->nodes[id].op;
+        const bool costly = op == OP_EXP || op == OP_LOG || op == OP_TANH || op == OP_ERF || op == OP_SIGMOID || op == OP_POW;
+        if (!costly || L->f->cls[id] != CLASS_FULL || L->f->stored[id] || !first[id] || !later[id]) continue;
+        if (!L->kept) L->kept = xcalloc(nn, 1);
+        L->kept[id] = 1;
+        sb_printf(L->c->o, "%s%s keep%d[%lld]; /* kept between the passes over the row */\n", indent,
+                  cg_value_ctype((DType)g->nodes[id].dtype), id, (long long)wmax);
+    }
+    free(first);
+    free(later);
+    /* the element's position in the row: open_inner's loop variable */
+    if (L->coords >> (L->rank - 1) & 1) snprintf(L->kept_index, sizeof L->kept_index, "c%d", L->rank - 1);
+    else snprintf(L->kept_index, sizeof L->kept_index, "j");
+}
+
 /* Per row: the reduction stages, row values, the final pass and the row stores. */
 static void emit_row_body(CgKernel *L, const char *indent)
 {
     const Graph *g = L->g;
     StrBuf *o = L->c->o;
     char in[128];
+    plan_row_keep(L, indent);
     for (int s = 0; s <= L->nstages; s++) {
         if (s > 0) {
             L->pass = s;
@@ -180,6 +231,10 @@ static void emit_row_body(CgKernel *L, const char *indent)
             int braces = open_inner(L, L->lane >= 0 ? NULL : pragma.data, indent, layout);
             sb_free(&pragma);
             cg_emit_needed(L, in);
+            for (int32_t i = 0; i < L->K->count && L->kept; i++) {
+                NodeId id = CG_MEMBER(L, i);
+                if (L->kept[id] && L->needed[id] && L->avail[id] + 1 == s) sb_printf(o, "%skeep%d[%s] = t%d;\n", in, id, L->kept_index, id);
+            }
             for (int32_t i = 0; i < L->K->count; i++) {
                 NodeId id = CG_MEMBER(L, i);
                 const Node *n = &g->nodes[id];

@@ -358,6 +358,9 @@ static bool written_before(const CgKernel *L, NodeId id)
     return L->pass && L->f->stored[id] && L->f->cls[id] == CLASS_FULL && L->avail[id] + 1 < L->pass;
 }
 
+/* Whether full member id was kept in the row's buffer by an earlier pass (CgKernel.kept). */
+static bool kept_before(const CgKernel *L, NodeId id) { return L->kept && L->kept[id] && L->pass && L->avail[id] + 1 < L->pass; }
+
 /* `const T t<id> = ...;` for a member, its operands already in scope. */
 void cg_member_value(CgKernel *L, NodeId id, bool row, const char *indent)
 {
@@ -369,6 +372,10 @@ void cg_member_value(CgKernel *L, NodeId id, bool row, const char *indent)
     if (n->op == OP_MATMUL && L->lane_loaded && n->dtype == DT_F32) { /* the product, four at a time */
         L->lane_loaded[id] = 1;
         sb_printf(o, "kiln_lane(q%d, k);\n", id);
+        return;
+    }
+    if (!row && kept_before(L, id)) {
+        sb_printf(o, "keep%d[%s];\n", id, L->kept_index);
         return;
     }
     if (n->op == OP_MATMUL || (!row && written_before(L, id))) {
@@ -411,7 +418,7 @@ void cg_need(CgKernel *L, NodeId id)
     while (n) {
         NodeId v = L->work[--n];
         const Node *nd = &L->g->nodes[v];
-        if (nd->op == OP_MATMUL || written_before(L, v)) continue;
+        if (nd->op == OP_MATMUL || written_before(L, v) || kept_before(L, v)) continue;
         for (uint32_t j = 0; j < nd->ninputs; j++) {
             NodeId r = fusion_root(L->g, L->f, ir_input(L->g, v, (int)j));
             if (L->needed[r] || !((cg_in_kernel(L, r) && L->f->cls[r] == CLASS_FULL) || cg_recomputed_here(L, r))) continue;
@@ -590,6 +597,7 @@ void cg_kernel_teardown(CgKernel *L)
     free(L->reads);
     free(L->stores);
     free(L->remat);
+    free(L->kept);
 }
 
 void cg_kernel_title(Cg *c, int32_t k, StrBuf *o)

@@ -155,6 +155,12 @@ typedef struct {
      * kiln_lane(q<id>, k), loaded four at a time, and lane_loaded[id] is set; other loads
      * stay p<id>[...]. */
     uint8_t *lane_loaded;
+    /* C target, rows mode (c_loops.c): full members that an earlier pass over the row
+     * computed and kept in a buffer of the row's, keep<id>[kept_index], which later passes
+     * read instead of computing them again (a softmax's exponentials, whose stored copy is
+     * rounded to half precision); NULL when none. */
+    uint8_t *kept;
+    char kept_index[16];
 } CgKernel;
 
 #define CG_MEMBER(L, i) ((L)->f->members[(L)->K->first + (i)])
