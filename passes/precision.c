@@ -23,9 +23,10 @@
  *     and sum), which are small and precision-critical;
  *   - everything else (softmax, norms, losses, exp/log, reductions, the backward's
  *     elementwise arithmetic, the optimizer) computes in fp32 as before.
- * One cast<half> per value, right after it; one cast<f32> per reading node, right before
- * it, so fusion puts the widening into the reader's own kernel (a load and a conversion,
- * no kernel of its own) and the narrowing into the producer's. gradcheck does not run this
+ * One cast<half> per value, right after it (a weight's: one per pass); one cast<f32> of it
+ * for the backward pass, right before its first reader there, which fusion computes in the
+ * readers' kernels (a load and a conversion, no kernel of its own), and the narrowing in
+ * the producer's. gradcheck does not run this
  * pass: it checks the exact graph in double precision. ir_verify() holds. */
 #include "passes.h"
 
@@ -152,8 +153,9 @@ static NodeId half_operand(Prec *p, NodeId x, NodeId reader)
 
 /* Operand x (old graph) of backward node `reader` (not a matrix product) read through a
  * half-precision copy of its root: the views from the root to x applied again to
- * cast<f32>(cast<half>(root)), the widening of the reader's own, which fusion computes in
- * the reader's kernel. */
+ * cast<f32>(cast<half>(root)), one widening shared by the backward pass's readers. Shared,
+ * the recomputed values read from it start one kernel, not one each: with a widening per
+ * reader, GELU's backward was four kernels storing four fp32 intermediates. */
 static NodeId through_half(Prec *p, NodeId x, NodeId reader)
 {
     const Graph *g = p->g;
