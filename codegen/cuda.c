@@ -646,6 +646,25 @@ static void batch_stride(CgKernel *L, const CgOperand *X, int a, StrBuf *o)
     sb_puts(o, ")");
 }
 
+/* The operands of a product in cuBLAS's column-major order: row-major C (M x N) is
+ * column-major C^T = B^T A^T, so B goes first, each transposed where the C target's BLAS call
+ * transposes it; where C's rows are the memory's columns (written permuted), column-major
+ * C = A B, each operand transposed where the C target's is not. */
+typedef struct {
+    const CgOperand *op[2];
+    const char *trans[2], *ld[2], *off[2], *stride[2], *m, *n;
+} CublasOrder;
+
+static CublasOrder cublas_order(const CgOperand *A, const CgOperand *B, bool permuted, const char *offa, const char *offb,
+                                const char *sa, const char *sb)
+{
+    const bool t = permuted;
+    CublasOrder c = {{t ? A : B, t ? B : A}, {NULL, NULL}, {t ? "lda" : "ldb", t ? "ldb" : "lda"}, {t ? offa : offb, t ? offb : offa},
+                     {t ? sa : sb, t ? sb : sa}, t ? "M" : "N", t ? "N" : "M"};
+    for (int i = 0; i < 2; i++) c.trans[i] = c.op[i]->trans != t ? "CUBLAS_OP_T" : "CUBLAS_OP_N";
+    return c;
+}
+
 /* A batch of products (attention's q k^T and its product with v, per batch element and
  * head) as cublasSgemmStridedBatched calls: the trailing batch axes whose strides nest in
  * every operand (a row-major product always does) are one call of their products; the
@@ -698,25 +717,20 @@ static void emit_strided_batched(CgKernel *L, const CgOperand *A, const CgOperan
         cg_coordinates(L, outer, outer, "ob", "        ");
         in = "    ";
     }
-    /* row-major C (M x N) is column-major C^T = B^T A^T; where C's rows are the memory's
-     * columns (permuted), column-major C = A B */
-    const bool t = C->trans;
-    const CgOperand *first = t ? A : B, *second = t ? B : A;
-    const char *op1 = (first->trans != t) ? "CUBLAS_OP_T" : "CUBLAS_OP_N", *op2 = (second->trans != t) ? "CUBLAS_OP_T" : "CUBLAS_OP_N";
-    const char *ld1 = t ? "lda" : "ldb", *ld2 = t ? "ldb" : "lda", *off1 = t ? offa.data : offb.data, *off2 = t ? offb.data : offa.data;
-    const char *st1 = t ? sa.data : sb.data, *st2 = t ? sb.data : sa.data, *half = cuda_gemm_half_type(L->g, L->K->anchor);
+    const CublasOrder c = cublas_order(A, B, C->trans, offa.data, offb.data, sa.data, sb.data);
+    const char *half = cuda_gemm_half_type(L->g, L->K->anchor);
     if (!half)
         sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemmStridedBatched(blas, %s, %s, (int)%s, (int)%s, (int)K, &one,\n"
                      "    %s    p%d + (%s), %s, %s, p%d + (%s), %s, %s, &zero,\n"
                      "    %s    y%d + (%s), ldc, %s, (int)count));\n",
-                  in, op1, op2, t ? "M" : "N", t ? "N" : "M", in, first->lay.base, off1, ld1, st1, second->lay.base, off2, ld2, st2,
-                  in, y, offc.data, sc.data);
+                  in, c.trans[0], c.trans[1], c.m, c.n, in, c.op[0]->lay.base, c.off[0], c.ld[0], c.stride[0], c.op[1]->lay.base,
+                  c.off[1], c.ld[1], c.stride[1], in, y, offc.data, sc.data);
     else /* half-precision operands: the tensor cores, accumulated in float32 */
         sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas, %s, %s, (int)%s, (int)%s, (int)K, &one,\n"
                      "    %s    p%d + (%s), %s, %s, %s, p%d + (%s), %s, %s, %s, &zero,\n"
                      "    %s    y%d + (%s), CUDA_R_32F, ldc, %s, (int)count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));\n",
-                  in, op1, op2, t ? "M" : "N", t ? "N" : "M", in, first->lay.base, off1, half, ld1, st1, second->lay.base, off2, half,
-                  ld2, st2, in, y, offc.data, sc.data);
+                  in, c.trans[0], c.trans[1], c.m, c.n, in, c.op[0]->lay.base, c.off[0], half, c.ld[0], c.stride[0],
+                  c.op[1]->lay.base, c.off[1], half, c.ld[1], c.stride[1], in, y, offc.data, sc.data);
     if (q) sb_puts(o, "    }\n");
     sb_free(&offa);
     sb_free(&offb);
@@ -801,24 +815,19 @@ static bool emit_gemm_call(CgKernel *L)
         else sb_puts(&offc, "0");
         const char *in = sum != IR_NONE ? "    " : "";
         const char *half = cuda_gemm_half_type(g, mm);
-        /* row-major C (M x N) is column-major C^T = B^T A^T; where C's rows are the memory's
-         * columns (permuted), column-major C = A B */
-        const bool t = C.trans;
-        const CgOperand *first = t ? &A : &B, *second = t ? &B : &A;
-        const char *op1 = (first->trans != t) ? "CUBLAS_OP_T" : "CUBLAS_OP_N", *op2 = (second->trans != t) ? "CUBLAS_OP_T" : "CUBLAS_OP_N";
-        const char *ld1 = t ? "lda" : "ldb", *ld2 = t ? "ldb" : "lda", *off1 = t ? offa.data : offb.data, *off2 = t ? offb.data : offa.data;
+        const CublasOrder c = cublas_order(&A, &B, C.trans, offa.data, offb.data, NULL, NULL);
         const char *beta = sum != IR_NONE ? "&beta" : "&zero";
         if (!half)
             sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasSgemm(blas, %s, %s, (int)%s, (int)%s, (int)K, &one, p%d + (%s), %s, p%d + (%s), %s, %s,\n"
                          "    %s                              y%d + (%s), ldc));\n",
-                      in, op1, op2, t ? "M" : "N", t ? "N" : "M", first->lay.base, off1, ld1, second->lay.base, off2, ld2, beta, in, y,
-                      offc.data);
+                      in, c.trans[0], c.trans[1], c.m, c.n, c.op[0]->lay.base, c.off[0], c.ld[0], c.op[1]->lay.base, c.off[1], c.ld[1],
+                      beta, in, y, offc.data);
         else /* half-precision operands: the tensor cores, accumulated in float32 */
             sb_printf(o, "    %sKILN_CUBLAS_CHECK(cublasGemmEx(blas, %s, %s, (int)%s, (int)%s, (int)K, &one, p%d + (%s), %s, %s,\n"
                          "    %s                               p%d + (%s), %s, %s, %s, y%d + (%s), CUDA_R_32F, ldc,\n"
                          "    %s                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));\n",
-                      in, op1, op2, t ? "M" : "N", t ? "N" : "M", first->lay.base, off1, half, ld1, in, second->lay.base, off2, half,
-                      ld2, beta, y, offc.data, in);
+                      in, c.trans[0], c.trans[1], c.m, c.n, c.op[0]->lay.base, c.off[0], half, c.ld[0], in, c.op[1]->lay.base,
+                      c.off[1], half, c.ld[1], beta, y, offc.data, in);
         sb_puts(o, sum != IR_NONE ? "    }\n" : "    (void)batch;\n");
         cuda_gemm_emit_bgrad_fallback(L);
         sb_free(&offa);

@@ -37,7 +37,7 @@ typedef struct {
 } PrecisionOptions;
 typedef struct {
     int32_t narrowed; /* cast<half> nodes added */
-    int32_t widened;  /* cast<f32> nodes added (one per reading node) */
+    int32_t widened;  /* cast<f32> nodes added (one per kept value the backward pass reads) */
     int32_t copied;   /* forward values computed again in the backward pass from half copies */
 } PrecisionStats;
 /* 0, or -1 with a message in err (a dtype that is not half precision). */

@@ -26,8 +26,8 @@
  * One cast<half> per value, right after it (a weight's: one per pass); one cast<f32> of it
  * for the backward pass, right before its first reader there, which fusion computes in the
  * readers' kernels (a load and a conversion, no kernel of its own), and the narrowing in
- * the producer's. gradcheck does not run this
- * pass: it checks the exact graph in double precision. ir_verify() holds. */
+ * the producer's. gradcheck does not run this pass: it checks the exact graph in double
+ * precision. ir_verify() holds. */
 #include "passes.h"
 
 #include <stdlib.h>

@@ -91,11 +91,35 @@ static const cublasOperation_t ops[] = {CUBLAS_OP_N, CUBLAS_OP_T, CUBLAS_OP_C};
 /* The operand types of the mixed-precision calls. */
 static const cudaDataType types[] = {CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F};
 
-/* One strided-batched GEMM (batch 1 uses cublasSgemm) checked against the reference,
- * including that the padding rows of C (between m and ldc) and the gaps between batches are
- * unchanged. */
-static void check_gemm(cublasHandle_t h, cublasOperation_t opa, cublasOperation_t opb, int m, int n, int k,
-                       float alpha, float beta, int batch)
+/* Quarters in [-4, 4] (at most 5 significant bits): exact in bf16 and in fp16. With k <= 17,
+ * alpha in {1, 1.5, 0.5, -0.5} and beta in {0, 1, -0.75}, every product, every partial sum
+ * (below 2^9 in magnitude, multiples of 2^-5) and the result are exact in float whatever
+ * the order of summation: a product of such operands must equal the naive loop exactly. */
+static void fill_quarters(float *x, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = (float)((int)((seed >> 8) % 33u) - 16) / 4.0f;
+    }
+}
+
+/* NaN in x's padding rows (ld - rows of each column) and in the gaps between its batches
+ * (stride - ld cols): the emulator must read neither. */
+static void nan_padding(float *x, size_t n, int rows, int cols, int ld, long long stride)
+{
+    for (size_t e = 0; e < n; e++) {
+        long long w = (long long)e % stride;
+        if (w >= (long long)ld * cols || w % ld >= rows) x[e] = NAN;
+    }
+}
+
+/* One product checked against the naive loop in double, with the padding rows of C
+ * (between m and ldc) and the gaps between its batches unchanged. Without ex: cublasSgemm
+ * (batch 1) or cublasSgemmStridedBatched on random floats, within float's rounding. With ex:
+ * cublasGemmEx (batch 1) or cublasGemmStridedBatchedEx with A and B of type t, on values
+ * every type holds (fill_quarters) with NaN in A's and B's padding, exactly. */
+static void check_product(cublasHandle_t h, cudaDataType t, bool ex, cublasOperation_t opa, cublasOperation_t opb, int m,
+                          int n, int k, float alpha, float beta, int batch)
 {
     int ta = opa != CUBLAS_OP_N, tb = opb != CUBLAS_OP_N;
     int arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
@@ -106,36 +130,57 @@ static void check_gemm(cublasHandle_t h, cublasOperation_t opa, cublasOperation_
     float *got = malloc(nc * sizeof *got);
     double *want = malloc(nc * sizeof *want);
     cr_assert(A && B && C && got && want);
-    fill(A, na, 1u + (uint32_t)m);
-    fill(B, nb, 2u + (uint32_t)n);
-    fill(C, nc, 3u + (uint32_t)k);
+    void (*fill_values)(float *, size_t, uint32_t) = ex ? fill_quarters : fill;
+    fill_values(A, na, 1u + (uint32_t)m);
+    fill_values(B, nb, 2u + (uint32_t)n);
+    fill_values(C, nc, 3u + (uint32_t)k);
+    if (ex) {
+        nan_padding(A, na, arows, acols, lda, sa);
+        nan_padding(B, nb, brows, bcols, ldb, sb);
+    }
     if (beta == 0.0f)
         for (size_t i = 0; i < nc; i++) C[i] = NAN; /* must not be read */
     for (size_t i = 0; i < nc; i++) want[i] = C[i];
+    /* A and B hold exactly what their bf16/fp16 copies widen to (to_device_as checks it). */
     for (int b = 0; b < batch; b++)
         reference(ta, tb, m, n, k, alpha, A + b * sa, lda, B + b * sb, ldb, beta, want + b * sc, ldc);
-    float *dA = to_device(A, na), *dB = to_device(B, nb), *dC = to_device(C, nc);
+    void *dA = ex ? to_device_as(t, A, na) : to_device(A, na), *dB = ex ? to_device_as(t, B, nb) : to_device(B, nb);
+    float *dC = to_device(C, nc);
     cublasStatus_t st;
-    if (batch == 1)
+    if (!ex && batch == 1)
         st = cublasSgemm(h, opa, opb, m, n, k, &alpha, dA, lda, dB, ldb, &beta, dC, ldc);
-    else
+    else if (!ex)
         st = cublasSgemmStridedBatched(h, opa, opb, m, n, k, &alpha, dA, lda, sa, dB, ldb, sb, &beta, dC, ldc, sc,
                                        batch);
-    cr_assert_eq(st, CUBLAS_STATUS_SUCCESS, "ops %d %d m %d n %d k %d batch %d", opa, opb, m, n, k, batch);
+    else if (batch == 1)
+        st = cublasGemmEx(h, opa, opb, m, n, k, &alpha, dA, t, lda, dB, t, ldb, &beta, dC, CUDA_R_32F, ldc,
+                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP);
+    else
+        st = cublasGemmStridedBatchedEx(h, opa, opb, m, n, k, &alpha, dA, t, lda, sa, dB, t, ldb, sb, &beta, dC,
+                                        CUDA_R_32F, ldc, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    cr_assert_eq(st, CUBLAS_STATUS_SUCCESS, "%s ops %d %d m %d n %d k %d batch %d", ex ? type_name(t) : "sgemm", opa, opb, m,
+                 n, k, batch);
     to_host(got, dC, nc);
     for (int b = 0; b < batch; b++)
         for (long long e = 0; e < sc; e++) {
             size_t idx = (size_t)(b * sc + e);
             int i = (int)(e % ldc), j = (int)(e / ldc);
-            if (i < m && j < n) {
-                double w = want[idx];
+            if (!(i < m && j < n)) { /* padding and gaps: bit-identical to what was there (NaN included) */
+                cr_assert(memcmp(&got[idx], &C[idx], sizeof(float)) == 0, "padding element %zu changed", idx);
+                continue;
+            }
+            double w = want[idx];
+            if (!ex) {
                 cr_assert(fabs(got[idx] - w) <= 1e-5 * (1.0 + fabs(w)),
                           "ops %d %d m %d n %d k %d alpha %g beta %g batch %d: C[%d,%d] of batch %d = %.7g, want %.7g",
                           opa, opb, m, n, k, alpha, beta, batch, i, j, b, got[idx], w);
-            } else {
-                /* Padding and gaps: bit-identical to what was there (NaN included). */
-                cr_assert(memcmp(&got[idx], &C[idx], sizeof(float)) == 0, "padding element %zu changed", idx);
+                continue;
             }
+            cr_assert_eq((double)(float)w, w, "the test's premise: %.17g is exact in float", w);
+            cr_assert_eq(got[idx], (float)w,
+                         "%s ops %d %d m %d n %d k %d alpha %g beta %g batch %d: C[%d,%d] of batch %d = %.9g, "
+                         "want %.9g",
+                         type_name(t), opa, opb, m, n, k, alpha, beta, batch, i, j, b, got[idx], w);
         }
     cudaFree(dA);
     cudaFree(dB);
@@ -145,6 +190,18 @@ static void check_gemm(cublasHandle_t h, cublasOperation_t opa, cublasOperation_
     free(C);
     free(got);
     free(want);
+}
+
+static void check_gemm(cublasHandle_t h, cublasOperation_t opa, cublasOperation_t opb, int m, int n, int k, float alpha,
+                       float beta, int batch)
+{
+    check_product(h, CUDA_R_32F, false, opa, opb, m, n, k, alpha, beta, batch);
+}
+
+static void check_gemm_ex(cublasHandle_t h, cudaDataType t, cublasOperation_t opa, cublasOperation_t opb, int m, int n,
+                          int k, float alpha, float beta, int batch)
+{
+    check_product(h, t, true, opa, opb, m, n, k, alpha, beta, batch);
 }
 
 Test(cuda_emu_blas, sgemm_every_op_combination_with_leading_dimensions)
@@ -232,91 +289,6 @@ Test(cuda_emu_blas, argument_checks_as_cublas, .init = cr_redirect_stderr)
 }
 
 /* ---- cublasGemmEx and cublasGemmStridedBatchedEx ---------------------------------------- */
-
-/* Quarters in [-4, 4] (at most 5 significant bits): exact in bf16 and in fp16. With k <= 17,
- * alpha in {1, 1.5, 0.5, -0.5} and beta in {0, 1, -0.75}, every product, every partial sum
- * (below 2^9 in magnitude, multiples of 2^-5) and the result are exact in float whatever
- * the order of summation: a product of such operands must equal the naive loop exactly. */
-static void fill_quarters(float *x, size_t n, uint32_t seed)
-{
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        x[i] = (float)((int)((seed >> 8) % 33u) - 16) / 4.0f;
-    }
-}
-
-/* NaN in x's padding rows (ld - rows of each column) and in the gaps between its batches
- * (stride - ld cols): the emulator must read neither. */
-static void nan_padding(float *x, size_t n, int rows, int cols, int ld, long long stride)
-{
-    for (size_t e = 0; e < n; e++) {
-        long long w = (long long)e % stride;
-        if (w >= (long long)ld * cols || w % ld >= rows) x[e] = NAN;
-    }
-}
-
-/* cublasGemmEx (batch 1) or cublasGemmStridedBatchedEx with A and B of type t against the
- * naive loop in double over the widened values, exactly (fill_quarters), with the padding
- * of C and the gaps between its batches unchanged. */
-static void check_gemm_ex(cublasHandle_t h, cudaDataType t, cublasOperation_t opa, cublasOperation_t opb, int m, int n,
-                          int k, float alpha, float beta, int batch)
-{
-    int ta = opa != CUBLAS_OP_N, tb = opb != CUBLAS_OP_N;
-    int arows = ta ? k : m, acols = ta ? m : k, brows = tb ? n : k, bcols = tb ? k : n;
-    int lda = arows + 3, ldb = brows + 2, ldc = m + 4;
-    long long sa = (long long)lda * acols + 5, sb = (long long)ldb * bcols + 1, sc = (long long)ldc * n + 7;
-    size_t na = (size_t)(sa * batch), nb = (size_t)(sb * batch), nc = (size_t)(sc * batch);
-    float *A = malloc(na * sizeof *A), *B = malloc(nb * sizeof *B), *C = malloc(nc * sizeof *C);
-    float *got = malloc(nc * sizeof *got);
-    double *want = malloc(nc * sizeof *want);
-    cr_assert(A && B && C && got && want);
-    fill_quarters(A, na, 1u + (uint32_t)m);
-    fill_quarters(B, nb, 2u + (uint32_t)n);
-    fill_quarters(C, nc, 3u + (uint32_t)k);
-    nan_padding(A, na, arows, acols, lda, sa);
-    nan_padding(B, nb, brows, bcols, ldb, sb);
-    if (beta == 0.0f)
-        for (size_t i = 0; i < nc; i++) C[i] = NAN; /* must not be read */
-    for (size_t i = 0; i < nc; i++) want[i] = C[i];
-    /* A and B hold exactly what their bf16/fp16 copies widen to (to_device_as checks it). */
-    for (int b = 0; b < batch; b++)
-        reference(ta, tb, m, n, k, alpha, A + b * sa, lda, B + b * sb, ldb, beta, want + b * sc, ldc);
-    void *dA = to_device_as(t, A, na), *dB = to_device_as(t, B, nb);
-    float *dC = to_device(C, nc);
-    cublasStatus_t st;
-    if (batch == 1)
-        st = cublasGemmEx(h, opa, opb, m, n, k, &alpha, dA, t, lda, dB, t, ldb, &beta, dC, CUDA_R_32F, ldc,
-                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP);
-    else
-        st = cublasGemmStridedBatchedEx(h, opa, opb, m, n, k, &alpha, dA, t, lda, sa, dB, t, ldb, sb, &beta, dC,
-                                        CUDA_R_32F, ldc, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    cr_assert_eq(st, CUBLAS_STATUS_SUCCESS, "%s ops %d %d m %d n %d k %d batch %d", type_name(t), opa, opb, m, n, k,
-                 batch);
-    to_host(got, dC, nc);
-    for (int b = 0; b < batch; b++)
-        for (long long e = 0; e < sc; e++) {
-            size_t idx = (size_t)(b * sc + e);
-            int i = (int)(e % ldc), j = (int)(e / ldc);
-            if (i < m && j < n) {
-                double w = want[idx];
-                cr_assert_eq((double)(float)w, w, "the test's premise: %.17g is exact in float", w);
-                cr_assert_eq(got[idx], (float)w,
-                             "%s ops %d %d m %d n %d k %d alpha %g beta %g batch %d: C[%d,%d] of batch %d = %.9g, "
-                             "want %.9g",
-                             type_name(t), opa, opb, m, n, k, alpha, beta, batch, i, j, b, got[idx], w);
-            } else {
-                cr_assert(memcmp(&got[idx], &C[idx], sizeof(float)) == 0, "padding element %zu changed", idx);
-            }
-        }
-    cudaFree(dA);
-    cudaFree(dB);
-    cudaFree(dC);
-    free(A);
-    free(B);
-    free(C);
-    free(got);
-    free(want);
-}
 
 Test(cuda_emu_blas, gemm_ex_every_type_and_op_combination)
 {
