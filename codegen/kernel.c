@@ -598,6 +598,7 @@ void cg_kernel_teardown(CgKernel *L)
     free(L->stores);
     free(L->remat);
     free(L->kept);
+    free(L->staged);
 }
 
 void cg_kernel_title(Cg *c, int32_t k, StrBuf *o)

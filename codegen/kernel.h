@@ -161,6 +161,10 @@ typedef struct {
      * rounded to half precision); NULL when none. */
     uint8_t *kept;
     char kept_index[16];
+    /* C target, rows mode: stores narrower than 32 bits (half-precision copies, masks) of
+     * a pass that sums in lanes, written to a row buffer, staged<id>[kept_index], and
+     * stored from it by the final pass over the row; NULL when none. */
+    uint8_t *staged;
 } CgKernel;
 
 #define CG_MEMBER(L, i) ((L)->f->members[(L)->K->first + (i)])

@@ -48,6 +48,20 @@ static inline double kiln_select(int c, double a, double b)
 #define KILN_LANES_SUM_AT(a, j) \
     ((((a)[0][j] + (a)[1][j]) + ((a)[2][j] + (a)[3][j])) + (((a)[4][j] + (a)[5][j]) + ((a)[6][j] + (a)[7][j])))
 
+/* Columns per block of a sum over leading axes (codegen/c_loops.c, emit_columns): a thread
+ * walks down the rows of its block, so the block is the thread's share of the columns (in
+ * multiples of 16, at most KILN_COLUMN_BLOCK_MAX: lanes of a[KILN_SUM_LANES][512] floats
+ * are 16 KiB of stack). Narrow blocks read a short piece of each row, a page apart, which
+ * the prefetcher does not follow: 64-column blocks made gpt's GELU backward twice as slow.
+ * Each column is summed in one order whatever the width, so the bits do not depend on it. */
+#define KILN_COLUMN_BLOCK_MAX 512
+static inline int64_t kiln_column_block(int64_t columns, int64_t threads)
+{
+    int64_t w = threads > 1 ? (columns + threads - 1) / threads : columns;
+    w = (w + 15) / 16 * 16;
+    return w < 16 ? 16 : w > KILN_COLUMN_BLOCK_MAX ? KILN_COLUMN_BLOCK_MAX : w;
+}
+
 /* 2^n for an integral float n in [-126, 127], by building the float's bits. Adding
  * 1.5 * 2^23 puts n in the low mantissa bits; no float-to-int conversion, which GCC will
  * not vectorise while trapping math is on. */
