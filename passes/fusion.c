@@ -252,6 +252,20 @@ static bool same_pass(const Fuser *f, int32_t k, NodeId id)
     return !(g->nodes[id].flags & NODE_RECOMPUTED) || (g->nodes[f->p->kernels[k].anchor].flags & NODE_RECOMPUTED);
 }
 
+/* Is node id the fp32 widening of a half-precision value that kernel k computes? It is
+ * computed where it is read instead: beside the narrowing it would be stored in fp32 for
+ * its readers in other kernels (a bias gradient summing a gradient's half copy), which is
+ * what the half copy is there to avoid. */
+static bool widens_member(const Fuser *f, int32_t k, NodeId id)
+{
+    const Graph *g = f->g;
+    const Node *n = &g->nodes[id];
+    if (n->op != OP_CAST || n->dtype != DT_F32) return false;
+    const NodeId r = fusion_root(g, f->p, ir_input(g, id, 0));
+    const DType from = (DType)g->nodes[r].dtype;
+    return (from == DT_BF16 || from == DT_F16) && f->p->role[r] == ROLE_KERNEL && f->p->kernel_of[r] == k;
+}
+
 static bool try_join(Fuser *f, int32_t k, NodeId id)
 {
     const Graph *g = f->g;
@@ -259,6 +273,7 @@ static bool try_join(Fuser *f, int32_t k, NodeId id)
     Kernel *K = &p->kernels[k];
     const Node *n = &g->nodes[id];
     if (K->kind == KERNEL_SINGLE || K->written != IR_NONE || K->summed != IR_NONE || !same_pass(f, k, id)) return false;
+    if (widens_member(f, k, id)) return false;
     Numel full = numel_of(&K->shape, 0), rows = numel_of(&K->shape, K->axes);
     Numel mine = numel_of(&n->shape, 0);
     MemberClass cls;

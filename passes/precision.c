@@ -44,6 +44,7 @@ typedef struct {
     NodeId *narrow_backward; /* old leaf -> the cast<half> the backward pass's products read */
     NodeId *widen; /* old forward value -> the cast<f32> of its half copy that the backward reads */
     NodeId *copy;  /* old forward node -> its copy for the backward pass, or IR_NONE */
+    bool *half_read; /* per node: a backward value that a product reads in half precision */
     FusionPlan plan; /* of the graph before the pass: which values a kernel stores */
     PrecisionStats *st;
 } Prec;
@@ -237,8 +238,26 @@ static NodeId backward_value(Prec *p, NodeId u, NodeId reader)
 /* Does node i read its operands in half precision: an f32 matrix product? */
 static bool reads_half(const Prec *p, NodeId i) { return p->g->nodes[i].op == OP_MATMUL && p->g->nodes[i].dtype == DT_F32; }
 
-/* Values that some reader takes in half precision: narrowed right after they are computed. */
-static void mark_narrowed(const Prec *p, bool *narrowed)
+/* Does backward node i, a sum, read its operand x through the half-precision copy that the
+ * backward products read? A gradient that products read in half precision is, under
+ * autocast, a half-precision tensor (a product's output gradient), and a bias gradient is
+ * its sum over the batch; reading the copy instead of the fp32 value halves what the sum
+ * reads, and where the sum was the fp32 value's only other reader the fp32 value is no
+ * longer stored at all (gpt's GELU backward then fuses into its product's epilogue, which
+ * stores only the half copy). The rounding errors of the summed elements are independent
+ * and the sum accumulates in fp32. Other backward readers (the residual stream's
+ * gradient, elementwise arithmetic) keep reading the fp32 value. */
+static bool sums_half_copy(const Prec *p, NodeId i, NodeId x)
+{
+    const Graph *g = p->g;
+    const NodeId r = view_root(g, x);
+    return g->nodes[i].op == OP_REDUCE_SUM && g->nodes[i].dtype == DT_F32 && !p->forward[i] && p->half_read[r];
+}
+
+/* Values that some reader takes in half precision: narrowed right after they are computed
+ * (forward values; the backward pass's gradients are narrowed where a product first reads
+ * them, narrow_of, and marked in p->half_read). */
+static void mark_narrowed(Prec *p, bool *narrowed)
 {
     const Graph *g = p->g;
     bool *seen = xcalloc((size_t)g->nnodes + 1, 1);
@@ -248,6 +267,7 @@ static void mark_narrowed(const Prec *p, bool *narrowed)
             if (reads_half(p, i)) {
                 const NodeId r = view_root(g, x);
                 if (p->forward[r] && !is_leaf((Op)g->nodes[r].op)) narrowed[r] = true;
+                if (!p->forward[r] && !is_leaf((Op)g->nodes[r].op) && g->nodes[r].dtype == DT_F32) p->half_read[r] = true;
             } else if (!p->forward[i] && p->forward[x]) {
                 mark_backward_reads(p, x, narrowed, seen);
             }
@@ -309,6 +329,7 @@ int pass_precision(Graph *g, const PrecisionOptions *opt, PrecisionStats *stats,
     size_t nn = (size_t)g->nnodes + 1;
     p.forward = xcalloc(nn, 1);
     p.stat = xcalloc(nn, 1);
+    p.half_read = xcalloc(nn, 1);
     bool *narrowed = xcalloc(nn, 1);
     p.map = xmalloc(nn * sizeof *p.map);
     p.narrow = xmalloc(nn * sizeof *p.narrow);
@@ -332,6 +353,7 @@ int pass_precision(Graph *g, const PrecisionOptions *opt, PrecisionStats *stats,
         for (uint32_t k = 0; k < n->ninputs; k++) {
             NodeId x = ir_input(g, i, (int)k);
             if (reads_half(&p, i)) in[k] = half_operand(&p, x, i);
+            else if (sums_half_copy(&p, i, x)) in[k] = through_half(&p, x, i);
             else if (!p.forward[i] && p.forward[x]) in[k] = backward_value(&p, x, i);
             else in[k] = p.map[x];
         }
@@ -358,6 +380,7 @@ int pass_precision(Graph *g, const PrecisionOptions *opt, PrecisionStats *stats,
     ir_graph_free(live);
     free(p.forward);
     free(p.stat);
+    free(p.half_read);
     free(narrowed);
     free(p.map);
     free(p.narrow);
