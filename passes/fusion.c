@@ -564,19 +564,27 @@ static bool recompute_leaf(const FusionPlan *p, NodeId q) { return p->role[q] !=
 #define RECOMPUTE_MAX 24
 #define RECOMPUTE_CALL 6
 
-/* Broadcast operands of a recomputed value, which its readers must be able to read. */
+/* Broadcast operands of a recomputed value, which its readers must be able to read; and
+ * the values of its cone counted so far (each costs at least 1, so at most RECOMPUTE_MAX). */
 #define RECOMPUTE_BROADCASTS 4
 typedef struct {
     NodeId list[RECOMPUTE_BROADCASTS];
     int n;
+    NodeId counted[RECOMPUTE_MAX + 1];
+    int ncounted;
 } Broadcasts;
 
 /* The cost of computing member r of kernel k from values another kernel can load at the
  * same linear index (stored values, inputs, parameters, constants) or as a broadcast of a
  * constant or a stored value (collected in *bc: the readers must be able to read them), or
- * -1 when that is not possible: a row value, random numbers, a view BLAS reads in place. */
+ * -1 when that is not possible: a row value, random numbers, a view BLAS reads in place.
+ * A value the cone reads twice is computed once (the reader's code names it once), so it is
+ * counted once: counted as a tree, 1 - tanh(u)^2 from a half-precision pre-activation cost
+ * 31 and GELU's backward went through memory in bf16. */
 static int recompute_cost(const Graph *g, const FusionPlan *p, NodeId r, int32_t k, Broadcasts *bc)
 {
+    for (int c = 0; c < bc->ncounted; c++)
+        if (bc->counted[c] == r) return 0;
     const Node *n = &g->nodes[r];
     if (!is_elementwise(g, r) || (ir_op_info[n->op].flags & OPF_RANDOM)) return -1;
     if (p->role[r] != ROLE_KERNEL || p->kernel_of[r] != k || p->cls[r] != CLASS_FULL) return -1;
@@ -631,6 +639,8 @@ static int recompute_cost(const Graph *g, const FusionPlan *p, NodeId r, int32_t
         cost += c;
         if (cost > RECOMPUTE_MAX) return -1;
     }
+    if (bc->ncounted == RECOMPUTE_MAX + 1) return -1;
+    bc->counted[bc->ncounted++] = r;
     return cost;
 }
 
@@ -700,7 +710,7 @@ static void mark_recomputed(const Graph *g, FusionPlan *p, const Users *U)
         int32_t k = p->kernel_of[id];
         if (p->kernels[k].kind == KERNEL_SINGLE || g->nodes[id].op == OP_MATMUL) continue;
         if (!reads_recomputable(g, p, U, id, k)) continue;
-        Broadcasts bc = {{0}, 0};
+        Broadcasts bc = {.n = 0};
         bool readable_broadcasts = recompute_cost(g, p, id, k, &bc) >= 0;
         for (int b = 0; b < bc.n && readable_broadcasts; b++) readable_broadcasts = broadcast_readable(g, p, U, id, k, bc.list[b]);
         if (readable_broadcasts) {
@@ -814,6 +824,25 @@ static void plan_strided(const Graph *g, FusionPlan *p, const Users *U)
     }
 }
 
+/* Is a node's candidate kernel a tried before b? The newest first, except that a GEMM
+ * comes before a kernel of values copied for the backward pass (NODE_RECOMPUTED: mixed
+ * precision's GELU, recomputed from its half-precision pre-activation): the gradient then
+ * joins the product's epilogue, computed while the block is in cache, and reads the
+ * copies, which mark_recomputed computes again there from what they read when they are
+ * cheap (as in fp32, where the same values are the forward kernel's), instead of the
+ * copies' kernel starting the chain and the product's output going through memory. */
+static bool candidate_before(const Fuser *f, NodeId id, int32_t a, int32_t b)
+{
+    const Graph *g = f->g;
+    const Kernel *ka = &f->p->kernels[a], *kb = &f->p->kernels[b];
+    if (!(g->nodes[id].flags & NODE_RECOMPUTED)) {
+        const bool copies_a = g->nodes[ka->anchor].flags & NODE_RECOMPUTED, copies_b = g->nodes[kb->anchor].flags & NODE_RECOMPUTED;
+        if (ka->kind == KERNEL_GEMM && copies_b) return true;
+        if (kb->kind == KERNEL_GEMM && copies_a) return false;
+    }
+    return a > b;
+}
+
 void fusion_plan(const Graph *g, FusionPlan *p)
 {
     memset(p, 0, sizeof *p);
@@ -866,7 +895,7 @@ void fusion_plan(const Graph *g, FusionPlan *p)
             }
             for (int a = 0; a < nc; a++)
                 for (int b = a + 1; b < nc; b++)
-                    if (cand[b] > cand[a]) {
+                    if (candidate_before(&f, id, cand[b], cand[a])) {
                         int32_t t = cand[a];
                         cand[a] = cand[b];
                         cand[b] = t;
