@@ -61,6 +61,7 @@ static const char *usage_ir =
     "  --after PASS       print the graph after PASS (lower, autodiff, simplify, precision, remat,\n"
     "                     fusion, memplan)\n"
     "  --precision P      fp32, bf16 or fp16: overrides the recipe's precision (the precision pass)\n"
+    "  --weight-rounding R  nearest or stochastic (bf16): overrides the recipe's weight_rounding\n"
     "  --passes           list the passes in pipeline order\n"
     "  --stats            print node counts before and after each pass (to stderr)\n"
     "  --dot              print Graphviz DOT instead of text\n"
@@ -80,7 +81,7 @@ static const char *usage_emit =
 
 static const char *usage_build =
     "usage: kiln build FILE -o PROG [--target c|cuda|cuda-emu] [--cflags FLAGS] [--bound NAME=N] [--report]\n"
-    "                  [--memory-budget SIZE] [--precision fp32|bf16|fp16]\n"
+    "                  [--memory-budget SIZE] [--precision fp32|bf16|fp16] [--weight-rounding nearest|stochastic]\n"
     "                  [--infer [--embed-weights CKPT]] [--lib [--embed-weights CKPT]]\n"
     "                  [--distributed [--bucket-size SIZE]]\n"
     "\n"
@@ -100,7 +101,10 @@ static const char *usage_build =
     "gives the smallest figure when none does.\n"
     "--precision P overrides the recipe's precision: bf16 or fp16 trains in mixed precision\n"
     "(half-precision matrix-product inputs and kept activations, fp32 master weights;\n"
-    "docs/precision.md); fp32 (or f32) trains in single precision. C target only for now.\n"
+    "docs/precision.md); fp32 (or f32) trains in single precision, on either target.\n"
+    "--weight-rounding stochastic (bf16; or the recipe's weight_rounding) rounds the training\n"
+    "step's bf16 copies of the weights from the fp32 masters stochastically (llm.c's), not to\n"
+    "nearest (autocast's).\n"
     "--infer builds an inference program instead: the forward in eval mode on input files,\n"
     "weights from a checkpoint (PROG --weights DIR|FILE), outputs to .npy, top-k, and loss\n"
     "and metrics when the loss's inputs are given (docs/inference.md); with --target cuda or\n"
@@ -152,6 +156,7 @@ typedef struct {
     bool dot, stats, list_passes, inputs, report;
     int64_t memory_budget; /* build, emit: --memory-budget SIZE (0: none) */
     const char *precision; /* build, emit, ir: --precision NAME (NULL: the recipe's) */
+    const char *weight_rounding; /* build, emit, ir: --weight-rounding nearest|stochastic (NULL: the recipe's) */
     bool cuda;     /* emit, build: --target cuda or cuda-emu */
     bool emulated; /* build: --target cuda-emu */
     bool infer;    /* build: --infer */
@@ -262,6 +267,11 @@ static int parse_options(const char *cmd, int argc, char **argv, Options *o, con
             o->precision = argv[++i];
             if (recipe_precision_dtype(o->precision) < 0)
                 return usage_error(cmd, "--precision must be fp32, bf16 or fp16 (f32 and f16 are aliases), not '%s'", o->precision);
+        } else if ((ir || !strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--weight-rounding")) {
+            if (!has_value) return usage_error(cmd, "--weight-rounding needs a value: nearest or stochastic%s", "");
+            o->weight_rounding = argv[++i];
+            if (strcmp(o->weight_rounding, "nearest") && strcmp(o->weight_rounding, "stochastic"))
+                return usage_error(cmd, "--weight-rounding must be nearest or stochastic, not '%s'", o->weight_rounding);
         } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--infer")) {
             o->infer = true;
         } else if (!strcmp(cmd, "build") && !strcmp(a, "--lib")) {
@@ -637,7 +647,7 @@ static const char *g_budget_from = "--memory-budget"; /* or the recipe's memory_
 static int32_t g_budget_blocks, g_budget_nblocks; /* what it checkpointed, of how many */
 static bool g_budget_cheap;                       /* and whether cheap values are recomputed */
 static bool g_infer; /* build --infer */
-static PrecisionOptions g_precision = {DT_F32, false}; /* --precision, else the recipe's precision */
+static PrecisionOptions g_precision = {.half = DT_F32}; /* --precision, else the recipe's precision */
 /* fp16's loss scaling as the program runs it (g_precision.scale_loss): the recipe's
  * loss_scale ("dynamic" or a static number) and the dynamic scale's settings. */
 static char g_loss_scale[32], g_scale_init[32], g_scale_interval[32];
@@ -679,6 +689,26 @@ static int set_loss_scale(const char *cmd, const Model *m)
     else snprintf(g_loss_scale, sizeof g_loss_scale, "dynamic");
     util_format_double(g_scale_init, sizeof g_scale_init, init ? init->num : 65536.0);
     snprintf(g_scale_interval, sizeof g_scale_interval, "%.0f", interval ? interval->num : 2000.0);
+    return 0;
+}
+
+/* The rounding of the weights' half-precision copies (after set_precision): --weight-rounding,
+ * else the recipe's weight_rounding. Stochastic rounding is bf16's (fp32 has no copies to
+ * round; fp16's would need a rounding of their own), for the training step only. Returns 0,
+ * or 2 after a message. */
+static int set_weight_rounding(const char *cmd, const Options *o, const Model *m)
+{
+    const RecipeValue *r = recipe_get(&m->recipe, "weight_rounding");
+    const char *name = o->weight_rounding ? o->weight_rounding : r && r->str ? r->str : "nearest";
+    g_precision.stochastic_weights = false;
+    if (strcmp(name, "stochastic")) return 0;
+    if (g_precision.half != DT_BF16) {
+        fprintf(stderr, "kiln %s: error: %s stochastic applies to bf16 training only; %s %s has no half-precision weights to round that "
+                        "way (give --precision bf16, or round to nearest)\n", cmd, o->weight_rounding ? "--weight-rounding" : "weight_rounding =",
+                g_precision_from, precision_name(g_precision.half));
+        return 2;
+    }
+    g_precision.stochastic_weights = m->graph->mode == MODE_TRAIN && !g_infer;
     return 0;
 }
 
@@ -1108,7 +1138,7 @@ static int cmd_train(const char *file, Model *train, Diag *d, int argc, char **a
     memset(&o, 0, sizeof o);
     o.file = file;
     set_precision(&o, train); /* kiln train takes the recipe's (its flags are the program's) */
-    if (set_loss_scale("train", train)) return 2;
+    if (set_loss_scale("train", train) || set_weight_rounding("train", &o, train)) return 2;
     if (generate(file, train, d, &c, &err)) {
         fprintf(stderr, "%s\n", err.data);
         return 1;
@@ -1213,7 +1243,7 @@ static int cmd_model(const char *cmd, int argc, char **argv)
         diag_free(&d);
         return 2;
     }
-    if (set_loss_scale(cmd, m)) {
+    if (set_loss_scale(cmd, m) || set_weight_rounding(cmd, &o, m)) {
         frontend_model_free(m);
         diag_free(&d);
         return 2;

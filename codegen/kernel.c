@@ -162,6 +162,7 @@ void cg_elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const c
     case OP_GE: sb_printf(o, "%s >= %s", a, b); break;
     case OP_AND: sb_printf(o, "%s && %s", a, b); break;
     case OP_OR: sb_printf(o, "%s || %s", a, b); break;
+    case OP_ROUND_STOCHASTIC: sb_printf(o, "kiln_bf16_round_stochastic(%s, %s)", a, b); break;
     case OP_WHERE:
         if (cg_compute_dtype((DType)n->dtype) == DT_F32 && !cuda) sb_printf(o, "kiln_selectf(%s, %s, %s)", a, b, w); /* kiln_math.h */
         else if (n->dtype == DT_F64 && !cuda) sb_printf(o, "kiln_select(%s, %s, %s)", a, b, w);
@@ -398,7 +399,7 @@ void cg_member_value(CgKernel *L, NodeId id, bool row, const char *indent)
     }
     /* a half-precision result is rounded to its dtype, as the interpreter rounds it (a cast
      * rounds by itself) */
-    const char *round = n->op == OP_CAST ? NULL : n->dtype == DT_BF16 ? "kiln_bf16_round" : n->dtype == DT_F16 ? "kiln_f16_round" : NULL;
+    const char *round = n->op == OP_CAST || n->op == OP_ROUND_STOCHASTIC ? NULL : n->dtype == DT_BF16 ? "kiln_bf16_round" : n->dtype == DT_F16 ? "kiln_f16_round" : NULL;
     if (round) sb_printf(o, "%s(", round);
     cg_elementwise_expr(c, id, ops[0].data, ops[1].data, ops[2].data);
     if (round) sb_putc(o, ')');

@@ -154,6 +154,8 @@ static const KeySpec keys[] = {
     {"clip", A_NUM, NULL, "0.0", 0, 1e12, NULL, "global gradient-norm clipping (0 = off)"},
     {"accumulate", A_INT, NULL, "1", 1, 65536, NULL, "micro-batches per optimizer step"},
     {"precision", A_NAME, NULL, "fp32", 0, 0, "fp32 bf16 fp16 f32 f16", "fp32, or mixed precision with bf16 / fp16 (kiln build --precision)"},
+    {"weight_rounding", A_NAME, NULL, "nearest", 0, 0, "nearest stochastic",
+     "bf16: the training step's bf16 copies of the weights rounded from the fp32 masters to nearest (autocast's) or stochastically (llm.c's; kiln build --weight-rounding)"},
     /* No defaults written: they follow the precision, which kiln build --precision may
      * change (fp16: dynamic from 65536, x2 every 2000 clean steps; else none). */
     {"loss_scale", A_SCALE, NULL, NULL, 0, MAX_SCALE, "dynamic none",
@@ -679,6 +681,12 @@ static bool check_combinations(const Recipe *r, const Inputs *in, Diag *d)
         ok = false;
     }
     if (!check_loss_scale(r, d)) ok = false;
+    const RecipeValue *rounding = recipe_get(r, "weight_rounding"), *prec = recipe_get(r, "precision");
+    if (rounding && rounding->str && !strcmp(rounding->str, "stochastic") && !(prec && prec->str && recipe_precision_dtype(prec->str) == DT_BF16)) {
+        diag_error(d, rounding->loc, "weight_rounding = stochastic applies to bf16 training only (precision = bf16); precision = %s has no "
+                   "bf16 copies of the weights to round", prec && prec->str ? prec->str : "fp32");
+        ok = false;
+    }
     const RecipeValue *data = recipe_get(r, "data"), *eval_data = recipe_get(r, "eval_data"), *sample = recipe_get(r, "sample");
     bool lm = is_call(data, "text") || is_call(data, "tokens");
     if (eval_data) {

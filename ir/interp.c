@@ -63,6 +63,25 @@ static double to_dtype(DType t, double x)
     }
 }
 
+/* x (first rounded to f32) rounded to bf16 stochastically with u, uniform in [0, 1) with 24
+ * random bits (kiln_rng_uniform24): away from zero when the 16 random bits floor(u * 2^16)
+ * reach 2^16 less the distance from x to the bf16 value toward zero, in units of 2^-16 of
+ * the step between the two (kiln_half.h adds the bits to x's low 16 bits instead; the test
+ * checks that the two agree). The probability of rounding away is that distance: the
+ * expected result is x. */
+double interp_round_stochastic(double x, double u)
+{
+    x = (double)(float)x;
+    if (x == 0 || !isfinite(x)) return x;
+    int e = ilogb(x);
+    if (e < -126) e = -126;
+    const double q = ldexp(1.0, e - 7);
+    const double toward = trunc(x / q) * q, m = fabs(x - toward) / q * 65536.0; /* an integer */
+    double r = floor(u * 65536.0) + m >= 65536.0 ? toward + copysign(q, x) : toward;
+    if (fabs(r) > 0x1.fep127) r = copysign(INFINITY, x);
+    return r;
+}
+
 /* x rounded to the nearest value of a half-precision dtype (bf16: 8 significant bits and
  * f32's exponent range; f16: 11 bits, normals from 2^-14, largest 65504), ties to even,
  * beyond the largest to infinity. x is first rounded to f32, as the generated code holds
@@ -263,6 +282,7 @@ double interp_binary(Op op, double x, double y)
     case OP_GE: return x >= y;
     case OP_AND: return x != 0 && y != 0;
     case OP_OR: return x != 0 || y != 0;
+    case OP_ROUND_STOCHASTIC: return interp_round_stochastic(x, y);
     default: return NAN;
     }
 }
@@ -596,6 +616,7 @@ static int eval_node(Interp *ip, NodeId id)
         /* fall through */
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_MAX: case OP_MIN: case OP_POW:
     case OP_EQ: case OP_NE: case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_AND: case OP_OR:
+    case OP_ROUND_STOCHASTIC:
         for (int64_t e = 0; e < o->n; e++) o->data[e] = interp_binary(op, in[0]->data[e], in[1]->data[e]);
         break;
     case OP_WHERE:

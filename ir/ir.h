@@ -333,6 +333,8 @@ const ITensor *interp_value(const Interp *ip, NodeId id);
  * stored as dtype t holds it (truncated and wrapped for integers). */
 double interp_unary(Op op, double x);
 double interp_binary(Op op, double x, double y);
+/* x rounded to bf16 stochastically by u in [0, 1): round_stochastic's value. */
+double interp_round_stochastic(double x, double u);
 void interp_normalise(DType t, double *v, int64_t n);
 
 #endif

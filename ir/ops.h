@@ -132,6 +132,7 @@ typedef enum {
     OP(GE, "ge", 2, OPF_BINARY | OPF_COMPARE, ATTRS_NONE)                       \
     OP(AND, "and", 2, OPF_BINARY | OPF_LOGIC, ATTRS_NONE)                       \
     OP(OR, "or", 2, OPF_BINARY | OPF_LOGIC, ATTRS_NONE)                         \
+    OP(ROUND_STOCHASTIC, "round_stochastic", 2, OPF_BINARY, ATTRS_NONE)         \
     OP(WHERE, "where", 3, 0, ATTRS_NONE)                                        \
     OP(REDUCE_SUM, "reduce_sum", 1, OPF_REDUCE, ATTRS_AXES)                     \
     OP(REDUCE_MAX, "reduce_max", 1, OPF_REDUCE, ATTRS_AXES)                     \

@@ -232,6 +232,12 @@ static void check_elementwise(V *v, NodeId id)
         }
     }
     expect_shape(v, id, &x->shape);
+    if (n->op == OP_ROUND_STOCHASTIC) {
+        /* an f32 value and a uniform [0, 1) of the same shape: bf16 rounded stochastically */
+        if (x->dtype != DT_F32) problem(v, id, "operand must be f32, got %s", dt(x->dtype));
+        expect_dtype(v, id, DT_BF16);
+        return;
+    }
     if (n->op != OP_CAST) expect_dtype(v, id, (info->flags & OPF_COMPARE) ? DT_BOOL : x->dtype);
     if (info->flags & OPF_FLOAT) need_float(v, id, x->dtype, "operand");
     if ((info->flags & OPF_LOGIC) && x->dtype != DT_BOOL)

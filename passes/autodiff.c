@@ -167,6 +167,7 @@ static void backprop(Ad *a, NodeId i)
     case OP_FLOOR: break; /* piecewise constant: zero almost everywhere, as in PyTorch */
     case OP_NOT: break;
     case OP_CAST:
+    case OP_ROUND_STOCHASTIC: /* a rounding: as a cast's, the gradient passes to x (none to the noise) */
         if (ir_dtype_is_float(dtype_of(a, x))) accumulate(a, x, cast_to(a, g, dtype_of(a, x)));
         break;
     case OP_ADD:

@@ -34,6 +34,10 @@ typedef struct {
     /* Loss scaling (fp16's loss_scale = dynamic or a number): the pipeline's autodiff then
      * seeds the backward pass with the program's loss scale (AutodiffOptions.scale_loss). */
     bool scale_loss;
+    /* weight_rounding = stochastic (bf16 only): the training step's half-precision copies of
+     * the parameters are rounded stochastically from the fp32 masters (round_stochastic with
+     * noise keyed by the step), as llm.c's bf16 parameters; false: to nearest even. */
+    bool stochastic_weights;
 } PrecisionOptions;
 typedef struct {
     int32_t narrowed; /* cast<half> nodes added */

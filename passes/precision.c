@@ -37,6 +37,9 @@ typedef struct {
     const Graph *g;
     Graph *o;
     DType half;
+    bool stochastic; /* the parameters' copies rounded stochastically (PrecisionOptions) */
+    int64_t stream0; /* their noise: stream stream0 + the parameter's node id */
+    NodeId *noise;   /* old parameter -> its random_uniform in the new graph, or IR_NONE */
     bool *forward; /* per node: the forward outputs, the loss or the metrics depend on it */
     bool *stat;    /* per node: a row statistic (see the header) */
     NodeId *map;   /* old node -> new graph */
@@ -132,11 +135,25 @@ static NodeId add_cast(Prec *p, NodeId x, DType t, Loc loc, int32_t ckpt)
  * them). */
 static NodeId narrow_of(Prec *p, NodeId x, NodeId reader)
 {
-    NodeId *slot = is_leaf((Op)p->g->nodes[x].op) && !p->forward[reader] ? &p->narrow_backward[x] : &p->narrow[x];
-    if (*slot == IR_NONE) {
-        *slot = add_cast(p, p->map[x], p->half, p->g->nodes[reader].loc, p->forward[reader] ? p->g->nodes[reader].ckpt : 0);
-        p->st->narrowed++;
+    const Node *n = &p->g->nodes[x];
+    NodeId *slot = is_leaf((Op)n->op) && !p->forward[reader] ? &p->narrow_backward[x] : &p->narrow[x];
+    if (*slot != IR_NONE) return *slot;
+    const Loc loc = p->g->nodes[reader].loc;
+    const int32_t ckpt = p->forward[reader] ? p->g->nodes[reader].ckpt : 0;
+    if (p->stochastic && n->op == OP_PARAM) {
+        /* One noise per parameter and step, read by both passes' copies, which are then the
+         * same bits: the backward pass differentiates the weights the forward pass used. */
+        if (p->noise[x] == IR_NONE) {
+            const int64_t stream = p->stream0 + x;
+            p->noise[x] = ir_add_node(p->o, OP_RANDOM_UNIFORM, DT_F32, &n->shape, NULL, 0, &stream, 1, loc);
+        }
+        const NodeId in[2] = {p->map[x], p->noise[x]};
+        *slot = ir_add_node(p->o, OP_ROUND_STOCHASTIC, DT_BF16, &n->shape, in, 2, NULL, 0, loc);
+        p->o->nodes[*slot].ckpt = ckpt;
+    } else {
+        *slot = add_cast(p, p->map[x], p->half, loc, ckpt);
     }
+    p->st->narrowed++;
     return *slot;
 }
 
@@ -325,7 +342,11 @@ int pass_precision(Graph *g, const PrecisionOptions *opt, PrecisionStats *stats,
         sb_printf(err, "precision: %s is not a half-precision dtype (bf16 or f16)", ir_dtype_name(half));
         return -1;
     }
-    Prec p = {.g = g, .half = half, .st = &st};
+    if (opt->stochastic_weights && half != DT_BF16) {
+        sb_printf(err, "precision: stochastic rounding of the weights is bf16's, not %s's", ir_dtype_name(half));
+        return -1;
+    }
+    Prec p = {.g = g, .half = half, .st = &st, .stochastic = opt->stochastic_weights && g->mode == MODE_TRAIN};
     size_t nn = (size_t)g->nnodes + 1;
     p.forward = xcalloc(nn, 1);
     p.stat = xcalloc(nn, 1);
@@ -336,7 +357,12 @@ int pass_precision(Graph *g, const PrecisionOptions *opt, PrecisionStats *stats,
     p.narrow_backward = xmalloc(nn * sizeof *p.narrow_backward);
     p.widen = xmalloc(nn * sizeof *p.widen);
     p.copy = xmalloc(nn * sizeof *p.copy);
-    for (NodeId i = 0; i < g->nnodes; i++) p.copy[i] = IR_NONE;
+    p.noise = xmalloc(nn * sizeof *p.noise);
+    for (NodeId i = 0; i < g->nnodes; i++) p.copy[i] = p.noise[i] = IR_NONE;
+    /* the noise streams follow the graph's own (dropout's) */
+    p.stream0 = 1;
+    for (NodeId i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == OP_RANDOM_UNIFORM && ir_attrs(g, i)[0] >= p.stream0) p.stream0 = ir_attrs(g, i)[0] + 1;
     fusion_plan(g, &p.plan);
     for (NodeId i = 0; i < g->nnodes; i++) p.map[i] = p.narrow[i] = p.narrow_backward[i] = p.widen[i] = IR_NONE;
     mark_forward(&p);
@@ -387,6 +413,7 @@ int pass_precision(Graph *g, const PrecisionOptions *opt, PrecisionStats *stats,
     free(p.narrow_backward);
     free(p.widen);
     free(p.copy);
+    free(p.noise);
     fusion_free(&p.plan);
     if (stats) *stats = st;
     return 0;

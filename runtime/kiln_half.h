@@ -56,6 +56,19 @@ KILN_HALF_FN uint32_t kiln_f32_bits(float f)
     return u;
 }
 
+/* f rounded to bf16 stochastically, as a float: the 16 random bits floor(u * 2^16) of u
+ * (uniform in [0, 1) with 24 random bits, kiln_rng_uniform24) are added to f's low 16 bits
+ * before they are dropped, so f's magnitude rounds away from zero with probability (its
+ * distance from the bf16 value toward zero) / (the step between the two), and the expected
+ * result is f (llm.c's stochastic_rounding). inf stays inf, a NaN stays a (quiet) NaN, and
+ * past the largest bf16 the carry reaches inf. */
+KILN_HALF_FN float kiln_bf16_round_stochastic(float f, float u)
+{
+    const uint32_t x = kiln_f32_bits(f), r = (uint32_t)(u * 65536.0f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return kiln_bits_f32((x | 0x400000u) & 0xffff0000u);
+    return kiln_bits_f32((x + r) & 0xffff0000u);
+}
+
 /* Round to nearest even; beyond 65504 (from 65520 up) to inf; NaN to a quiet NaN. */
 KILN_HALF_FN uint16_t kiln_f32_to_f16(float f)
 {

@@ -23,7 +23,7 @@ typedef struct {
 } Graphs;
 
 /* The precision the models are compiled in (the precision pass); f32 unless a suite sets it. */
-static PrecisionOptions precision = {DT_F32, false};
+static PrecisionOptions precision = {.half = DT_F32};
 /* How far the generated code may be from the interpreter: float32 rounding, and with half
  * precision a value on either side of a rounding boundary (float vs double before the
  * rounding) may round one half-precision step apart. */
@@ -245,6 +245,12 @@ Test(models, gpt, .timeout = 300) { compare_file("models/gpt.kiln", 3); }
 Test(models_bf16, mlp, .timeout = 300) { precision.half = DT_BF16; compare_file("models/mlp.kiln", 5); }
 Test(models_bf16, cnn, .timeout = 300) { precision.half = DT_BF16; compare_file("models/cnn.kiln", 2); }
 Test(models_bf16, gpt, .timeout = 300) { precision.half = DT_BF16; compare_file("models/gpt.kiln", 3); }
+Test(models_bf16, mlp_stochastic_weights, .timeout = 300)
+{
+    precision.half = DT_BF16;
+    precision.stochastic_weights = true;
+    compare_file("models/mlp.kiln", 5);
+}
 Test(models_fp16, mlp, .timeout = 300) { precision.half = DT_F16; compare_file("models/mlp.kiln", 5); }
 Test(models_fp16, gpt, .timeout = 300) { precision.half = DT_F16; compare_file("models/gpt.kiln", 3); }
 Test(models, llama, .timeout = 300) { compare_file("models/llama.kiln", 3); }

@@ -164,7 +164,7 @@ static DType kernel_half(const CgKernel *L)
 }
 
 /* The precision the models are compiled in (the precision pass): f32 unless a test sets it. */
-static PrecisionOptions precision = {DT_F32, false};
+static PrecisionOptions precision = {.half = DT_F32};
 
 /* Single-node kernel k (node id) of the C file against its CUDA kernel: the C function
  * train_<id>_<op> and train_k<k>_<op>_launch on the same inputs (indices in range, a few
@@ -699,10 +699,13 @@ Test(cuda_codegen, cnn_kernels, .timeout = 400) { check_model_file("cnn.kiln", f
 
 /* Mixed precision (passes/precision.c): kernels that read and write bf16 or fp16 arrays,
  * widened to float for the arithmetic (kiln_half.h on the device), against the C target's;
- * gpt's bf16 model.cu through nvcc as well (test_cuda_train's check compiles fp32 ones). */
+ * gpt's bf16 model.cu through nvcc as well (test_cuda_train's check compiles fp32 ones).
+ * gpt's weights are rounded stochastically (round_stochastic; the activations' casts round
+ * to nearest, as the weights' do by default). */
 Test(cuda_codegen, gpt_bf16_kernels, .timeout = 400)
 {
     precision.half = DT_BF16;
+    precision.stochastic_weights = true;
     check_model_file("gpt.kiln", true);
 }
 Test(cuda_codegen, mlp_fp16_kernels, .timeout = 240)

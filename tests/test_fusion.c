@@ -51,7 +51,7 @@ static Graph *training_graph_in(const char *rel, DType half)
     Model *m = support_compile_file(rel, MODE_TRAIN, &d);
     StrBuf err;
     sb_init(&err);
-    PrecisionOptions prec = {half, false};
+    PrecisionOptions prec = {.half = half};
     PipelineOptions opt = {.precision = &prec};
     cr_assert_eq(pipeline_run_opts(m->graph, NULL, &opt, NULL, &err), 0, "%s", err.data);
     Graph *g = ir_graph_clone(m->graph);

@@ -117,6 +117,7 @@ static Graph *everything(void)
     NodeId c2 = nd(g, OP_AND, DT_BOOL, bh, IN(c, c), NO_AT);
     c2 = nd(g, OP_OR, DT_BOOL, bh, IN(c2, c), NO_AT);
     c2 = nd(g, OP_NOT, DT_BOOL, bh, IN(c2), NO_AT);
+    nd(g, OP_ROUND_STOCHASTIC, DT_BF16, bh, IN(h, ru), NO_AT);
     NodeId wh = nd(g, OP_WHERE, DT_F32, bh, IN(c2, h, big), NO_AT);
     NodeId logits = nd(g, OP_REDUCE_SUM, DT_F32, SH(SY(B), D(1)), IN(wh), AT(2));
     NodeId mx = nd(g, OP_REDUCE_MAX, DT_F32, SH(D(1), D(1)), IN(wh), AT(3));

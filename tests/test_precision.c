@@ -46,6 +46,39 @@ Test(conversions, fp16_as_float16_does)
     }
 }
 
+/* Stochastic rounding (round_stochastic, weight_rounding = stochastic): the generated code's
+ * bit arithmetic (kiln_half.h) against the interpreter's arithmetic in double, over a sweep
+ * of floats (every exponent, subnormals, the overflow edge, NaN and inf) and random bits;
+ * and every one of the 2^16 random values once gives the value itself on average, exactly,
+ * from the two bf16 neighbours only. */
+Test(conversions, stochastic_rounding_as_the_interpreter_and_unbiased)
+{
+    uint64_t state = 12345;
+    for (uint64_t b = 0; b < (UINT64_C(1) << 32); b += 4999) {
+        state = state * 6364136223846793005u + 1442695040888963407u;
+        const float f = kiln_bits_f32((uint32_t)b), u = (float)(state >> 40) * (1.0f / 16777216.0f);
+        const float got = kiln_bf16_round_stochastic(f, u);
+        const double want = interp_round_stochastic(f, u);
+        if (isnan(f)) {
+            cr_assert(isnan(got) && (kiln_f32_bits(got) & 0xffffu) == 0, "NaN %08x -> %08x", (uint32_t)b, kiln_f32_bits(got));
+            continue;
+        }
+        cr_assert_eq((double)got, want, "%a with u = %a: %a, the interpreter %a", f, u, got, want);
+        cr_assert_eq(kiln_f32_bits(got) & 0xffffu, 0u, "%a -> %a is not a bf16 value", f, got);
+        const float lo = kiln_bits_f32(kiln_f32_bits(f) & 0xffff0000u), hi = kiln_bits_f32((kiln_f32_bits(f) & 0xffff0000u) + 0x10000u);
+        cr_assert(got == lo || got == hi, "%a -> %a, not %a or %a", f, got, lo, hi);
+    }
+    const float values[] = {1.0f + 0x1p-20f, -3.14159265f, 0x1.fffffep-127f, 1e-40f, 65504.123f, -7.0f, 0x1.fdfffep127f};
+    for (size_t v = 0; v < sizeof values / sizeof *values; v++) {
+        double sum = 0;
+        for (uint32_t r = 0; r < 65536; r++) sum += kiln_bf16_round_stochastic(values[v], (float)r / 65536.0f);
+        cr_expect_eq(sum / 65536.0, (double)values[v], "%a averages %a", values[v], sum / 65536.0);
+    }
+    cr_expect_eq(kiln_bf16_round_stochastic(1.5f, 0.999999f), 1.5f, "a bf16 value must not move");
+    cr_expect(isinf(kiln_bf16_round_stochastic(kiln_bits_f32(0x7f7fffffu), 0.99f)), "past the largest bf16: inf");
+    cr_expect(isinf(kiln_bf16_round_stochastic(-INFINITY, 0.5f)) && kiln_bf16_round_stochastic(-INFINITY, 0.5f) < 0, "-inf stays");
+}
+
 /* The interpreter rounds as the generated code does, bf16 and fp16 alike. */
 Test(conversions, interpreter_rounds_as_generated_code)
 {
@@ -150,18 +183,20 @@ static bool rounded(const Graph *g, NodeId x)
 
 /* The training graph of a model file after the pipeline in the given precision; d is
  * initialised here (support_compile_file), one per model, freed by the caller. */
-static Model *compiled(const char *rel, DType half, Diag *d)
+static Model *compiled_as(const char *rel, DType half, bool stochastic, GraphMode mode, Diag *d)
 {
-    Model *m = support_compile_file(rel, MODE_TRAIN, d);
+    Model *m = support_compile_file(rel, mode, d);
     cr_assert(m, "%s: %s", rel, d->out.data);
     StrBuf err;
     sb_init(&err);
-    PrecisionOptions p = {half, false};
+    PrecisionOptions p = {.half = half, .stochastic_weights = stochastic};
     PipelineOptions opt = {.precision = &p};
     cr_assert_eq(pipeline_run_opts(m->graph, NULL, &opt, NULL, &err), 0, "%s", err.data);
     sb_free(&err);
     return m;
 }
+
+static Model *compiled(const char *rel, DType half, Diag *d) { return compiled_as(rel, half, false, MODE_TRAIN, d); }
 
 /* The rules of the pass's header, checked node by node; returns the number of half casts. */
 static int check_decisions(const char *rel, DType half)
@@ -217,6 +252,52 @@ static int check_decisions(const char *rel, DType half)
 Test(decisions, mlp) { cr_expect_gt(check_decisions("models/mlp.kiln", DT_BF16), 0); }
 Test(decisions, cnn) { cr_expect_gt(check_decisions("models/cnn.kiln", DT_BF16), 0); }
 Test(decisions, gpt) { cr_expect_gt(check_decisions("models/gpt.kiln", DT_F16), 0); }
+
+/* weight_rounding = stochastic: every parameter that a product reads is rounded by
+ * round_stochastic from its fp32 master, never by a cast, with one noise per parameter (a
+ * random_uniform of its shape, a stream of its own) that the forward and the backward
+ * copies share, so that they are the same bits; the eval graph rounds to nearest. */
+static void check_stochastic(const char *rel)
+{
+    Diag d;
+    Model *m = compiled_as(rel, DT_BF16, true, MODE_TRAIN, &d);
+    const Graph *g = m->graph;
+    int rounded_params = 0, streams = 0;
+    int64_t *stream_of = calloc((size_t)g->nnodes + 1, sizeof *stream_of);
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op == OP_RANDOM_UNIFORM) {
+            for (NodeId j = 0; j < i; j++)
+                cr_expect(g->nodes[j].op != OP_RANDOM_UNIFORM || ir_attrs(g, j)[0] != ir_attrs(g, i)[0], "%s: stream %lld twice", rel,
+                          (long long)ir_attrs(g, i)[0]);
+            streams++;
+        }
+        if (n->op == OP_CAST && is_half((DType)n->dtype))
+            cr_expect_neq(g->nodes[ir_input(g, i, 0)].op, OP_PARAM, "%s: %%%d rounds a parameter to nearest", rel, i);
+        if (n->op != OP_ROUND_STOCHASTIC) continue;
+        const NodeId w = ir_input(g, i, 0), u = ir_input(g, i, 1);
+        cr_expect_eq(g->nodes[w].op, OP_PARAM, "%s: %%%d rounds a non-parameter stochastically", rel, i);
+        cr_expect(g->nodes[u].op == OP_RANDOM_UNIFORM && ir_shape_eq(&g->nodes[u].shape, &g->nodes[w].shape), "%s: %%%d's noise", rel, i);
+        if (stream_of[w]) cr_expect_eq(stream_of[w], ir_attrs(g, u)[0], "%s: the two copies of %s have different noise", rel, ir_node_name(g, w));
+        else rounded_params++;
+        stream_of[w] = ir_attrs(g, u)[0];
+    }
+    cr_expect_gt(rounded_params, 0, "%s: no parameter is rounded stochastically", rel);
+    cr_expect_geq(streams, rounded_params, "%s", rel);
+    free(stream_of);
+    frontend_model_free(m);
+    diag_free(&d);
+    Model *e = compiled_as(rel, DT_BF16, true, MODE_EVAL, &d);
+    for (NodeId i = 0; i < e->graph->nnodes; i++) cr_expect_neq(e->graph->nodes[i].op, OP_ROUND_STOCHASTIC, "%s: the eval graph rounds stochastically", rel);
+    frontend_model_free(e);
+    diag_free(&d);
+}
+
+Test(decisions, stochastic_weights)
+{
+    check_stochastic("models/mlp.kiln");
+    check_stochastic("models/gpt.kiln");
+}
 
 /* fp32 leaves the graph as simplify left it. */
 Test(decisions, fp32_changes_nothing)
@@ -284,6 +365,11 @@ Test(cli, bad_precision_flags)
     expect_usage_error("build models/mlp.kiln -o /tmp/kiln-prec-never --precision BF16", "not 'BF16'");
     expect_usage_error("gradcheck models/mlp.kiln --precision bf16", "unknown option '--precision'");
     expect_usage_error("emit models/mlp.kiln -o /tmp/kiln-prec-never --infer --precision bf16", "inference programs (--infer, --lib) run in fp32");
+    expect_usage_error("build models/mlp.kiln -o /tmp/kiln-prec-never --weight-rounding up", "--weight-rounding must be nearest or stochastic");
+    expect_usage_error("build models/mlp.kiln -o /tmp/kiln-prec-never --weight-rounding", "--weight-rounding needs a value");
+    expect_usage_error("build models/mlp.kiln -o /tmp/kiln-prec-never --precision fp16 --weight-rounding stochastic",
+                       "--weight-rounding stochastic applies to bf16 training only");
+    expect_usage_error("ir models/mlp.kiln --weight-rounding stochastic", "precision = fp32 has no half-precision weights");
 }
 
 /* ---- training: tiny GPT in fp32, bf16 and fp16 ---- */
@@ -339,16 +425,17 @@ static void write_tiny(char *path, size_t cap, const char *train_lines, StrBuf *
     cr_assert_eq(run("mkdir corpus && for i in $(seq 200); do echo 'the quick brown fox jumps over the lazy dog'; done > corpus/a.txt", out), 0);
 }
 
-/* Builds tiny in each precision (tiny-fp32, tiny-bf16, tiny-fp16) on a repetitive text. */
+/* Builds tiny in each precision (tiny-fp32, tiny-bf16, tiny-fp16, and tiny-bf16sr: bf16
+ * with the weights rounded stochastically) on a repetitive text. */
 static void build_tiny(void)
 {
     StrBuf out;
     sb_init(&out);
     char path[256], args[512];
     write_tiny(path, sizeof path, "", &out);
-    const char *names[] = {"fp32", "bf16", "fp16"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(args, sizeof args, "build %s --precision %s -o %s/tiny-%s", path, names[i], dir, names[i]);
+    const char *names[] = {"fp32", "bf16", "fp16", "bf16sr"}, *flags[] = {"fp32", "bf16", "fp16", "bf16 --weight-rounding stochastic"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(args, sizeof args, "build %s --precision %s -o %s/tiny-%s", path, flags[i], dir, names[i]);
         cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
     }
     sb_free(&out);
@@ -371,13 +458,15 @@ static double eval_loss(const char *prog)
 Test(train, tiny_gpt_half_precision_close_to_fp32_and_resumes_exactly, .init = setup, .fini = teardown, .timeout = 300)
 {
     build_tiny();
-    double full = eval_loss("tiny-fp32"), bf16 = eval_loss("tiny-bf16"), fp16 = eval_loss("tiny-fp16");
+    double full = eval_loss("tiny-fp32"), bf16 = eval_loss("tiny-bf16"), fp16 = eval_loss("tiny-fp16"), sr = eval_loss("tiny-bf16sr");
     cr_expect(full < 2.5, "fp32 did not learn: validation loss %g", full);
     cr_expect(fabs(bf16 - full) < 0.05, "bf16 validation loss %g vs fp32 %g", bf16, full);
     cr_expect(fabs(fp16 - full) < 0.05, "fp16 validation loss %g vs fp32 %g", fp16, full);
+    cr_expect(fabs(sr - full) < 0.05, "bf16 with stochastically rounded weights: validation loss %g vs fp32 %g", sr, full);
     cr_expect(bf16 != full, "bf16 trained exactly as fp32 did: the precision had no effect");
-    const char *names[] = {"bf16", "fp16"};
-    for (int i = 0; i < 2; i++) {
+    cr_expect(sr != bf16, "stochastic rounding trained exactly as rounding to nearest did: the flag had no effect");
+    const char *names[] = {"bf16", "fp16", "bf16sr"};
+    for (int i = 0; i < 3; i++) {
         StrBuf out;
         sb_init(&out);
         char cmd[512];
@@ -394,6 +483,19 @@ Test(train, tiny_gpt_half_precision_close_to_fp32_and_resumes_exactly, .init = s
         }
         sb_free(&out);
     }
+}
+
+/* A recipe's weight_rounding = stochastic needs its precision = bf16. */
+Test(cli, stochastic_weight_rounding_needs_bf16, .init = setup, .fini = teardown)
+{
+    StrBuf out;
+    sb_init(&out);
+    char path[256], args[512];
+    write_tiny(path, sizeof path, "    weight_rounding = stochastic\n", &out);
+    snprintf(args, sizeof args, "check %s", path);
+    cr_expect_neq(support_run_kiln(args, &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "weight_rounding = stochastic applies to bf16 training only"), "%s", out.data);
+    sb_free(&out);
 }
 
 /* ---- fp16 loss scaling (runtime/loss_scale.c, docs/precision.md) ---- */

@@ -222,6 +222,8 @@ static const Row rows[] = {
     {"precision", CLS, "", "precision = bf16\n", "precision", OBS_LOSSES, NULL, RT_ANY},
     {"precision", CLS, "", "precision = fp16\n", "precision", OBS_LOSSES, NULL, RT_ANY},
     {"precision", CLS, "", "precision = fp8\n", NULL, OBS_REFUSED, NULL, RT_ANY},
+    {"weight_rounding", CLS, "precision = bf16\n", "precision = bf16\nweight_rounding = stochastic\n", "weight_rounding", OBS_LOSSES, NULL, RT_ANY},
+    {"weight_rounding", CLS, "", "weight_rounding = stochastic\n", NULL, OBS_REFUSED, NULL, RT_ANY},
     /* fp16's loss scaling: a scale of 1e30 overflows every step, which is then skipped (no update) */
     {"loss_scale", CLS, "precision = fp16\n", "precision = fp16\nloss_scale = 1e30\n", "loss_scale", OBS_LOSSES, NULL, RT_ANY},
     {"loss_scale", CLS, "", "loss_scale = dynamic\n", NULL, OBS_REFUSED, NULL, RT_ANY},
