@@ -15,11 +15,13 @@
 #include <string.h>
 
 /* The CUDA target's kernels call them on the device (model.cu includes kiln_cuda.h first):
- * the same integer code, so that the GPU rounds as the C target and the interpreter do. */
+ * the same integer code, so that the GPU rounds as the C target and the interpreter do. On
+ * the CPU they are always inlined: GCC left kiln_f32_to_f16 out of line in large fused
+ * kernels, whose loops then called it element by element (15% of gpt's fp16 step). */
 #if defined(__CUDACC__) || defined(KILN_CUDA_EMU)
 #define KILN_HALF_FN static __host__ __device__ inline
 #else
-#define KILN_HALF_FN static inline
+#define KILN_HALF_FN static inline __attribute__((always_inline))
 #endif
 
 KILN_HALF_FN float kiln_bf16_to_f32(uint16_t h)
@@ -76,14 +78,20 @@ KILN_HALF_FN uint16_t kiln_f32_to_f16(float f)
     /* a subnormal result (|f| < 2^-14): the significand shifted right by 126 - exponent
      * (at most 31: smaller values round to 0), rounded to nearest even by hand */
     const uint32_t e = a >> 23, shift = e < 95u ? 31u : e > 125u ? 1u : 126u - e; /* 1..31: defined shifts in every lane */
-    const uint32_t mant = (a & 0x7fffffu) | 0x800000u, kept = mant >> shift;
-    const uint32_t rest = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    const uint32_t sub = kept + (uint32_t)((rest > half) | ((rest == half) & (kept & 1u)));
+    const uint32_t mant = (a & 0x7fffffu) | 0x800000u, half = 1u << (shift - 1u);
+    /* as the normal path: add half - 1 plus the lowest kept bit, then shift (a carry out of
+     * the subnormal range gives the smallest normal's bits); comparisons of rest with half
+     * made GCC 12 convert to bool and leave loops with the conversion scalar (gpt fp16's
+     * layer norm) */
+    const uint32_t sub = (mant + (half - 1u) + ((mant >> shift) & 1u)) >> shift;
     /* a normal one: rebias the exponent (-112 << 23), add 0xfff plus the lowest kept bit
      * (ties to even), keep the top bits */
     const uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
     const uint32_t huge = a > 0x7f800000u ? 0x7e00u : 0x7c00u;
-    const uint32_t h = a >= 0x477ff000u ? huge : a < 0x38800000u ? sub : normal;
+    /* the choice as masks, not selects: GCC 12 narrowed the selects' operands to 16 bits
+     * apiece and then could not vectorise a loop that also computes in 32 */
+    const uint32_t is_huge = 0u - (uint32_t)(a >= 0x477ff000u), is_sub = 0u - (uint32_t)(a < 0x38800000u);
+    const uint32_t h = (huge & is_huge) | (sub & is_sub & ~is_huge) | (normal & ~is_sub & ~is_huge);
     return (uint16_t)(h | sign);
 }
 
