@@ -223,7 +223,6 @@ static void emit_row_body(CgKernel *L, const char *indent)
     const Graph *g = L->g;
     StrBuf *o = L->c->o;
     char in[128];
-    bool any_staged = false;
     plan_row_keep(L, indent);
     for (int s = 0; s <= L->nstages; s++) {
         if (s > 0) {
@@ -279,19 +278,14 @@ static void emit_row_body(CgKernel *L, const char *indent)
                               in, cg_ctype((DType)n->dtype), v.data, in, id, id, id, in, id, in);
                 sb_free(&v);
             }
-            bool staged = false;
             for (int i = 0; i < L->nstores; i++) {
                 const NodeId id = L->stores[i];
                 if (!cg_stored_in_pass(L, id, s)) continue;
-                if (L->staged && L->staged[id]) {
+                if (L->staged && L->staged[id])
                     sb_printf(o, "%sstaged%d[%s] = t%d;\n", in, id, L->kept_index, fusion_root(g, L->f, ir_input(g, id, 0)));
-                    staged = true;
-                } else {
-                    cg_store_line(o, in, L->g, id, "i", "t%d");
-                }
+                else cg_store_line(o, in, L->g, id, "i", "t%d");
             }
             close_braces(o, braces, indent);
-            any_staged |= staged;
             sb_free(&red);
             sb_free(&maxes);
             sb_free(&nans);
@@ -313,7 +307,7 @@ static void emit_row_body(CgKernel *L, const char *indent)
     }
     /* the final pass: full values other kernels read, and the staged stores */
     L->pass = L->nstages + 1;
-    if (cg_need_pass(L, L->pass) || any_staged) {
+    if (cg_need_pass(L, L->pass) || L->staged) {
         inner_indent(L, indent, INNER_PLAIN, in, sizeof in);
         int braces = open_inner(L, L->lane >= 0 ? NULL : "#pragma omp simd", indent, INNER_PLAIN);
         cg_emit_needed(L, in);

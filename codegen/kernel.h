@@ -161,9 +161,9 @@ typedef struct {
      * rounded to half precision); NULL when none. */
     uint8_t *kept;
     char kept_index[16];
-    /* C target, rows mode: stores narrower than 32 bits (half-precision copies, masks) of
-     * a pass that sums in lanes, written to a row buffer, staged<id>[kept_index], and
-     * stored from it by the final pass over the row; NULL when none. */
+    /* C target, rows mode: half-precision copies (narrowing casts no member reads) stored by
+     * a pass that sums in lanes: the pass writes the cast's fp32 operand to a row buffer,
+     * staged<id>[kept_index], and the final pass over the row stores it; NULL when none. */
     uint8_t *staged;
 } CgKernel;
 

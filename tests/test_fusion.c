@@ -183,6 +183,14 @@ static void expect_apart(const Planned *p, int32_t k, NodeId out, NodeId r)
     cr_expect(o1 <= r0 || r1 <= o0, "kernel %d: %%%d overlaps its input %%%d", k, out, r);
 }
 
+/* The value operand q of node `reader` reads in kernel k: its root, or for a broadcast the
+ * root of what it broadcasts. */
+static NodeId read_root(const Planned *p, int32_t k, NodeId reader, int q)
+{
+    NodeId r = fusion_root(p->g, &p->f, ir_input(p->g, reader, q));
+    return fusion_is_broadcast(p->g, &p->f, r, k, reader) ? fusion_root(p->g, &p->f, ir_input(p->g, r, 0)) : r;
+}
+
 /* Every kernel's stored outputs and the values it reads lie in disjoint bytes, unless the
  * output is in place of that input. */
 static void expect_no_overlap(const Planned *p)
@@ -195,11 +203,7 @@ static void expect_no_overlap(const Planned *p)
             if (p->m.kind[out] != MEM_ARENA) continue;
             for (int32_t j = 0; j < K->count; j++) {
                 NodeId id = p->f.members[K->first + j];
-                for (uint32_t q = 0; q < g->nodes[id].ninputs; q++) {
-                    NodeId r = fusion_root(g, &p->f, ir_input(g, id, (int)q));
-                    if (fusion_is_broadcast(g, &p->f, r, k, id)) r = fusion_root(g, &p->f, ir_input(g, r, 0));
-                    expect_apart(p, k, out, r);
-                }
+                for (uint32_t q = 0; q < g->nodes[id].ninputs; q++) expect_apart(p, k, out, read_root(p, k, id, (int)q));
             }
         }
     }
@@ -222,11 +226,7 @@ static void note_read(const Planned *p, int32_t k, NodeId r, int32_t *last)
 {
     const Graph *g = p->g;
     if (p->f.role[r] == ROLE_KERNEL && p->f.kernel_of[r] != k && p->f.recomputed[r]) {
-        for (uint32_t q = 0; q < g->nodes[r].ninputs; q++) {
-            NodeId x = fusion_root(g, &p->f, ir_input(g, r, (int)q));
-            if (fusion_is_broadcast(g, &p->f, x, k, r)) x = fusion_root(g, &p->f, ir_input(g, x, 0));
-            note_read(p, k, x, last);
-        }
+        for (uint32_t q = 0; q < g->nodes[r].ninputs; q++) note_read(p, k, read_root(p, k, r, (int)q), last);
         return;
     }
     if (p->m.kind[r] == MEM_ARENA && last[r] < k) last[r] = k;
@@ -246,11 +246,7 @@ static void expect_live_values_apart(const Planned *p)
         const Kernel *K = &p->f.kernels[k];
         for (int32_t j = 0; j < K->count; j++) {
             NodeId id = p->f.members[K->first + j];
-            for (uint32_t q = 0; q < g->nodes[id].ninputs; q++) {
-                NodeId r = fusion_root(g, &p->f, ir_input(g, id, (int)q));
-                if (fusion_is_broadcast(g, &p->f, r, k, id)) r = fusion_root(g, &p->f, ir_input(g, r, 0));
-                note_read(p, k, r, last);
-            }
+            for (uint32_t q = 0; q < g->nodes[id].ninputs; q++) note_read(p, k, read_root(p, k, id, (int)q), last);
         }
     }
     for (int32_t o = 0; o < g->noutputs; o++) {
