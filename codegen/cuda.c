@@ -331,9 +331,9 @@ static void emit_map_kernel(CgKernel *L)
     const bool fused = gemm && cuda_gemm_lt_plan(L, &lt);
     if (fused)
         sb_printf(&launch, "cuBLASLt computes the product with %s (the host function\n"
-                           " * below); this kernel runs only when a pointer is not 16-byte aligned, after cublasSgemm:\n"
-                           " * blocks of 256 threads, a grid-stride loop over the elements.",
-                  cuda_gemm_lt_name(lt.epilogue));
+                           " * below); this kernel runs only when a pointer is not 16-byte aligned or cuBLASLt has no\n"
+                           " * algorithm for it, after %s: blocks of 256 threads, a grid-stride loop over the elements.",
+                  cuda_gemm_lt_name(lt.epilogue), cuda_gemm_half_type(L->g, mm) ? "cublasGemmEx" : "cublasSgemm");
     else sb_puts(&launch, gemm ? "cuBLAS writes the product (the host function below), then this epilogue runs\n"
                             " * over its elements: blocks of 256 threads, a grid-stride loop over the elements."
                           : "blocks of 256 threads, a grid-stride loop over the elements (each thread takes\n"

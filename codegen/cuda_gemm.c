@@ -162,42 +162,64 @@ bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p)
             p->act = v;
         }
     }
-    bool add_stored = false, act_stored = false;
+    /* what the kernel stores of the bias add and its activation: each as itself (float32)
+     * or as its half-precision copy (a cast, mixed precision: what the next products read,
+     * or an activation kept for the backward pass) */
+    const DType ab = (DType)g->nodes[ir_input(g, mm, 0)].dtype;
+    NodeId add_f32 = IR_NONE, add_half = IR_NONE, act_f32 = IR_NONE, act_half = IR_NONE;
     for (int i = 0; i < L->nstores; i++) {
         const NodeId v = L->stores[i];
+        const Node *n = &g->nodes[v];
         if (v == mm) continue;
-        if (v == p->add) add_stored = true;
-        else if (v == p->act) act_stored = true;
-        else if (p->relu && g->nodes[v].op == OP_GT)
+        const bool cast = n->op == OP_CAST && (n->dtype == DT_BF16 || n->dtype == DT_F16);
+        const NodeId of = cast ? ir_input(g, v, 0) : v;
+        if (cast && (of == p->add || (of == p->act && of != IR_NONE)) && n->dtype != ab)
+            return why(p, "%%%d is stored as %s, and cuBLASLt's D is float32 or the operands' type (%s)", of,
+                       ir_dtype_name(n->dtype), ir_dtype_name(ab));
+        if (of == p->add) *(cast ? &add_half : &add_f32) = v;
+        else if (of == p->act && of != IR_NONE) *(cast ? &act_half : &act_f32) = v;
+        else if (p->relu && n->op == OP_GT)
             return why(p, "relu's mask (%%%d) is stored for the backward pass: cuBLASLt's RELU_AUX mask is bits in its own "
                           "layout that only its DRELU epilogue reads, so relu stays in the epilogue kernel",
                        v);
-        else return why(p, "%%%d (%s) is stored too, which no cuBLASLt epilogue computes", v, ir_op_info[g->nodes[v].op].name);
+        else return why(p, "%%%d (%s) is stored too, which no cuBLASLt epilogue computes", v, ir_op_info[n->op].name);
     }
+    if (add_f32 != IR_NONE && add_half != IR_NONE)
+        return why(p, "%%%d is stored both as float32 and as its half copy %%%d, and cuBLASLt writes one", p->add, add_half);
+    if (act_f32 != IR_NONE && act_half != IR_NONE)
+        return why(p, "%%%d is stored both as float32 and as its half copy %%%d, and cuBLASLt writes one", p->act, act_half);
+    const NodeId add_stored = add_f32 != IR_NONE ? add_f32 : add_half, act_stored = act_f32 != IR_NONE ? act_f32 : act_half;
     const char *act = p->relu ? "relu" : "tanh-GELU";
-    if (act_stored && add_stored && p->relu)
+    if (act_stored != IR_NONE && add_stored != IR_NONE && p->relu)
         return why(p, "the pre-activation %%%d is stored too, and cuBLASLt keeps relu's input only as a bit mask", p->add);
-    const NodeId out = act_stored ? p->act : p->add;
+    /* D's type, and aux's: cuBLASLt's aux has D's type */
+    const NodeId out = act_stored != IR_NONE ? act_stored : add_stored;
+    if (act_stored != IR_NONE && add_stored != IR_NONE && g->nodes[out].dtype != g->nodes[add_stored].dtype)
+        return why(p, "the GELU's input %%%d is stored as %s and its output %%%d as %s, and cuBLASLt's aux has D's type",
+                   add_stored, ir_dtype_name(g->nodes[add_stored].dtype), out, ir_dtype_name(g->nodes[out].dtype));
     /* cuBLASLt writes D and aux while reading A, B and the bias: none may share memory */
-    const NodeId inplace[2] = {L->c->mp.inplace_of[out], act_stored && add_stored ? L->c->mp.inplace_of[p->add] : IR_NONE};
+    const NodeId inplace[2] = {L->c->mp.inplace_of[out], act_stored != IR_NONE && add_stored != IR_NONE ? L->c->mp.inplace_of[add_stored] : IR_NONE};
     for (int i = 0; i < 2; i++)
         if (inplace[i] != IR_NONE && inplace[i] != mm) return why(p, "its result is written in place of %%%d", inplace[i]);
     p->out = out;
-    if (!act_stored) {
+    p->half_out = g->nodes[out].dtype != DT_F32;
+    const char *as = p->half_out ? (g->nodes[out].dtype == DT_BF16 ? ", D in bf16" : ", D in fp16") : "";
+    if (act_stored == IR_NONE) {
         p->epilogue = CUDA_LT_BIAS;
-        return why(p, "the bias add is the only value stored");
+        return why(p, "the bias add is the only value stored%s", as);
     }
     if (p->relu) {
         p->epilogue = CUDA_LT_RELU_BIAS;
-        return why(p, "bias, then relu, and only the relu is stored");
+        return why(p, "bias, then relu, and only the relu is stored%s", as);
     }
-    if (add_stored) {
+    if (add_stored != IR_NONE) {
         p->epilogue = CUDA_LT_GELU_AUX_BIAS;
-        p->aux = p->add;
-        return why(p, "bias, then %s; the backward pass reads the GELU's input %%%d, which cuBLASLt writes as aux", act, p->add);
+        p->aux = add_stored;
+        return why(p, "bias, then %s%s; the backward pass reads the GELU's input %%%d, which cuBLASLt writes as aux", act, as,
+                   add_stored);
     }
     p->epilogue = CUDA_LT_GELU_BIAS;
-    return why(p, "bias, then %s, and only the GELU is stored", act);
+    return why(p, "bias, then %s, and only the GELU is stored%s", act, as);
 }
 
 const char *cuda_gemm_half_type(const Graph *g, NodeId mm)
@@ -267,18 +289,20 @@ bool cuda_gemm_emit_lt(CgKernel *L, const CgOperand *A, const CgOperand *B)
     cg_gemm_operand_offset(L, B, 0, "0", "0", &offb);
     char aux[32] = "nullptr";
     if (p.aux != IR_NONE) snprintf(aux, sizeof aux, "y%d", p.aux);
+    const char *dtype = p.half_out ? half : "CUDA_R_32F";
     /* row-major out (M x N) is column-major out^T = B^T A^T, as the cuBLAS call below */
     sb_printf(o,
               "    const %s *a_lt = p%d + (%s), *b_lt = p%d + (%s);\n"
-              "    if (kiln_lt_aligned(a_lt, b_lt, y%d, p%d, %s)) {\n"
-              "        static kiln_lt_gemm lt; /* descriptors, layouts, algorithm: made at the first call, kept */\n"
-              "        kiln_lt_matmul(&lt, %s, %s, %s, %s, (int)N, (int)M, (int)K, b_lt, ldb, a_lt, lda, y%d, ldc, p%d, %s, stream);\n",
+              "    static kiln_lt_gemm lt; /* descriptors, layouts, algorithm: made at the first call, kept */\n"
+              "    if (kiln_lt_aligned(a_lt, b_lt, y%d, p%d, %s) &&\n"
+              "        kiln_lt_matmul(&lt, %s, %s, %s, %s, %s, (int)N, (int)M, (int)K, b_lt, ldb, a_lt, lda, y%d, ldc, p%d, %s, stream)) {\n",
               half ? "uint16_t" : "float", A->lay.base, offa.data, B->lay.base, offb.data, p.out, p.bias, aux,
-              cuda_gemm_lt_name(p.epilogue), half ? half : "CUDA_R_32F", B->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N",
+              cuda_gemm_lt_name(p.epilogue), half ? half : "CUDA_R_32F", dtype, B->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N",
               A->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", p.out, p.bias, aux);
     sb_printf(o, "        (void)batch;\n        return;\n    }\n"
-                 "    /* a pointer not 16-byte aligned (a parameter's place in its slab need not be): %s\n"
-                 "     * into the product's memory, then the epilogue kernel */\n", blas);
+                 "    /* a pointer not 16-byte aligned (a parameter's place in its slab need not be), or no\n"
+                 "     * cuBLASLt algorithm for this epilogue and types: %s into the product's memory,\n"
+                 "     * then the epilogue kernel */\n", blas);
     sb_free(&offa);
     sb_free(&offb);
     return true;
@@ -294,21 +318,33 @@ bool cuda_gemm_emit_lt(CgKernel *L, const CgOperand *A, const CgOperand *B)
  * (one member, a sum over every leading axis of a stored value), nothing but the step's
  * outputs reads it (a parameter's gradient), and no gradient bucket is sent after it. */
 
-/* Is kernel k a column sum alone: one member, a float32 sum over every leading axis of a
- * stored value (*x), that nothing reads (*unread marks what is read)? */
+/* Is kernel k a column sum alone: a float32 sum over every leading axis of a stored value
+ * (*x) that nothing reads (is_read marks what is read)? The value is float32, or half
+ * precision (mixed precision: a gradient's half copy, which the products read too) widened
+ * by the kernel's other member, its cast to float32: the widening is exact, so the sum is
+ * the same as over a float32 copy. */
 static bool column_sum(const Cg *c, int32_t k, const uint8_t *is_read, NodeId *x_out)
 {
     const Graph *g = c->g;
     const FusionPlan *f = &c->fp;
     const Kernel *S = &f->kernels[k];
-    if (S->kind != KERNEL_LOOP || S->count != 1) return false;
-    const NodeId v = f->members[S->first];
+    if (S->kind != KERNEL_LOOP || (S->count != 1 && S->count != 2)) return false;
+    const NodeId v = f->members[S->first + S->count - 1];
     const int r = S->shape.rank;
     if (g->nodes[v].op != OP_REDUCE_SUM || f->cls[v] != CLASS_ROW || !f->stored[v] || g->nodes[v].dtype != DT_F32 || r < 2 ||
         S->axes != ((uint64_t)1 << (r - 1)) - 1 || is_read[v])
         return false;
-    const NodeId x = skip_reshapes(g, ir_input(g, v, 0));
-    if (fusion_root(g, f, ir_input(g, v, 0)) != x || g->nodes[x].dtype != DT_F32) return false;
+    NodeId in = ir_input(g, v, 0);
+    if (S->count == 2) { /* the widening of a half-precision value, read by the sum alone */
+        const NodeId w = f->members[S->first];
+        const Node *cast = &g->nodes[w];
+        if (in != w || cast->op != OP_CAST || cast->dtype != DT_F32 || f->stored[w]) return false;
+        in = ir_input(g, w, 0);
+        const DType t = (DType)g->nodes[in].dtype;
+        if (t != DT_BF16 && t != DT_F16) return false;
+    }
+    const NodeId x = skip_reshapes(g, in);
+    if (fusion_root(g, f, in) != x || (S->count == 1 && g->nodes[x].dtype != DT_F32)) return false;
     *x_out = x;
     return true;
 }
@@ -373,10 +409,17 @@ void cuda_gemm_free_bgrad(Cg *c)
     c->cuda_bgrad = NULL;
 }
 
+NodeId cuda_gemm_bgrad_summed(const Cg *c, NodeId sum)
+{
+    NodeId in = ir_input(c->g, sum, 0);
+    if (c->g->nodes[in].op == OP_CAST && !c->fp.stored[in]) in = ir_input(c->g, in, 0); /* the kernel's widening */
+    return fusion_root(c->g, &c->fp, in);
+}
+
 int32_t cuda_gemm_bgrad_taker(const Cg *c, int32_t k, NodeId *sum)
 {
     if (!c->cuda_bgrad || c->fp.kernels[k].kind != KERNEL_LOOP || c->cuda_bgrad[k] < 0) return -1;
-    if (sum) *sum = c->fp.members[c->fp.kernels[k].first];
+    if (sum) *sum = c->fp.members[c->fp.kernels[k].first + c->fp.kernels[k].count - 1];
     return c->cuda_bgrad[k];
 }
 
@@ -384,7 +427,7 @@ int32_t cuda_gemm_bgrad_source(const Cg *c, int32_t j, NodeId *sum)
 {
     if (!c->cuda_bgrad || c->fp.kernels[j].kind != KERNEL_GEMM || c->cuda_bgrad[j] < 0) return -1;
     const int32_t k = c->cuda_bgrad[j];
-    if (sum) *sum = c->fp.members[c->fp.kernels[k].first];
+    if (sum) *sum = c->fp.members[c->fp.kernels[k].first + c->fp.kernels[k].count - 1];
     return k;
 }
 
@@ -394,7 +437,7 @@ bool cuda_gemm_emit_bgrad(CgKernel *L, const CgOperand *A, const CgOperand *B)
     NodeId v;
     const int32_t k = cuda_gemm_bgrad_source(L->c, L->k, &v);
     if (k < 0) return false;
-    const NodeId x = fusion_root(L->g, L->f, ir_input(L->g, v, 0)), mm = L->K->anchor;
+    const NodeId x = cuda_gemm_bgrad_summed(L->c, v), mm = L->K->anchor;
     char text[240];
     snprintf(text, sizeof text,
              "the bias gradient %%%d, kernel %d's column sums of %%%d, is summed over k from this product's A (%%%d "
@@ -406,16 +449,18 @@ bool cuda_gemm_emit_bgrad(CgKernel *L, const CgOperand *A, const CgOperand *B)
     sb_init(&offb);
     cg_gemm_operand_offset(L, A, 0, "0", "0", &offa);
     cg_gemm_operand_offset(L, B, 0, "0", "0", &offb);
+    const char *half = cuda_gemm_half_type(L->g, mm);
     sb_printf(o,
-              "    const float *a_lt = p%d + (%s), *b_lt = p%d + (%s);\n"
-              "    if (kiln_lt_aligned(a_lt, b_lt, y%d, y%d, nullptr)) {\n"
-              "        static kiln_lt_gemm lt; /* descriptors, layouts, algorithm: made at the first call, kept */\n"
-              "        kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_BGRADB, CUDA_R_32F, %s, %s, (int)N, (int)M, (int)K, b_lt, ldb, a_lt, lda, y%d, ldc, y%d, nullptr, stream);\n"
+              "    const %s *a_lt = p%d + (%s), *b_lt = p%d + (%s);\n"
+              "    static kiln_lt_gemm lt; /* descriptors, layouts, algorithm: made at the first call, kept */\n"
+              "    if (kiln_lt_aligned(a_lt, b_lt, y%d, y%d, nullptr) &&\n"
+              "        kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_BGRADB, %s, CUDA_R_32F, %s, %s, (int)N, (int)M, (int)K, b_lt, ldb, a_lt, lda, y%d, ldc, y%d, nullptr, stream)) {\n"
               "        (void)batch;\n        return;\n    }\n"
-              "    /* a pointer not 16-byte aligned (a gradient's place in its slab need not be): cublasSgemm,\n"
-              "     * then kernel %d's column sums */\n",
-              A->lay.base, offa.data, B->lay.base, offb.data, mm, v, B->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N",
-              A->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", mm, v, k);
+              "    /* a pointer not 16-byte aligned (a gradient's place in its slab need not be), or no\n"
+              "     * cuBLASLt algorithm for it: %s, then kernel %d's column sums */\n",
+              half ? "uint16_t" : "float", A->lay.base, offa.data, B->lay.base, offb.data, mm, v, half ? half : "CUDA_R_32F",
+              B->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", A->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", mm, v,
+              half ? "cublasGemmEx" : "cublasSgemm", k);
     sb_free(&offa);
     sb_free(&offb);
     return true;
@@ -426,6 +471,6 @@ void cuda_gemm_emit_bgrad_fallback(CgKernel *L)
     NodeId v;
     const int32_t k = cuda_gemm_bgrad_source(L->c, L->k, &v);
     if (k < 0) return;
-    const NodeId x = fusion_root(L->g, L->f, ir_input(L->g, v, 0));
+    const NodeId x = cuda_gemm_bgrad_summed(L->c, v);
     sb_printf(L->c->o, "    %s_k%d_rows_launch(s, p%d, y%d, stream); /* the bias gradient, as kernel %d */\n", L->c->prefix, k, x, v, k);
 }

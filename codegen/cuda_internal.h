@@ -13,8 +13,9 @@ typedef struct {
     NodeId add, act; /* the bias add and the activation of it (IR_NONE: none) */
     bool relu;       /* the activation is relu (else tanh-GELU) */
     NodeId bias;     /* the bias vector, read in place */
-    NodeId out;      /* D: the stored value cuBLASLt writes */
-    NodeId aux;      /* the GELU's input, stored for the backward pass, or IR_NONE */
+    NodeId out;      /* D: the stored value cuBLASLt writes (the add or activation, or its half copy) */
+    bool half_out;   /* D (and aux) in the operands' half precision, rounded to nearest even */
+    NodeId aux;      /* the GELU's input (or its half copy), stored for the backward pass, or IR_NONE */
     char why[240];   /* why this epilogue, or why none */
 } CudaLtPlan;
 
@@ -42,6 +43,9 @@ void cuda_gemm_plan_bgrad(Cg *c);
 void cuda_gemm_free_bgrad(Cg *c);
 int32_t cuda_gemm_bgrad_taker(const Cg *c, int32_t k, NodeId *sum);
 int32_t cuda_gemm_bgrad_source(const Cg *c, int32_t j, NodeId *sum);
+/* The stored value bias-gradient sum `sum` adds up (float32, or the half copy its kernel
+ * widens), which the product reads as its A. */
+NodeId cuda_gemm_bgrad_summed(const Cg *c, NodeId sum);
 /* In GEMM kernel L's launch function: the comment and the BGRADB call that returns when
  * every pointer is aligned (false: L takes no bias gradient); after its cublasSgemm, the
  * column-sum kernel's launch. */

@@ -395,7 +395,7 @@ static void check_map_kernels(const char *text, bool nvcc)
          * after row), then again one float off alignment (the fallback: the column kernel) */
         NodeId bg = IR_NONE;
         const bool bgrad = gemm && cuda_gemm_bgrad_source(&cg, k, &bg) >= 0;
-        const NodeId bx = bgrad ? fusion_root(g, &cg.fp, ir_input(g, bg, 0)) : IR_NONE;
+        const NodeId bx = bgrad ? cuda_gemm_bgrad_summed(&cg, bg) : IR_NONE; /* float32, or a half copy */
         const int64_t bw = bgrad ? numel_at(g, &g->nodes[bg].shape, symvals) : 0;
         const int64_t bh = bgrad ? numel_at(g, &g->nodes[bx].shape, symvals) / (bw ? bw : 1) : 0;
         if (bgrad) {
@@ -405,6 +405,13 @@ static void check_map_kernels(const char *text, bool nvcc)
                       bg, (long long)bw + 1, bg, bg, bg, (long long)bw + 1, bg, (long long)bw + 1);
             sb_printf(&frees, "        free(bg%d);\n        KILN_CUDA_CHECK(cudaFree(dbg%d));\n        KILN_CUDA_CHECK(cudaFree(ubg%d));\n", bg,
                       bg, bg);
+        }
+        StrBuf bxv; /* an element of the summed value, widened */
+        sb_init(&bxv);
+        if (bgrad) {
+            char elem[64];
+            snprintf(elem, sizeof elem, "h%d[r * %lld + j]", bx, (long long)bw);
+            cg_load(&bxv, (DType)g->nodes[bx].dtype, elem);
         }
         for (int round = 0; round < 1 + (fused || bgrad); round++) {
             char bgarg[48] = "";
@@ -458,15 +465,14 @@ static void check_map_kernels(const char *text, bool nvcc)
                           "        double worst = 0;\n"
                           "        for (int64_t j = 0; j < %lld; j++) {\n"
                           "            float want = 0;\n"
-                          "            for (int64_t r = 0; r < %lld; r++) want += h%d[r * %lld + j];\n"
+                          "            for (int64_t r = 0; r < %lld; r++) want += %s;\n"
                           "            const double e = fabs((double)bg%d[j] - want) / (1 + fabs((double)want));\n"
                           "            if (!(e <= worst)) worst = e;\n"
                           "        }\n"
                           "        printf(\"kernel %d, bias gradient %%%%%d: %lld elements, worst difference %%g\\n\", worst);\n"
                           "        bad |= !(worst <= 1e-4);\n"
                           "        }\n",
-                          bg, bgarg + 2, (long long)bw, (long long)bw, (long long)bh, bx, (long long)bw, bg, k, bg,
-                          (long long)bw);
+                          bg, bgarg + 2, (long long)bw, (long long)bw, (long long)bh, bxv.data, bg, k, bg, (long long)bw);
             for (int i = 0; i < L.nstores; i++) {
                 NodeId y = L.stores[i];
                 if (fused && !round && y == L.K->anchor) continue;
@@ -500,6 +506,7 @@ static void check_map_kernels(const char *text, bool nvcc)
                 sb_free(&wa);
             }
         }
+        sb_free(&bxv);
         sb_printf(&body, "%s    }\n", frees.data);
         sb_free(&hargs);
         sb_free(&dargs);
@@ -635,20 +642,27 @@ static int occurrences(const char *s, const char *what)
  * gradient's product sums (BGRADB). */
 Test(cuda_codegen, cublaslt_epilogues_where_they_fit)
 {
+    /* mixed precision: a product whose epilogue stores its result's half copy (what the next
+     * products read) writes D in that type, and aux too; a bias gradient summed from a
+     * gradient's half copy (the product's A) is BGRADB's with half operands. The eval graph
+     * stays float32. */
     static const struct {
-        const char *model;
-        int bias, relu_bias, gelu_bias, gelu_aux_bias, mask, bgradb;
-    } want[] = {{"mlp", 2, 2, 0, 0, 2, 2}, {"gpt", 8, 0, 4, 4, 0, 16}, {NULL, 0, 0, 1, 1, 0, 3}};
-    for (int m = 0; m < 3; m++) {
+        const char *model, *precision;
+        int bias, relu_bias, gelu_bias, gelu_aux_bias, mask, bgradb, half_d;
+    } want[] = {{"mlp", "fp32", 2, 2, 0, 0, 2, 2, 0},  {"gpt", "fp32", 8, 0, 4, 4, 0, 16, 0},
+                {NULL, "fp32", 0, 0, 1, 1, 0, 3, 0},   {"gpt", "bf16", 8, 0, 4, 4, 0, 16, 8},
+                {"mlp", "fp16", 2, 2, 0, 0, 0, 3, 0}, {NULL, "bf16", 0, 0, 1, 1, 0, 3, 1}};
+    for (int m = 0; m < (int)(sizeof want / sizeof want[0]); m++) {
         char dir[] = "/tmp/kiln-cudacg-XXXXXX";
         cr_assert(mkdtemp(dir));
         char args[512], path[300];
         if (want[m].model) {
-            snprintf(args, sizeof args, "emit models/%s.kiln --target cuda -o %s/out", want[m].model, dir);
+            snprintf(args, sizeof args, "emit models/%s.kiln --target cuda --precision %s -o %s/out", want[m].model,
+                     want[m].precision, dir);
         } else {
             snprintf(path, sizeof path, "%s/gelu.kiln", dir);
             write_file(path, GELU_MODEL);
-            snprintf(args, sizeof args, "emit %s --target cuda -o %s/out", path, dir);
+            snprintf(args, sizeof args, "emit %s --target cuda --precision %s -o %s/out", path, want[m].precision, dir);
         }
         StrBuf out;
         sb_init(&out);
@@ -660,7 +674,8 @@ Test(cuda_codegen, cublaslt_epilogues_where_they_fit)
         size_t len;
         char *cu = util_read_file(path, &len, &err);
         cr_assert(cu, "%s", err.data);
-        const char *name = want[m].model ? want[m].model : "gelu.kiln";
+        char name[64];
+        snprintf(name, sizeof name, "%s %s", want[m].model ? want[m].model : "gelu.kiln", want[m].precision);
         cr_expect_eq(occurrences(cu, "kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_BIAS,"), want[m].bias, "%s", name);
         cr_expect_eq(occurrences(cu, "kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_RELU_BIAS,"), want[m].relu_bias, "%s", name);
         cr_expect_eq(occurrences(cu, "kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_GELU_BIAS,"), want[m].gelu_bias, "%s", name);
@@ -669,6 +684,7 @@ Test(cuda_codegen, cublaslt_epilogues_where_they_fit)
         /* each bias gradient summed by its weight gradient's product, its own kernel not launched */
         cr_expect_eq(occurrences(cu, "kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_BGRADB,"), want[m].bgradb, "%s", name);
         cr_expect_eq(occurrences(cu, "cuBLASLt epilogue (BGRADB) sums it"), want[m].bgradb, "%s", name);
+        cr_expect_eq(occurrences(cu, ", D in bf16") + occurrences(cu, ", D in fp16"), want[m].half_d, "%s", name);
         free(cu);
         sb_free(&err);
         support_remove_dir(dir);
@@ -712,6 +728,15 @@ Test(cuda_codegen, mlp_fp16_kernels, .timeout = 240)
 {
     precision.half = DT_F16;
     check_model_file("mlp.kiln", false);
+}
+/* cuBLASLt writing half precision (GELU_AUX_BIAS with D and aux in bf16, then fp16; BGRADB
+ * from a gradient's half copy) against the C target, and through nvcc */
+Test(cuda_codegen, gelu_half_epilogues, .timeout = 240)
+{
+    precision.half = DT_BF16;
+    check_map_kernels(GELU_MODEL, true);
+    precision.half = DT_F16;
+    check_map_kernels(GELU_MODEL, false);
 }
 
 /* Copies as single-node kernels: a permute, a strided slice, a concatenation; argmax over

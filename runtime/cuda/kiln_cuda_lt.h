@@ -30,6 +30,7 @@ typedef struct {
     cublasLtMatmulPreference_t pref;
     cublasLtMatmulAlgo_t algo;
     uint64_t m, n, k; /* the problem the algorithm was chosen for (0 x 0: none yet) */
+    bool refused;     /* cuBLASLt had no algorithm: the product takes cublasGemmEx from then on */
 } kiln_lt_gemm;
 
 static inline cublasLtHandle_t kiln_lt_handle(void)
@@ -67,12 +68,19 @@ static inline void kiln_lt_layout(cublasLtMatrixLayout_t *l, cudaDataType type, 
  * the epilogue: bias (length m, along D's rows) added, then relu or GELU; with an aux
  * epilogue the GELU's input is written to aux (m x n, leading dimension ldd) too. A row-major
  * product is the column-major transposed one (codegen/cuda_gemm.c's call). A and B are of
- * type ab: float32, or bf16/fp16 (mixed precision: the tensor cores, accumulated in float32);
- * D, the bias and aux are float32. */
-static inline void kiln_lt_matmul(kiln_lt_gemm *g, cublasLtEpilogue_t epilogue, cudaDataType ab, cublasOperation_t ta,
-                                  cublasOperation_t tb, int m, int n, int k, const void *A, int lda, const void *B, int ldb,
-                                  float *D, int ldd, const float *bias, float *aux, cudaStream_t stream)
+ * type ab: float32, or bf16/fp16 (mixed precision: the tensor cores, accumulated in float32).
+ * D is of type d: float32, or ab's half type (the epilogue computed in float32, then rounded
+ * to nearest even: what the next products read), and aux of D's type (cuBLASLt's default);
+ * the bias is float32 (a parameter's master copy, read in place). With BGRADB, bias is the
+ * gradient written, of D's type (float32 here).
+ * Returns false, having done nothing, when cuBLASLt has no algorithm for the epilogue and
+ * types (a combination a GPU or cuBLAS version lacks: the caller takes the cublasGemmEx path
+ * and the epilogue kernel); after a refusal the product is not asked again. */
+static inline bool kiln_lt_matmul(kiln_lt_gemm *g, cublasLtEpilogue_t epilogue, cudaDataType ab, cudaDataType d,
+                                  cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
+                                  const void *B, int ldb, void *D, int ldd, const float *bias, void *aux, cudaStream_t stream)
 {
+    if (g->refused) return false;
     if (!g->desc) {
         KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
         const int32_t opa = ta, opb = tb;
@@ -80,6 +88,10 @@ static inline void kiln_lt_matmul(kiln_lt_gemm *g, cublasLtEpilogue_t epilogue, 
         KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
         KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
         KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+        if (d != CUDA_R_32F) { /* a float32 bias beside a half D (its default would be D's type) */
+            const int32_t bias_type = CUDA_R_32F;
+            KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
+        }
         KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&g->pref));
         const uint64_t bytes = KILN_LT_WORKSPACE_BYTES;
         KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(g->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes, sizeof bytes));
@@ -94,11 +106,16 @@ static inline void kiln_lt_matmul(kiln_lt_gemm *g, cublasLtEpilogue_t epilogue, 
     if (g->m != (uint64_t)m || g->n != (uint64_t)n || g->k != (uint64_t)k) {
         kiln_lt_layout(&g->a, ab, ta == CUBLAS_OP_N ? (uint64_t)m : (uint64_t)k, ta == CUBLAS_OP_N ? (uint64_t)k : (uint64_t)m, lda);
         kiln_lt_layout(&g->b, ab, tb == CUBLAS_OP_N ? (uint64_t)k : (uint64_t)n, tb == CUBLAS_OP_N ? (uint64_t)n : (uint64_t)k, ldb);
-        kiln_lt_layout(&g->d, CUDA_R_32F, (uint64_t)m, (uint64_t)n, ldd);
+        kiln_lt_layout(&g->d, d, (uint64_t)m, (uint64_t)n, ldd);
         cublasLtMatmulHeuristicResult_t h;
         int found = 0;
-        KILN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(kiln_lt_handle(), g->desc, g->a, g->b, g->d, g->d, g->pref, 1, &h, &found));
-        if (found < 1) KILN_CUBLAS_CHECK(CUBLAS_STATUS_NOT_SUPPORTED); /* no algorithm for this epilogue and shape */
+        const cublasStatus_t st =
+            cublasLtMatmulAlgoGetHeuristic(kiln_lt_handle(), g->desc, g->a, g->b, g->d, g->d, g->pref, 1, &h, &found);
+        if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found < 1)) {
+            g->refused = true; /* no algorithm for this epilogue and these types */
+            return false;
+        }
+        KILN_CUBLAS_CHECK(st);
         g->algo = h.algo;
         g->m = (uint64_t)m;
         g->n = (uint64_t)n;
@@ -107,6 +124,7 @@ static inline void kiln_lt_matmul(kiln_lt_gemm *g, cublasLtEpilogue_t epilogue, 
     const float one = 1, zero = 0;
     KILN_CUBLAS_CHECK(cublasLtMatmul(kiln_lt_handle(), g->desc, &one, A, g->a, B, g->b, &zero, D, g->d, D, g->d, &g->algo,
                                      kiln_lt_workspace(), KILN_LT_WORKSPACE_BYTES, stream));
+    return true;
 }
 
 #endif
