@@ -1,6 +1,6 @@
-/* cuda_gemm.c — the CUDA target's choice of a cuBLASLt epilogue for a float32 matrix
- * product, and its call (cuda.c writes the rest of a GEMM kernel: the cublasSgemm path and
- * the epilogue kernel, which stay as the fallback).
+/* cuda_gemm.c — the CUDA target's choice of a cuBLASLt epilogue for a matrix product, and its
+ * call (cuda.c writes the rest of a GEMM kernel: the cublasSgemm / cublasGemmEx path and the
+ * epilogue kernel, which stay as the fallback).
  *
  * Why: a product followed by its bias and activation as a separate elementwise kernel reads
  * and writes the product's memory twice more than cuBLASLt's fused epilogue, which adds the
@@ -12,13 +12,20 @@
  *   - the stored members are the bias add (BIAS), the relu of it (RELU_BIAS), the tanh-GELU
  *     of it (GELU_BIAS), or the GELU with its input stored for the backward pass
  *     (GELU_AUX_BIAS: the aux buffer is the arena value the backward reads);
+ *   - or the residual add of the bias add, or of the product alone (a transformer block's
+ *     x + proj(...)): cuBLASLt reads the residual as C with beta 1 (BIAS, DEFAULT);
+ *   - mixed precision: a stored value may be the half copy (bf16/fp16, the operands' type)
+ *     of the bias add or activation, what the next products read: D, and aux, in that type,
+ *     rounded to nearest even as the cast does;
  *   - the bias runs along the product's last axis, from one float32 vector read in place.
  * Anything else stays as today, and the launch function says why in a comment: relu's mask
  * stored for the backward (cuBLASLt's RELU_AUX is a bit mask in its own layout, which only
- * its DRELU epilogue reads), a residual add, an erf GELU, batched or permuted products.
+ * its DRELU epilogue reads), an erf GELU, batched or permuted products.
  * The GELU recognised is the expansion frontend writes for gelu(x, tanh), in its order
  * (x * 0.5 * (1 + tanh((x + x^3 * 0.044715) * sqrt(2 / pi)))), which is also the order the
- * emulator's cuBLASLt computes it in: under cuda-emu the same bits as the epilogue kernel. */
+ * emulator's cuBLASLt computes it in: under cuda-emu the same bits as the epilogue kernel.
+ * A residual is added before the bias there, (AB + C) + bias, where the epilogue kernel adds
+ * it after: an ulp or so apart, as the GPU's own order is. */
 #include "cuda_internal.h"
 
 #include <stdarg.h>
@@ -112,6 +119,50 @@ static bool why(CudaLtPlan *p, const char *fmt, ...)
     return p->epilogue != CUDA_LT_NONE;
 }
 
+static Dim numel(const Shape *s)
+{
+    Dim n = ir_dim_const(1);
+    for (int a = 0; a < s->rank; a++)
+        if (!ir_dim_mul(n, s->d[a], &n)) return ir_dim_const(-1);
+    return n;
+}
+
+/* Does the product of L read x (through views) as A or B? */
+static bool reads_operand(const CgKernel *L, NodeId x)
+{
+    const NodeId mm = L->K->anchor;
+    for (int side = 0; side < 2; side++)
+        if (fusion_root(L->g, L->f, ir_input(L->g, mm, side)) == x) return true;
+    return false;
+}
+
+/* Is a member of L the residual add of x: x (through reshapes) plus a float32 value of as
+ * many elements, stored and read in place in the same order (through reshapes only, no
+ * broadcast or permutation)? Sets *res to the add and *r to that value: cuBLASLt's C, added
+ * with beta 1 (D = AB + C, then the bias). */
+static bool residual_add(const CgKernel *L, NodeId x, NodeId *res, NodeId *r)
+{
+    const Graph *g = L->g;
+    for (int i = 1; i < L->K->count; i++) {
+        const NodeId v = CG_MEMBER(L, i);
+        if (g->nodes[v].op != OP_ADD) continue;
+        for (int side = 0; side < 2; side++) {
+            const NodeId a = ir_input(g, v, side), b = ir_input(g, v, 1 - side);
+            if (skip_reshapes(g, a) != x) continue;
+            const NodeId base = skip_reshapes(g, b);
+            if (fusion_root(g, L->f, b) != base || g->nodes[base].dtype != DT_F32 || base == x) continue;
+            bool loaded = false;
+            for (int q = 0; q < L->nreads; q++) loaded |= L->reads[q] == base;
+            const Dim nb = numel(&g->nodes[base].shape), nv = numel(&g->nodes[v].shape);
+            if (!loaded || nb.k < 0 || !ir_dim_eq(nb, nv)) continue;
+            *res = v;
+            *r = base;
+            return true;
+        }
+    }
+    return false;
+}
+
 bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p)
 {
     const Graph *g = L->g;
@@ -119,7 +170,7 @@ bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p)
     const NodeId mm = K->anchor;
     memset(p, 0, sizeof *p);
     p->epilogue = CUDA_LT_NONE;
-    p->add = p->act = p->bias = p->out = p->aux = IR_NONE;
+    p->add = p->act = p->bias = p->out = p->aux = p->res = p->residual = IR_NONE;
     if (K->kind != KERNEL_GEMM) return why(p, "not a matrix product");
     if (K->written != IR_NONE) return why(p, "the product is written permuted: no epilogue");
     if (K->summed != IR_NONE) return why(p, "products summed over a batch: no epilogue");
@@ -151,7 +202,24 @@ bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p)
         }
         if (p->add != IR_NONE) break;
     }
-    if (p->add == IR_NONE) return why(p, "its epilogue has no bias add along the product's last axis");
+    if (p->add == IR_NONE) {
+        /* no bias: a residual add of the product alone (DEFAULT, the residual as C) */
+        if (!residual_add(L, mm, &p->res, &p->residual))
+            return why(p, "its epilogue has no bias add along the product's last axis, nor a residual add");
+        for (int i = 0; i < L->nstores; i++)
+            if (L->stores[i] != mm && L->stores[i] != p->res)
+                return why(p, "%%%d (%s) is stored too, which no cuBLASLt epilogue computes", L->stores[i],
+                           ir_op_info[g->nodes[L->stores[i]].op].name);
+        const NodeId in = L->c->mp.inplace_of[p->res];
+        if (in != IR_NONE && in != mm && in != p->residual) return why(p, "its result is written in place of %%%d", in);
+        if (in == p->residual && reads_operand(L, p->residual))
+            return why(p, "its result is written in place of %%%d, which the product reads", in);
+        p->out = p->res;
+        p->epilogue = CUDA_LT_DEFAULT;
+        return why(p, "the residual add %%%d is the only value stored: cuBLASLt adds %%%d as C (beta 1)", p->res, p->residual);
+    }
+    /* a residual add of the bias add: (AB + C) + bias, C the residual */
+    residual_add(L, p->add, &p->res, &p->residual);
     /* the activation of the bias add, if any member is one */
     for (int i = 1; i < K->count && p->act == IR_NONE; i++) {
         const NodeId v = CG_MEMBER(L, i);
@@ -176,6 +244,7 @@ bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p)
         if (cast && (of == p->add || (of == p->act && of != IR_NONE)) && n->dtype != ab)
             return why(p, "%%%d is stored as %s, and cuBLASLt's D is float32 or the operands' type (%s)", of,
                        ir_dtype_name(n->dtype), ir_dtype_name(ab));
+        if (v == p->res) continue;
         if (of == p->add) *(cast ? &add_half : &add_f32) = v;
         else if (of == p->act && of != IR_NONE) *(cast ? &act_half : &act_f32) = v;
         else if (p->relu && n->op == OP_GT)
@@ -190,6 +259,22 @@ bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p)
         return why(p, "%%%d is stored both as float32 and as its half copy %%%d, and cuBLASLt writes one", p->act, act_half);
     const NodeId add_stored = add_f32 != IR_NONE ? add_f32 : add_half, act_stored = act_f32 != IR_NONE ? act_f32 : act_half;
     const char *act = p->relu ? "relu" : "tanh-GELU";
+    bool res_stored = false;
+    for (int i = 0; i < L->nstores; i++) res_stored |= p->res != IR_NONE && L->stores[i] == p->res;
+    if (res_stored) { /* BIAS with C: the residual sum is all that is stored */
+        if (add_stored != IR_NONE || act_stored != IR_NONE)
+            return why(p, "%%%d is stored besides the residual add %%%d, and cuBLASLt writes one value",
+                       add_stored != IR_NONE ? add_stored : act_stored, p->res);
+        const NodeId in = L->c->mp.inplace_of[p->res];
+        if (in != IR_NONE && in != mm && in != p->residual) return why(p, "its result is written in place of %%%d", in);
+        if (in == p->residual && reads_operand(L, p->residual))
+            return why(p, "its result is written in place of %%%d, which the product reads", in);
+        p->out = p->res;
+        p->epilogue = CUDA_LT_BIAS;
+        return why(p, "bias, and the residual add %%%d is the only value stored: cuBLASLt adds %%%d as C (beta 1)", p->res,
+                   p->residual);
+    }
+    p->res = p->residual = IR_NONE; /* a residual add not stored: computed by another kernel */
     if (act_stored != IR_NONE && add_stored != IR_NONE && p->relu)
         return why(p, "the pre-activation %%%d is stored too, and cuBLASLt keeps relu's input only as a bit mask", p->add);
     /* D's type, and aux's: cuBLASLt's aux has D's type */
@@ -235,6 +320,7 @@ const char *cuda_gemm_lt_name(CudaLtEpilogue e)
 {
     switch (e) {
     case CUDA_LT_NONE: return "none";
+    case CUDA_LT_DEFAULT: return "CUBLASLT_EPILOGUE_DEFAULT";
     case CUDA_LT_BIAS: return "CUBLASLT_EPILOGUE_BIAS";
     case CUDA_LT_RELU_BIAS: return "CUBLASLT_EPILOGUE_RELU_BIAS";
     case CUDA_LT_GELU_BIAS: return "CUBLASLT_EPILOGUE_GELU_BIAS";
@@ -287,18 +373,20 @@ bool cuda_gemm_emit_lt(CgKernel *L, const CgOperand *A, const CgOperand *B)
     sb_init(&offb);
     cg_gemm_operand_offset(L, A, 0, "0", "0", &offa);
     cg_gemm_operand_offset(L, B, 0, "0", "0", &offb);
-    char aux[32] = "nullptr";
+    char aux[32] = "nullptr", bias[32] = "nullptr", res[32] = "nullptr";
     if (p.aux != IR_NONE) snprintf(aux, sizeof aux, "y%d", p.aux);
+    if (p.bias != IR_NONE) snprintf(bias, sizeof bias, "p%d", p.bias);
+    if (p.residual != IR_NONE) snprintf(res, sizeof res, "p%d", p.residual);
     const char *dtype = p.half_out ? half : "CUDA_R_32F";
     /* row-major out (M x N) is column-major out^T = B^T A^T, as the cuBLAS call below */
     sb_printf(o,
               "    const %s *a_lt = p%d + (%s), *b_lt = p%d + (%s);\n"
               "    static kiln_lt_gemm lt; /* descriptors, layouts, algorithm: made at the first call, kept */\n"
-              "    if (kiln_lt_aligned(a_lt, b_lt, y%d, p%d, %s) &&\n"
-              "        kiln_lt_matmul(&lt, %s, %s, %s, %s, %s, (int)N, (int)M, (int)K, b_lt, ldb, a_lt, lda, y%d, ldc, p%d, %s, stream)) {\n",
-              half ? "uint16_t" : "float", A->lay.base, offa.data, B->lay.base, offb.data, p.out, p.bias, aux,
+              "    if (kiln_lt_aligned(a_lt, b_lt, %s, y%d, %s, %s) &&\n"
+              "        kiln_lt_matmul(&lt, %s, %s, %s, %s, %s, (int)N, (int)M, (int)K, b_lt, ldb, a_lt, lda, %s, y%d, ldc, %s, %s, stream)) {\n",
+              half ? "uint16_t" : "float", A->lay.base, offa.data, B->lay.base, offb.data, res, p.out, bias, aux,
               cuda_gemm_lt_name(p.epilogue), half ? half : "CUDA_R_32F", dtype, B->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N",
-              A->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", p.out, p.bias, aux);
+              A->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", res, p.out, bias, aux);
     sb_printf(o, "        (void)batch;\n        return;\n    }\n"
                  "    /* a pointer not 16-byte aligned (a parameter's place in its slab need not be), or no\n"
                  "     * cuBLASLt algorithm for this epilogue and types: %s into the product's memory,\n"
@@ -453,8 +541,8 @@ bool cuda_gemm_emit_bgrad(CgKernel *L, const CgOperand *A, const CgOperand *B)
     sb_printf(o,
               "    const %s *a_lt = p%d + (%s), *b_lt = p%d + (%s);\n"
               "    static kiln_lt_gemm lt; /* descriptors, layouts, algorithm: made at the first call, kept */\n"
-              "    if (kiln_lt_aligned(a_lt, b_lt, y%d, y%d, nullptr) &&\n"
-              "        kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_BGRADB, %s, CUDA_R_32F, %s, %s, (int)N, (int)M, (int)K, b_lt, ldb, a_lt, lda, y%d, ldc, y%d, nullptr, stream)) {\n"
+              "    if (kiln_lt_aligned(a_lt, b_lt, nullptr, y%d, y%d, nullptr) &&\n"
+              "        kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_BGRADB, %s, CUDA_R_32F, %s, %s, (int)N, (int)M, (int)K, b_lt, ldb, a_lt, lda, nullptr, y%d, ldc, y%d, nullptr, stream)) {\n"
               "        (void)batch;\n        return;\n    }\n"
               "    /* a pointer not 16-byte aligned (a gradient's place in its slab need not be), or no\n"
               "     * cuBLASLt algorithm for it: %s, then kernel %d's column sums */\n",

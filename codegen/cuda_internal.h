@@ -6,13 +6,22 @@
 #include "kernel.h"
 
 /* The cuBLASLt epilogues the CUDA target uses for a product's forward epilogue. */
-typedef enum { CUDA_LT_NONE, CUDA_LT_BIAS, CUDA_LT_RELU_BIAS, CUDA_LT_GELU_BIAS, CUDA_LT_GELU_AUX_BIAS } CudaLtEpilogue;
+typedef enum {
+    CUDA_LT_NONE,
+    CUDA_LT_DEFAULT, /* no bias: the product plus a residual (C) */
+    CUDA_LT_BIAS,
+    CUDA_LT_RELU_BIAS,
+    CUDA_LT_GELU_BIAS,
+    CUDA_LT_GELU_AUX_BIAS
+} CudaLtEpilogue;
 
 typedef struct {
     CudaLtEpilogue epilogue;
     NodeId add, act; /* the bias add and the activation of it (IR_NONE: none) */
     bool relu;       /* the activation is relu (else tanh-GELU) */
-    NodeId bias;     /* the bias vector, read in place */
+    NodeId bias;     /* the bias vector, read in place (IR_NONE with DEFAULT) */
+    NodeId res;      /* the residual add of the bias add (or of the product), or IR_NONE */
+    NodeId residual; /* its other operand, float32 read in place: cuBLASLt's C, beta 1 */
     NodeId out;      /* D: the stored value cuBLASLt writes (the add or activation, or its half copy) */
     bool half_out;   /* D (and aux) in the operands' half precision, rounded to nearest even */
     NodeId aux;      /* the GELU's input (or its half copy), stored for the backward pass, or IR_NONE */

@@ -428,16 +428,18 @@ static void check_map_kernels(const char *text, bool nvcc)
             } else if (round) {
                 StrBuf shifted;
                 sb_init(&shifted);
+                /* the bias, or with none (DEFAULT) the residual C, one float off alignment */
+                const NodeId off = lt.bias != IR_NONE ? lt.bias : lt.residual;
                 char from[32], to[32];
-                snprintf(from, sizeof from, ", d%d,", lt.bias);
-                snprintf(to, sizeof to, ", u%d + 1,", lt.bias);
+                snprintf(from, sizeof from, ", d%d,", off);
+                snprintf(to, sizeof to, ", u%d + 1,", off);
                 const char *at = strstr(dargs.data, from);
-                cr_assert(at, "the bias %%%d is not among the arguments %s", lt.bias, dargs.data);
+                cr_assert(at, "the bias or residual %%%d is not among the arguments %s", off, dargs.data);
                 sb_printf(&shifted, "%.*s%s%s", (int)(at - dargs.data), dargs.data, to, at + strlen(from));
-                const int64_t nb = numel_at(g, &g->nodes[lt.bias].shape, symvals);
+                const int64_t nb = numel_at(g, &g->nodes[off].shape, symvals);
                 sb_printf(&body, "        float *u%d;\n        KILN_CUDA_CHECK(cudaMalloc(&u%d, %lld * sizeof(float)));\n"
                                  "        KILN_CUDA_CHECK(cudaMemcpy(u%d + 1, h%d, %lld * sizeof(float), cudaMemcpyHostToDevice));\n",
-                          lt.bias, lt.bias, (long long)nb + 1, lt.bias, lt.bias, (long long)nb);
+                          off, off, (long long)nb + 1, off, off, (long long)nb);
                 for (int i = 0; i < L.nstores; i++) { /* written again, from scratch */
                     const NodeId y = L.stores[i];
                     const char *t = cg_ctype((DType)g->nodes[y].dtype);
@@ -447,9 +449,10 @@ static void check_map_kernels(const char *text, bool nvcc)
                     sb_printf(&body, "(%lld, 9u); KILN_CUDA_CHECK(cudaMemcpy(d%d, junk, %lld * sizeof *junk, cudaMemcpyHostToDevice)); free(junk); }\n",
                               (long long)n, y, (long long)n);
                 }
-                sb_printf(&body, "        printf(\"kernel %d: unaligned bias, cublasSgemm and the epilogue kernel\\n\");\n", k);
+                sb_printf(&body, "        printf(\"kernel %d: unaligned %s, cublasSgemm and the epilogue kernel\\n\");\n", k,
+                          lt.bias != IR_NONE ? "bias" : "residual");
                 sb_printf(&body, "        %s_launch(s%s%s%s, 0%s);\n", name, shifted.data, rng, total ? ", partials" : "", ", blas");
-                sb_printf(&frees, "        KILN_CUDA_CHECK(cudaFree(u%d));\n", lt.bias);
+                sb_printf(&frees, "        KILN_CUDA_CHECK(cudaFree(u%d));\n", off);
                 sb_free(&shifted);
             } else {
                 if (fused) sb_printf(&body, "        printf(\"kernel %d: %s\\n\");\n", k, cuda_gemm_lt_name(lt.epilogue));
@@ -646,12 +649,15 @@ Test(cuda_codegen, cublaslt_epilogues_where_they_fit)
      * products read) writes D in that type, and aux too; a bias gradient summed from a
      * gradient's half copy (the product's A) is BGRADB's with half operands. The eval graph
      * stays float32. */
+    /* a residual add of the bias add (a transformer block's x + proj(...)), or of the product
+     * alone (tied embedding's gradient: wte's sum of both uses), reads the residual as C:
+     * gpt's 16 (train and eval) and one DEFAULT */
     static const struct {
         const char *model, *precision;
-        int bias, relu_bias, gelu_bias, gelu_aux_bias, mask, bgradb, half_d;
-    } want[] = {{"mlp", "fp32", 2, 2, 0, 0, 2, 2, 0},  {"gpt", "fp32", 8, 0, 4, 4, 0, 16, 0},
-                {NULL, "fp32", 0, 0, 1, 1, 0, 3, 0},   {"gpt", "bf16", 8, 0, 4, 4, 0, 16, 8},
-                {"mlp", "fp16", 2, 2, 0, 0, 0, 3, 0}, {NULL, "bf16", 0, 0, 1, 1, 0, 3, 1}};
+        int bias, relu_bias, gelu_bias, gelu_aux_bias, mask, bgradb, half_d, residual, plain;
+    } want[] = {{"mlp", "fp32", 2, 2, 0, 0, 2, 2, 0, 0, 0},   {"gpt", "fp32", 24, 0, 4, 4, 0, 16, 0, 17, 1},
+                {NULL, "fp32", 0, 0, 1, 1, 0, 3, 0, 0, 0},    {"gpt", "bf16", 24, 0, 4, 4, 0, 16, 8, 17, 1},
+                {"mlp", "fp16", 2, 2, 0, 0, 0, 3, 0, 0, 0},   {NULL, "bf16", 0, 0, 1, 1, 0, 3, 1, 0, 0}};
     for (int m = 0; m < (int)(sizeof want / sizeof want[0]); m++) {
         char dir[] = "/tmp/kiln-cudacg-XXXXXX";
         cr_assert(mkdtemp(dir));
@@ -685,6 +691,8 @@ Test(cuda_codegen, cublaslt_epilogues_where_they_fit)
         cr_expect_eq(occurrences(cu, "kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_BGRADB,"), want[m].bgradb, "%s", name);
         cr_expect_eq(occurrences(cu, "cuBLASLt epilogue (BGRADB) sums it"), want[m].bgradb, "%s", name);
         cr_expect_eq(occurrences(cu, ", D in bf16") + occurrences(cu, ", D in fp16"), want[m].half_d, "%s", name);
+        cr_expect_eq(occurrences(cu, "as C (beta 1)"), want[m].residual, "%s", name);
+        cr_expect_eq(occurrences(cu, "kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_DEFAULT,"), want[m].plain, "%s", name);
         free(cu);
         sb_free(&err);
         support_remove_dir(dir);

@@ -48,9 +48,9 @@ static inline void *kiln_lt_workspace(void)
 }
 
 /* Are the pointers cuBLASLt reads and writes 16-byte aligned (NULL counts as aligned)? */
-static inline bool kiln_lt_aligned(const void *a, const void *b, const void *d, const void *bias, const void *aux)
+static inline bool kiln_lt_aligned(const void *a, const void *b, const void *c, const void *d, const void *bias, const void *aux)
 {
-    return ((uintptr_t)a | (uintptr_t)b | (uintptr_t)d | (uintptr_t)bias | (uintptr_t)aux) % 16 == 0;
+    return ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | (uintptr_t)bias | (uintptr_t)aux) % 16 == 0;
 }
 
 static inline void kiln_lt_layout(cublasLtMatrixLayout_t *l, cudaDataType type, uint64_t rows, uint64_t cols, int64_t ld)
@@ -64,8 +64,9 @@ static inline void kiln_lt_layout(cublasLtMatrixLayout_t *l, cudaDataType type, 
     KILN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_LD, &ld, sizeof ld));
 }
 
-/* Column-major D (m x n, leading dimension ldd) = op(A) op(B) (k the inner dimension), then
- * the epilogue: bias (length m, along D's rows) added, then relu or GELU; with an aux
+/* Column-major D (m x n, leading dimension ldd) = op(A) op(B) (k the inner dimension), plus C
+ * when C is not NULL (a residual: D's type and layout, beta 1; C == D in place is allowed),
+ * then the epilogue: bias (length m, along D's rows) added, then relu or GELU; with an aux
  * epilogue the GELU's input is written to aux (m x n, leading dimension ldd) too. A row-major
  * product is the column-major transposed one (codegen/cuda_gemm.c's call). A and B are of
  * type ab: float32, or bf16/fp16 (mixed precision: the tensor cores, accumulated in float32).
@@ -78,7 +79,8 @@ static inline void kiln_lt_layout(cublasLtMatrixLayout_t *l, cudaDataType type, 
  * and the epilogue kernel); after a refusal the product is not asked again. */
 static inline bool kiln_lt_matmul(kiln_lt_gemm *g, cublasLtEpilogue_t epilogue, cudaDataType ab, cudaDataType d,
                                   cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A, int lda,
-                                  const void *B, int ldb, void *D, int ldd, const float *bias, void *aux, cudaStream_t stream)
+                                  const void *B, int ldb, const void *C, void *D, int ldd, const float *bias, void *aux,
+                                  cudaStream_t stream)
 {
     if (g->refused) return false;
     if (!g->desc) {
@@ -122,7 +124,7 @@ static inline bool kiln_lt_matmul(kiln_lt_gemm *g, cublasLtEpilogue_t epilogue, 
         g->k = (uint64_t)k;
     }
     const float one = 1, zero = 0;
-    KILN_CUBLAS_CHECK(cublasLtMatmul(kiln_lt_handle(), g->desc, &one, A, g->a, B, g->b, &zero, D, g->d, D, g->d, &g->algo,
+    KILN_CUBLAS_CHECK(cublasLtMatmul(kiln_lt_handle(), g->desc, &one, A, g->a, B, g->b, C ? &one : &zero, C ? C : D, g->d, D, g->d, &g->algo,
                                      kiln_lt_workspace(), KILN_LT_WORKSPACE_BYTES, stream));
     return true;
 }
