@@ -218,7 +218,33 @@ static void plan_row_keep(CgKernel *L, const char *indent)
 }
 
 /* Per row: the reduction stages, row values, the final pass and the row stores. */
+static void emit_row_passes(CgKernel *L, const char *indent);
+
+/* A row's passes, after the loads that are the same for the whole row (CgKernel.hoisted). */
 static void emit_row_body(CgKernel *L, const char *indent)
+{
+    StrBuf body, hoisted, *out = L->c->o;
+    sb_init(&body);
+    sb_init(&hoisted);
+    L->c->o = &body;
+    L->hoisted = &hoisted;
+    L->hoisted_done = xcalloc((size_t)L->g->nnodes + 1, 1);
+    emit_row_passes(L, indent);
+    L->c->o = out;
+    for (const char *line = hoisted.data; line && *line;) {
+        const char *end = strchr(line, '\n');
+        sb_printf(out, "%s%.*s\n", indent, (int)(end - line), line);
+        line = end + 1;
+    }
+    if (body.data) sb_puts(out, body.data);
+    free(L->hoisted_done);
+    L->hoisted_done = NULL;
+    L->hoisted = NULL;
+    sb_free(&body);
+    sb_free(&hoisted);
+}
+
+static void emit_row_passes(CgKernel *L, const char *indent)
 {
     const Graph *g = L->g;
     StrBuf *o = L->c->o;
@@ -717,7 +743,7 @@ static void emit_gemm_kernel(CgKernel *L)
 
 static bool is_value_name(const char *id, size_t n)
 {
-    static const char *const prefixes[] = {"p", "y", "t", "w", "a", "tot"};
+    static const char *const prefixes[] = {"p", "y", "t", "w", "a", "b", "tot", "keep", "staged", "nan"};
     for (size_t q = 0; q < sizeof prefixes / sizeof *prefixes; q++) {
         size_t l = strlen(prefixes[q]);
         if (n <= l || strncmp(id, prefixes[q], l)) continue;

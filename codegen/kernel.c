@@ -319,6 +319,7 @@ void cg_operand(CgKernel *L, NodeId x, NodeId reader, bool row, StrBuf *b)
         b = &at;
         sb_printf(b, "p%d[", q);
         bool any = false;
+        uint64_t used = 0; /* the coordinates the index reads */
         for (int a = fusion_first_kept_axis(g, r); a < xs->rank; a++) {
             if (cg_dim_is_one(xs->d[a]) && !cg_dim_is_one(es->d[a])) continue;
             if (cg_dim_is_one(xs->d[a])) continue; /* size 1 in both: coordinate 0 */
@@ -326,9 +327,20 @@ void cg_operand(CgKernel *L, NodeId x, NodeId reader, bool row, StrBuf *b)
             stride_c(b, g, xs, a + 1);
             sb_puts(b, ")");
             any = true;
+            used |= (uint64_t)1 << (a + off);
         }
         sb_puts(b, any ? "]" : "0]");
-        cg_load(outer, (DType)g->nodes[q].dtype, at.data);
+        if (L->hoisted && L->lane < 0 && !(used & L->inner)) { /* the same for the whole row */
+            if (!L->hoisted_done[r]) {
+                L->hoisted_done[r] = 1;
+                sb_printf(L->hoisted, "const %s b%d = ", cg_value_ctype((DType)g->nodes[q].dtype), r);
+                cg_load(L->hoisted, (DType)g->nodes[q].dtype, at.data);
+                sb_puts(L->hoisted, ";\n");
+            }
+            sb_printf(outer, "b%d", r);
+        } else {
+            cg_load(outer, (DType)g->nodes[q].dtype, at.data);
+        }
         sb_free(&at);
         return;
     }

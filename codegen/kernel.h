@@ -165,6 +165,14 @@ typedef struct {
      * a pass that sums in lanes: the pass writes the cast's fp32 operand to a row buffer,
      * staged<id>[kept_index], and the final pass over the row stores it; NULL when none. */
     uint8_t *staged;
+    /* C target, rows and nested modes (c_loops.c): a broadcast operand whose coordinates are
+     * all outer ones (a row's statistic, a per-row scale) is loaded once at the row's start,
+     * `const T b<id> = ...;` appended to *hoisted, and read as b<id> in the row's loops
+     * (hoisted_done[id] set). In the loops GCC could not hoist such a load past the row's
+     * stores (OpenMP's outlined function loses restrict), and partial-redundancy elimination
+     * then kept it in the loop's latch, which kept the loop from vectorising. NULL otherwise. */
+    StrBuf *hoisted;
+    uint8_t *hoisted_done;
 } CgKernel;
 
 #define CG_MEMBER(L, i) ((L)->f->members[(L)->K->first + (i)])
