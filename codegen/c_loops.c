@@ -309,7 +309,7 @@ static void emit_row_passes(CgKernel *L, const char *indent)
                 if (!cg_stored_in_pass(L, id, s)) continue;
                 if (L->staged && L->staged[id])
                     sb_printf(o, "%sstaged%d[%s] = t%d;\n", in, id, L->kept_index, fusion_root(g, L->f, ir_input(g, id, 0)));
-                else cg_store_line(o, in, L->g, id, "i", "t%d");
+                else cg_store_member(L, in, id);
             }
             close_braces(o, braces, indent);
             sb_free(&red);
@@ -339,7 +339,7 @@ static void emit_row_passes(CgKernel *L, const char *indent)
         cg_emit_needed(L, in);
         for (int i = 0; i < L->nstores; i++) {
             const NodeId id = L->stores[i];
-            if (cg_stored_in_pass(L, id, L->pass)) cg_store_line(o, in, L->g, id, "i", "t%d");
+            if (cg_stored_in_pass(L, id, L->pass)) cg_store_member(L, in, id);
             if (!L->staged || !L->staged[id]) continue;
             sb_printf(o, "%sy%d[i] = ", in, id);
             char staged[64];
@@ -522,9 +522,9 @@ static void emit_loop_kernel(CgKernel *L)
         else sb_puts(o, ";\n    #pragma omp simd\n");
         sb_puts(o, "    for (int64_t i = 0; i < n; i++) {\n");
         cg_clear_needed(L);
-        for (int i = 0; i < L->nstores; i++) cg_need(L, L->stores[i]);
+        for (int i = 0; i < L->nstores; i++) cg_need_store(L, L->stores[i]);
         cg_emit_needed(L, "        ");
-        for (int i = 0; i < L->nstores; i++) cg_store_line(o, "        ", g, L->stores[i], "i", "t%d");
+        for (int i = 0; i < L->nstores; i++) cg_store_member(L, "        ", L->stores[i]);
         sb_puts(o, "    }\n");
     } else if (L->mode == CG_LOOP_ROWS) {
         sb_puts(o, "    const int64_t R = 1");
@@ -730,10 +730,10 @@ static void emit_gemm_kernel(CgKernel *L)
         sb_printf(o, "                const int64_t i = (b * M + c%d) * N + c%d;\n", r - 2, r - 1);
         cg_clear_needed(L);
         for (int i = 0; i < L->nstores; i++)
-            if (L->stores[i] != mm) cg_need(L, L->stores[i]);
+            if (L->stores[i] != mm) cg_need_store(L, L->stores[i]);
         cg_emit_needed(L, "                ");
         for (int i = 0; i < L->nstores; i++)
-            if (L->stores[i] != mm) cg_store_line(o, "                ", g, L->stores[i], "i", "t%d");
+            if (L->stores[i] != mm) cg_store_member(L, "                ", L->stores[i]);
         sb_puts(o, "            }\n        }\n");
     }
     sb_puts(o, "    }\n    if (sp.parallel) kiln_blas_serial_end(blas_threads);\n}\n\n");
@@ -825,6 +825,7 @@ void cg_emit_fused_kernel(Cg *c, int32_t k)
     c->o = &text;
     CgKernel L;
     cg_kernel_setup(&L, c, k);
+    L.copies_from_operand = true; /* cg_store_member */
     if (L.mode == CG_LOOP_NESTED) L.lane = lane_axis(&L);
     cg_kernel_comment(&L);
     if (L.mode == CG_LOOP_GEMM) emit_gemm_kernel(&L);

@@ -365,6 +365,45 @@ void cg_operand(CgKernel *L, NodeId x, NodeId reader, bool row, StrBuf *b)
     cg_load(b, (DType)g->nodes[r].dtype, at);
 }
 
+/* Is stored member id a half-precision copy (a cast to bf16/fp16) of the float32 value *x? */
+static bool half_copy(const CgKernel *L, NodeId id, NodeId *x)
+{
+    const Graph *g = L->g;
+    const Node *n = &g->nodes[id];
+    if (!L->copies_from_operand || n->op != OP_CAST || (n->dtype != DT_BF16 && n->dtype != DT_F16)) return false;
+    *x = ir_input(g, id, 0);
+    return g->nodes[*x].dtype == DT_F32;
+}
+
+void cg_store_member(CgKernel *L, const char *indent, NodeId id)
+{
+    NodeId x;
+    if (!half_copy(L, id, &x)) {
+        cg_store_line(L->c->o, indent, L->g, id, "i", "t%d");
+        return;
+    }
+    /* its operand converted once: converting the copy's rounded float, t<id>, again would
+     * give the same bits for twice the work (fp16's conversions are a dozen operations) */
+    StrBuf v;
+    sb_init(&v);
+    cg_operand(L, x, id, false, &v);
+    sb_printf(L->c->o, "%sy%d[i] = ", indent, id);
+    cg_store(L->c->o, (DType)L->g->nodes[id].dtype, v.data);
+    sb_puts(L->c->o, ";\n");
+    sb_free(&v);
+}
+
+void cg_need_store(CgKernel *L, NodeId id)
+{
+    NodeId x;
+    if (!half_copy(L, id, &x)) {
+        cg_need(L, id);
+        return;
+    }
+    const NodeId r = fusion_root(L->g, L->f, x);
+    if ((cg_in_kernel(L, r) && L->f->cls[r] == CLASS_FULL) || cg_recomputed_here(L, r)) cg_need(L, r);
+}
+
 /* Whether full member id was stored by an earlier pass over the current row. */
 static bool written_before(const CgKernel *L, NodeId id)
 {
@@ -692,7 +731,7 @@ bool cg_need_pass(CgKernel *L, int pass)
     }
     for (int i = 0; i < L->nstores; i++)
         if (cg_stored_in_pass(L, L->stores[i], pass)) {
-            cg_need(L, L->stores[i]);
+            cg_need_store(L, L->stores[i]);
             any = true;
         }
     return any;

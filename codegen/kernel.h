@@ -173,6 +173,10 @@ typedef struct {
      * then kept it in the loop's latch, which kept the loop from vectorising. NULL otherwise. */
     StrBuf *hoisted;
     uint8_t *hoisted_done;
+    /* C target (c_loops.c): a stored half-precision copy of a float32 value is converted
+     * from that value (cg_store_member), so the copy's own rounded float is computed only
+     * where a member reads it (cg_need_store). */
+    bool copies_from_operand;
 } CgKernel;
 
 #define CG_MEMBER(L, i) ((L)->f->members[(L)->K->first + (i)])
@@ -215,6 +219,12 @@ void cg_kernel_teardown(CgKernel *L);
 void cg_operand(CgKernel *L, NodeId x, NodeId reader, bool row, StrBuf *b);
 /* `const T t<id> = ...;` (w<id> for a row value) for a member, its operands in scope. */
 void cg_member_value(CgKernel *L, NodeId id, bool row, const char *indent);
+/* `y<id>[i] = ...;` for a full member: its value t<id>, or for a half-precision copy (a cast
+ * of a float32 value) that value converted once (C target). */
+void cg_store_member(CgKernel *L, const char *indent, NodeId id);
+/* cg_need for what storing member id reads: the member, or the operand it is a
+ * half-precision copy of (CgKernel.copies_from_operand). */
+void cg_need_store(CgKernel *L, NodeId id);
 /* Marks the full members needed to compute full member id; cg_clear_needed forgets them. */
 void cg_need(CgKernel *L, NodeId id);
 void cg_clear_needed(CgKernel *L);
