@@ -478,7 +478,23 @@ static void check_map_kernels(const char *text, bool nvcc)
                           bg, bgarg + 2, (long long)bw, (long long)bw, (long long)bh, bxv.data, bg, k, bg, (long long)bw);
             for (int i = 0; i < L.nstores; i++) {
                 NodeId y = L.stores[i];
-                if (fused && !round && y == L.K->anchor) continue;
+                if (fused && !round && y == L.K->anchor) {
+                    /* cuBLASLt took the product (its heuristic found an algorithm): the
+                     * product's memory still holds what it was filled with */
+                    const int64_t n = numel_at(g, &g->nodes[y].shape, symvals);
+                    sb_printf(&body,
+                              "        {\n"
+                              "        float *untouched = filled<float>(%lld, 9u), *now = filled<float>(%lld, 1u);\n"
+                              "        KILN_CUDA_CHECK(cudaMemcpy(now, d%d, %lld * sizeof *now, cudaMemcpyDeviceToHost));\n"
+                              "        const bool took = !memcmp(now, untouched, %lld * sizeof *now);\n"
+                              "        printf(\"kernel %d: cuBLASLt %%s\\n\", took ? \"took the product\" : \"did not take the product\");\n"
+                              "        bad |= !took;\n"
+                              "        free(untouched);\n"
+                              "        free(now);\n"
+                              "        }\n",
+                              (long long)n, (long long)n, y, (long long)n, (long long)n, k);
+                    continue;
+                }
                 int64_t n = numel_at(g, &g->nodes[y].shape, symvals);
                 /* relative to 1 + |want|: sums are added in another order (a block's tree, not
                  * the C target's SIMD lanes), a difference of a few float roundings (tolerance);

@@ -11,7 +11,12 @@
  *
  * cuBLASLt descriptors live in the real header's opaque structs (the same sizes), so code
  * that copies or stack-allocates them behaves the same. The epilogue runs after the GEMM
- * over the output, in the order cuBLASLt documents: bias, then the activation. */
+ * over the output, in the order cuBLASLt documents: bias, then the activation. Half
+ * precision (bf16, fp16) is storage only, as in Kiln's generated code: half A and B are
+ * widened exactly to fp32, and a half C and D (cublasLtMatmul; cublasGemmEx keeps C fp32)
+ * are computed as an fp32 D would be, C widened, product, beta C and epilogue in fp32, and
+ * each element rounded once to nearest even (kiln_half.h's conversions, the C target's): a
+ * half D holds the fp32 D's values rounded, bit for bit. */
 #include <cblas.h>
 #include <math.h>
 #include <stdint.h>
@@ -164,15 +169,16 @@ static size_t operand_size(int32_t type)
     return type == CUDA_R_32F ? sizeof(float) : type == CUDA_R_16BF || type == CUDA_R_16F ? sizeof(uint16_t) : 0;
 }
 
-/* The widened copy of a half-precision operand: the rows x cols matrix stored at src with
- * leading dimension ld, to float at dst with the same ld (its padding rows neither read nor
- * written), exactly: bf16 is the top half of a float, fp16 widens without rounding. */
-static void widen(float *dst, const void *src, int32_t type, int64_t rows, int64_t cols, int64_t ld)
+/* The widened copy of a half-precision matrix: the rows x cols matrix stored at src with
+ * leading dimension lds, to float at dst with leading dimension ldd (padding rows neither
+ * read nor written), exactly: bf16 is the top half of a float, fp16 widens without
+ * rounding. */
+static void widen(float *dst, int64_t ldd, const void *src, int64_t lds, int32_t type, int64_t rows, int64_t cols)
 {
     const uint16_t *h = src;
     for (int64_t j = 0; j < cols; j++) {
-        const uint16_t *col = h + j * ld;
-        float *out = dst + j * ld;
+        const uint16_t *col = h + j * lds;
+        float *out = dst + j * ldd;
         if (type == CUDA_R_16BF)
             for (int64_t i = 0; i < rows; i++) out[i] = kiln_bf16_to_f32(col[i]);
         else
@@ -186,7 +192,7 @@ static const float *operand(const void *base, int32_t type, int64_t i, int64_t s
                             int64_t cols, int64_t ld)
 {
     if (type == CUDA_R_32F) return (const float *)base + i * stride;
-    widen(buf, (const uint16_t *)base + i * stride, type, rows, cols, ld);
+    widen(buf, ld, (const uint16_t *)base + i * stride, ld, type, rows, cols);
     return buf;
 }
 
@@ -561,13 +567,21 @@ typedef struct {
     const Layout *a, *b, *c, *dd;
     int ta, tb, m, n, k, batch, bias, gelu, relu, aux;
     int bgrad; /* 'A' or 'B': the bias gradient, op(A)'s rows or op(B)'s columns summed over k */
+    /* The type of C and D (one type), of the bias or bias gradient vector and of aux, the
+     * last two resolved (-1, unset, is D's type). */
+    int32_t dtype, bias_type, aux_type;
 } Problem;
 
 static int is_f32(int32_t t) { return t == CUDA_R_32F; }
 
-/* Validates a matmul as cuBLASLt would: NOT_SUPPORTED for what the emulator does not do
- * (types but fp32 and bf16/fp16 A and B, row order, the gradient epilogues but BGRADA/B), INVALID_VALUE for inconsistent
- * shapes. */
+/* Validates a matmul as cuBLASLt would: NOT_SUPPORTED for what the emulator does not do,
+ * INVALID_VALUE for inconsistent shapes. Emulated, as cuBLASLt's table has them, with
+ * compute 32F and an fp32 scale: A and B of one type; fp32 A and B (also with compute
+ * FAST_TF32, computed in fp32) with fp32 C and D; bf16 or fp16 A and B with C and D both
+ * of that type or both fp32. The bias (or bias gradient) vector has D's type, or fp32 with
+ * a half D (BIAS_DATA_TYPE CUDA_R_32F: Kiln keeps its biases in fp32); aux has D's type.
+ * Column order only, and of the epilogues DEFAULT, RELU, BIAS, RELU_BIAS, GELU, GELU_BIAS,
+ * GELU_AUX, GELU_AUX_BIAS, BGRADA and BGRADB. */
 static cublasStatus_t lt_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
                                  cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D, Problem *p)
 {
@@ -579,14 +593,13 @@ static cublasStatus_t lt_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout
     p->dd = layout_of(D);
     if (!p->d || !p->a || !p->b || !p->c || !p->dd) return CUBLAS_STATUS_INVALID_VALUE;
     const Desc *d = p->d;
-    /* A and B of one type: fp32 (compute 32F, its PEDANTIC or FAST_TF32 form), or bf16 or
-     * fp16 (compute 32F or 32F_PEDANTIC), widened to fp32; C, D and the scale fp32 (half C
-     * and D, which cuBLASLt has, are not emulated). */
-    const int32_t abtype = (int32_t)p->a->type;
+    /* Half A and B are widened to fp32 and a half D rounded from fp32 (to nearest even), so
+     * every product is computed in fp32 whatever the types. */
+    const int32_t abtype = (int32_t)p->a->type, dtype = (int32_t)p->dd->type;
     int compute_ok = d->compute == CUBLAS_COMPUTE_32F || d->compute == CUBLAS_COMPUTE_32F_PEDANTIC ||
                      (is_f32(abtype) && d->compute == CUBLAS_COMPUTE_32F_FAST_TF32);
     if (!compute_ok || !is_f32(d->scale) || !operand_size(abtype) || (int32_t)p->b->type != abtype ||
-        !is_f32((int32_t)p->c->type) || !is_f32((int32_t)p->dd->type))
+        (int32_t)p->c->type != dtype || (!is_f32(dtype) && dtype != abtype))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (p->a->order != CUBLASLT_ORDER_COL || p->b->order != CUBLASLT_ORDER_COL || p->c->order != CUBLASLT_ORDER_COL ||
         p->dd->order != CUBLASLT_ORDER_COL)
@@ -606,8 +619,10 @@ static cublasStatus_t lt_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout
     case CUBLASLT_EPILOGUE_BGRADB: p->bgrad = 'B'; break;
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
-    if ((d->bias_type != -1 && !is_f32(d->bias_type)) || (d->aux_type != -1 && !is_f32(d->aux_type)))
-        return CUBLAS_STATUS_NOT_SUPPORTED;
+    p->dtype = dtype;
+    p->bias_type = d->bias_type == -1 ? dtype : d->bias_type;
+    p->aux_type = d->aux_type == -1 ? dtype : d->aux_type;
+    if ((p->bias_type != dtype && !is_f32(p->bias_type)) || p->aux_type != dtype) return CUBLAS_STATUS_NOT_SUPPORTED;
     if (!op_ok(d->transa) || !op_ok(d->transb)) return CUBLAS_STATUS_INVALID_VALUE;
     p->ta = d->transa != CUBLAS_OP_N;
     p->tb = d->transb != CUBLAS_OP_N;
@@ -666,11 +681,33 @@ static float gelu(float x)
     return x * 0.5f * (tanhf(u) + 1.0f);
 }
 
+/* Element i of a vector or matrix of type t (fp32, bf16 or fp16) at base, as a float
+ * (exactly), and x stored there, rounded to nearest even for a half type. */
+static float load(int32_t t, const void *base, int64_t i)
+{
+    if (is_f32(t)) return ((const float *)base)[i];
+    const uint16_t h = ((const uint16_t *)base)[i];
+    return t == CUDA_R_16BF ? kiln_bf16_to_f32(h) : kiln_f16_to_f32(h);
+}
+
+static void store(int32_t t, void *base, int64_t i, float x)
+{
+    if (is_f32(t)) ((float *)base)[i] = x;
+    else ((uint16_t *)base)[i] = t == CUDA_R_16BF ? kiln_f32_to_bf16(x) : kiln_f32_to_f16(x);
+}
+
+/* Where element i of a vector or matrix of type t at base is. */
+static void *elem_at(const void *base, int32_t t, int64_t i)
+{
+    return (void *)((uintptr_t)base + (uintptr_t)(i * (int64_t)operand_size(t)));
+}
+
 /* BGRADA: bias[i] = sum over l of op(A)[i, l], i < m; BGRADB: bias[j] = sum over l of
  * op(B)[l, j], j < n. Each sum in float, l = 0, 1, ..., k - 1 in order: the order of the
  * C target's column sums (a bias gradient walked down its rows), so that a product that
- * takes its bias gradient from cuBLASLt agrees with the C target bit for bit here. */
-static void bias_gradient(const Problem *p, const float *A, const float *B, float *bias)
+ * takes its bias gradient from cuBLASLt agrees with the C target bit for bit here. Stored
+ * as the vector's type: a half one rounded once, from the fp32 sum, as the output is. */
+static void bias_gradient(const Problem *p, const float *A, const float *B, void *bias)
 {
     const int len = p->bgrad == 'A' ? p->m : p->n;
     for (int i = 0; i < len; i++) {
@@ -679,8 +716,27 @@ static void bias_gradient(const Problem *p, const float *A, const float *B, floa
             if (p->bgrad == 'A') s += p->ta ? A[(size_t)i * p->a->ld + l] : A[(size_t)l * p->a->ld + i];
             else s += p->tb ? B[(size_t)l * p->b->ld + i] : B[(size_t)i * p->b->ld + l];
         }
-        bias[i] = s;
+        store(p->bias_type, bias, i, s);
     }
+}
+
+/* The epilogue of one batch: y holds alpha op(A) op(B) + beta C in fp32 (leading dimension
+ * ldd, D's), bias and aux point at the batch's vector and matrix (NULL when the epilogue has
+ * none). In cuBLASLt's order, in fp32: the bias added, the sum written to aux (the GELU's
+ * input), the activation; then the result stored to D, rounded once to a half D's type.
+ * With an fp32 D, y is D itself, so a half D gets the fp32 D's values rounded, bit for bit. */
+static void epilogue(const Problem *p, const float *y, void *D, int64_t ldd, const void *bias, void *aux)
+{
+    const int64_t aux_ld = p->d->aux_ld;
+    for (int64_t j = 0; j < p->n; j++)
+        for (int64_t r = 0; r < p->m; r++) {
+            float x = y[j * ldd + r];
+            if (bias) x += load(p->bias_type, bias, r);
+            if (aux) store(p->aux_type, aux, j * aux_ld + r, x);
+            if (p->relu) x = x > 0.0f ? x : 0.0f;
+            if (p->gelu) x = gelu(x);
+            store(p->dtype, D, j * ldd + r, x);
+        }
 }
 
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void *alpha,
@@ -715,19 +771,30 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
             !matrix_ok(fn, "B", B, operand_size(btype), brows, bcols, p.b->ld, p.batch, p.b->stride))
             return CUBLAS_STATUS_EXECUTION_FAILED;
     }
-    const size_t f = sizeof(float);
-    if ((b != 0.0f && !matrix_ok(fn, "C", C, f, p.m, p.n, p.c->ld, p.batch, p.c->stride)) ||
-        !matrix_ok(fn, "D", D, f, p.m, p.n, p.dd->ld, p.batch, p.dd->stride) ||
-        (p.bias && !matrix_ok(fn, "bias", d->bias, f, p.m, 1, p.m, p.batch, d->bias_stride)) ||
-        (p.bgrad && !matrix_ok(fn, "bias gradient", d->bias, f, p.bgrad == 'A' ? p.m : p.n, 1, p.bgrad == 'A' ? p.m : p.n, 1, 0)) ||
-        (p.aux && !matrix_ok(fn, "aux", d->aux, f, p.m, p.n, d->aux_ld, p.batch, d->aux_stride)))
+    /* C and D share D's type; the bias and aux element sizes follow their resolved types. */
+    const size_t de = operand_size(p.dtype), be = operand_size(p.bias_type), xe = operand_size(p.aux_type);
+    const int glen = p.bgrad == 'A' ? p.m : p.n;
+    if ((b != 0.0f && !matrix_ok(fn, "C", C, de, p.m, p.n, p.c->ld, p.batch, p.c->stride)) ||
+        !matrix_ok(fn, "D", D, de, p.m, p.n, p.dd->ld, p.batch, p.dd->stride) ||
+        (p.bias && !matrix_ok(fn, "bias", d->bias, be, p.m, 1, p.m, p.batch, d->bias_stride)) ||
+        (p.bgrad && !matrix_ok(fn, "bias gradient", d->bias, be, glen, 1, glen, 1, 0)) ||
+        (p.aux && !matrix_ok(fn, "aux", d->aux, xe, p.m, p.n, d->aux_ld, p.batch, d->aux_stride)))
         return CUBLAS_STATUS_EXECUTION_FAILED;
     int lda = (int)p.a->ld, ldb = (int)p.b->ld, ldc = (int)p.c->ld, ldd = (int)p.dd->ld;
+    const int half_d = !is_f32(p.dtype);
+    /* A half D's fp32 values: one batch, with D's leading dimension, so that sgemm is called
+     * with the same shapes as for an fp32 D and gives the same bits. */
+    float *y = NULL;
+    if (half_d && !(y = malloc(((size_t)(p.n - 1) * (size_t)ldd + (size_t)p.m) * sizeof *y)))
+        return CUBLAS_STATUS_ALLOC_FAILED;
     float *wa = NULL, *wb = NULL, *room = NULL;
     if (reads) {
         int failed;
         room = widen_room(atype, arows, acols, p.a->ld, btype, brows, bcols, p.b->ld, &wa, &wb, &failed);
-        if (failed) return CUBLAS_STATUS_ALLOC_FAILED;
+        if (failed) {
+            free(y);
+            return CUBLAS_STATUS_ALLOC_FAILED;
+        }
     }
     for (int i = 0; i < p.batch; i++) {
         /* Half-precision A and B widened (when read; NULL for sgemm otherwise, which reads
@@ -736,29 +803,24 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                                 : is_f32(atype) ? (const float *)A + i * p.a->stride : NULL;
         const float *Bi = reads ? operand(B, btype, i, p.b->stride, wb, brows, bcols, p.b->ld)
                                 : is_f32(btype) ? (const float *)B + i * p.b->stride : NULL;
-        const float *Ci = (const float *)C + i * p.c->stride;
-        float *Di = (float *)D + i * p.dd->stride;
-        /* D = beta C first (C is not read when beta is 0, as in cuBLASLt), then BLAS
-         * accumulates alpha op(A) op(B) into it. */
-        if (b != 0.0f && Ci != Di)
-            for (int j = 0; j < p.n; j++) memcpy(Di + (size_t)j * ldd, Ci + (size_t)j * ldc, (size_t)p.m * sizeof(float));
-        sgemm(p.ta, p.tb, p.m, p.n, p.k, a, Ai, lda, Bi, ldb, b, Di, ldd);
-        if (p.bgrad) bias_gradient(&p, Ai, Bi, (float *)d->bias);
-        if (!p.bias && !p.relu && !p.gelu) continue;
-        const float *bias = p.bias ? (const float *)d->bias + i * d->bias_stride : NULL;
-        float *aux = p.aux ? (float *)d->aux + i * d->aux_stride : NULL;
-        for (int j = 0; j < p.n; j++) {
-            float *col = Di + (size_t)j * ldd;
-            for (int r = 0; r < p.m; r++) {
-                float x = col[r];
-                if (bias) x += bias[r];
-                if (aux) aux[(size_t)j * d->aux_ld + r] = x;
-                if (p.relu) x = x > 0.0f ? x : 0.0f;
-                if (p.gelu) x = gelu(x);
-                col[r] = x;
-            }
-        }
+        const void *Ci = elem_at(C, p.dtype, i * p.c->stride);
+        void *Di = elem_at(D, p.dtype, i * p.dd->stride);
+        /* y = beta C first (C is not read when beta is 0, as in cuBLASLt), then BLAS
+         * accumulates alpha op(A) op(B) into it. y is an fp32 D itself, or a half C widened
+         * (before D is written: in place, C == D, works too). */
+        float *yi = half_d ? y : Di;
+        if (b != 0.0f && half_d) widen(yi, ldd, Ci, ldc, p.dtype, p.m, p.n);
+        else if (b != 0.0f && Ci != Di)
+            for (int j = 0; j < p.n; j++)
+                memcpy(yi + (size_t)j * ldd, (const float *)Ci + (size_t)j * ldc, (size_t)p.m * sizeof(float));
+        sgemm(p.ta, p.tb, p.m, p.n, p.k, a, Ai, lda, Bi, ldb, b, yi, ldd);
+        if (p.bgrad) bias_gradient(&p, Ai, Bi, (void *)d->bias);
+        /* An fp32 D without an epilogue is done; a half one still needs its rounding. */
+        if (!p.bias && !p.relu && !p.gelu && !half_d) continue;
+        epilogue(&p, yi, Di, ldd, p.bias ? elem_at(d->bias, p.bias_type, i * d->bias_stride) : NULL,
+                 p.aux ? elem_at(d->aux, p.aux_type, i * d->aux_stride) : NULL);
     }
+    free(y);
     free(room);
     return CUBLAS_STATUS_SUCCESS;
 }

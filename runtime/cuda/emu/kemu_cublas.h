@@ -270,9 +270,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
 /* D = epilogue(alpha op(A) op(B) + beta C [+ bias]). Supported: fp32 matrices, bias and
  * scale (COMPUTE_32F, its PEDANTIC and FAST_TF32 forms computed in fp32), or A and B both
  * CUDA_R_16BF or both CUDA_R_16F (COMPUTE_32F or 32F_PEDANTIC; widened exactly to float)
- * with C, D, bias, aux and scale fp32; column order, strided batches; epilogues DEFAULT,
- * RELU, BIAS, RELU_BIAS, GELU, GELU_BIAS, GELU_AUX and GELU_AUX_BIAS (aux = the input of the
- * GELU), BGRADA and BGRADB. Others return CUBLAS_STATUS_NOT_SUPPORTED. */
+ * with C and D both fp32 or both of A's type (computed in fp32, each D element rounded to
+ * nearest even), scale fp32; the bias or bias gradient vector of D's type (BIAS_DATA_TYPE
+ * unset) or fp32 (set to CUDA_R_32F), aux of D's type; column order, strided batches;
+ * epilogues DEFAULT, RELU, BIAS, RELU_BIAS, GELU, GELU_BIAS, GELU_AUX and GELU_AUX_BIAS
+ * (aux = the input of the GELU), BGRADA and BGRADB. Others return
+ * CUBLAS_STATUS_NOT_SUPPORTED. */
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void *alpha,
                               const void *A, cublasLtMatrixLayout_t Adesc, const void *B,
                               cublasLtMatrixLayout_t Bdesc, const void *beta, const void *C,
