@@ -163,6 +163,20 @@ static bool residual_add(const CgKernel *L, NodeId x, NodeId *res, NodeId *r)
     return false;
 }
 
+/* D is the residual add p->res, the only value stored: epilogue e (DEFAULT, or BIAS with the
+ * bias), unless the sum is written in place of something cuBLASLt reads. */
+static bool residual_epilogue(const CgKernel *L, CudaLtPlan *p, CudaLtEpilogue e)
+{
+    const NodeId in = L->c->mp.inplace_of[p->res];
+    if (in != IR_NONE && in != L->K->anchor && in != p->residual) return why(p, "its result is written in place of %%%d", in);
+    if (in == p->residual && reads_operand(L, p->residual))
+        return why(p, "its result is written in place of %%%d, which the product reads", in);
+    p->out = p->res;
+    p->epilogue = e;
+    return why(p, "%sthe residual add %%%d is the only value stored: cuBLASLt adds %%%d as C (beta 1)",
+               e == CUDA_LT_BIAS ? "bias, and " : "", p->res, p->residual);
+}
+
 bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p)
 {
     const Graph *g = L->g;
@@ -210,13 +224,7 @@ bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p)
             if (L->stores[i] != mm && L->stores[i] != p->res)
                 return why(p, "%%%d (%s) is stored too, which no cuBLASLt epilogue computes", L->stores[i],
                            ir_op_info[g->nodes[L->stores[i]].op].name);
-        const NodeId in = L->c->mp.inplace_of[p->res];
-        if (in != IR_NONE && in != mm && in != p->residual) return why(p, "its result is written in place of %%%d", in);
-        if (in == p->residual && reads_operand(L, p->residual))
-            return why(p, "its result is written in place of %%%d, which the product reads", in);
-        p->out = p->res;
-        p->epilogue = CUDA_LT_DEFAULT;
-        return why(p, "the residual add %%%d is the only value stored: cuBLASLt adds %%%d as C (beta 1)", p->res, p->residual);
+        return residual_epilogue(L, p, CUDA_LT_DEFAULT);
     }
     /* a residual add of the bias add: (AB + C) + bias, C the residual */
     residual_add(L, p->add, &p->res, &p->residual);
@@ -265,14 +273,7 @@ bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p)
         if (add_stored != IR_NONE || act_stored != IR_NONE)
             return why(p, "%%%d is stored besides the residual add %%%d, and cuBLASLt writes one value",
                        add_stored != IR_NONE ? add_stored : act_stored, p->res);
-        const NodeId in = L->c->mp.inplace_of[p->res];
-        if (in != IR_NONE && in != mm && in != p->residual) return why(p, "its result is written in place of %%%d", in);
-        if (in == p->residual && reads_operand(L, p->residual))
-            return why(p, "its result is written in place of %%%d, which the product reads", in);
-        p->out = p->res;
-        p->epilogue = CUDA_LT_BIAS;
-        return why(p, "bias, and the residual add %%%d is the only value stored: cuBLASLt adds %%%d as C (beta 1)", p->res,
-                   p->residual);
+        return residual_epilogue(L, p, CUDA_LT_BIAS);
     }
     p->res = p->residual = IR_NONE; /* a residual add not stored: computed by another kernel */
     if (act_stored != IR_NONE && add_stored != IR_NONE && p->relu)
