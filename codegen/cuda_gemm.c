@@ -15,8 +15,8 @@
  *   - or the residual add of the bias add, or of the product alone (a transformer block's
  *     x + proj(...)): cuBLASLt reads the residual as C with beta 1 (BIAS, DEFAULT);
  *   - mixed precision: a stored value may be the half copy (bf16/fp16, the operands' type)
- *     of the bias add or activation, what the next products read: D, and aux, in that type,
- *     rounded to nearest even as the cast does;
+ *     of the bias add or activation, or of the product alone (DEFAULT), what the next
+ *     products read: D, and aux, in that type, rounded to nearest even as the cast does;
  *   - the bias runs along the product's last axis, from one float32 vector read in place.
  * Anything else stays as today, and the launch function says why in a comment: relu's mask
  * stored for the backward (cuBLASLt's RELU_AUX is a bit mask in its own layout, which only
@@ -217,6 +217,25 @@ bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p)
         if (p->add != IR_NONE) break;
     }
     if (p->add == IR_NONE) {
+        /* no bias: the product's half copy alone (DEFAULT, D in the operands' type) */
+        const DType ab = (DType)g->nodes[ir_input(g, mm, 0)].dtype;
+        NodeId copy = IR_NONE;
+        for (int i = 0; i < L->nstores; i++) {
+            const NodeId v = L->stores[i];
+            if (v == mm) continue;
+            const Node *n = &g->nodes[v];
+            const bool half = n->op == OP_CAST && n->dtype == ab && ab != DT_F32 && skip_reshapes(g, ir_input(g, v, 0)) == mm;
+            copy = half && copy == IR_NONE ? v : IR_NONE;
+            if (!half) break;
+        }
+        if (copy != IR_NONE) {
+            const NodeId in = L->c->mp.inplace_of[copy];
+            if (in != IR_NONE && in != mm) return why(p, "its result is written in place of %%%d", in);
+            p->out = copy;
+            p->half_out = true;
+            p->epilogue = CUDA_LT_DEFAULT;
+            return why(p, "the product's half copy %%%d is the only value stored, D in %s", copy, ab == DT_BF16 ? "bf16" : "fp16");
+        }
         /* no bias: a residual add of the product alone (DEFAULT, the residual as C) */
         if (!residual_add(L, mm, &p->res, &p->residual))
             return why(p, "its epilogue has no bias add along the product's last axis, nor a residual add");
