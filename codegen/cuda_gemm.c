@@ -18,6 +18,8 @@
  *     of the bias add or activation, or of the product alone (DEFAULT), what the next
  *     products read: D, and aux, in that type, rounded to nearest even as the cast does;
  *   - the bias runs along the product's last axis, from one float32 vector read in place.
+ *   - GELU's backward of the product (DGELU, its input read as aux), recognised by value
+ *     (below), not by shape.
  * Anything else stays as today, and the launch function says why in a comment: relu's mask
  * stored for the backward (cuBLASLt's RELU_AUX is a bit mask in its own layout, which only
  * its DRELU epilogue reads), an erf GELU, batched or permuted products.
@@ -28,6 +30,7 @@
  * it after: an ulp or so apart, as the GPU's own order is. */
 #include "cuda_internal.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,6 +166,110 @@ static bool residual_add(const CgKernel *L, NodeId x, NodeId *res, NodeId *r)
     return false;
 }
 
+/* ---- GELU's backward (DGELU) ----
+ * Autodiff writes the tanh-GELU's derivative as a dozen elementwise nodes, which fusion puts
+ * in the epilogue of the product dY W that computes their incoming gradient. cuBLASLt's
+ * DGELU epilogue computes D = (AB) * gelu'(aux) with aux the GELU's input. Rather than match
+ * autodiff's expansion node by node (any rewrite of it would silently stop the match), the
+ * stored value is taken for a function of the product and one elementwise operand and
+ * evaluated (in double, with the interpreter's arithmetic) at points that tell the two
+ * apart; it is DGELU when it equals m * gelu'(x) at every one of them. */
+
+typedef struct {
+    const CgKernel *L;
+    NodeId mm, x;  /* the product, and the one other elementwise operand (IR_NONE: none yet) */
+    uint8_t *seen; /* per node: evaluable, and in order[] */
+    NodeId *order; /* the evaluable nodes, each after its operands */
+    int n, depth;
+} Probe;
+
+/* Can f(m, x) be evaluated from node v: elementwise arithmetic of the product (through
+ * reshapes), one operand read at the element itself (through widening casts) and
+ * constants? Sets pr->x, and appends v (after its operands) to pr->order. */
+static bool probe_ok(Probe *pr, NodeId v)
+{
+    const CgKernel *L = pr->L;
+    const Graph *g = L->g;
+    if (pr->seen[v]) return true;
+    if (++pr->depth > 1000) return false;
+    const Node *n = &g->nodes[v];
+    bool ok;
+    const NodeId r = fusion_root(g, L->f, v);
+    if (v == pr->mm || n->op == OP_CONST) {
+        ok = true;
+    } else if (n->op == OP_RESHAPE) {
+        ok = probe_ok(pr, ir_input(g, v, 0));
+    } else if (n->op == OP_EXPAND) { /* a broadcast: only of a constant */
+        ok = g->nodes[fusion_root(g, L->f, ir_input(g, v, 0))].op == OP_CONST;
+    } else if (!cg_in_kernel(L, r) && !cg_recomputed_here(L, r)) { /* loaded */
+        ok = r == v && L->f->role[r] != ROLE_INLINE && (pr->x == IR_NONE || pr->x == r);
+        if (ok) pr->x = r;
+    } else if (n->op == OP_CAST) { /* widening: exact */
+        ok = n->dtype == DT_F32 && probe_ok(pr, ir_input(g, v, 0));
+    } else {
+        const unsigned flags = ir_op_info[n->op].flags;
+        ok = n->dtype == DT_F32 && (((flags & OPF_UNARY) && n->ninputs == 1 && probe_ok(pr, ir_input(g, v, 0))) ||
+                                    ((flags & OPF_BINARY) && n->ninputs == 2 && probe_ok(pr, ir_input(g, v, 0)) &&
+                                     probe_ok(pr, ir_input(g, v, 1))));
+    }
+    pr->depth--;
+    if (!ok) return false;
+    pr->seen[v] = 1;
+    pr->order[pr->n++] = v;
+    return true;
+}
+
+/* f(m, x) at every node of pr->order, in double, with the interpreter's arithmetic. */
+static void probe_values(const Probe *pr, double m, double x, double *val)
+{
+    const Graph *g = pr->L->g;
+    for (int i = 0; i < pr->n; i++) {
+        const NodeId v = pr->order[i];
+        const Node *n = &g->nodes[v];
+        if (v == pr->mm) val[v] = m;
+        else if (v == pr->x) val[v] = x;
+        else if (n->op == OP_CONST) val[v] = n->fattr[0];
+        else if (n->op == OP_EXPAND) val[v] = g->nodes[fusion_root(g, pr->L->f, ir_input(g, v, 0))].fattr[0];
+        else if (n->op == OP_RESHAPE || n->op == OP_CAST) val[v] = val[ir_input(g, v, 0)];
+        else if (ir_op_info[n->op].flags & OPF_UNARY) val[v] = interp_unary((Op)n->op, val[ir_input(g, v, 0)]);
+        else val[v] = interp_binary((Op)n->op, val[ir_input(g, v, 0)], val[ir_input(g, v, 1)]);
+    }
+}
+
+/* The tanh-GELU's derivative. */
+static double gelu_grad(double x)
+{
+    const double k = 0.7978845608028654, c = 0.044715, t = tanh(k * (x + c * x * x * x));
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x);
+}
+
+/* Is y (stored, or what a stored half copy copies) the product times gelu'(x) for one
+ * elementwise operand x (set in *aux)? */
+static bool is_dgelu(const CgKernel *L, NodeId y, NodeId *aux)
+{
+    const size_t nn = (size_t)L->g->nnodes + 1;
+    Probe pr = {.L = L, .mm = L->K->anchor, .x = IR_NONE, .seen = xcalloc(nn, 1), .order = xcalloc(nn, sizeof(NodeId))};
+    double *val = xcalloc(nn, sizeof *val);
+    bool ok = probe_ok(&pr, y) && pr.x != IR_NONE;
+    if (ok) {
+        const Dim nx = numel(&L->g->nodes[pr.x].shape), nm = numel(&L->g->nodes[pr.mm].shape);
+        ok = nx.k >= 0 && ir_dim_eq(nx, nm);
+    }
+    static const double xs[] = {-7.5, -3.1, -1.7, -0.9, -0.31, -0.02, 0, 0.013, 0.27, 0.8, 1.45, 2.2, 3.9, 6.4};
+    static const double ms[] = {1.0, -0.37, 2.5};
+    for (size_t i = 0; ok && i < sizeof xs / sizeof *xs; i++)
+        for (size_t j = 0; ok && j < sizeof ms / sizeof *ms; j++) {
+            probe_values(&pr, ms[j], xs[i], val);
+            const double want = ms[j] * gelu_grad(xs[i]);
+            ok = fabs(val[y] - want) <= 1e-9 * (1 + fabs(want));
+        }
+    if (ok) *aux = pr.x;
+    free(pr.seen);
+    free(pr.order);
+    free(val);
+    return ok;
+}
+
 /* D is the residual add p->res, the only value stored: epilogue e (DEFAULT, or BIAS with the
  * bias), unless the sum is written in place of something cuBLASLt reads. */
 static bool residual_epilogue(const CgKernel *L, CudaLtPlan *p, CudaLtEpilogue e)
@@ -235,6 +342,33 @@ bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p)
             p->half_out = true;
             p->epilogue = CUDA_LT_DEFAULT;
             return why(p, "the product's half copy %%%d is the only value stored, D in %s", copy, ab == DT_BF16 ? "bf16" : "fp16");
+        }
+        /* no bias: GELU's backward of the product (DGELU, its input as aux) */
+        NodeId out = IR_NONE;
+        int others = 0;
+        for (int i = 0; i < L->nstores; i++)
+            if (L->stores[i] != mm) {
+                out = L->stores[i];
+                others++;
+            }
+        if (others == 1) {
+            const Node *o = &g->nodes[out];
+            const bool half = o->op == OP_CAST && o->dtype == ab && ab != DT_F32;
+            const NodeId y = half ? ir_input(g, out, 0) : out;
+            NodeId x;
+            if ((half || o->dtype == DT_F32) && g->nodes[y].dtype == DT_F32 && is_dgelu(L, y, &x)) {
+                if (g->nodes[x].dtype != o->dtype)
+                    return why(p, "GELU's backward: its input %%%d is %s and its result %%%d %s, and cuBLASLt's aux has D's type",
+                               x, ir_dtype_name(g->nodes[x].dtype), out, ir_dtype_name(o->dtype));
+                const NodeId in = L->c->mp.inplace_of[out];
+                if (in != IR_NONE && in != mm) return why(p, "its result is written in place of %%%d", in);
+                p->out = out;
+                p->aux = x;
+                p->half_out = half;
+                p->epilogue = CUDA_LT_DGELU;
+                return why(p, "GELU's backward of the product, %%%d%s; its input %%%d is read as aux", out,
+                           half ? (ab == DT_BF16 ? ", D in bf16" : ", D in fp16") : "", x);
+            }
         }
         /* no bias: a residual add of the product alone (DEFAULT, the residual as C) */
         if (!residual_add(L, mm, &p->res, &p->residual))
@@ -345,6 +479,7 @@ const char *cuda_gemm_lt_name(CudaLtEpilogue e)
     case CUDA_LT_RELU_BIAS: return "CUBLASLT_EPILOGUE_RELU_BIAS";
     case CUDA_LT_GELU_BIAS: return "CUBLASLT_EPILOGUE_GELU_BIAS";
     case CUDA_LT_GELU_AUX_BIAS: return "CUBLASLT_EPILOGUE_GELU_AUX_BIAS";
+    case CUDA_LT_DGELU: return "CUBLASLT_EPILOGUE_DGELU";
     }
     return "none";
 }
@@ -394,7 +529,7 @@ bool cuda_gemm_emit_lt(CgKernel *L, const CgOperand *A, const CgOperand *B)
     cg_gemm_operand_offset(L, A, 0, "0", "0", &offa);
     cg_gemm_operand_offset(L, B, 0, "0", "0", &offb);
     char aux[32] = "nullptr", bias[32] = "nullptr", res[32] = "nullptr";
-    if (p.aux != IR_NONE) snprintf(aux, sizeof aux, "y%d", p.aux);
+    if (p.aux != IR_NONE) snprintf(aux, sizeof aux, p.epilogue == CUDA_LT_DGELU ? "(void *)p%d" : "y%d", p.aux);
     if (p.bias != IR_NONE) snprintf(bias, sizeof bias, "p%d", p.bias);
     if (p.residual != IR_NONE) snprintf(res, sizeof res, "p%d", p.residual);
     const char *dtype = p.half_out ? half : "CUDA_R_32F";

@@ -12,7 +12,8 @@ typedef enum {
     CUDA_LT_BIAS,
     CUDA_LT_RELU_BIAS,
     CUDA_LT_GELU_BIAS,
-    CUDA_LT_GELU_AUX_BIAS
+    CUDA_LT_GELU_AUX_BIAS,
+    CUDA_LT_DGELU /* GELU's backward: D = AB * gelu'(aux), aux the GELU's input (read) */
 } CudaLtEpilogue;
 
 typedef struct {
@@ -24,7 +25,7 @@ typedef struct {
     NodeId residual; /* its other operand, float32 read in place: cuBLASLt's C, beta 1 */
     NodeId out;      /* D: the stored value cuBLASLt writes (the add or activation, or its half copy) */
     bool half_out;   /* D (and aux) in the operands' half precision, rounded to nearest even */
-    NodeId aux;      /* the GELU's input (or its half copy), stored for the backward pass, or IR_NONE */
+    NodeId aux;      /* the GELU's input (or its half copy): stored for the backward pass, or read by DGELU; or IR_NONE */
     char why[240];   /* why this epilogue, or why none */
 } CudaLtPlan;
 

@@ -1415,10 +1415,14 @@ Test(cuda_emu_blas, lt_unsupported_and_invalid)
                  CUBLAS_STATUS_INVALID_VALUE, "inner dimensions 4 and 5 differ");
     cr_expect_eq(cublasLtMatmul(lt, desc, &one, d, lrow, d, l4, &zero, d, l4, d, l4, NULL, NULL, 0, NULL),
                  CUBLAS_STATUS_NOT_SUPPORTED, "row order");
+    uint32_t dgelu_bgrad = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &dgelu_bgrad, sizeof dgelu_bgrad), 0);
+    cr_expect_eq(cublasLtMatmul(lt, desc, &one, d, l4, d, l4, &zero, d, l4, d, l4, NULL, NULL, 0, NULL),
+                 CUBLAS_STATUS_NOT_SUPPORTED, "DGELU_BGRAD is not emulated");
     uint32_t dgelu = CUBLASLT_EPILOGUE_DGELU;
     cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &dgelu, sizeof dgelu), 0);
     cr_expect_eq(cublasLtMatmul(lt, desc, &one, d, l4, d, l4, &zero, d, l4, d, l4, NULL, NULL, 0, NULL),
-                 CUBLAS_STATUS_NOT_SUPPORTED, "gradient epilogues are not emulated");
+                 CUBLAS_STATUS_INVALID_VALUE, "DGELU without its aux input");
     uint32_t bias = CUBLASLT_EPILOGUE_BIAS;
     cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &bias, sizeof bias), 0);
     cr_expect_eq(cublasLtMatmul(lt, desc, &one, d, l4, d, l4, &zero, d, l4, d, l4, NULL, NULL, 0, NULL),
@@ -1503,4 +1507,90 @@ Test(cuda_emu_blas, lt_half_operand_out_of_bounds, .init = cr_redirect_stderr)
     cublasLtMatmulDescDestroy(desc);
     cublasLtDestroy(lt);
     cudaDeviceReset();
+}
+
+/* DGELU (GELU's backward in the product's epilogue): D = op(A) op(B) * gelu'(aux), aux the
+ * GELU's input, read (m x n, its own leading dimension), of D's type: fp32, and bf16 and
+ * fp16 A, B, D and aux. Against the product in double times the derivative in double, within
+ * float's rounding (a half D: within one rounding step of the type); aux left unchanged. */
+static double gelu_grad(double x)
+{
+    const double k = 0.7978845608028654, c = 0.044715, t = tanh(k * (x + c * x * x * x));
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x);
+}
+
+Test(cuda_emu_blas, lt_dgelu_every_type)
+{
+    cublasLtHandle_t lt;
+    cr_assert_eq(cublasLtCreate(&lt), CUBLAS_STATUS_SUCCESS);
+    const int m = 11, n = 7, k = 19;
+    for (int ty = 0; ty < 3; ty++)
+        for (int oa = 0; oa < 2; oa++) {
+            const cudaDataType t = types[ty];
+            const int ta = oa, arows = ta ? k : m, acols = ta ? m : k, lda = arows + 1, ldb = k, ldd = m + 2, ldx = m + 3;
+            const size_t na = (size_t)lda * acols, nb = (size_t)ldb * n, nd = (size_t)ldd * n, nx = (size_t)ldx * n;
+            float *A = malloc(na * 4), *B = malloc(nb * 4), *X = malloc(nx * 4), *D = malloc(nd * 4);
+            double *prod = calloc(nd, sizeof *prod);
+            cr_assert(A && B && X && D && prod);
+            fill(A, na, 21u);
+            fill(B, nb, 22u);
+            fill(X, nx, 23u);
+            for (size_t i = 0; i < nx; i++) X[i] = round_to(t, 4.0f * X[i]); /* GELU inputs in [-4, 4] */
+            for (size_t i = 0; i < na; i++) A[i] = round_to(t, A[i]);
+            for (size_t i = 0; i < nb; i++) B[i] = round_to(t, B[i]);
+            reference(ta, 0, m, n, k, 1.0f, A, lda, B, ldb, 0.0f, prod, ldd);
+            void *dA = to_device_as(t, A, na), *dB = to_device_as(t, B, nb), *dX = to_device_as(t, X, nx), *dD = NULL;
+            cr_assert_eq(cudaMalloc(&dD, nd * (t == CUDA_R_32F ? 4 : 2)), cudaSuccess);
+            cublasLtMatmulDesc_t desc = lt_desc(ta ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DGELU, NULL, 0, -1,
+                                                dX, ldx, 0, -1);
+            cublasLtMatrixLayout_t la = layout_as(t, arows, acols, lda, 1, 0), lb = layout_as(t, k, n, ldb, 1, 0),
+                                   ld = layout_as(t, m, n, ldd, 1, 0);
+            const float one = 1.0f, zero = 0.0f;
+            cr_assert_eq(cublasLtMatmul(lt, desc, &one, dA, la, dB, lb, &zero, dD, ld, dD, ld, NULL, NULL, 0, NULL),
+                         CUBLAS_STATUS_SUCCESS, "%s", type_name(t));
+            if (t == CUDA_R_32F) {
+                to_host(D, dD, nd);
+            } else {
+                uint16_t *h = malloc(nd * 2);
+                cr_assert(h);
+                halves_to_host(h, dD, nd);
+                for (size_t i = 0; i < nd; i++) D[i] = half_value(t, h[i]);
+                free(h);
+            }
+            const double tol = t == CUDA_R_32F ? 1e-5 : t == CUDA_R_16BF ? 8e-3 : 1e-3;
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < m; i++) {
+                    const double want = prod[i + (size_t)j * ldd] * gelu_grad(X[i + (size_t)j * ldx]);
+                    const double got = D[i + (size_t)j * ldd];
+                    cr_assert(fabs(got - want) <= tol * (1 + fabs(want)), "%s op %d: D[%d, %d] = %.9g, want %.9g",
+                              type_name(t), ta, i, j, got, want);
+                }
+            float *X2 = malloc(nx * 4); /* aux is read, not written */
+            cr_assert(X2);
+            if (t == CUDA_R_32F) {
+                to_host(X2, dX, nx);
+            } else {
+                uint16_t *h = malloc(nx * 2);
+                cr_assert(h);
+                halves_to_host(h, dX, nx);
+                for (size_t i = 0; i < nx; i++) X2[i] = half_value(t, h[i]);
+                free(h);
+            }
+            cr_assert(!memcmp(X, X2, nx * 4), "%s: aux was written", type_name(t));
+            free(X2);
+            cublasLtMatrixLayoutDestroy(la);
+            cublasLtMatrixLayoutDestroy(lb);
+            cublasLtMatrixLayoutDestroy(ld);
+            cublasLtMatmulDescDestroy(desc);
+            cudaFree(dA);
+            cudaFree(dB);
+            cudaFree(dX);
+            cudaFree(dD);
+            free(A);
+            free(B);
+            free(X);
+            free(D);
+            free(prod);
+        }
+    cr_assert_eq(cublasLtDestroy(lt), CUBLAS_STATUS_SUCCESS);
 }

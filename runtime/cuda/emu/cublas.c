@@ -566,6 +566,7 @@ typedef struct {
     const Desc *d;
     const Layout *a, *b, *c, *dd;
     int ta, tb, m, n, k, batch, bias, gelu, relu, aux;
+    int dgelu; /* DGELU: D = AB * gelu'(aux), aux read */
     int bgrad; /* 'A' or 'B': the bias gradient, op(A)'s rows or op(B)'s columns summed over k */
     /* The type of C and D (one type), of the bias or bias gradient vector and of aux, the
      * last two resolved (-1, unset, is D's type). */
@@ -581,7 +582,7 @@ static int is_f32(int32_t t) { return t == CUDA_R_32F; }
  * of that type or both fp32. The bias (or bias gradient) vector has D's type, or fp32 with
  * a half D (BIAS_DATA_TYPE CUDA_R_32F: Kiln keeps its biases in fp32); aux has D's type.
  * Column order only, and of the epilogues DEFAULT, RELU, BIAS, RELU_BIAS, GELU, GELU_BIAS,
- * GELU_AUX, GELU_AUX_BIAS, BGRADA and BGRADB. */
+ * GELU_AUX, GELU_AUX_BIAS, DGELU (aux read: the GELU's input), BGRADA and BGRADB. */
 static cublasStatus_t lt_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
                                  cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D, Problem *p)
 {
@@ -615,6 +616,7 @@ static cublasStatus_t lt_problem(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout
     case CUBLASLT_EPILOGUE_GELU_BIAS: p->gelu = p->bias = 1; break;
     case CUBLASLT_EPILOGUE_GELU_AUX: p->gelu = p->aux = 1; break;
     case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: p->gelu = p->aux = p->bias = 1; break;
+    case CUBLASLT_EPILOGUE_DGELU: p->dgelu = p->aux = 1; break;
     case CUBLASLT_EPILOGUE_BGRADA: p->bgrad = 'A'; break;
     case CUBLASLT_EPILOGUE_BGRADB: p->bgrad = 'B'; break;
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -681,6 +683,16 @@ static float gelu(float x)
     return x * 0.5f * (tanhf(u) + 1.0f);
 }
 
+/* The tanh-GELU's derivative, as cuBLASLt's DGELU applies it: 0.5 (1 + t) + 0.5 x (1 - t^2)
+ * sqrt(2 / pi) (1 + 3 * 0.044715 x^2), t = tanh(sqrt(2 / pi) (x + 0.044715 x^3)), in float.
+ * Kiln's generated kernels compute autodiff's expansion of the same derivative in their own
+ * order: an ulp or so apart. */
+static float gelu_grad(float x)
+{
+    const float k = 0.7978845608028654f, c = 0.044715f, t = tanhf(k * (x + c * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * c * x * x);
+}
+
 /* Element i of a vector or matrix of type t (fp32, bf16 or fp16) at base, as a float
  * (exactly), and x stored there, rounded to nearest even for a half type. */
 static float load(int32_t t, const void *base, int64_t i)
@@ -732,7 +744,8 @@ static void epilogue(const Problem *p, const float *y, void *D, int64_t ldd, con
         for (int64_t r = 0; r < p->m; r++) {
             float x = y[j * ldd + r];
             if (bias) x += load(p->bias_type, bias, r);
-            if (aux) store(p->aux_type, aux, j * aux_ld + r, x);
+            if (aux && p->dgelu) x *= gelu_grad(load(p->aux_type, aux, j * aux_ld + r)); /* aux read */
+            else if (aux) store(p->aux_type, aux, j * aux_ld + r, x);
             if (p->relu) x = x > 0.0f ? x : 0.0f;
             if (p->gelu) x = gelu(x);
             store(p->dtype, D, j * ldd + r, x);
@@ -816,7 +829,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
         sgemm(p.ta, p.tb, p.m, p.n, p.k, a, Ai, lda, Bi, ldb, b, yi, ldd);
         if (p.bgrad) bias_gradient(&p, Ai, Bi, (void *)d->bias);
         /* An fp32 D without an epilogue is done; a half one still needs its rounding. */
-        if (!p.bias && !p.relu && !p.gelu && !half_d) continue;
+        if (!p.bias && !p.relu && !p.gelu && !p.dgelu && !half_d) continue;
         epilogue(&p, yi, Di, ldd, p.bias ? elem_at(d->bias, p.bias_type, i * d->bias_stride) : NULL,
                  p.aux ? elem_at(d->aux, p.aux_type, i * d->aux_stride) : NULL);
     }

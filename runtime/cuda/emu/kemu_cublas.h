@@ -274,7 +274,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
  * nearest even), scale fp32; the bias or bias gradient vector of D's type (BIAS_DATA_TYPE
  * unset) or fp32 (set to CUDA_R_32F), aux of D's type; column order, strided batches;
  * epilogues DEFAULT, RELU, BIAS, RELU_BIAS, GELU, GELU_BIAS, GELU_AUX and GELU_AUX_BIAS
- * (aux = the input of the GELU), BGRADA and BGRADB. Others return
+ * (aux = the input of the GELU, written), DGELU (D = AB * gelu'(aux), aux read), BGRADA and
+ * BGRADB. Others return
  * CUBLAS_STATUS_NOT_SUPPORTED. */
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void *alpha,
                               const void *A, cublasLtMatrixLayout_t Adesc, const void *B,
