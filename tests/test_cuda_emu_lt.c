@@ -813,18 +813,20 @@ Test(cuda_emu_lt, lt_unsupported_and_invalid)
                  CUBLAS_STATUS_INVALID_VALUE, "inner dimensions 4 and 5 differ");
     cr_expect_eq(cublasLtMatmul(lt, desc, &one, d, lrow, d, l4, &zero, d, l4, d, l4, NULL, NULL, 0, NULL),
                  CUBLAS_STATUS_NOT_SUPPORTED, "row order");
-    uint32_t dgelu_bgrad = CUBLASLT_EPILOGUE_DGELU_BGRAD;
-    cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &dgelu_bgrad, sizeof dgelu_bgrad), 0);
-    cr_expect_eq(cublasLtMatmul(lt, desc, &one, d, l4, d, l4, &zero, d, l4, d, l4, NULL, NULL, 0, NULL),
-                 CUBLAS_STATUS_NOT_SUPPORTED, "DGELU_BGRAD is not emulated");
-    uint32_t dgelu = CUBLASLT_EPILOGUE_DGELU;
-    cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &dgelu, sizeof dgelu), 0);
-    cr_expect_eq(cublasLtMatmul(lt, desc, &one, d, l4, d, l4, &zero, d, l4, d, l4, NULL, NULL, 0, NULL),
-                 CUBLAS_STATUS_INVALID_VALUE, "DGELU without its aux input");
-    uint32_t bias = CUBLASLT_EPILOGUE_BIAS;
-    cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &bias, sizeof bias), 0);
-    cr_expect_eq(cublasLtMatmul(lt, desc, &one, d, l4, d, l4, &zero, d, l4, d, l4, NULL, NULL, 0, NULL),
-                 CUBLAS_STATUS_INVALID_VALUE, "bias epilogue without a bias pointer");
+    static const struct {
+        uint32_t epilogue;
+        cublasStatus_t want;
+        const char *why;
+    } refused[] = {{CUBLASLT_EPILOGUE_DGELU_BGRAD, CUBLAS_STATUS_NOT_SUPPORTED, "DGELU_BGRAD is not emulated"},
+                   {CUBLASLT_EPILOGUE_DGELU, CUBLAS_STATUS_INVALID_VALUE, "DGELU without its aux input"},
+                   {CUBLASLT_EPILOGUE_BIAS, CUBLAS_STATUS_INVALID_VALUE, "bias epilogue without a bias pointer"}};
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &refused[i].epilogue,
+                                                    sizeof refused[i].epilogue),
+                     0);
+        cr_expect_eq(cublasLtMatmul(lt, desc, &one, d, l4, d, l4, &zero, d, l4, d, l4, NULL, NULL, 0, NULL), refused[i].want,
+                     "%s", refused[i].why);
+    }
     uint32_t epi = CUBLASLT_EPILOGUE_DEFAULT;
     size_t written = 0;
     cr_assert_eq(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), 0);
@@ -911,6 +913,20 @@ Test(cuda_emu_lt, lt_half_operand_out_of_bounds, .init = cr_redirect_stderr)
  * GELU's input, read (m x n, its own leading dimension), of D's type: fp32, and bf16 and
  * fp16 A, B, D and aux. Against the product in double times the derivative in double, within
  * float's rounding (a half D: within one rounding step of the type); aux left unchanged. */
+/* n values of type t at d (fp32, or bf16/fp16 bits) into h, widened. */
+static void from_device_as(cudaDataType t, float *h, const void *d, size_t n)
+{
+    if (t == CUDA_R_32F) {
+        to_host(h, d, n);
+        return;
+    }
+    uint16_t *bits = malloc(n * sizeof *bits);
+    cr_assert(bits);
+    halves_to_host(bits, d, n);
+    for (size_t i = 0; i < n; i++) h[i] = half_value(t, bits[i]);
+    free(bits);
+}
+
 static double gelu_grad(double x)
 {
     const double k = 0.7978845608028654, c = 0.044715, t = tanh(k * (x + c * x * x * x));
@@ -946,15 +962,7 @@ Test(cuda_emu_lt, lt_dgelu_every_type)
             const float one = 1.0f, zero = 0.0f;
             cr_assert_eq(cublasLtMatmul(lt, desc, &one, dA, la, dB, lb, &zero, dD, ld, dD, ld, NULL, NULL, 0, NULL),
                          CUBLAS_STATUS_SUCCESS, "%s", type_name(t));
-            if (t == CUDA_R_32F) {
-                to_host(D, dD, nd);
-            } else {
-                uint16_t *h = malloc(nd * 2);
-                cr_assert(h);
-                halves_to_host(h, dD, nd);
-                for (size_t i = 0; i < nd; i++) D[i] = half_value(t, h[i]);
-                free(h);
-            }
+            from_device_as(t, D, dD, nd);
             const double tol = t == CUDA_R_32F ? 1e-5 : t == CUDA_R_16BF ? 8e-3 : 1e-3;
             for (int j = 0; j < n; j++)
                 for (int i = 0; i < m; i++) {
@@ -965,15 +973,7 @@ Test(cuda_emu_lt, lt_dgelu_every_type)
                 }
             float *X2 = malloc(nx * 4); /* aux is read, not written */
             cr_assert(X2);
-            if (t == CUDA_R_32F) {
-                to_host(X2, dX, nx);
-            } else {
-                uint16_t *h = malloc(nx * 2);
-                cr_assert(h);
-                halves_to_host(h, dX, nx);
-                for (size_t i = 0; i < nx; i++) X2[i] = half_value(t, h[i]);
-                free(h);
-            }
+            from_device_as(t, X2, dX, nx);
             cr_assert(!memcmp(X, X2, nx * 4), "%s: aux was written", type_name(t));
             free(X2);
             cublasLtMatrixLayoutDestroy(la);
