@@ -3,7 +3,7 @@
 for the same model and recipe, printed as the same one-line `bench: {...}` JSON.
 
     torch_bench.py mlp|cnn|gpt|gpt2 [--steps N] [--batch B] [--infer-batch NB] [--seq T]
-                   [--device cpu|cuda] [--compile]
+                   [--device cpu|cuda] [--compile] [--precision fp32|bf16]
 
 Models are bench/reference.py's MLP and CNN and bench/reference_gpt.py's GPT (gpt: 4 layers,
 4 heads, width 128, bytes; gpt2: GPT-2 small, 12 layers, 12 heads, width 768, vocabulary
@@ -28,7 +28,9 @@ timed step and call ends with torch.cuda.synchronize() (Kiln's step reads its lo
 one synchronisation), float32 throughout (TF32 off for matrix products and convolutions:
 Kiln's CUDA target computes in float32), --compile wraps the model in torch.compile (its
 compilation happens in the warm-up steps, untimed), and the peak device memory is
-reported (torch.cuda.max_memory_allocated).
+reported (torch.cuda.max_memory_allocated). --precision bf16 runs the forward pass and the
+loss under torch.autocast(dtype=bfloat16), PyTorch's mixed precision (Kiln's `precision =
+bf16`): matrix products on the tensor cores with bf16 operands, fp32 master weights.
 """
 import argparse, json, os, resource, statistics, sys, time
 
@@ -76,6 +78,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="bf16: torch.autocast")
     a = ap.parse_args()
     if a.steps < 1:
         ap.error("--steps must be at least 1")
@@ -108,8 +111,9 @@ def main():
     x, y = x.to(dev), y.to(dev)
 
     def loss_of(n):
-        out = run(x[:n])
-        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y[:n].reshape(-1))
+        with torch.autocast(device_type=a.device, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            out = run(x[:n])
+            return F.cross_entropy(out.reshape(-1, out.shape[-1]), y[:n].reshape(-1))
 
     model.train()
     times = []
@@ -139,7 +143,7 @@ def main():
         "infer_b1_ms": round(b1, 4), "infer_b1_repeats": reps1,
         "infer_b256_batch": a.infer_batch, "infer_b256_ms": round(bb, 4), "infer_b256_repeats": repsb,
         "train_rss_mb": round(train_rss, 1), "peak_rss_mb": round(rss_mb(), 1),
-        "device": torch.cuda.get_device_name() if cuda else "cpu", "compile": a.compile,
+        "device": torch.cuda.get_device_name() if cuda else "cpu", "compile": a.compile, "precision": a.precision,
         "device_peak_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None}), flush=True)
 
 

@@ -10,8 +10,10 @@
 #                             GPU with the C program's losses (about 2 minutes)
 #   bench/gpu/run.sh bench    step time and tokens/s of gpt (16 x 128) and gpt2-124m (16 x 1024)
 #                             against PyTorch eager and torch.compile on the same GPU, float32
-#                             (TF32 off on both sides), and the fraction of the GPU's float32
-#                             peak reached (MFU; about 6 minutes)
+#                             (TF32 off on both sides), and gpt2-124m in bf16 against PyTorch's
+#                             autocast; the fraction of the GPU's peak reached (MFU: float32
+#                             rows against the float32 peak, bf16 rows against the dense bf16
+#                             tensor-core peak, as llm.c reports it; about 8 minutes)
 #   GPU_RUNS="mlp cnn gpt" bench/gpu/run.sh check   only these runs (the emulator's dry run)
 #
 # Results go to $OUT (the device tool's folder) or out/gpu-results: check.txt, bench.txt,
@@ -20,6 +22,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 B=out/gpu
+# bundle.sh's archive (the device tool carries out/gpu.tar.gz, not the 85 MB folder)
+if [ ! -d "$B/bin" ] && [ -f out/gpu.tar.gz ]; then
+    tar -C out -xzf out/gpu.tar.gz || { echo "bench/gpu/run.sh: out/gpu.tar.gz does not unpack" >&2; exit 1; }
+fi
 O=${OUT:-out/gpu-results}
 mkdir -p "$O"
 [ -d "$B/bin" ] || { echo "bench/gpu/run.sh: no $B/bin: run bench/gpu/bundle.sh first (and carry out/gpu)" >&2; exit 1; }
@@ -70,11 +76,13 @@ check() {
 }
 
 bench() {
-    local peak
-    # float32 peak of the GPU (not TF32, not tensor cores): H100 SXM 67 TFLOP/s, H100 PCIe 51,
-    # H200 67 (vendor datasheets); MFU is reached FLOP/s over it
+    local peak peak16
+    # the GPU's float32 peak (not TF32, not tensor cores) and its dense bf16 tensor-core peak:
+    # H100 SXM 67 and 989 TFLOP/s, H100 PCIe 51 and 756, H200 67 and 989, A100 19.5 and 312
+    # (vendor datasheets); MFU is reached FLOP/s over the peak of the row's precision
     case "$(nvidia-smi --query-gpu=name --format=csv,noheader)" in
-        *H100*PCIe*) peak=51e12 ;; *H100* | *H200*) peak=67e12 ;; *A100*) peak=19.5e12 ;; *) peak=0 ;;
+        *H100*PCIe*) peak=51e12 peak16=756e12 ;; *H100* | *H200*) peak=67e12 peak16=989e12 ;;
+        *A100*) peak=19.5e12 peak16=312e12 ;; *) peak=0 peak16=0 ;;
     esac
     {
         echo "bench/gpu/run.sh bench, commit $(cat $B/commit.txt), $(date -u +%F)"
@@ -85,17 +93,20 @@ bench() {
     bin="$(pwd)/$B/bin"
     (cd "$O" && "$bin/bench-gpt" --bench-steps 20 2>&1 | tee bench-gpt.txt | grep '^bench:' >>bench-raw.txt)
     (cd "$O" && "$bin/bench-gpt2" --bench-steps 10 2>&1 | tee bench-gpt2.txt | grep '^bench:' >>bench-raw.txt)
-    # bf16 (activations and elementwise traffic in bf16; the products still fp32 sgemm on
-    # widened copies: no tensor cores yet, docs/precision.md)
+    # bf16 (docs/precision.md): products on the tensor cores with bf16 operands (cublasGemmEx,
+    # cuBLASLt with bf16 D where only the half copy is stored), activations kept in bf16
     (cd "$O" && "$bin/bench-gpt2-bf16" --bench-steps 10 2>&1 | tee bench-gpt2-bf16.txt | grep '^bench:' | sed 's/"model": "gpt2-124m[^"]*"/&, "precision": "bf16"/' >>bench-raw.txt)
     for c in "" --compile; do
         "$PY" bench/torch_bench.py gpt --device cuda --steps 20 --warmup 5 --infer-batch 16 $c 2>&1 | grep '^bench:' >>"$O/bench-raw.txt"
-        "$PY" bench/torch_bench.py gpt2 --device cuda --batch 16 --seq 1024 --steps 10 --warmup 5 --infer-batch 16 $c 2>&1 | grep '^bench:' >>"$O/bench-raw.txt"
+        for p in fp32 bf16; do
+            "$PY" bench/torch_bench.py gpt2 --device cuda --batch 16 --seq 1024 --steps 10 --warmup 5 --infer-batch 16 --precision $p $c 2>&1 |
+                grep '^bench:' >>"$O/bench-raw.txt"
+        done
     done
-    "$PY" - "$O/bench-raw.txt" "$peak" <<'PYEOF' | tee -a "$O/bench.txt"
+    "$PY" - "$O/bench-raw.txt" "$peak" "$peak16" <<'PYEOF' | tee -a "$O/bench.txt"
 import json, sys
 rows = [json.loads(l[len("bench: "):]) for l in open(sys.argv[1]) if l.startswith("bench: ")]
-peak = float(sys.argv[2])
+peaks = {"fp32": float(sys.argv[2]), "bf16": float(sys.argv[3])}
 # GPT shapes: gpt 4 layers, width 128, 4 heads, T 128; gpt2 12 layers, width 768, 12 heads, T 1024
 shape = {"gpt": (4, 128, 128), "gpt2": (12, 768, 1024)}
 def key(r):
@@ -111,7 +122,9 @@ for r in rows:
     # Kiln's bench line has no parameter count: PyTorch's for the same model (the same one)
     n = r.get("params") or next((q["params"] for q in rows if q.get("params") and key(q) == m), 0)
     flops = (6 * n + 6 * L * C * T) * B * T  # llm.c's count: 6N per token plus attention's 6·L·C·T
-    who = ("kiln " + r.get("precision", "fp32")) if r.get("framework") != "pytorch" else ("pytorch compile" if r.get("compile") else "pytorch eager")
+    prec = r.get("precision", "fp32")
+    who = ("kiln " + prec) if r.get("framework") != "pytorch" else (("pytorch compile " if r.get("compile") else "pytorch eager ") + prec)
+    peak = peaks[prec]
     mfu = f"{100 * flops / (ms / 1e3) / peak:.1f}%" if peak else "-"
     print(f"{m:6} {who:22} {B:>5} {ms:>9.2f} {B * T / (ms / 1e3):>11,.0f} {mfu:>6}")
 PYEOF
