@@ -391,8 +391,9 @@ static void check_map_kernels(const char *text, bool nvcc)
         CudaLtPlan lt;
         const bool fused = gemm && cuda_gemm_lt_plan(&L, &lt);
         /* a weight gradient's product that sums a bias gradient (BGRADB): its extra output,
-         * checked against the column sums of its operand in the C target's order (float, row
-         * after row), then again one float off alignment (the fallback: the column kernel) */
+         * checked against the column sums of its operand (float, row after row, within the
+         * tolerance: the C target adds rows into lanes), then again one float off alignment
+         * (the fallback: the column kernel) */
         NodeId bg = IR_NONE;
         const bool bgrad = gemm && cuda_gemm_bgrad_source(&cg, k, &bg) >= 0;
         const NodeId bx = bgrad ? cuda_gemm_bgrad_summed(&cg, bg) : IR_NONE; /* float32, or a half copy */

@@ -42,8 +42,12 @@ cp "$(gcc -print-file-name=libgomp.so.1)" "$B/lib/"
 # The runs: name, model file, build flags, run flags, steps, and the losses' relative
 # tolerance against the C program's (1e-4 unless given: mixed precision's values on either
 # side of a rounding boundary round one half-precision step apart, test_cuda_train's 3e-5
-# under the emulator). Data from out/gpu/data, so that the same flags work here and there
-# ($D is replaced by the data folder).
+# under the emulator). fp16's 20 steps of mlp take 1e-2: a sum in another order (the GPU's
+# products, or the CUDA target's column sums, which walk each column in row order where the
+# C target adds rows into lanes) flips a few fp16 roundings, and the training amplifies them,
+# from 5e-6 at step 4 to 3.1e-3 at step 19 under the emulator; an error would be far larger.
+# Data from out/gpu/data, so that the same flags work here and there ($D is replaced by the
+# data folder).
 mnist='--data image=$D/t10k-images-idx3-ubyte.gz --data label=$D/t10k-labels-idx1-ubyte.gz --eval-data image=$D/t10k-images-idx3-ubyte.gz --eval-data label=$D/t10k-labels-idx1-ubyte.gz'
 cat >"$B/runs.txt" <<RUNS
 mlp|models/mlp.kiln||$mnist --batch 32 --eval-batches 2|20
@@ -53,7 +57,7 @@ cnn-long|models/cnn.kiln||$mnist --batch 128 --eval-batches 10|100
 gpt|models/gpt.kiln|--bound T=32|--data '\$D/fortunes/*' --batch 2 --eval-batches 1 --sample-tokens 0|5
 gpt-long|models/gpt.kiln||--data '\$D/fortunes/*' --eval-batches 4 --sample-tokens 0|100
 gpt-bf16|models/gpt.kiln|--bound T=32 --precision bf16|--data '\$D/fortunes/*' --batch 2 --eval-batches 1 --sample-tokens 0|5|1e-3
-mlp-fp16|models/mlp.kiln|--precision fp16|$mnist --batch 32 --eval-batches 2|20|1e-3
+mlp-fp16|models/mlp.kiln|--precision fp16|$mnist --batch 32 --eval-batches 2|20|1e-2
 RUNS
 here=$(pwd)
 while IFS='|' read -r name model bflags rflags steps tol; do

@@ -3,7 +3,7 @@
 # its benchmark against PyTorch, from the programs bench/gpu/bundle.sh built (out/gpu/).
 #
 #   bench/gpu/run.sh check    the runs of out/gpu/runs.txt on the GPU: losses within 1e-4
-#                             (1e-3 for the bf16 and fp16 runs)
+#                             (1e-3 for gpt-bf16, 1e-2 for mlp-fp16's 20 steps: bundle.sh)
 #                             relative of the C program's (step by step, and the evaluation
 #                             loss), a run resumed halfway ends with the same checkpoint bit
 #                             for bit, and the C program's halfway checkpoint resumes on the

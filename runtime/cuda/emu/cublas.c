@@ -716,8 +716,9 @@ static void *elem_at(const void *base, int32_t t, int64_t i)
 
 /* BGRADA: bias[i] = sum over l of op(A)[i, l], i < m; BGRADB: bias[j] = sum over l of
  * op(B)[l, j], j < n. Each sum in float, l = 0, 1, ..., k - 1 in order: the order of the
- * C target's column sums (a bias gradient walked down its rows), so that a product that
- * takes its bias gradient from cuBLASLt agrees with the C target bit for bit here. Stored
+ * CUDA target's column-sum kernel (each column walked down its rows), so that a product that
+ * takes its bias gradient from cuBLASLt gives the bits of the kernel it replaces here (the C
+ * target adds the rows into 8 lanes: an ulp or so apart). Stored
  * as the vector's type: a half one rounded once, from the fp32 sum, as the output is. */
 static void bias_gradient(const Problem *p, const float *A, const float *B, void *bias)
 {
