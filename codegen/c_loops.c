@@ -257,9 +257,7 @@ static void emit_row_passes(CgKernel *L, const char *indent)
             sb_init(&red);
             sb_init(&maxes);
             sb_init(&nans);
-            cg_need_pass(L, s);
-            for (int i = 0; i < L->nstores && L->staged; i++)
-                if (L->staged[L->stores[i]] && cg_stored_in_pass(L, L->stores[i], s)) L->needed[L->stores[i]] = 0; /* its operand is */
+            cg_need_pass(L, s); /* a staged copy needs its operand, not itself (cg_need_store) */
             for (int32_t i = 0; i < L->K->count; i++) {
                 NodeId id = CG_MEMBER(L, i);
                 const Node *n = &g->nodes[id];

@@ -270,6 +270,9 @@ static bool is_dgelu(const CgKernel *L, NodeId y, NodeId *aux)
     return ok;
 }
 
+/* ", D in bf16" / ", D in fp16" for a half-precision D, "" for float32 */
+static const char *d_in(DType t) { return t == DT_BF16 ? ", D in bf16" : t == DT_F16 ? ", D in fp16" : ""; }
+
 /* D is the residual add p->res, the only value stored: epilogue e (DEFAULT, or BIAS with the
  * bias), unless the sum is written in place of something cuBLASLt reads. */
 static bool residual_epilogue(const CgKernel *L, CudaLtPlan *p, CudaLtEpilogue e)
@@ -323,27 +326,9 @@ bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p)
         }
         if (p->add != IR_NONE) break;
     }
+    const DType ab = (DType)g->nodes[ir_input(g, mm, 0)].dtype;
     if (p->add == IR_NONE) {
-        /* no bias: the product's half copy alone (DEFAULT, D in the operands' type) */
-        const DType ab = (DType)g->nodes[ir_input(g, mm, 0)].dtype;
-        NodeId copy = IR_NONE;
-        for (int i = 0; i < L->nstores; i++) {
-            const NodeId v = L->stores[i];
-            if (v == mm) continue;
-            const Node *n = &g->nodes[v];
-            const bool half = n->op == OP_CAST && n->dtype == ab && ab != DT_F32 && skip_reshapes(g, ir_input(g, v, 0)) == mm;
-            copy = half && copy == IR_NONE ? v : IR_NONE;
-            if (!half) break;
-        }
-        if (copy != IR_NONE) {
-            const NodeId in = L->c->mp.inplace_of[copy];
-            if (in != IR_NONE && in != mm) return why(p, "its result is written in place of %%%d", in);
-            p->out = copy;
-            p->half_out = true;
-            p->epilogue = CUDA_LT_DEFAULT;
-            return why(p, "the product's half copy %%%d is the only value stored, D in %s", copy, ab == DT_BF16 ? "bf16" : "fp16");
-        }
-        /* no bias: GELU's backward of the product (DGELU, its input as aux) */
+        /* the one value stored besides the product, if one */
         NodeId out = IR_NONE;
         int others = 0;
         for (int i = 0; i < L->nstores; i++)
@@ -351,9 +336,19 @@ bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p)
                 out = L->stores[i];
                 others++;
             }
-        if (others == 1) {
-            const Node *o = &g->nodes[out];
-            const bool half = o->op == OP_CAST && o->dtype == ab && ab != DT_F32;
+        const Node *o = others == 1 ? &g->nodes[out] : NULL;
+        const bool half = o && o->op == OP_CAST && o->dtype == ab && ab != DT_F32; /* a half copy, D in that type */
+        /* no bias: the product's half copy alone (DEFAULT) */
+        if (half && skip_reshapes(g, ir_input(g, out, 0)) == mm) {
+            const NodeId in = L->c->mp.inplace_of[out];
+            if (in != IR_NONE && in != mm) return why(p, "its result is written in place of %%%d", in);
+            p->out = out;
+            p->half_out = true;
+            p->epilogue = CUDA_LT_DEFAULT;
+            return why(p, "the product's half copy %%%d is the only value stored%s", out, d_in(ab));
+        }
+        /* no bias: GELU's backward of the product (DGELU, its input as aux) */
+        if (o) {
             const NodeId y = half ? ir_input(g, out, 0) : out;
             NodeId x;
             if ((half || o->dtype == DT_F32) && g->nodes[y].dtype == DT_F32 && is_dgelu(L, y, &x)) {
@@ -367,7 +362,7 @@ bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p)
                 p->half_out = half;
                 p->epilogue = CUDA_LT_DGELU;
                 return why(p, "GELU's backward of the product, %%%d%s; its input %%%d is read as aux", out,
-                           half ? (ab == DT_BF16 ? ", D in bf16" : ", D in fp16") : "", x);
+                           d_in((DType)o->dtype), x);
             }
         }
         /* no bias: a residual add of the product alone (DEFAULT, the residual as C) */
@@ -394,7 +389,6 @@ bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p)
     /* what the kernel stores of the bias add and its activation: each as itself (float32)
      * or as its half-precision copy (a cast, mixed precision: what the next products read,
      * or an activation kept for the backward pass) */
-    const DType ab = (DType)g->nodes[ir_input(g, mm, 0)].dtype;
     NodeId add_f32 = IR_NONE, add_half = IR_NONE, act_f32 = IR_NONE, act_half = IR_NONE;
     for (int i = 0; i < L->nstores; i++) {
         const NodeId v = L->stores[i];
@@ -442,7 +436,7 @@ bool cuda_gemm_lt_plan(const CgKernel *L, CudaLtPlan *p)
         if (inplace[i] != IR_NONE && inplace[i] != mm) return why(p, "its result is written in place of %%%d", inplace[i]);
     p->out = out;
     p->half_out = g->nodes[out].dtype != DT_F32;
-    const char *as = p->half_out ? (g->nodes[out].dtype == DT_BF16 ? ", D in bf16" : ", D in fp16") : "";
+    const char *as = d_in((DType)g->nodes[out].dtype);
     if (act_stored == IR_NONE) {
         p->epilogue = CUDA_LT_BIAS;
         return why(p, "the bias add is the only value stored%s", as);
