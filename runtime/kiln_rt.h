@@ -333,6 +333,43 @@ krt_status krt_ckpt_prune(const char *dir, int64_t step, int keep, krt_error *er
  * layout of older Kiln versions). *step is the step in the directory's name, -1 for DIR. */
 krt_status krt_ckpt_find(const char *dir, char *found, size_t cap, int64_t *step, bool *stale_pointer, krt_error *err);
 
+/* ---- TensorBoard event files (tboard.c) ---- */
+
+/* CRC32C (Castagnoli) of n bytes, continuing `crc` (0 to start): "123456789" gives
+ * 0xE3069283. Not zlib's crc32, whose polynomial differs. */
+uint32_t krt_crc32c(uint32_t crc, const void *data, size_t n);
+/* TFRecord's masked CRC32C: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
+uint32_t krt_crc32c_masked(const void *data, size_t n);
+/* The frame of a TFRecord of n bytes of data: header = uint64 n and the masked CRC of
+ * those 8 bytes, footer = the masked CRC of the data, all little-endian. */
+void krt_tfrecord_frame(uint64_t n, const void *data, unsigned char header[12], unsigned char footer[4]);
+
+/* A writer of one event file, as torch.utils.tensorboard's SummaryWriter writes it. */
+typedef struct krt_tboard krt_tboard;
+/* Creates dir (and its parents) when missing and a new file in it,
+ * dir/events.out.tfevents.<seconds>.<host>.<pid>, that starts with the file_version
+ * event (written at once, so that an unwritable directory fails here). */
+krt_status krt_tboard_open(const char *dir, krt_tboard **out, krt_error *err);
+const char *krt_tboard_path(const krt_tboard *w);
+/* Events of the current wall time, kept in memory until a flush: a scalar (simple_value),
+ * a text (the text plugin's string tensor, as SummaryWriter.add_text), and a SessionLog
+ * START at `step`, after which TensorBoard drops the events of earlier files from `step`
+ * on (SummaryWriter's purge_step: a run resumed from a checkpoint before them). */
+void krt_tboard_scalar(krt_tboard *w, int64_t step, const char *tag, double value);
+void krt_tboard_text(krt_tboard *w, int64_t step, const char *tag, const char *text);
+/* A text shown as it is (its lines, spaces, `*` and `#`): a Markdown code block, every line
+ * indented by four spaces, since TensorBoard's text plugin renders Markdown. */
+void krt_tboard_code(krt_tboard *w, int64_t step, const char *tag, const char *text);
+void krt_tboard_restart(krt_tboard *w, int64_t step);
+/* Writes the events kept. The first failure (a full disk, a file-size limit, no memory)
+ * is returned once; the file is cut back to its whole records and the writer does nothing
+ * more, so that the caller warns once and goes on. */
+krt_status krt_tboard_flush(krt_tboard *w, krt_error *err);
+/* The same, when at least `seconds` have passed since the last flush. */
+krt_status krt_tboard_flush_every(krt_tboard *w, double seconds, krt_error *err);
+/* Flushes (its failure returned as krt_tboard_flush's) and closes; w may be NULL. */
+krt_status krt_tboard_close(krt_tboard *w, krt_error *err);
+
 #ifdef __cplusplus
 }
 #endif

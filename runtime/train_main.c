@@ -136,6 +136,8 @@ static const Flag flags[] = {
     {"--eval-every", "eval.steps", "evaluate every N steps (0: at each epoch end)", F_INT, 0, 1e12, "steps", TRAIN},
     {"--eval-batches", "eval.batches", "batches per evaluation (0: all)", F_INT, 0, 1e12, "batches", BOTH},
     {"--log", "log", "append JSONL metrics to FILE", F_STR, 0, 0, NULL, BOTH},
+    {"--tensorboard", "tensorboard", "write TensorBoard event files into DIR (loss, lr, grad norm, throughput, eval metrics, samples)", F_STR, 0,
+     0, NULL, BOTH},
     {"--limit", "limit", "use only the first N training samples (quick runs)", F_INT, 1, 1e12, "samples", TRAIN},
     {"--sample-tokens", "sample.tokens", "language models: tokens generated at each evaluation (0: none)", F_INT, 0, 100000, "tokens", BOTH},
     {"--temperature", "sample.temperature", "sampling temperature", F_NUM, 1e-3, 100, NULL, BOTH},
@@ -167,7 +169,7 @@ static void usage(FILE *f)
                                                      : !strcmp(g->flag, "--prompt") ? " TEXT"
                                                      : g->kind == F_NUM ? " X" : g->kind == F_INT ? " N" : " DIR";
         snprintf(name, sizeof name, "%s%s", g->flag, arg);
-        if (!g->key || !strncmp(g->key, "bench.", 6) || !strcmp(g->key, "eval.only")) /* flags only: not in the recipe */
+        if (!g->key || !strncmp(g->key, "bench.", 6) || !strcmp(g->key, "eval.only") || !strcmp(g->key, "tensorboard")) /* flags only */
             fprintf(f, "  %-22s %s\n", name, g->help);
         else
             fprintf(f, "  %-22s %s (recipe: %s)\n", name, g->help, g->key);
@@ -371,6 +373,7 @@ typedef struct {
     double clip;
     bool scaling;          /* fp16's loss scaling (the recipe's loss_scale) */
     krt_loss_scaler scaler;
+    krt_tboard *tb;        /* --tensorboard's event file (rank 0), or NULL */
 } Trainer;
 static Trainer TR;
 
@@ -895,15 +898,66 @@ static int load_checkpoint(const char *dir, int64_t accumulate, float *params, u
     return bad ? 1 : 0;
 }
 
+/* ---- TensorBoard event files (--tensorboard DIR; runtime/tboard.c) ---- */
+
+/* Writes the events kept when `always` or a second after the last write: TensorBoard
+ * sees a running job, and a fast model makes no system call per step. A failed write is
+ * one warning; the run goes on without events. */
+static void tb_flush(bool always)
+{
+    krt_error err;
+    if (TR.tb && (always ? krt_tboard_flush(TR.tb, &err) : krt_tboard_flush_every(TR.tb, 1.0, &err)) != KRT_OK)
+        fprintf(stderr, "%s: warning: %s; no more TensorBoard events are written, training goes on\n", M->name, err.msg);
+}
+
+/* A loss and the model's metrics under tags PREFIX/loss and PREFIX/METRIC (sums of `n`). */
+static void tb_losses(int64_t step, const char *prefix, double loss, const double *metrics, double n)
+{
+    char tag[160];
+    snprintf(tag, sizeof tag, "%s/loss", prefix);
+    krt_tboard_scalar(TR.tb, step, tag, loss);
+    for (int k = 0; k < M->nmetrics; k++) {
+        snprintf(tag, sizeof tag, "%s/%s", prefix, M->metric_names[k]);
+        krt_tboard_scalar(TR.tb, step, tag, metrics[k] / n);
+    }
+}
+
+/* A training step's scalars, SummaryWriter's tags: what the JSONL log has, and the
+ * throughput of the step (tokens per second for a language model, else samples). */
+static void tb_step(int64_t step, int64_t epoch, double loss, const double *msum, double lr, double norm, float scale, double samples,
+                    double seconds)
+{
+    tb_losses(step, "train", loss, msum, (double)TR.accumulate);
+    krt_tboard_scalar(TR.tb, step, "train/lr", lr);
+    if (isfinite(norm)) krt_tboard_scalar(TR.tb, step, "train/grad_norm", norm);
+    krt_tboard_scalar(TR.tb, step, "train/epoch", (double)epoch);
+    if (TR.scaling) krt_tboard_scalar(TR.tb, step, "train/loss_scale", scale);
+    bool tokens = lm_data() && M->inputs[0].rank == 2;
+    if (seconds > 0)
+        krt_tboard_scalar(TR.tb, step, tokens ? "train/tokens_per_s" : "train/samples_per_s",
+                          samples * (double)(tokens ? M->inputs[0].dims[1] : 1) / seconds);
+}
+
 /* ---- sampling from a language model ---- */
+
+/* Where sampled tokens go: stdout, and for --tensorboard `text` (when not NULL, with room
+ * for every token). */
+typedef struct {
+    int64_t V;
+    char *text;
+    size_t n;
+} SampleOut;
 
 /* A sampled token as the training program prints it: a byte-level model's printable
  * bytes (others as '?'), else the number. */
 static void print_token(void *ctx, int64_t pick)
 {
-    const int64_t V = *(const int64_t *)ctx;
-    if (V <= 256) putchar(pick == '\n' || (pick >= 32 && pick < 127) ? (int)pick : '?');
-    else printf(" %lld", (long long)pick);
+    SampleOut *o = ctx;
+    char s[32];
+    if (o->V <= 256) s[0] = pick == '\n' || (pick >= 32 && pick < 127) ? (char)pick : '?', s[1] = 0;
+    else snprintf(s, sizeof s, " %lld", (long long)pick);
+    fputs(s, stdout);
+    if (o->text) o->n += (size_t)sprintf(o->text + o->n, "%s", s);
 }
 
 /* Continues `prompt` by n tokens, each drawn by kiln_sample_token (the logits of the last
@@ -933,12 +987,14 @@ static int sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t bat
     int failed = 0;
     for (int64_t i = 0; i < len; i++) tokens[i] = (unsigned char)prompt[i];
     printf("sample at step %lld: %s", (long long)step, prompt);
+    SampleOut out = {.V = V, .text = TR.tb ? malloc((size_t)(len + 24 * n + 1)) : NULL};
+    if (out.text) out.n = (size_t)sprintf(out.text, "%s", prompt);
     if (M->decode_step && len <= Tmax) {
         kiln_generate_config c = {.prompt = tokens, .nprompt = len, .tokens = n, .vocab = V, .temperature = temperature,
                                   .top_p = 1, .top_k = top_k, .seed = seed, .step = (uint64_t)step,
                                   .device = M->device, .device_ctx = io->device};
         krt_error err;
-        if (kiln_generate(M, io->params, io->buffers, &c, print_token, &V, &err) != KRT_OK) failed = tm_die("sampling after step %lld: %s", (long long)step, err.msg);
+        if (kiln_generate(M, io->params, io->buffers, &c, print_token, &out, &err) != KRT_OK) failed = tm_die("sampling after step %lld: %s", (long long)step, err.msg);
         n = 0;
     }
     void *saved_out = io->outputs[0];
@@ -957,10 +1013,12 @@ static int sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t bat
         }
         int64_t pick = kiln_sample_token(logits + (ctx - 1) * V, V, temperature, top_k, 1, kiln_sample_uniform(seed, (uint64_t)step, (uint64_t)t), row);
         tokens[len++] = (int32_t)pick;
-        print_token(&V, pick);
+        print_token(&out, pick);
     }
     printf("\n");
     fflush(stdout);
+    if (out.text) krt_tboard_code(TR.tb, step, "samples/text", out.text); /* shown as printed */
+    free(out.text);
     io->outputs[0] = saved_out;
     if (bs >= 0) io->syms[bs] = batch;
     io->syms[ts] = Tmax;
@@ -1030,6 +1088,7 @@ static int eval_and_report(krt_dataset *ds, kiln_step_io *io, void **bufs, const
         fputs("}\n", log);
         fflush(log);
     }
+    if (TR.tb) tb_losses(step, "eval", el, em, 1);
     free(em);
     return sample_logits && sample_text(io, bufs, sample_logits, batch, seed, step);
 }
@@ -1345,6 +1404,14 @@ static int train(int argc, char **argv)
         rc = tm_die("%s: cannot open the log file: %s", logpath, strerror(errno));
         goto out;
     }
+    const char *tbdir = tm_dist_rank() == 0 ? tm_recipe("tensorboard", "") : ""; /* rank 0 alone, as the log */
+    if (*tbdir && krt_tboard_open(tbdir, &TR.tb, &err) != KRT_OK) {
+        rc = tm_die("--tensorboard: %s", err.msg);
+        goto out;
+    }
+    /* A resumed run redoes the steps after its checkpoint: TensorBoard drops those of the
+     * earlier files (SummaryWriter's purge_step). */
+    if (resume && !eval_only) krt_tboard_restart(TR.tb, step + 1);
     if (eval_only) {
         rc = eval_and_report(data.eval, &io, bufs, dtypes, batch, ev_batches, log, sample_logits, seed, step, false);
         goto out;
@@ -1360,7 +1427,7 @@ static int train(int argc, char **argv)
     printf("%s: %lld parameters, %lld training samples, %lld steps of %lld%s%s%s (x%lld), %s lr %g%s\n", M->name, (long long)np,
            (long long)ntrain, (long long)total_steps, (long long)batch, *split ? " (" : "", split, *split ? ")" : "", (long long)accumulate,
            opt, oc.lr, scaling_is);
-    double t0 = kiln_now();
+    double t0 = kiln_now(), t_tb = t0; /* t_tb: the end of the previous step, for --tensorboard's throughput */
     int64_t saved = -1; /* the step of the last checkpoint this run saved */
     while (step < total_steps && !interrupted) {
         double loss_sum = 0;
@@ -1399,7 +1466,7 @@ static int train(int argc, char **argv)
         }
         double lr;
         const float scale = tm_loss_scale();
-        double norm = tm_apply_update(step, log != NULL, &lr);
+        double norm = tm_apply_update(step, log != NULL || TR.tb != NULL, &lr);
         step++;
         char scaled[80] = ""; /* loss scaling: the step's scale and the steps skipped so far */
         if (TR.scaling) snprintf(scaled, sizeof scaled, "  scale %g  skipped %lld", (double)scale, (long long)TR.scaler.skipped);
@@ -1422,6 +1489,7 @@ static int train(int argc, char **argv)
             for (int k = 0; k < M->nmetrics; k++) fprintf(log, ", \"%s\": %.6g", M->metric_names[k], msum[k] / (double)accumulate);
             fputs("}\n", log);
         }
+        if (TR.tb) tb_step(step, batch_epoch + 1, loss, msum, lr, norm, scale, (double)(batch * accumulate), t - t_tb);
         bool epoch_end = cur.epoch > epoch_before; /* cur.epoch epochs are complete */
         if (data.eval && (due(step, ev_steps, ev_epochs, epoch_end, cur.epoch) || step == total_steps))
             if (eval_and_report(data.eval, &io, bufs, dtypes, batch, ev_batches, log, sample_logits, seed, step, tty)) {
@@ -1436,6 +1504,7 @@ static int train(int argc, char **argv)
             }
             saved = step;
         }
+        if (TR.tb) tb_flush(false), t_tb = kiln_now(); /* the evaluation and checkpoint are no step's time */
     }
     if (interrupted) {
         if (tty) fputc('\n', stderr);
@@ -1453,6 +1522,8 @@ static int train(int argc, char **argv)
 out:
     if (tty) fputc('\n', stderr);
     if (log) fclose(log);
+    tb_flush(true);
+    krt_tboard_close(TR.tb, NULL);
     if (TR.ctx) {
         if (!TR.dev->host) {
             free(params);

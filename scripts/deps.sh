@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   gcc g++ make cmake pkg-config      # build (g++: the CUDA emulator's C++ test kernels)
-  libcriterion-dev                   # tests
+  libcriterion-dev python3-venv      # tests (python3-venv: their Python environment, below)
   libopenblas-dev zlib1g-dev         # the runtime: BLAS for matmuls, gzip for IDX data
   graphviz                           # `kiln ir --dot` output is checked with dot
   dataset-fashion-mnist fortunes     # the reference models' training data
@@ -18,11 +18,22 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "kiln: installing missing packages: ${missing[*]}" >&2
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
 
-echo "kiln: installing missing packages: ${missing[*]}" >&2
-sudo=""
-[ "$(id -u)" -ne 0 ] && sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The tests' Python environment, .venv/ at the repository root: Debian's python3 with its
+# packages (python3-torch), plus what Debian does not package. tests/test_train_run.c reads
+# the training program's TensorBoard event files with TensorBoard's own reader.
+tensorboard_version=2.18.0
+venv="$(cd "$(dirname "$0")/.." && pwd)/.venv"
+if ! "$venv/bin/python" -c "import tensorboard, sys; sys.exit(tensorboard.__version__ != '$tensorboard_version')" 2>/dev/null; then
+  echo "kiln: creating the tests' Python environment in $venv (tensorboard $tensorboard_version)" >&2
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "tensorboard==$tensorboard_version"
+fi
