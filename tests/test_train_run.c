@@ -643,6 +643,60 @@ Test(run, the_recipes_exclude_does_not_apply_to_data_given_by_flag)
 
 /* ---- flags ---- */
 
+/* ---- TensorBoard event files ---- */
+
+/* Checks the event files in tbdir with TensorBoard's own reader (tests/tboard/check_events.py
+ * in the tests' Python environment, which scripts/deps.sh makes) against the JSONL log and
+ * the printed samples of the same runs; its report in out. */
+static void check_tensorboard(const char *tbdir, const char *log, const char *printed, StrBuf *out)
+{
+    const char *python = KILN_SOURCE_DIR "/.venv/bin/python";
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' -c 'import tensorboard'", python);
+    cr_assert_eq(run(cmd, out), 0, "TensorBoard's reader is missing: run scripts/deps.sh, which installs it in %s/.venv\n%s", KILN_SOURCE_DIR,
+                 out->data);
+    snprintf(cmd, sizeof cmd, "'%s' '%s' %s %s %s", python, support_path("tests/tboard/check_events.py"), tbdir, log, printed);
+    cr_assert_eq(run(cmd, out), 0, "%s", out->data);
+}
+
+Test(run, tensorboard_reads_the_events_the_log_has)
+{
+    build("");
+    StrBuf out;
+    sb_init(&out);
+    /* 25 steps, then, as after a crash that lost step 25's checkpoint, a resumed run from
+     * step 20 to 30: the log has steps 21 to 25 twice, TensorBoard must show them once. */
+    cr_assert_eq(run("./tiny --steps 25 --checkpoint-every 10 --checkpoint-keep 5 --log l.jsonl --tensorboard runs/a > printed.txt", &out), 0,
+                 "%s", out.data);
+    cr_assert_eq(run("rm -r checkpoints/step-00000025 && ./tiny --resume checkpoints --steps 30 --log l.jsonl --tensorboard runs/a >> printed.txt",
+                     &out),
+                 0, "%s", out.data);
+    cr_expect_eq(count(listing("runs/a"), "events.out.tfevents."), 2, "a file for each run: %s", listing("runs/a"));
+    check_tensorboard("runs/a", "l.jsonl", "printed.txt", &out);
+    static const char *const seen[] = {"files: 2\n", "train/loss: 30 steps", "train/accuracy: 30 steps", "train/lr: 30 steps",
+                                       "train/grad_norm: 30 steps", "train/samples_per_s: 30 steps", "eval/loss: 3 steps", "eval/accuracy: 3 steps"};
+    for (size_t i = 0; i < sizeof seen / sizeof seen[0]; i++) cr_expect(strstr(out.data, seen[i]), "no '%s' in:\n%s", seen[i], out.data);
+    /* --eval: its evaluation, at the checkpoint's step. */
+    cr_assert_eq(run("./tiny --resume checkpoints --eval --log e.jsonl --tensorboard runs/e > e.txt", &out), 0, "%s", out.data);
+    check_tensorboard("runs/e", "e.jsonl", "e.txt", &out);
+    cr_expect(strstr(out.data, "eval/loss: 1 steps"), "%s", out.data);
+    /* A language model's samples, as text. */
+    build_lm();
+    cr_assert_eq(run("./lm --eval-every 1 --sample-tokens 40 --prompt 'the ' --log lm.jsonl --tensorboard lmtb > lm.txt", &out), 0, "%s", out.data);
+    check_tensorboard("lmtb", "lm.jsonl", "lm.txt", &out);
+    cr_expect(strstr(out.data, "samples/text: 3 samples") && strstr(out.data, "train/tokens_per_s: 3 steps"), "%s", out.data);
+    /* A write that fails (a file-size limit of 2 KiB, as a full disk) is one warning, and
+     * the run trains to its end. */
+    cr_assert_eq(run("ulimit -f 4; { ./tiny --tensorboard full >/dev/null; }", &out), 0, "%s", out.data);
+    cr_expect(count(out.data, "warning") == 1 && strstr(out.data, "cannot write TensorBoard events: File too large; no more TensorBoard "
+                                                                 "events are written, training goes on"),
+              "one warning, got %d:\n%s", count(out.data, "warning"), out.data);
+    cr_expect_eq(meta_step("checkpoints/step-00000050/model.safetensors"), 50);
+    /* A directory that cannot be written is an error before training. */
+    expect_error("touch afile && ./tiny --tensorboard afile", "tiny: error: --tensorboard: afile: not a directory");
+    sb_free(&out);
+}
+
 Test(run, every_flag_value_is_checked)
 {
     build("");
