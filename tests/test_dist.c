@@ -148,13 +148,15 @@ Test(dist, mlp_two_ranks_train_what_one_process_trains)
     StrBuf out;
     sb_init(&out);
     cr_assert_eq(run("./mlp" MLP_ARGS "--checkpoint-dir one", &out), 0, "%s", out.data);
-    cr_assert_eq(run(SUPPORT_MPIRUN "-np 2 ./mlp_d" MLP_ARGS "--checkpoint-dir two --log two.jsonl", &out), 0, "%s", out.data);
+    cr_assert_eq(run(SUPPORT_MPIRUN "-np 2 ./mlp_d" MLP_ARGS "--checkpoint-dir two --log two.jsonl --tensorboard tb", &out), 0, "%s", out.data);
     cr_assert(strstr(out.data, "steps of 64 (2 ranks × batch 32)"), "the start line states the split:\n%s", out.data);
     cr_assert(strstr(out.data, "eval at step 20:"), "%s", out.data);
-    /* Rank 0 alone prints and logs: one start line, one eval line, 20 log lines plus the eval's. */
+    /* Rank 0 alone prints and logs (--tensorboard too): one start line, one eval line, 20 log lines plus the eval's. */
     cr_assert(!strstr(strstr(out.data, "parameters") + 1, "parameters"), "one start line:\n%s", out.data);
     cr_assert_eq(run("grep -c . two.jsonl", &out), 0);
     cr_assert_eq(atoi(out.data), 21, "log lines: %s", out.data);
+    cr_assert_eq(run("ls tb | grep -c tfevents", &out), 0);
+    cr_assert_eq(atoi(out.data), 1, "rank 0 alone writes TensorBoard events: %s", out.data);
     assert_close("one/step-00000020/model.safetensors", "two/step-00000020/model.safetensors");
     /* 3 ranks, a batch they do not divide (22, 21, 21 samples): weighted by their shares. */
     cr_assert_eq(run(SUPPORT_MPIRUN "-np 3 ./mlp_d" MLP_ARGS "--checkpoint-dir three", &out), 0, "%s", out.data);
