@@ -6,8 +6,9 @@
  * an `Event` protobuf (tensorboard/compat/proto/event.proto): first the file_version
  * "brain.Event:2" event, then events of wall_time, step and a Summary of one Value: a
  * scalar's simple_value, or a text as the text plugin's DT_STRING tensor (what
- * SummaryWriter.add_text writes). The few messages are encoded here by hand — a varint and
- * length-delimited encoder is shorter than a protobuf dependency and its generated code.
+ * SummaryWriter.add_text writes); and a SessionLog START where a resumed run begins. The
+ * few messages are encoded here by hand: a varint and length-delimited encoder is shorter
+ * than a protobuf dependency (protobuf-c) and its generated code.
  *
  * Events collect in memory and are written when flushed. A write that fails (full disk,
  * file-size limit) cuts the file back to its last whole record, so that it stays readable,
@@ -401,7 +402,8 @@ krt_status krt_tboard_flush(krt_tboard *w, krt_error *err)
         if (k <= 0) {
             int e = k < 0 ? errno : ENOSPC;
             w->failed = true;
-            if (ftruncate(w->fd, w->written)) { /* the reader then stops at the torn record */
+            /* Back to the whole records; should that fail too, readers stop at the torn one. */
+            if (ftruncate(w->fd, w->written)) {
             }
             return krt_fail_errno(err, e, w->path, "cannot write TensorBoard events");
         }

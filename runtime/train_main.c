@@ -1504,7 +1504,10 @@ static int train(int argc, char **argv)
             }
             saved = step;
         }
-        if (TR.tb) tb_flush(false), t_tb = kiln_now(); /* the evaluation and checkpoint are no step's time */
+        if (TR.tb) {
+            tb_flush(false);
+            t_tb = kiln_now(); /* the evaluation and checkpoint are no step's time */
+        }
     }
     if (interrupted) {
         if (tty) fputc('\n', stderr);
