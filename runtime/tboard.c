@@ -17,6 +17,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -324,7 +326,8 @@ void krt_tboard_scalar(krt_tboard *w, int64_t step, const char *tag, double valu
     if (!w || w->failed) return;
     Buf v = {0}, sum = {0};
     field_string(&v, VALUE_TAG, tag);
-    field_float(&v, VALUE_SIMPLE_VALUE, (float)value);
+    /* Beyond float's range the conversion is undefined: infinity, as it would round. */
+    field_float(&v, VALUE_SIMPLE_VALUE, value > FLT_MAX ? INFINITY : value < -FLT_MAX ? -INFINITY : (float)value);
     field_message(&sum, SUMMARY_VALUE, &v);
     Buf e = event_begin(step);
     field_message(&e, EVENT_SUMMARY, &sum);
