@@ -685,6 +685,12 @@ Test(run, tensorboard_reads_the_events_the_log_has)
     cr_assert_eq(run("./lm --eval-every 1 --sample-tokens 40 --prompt 'the ' --log lm.jsonl --tensorboard lmtb > lm.txt", &out), 0, "%s", out.data);
     check_tensorboard("lmtb", "lm.jsonl", "lm.txt", &out);
     cr_expect(strstr(out.data, "samples/text: 3 samples") && strstr(out.data, "train/tokens_per_s: 3 steps"), "%s", out.data);
+    /* A prompt longer than the window (8) samples through the eval step, not the decode step. */
+    cr_assert_eq(run("./lm --resume checkpoints --eval --sample-tokens 10 --prompt 'the quick brown ' --log lm2.jsonl --tensorboard lmtb2 > lm2.txt",
+                     &out),
+                 0, "%s", out.data);
+    check_tensorboard("lmtb2", "lm2.jsonl", "lm2.txt", &out);
+    cr_expect(strstr(out.data, "samples/text: 1 samples"), "%s", out.data);
     /* A write that fails (a file-size limit of 2 KiB, as a full disk) is one warning, and
      * the run trains to its end. */
     cr_assert_eq(run("ulimit -f 4; { ./tiny --tensorboard full >/dev/null; }", &out), 0, "%s", out.data);
