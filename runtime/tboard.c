@@ -289,7 +289,7 @@ krt_status krt_tboard_open(const char *dir, krt_tboard **out, krt_error *err)
     if (gethostname(host, sizeof host - 1)) strcpy(host, "localhost");
     host[sizeof host - 1] = 0;
     long now = name_time(dir);
-    /* A name taken (by another process of the same pid, on another machine) gets a suffix. */
+    /* A name taken (a process of the same id on a machine of the same name) gets a suffix. */
     w->fd = -1;
     for (int k = 0; k < 100 && w->fd < 0; k++) {
         char suffix[16] = "";
@@ -311,7 +311,8 @@ krt_status krt_tboard_open(const char *dir, krt_tboard **out, krt_error *err)
     field_string(&e, EVENT_FILE_VERSION, "brain.Event:2");
     add_record(w, &e);
     s = krt_tboard_flush(w, err);
-    if (s != KRT_OK) {
+    if (s != KRT_OK) { /* no file is left behind */
+        unlink(w->path);
         krt_tboard_close(w, NULL);
         return s;
     }
