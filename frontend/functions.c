@@ -1272,6 +1272,13 @@ const char *const *functions_names(int *n)
     return names;
 }
 
+const char *functions_signature(const char *name)
+{
+    for (int i = 0; i < NFUNCTIONS; i++)
+        if (!strcmp(functions[i].name, name)) return functions[i].sig;
+    return NULL;
+}
+
 bool functions_call(Lower *L, Scope *s, int32_t inst, const char *name, AstId call, Value *out)
 {
     const AstNode *cn = ast_node(L->ast, call);
@@ -1326,14 +1333,15 @@ Value functions_method(Lower *L, Scope *s, int32_t inst, AstId e, const char *na
     for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
         if (!strcmp(name, aliases[i][0])) fname = aliases[i][1];
     if (!strcmp(fname, "size")) { /* x.size() is x.shape, x.size(i) its size i */
-        const AstNode *n = ast_node(L->ast, e);
+        BoundArgs ba;
+        L->method_self = &self;
+        bool bound = lower_bind_args(L, s, inst, e, "size", "x, dim=none", &ba);
+        L->method_self = NULL;
+        if (!bound) return value_error();
         Value shape = functions_shape_tuple(L, self.node);
-        if (n->nkids == 1) return shape;
+        if (ba.v[1].kind == V_NONE) return shape;
         int64_t i;
-        if (n->nkids != 2 || !value_int(L, lower_expr(L, s, inst, ast_kid(L->ast, e, 1)), e, "size", &i)) {
-            if (n->nkids != 2) lower_error(L, e, "size takes at most one axis, e.g. x.size(0)");
-            return value_error();
-        }
+        if (!value_int(L, ba.v[1], ba.at[1], "size", &i)) return value_error();
         int axis = ir_b_axis(&L->b, "size", i, shape.count);
         return axis < 0 ? lower_builder_error(L, e) : L->seq[shape.idx + axis];
     }

@@ -243,6 +243,8 @@ bool functions_call(Lower *L, Scope *s, int32_t inst, const char *name, AstId ca
 Value functions_method(Lower *L, Scope *s, int32_t inst, AstId e, const char *name, Value self);
 /* x.shape: a list of the sizes, numbers or symbolic sizes */
 Value functions_shape_tuple(Lower *L, NodeId x);
+/* The signature of function `name` ("x, axis|dim=-1, ..."), NULL when there is none. */
+const char *functions_signature(const char *name);
 /* All function names, for suggestions and docs. */
 const char *const *functions_names(int *n);
 

@@ -1,0 +1,166 @@
+/* test_language.c — what a PyTorch user types is accepted and means what it means there:
+ * `axis =` and `dim =` for every function that takes an axis, PyTorch's indexing
+ * (ellipsis, new axes), cross_entropy with class probabilities, and compile-time `if`.
+ * Each compiles small models through the frontend and compares the graphs, the shapes
+ * or the values the interpreter computes with what the PyTorch spelling means. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../frontend/internal.h"
+#include "support.h"
+
+static Model *compile_text(const char *text, GraphMode mode, Diag *d)
+{
+    diag_init(d, NULL);
+    return frontend_compile(d, "test.kiln", text, strlen(text), mode);
+}
+
+/* The model "forward(inputs) -> y { body }" with loss sum(y) (y float). */
+static void model_text(char *buf, size_t size, const char *inputs, const char *body)
+{
+    snprintf(buf, size, "model t\ndim B <= 3\nforward(%s) -> y {\n    %s\n}\nloss(y) = sum(f32(y))\n", inputs, body);
+}
+
+/* Compiles forward(inputs) { body } and returns its printed graph (NULL and the
+ * diagnostics in *err when it does not compile; free both). */
+static char *graph_of(const char *inputs, const char *body, char **err)
+{
+    char text[2048];
+    model_text(text, sizeof text, inputs, body);
+    Diag d;
+    Model *m = compile_text(text, MODE_TRAIN, &d);
+    char *out = NULL;
+    if (m) {
+        StrBuf sb;
+        sb_init(&sb);
+        ir_print(m->graph, &sb);
+        out = xstrndup(sb.data, sb.len);
+        sb_free(&sb);
+        frontend_model_free(m);
+    }
+    if (err) *err = xstrndup(d.out.data ? d.out.data : "", d.out.len);
+    diag_free(&d);
+    return out;
+}
+
+/* The first error the model gives ("" when it compiles). */
+static char *first_error_of(const char *inputs, const char *body)
+{
+    char *err;
+    char *g = graph_of(inputs, body, &err);
+    free(g);
+    char *e = strstr(err, "error: ");
+    char *r = xstrndup(e ? e : "", e ? strcspn(e, "\n") : 0);
+    free(err);
+    return r;
+}
+
+/* ---- axis = and dim = ---- */
+
+/* Every function that takes an axis, written with AXIS where the keyword goes. */
+static const struct {
+    const char *fname, *inputs, *body;
+} axis_calls[] = {
+    {"sum", "x: f32[2, 3, 4]", "y = sum(x, AXIS = 1)"},
+    {"mean", "x: f32[2, 3, 4]", "y = mean(x, AXIS = [0, 2], keepdim = true)"},
+    {"max", "x: f32[2, 3, 4]", "y = max(x, AXIS = -1)"},
+    {"min", "x: f32[2, 3, 4]", "y = min(x, AXIS = 0)"},
+    {"var", "x: f32[2, 3, 4]", "y = var(x, AXIS = 1)"},
+    {"std", "x: f32[2, 3, 4]", "y = std(x, AXIS = 2, unbiased = false)"},
+    {"argmax", "x: f32[2, 3, 4]", "y = argmax(x, AXIS = 1)"},
+    {"softmax", "x: f32[2, 3, 4]", "y = softmax(x, AXIS = 1)"},
+    {"log_softmax", "x: f32[2, 3, 4]", "y = log_softmax(x, AXIS = 0)"},
+    {"logsumexp", "x: f32[2, 3, 4]", "y = logsumexp(x, AXIS = 1)"},
+    {"unsqueeze", "x: f32[2, 3, 4]", "y = unsqueeze(x, AXIS = 1)"},
+    {"squeeze", "x: f32[2, 1, 4]", "y = squeeze(x, AXIS = 1)"},
+    {"split", "x: f32[2, 6]", "a, b = split(x, 3, AXIS = 1)\n y = a * b"},
+    {"chunk", "x: f32[4, 6]", "a, b = chunk(x, 2, AXIS = 0)\n y = a * b"},
+    {"concat", "x: f32[2, 3]", "y = concat(x, x, AXIS = 1)"},
+    {"cat", "x: f32[2, 3]", "y = cat(x, x * 2, AXIS = 0)"},
+    {"stack", "x: f32[2, 3]", "y = stack(x, x, AXIS = 1)"},
+    {"slice", "x: f32[4, 6]", "y = slice(x, AXIS = 1, start = 1, end = 5, step = 2)"},
+    {"cumsum", "x: f32[3, 4]", "y = cumsum(x, AXIS = 1)"},
+    {"gather", "x: f32[3, 4], t: i64[3, 2]", "y = gather(x, AXIS = 1, index = t)"},
+    {"topk", "x: f32[3, 5]", "v, i = topk(x, 2, AXIS = 1)\n y = v"},
+    {"flip", "x: f32[3, 5]", "y = flip(x, AXES = [0, 1])"},
+    {"cross_entropy", "x: f32[2, 4, 4], t: i64[2, 4]", "y = cross_entropy(x, t, AXIS = 1)"},
+    {"nll_loss", "x: f32[2, 4, 4], t: i64[2, 4]", "y = nll_loss(log_softmax(x, 1), t, AXIS = -1)"},
+    {"size", "x: f32[3, 5]", "y = zeros(x.size(AXIS = 1))"},
+};
+#define NAXIS_CALLS (sizeof axis_calls / sizeof axis_calls[0])
+
+/* body with AXIS (or AXES) replaced by the given spelling */
+static void spell(char *out, size_t size, const char *body, const char *axis, const char *axes)
+{
+    size_t o = 0;
+    for (const char *p = body; *p && o + 8 < size;) {
+        const char *with = !strncmp(p, "AXIS", 4) ? axis : !strncmp(p, "AXES", 4) ? axes : NULL;
+        if (with) {
+            o += (size_t)snprintf(out + o, size - o, "%s", with);
+            p += 4;
+        } else out[o++] = *p++;
+    }
+    out[o] = 0;
+}
+
+/* body with its `AXIS = v` written `axis = v, dim = v` (AXES: axes and dims) */
+static void twice(char *out, size_t size, const char *body)
+{
+    const char *at = strstr(body, "AXIS");
+    bool plural = !at;
+    if (!at) at = strstr(body, "AXES");
+    const char *v = at + 4, *p = v;
+    int depth = 0;
+    for (; *p && !(depth == 0 && (*p == ',' || *p == ')')); p++) depth += (*p == '[' || *p == '(') - (*p == ']');
+    snprintf(out, size, "%.*s%s%.*s, %s%.*s%s", (int)(at - body), body, plural ? "axes" : "axis", (int)(p - v), v,
+             plural ? "dims" : "dim", (int)(p - v), v, p);
+}
+
+Test(axis, both_spellings_give_the_same_graph)
+{
+    for (size_t i = 0; i < NAXIS_CALLS; i++) {
+        char a[512], b[512], both[600];
+        spell(a, sizeof a, axis_calls[i].body, "axis", "axes");
+        spell(b, sizeof b, axis_calls[i].body, "dim", "dims");
+        char *ea, *eb;
+        char *ga = graph_of(axis_calls[i].inputs, a, &ea), *gb = graph_of(axis_calls[i].inputs, b, &eb);
+        cr_expect(ga, "%s: `%s` is refused:\n%s", axis_calls[i].fname, a, ea);
+        cr_expect(gb, "%s: `%s` is refused:\n%s", axis_calls[i].fname, b, eb);
+        if (ga && gb) cr_expect_str_eq(ga, gb, "%s: `%s` and `%s` differ", axis_calls[i].fname, a, b);
+        /* both at once: one error that names the two */
+        twice(both, sizeof both, axis_calls[i].body);
+        char *e = first_error_of(axis_calls[i].inputs, both);
+        cr_expect(strstr(e, "name the same argument; give one of them"), "%s: `%s` gives: %s", axis_calls[i].fname, both, e);
+        free(e);
+        free(ga);
+        free(gb);
+        free(ea);
+        free(eb);
+    }
+}
+
+/* The list above holds every function whose signature takes an axis: one added later is
+ * tested here (or this fails until it is). */
+Test(axis, every_function_with_an_axis_is_listed)
+{
+    int n;
+    const char *const *names = functions_names(&n);
+    for (int i = 0; i < n; i++) {
+        const char *sig = functions_signature(names[i]);
+        if (!sig) continue;
+        bool takes = false;
+        for (const char *p = sig; *p; p += strcspn(p, "|=, "), p += strspn(p, "|=, ")) {
+            size_t len = strcspn(p, "|=, ");
+            if ((len == 4 && !strncmp(p, "axis", 4)) || (len == 3 && !strncmp(p, "dim", 3)) ||
+                (len == 4 && (!strncmp(p, "axes", 4) || !strncmp(p, "dims", 4))))
+                takes = true;
+        }
+        if (!takes) continue;
+        bool listed = false;
+        for (size_t k = 0; k < NAXIS_CALLS; k++) listed |= !strcmp(axis_calls[k].fname, names[i]);
+        cr_expect(listed, "%s takes an axis (%s) but is not in axis_calls", names[i], sig);
+    }
+}
