@@ -269,7 +269,7 @@ static int operator_at(const Lexer *lx, int *width)
     case '}': return TOK_RBRACE;
     case ',': return TOK_COMMA;
     case ':': return TOK_COLON;
-    case '.': return TOK_DOT;
+    case '.': if (c1 == '.' && peek(lx, 2) == '.') { *width = 3; return TOK_ELLIPSIS; } return TOK_DOT;
     case '+': return TOK_PLUS;
     case '/': if (c1 == '/') { *width = 2; return TOK_FLOORDIV; } return TOK_SLASH;
     case '%': return TOK_PERCENT;

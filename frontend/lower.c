@@ -442,6 +442,100 @@ static Value lower_binary(Lower *L, Scope *s, int32_t inst, AstId e)
     return r == IR_NONE ? lower_builder_error(L, e) : value_tensor(r);
 }
 
+/* x[subscripts] as PyTorch indexes: integers (the axis dropped), slices, `none` (a new axis
+ * of size 1, any number of them) and one `...` standing for the axes no other subscript
+ * takes. Lowered as a slice per indexed axis, then one reshape to the result's shape. */
+static Value index_tensor(Lower *L, Scope *s, int32_t inst, AstId e, NodeId x)
+{
+    const AstNode *n = ast_node(L->ast, e);
+    int nsub = n->nkids - 1, rank = L->g->nodes[x].shape.rank, consumed = 0, ellipsis = -1;
+    enum { SUB_INT, SUB_SLICE, SUB_NEW, SUB_ELLIPSIS };
+    uint8_t kind[AST_MAX_DEPTH];
+    int64_t ival[AST_MAX_DEPTH];
+    if (nsub > AST_MAX_DEPTH) {
+        lower_error(L, e, "too many indices (%d)", nsub);
+        return value_error();
+    }
+    for (int k = 0; k < nsub; k++) {
+        AstId sub = ast_kid(L->ast, e, k + 1);
+        AstKind sk = (AstKind)ast_node(L->ast, sub)->kind;
+        if (sk == AST_ELLIPSIS) {
+            if (ellipsis >= 0) {
+                lower_error(L, sub, "an index has at most one '...' (it stands for every axis the others do not index)");
+                return value_error();
+            }
+            ellipsis = k;
+            kind[k] = SUB_ELLIPSIS;
+        } else if (sk == AST_SLICE) {
+            kind[k] = SUB_SLICE;
+            consumed++;
+        } else {
+            Value v = lower_expr(L, s, inst, sub);
+            if (v.kind == V_ERROR) return v;
+            if (v.kind == V_NONE) kind[k] = SUB_NEW;
+            else {
+                if (!value_int(L, v, sub, "index", &ival[k])) return value_error();
+                kind[k] = SUB_INT;
+                consumed++;
+            }
+        }
+    }
+    if (consumed > rank) {
+        lower_error(L, e, "too many indices (%d) for a tensor of rank %d", consumed, rank);
+        return value_error();
+    }
+    int ell_axes = rank - consumed; /* axes `...` stands for (at the end when there is none) */
+    Dim out[AST_MAX_DEPTH + IR_MAX_RANK];
+    int nout = 0, axis = 0;
+    L->b.loc = n->loc;
+    for (int k = 0; k <= nsub; k++) {
+        if (k == nsub || kind[k] == SUB_ELLIPSIS) { /* the untouched axes */
+            if (k == nsub && ellipsis >= 0) break;
+            for (int j = 0; j < ell_axes; j++) out[nout++] = L->g->nodes[x].shape.d[axis++];
+            continue;
+        }
+        AstId sub = ast_kid(L->ast, e, k + 1);
+        if (kind[k] == SUB_NEW) {
+            out[nout++] = ir_dim_const(1);
+            continue;
+        }
+        if (kind[k] == SUB_SLICE) {
+            int64_t v[3] = {0, IR_SLICE_END, 1};
+            for (int j = 0; j < 3; j++) {
+                AstId part = ast_kid(L->ast, sub, j);
+                if (part == AST_NONE) continue;
+                if (!value_int(L, lower_expr(L, s, inst, part), part, "slice bound", &v[j])) return value_error();
+            }
+            L->b.loc = n->loc;
+            x = ir_b_slice(&L->b, x, axis, v[0], v[1], v[2]);
+            if (x == IR_NONE) return lower_builder_error(L, e);
+            out[nout++] = L->g->nodes[x].shape.d[axis++];
+            continue;
+        }
+        int64_t i = ival[k];
+        Dim d = L->g->nodes[x].shape.d[axis];
+        if (ir_dim_is_const(d) && (i >= d.k || i < -d.k)) {
+            lower_error(L, sub, "index %lld is out of range for axis %d of size %lld", (long long)i, axis, (long long)d.k);
+            return value_error();
+        }
+        if (i < 0 && ir_dim_is_const(d)) i += d.k;
+        x = ir_b_slice(&L->b, x, axis, i, i + 1, 1);
+        if (x == IR_NONE) return lower_builder_error(L, e);
+        axis++;
+    }
+    if (nout > IR_MAX_RANK) {
+        lower_error(L, e, "this index gives a tensor of rank %d; at most %d axes", nout, IR_MAX_RANK);
+        return value_error();
+    }
+    Shape sh = L->g->nodes[x].shape;
+    bool same = sh.rank == nout;
+    for (int i = 0; same && i < nout; i++) same = ir_dim_eq(sh.d[i], out[i]);
+    if (same) return value_tensor(x);
+    Shape os = ir_shape_make(nout, out);
+    x = ir_b_reshape(&L->b, x, &os);
+    return x == IR_NONE ? lower_builder_error(L, e) : value_tensor(x);
+}
+
 static Value lower_index(Lower *L, Scope *s, int32_t inst, AstId e)
 {
     const AstNode *n = ast_node(L->ast, e);
@@ -449,7 +543,8 @@ static Value lower_index(Lower *L, Scope *s, int32_t inst, AstId e)
     if (base.kind == V_ERROR) return base;
     if (base.kind == V_LIST || base.kind == V_TUPLE) {
         int64_t i;
-        if (n->nkids != 2 || ast_node(L->ast, ast_kid(L->ast, e, 1))->kind == AST_SLICE) {
+        if (n->nkids != 2 || ast_node(L->ast, ast_kid(L->ast, e, 1))->kind == AST_SLICE ||
+            ast_node(L->ast, ast_kid(L->ast, e, 1))->kind == AST_ELLIPSIS) {
             lower_error(L, e, "a list takes one integer index");
             return value_error();
         }
@@ -466,47 +561,7 @@ static Value lower_index(Lower *L, Scope *s, int32_t inst, AstId e)
         lower_error(L, e, "cannot index %s", kind_desc(base));
         return value_error();
     }
-    NodeId x = base.node;
-    int rank = L->g->nodes[x].shape.rank;
-    if (n->nkids - 1 > rank) {
-        lower_error(L, e, "too many indices (%d) for a tensor of rank %d", n->nkids - 1, rank);
-        return value_error();
-    }
-    uint64_t drop = 0;
-    L->b.loc = n->loc;
-    for (int k = 1; k < n->nkids; k++) {
-        AstId sub = ast_kid(L->ast, e, k);
-        int axis = k - 1;
-        if (ast_node(L->ast, sub)->kind == AST_SLICE) {
-            int64_t v[3] = {0, IR_SLICE_END, 1};
-            for (int j = 0; j < 3; j++) {
-                AstId part = ast_kid(L->ast, sub, j);
-                if (part == AST_NONE) continue;
-                if (!value_int(L, lower_expr(L, s, inst, part), part, "slice bound", &v[j])) return value_error();
-            }
-            x = ir_b_slice(&L->b, x, axis, v[0], v[1], v[2]);
-        } else {
-            int64_t i;
-            if (!value_int(L, lower_expr(L, s, inst, sub), sub, "index", &i)) return value_error();
-            Dim d = L->g->nodes[x].shape.d[axis];
-            if (ir_dim_is_const(d) && (i >= d.k || i < -d.k)) {
-                lower_error(L, sub, "index %lld is out of range for axis %d of size %lld", (long long)i, axis, (long long)d.k);
-                return value_error();
-            }
-            if (i < 0 && ir_dim_is_const(d)) i += d.k;
-            x = ir_b_slice(&L->b, x, axis, i, i + 1, 1);
-            drop |= UINT64_C(1) << axis;
-        }
-        if (x == IR_NONE) return lower_builder_error(L, e);
-    }
-    if (drop) {
-        Shape sh = L->g->nodes[x].shape, out = ir_shape_make(0, NULL);
-        for (int i = 0; i < sh.rank; i++)
-            if (!(drop >> i & 1)) out.d[out.rank++] = sh.d[i];
-        x = ir_b_reshape(&L->b, x, &out);
-        if (x == IR_NONE) return lower_builder_error(L, e);
-    }
-    return value_tensor(x);
+    return index_tensor(L, s, inst, e, base.node);
 }
 
 static Value lower_stmts(Lower *L, Scope *s, int32_t inst, AstId parent, int first, bool *returned);

@@ -21,7 +21,7 @@ static const char *const kind_names[AST_KIND_COUNT] = {
     "file", "model", "const", "dim", "module", "param", "member", "forward", "loss",
     "metric", "init", "train", "key", "assign", "return", "for", "number", "string",
     "name", "list", "comprehension", "unary", "binary", "call", "kwarg", "index",
-    "slice", "attr", "type",
+    "slice", "attr", "type", "ellipsis",
 };
 _Static_assert(sizeof kind_names / sizeof *kind_names == AST_KIND_COUNT, "kind_names out of date");
 
@@ -445,10 +445,11 @@ static AstId slice_part(Parser *p)
     return at(p, TOK_COLON) || at(p, TOK_COMMA) || at(p, TOK_RBRACKET) ? AST_NONE : parse_expr(p);
 }
 
-/* subscript := expr | [expr] ':' [expr] [ ':' [expr] ] */
+/* subscript := '...' | expr | [expr] ':' [expr] [ ':' [expr] ] */
 static AstId parse_subscript(Parser *p)
 {
     Loc loc = cur(p)->loc;
+    if (accept(p, TOK_ELLIPSIS)) return make(p, AST_ELLIPSIS, loc, p->nscratch);
     int32_t base = p->nscratch;
     AstId start = at(p, TOK_COLON) ? AST_NONE : parse_expr(p);
     if (p->panic || !at(p, TOK_COLON)) return start;

@@ -48,6 +48,8 @@ static const OpCase op_cases[] = {
     {"unsqueeze_squeeze", "x: f32[3, 4]", "y = squeeze(unsqueeze(x, 1) * 2)"},
     {"slice", "x: f32[5, 7]", "y = x[1:4, 2:7:2]"},
     {"slice_index", "x: f32[5, 7]", "y = x[2, 1:6] + x[:, 6]"},
+    /* PyTorch's indexing: `...` and new axes (`none`) among integers and slices */
+    {"index_ellipsis_none", "x: f32[2, 3, 4]", "y = x[..., 1][:, :, none] * x[none, 1, ..., 0:4:2] + x[:, 2, none, 0:4:2][..., none, :, :][:, 0]"},
     {"split", "x: f32[3, 6]", "a, b = split(x, [2, 4], axis = 1)\n y = sum(a, axis = 1) * sum(b, axis = 1)"},
     {"chunk_concat", "x: f32[4, 6]", "a, b, c = chunk(x, 3)\n y = concat(c, a, b * 2, axis = 1)"},
     /* copies large enough to be shared between threads (c.c open_par_loops) */

@@ -164,3 +164,77 @@ Test(axis, every_function_with_an_axis_is_listed)
         cr_expect(listed, "%s takes an axis (%s) but is not in axis_calls", names[i], sig);
     }
 }
+
+/* ---- indexing: `...` and `none` ---- */
+
+/* The shape of y = expr ("[B, 3]"), or the first error. */
+static char *shape_of(const char *inputs, const char *expr)
+{
+    char body[512], text[2048];
+    snprintf(body, sizeof body, "y = %s", expr);
+    model_text(text, sizeof text, inputs, body);
+    Diag d;
+    Model *m = compile_text(text, MODE_TRAIN, &d);
+    char *r;
+    if (!m) {
+        char *e = strstr(d.out.data, "error: ");
+        r = xstrndup(e, strcspn(e, "\n"));
+    } else {
+        StrBuf sb;
+        sb_init(&sb);
+        for (int32_t i = 0; i < m->graph->noutputs; i++)
+            if (!strcmp(ir_str(m->graph, m->graph->outputs[i].name), "y")) ir_shape_format(&sb, m->graph, &m->graph->nodes[m->graph->outputs[i].node].shape);
+        r = xstrndup(sb.data, sb.len);
+        sb_free(&sb);
+        frontend_model_free(m);
+    }
+    diag_free(&d);
+    return r;
+}
+
+Test(index, ellipsis_and_new_axes_as_pytorch)
+{
+    static const struct {
+        const char *expr, *shape; /* torch.zeros(B, 3, 4, 5)[...].shape */
+    } cases[] = {
+        {"x[..., 0]", "[B, 3, 4]"},
+        {"x[..., 1:3]", "[B, 3, 4, 2]"},
+        {"x[:, ..., 2]", "[B, 3, 4]"},
+        {"x[:, 0, ...]", "[B, 4, 5]"},
+        {"x[:, 1, ..., 0]", "[B, 4]"},
+        {"x[...]", "[B, 3, 4, 5]"},
+        {"x[..., :, :, :, :]", "[B, 3, 4, 5]"},
+        {"x[:, none]", "[B, 1, 3, 4, 5]"},
+        {"x[none]", "[1, B, 3, 4, 5]"},
+        {"x[..., none]", "[B, 3, 4, 5, 1]"},
+        {"x[:, none, 0, none, ..., none, 1:4:2]", "[B, 1, 1, 4, 1, 2]"},
+        {"x[none, none, :, 2]", "[1, 1, B, 4, 5]"},
+        {"x[:, :, :, :, none]", "[B, 3, 4, 5, 1]"},
+        {"x[:, -1, ..., -2]", "[B, 4]"},
+        {"x.mean(-1)[..., none] * x", "[B, 3, 4, 5]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *got = shape_of("x: f32[B, 3, 4, 5]", cases[i].expr);
+        cr_expect_str_eq(got, cases[i].shape, "%s: %s, PyTorch gives %s", cases[i].expr, got, cases[i].shape);
+        free(got);
+    }
+}
+
+Test(index, bad_uses_are_one_error)
+{
+    static const struct {
+        const char *expr, *error;
+    } cases[] = {
+        {"x[..., 0, ...]", "at most one '...'"},
+        {"x[0, 1, 2, 3, 4]", "too many indices (5) for a tensor of rank 4"},
+        {"x[..., 0, 1, 2, 3, 4]", "too many indices (5) for a tensor of rank 4"},
+        {"x[none, :, :, :, :, 0]", "too many indices (5) for a tensor of rank 4"},
+        {"x[:, none, none, none, none, none]", "at most 8 axes"},
+        {"x[:, 0.5]", "index"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *got = shape_of("x: f32[B, 3, 4, 5]", cases[i].expr);
+        cr_expect(strstr(got, cases[i].error), "%s: %s (expected %s)", cases[i].expr, got, cases[i].error);
+        free(got);
+    }
+}

@@ -281,6 +281,7 @@ Test(lex, operators)
     ASSERT_KINDS("***", "POW STAR EOF");
     ASSERT_KINDS("===", "EQ ASSIGN EOF");
     ASSERT_KINDS("- >", "MINUS GT EOF");
+    ASSERT_KINDS("x[..., 0] h.0 ....", "IDENT LBRACKET ELLIPSIS COMMA NUMBER RBRACKET IDENT DOT NUMBER ELLIPSIS DOT EOF");
 }
 
 Test(lex, keywords_and_names)
@@ -750,6 +751,8 @@ Test(expr, subscripts_and_slices)
     ASSERT_EXPR("x[1::]", "(index (name x) (slice (number 1) - -))");
     ASSERT_EXPR("x[-1:, :]", "(index (name x) (slice (unary - (number 1)) - -) (slice - - -))");
     ASSERT_EXPR("x[0][1]", "(index (index (name x) (number 0)) (number 1))");
+    ASSERT_EXPR("x[..., 0]", "(index (name x) (ellipsis) (number 0))");
+    ASSERT_EXPR("x[:, none, ...]", "(index (name x) (slice - - -) (name none) (ellipsis))");
 }
 
 Test(expr, attributes)
