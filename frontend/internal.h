@@ -203,6 +203,7 @@ typedef enum { LOSS_MEAN, LOSS_SUM, LOSS_NONE } LossReduction;
 NodeId comp_reduce_loss(IrBuilder *b, NodeId l, LossReduction r);
 NodeId comp_nll(IrBuilder *b, NodeId logp, NodeId target, NodeId weight, bool has_ignore, int64_t ignore_index, double smoothing,
                 LossReduction r, const char *what);
+NodeId comp_cross_entropy_probs(IrBuilder *b, NodeId logits, NodeId probs, NodeId weight, double smoothing, LossReduction r);
 NodeId comp_kl_div(IrBuilder *b, NodeId x, NodeId t, bool log_target, LossReduction r, bool batchmean);
 NodeId comp_regression_loss(IrBuilder *b, int kind, NodeId x, NodeId y, double beta, LossReduction r);
 NodeId comp_bce_logits(IrBuilder *b, NodeId x, NodeId y, NodeId weight, NodeId pos_weight, LossReduction r);

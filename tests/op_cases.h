@@ -145,6 +145,10 @@ static const OpCase op_cases[] = {
     {"cross_entropy", "x: f32[4, 5], t: i64[4]", "y = cross_entropy(x, t)"},
     {"cross_entropy_3d", "x: f32[2, 3, 5], t: i32[2, 3]", "y = cross_entropy(x, t)"},
     {"mse", "x: f32[3, 4], z: f32[3, 4]", "y = mse(x, z)"},
+    /* class probabilities as the target: the gradient reaches both */
+    {"cross_entropy_probs", "x: f32[4, 5], p: f32[4, 5], w: f32[5], z: f32[2, 5, 3]",
+     "y = cross_entropy(x, softmax(p)) + cross_entropy(x, softmax(p), label_smoothing = 0.2, weight = exp(w), reduction = \"sum\")"
+     " + cross_entropy(z, softmax(z * 2, 1), axis = 1, reduction = \"none\").sum() + cross_entropy(z, sigmoid(z), axis = -1)"},
     {"cross_entropy_options", "x: f32[4, 5], t: i64[4]",
      "y = cross_entropy(x, t, ignore_index = 2, label_smoothing = 0.1) + cross_entropy(x, t, reduction = \"sum\") * 0.1"},
     {"nll_loss", "x: f32[2, 3, 5], t: i32[2, 3]", "y = nll_loss(log_softmax(x), t) + nll_loss(x, t, ignore_index = 1, reduction = \"none\")"},
