@@ -41,6 +41,7 @@ static const struct {
     {"metric", 6, TOK_KW_METRIC},   {"init", 4, TOK_KW_INIT},     {"train", 5, TOK_KW_TRAIN},
     {"return", 6, TOK_KW_RETURN},   {"for", 3, TOK_KW_FOR},       {"in", 2, TOK_KW_IN},
     {"and", 3, TOK_KW_AND},         {"or", 2, TOK_KW_OR},         {"not", 3, TOK_KW_NOT},
+    {"if", 2, TOK_KW_IF},           {"else", 4, TOK_KW_ELSE},
 };
 
 typedef struct {

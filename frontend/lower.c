@@ -246,6 +246,8 @@ static Value *lookup(Lower *L, Scope *s, int32_t inst, const char *name)
     return members_checked ? NULL : inst_member(L, inst, name);
 }
 
+Value *lower_lookup(Lower *L, Scope *s, int32_t inst, const char *name) { return lookup(L, s, inst, name); }
+
 void lower_consider(const char *cand, const char *name, const char **best, int *bestd)
 {
     int dist = util_edit_distance(cand, name);
@@ -275,6 +277,7 @@ static const char *suggest(Lower *L, Scope *s, int32_t inst, const char *name, b
 
 static void unknown_name(Lower *L, Scope *s, int32_t inst, const char *name, AstId at, bool call)
 {
+    if (lower_unset_error(L, s, inst, name, at)) return;
     size_t len = strlen(name);
     if (len > 40) {
         lower_error(L, at, "unknown %s '%.40s...' (%zu characters)", call ? "function or module" : "name", name, len);
@@ -349,8 +352,18 @@ static Value binary_dims(Lower *L, AstId e, int op, Value a, Value b)
     } else if (op == TOK_SLASH && ints_a && ints_b) {
         if (ir_dim_div(da, db, &r.dim)) return r;
     } else if ((op == TOK_EQ || op == TOK_NE) && ints_a && ints_b) {
+        /* the same size is equal to itself; any other comparison with a symbolic size is
+         * decided only when the model runs */
         bool eq = ir_dim_eq(da, db);
-        return (Value){.kind = V_BOOL, .num = op == TOK_EQ ? eq : !eq, .node = IR_NONE};
+        if (eq || (ir_dim_is_const(da) && ir_dim_is_const(db))) return (Value){.kind = V_BOOL, .num = op == TOK_EQ ? eq : !eq, .node = IR_NONE};
+        StrBuf t;
+        sb_init(&t);
+        ir_dim_format(&t, L->g, ir_dim_is_const(da) ? db : da);
+        sb_puts(&t, " with ");
+        ir_dim_format(&t, L->g, ir_dim_is_const(da) ? da : db);
+        lower_error(L, e, "cannot compare the symbolic size %s when the model is compiled: its value is known only when it runs", t.data);
+        sb_free(&t);
+        return value_error();
     }
     StrBuf t;
     sb_init(&t);
@@ -390,6 +403,11 @@ static Value lower_binary(Lower *L, Scope *s, int32_t inst, AstId e)
     if (a.kind == V_ERROR || b.kind == V_ERROR) return value_error();
     int op = n->op;
     if (value_is_scalar_number(a) && value_is_scalar_number(b)) return binary_numbers(L, e, op, a, b);
+    /* x == none, mode != "nearest": decided when the model is compiled (conditions of `if`) */
+    if ((op == TOK_EQ || op == TOK_NE) && (a.kind == V_NONE || b.kind == V_NONE || (a.kind == V_STR && b.kind == V_STR))) {
+        bool eq = a.kind == b.kind && (a.kind == V_NONE || !strcmp(a.str, b.str));
+        return (Value){.kind = V_BOOL, .num = op == TOK_EQ ? eq : !eq, .node = IR_NONE};
+    }
     bool da = a.kind == V_DIM || (a.kind == V_NUM && a.is_int), db = b.kind == V_DIM || (b.kind == V_NUM && b.is_int);
     if ((a.kind == V_DIM || b.kind == V_DIM) && da && db) return binary_dims(L, e, op, a, b);
     bool ta = a.kind == V_TENSOR || a.kind == V_NUM || a.kind == V_BOOL || a.kind == V_DIM;
@@ -740,6 +758,7 @@ Value lower_expr(Lower *L, Scope *s, int32_t inst, AstId e)
         if (n->op == TOK_PLUS) return x;
         if (n->op == TOK_KW_NOT) {
             if (x.kind == V_BOOL || x.kind == V_NUM) return (Value){.kind = V_BOOL, .num = x.num == 0, .node = IR_NONE};
+            if (x.kind == V_NONE) return (Value){.kind = V_BOOL, .num = 1, .node = IR_NONE};
             if (x.kind == V_TENSOR) {
                 L->b.loc = n->loc;
                 NodeId r = ir_b_unary(&L->b, OP_NOT, x.node);
@@ -870,6 +889,20 @@ static Value lower_stmts(Lower *L, Scope *s, int32_t inst, AstId parent, int fir
                 }
             }
             L->loop_depth--;
+            break;
+        }
+        case AST_IF: {
+            /* decided now: only the branch taken is lowered (cond.c) */
+            int b = lower_if_branch(L, s, inst, ast_kid(L->ast, st, 0));
+            lower_if_not_taken(L, s, inst, st, b);
+            AstId taken = b < 0 ? AST_NONE : b ? ast_kid(L->ast, st, 1) : sn->nkids > 2 ? ast_kid(L->ast, st, 2) : AST_NONE;
+            if (taken == AST_NONE) break;
+            bool ret = false;
+            Value r = lower_stmts(L, s, inst, taken, 0, &ret);
+            if (ret) { /* `if c { return a }` then `return b`: b is not lowered when c holds */
+                *returned = true;
+                return r;
+            }
             break;
         }
         default:
@@ -1010,9 +1043,8 @@ static void lower_model(Lower *L, AstId forward, AstId loss, AstId train)
 
     /* Parameters: the root's members, in order (state_dict order). */
     L->insts[0].scope = L->globals;
-    lower_collect_init_rules(L, root, 0, 0);
     GROW(L->inst_stack, L->inst_stack_cap, 1);
-    lower_instantiate_items(L, 0, root, 0);
+    lower_module_body(L, 0, root, 0);
     for (int32_t i = 0; i < L->nrules; i++)
         if (L->rules[i].matches == 0 && !L->failed)
             lower_error(L, L->rules[i].at, "init pattern '%s' matches no parameter", L->rules[i].pattern);
@@ -1045,7 +1077,8 @@ static void lower_model(Lower *L, AstId forward, AstId loss, AstId train)
             AstId on = ast_kid(L->ast, forward, fn->aux + i);
             const char *name = ast_str(L->ast, on);
             Value *v = scope_find_here(fs, name);
-            if (!v) lower_error(L, on, "output '%s' is never assigned in forward", name);
+            if (!v && lower_unset_error(L, fs, 0, name, on)) {
+            } else if (!v) lower_error(L, on, "output '%s' is never assigned in forward", name);
             else if (v->kind == V_ERROR) {
                 /* Errors are reported where they happen; this guards against a silent one. */
                 if (!L->failed) lower_error(L, on, "internal error: output '%s' has no value", name);
@@ -1269,6 +1302,8 @@ Model *frontend_compile(Diag *d, const char *path, const char *text, size_t len,
     free(L.insts);
     free(L.seq);
     free(L.rules);
+    for (int32_t i = 0; i < L.nunset; i++) free(L.unset[i].name);
+    free(L.unset);
     free(L.inst_stack);
     for (int32_t i = 0; i < L.nscopes; i++) scope_free(L.scopes[i]);
     free(L.scopes);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../frontend/internal.h"
+#include "../passes/passes.h"
 #include "support.h"
 
 static Model *compile_text(const char *text, GraphMode mode, Diag *d)
@@ -237,4 +238,206 @@ Test(index, bad_uses_are_one_error)
         cr_expect(strstr(got, cases[i].error), "%s: %s (expected %s)", cases[i].expr, got, cases[i].error);
         free(got);
     }
+}
+
+/* ---- compile-time if ---- */
+
+/* The parameter names of a model, space-separated ("" and the first error when it does
+ * not compile). */
+static char *params_of(const char *text)
+{
+    Diag d;
+    Model *m = compile_text(text, MODE_TRAIN, &d);
+    StrBuf sb;
+    sb_init(&sb);
+    if (!m) {
+        const char *e = strstr(d.out.data, "error: ");
+        sb_putn(&sb, e, strcspn(e, "\n"));
+    } else {
+        for (NodeId i = 0; i < m->graph->nnodes; i++)
+            if (m->graph->nodes[i].op == OP_PARAM) sb_printf(&sb, "%s%s", sb.len ? " " : "", ir_node_name(m->graph, i));
+        frontend_model_free(m);
+    }
+    diag_free(&d);
+    char *r = xstrndup(sb.data ? sb.data : "", sb.len);
+    sb_free(&sb);
+    return r;
+}
+
+/* A module whose parameters and forward follow its arguments, as `if self.proj is not
+ * None` does in PyTorch. */
+static const char *const block_module =
+    "module Block(C, D, bias = true, norm = none) {\n"
+    "    if bias { scale = Parameter(D, init = ones) }\n"
+    "    if C != D {\n"
+    "        proj = Linear(C, D, bias = false)\n"
+    "    } else if C >= 16 and not bias {\n"
+    "        proj = Linear(C, D)\n"
+    "    }\n"
+    "    if norm == \"layer\" { ln = LayerNorm(D) }\n"
+    "    else if norm != none { const unknown = 1 }\n"
+    "    fc = Linear(C, D, bias = bias)\n"
+    "    forward(x) {\n"
+    "        y = fc(x)\n"
+    "        if bias { y = y * scale }\n"
+    "        if C != D or (C >= 16 and not bias) { x = proj(x) }\n"
+    "        if norm == \"layer\" {\n"
+    "            return ln(x + y)\n"
+    "        }\n"
+    "        return x + y\n"
+    "    }\n"
+    "}\n";
+
+Test(cond, parameters_follow_the_module_arguments)
+{
+    static const struct {
+        const char *args, *params;
+    } cases[] = {
+        {"4, 8", "m.scale m.proj.weight m.fc.weight m.fc.bias"},
+        {"8, 8", "m.scale m.fc.weight m.fc.bias"},
+        {"8, 8, bias = false", "m.fc.weight"},
+        {"16, 16, bias = false", "m.proj.weight m.proj.bias m.fc.weight"},
+        {"16, 16, norm = \"layer\"", "m.scale m.ln.weight m.ln.bias m.fc.weight m.fc.bias"},
+        {"4, 6, false, \"layer\"", "m.proj.weight m.ln.weight m.ln.bias m.fc.weight"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[4096];
+        const char *c = strchr(cases[i].args, ',');
+        int cin = atoi(cases[i].args);
+        (void)c;
+        snprintf(text, sizeof text, "model t\n%sm = Block(%s)\nforward(x: f32[B, %d]) -> y { y = m(x) }\nloss(y) = sum(y)\ntrain { batch = 2 }\n",
+                 block_module, cases[i].args, cin);
+        char *got = params_of(text);
+        cr_expect_str_eq(got, cases[i].params, "Block(%s): %s", cases[i].args, got);
+        free(got);
+    }
+}
+
+/* The branch not taken is parsed, not lowered: its shapes, names and calls are not checked. */
+Test(cond, the_branch_not_taken_is_not_checked)
+{
+    char *e = first_error_of("x: f32[B, 4]",
+                             "if 1 > 2 {\n y = x @ x + undefined_name(x, dims = 3)\n } else if false {\n y = Linear(3)\n } else {\n y = x * 2\n }");
+    cr_expect_str_eq(e, "", "%s", e);
+    free(e);
+    e = first_error_of("x: f32[B, 4]", "y = x\n if true { y = x @ x }");
+    cr_expect(strstr(e, "matmul: inner dimensions differ"), "the branch taken is checked: %s", e);
+    free(e);
+}
+
+Test(cond, return_in_a_branch)
+{
+    char text[4096];
+    snprintf(text, sizeof text,
+             "model t\nmodule Skip(C, D) {\n fc = Linear(C, D)\n forward(x) {\n  if C == D { return x }\n  return fc(x)\n }\n}\n"
+             "a = Skip(4, 4)\nb = Skip(4, 2)\nforward(x: f32[B, 4]) -> y { y = b(a(x)) }\nloss(y) = sum(y)\ntrain { batch = 2 }\n");
+    char *got = params_of(text);
+    cr_expect_str_eq(got, "a.fc.weight a.fc.bias b.fc.weight b.fc.bias", "%s", got);
+    free(got);
+    char *s = shape_of("x: f32[B, 4]", "x\n if x.shape[1] == 4 { y = x[:, none] } else { y = x }");
+    cr_expect_str_eq(s, "[B, 1, 4]", "%s", s);
+    free(s);
+}
+
+Test(cond, bad_conditions_and_names_are_one_error_each)
+{
+    static const struct {
+        const char *body, *error;
+    } cases[] = {
+        {"y = x\n if x > 0 { y = x * 2 }", "the condition of `if` is a tensor"},
+        {"if x.sum() > 0 { y = x } else { y = -x }\n y = y * 2", "use where(condition, a, b)"},
+        {"if x.shape[0] == 2 { y = x } else { y = x }", "cannot compare the symbolic size B with 2"},
+        {"if false { z = x }\n y = z", "'z' is defined only in the branch of the `if` at 4:5 that is not taken (its condition is false)"},
+        {"if true { y = x } else { z = x }\n y = z + y", "'z' is defined only in the branch of the `if` at 4:5 that is not taken (its condition is true)"},
+        {"if \"\" { y = x }", "'y' is defined only in the branch"},
+        {"if 2 { y = x } else { }", ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *err;
+        char *g = graph_of("x: f32[B, 4]", cases[i].body, &err);
+        int n = 0;
+        for (const char *p = err; (p = strstr(p, "error: ")); p++) n++;
+        if (!cases[i].error[0]) cr_expect(g && n == 0, "`%s`: %s", cases[i].body, err);
+        else {
+            cr_expect(strstr(err, cases[i].error), "`%s`: expected %s in:\n%s", cases[i].body, cases[i].error, err);
+            cr_expect_eq(n, 1, "`%s`: %d errors:\n%s", cases[i].body, n, err);
+        }
+        free(g);
+        free(err);
+    }
+}
+
+/* ---- all of it in one model: tests/lang/pytorch_style.kiln ---- */
+
+#define STYLE_MODEL "tests/lang/pytorch_style.kiln"
+
+Test(model, pytorch_style_parameters_and_gradients)
+{
+    Diag d;
+    Model *m = support_compile_file(STYLE_MODEL, MODE_TRAIN, &d);
+    StrBuf names;
+    sb_init(&names);
+    for (NodeId i = 0; i < m->graph->nnodes; i++)
+        if (m->graph->nodes[i].op == OP_PARAM) sb_printf(&names, "%s%s", names.len ? " " : "", ir_node_name(m->graph, i));
+    cr_expect_str_eq(names.data, "a.scale a.proj.weight a.fc.weight a.fc.bias b.fc.weight head.weight head.bias", "%s", names.data);
+    sb_free(&names);
+    GradcheckOptions o = {.seed = 5, .tolerance = 1e-6, .samples = 1 << 20, .sym_value = 3, .wrt_inputs = true};
+    GradcheckResult *res;
+    int n;
+    StrBuf err;
+    sb_init(&err);
+    int fails = gradcheck_run(m->graph, &o, &res, &n, &err);
+    cr_assert_geq(fails, 0, "%s", err.data);
+    cr_expect_gt(n, 0, "nothing was checked");
+    for (int i = 0; i < n; i++) {
+        cr_expect_neq(res[i].verdict, GRADCHECK_FAIL, "gradient of %s fails (relative error %g)", res[i].name, res[i].max_rel_error);
+        cr_expect_gt(res[i].checked, 0, "no element of %s could be checked", res[i].name);
+    }
+    gradcheck_free(res, n);
+    sb_free(&err);
+    frontend_model_free(m);
+    diag_free(&d);
+}
+
+/* Built and trained ten steps from its recipe: finite losses, and onecycle's rates from
+ * max_lr (0.1 / 25 at the first step, 0.1 at the third, as OneCycleLR). */
+Test(model, pytorch_style_trains, .timeout = 120)
+{
+    char dir[64];
+    StrBuf out;
+    sb_init(&out);
+    int rc = support_build_in_temp("lang", STYLE_MODEL, "style", dir, sizeof dir, &out);
+    cr_assert_eq(rc, 0, "kiln build failed:\n%s", out.data);
+    double x[32], p[24];
+    for (int i = 0; i < 32; i++) x[i] = (i * 7 % 11) / 11.0 - 0.4;
+    for (int r = 0; r < 8; r++)
+        for (int c = 0; c < 3; c++) p[r * 3 + c] = c == r % 3 ? 0.6 : 0.2;
+    char path[128];
+    snprintf(path, sizeof path, "%s/x.npy", dir);
+    cr_assert(support_write_npy(path, "<f4", 8, 4, x));
+    snprintf(path, sizeof path, "%s/p.npy", dir);
+    cr_assert(support_write_npy(path, "<f4", 8, 3, p));
+    rc = support_run_in(dir, "./style", &out);
+    cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out.data);
+    snprintf(path, sizeof path, "%s/log.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no log:\n%s", out.data);
+    char line[1024];
+    int steps = 0;
+    double first_lr = -1, peak = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *l = strstr(line, "\"loss\": "), *lr = strstr(line, "\"lr\": ");
+        if (!l || !lr) continue;
+        double v = strtod(l + 8, NULL);
+        cr_expect(isfinite(v) && v > 0, "loss %g at line %s", v, line);
+        double r = strtod(lr + 6, NULL);
+        if (steps++ == 0) first_lr = r;
+        if (r > peak) peak = r;
+    }
+    fclose(f);
+    cr_expect_eq(steps, 10, "%d steps logged:\n%s", steps, out.data);
+    cr_expect(fabs(peak - 0.1) < 1e-9, "peak lr %g, max_lr is 0.1", peak);
+    cr_expect(fabs(first_lr - 0.1 / 25) < 1e-9, "first lr %g, OneCycleLR's is max_lr / div_factor = 0.004", first_lr);
+    sb_free(&out);
+    support_remove_dir(dir);
 }
