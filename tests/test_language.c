@@ -399,6 +399,20 @@ Test(model, pytorch_style_parameters_and_gradients)
     diag_free(&d);
 }
 
+/* `kiln check` lists the parameters of the branches taken: Block(4, 8) has a scale and a
+ * projection, Block(8, 8, bias = false) neither. */
+Test(model, pytorch_style_kiln_check)
+{
+    StrBuf out;
+    sb_init(&out);
+    int rc = support_run_kiln("check " STYLE_MODEL, &out);
+    cr_assert_eq(rc, 0, "%s", out.data);
+    cr_expect(strstr(out.data, "a.scale ") && strstr(out.data, "a.proj.weight ") && strstr(out.data, "b.fc.weight "), "%s", out.data);
+    cr_expect(!strstr(out.data, "b.scale") && !strstr(out.data, "b.proj") && !strstr(out.data, "b.fc.bias"), "%s", out.data);
+    cr_expect(strstr(out.data, "onecycle(max_lr = 0.1,"), "%s", out.data);
+    sb_free(&out);
+}
+
 /* Built and trained ten steps from its recipe: finite losses, and onecycle's rates from
  * max_lr (0.1 / 25 at the first step, 0.1 at the third, as OneCycleLR). */
 Test(model, pytorch_style_trains, .timeout = 120)
