@@ -414,7 +414,8 @@ Test(model, pytorch_style_kiln_check)
 }
 
 /* Built and trained ten steps from its recipe: finite losses, and onecycle's rates from
- * max_lr (0.1 / 25 at the first step, 0.1 at the third, as OneCycleLR). */
+ * max_lr (0.1 / 25 at the first step, 0.1 at the third, as OneCycleLR); with --lr 0.3,
+ * from 0.3. */
 Test(model, pytorch_style_trains, .timeout = 120)
 {
     char dir[64];
@@ -431,27 +432,35 @@ Test(model, pytorch_style_trains, .timeout = 120)
     cr_assert(support_write_npy(path, "<f4", 8, 4, x));
     snprintf(path, sizeof path, "%s/p.npy", dir);
     cr_assert(support_write_npy(path, "<f4", 8, 3, p));
-    rc = support_run_in(dir, "./style", &out);
-    cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out.data);
-    snprintf(path, sizeof path, "%s/log.jsonl", dir);
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "no log:\n%s", out.data);
-    char line[1024];
-    int steps = 0;
-    double first_lr = -1, peak = 0;
-    while (fgets(line, sizeof line, f)) {
-        const char *l = strstr(line, "\"loss\": "), *lr = strstr(line, "\"lr\": ");
-        if (!l || !lr) continue;
-        double v = strtod(l + 8, NULL);
-        cr_expect(isfinite(v) && v > 0, "loss %g at line %s", v, line);
-        double r = strtod(lr + 6, NULL);
-        if (steps++ == 0) first_lr = r;
-        if (r > peak) peak = r;
+    /* the recipe's max_lr, then --lr, which sets the peak instead */
+    static const struct {
+        const char *cmd, *log;
+        double peak;
+    } runs[] = {{"./style", "log.jsonl", 0.1}, {"./style --lr 0.3 --log log2.jsonl", "log2.jsonl", 0.3}};
+    for (int k = 0; k < 2; k++) {
+        rc = support_run_in(dir, runs[k].cmd, &out);
+        cr_expect_eq(rc, 0, "%s: exit %d:\n%s", runs[k].cmd, rc, out.data);
+        snprintf(path, sizeof path, "%s/%s", dir, runs[k].log);
+        FILE *f = fopen(path, "r");
+        cr_assert(f, "no log:\n%s", out.data);
+        char line[1024];
+        int steps = 0;
+        double first_lr = -1, peak = 0;
+        while (fgets(line, sizeof line, f)) {
+            const char *l = strstr(line, "\"loss\": "), *lr = strstr(line, "\"lr\": ");
+            if (!l || !lr) continue;
+            double v = strtod(l + 8, NULL);
+            cr_expect(isfinite(v) && v > 0, "loss %g at line %s", v, line);
+            double r = strtod(lr + 6, NULL);
+            if (steps++ == 0) first_lr = r;
+            if (r > peak) peak = r;
+        }
+        fclose(f);
+        cr_expect_eq(steps, 10, "%s: %d steps logged:\n%s", runs[k].cmd, steps, out.data);
+        cr_expect(fabs(peak - runs[k].peak) < 1e-9, "%s: peak lr %g, expected %g", runs[k].cmd, peak, runs[k].peak);
+        cr_expect(fabs(first_lr - runs[k].peak / 25) < 1e-9, "%s: first lr %g, OneCycleLR's is the peak / div_factor", runs[k].cmd,
+                  first_lr);
     }
-    fclose(f);
-    cr_expect_eq(steps, 10, "%d steps logged:\n%s", steps, out.data);
-    cr_expect(fabs(peak - 0.1) < 1e-9, "peak lr %g, max_lr is 0.1", peak);
-    cr_expect(fabs(first_lr - 0.1 / 25) < 1e-9, "first lr %g, OneCycleLR's is max_lr / div_factor = 0.004", first_lr);
     sb_free(&out);
     support_remove_dir(dir);
 }
