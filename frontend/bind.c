@@ -36,6 +36,23 @@ typedef struct {
     bool has_default, rest;
 } SigParam;
 
+/* NumPy's `axis` and PyTorch's `dim` (and `axes`/`dims`) name the same thing: whichever a
+ * signature declares, the other is accepted too, so every function that takes an axis
+ * takes both spellings without each signature having to list them. */
+static void add_axis_alias(SigParam *q)
+{
+    static const char *const pairs[][2] = {{"axis", "dim"}, {"axes", "dims"}};
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++)
+        for (int side = 0; side < 2; side++) {
+            bool has = false, other = false;
+            for (int i = 0; i < q->nnames; i++) {
+                has |= !strcmp(q->names[i], pairs[k][side]);
+                other |= !strcmp(q->names[i], pairs[k][!side]);
+            }
+            if (has && !other && q->nnames < 3) strcpy(q->names[q->nnames++], pairs[k][!side]);
+        }
+}
+
 static int parse_sig(const char *sig, SigParam *ps, int max)
 {
     int n = 0;
@@ -54,6 +71,7 @@ static int parse_sig(const char *sig, SigParam *ps, int max)
             if (*p != '|') break;
             p++;
         }
+        add_axis_alias(q);
         if (*p == '=') {
             p++;
             size_t len = strcspn(p, ", ");
@@ -146,7 +164,11 @@ bool lower_bind_args(Lower *L, Scope *s, int32_t inst, AstId call, const char *f
                 continue;
             }
             if (out->given[i]) {
-                lower_error(L, a, "%s: argument '%s' is given twice", fname, ps[i].names[0]);
+                const char *prev = out->at[i] >= 0 && ast_node(L->ast, out->at[i])->kind == AST_KWARG ? ast_str(L->ast, out->at[i]) : "";
+                if (prev[0] && strcmp(prev, kw))
+                    lower_error(L, a, "%s: '%s' and '%s' name the same argument; give one of them", fname, prev, kw);
+                else
+                    lower_error(L, a, "%s: argument '%s' is given twice", fname, ps[i].names[0]);
                 ok = false;
                 continue;
             }

@@ -43,6 +43,35 @@ static void declare(Lower *L, Decls *ds, const char *name, AstId at, const char 
     strmap_put(&ds->index, name, ds->n++);
 }
 
+/* The items of a module body from `first`. Names inside the branches of an `if` are not
+ * declared: both branches may define the same member (`proj = Linear(C, D)` or
+ * `proj = Identity()`); the branch taken is checked when it is instantiated. */
+static void check_module_items(Lower *L, AstId mod, AstId container, int first, Decls *decls, AstId *fwd, bool branch)
+{
+    const AstNode *cn = ast_node(L->ast, container);
+    for (int k = first; k < cn->nkids; k++) {
+        AstId it = ast_kid(L->ast, container, k);
+        const AstNode *in = ast_node(L->ast, it);
+        switch ((AstKind)in->kind) {
+        case AST_CONST: if (!branch) declare(L, decls, ast_str(L->ast, it), it, "constant"); break;
+        case AST_MEMBER: if (!branch) declare(L, decls, ast_str(L->ast, it), it, "member"); break;
+        case AST_FORWARD:
+            if (*fwd != AST_NONE && !branch) lower_error(L, it, "module %s has more than one forward", ast_str(L->ast, mod));
+            if (*fwd == AST_NONE || !branch) *fwd = it;
+            if (in->aux2 > 0) lower_error(L, it, "a module's forward returns its result with `return`, not `->`");
+            break;
+        case AST_INIT: break;
+        case AST_IF:
+            for (int j = 1; j < in->nkids; j++) check_module_items(L, mod, ast_kid(L->ast, it, j), 0, decls, fwd, true);
+            break;
+        default:
+            lower_error(L, it, "%s is not allowed inside a module (only const, members, forward, init and if)",
+                        ast_kind_name((AstKind)in->kind));
+            break;
+        }
+    }
+}
+
 static void check_module(Lower *L, AstId mod)
 {
     const AstNode *mn = ast_node(L->ast, mod);
@@ -52,24 +81,7 @@ static void check_module(Lower *L, AstId mod)
         declare(L, &decls, ast_str(L->ast, p), p, "module argument");
     }
     AstId fwd = AST_NONE;
-    for (int k = mn->aux; k < mn->nkids; k++) {
-        AstId it = ast_kid(L->ast, mod, k);
-        const AstNode *in = ast_node(L->ast, it);
-        switch ((AstKind)in->kind) {
-        case AST_CONST: declare(L, &decls, ast_str(L->ast, it), it, "constant"); break;
-        case AST_MEMBER: declare(L, &decls, ast_str(L->ast, it), it, "member"); break;
-        case AST_FORWARD:
-            if (fwd != AST_NONE) lower_error(L, it, "module %s has more than one forward", ast_str(L->ast, mod));
-            fwd = it;
-            if (in->aux2 > 0) lower_error(L, it, "a module's forward returns its result with `return`, not `->`");
-            break;
-        case AST_INIT: break;
-        default:
-            lower_error(L, it, "%s is not allowed inside a module (only const, members, forward and init)",
-                        ast_kind_name((AstKind)in->kind));
-            break;
-        }
-    }
+    check_module_items(L, mod, mod, mn->aux, &decls, &fwd, false);
     if (fwd == AST_NONE) lower_error(L, mod, "module %s has no forward", ast_str(L->ast, mod));
     decls_free(&decls);
 }
@@ -116,6 +128,7 @@ bool check_declarations(Lower *L, AstId *forward, AstId *loss, AstId *train, con
             else declare(L, &metrics, name, it, "metric");
             break;
         case AST_INIT: break;
+        case AST_IF: break; /* members and init rules (parse.c); the branch taken is checked when instantiated */
         default: lower_error(L, it, "%s is not allowed at the top level", ast_kind_name((AstKind)in->kind)); break;
         }
     }

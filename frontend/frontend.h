@@ -18,12 +18,12 @@
     T(LBRACE, "'{'") T(RBRACE, "'}'") T(COMMA, "','") T(COLON, "':'") T(DOT, "'.'") \
     T(ASSIGN, "'='") T(ARROW, "'->'") T(PLUS, "'+'") T(MINUS, "'-'") T(STAR, "'*'") \
     T(SLASH, "'/'") T(FLOORDIV, "'//'") T(PERCENT, "'%'") T(AT, "'@'") T(POW, "'**'") T(EQ, "'=='") T(NE, "'!='") T(LT, "'<'") \
-    T(LE, "'<='") T(GT, "'>'") T(GE, "'>='") \
+    T(LE, "'<='") T(GT, "'>'") T(GE, "'>='") T(ELLIPSIS, "'...'") \
     /* keywords */ \
     T(KW_MODEL, "'model'") T(KW_MODULE, "'module'") T(KW_CONST, "'const'") T(KW_DIM, "'dim'") \
     T(KW_FORWARD, "'forward'") T(KW_LOSS, "'loss'") T(KW_METRIC, "'metric'") T(KW_INIT, "'init'") \
     T(KW_TRAIN, "'train'") T(KW_RETURN, "'return'") T(KW_FOR, "'for'") T(KW_IN, "'in'") \
-    T(KW_AND, "'and'") T(KW_OR, "'or'") T(KW_NOT, "'not'")
+    T(KW_AND, "'and'") T(KW_OR, "'or'") T(KW_NOT, "'not'") T(KW_IF, "'if'") T(KW_ELSE, "'else'")
 
 typedef enum {
 #define TOK_ENUM(e, desc) TOK_##e,
@@ -75,7 +75,11 @@ int32_t lex_source(Diag *d, uint16_t file, Token **out);
  *   BINARY      op: the operator token; kids: [a, b]
  *   CALL        kids: [callee, args...]; an arg is an expr or a KWARG
  *   KWARG       str: name; kids: [value]
- *   INDEX       kids: [base, subscripts...]; a subscript is an expr or a SLICE
+ *   INDEX       kids: [base, subscripts...]; a subscript is an expr, a SLICE or an ELLIPSIS
+ *   ELLIPSIS    no kids                              ('...' in a subscript: the axes not indexed)
+ *   IF          kids: [cond, BLOCK then] or [cond, BLOCK then, BLOCK else]   (a module item or a
+ *               statement; 'else if' is an else BLOCK holding one IF)
+ *   BLOCK       kids: the items or statements of a branch
  *   SLICE       kids: [start, stop, step], each -1 when omitted
  *   ATTR        str: attribute name; kids: [base]   ('wte.weight', 'h.0' gives ATTR "0")
  *   TYPE        aux: DType; kids: dims (exprs)       ('u8[B, 28, 28]')
@@ -84,7 +88,7 @@ int32_t lex_source(Diag *d, uint16_t file, Token **out);
     A(FILE) A(MODEL) A(CONST) A(DIM) A(MODULE) A(PARAM) A(MEMBER) A(FORWARD) A(LOSS) \
     A(METRIC) A(INIT) A(TRAIN) A(KEY) A(ASSIGN) A(RETURN) A(FOR) A(NUMBER) A(STRING) \
     A(NAME) A(LIST) A(COMPREHENSION) A(UNARY) A(BINARY) A(CALL) A(KWARG) A(INDEX) \
-    A(SLICE) A(ATTR) A(TYPE)
+    A(SLICE) A(ATTR) A(TYPE) A(ELLIPSIS) A(IF) A(BLOCK)
 
 typedef enum {
 #define AST_ENUM(e) AST_##e,

@@ -287,6 +287,74 @@ static int class_axis(Lower *L, const BoundArgs *a, int ai, NodeId x, NodeId y, 
     return -1;
 }
 
+/* x with axis moved last (the other axes in order) */
+static NodeId axis_last(Lower *L, NodeId x, int axis)
+{
+    int rank = L->g->nodes[x].shape.rank;
+    if (axis == rank - 1) return x;
+    int perm[IR_MAX_RANK];
+    for (int i = 0, j = 0; i < rank; i++)
+        if (i != axis) perm[j++] = i;
+    perm[rank - 1] = axis;
+    return ir_b_permute(&L->b, x, perm);
+}
+
+/* cross_entropy(input, probabilities): a float target of the input's shape holds class
+ * probabilities (PyTorch >= 1.10). The classes are on axis 1 as PyTorch's (axis 0 of a
+ * single sample [C]); with three axes or more the last would fit as well (Kiln's [B, T, V]),
+ * so the call must say which with `axis`. ignore_index has no meaning here (PyTorch
+ * refuses it too). */
+static Value cross_entropy_probs(Lower *L, const BoundArgs *a, AstId call, NodeId x, NodeId y)
+{
+    Shape xs = L->g->nodes[x].shape, ts = L->g->nodes[y].shape;
+    bool same = xs.rank == ts.rank && xs.rank >= 1;
+    for (int i = 0; same && i < xs.rank; i++) same = ir_dim_eq(xs.d[i], ts.d[i]);
+    if (!same) {
+        StrBuf t, sx;
+        sb_init(&t);
+        sb_init(&sx);
+        ir_shape_format(&t, L->g, &ts);
+        ir_shape_format(&sx, L->g, &xs);
+        lower_error(L, a->at[1],
+                    "cross_entropy: a float target (%s) holds class probabilities and must have the input's shape %s, found %s "
+                    "(class indices are integers)",
+                    ir_dtype_name((DType)L->g->nodes[y].dtype), sx.data, t.data);
+        sb_free(&t);
+        sb_free(&sx);
+        return value_error();
+    }
+    if (a->v[2].kind != V_NONE) {
+        lower_error(L, a->at[2], "cross_entropy: ignore_index does not apply to class probabilities (a float target), as in PyTorch");
+        return value_error();
+    }
+    int axis;
+    if (a->v[6].kind != V_NONE) {
+        if (!axis_arg(L, a, 6, "cross_entropy", xs.rank, &axis)) return value_error();
+    } else if (xs.rank <= 2) axis = xs.rank - 1;
+    else {
+        lower_error(L, call,
+                    "cross_entropy: class probabilities of %d axes may have their classes on axis 1 (PyTorch's [N, C, d1, ...]) "
+                    "or the last: write axis = 1 or axis = -1",
+                    xs.rank);
+        return value_error();
+    }
+    LossReduction r;
+    double smoothing = 0;
+    if (!reduction_arg(L, a, 3, "cross_entropy", &r) ||
+        !value_number(L, a->v[4], a->at[4], "cross_entropy(label_smoothing)", &smoothing))
+        return value_error();
+    if (!(smoothing >= 0 && smoothing <= 1)) {
+        lower_error(L, a->at[4], "cross_entropy: label_smoothing must be between 0 and 1, found %g", smoothing);
+        return value_error();
+    }
+    NodeId w = a->v[5].kind == V_NONE ? IR_NONE : tensor(L, a, 5, "cross_entropy");
+    if (a->v[5].kind != V_NONE && w == IR_NONE) return value_error();
+    x = axis_last(L, x, axis);
+    y = x == IR_NONE ? IR_NONE : axis_last(L, y, axis);
+    if (y == IR_NONE) return lower_builder_error(L, call);
+    return done(L, comp_cross_entropy_probs(&L->b, x, y, w, smoothing, r), call);
+}
+
 /* cross_entropy (0) and nll_loss (1): ignore_index (none: every target counts; PyTorch's
  * default is -100), label_smoothing (cross_entropy), reduction, weight, and the class axis
  * (class_axis: PyTorch's axis 1 or the last), moved last; mse (2) as before */
@@ -297,17 +365,11 @@ static Value fn_loss(Lower *L, const BoundArgs *a, AstId call, int v)
     NodeId x = tensor(L, a, 0, name), y = tensor(L, a, 1, name);
     if (x == IR_NONE || y == IR_NONE) return value_error();
     if (v == 2) return done(L, comp_mse(&L->b, x, y), call);
+    if (v == 0 && ir_dtype_is_float((DType)L->g->nodes[y].dtype)) return cross_entropy_probs(L, a, call, x, y);
     int axis = class_axis(L, a, v == 0 ? 6 : 5, x, y, name, call);
     if (axis < 0) return value_error();
-    int rank = L->g->nodes[x].shape.rank;
-    if (axis != rank - 1) {
-        int perm[IR_MAX_RANK];
-        for (int i = 0, j = 0; i < rank; i++)
-            if (i != axis) perm[j++] = i;
-        perm[rank - 1] = axis;
-        x = ir_b_permute(&L->b, x, perm);
-        if (x == IR_NONE) return lower_builder_error(L, call);
-    }
+    x = axis_last(L, x, axis);
+    if (x == IR_NONE) return lower_builder_error(L, call);
     LossReduction r;
     if (!reduction_arg(L, a, 3, name, &r)) return value_error();
     int64_t ignore = 0;
@@ -1272,6 +1334,13 @@ const char *const *functions_names(int *n)
     return names;
 }
 
+const char *functions_signature(const char *name)
+{
+    for (int i = 0; i < NFUNCTIONS; i++)
+        if (!strcmp(functions[i].name, name)) return functions[i].sig;
+    return NULL;
+}
+
 bool functions_call(Lower *L, Scope *s, int32_t inst, const char *name, AstId call, Value *out)
 {
     const AstNode *cn = ast_node(L->ast, call);
@@ -1326,14 +1395,15 @@ Value functions_method(Lower *L, Scope *s, int32_t inst, AstId e, const char *na
     for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
         if (!strcmp(name, aliases[i][0])) fname = aliases[i][1];
     if (!strcmp(fname, "size")) { /* x.size() is x.shape, x.size(i) its size i */
-        const AstNode *n = ast_node(L->ast, e);
+        BoundArgs ba;
+        L->method_self = &self;
+        bool bound = lower_bind_args(L, s, inst, e, "size", "x, dim=none", &ba);
+        L->method_self = NULL;
+        if (!bound) return value_error();
         Value shape = functions_shape_tuple(L, self.node);
-        if (n->nkids == 1) return shape;
+        if (ba.v[1].kind == V_NONE) return shape;
         int64_t i;
-        if (n->nkids != 2 || !value_int(L, lower_expr(L, s, inst, ast_kid(L->ast, e, 1)), e, "size", &i)) {
-            if (n->nkids != 2) lower_error(L, e, "size takes at most one axis, e.g. x.size(0)");
-            return value_error();
-        }
+        if (!value_int(L, ba.v[1], ba.at[1], "size", &i)) return value_error();
         int axis = ir_b_axis(&L->b, "size", i, shape.count);
         return axis < 0 ? lower_builder_error(L, e) : L->seq[shape.idx + axis];
     }

@@ -11,11 +11,10 @@
 
 /* ---- instantiation ---- */
 
-void lower_collect_init_rules(Lower *L, AstId container, int first, int32_t owner)
+void lower_collect_init_rules(Lower *L, const AstId *items, int32_t n, int32_t owner)
 {
-    const AstNode *cn = ast_node(L->ast, container);
-    for (int k = first; k < cn->nkids; k++) {
-        AstId it = ast_kid(L->ast, container, k);
+    for (int32_t k = 0; k < n; k++) {
+        AstId it = items[k];
         if (ast_node(L->ast, it)->kind != AST_INIT) continue;
         GROW(L->rules, L->rules_cap, L->nrules + 1);
         InitRule *r = &L->rules[L->nrules++];
@@ -246,23 +245,20 @@ Value lower_instantiate(Lower *L, int32_t parent, const char *name, AstId e)
     }
     GROW(L->inst_stack, L->inst_stack_cap, L->ninst_stack + 1);
     L->inst_stack[L->ninst_stack++] = def;
-    lower_collect_init_rules(L, def, dn->aux, m);
-    lower_instantiate_items(L, m, def, dn->aux);
+    lower_module_body(L, m, def, dn->aux);
     L->ninst_stack--;
     return (Value){.kind = V_MODULE, .idx = m, .node = IR_NONE};
 }
 
-/* Consts and members of a module body (or the file), in order. */
-void lower_instantiate_items(Lower *L, int32_t inst, AstId container, int first)
+/* Members and forward of a module body (or the file), in order; its constants were
+ * evaluated with its `if`s (cond.c). */
+void lower_instantiate_items(Lower *L, int32_t inst, const AstId *items, int32_t n)
 {
-    const AstNode *cn = ast_node(L->ast, container);
-    for (int k = first; k < cn->nkids; k++) {
-        AstId it = ast_kid(L->ast, container, k);
+    for (int32_t k = 0; k < n; k++) {
+        AstId it = items[k];
         const AstNode *in = ast_node(L->ast, it);
         const char *name = ast_str(L->ast, it);
-        if (in->kind == AST_CONST && inst != 0) {
-            lower_scope_set(L->insts[inst].scope, name, lower_expr(L, L->insts[inst].scope, inst, ast_kid(L->ast, it, 0)));
-        } else if (in->kind == AST_MEMBER) {
+        if (in->kind == AST_MEMBER) {
             if (inst_member(L, inst, name)) {
                 lower_error(L, it, "member '%s' is defined twice", name);
                 continue;

@@ -56,6 +56,17 @@ typedef struct {
     bool failed; /* its initialiser was reported as invalid */
 } InitRule;
 
+/* A name that only a branch of an `if` not taken defines: a local of `scope`, or (scope
+ * NULL) a member or constant of instance inst. A later use of it gets an error saying so;
+ * taken < 0: the condition failed, and its error is the only one. */
+typedef struct {
+    struct Scope *scope;
+    int32_t inst;
+    char *name;
+    AstId at; /* the IF */
+    int taken;
+} UnsetName;
+
 /* Names visible in a forward body: locals over members over constants. */
 typedef struct Scope {
     struct Scope *parent;
@@ -90,6 +101,8 @@ typedef struct {
     Scope **scopes;     /* every scope made, freed at the end */
     Value *method_self; /* x of a method call x.f(...): bound as f's first argument */
     int32_t nscopes, scopes_cap;
+    UnsetName *unset;   /* names of branches not taken (cond.c) */
+    int32_t nunset, unset_cap;
 } Lower;
 
 /* Applies module instance m (built-in or user) to argument values. */
@@ -97,10 +110,26 @@ Value lower_apply_module_value(Lower *L, int32_t m, const Value *args, int nargs
 /* Instantiates the member expression e (a module call, a repetition, Parameter) as member
  * `name` of instance parent. */
 Value lower_instantiate(Lower *L, int32_t parent, const char *name, AstId e);
-/* instantiate.c: the init rules of a module body (items first ...) for instance owner, and
- * its member items instantiated under inst */
-void lower_collect_init_rules(Lower *L, AstId container, int first, int32_t owner);
-void lower_instantiate_items(Lower *L, int32_t inst, AstId container, int first);
+/* instantiate.c: the init rules among a module body's items (its `if`s resolved) for
+ * instance owner, and its members and forward instantiated under inst */
+void lower_collect_init_rules(Lower *L, const AstId *items, int32_t n, int32_t owner);
+void lower_instantiate_items(Lower *L, int32_t inst, const AstId *items, int32_t n);
+/* cond.c: compile-time `if`. The body of a module (or the file) from item `first`: its
+ * constants and the conditions of its `if`s evaluated, then the init rules and members of
+ * the branches taken. */
+void lower_module_body(Lower *L, int32_t inst, AstId container, int first);
+/* The branch an `if` takes, 1 (then) or 0 (else), from its condition cond evaluated in s:
+ * a number, a boolean or none; -1 after an error (a tensor condition is one). */
+int lower_if_branch(Lower *L, Scope *s, int32_t inst, AstId cond);
+/* Remembers the names the branches of IF ifnode that are not taken define (every branch
+ * when taken < 0: then locals of s become error values, so that nothing is reported
+ * twice); s NULL: a module body's members and constants of inst. */
+void lower_if_not_taken(Lower *L, Scope *s, int32_t inst, AstId ifnode, int taken);
+/* When name, not found in s (or inst), is defined only in an `if` branch not taken: reports
+ * that (silently fails when its condition failed) and returns true. */
+bool lower_unset_error(Lower *L, Scope *s, int32_t inst, const char *name, AstId at);
+/* The value of name visible in s inside instance inst, or NULL. */
+Value *lower_lookup(Lower *L, Scope *s, int32_t inst, const char *name);
 /* lower.c: scopes of names, and the sequence values of repetitions */
 Scope *lower_scope_new(Lower *L, Scope *parent, bool boundary);
 void lower_scope_set(Scope *s, const char *name, Value v);
@@ -203,6 +232,7 @@ typedef enum { LOSS_MEAN, LOSS_SUM, LOSS_NONE } LossReduction;
 NodeId comp_reduce_loss(IrBuilder *b, NodeId l, LossReduction r);
 NodeId comp_nll(IrBuilder *b, NodeId logp, NodeId target, NodeId weight, bool has_ignore, int64_t ignore_index, double smoothing,
                 LossReduction r, const char *what);
+NodeId comp_cross_entropy_probs(IrBuilder *b, NodeId logits, NodeId probs, NodeId weight, double smoothing, LossReduction r);
 NodeId comp_kl_div(IrBuilder *b, NodeId x, NodeId t, bool log_target, LossReduction r, bool batchmean);
 NodeId comp_regression_loss(IrBuilder *b, int kind, NodeId x, NodeId y, double beta, LossReduction r);
 NodeId comp_bce_logits(IrBuilder *b, NodeId x, NodeId y, NodeId weight, NodeId pos_weight, LossReduction r);
@@ -243,6 +273,8 @@ bool functions_call(Lower *L, Scope *s, int32_t inst, const char *name, AstId ca
 Value functions_method(Lower *L, Scope *s, int32_t inst, AstId e, const char *name, Value self);
 /* x.shape: a list of the sizes, numbers or symbolic sizes */
 Value functions_shape_tuple(Lower *L, NodeId x);
+/* The signature of function `name` ("x, axis|dim=-1, ..."), NULL when there is none. */
+const char *functions_signature(const char *name);
 /* All function names, for suggestions and docs. */
 const char *const *functions_names(int *n);
 

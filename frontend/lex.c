@@ -41,6 +41,7 @@ static const struct {
     {"metric", 6, TOK_KW_METRIC},   {"init", 4, TOK_KW_INIT},     {"train", 5, TOK_KW_TRAIN},
     {"return", 6, TOK_KW_RETURN},   {"for", 3, TOK_KW_FOR},       {"in", 2, TOK_KW_IN},
     {"and", 3, TOK_KW_AND},         {"or", 2, TOK_KW_OR},         {"not", 3, TOK_KW_NOT},
+    {"if", 2, TOK_KW_IF},           {"else", 4, TOK_KW_ELSE},
 };
 
 typedef struct {
@@ -269,7 +270,7 @@ static int operator_at(const Lexer *lx, int *width)
     case '}': return TOK_RBRACE;
     case ',': return TOK_COMMA;
     case ':': return TOK_COLON;
-    case '.': return TOK_DOT;
+    case '.': if (c1 == '.' && peek(lx, 2) == '.') { *width = 3; return TOK_ELLIPSIS; } return TOK_DOT;
     case '+': return TOK_PLUS;
     case '/': if (c1 == '/') { *width = 2; return TOK_FLOORDIV; } return TOK_SLASH;
     case '%': return TOK_PERCENT;

@@ -123,6 +123,44 @@ NodeId comp_nll(IrBuilder *b, NodeId logp, NodeId target, NodeId weight, bool ha
     return bin(b, OP_DIV, s, cnt);
 }
 
+/* cross_entropy with class probabilities p[..., C] as the target (PyTorch >= 1.10; classes
+ * on the last axis): -sum_c w[c] p'[c] log_softmax(logits)[c] per sample, p' = (1 - eps) p
+ * + eps / C with label smoothing eps; the mean is over the samples (not divided by the
+ * weights, as PyTorch's for this form). weight: [C] or IR_NONE. */
+NodeId comp_cross_entropy_probs(IrBuilder *b, NodeId logits, NodeId probs, NodeId weight, double smoothing, LossReduction r)
+{
+    if (!ir_dtype_is_float(dtype_of(b, logits))) logits = ir_b_cast(b, logits, DT_F32);
+    TRY(logits);
+    if (dtype_of(b, probs) != dtype_of(b, logits)) probs = ir_b_cast(b, probs, dtype_of(b, logits));
+    TRY(probs);
+    Shape ls = *shape_of(b, logits);
+    int c = ls.rank - 1;
+    if (smoothing > 0) {
+        if (!ir_dim_is_const(ls.d[c])) {
+            if (b->err) sb_puts(b->err, "cross_entropy: label_smoothing needs a class axis of fixed size");
+            return IR_NONE;
+        }
+        probs = sc(b, OP_ADD, sc(b, OP_MUL, probs, 1.0 - smoothing), smoothing / (double)ls.d[c].k);
+    }
+    if (weight != IR_NONE) {
+        Shape ws = *shape_of(b, weight);
+        if (ws.rank != 1 || !ir_dim_eq(ws.d[0], ls.d[c])) {
+            if (b->err) {
+                sb_puts(b->err, "cross_entropy: weight must have one element per class, [");
+                ir_dim_format(b->err, b->g, ls.d[c]);
+                sb_puts(b->err, "], found ");
+                ir_shape_format(b->err, b->g, &ws);
+            }
+            return IR_NONE;
+        }
+        probs = bin(b, OP_MUL, probs, weight);
+    }
+    NodeId logp = comp_log_softmax(b, logits, c);
+    NodeId picked = bin(b, OP_MUL, logp, probs);
+    NodeId l = un(b, OP_NEG, picked == IR_NONE ? IR_NONE : ir_b_reduce(b, OP_REDUCE_SUM, picked, UINT64_C(1) << c, false));
+    return comp_reduce_loss(b, l, r);
+}
+
 /* l1 (kind 0): |d|; smooth_l1 (1): |d| < beta ? d^2 / (2 beta) : |d| - beta / 2; huber (2):
  * |d| < delta ? d^2 / 2 : delta (|d| - delta / 2); d = x - y. */
 NodeId comp_regression_loss(IrBuilder *b, int kind, NodeId x, NodeId y, double beta, LossReduction r)

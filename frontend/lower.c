@@ -246,6 +246,8 @@ static Value *lookup(Lower *L, Scope *s, int32_t inst, const char *name)
     return members_checked ? NULL : inst_member(L, inst, name);
 }
 
+Value *lower_lookup(Lower *L, Scope *s, int32_t inst, const char *name) { return lookup(L, s, inst, name); }
+
 void lower_consider(const char *cand, const char *name, const char **best, int *bestd)
 {
     int dist = util_edit_distance(cand, name);
@@ -275,6 +277,7 @@ static const char *suggest(Lower *L, Scope *s, int32_t inst, const char *name, b
 
 static void unknown_name(Lower *L, Scope *s, int32_t inst, const char *name, AstId at, bool call)
 {
+    if (lower_unset_error(L, s, inst, name, at)) return;
     size_t len = strlen(name);
     if (len > 40) {
         lower_error(L, at, "unknown %s '%.40s...' (%zu characters)", call ? "function or module" : "name", name, len);
@@ -349,8 +352,18 @@ static Value binary_dims(Lower *L, AstId e, int op, Value a, Value b)
     } else if (op == TOK_SLASH && ints_a && ints_b) {
         if (ir_dim_div(da, db, &r.dim)) return r;
     } else if ((op == TOK_EQ || op == TOK_NE) && ints_a && ints_b) {
+        /* the same size is equal to itself; any other comparison with a symbolic size is
+         * decided only when the model runs */
         bool eq = ir_dim_eq(da, db);
-        return (Value){.kind = V_BOOL, .num = op == TOK_EQ ? eq : !eq, .node = IR_NONE};
+        if (eq || (ir_dim_is_const(da) && ir_dim_is_const(db))) return (Value){.kind = V_BOOL, .num = op == TOK_EQ ? eq : !eq, .node = IR_NONE};
+        StrBuf t;
+        sb_init(&t);
+        ir_dim_format(&t, L->g, ir_dim_is_const(da) ? db : da);
+        sb_puts(&t, " with ");
+        ir_dim_format(&t, L->g, ir_dim_is_const(da) ? da : db);
+        lower_error(L, e, "cannot compare the symbolic size %s when the model is compiled: its value is known only when it runs", t.data);
+        sb_free(&t);
+        return value_error();
     }
     StrBuf t;
     sb_init(&t);
@@ -390,6 +403,11 @@ static Value lower_binary(Lower *L, Scope *s, int32_t inst, AstId e)
     if (a.kind == V_ERROR || b.kind == V_ERROR) return value_error();
     int op = n->op;
     if (value_is_scalar_number(a) && value_is_scalar_number(b)) return binary_numbers(L, e, op, a, b);
+    /* x == none, mode != "nearest": decided when the model is compiled (conditions of `if`) */
+    if ((op == TOK_EQ || op == TOK_NE) && (a.kind == V_NONE || b.kind == V_NONE || (a.kind == V_STR && b.kind == V_STR))) {
+        bool eq = a.kind == b.kind && (a.kind == V_NONE || !strcmp(a.str, b.str));
+        return (Value){.kind = V_BOOL, .num = op == TOK_EQ ? eq : !eq, .node = IR_NONE};
+    }
     bool da = a.kind == V_DIM || (a.kind == V_NUM && a.is_int), db = b.kind == V_DIM || (b.kind == V_NUM && b.is_int);
     if ((a.kind == V_DIM || b.kind == V_DIM) && da && db) return binary_dims(L, e, op, a, b);
     bool ta = a.kind == V_TENSOR || a.kind == V_NUM || a.kind == V_BOOL || a.kind == V_DIM;
@@ -442,6 +460,100 @@ static Value lower_binary(Lower *L, Scope *s, int32_t inst, AstId e)
     return r == IR_NONE ? lower_builder_error(L, e) : value_tensor(r);
 }
 
+/* x[subscripts] as PyTorch indexes: integers (the axis dropped), slices, `none` (a new axis
+ * of size 1, any number of them) and one `...` standing for the axes no other subscript
+ * takes. Lowered as a slice per indexed axis, then one reshape to the result's shape. */
+static Value index_tensor(Lower *L, Scope *s, int32_t inst, AstId e, NodeId x)
+{
+    const AstNode *n = ast_node(L->ast, e);
+    int nsub = n->nkids - 1, rank = L->g->nodes[x].shape.rank, consumed = 0, ellipsis = -1;
+    enum { SUB_INT, SUB_SLICE, SUB_NEW, SUB_ELLIPSIS };
+    uint8_t kind[AST_MAX_DEPTH];
+    int64_t ival[AST_MAX_DEPTH];
+    if (nsub > AST_MAX_DEPTH) {
+        lower_error(L, e, "too many indices (%d)", nsub);
+        return value_error();
+    }
+    for (int k = 0; k < nsub; k++) {
+        AstId sub = ast_kid(L->ast, e, k + 1);
+        AstKind sk = (AstKind)ast_node(L->ast, sub)->kind;
+        if (sk == AST_ELLIPSIS) {
+            if (ellipsis >= 0) {
+                lower_error(L, sub, "an index has at most one '...' (it stands for every axis the others do not index)");
+                return value_error();
+            }
+            ellipsis = k;
+            kind[k] = SUB_ELLIPSIS;
+        } else if (sk == AST_SLICE) {
+            kind[k] = SUB_SLICE;
+            consumed++;
+        } else {
+            Value v = lower_expr(L, s, inst, sub);
+            if (v.kind == V_ERROR) return v;
+            if (v.kind == V_NONE) kind[k] = SUB_NEW;
+            else {
+                if (!value_int(L, v, sub, "index", &ival[k])) return value_error();
+                kind[k] = SUB_INT;
+                consumed++;
+            }
+        }
+    }
+    if (consumed > rank) {
+        lower_error(L, e, "too many indices (%d) for a tensor of rank %d", consumed, rank);
+        return value_error();
+    }
+    int ell_axes = rank - consumed; /* axes `...` stands for (at the end when there is none) */
+    Dim out[AST_MAX_DEPTH + IR_MAX_RANK];
+    int nout = 0, axis = 0;
+    L->b.loc = n->loc;
+    for (int k = 0; k <= nsub; k++) {
+        if (k == nsub || kind[k] == SUB_ELLIPSIS) { /* the untouched axes */
+            if (k == nsub && ellipsis >= 0) break;
+            for (int j = 0; j < ell_axes; j++) out[nout++] = L->g->nodes[x].shape.d[axis++];
+            continue;
+        }
+        AstId sub = ast_kid(L->ast, e, k + 1);
+        if (kind[k] == SUB_NEW) {
+            out[nout++] = ir_dim_const(1);
+            continue;
+        }
+        if (kind[k] == SUB_SLICE) {
+            int64_t v[3] = {0, IR_SLICE_END, 1};
+            for (int j = 0; j < 3; j++) {
+                AstId part = ast_kid(L->ast, sub, j);
+                if (part == AST_NONE) continue;
+                if (!value_int(L, lower_expr(L, s, inst, part), part, "slice bound", &v[j])) return value_error();
+            }
+            L->b.loc = n->loc;
+            x = ir_b_slice(&L->b, x, axis, v[0], v[1], v[2]);
+            if (x == IR_NONE) return lower_builder_error(L, e);
+            out[nout++] = L->g->nodes[x].shape.d[axis++];
+            continue;
+        }
+        int64_t i = ival[k];
+        Dim d = L->g->nodes[x].shape.d[axis];
+        if (ir_dim_is_const(d) && (i >= d.k || i < -d.k)) {
+            lower_error(L, sub, "index %lld is out of range for axis %d of size %lld", (long long)i, axis, (long long)d.k);
+            return value_error();
+        }
+        if (i < 0 && ir_dim_is_const(d)) i += d.k;
+        x = ir_b_slice(&L->b, x, axis, i, i + 1, 1);
+        if (x == IR_NONE) return lower_builder_error(L, e);
+        axis++;
+    }
+    if (nout > IR_MAX_RANK) {
+        lower_error(L, e, "this index gives a tensor of rank %d; at most %d axes", nout, IR_MAX_RANK);
+        return value_error();
+    }
+    Shape sh = L->g->nodes[x].shape;
+    bool same = sh.rank == nout;
+    for (int i = 0; same && i < nout; i++) same = ir_dim_eq(sh.d[i], out[i]);
+    if (same) return value_tensor(x);
+    Shape os = ir_shape_make(nout, out);
+    x = ir_b_reshape(&L->b, x, &os);
+    return x == IR_NONE ? lower_builder_error(L, e) : value_tensor(x);
+}
+
 static Value lower_index(Lower *L, Scope *s, int32_t inst, AstId e)
 {
     const AstNode *n = ast_node(L->ast, e);
@@ -449,7 +561,8 @@ static Value lower_index(Lower *L, Scope *s, int32_t inst, AstId e)
     if (base.kind == V_ERROR) return base;
     if (base.kind == V_LIST || base.kind == V_TUPLE) {
         int64_t i;
-        if (n->nkids != 2 || ast_node(L->ast, ast_kid(L->ast, e, 1))->kind == AST_SLICE) {
+        if (n->nkids != 2 || ast_node(L->ast, ast_kid(L->ast, e, 1))->kind == AST_SLICE ||
+            ast_node(L->ast, ast_kid(L->ast, e, 1))->kind == AST_ELLIPSIS) {
             lower_error(L, e, "a list takes one integer index");
             return value_error();
         }
@@ -466,47 +579,7 @@ static Value lower_index(Lower *L, Scope *s, int32_t inst, AstId e)
         lower_error(L, e, "cannot index %s", kind_desc(base));
         return value_error();
     }
-    NodeId x = base.node;
-    int rank = L->g->nodes[x].shape.rank;
-    if (n->nkids - 1 > rank) {
-        lower_error(L, e, "too many indices (%d) for a tensor of rank %d", n->nkids - 1, rank);
-        return value_error();
-    }
-    uint64_t drop = 0;
-    L->b.loc = n->loc;
-    for (int k = 1; k < n->nkids; k++) {
-        AstId sub = ast_kid(L->ast, e, k);
-        int axis = k - 1;
-        if (ast_node(L->ast, sub)->kind == AST_SLICE) {
-            int64_t v[3] = {0, IR_SLICE_END, 1};
-            for (int j = 0; j < 3; j++) {
-                AstId part = ast_kid(L->ast, sub, j);
-                if (part == AST_NONE) continue;
-                if (!value_int(L, lower_expr(L, s, inst, part), part, "slice bound", &v[j])) return value_error();
-            }
-            x = ir_b_slice(&L->b, x, axis, v[0], v[1], v[2]);
-        } else {
-            int64_t i;
-            if (!value_int(L, lower_expr(L, s, inst, sub), sub, "index", &i)) return value_error();
-            Dim d = L->g->nodes[x].shape.d[axis];
-            if (ir_dim_is_const(d) && (i >= d.k || i < -d.k)) {
-                lower_error(L, sub, "index %lld is out of range for axis %d of size %lld", (long long)i, axis, (long long)d.k);
-                return value_error();
-            }
-            if (i < 0 && ir_dim_is_const(d)) i += d.k;
-            x = ir_b_slice(&L->b, x, axis, i, i + 1, 1);
-            drop |= UINT64_C(1) << axis;
-        }
-        if (x == IR_NONE) return lower_builder_error(L, e);
-    }
-    if (drop) {
-        Shape sh = L->g->nodes[x].shape, out = ir_shape_make(0, NULL);
-        for (int i = 0; i < sh.rank; i++)
-            if (!(drop >> i & 1)) out.d[out.rank++] = sh.d[i];
-        x = ir_b_reshape(&L->b, x, &out);
-        if (x == IR_NONE) return lower_builder_error(L, e);
-    }
-    return value_tensor(x);
+    return index_tensor(L, s, inst, e, base.node);
 }
 
 static Value lower_stmts(Lower *L, Scope *s, int32_t inst, AstId parent, int first, bool *returned);
@@ -685,6 +758,7 @@ Value lower_expr(Lower *L, Scope *s, int32_t inst, AstId e)
         if (n->op == TOK_PLUS) return x;
         if (n->op == TOK_KW_NOT) {
             if (x.kind == V_BOOL || x.kind == V_NUM) return (Value){.kind = V_BOOL, .num = x.num == 0, .node = IR_NONE};
+            if (x.kind == V_NONE) return (Value){.kind = V_BOOL, .num = 1, .node = IR_NONE};
             if (x.kind == V_TENSOR) {
                 L->b.loc = n->loc;
                 NodeId r = ir_b_unary(&L->b, OP_NOT, x.node);
@@ -815,6 +889,20 @@ static Value lower_stmts(Lower *L, Scope *s, int32_t inst, AstId parent, int fir
                 }
             }
             L->loop_depth--;
+            break;
+        }
+        case AST_IF: {
+            /* decided now: only the branch taken is lowered (cond.c) */
+            int b = lower_if_branch(L, s, inst, ast_kid(L->ast, st, 0));
+            lower_if_not_taken(L, s, inst, st, b);
+            AstId taken = b < 0 ? AST_NONE : b ? ast_kid(L->ast, st, 1) : sn->nkids > 2 ? ast_kid(L->ast, st, 2) : AST_NONE;
+            if (taken == AST_NONE) break;
+            bool ret = false;
+            Value r = lower_stmts(L, s, inst, taken, 0, &ret);
+            if (ret) { /* `if c { return a }` then `return b`: b is not lowered when c holds */
+                *returned = true;
+                return r;
+            }
             break;
         }
         default:
@@ -955,9 +1043,8 @@ static void lower_model(Lower *L, AstId forward, AstId loss, AstId train)
 
     /* Parameters: the root's members, in order (state_dict order). */
     L->insts[0].scope = L->globals;
-    lower_collect_init_rules(L, root, 0, 0);
     GROW(L->inst_stack, L->inst_stack_cap, 1);
-    lower_instantiate_items(L, 0, root, 0);
+    lower_module_body(L, 0, root, 0);
     for (int32_t i = 0; i < L->nrules; i++)
         if (L->rules[i].matches == 0 && !L->failed)
             lower_error(L, L->rules[i].at, "init pattern '%s' matches no parameter", L->rules[i].pattern);
@@ -990,7 +1077,8 @@ static void lower_model(Lower *L, AstId forward, AstId loss, AstId train)
             AstId on = ast_kid(L->ast, forward, fn->aux + i);
             const char *name = ast_str(L->ast, on);
             Value *v = scope_find_here(fs, name);
-            if (!v) lower_error(L, on, "output '%s' is never assigned in forward", name);
+            if (!v && lower_unset_error(L, fs, 0, name, on)) {
+            } else if (!v) lower_error(L, on, "output '%s' is never assigned in forward", name);
             else if (v->kind == V_ERROR) {
                 /* Errors are reported where they happen; this guards against a silent one. */
                 if (!L->failed) lower_error(L, on, "internal error: output '%s' has no value", name);
@@ -1214,6 +1302,8 @@ Model *frontend_compile(Diag *d, const char *path, const char *text, size_t len,
     free(L.insts);
     free(L.seq);
     free(L.rules);
+    for (int32_t i = 0; i < L.nunset; i++) free(L.unset[i].name);
+    free(L.unset);
     free(L.inst_stack);
     for (int32_t i = 0; i < L.nscopes; i++) scope_free(L.scopes[i]);
     free(L.scopes);

@@ -21,7 +21,7 @@ static const char *const kind_names[AST_KIND_COUNT] = {
     "file", "model", "const", "dim", "module", "param", "member", "forward", "loss",
     "metric", "init", "train", "key", "assign", "return", "for", "number", "string",
     "name", "list", "comprehension", "unary", "binary", "call", "kwarg", "index",
-    "slice", "attr", "type",
+    "slice", "attr", "type", "ellipsis", "if", "block",
 };
 _Static_assert(sizeof kind_names / sizeof *kind_names == AST_KIND_COUNT, "kind_names out of date");
 
@@ -209,7 +209,7 @@ static bool restart_point(const Parser *p, int32_t i, bool top)
     if (i <= 0 || p->toks[i].loc.line == p->toks[i - 1].loc.line || p->toks[i - 1].kind == TOK_NEWLINE)
         return false;
     TokKind k = (TokKind)p->toks[i].kind, next = (TokKind)p->toks[i + 1 < p->ntoks ? i + 1 : i].kind;
-    if (k == TOK_KW_CONST || k == TOK_KW_FORWARD || k == TOK_KW_INIT) return true;
+    if (k == TOK_KW_CONST || k == TOK_KW_FORWARD || k == TOK_KW_INIT || k == TOK_KW_IF) return true;
     if (top)
         return k == TOK_KW_DIM || k == TOK_KW_MODULE || k == TOK_KW_LOSS || k == TOK_KW_METRIC ||
                k == TOK_KW_TRAIN || k == TOK_KW_MODEL || (k == TOK_IDENT && next == TOK_ASSIGN);
@@ -445,10 +445,11 @@ static AstId slice_part(Parser *p)
     return at(p, TOK_COLON) || at(p, TOK_COMMA) || at(p, TOK_RBRACKET) ? AST_NONE : parse_expr(p);
 }
 
-/* subscript := expr | [expr] ':' [expr] [ ':' [expr] ] */
+/* subscript := '...' | expr | [expr] ':' [expr] [ ':' [expr] ] */
 static AstId parse_subscript(Parser *p)
 {
     Loc loc = cur(p)->loc;
+    if (accept(p, TOK_ELLIPSIS)) return make(p, AST_ELLIPSIS, loc, p->nscratch);
     int32_t base = p->nscratch;
     AstId start = at(p, TOK_COLON) ? AST_NONE : parse_expr(p);
     if (p->panic || !at(p, TOK_COLON)) return start;
@@ -816,12 +817,50 @@ static void parse_for(Parser *p)
         emit(p, AST_FOR, loc, base, var, 0);
 }
 
+/* if := 'if' expr block [ 'else' ( if | block ) ]: a module item or a statement (`item`
+ * parses what the branches hold). The 'else' may start the next line. */
+static void parse_if(Parser *p, ItemFn item)
+{
+    Loc loc = cur(p)->loc;
+    if (!enter(p, false)) return;
+    advance(p);
+    int32_t base = p->nscratch;
+    push(p, parse_expr(p));
+    for (int branch = 0; !p->panic && branch < 2; branch++) {
+        int32_t bbase = p->nscratch;
+        Loc bloc = cur(p)->loc;
+        if (branch == 1) {
+            int32_t save = p->pos;
+            while (accept(p, TOK_NEWLINE)) {}
+            if (!accept(p, TOK_KW_ELSE)) {
+                p->pos = save;
+                break;
+            }
+            bloc = cur(p)->loc;
+            if (at(p, TOK_KW_IF)) {
+                parse_if(p, item);
+                if (p->panic) break;
+                push(p, make(p, AST_BLOCK, bloc, bbase));
+                continue;
+            }
+        }
+        if (!parse_braced(p, item, branch ? "after 'else'" : "after the condition of 'if'")) break;
+        push(p, make(p, AST_BLOCK, bloc, bbase));
+    }
+    p->depth--;
+    if (!p->panic) emit(p, AST_IF, loc, base, NULL, 0);
+}
+
 static void parse_stmt(Parser *p)
 {
     Loc loc = cur(p)->loc;
     int32_t base = p->nscratch;
     if (at(p, TOK_KW_FOR)) {
         parse_for(p);
+        return;
+    }
+    if (at(p, TOK_KW_IF)) {
+        parse_if(p, parse_stmt);
         return;
     }
     if (accept(p, TOK_KW_RETURN)) {
@@ -832,7 +871,7 @@ static void parse_stmt(Parser *p)
     }
     TokKind next = kind_at(p, 1);
     if (!is_name((TokKind)cur(p)->kind) || (next != TOK_ASSIGN && next != TOK_COMMA)) {
-        error_expected(p, "a statement: `name = expr`, `return`, or `for`");
+        error_expected(p, "a statement: `name = expr`, `return`, `for` or `if`");
         return;
     }
     int n = 0;
@@ -982,11 +1021,12 @@ static void parse_module_item(Parser *p)
     if (k == TOK_KW_CONST) parse_const(p);
     else if (k == TOK_KW_FORWARD) parse_forward(p);
     else if (k == TOK_KW_INIT) parse_init(p);
+    else if (k == TOK_KW_IF) parse_if(p, parse_module_item);
     else if (k == TOK_IDENT && kind_at(p, 1) == TOK_ASSIGN) parse_member(p);
     else {
         char buf[64];
         syntax_error(p,
-                     "expected a module item: const, member `name = Layer(...)`, forward or init; found %s",
+                     "expected a module item: const, member `name = Layer(...)`, forward, init or if; found %s",
                      found_desc(p, cur(p), buf, sizeof buf));
     }
 }
@@ -1000,6 +1040,21 @@ static void parse_module(Parser *p)
     int np = parse_params(p, true, "after the module name");
     if (np >= 0 && parse_braced(p, parse_module_item, "to start the module body"))
         emit(p, AST_MODULE, name->loc, base, name, np);
+}
+
+/* The branches of an `if` at the top level choose members and init rules (the file's
+ * constants, sizes, forward and loss are one each). */
+static void parse_top_branch_item(Parser *p)
+{
+    TokKind k = (TokKind)cur(p)->kind;
+    if (k == TOK_KW_INIT) parse_init(p);
+    else if (k == TOK_KW_IF) parse_if(p, parse_top_branch_item);
+    else if (k == TOK_IDENT && kind_at(p, 1) == TOK_ASSIGN) parse_member(p);
+    else {
+        char buf[64];
+        syntax_error(p, "expected a member `name = Layer(...)`, init or if in an `if` at the top level; found %s",
+                     found_desc(p, cur(p), buf, sizeof buf));
+    }
 }
 
 static void parse_model(Parser *p)
@@ -1022,6 +1077,7 @@ static void parse_top_item(Parser *p)
     case TOK_KW_METRIC: parse_metric(p); return;
     case TOK_KW_INIT: parse_init(p); return;
     case TOK_KW_TRAIN: parse_train(p); return;
+    case TOK_KW_IF: parse_if(p, parse_top_branch_item); return;
     case TOK_KW_MODEL: syntax_error(p, "'model' must be the first line of the file"); return;
     case TOK_IDENT:
         if (kind_at(p, 1) == TOK_ASSIGN) {
@@ -1034,7 +1090,7 @@ static void parse_top_item(Parser *p)
     char buf[64];
     syntax_error(p,
                  "expected an item at top level: const, dim, module, member `name = Layer(...)`, forward, "
-                 "loss, metric, init or train; found %s",
+                 "loss, metric, init, train or if; found %s",
                  found_desc(p, cur(p), buf, sizeof buf));
 }
 

@@ -108,7 +108,7 @@ static const ArgSpec step_args[] = {
     {"step_size", A_INT, NULL, 1, INF, NULL}, {"gamma", A_NUM, "0.1", 0, 1, NULL}, {"warmup", A_INT, "0", 0, INF, NULL}, END};
 static const ArgSpec decay_args[] = {{"warmup", A_INT, "0", 0, INF, NULL}, {"min_lr", A_NUM, "0.0", 0, 10, NULL}, END};
 static const ArgSpec onecycle_args[] = {
-    {"pct_start", A_NUM, "0.3", 0, 1, NULL}, {"anneal_strategy", A_NAME, "cos", 0, 0, "cos linear"},
+    {"max_lr", A_NUM, "", 0, INF, NULL}, {"pct_start", A_NUM, "0.3", 0, 1, NULL}, {"anneal_strategy", A_NAME, "cos", 0, 0, "cos linear"},
     {"div_factor", A_NUM, "25", 1e-12, INF, NULL}, {"final_div_factor", A_NUM, "1e4", 1e-12, INF, NULL},
     {"three_phase", A_BOOL, "false", 0, 0, NULL}, END};
 static const ArgSpec exponential_args[] = {{"gamma", A_NUM, NULL, 0, 1, NULL}, {"warmup", A_INT, "0", 0, INF, NULL}, END};
@@ -122,7 +122,7 @@ static const CallSpec sched_calls[] = {
     {"step", step_args, false, "multiply by gamma every step_size steps"},
     {"linear", decay_args, false, "linear warmup, then linear decay to min_lr"},
     {"cosine", decay_args, false, "linear warmup, then cosine decay to min_lr"},
-    {"onecycle", onecycle_args, false, "OneCycleLR over the run's steps, max_lr = the optimizer's lr"},
+    {"onecycle", onecycle_args, false, "OneCycleLR over the run's steps, peaking at max_lr (default: the optimizer's lr)"},
     {"exponential", exponential_args, false, "ExponentialLR: multiply by gamma every step"},
     {"polynomial", polynomial_args, false, "PolynomialLR: decay to 0 over total_iters steps (0: the run's steps)"},
     {"cosine_restarts", restarts_args, false, "CosineAnnealingWarmRestarts, stepped every step"},
@@ -666,6 +666,35 @@ static bool check_loss_scale(const Recipe *r, Diag *d)
     return ok;
 }
 
+/* onecycle(max_lr = X) sets every parameter's rate, from X / div_factor up to X, as
+ * PyTorch's OneCycleLR overwrites each param group's lr: an optimizer lr or a group lr
+ * written beside it would be ignored. */
+static bool check_max_lr(const Recipe *r, Diag *d)
+{
+    const RecipeValue *sched = recipe_get(r, "schedule"), *opt = recipe_get(r, "optimizer"), *groups = recipe_get(r, "groups");
+    const RecipeValue *max_lr = is_call(sched, "onecycle") ? recipe_arg(sched, "max_lr") : NULL;
+    if (!max_lr) return true;
+    if (!(max_lr->num > 0)) {
+        diag_error(d, max_lr->loc, "onecycle(max_lr): the peak learning rate must be greater than 0, found %g", max_lr->num);
+        return false;
+    }
+    const RecipeValue *lr = opt && opt->kind == RV_CALL ? recipe_arg(opt, "lr") : NULL;
+    if (lr && !lr->is_default) {
+        diag_error(d, lr->loc, "%s(lr) has no effect: onecycle(max_lr = %g) sets the learning rate (from max_lr / div_factor up to max_lr, "
+                   "as OneCycleLR overwrites the optimizer's); leave one of the two out", opt->str, max_lr->num);
+        return false;
+    }
+    for (int32_t i = 0; groups && groups->kind == RV_LIST && i < groups->nargs; i++) {
+        const RecipeValue *glr = recipe_arg(&groups->args[i], "lr");
+        if (glr) {
+            diag_error(d, glr->loc, "group(lr) has no effect: onecycle(max_lr = %g) sets every parameter's learning rate (leave max_lr "
+                       "out to peak at each group's lr)", max_lr->num);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Keys and arguments that each pass the schema but together would be ignored by the
  * training program, or refused by it only after it loaded the data. Errors point at the
  * value written in the file that has no effect or conflicts. */
@@ -681,6 +710,7 @@ static bool check_combinations(const Recipe *r, const Inputs *in, Diag *d)
         ok = false;
     }
     if (!check_loss_scale(r, d)) ok = false;
+    if (!check_max_lr(r, d)) ok = false;
     const RecipeValue *rounding = recipe_get(r, "weight_rounding"), *prec = recipe_get(r, "precision");
     if (rounding && rounding->str && !strcmp(rounding->str, "stochastic") && !(prec && prec->str && recipe_precision_dtype(prec->str) == DT_BF16)) {
         diag_error(d, rounding->loc, "weight_rounding = stochastic applies to bf16 training only (precision = bf16); precision = %s has no "

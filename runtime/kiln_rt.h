@@ -194,6 +194,7 @@ typedef struct {
     double power;                                   /* POLYNOMIAL */
     int64_t total_iters;                            /* POLYNOMIAL: 0 = total_steps - warmup */
     int64_t t0, t_mult;                             /* COSINE_RESTARTS: T_0, T_mult */
+    double max_lr;                                  /* ONECYCLE: the peak for every parameter (max_lr); 0: each one's base rate */
 } krt_schedule;
 /* Learning rate for optimizer step `step` (0-based). */
 double krt_schedule_lr(const krt_schedule *s, double base_lr, int64_t step);

@@ -21,9 +21,10 @@
  *   COSINE_RESTARTS  eta_min + (base - eta_min) * (1 + cos(pi * T_cur / T_i)) / 2, where
  *                    T_cur, T_i follow t through cycles of T_0, T_0 * T_mult, ...
  *                                                            (CosineAnnealingWarmRestarts)
- *   ONECYCLE (no warmup of its own: its first phase is one) OneCycleLR with max_lr = base
- *                    and total_steps = T: from base / div_factor up to base over the first
- *                    pct_start * T steps, then down to base / div_factor / final_div_factor
+ *   ONECYCLE (no warmup of its own: its first phase is one) OneCycleLR with max_lr = the
+ *                    schedule's max_lr, or base when it is 0 (max_lr not written), and
+ *                    total_steps = T: from max_lr / div_factor up to max_lr over the first
+ *                    pct_start * T steps, then down to max_lr / div_factor / final_div_factor
  *                    at step T - 1 (three_phase: up, back to the start, then down), by
  *                    cosine or linear annealing; past T - 1 it stays at the last value
  *                    (PyTorch raises an error there).
@@ -86,7 +87,7 @@ double krt_schedule_lr(const krt_schedule *s, double base_lr, int64_t step)
 {
     if (!s) return base_lr;
     if (step < 0) step = 0;
-    if (s->kind == KRT_SCHED_ONECYCLE) return onecycle(s, base_lr, step);
+    if (s->kind == KRT_SCHED_ONECYCLE) return onecycle(s, s->max_lr > 0 ? s->max_lr : base_lr, step);
     int64_t warmup = s->warmup > 0 ? s->warmup : 0;
     if (step < warmup) return base_lr * (double)(step + 1) / (double)warmup;
     switch (s->kind) {

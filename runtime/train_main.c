@@ -1249,6 +1249,9 @@ static int train(int argc, char **argv)
     sc.div_factor = recipe_num("schedule.div_factor", 25);
     sc.final_div_factor = recipe_num("schedule.final_div_factor", 1e4);
     sc.three_phase = !strcmp(tm_recipe("schedule.three_phase", "false"), "true");
+    /* onecycle(max_lr): the peak of every parameter (PyTorch's OneCycleLR sets each group's
+     * rate from it); --lr, given, sets the peak instead */
+    sc.max_lr = overridden("optimizer.lr") ? 0 : recipe_num("schedule.max_lr", 0);
     sc.power = recipe_num("schedule.power", 1);
     sc.total_iters = recipe_int("schedule.total_iters", 0);
     sc.t0 = recipe_int("schedule.T_0", 1);

@@ -48,6 +48,8 @@ static const OpCase op_cases[] = {
     {"unsqueeze_squeeze", "x: f32[3, 4]", "y = squeeze(unsqueeze(x, 1) * 2)"},
     {"slice", "x: f32[5, 7]", "y = x[1:4, 2:7:2]"},
     {"slice_index", "x: f32[5, 7]", "y = x[2, 1:6] + x[:, 6]"},
+    /* PyTorch's indexing: `...` and new axes (`none`) among integers and slices */
+    {"index_ellipsis_none", "x: f32[2, 3, 4]", "y = x[..., 1][:, :, none] * x[none, 1, ..., 0:4:2] + x[:, 2, none, 0:4:2][..., none, :, :][:, 0]"},
     {"split", "x: f32[3, 6]", "a, b = split(x, [2, 4], axis = 1)\n y = sum(a, axis = 1) * sum(b, axis = 1)"},
     {"chunk_concat", "x: f32[4, 6]", "a, b, c = chunk(x, 3)\n y = concat(c, a, b * 2, axis = 1)"},
     /* copies large enough to be shared between threads (c.c open_par_loops) */
@@ -143,6 +145,10 @@ static const OpCase op_cases[] = {
     {"cross_entropy", "x: f32[4, 5], t: i64[4]", "y = cross_entropy(x, t)"},
     {"cross_entropy_3d", "x: f32[2, 3, 5], t: i32[2, 3]", "y = cross_entropy(x, t)"},
     {"mse", "x: f32[3, 4], z: f32[3, 4]", "y = mse(x, z)"},
+    /* class probabilities as the target: the gradient reaches both */
+    {"cross_entropy_probs", "x: f32[4, 5], p: f32[4, 5], w: f32[5], z: f32[2, 5, 3]",
+     "y = cross_entropy(x, softmax(p)) + cross_entropy(x, softmax(p), label_smoothing = 0.2, weight = exp(w), reduction = \"sum\")"
+     " + cross_entropy(z, softmax(z * 2, 1), axis = 1, reduction = \"none\").sum() + cross_entropy(z, sigmoid(z), axis = -1)"},
     {"cross_entropy_options", "x: f32[4, 5], t: i64[4]",
      "y = cross_entropy(x, t, ignore_index = 2, label_smoothing = 0.1) + cross_entropy(x, t, reduction = \"sum\") * 0.1"},
     {"nll_loss", "x: f32[2, 3, 5], t: i32[2, 3]", "y = nll_loss(log_softmax(x), t) + nll_loss(x, t, ignore_index = 1, reduction = \"none\")"},

@@ -281,13 +281,14 @@ Test(lex, operators)
     ASSERT_KINDS("***", "POW STAR EOF");
     ASSERT_KINDS("===", "EQ ASSIGN EOF");
     ASSERT_KINDS("- >", "MINUS GT EOF");
+    ASSERT_KINDS("x[..., 0] h.0 ....", "IDENT LBRACKET ELLIPSIS COMMA NUMBER RBRACKET IDENT DOT NUMBER ELLIPSIS DOT EOF");
 }
 
 Test(lex, keywords_and_names)
 {
-    ASSERT_KINDS("model module const dim forward loss metric init train return for in and or not",
+    ASSERT_KINDS("model module const dim forward loss metric init train return for in and or not if else",
                  "KW_MODEL KW_MODULE KW_CONST KW_DIM KW_FORWARD KW_LOSS KW_METRIC KW_INIT KW_TRAIN "
-                 "KW_RETURN KW_FOR KW_IN KW_AND KW_OR KW_NOT EOF");
+                 "KW_RETURN KW_FOR KW_IN KW_AND KW_OR KW_NOT KW_IF KW_ELSE EOF");
     ASSERT_KINDS("models _x in_ for2 Dim x_1 _ NOT", "IDENT IDENT IDENT IDENT IDENT IDENT IDENT IDENT EOF");
 }
 
@@ -653,6 +654,26 @@ Test(parse, statements)
                 "(call (name mean) (name x) (kwarg dim (number 1))))))");
 }
 
+Test(parse, compile_time_if)
+{
+    ASSERT_DUMP("forward(x) { if a { x = 1 } }", "(file (forward (param x) (if (name a) (block (assign (name x) (number 1))))))");
+    ASSERT_DUMP("forward(x) {\n  if a > 1 and not b {\n    x = 1\n  } else {\n    return x\n  }\n}",
+                "(file (forward (param x) (if (binary and (binary > (name a) (number 1)) (unary not (name b))) "
+                "(block (assign (name x) (number 1))) (block (return (name x))))))");
+    /* else if chains, and an else on the next line */
+    ASSERT_DUMP("forward(x) {\n  if a { } else if b { x = 2 }\n  else { x = 3 }\n}",
+                "(file (forward (param x) (if (name a) (block) (block (if (name b) (block (assign (name x) (number 2))) "
+                "(block (assign (name x) (number 3))))))))");
+    ASSERT_DUMP("module M(C, D) {\n  if C != D { proj = Linear(C, D); const k = 2 } else { init fc.weight = zeros() }\n"
+                "  forward(x) { return x }\n}",
+                "(file (module M (param C) (param D) (if (binary != (name C) (name D)) (block (member proj (call (name Linear) "
+                "(name C) (name D))) (const k (number 2))) (block (init fc.weight (call (name zeros))))) (forward (param x) "
+                "(return (name x)))))");
+    ASSERT_DUMP("if WIDE { fc = Linear(4, 4) }", "(file (if (name WIDE) (block (member fc (call (name Linear) (number 4) (number 4))))))");
+    ASSERT_ERROR("forward(x) { if a x = 1 }", "1:19: error: expected '{' after the condition of 'if', found 'x'");
+    ASSERT_ERROR("forward(x) { else { x = 1 } }", "1:14: error: expected a statement: `name = expr`, `return`, `for` or `if`, found 'else'");
+}
+
 /* ---- parser: expressions ---- */
 
 Test(expr, atoms)
@@ -750,6 +771,8 @@ Test(expr, subscripts_and_slices)
     ASSERT_EXPR("x[1::]", "(index (name x) (slice (number 1) - -))");
     ASSERT_EXPR("x[-1:, :]", "(index (name x) (slice (unary - (number 1)) - -) (slice - - -))");
     ASSERT_EXPR("x[0][1]", "(index (index (name x) (number 0)) (number 1))");
+    ASSERT_EXPR("x[..., 0]", "(index (name x) (ellipsis) (number 0))");
+    ASSERT_EXPR("x[:, none, ...]", "(index (name x) (slice - - -) (name none) (ellipsis))");
 }
 
 Test(expr, attributes)
@@ -770,8 +793,8 @@ Test(errors, messages)
     ASSERT_ERROR("const a = (1 + 2", "1:17: error: expected ')' to close '(' at 1:11, found end of file");
     ASSERT_ERROR("const a = [1, 2", "1:16: error: expected ']' to close '[' at 1:11, found end of file");
     ASSERT_ERROR("forward(x) {\n  foo(x)\n}",
-                 "2:3: error: expected a statement: `name = expr`, `return`, or `for`, found 'foo'");
-    ASSERT_ERROR("forward(x) { 1 }", "1:14: error: expected a statement: `name = expr`, `return`, or `for`, found '1'");
+                 "2:3: error: expected a statement: `name = expr`, `return`, `for` or `if`, found 'foo'");
+    ASSERT_ERROR("forward(x) { 1 }", "1:14: error: expected a statement: `name = expr`, `return`, `for` or `if`, found '1'");
     ASSERT_ERROR("forward(x: f33[B]) {}", "1:12: error: unknown dtype 'f33' (did you mean 'f32'?)");
     ASSERT_ERROR("forward(x: bf61[B]) {}", "1:12: error: unknown dtype 'bf61' (did you mean 'bf16'?)");
     ASSERT_ERROR("forward(x: f23[B]) {}", "1:12: error: unknown dtype 'f23' (did you mean 'f32'?)");
@@ -785,12 +808,12 @@ Test(errors, messages)
     ASSERT_ERROR("const a = x == y != z", "1:18: error: comparison operators cannot be chained; add parentheses");
     ASSERT_ERROR("x + 1",
                  "1:1: error: expected an item at top level: const, dim, module, member `name = Layer(...)`, "
-                 "forward, loss, metric, init or train; found 'x'");
+                 "forward, loss, metric, init, train or if; found 'x'");
     ASSERT_ERROR("return 1",
                  "1:1: error: expected an item at top level: const, dim, module, member `name = Layer(...)`, "
-                 "forward, loss, metric, init or train; found 'return'");
+                 "forward, loss, metric, init, train or if; found 'return'");
     ASSERT_ERROR("module M() { return 1 }",
-                 "1:14: error: expected a module item: const, member `name = Layer(...)`, forward or init; found 'return'");
+                 "1:14: error: expected a module item: const, member `name = Layer(...)`, forward, init or if; found 'return'");
     ASSERT_ERROR("forward(x) {\n  y = x\n", "2:8: error: expected '}' to close '{' at 1:12, found end of file");
     ASSERT_ERROR("x = 3", "1:5: error: a member must be a layer: `name = Layer(...)` or `name = [Layer(...) for n]` "
                           "(use `const` for a value)");
@@ -814,7 +837,7 @@ Test(errors, messages)
     ASSERT_ERROR("const a = ", "1:10: error: expected an expression, found end of file");
     ASSERT_ERROR("dim T\nmodel m", "2:1: error: 'model' must be the first line of the file");
     ASSERT_ERROR("}", "1:1: error: expected an item at top level: const, dim, module, member `name = Layer(...)`, "
-                      "forward, loss, metric, init or train; found '}'");
+                      "forward, loss, metric, init, train or if; found '}'");
 }
 
 Test(errors, caret_and_source_line)

@@ -170,6 +170,10 @@ static const SchedCase sched_cases[] = {
      "{\"pct_start\": 0.25, \"anneal_strategy\": \"linear\", \"div_factor\": 10, \"final_div_factor\": 100, \"three_phase\": true}",
      {.kind = KRT_SCHED_ONECYCLE, .pct_start = 0.25, .div_factor = 10, .final_div_factor = 100, .anneal_linear = true,
       .three_phase = true, .total_steps = SCHED_STEPS}},
+    /* max_lr given: the peak is 0.4 whatever the optimizer's lr (0.1 here) */
+    {"onecycle_max_lr", "onecycle",
+     "{\"max_lr\": 0.4, \"pct_start\": 0.3, \"anneal_strategy\": \"cos\", \"div_factor\": 20, \"final_div_factor\": 1e3, \"three_phase\": false}",
+     {.kind = KRT_SCHED_ONECYCLE, .max_lr = 0.4, .pct_start = 0.3, .div_factor = 20, .final_div_factor = 1e3, .total_steps = SCHED_STEPS}},
     {"exponential", "exponential", "{\"gamma\": 0.9}", {.kind = KRT_SCHED_EXPONENTIAL, .gamma = 0.9, .total_steps = SCHED_STEPS}},
     {"polynomial_run", "polynomial", "{\"total_iters\": 50, \"power\": 2.0}",
      {.kind = KRT_SCHED_POLYNOMIAL, .power = 2.0, .total_steps = SCHED_STEPS}},

@@ -81,6 +81,11 @@ static const ParityCase cases[] = {
      " + nll_loss(log_softmax(x, 1), t, reduction = \"none\") + nll_loss(log_softmax(z, 1), u, weight = detach(exp(w)), ignore_index = 0)"
      " + cross_entropy(c, s, axis = 1) * cross_entropy(c, s, axis = -1, reduction = \"none\")",
      false},
+    /* class probabilities as the target (PyTorch >= 1.10) */
+    {"cross_entropy_probs", "", "x: f32[4, 5], p: f32[4, 5], w: f32[5], z: f32[2, 5, 3], q: f32[2, 5, 3]",
+     "y = cross_entropy(x, softmax(p)) + cross_entropy(x, softmax(p), label_smoothing = 0.2, weight = detach(exp(w)), reduction = \"sum\") * 0.1"
+     " + cross_entropy(z, softmax(q, 1), axis = 1, reduction = \"none\") + cross_entropy(z, softmax(q, -1), dim = -1, label_smoothing = 0.1)",
+     false},
     {"nll_loss", "", "x: f32[2, 3, 5], t: i64[2, 3]",
      "y = nll_loss(log_softmax(x), t) + nll_loss(x, t, ignore_index = 1, reduction = \"none\")", false},
     {"class_weights", "", "x: f32[4, 5], t: i64[4], w: f32[5]",

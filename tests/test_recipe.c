@@ -192,6 +192,7 @@ static const Row rows[] = {
     {"schedule=linear.min_lr", CLS, "schedule = linear()\n", "schedule = linear(min_lr = 0.0005)\n", "schedule.min_lr", OBS_LR, NULL, RT_ANY},
     {"schedule=cosine.warmup", CLS, "schedule = cosine()\n", "schedule = cosine(warmup = 2)\n", "schedule.warmup", OBS_LR, NULL, RT_ANY},
     {"schedule=cosine.min_lr", CLS, "schedule = cosine()\n", "schedule = cosine(min_lr = 0.0005)\n", "schedule.min_lr", OBS_LR, NULL, RT_ANY},
+    {"schedule=onecycle.max_lr", CLS, "schedule = onecycle()\n", "schedule = onecycle(max_lr = 0.01)\n", "schedule.max_lr", OBS_LR, NULL, RT_ANY},
     {"schedule=onecycle.pct_start", CLS, "schedule = onecycle()\n", "schedule = onecycle(pct_start = 0.5)\n", "schedule.pct_start", OBS_LR, NULL, RT_ANY},
     {"schedule=onecycle.anneal_strategy", CLS, "schedule = onecycle()\n", "schedule = onecycle(anneal_strategy = linear)\n", "schedule.anneal_strategy", OBS_LR, NULL, RT_ANY},
     {"schedule=onecycle.div_factor", CLS, "schedule = onecycle()\n", "schedule = onecycle(div_factor = 10)\n", "schedule.div_factor", OBS_LR, NULL, RT_ANY},

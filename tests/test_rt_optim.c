@@ -586,4 +586,11 @@ Test(sched, onecycle)
     s.anneal_linear = true;
     expect_lr(&s, 1.0, 1, 0.52);
     expect_lr(&s, 1.0, 9, 4e-6);
+    /* max_lr = 2 peaks at 2 whatever the base rate: initial 2/25, final 0.08 / 1e4 */
+    s.anneal_linear = false;
+    s.max_lr = 2.0;
+    expect_lr(&s, 0.5, 0, 0.08);
+    expect_lr(&s, 0.5, 1, 1.04);
+    expect_lr(&s, 0.5, 2, 2.0);
+    expect_lr(&s, 0.5, 9, 8e-6);
 }

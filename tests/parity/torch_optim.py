@@ -89,7 +89,7 @@ def torch_schedule(case, opt):
     kind, a = case["kind"], case["args"]
     total = case["total_steps"]
     if kind == "onecycle":
-        return s.OneCycleLR(opt, max_lr=case["lr"], total_steps=total, pct_start=a["pct_start"], anneal_strategy=a["anneal_strategy"],
+        return s.OneCycleLR(opt, max_lr=a.get("max_lr", case["lr"]), total_steps=total, pct_start=a["pct_start"], anneal_strategy=a["anneal_strategy"],
                             div_factor=a["div_factor"], final_div_factor=a["final_div_factor"], three_phase=a["three_phase"],
                             cycle_momentum=False)
     if kind == "exponential":

@@ -88,6 +88,11 @@ REFERENCES = {
                               + F.cross_entropy(z, u, reduction="sum") * 0.1 + F.nll_loss(F.log_softmax(x, 1), t, reduction="none")
                               + F.nll_loss(F.log_softmax(z, 1), u, weight=torch.exp(w).detach(), ignore_index=0)
                               + F.cross_entropy(c, s) * F.cross_entropy(c.permute(0, 2, 1), s, reduction="none")),
+    "cross_entropy_probs": fn(lambda x, p, w, z, q: F.cross_entropy(x, F.softmax(p, -1))
+                              + F.cross_entropy(x, F.softmax(p, -1), label_smoothing=0.2, weight=torch.exp(w).detach(),
+                                                reduction="sum") * 0.1
+                              + F.cross_entropy(z, F.softmax(q, 1), reduction="none")
+                              + F.cross_entropy(z.permute(0, 2, 1), F.softmax(q, -1).permute(0, 2, 1), label_smoothing=0.1)),
     # [N, d1, C] inputs with [N, d1] targets: Kiln finds the classes on the last axis, PyTorch wants them on axis 1
     "nll_loss": fn(lambda x, t: F.nll_loss(F.log_softmax(x, -1).permute(0, 2, 1), t)
                    + F.nll_loss(x.permute(0, 2, 1), t, ignore_index=1, reduction="none")),
