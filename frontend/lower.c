@@ -460,8 +460,9 @@ static Value lower_binary(Lower *L, Scope *s, int32_t inst, AstId e)
     return r == IR_NONE ? lower_builder_error(L, e) : value_tensor(r);
 }
 
-/* x[subscripts] as PyTorch indexes: integers (the axis dropped), slices, `none` (a new axis
- * of size 1, any number of them) and one `...` standing for the axes no other subscript
+/* x[subscripts] as PyTorch indexes: integers (the axis dropped), slices, `none` or `None` (a
+ * new axis of size 1, any number of them; Python's capital is taken here only, where PyTorch
+ * code has it verbatim) and one `...` standing for the axes no other subscript
  * takes. Lowered as a slice per indexed axis, then one reshape to the result's shape. */
 static Value index_tensor(Lower *L, Scope *s, int32_t inst, AstId e, NodeId x)
 {
@@ -487,6 +488,8 @@ static Value index_tensor(Lower *L, Scope *s, int32_t inst, AstId e, NodeId x)
         } else if (sk == AST_SLICE) {
             kind[k] = SUB_SLICE;
             consumed++;
+        } else if (sk == AST_NAME && !strcmp(ast_str(L->ast, sub), "None") && !lookup(L, s, inst, "None")) {
+            kind[k] = SUB_NEW; /* x[:, None] is PyTorch's documented spelling, copied as written */
         } else {
             Value v = lower_expr(L, s, inst, sub);
             if (v.kind == V_ERROR) return v;
