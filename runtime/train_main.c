@@ -971,8 +971,10 @@ static int sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t bat
 
 /* ---- evaluation ---- */
 
+/* The loss and metrics over at most max_batches batches (0: all), and the samples they
+ * covered. */
 static int evaluate(krt_dataset *ds, kiln_step_io *io, void **bufs, const krt_dtype *dtypes, int64_t batch, int64_t max_batches,
-                    int64_t step, double *loss, double *metrics)
+                    int64_t step, double *loss, double *metrics, int64_t *samples)
 {
     krt_error err;
     krt_cursor cur = {0, 0, 0};
@@ -998,6 +1000,7 @@ static int evaluate(krt_dataset *ds, kiln_step_io *io, void **bufs, const krt_dt
         if (cur.epoch > 0) break; /* one pass */
     }
     if (bs >= 0) io->syms[bs] = batch;
+    *samples = (int64_t)total;
     *loss = total > 0 ? sum_loss / total : NAN;
     for (int k = 0; k < M->nmetrics; k++) metrics[k] = total > 0 ? sum_m[k] / total : NAN;
     free(sum_m);
@@ -1014,20 +1017,22 @@ static int eval_and_report(krt_dataset *ds, kiln_step_io *io, void **bufs, const
                            FILE *log, float *sample_logits, uint64_t seed, int64_t step, bool tty)
 {
     double el = 0, *em = calloc((size_t)M->nmetrics + 1, sizeof *em);
+    int64_t samples = 0;
     if (!em) return tm_die("out of memory");
-    if (evaluate(ds, io, bufs, dtypes, batch, ev_batches, step, &el, em)) {
+    if (evaluate(ds, io, bufs, dtypes, batch, ev_batches, step, &el, em, &samples)) {
         free(em);
         return 1;
     }
     if (tty) fputc('\n', stderr);
-    printf("eval at step %lld: loss %.4f", (long long)step, el);
+    /* how much of the evaluation data this was: eval.batches may cut it short */
+    printf("eval at step %lld (%lld sample%s): loss %.4f", (long long)step, (long long)samples, samples == 1 ? "" : "s", el);
     for (int k = 0; k < M->nmetrics; k++) printf("  %s %.4f", M->metric_names[k], em[k]);
     putchar('\n');
     fflush(stdout);
     if (log) {
         fprintf(log, "{\"step\": %lld, \"eval_loss\": %.6g", (long long)step, el);
         for (int k = 0; k < M->nmetrics; k++) fprintf(log, ", \"eval_%s\": %.6g", M->metric_names[k], em[k]);
-        fputs("}\n", log);
+        fprintf(log, ", \"samples\": %lld}\n", (long long)samples); /* the metrics are eval_NAME: no clash */
         fflush(log);
     }
     free(em);
@@ -1345,8 +1350,9 @@ static int train(int argc, char **argv)
         rc = tm_die("%s: cannot open the log file: %s", logpath, strerror(errno));
         goto out;
     }
-    if (eval_only) {
-        rc = eval_and_report(data.eval, &io, bufs, dtypes, batch, ev_batches, log, sample_logits, seed, step, false);
+    if (eval_only) { /* all of the evaluation data: the recipe's eval.batches is for evaluations during training */
+        rc = eval_and_report(data.eval, &io, bufs, dtypes, batch, overridden("eval.batches") ? ev_batches : 0, log, sample_logits, seed,
+                             step, false);
         goto out;
     }
     if (earlier && tm_dist_rank() == 0)
