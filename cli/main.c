@@ -549,8 +549,8 @@ static int cmd_gradcheck(const Options *o, Model *m)
                    "cross a kink (relu at 0, a max tie, a flipping comparison)\n",
                    (int)w, "", (long long)r->checked, (long long)r->skipped);
         else if (r->checked < (o->samples < r->numel ? o->samples : r->numel) && r->checked > 0)
-            printf("  %-*s  note: only %lld elements could be checked: the steps of %lld others tried cross a kink\n",
-                   (int)w, "", (long long)r->checked, (long long)r->skipped);
+            printf("  %-*s  note: only %lld element%s could be checked: the steps of %lld other%s tried cross a kink\n",
+                   (int)w, "", (long long)r->checked, r->checked == 1 ? "" : "s", (long long)r->skipped, r->skipped == 1 ? "" : "s");
         else if (r->skipped)
             printf("  %-*s  note: %lld sampled element%s within a step of a kink (relu at 0, a max tie, a flipping "
                    "comparison): replaced by others\n", (int)w, "", (long long)r->skipped, r->skipped == 1 ? "" : "s");
@@ -561,7 +561,8 @@ static int cmd_gradcheck(const Options *o, Model *m)
         unchecked += r->verdict == GRADCHECK_UNCHECKED;
         if (r->worst_ratio > worst) worst = r->worst_ratio;
     }
-    printf("%s: %d of %d tensors pass", failures ? "FAIL" : "ok", nres - failures - unchecked, nres);
+    printf("%s: %d of %d tensor%s pass%s", failures ? "FAIL" : "ok", nres - failures - unchecked, nres, nres == 1 ? "" : "s",
+           nres - failures - unchecked == 1 ? "es" : "");
     if (zero) printf(" (%d with gradient identically zero)", zero);
     if (unchecked) printf("; %d not checked", unchecked);
     printf("; worst error %.3g of the allowed\n", worst);
@@ -610,7 +611,7 @@ static int cmd_tokens(int argc, char **argv)
         fprintf(stderr, "kiln: error: %s\n", err.msg);
         return 1;
     }
-    fprintf(stderr, "kiln: wrote %lld tokens to %s\n", (long long)n, out);
+    fprintf(stderr, "kiln: wrote %lld token%s to %s\n", (long long)n, n == 1 ? "" : "s", out);
     return 0;
 }
 

@@ -585,7 +585,7 @@ static int load_data(Data *d, int64_t *ntrain, int64_t *neval)
             d->train = krt_dataset_rows(d->arrays, M->ninputs, 0, limit > 0 && limit < n ? limit : n, &err);
         } else {
             int64_t nval = (int64_t)((double)n * val), nt = n - nval;
-            if (nt == 0) return tm_die("%s: %lld samples, all of them taken by the val split (val = %g)", path, (long long)n, val);
+            if (nt == 0) return tm_die("%s: %lld sample%s, all taken by the val split (val = %g)", path, (long long)n, n == 1 ? "" : "s", val);
             d->train = krt_dataset_rows(d->arrays, M->ninputs, 0, limit > 0 && limit < nt ? limit : nt, &err);
             d->eval = nval ? krt_dataset_rows(d->arrays, M->ninputs, nt, nval, &err) : NULL;
             if (nval && !d->eval) return tm_die("%s: %s", path, dataset_message(err.msg));
@@ -1136,7 +1136,8 @@ static int train(int argc, char **argv)
         }
     }
     if (!eval_only && ntrain < batch) {
-        rc = tm_die("the training data has %lld samples, fewer than one batch of %lld", (long long)ntrain, (long long)batch);
+        rc = tm_die("the training data has %lld sample%s, fewer than one batch of %lld", (long long)ntrain, ntrain == 1 ? "" : "s",
+                    (long long)batch);
         goto out;
     }
     int64_t steps_per_epoch = ntrain / batch;
@@ -1145,8 +1146,8 @@ static int train(int argc, char **argv)
     int64_t total_steps = recipe_int("steps", 0);
     if (total_steps <= 0) total_steps = recipe_int("epochs", 1) * steps_per_epoch / accumulate;
     if (!eval_only && !bench_steps && total_steps < 1) {
-        rc = tm_die("an epoch of %lld batches of %lld samples is shorter than one step of %lld accumulated batches: give --steps N",
-                 (long long)steps_per_epoch, (long long)batch, (long long)accumulate);
+        rc = tm_die("an epoch of %lld batch%s of %lld sample%s is shorter than one step of %lld accumulated batches: give --steps N",
+                    (long long)steps_per_epoch, steps_per_epoch == 1 ? "" : "es", (long long)batch, batch == 1 ? "" : "s", (long long)accumulate);
         goto out;
     }
     /* Optimizer and schedule. */
@@ -1363,9 +1364,9 @@ static int train(int argc, char **argv)
     const char *split = tm_dist_describe(batch); /* "2 ranks × batch 64" */
     char scaling_is[96] = "";
     if (TR.scaling) krt_scaler_describe(&TR.scaler, scaling_is + 2, sizeof scaling_is - 2), scaling_is[0] = ',', scaling_is[1] = ' ';
-    printf("%s: %lld parameters, %lld training samples, %lld steps of %lld%s%s%s (x%lld), %s lr %g%s\n", M->name, (long long)np,
-           (long long)ntrain, (long long)total_steps, (long long)batch, *split ? " (" : "", split, *split ? ")" : "", (long long)accumulate,
-           opt, oc.lr, scaling_is);
+    printf("%s: %lld parameters, %lld training sample%s, %lld step%s of %lld%s%s%s (x%lld), %s lr %g%s\n", M->name, (long long)np,
+           (long long)ntrain, ntrain == 1 ? "" : "s", (long long)total_steps, total_steps == 1 ? "" : "s", (long long)batch,
+           *split ? " (" : "", split, *split ? ")" : "", (long long)accumulate, opt, oc.lr, scaling_is);
     double t0 = kiln_now();
     int64_t saved = -1; /* the step of the last checkpoint this run saved */
     while (step < total_steps && !interrupted) {

@@ -521,6 +521,8 @@ Test(run, eval_lines_say_their_samples_and_eval_flag_takes_all_of_them)
     cr_expect(!strncmp(out.data, "eval at step 50 (8 samples): loss ", 34), "%s", out.data);
     cr_assert_eq(run("./tiny --resume ck --eval --eval-batches 1 --batch 1", &out), 0, "%s", out.data);
     cr_expect(!strncmp(out.data, "eval at step 50 (1 sample): loss ", 33), "%s", out.data);
+    cr_assert_eq(run("./tiny --steps 1 --checkpoint-dir one", &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, " training samples, 1 step of 4 (x1), "), "the start line counts its nouns:\n%s", out.data);
     size_t n;
     char *log = slurp("t.jsonl", &n);
     cr_assert(log, "no log");
@@ -652,7 +654,7 @@ Test(run, data_errors_name_the_file)
     put_idx("one_y.idx", Y, 1, 0);
     expect_error("./tiny --data x=none_x.idx --data y=none_y.idx", "none_x.idx: the training data has no samples (0 rows)");
     expect_error("./tiny --eval-data x=none_x.idx --eval-data y=none_y.idx", "none_x.idx: the evaluation data has no samples (0 rows)");
-    expect_error("./tiny --data x=one_x.idx --data y=one_y.idx", "the training data has 1 samples, fewer than one batch of 4");
+    expect_error("./tiny --data x=one_x.idx --data y=one_y.idx", "the training data has 1 sample, fewer than one batch of 4");
     build_lm();
     expect_error("./lm --data corpus/short.dat", "corpus/short.dat: text of 3 tokens is shorter than one window of 8+1");
 }
