@@ -2,8 +2,9 @@
  *
  * All of a program's parallelism is OpenMP's: BLAS runs single-threaded (runtime/env.c),
  * and a kernel splits its products into tasks itself, so that no BLAS thread pool spins
- * beside the OpenMP threads. kiln_gemm_plan picks the tasks: the products of a batch side
- * by side, or blocks of rows or columns of each product, each block small enough that its
+ * beside the OpenMP threads. kiln_gemm_plan picks the tasks from the product's shape alone,
+ * so that results do not depend on the number of threads: the products of a batch side by
+ * side, or blocks of rows or columns of each product, each block small enough that its
  * epilogue finds the output still in cache. kiln_sgemm calls BLAS for one task, with the
  * matrix-vector routine where the block is a single row or column: sgemm would pack
  * (copy) the whole other operand for one row, which is most of a batch-1 inference. */
@@ -47,8 +48,11 @@
 /* The work of a block of a split product, and its narrowest rows or columns: every block
  * packs all of the other operand again (1/width of its own work) and calls BLAS once more.
  * Blocks of 86 rows of gpt's [2048, 128] x [128, 128] ran at 130 GFLOP/s on one core,
- * of 512 rows at 157, of 1024 at 146; 80 columns of cnn's [128, 128] x [128, 3136] at
- * 106, 1568 at 135 (bench/sgemm.c's shapes, OpenBLAS Haswell kernels). */
+ * of 256 at 155, of 512 at 157, of 1024 at 146-159; 80 columns of cnn's [128, 128] x
+ * [128, 3136] at 106, 528 at 134-138, 1568 at 135-141 (one core of the 2-core Xeon,
+ * best of 30). gpt's and cnn's training steps at 2 threads took the same time as with the
+ * blocks of the thread count (within 1%, bench --bench-steps, interleaved); blocks of 512
+ * rows and 2^24 multiply-adds did no better there and would leave more cores idle. */
 #define KILN_GEMM_BLOCK_MACS 8388608.0
 #define KILN_GEMM_BLOCK_MIN_WIDTH 256
 
