@@ -58,8 +58,8 @@ typedef struct {
 
 /* gpt2-124m is left out: 124M parameters, 1.5 GB of checkpoint per run, minutes of the
  * suite for the same kernels gpt and llama run at a smaller width. The image models train
- * at their recipes' batches (cnn's 128 split conv2's products into column blocks by the
- * threads), the language models at T 64. */
+ * at their recipes' batches, where their products are cut into blocks (cnn's 128, lenet_bn's
+ * 64), the language models at T 64, gpt also in bf16. */
 static const Case cases[] = {
     {"mlp", "models/mlp.kiln", "", "--steps 2 --data image=img.idx --data label=lab.idx --eval-data image=img.idx --eval-data label=lab.idx"},
     {"cnn", "models/cnn.kiln", "", "--steps 2 --data image=img.idx --data label=lab.idx --eval-data image=img.idx --eval-data label=lab.idx"},
@@ -67,6 +67,8 @@ static const Case cases[] = {
      "--steps 3 --data image=img.idx --data label=lab.idx --eval-data image=img.idx --eval-data label=lab.idx"},
     {"gpt", "models/gpt.kiln", "--bound T=64", "--steps 2 --batch 4 --sample-tokens 0 --data text.txt"},
     {"llama", "models/llama.kiln", "--bound T=64", "--steps 2 --batch 4 --sample-tokens 0 --data text.txt"},
+    /* products of bf16 operands: panels widened within each block (kiln_hgemm_beta) */
+    {"gpt_bf16", "models/gpt.kiln", "--bound T=64 --precision bf16", "--steps 2 --batch 4 --sample-tokens 0 --data text.txt"},
 };
 
 Test(threads, every_model_trains_to_the_same_bits_at_1_2_and_3_threads, .timeout = 300)
