@@ -699,9 +699,9 @@ static void batch_coords(StrBuf *o, int nbatch, const char *indent)
     for (int k = 0; k < nbatch; k++) sb_printf(o, "%s(void)c%d;\n", indent, k);
 }
 
-/* The batch's products summed: the threads share blocks of the sum, and each block adds
- * the batch's products into itself in batch order (BLAS beta 1 after the first), so the
- * sum does not depend on the number of threads. */
+/* The batch's products summed: the threads share blocks of the sum, cut by its shape alone,
+ * and each block adds the batch's products into itself in batch order (BLAS beta 1 after
+ * the first), so the sum does not depend on the number of threads. */
 /* The runtime's product of a GEMM kernel's operands (kiln_gemm.h): sgemm, dgemm, or the
  * panel-widening product of half-precision operands, accumulated in float. */
 static const char *gemm_fn(const Graph *g, NodeId mm)
@@ -723,8 +723,9 @@ static void emit_gemm_summed(CgKernel *L, const CgOperand *A, const CgOperand *B
     ir_shape_format(o, g, &g->nodes[sum].shape);
     sb_puts(o, ": the products summed over the batch, none stored */\n"
                "    const int ldc = (int)kiln_blas_ld(N, N);\n"
-               "    /* the threads share blocks of rows or columns of the sum (kiln_gemm_plan); each block\n"
-               "     * adds the batch's products into itself in order, whatever the number of threads */\n"
+               "    /* the threads share blocks of rows or columns of the sum, cut by its shape alone\n"
+               "     * (kiln_gemm_plan); each block adds the batch's products into itself in order, so the\n"
+               "     * sum is the same whatever the number of threads */\n"
                "    const kiln_gemm_split sp = kiln_gemm_plan(1, M, N, K * batch, 0);\n"
                "    const int blas_threads = sp.parallel ? kiln_blas_serial_begin() : 0;\n"
                "    #pragma omp parallel for schedule(static) if (sp.parallel)\n"
