@@ -39,8 +39,8 @@ log = sys.argv[1]
 def evals(name, pattern):
     with open(f"{log}/{name}.out", errors="replace") as f:
         return {int(m.group(1)): float(m.group(2)) for m in re.finditer(pattern, f.read())}
-kl = evals("kiln-llama", r"eval at step (\d+): loss ([0-9.]+)")
-kg = evals("kiln-gpt", r"eval at step (\d+): loss ([0-9.]+)")
+kl = evals("kiln-llama", r"eval at step (\d+) \(\d+ samples?\): loss ([0-9.]+)")
+kg = evals("kiln-gpt", r"eval at step (\d+) \(\d+ samples?\): loss ([0-9.]+)")
 pl = evals("pytorch-llama", r"pytorch llama step (\d+): train loss [0-9.]+  val loss ([0-9.]+)")
 fmt = lambda d, s: f"{d[s]:.4f}" if s in d else "-"
 print("validation loss (fortunes, 20 batches of 16 x 128 bytes)")

@@ -30,7 +30,7 @@ for p in $CONFIGS; do
   start=$(date +%s.%N)
   "$log/gpt-$p" --checkpoint-dir "$log/ckpt-$p" --steps "$STEPS" --eval-every "$STEPS" --threads "$THREADS" > "$log/train-$p.out" 2>&1
   secs=$(echo "($(date +%s.%N) - $start) / $STEPS" | bc -l | cut -c1-5)
-  echo "  $p: $(grep -o "eval at step $STEPS: loss [0-9.]*" "$log/train-$p.out" | sed 's/.*loss //')  ($secs s per step, evaluation included)"
+  echo "  $p: $(grep -o "eval at step $STEPS ([0-9]* samples\?): loss [0-9.]*" "$log/train-$p.out" | sed 's/.*loss //')  ($secs s per step, evaluation included)"
 done
 echo "gpt training step (ms, --bench-steps 10, $ROUNDS interleaved rounds):"
 : > "$log/steps"

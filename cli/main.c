@@ -549,8 +549,8 @@ static int cmd_gradcheck(const Options *o, Model *m)
                    "cross a kink (relu at 0, a max tie, a flipping comparison)\n",
                    (int)w, "", (long long)r->checked, (long long)r->skipped);
         else if (r->checked < (o->samples < r->numel ? o->samples : r->numel) && r->checked > 0)
-            printf("  %-*s  note: only %lld elements could be checked: the steps of %lld others tried cross a kink\n",
-                   (int)w, "", (long long)r->checked, (long long)r->skipped);
+            printf("  %-*s  note: only %lld element%s could be checked: the steps of %lld other%s tried cross a kink\n",
+                   (int)w, "", (long long)r->checked, r->checked == 1 ? "" : "s", (long long)r->skipped, r->skipped == 1 ? "" : "s");
         else if (r->skipped)
             printf("  %-*s  note: %lld sampled element%s within a step of a kink (relu at 0, a max tie, a flipping "
                    "comparison): replaced by others\n", (int)w, "", (long long)r->skipped, r->skipped == 1 ? "" : "s");
@@ -561,7 +561,8 @@ static int cmd_gradcheck(const Options *o, Model *m)
         unchecked += r->verdict == GRADCHECK_UNCHECKED;
         if (r->worst_ratio > worst) worst = r->worst_ratio;
     }
-    printf("%s: %d of %d tensors pass", failures ? "FAIL" : "ok", nres - failures - unchecked, nres);
+    printf("%s: %d of %d tensor%s pass%s", failures ? "FAIL" : "ok", nres - failures - unchecked, nres, nres == 1 ? "" : "s",
+           nres - failures - unchecked == 1 ? "es" : "");
     if (zero) printf(" (%d with gradient identically zero)", zero);
     if (unchecked) printf("; %d not checked", unchecked);
     printf("; worst error %.3g of the allowed\n", worst);
@@ -610,7 +611,7 @@ static int cmd_tokens(int argc, char **argv)
         fprintf(stderr, "kiln: error: %s\n", err.msg);
         return 1;
     }
-    fprintf(stderr, "kiln: wrote %lld tokens to %s\n", (long long)n, out);
+    fprintf(stderr, "kiln: wrote %lld token%s to %s\n", (long long)n, n == 1 ? "" : "s", out);
     return 0;
 }
 
@@ -783,10 +784,23 @@ static int64_t slab_bytes(const Model *train, int64_t *params_out, int64_t *buff
     return params * (2 + moments) + buffers;
 }
 
+/* What a plan of the budget search checkpoints, for messages, `suffix` after "checkpointed":
+ * "cheap values recomputed, 2 of the model's 4 blocks checkpointed", "none of the model's 4
+ * blocks checkpointed", "the model's one block checkpointed", "the model has no block ...". */
+static void checkpointed_blocks(int32_t blocks, int32_t nblocks, bool cheap, const char *suffix, StrBuf *out)
+{
+    if (cheap) sb_puts(out, nblocks ? "cheap values recomputed, " : "cheap values recomputed; ");
+    if (!nblocks) sb_puts(out, "the model has no block to checkpoint");
+    else if (nblocks == 1) sb_printf(out, "the model's one block %scheckpointed%s", blocks ? "" : "not ", suffix);
+    else if (!blocks) sb_printf(out, "none of the model's %d blocks checkpointed%s", nblocks, suffix);
+    else sb_printf(out, "%d of the model's %d blocks checkpointed%s", blocks, nblocks, suffix);
+}
+
 /* `kiln build --report` and `kiln check`: the memory a training step of the program uses,
  * from the plan (train: the training graph after the pipeline; plain: the same without
- * rematerialisation, or NULL when nothing is recomputed). */
-static void print_memory_report(const Model *train, const Graph *eval, const Graph *plain, StrBuf *out)
+ * rematerialisation, or NULL when nothing is recomputed; plan: what the remat pass found,
+ * the smallest plan a budget can reach among it). */
+static void print_memory_report(const Model *train, const Graph *eval, const Graph *plain, const RematOptions *plan, StrBuf *out)
 {
     const Graph *g = train->graph;
     int64_t params, buffers;
@@ -809,14 +823,25 @@ static void print_memory_report(const Model *train, const Graph *eval, const Gra
         int64_t copies = 0;
         for (NodeId i = 0; i < g->nnodes; i++) copies += (g->nodes[i].flags & NODE_RECOMPUTED) && g->nodes[i].ckpt;
         const int64_t plain_arena = codegen_arena_bytes(plain);
-        sb_printf(out, "    without remat   %14lld  (recomputing: %.2fx the activations; %lld values recomputed, %.3g GFLOP of\n"
+        sb_printf(out, "    without remat   %14lld  (recomputing: %.2fx the activations; %lld value%s recomputed, %.3g GFLOP of\n"
                        "                                     matrix products again, +%.1f%% of the step's %.3g GFLOP)\n",
-                  (long long)plain_arena, plain_arena ? (double)train_arena / (double)plain_arena : 0.0, (long long)copies, again / 1e9,
+                  (long long)plain_arena, plain_arena ? (double)train_arena / (double)plain_arena : 0.0, (long long)copies,
+                  copies == 1 ? "" : "s", again / 1e9,
                   all > again ? 100.0 * again / (all - again) : 0.0, (all - again) / 1e9);
     }
-    if (g_memory_budget)
-        sb_printf(out, "    memory budget   %14lld  (%s%d of the model's %d blocks checkpointed for it)\n", (long long)g_memory_budget,
-                  g_budget_cheap ? "cheap values recomputed, " : "", g_budget_blocks, g_budget_nblocks);
+    StrBuf blocks;
+    sb_init(&blocks);
+    if (g_memory_budget) {
+        checkpointed_blocks(g_budget_blocks, g_budget_nblocks, g_budget_cheap, " for it", &blocks);
+        sb_printf(out, "    memory budget   %14lld  (%s)\n", (long long)g_memory_budget, blocks.data);
+    }
+    if (plan && plan->want_floor) { /* the floor of --memory-budget, found without failing builds */
+        blocks.len = 0;
+        checkpointed_blocks(plan->floor_blocks, plan->nblocks, plan->floor_cheap, "", &blocks);
+        sb_printf(out, "    smallest plan   %14lld  (the least a --memory-budget can reach, %lld in total: %s)\n", (long long)plan->floor_arena,
+                  (long long)(params * (2 + moments) + buffers + plan->floor_arena + eval_arena), blocks.data);
+    }
+    sb_free(&blocks);
     sb_printf(out, "  activations eval  %14lld\n", (long long)eval_arena);
     sb_printf(out, "  total             %14lld\n", (long long)(params * (2 + moments) + buffers + train_arena + eval_arena));
 }
@@ -842,12 +867,14 @@ static Model *eval_model(const char *file, Diag *d, StrBuf *err)
 
 /* Runs the pass pipeline on the training graph as `kiln build` does: under the memory
  * budget (--memory-budget, else the recipe's memory_budget), if any, checkpointing blocks
- * until the plan fits; eval is the evaluation graph, whose arena counts against it. */
-static int plan_training(const char *file, Model *train, const Graph *eval, StrBuf *err)
+ * until the plan fits; eval is the evaluation graph, whose arena counts against it. *plan:
+ * what the remat pass found, with the smallest plan a budget can reach when want_floor
+ * (for the report: it costs a plan of each block). */
+static int plan_training(const char *file, Model *train, const Graph *eval, bool want_floor, RematOptions *plan, StrBuf *err)
 {
     /* --memory-budget: what the training activations may take besides the slabs and the
      * evaluation step's activations */
-    RematOptions remat = {0};
+    RematOptions remat = {.want_floor = want_floor};
     /* the recipe's memory_budget when the command line gives none (the flag overrides it,
      * as a training program's flags override its recipe) */
     const RecipeValue *budget = recipe_get(&train->recipe, "memory_budget");
@@ -858,6 +885,13 @@ static int plan_training(const char *file, Model *train, const Graph *eval, StrB
             sb_printf(err, "%s: error: %s %lld bytes (%.1f MiB) is not more than the parameters, gradients, optimizer "
                            "state, buffers and evaluation activations alone (%lld bytes, %.1f MiB): recomputing activations cannot help",
                       file, g_budget_from, (long long)g_memory_budget, (double)g_memory_budget / 1048576.0, (long long)fixed, (double)fixed / 1048576.0);
+            RematOptions floor = {.want_floor = true}; /* and the least a budget can reach */
+            StrBuf e2;
+            sb_init(&e2);
+            if (!run_passes(train->graph, NULL, &floor, NULL, &e2))
+                sb_printf(err, "; the smallest plan needs %lld bytes (%.1f MiB)", (long long)(fixed + floor.floor_arena),
+                          (double)(fixed + floor.floor_arena) / 1048576.0);
+            sb_free(&e2);
             return -1;
         }
         remat.arena_budget = g_memory_budget - fixed;
@@ -867,12 +901,16 @@ static int plan_training(const char *file, Model *train, const Graph *eval, StrB
             const int64_t fixed = g_memory_budget - remat.arena_budget, least = fixed + remat.smallest_arena;
             err->len = 0;
             err->data[0] = 0;
-            if (remat.nblocks)
-                sb_printf(err, "%s: error: %s %lld bytes (%.1f MiB) cannot be met: the smallest plan found, %d of the "
-                               "model's %d blocks checkpointed, needs %lld bytes (%.1f MiB) of training memory",
-                          file, g_budget_from, (long long)g_memory_budget, (double)g_memory_budget / 1048576.0, remat.blocks, remat.nblocks,
+            if (remat.nblocks) {
+                StrBuf blocks;
+                sb_init(&blocks);
+                checkpointed_blocks(remat.blocks, remat.nblocks, remat.cheap, "", &blocks);
+                sb_printf(err, "%s: error: %s %lld bytes (%.1f MiB) cannot be met: the smallest plan a budget can reach, %s, "
+                               "needs %lld bytes (%.1f MiB) of training memory",
+                          file, g_budget_from, (long long)g_memory_budget, (double)g_memory_budget / 1048576.0, blocks.data,
                           (long long)least, (double)least / 1048576.0);
-            else
+                sb_free(&blocks);
+            } else
                 sb_printf(err, "%s: error: %s %lld bytes (%.1f MiB) cannot be met: the model's forward calls none of its "
                                "own modules, so there is no block to checkpoint, and its plan needs %lld bytes (%.1f MiB) of training "
                                "memory (checkpoint(...) in the model file recomputes what it marks)",
@@ -884,6 +922,7 @@ static int plan_training(const char *file, Model *train, const Graph *eval, StrB
     g_budget_blocks = remat.blocks;
     g_budget_cheap = remat.cheap;
     g_budget_nblocks = remat.nblocks;
+    if (plan) *plan = remat;
     if (g_memory_budget && !remat.nblocks && g_report) /* nothing to choose from: said, not silently ignored */
         fprintf(stderr, "kiln: %s: the model calls none of its own modules from forward: no block to checkpoint\n", g_budget_from);
     return 0;
@@ -918,7 +957,8 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
     if (apply_bounds(train->graph, g_bounds, g_nbounds, err)) return -1;
     Model *eval = eval_model(file, d, err);
     if (!eval) return -1;
-    if (plan_training(file, train, eval->graph, err)) {
+    RematOptions plan = {0};
+    if (plan_training(file, train, eval->graph, g_report && !g_infer, &plan, err)) {
         frontend_model_free(eval);
         return -1;
     }
@@ -954,7 +994,7 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
         StrBuf rep;
         sb_init(&rep);
         Graph *plain = has_recomputed(train->graph) ? graph_without_remat(file, d) : NULL;
-        print_memory_report(train, eval->graph, plain, &rep);
+        print_memory_report(train, eval->graph, plain, &plan, &rep);
         if (plain) ir_graph_free(plain);
         fprintf(stderr, "kiln: %s", rep.data);
         sb_free(&rep);
@@ -1293,12 +1333,13 @@ static int cmd_model(const char *cmd, int argc, char **argv)
             StrBuf err;
             sb_init(&err);
             Model *eval = eval_model(o.file, &d, &err);
-            if (eval && plan_training(o.file, m, eval->graph, &err)) {
+            RematOptions plan = {0};
+            if (eval && plan_training(o.file, m, eval->graph, true, &plan, &err)) {
                 frontend_model_free(eval);
                 eval = NULL;
             }
             Graph *plain = eval && has_recomputed(m->graph) ? graph_without_remat(o.file, &d) : NULL;
-            if (eval) print_memory_report(m, eval->graph, plain, &out);
+            if (eval) print_memory_report(m, eval->graph, plain, &plan, &out);
             else sb_printf(&out, "(no memory plan: %s)\n", err.len ? err.data : "the eval graph failed");
             if (plain) ir_graph_free(plain);
             frontend_model_free(eval);

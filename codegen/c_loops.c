@@ -497,22 +497,114 @@ static void emit_columns(CgKernel *L)
     sb_puts(o, "        }\n    }\n");
 }
 
+/* A kernel's totals (sums of every row to one value) shared between threads: an OpenMP
+ * reduction adds the threads' partial sums in an order of its own, so the total would
+ * depend on the number of threads. Instead the rows (`count` of them, from `lo` to `hi`
+ * in each chunk) are cut into KILN_TOTAL_CHUNKS chunks by the shape alone, the threads
+ * share the chunks, each chunk sums its rows in order, and the chunks' sums are added in
+ * order: the same bits whatever the threads. */
+static void open_total_chunks(CgKernel *L, const char *count, const char *work)
+{
+    StrBuf *o = L->c->o;
+    const Graph *g = L->g;
+    sb_printf(o, "    #pragma omp parallel for if (%s >= %d)\n", work, PARALLEL_MIN);
+    sb_puts(o, "    for (int64_t chunk = 0; chunk < KILN_TOTAL_CHUNKS; chunk++) {\n");
+    for (int i = 0; i < L->nstores; i++)
+        if (L->f->cls[L->stores[i]] == CLASS_TOTAL) sb_printf(o, "        %s tot%d = 0;\n", cg_ctype((DType)g->nodes[L->stores[i]].dtype), L->stores[i]);
+    sb_printf(o, "        const int64_t lo = %s * chunk / KILN_TOTAL_CHUNKS, hi = %s * (chunk + 1) / KILN_TOTAL_CHUNKS;\n", count, count);
+}
+
+static void close_total_chunks(CgKernel *L)
+{
+    StrBuf *o = L->c->o;
+    const Graph *g = L->g;
+    for (int i = 0; i < L->nstores; i++)
+        if (L->f->cls[L->stores[i]] == CLASS_TOTAL) sb_printf(o, "        part%d[chunk] = tot%d;\n", L->stores[i], L->stores[i]);
+    sb_puts(o, "    }\n");
+    for (int i = 0; i < L->nstores; i++) {
+        const NodeId id = L->stores[i];
+        if (L->f->cls[id] != CLASS_TOTAL) continue;
+        sb_printf(o, "    %s tot%d = 0;\n", cg_ctype((DType)g->nodes[id].dtype), id);
+        sb_printf(o, "    for (int chunk = 0; chunk < KILN_TOTAL_CHUNKS; chunk++) tot%d += part%d[chunk];\n", id, id);
+    }
+}
+
+/* The row index of a nested kernel from its loops' coordinates. */
+static void nested_row(CgKernel *L, const char *indent)
+{
+    StrBuf *o = L->c->o;
+    sb_printf(o, "%sconst int64_t row = 0", indent);
+    for (int a = 0; a < L->rank; a++) {
+        if (L->inner >> a & 1) continue;
+        sb_printf(o, " + c%d", a);
+        for (int b = a + 1; b < L->rank; b++)
+            if (!(L->inner >> b & 1)) sb_printf(o, " * S%d", b);
+    }
+    sb_printf(o, ";\n%s(void)row;\n", indent);
+}
+
+/* A nested kernel with totals, shared between threads in chunks (open_total_chunks): of
+ * the outer loops' iterations, or of the lane axis where there is no outer loop. */
+static void emit_nested_chunked(CgKernel *L, int nouter, const char *reduction)
+{
+    StrBuf *o = L->c->o;
+    if (nouter) {
+        sb_puts(o, "    const int64_t outer = 1");
+        for (int a = 0; a < L->rank; a++)
+            if (!(L->inner >> a & 1) && a != L->lane) sb_printf(o, " * S%d", a);
+        sb_puts(o, ";\n");
+        open_total_chunks(L, "outer", "work");
+        sb_puts(o, "        for (int64_t oi = lo; oi < hi; oi++) {\n            int64_t q = oi;\n");
+        for (int a = L->rank - 1; a >= 0; a--) {
+            if (L->inner >> a & 1 || a == L->lane) continue;
+            sb_printf(o, "            const int64_t c%d = q %% S%d;\n            q /= S%d;\n", a, a, a);
+        }
+        sb_puts(o, "            (void)q;\n");
+        const char *indent = "            ";
+        if (L->lane >= 0) {
+            sb_printf(o, "            #pragma omp simd%s\n", reduction);
+            sb_printf(o, "            for (int64_t c%d = 0; c%d < S%d; c%d++) {\n", L->lane, L->lane, L->lane, L->lane);
+            indent = "                ";
+        }
+        nested_row(L, indent);
+        emit_row_body(L, indent);
+        if (L->lane >= 0) sb_puts(o, "            }\n");
+        sb_puts(o, "        }\n");
+    } else {
+        char lane[32];
+        snprintf(lane, sizeof lane, "S%d", L->lane);
+        open_total_chunks(L, lane, "work");
+        sb_printf(o, "        #pragma omp simd%s\n", reduction);
+        sb_printf(o, "        for (int64_t c%d = lo; c%d < hi; c%d++) {\n", L->lane, L->lane, L->lane);
+        nested_row(L, "            ");
+        emit_row_body(L, "            ");
+        sb_puts(o, "        }\n");
+    }
+    close_total_chunks(L);
+}
+
 static void emit_loop_kernel(CgKernel *L)
 {
     Cg *c = L->c;
     StrBuf *o = c->o;
     const Graph *g = L->g;
     signature(L);
+    const bool parallel = cg_may_parallel(c, &L->K->shape);
     StrBuf tot;
     sb_init(&tot);
     for (int i = 0; i < L->nstores; i++)
-        if (L->f->cls[L->stores[i]] == CLASS_TOTAL) {
-            sb_printf(o, "    %s tot%d = 0;\n", cg_ctype((DType)g->nodes[L->stores[i]].dtype), L->stores[i]);
-            sb_printf(&tot, "%stot%d", tot.len ? ", " : "", L->stores[i]);
-        }
+        if (L->f->cls[L->stores[i]] == CLASS_TOTAL) sb_printf(&tot, "%stot%d", tot.len ? ", " : "", L->stores[i]);
+    /* totals of a kernel the threads may share are summed in chunks (open_total_chunks) */
+    const bool chunked = tot.len && parallel && L->mode != CG_LOOP_FLAT && L->mode != CG_LOOP_COLUMNS &&
+                         (L->mode == CG_LOOP_ROWS || L->rank - cg_popcount64(L->inner) > 0);
+    for (int i = 0; i < L->nstores; i++) {
+        const NodeId id = L->stores[i];
+        if (L->f->cls[id] != CLASS_TOTAL) continue;
+        if (chunked) sb_printf(o, "    %s part%d[KILN_TOTAL_CHUNKS];\n", cg_ctype((DType)g->nodes[id].dtype), id);
+        else sb_printf(o, "    %s tot%d = 0;\n", cg_ctype((DType)g->nodes[id].dtype), id);
+    }
     char reduction[600] = "";
     if (tot.len) snprintf(reduction, sizeof reduction, " reduction(+: %s)", tot.data);
-    const bool parallel = cg_may_parallel(c, &L->K->shape);
     if (L->mode == CG_LOOP_FLAT) {
         sb_puts(o, "    const int64_t n = ");
         cg_numel(c, &L->K->shape);
@@ -531,11 +623,19 @@ static void emit_loop_kernel(CgKernel *L)
         sb_puts(o, ", W = 1");
         for (int a = 0; a < L->rank; a++)
             if (L->inner >> a & 1) sb_printf(o, " * S%d", a);
-        if (parallel) sb_printf(o, ";\n    #pragma omp parallel for if (R * W >= %d)%s\n", PARALLEL_MIN, reduction);
-        else sb_puts(o, ";\n");
-        sb_puts(o, "    for (int64_t row = 0; row < R; row++) {\n");
-        emit_row_body(L, "        ");
-        sb_puts(o, "    }\n");
+        sb_puts(o, ";\n");
+        if (chunked) {
+            open_total_chunks(L, "R", "R * W");
+            sb_puts(o, "        for (int64_t row = lo; row < hi; row++) {\n");
+            emit_row_body(L, "            ");
+            sb_puts(o, "        }\n");
+            close_total_chunks(L);
+        } else {
+            if (parallel) sb_printf(o, "    #pragma omp parallel for if (R * W >= %d)\n", PARALLEL_MIN);
+            sb_puts(o, "    for (int64_t row = 0; row < R; row++) {\n");
+            emit_row_body(L, "        ");
+            sb_puts(o, "    }\n");
+        }
     } else if (L->mode == CG_LOOP_COLUMNS) {
         emit_columns(L);
     } else {
@@ -548,32 +648,30 @@ static void emit_loop_kernel(CgKernel *L)
             cg_numel(c, &L->K->shape);
             sb_puts(o, ";\n");
         }
-        if (nouter && parallel) sb_printf(o, "    #pragma omp parallel for collapse(%d) if (work >= %d)%s\n", nouter, PARALLEL_MIN, reduction);
-        int depth = 0;
-        for (int a = 0; a < L->rank; a++) {
-            if (L->inner >> a & 1 || a == L->lane) continue;
-            sb_printf(o, "    %*sfor (int64_t c%d = 0; c%d < S%d; c%d++)%s\n", 4 * depth, "", a, a, a, a, depth == nloops - 1 ? " {" : "");
-            depth++;
+        if (chunked) {
+            emit_nested_chunked(L, nouter, reduction);
+        } else {
+            /* no totals here, or the loops stay on one thread: a reduction clause of `simd` alone */
+            if (nouter && parallel) sb_printf(o, "    #pragma omp parallel for collapse(%d) if (work >= %d)\n", nouter, PARALLEL_MIN);
+            int depth = 0;
+            for (int a = 0; a < L->rank; a++) {
+                if (L->inner >> a & 1 || a == L->lane) continue;
+                sb_printf(o, "    %*sfor (int64_t c%d = 0; c%d < S%d; c%d++)%s\n", 4 * depth, "", a, a, a, a, depth == nloops - 1 ? " {" : "");
+                depth++;
+            }
+            if (L->lane >= 0) {
+                if (nouter) sb_printf(o, "    %*s#pragma omp simd%s\n", 4 * depth, "", reduction);
+                else if (parallel) sb_printf(o, "    #pragma omp parallel for simd if (work >= %d)\n", PARALLEL_MIN);
+                else sb_printf(o, "    #pragma omp simd%s\n", reduction);
+                sb_printf(o, "    %*sfor (int64_t c%d = 0; c%d < S%d; c%d++) {\n", 4 * depth, "", L->lane, L->lane, L->lane, L->lane);
+            }
+            if (!nloops) sb_puts(o, "    {\n");
+            char indent[96];
+            snprintf(indent, sizeof indent, "    %*s", 4 * (nloops ? nloops : 1), "");
+            nested_row(L, indent);
+            emit_row_body(L, indent);
+            sb_printf(o, "    %*s}\n", 4 * (nloops ? nloops - 1 : 0), "");
         }
-        if (L->lane >= 0) {
-            if (nouter) sb_printf(o, "    %*s#pragma omp simd%s\n", 4 * depth, "", reduction);
-            else if (parallel) sb_printf(o, "    #pragma omp parallel for simd if (work >= %d)%s\n", PARALLEL_MIN, reduction);
-            else sb_printf(o, "    #pragma omp simd%s\n", reduction);
-            sb_printf(o, "    %*sfor (int64_t c%d = 0; c%d < S%d; c%d++) {\n", 4 * depth, "", L->lane, L->lane, L->lane, L->lane);
-        }
-        if (!nloops) sb_puts(o, "    {\n");
-        char indent[96];
-        snprintf(indent, sizeof indent, "    %*s", 4 * (nloops ? nloops : 1), "");
-        sb_printf(o, "%sconst int64_t row = 0", indent);
-        for (int a = 0; a < L->rank; a++) {
-            if (L->inner >> a & 1) continue;
-            sb_printf(o, " + c%d", a);
-            for (int b = a + 1; b < L->rank; b++)
-                if (!(L->inner >> b & 1)) sb_printf(o, " * S%d", b);
-        }
-        sb_printf(o, ";\n%s(void)row;\n", indent);
-        emit_row_body(L, indent);
-        sb_printf(o, "    %*s}\n", 4 * (nloops ? nloops - 1 : 0), "");
     }
     for (int i = 0; i < L->nstores; i++)
         if (L->f->cls[L->stores[i]] == CLASS_TOTAL) cg_store_line(o, "    ", g, L->stores[i], "0", "tot%d");
@@ -601,9 +699,9 @@ static void batch_coords(StrBuf *o, int nbatch, const char *indent)
     for (int k = 0; k < nbatch; k++) sb_printf(o, "%s(void)c%d;\n", indent, k);
 }
 
-/* The batch's products summed: the threads share blocks of the sum, and each block adds
- * the batch's products into itself in batch order (BLAS beta 1 after the first), so the
- * sum does not depend on the number of threads. */
+/* The batch's products summed: the threads share blocks of the sum, cut by its shape alone,
+ * and each block adds the batch's products into itself in batch order (BLAS beta 1 after
+ * the first), so the sum does not depend on the number of threads. */
 /* The runtime's product of a GEMM kernel's operands (kiln_gemm.h): sgemm, dgemm, or the
  * panel-widening product of half-precision operands, accumulated in float. */
 static const char *gemm_fn(const Graph *g, NodeId mm)
@@ -625,8 +723,9 @@ static void emit_gemm_summed(CgKernel *L, const CgOperand *A, const CgOperand *B
     ir_shape_format(o, g, &g->nodes[sum].shape);
     sb_puts(o, ": the products summed over the batch, none stored */\n"
                "    const int ldc = (int)kiln_blas_ld(N, N);\n"
-               "    /* the threads share blocks of rows or columns of the sum (kiln_gemm_plan); each block\n"
-               "     * adds the batch's products into itself in order, whatever the number of threads */\n"
+               "    /* the threads share blocks of rows or columns of the sum, cut by its shape alone\n"
+               "     * (kiln_gemm_plan); each block adds the batch's products into itself in order, so the\n"
+               "     * sum is the same whatever the number of threads */\n"
                "    const kiln_gemm_split sp = kiln_gemm_plan(1, M, N, K * batch, 0);\n"
                "    const int blas_threads = sp.parallel ? kiln_blas_serial_begin() : 0;\n"
                "    #pragma omp parallel for schedule(static) if (sp.parallel)\n"
@@ -741,7 +840,7 @@ static void emit_gemm_kernel(CgKernel *L)
 
 static bool is_value_name(const char *id, size_t n)
 {
-    static const char *const prefixes[] = {"p", "y", "t", "w", "a", "b", "tot", "keep", "staged", "nan"};
+    static const char *const prefixes[] = {"p", "y", "t", "w", "a", "b", "tot", "part", "keep", "staged", "nan"};
     for (size_t q = 0; q < sizeof prefixes / sizeof *prefixes; q++) {
         size_t l = strlen(prefixes[q]);
         if (n <= l || strncmp(id, prefixes[q], l)) continue;

@@ -241,7 +241,7 @@ NodeId comp_layer_norm(IrBuilder *b, NodeId x, NodeId weight, NodeId bias, int n
 {
     int r = shape_of(b, x)->rank;
     if (nnorm < 1 || nnorm > r) {
-        if (b->err) sb_printf(b->err, "layer_norm: cannot normalise the last %d axes of a rank-%d tensor", nnorm, r);
+        if (b->err) sb_printf(b->err, "layer_norm: cannot normalise the last %d ax%s of a rank-%d tensor", nnorm, nnorm == 1 ? "is" : "es", r);
         return IR_NONE;
     }
     uint64_t axes = ((UINT64_C(1) << nnorm) - 1) << (r - nnorm);

@@ -642,7 +642,7 @@ static Value fn_permute(Lower *L, const BoundArgs *a, AstId call, int v)
     if (!dims_arg(L, a, "permute", dims, &n, &infer)) return value_error();
     int r = rank_of(L, x);
     if (n != r || infer >= 0) {
-        lower_error(L, call, "permute: expected %d axes for a tensor of rank %d, found %d", r, r, n);
+        lower_error(L, call, "permute: expected %d ax%s for a tensor of rank %d, found %d", r, r == 1 ? "is" : "es", r, n);
         return value_error();
     }
     int perm[IR_MAX_RANK];

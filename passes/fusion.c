@@ -992,8 +992,8 @@ void fusion_print(const Graph *g, const FusionPlan *p, StrBuf *o)
         singles += K->kind == KERNEL_SINGLE;
         fused_nodes += K->count;
     }
-    sb_printf(o, "# %d kernels for %d computing nodes: %d loop, %d GEMM, %d single-node\n", p->nkernels, fused_nodes, loops,
-              gemms, singles);
+    sb_printf(o, "# %d kernel%s for %d computing node%s: %d loop, %d GEMM, %d single-node\n", p->nkernels, p->nkernels == 1 ? "" : "s",
+              fused_nodes, fused_nodes == 1 ? "" : "s", loops, gemms, singles);
     for (int32_t k = 0; k < p->nkernels; k++) {
         const Kernel *K = &p->kernels[k];
         const Node *a = &g->nodes[K->anchor];

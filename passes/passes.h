@@ -56,6 +56,10 @@ typedef struct {
     int32_t nblocks;        /* out: the model's blocks (module calls from forward) */
     int32_t blocks;         /* out: how many of them were checkpointed for the budget */
     bool cheap;             /* out: cheap values (elementwise, views) recomputed for the budget */
+    bool want_floor;        /* in: find the smallest plan any budget can reach (the floor_ fields) */
+    int64_t floor_arena;    /* out: its training activations: blocks checkpointed, cheap values recomputed */
+    int32_t floor_blocks;   /* out: the blocks it checkpoints */
+    bool floor_cheap;       /* out: whether it recomputes the cheap values */
 } RematOptions;
 typedef struct {
     int32_t regions;              /* checkpoint(...) regions in the graph */

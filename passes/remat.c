@@ -23,7 +23,8 @@
  * candidate regions too: each is planned alone (fusion and memplan of the graph with it
  * checkpointed), ranked by activation bytes saved per matrix-product FLOP recomputed, and
  * taken in that order until the plan fits (PyTorch's and Checkmate's trade-off, greedy).
- * If even every block checkpointed does not fit, the pass fails with the smallest figure.
+ * If even every block checkpointed does not fit, the pass fails with the smallest figure;
+ * RematOptions.want_floor asks for that figure (the least any budget can reach) anyway.
  *
  * Simplify must not run after this pass: CSE would merge the copies back. */
 #include "passes.h"
@@ -305,12 +306,89 @@ static void replace_graph(Graph *g, Graph *o)
     ir_graph_free(o);
 }
 
+/* Each block alone, checkpointed beside the regions `on` already has: bytes saved per
+ * matrix-product FLOP recomputed, best first (ties in model order) into order[nb]. */
+static void rank_blocks(const Graph *g, const Regions *R, bool *on, int32_t *reg, int64_t base_arena, int32_t *order)
+{
+    const int32_t nb = R->nregions - R->nexplicit;
+    double *rank = xcalloc((size_t)nb + 1, sizeof *rank);
+    int32_t nc;
+    for (int32_t b = 0; b < nb; b++) {
+        const int32_t c = R->nexplicit + 1 + b;
+        on[c] = true;
+        select_regions(g, R, on, reg);
+        Graph *t = rematerialise(g, reg, R->nregions, NULL, &nc, NULL);
+        double all, flops;
+        remat_matmul_flops(t, &all, &flops);
+        const double saved = (double)(base_arena - arena_of(t));
+        ir_graph_free(t);
+        on[c] = false;
+        rank[b] = saved / (flops > 0 ? flops : 1);
+        order[b] = b;
+    }
+    for (int32_t a = 0; a < nb; a++)
+        for (int32_t b = a + 1; b < nb; b++)
+            if (rank[order[b]] > rank[order[a]]) {
+                int32_t t = order[a];
+                order[a] = order[b];
+                order[b] = t;
+            }
+    free(rank);
+}
+
+/* A plan of the budget search: its activations, blocks and cheap values. */
+typedef struct {
+    int64_t arena;
+    int32_t blocks;
+    bool cheap;
+} Plan;
+
+/* The budget search from the regions `on` (base_arena its activations): the blocks in rank
+ * order until the plan fits, then the cheap values, last: they cost more time than their
+ * FLOPs say (the recomputed chains slow the backward kernels they join: gpt's step 1.7x
+ * under a halfway budget with them, 1.0x without; bench/results/remat-*). `on` and the
+ * returned plan are where it stops; *least is the smallest plan on the way, the figure to
+ * give when none fits (checkpointing a block need not lower the peak). With a budget of 1
+ * byte it goes the whole way: *least is then the smallest plan any budget can reach. */
+static Plan search_budget(const Graph *g, const Regions *R, bool *on, int32_t *reg, const int32_t *order, int64_t budget,
+                          int64_t base_arena, Plan *least)
+{
+    const int32_t nb = R->nregions - R->nexplicit;
+    Plan at = {base_arena, 0, false};
+    *least = at;
+    int32_t nc;
+    for (int32_t k = 0; k < nb && at.arena > budget; k++) {
+        on[R->nexplicit + 1 + order[k]] = true;
+        select_regions(g, R, on, reg);
+        Graph *t = rematerialise(g, reg, R->nregions, NULL, &nc, NULL);
+        at.arena = arena_of(t);
+        ir_graph_free(t);
+        at.blocks++;
+        if (at.arena < least->arena) *least = at;
+    }
+    if (at.arena > budget) {
+        select_regions(g, R, on, reg);
+        bool *c = cheap_values(g, reg);
+        Graph *t = rematerialise(g, reg, R->nregions, c, &nc, NULL);
+        const int64_t a = arena_of(t);
+        ir_graph_free(t);
+        free(c);
+        if (a < at.arena) {
+            at.arena = a;
+            at.cheap = true;
+            if (a < least->arena) *least = at;
+        }
+    }
+    return at;
+}
+
 int pass_remat(Graph *g, RematOptions *opt, RematStats *stats, StrBuf *err)
 {
     RematStats st;
     memset(&st, 0, sizeof st);
     Regions R;
     number_regions(g, &R);
+    const int32_t nb = R.nregions - R.nexplicit;
     bool *on = xcalloc((size_t)R.nregions + 1, 1);
     int32_t *reg = xmalloc(((size_t)g->nnodes + 1) * sizeof *reg);
     for (int32_t c = 1; c <= R.nexplicit; c++) on[c] = true; /* the model's checkpoint(...) */
@@ -318,92 +396,47 @@ int pass_remat(Graph *g, RematOptions *opt, RematStats *stats, StrBuf *err)
     int rc = 0;
     bool use_cheap = false, *cheap = NULL;
     const int64_t budget = opt ? opt->arena_budget : 0;
-    if (budget > 0) {
+    const bool want_floor = opt && opt->want_floor;
+    if (budget > 0 || want_floor) {
         select_regions(g, &R, on, reg);
         int32_t nc;
         Graph *base = rematerialise(g, reg, R.nregions, NULL, &nc, NULL);
         int64_t base_arena = arena_of(base);
         ir_graph_free(base);
         st.arena_without_blocks = base_arena;
-        if (base_arena > budget) {
-            /* each block alone: bytes saved per FLOP recomputed (none: the plan as it is is the
-             * smallest) */
-            const int32_t nb = R.nregions - R.nexplicit;
-            double *rank = xcalloc((size_t)nb + 1, sizeof *rank);
-            int32_t *order = xmalloc(((size_t)nb + 1) * sizeof *order);
-            for (int32_t b = 0; b < nb; b++) {
-                const int32_t c = R.nexplicit + 1 + b;
-                on[c] = true;
-                select_regions(g, &R, on, reg);
-                cheap = use_cheap ? cheap_values(g, reg) : NULL;
-                Graph *t = rematerialise(g, reg, R.nregions, cheap, &nc, NULL);
-                free(cheap);
-                cheap = NULL;
-                double all, flops;
-                remat_matmul_flops(t, &all, &flops);
-                const double saved = (double)(base_arena - arena_of(t));
-                ir_graph_free(t);
-                on[c] = false;
-                rank[b] = saved / (flops > 0 ? flops : 1);
-                order[b] = b;
-            }
-            for (int32_t a = 0; a < nb; a++) /* best first; ties in model order */
-                for (int32_t b = a + 1; b < nb; b++)
-                    if (rank[order[b]] > rank[order[a]]) {
-                        int32_t t = order[a];
-                        order[a] = order[b];
-                        order[b] = t;
-                    }
-            /* the blocks in rank order until the plan fits; the smallest plan on the way is the
-             * figure to give when none does (checkpointing a block need not lower the peak) */
-            int64_t arena = base_arena, least = base_arena;
-            int32_t least_blocks = 0;
-            for (int32_t k = 0; k < nb && arena > budget; k++) {
-                on[R.nexplicit + 1 + order[k]] = true;
-                select_regions(g, &R, on, reg);
-                cheap = use_cheap ? cheap_values(g, reg) : NULL;
-                Graph *t = rematerialise(g, reg, R.nregions, cheap, &nc, NULL);
-                free(cheap);
-                cheap = NULL;
-                arena = arena_of(t);
-                ir_graph_free(t);
-                st.blocks++;
-                if (arena < least) {
-                    least = arena;
-                    least_blocks = st.blocks;
-                }
-            }
-            /* then the cheap values, last: they cost more time than their FLOPs say (the
-             * recomputed chains slow the backward kernels they join: gpt's step 1.7x under a
-             * halfway budget with them, 1.0x without; bench/results/remat-*) */
-            if (arena > budget) {
-                select_regions(g, &R, on, reg);
-                bool *c = cheap_values(g, reg);
-                Graph *t = rematerialise(g, reg, R.nregions, c, &nc, NULL);
-                const int64_t a = arena_of(t);
-                ir_graph_free(t);
-                free(c);
-                if (a < arena) {
-                    use_cheap = true;
-                    arena = a;
-                    if (a < least) {
-                        least = a;
-                        least_blocks = st.blocks;
-                    }
-                }
-            }
-            if (arena > budget) {
-                sb_printf(err, "the memory budget cannot be met: the smallest plan found, %d of the model's %d blocks checkpointed%s, "
-                               "takes %lld bytes (%.1f MiB) of training activations, %lld more than the budget leaves them",
-                          least_blocks, nb, use_cheap ? " and cheap values recomputed" : "", (long long)least, (double)least / 1048576.0,
-                          (long long)(least - budget));
-                opt->smallest_arena = least;
-                opt->blocks = least_blocks;
+        int32_t *order = xmalloc(((size_t)nb + 1) * sizeof *order);
+        bool ranked = false;
+        Plan least = {base_arena, 0, false};
+        if (budget > 0 && base_arena > budget) {
+            rank_blocks(g, &R, on, reg, base_arena, order);
+            ranked = true;
+            const Plan at = search_budget(g, &R, on, reg, order, budget, base_arena, &least);
+            st.blocks = at.blocks;
+            use_cheap = at.cheap;
+            if (at.arena > budget) {
+                sb_printf(err, "the memory budget cannot be met: the smallest plan a budget can reach, %d of the model's %d block%s "
+                               "checkpointed%s, takes %lld bytes (%.1f MiB) of training activations, %lld more than the budget leaves them",
+                          least.blocks, nb, nb == 1 ? "" : "s", least.cheap ? " and cheap values recomputed" : "", (long long)least.arena,
+                          (double)least.arena / 1048576.0, (long long)(least.arena - budget));
+                opt->smallest_arena = least.arena;
+                opt->blocks = least.blocks;
+                opt->cheap = least.cheap;
                 rc = -1;
             }
-            free(rank);
-            free(order);
         }
+        if (want_floor) { /* the search with nothing that fits, from the model's own regions */
+            if (!rc) {
+                bool *from = xcalloc((size_t)R.nregions + 1, 1);
+                for (int32_t c = 1; c <= R.nexplicit; c++) from[c] = true;
+                if (!ranked) rank_blocks(g, &R, from, reg, base_arena, order);
+                search_budget(g, &R, from, reg, order, 1, base_arena, &least);
+                free(from);
+            }
+            opt->floor_arena = least.arena;
+            opt->floor_blocks = least.blocks;
+            opt->floor_cheap = least.cheap;
+        }
+        free(order);
     }
     if (!rc) {
         select_regions(g, &R, on, reg);
@@ -421,9 +454,11 @@ int pass_remat(Graph *g, RematOptions *opt, RematStats *stats, StrBuf *err)
     free(reg);
     free(R.dense);
     if (opt) {
-        opt->nblocks = R.nregions - R.nexplicit;
-        if (!rc) opt->blocks = st.blocks;
-        opt->cheap = use_cheap;
+        opt->nblocks = nb;
+        if (!rc) {
+            opt->blocks = st.blocks;
+            opt->cheap = use_cheap;
+        }
     }
     if (stats) *stats = st;
     return rc;

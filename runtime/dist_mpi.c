@@ -310,8 +310,9 @@ const char *tm_dist_describe(int64_t batch)
 {
     static char s[96];
     int64_t q = batch / nranks;
-    if (batch % nranks == 0) snprintf(s, sizeof s, "%d ranks × batch %lld", nranks, (long long)q);
-    else snprintf(s, sizeof s, "%d ranks × batch %lld-%lld", nranks, (long long)q, (long long)q + 1);
+    const char *ranks = nranks == 1 ? "rank" : "ranks";
+    if (batch % nranks == 0) snprintf(s, sizeof s, "%d %s × batch %lld", nranks, ranks, (long long)q);
+    else snprintf(s, sizeof s, "%d %s × batch %lld-%lld", nranks, ranks, (long long)q, (long long)q + 1);
     return s;
 }
 

@@ -777,8 +777,8 @@ int main(int argc, char **argv)
             N = arrays[k].dims[0];
             first = k;
         } else if (arrays[k].dims[0] != N) {
-            die("%s: %lld samples of input '%s', but %s has %lld of input '%s'", strcmp(o.data[k], "-") ? o.data[k] : "stdin",
-                (long long)arrays[k].dims[0], M->inputs[k].name, strcmp(o.data[first], "-") ? o.data[first] : "stdin", (long long)N,
+            die("%s: %lld sample%s of input '%s', but %s has %lld of input '%s'", strcmp(o.data[k], "-") ? o.data[k] : "stdin",
+                (long long)arrays[k].dims[0], arrays[k].dims[0] == 1 ? "" : "s", M->inputs[k].name, strcmp(o.data[first], "-") ? o.data[first] : "stdin", (long long)N,
                 M->inputs[first].name);
             goto out;
         }
@@ -831,7 +831,7 @@ data_ready:;
         goto out;
     }
     if (o.top_k > C) {
-        die("--top-k %lld: output '%s' has %lld classes", (long long)o.top_k, M->output_names[cls], (long long)C);
+        die("--top-k %lld: output '%s' has %lld class%s", (long long)o.top_k, M->output_names[cls], (long long)C, C == 1 ? "" : "es");
         rc = 2;
         goto out;
     }
@@ -893,7 +893,7 @@ data_ready:;
         }
     }
     if (labels) {
-        printf("%lld samples: loss %.6g", (long long)N, loss_sum / (double)N);
+        printf("%lld sample%s: loss %.6g", (long long)N, N == 1 ? "" : "s", loss_sum / (double)N);
         for (int m = 0; m < M->nmetrics; m++) printf("  %s %.6g", M->metric_names[m], msum[m] / (double)N);
         putchar('\n');
     }

@@ -2,8 +2,9 @@
  *
  * All of a program's parallelism is OpenMP's: BLAS runs single-threaded (runtime/env.c),
  * and a kernel splits its products into tasks itself, so that no BLAS thread pool spins
- * beside the OpenMP threads. kiln_gemm_plan picks the tasks: the products of a batch side
- * by side, or blocks of rows or columns of each product, each block small enough that its
+ * beside the OpenMP threads. kiln_gemm_plan picks the tasks from the product's shape alone,
+ * so that results do not depend on the number of threads: the products of a batch side by
+ * side, or blocks of rows or columns of each product, each block small enough that its
  * epilogue finds the output still in cache. kiln_sgemm calls BLAS for one task, with the
  * matrix-vector routine where the block is a single row or column: sgemm would pack
  * (copy) the whole other operand for one row, which is most of a batch-1 inference. */
@@ -11,6 +12,7 @@
 #define KILN_GEMM_H
 
 #include <cblas.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +22,8 @@
 #include <omp.h>
 #endif
 
-/* Output floats of a block of a split product: 512 KiB, half a core's L2 here. */
+/* Output floats of a block of a split product with an epilogue: 512 KiB, half a core's L2
+ * here. */
 #define KILN_GEMM_BLOCK_FLOATS 131072
 /* Multiply-adds below which a kernel runs on one thread: 2^21, about 40 us on one core.
  * The program's idle threads spin between kernels (GOMP_SPINCOUNT, runtime/env.c), so a
@@ -38,8 +41,20 @@
  * loop inside a task of an inactive region would start a nested team, new threads each
  * time (0.2 ms for mlp's 30 us kernel). */
 #define KILN_GEMM_EPILOGUE_PARALLEL_MIN 32768.0
-/* Multiply-adds of a product small enough to run whole on one thread beside others. */
+/* Multiply-adds of a product small enough to run whole on one thread beside others, where
+ * a batch has at least KILN_GEMM_SIDE_BY_SIDE_BATCH of them. */
 #define KILN_GEMM_SIDE_BY_SIDE_MAX 16777216.0
+#define KILN_GEMM_SIDE_BY_SIDE_BATCH 4
+/* The work of a block of a split product, and its narrowest rows or columns: every block
+ * packs all of the other operand again (1/width of its own work) and calls BLAS once more.
+ * Blocks of 86 rows of gpt's [2048, 128] x [128, 128] ran at 130 GFLOP/s on one core,
+ * of 256 at 155, of 512 at 157, of 1024 at 146-159; 80 columns of cnn's [128, 128] x
+ * [128, 3136] at 106, 528 at 134-138, 1568 at 135-141 (one core of the 2-core Xeon,
+ * best of 30). gpt's and cnn's training steps at 2 threads took the same time as with the
+ * blocks of the thread count (within 1%, bench --bench-steps, interleaved); blocks of 512
+ * rows and 2^24 multiply-adds did no better there and would leave more cores idle. */
+#define KILN_GEMM_BLOCK_MACS 8388608.0
+#define KILN_GEMM_BLOCK_MIN_WIDTH 256
 
 /* Threads a kernel may share work between: none more inside a parallel region. */
 static inline int64_t kiln_threads(void)
@@ -58,31 +73,46 @@ typedef struct {
     int parallel;
 } kiln_gemm_split;
 
+/* The blocks are chosen from the product's shape alone, never from the number of threads:
+ * every thread count makes the same BLAS calls on the same blocks, and only which thread
+ * runs a block differs, so results are the same bits whatever the threads (OpenBLAS sums a
+ * block of another shape in another order: a 16 x 150 block and blocks of 80 and 70
+ * columns differ in the last bit). A product is cut along its longer side (fewer copies of
+ * the shorter operand) into blocks of about KILN_GEMM_BLOCK_MACS multiply-adds and at least
+ * KILN_GEMM_BLOCK_MIN_WIDTH rows or columns, into two at least where it is worth sharing
+ * (the parallel thresholds, the epilogue's included) and the side allows it; with an
+ * epilogue, also into blocks of at most KILN_GEMM_BLOCK_FLOATS outputs, still in cache when
+ * it runs. An even count: two threads share it evenly. A batch of
+ * small products runs them side by side, whole. Whether the tasks run in parallel depends
+ * on the threads and the work. */
 static inline kiln_gemm_split kiln_gemm_plan(int64_t batch, int64_t M, int64_t N, int64_t K, int epilogue)
 {
     kiln_gemm_split s = {batch, 1, 1, M, N, 0};
-    const int64_t threads = kiln_threads();
-    const double macs = (double)batch * M * N * K;
-    const int few_macs = macs < ((M == 1 || N == 1) ? KILN_GEMV_PARALLEL_MIN : KILN_GEMM_PARALLEL_MIN);
-    if (threads < 2 || M < 1 || N < 1 || (few_macs && !(epilogue && (double)batch * M * N >= KILN_GEMM_EPILOGUE_PARALLEL_MIN))) return s;
-    s.parallel = 1;
-    if (batch >= threads && (double)M * N * K <= KILN_GEMM_SIDE_BY_SIDE_MAX) return s;
-    /* at least one block per thread and a multiple of the threads; with an epilogue, blocks
-     * of at most KILN_GEMM_BLOCK_FLOATS, still in cache when it runs, else as few as that
-     * (every block packs all of the other operand again). Along the longer side: fewer
-     * copies of the shorter operand. */
-    int64_t want = epilogue ? (M * N + KILN_GEMM_BLOCK_FLOATS - 1) / KILN_GEMM_BLOCK_FLOATS : 1;
-    if (want * batch < threads) want = (threads + batch - 1) / batch;
-    if (batch == 1) want = (want + threads - 1) / threads * threads;
-    if (M >= N) {
-        s.rows = (M + want - 1) / want;
-        s.blocks = (M + s.rows - 1) / s.rows;
-    } else {
-        s.cols = ((N + want - 1) / want + 15) / 16 * 16; /* whole cache lines of C */
-        s.blocks = s.col_blocks = (N + s.cols - 1) / s.cols;
+    if (M < 1 || N < 1) return s;
+    const double macs = (double)batch * M * N * K, product = (double)M * N * K, outputs = (double)M * N;
+    const double parallel_min = (M == 1 || N == 1) ? KILN_GEMV_PARALLEL_MIN : KILN_GEMM_PARALLEL_MIN;
+    const int few_macs = macs < parallel_min;
+    const int epilogue_parallel = epilogue && (double)batch * outputs >= KILN_GEMM_EPILOGUE_PARALLEL_MIN;
+    if (!(batch >= KILN_GEMM_SIDE_BY_SIDE_BATCH && product <= KILN_GEMM_SIDE_BY_SIDE_MAX)) {
+        /* the blocks the side allows: whole cache lines of C where it is cut into columns */
+        const int64_t side = M >= N ? M : N, units = M >= N ? M : (N + 15) / 16;
+        double n = product / KILN_GEMM_BLOCK_MACS;
+        if ((product >= parallel_min || (epilogue && outputs >= KILN_GEMM_EPILOGUE_PARALLEL_MIN)) && n < 2) n = 2;
+        if (epilogue && n < ceil(outputs / KILN_GEMM_BLOCK_FLOATS)) n = ceil(outputs / KILN_GEMM_BLOCK_FLOATS);
+        double widest = side / KILN_GEMM_BLOCK_MIN_WIDTH;
+        if (widest < 2) widest = units < 2 ? (double)units : 2;
+        n = n < widest ? n : widest;
+        const int64_t want = n >= 2 ? (int64_t)n / 2 * 2 : 1;
+        if (M >= N) {
+            s.rows = (M + want - 1) / want;
+            s.blocks = (M + s.rows - 1) / s.rows;
+        } else {
+            s.cols = ((N + want - 1) / want + 15) / 16 * 16; /* whole cache lines of C */
+            s.blocks = s.col_blocks = (N + s.cols - 1) / s.cols;
+        }
     }
     s.tasks = batch * s.blocks;
-    s.parallel = s.tasks > 1;
+    s.parallel = s.tasks > 1 && kiln_threads() > 1 && (!few_macs || epilogue_parallel);
     return s;
 }
 

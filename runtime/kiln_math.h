@@ -48,12 +48,21 @@ static inline double kiln_select(int c, double a, double b)
 #define KILN_LANES_SUM_AT(a, j) \
     ((((a)[0][j] + (a)[1][j]) + ((a)[2][j] + (a)[3][j])) + (((a)[4][j] + (a)[5][j]) + ((a)[6][j] + (a)[7][j])))
 
+/* Chunks of the rows of a total (a sum of every row to one value) that the threads share,
+ * cut by the shape alone: each chunk sums its rows in order and the chunks' sums are added
+ * in order, so the total does not depend on the number of threads (codegen/c_loops.c,
+ * open_total_chunks). */
+#define KILN_TOTAL_CHUNKS 64
+
 /* Columns per block of a sum over leading axes (codegen/c_loops.c, emit_columns): a thread
  * walks down the rows of its block, so the block is the thread's share of the columns (in
  * multiples of 16, at most KILN_COLUMN_BLOCK_MAX: lanes of a[KILN_SUM_LANES][512] floats
  * are 16 KiB of stack). Narrow blocks read a short piece of each row, a page apart, which
  * the prefetcher does not follow: 64-column blocks made gpt's GELU backward twice as slow.
- * Each column is summed in one order whatever the width, so the bits do not depend on it. */
+ * Each column is summed in one order whatever the width, so the bits do not depend on it,
+ * nor on the threads: a column at the edge of a block goes through the vector loop's scalar
+ * remainder, which rounds as a vector lane does (no contraction into fused multiply-adds:
+ * the program is compiled as ISO C, -ffp-contract=off). */
 #define KILN_COLUMN_BLOCK_MAX 512
 static inline int64_t kiln_column_block(int64_t columns, int64_t threads)
 {

@@ -588,7 +588,7 @@ static int load_data(Data *d, int64_t *ntrain, int64_t *neval)
             d->train = krt_dataset_rows(d->arrays, M->ninputs, 0, limit > 0 && limit < n ? limit : n, &err);
         } else {
             int64_t nval = (int64_t)((double)n * val), nt = n - nval;
-            if (nt == 0) return tm_die("%s: %lld samples, all of them taken by the val split (val = %g)", path, (long long)n, val);
+            if (nt == 0) return tm_die("%s: %lld sample%s, all taken by the val split (val = %g)", path, (long long)n, n == 1 ? "" : "s", val);
             d->train = krt_dataset_rows(d->arrays, M->ninputs, 0, limit > 0 && limit < nt ? limit : nt, &err);
             d->eval = nval ? krt_dataset_rows(d->arrays, M->ninputs, nt, nval, &err) : NULL;
             if (nval && !d->eval) return tm_die("%s: %s", path, dataset_message(err.msg));
@@ -1029,8 +1029,10 @@ static int sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t bat
 
 /* ---- evaluation ---- */
 
+/* The loss and metrics over at most max_batches batches (0: all), and the samples they
+ * covered. */
 static int evaluate(krt_dataset *ds, kiln_step_io *io, void **bufs, const krt_dtype *dtypes, int64_t batch, int64_t max_batches,
-                    int64_t step, double *loss, double *metrics)
+                    int64_t step, double *loss, double *metrics, int64_t *samples)
 {
     krt_error err;
     krt_cursor cur = {0, 0, 0};
@@ -1056,6 +1058,7 @@ static int evaluate(krt_dataset *ds, kiln_step_io *io, void **bufs, const krt_dt
         if (cur.epoch > 0) break; /* one pass */
     }
     if (bs >= 0) io->syms[bs] = batch;
+    *samples = (int64_t)total;
     *loss = total > 0 ? sum_loss / total : NAN;
     for (int k = 0; k < M->nmetrics; k++) metrics[k] = total > 0 ? sum_m[k] / total : NAN;
     free(sum_m);
@@ -1072,20 +1075,22 @@ static int eval_and_report(krt_dataset *ds, kiln_step_io *io, void **bufs, const
                            FILE *log, float *sample_logits, uint64_t seed, int64_t step, bool tty)
 {
     double el = 0, *em = calloc((size_t)M->nmetrics + 1, sizeof *em);
+    int64_t samples = 0;
     if (!em) return tm_die("out of memory");
-    if (evaluate(ds, io, bufs, dtypes, batch, ev_batches, step, &el, em)) {
+    if (evaluate(ds, io, bufs, dtypes, batch, ev_batches, step, &el, em, &samples)) {
         free(em);
         return 1;
     }
     if (tty) fputc('\n', stderr);
-    printf("eval at step %lld: loss %.4f", (long long)step, el);
+    /* how much of the evaluation data this was: eval.batches may cut it short */
+    printf("eval at step %lld (%lld sample%s): loss %.4f", (long long)step, (long long)samples, samples == 1 ? "" : "s", el);
     for (int k = 0; k < M->nmetrics; k++) printf("  %s %.4f", M->metric_names[k], em[k]);
     putchar('\n');
     fflush(stdout);
     if (log) {
         fprintf(log, "{\"step\": %lld, \"eval_loss\": %.6g", (long long)step, el);
         for (int k = 0; k < M->nmetrics; k++) fprintf(log, ", \"eval_%s\": %.6g", M->metric_names[k], em[k]);
-        fputs("}\n", log);
+        fprintf(log, ", \"samples\": %lld}\n", (long long)samples); /* the metrics are eval_NAME: no clash */
         fflush(log);
     }
     if (TR.tb) tb_losses(step, "eval", el, em, 1);
@@ -1190,7 +1195,8 @@ static int train(int argc, char **argv)
         }
     }
     if (!eval_only && ntrain < batch) {
-        rc = tm_die("the training data has %lld samples, fewer than one batch of %lld", (long long)ntrain, (long long)batch);
+        rc = tm_die("the training data has %lld sample%s, fewer than one batch of %lld", (long long)ntrain, ntrain == 1 ? "" : "s",
+                    (long long)batch);
         goto out;
     }
     int64_t steps_per_epoch = ntrain / batch;
@@ -1199,8 +1205,8 @@ static int train(int argc, char **argv)
     int64_t total_steps = recipe_int("steps", 0);
     if (total_steps <= 0) total_steps = recipe_int("epochs", 1) * steps_per_epoch / accumulate;
     if (!eval_only && !bench_steps && total_steps < 1) {
-        rc = tm_die("an epoch of %lld batches of %lld samples is shorter than one step of %lld accumulated batches: give --steps N",
-                 (long long)steps_per_epoch, (long long)batch, (long long)accumulate);
+        rc = tm_die("an epoch of %lld batch%s of %lld sample%s is shorter than one step of %lld accumulated batches: give --steps N",
+                    (long long)steps_per_epoch, steps_per_epoch == 1 ? "" : "es", (long long)batch, batch == 1 ? "" : "s", (long long)accumulate);
         goto out;
     }
     /* Optimizer and schedule. */
@@ -1415,8 +1421,9 @@ static int train(int argc, char **argv)
     /* A resumed run redoes the steps after its checkpoint: TensorBoard drops those of the
      * earlier files (SummaryWriter's purge_step). */
     if (resume && !eval_only) krt_tboard_restart(TR.tb, step + 1);
-    if (eval_only) {
-        rc = eval_and_report(data.eval, &io, bufs, dtypes, batch, ev_batches, log, sample_logits, seed, step, false);
+    if (eval_only) { /* all of the evaluation data: the recipe's eval.batches is for evaluations during training */
+        rc = eval_and_report(data.eval, &io, bufs, dtypes, batch, overridden("eval.batches") ? ev_batches : 0, log, sample_logits, seed,
+                             step, false);
         goto out;
     }
     if (earlier && tm_dist_rank() == 0)
@@ -1427,9 +1434,9 @@ static int train(int argc, char **argv)
     const char *split = tm_dist_describe(batch); /* "2 ranks × batch 64" */
     char scaling_is[96] = "";
     if (TR.scaling) krt_scaler_describe(&TR.scaler, scaling_is + 2, sizeof scaling_is - 2), scaling_is[0] = ',', scaling_is[1] = ' ';
-    printf("%s: %lld parameters, %lld training samples, %lld steps of %lld%s%s%s (x%lld), %s lr %g%s\n", M->name, (long long)np,
-           (long long)ntrain, (long long)total_steps, (long long)batch, *split ? " (" : "", split, *split ? ")" : "", (long long)accumulate,
-           opt, oc.lr, scaling_is);
+    printf("%s: %lld parameters, %lld training sample%s, %lld step%s of %lld%s%s%s (x%lld), %s lr %g%s\n", M->name, (long long)np,
+           (long long)ntrain, ntrain == 1 ? "" : "s", (long long)total_steps, total_steps == 1 ? "" : "s", (long long)batch,
+           *split ? " (" : "", split, *split ? ")" : "", (long long)accumulate, opt, oc.lr, scaling_is);
     double t0 = kiln_now(), t_tb = t0; /* t_tb: the end of the previous step, for --tensorboard's throughput */
     int64_t saved = -1; /* the step of the last checkpoint this run saved */
     while (step < total_steps && !interrupted) {

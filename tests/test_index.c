@@ -66,7 +66,7 @@ static void embedding_data(double bad_train, double bad_eval)
 Test(index_check, embedding_in_range_trains)
 {
     embedding_data(7, 0);
-    expect_run("emb", 0, "eval at step 2: loss ");
+    expect_run("emb", 0, "eval at step 2 (");
 }
 
 Test(index_check, embedding_index_too_large_stops_the_program)

@@ -448,9 +448,10 @@ static double eval_loss(const char *prog)
     char cmd[256];
     snprintf(cmd, sizeof cmd, "./%s --checkpoint-dir ck-%s", prog, prog);
     cr_assert_eq(run(cmd, &out), 0, "%s", out.data);
-    const char *at = strstr(out.data, "eval at step 60: loss ");
+    const char *at = strstr(out.data, "eval at step 60 (");
+    at = at ? strstr(at, "): loss ") : NULL;
     cr_assert(at, "%s", out.data);
-    double v = strtod(at + strlen("eval at step 60: loss "), NULL);
+    double v = strtod(at + strlen("): loss "), NULL);
     sb_free(&out);
     return v;
 }

@@ -505,13 +505,45 @@ Test(run, eval_and_checkpoints_every_n_epochs_or_steps)
     sb_free(&out);
 }
 
+/* The recipe's eval batches cut the evaluations during training short; --eval evaluates all
+ * of the evaluation data unless --eval-batches says otherwise; every evaluation line and
+ * JSONL record says how many samples it covered. */
+Test(run, eval_lines_say_their_samples_and_eval_flag_takes_all_of_them)
+{
+    build("    eval = every(epochs = 5, batches = 1)\n");
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(run("./tiny --checkpoint-dir ck --log t.jsonl", &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "eval at step 50 (4 samples): loss "), "%s", out.data);
+    cr_assert_eq(run("./tiny --resume ck --eval --log e.jsonl", &out), 0, "%s", out.data);
+    cr_expect(!strncmp(out.data, "eval at step 50 (12 samples): loss ", 35), "%s", out.data);
+    cr_assert_eq(run("./tiny --resume ck --eval --eval-batches 2 --log e.jsonl", &out), 0, "%s", out.data);
+    cr_expect(!strncmp(out.data, "eval at step 50 (8 samples): loss ", 34), "%s", out.data);
+    cr_assert_eq(run("./tiny --resume ck --eval --eval-batches 1 --batch 1", &out), 0, "%s", out.data);
+    cr_expect(!strncmp(out.data, "eval at step 50 (1 sample): loss ", 33), "%s", out.data);
+    cr_assert_eq(run("./tiny --steps 1 --checkpoint-dir one", &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, " training samples, 1 step of 4 (x1), "), "the start line counts its nouns:\n%s", out.data);
+    size_t n;
+    char *log = slurp("t.jsonl", &n);
+    cr_assert(log, "no log");
+    cr_expect(strstr(log, "\"eval_accuracy\": ") && strstr(log, ", \"samples\": 4}\n"), "%s", log);
+    free(log);
+    log = slurp("e.jsonl", &n);
+    cr_assert(log, "no log");
+    const char *second = strchr(log, '\n'), *all = strstr(log, ", \"samples\": 12}\n");
+    cr_expect(all && all < second, "%s", log);
+    cr_expect(second && strstr(second, ", \"samples\": 8}\n"), "%s", log);
+    free(log);
+    sb_free(&out);
+}
+
 Test(run, eval_flag_evaluates_and_exits)
 {
     build("");
     StrBuf out;
     sb_init(&out);
     cr_assert_eq(run("./tiny --checkpoint-dir ck", &out), 0, "%s", out.data);
-    const char *trained = strstr(out.data, "eval at step 50: ");
+    const char *trained = strstr(out.data, "eval at step 50 (12 samples): ");
     cr_assert(trained, "%s", out.data);
     char want[128];
     snprintf(want, sizeof want, "%.*s", (int)strcspn(trained, "\n"), trained);
@@ -520,15 +552,17 @@ Test(run, eval_flag_evaluates_and_exits)
     size_t n;
     char *log = slurp("e.jsonl", &n);
     cr_assert(log, "no log");
-    cr_expect(!strncmp(log, "{\"step\": 50, \"eval_loss\": ", 26) && strstr(log, "\"eval_accuracy\": ") && count(log, "\n") == 1, "%s", log);
+    cr_expect(!strncmp(log, "{\"step\": 50, \"eval_loss\": ", 26) && strstr(log, "\"eval_accuracy\": ") && strstr(log, ", \"samples\": 12}\n") &&
+                  count(log, "\n") == 1,
+              "%s", log);
     free(log);
     cr_expect_str_eq(listing("ck"), "latest|step-00000040|step-00000050|"); /* nothing saved */
     /* Fresh weights: step 0. With --eval-data, on those files. */
     cr_assert_eq(run("./tiny --eval", &out), 0, "%s", out.data);
-    cr_expect(!strncmp(out.data, "eval at step 0: loss ", 21), "%s", out.data);
+    cr_expect(!strncmp(out.data, "eval at step 0 (12 samples): loss ", 34), "%s", out.data);
     cr_expect(!exists("checkpoints"), "--eval made a checkpoint directory");
     cr_assert_eq(run("./tiny --resume ck --eval --eval-data x=x.idx --eval-data y=y.idx --eval-batches 1", &out), 0, "%s", out.data);
-    cr_expect(strstr(out.data, "eval at step 50: ") && strcmp(out.data, want), "%s", out.data);
+    cr_expect(strstr(out.data, "eval at step 50 (4 samples): ") && strcmp(out.data, want), "%s", out.data);
     expect_error("./tiny --eval --steps 3", "--steps has no effect with --eval");
     expect_error("./tiny --eval --bench-steps 3", "--eval and --bench-steps");
     sb_free(&out);
@@ -620,7 +654,7 @@ Test(run, data_errors_name_the_file)
     put_idx("one_y.idx", Y, 1, 0);
     expect_error("./tiny --data x=none_x.idx --data y=none_y.idx", "none_x.idx: the training data has no samples (0 rows)");
     expect_error("./tiny --eval-data x=none_x.idx --eval-data y=none_y.idx", "none_x.idx: the evaluation data has no samples (0 rows)");
-    expect_error("./tiny --data x=one_x.idx --data y=one_y.idx", "the training data has 1 samples, fewer than one batch of 4");
+    expect_error("./tiny --data x=one_x.idx --data y=one_y.idx", "the training data has 1 sample, fewer than one batch of 4");
     build_lm();
     expect_error("./lm --data corpus/short.dat", "corpus/short.dat: text of 3 tokens is shorter than one window of 8+1");
 }
@@ -803,7 +837,7 @@ Test(run, eval_flags_need_evaluation_data)
     /* The recipe says npy(...), the files are IDX: read by their content. */
     cr_assert_eq(run("./noeval --steps 2", &out), 0, "%s", out.data);
     cr_assert_eq(run("./noeval --eval --eval-data x=ex.idx --eval-data y=ey.idx", &out), 0, "%s", out.data);
-    cr_expect(strstr(out.data, "eval at step 0: "), "%s", out.data);
+    cr_expect(strstr(out.data, "eval at step 0 (12 samples): "), "%s", out.data);
     sb_free(&out);
 }
 

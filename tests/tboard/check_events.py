@@ -44,7 +44,8 @@ def expected_from_log(path):
                         continue
                     if value is not None:
                         want.setdefault("train/" + key, {})[step] = value
-            else:  # an evaluation: eval_loss, eval_METRIC
+            else:  # an evaluation: eval_loss, eval_METRIC, and the samples it covered (not a curve)
+                rec.pop("samples", None)
                 for key, value in rec.items():
                     want.setdefault("eval/" + key[len("eval_"):], {})[step] = value
     return want

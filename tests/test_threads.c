@@ -1,0 +1,120 @@
+/* test_threads.c — a training program's results do not depend on its number of threads:
+ * every model of models/ and a LeNet with batch norm (tests/threads/lenet_bn.kiln) train a
+ * few steps at --threads 1, 2 and 3 to checkpoints of the same bits. The products are cut
+ * into blocks by their shape alone (kiln_gemm_plan, runtime/kiln_gemm.h) and the totals
+ * summed in chunks cut by the shape (KILN_TOTAL_CHUNKS); only which thread runs a block may
+ * depend on the threads. The data is written here (no installed dataset needed), small:
+ * the whole test takes seconds. */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/kiln_rt.h"
+#include "ckpt_compare.h"
+#include "support.h"
+
+/* A u8 IDX file: `rank` dims, the values a linear congruential sequence (labels < 10). */
+static void write_idx(const char *path, int rank, const uint32_t *dims, bool labels)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "cannot write %s", path);
+    unsigned char head[4] = {0, 0, 8, (unsigned char)rank};
+    fwrite(head, 1, 4, f);
+    size_t n = 1;
+    for (int i = 0; i < rank; i++) {
+        unsigned char d[4] = {(unsigned char)(dims[i] >> 24), (unsigned char)(dims[i] >> 16), (unsigned char)(dims[i] >> 8),
+                              (unsigned char)dims[i]};
+        fwrite(d, 1, 4, f);
+        n *= dims[i];
+    }
+    uint32_t r = labels ? 7u : 12345u;
+    for (size_t i = 0; i < n; i++) {
+        r = r * 1103515245u + 12345u;
+        fputc(labels ? (int)((r >> 16) % 10) : (int)((r >> 16) & 0xff), f);
+    }
+    fclose(f);
+}
+
+/* Text for the language models: words drawn from a short list. */
+static void write_text(const char *path)
+{
+    static const char *const words[] = {"the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and",
+                                        "runs", "away", "into", "night", "Q:", "A:", "why", "not"};
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "cannot write %s", path);
+    uint32_t r = 99;
+    for (int i = 0; i < 4000; i++) {
+        r = r * 1103515245u + 12345u;
+        fprintf(f, "%s%s", words[(r >> 16) % (sizeof words / sizeof *words)], i % 12 == 11 ? ".\n" : " ");
+    }
+    fclose(f);
+}
+
+typedef struct {
+    const char *name, *file, *build, *train;
+} Case;
+
+/* gpt2-124m is left out: 124M parameters, 1.5 GB of checkpoint per run, minutes of the
+ * suite for the same kernels gpt and llama run at a smaller width. The image models train
+ * at their recipes' batches, where their products are cut into blocks (cnn's 128, lenet_bn's
+ * 64), the language models at T 64, gpt also in bf16. */
+static const Case cases[] = {
+    {"mlp", "models/mlp.kiln", "", "--steps 2 --data image=img.idx --data label=lab.idx --eval-data image=img.idx --eval-data label=lab.idx"},
+    {"cnn", "models/cnn.kiln", "", "--steps 2 --data image=img.idx --data label=lab.idx --eval-data image=img.idx --eval-data label=lab.idx"},
+    {"lenet_bn", "tests/threads/lenet_bn.kiln", "",
+     "--steps 3 --data image=img.idx --data label=lab.idx --eval-data image=img.idx --eval-data label=lab.idx"},
+    {"gpt", "models/gpt.kiln", "--bound T=64", "--steps 2 --batch 4 --sample-tokens 0 --data text.txt"},
+    {"llama", "models/llama.kiln", "--bound T=64", "--steps 2 --batch 4 --sample-tokens 0 --data text.txt"},
+    /* products of bf16 operands: panels widened within each block (kiln_hgemm_beta) */
+    {"gpt_bf16", "models/gpt.kiln", "--bound T=64 --precision bf16", "--steps 2 --batch 4 --sample-tokens 0 --data text.txt"},
+};
+
+Test(threads, every_model_trains_to_the_same_bits_at_1_2_and_3_threads, .timeout = 300)
+{
+    char dir[] = "/tmp/kiln-threads-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char path[512], args[1024];
+    const uint32_t img[3] = {384, 28, 28}, lab[1] = {384};
+    snprintf(path, sizeof path, "%s/img.idx", dir);
+    write_idx(path, 3, img, false);
+    snprintf(path, sizeof path, "%s/lab.idx", dir);
+    write_idx(path, 1, lab, true);
+    snprintf(path, sizeof path, "%s/text.txt", dir);
+    write_text(path);
+    StrBuf out;
+    sb_init(&out);
+    for (size_t m = 0; m < sizeof cases / sizeof *cases; m++) {
+        const Case *c = &cases[m];
+        snprintf(args, sizeof args, "build %s %s -o %s/%s", support_path(c->file), c->build, dir, c->name);
+        sb_free(&out); /* support_run_kiln appends */
+        sb_init(&out);
+        cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+        for (int t = 1; t <= 3; t++) {
+            snprintf(args, sizeof args, "./%s %s --eval-batches 1 --threads %d --checkpoint-dir ck-%s-%d", c->name, c->train, t, c->name, t);
+            cr_assert_eq(support_run_in(dir, args, &out), 0, "%s: %s", args, out.data);
+        }
+        char ck[3][1100];
+        for (int t = 1; t <= 3; t++) {
+            char d[600];
+            int64_t step;
+            krt_error err;
+            snprintf(d, sizeof d, "%s/ck-%s-%d", dir, c->name, t);
+            cr_assert_eq(krt_ckpt_find(d, ck[t - 1], sizeof ck[t - 1], &step, NULL, &err), KRT_OK, "%s", err.msg);
+        }
+        static const char *const files[] = {"model.safetensors", "train_state.safetensors"};
+        for (int t = 2; t <= 3; t++)
+            for (int f = 0; f < 2; f++) {
+                char *a = malloc(1200), *b = malloc(1200); /* on the heap: the message's room is not the paths' */
+                snprintf(a, 1200, "%s/%s", ck[0], files[f]);
+                snprintf(b, 1200, "%s/%s", ck[t - 1], files[f]);
+                const char *why = ckpt_difference(a, b);
+                cr_expect(!why, "%s at --threads 1 and %d: %s", c->name, t, why);
+                free(a);
+                free(b);
+            }
+    }
+    sb_free(&out);
+    support_remove_dir(dir);
+}
