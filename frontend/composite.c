@@ -359,63 +359,6 @@ NodeId comp_conv2d(IrBuilder *b, NodeId x, NodeId w, NodeId bias, const int stri
     return ir_b_reshape(b, y, &out);
 }
 
-/* The maximum over `axes` whose gradient goes to the first maximal element, in row-major
- * order over the reduced axes (a NaN counting as maximal), as torch.max(x, dim), max
- * pooling and EmbeddingBag's max send it; reduce_max's own rule splits it among ties, as
- * torch.amax and a full torch.max() do. The value is that one element,
- * sum(where(first, x, 0)), exact; `first` is a one-hot mask built from primitives that
- * fuse into one kernel with the reductions: the elements equal to the maximum, their
- * negated row-major positions (-inf elsewhere), and the largest of those. Positions are
- * f64 (exact to 2^53) so that mixed precision, which rounds f32 values the backward pass
- * reads, never rounds one; strides use a symbolic size's largest value, which keeps the
- * order. Other dtypes have no gradient: their plain maximum. */
-NodeId comp_max_first(IrBuilder *b, NodeId x, uint64_t axes, bool keepdim)
-{
-    Shape xs = *shape_of(b, x);
-    axes &= xs.rank ? (UINT64_C(1) << xs.rank) - 1 : 0;
-    if (!ir_dtype_is_float(dtype_of(b, x)) || !axes) return ir_b_reduce(b, OP_REDUCE_MAX, x, axes, keepdim);
-    NodeId m = ir_b_reduce(b, OP_REDUCE_MAX, x, axes, true);
-    TRY(m);
-    NodeId hit = ir_b_binary(b, OP_EQ, x, m);
-    NodeId nan = ir_b_binary(b, OP_NE, x, x);
-    TRY(hit);
-    TRY(nan);
-    hit = ir_b_binary(b, OP_OR, hit, nan);
-    TRY(hit);
-    NodeId pos = IR_NONE;
-    int64_t stride = 1;
-    for (int k = xs.rank - 1; k >= 0; k--) {
-        if (!(axes >> k & 1)) continue;
-        NodeId io = ir_b_iota(b, &xs, k, DT_F64);
-        TRY(io);
-        NodeId term = stride == 1 ? io : comp_scalar_op(b, OP_MUL, io, (double)stride, false);
-        TRY(term);
-        pos = pos == IR_NONE ? term : ir_b_binary(b, OP_ADD, pos, term);
-        TRY(pos);
-        int64_t n = ir_dim_max(b->g, xs.d[k]);
-        if (n < 1 || stride > (INT64_C(1) << 53) / n) {
-            if (b->err) sb_printf(b->err, "max: more than 2^53 elements reduced");
-            return IR_NONE;
-        }
-        stride *= n;
-    }
-    NodeId npos = ir_b_unary(b, OP_NEG, pos);
-    NodeId low = ir_b_full(b, -INFINITY, DT_F64, &xs);
-    TRY(npos);
-    TRY(low);
-    NodeId cand = ir_b_where(b, hit, npos, low);
-    TRY(cand);
-    NodeId best = ir_b_reduce(b, OP_REDUCE_MAX, cand, axes, true);
-    TRY(best);
-    NodeId first = ir_b_binary(b, OP_EQ, cand, best);
-    NodeId zero = ir_b_full(b, 0.0, dtype_of(b, x), &xs);
-    TRY(first);
-    TRY(zero);
-    NodeId one = ir_b_where(b, first, x, zero);
-    TRY(one);
-    return ir_b_reduce(b, OP_REDUCE_SUM, one, axes, keepdim);
-}
-
 /* Pooling whose windows tile the image (stride = kernel, no padding, the usual 2x2): the
  * windows are axes of a reshape, [N, C, OH, k, OW, k], reduced where they lie — no unfold
  * copy of the windows, and the gradient stays elementwise. Rows and columns past the last
@@ -438,7 +381,7 @@ static NodeId pool_tiles(IrBuilder *b, NodeId x, bool max, int k)
     NodeId t = ir_b_reshape(b, x, &tiles);
     TRY(t);
     uint64_t axes = (uint64_t)1 << 3 | (uint64_t)1 << 5;
-    return max ? comp_max_first(b, t, axes, false) : comp_mean(b, t, axes, false);
+    return max ? ir_b_reduce_max_first(b, t, axes, false) : comp_mean(b, t, axes, false);
 }
 
 NodeId comp_pool2d(IrBuilder *b, NodeId x, bool max, int k, int stride, int pad)
@@ -484,7 +427,7 @@ NodeId comp_pool2d(IrBuilder *b, NodeId x, bool max, int k, int stride, int pad)
     TRY(xf);
     NodeId cols = ir_b_unfold(b, xf, k, k, stride, stride, 1, 1);
     TRY(cols);
-    NodeId r = max ? comp_max_first(b, cols, 2, false) : comp_mean(b, cols, 2, false);
+    NodeId r = max ? ir_b_reduce_max_first(b, cols, 2, false) : comp_mean(b, cols, 2, false);
     TRY(r);
     int64_t oh = (ps->d[2].k - k) / stride + 1, ow = (ps->d[3].k - k) / stride + 1;
     Shape out = ir_shape_make(4, NULL);
@@ -544,7 +487,8 @@ NodeId comp_pool2d_ex(IrBuilder *b, NodeId x, bool max, const int k[2], const in
     TRY(xf);
     NodeId cols = ir_b_unfold(b, xf, k[0], k[1], st[0], st[1], dil[0], dil[1]);
     TRY(cols);
-    NodeId r = max ? comp_max_first(b, cols, 2, false) : ir_b_reduce(b, OP_REDUCE_SUM, cols, 2, false); /* [NC, L] */
+    /* [NC, L]; max pooling's gradient goes to each window's first maximum, as PyTorch's */
+    NodeId r = max ? ir_b_reduce_max_first(b, cols, 2, false) : ir_b_reduce(b, OP_REDUCE_SUM, cols, 2, false);
     TRY(r);
     if (!max) {
         Dim md[4] = {ir_dim_const(1), ir_dim_const(1), xshape.d[2], xshape.d[3]};

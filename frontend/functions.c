@@ -443,7 +443,7 @@ static Value fn_reduce(Lower *L, const BoundArgs *a, AstId call, int v)
          * min(x) = -max(-x) keeps the primitive set small. */
         bool first = v < 6 && a->v[1].kind != V_NONE, is_min = v == 3 || v == 7;
         NodeId n = is_min ? ir_b_unary(b, OP_NEG, x) : x;
-        NodeId m = n == IR_NONE ? IR_NONE : first ? comp_max_first(b, n, axes, keep) : ir_b_reduce(b, OP_REDUCE_MAX, n, axes, keep);
+        NodeId m = n == IR_NONE ? IR_NONE : first ? ir_b_reduce_max_first(b, n, axes, keep) : ir_b_reduce(b, OP_REDUCE_MAX, n, axes, keep);
         return done(L, m == IR_NONE || !is_min ? m : ir_b_unary(b, OP_NEG, m), call);
     }
     default: {
@@ -1190,18 +1190,15 @@ static Value fn_topk(Lower *L, const BoundArgs *a, AstId call, int v)
     NodeId pos = ir_b_iota(b, &is, axis, DT_I64);
     NodeId ninf = ir_b_const(b, -INFINITY, (DType)L->g->nodes[x].dtype);
     if (cur == IR_NONE || pos == IR_NONE || ninf == IR_NONE) return lower_builder_error(L, call);
-    NodeId zero = ir_b_const(b, 0.0, (DType)L->g->nodes[x].dtype);
-    if (zero == IR_NONE) return lower_builder_error(L, call);
     for (int64_t j = 0; j < k; j++) {
-        /* the value is the element at the index returned, which its gradient goes to, as
-         * PyTorch's does (reduce_max's would be split among tied elements) */
+        /* the gradient of a value goes to the element at the index returned (argmax's
+         * first maximum), as PyTorch's does */
+        vals[j] = ir_b_reduce_max_first(b, cur, UINT64_C(1) << axis, true);
         idxs[j] = ir_b_argmax(b, cur, axis, true);
-        NodeId hit = idxs[j] == IR_NONE ? IR_NONE : ir_b_binary(b, OP_EQ, pos, idxs[j]);
-        NodeId one = hit == IR_NONE ? IR_NONE : ir_b_where(b, hit, cur, zero);
-        vals[j] = one == IR_NONE ? IR_NONE : ir_b_reduce(b, OP_REDUCE_SUM, one, UINT64_C(1) << axis, true);
-        if (vals[j] == IR_NONE) return lower_builder_error(L, call);
+        if (vals[j] == IR_NONE || idxs[j] == IR_NONE) return lower_builder_error(L, call);
         if (j + 1 < k) {
-            cur = ir_b_where(b, hit, ninf, cur);
+            NodeId hit = ir_b_binary(b, OP_EQ, pos, idxs[j]);
+            cur = hit == IR_NONE ? IR_NONE : ir_b_where(b, hit, ninf, cur);
             if (cur == IR_NONE) return lower_builder_error(L, call);
         }
     }

@@ -161,7 +161,6 @@ bool value_is_scalar_number(Value v);
 
 /* ---- composite layers (composite.c): expansions into primitives ---- */
 NodeId comp_mean(IrBuilder *b, NodeId x, uint64_t axes, bool keepdim);
-NodeId comp_max_first(IrBuilder *b, NodeId x, uint64_t axes, bool keepdim);
 NodeId comp_var(IrBuilder *b, NodeId x, uint64_t axes, bool keepdim, bool unbiased);
 NodeId comp_softmax(IrBuilder *b, NodeId x, int axis);
 NodeId comp_log_softmax(IrBuilder *b, NodeId x, int axis);

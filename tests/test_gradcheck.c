@@ -183,10 +183,11 @@ Test(gradcheck, pooling_and_relu_pass_at_every_seed, .timeout = 600)
 /* Corrupted vector-Jacobian rules in the training graph. Autodiff's relu rule is
  * where(x > 0, g, 0); with `x != 0` it lets gradient through negative inputs (which
  * matters where a pooling window is all zeros after relu, hence for conv1). Max
- * pooling's value is sum(where(first, x, 0)) over its window, `first` the one-hot mask of
- * the window's first maximum (an eq of f64 positions, frontend/composite.c), so its
- * gradient is where(first, g, 0); with the operands swapped it goes to every element of
- * the window but that one. */
+ * pooling's rule (reduce_max's with its `first` attribute) is where(first, g, 0), `first`
+ * the one-hot mask eq(cand, max(cand)) of the window's first maximum, cand its elements'
+ * negated positions where they equal the maximum (a chain ending in `- iota`); with the
+ * where's operands swapped it sends the gradient to every element of the window but that
+ * one. */
 static void corrupt_ops(Graph *g, Op from, Op to, bool float_operands)
 {
     int changed = 0;
@@ -207,7 +208,8 @@ static void maxpool_rule_wrong(Graph *g)
     int changed = 0;
     for (NodeId i = loss + 1; loss != IR_NONE && i < g->nnodes; i++) { /* the backward pass */
         const NodeId c = g->nodes[i].op == OP_WHERE ? ir_input(g, i, 0) : IR_NONE;
-        if (c == IR_NONE || g->nodes[c].op != OP_EQ || g->nodes[ir_input(g, c, 0)].dtype != DT_F64) continue;
+        const NodeId cand = c == IR_NONE || g->nodes[c].op != OP_EQ ? IR_NONE : ir_input(g, c, 0);
+        if (cand == IR_NONE || g->nodes[cand].op != OP_SUB || g->nodes[ir_input(g, cand, 1)].op != OP_IOTA) continue;
         NodeId *in = &g->operands[g->nodes[i].inputs];
         const NodeId t = in[1];
         in[1] = in[2];
