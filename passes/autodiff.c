@@ -13,7 +13,8 @@
  *   integer values have no gradient; max/min of two equal values split the gradient
  *   evenly (as torch.maximum); reduce_max splits it evenly among tied maxima (as
  *   torch.amax), or with its `first` attribute sends it to the first maximal element
- *   (as torch.max(x, dim) and max pooling); pow's gradient w.r.t. the exponent is 0 where the base is <= 0.
+ *   (as torch.max(x, dim) and max pooling); pow's gradient w.r.t. the exponent is 0
+ *   where the base is <= 0.
  * Broadcasting is explicit in the IR (expand), so undoing it is expand's rule: a sum over
  * the expanded axes. The gradient of checkpoint(f(x)) is that of f(x): regions are only
  * marks on nodes. */
