@@ -297,6 +297,9 @@ static void emit_row_passes(CgKernel *L, const char *indent)
                 sb_init(&v);
                 cg_operand(L, ir_input(g, id, 0), id, false, &v);
                 if (n->op == OP_REDUCE_SUM) sb_printf(o, "%sa%d[lane] += %s;\n", in, id, v.data);
+                else if (cg_never_nan(g, ir_input(g, id, 0), 0))
+                    sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    a%d = v > a%d ? v : a%d;\n%s}\n", in, in,
+                              cg_ctype((DType)n->dtype), v.data, in, id, id, id, in);
                 else
                     sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    a%d = v > a%d ? v : a%d;\n%s    nan%d |= v != v;\n%s}\n", in,
                               in, cg_ctype((DType)n->dtype), v.data, in, id, id, id, in, id, in);

@@ -75,6 +75,49 @@ void cg_dim(StrBuf *b, const Graph *g, Dim d)
     for (int i = 0; i < d.nsym; i++) sb_printf(b, "%s%s", i ? " * " : "", g->syms[d.sym[i]].name);
 }
 
+/* Whether node id is a finite number (finite, and nonzero with nonzero) on every element,
+ * as far as constants, coordinates and integers show it; false when unknown. */
+static bool finite_value(const Graph *g, NodeId id, bool nonzero, int depth)
+{
+    const Node *n = &g->nodes[id];
+    if (depth > 32) return false;
+    switch ((Op)n->op) {
+    case OP_CONST: {
+        double v = n->fattr[0], big = n->dtype == DT_F32 || n->dtype == DT_F64 ? 3.4e38 : 65504;
+        return !isnan(v) && fabs(v) <= big && (!nonzero || v != 0);
+    }
+    case OP_IOTA: return !nonzero && (n->dtype == DT_F32 || n->dtype == DT_F64 || !ir_dtype_is_float((DType)n->dtype));
+    case OP_EXPAND: case OP_RESHAPE: return finite_value(g, ir_input(g, id, 0), nonzero, depth + 1);
+    default: return false;
+    }
+}
+
+/* Whether node id can never be NaN (an integer, or a float built from non-NaN values by
+ * operations that make no NaN of them), as far as a look at its operands shows; false
+ * when unknown. A maximum over such a value needs no NaN flag beside it, which costs the
+ * loop its vectorization (the negated positions of autodiff's first-maximum rule). */
+bool cg_never_nan(const Graph *g, NodeId id, int depth)
+{
+    const Node *n = &g->nodes[id];
+    if (!ir_dtype_is_float((DType)n->dtype)) return true;
+    if (depth > 32) return false;
+    NodeId a = n->ninputs > 0 ? ir_input(g, id, 0) : IR_NONE, b = n->ninputs > 1 ? ir_input(g, id, 1) : IR_NONE;
+    switch ((Op)n->op) {
+    case OP_CONST: return !isnan(n->fattr[0]);
+    case OP_IOTA: return true;
+    case OP_EXPAND: case OP_RESHAPE: case OP_NEG: return cg_never_nan(g, a, depth + 1);
+    case OP_CAST: return !ir_dtype_is_float((DType)g->nodes[a].dtype);
+    case OP_WHERE: return cg_never_nan(g, b, depth + 1) && cg_never_nan(g, ir_input(g, id, 2), depth + 1);
+    case OP_ADD: case OP_SUB: /* inf - inf is the only NaN of two non-NaN values */
+        return (cg_never_nan(g, a, depth + 1) && finite_value(g, b, false, depth + 1)) ||
+               (finite_value(g, a, false, depth + 1) && cg_never_nan(g, b, depth + 1));
+    case OP_MUL: /* and 0 * inf */
+        return (cg_never_nan(g, a, depth + 1) && finite_value(g, b, true, depth + 1)) ||
+               (finite_value(g, a, true, depth + 1) && cg_never_nan(g, b, depth + 1));
+    default: return false;
+    }
+}
+
 void cg_literal(StrBuf *b, double v, DType t)
 {
     if (ir_dtype_is_float(t)) {

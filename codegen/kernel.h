@@ -97,6 +97,8 @@ void cg_store_line(StrBuf *o, const char *indent, const Graph *g, NodeId id, con
 /* A dim as an expression over the symbols' names (declared in each kernel). */
 void cg_dim(StrBuf *b, const Graph *g, Dim d);
 void cg_literal(StrBuf *b, double v, DType t);
+/* Whether node id can never be NaN, as far as its operands show (call with depth 0). */
+bool cg_never_nan(const Graph *g, NodeId id, int depth);
 /* The expression of elementwise node id applied to operand expressions a, b, w. */
 void cg_elementwise_expr(Cg *c, NodeId id, const char *a, const char *b, const char *w);
 /* s as a C string literal, quoted and escaped. */

@@ -1001,7 +1001,7 @@ static Value bag_apply(Lower *L, int32_t inst, const Value *args, int nargs, Ast
     if (e == IR_NONE) return result(L, e, at);
     if (pad < 0) {
         if (mode == 0) return result(L, comp_mean(b, e, 2, false), at);
-        return result(L, ir_b_reduce(b, mode == 1 ? OP_REDUCE_SUM : OP_REDUCE_MAX, e, 2, false), at);
+        return result(L, mode == 1 ? ir_b_reduce(b, OP_REDUCE_SUM, e, 2, false) : ir_b_reduce_max_first(b, e, 2, false), at);
     }
     /* keep [B, N, 1]: the entries that count */
     Shape ks = L->g->nodes[x].shape;
@@ -1016,7 +1016,7 @@ static Value bag_apply(Lower *L, int32_t inst, const Value *args, int nargs, Ast
     if (mode == 2) {
         NodeId low = ir_b_const(b, -INFINITY, DT_F32);
         NodeId m = low == IR_NONE ? IR_NONE : ir_b_where(b, keep, e, low);
-        m = m == IR_NONE ? IR_NONE : ir_b_reduce(b, OP_REDUCE_MAX, m, 2, false);
+        m = m == IR_NONE ? IR_NONE : ir_b_reduce_max_first(b, m, 2, false);
         NodeId some = comp_scalar_op(b, OP_GT, cnt, 0.0, false);
         return result(L, m == IR_NONE || some == IR_NONE ? IR_NONE : ir_b_where(b, some, m, zero), at);
     }

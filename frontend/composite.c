@@ -381,7 +381,7 @@ static NodeId pool_tiles(IrBuilder *b, NodeId x, bool max, int k)
     NodeId t = ir_b_reshape(b, x, &tiles);
     TRY(t);
     uint64_t axes = (uint64_t)1 << 3 | (uint64_t)1 << 5;
-    return max ? ir_b_reduce(b, OP_REDUCE_MAX, t, axes, false) : comp_mean(b, t, axes, false);
+    return max ? ir_b_reduce_max_first(b, t, axes, false) : comp_mean(b, t, axes, false);
 }
 
 NodeId comp_pool2d(IrBuilder *b, NodeId x, bool max, int k, int stride, int pad)
@@ -427,7 +427,7 @@ NodeId comp_pool2d(IrBuilder *b, NodeId x, bool max, int k, int stride, int pad)
     TRY(xf);
     NodeId cols = ir_b_unfold(b, xf, k, k, stride, stride, 1, 1);
     TRY(cols);
-    NodeId r = max ? ir_b_reduce(b, OP_REDUCE_MAX, cols, 2, false) : comp_mean(b, cols, 2, false);
+    NodeId r = max ? ir_b_reduce_max_first(b, cols, 2, false) : comp_mean(b, cols, 2, false);
     TRY(r);
     int64_t oh = (ps->d[2].k - k) / stride + 1, ow = (ps->d[3].k - k) / stride + 1;
     Shape out = ir_shape_make(4, NULL);
@@ -487,7 +487,8 @@ NodeId comp_pool2d_ex(IrBuilder *b, NodeId x, bool max, const int k[2], const in
     TRY(xf);
     NodeId cols = ir_b_unfold(b, xf, k[0], k[1], st[0], st[1], dil[0], dil[1]);
     TRY(cols);
-    NodeId r = ir_b_reduce(b, max ? OP_REDUCE_MAX : OP_REDUCE_SUM, cols, 2, false); /* [NC, L] */
+    /* [NC, L]; max pooling's gradient goes to each window's first maximum, as PyTorch's */
+    NodeId r = max ? ir_b_reduce_max_first(b, cols, 2, false) : ir_b_reduce(b, OP_REDUCE_SUM, cols, 2, false);
     TRY(r);
     if (!max) {
         Dim md[4] = {ir_dim_const(1), ir_dim_const(1), xshape.d[2], xshape.d[3]};

@@ -488,7 +488,7 @@ static Value fn_one_hot(Lower *L, const BoundArgs *a, AstId call, int v)
 
 static Value fn_reduce(Lower *L, const BoundArgs *a, AstId call, int v)
 {
-    static const char *names[] = {"sum", "mean", "max", "min", "var", "std"};
+    static const char *names[] = {"sum", "mean", "max", "min", "var", "std", "amax", "amin"};
     NodeId x = tensor(L, a, 0, names[v]);
     uint64_t axes;
     bool keep;
@@ -499,12 +499,14 @@ static Value fn_reduce(Lower *L, const BoundArgs *a, AstId call, int v)
     switch (v) {
     case 0: return done(L, ir_b_reduce(b, OP_REDUCE_SUM, x, axes, keep), call);
     case 1: return done(L, comp_mean(b, x, axes, keep), call);
-    case 2: return done(L, ir_b_reduce(b, OP_REDUCE_MAX, x, axes, keep), call);
-    case 3: {
-        /* min(x) = -max(-x) keeps the primitive set small. */
-        NodeId n = ir_b_unary(b, OP_NEG, x);
-        NodeId m = n == IR_NONE ? IR_NONE : ir_b_reduce(b, OP_REDUCE_MAX, n, axes, keep);
-        return done(L, m == IR_NONE ? IR_NONE : ir_b_unary(b, OP_NEG, m), call);
+    case 2: case 3: case 6: case 7: {
+        /* As PyTorch: max(x, dim) and min(x, dim) send the gradient to the first extreme
+         * element; amax, amin and a whole-tensor max() or min() split it among ties.
+         * min(x) = -max(-x) keeps the primitive set small. */
+        bool first = v < 6 && a->v[1].kind != V_NONE, is_min = v == 3 || v == 7;
+        NodeId n = is_min ? ir_b_unary(b, OP_NEG, x) : x;
+        NodeId m = n == IR_NONE ? IR_NONE : first ? ir_b_reduce_max_first(b, n, axes, keep) : ir_b_reduce(b, OP_REDUCE_MAX, n, axes, keep);
+        return done(L, m == IR_NONE || !is_min ? m : ir_b_unary(b, OP_NEG, m), call);
     }
     default: {
         bool unbiased;
@@ -1251,7 +1253,9 @@ static Value fn_topk(Lower *L, const BoundArgs *a, AstId call, int v)
     NodeId ninf = ir_b_const(b, -INFINITY, (DType)L->g->nodes[x].dtype);
     if (cur == IR_NONE || pos == IR_NONE || ninf == IR_NONE) return lower_builder_error(L, call);
     for (int64_t j = 0; j < k; j++) {
-        vals[j] = ir_b_reduce(b, OP_REDUCE_MAX, cur, UINT64_C(1) << axis, true);
+        /* the gradient of a value goes to the element at the index returned (argmax's
+         * first maximum), as PyTorch's does */
+        vals[j] = ir_b_reduce_max_first(b, cur, UINT64_C(1) << axis, true);
         idxs[j] = ir_b_argmax(b, cur, axis, true);
         if (vals[j] == IR_NONE || idxs[j] == IR_NONE) return lower_builder_error(L, call);
         if (j + 1 < k) {
@@ -1294,6 +1298,7 @@ static const Function functions[] = {
     {"dropout", "x, p=0.5", fn_dropout, 0}, {"one_hot", "x, num_classes", fn_one_hot, 0},
     {"sum", "x, axis|dim=none, keepdim=false", fn_reduce, 0}, {"mean", "x, axis|dim=none, keepdim=false", fn_reduce, 1},
     {"max", "x, axis|dim=none, keepdim=false", fn_reduce, 2}, {"min", "x, axis|dim=none, keepdim=false", fn_reduce, 3},
+    {"amax", "x, axis|dim=none, keepdim=false", fn_reduce, 6}, {"amin", "x, axis|dim=none, keepdim=false", fn_reduce, 7},
     {"var", "x, axis|dim=none, keepdim=false, unbiased=true", fn_reduce, 4},
     {"std", "x, axis|dim=none, keepdim=false, unbiased=true", fn_reduce, 5},
     {"argmax", "x, axis|dim=-1, keepdim=false", fn_argmax, 0},

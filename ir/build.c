@@ -266,7 +266,7 @@ static NodeId drop_axes(IrBuilder *b, NodeId x, uint64_t axes)
     return ir_b_reshape(b, x, &r);
 }
 
-NodeId ir_b_reduce(IrBuilder *b, Op op, NodeId x, uint64_t axes, bool keepdim)
+static NodeId reduce(IrBuilder *b, Op op, NodeId x, uint64_t axes, bool keepdim, bool first)
 {
     const Shape *xs = &nd(b, x)->shape;
     if (xs->rank == 0) return x;
@@ -276,9 +276,16 @@ NodeId ir_b_reduce(IrBuilder *b, Op op, NodeId x, uint64_t axes, bool keepdim)
     Shape s = nd(b, x)->shape;
     for (int i = 0; i < s.rank; i++)
         if (axes >> i & 1) s.d[i] = ir_dim_const(1);
-    int64_t a = (int64_t)axes;
-    NodeId r = add(b, op, nd(b, x)->dtype, &s, &x, 1, &a, 1);
+    int64_t a[2] = {(int64_t)axes, 1};
+    NodeId r = add(b, op, nd(b, x)->dtype, &s, &x, 1, a, first ? 2 : 1);
     return keepdim ? r : drop_axes(b, r, axes);
+}
+
+NodeId ir_b_reduce(IrBuilder *b, Op op, NodeId x, uint64_t axes, bool keepdim) { return reduce(b, op, x, axes, keepdim, false); }
+
+NodeId ir_b_reduce_max_first(IrBuilder *b, NodeId x, uint64_t axes, bool keepdim)
+{
+    return reduce(b, OP_REDUCE_MAX, x, axes, keepdim, true);
 }
 
 NodeId ir_b_argmax(IrBuilder *b, NodeId x, int axis, bool keepdim)

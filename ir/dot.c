@@ -60,12 +60,13 @@ static void put_attrs(StrBuf *b, const Graph *g, const Node *n)
                       (long long)a[0]);
         break;
     case ATTRS_AXES:
-        if (n->nattrs == 1) {
+        if (n->nattrs >= 1) {
             sb_puts(&t, "axes=[");
             int k = 0;
             for (int i = 0; i < 64; i++)
                 if ((uint64_t)a[0] >> i & 1) sb_printf(&t, "%s%d", k++ ? ", " : "", i);
             sb_putc(&t, ']');
+            if (n->nattrs == 2) sb_puts(&t, " first");
         }
         break;
     case ATTRS_PERM:

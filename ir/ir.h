@@ -252,6 +252,8 @@ NodeId ir_b_binary(IrBuilder *b, Op op, NodeId x, NodeId y);
 NodeId ir_b_where(IrBuilder *b, NodeId c, NodeId x, NodeId y);
 /* Reduces the axes in mask; keepdim false removes them with a reshape. */
 NodeId ir_b_reduce(IrBuilder *b, Op op, NodeId x, uint64_t axes, bool keepdim);
+/* reduce_max whose gradient goes to the first maximal element (its `first` attribute) */
+NodeId ir_b_reduce_max_first(IrBuilder *b, NodeId x, uint64_t axes, bool keepdim);
 NodeId ir_b_argmax(IrBuilder *b, NodeId x, int axis, bool keepdim);
 NodeId ir_b_reshape(IrBuilder *b, NodeId x, const Shape *s);
 NodeId ir_b_expand(IrBuilder *b, NodeId x, const Shape *s); /* NumPy rules: may add leading dims */

@@ -41,7 +41,9 @@
  *   where            out = c ? x : y (c bool; x, y same dtype)
  *   reduce_sum reduce_max
  *                    reduce over the axes in bitmask attrs[0]; the reduced axes stay with
- *                    size 1 (keepdim), so the inverse is a plain expand
+ *                    size 1 (keepdim), so the inverse is a plain expand. reduce_max may
+ *                    carry attrs[1] = 1 (`first`): its gradient goes to the first maximal
+ *                    element (row-major over the reduced axes), not split among ties
  *   argmax           index of the first maximum along axis attrs[0]; keepdim; dtype i64
  *   reshape          same elements in row-major order, the node's shape
  *   expand           broadcast size-1 dims to the node's shape (same rank)

@@ -108,7 +108,8 @@ static bool attrs_fit(OpAttrs layout, uint32_t nattrs)
 {
     switch (layout) {
     case ATTRS_NONE: case ATTRS_INPUT: case ATTRS_CONST: return nattrs == 0;
-    case ATTRS_AXIS: case ATTRS_AXES: case ATTRS_STREAM: case ATTRS_LIMIT: return nattrs == 1;
+    case ATTRS_AXIS: case ATTRS_STREAM: case ATTRS_LIMIT: return nattrs == 1;
+    case ATTRS_AXES: return nattrs == 1 || nattrs == 2; /* reduce_max's `first` */
     case ATTRS_PARAM: return nattrs == 2 || nattrs == 3;
     case ATTRS_SLICE: return nattrs == 4;
     case ATTRS_WINDOW: return nattrs == 6;
@@ -168,6 +169,10 @@ static void put_attrs(StrBuf *b, const Graph *g, const Node *n, const int64_t *a
                 first = false;
             }
         sb_putc(b, ']');
+        if (n->nattrs == 2) {
+            if (a[1] == 1) sb_puts(b, " first");
+            else sb_printf(b, " first=%lld", (long long)a[1]);
+        }
         break;
     }
     case ATTRS_PERM: sb_puts(b, " perm="); put_int_list(b, a, (int)n->nattrs); break;

@@ -623,6 +623,12 @@ static bool node_attrs(Parser *P, Op op, double *fattr)
             mask |= UINT64_C(1) << P->list[i];
         }
         push_attr(P, (int64_t)mask);
+        if (lit(P, "first=")) { /* reduce_max's tie rule; verify checks the value */
+            if (!integer(P, &v, "an integer")) return false;
+            push_attr(P, v);
+        } else if (keyword(P, "first")) {
+            push_attr(P, 1);
+        }
         return true;
     }
     case ATTRS_PERM:

@@ -272,6 +272,7 @@ static void check_reduce(V *v, NodeId id, const int64_t *a)
         expect_dtype(v, id, DT_I64);
     } else {
         mask = (uint64_t)a[0];
+        if (n->nattrs == 2 && a[1] != 1) problem(v, id, "reduce_max's tie rule must be 1 (first), got %lld", (long long)a[1]);
         if (mask >> r) {
             problem(v, id, "axes mask 0x%llx names axes beyond the operand rank %d", (unsigned long long)mask, r);
             return;
@@ -621,6 +622,7 @@ static void check_node(V *v, NodeId id)
     }
     int want = want_attrs(info->attrs, n->shape.rank);
     if (info->attrs == ATTRS_PARAM && n->nattrs == 3) want = 3; /* with a zero row */
+    if (n->op == OP_REDUCE_MAX && n->nattrs == 2) want = 2;      /* with its tie rule */
     if (want >= 0 && n->nattrs != (uint32_t)want) {
         problem(v, id, "expects %d attribute%s, got %u", want, want == 1 ? "" : "s", n->nattrs);
         return;

@@ -12,12 +12,15 @@
  *   relu'(0) = 0 (as PyTorch); abs'(0) = 0; sign, comparisons, argmax, iota, random and
  *   integer values have no gradient; max/min of two equal values split the gradient
  *   evenly (as torch.maximum); reduce_max splits it evenly among tied maxima (as
- *   torch.amax); pow's gradient w.r.t. the exponent is 0 where the base is <= 0.
+ *   torch.amax), or with its `first` attribute sends it to the first maximal element
+ *   (as torch.max(x, dim) and max pooling); pow's gradient w.r.t. the exponent is 0
+ *   where the base is <= 0.
  * Broadcasting is explicit in the IR (expand), so undoing it is expand's rule: a sum over
  * the expanded axes. The gradient of checkpoint(f(x)) is that of f(x): regions are only
  * marks on nodes. */
 #include "passes.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,6 +120,42 @@ static NodeId unslice(Ad *a, NodeId g, int axis, int64_t start, int64_t step, in
     lo[axis] = start;
     hi[axis] = dim - start - len;
     return ok(a, ir_b_pad(&a->b, x, lo, hi, 0.0));
+}
+
+/* The one-hot mask of the first maximal element of x (in row-major order over the reduced
+ * axes) for each element of m = reduce_max(x, axes): of the elements equal to m, the one
+ * whose negated position is largest. (Where m is NaN no element equals it and every one
+ * gets the gradient, which is NaN anyway; x != x in the mask would cost cnn's pooling
+ * kernel 2.5x its time, as the compiler no longer vectorizes it.) The negated positions
+ * are built by Horner's rule from where(hit, 0, -inf), so that every node reads a value of
+ * the kernel that computes the hits and fusion keeps them there, with the reduction, as
+ * the second pass of the forward kernel (a chain from iotas alone would start a kernel of
+ * its own, in the backward pass). Positions are f32 where they are exact (windows up to
+ * 2^24 elements; a symbolic size counts at its largest, which keeps the order), f64 beyond. */
+static NodeId first_maximum(Ad *a, NodeId x, NodeId m, uint64_t axes)
+{
+    Shape xs = shape_of(a, x);
+    NodeId me = ok(a, ir_b_expand(&a->b, m, &xs));
+    NodeId hit = bin(a, OP_EQ, x, me);
+    int64_t count = 1;
+    for (int k = 0; k < xs.rank; k++)
+        if (axes >> k & 1) {
+            int64_t d = ir_dim_max(a->g, xs.d[k]);
+            count = d < 1 || count > (INT64_C(1) << 53) / d ? INT64_C(1) << 53 : count * d;
+        }
+    DType pt = count <= INT64_C(1) << 24 ? DT_F32 : DT_F64;
+    NodeId zero = ok(a, ir_b_full(&a->b, 0.0, pt, &xs)), low = ok(a, ir_b_full(&a->b, -INFINITY, pt, &xs));
+    NodeId cand = where_(a, hit, zero, low); /* -(i_1 d_2 d_3 ... + i_2 d_3 ... + ... + i_r) */
+    bool outer = true;
+    for (int k = 0; k < xs.rank && cand != IR_NONE; k++) {
+        if (!(axes >> k & 1)) continue;
+        if (!outer) cand = scalar_op(a, OP_MUL, cand, (double)ir_dim_max(a->g, xs.d[k]));
+        cand = bin(a, OP_SUB, cand, ok(a, ir_b_iota(&a->b, &xs, k, pt)));
+        outer = false;
+    }
+    NodeId best = cand == IR_NONE ? IR_NONE : ok(a, ir_b_reduce(&a->b, OP_REDUCE_MAX, cand, axes, true));
+    NodeId beste = best == IR_NONE ? IR_NONE : ok(a, ir_b_expand(&a->b, best, &xs));
+    return bin(a, OP_EQ, cand, beste);
 }
 
 /* Applies the vector-Jacobian rule of node i with output adjoint g. */
@@ -233,6 +272,12 @@ static void backprop(Ad *a, NodeId i)
     }
     case OP_REDUCE_MAX: {
         Shape xs = shape_of(a, x);
+        if (n.nattrs == 2) { /* `first`: all of it to the first maximum */
+            NodeId first = first_maximum(a, x, i, (uint64_t)at[0]);
+            NodeId spread = g == IR_NONE ? IR_NONE : ok(a, ir_b_expand(&a->b, g, &xs));
+            accumulate(a, x, where_(a, first, spread, spread == IR_NONE ? IR_NONE : full_like(a, spread, 0.0)));
+            break;
+        }
         NodeId mask = cast_to(a, bin(a, OP_EQ, x, ok(a, ir_b_expand(&a->b, i, &xs))), (DType)n.dtype);
         NodeId count = mask == IR_NONE ? IR_NONE : ok(a, ir_b_reduce(&a->b, OP_REDUCE_SUM, mask, (uint64_t)at[0], true));
         NodeId share = bin(a, OP_DIV, g, count);

@@ -718,7 +718,7 @@ static void mark_recomputed(const Graph *g, FusionPlan *p, const Users *U)
             mark_cone(g, p, id, k);
             continue;
         }
-        /* A widening cast of a narrower member (a max-pooling mask, bool to float): store
+        /* A widening cast of a narrower member (amax's mask of ties, bool to float): store
          * the narrow value instead, and the readers cast it; a quarter of the bytes. */
         const Node *n = &g->nodes[id];
         if (n->op != OP_CAST) continue;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../codegen/codegen.h"
+#include "../codegen/kernel.h"
 #include "../frontend/frontend.h"
 #include "../passes/passes.h"
 #include "op_cases.h"
@@ -332,6 +333,34 @@ ParameterizedTestParameters(cases, generated_c)
 {
     for (size_t i = 0; i < NOPS + NMODULES; i++) case_index[i] = (int)i;
     return cr_make_param_array(int, case_index, NOPS + NMODULES);
+}
+
+/* A maximum needs no NaN flag over a value that is never NaN (autodiff's negated positions
+ * of the first maximum); anything that might be NaN keeps it: an input, inf - inf, 0 * inf. */
+Test(codegen, never_nan_is_conservative)
+{
+    Graph *g = ir_graph_new("t");
+    StrBuf err;
+    sb_init(&err);
+    IrBuilder b = {.g = g, .err = &err};
+    Dim d4 = ir_dim_const(4);
+    Shape s = ir_shape_make(1, &d4);
+    NodeId x = ir_b_input(&b, "x", DT_F32, &s), io = ir_b_iota(&b, &s, 0, DT_F32);
+    NodeId zero = ir_b_full(&b, 0.0, DT_F32, &s), low = ir_b_full(&b, -INFINITY, DT_F32, &s), two = ir_b_full(&b, 2.0, DT_F32, &s);
+    NodeId cand = ir_b_where(&b, ir_b_binary(&b, OP_EQ, x, x), zero, low);
+    NodeId pos = ir_b_binary(&b, OP_SUB, ir_b_binary(&b, OP_MUL, ir_b_binary(&b, OP_SUB, cand, io), two), io);
+    cr_assert(!err.len, "%s", err.data);
+    cr_expect(cg_never_nan(g, pos, 0));
+    cr_expect(cg_never_nan(g, ir_b_unary(&b, OP_NEG, pos), 0));
+    cr_expect(cg_never_nan(g, ir_b_cast(&b, ir_b_iota(&b, &s, 0, DT_I64), DT_F32), 0));
+    cr_expect(!cg_never_nan(g, x, 0));
+    cr_expect(!cg_never_nan(g, ir_b_binary(&b, OP_SUB, x, io), 0));
+    cr_expect(!cg_never_nan(g, ir_b_binary(&b, OP_SUB, cand, cand), 0), "inf - inf");
+    cr_expect(!cg_never_nan(g, ir_b_binary(&b, OP_MUL, cand, zero), 0), "0 * inf");
+    cr_expect(!cg_never_nan(g, ir_b_where(&b, ir_b_binary(&b, OP_EQ, x, x), x, cand), 0));
+    cr_expect(!cg_never_nan(g, ir_b_full(&b, NAN, DT_F32, &s), 0));
+    sb_free(&err);
+    ir_graph_free(g);
 }
 
 /* A NaN anywhere in a row makes its maximum NaN (vectorised maxima keep a NaN flag):

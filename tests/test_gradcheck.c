@@ -183,8 +183,11 @@ Test(gradcheck, pooling_and_relu_pass_at_every_seed, .timeout = 600)
 /* Corrupted vector-Jacobian rules in the training graph. Autodiff's relu rule is
  * where(x > 0, g, 0); with `x != 0` it lets gradient through negative inputs (which
  * matters where a pooling window is all zeros after relu, hence for conv1). Max
- * pooling's rule sends the gradient to the elements equal to the window's max; with
- * `x <= max` it spreads it over the whole window, as average pooling would. */
+ * pooling's rule (reduce_max's with its `first` attribute) is where(first, g, 0), `first`
+ * the one-hot mask eq(cand, max(cand)) of the window's first maximum, cand its elements'
+ * negated positions where they equal the maximum (a chain ending in `- iota`); with the
+ * where's operands swapped it sends the gradient to every element of the window but that
+ * one. */
 static void corrupt_ops(Graph *g, Op from, Op to, bool float_operands)
 {
     int changed = 0;
@@ -197,7 +200,24 @@ static void corrupt_ops(Graph *g, Op from, Op to, bool float_operands)
     cr_assert_gt(changed, 0, "nothing to corrupt");
 }
 static void relu_rule_wrong(Graph *g) { corrupt_ops(g, OP_GT, OP_NE, true); }
-static void maxpool_rule_wrong(Graph *g) { corrupt_ops(g, OP_EQ, OP_LE, true); }
+static void maxpool_rule_wrong(Graph *g)
+{
+    NodeId loss = IR_NONE;
+    for (int32_t k = 0; k < g->noutputs; k++)
+        if (g->outputs[k].kind == OUT_LOSS) loss = g->outputs[k].node;
+    int changed = 0;
+    for (NodeId i = loss + 1; loss != IR_NONE && i < g->nnodes; i++) { /* the backward pass */
+        const NodeId c = g->nodes[i].op == OP_WHERE ? ir_input(g, i, 0) : IR_NONE;
+        const NodeId cand = c == IR_NONE || g->nodes[c].op != OP_EQ ? IR_NONE : ir_input(g, c, 0);
+        if (cand == IR_NONE || g->nodes[cand].op != OP_SUB || g->nodes[ir_input(g, cand, 1)].op != OP_IOTA) continue;
+        NodeId *in = &g->operands[g->nodes[i].inputs];
+        const NodeId t = in[1];
+        in[1] = in[2];
+        in[2] = t;
+        changed++;
+    }
+    cr_assert_gt(changed, 0, "no max pooling gradient to corrupt");
+}
 static void conv1_slightly_wrong(Graph *g) { set_grad(g, "conv1.weight", 1 + 1e-4, true); }
 
 Test(gradcheck, wrong_rules_fail_at_every_seed, .timeout = 600)
@@ -216,6 +236,23 @@ Test(gradcheck, wrong_rules_fail_at_every_seed, .timeout = 600)
         run(&r, "tests/gradcheck/pool_relu.kiln", seed, 8, 8, conv1_slightly_wrong);
         cr_expect_eq(r.fails, 1, "seed %d: %d tensors fail, expected 1", (int)seed, r.fails);
         EXPECT_VERDICT(&r, "conv1.weight", GRADCHECK_FAIL, seed);
+        run_free(&r);
+    }
+}
+
+/* max(x, dim), min(x, dim), amax, amin, a whole-tensor max() and max pooling's three
+ * lowerings pass; sending the first maximum's gradient to the other elements fails. */
+Test(gradcheck, extremes_pass_and_a_wrong_first_maximum_fails, .timeout = 300)
+{
+    for (uint64_t seed = 0; seed < 3; seed++) {
+        Run r;
+        run(&r, "tests/gradcheck/extremes.kiln", seed, 3, 48, NULL);
+        cr_expect_eq(r.fails, 0, "seed %d: %d tensors fail", (int)seed, r.fails);
+        for (int i = 0; i < r.n; i++) EXPECT_VERDICT(&r, r.res[i].name, GRADCHECK_PASS, seed);
+        run_free(&r);
+        run(&r, "tests/gradcheck/extremes.kiln", seed, 3, 48, maxpool_rule_wrong);
+        EXPECT_VERDICT(&r, "fc.weight", GRADCHECK_FAIL, seed);
+        EXPECT_VERDICT(&r, "gc.weight", GRADCHECK_PASS, seed);
         run_free(&r);
     }
 }

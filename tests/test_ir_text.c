@@ -121,6 +121,7 @@ static Graph *everything(void)
     NodeId wh = nd(g, OP_WHERE, DT_F32, bh, IN(c2, h, big), NO_AT);
     NodeId logits = nd(g, OP_REDUCE_SUM, DT_F32, SH(SY(B), D(1)), IN(wh), AT(2));
     NodeId mx = nd(g, OP_REDUCE_MAX, DT_F32, SH(D(1), D(1)), IN(wh), AT(3));
+    nd(g, OP_REDUCE_MAX, DT_F32, SH(SY(B), D(1)), IN(wh), AT(2, 1)); /* `first` */
     NodeId loss = nd(g, OP_RESHAPE, DT_F32, SCALAR, IN(mx), NO_AT);
     NodeId am = nd(g, OP_ARGMAX, DT_I64, SH(SY(B), D(1)), IN(h), AT(1));
     NodeId acc = nd(g, OP_CAST, DT_F64, SH(SY(B), D(1)), IN(am), NO_AT);
@@ -782,6 +783,19 @@ Test(verify, reduce_rules)
     a = input(g, "a", DT_F32, SH(SY(B), D(8)));
     nd(g, OP_REDUCE_SUM, DT_F32, SH(D(1)), IN(a), AT(3));
     expect_problem(g, "node %1 (reduce_sum): shape is [1], expected [1, 1]");
+    /* reduce_max's tie rule, `first`: 1 or absent, and on reduce_max only */
+    g = g_with_B(&B);
+    a = input(g, "a", DT_F32, SH(SY(B), D(8)));
+    nd(g, OP_REDUCE_MAX, DT_F32, SH(SY(B), D(1)), IN(a), AT(2, 1));
+    assert_valid(g);
+    nd(g, OP_REDUCE_MAX, DT_F32, SH(SY(B), D(1)), IN(a), AT(2, 0));
+    expect_problem(g, "node %2 (reduce_max): reduce_max's tie rule must be 1 (first), got 0");
+    g = g_with_B(&B);
+    a = input(g, "a", DT_F32, SH(SY(B), D(8)));
+    nd(g, OP_REDUCE_SUM, DT_F32, SH(SY(B), D(1)), IN(a), AT(2, 1));
+    expect_problem(g, "node %1 (reduce_sum): expects 1 attribute, got 2");
+    expect_read_error("%0 = const 1.0 : f32[4]\n%1 = reduce_max %0 axes=[0] first=3 : f32[1]\n", false,
+                      "t.ir:4:1: error: node %1 (reduce_max): reduce_max's tie rule must be 1 (first), got 3");
 }
 
 Test(verify, argmax_rules)

@@ -154,6 +154,27 @@ static const ParityCase cases[] = {
     {"RMSNorm", "m = RMSNorm(6)", "x: f32[2, 3, 6]", "y = m(x)", true},
     {"AdaptiveAvgPool2d", "m = AdaptiveAvgPool2d(1)\nn = AdaptiveAvgPool2d([2, 3])", "x: f32[2, 3, 4, 6]",
      "y = concat(flatten(m(x)), flatten(n(x)), dim = 1)", false},
+    /* tied maxima (issue 34): PyTorch sends the gradient of max pooling, max(x, dim),
+     * min(x, dim) and EmbeddingBag's max to the first extreme element, and splits it among
+     * ties for amax, amin and a whole-tensor max() or min(). A case named ties_* has its
+     * float inputs and weights on a few uint8 levels (tied_value). */
+    {"ties_max_pool2d", "", "x: f32[2, 2, 6, 7]",
+     "y = concat(flatten(max_pool2d(x, 2)), flatten(max_pool2d(x, 3, stride = 1)), flatten(max_pool2d(x, 2, stride = 1, padding = 1)),"
+     " flatten(max_pool2d(x, [3, 2], stride = [2, 1], padding = 1, dilation = [1, 2], ceil_mode = true)), dim = 1)",
+     false},
+    {"ties_MaxPool2d", "a = MaxPool2d(2)\nb = MaxPool2d(3, stride = 2, padding = 1)\nc = Conv2d(2, 3, 3)", "x: f32[2, 2, 7, 6]",
+     "y = concat(flatten(a(x)), flatten(b(x)), flatten(a(relu(c(x)) + 0.5)), dim = 1)", false},
+    {"ties_max_min_dim", "", "x: f32[3, 4, 5]",
+     "y = concat(flatten(max(x, 1), 0), flatten(min(x, dim = 2, keepdim = true), 0), flatten(x.max(-1), 0),"
+     " flatten(x.min(0), 0), flatten(max(x, axis = 0, keepdim = true), 0), dim = 0)",
+     false},
+    {"ties_amax_amin", "", "x: f32[3, 4, 5]",
+     "y = concat(flatten(amax(x, 1), 0), flatten(amin(x, dim = 2, keepdim = true), 0), flatten(x.amax(-1), 0),"
+     " flatten(amin(x, axis = [0, 2]), 0), flatten(amax(x, dim = [1, 2], keepdim = true), 0), dim = 0) + max(x) * 2 + min(x) * 3"
+     " + amax(x) - amin(x) * 0.5",
+     false},
+    {"ties_EmbeddingBag_max", "o = EmbeddingBag(7, 4, mode = \"max\")\np = EmbeddingBag(7, 4, mode = \"max\", padding_idx = 2)",
+     "i: i64[3, 4]", "y = o(i) + p(i)", false},
 };
 
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
@@ -162,6 +183,15 @@ static void case_text(char *buf, size_t n, const ParityCase *c)
 {
     snprintf(buf, n, "model t\n%s\nforward(%s) -> y {\n %s\n}\nloss(y) = %s\n", c->members, c->inputs, c->body,
              c->cubic ? "sum(y * y * y / 3 + y * y + y)" : "sum(y * y / 2 + y)");
+}
+
+/* Quantized values, as uint8 images give: four levels of k/255 (so maxima tie), and runs of
+ * 12 elements of one value (so whole windows are constant). */
+static double tied_value(int64_t e, int input)
+{
+    if (e / 12 % 4 == 1) return (double)(float)(200.0 / 255);
+    uint64_t h = (uint64_t)(e + 31 * input) * UINT64_C(2654435761);
+    return (double)(float)((double)((h >> 13) % 4) * 60 / 255);
 }
 
 static void put_array(StrBuf *o, const double *v, int64_t n)
@@ -192,6 +222,7 @@ static void run_case(StrBuf *o, const ParityCase *c)
 {
     char text[4096];
     case_text(text, sizeof text, c);
+    const bool ties = !strncmp(c->name, "ties_", 5);
     Diag d;
     diag_init(&d, NULL);
     Model *m = frontend_compile(&d, "parity.kiln", text, strlen(text), MODE_TRAIN);
@@ -210,7 +241,9 @@ static void run_case(StrBuf *o, const ParityCase *c)
         for (int k = 0; k < n->shape.rank; k++) cnt *= n->shape.d[k].k;
         double *v = malloc(sizeof(double) * (size_t)(cnt ? cnt : 1));
         for (int64_t e = 0; e < cnt; e++)
-            v[e] = ir_dtype_is_float((DType)n->dtype) ? (double)(float)(1.3 * sin((double)e * 1.37 + 0.5 * i)) : (double)((e * 7 + i) % 3);
+            v[e] = !ir_dtype_is_float((DType)n->dtype) ? (double)((e * 7 + i) % 3)
+                   : ties                              ? tied_value(e, i)
+                                                       : (double)(float)(1.3 * sin((double)e * 1.37 + 0.5 * i));
         interp_set(&ip, i, v);
         free(v);
     }
@@ -218,7 +251,8 @@ static void run_case(StrBuf *o, const ParityCase *c)
     /* weights rounded to float32, as PyTorch will hold them */
     for (NodeId i = 0; i < g->nnodes; i++)
         if (g->nodes[i].op == OP_PARAM && ir_dtype_is_float((DType)g->nodes[i].dtype))
-            for (int64_t e = 0; e < ip.vals[i].n; e++) ip.vals[i].data[e] = (double)(float)ip.vals[i].data[e];
+            for (int64_t e = 0; e < ip.vals[i].n; e++)
+                ip.vals[i].data[e] = (double)(float)(ties ? tied_value(e, i) - 0.4 : ip.vals[i].data[e]);
     cr_assert_eq(interp_run(&ip), 0, "%s: %s", c->name, ip.err.data);
     sb_printf(o, "{\"name\": \"%s\", \"cubic\": %s, \"model\": ", c->name, c->cubic ? "true" : "false");
     sb_putc(o, '"');

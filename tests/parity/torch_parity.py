@@ -153,6 +153,21 @@ REFERENCES = {
     "BatchNorm1d_3d": mod(lambda: Members(m=nn.BatchNorm1d(3, momentum=0.2)), lambda m, x: m.m(x["x"])),
     "GroupNorm": mod(lambda: Members(m=nn.GroupNorm(2, 4)), lambda m, x: m.m(x["x"])),
     "RMSNorm": mod(lambda: Members(m=RMSNorm(6)), lambda m, x: m.m(x["x"])),
+    "ties_max_pool2d": fn(lambda x: torch.cat([
+        F.max_pool2d(x, 2).flatten(1), F.max_pool2d(x, 3, stride=1).flatten(1), F.max_pool2d(x, 2, stride=1, padding=1).flatten(1),
+        F.max_pool2d(x, (3, 2), stride=(2, 1), padding=1, dilation=(1, 2), ceil_mode=True).flatten(1)], dim=1)),
+    "ties_MaxPool2d": mod(lambda: Members(a=nn.MaxPool2d(2), b=nn.MaxPool2d(3, stride=2, padding=1), c=nn.Conv2d(2, 3, 3)),
+                          lambda m, x: torch.cat([m.a(x["x"]).flatten(1), m.b(x["x"]).flatten(1),
+                                                  m.a(F.relu(m.c(x["x"])) + 0.5).flatten(1)], dim=1)),
+    "ties_max_min_dim": fn(lambda x: torch.cat([torch.max(x, 1)[0].flatten(), torch.min(x, dim=2, keepdim=True)[0].flatten(),
+                                                x.max(-1)[0].flatten(), x.min(0)[0].flatten(),
+                                                torch.max(x, dim=0, keepdim=True)[0].flatten()])),
+    "ties_amax_amin": fn(lambda x: torch.cat([torch.amax(x, 1).flatten(), torch.amin(x, dim=2, keepdim=True).flatten(),
+                                              x.amax(-1).flatten(), torch.amin(x, dim=(0, 2)).flatten(),
+                                              torch.amax(x, dim=(1, 2), keepdim=True).flatten()])
+                         + x.max() * 2 + x.min() * 3 + torch.amax(x, dim=(0, 1, 2)) - torch.amin(x, dim=(0, 1, 2)) * 0.5),
+    "ties_EmbeddingBag_max": mod(lambda: Members(o=nn.EmbeddingBag(7, 4, mode="max"), p=nn.EmbeddingBag(7, 4, mode="max", padding_idx=2)),
+                                 lambda m, x: m.o(x["i"]) + m.p(x["i"])),
     "AdaptiveAvgPool2d": mod(lambda: Members(m=nn.AdaptiveAvgPool2d(1), n=nn.AdaptiveAvgPool2d((2, 3))),
                              lambda m, x: torch.cat([m.m(x["x"]).flatten(1), m.n(x["x"]).flatten(1)], dim=1)),
 }
