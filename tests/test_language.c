@@ -69,6 +69,8 @@ static const struct {
     {"mean", "x: f32[2, 3, 4]", "y = mean(x, AXIS = [0, 2], keepdim = true)"},
     {"max", "x: f32[2, 3, 4]", "y = max(x, AXIS = -1)"},
     {"min", "x: f32[2, 3, 4]", "y = min(x, AXIS = 0)"},
+    {"amax", "x: f32[2, 3, 4]", "y = amax(x, AXIS = [0, 2])"},
+    {"amin", "x: f32[2, 3, 4]", "y = amin(x, AXIS = 1, keepdim = true)"},
     {"var", "x: f32[2, 3, 4]", "y = var(x, AXIS = 1)"},
     {"std", "x: f32[2, 3, 4]", "y = std(x, AXIS = 2, unbiased = false)"},
     {"argmax", "x: f32[2, 3, 4]", "y = argmax(x, AXIS = 1)"},
