@@ -610,8 +610,10 @@ static Graph *decode_graph(const char *file, const Model *train, Diag *d, StrBuf
     return g;
 }
 
-static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *err)
+static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *err, BuildProgress *pg)
 {
+    if (!g_report) /* (--report prints during the passes: its lines would mix with the progress line) */
+        progress_stage(pg, 0, "running the passes (autodiff, simplify, remat, fusion, memplan)");
     if (apply_bounds(train->graph, g_bounds, g_nbounds, err)) return -1;
     Model *eval = eval_model(file, d, err);
     if (!eval) return -1;
@@ -656,6 +658,7 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
         fprintf(stderr, "kiln: %s", rep.data);
         sb_free(&rep);
     }
+    progress_stage(pg, 0, "generating %s code", g_cuda ? "CUDA" : "C");
     int nkv;
     char **kv = recipe_flatten(&train->recipe, &nkv);
     if (g_precision.scale_loss && !g_infer) { /* what the program scales by: the defaults written out */
@@ -715,7 +718,7 @@ static int cmd_emit(const Options *o, Model *train, Diag *d)
     StrBuf err, c;
     sb_init(&err);
     sb_init(&c);
-    int rc = generate(o->file, train, d, &c, &err) ? 1 : write_model_c(o->output, name, &c, NULL);
+    int rc = generate(o->file, train, d, &c, &err, NULL) ? 1 : write_model_c(o->output, name, &c, NULL);
     if (!rc) fprintf(stderr, "kiln: wrote %s/%s (%zu bytes)\n", o->output, name, c.len);
     if (err.len) fprintf(stderr, "%s\n", err.data);
     sb_free(&err);
@@ -799,7 +802,11 @@ static int build_to(const Options *o, Model *train, Diag *d, const char *prog)
     int rc = 1;
     char dir[4096] = "";
     char *model_c = NULL;
-    if (generate(o->file, train, d, &c, &err)) goto done;
+    /* on a terminal, one line that says what the build is doing: the passes, code
+     * generation, the compilers (how many of their parts are done), the link */
+    BuildProgress pg;
+    progress_init(&pg, 4);
+    if (generate(o->file, train, d, &c, &err, &pg)) goto done;
     if (o->embed && embed_weights(o->embed, train->graph, o->cuda, &c)) goto done;
     if (build_tempdir_make(dir, sizeof dir)) {
         fprintf(stderr, "kiln: error: cannot create a temporary directory: %s\n", strerror(errno));
@@ -807,14 +814,16 @@ static int build_to(const Options *o, Model *train, Diag *d, const char *prog)
         goto done;
     }
     if (write_model_c(dir, o->cuda ? "model.cu" : "model.c", &c, &model_c)) goto done;
-    if (o->lib ? build_library(model_c, prog, train->graph->name, o->cflags, &log)
-               : o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, o->infer, o->distributed, &log)
-                         : build_program(model_c, prog, o->cflags, o->infer, o->distributed, &log)) {
+    if (o->lib ? build_library(model_c, prog, train->graph->name, o->cflags, &log, &pg)
+               : o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, o->infer, o->distributed, &log, &pg)
+                         : build_program(model_c, prog, o->cflags, o->infer, o->distributed, &log, &pg)) {
+        progress_clear(&pg);
         fprintf(stderr, "kiln: error: building %s failed:\n%s\n", prog, log.data ? log.data : "");
         goto done;
     }
     rc = 0;
 done:
+    progress_clear(&pg);
     if (err.len) fprintf(stderr, "%s\n", err.data);
     if (dir[0]) build_tempdir_remove(dir);
     free(model_c);
@@ -836,7 +845,7 @@ static int cmd_train(const char *file, Model *train, Diag *d, int argc, char **a
     o.file = file;
     set_precision(&o, train); /* kiln train takes the recipe's (its flags are the program's) */
     if (set_loss_scale("train", train) || set_weight_rounding("train", &o, train)) return 2;
-    if (generate(file, train, d, &c, &err)) {
+    if (generate(file, train, d, &c, &err, NULL)) {
         fprintf(stderr, "%s\n", err.data);
         return 1;
     }
