@@ -145,6 +145,23 @@ Test(plot, one_point)
     sb_free(&out);
 }
 
+/* A run still writing its log (or killed mid-line): the cut last line is left out with a
+ * warning, the rest drawn. A cut line that is not the last is an error. */
+Test(plot, incomplete_last_line)
+{
+    char path[256], args[512];
+    snprintf(path, sizeof path, "%s/live.jsonl", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"step\": 1, \"loss\": 2.5, \"lr\": 0.001}\n{\"step\": 2, \"loss\": 2.4, \"lr\": 0.001}\n{\"step\": 3, \"lo", f);
+    fclose(f);
+    StrBuf out;
+    sb_init(&out);
+    snprintf(args, sizeof args, "%s -o %s/live.png", path, dir);
+    cr_expect_eq(plot(args, &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "live.jsonl:3: warning: the last line is incomplete"), "%s", out.data);
+    sb_free(&out);
+}
+
 /* The bad logs of the corpus: exit 1 and the expected first line. */
 Test(plot, bad_logs)
 {
