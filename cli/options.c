@@ -358,10 +358,25 @@ static int unknown_flag(const char *cmd, unsigned bit, const char *a)
         int d = util_edit_distance(flags[i].name, a);
         if (d < bestd) bestd = d, best = flags[i].name;
     }
-    char msg[512];
-    if (best) snprintf(msg, sizeof msg, "unknown option '%.200s' (did you mean '%s'?)", a, best);
-    else snprintf(msg, sizeof msg, "unknown option '%.200s'", a);
-    return cli_usage_error(cmd, "%s", msg);
+    /* a flag of other commands: say which */
+    unsigned others = 0;
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (!strcmp(flags[i].name, a) || (flags[i].alias && !strcmp(flags[i].alias, a))) others |= flags[i].commands;
+    StrBuf msg;
+    sb_init(&msg);
+    sb_printf(&msg, "unknown option '%.200s'", a);
+    if (others) {
+        sb_printf(&msg, " (kiln %s takes no %s; ", cmd, a);
+        int n = 0;
+        for (size_t c = 0; c < sizeof commands / sizeof commands[0]; c++)
+            if (others & commands[c].bit) sb_printf(&msg, "%s%s", n++ ? ", " : "", commands[c].name);
+        sb_printf(&msg, " do%s)", n == 1 ? "es" : "");
+    } else if (best) {
+        sb_printf(&msg, " (did you mean '%s'?)", best);
+    }
+    int rc = cli_usage_error(cmd, "%s", msg.data);
+    sb_free(&msg);
+    return rc;
 }
 
 int cli_parse_options(const char *cmd, int argc, char **argv, Options *o)
