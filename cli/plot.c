@@ -92,10 +92,11 @@ static void series_settle(Series *s)
     free(p);
 }
 
-/* Keys of a log line that are not metrics. */
+/* Keys of a log line that are not worth a --metric panel (grad_norm and loss_scale are:
+ * --metric grad_norm draws the gradient norm). */
 static bool bookkeeping(const char *k)
 {
-    static const char *const keys[] = {"step", "epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped", "skipped_steps", "eval_loss"};
+    static const char *const keys[] = {"step", "epoch", "loss", "lr", "skipped", "skipped_steps", "eval_loss"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         if (!strcmp(k, keys[i])) return true;
     return false;

@@ -214,7 +214,7 @@ Test(plot, bad_command_lines)
         {"%1$s/missing.jsonl -o %1$s/x.png", 1, "missing.jsonl: error: cannot open the log: No such file or directory"},
         {"%1$s/a.jsonl -o %1$s/x.jpg", 2, "x.jpg: the image's format comes from its extension, .png or .svg; this one has '.jpg'"},
         {"%1$s/a.jsonl -o %1$s/x", 2, "the image's format comes from its extension, .png or .svg; this one has none"},
-        {"%1$s/a.jsonl --metric f1 -o %1$s/x.png", 2, "kiln plot: error: --metric f1: no log has it (their metrics: accuracy)"},
+        {"%1$s/a.jsonl --metric f1 -o %1$s/x.png", 2, "kiln plot: error: --metric f1: no log has it (their metrics: grad_norm, accuracy)"},
         {"%1$s/a.jsonl --metric accuracy,bleu -o %1$s/x.png", 2, "--metric bleu: no log has it"},
         {"%1$s/zero.jsonl --log-y -o %1$s/x.png", 1, "zero.jsonl:2: error: --log-y: loss 0 is not positive"},
         {"%1$s/a.jsonl -o %1$s/nodir/x.png", 1, "-o %1$s/nodir/x.png: cannot create the image: No such file or directory"},
