@@ -6,6 +6,7 @@
  * -O3 -march=native -fno-trapping-math -fopenmp; --cflags comes after them, so its flags win. */
 #include <dirent.h>
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,29 +146,98 @@ void build_fingerprint(StrBuf *key)
     }
 }
 
-/* Runs a shell command, its output appended to log; 0 when it succeeded. */
-static int run_logged(const char *cmd, StrBuf *log, const char *what)
+/* Moves what of pend is the compilers' output into log; the progress markers in it
+ * (PROGRESS_MARK...\n, progress.h) go to pg instead. A marker not yet complete stays in pend
+ * (unless at_end). */
+static void take_output(StrBuf *pend, StrBuf *log, BuildProgress *pg, bool at_end)
+{
+    size_t i = 0, mlen = strlen(PROGRESS_MARK);
+    while (i < pend->len) {
+        char *m = memchr(pend->data + i, PROGRESS_MARK[0], pend->len - i);
+        if (!m) {
+            sb_putn(log, pend->data + i, pend->len - i);
+            i = pend->len;
+            break;
+        }
+        size_t at = (size_t)(m - pend->data);
+        sb_putn(log, pend->data + i, at - i);
+        i = at;
+        char *nl = memchr(m, '\n', pend->len - at);
+        if (!nl) {
+            if (!at_end) break; /* the rest of it comes with the next read */
+            sb_putn(log, m, pend->len - at);
+            i = pend->len;
+            break;
+        }
+        size_t n = (size_t)(nl - m) + 1;
+        if (n > mlen && !memcmp(m, PROGRESS_MARK, mlen)) {
+            const char *what = m + mlen;
+            size_t wl = n - mlen - 1;
+            if (wl == 4 && !memcmp(what, "done", 4)) progress_piece_done(pg);
+            else if (wl > 6 && !memcmp(what, "stage ", 6)) progress_stage(pg, 0, "%.*s", (int)(wl - 6), what + 6);
+        } else {
+            sb_putn(log, m, n); /* a byte 1 of the compiler's own */
+        }
+        i += n;
+    }
+    memmove(pend->data, pend->data + i, pend->len - i);
+    pend->len -= i;
+    if (pend->data) pend->data[pend->len] = 0;
+}
+
+/* Runs a shell command, its output appended to log; 0 when it succeeded. While it runs,
+ * the progress line (pg, may be NULL) follows its markers and counts the seconds. */
+static int run_logged(const char *cmd, StrBuf *log, const char *what, BuildProgress *pg)
 {
     FILE *p = popen(cmd, "r");
     if (!p) {
         sb_printf(log, "cannot run the %s: %s", what, cmd);
         return -1;
     }
+    int fd = fileno(p);
+    StrBuf pend;
+    sb_init(&pend);
     char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0) sb_putn(log, chunk, n);
+    for (;;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int r = poll(&pfd, 1, pg && pg->on ? 1000 : -1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r == 0) {
+            progress_tick(pg);
+            continue;
+        }
+        ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        sb_putn(&pend, chunk, (size_t)n);
+        take_output(&pend, log, pg, false);
+        progress_tick(pg);
+    }
+    take_output(&pend, log, pg, true);
+    sb_free(&pend);
     int rc = pclose(p) == 0 ? 0 : -1;
     if (rc) sb_printf(log, "\nthe %s failed (%s)", what, cmd);
     return rc;
 }
 
-int build_run_logged(const char *cmd, StrBuf *log, const char *what) { return run_logged(cmd, log, what); }
+int build_run_logged(const char *cmd, StrBuf *log, const char *what, BuildProgress *pg) { return run_logged(cmd, log, what, pg); }
+
+/* The basename of a compiler command, for the progress line. */
+static const char *tool_name(const char *cmd, char *buf, size_t n)
+{
+    size_t len = strcspn(cmd, " ");
+    const char *slash = cmd;
+    for (size_t i = 0; i < len; i++)
+        if (cmd[i] == '/') slash = cmd + i + 1;
+    snprintf(buf, n, "%.*s", (int)(len - (size_t)(slash - cmd)), slash);
+    return buf;
+}
 
 /* Compiles the two halves of model.c at the same time (two compilers, one per core of a
  * small machine; see KILN_PART in the generated file), then links them with the driver
  * (train_main.c, compiled when Kiln was built). The objects go next to model_c and are
  * removed. */
-int build_program(const char *model_c, const char *prog, const char *extra_cflags, bool infer, bool distributed, StrBuf *log)
+int build_program(const char *model_c, const char *prog, const char *extra_cflags, bool infer, bool distributed, StrBuf *log, BuildProgress *pg)
 {
     if (distributed && !KILN_DIST_MPI[0]) {
         sb_puts(log, "--distributed needs MPI, and Kiln was built without it: install libopenmpi-dev and openmpi-bin "
@@ -185,17 +255,18 @@ int build_program(const char *model_c, const char *prog, const char *extra_cflag
     shell_word(&flags, KILN_RUNTIME_DIR);
     const char *slash = strrchr(model_c, '/');
     int dirlen = slash ? (int)(slash - model_c + 1) : 0;
-    /* sh: the first half in the background, the second in the foreground, then the link */
+    /* sh: the first half in the background, the second in the foreground (each marks its
+     * end for the progress line), then the link */
     for (int part = 0; part < 2; part++) {
         sb_init(&obj[part]);
         sb_printf(&obj[part], "%.*smodel%d.o", dirlen, model_c, part + 1);
-        sb_printf(&cmd, "%s-DKILN_PART=%d -c ", flags.data, part + 1);
+        sb_printf(&cmd, "%s%s-DKILN_PART=%d -c ", part ? "" : "( ", flags.data, part + 1);
         shell_word(&cmd, model_c);
         sb_puts(&cmd, "-o ");
         shell_word(&cmd, obj[part].data);
-        sb_puts(&cmd, part ? "2>&1; second=$?; wait $!; first=$?; " : "2>&1 & ");
+        sb_puts(&cmd, part ? "2>&1; second=$?; " PROGRESS_SH_DONE "; wait $!; first=$?; " : "2>&1; s=$?; " PROGRESS_SH_DONE "; exit $s ) & ");
     }
-    sb_printf(&cmd, "[ $first = 0 ] && [ $second = 0 ] && %s", flags.data);
+    sb_printf(&cmd, "[ $first = 0 ] && [ $second = 0 ] && " PROGRESS_SH_STAGE("linking the program") " && %s", flags.data);
     shell_word(&cmd, obj[0].data);
     shell_word(&cmd, obj[1].data);
     shell_word(&cmd, infer ? KILN_INFER_MAIN : KILN_TRAIN_MAIN);
@@ -211,7 +282,9 @@ int build_program(const char *model_c, const char *prog, const char *extra_cflag
     if (distributed) sb_printf(&cmd, "%s ", KILN_MPI_LIBS);
     /* libgomp by name too: the runtime's loops need it even when --cflags says -fno-openmp. */
     sb_printf(&cmd, "%s -lz -lm -lpthread 2>&1", KILN_OPENMP_LIBS);
-    int rc = run_logged(cmd.data, log, "C compiler");
+    char tool[64];
+    progress_stage(pg, 2, "compiling model.c with %s", tool_name(cc, tool, sizeof tool));
+    int rc = run_logged(cmd.data, log, "C compiler", pg);
     for (int part = 0; part < 2; part++) {
         unlink(obj[part].data);
         sb_free(&obj[part]);
@@ -229,7 +302,8 @@ bool build_have_nvcc(void) { return KILN_NVCC[0] != 0; }
  * without FMA contraction, so that the optimizer rounds as the host's does. A distributed
  * program adds the NCCL gradient transport (runtime/cuda/dist_nccl.cu, against the
  * emulator's NCCL for cuda-emu), dist_mpi.c and MPI. */
-int build_cuda_program(const char *model_cu, const char *prog, bool emulated, const char *extra_flags, bool infer, bool distributed, StrBuf *log)
+int build_cuda_program(const char *model_cu, const char *prog, bool emulated, const char *extra_flags, bool infer, bool distributed, StrBuf *log,
+                       BuildProgress *pg)
 {
     if (distributed && !KILN_DIST_MPI[0]) {
         sb_puts(log, "--distributed needs MPI, and Kiln was built without it: install libopenmpi-dev and openmpi-bin "
@@ -268,12 +342,12 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
     for (int part = 0; part < 2; part++) {
         sb_init(&obj[part]);
         sb_printf(&obj[part], "%.*smodel%d.o", dirlen, model_cu, part + 1);
-        sb_printf(&cmd, "%s%s%s-c ", compile.data, part ? (emulated ? "-ffp-contract=off " : "-fmad=false ") : "", emulated ? "-x c++ " : "");
+        sb_printf(&cmd, "%s%s%s%s-c ", part ? "" : "( ", compile.data, part ? (emulated ? "-ffp-contract=off " : "-fmad=false ") : "", emulated ? "-x c++ " : "");
         shell_word(&cmd, sources[part]);
         sb_puts(&cmd, "-o ");
         shell_word(&cmd, obj[part].data);
         if (part && distributed) { /* then, on the same core, the gradient transport: NCCL's, bootstrapped over MPI */
-            sb_printf(&cmd, "2>&1 && %s%s%s ", compile.data, emulated ? "-x c++ " : "", KILN_MPI_INCLUDES);
+            sb_printf(&cmd, "2>&1 && " PROGRESS_SH_DONE " && %s%s%s ", compile.data, emulated ? "-x c++ " : "", KILN_MPI_INCLUDES);
             if (!emulated) {
                 sb_puts(&cmd, "-I");
                 shell_word(&cmd, KILN_NCCL_INCLUDE_DIR);
@@ -283,9 +357,9 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
             sb_puts(&cmd, "-o ");
             shell_word(&cmd, obj3.data);
         }
-        sb_puts(&cmd, part ? "2>&1; second=$?; wait $!; first=$?; " : "2>&1 & ");
+        sb_puts(&cmd, part ? "2>&1; second=$?; " PROGRESS_SH_DONE "; wait $!; first=$?; " : "2>&1; s=$?; " PROGRESS_SH_DONE "; exit $s ) & ");
     }
-    sb_printf(&cmd, "[ $first = 0 ] && [ $second = 0 ] && %s %s ", cxx, emulated ? KILN_EMU_CXXFLAGS : "");
+    sb_printf(&cmd, "[ $first = 0 ] && [ $second = 0 ] && " PROGRESS_SH_STAGE("linking the program") " && %s %s ", cxx, emulated ? KILN_EMU_CXXFLAGS : "");
     shell_word(&cmd, obj[0].data);
     shell_word(&cmd, obj[1].data);
     if (distributed) shell_word(&cmd, obj3.data);
@@ -316,7 +390,10 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
     if (emulated) shell_word(&cmd, KILN_BLAS_LIB); /* the emulator's cuBLAS; the GPU program needs no OpenBLAS */
     if (distributed) sb_printf(&cmd, "%s ", KILN_MPI_LIBS);
     sb_printf(&cmd, "%s %s -lz -lm -lpthread 2>&1", KILN_DEFAULT_LDFLAGS, KILN_OPENMP_LIBS);
-    int rc = run_logged(cmd.data, log, emulated ? "C++ compiler" : "CUDA compiler");
+    char tool[64];
+    progress_stage(pg, distributed ? 3 : 2, "compiling model.cu%s with %s", emulated ? " for the CUDA emulator" : "",
+                   tool_name(emulated ? cxx : KILN_NVCC, tool, sizeof tool));
+    int rc = run_logged(cmd.data, log, emulated ? "C++ compiler" : "CUDA compiler", pg);
     for (int part = 0; part < 2; part++) {
         unlink(obj[part].data);
         sb_free(&obj[part]);

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 
 #include "../util/util.h"
+#include "progress.h"
 
 /* Compiles model_c with the runtime's train_main.c into prog. Returns 0, or -1 with the
  * compiler's output in *log. */
@@ -15,19 +16,22 @@ void build_fingerprint(StrBuf *key);
  * distributed: a training program of MPI ranks (runtime/dist_mpi.c and MPI's libraries,
  * kiln build --distributed) instead of one process (dist_single.c); -1 with a message when
  * Kiln was built without MPI. */
-int build_program(const char *model_c, const char *prog, const char *extra_cflags, bool infer, bool distributed, StrBuf *log);
+/* pg (may be NULL): the progress line, which the compile and link stages advance. */
+int build_program(const char *model_c, const char *prog, const char *extra_cflags, bool infer, bool distributed, StrBuf *log, BuildProgress *pg);
 /* Compiles model_cu (--target cuda, or cuda-emu when `emulated`) with the CUDA host runtime
  * and the driver (infer: the inference program's, infer_main.c) into prog. extra_flags go
  * to both compilations. Returns 0, or -1 with the compiler's output in *log. */
-int build_cuda_program(const char *model_cu, const char *prog, bool emulated, const char *extra_flags, bool infer, bool distributed, StrBuf *log);
+int build_cuda_program(const char *model_cu, const char *prog, bool emulated, const char *extra_flags, bool infer, bool distributed, StrBuf *log,
+                       BuildProgress *pg);
 /* Compiles model_c (an inference model.c) into an embeddable library in dir: dir/NAME.h,
  * dir/libNAME.a and dir/libNAME.so (lib_build.c). Returns 0, or -1 with the tools' output
  * in *log. */
-int build_library(const char *model_c, const char *dir, const char *name, const char *extra_cflags, StrBuf *log);
+int build_library(const char *model_c, const char *dir, const char *name, const char *extra_cflags, StrBuf *log, BuildProgress *pg);
 /* Appends s as one single-quoted shell word (and a space); runs a shell command with its
- * output appended to log, 0 when it succeeded (`what` names it in the log). */
+ * output appended to log, 0 when it succeeded (`what` names it in the log), following
+ * its progress markers (progress.h) on pg. */
 void build_shell_word(StrBuf *b, const char *s);
-int build_run_logged(const char *cmd, StrBuf *log, const char *what);
+int build_run_logged(const char *cmd, StrBuf *log, const char *what, BuildProgress *pg);
 /* Whether Kiln was built with a CUDA toolkit (nvcc) for --target cuda. */
 bool build_have_nvcc(void);
 /* The GPUs --target cuda builds for: one compute_80 PTX, assembled by ptxas for the A100

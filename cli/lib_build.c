@@ -30,7 +30,7 @@ static void move_into(StrBuf *cmd, const char *file, const char *dir, const char
     sb_free(&to);
 }
 
-int build_library(const char *model_c, const char *dir, const char *name, const char *extra_cflags, StrBuf *log)
+int build_library(const char *model_c, const char *dir, const char *name, const char *extra_cflags, StrBuf *log, BuildProgress *pg)
 {
     char abs_dir[PATH_MAX];
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
@@ -58,8 +58,9 @@ int build_library(const char *model_c, const char *dir, const char *name, const 
     sb_puts(&cmd, "cd ");
     build_shell_word(&cmd, scratch.data);
     /* the two halves at once (KILN_PART, as a program's), then lib_gen and the glue */
-    sb_printf(&cmd, "&& { %s-DKILN_PART=1 -c model.c -o model1.o 2>&1 & %s-DKILN_PART=2 -c model.c -o model2.o 2>&1; second=$?; wait $!; first=$?; "
-                    "[ $first = 0 ] && [ $second = 0 ]; } && %s model1.o model2.o ",
+    sb_printf(&cmd, "&& { ( %s-DKILN_PART=1 -c model.c -o model1.o 2>&1; s=$?; " PROGRESS_SH_DONE "; exit $s ) & "
+                    "%s-DKILN_PART=2 -c model.c -o model2.o 2>&1; second=$?; " PROGRESS_SH_DONE "; wait $!; first=$?; "
+                    "[ $first = 0 ] && [ $second = 0 ]; } && " PROGRESS_SH_STAGE("making the library") " && %s model1.o model2.o ",
               flags.data, flags.data, flags.data);
     build_shell_word(&cmd, KILN_LIB_RUN);
     build_shell_word(&cmd, KILN_LIB_GEN);
@@ -88,7 +89,8 @@ int build_library(const char *model_c, const char *dir, const char *name, const 
     sb_printf(&file, "lib%s.so", name);
     sb_puts(&cmd, "&& ");
     move_into(&cmd, "lib.so", abs_dir, file.data);
-    int rc = build_run_logged(cmd.data, log, "library build");
+    progress_stage(pg, 2, "compiling model.c with %s", strrchr(cc, '/') ? strrchr(cc, '/') + 1 : cc);
+    int rc = build_run_logged(cmd.data, log, "library build", pg);
     sb_free(&scratch);
     sb_free(&flags);
     sb_free(&cmd);

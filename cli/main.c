@@ -16,301 +16,13 @@
 #include "../passes/passes.h"
 #include "../codegen/codegen.h"
 #include "build.h"
+#include "options.h"
+#include "plot.h"
 #include "../runtime/kiln_model.h"
 #include <sys/stat.h>
 
 static void print_plan(const Graph *g, const char *after, StrBuf *out);
 
-static const char *usage_main =
-    "usage: kiln COMMAND [options]\n"
-    "\n"
-    "Kiln compiles model files (*.kiln) into IR, and later into training programs.\n"
-    "\n"
-    "commands:\n"
-    "  check FILE        parse and check a model; print its parameters, inputs, outputs and recipe\n"
-    "  ir FILE           print the model's IR after any pass, as text or Graphviz DOT\n"
-    "  gradcheck FILE    check every parameter gradient against finite differences\n"
-    "  emit FILE -o DIR  write the model's generated C (DIR/model.c)\n"
-    "  build FILE -o PROG  compile the model into a training program\n"
-    "  train FILE [FLAGS]  build (cached) and run the training program; FLAGS go to it\n"
-    "  tokens GLOB -o OUT  write a token file (docs/formats.md) of the bytes of text files\n"
-    "\n"
-    "options:\n"
-    "  -h, --help        show this help (kiln COMMAND --help for a command's options)\n"
-    "  --version         print the version\n";
-
-static const char *usage_check =
-    "usage: kiln check FILE [--mode train|eval]\n"
-    "\n"
-    "Parses and checks FILE. Prints every parameter (state_dict name, shape, count, init),\n"
-    "the total parameter count, the inputs and outputs, symbolic sizes and the training\n"
-    "recipe with its defaults. Exits 0 when the model is valid, 1 with diagnostics if not.\n"
-    "\n"
-    "options:\n"
-    "  --mode train|eval  graph to build (default train: dropout on, batch statistics)\n";
-
-static const char *usage_ir =
-    "usage: kiln ir FILE [--after PASS] [--stats] [--dot] [-o OUT] [--mode train|eval]\n"
-    "       kiln ir --passes\n"
-    "\n"
-    "Prints the IR of FILE in Kiln's text form (docs/ir.md), or as a Graphviz graph with\n"
-    "--dot (render with: dot -Tsvg OUT -o graph.svg). By default the graph as lowered\n"
-    "(forward, loss, metrics); --after PASS runs the pipeline up to PASS.\n"
-    "\n"
-    "options:\n"
-    "  --after PASS       print the graph after PASS (lower, autodiff, simplify, precision, remat,\n"
-    "                     fusion, memplan)\n"
-    "  --precision P      fp32, bf16 or fp16: overrides the recipe's precision (the precision pass)\n"
-    "  --weight-rounding R  nearest or stochastic (bf16): overrides the recipe's weight_rounding\n"
-    "  --passes           list the passes in pipeline order\n"
-    "  --stats            print node counts before and after each pass (to stderr)\n"
-    "  --dot              print Graphviz DOT instead of text\n"
-    "  -o, --output OUT   write to OUT (atomically) instead of standard output\n"
-    "  --mode train|eval  graph to build (default train)\n";
-
-static const char *usage_emit =
-    "usage: kiln emit FILE -o DIR [--target c|cuda|cuda-emu] [--infer]\n"
-    "\n"
-    "Compiles FILE (forward, loss, gradients; train and eval modes) to C and writes\n"
-    "DIR/model.c, which defines `kiln_model_def` (runtime/kiln_model.h). Build it with the\n"
-    "runtime: cc -O2 -Iruntime DIR/model.c ... -lkiln_rt -lopenblas -lz -lm -lpthread.\n"
-    "--target cuda (or cuda-emu: the same file) writes DIR/model.cu instead, in Kiln's CUDA\n"
-    "dialect (docs/cuda.md); a kernel it cannot write yet is an error naming its model line.\n"
-    "--infer writes the model.c of an inference program (kiln build --infer) instead: the\n"
-    "evaluation step and the forward alone, no training step (docs/inference.md).\n";
-
-static const char *usage_build =
-    "usage: kiln build FILE -o PROG [--target c|cuda|cuda-emu] [--cflags FLAGS] [--bound NAME=N] [--report]\n"
-    "                  [--memory-budget SIZE] [--precision fp32|bf16|fp16] [--weight-rounding nearest|stochastic]\n"
-    "                  [--infer [--embed-weights CKPT]] [--lib [--embed-weights CKPT]]\n"
-    "                  [--distributed [--bucket-size SIZE]]\n"
-    "\n"
-    "Compiles FILE into a standalone training program PROG (generated C + the runtime,\n"
-    "with $CC or the compiler Kiln was built with). Run PROG --help for its options.\n"
-    "--target cuda trains on an NVIDIA GPU (model.cu compiled by nvcc for sm_80 and sm_90,\n"
-    "cuBLAS); --target cuda-emu compiles the same model.cu with the host C++ compiler ($CXX)\n"
-    "against Kiln's CUDA emulator, to run and debug it on the CPU (docs/cuda.md). --cflags\n"
-    "goes to the compiler of the target.\n"
-    "--bound T=64 lowers a size's bound for this program (memory is planned for it).\n"
-    "--report prints, before anything runs, the bytes of each memory slab (parameters,\n"
-    "gradients, optimizer state, buffers) and the activation arenas at the bounds.\n"
-    "--memory-budget SIZE (e.g. 1.5GiB; or the recipe's memory_budget) makes the training\n"
-    "memory fit: cheap values (elementwise, views) are recomputed where the backward pass\n"
-    "reads them, then blocks (calls of the model's own modules from forward) are\n"
-    "checkpointed, the most memory per recomputed FLOP first, until the plan fits; an error\n"
-    "gives the smallest figure when none does.\n"
-    "--precision P overrides the recipe's precision: bf16 or fp16 trains in mixed precision\n"
-    "(half-precision matrix-product inputs and kept activations, fp32 master weights;\n"
-    "docs/precision.md); fp32 (or f32) trains in single precision, on either target.\n"
-    "--weight-rounding stochastic (bf16; or the recipe's weight_rounding) rounds the training\n"
-    "step's bf16 copies of the weights from the fp32 masters stochastically (llm.c's), not to\n"
-    "nearest (autocast's).\n"
-    "--infer builds an inference program instead: the forward in eval mode on input files,\n"
-    "weights from a checkpoint (PROG --weights DIR|FILE), outputs to .npy, top-k, and loss\n"
-    "and metrics when the loss's inputs are given (docs/inference.md); with --target cuda or\n"
-    "cuda-emu its steps run on the GPU (or the emulator).\n"
-    "--embed-weights CKPT (with --infer or --lib) compiles the weights of CKPT (a checkpoint\n"
-    "directory or a .safetensors file, Kiln's or PyTorch's) into the program or library.\n"
-    "--lib -o DIR builds an embeddable C library instead: DIR/MODEL.h, DIR/libMODEL.a and\n"
-    "DIR/libMODEL.so, the forward in caller-owned memory (docs/library.md; C target only).\n"
-    "--distributed builds a data-parallel training program for MPI: mpirun -np N PROG\n"
-    "trains on N processes, the recipe's batch split across them, gradients summed in\n"
-    "buckets of --bucket-size (default 25MiB) as the backward finishes each\n"
-    "(docs/distributed.md): by MPI on the C target, by NCCL with --target cuda (by the\n"
-    "emulator's NCCL over MPI with cuda-emu).\n";
-
-static const char *usage_train =
-    "usage: kiln train FILE [PROGRAM FLAGS...]\n"
-    "\n"
-    "Builds FILE's training program (cached by the content of the generated code, in\n"
-    "$XDG_CACHE_HOME/kiln or ~/.cache/kiln) and runs it; every flag after FILE is passed\n"
-    "to the program (e.g. --steps 100, --resume DIR; see kiln train FILE --help).\n";
-
-static const char *usage_gradcheck =
-    "usage: kiln gradcheck FILE [--seed N] [--tolerance T] [--atol A] [--samples N] [--size N] [--inputs]\n"
-    "\n"
-    "Differentiates FILE's loss, then compares every parameter gradient (run by the\n"
-    "reference interpreter in double precision, parameters initialised as PyTorch does,\n"
-    "random inputs) against central finite differences on a sample of its elements.\n"
-    "An element passes when |analytic - numeric| <= atol + rtol * |numeric|. Elements whose\n"
-    "step crosses a kink (relu at 0, a max-pooling tie, a flipping comparison) are replaced\n"
-    "by others; detached values are held fixed. Prints one line per parameter: ok, FAIL,\n"
-    "gradient identically zero, or not checked, with notes; exits 1 when any FAILs.\n"
-    "\n"
-    "options:\n"
-    "  --seed N           seed of parameters, inputs and samples (default 0)\n"
-    "  --tolerance T      rtol, the relative error allowed (default 1e-6)\n"
-    "  --atol A           absolute error allowed (default: the rounding noise of the\n"
-    "                     difference, 100 * eps * max(|loss|, 1) / step)\n"
-    "  --samples N        elements checked per tensor (default 8)\n"
-    "  --size N           value of every symbolic size such as B and T (default 2)\n"
-    "  --inputs           also check the gradients of float inputs\n";
-
-typedef struct {
-    const char *file;
-    const char *output;
-    const char *after;
-    const char *cflags;
-    const char *bounds[8]; /* "T=64": lower a symbol's bound for this build */
-    int nbounds;
-    bool dot, stats, list_passes, inputs, report;
-    int64_t memory_budget; /* build, emit: --memory-budget SIZE (0: none) */
-    const char *precision; /* build, emit, ir: --precision NAME (NULL: the recipe's) */
-    const char *weight_rounding; /* build, emit, ir: --weight-rounding nearest|stochastic (NULL: the recipe's) */
-    bool cuda;     /* emit, build: --target cuda or cuda-emu */
-    bool emulated; /* build: --target cuda-emu */
-    bool infer;    /* build: --infer */
-    bool lib;      /* build: --lib */
-    const char *embed; /* build: --embed-weights CKPT */
-    bool distributed;     /* build, emit: --distributed */
-    int64_t bucket_bytes; /* build, emit: --bucket-size SIZE (0: not given) */
-    GraphMode mode;
-    uint64_t seed;
-    double tolerance, atol;
-    int samples;
-    int64_t size;
-} Options;
-
-/* Parses a number option's value; false when it is not a valid number in [lo, hi]. */
-static bool number_arg(const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || !(v >= lo && v <= hi)) return false;
-    *out = v;
-    return true;
-}
-
-static const char *usage_of(const char *cmd)
-{
-    if (!cmd) return usage_main;
-    if (!strcmp(cmd, "check")) return usage_check;
-    if (!strcmp(cmd, "ir")) return usage_ir;
-    if (!strcmp(cmd, "gradcheck")) return usage_gradcheck;
-    if (!strcmp(cmd, "emit")) return usage_emit;
-    if (!strcmp(cmd, "build")) return usage_build;
-    if (!strcmp(cmd, "train")) return usage_train;
-    return usage_main;
-}
-
-static int usage_error(const char *cmd, const char *fmt, const char *arg)
-{
-    fprintf(stderr, "kiln%s%s: error: ", cmd ? " " : "", cmd ? cmd : "");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", usage_of(cmd));
-    return 2;
-}
-
-/* Parses the options of `cmd`; returns -1 to continue, else an exit status. */
-static int parse_options(const char *cmd, int argc, char **argv, Options *o, const char *usage)
-{
-    memset(o, 0, sizeof *o);
-    o->mode = MODE_TRAIN;
-    o->tolerance = 1e-6;
-    o->samples = 8;
-    o->size = 2;
-    bool ir = !strcmp(cmd, "ir"), gc = !strcmp(cmd, "gradcheck");
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        double v;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage, stdout);
-            return 0;
-        }
-        bool has_value = i + 1 < argc;
-        if (ir && !strcmp(a, "--after")) {
-            if (!has_value) return usage_error(cmd, "--after needs a pass name (see kiln ir --passes)%s", "");
-            o->after = argv[++i];
-            if (!pipeline_has_pass(o->after)) return usage_error(cmd, "unknown pass '%s' (kiln ir --passes lists them)", o->after);
-            continue;
-        }
-        if (ir && !strcmp(a, "--stats")) { o->stats = true; continue; }
-        if (ir && !strcmp(a, "--passes")) { o->list_passes = true; continue; }
-        if (gc && !strcmp(a, "--inputs")) { o->inputs = true; continue; }
-        if (gc && (!strcmp(a, "--seed") || !strcmp(a, "--tolerance") || !strcmp(a, "--atol") || !strcmp(a, "--samples") || !strcmp(a, "--size"))) {
-            if (!has_value) return usage_error(cmd, "%s needs a value", a);
-            const char *val = argv[++i];
-            if (!strcmp(a, "--seed") && number_arg(val, 0, 9e15, &v) && v == floor(v)) o->seed = (uint64_t)v;
-            else if (!strcmp(a, "--tolerance") && number_arg(val, 0, 1e300, &v)) o->tolerance = v;
-            else if (!strcmp(a, "--atol") && number_arg(val, 0, 1e300, &v)) o->atol = v;
-            else if (!strcmp(a, "--samples") && number_arg(val, 1, 1e6, &v) && v == floor(v)) o->samples = (int)v;
-            else if (!strcmp(a, "--size") && number_arg(val, 1, 1 << 20, &v) && v == floor(v)) o->size = (int64_t)v;
-            else return usage_error(cmd, "invalid value '%s' for this option", val);
-            continue;
-        }
-        if (!strcmp(a, "--mode")) {
-            if (i + 1 >= argc) return usage_error(cmd, "--mode needs a value: train or eval%s", "");
-            const char *m = argv[++i];
-            if (!strcmp(m, "train")) o->mode = MODE_TRAIN;
-            else if (!strcmp(m, "eval")) o->mode = MODE_EVAL;
-            else return usage_error(cmd, "--mode must be train or eval, not '%s'", m);
-        } else if (ir && !strcmp(a, "--dot")) {
-            o->dot = true;
-        } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--bound")) {
-            if (!has_value || !strchr(argv[i + 1], '=')) return usage_error(cmd, "--bound needs NAME=N, e.g. --bound T=64%s", "");
-            if (o->nbounds < 8) o->bounds[o->nbounds++] = argv[i + 1];
-            i++;
-        } else if ((!strcmp(cmd, "emit") || !strcmp(cmd, "build")) && !strcmp(a, "--target")) {
-            if (!has_value) return usage_error(cmd, "--target needs a value: c, cuda or cuda-emu%s", "");
-            const char *t = argv[++i];
-            o->cuda = !strcmp(t, "cuda") || !strcmp(t, "cuda-emu");
-            o->emulated = !strcmp(t, "cuda-emu");
-            if (strcmp(t, "c") && !o->cuda) return usage_error(cmd, "--target must be c, cuda or cuda-emu, not '%s'", t);
-        } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--report")) {
-            o->report = true;
-        } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--memory-budget")) {
-            if (!has_value) return usage_error(cmd, "--memory-budget needs a size, e.g. 1.5GiB%s", "");
-            if (!util_parse_size(argv[++i], &o->memory_budget))
-                return usage_error(cmd, "--memory-budget: '%s' is not a size (e.g. 1.5GiB, 800MiB, 2GB, 4096)", argv[i]);
-        } else if ((ir || !strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--precision")) {
-            if (!has_value) return usage_error(cmd, "--precision needs a value: fp32, bf16 or fp16%s", "");
-            o->precision = argv[++i];
-            if (recipe_precision_dtype(o->precision) < 0)
-                return usage_error(cmd, "--precision must be fp32, bf16 or fp16 (f32 and f16 are aliases), not '%s'", o->precision);
-        } else if ((ir || !strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--weight-rounding")) {
-            if (!has_value) return usage_error(cmd, "--weight-rounding needs a value: nearest or stochastic%s", "");
-            o->weight_rounding = argv[++i];
-            if (strcmp(o->weight_rounding, "nearest") && strcmp(o->weight_rounding, "stochastic"))
-                return usage_error(cmd, "--weight-rounding must be nearest or stochastic, not '%s'", o->weight_rounding);
-        } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--infer")) {
-            o->infer = true;
-        } else if (!strcmp(cmd, "build") && !strcmp(a, "--lib")) {
-            o->lib = true;
-        } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--distributed")) {
-            o->distributed = true;
-        } else if ((!strcmp(cmd, "build") || !strcmp(cmd, "emit")) && !strcmp(a, "--bucket-size")) {
-            if (!has_value) return usage_error(cmd, "--bucket-size needs a size, e.g. 25MiB%s", "");
-            if (!util_parse_size(argv[++i], &o->bucket_bytes) || o->bucket_bytes < 4 || o->bucket_bytes > ((int64_t)1 << 32))
-                return usage_error(cmd, "--bucket-size: '%s' is not a size from 4 bytes to 4GiB (e.g. 25MiB, 1MB, 65536)", argv[i]);
-        } else if (!strcmp(cmd, "build") && !strcmp(a, "--embed-weights")) {
-            if (!has_value) return usage_error(cmd, "--embed-weights needs a checkpoint: a directory or a .safetensors file%s", "");
-            o->embed = argv[++i];
-        } else if (!strcmp(cmd, "build") && !strcmp(a, "--cflags")) {
-            if (!has_value) return usage_error(cmd, "--cflags needs a value%s", "");
-            o->cflags = argv[++i];
-        } else if ((ir || !strcmp(cmd, "emit") || !strcmp(cmd, "build")) && (!strcmp(a, "-o") || !strcmp(a, "--output"))) {
-            if (i + 1 >= argc) return usage_error(cmd, "%s needs a file name", a);
-            o->output = argv[++i];
-        } else if (a[0] == '-' && a[1]) {
-            return usage_error(cmd, "unknown option '%s'", a);
-        } else if (o->file) {
-            return usage_error(cmd, "more than one model file given ('%s')", a);
-        } else {
-            o->file = a;
-        }
-    }
-    if (!o->file && !o->list_passes) return usage_error(cmd, "no model file given%s", "");
-    if (!strcmp(cmd, "emit") && !o->output) return usage_error(cmd, "emit needs an output directory: -o DIR%s", "");
-    if (!strcmp(cmd, "build") && !o->output) return usage_error(cmd, "build needs an output program: -o PROG%s", "");
-    if (o->lib && o->infer) return usage_error(cmd, "--lib and --infer: give one of them (a library or an inference program)%s", "");
-    if (o->lib && o->cuda) return usage_error(cmd, "--lib is not available for --target %s yet (build it for the C target)", o->emulated ? "cuda-emu" : "cuda");
-    if (o->embed && !o->infer && !o->lib)
-        return usage_error(cmd, "--embed-weights %s: only inference programs embed weights (add --infer), and libraries (--lib)", o->embed);
-    if (o->bucket_bytes && !o->distributed) return usage_error(cmd, "--bucket-size sizes the gradient buckets of distributed programs: add --distributed%s", "");
-    if (o->distributed && o->infer) return usage_error(cmd, "--distributed builds a training program; inference programs (--infer) run on one process%s", "");
-    if (o->distributed && !o->bucket_bytes) o->bucket_bytes = 25 << 20; /* PyTorch DDP's bucket_cap_mb = 25 */
-    return -1;
-}
 
 /* 0 when a file can be created in dir (tried, with a probe file that is removed: the
  * permission bits do not tell for root, read-only mounts or /sys), else the errno. */
@@ -574,27 +286,12 @@ static int cmd_gradcheck(const Options *o, Model *m)
 /* kiln tokens GLOB -o OUT [--exclude GLOB] [--width 2|4]: byte-level tokens of text files. */
 static int cmd_tokens(int argc, char **argv)
 {
-    const char *pattern = NULL, *out = NULL, *exclude = "";
-    int width = 2;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        bool has = i + 1 < argc;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            puts("usage: kiln tokens GLOB -o OUT [--exclude GLOB] [--width 2|4]\n\n"
-                 "Writes the bytes of every file matching GLOB (sorted by name, minus --exclude) as a\n"
-                 "token file (docs/formats.md) for `data = tokens(\"OUT\", ...)`.");
-            return 0;
-        }
-        if (!strcmp(a, "-o") && has) out = argv[++i];
-        else if (!strcmp(a, "--exclude") && has) exclude = argv[++i];
-        else if (!strcmp(a, "--width") && has) {
-            width = atoi(argv[++i]);
-            if (width != 2 && width != 4) return usage_error("tokens", "--width must be 2 or 4, not '%s'", argv[i]);
-        } else if (a[0] == '-') return usage_error("tokens", "unknown option '%s'", a);
-        else if (!pattern) pattern = a;
-        else return usage_error("tokens", "more than one input pattern given ('%s')", a);
-    }
-    if (!pattern || !out) return usage_error("tokens", "needs an input pattern and -o OUT%s", "");
+    Options o;
+    int rc = cli_parse_options("tokens", argc, argv, &o);
+    cli_options_free(&o);
+    if (rc >= 0) return rc;
+    const char *pattern = o.file, *out = o.output, *exclude = o.exclude;
+    int width = o.width;
     krt_array text;
     krt_error err;
     if (krt_text_load(pattern, exclude, &text, &err) != KRT_OK) {
@@ -952,8 +649,10 @@ static Graph *decode_graph(const char *file, const Model *train, Diag *d, StrBuf
     return g;
 }
 
-static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *err)
+static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *err, BuildProgress *pg)
 {
+    if (!g_report) /* (--report prints during the passes: its lines would mix with the progress line) */
+        progress_stage(pg, 0, "running the passes (autodiff, simplify, remat, fusion, memplan)");
     if (apply_bounds(train->graph, g_bounds, g_nbounds, err)) return -1;
     Model *eval = eval_model(file, d, err);
     if (!eval) return -1;
@@ -999,6 +698,7 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
         fprintf(stderr, "kiln: %s", rep.data);
         sb_free(&rep);
     }
+    progress_stage(pg, 0, "generating %s code", g_cuda ? "CUDA" : "C");
     int nkv;
     char **kv = recipe_flatten(&train->recipe, &nkv);
     if (g_precision.scale_loss && !g_infer) { /* what the program scales by: the defaults written out */
@@ -1058,7 +758,7 @@ static int cmd_emit(const Options *o, Model *train, Diag *d)
     StrBuf err, c;
     sb_init(&err);
     sb_init(&c);
-    int rc = generate(o->file, train, d, &c, &err) ? 1 : write_model_c(o->output, name, &c, NULL);
+    int rc = generate(o->file, train, d, &c, &err, NULL) ? 1 : write_model_c(o->output, name, &c, NULL);
     if (!rc) fprintf(stderr, "kiln: wrote %s/%s (%zu bytes)\n", o->output, name, c.len);
     if (err.len) fprintf(stderr, "%s\n", err.data);
     sb_free(&err);
@@ -1142,7 +842,11 @@ static int build_to(const Options *o, Model *train, Diag *d, const char *prog)
     int rc = 1;
     char dir[4096] = "";
     char *model_c = NULL;
-    if (generate(o->file, train, d, &c, &err)) goto done;
+    /* on a terminal, one line that says what the build is doing: the passes, code
+     * generation, the compilers (how many of their parts are done), the link */
+    BuildProgress pg;
+    progress_init(&pg, 4);
+    if (generate(o->file, train, d, &c, &err, &pg)) goto done;
     if (o->embed && embed_weights(o->embed, train->graph, o->cuda, &c)) goto done;
     if (build_tempdir_make(dir, sizeof dir)) {
         fprintf(stderr, "kiln: error: cannot create a temporary directory: %s\n", strerror(errno));
@@ -1150,14 +854,16 @@ static int build_to(const Options *o, Model *train, Diag *d, const char *prog)
         goto done;
     }
     if (write_model_c(dir, o->cuda ? "model.cu" : "model.c", &c, &model_c)) goto done;
-    if (o->lib ? build_library(model_c, prog, train->graph->name, o->cflags, &log)
-               : o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, o->infer, o->distributed, &log)
-                         : build_program(model_c, prog, o->cflags, o->infer, o->distributed, &log)) {
+    if (o->lib ? build_library(model_c, prog, train->graph->name, o->cflags, &log, &pg)
+               : o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, o->infer, o->distributed, &log, &pg)
+                         : build_program(model_c, prog, o->cflags, o->infer, o->distributed, &log, &pg)) {
+        progress_clear(&pg);
         fprintf(stderr, "kiln: error: building %s failed:\n%s\n", prog, log.data ? log.data : "");
         goto done;
     }
     rc = 0;
 done:
+    progress_clear(&pg);
     if (err.len) fprintf(stderr, "%s\n", err.data);
     if (dir[0]) build_tempdir_remove(dir);
     free(model_c);
@@ -1179,7 +885,7 @@ static int cmd_train(const char *file, Model *train, Diag *d, int argc, char **a
     o.file = file;
     set_precision(&o, train); /* kiln train takes the recipe's (its flags are the program's) */
     if (set_loss_scale("train", train) || set_weight_rounding("train", &o, train)) return 2;
-    if (generate(file, train, d, &c, &err)) {
+    if (generate(file, train, d, &c, &err, NULL)) {
         fprintf(stderr, "%s\n", err.data);
         return 1;
     }
@@ -1252,7 +958,8 @@ static int cmd_model(const char *cmd, int argc, char **argv)
 {
     bool ir = !strcmp(cmd, "ir");
     Options o;
-    int rc = parse_options(cmd, argc, argv, &o, usage_of(cmd));
+    int rc = cli_parse_options(cmd, argc, argv, &o);
+    cli_options_free(&o); /* plot's lists: not used here */
     if (rc >= 0) return rc;
     if (o.list_passes) {
         int n;
@@ -1387,15 +1094,25 @@ static void print_plan(const Graph *g, const char *after, StrBuf *out)
     fusion_free(&f);
 }
 
+/* Prints the help of cmd (NULL: kiln's) to f. */
+static void print_usage(const char *cmd, FILE *f)
+{
+    StrBuf u;
+    sb_init(&u);
+    cli_usage(cmd, &u);
+    fputs(u.data, f);
+    sb_free(&u);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fputs(usage_main, stderr);
+        print_usage(NULL, stderr);
         return 2;
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
-        fputs(usage_main, stdout);
+        print_usage(NULL, stdout);
         return 0;
     }
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
@@ -1405,13 +1122,24 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "check") || !strcmp(cmd, "ir") || !strcmp(cmd, "gradcheck") || !strcmp(cmd, "emit") || !strcmp(cmd, "build"))
         return cmd_model(cmd, argc - 2, argv + 2);
     if (!strcmp(cmd, "tokens")) return cmd_tokens(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plot")) {
+        Options o;
+        int rc = cli_parse_options(cmd, argc - 2, argv + 2, &o);
+        if (rc < 0) {
+            PlotOptions po = {.files = o.files, .nfiles = o.nfiles, .metrics = o.metrics, .nmetrics = o.nmetrics,
+                              .output = o.output, .log_y = o.log_y};
+            rc = plot_run(&po);
+        }
+        cli_options_free(&o);
+        return rc;
+    }
     if (!strcmp(cmd, "train")) {
         if (argc < 3 || argv[2][0] == '-') {
             if (argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
-                fputs(usage_train, stdout);
+                print_usage("train", stdout);
                 return 0;
             }
-            return usage_error("train", "no model file given%s", "");
+            return cli_usage_error("train", "no model file given%s", "");
         }
         Options o;
         memset(&o, 0, sizeof o);
@@ -1425,17 +1153,34 @@ int main(int argc, char **argv)
         diag_free(&d);
         return rc;
     }
-    static const char *commands[] = {"check", "ir", "gradcheck", "emit", "build", "train", "tokens", "help", "version"};
+    int ncmds;
+    const CliCommand *cmds = cli_commands(&ncmds);
+    StrBuf names;
+    sb_init(&names);
     const char *best = NULL;
     int bestd = 1000;
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-        int dist = util_edit_distance(commands[i], cmd);
-        if (dist < bestd) bestd = dist, best = commands[i];
+    for (int i = 0; i < ncmds; i++) {
+        sb_printf(&names, "%s%s", i ? ", " : "", cmds[i].name);
+        int dist = util_edit_distance(cmds[i].name, cmd);
+        if (dist < bestd) bestd = dist, best = cmds[i].name;
     }
-    if (cmd[0] == '-') return usage_error(NULL, "unknown option '%s'; commands: check, ir, gradcheck, emit, build, train, tokens", cmd);
-    if (bestd <= 2) {
+    static const char *const extra[] = {"help", "version"};
+    for (int i = 0; i < 2; i++) {
+        int dist = util_edit_distance(extra[i], cmd);
+        if (dist < bestd) bestd = dist, best = extra[i];
+    }
+    int rc;
+    char msg[512];
+    if (cmd[0] == '-') {
+        snprintf(msg, sizeof msg, "unknown option '%.200s'; commands: %s", cmd, names.data);
+        rc = cli_usage_error(NULL, "%s", msg);
+    } else if (bestd <= 2) {
         fprintf(stderr, "kiln: error: unknown command '%s' (did you mean '%s'?)\n", cmd, best);
-        return 2;
+        rc = 2;
+    } else {
+        snprintf(msg, sizeof msg, "unknown command '%.200s'; commands: %s", cmd, names.data);
+        rc = cli_usage_error(NULL, "%s", msg);
     }
-    return usage_error(NULL, "unknown command '%s'; commands: check, ir, gradcheck, emit, build, train, tokens", cmd);
+    sb_free(&names);
+    return rc;
 }

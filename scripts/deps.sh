@@ -8,6 +8,7 @@ packages=(
   libcriterion-dev python3-venv      # tests (python3-venv: their Python environment, below)
   libopenblas-dev zlib1g-dev         # the runtime: BLAS for matmuls, gzip for IDX data
   graphviz                           # `kiln ir --dot` output is checked with dot
+  libcairo2-dev                      # `kiln plot` draws training curves to PNG and SVG with cairo
   dataset-fashion-mnist fortunes     # the reference models' training data
   openmpi-bin libopenmpi-dev         # kiln build --distributed (MPI) and tests/test_dist.c (mpirun)
   python3-torch                      # tests/test_parity.c: PyTorch 1.13 for parity checks

@@ -1,9 +1,12 @@
-/* test_cli.c — the `kiln` command's handling of its output paths: `kiln build -o PROG`,
+/* test_cli.c — the `kiln` command's help, kept in step with its flag table and the docs
+ * (and the training program's), and its handling of its output paths: `kiln build -o PROG`,
  * `kiln emit -o DIR` and `kiln ir -o FILE` name a missing directory, an unwritable one,
  * or an output that is a directory (or not one) in one line, exit 2 (the command line is
  * wrong), and do so before anything is compiled: never "the C compiler failed" with its
  * command line. */
 #include <criterion/criterion.h>
+#include <ctype.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -12,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../cli/options.h"
 #include "support.h"
 
 static char dir[64];
@@ -193,3 +197,249 @@ static void interrupted_build(const char *sig, bool rebuild)
 Test(cli, a_terminated_build_removes_its_scratch_directory) { interrupted_build("TERM", false); }
 
 Test(cli, the_next_build_removes_a_killed_builds_scratch_directory) { interrupted_build("KILL", true); }
+
+/* ---- help and docs in step with the flags that exist ----
+ * The kiln command's flags are cli/options.c's table; the training program's are the
+ * table `flags[]` of runtime/train_main.c (read from the source, so that a row added
+ * there is checked without changing this test) and a distributed program's own, printed by
+ * tm_dist_usage in runtime/dist_mpi.c. A flag must be in its command's --help and in the
+ * docs; a --flag that a help text names must exist. */
+
+/* Whether text has `flag` as a whole word: not followed by a letter, digit or '-', not
+ * preceded by one (so --log is not found in --log-y or in --eval-batches' text). */
+static bool has_flag_word(const char *text, const char *flag)
+{
+    size_t n = strlen(flag);
+    for (const char *p = text; (p = strstr(p, flag)); p++) {
+        char before = p > text ? p[-1] : ' ', after = p[n];
+        bool word = (after == 0 || !(isalnum((unsigned char)after) || after == '-' || after == '_')) &&
+                    !(isalnum((unsigned char)before) || before == '-' || before == '_');
+        if (word) return true;
+    }
+    return false;
+}
+
+/* The docs a flag may be described in: README.md and every docs/NAME.md (or the one file
+ * `only`), concatenated. */
+static char *read_docs(const char *only)
+{
+    StrBuf all;
+    sb_init(&all);
+    size_t len;
+    char *readme = support_read("README.md", &len);
+    cr_assert(readme, "no README.md");
+    sb_puts(&all, readme);
+    free(readme);
+    if (only) {
+        char *t = support_read(only, &len);
+        cr_assert(t, "no %s", only);
+        sb_puts(&all, t);
+        free(t);
+        return sb_take(&all);
+    }
+    DIR *d = opendir(support_path("docs"));
+    cr_assert(d);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n < 4 || strcmp(e->d_name + n - 3, ".md")) continue;
+        char rel[300];
+        snprintf(rel, sizeof rel, "docs/%s", e->d_name);
+        char *t = support_read(rel, &len);
+        if (t) sb_puts(&all, t);
+        free(t);
+    }
+    closedir(d);
+    return sb_take(&all);
+}
+
+/* The `--name` words of a text (help output), each once, into names (at most cap). */
+static int flags_named_in(const char *text, char names[][48], int cap)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, "--")); p += 2) {
+        if (p > text && (isalnum((unsigned char)p[-1]) || p[-1] == '-')) continue;
+        size_t len = 2;
+        while (isalnum((unsigned char)p[len]) || p[len] == '-' || p[len] == '_') len++;
+        if (len == 2 || len >= 48) continue;
+        bool seen = false;
+        for (int i = 0; i < n; i++) seen |= strlen(names[i]) == len && !strncmp(names[i], p, len);
+        if (seen || n == cap) continue;
+        memcpy(names[n], p, len);
+        names[n++][len] = 0;
+    }
+    return n;
+}
+
+/* The flags of the table whose rows start with {"--NAME" between `start` and the next
+ * line "};" of the source file rel. */
+static int flags_of_table(const char *rel, const char *start, char names[][48], int cap)
+{
+    size_t len;
+    char *src = support_read(rel, &len);
+    cr_assert(src, "no %s", rel);
+    char *p = strstr(src, start);
+    cr_assert(p, "%s: no '%s'", rel, start);
+    char *end = strstr(p, "\n};");
+    cr_assert(end, "%s: the table does not end", rel);
+    *end = 0;
+    int n = 0;
+    for (char *q = p; (q = strstr(q, "{\"--")) && n < cap; q++) {
+        size_t k = strcspn(q + 2, "\"");
+        cr_assert(k < 48);
+        memcpy(names[n], q + 2, k);
+        names[n++][k] = 0;
+    }
+    free(src);
+    return n;
+}
+
+/* The training program's flags: train_main.c's table and a distributed program's. */
+static int program_flags(char names[][48], int cap, int *ndist)
+{
+    int n = flags_of_table("runtime/train_main.c", "static const Flag flags[] = {", names, cap);
+    cr_assert(n >= 20, "only %d flags found in train_main.c's table", n);
+    size_t len;
+    char *src = support_read("runtime/dist_mpi.c", &len);
+    cr_assert(src);
+    char *p = strstr(src, "void tm_dist_usage(FILE *f)");
+    cr_assert(p, "dist_mpi.c: no tm_dist_usage");
+    char *end = strstr(p, "\n}");
+    *end = 0;
+    *ndist = 0;
+    for (char *q = p; (q = strstr(q, "\"--")) && n < cap; q++) {
+        size_t k = strcspn(q + 1, "\" ");
+        memcpy(names[n], q + 1, k);
+        names[n++][k] = 0;
+        ++*ndist;
+    }
+    free(src);
+    cr_assert(*ndist >= 1, "no flags found in tm_dist_usage");
+    return n;
+}
+
+static char *kiln_help(const char *cmd)
+{
+    char args[64];
+    snprintf(args, sizeof args, "%s --help", cmd ? cmd : "");
+    StrBuf out;
+    sb_init(&out);
+    int rc = support_run_kiln(args, &out);
+    cr_assert_eq(rc, 0, "kiln %s: status %d\n%s", args, rc, out.data);
+    return sb_take(&out);
+}
+
+Test(cli, every_flag_is_in_its_help_and_the_docs)
+{
+    int nflags, ncmds;
+    const CliFlag *flags = cli_flags(&nflags);
+    const CliCommand *cmds = cli_commands(&ncmds);
+    char *docs = read_docs(NULL);
+    for (int c = 0; c < ncmds; c++) {
+        char *help = kiln_help(cmds[c].name);
+        for (int i = 0; i < nflags; i++) {
+            if (!(flags[i].commands & cmds[c].bit)) continue;
+            cr_expect(has_flag_word(help, flags[i].name), "kiln %s --help does not list %s", cmds[c].name, flags[i].name);
+            if (flags[i].alias) cr_expect(has_flag_word(help, flags[i].alias), "kiln %s --help does not list %s", cmds[c].name, flags[i].alias);
+        }
+        free(help);
+    }
+    for (int i = 0; i < nflags; i++) {
+        cr_expect(flags[i].help && *flags[i].help, "%s has no help line", flags[i].name);
+        cr_expect(has_flag_word(docs, flags[i].name), "%s (kiln %s) is in neither README.md nor docs/", flags[i].name,
+                  cli_commands(&ncmds)[__builtin_ctz(flags[i].commands)].name);
+    }
+    for (int c = 0; c < ncmds; c++)
+        cr_expect(strstr(docs, cmds[c].name), "the command %s is in neither README.md nor docs/", cmds[c].name);
+    free(docs);
+}
+
+/* Every --flag a help text names exists: a kiln flag (of any command: help texts point
+ * to each other), one of the training program's (kiln train passes them on), or --help and
+ * --version. */
+Test(cli, every_flag_a_help_names_exists)
+{
+    int nflags, ncmds, ndist;
+    const CliFlag *flags = cli_flags(&nflags);
+    const CliCommand *cmds = cli_commands(&ncmds);
+    static char prog[128][48];
+    int nprog = program_flags(prog, 128, &ndist);
+    for (int c = -1; c < ncmds; c++) {
+        char *help = kiln_help(c < 0 ? NULL : cmds[c].name);
+        static char named[256][48];
+        int n = flags_named_in(help, named, 256);
+        for (int k = 0; k < n; k++) {
+            bool known = !strcmp(named[k], "--help") || !strcmp(named[k], "--version");
+            for (int i = 0; i < nflags && !known; i++) known = !strcmp(flags[i].name, named[k]);
+            for (int i = 0; i < nprog && !known; i++) known = !strcmp(prog[i], named[k]);
+            cr_expect(known, "kiln %s --help names %s, which no command has", c < 0 ? "" : cmds[c].name, named[k]);
+        }
+        free(help);
+    }
+}
+
+/* The training program: PROG --help lists every flag of its table and nothing else, and
+ * each is in README.md or docs/training.md (a distributed program's own: in README.md or
+ * docs/distributed.md). */
+Test(cli, the_training_programs_flags_are_in_its_help_and_the_docs, .timeout = 120)
+{
+    static char prog[128][48];
+    int ndist;
+    int n = program_flags(prog, 128, &ndist);
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(support_run_kiln("train models/mlp.kiln --help", &out), 0, "%s", out.data);
+    const char *help = strstr(out.data, "usage: ");
+    cr_assert(help, "no usage in:\n%s", out.data);
+    char *training = read_docs("docs/training.md"), *distributed = read_docs("docs/distributed.md");
+    for (int i = 0; i < n; i++) {
+        bool dist = i >= n - ndist;
+        if (!dist) cr_expect(has_flag_word(help, prog[i]), "PROG --help does not list %s (runtime/train_main.c)", prog[i]);
+        cr_expect(has_flag_word(dist ? distributed : training, prog[i]), "the training program's %s is in neither README.md nor %s", prog[i],
+                  dist ? "docs/distributed.md" : "docs/training.md");
+    }
+    static char named[256][48];
+    int nn = flags_named_in(help, named, 256);
+    for (int k = 0; k < nn; k++) {
+        bool known = !strcmp(named[k], "--help");
+        for (int i = 0; i < n && !known; i++) known = !strcmp(prog[i], named[k]);
+        cr_expect(known, "PROG --help names %s, which is not in train_main.c's table", named[k]);
+    }
+    free(training);
+    free(distributed);
+    sb_free(&out);
+}
+
+/* ---- the progress line of kiln build ---- */
+
+/* On a terminal (a pseudo-terminal made by script(1)), kiln build says what it is doing on
+ * one line rewritten with carriage returns: the stages, the compiler's parts done. Not on
+ * a pipe: there stderr has the one line it always had. */
+Test(cli, build_progress_on_a_terminal_only, .timeout = 120)
+{
+    StrBuf out;
+    sb_init(&out);
+    if (support_run("command -v script", &out) != 0) cr_skip_test("no script(1) (util-linux) to make a terminal");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "script -qec \"'%s' build '%s' -o '%s/tty-mlp'\" /dev/null </dev/null", KILN_BINARY, support_path("models/mlp.kiln"),
+             dir);
+    out.len = 0;
+    int rc = support_run(cmd, &out);
+    const char *text = out.data ? out.data : "";
+    cr_assert_eq(rc, 0, "%s\n%s", cmd, text);
+    static const char *const want[] = {"\rkiln: [1/4] running the passes", "\rkiln: [2/4] generating C code",
+                                       "\rkiln: [3/4] compiling model.c with ", ": 1 of 2 parts done", ": 2 of 2 parts done",
+                                       "\rkiln: [4/4] linking the program", "kiln: built "};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) cr_expect(strstr(text, want[i]), "no \"%s\" on the terminal:\n%s", want[i], text);
+    /* the last line is the result alone: the progress line was blanked before it */
+    const char *built = strstr(text, "kiln: built ");
+    cr_expect(built && built > text && built[-1] == '\r', "the result does not start a clean line:\n%s", text);
+
+    snprintf(cmd, sizeof cmd, "'%s' build '%s' -o '%s/pipe-mlp' 2>&1 >/dev/null | cat", KILN_BINARY, support_path("models/mlp.kiln"), dir);
+    out.len = 0;
+    cr_assert_eq(support_run(cmd, &out), 0, "%s", out.data);
+    char expect[256];
+    snprintf(expect, sizeof expect, "kiln: built %s/pipe-mlp\n", dir);
+    cr_expect_str_eq(out.data, expect, "not a terminal: expected only the result line");
+    sb_free(&out);
+}
