@@ -136,7 +136,7 @@ void build_fingerprint(StrBuf *key)
         fclose(f);
     }
     /* the runtime and every header the generated code includes */
-    const char *files[] = {KILN_RUNTIME_LIB, KILN_TRAIN_MAIN, KILN_TRAIN_BENCH, KILN_INFER_MAIN, KILN_DIST_SINGLE, KILN_DIST_MPI, KILN_DIST_GRADS_MPI, KILN_RUNTIME_DIR "/kiln_model.h", KILN_RUNTIME_DIR "/kiln_gemm.h",
+    const char *files[] = {KILN_RUNTIME_LIB, KILN_TRAIN_MAIN, KILN_TRAIN_BENCH, KILN_TRAIN_CKPT, KILN_INFER_MAIN, KILN_DIST_SINGLE, KILN_DIST_MPI, KILN_DIST_GRADS_MPI, KILN_RUNTIME_DIR "/kiln_model.h", KILN_RUNTIME_DIR "/kiln_gemm.h",
                            KILN_RUNTIME_DIR "/kiln_math.h", KILN_RUNTIME_DIR "/kiln_half.h", KILN_RUNTIME_DIR "/kiln_rng.h", KILN_RUNTIME_DIR "/optim_elem.h",
                            KILN_RUNTIME_DIR "/cuda/kiln_cuda.h", KILN_RUNTIME_DIR "/cuda/kiln_cuda_model.h", KILN_RUNTIME_DIR "/cuda/device.cu",
                            KILN_RUNTIME_DIR "/cuda/dist_nccl.cu", KILN_RUNTIME_DIR "/dist_mpi.h", KILN_CUDA_EMU_LIB, KILN_CUDA_EMU_NCCL_LIB};
@@ -270,7 +270,10 @@ int build_program(const char *model_c, const char *prog, const char *extra_cflag
     shell_word(&cmd, obj[0].data);
     shell_word(&cmd, obj[1].data);
     shell_word(&cmd, infer ? KILN_INFER_MAIN : KILN_TRAIN_MAIN);
-    if (!infer) shell_word(&cmd, KILN_TRAIN_BENCH);
+    if (!infer) {
+        shell_word(&cmd, KILN_TRAIN_BENCH);
+        shell_word(&cmd, KILN_TRAIN_CKPT);
+    }
     /* The training program's processes: MPI's (dist_mpi.c, summing the gradients with MPI:
      * dist_grads_mpi.c), or one (dist_single.c). */
     if (!infer) shell_word(&cmd, distributed ? KILN_DIST_MPI : KILN_DIST_SINGLE);
@@ -364,7 +367,10 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
     shell_word(&cmd, obj[1].data);
     if (distributed) shell_word(&cmd, obj3.data);
     shell_word(&cmd, infer ? KILN_INFER_MAIN : KILN_TRAIN_MAIN);
-    if (!infer) shell_word(&cmd, KILN_TRAIN_BENCH);
+    if (!infer) {
+        shell_word(&cmd, KILN_TRAIN_BENCH);
+        shell_word(&cmd, KILN_TRAIN_CKPT);
+    }
     /* the processes: MPI's, or one */
     if (!infer) shell_word(&cmd, distributed ? KILN_DIST_MPI : KILN_DIST_SINGLE);
     sb_puts(&cmd, "-o ");
