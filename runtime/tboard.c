@@ -168,24 +168,27 @@ static void field_varint(Buf *b, int field, uint64_t v)
     varint(b, v);
 }
 
-static void field_double(Buf *b, int field, double v)
+/* A fixed-width field: the value's n bytes (4 or 8), little-endian. */
+static void field_fixed(Buf *b, int field, uint64_t bits, int n)
 {
     unsigned char t[8];
+    put_le(t, bits, n);
+    key(b, field, n == 8 ? WIRE_FIXED64 : WIRE_FIXED32);
+    put(b, t, (size_t)n);
+}
+
+static void field_double(Buf *b, int field, double v)
+{
     uint64_t bits;
     memcpy(&bits, &v, 8);
-    put_le(t, bits, 8);
-    key(b, field, WIRE_FIXED64);
-    put(b, t, 8);
+    field_fixed(b, field, bits, 8);
 }
 
 static void field_float(Buf *b, int field, float v)
 {
-    unsigned char t[4];
     uint32_t bits;
     memcpy(&bits, &v, 4);
-    put_le(t, bits, 4);
-    key(b, field, WIRE_FIXED32);
-    put(b, t, 4);
+    field_fixed(b, field, bits, 4);
 }
 
 /* Field numbers of event.proto, summary.proto, tensor.proto and tensor_shape.proto. */

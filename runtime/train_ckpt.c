@@ -146,7 +146,6 @@ int tm_ckpt_save(const tm_run *r, const char *dir, int64_t keep, const float *pa
     return 0;
 }
 
-
 /* A metadata value for a message: quoted, shortened, control characters escaped. */
 static const char *shown(char buf[64], const char *s)
 {
