@@ -58,6 +58,7 @@ static void skip_space(Parser *p)
 static int hex4(Parser *p, unsigned *out)
 {
     unsigned v = 0;
+    *out = 0; /* set on failure too: GCC at -O3 cannot tell that fail() returns nonzero */
     for (int k = 0; k < 4; k++) {
         int c = peek(p, 0);
         unsigned d;

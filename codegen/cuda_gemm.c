@@ -614,12 +614,8 @@ void cuda_gemm_plan_bgrad(Cg *c)
 {
     const Graph *g = c->g;
     const FusionPlan *f = &c->fp;
-    c->cuda_bgrad = malloc(sizeof *c->cuda_bgrad * (size_t)(f->nkernels + 1));
-    uint8_t *is_read = calloc((size_t)g->nnodes + 1, 1);
-    if (!c->cuda_bgrad || !is_read) {
-        fprintf(stderr, "kiln: out of memory\n");
-        abort();
-    }
+    c->cuda_bgrad = xmalloc(sizeof *c->cuda_bgrad * (size_t)(f->nkernels + 1));
+    uint8_t *is_read = xcalloc((size_t)g->nnodes + 1, 1);
     for (int32_t k = 0; k < f->nkernels; k++) c->cuda_bgrad[k] = -1;
     /* a sum read by any node, or a forward output (copied after its kernel) */
     for (NodeId u = 0; u < g->nnodes; u++)

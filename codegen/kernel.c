@@ -784,11 +784,9 @@ bool cg_need_pass(CgKernel *L, int pass)
 
 void cg_gemm_operand(CgKernel *L, NodeId x, CgOperand *op)
 {
-    if (!fusion_layout(L->g, L->f, x, &op->lay) || !fusion_gemm_operand(L->g, &op->lay, x, &op->trans)) {
-        /* fusion only makes views that BLAS can read; anything else is a bug there */
-        fprintf(stderr, "kiln: internal error: matrix operand %%%d has no BLAS layout\n", x);
-        abort();
-    }
+    /* fusion only makes views that BLAS can read; anything else is a bug there */
+    KILN_ASSERT_MSG(fusion_layout(L->g, L->f, x, &op->lay) && fusion_gemm_operand(L->g, &op->lay, x, &op->trans),
+                    "matrix operand %%%d has no BLAS layout", x);
 }
 
 /* The offset of an operand's element (c_0, ..., c_{r-3}, row, col): its offset terms plus
@@ -858,10 +856,7 @@ void cg_gemm_output(CgKernel *L, CgOperand *C)
     const int r = L->rank;
     memset(C, 0, sizeof *C);
     /* the product goes straight into the permuted memory of %wr */
-    if (!fusion_gemm_output(g, mm, wr, C->lay.stride, &C->trans)) {
-        fprintf(stderr, "kiln: internal error: product %%%d cannot be written as %%%d\n", mm, wr);
-        abort();
-    }
+    KILN_ASSERT_MSG(fusion_gemm_output(g, mm, wr, C->lay.stride, &C->trans), "product %%%d cannot be written as %%%d", mm, wr);
     C->lay.base = wr;
     C->lay.rank = r;
     sb_printf(o, "    /* C = %%%d, written in the order of %%%d %s", mm, wr, cg_ctype((DType)g->nodes[wr].dtype));

@@ -6,6 +6,7 @@
 #ifndef KILN_TESTS_CKPT_COMPARE_H
 #define KILN_TESTS_CKPT_COMPARE_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,6 +22,19 @@ static inline const char *ckpt_tensor_difference(const char *a, const char *b) {
 
 static inline const char *ckpt_difference(const char *a, const char *b) { return ckpt_compare(a, b, true); }
 
+/* Writes the message into why; one too long for it (a long path, or a reader's error
+ * message of up to 4 KiB) is cut and ends in "...". */
+static inline void ckpt_say(char *why, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static inline void ckpt_say(char *why, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(why, size, fmt, ap);
+    va_end(ap);
+    if (n < 0) snprintf(why, size, "(the difference cannot be formatted)");
+    else if ((size_t)n >= size && size > 4) memcpy(why + size - 4, "...", 4);
+}
+
 static inline const char *ckpt_compare(const char *a, const char *b, bool metadata)
 {
     static char why[1200];
@@ -31,9 +45,9 @@ static inline const char *ckpt_compare(const char *a, const char *b, bool metada
     krt_error err;
     why[0] = 0;
     if (krt_safetensors_read(a, &x, &err) != KRT_OK || krt_safetensors_read(b, &y, &err) != KRT_OK) {
-        snprintf(why, sizeof why, "%s", err.msg);
+        ckpt_say(why, sizeof why, "%s", err.msg);
     } else if (krt_safetensors_count(x) != krt_safetensors_count(y)) {
-        snprintf(why, sizeof why, "%s has %d tensors, %s %d", a, krt_safetensors_count(x), b, krt_safetensors_count(y));
+        ckpt_say(why, sizeof why, "%s has %d tensors, %s %d", a, krt_safetensors_count(x), b, krt_safetensors_count(y));
     } else {
         for (int i = 0; !why[0] && i < krt_safetensors_count(x); i++) {
             const krt_st_tensor *t = krt_safetensors_tensor(x, i), *u = krt_safetensors_find(y, t->name);
@@ -41,12 +55,12 @@ static inline const char *ckpt_compare(const char *a, const char *b, bool metada
             for (int d = 0; d < t->rank; d++) bytes *= (size_t)t->dims[d];
             if (!u || u->dtype != t->dtype || u->rank != t->rank || memcmp(u->dims, t->dims, sizeof t->dims[0] * (size_t)t->rank) ||
                 memcmp(t->data, u->data, bytes))
-                snprintf(why, sizeof why, "tensor '%s' differs between %s and %s", t->name, a, b);
+                ckpt_say(why, sizeof why, "tensor '%s' differs between %s and %s", t->name, a, b);
         }
         for (size_t k = 0; metadata && !why[0] && k < sizeof keys / sizeof keys[0]; k++) {
             const char *v = krt_safetensors_meta(x, keys[k]), *w = krt_safetensors_meta(y, keys[k]);
             if ((v || w) && (!v || !w || strcmp(v, w)))
-                snprintf(why, sizeof why, "metadata '%s' is %s in %s, %s in %s", keys[k], v ? v : "missing", a, w ? w : "missing", b);
+                ckpt_say(why, sizeof why, "metadata '%s' is %s in %s, %s in %s", keys[k], v ? v : "missing", a, w ? w : "missing", b);
         }
     }
     krt_safetensors_free(x);

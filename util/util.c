@@ -7,9 +7,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void out_of_memory(size_t n)
+/* Out of memory is the machine's limit, not a bug in Kiln: a message and a failing exit
+ * status, without the internal error's request to report it. */
+static _Noreturn void out_of_memory(size_t n)
 {
     fprintf(stderr, "kiln: out of memory (allocating %zu bytes)\n", n);
+    exit(EXIT_FAILURE);
+}
+
+void util_internal_error(const char *file, int line, const char *fmt, ...)
+{
+    /* __FILE__ is the absolute path CMake compiles; the report names the source file as
+     * it is in the repository. */
+#ifdef KILN_SOURCE_ROOT
+    const size_t root = strlen(KILN_SOURCE_ROOT);
+    if (!strncmp(file, KILN_SOURCE_ROOT, root)) file += root;
+#endif
+    fflush(stdout);
+    fprintf(stderr, "kiln: internal error at %s:%d: ", file, line);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nkiln: this is a bug in Kiln, not in the model; please report it with the model file and the "
+                    "command that stopped here\n");
     abort();
 }
 

@@ -20,7 +20,17 @@
 #define KILN_PRINTF(a, b)
 #endif
 
-/* Allocation that never returns NULL: out of memory aborts with a message, since no caller
+/* ---- internal errors ----
+ * A broken invariant of Kiln itself (not bad input, which is a diagnostic): one message
+ * with the file and line of the check, a request to report it, then abort() (so a core
+ * dump or a debugger stops there). The only place the compiler calls abort(). */
+_Noreturn void util_internal_error(const char *file, int line, const char *fmt, ...) KILN_PRINTF(3, 4);
+#define KILN_ASSERT(cond) ((cond) ? (void)0 : util_internal_error(__FILE__, __LINE__, "assertion failed: %s", #cond))
+/* KILN_ASSERT_MSG(cond, "fmt", ...): the same with a message saying what went wrong. */
+#define KILN_ASSERT_MSG(cond, ...) ((cond) ? (void)0 : util_internal_error(__FILE__, __LINE__, __VA_ARGS__))
+#define KILN_UNREACHABLE() util_internal_error(__FILE__, __LINE__, "unreachable code reached")
+
+/* Allocation that never returns NULL: out of memory exits with a message, since no caller
  * could do anything better and silently continuing would corrupt output. */
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);

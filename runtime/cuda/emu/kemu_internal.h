@@ -5,6 +5,8 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "kemu_runtime.h"
 
@@ -39,6 +41,13 @@ size_t kemu_kernel_dynamic_limit(const void *kernel);
 #define KEMU_SHARED_DEFAULT_LIMIT 49152u
 #define KEMU_SHARED_OPTIN_LIMIT 166912u
 #define KEMU_MAX_THREADS_PER_BLOCK 1024u
+
+/* A broken invariant of the emulator itself, not the program's misuse (that is a
+ * kemu_fail, or a stop with its own message): file:line, then abort(). The compiler's
+ * KILN_UNREACHABLE (util/util.h), without depending on util/. */
+#define KEMU_UNREACHABLE()                                                                               \
+    (fprintf(stderr, "kiln cuda-emu: internal error at %s:%d: unreachable code reached\n", __FILE__, __LINE__), \
+     abort())
 
 void kemu_stats_add(uint64_t blocks, uint64_t threads, uint64_t barriers, uint64_t shuffles,
                     uint64_t switches);

@@ -459,7 +459,7 @@ static void fiber_main(void)
             e->next++; /* the scheduler skips these too */
         if (e->failed || e->next == e->nthreads || e->fibers[e->order[e->next]].state != FIB_NEW) {
             switch_out(e, f, 1); /* the scheduler takes back the stack and goes on */
-            abort();             /* a finished fiber is never resumed */
+            KEMU_UNREACHABLE(); /* a finished fiber is never resumed */
         }
         Fiber *g = &e->fibers[e->order[e->next++]];
         g->stack = f->stack;
@@ -495,7 +495,7 @@ static void thread_fail(Emu *e, cudaError_t err, const char *what)
     Fiber *f = e->cur;
     f->state = FIB_DONE;
     switch_out(e, f, 1);
-    abort();
+    KEMU_UNREACHABLE(); /* switch_out never comes back to a failed thread */
 }
 
 static Emu *current_thread(const char *what)
@@ -503,7 +503,7 @@ static Emu *current_thread(const char *what)
     Emu *e = tls_emu;
     if (!e || !e->cur) {
         fprintf(stderr, "kiln cuda-emu: error: %s called outside a kernel\n", what);
-        abort();
+        abort(); /* the program's bug, not the emulator's: a device call has no error to return */
     }
     return e;
 }
@@ -890,7 +890,7 @@ cudaError_t kemu_launch(const void *kernel, const char *name, const char *file, 
     if (e->cur) {
         fprintf(stderr, "kiln cuda-emu: error: kernel '%s' launched from inside a kernel (%s:%d): dynamic "
                         "parallelism is not part of the dialect\n", name, file, line);
-        abort();
+        abort(); /* the dialect's rule 5: nvcc (without -rdc) refuses it, so does the emulator */
     }
     unsigned n = block.x * block.y * block.z;
     if (ensure_fibers(e, n) != 0)
