@@ -23,7 +23,9 @@
 /* ---- internal errors ----
  * A broken invariant of Kiln itself (not bad input, which is a diagnostic): one message
  * with the file and line of the check, a request to report it, then abort() (so a core
- * dump or a debugger stops there). The only place the compiler calls abort(). */
+ * dump or a debugger stops there). The only place the compiler calls abort(). Unlike
+ * assert(), the condition is always evaluated (no NDEBUG): a check may have effects the
+ * code after it needs (codegen's fusion_layout fills the layout it checks). */
 _Noreturn void util_internal_error(const char *file, int line, const char *fmt, ...) KILN_PRINTF(3, 4);
 #define KILN_ASSERT(cond) ((cond) ? (void)0 : util_internal_error(__FILE__, __LINE__, "assertion failed: %s", #cond))
 /* KILN_ASSERT_MSG(cond, "fmt", ...): the same with a message saying what went wrong. */
