@@ -856,7 +856,7 @@ static bool is_value_name(const char *id, size_t n)
 
 /* The code of a kernel without its comments, with the names of values (p85, t96, ...)
  * numbered by first appearance: equal for the same kernel in every layer. */
-static void canonical_code(const char *src, StrBuf *out)
+void cg_canonical_code(const char *src, StrBuf *out)
 {
     StrMap names = {0};
     char **owned = NULL;
@@ -932,9 +932,10 @@ void cg_emit_fused_kernel(Cg *c, int32_t k)
     else emit_loop_kernel(&L);
     cg_kernel_teardown(&L);
     c->o = out;
+    cg_prune_unused(&text, 0, false);
     /* the key: the code after the function's name */
     const char *after = strstr(text.data, name.data);
-    canonical_code(after ? after + name.len : text.data, &code);
+    cg_canonical_code(after ? after + name.len : text.data, &code);
     int32_t j = strmap_get(&c->shared, code.data, -1);
     if (j >= 0) {
         c->fused_name[k] = c->shared_name[j];

@@ -1466,6 +1466,10 @@ int codegen_cuda(const Graph *train, const Graph *eval, const Graph *decode, con
     }
     cg_free_lines(&c);
     free(c.buckets);
+    if (!rc) { /* each kernel declares what it reads; identical kernels are one */
+        cg_prune_unused(out, 0, true);
+        cg_share_cuda_kernels(out);
+    }
     return rc;
 }
 
@@ -1493,5 +1497,9 @@ int codegen_cuda_infer(const Graph *train, const Graph *eval, const Graph *predi
         cg_emit_model_def(&c, train, &counts, 0, eval_arena);
     }
     cg_free_lines(&c);
+    if (!rc) {
+        cg_prune_unused(out, 0, true);
+        cg_share_cuda_kernels(out);
+    }
     return rc;
 }
