@@ -194,6 +194,7 @@ static void unname_parameters(Lines *f, int li)
         if (s[open] == ')') depth++;
         else if (s[open] == '(' && --depth == 0) break;
     }
+    if (s[0] == ' ' || s[open] != '(') return; /* not a whole signature on one line */
     StrBuf b;
     sb_init(&b);
     size_t copied = 0;
@@ -351,8 +352,11 @@ int cg_share_cuda_kernels(StrBuf *o)
         StrBuf text, code;
         sb_init(&text);
         sb_init(&code);
-        sb_putn(&text, line, (size_t)(end - line));
-        cg_canonical_code(strstr(text.data, name.data) + name.len, &code);
+        /* the key: the kernel without its name (its launch bounds included) */
+        const char *at = strstr(line, name.data);
+        sb_putn(&text, line, (size_t)(at - line));
+        sb_putn(&text, at + name.len, (size_t)(end - at - name.len));
+        cg_canonical_code(text.data, &code);
         sb_free(&text);
         int32_t j = strmap_get(&codes, code.data, -1);
         if (j < 0) { /* the first of its code: kept (with its launches renamed in it) */
