@@ -267,6 +267,7 @@ static void emit_kernel(Cg *c, NodeId id)
 {
     const Node *n = N(c, id);
     const char *t = cg_ctype((DType)n->dtype);
+    const size_t start = c->o->len;
     cg_single_comment(c, id);
     sb_puts(c->o, "KILN_KERNEL void ");
     kernel_name(c, id, c->o);
@@ -280,10 +281,9 @@ static void emit_kernel(Cg *c, NodeId id)
     if (n->op == OP_CHECK_INDEX) sb_puts(c->o, ", int64_t *bad");
     sb_puts(c->o, ")\n{\n");
     cg_declare_syms(c, id);
-    /* Kernels that do not use every declared name stay warning-free. */
-    sb_puts(c->o, "    (void)s;\n");
     kernel_body(c, id);
     sb_puts(c->o, "}\n\n");
+    cg_prune_unused(c->o, start, false); /* the symbols it does not read */
 }
 
 static void emit_call(Cg *c, NodeId id, int32_t k)
@@ -520,6 +520,7 @@ int codegen_c_train(const Graph *train, const Graph *eval, const Graph *decode, 
     }
     cg_emit_model_def(&c, train, &counts, train_arena, eval_arena);
     split_in_halves(&c, tables_at);
+    cg_prune_unused(out, tables_at, false); /* the step functions' unread symbols */
     cg_done(&c);
     return 0;
 }
@@ -546,6 +547,7 @@ int codegen_c_infer(const Graph *train, const Graph *eval, const Graph *predict,
     cg_emit_decode_tables(&c, train, decode, decode_why);
     cg_emit_model_def(&c, train, &counts, 0, eval_arena);
     split_in_halves(&c, tables_at);
+    cg_prune_unused(out, tables_at, false); /* the step functions' unread symbols */
     cg_done(&c);
     return 0;
 }

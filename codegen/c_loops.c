@@ -429,10 +429,7 @@ static void signature(CgKernel *L)
     if (L->random) sb_puts(o, ", uint64_t seed, uint64_t step");
     sb_puts(o, ")\n{\n");
     for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, "    const int64_t %s = s[%d];\n", g->syms[sy].name, sy);
-    sb_puts(o, "    (void)s;\n");
-    for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, "    (void)%s;\n", g->syms[sy].name);
     cg_declare_dims(c, "S", &L->K->shape);
-    for (int a = 0; a < L->rank; a++) sb_printf(o, "    (void)S%d;\n", a);
 }
 
 /* Reductions over the leading axes, in memory order: each thread takes a block of columns
@@ -476,8 +473,6 @@ static void emit_columns(CgKernel *L)
                "            const int lane = (int)(h % KILN_SUM_LANES);\n");
     /* the reduced axes' coordinates, which broadcast loads index by (kernel.c's mode choice) */
     cg_coordinates(L, L->coords & L->K->axes, L->K->axes, "h", "            ");
-    for (int a = 0; a < L->rank; a++)
-        if ((L->coords & L->K->axes) >> a & 1) sb_printf(o, "            (void)c%d;\n", a);
     sb_puts(o, "            #pragma omp simd\n"
                "            for (int64_t row = r0; row < r1; row++) {\n"
                "                const int64_t i = h * R + row;\n");
@@ -543,7 +538,7 @@ static void nested_row(CgKernel *L, const char *indent)
         for (int b = a + 1; b < L->rank; b++)
             if (!(L->inner >> b & 1)) sb_printf(o, " * S%d", b);
     }
-    sb_printf(o, ";\n%s(void)row;\n", indent);
+    sb_puts(o, ";\n");
 }
 
 /* A nested kernel with totals, shared between threads in chunks (open_total_chunks): of
@@ -562,7 +557,6 @@ static void emit_nested_chunked(CgKernel *L, int nouter, const char *reduction)
             if (L->inner >> a & 1 || a == L->lane) continue;
             sb_printf(o, "            const int64_t c%d = q %% S%d;\n            q /= S%d;\n", a, a, a);
         }
-        sb_puts(o, "            (void)q;\n");
         const char *indent = "            ";
         if (L->lane >= 0) {
             sb_printf(o, "            #pragma omp simd%s\n", reduction);
@@ -643,7 +637,6 @@ static void emit_loop_kernel(CgKernel *L)
         emit_columns(L);
     } else {
         cg_declare_strides(c, "S", L->rank);
-        for (int a = 0; a < L->rank; a++) sb_printf(o, "    (void)Ss%d;\n", a);
         /* the outer loops: every axis but the inner ones and the lane axis */
         int nloops = L->rank - cg_popcount64(L->inner), nouter = nloops - (L->lane >= 0);
         if (nloops) {
@@ -699,7 +692,6 @@ static void batch_coords(StrBuf *o, int nbatch, const char *indent)
         if (k) sb_printf(o, "%sconst int64_t c%d = q %% S%d;\n%sq /= S%d;\n", indent, k, k, indent, k);
         else sb_printf(o, "%sconst int64_t c0 = %s;\n", indent, nbatch > 1 ? "q" : "b");
     }
-    for (int k = 0; k < nbatch; k++) sb_printf(o, "%s(void)c%d;\n", indent, k);
 }
 
 /* The batch's products summed: the threads share blocks of the sum, cut by its shape alone,
@@ -798,11 +790,7 @@ static void emit_gemm_kernel(CgKernel *L)
               epilogue ? " (kiln_gemm_plan); each block's epilogue runs\n     * while the block is in cache" : " (kiln_gemm_plan)",
               epilogue);
     block_bounds(o, "block");
-    if (nbatch) {
-        batch_coords(o, nbatch, "        ");
-    } else if (wr != IR_NONE) {
-        sb_puts(o, "        (void)b;\n");
-    }
+    if (nbatch) batch_coords(o, nbatch, "        ");
     StrBuf offa, offb, offc;
     sb_init(&offa);
     sb_init(&offb);
@@ -856,7 +844,7 @@ static bool is_value_name(const char *id, size_t n)
 
 /* The code of a kernel without its comments, with the names of values (p85, t96, ...)
  * numbered by first appearance: equal for the same kernel in every layer. */
-static void canonical_code(const char *src, StrBuf *out)
+void cg_canonical_code(const char *src, StrBuf *out)
 {
     StrMap names = {0};
     char **owned = NULL;
@@ -932,9 +920,10 @@ void cg_emit_fused_kernel(Cg *c, int32_t k)
     else emit_loop_kernel(&L);
     cg_kernel_teardown(&L);
     c->o = out;
+    cg_prune_unused(&text, 0, false); /* before the comparison: unread names make no difference */
     /* the key: the code after the function's name */
     const char *after = strstr(text.data, name.data);
-    canonical_code(after ? after + name.len : text.data, &code);
+    cg_canonical_code(after ? after + name.len : text.data, &code);
     int32_t j = strmap_get(&c->shared, code.data, -1);
     if (j >= 0) {
         c->fused_name[k] = c->shared_name[j];

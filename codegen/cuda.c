@@ -74,40 +74,6 @@ static bool columns_kernel(const CgKernel *L)
     return L->mode == CG_LOOP_COLUMNS || (L->mode == CG_LOOP_NESTED && L->K->axes && !cg_axes_trailing(L) && cg_columns_shape(L));
 }
 
-/* `(void)c<a>;` for the coordinates of `axes` that members use: not every pass needs each. */
-static void void_coordinates(const CgKernel *L, uint64_t axes, const char *indent)
-{
-    for (int a = 0; a < L->rank; a++)
-        if ((L->coords & axes) >> a & 1) sb_printf(L->c->o, "%s(void)c%d; /* not every pass needs it */\n", indent, a);
-}
-
-/* `(void)p<id>;` at the top of the kernel written since `start` for each load it does not
- * read: one only members that other kernels recompute needed (their readers load it). */
-static void void_unread(CgKernel *L, size_t start)
-{
-    StrBuf *o = L->c->o;
-    StrBuf voids;
-    sb_init(&voids);
-    for (int i = 0; i < L->nreads; i++) {
-        char use[32];
-        snprintf(use, sizeof use, "p%d[", L->reads[i]);
-        if (!strstr(o->data + start, use)) sb_printf(&voids, "    (void)p%d; /* only its recomputed readers needed it */\n", L->reads[i]);
-    }
-    char *body = voids.len ? strstr(o->data + start, ")\n{\n") : NULL;
-    if (body) {
-        const size_t at = (size_t)(body - o->data) + 4;
-        StrBuf tail;
-        sb_init(&tail);
-        sb_puts(&tail, o->data + at);
-        o->len = at;
-        o->data[at] = 0;
-        sb_puts(o, voids.data);
-        sb_puts(o, tail.data);
-        sb_free(&tail);
-    }
-    sb_free(&voids);
-}
-
 static void kernel_name(const CgKernel *L, StrBuf *b)
 {
     sb_printf(b, "%s_k%d_%s", L->c->prefix, L->k, L->mode == CG_LOOP_GEMM ? "gemm" : L->K->axes ? "rows" : "map");
@@ -174,7 +140,6 @@ static void kernel_head(CgKernel *L, const char *launch)
     sb_puts(o, L->mode == CG_LOOP_GEMM ? "_epilogue(" : "(");
     parameters(L, o, false);
     sb_puts(o, ")\n{\n");
-    for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, "    (void)%s;\n", g->syms[sy].name);
     if (L->rank) {
         sb_puts(o, "    const int64_t ");
         for (int a = 0; a < L->rank; a++) {
@@ -183,7 +148,6 @@ static void kernel_head(CgKernel *L, const char *launch)
         }
         sb_puts(o, ";\n");
     }
-    for (int a = 0; a < L->rank; a++) sb_printf(o, "    (void)S%d;\n", a);
 }
 
 /* Elements per vectorised load and store: float4, 16 bytes. */
@@ -204,7 +168,7 @@ static int lane_body(CgKernel *L, NodeId mm, StrBuf *body, NodeId *loads)
     L->lane_loaded = xcalloc((size_t)g->nnodes + 1, 1);
     L->c->o = body;
     const int last = L->rank - 1;
-    if (L->coords >> last & 1) sb_printf(body, "            const int64_t c%d = l%d + k;\n            (void)c%d;\n", last, last, last);
+    if (L->coords >> last & 1) sb_printf(body, "            const int64_t c%d = l%d + k;\n", last, last);
     cg_emit_needed(L, "            ");
     L->c->o = saved;
     int n = 0;
@@ -288,13 +252,11 @@ static void emit_vector_loop(CgKernel *L, NodeId mm)
     if (L->coords) {
         sb_puts(o, "        /* the four elements' coordinates: the same but along the last axis (a multiple of 4) */\n");
         cg_coordinates(L, others, (((uint64_t)1 << L->rank) - 1), "(4 * q)", "        ");
-        void_coordinates(L, others, "        ");
     }
     if (L->coords >> last & 1) sb_printf(o, "        const int64_t l%d = 4 * q %% S%d; /* the first element's */\n", last, last);
     sb_puts(o, "        KILN_NO_UNROLL /* one lane's values live at a time, as in the scalar loop */\n"
                "        for (int k = 0; k < 4; k++) {\n"
-               "            const int64_t i = 4 * q + k;\n"
-               "            (void)i; /* for coordinates, random numbers, scalar loads: not every kernel has them */\n");
+               "            const int64_t i = 4 * q + k;\n");
     sb_puts(o, body.data ? body.data : "");
     for (int i = 0; i < L->nstores; i++) {
         const NodeId id = L->stores[i];
@@ -345,7 +307,6 @@ static void emit_map_kernel(CgKernel *L)
     kernel_head(L, launch.data);
     sb_free(&launch);
     /* the product's operands (the first reads): cuBLAS reads them, not this kernel */
-    for (int i = 0; gemm && i < 2 && i < L->nreads; i++) sb_printf(o, "    (void)p%d;\n", L->reads[i]);
     sb_puts(o, "    const int64_t n = ");
     if (!L->rank) sb_puts(o, "1");
     for (int a = 0; a < L->rank; a++) sb_printf(o, "%sS%d", a ? " * " : "", a);
@@ -358,7 +319,6 @@ static void emit_map_kernel(CgKernel *L)
     sb_printf(o, "    for (int64_t i = %sblockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {\n",
               vector ? "4 * n4 + " : "");
     cg_coordinates(L, L->coords, L->rank ? (((uint64_t)1 << L->rank) - 1) : 0, "i", "        ");
-    void_coordinates(L, L->coords, "        "); /* a coordinate along an axis of 1 is not read */
     cg_emit_needed(L, "        ");
     for (int i = 0; i < L->nstores; i++)
         if (L->stores[i] != mm) cg_store_line(o, "        ", L->g, L->stores[i], "i", "t%d");
@@ -425,8 +385,6 @@ static void emit_row_pass(CgKernel *L, int s, RowSpread spread, bool strided, co
         /* the coordinates of the reduced axes, from the position in the row */
         cg_coordinates(L, L->coords & L->inner, L->inner, "j", in);
     }
-    sb_printf(o, "%s(void)i; /* a pass that counts the elements (a mean's divisor) reads none */\n", in);
-    void_coordinates(L, L->inner, in);
     cg_emit_needed(L, in);
     for (int32_t i = 0; i < L->K->count; i++) {
         NodeId id = CG_MEMBER(L, i);
@@ -522,7 +480,6 @@ static void emit_columns_kernel(CgKernel *L)
      * axes from h (element i = h * R + row) */
     const uint64_t outer = (L->rank ? (((uint64_t)1 << L->rank) - 1) : 0) & ~L->inner;
     cg_coordinates(L, L->coords & outer, outer, "row", "        ");
-    void_coordinates(L, outer, "        ");
     cg_need_columns(L);
     for (int32_t i = 0; i < L->K->count; i++) {
         NodeId id = CG_MEMBER(L, i);
@@ -531,9 +488,7 @@ static void emit_columns_kernel(CgKernel *L)
                       g->nodes[id].op == OP_REDUCE_SUM ? "0" : "-INFINITY");
     }
     sb_puts(o, "        for (int64_t h = 0; h < H; h++) {\n            const int64_t i = h * R + row;\n");
-    sb_puts(o, "            (void)i; /* members that read by coordinates only do not use it */\n");
     cg_coordinates(L, L->coords & L->inner, L->inner, "h", "            ");
-    void_coordinates(L, L->inner, "            ");
     cg_emit_column_element(L, "            ", "a", "");
     sb_puts(o, "        }\n");
     for (int32_t i = 0; i < L->K->count; i++) {
@@ -574,14 +529,12 @@ static void emit_rows_kernel(CgKernel *L)
     sb_puts(o, ";\n");
     if (strided) { /* row-major strides of the kernel's shape: element offsets from coordinates */
         cg_declare_strides(L->c, "S", L->rank);
-        for (int a = 0; a < L->rank; a++) sb_printf(o, "    (void)Ss%d;\n", a);
     }
     for (int i = 0, t = 0; i < L->nstores; i++)
         if (L->f->cls[L->stores[i]] == CLASS_TOTAL) {
             const char *ty = cg_ctype((DType)g->nodes[L->stores[i]].dtype);
             sb_printf(o, "    %s tot%d = 0;\n", ty, L->stores[i]);
             sb_printf(o, "    %s *parts%d = (%s *)((char *)partials + %d * KILN_CUDA_TOTAL_BLOCKS * 8);\n", ty, L->stores[i], ty, t++);
-            sb_printf(o, "    (void)y%d; /* kiln_sum_parts writes it */\n", L->stores[i]);
         }
     if (has_total(L))
         sb_puts(o, "    for (int64_t row = R * blockIdx.x / gridDim.x; row < R * (blockIdx.x + 1) / gridDim.x; row++) {\n");
@@ -592,7 +545,6 @@ static void emit_rows_kernel(CgKernel *L)
     /* the coordinates of the other axes, from the row index (all of them for an offset) */
     const uint64_t outer = (L->rank ? (((uint64_t)1 << L->rank) - 1) : 0) & ~L->inner;
     cg_coordinates(L, strided ? outer : L->coords & outer, outer, "row", indent);
-    void_coordinates(L, outer, indent);
     if (strided) {
         sb_printf(o, "%sconst int64_t base = 0", indent);
         for (int a = 0; a < L->rank; a++)
@@ -831,7 +783,7 @@ static bool emit_gemm_call(CgKernel *L)
                          "    %s                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));\n",
                       in, c.trans[0], c.trans[1], c.m, c.n, c.op[0]->lay.base, c.off[0], half, c.ld[0], in, c.op[1]->lay.base,
                       c.off[1], half, c.ld[1], beta, y, offc.data, in);
-        sb_puts(o, sum != IR_NONE ? "    }\n" : "    (void)batch;\n");
+        if (sum != IR_NONE) sb_puts(o, "    }\n");
         cuda_gemm_emit_bgrad_fallback(L);
         sb_free(&offa);
         sb_free(&offb);
@@ -860,8 +812,7 @@ static void emit_launcher(CgKernel *L)
     parameters(L, o, true);
     sb_puts(o, ")\n{\n");
     for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, "    const int64_t %s = s[%d];\n", g->syms[sy].name, sy);
-    if (L->random) sb_puts(o, "    (void)seed;\n    (void)step;\n");
-    sb_puts(o, "    (void)s;\n    const int64_t n = ");
+    sb_puts(o, "    const int64_t n = ");
     if (!L->rank) sb_puts(o, "1");
     for (int a = 0; a < L->rank; a++) {
         Dim d = L->K->shape.d[a];
@@ -871,12 +822,10 @@ static void emit_launcher(CgKernel *L)
         cg_dim(o, g, d);
         sb_puts(o, paren ? ")" : "");
     }
-    sb_puts(o, ";\n    (void)n;\n");
+    sb_puts(o, ";\n");
     bool epilogue = true;
     if (L->mode == CG_LOOP_GEMM) epilogue = emit_gemm_call(L);
     if (!epilogue) {
-        /* the loads of members recomputed by their readers: no kernel here reads them */
-        for (int i = 2; i < L->nreads; i++) sb_printf(o, "    (void)p%d;\n", L->reads[i]);
         sb_puts(o, "}\n\n");
         return;
     }
@@ -978,13 +927,6 @@ static void single_parameters(Cg *c, NodeId id, StrBuf *o, bool host)
     if (host) sb_puts(o, ", cudaStream_t stream");
 }
 
-/* `(void)P0; (void)P1; ...`: names a statement may leave unused. */
-static void void_names(StrBuf *o, const char *prefix, int rank)
-{
-    for (int k = 0; k < rank; k++) sb_printf(o, "%s(void)%s%d;", k ? " " : "    ", prefix, k);
-    if (rank) sb_putc(o, '\n');
-}
-
 /* Does text use the name c<k> (a coordinate)? */
 static bool uses_coordinate(const char *text, int k)
 {
@@ -1080,17 +1022,9 @@ static void emit_single_kernel(Cg *c, int32_t k, NodeId id)
     sb_putc(o, '(');
     single_parameters(c, id, o, false);
     sb_puts(o, ")\n{\n");
-    for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, "    (void)%s;\n", g->syms[sy].name);
     Capture cap;
     if (cg_single_is_copy(op)) {
         cg_copy_declare(c, id);
-        sb_puts(o, "    /* not every copy uses every dim and stride: */\n");
-        void_names(o, "Y", r);
-        void_names(o, "Ys", r);
-        if (n->ninputs) {
-            void_names(o, "X", N(c, ir_input(g, id, 0))->shape.rank);
-            void_names(o, "Xs", N(c, ir_input(g, id, 0))->shape.rank);
-        }
         sb_puts(o, "    const int64_t n = ");
         cg_numel(c, &n->shape);
         sb_puts(o, ";\n");
@@ -1103,7 +1037,6 @@ static void emit_single_kernel(Cg *c, int32_t k, NodeId id)
         const int ax = (int)ir_attrs(g, id)[0];
         cg_declare_dims(c, "Y", &n->shape);
         cg_declare_strides(c, "Y", r);
-        void_names(o, "Y", r);
         sb_puts(o, "    int64_t off = 0; /* where the input's slot starts along the axis */\n");
         for (uint32_t j = 0; j < n->ninputs; j++) {
             const Node *xj = N(c, ir_input(g, id, (int)j));
@@ -1152,8 +1085,7 @@ static void emit_single_kernel(Cg *c, int32_t k, NodeId id)
         sb_puts(o, ";\n        y[i] = row[j];\n    }\n");
     } else if (op == OP_SCATTER_ADD) {
         cg_scatter_add_declare(c, id);
-        sb_puts(o, "    (void)n; /* y is zeroed by the launch function */\n"
-                   "    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < width; j += (int64_t)gridDim.x * blockDim.x)\n"
+        sb_puts(o, "    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < width; j += (int64_t)gridDim.x * blockDim.x)\n"
                    "        for (int64_t r = 0; r < rows; r++)\n");
         cg_scatter_add_element(c, 12);
     } else { /* unfold, fold */
@@ -1198,14 +1130,12 @@ static void emit_single_launcher(Cg *c, int32_t k, NodeId id)
     single_parameters(c, id, o, true);
     sb_puts(o, ")\n{\n");
     for (int sy = 0; sy < g->nsyms; sy++) sb_printf(o, "    const int64_t %s = s[%d];\n", g->syms[sy].name, sy);
-    sb_puts(o, "    (void)s;\n");
     if (n->op == OP_CHECK_INDEX) {
         sb_puts(o, "    const int grid = 1; /* even for no indices: *bad = -1 */\n");
     } else {
         if (n->op == OP_SCATTER_ADD) { /* a thread per column */
             cg_scatter_add_declare(c, id);
-            sb_puts(o, "    (void)rows;\n"
-                       "    if (n == 0) return;\n"
+            sb_puts(o, "    if (n == 0) return;\n"
                        "    KILN_CUDA_CHECK(cudaMemsetAsync(y, 0, (size_t)n * sizeof *y, stream)); /* all threads, then the sums */\n"
                        "    const int64_t count = width;\n");
         } else {
@@ -1308,12 +1238,10 @@ static int emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *prefi
         } else if (!kind) {
             bool epilogue = false;
             for (int i = 0; i < L.nstores && L.K->written == IR_NONE && L.K->summed == IR_NONE; i++) epilogue |= L.stores[i] != L.K->anchor;
-            const size_t start = c->o->len;
             if (L.mode == CG_LOOP_GEMM && !epilogue) cg_kernel_comment(&L);
             else if (columns_kernel(&L)) emit_columns_kernel(&L);
             else if (L.K->axes) emit_rows_kernel(&L);
             else emit_map_kernel(&L);
-            if (L.mode != CG_LOOP_GEMM) void_unread(&L, start);
             emit_launcher(&L);
         } else {
             StrBuf title, line;
@@ -1466,6 +1394,10 @@ int codegen_cuda(const Graph *train, const Graph *eval, const Graph *decode, con
     }
     cg_free_lines(&c);
     free(c.buckets);
+    if (!rc) { /* each kernel declares what it reads; identical kernels are one */
+        cg_prune_unused(out, 0, true);
+        cg_share_cuda_kernels(out);
+    }
     return rc;
 }
 
@@ -1493,5 +1425,9 @@ int codegen_cuda_infer(const Graph *train, const Graph *eval, const Graph *predi
         cg_emit_model_def(&c, train, &counts, 0, eval_arena);
     }
     cg_free_lines(&c);
+    if (!rc) {
+        cg_prune_unused(out, 0, true);
+        cg_share_cuda_kernels(out);
+    }
     return rc;
 }

@@ -536,7 +536,7 @@ bool cuda_gemm_emit_lt(CgKernel *L, const CgOperand *A, const CgOperand *B)
               half ? "uint16_t" : "float", A->lay.base, offa.data, B->lay.base, offb.data, res, p.out, bias, aux,
               cuda_gemm_lt_name(p.epilogue), half ? half : "CUDA_R_32F", dtype, B->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N",
               A->trans ? "CUBLAS_OP_T" : "CUBLAS_OP_N", res, p.out, bias, aux);
-    sb_printf(o, "        (void)batch;\n        return;\n    }\n"
+    sb_printf(o, "        return;\n    }\n"
                  "    /* a pointer not 16-byte aligned (a parameter's place in its slab need not be), or no\n"
                  "     * cuBLASLt algorithm for this epilogue and types: %s into the product's memory,\n"
                  "     * then the epilogue kernel */\n", blas);
@@ -688,7 +688,7 @@ bool cuda_gemm_emit_bgrad(CgKernel *L, const CgOperand *A, const CgOperand *B)
               "    static kiln_lt_gemm lt; /* descriptors, layouts, algorithm: made at the first call, kept */\n"
               "    if (kiln_lt_aligned(a_lt, b_lt, nullptr, y%d, y%d, nullptr) &&\n"
               "        kiln_lt_matmul(&lt, CUBLASLT_EPILOGUE_BGRADB, %s, CUDA_R_32F, %s, %s, (int)N, (int)M, (int)K, b_lt, ldb, a_lt, lda, nullptr, y%d, ldc, y%d, nullptr, stream)) {\n"
-              "        (void)batch;\n        return;\n    }\n"
+              "        return;\n    }\n"
               "    /* a pointer not 16-byte aligned (a gradient's place in its slab need not be), or no\n"
               "     * cuBLASLt algorithm for it: %s, then kernel %d's column sums */\n",
               half ? "uint16_t" : "float", A->lay.base, offa.data, B->lay.base, offb.data, mm, v, half ? half : "CUDA_R_32F",

@@ -364,4 +364,13 @@ void cg_emit_infer_tables(Cg *c, const Graph *train, const Graph *predict);
  * decode step when `why` is not empty. */
 void cg_emit_decode_tables(Cg *c, const Graph *train, const Graph *decode, const char *why);
 
+/* prune.c: drops the integer declarations and `(void)x;` statements of the functions in
+ * o after start that nothing reads; with cxx (CUDA), the names of unread parameters too. */
+void cg_prune_unused(StrBuf *o, size_t start, bool cxx);
+/* prune.c: keeps one of each set of __global__ kernels of model.cu with the same code, the
+ * launches of the others calling it; returns how many went. */
+int cg_share_cuda_kernels(StrBuf *o);
+/* c_loops.c: a kernel's code without its comments, its values' names numbered by first use. */
+void cg_canonical_code(const char *src, StrBuf *out);
+
 #endif

@@ -953,3 +953,61 @@ Test(cuda_codegen, vectorised_loads_where_aligned, .timeout = 240)
     sb_free(&out);
     support_remove_dir(dir);
 }
+
+/* Each kernel of gpt's model.c and model.cu declares only the names it reads: no
+ * `(void)x;` line anywhere. model.cu's __global__ kernels are all different code (after
+ * the renaming of values that the C target's sharing uses): a kernel with another's code
+ * is launched as that one, so there are fewer kernels than launch functions. */
+Test(cuda_codegen, kernels_declare_what_they_read_and_identical_ones_are_shared)
+{
+    char dir[] = "/tmp/kiln-cudashare-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    static const char *const targets[] = {"c", "cuda"};
+    static const char *const precisions[] = {"", "--precision bf16"};
+    for (int t = 0; t < 2; t++)
+        for (int q = 0; q < 2; q++) {
+            char args[1024], path[512];
+            StrBuf out;
+            sb_init(&out);
+            snprintf(args, sizeof args, "emit %s/models/gpt.kiln --target %s %s -o %s/%s%d", KILN_SOURCE_DIR, targets[t], precisions[q], dir,
+                     targets[t], q);
+            cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+            snprintf(path, sizeof path, "%s/%s%d/model.%s", dir, targets[t], q, t ? "cu" : "c");
+            size_t len;
+            char *text = util_read_file(path, &len, &out);
+            cr_assert(text, "%s", out.data);
+            const char *v = strstr(text, "(void)");
+            cr_expect(!v, "%s: %.200s", path, v ? v : "");
+            if (t) {
+                StrMap seen = {0};
+                char **codes = NULL;
+                int n = 0, cap = 0, launches = 0;
+                static const char head[] = "\n__global__ void __launch_bounds__(256) ";
+                for (const char *p = strstr(text, head); p; p = strstr(p + 1, head)) {
+                    const char *name = p + strlen(head), *paren = strchr(name, '('), *end = strstr(name, "\n}\n");
+                    cr_assert(paren && end);
+                    StrBuf body, code;
+                    sb_init(&body);
+                    sb_init(&code);
+                    sb_putn(&body, paren, (size_t)(end - paren));
+                    cg_canonical_code(body.data, &code);
+                    sb_free(&body);
+                    int32_t other = strmap_get(&seen, code.data, -1);
+                    cr_expect(other < 0, "%s: kernel %.*s has the same code as an earlier one", path, (int)(paren - name), name);
+                    GROW(codes, cap, n + 1);
+                    codes[n] = code.data;
+                    strmap_put(&seen, codes[n], n);
+                    n++;
+                }
+                for (const char *p = strstr(text, "_launch(const int64_t *"); p; p = strstr(p + 1, "_launch(const int64_t *")) launches++;
+                printf("gpt%s: %d __global__ kernels for %d launch functions\n", q ? " bf16" : "", n, launches);
+                cr_expect_lt(n, launches, "%s: no kernel is shared", path);
+                for (int i = 0; i < n; i++) free(codes[i]);
+                free(codes);
+                strmap_free(&seen);
+            }
+            free(text);
+            sb_free(&out);
+        }
+    support_remove_dir(dir);
+}
