@@ -7,7 +7,7 @@
 # For each model:
 #   kiln build   wall time of `kiln build models/M.kiln` (gpt2: models/gpt2-124m.kiln
 #                --bound T=64, i.e. GPT-2 small at batch 4 x sequence 64)
-#   Kiln         the program's --bench-steps N (runtime/train_main.c): 2 warm-up then N
+#   Kiln         the program's --bench-steps N (programs/train_main.c): 2 warm-up then N
 #                timed training steps on random inputs at the recipe's batch (mlp and cnn
 #                128, gpt 16 x 128, gpt2 4 x 64), the median; the eval step at batch 1 and
 #                at the batch bound; peak RSS (getrusage) after training and at the end;

@@ -139,7 +139,7 @@ void build_fingerprint(StrBuf *key)
     const char *files[] = {KILN_RUNTIME_LIB, KILN_TRAIN_MAIN, KILN_TRAIN_BENCH, KILN_TRAIN_CKPT, KILN_INFER_MAIN, KILN_DIST_SINGLE, KILN_DIST_MPI, KILN_DIST_GRADS_MPI, KILN_RUNTIME_DIR "/kiln_model.h", KILN_RUNTIME_DIR "/kiln_gemm.h",
                            KILN_RUNTIME_DIR "/kiln_math.h", KILN_RUNTIME_DIR "/kiln_half.h", KILN_RUNTIME_DIR "/kiln_rng.h", KILN_RUNTIME_DIR "/optim_elem.h",
                            KILN_RUNTIME_DIR "/cuda/kiln_cuda.h", KILN_RUNTIME_DIR "/cuda/kiln_cuda_model.h", KILN_RUNTIME_DIR "/cuda/device.cu",
-                           KILN_RUNTIME_DIR "/cuda/dist_nccl.cu", KILN_RUNTIME_DIR "/dist_mpi.h", KILN_CUDA_EMU_LIB, KILN_CUDA_EMU_NCCL_LIB};
+                           KILN_PROGRAMS_DIR "/dist_nccl.cu", KILN_PROGRAMS_DIR "/dist_mpi.h", KILN_CUDA_EMU_LIB, KILN_CUDA_EMU_NCCL_LIB};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         struct stat st;
         if (stat(files[i], &st) == 0) sb_printf(key, "|%lld.%lld", (long long)st.st_size, (long long)st.st_mtime);
@@ -303,7 +303,7 @@ bool build_have_nvcc(void) { return KILN_NVCC[0] != 0; }
  * then linked with the driver, the runtime and the CUDA libraries (or the emulator's) by
  * the host C++ compiler. The GPU build targets sm_80 and sm_90 (BUILD_NVCC_ARCH); device.cu
  * without FMA contraction, so that the optimizer rounds as the host's does. A distributed
- * program adds the NCCL gradient transport (runtime/cuda/dist_nccl.cu, against the
+ * program adds the NCCL gradient transport (programs/dist_nccl.cu, against the
  * emulator's NCCL for cuda-emu), dist_mpi.c and MPI. */
 int build_cuda_program(const char *model_cu, const char *prog, bool emulated, const char *extra_flags, bool infer, bool distributed, StrBuf *log,
                        BuildProgress *pg)
@@ -356,7 +356,7 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
                 shell_word(&cmd, KILN_NCCL_INCLUDE_DIR);
             }
             sb_puts(&cmd, "-c ");
-            shell_word(&cmd, KILN_RUNTIME_DIR "/cuda/dist_nccl.cu");
+            shell_word(&cmd, KILN_PROGRAMS_DIR "/dist_nccl.cu");
             sb_puts(&cmd, "-o ");
             shell_word(&cmd, obj3.data);
         }

@@ -13,7 +13,7 @@
  * -march=native), and the runtime library and driver it links (their size and time). */
 void build_fingerprint(StrBuf *key);
 /* infer: link the inference program's driver (infer_main.c) instead of train_main.c.
- * distributed: a training program of MPI ranks (runtime/dist_mpi.c and MPI's libraries,
+ * distributed: a training program of MPI ranks (programs/dist_mpi.c and MPI's libraries,
  * kiln build --distributed) instead of one process (dist_single.c); -1 with a message when
  * Kiln was built without MPI. */
 /* pg (may be NULL): the progress line, which the compile and link stages advance. */

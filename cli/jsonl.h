@@ -1,6 +1,6 @@
 /* jsonl.h — a small, strict reader for one line of a JSONL log: a flat JSON object whose
  * values are numbers, strings, true, false or null (what a training program's --log
- * writes; runtime/train_main.c). Nested arrays and objects are checked and skipped, so a
+ * writes; programs/train_main.c). Nested arrays and objects are checked and skipped, so a
  * field added later in that form does not stop `kiln plot`. It reads only the bytes it is
  * given (no NUL terminator needed, NUL bytes are an error), whatever they are. */
 #ifndef KILN_CLI_JSONL_H

@@ -1,7 +1,7 @@
 /* lib_build.c — turns a generated model.c into an embeddable C library (kiln build
  * --lib -o DIR): DIR/MODEL.h, DIR/libMODEL.a and DIR/libMODEL.so. The model's two halves
  * are compiled position-independent with no profiling marks (KILN_NO_PROFILE: no clock
- * in the run path); lib_gen (runtime/lib_gen.c, linked with them) reads the model's own
+ * in the run path); lib_gen (programs/lib_gen.c, linked with them) reads the model's own
  * tables and writes the header and the API glue; then the model, the glue and the
  * library runtime (lib_run.c, lib_weights.c) are linked into one relocatable object in
  * which objcopy keeps only the API global, so that the kernels, the tables and the

@@ -1,5 +1,5 @@
 /* plot.c — `kiln plot LOG... -o OUT.png|svg`: reads training logs (JSON lines written by a
- * training program's --log FILE, runtime/train_main.c: training lines with step, loss, lr
+ * training program's --log FILE, programs/train_main.c: training lines with step, loss, lr
  * and the model's metrics; evaluation lines with step, eval_loss and eval_METRIC) and draws
  * them with cairo: the loss panel (training solid, evaluation dashed with dots), the
  * learning rate's panel, one panel per --metric; one colour per log, a legend naming each

@@ -9,8 +9,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "../runtime/cuda/emu/kemu_cublas.h"
-#include "../runtime/cuda/emu/kemu_runtime.h"
+#include "../emu/kemu_cublas.h"
+#include "../emu/kemu_runtime.h"
 #include "../runtime/kiln_half.h"
 
 static inline void fill(float *x, size_t n, uint32_t seed)

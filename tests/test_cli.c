@@ -200,9 +200,9 @@ Test(cli, the_next_build_removes_a_killed_builds_scratch_directory) { interrupte
 
 /* ---- help and docs in step with the flags that exist ----
  * The kiln command's flags are cli/options.c's table; the training program's are the
- * table `flags[]` of runtime/train_main.c (read from the source, so that a row added
+ * table `flags[]` of programs/train_main.c (read from the source, so that a row added
  * there is checked without changing this test) and a distributed program's own, printed by
- * tm_dist_usage in runtime/dist_mpi.c. A flag must be in its command's --help and in the
+ * tm_dist_usage in programs/dist_mpi.c. A flag must be in its command's --help and in the
  * docs; a --flag that a help text names must exist. */
 
 /* Whether text has `flag` as a whole word: not followed by a letter, digit or '-', not
@@ -297,10 +297,10 @@ static int flags_of_table(const char *rel, const char *start, char names[][48], 
 /* The training program's flags: train_main.c's table and a distributed program's. */
 static int program_flags(char names[][48], int cap, int *ndist)
 {
-    int n = flags_of_table("runtime/train_main.c", "static const Flag flags[] = {", names, cap);
+    int n = flags_of_table("programs/train_main.c", "static const Flag flags[] = {", names, cap);
     cr_assert(n >= 20, "only %d flags found in train_main.c's table", n);
     size_t len;
-    char *src = support_read("runtime/dist_mpi.c", &len);
+    char *src = support_read("programs/dist_mpi.c", &len);
     cr_assert(src);
     char *p = strstr(src, "void tm_dist_usage(FILE *f)");
     cr_assert(p, "dist_mpi.c: no tm_dist_usage");
@@ -394,7 +394,7 @@ Test(cli, the_training_programs_flags_are_in_its_help_and_the_docs, .timeout = 1
     char *training = read_docs("docs/training.md"), *distributed = read_docs("docs/distributed.md");
     for (int i = 0; i < n; i++) {
         bool dist = i >= n - ndist;
-        if (!dist) cr_expect(has_flag_word(help, prog[i]), "PROG --help does not list %s (runtime/train_main.c)", prog[i]);
+        if (!dist) cr_expect(has_flag_word(help, prog[i]), "PROG --help does not list %s (programs/train_main.c)", prog[i]);
         cr_expect(has_flag_word(dist ? distributed : training, prog[i]), "the training program's %s is in neither README.md nor %s", prog[i],
                   dist ? "docs/distributed.md" : "docs/training.md");
     }

@@ -2,7 +2,7 @@
  * kernel, in the manner of llm.c's dev/cuda files: the same fused kernel is generated for
  * both targets from the shared kernel-body generator (codegen/kernel.c), the C kernel runs
  * on the host as the reference, the CUDA kernel runs under the CUDA emulator (g++
- * -DKILN_CUDA_EMU, runtime/cuda/emu) on the same inputs, and the outputs are compared.
+ * -DKILN_CUDA_EMU, emu/) on the same inputs, and the outputs are compared.
  * model.cu also compiles with nvcc for sm_90 without spills when a toolkit is installed
  * (the models' model.cu in test_cuda_train, for sm_80 and sm_90),
  * and a kernel the target cannot write yet is an error that names it and its model line. */

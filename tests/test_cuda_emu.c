@@ -1,4 +1,4 @@
-/* test_cuda_emu.c — the CUDA emulator (runtime/cuda/emu) running kernels written in Kiln's
+/* test_cuda_emu.c — the CUDA emulator (emu/) running kernels written in Kiln's
  * dialect (the .cu files of tests/cuda, compiled as C++ with KILN_CUDA_EMU): known results for a block
  * reduction with shared memory and shuffles, a row softmax, a grid-stride elementwise
  * kernel, a tiled transpose, atomics, dynamic shared memory; the same bits in forward,
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../runtime/cuda/emu/kemu_runtime.h"
+#include "../emu/kemu_runtime.h"
 #include "cuda/kernels.h"
 #include "support.h"
 

@@ -1,4 +1,4 @@
-/* test_cuda_emu_blas.c — the emulator's cuBLAS (runtime/cuda/emu/cublas.c) against a naive
+/* test_cuda_emu_blas.c — the emulator's cuBLAS (emu/cublas.c) against a naive
  * column-major loop in double: every combination of op N/T/C for A and B, leading
  * dimensions larger than the rows (with the padding left untouched), alpha and beta (beta 0
  * must not read C, so NaN there stays out), strided batches with gaps; the mixed-precision

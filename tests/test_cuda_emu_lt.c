@@ -1,4 +1,4 @@
-/* test_cuda_emu_lt.c — the emulator's cuBLASLt (runtime/cuda/emu/cublas.c) against a naive
+/* test_cuda_emu_lt.c — the emulator's cuBLASLt (emu/cublas.c) against a naive
  * column-major loop in double: the epilogues (bias, ReLU, GELU, the GELU input as aux, GELU's
  * backward, the bias gradients) with ops N/T, batches and leading dimensions, and the
  * row-major Linear layer the CUDA target issues; bf16 and fp16 A and B against the loop over

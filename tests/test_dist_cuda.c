@@ -1,8 +1,8 @@
 /* test_dist_cuda.c — distributed CUDA programs (kiln build --target cuda|cuda-emu
  * --distributed, docs/distributed.md): their gradients go through NCCL, on a stream of
- * their own (runtime/cuda/dist_nccl.cu). No GPU here, so the emulated program runs the same
+ * their own (programs/dist_nccl.cu). No GPU here, so the emulated program runs the same
  * model.cu, host runtime and transport against the emulator's NCCL over MPI
- * (runtime/cuda/emu/nccl.c):
+ * (emu/nccl.c):
  *   - 2 emulated ranks × batch b/2 train to the weights of 1 emulated rank × batch b, and
  *     to those of the C target's 2-rank program (within 1e-5 relative, as test_dist.c's
  *     oracle: the ranks' sum adds in another order than one process);

@@ -1,4 +1,4 @@
-/* test_infer.c — inference programs (kiln build --infer, runtime/infer_main.c) against the
+/* test_infer.c — inference programs (kiln build --infer, programs/infer_main.c) against the
  * training program and PyTorch, on Fashion-MNIST's test set:
  *   - mlp and cnn trained a few steps, then the inference program over the 10,000 test
  *     images with their labels: its loss and accuracy are the training program's --eval

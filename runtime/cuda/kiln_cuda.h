@@ -4,7 +4,7 @@
  * The same source compiles two ways:
  *   nvcc model.cu                               the macros expand to real CUDA
  *   g++ -x c++ -std=c++17 -DKILN_CUDA_EMU ...   the macros expand to Kiln's emulator
- *                                               (runtime/cuda/emu/, link libkiln_cuda_emu)
+ *                                               (emu/, link libkiln_cuda_emu)
  * so CI, which has no GPU, runs the very kernels the GPU will run. That only works for code
  * whose meaning the emulator reproduces, hence the dialect's rules (docs/cuda.md):
  *   - launch only with KILN_LAUNCH / KILN_LAUNCH_AT (never <<<>>>);
@@ -23,9 +23,9 @@
 #include <stdlib.h>
 
 #if defined(KILN_CUDA_EMU)
-#include "emu/kemu_cublas.h"
-#include "emu/kemu_device.h"
-#include "emu/kemu_runtime.h"
+#include "../../emu/kemu_cublas.h"
+#include "../../emu/kemu_device.h"
+#include "../../emu/kemu_runtime.h"
 #define KILN_CUDA_EMULATED 1
 #else
 #include <cublasLt.h>

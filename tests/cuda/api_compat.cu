@@ -1,6 +1,6 @@
 // api_compat.cu — host code over the whole API subset of the emulator, compiled both ways:
 // by nvcc against the real CUDA 13 headers (tests/test_cuda_emu_nvcc.c) and by the host
-// compiler against runtime/cuda/emu (the test library of tests/test_cuda_emu.c). Names,
+// compiler against emu/ (the test library of tests/test_cuda_emu.c). Names,
 // signatures and enum values that differ between the two break one of the builds: the
 // static_asserts hold the real headers' values, the calls the real signatures. kt_api_tour
 // runs the calls and checks the emulator's answers.

@@ -1,5 +1,5 @@
 /* kemu_nccl.h — the NCCL API subset of Kiln's CUDA emulator, for the distributed CUDA
- * program's gradient transport (runtime/cuda/dist_nccl.cu) built with --target cuda-emu.
+ * program's gradient transport (programs/dist_nccl.cu) built with --target cuda-emu.
  *
  * Real NCCL cannot run without a GPU; this one runs the same calls over MPI on the
  * emulator's device memory (host memory), so that the program's buckets, events and

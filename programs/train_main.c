@@ -800,6 +800,48 @@ static int eval_and_report(krt_dataset *ds, kiln_step_io *io, void **bufs, const
     return sample_logits && sample_text(io, bufs, sample_logits, batch, seed, step);
 }
 
+/* One run of the training program, from its flags to its last step: what train()'s phases
+ * hand on to each other. Every resource in it is released by train_free, on success and on
+ * every error alike. */
+typedef struct {
+    const char *resume;      /* --resume DIR, or NULL */
+    const char *bench_steps; /* --bench-steps N: random inputs, no data */
+    bool eval_only, tty;
+    Data data;
+    /* Host copies of the parameters and buffers (the device's own on the host). */
+    float *params;
+    unsigned char *buffers;
+    /* Sized from the model: any number of inputs, metrics, outputs and sizes. */
+    void **bufs, **my_bufs; /* the global batch's inputs; this rank's share of them */
+    krt_dtype *dtypes;
+    int64_t *io_syms;
+    double *io_metrics, *msum;
+    void **io_outputs;
+    krt_optim_state st;
+    krt_optim_config oc; /* as the recipe and flags give it (TR.oc is the one the run updates) */
+    const char *opt;     /* the optimizer's name, for the banner */
+    FILE *log;
+    float *sample_logits; /* language models: one row's logits for the sample */
+    int64_t batch;
+    int bs; /* the batch symbol, or -1 */
+    uint64_t seed;
+    const char *ckdir;
+    int64_t keep, ck_steps, ck_epochs, ev_steps, ev_epochs, ev_batches;
+    bool earlier; /* ckdir holds a checkpoint of an earlier run, named in earlier_found */
+    char earlier_found[4096];
+    int64_t ntrain, neval, accumulate, total_steps;
+    int64_t np; /* parameter floats */
+    tm_run run;
+    krt_cursor cur;
+    int64_t step;
+    kiln_step_io io;
+    int64_t share_first, share; /* this rank's samples of each global batch */
+    int64_t saved;              /* the step of the last checkpoint this run saved */
+} Train;
+
+/* A phase's result that is not an exit status: the run goes on to the next phase. */
+#define TRAIN_GO (-1)
+
 static int train(int argc, char **argv);
 
 int main(int argc, char **argv)
@@ -809,112 +851,77 @@ int main(int argc, char **argv)
     return tm_dist_finish(rc >= 0 ? rc : train(argc, argv));
 }
 
-static int train(int argc, char **argv)
+/* The device, the run's numbers from the recipe, the checkpoint directory and the data. */
+static int train_setup(Train *T)
 {
-    const char *resume = NULL;
-    int parsed = parse_args(argc, argv, &resume);
-    if (parsed >= 0) return parsed;
-    const bool eval_only = tm_recipe("eval.only", NULL) != NULL;
-    /* Beyond a file-size limit (ulimit -f) a write fails with EFBIG, reported as any failed
-     * write, instead of the signal killing the program. */
-    signal(SIGXFSZ, SIG_IGN);
-    /* Every resource is released at `out`, on success and on every error alike. */
-    Data data;
-    memset(&data, 0, sizeof data);
-    /* Host copies of the parameters and buffers (the device's own on the host). */
-    float *params = NULL;
-    unsigned char *buffers = NULL;
-    memset(&TR, 0, sizeof TR);
-    TR.dev = M->device ? M->device : &kiln_host_device;
-    /* Sized from the model: any number of inputs, metrics, outputs and sizes. */
-    void **bufs = calloc((size_t)M->ninputs + 1, sizeof *bufs), **my_bufs = calloc((size_t)M->ninputs + 1, sizeof *my_bufs);
-    krt_dtype *dtypes = calloc((size_t)M->ninputs + 1, sizeof *dtypes);
-    int64_t *io_syms = calloc((size_t)M->nsyms + 1, sizeof *io_syms);
-    double *io_metrics = calloc((size_t)M->nmetrics + 1, sizeof *io_metrics), *msum = calloc((size_t)M->nmetrics + 1, sizeof *msum);
-    void **io_outputs = calloc((size_t)M->noutputs + 1, sizeof *io_outputs);
-    krt_optim_state st;
-    memset(&st, 0, sizeof st);
-    FILE *log = NULL;
-    float *sample_logits = NULL;
-    int rc = 0;
-    bool tty = isatty(2);
-    if (!bufs || !my_bufs || !dtypes || !io_syms || !io_metrics || !msum || !io_outputs) {
-        rc = tm_die("out of memory");
-        goto out;
-    }
+    T->bufs = calloc((size_t)M->ninputs + 1, sizeof *T->bufs);
+    T->my_bufs = calloc((size_t)M->ninputs + 1, sizeof *T->my_bufs);
+    T->dtypes = calloc((size_t)M->ninputs + 1, sizeof *T->dtypes);
+    T->io_syms = calloc((size_t)M->nsyms + 1, sizeof *T->io_syms);
+    T->io_metrics = calloc((size_t)M->nmetrics + 1, sizeof *T->io_metrics);
+    T->msum = calloc((size_t)M->nmetrics + 1, sizeof *T->msum);
+    T->io_outputs = calloc((size_t)M->noutputs + 1, sizeof *T->io_outputs);
+    if (!T->bufs || !T->my_bufs || !T->dtypes || !T->io_syms || !T->io_metrics || !T->msum || !T->io_outputs) return tm_die("out of memory");
     /* The device first: a program built for a GPU on a machine without one says so at once. */
     char derr[1024] = "";
     TR.ctx = TR.dev->open(M, derr, sizeof derr);
-    if (!TR.ctx) {
-        rc = tm_die("%s", derr);
-        goto out;
+    if (!TR.ctx) return tm_die("%s", derr);
+    T->batch = recipe_int("batch", 64);
+    T->bs = tm_batch_symbol();
+    int64_t bmax = T->bs >= 0 ? M->syms[T->bs].max : T->batch;
+    if (T->batch < 1 || T->batch > bmax) {
+        tm_die("--batch %lld: the model was built for batches of at most %lld", (long long)T->batch, (long long)bmax);
+        return 2;
     }
-    int64_t batch = recipe_int("batch", 64);
-    int bs = tm_batch_symbol();
-    int64_t bmax = bs >= 0 ? M->syms[bs].max : batch;
-    if (batch < 1 || batch > bmax) {
-        tm_die("--batch %lld: the model was built for batches of at most %lld", (long long)batch, (long long)bmax);
-        rc = 2;
-        goto out;
+    T->seed = (uint64_t)recipe_int("seed", 0);
+    T->ckdir = tm_recipe("checkpoint.dir", "checkpoints");
+    T->keep = recipe_int("checkpoint.keep", 2);
+    T->ck_steps = recipe_int("checkpoint.steps", 0), T->ck_epochs = recipe_int("checkpoint.epochs", 1);
+    T->ev_steps = recipe_int("eval.steps", 0), T->ev_epochs = recipe_int("eval.epochs", 1);
+    T->ev_batches = recipe_int("eval.batches", 0);
+    if (T->keep < 1) {
+        tm_die("checkpoint keep = %lld: keep at least 1 checkpoint", (long long)T->keep);
+        return 2;
     }
-    uint64_t seed = (uint64_t)recipe_int("seed", 0);
-    const char *ckdir = tm_recipe("checkpoint.dir", "checkpoints");
-    int64_t keep = recipe_int("checkpoint.keep", 2);
-    int64_t ck_steps = recipe_int("checkpoint.steps", 0), ck_epochs = recipe_int("checkpoint.epochs", 1);
-    int64_t ev_steps = recipe_int("eval.steps", 0), ev_epochs = recipe_int("eval.epochs", 1);
-    int64_t ev_batches = recipe_int("eval.batches", 0);
-    if (keep < 1) {
-        tm_die("checkpoint keep = %lld: keep at least 1 checkpoint", (long long)keep);
-        rc = 2;
-        goto out;
-    }
-    int64_t ntrain = 0, neval = 0;
-    const char *bench_steps = tm_recipe("bench.steps", NULL); /* --bench-steps N: random inputs, no data */
+    T->bench_steps = tm_recipe("bench.steps", NULL);
     krt_error err;
-    char earlier_found[4096];
-    bool earlier = false;
-    if (!bench_steps && !eval_only && tm_dist_rank() == 0) { /* rank 0 alone writes checkpoints */
+    if (!T->bench_steps && !T->eval_only && tm_dist_rank() == 0) { /* rank 0 alone writes checkpoints */
         /* Before anything long: a run must not train for hours and then find that it
          * cannot save. A run that starts afresh where checkpoints are says so. */
-        if (krt_ckpt_prepare(ckdir, &err) != KRT_OK) {
-            rc = tm_die("%s", err.msg);
-            goto out;
-        }
+        if (krt_ckpt_prepare(T->ckdir, &err) != KRT_OK) return tm_die("%s", err.msg);
         int64_t at;
-        earlier = !resume && krt_ckpt_find(ckdir, earlier_found, sizeof earlier_found, &at, NULL, &err) == KRT_OK;
+        T->earlier = !T->resume && krt_ckpt_find(T->ckdir, T->earlier_found, sizeof T->earlier_found, &at, NULL, &err) == KRT_OK;
     }
-    if (bench_steps) ntrain = batch;
-    else if (load_data(&data, &ntrain, &neval)) {
-        rc = 1;
-        goto out;
+    if (T->bench_steps) T->ntrain = T->batch;
+    else if (load_data(&T->data, &T->ntrain, &T->neval))
+        return 1;
+    if (!T->bench_steps && !T->data.eval) {
+        const char *why = T->eval_only ? "--eval" : overridden("eval.steps") ? "--eval-every" : overridden("eval.batches") ? "--eval-batches" : NULL;
+        if (why)
+            return tm_die("%s: there is no evaluation data (the recipe has no eval_data and no val split%s)", why,
+                          lm_data() ? "" : "; give --eval-data INPUT=PATH");
     }
-    if (!bench_steps && !data.eval) {
-        const char *why = eval_only ? "--eval" : overridden("eval.steps") ? "--eval-every" : overridden("eval.batches") ? "--eval-batches" : NULL;
-        if (why) {
-            rc = tm_die("%s: there is no evaluation data (the recipe has no eval_data and no val split%s)", why,
-                     lm_data() ? "" : "; give --eval-data INPUT=PATH");
-            goto out;
-        }
-    }
-    if (!eval_only && ntrain < batch) {
-        rc = tm_die("the training data has %lld sample%s, fewer than one batch of %lld", (long long)ntrain, ntrain == 1 ? "" : "s",
-                    (long long)batch);
-        goto out;
-    }
-    int64_t steps_per_epoch = ntrain / batch;
-    int64_t accumulate = recipe_int("accumulate", 1);
-    if (accumulate < 1) accumulate = 1;
-    int64_t total_steps = recipe_int("steps", 0);
-    if (total_steps <= 0) total_steps = recipe_int("epochs", 1) * steps_per_epoch / accumulate;
-    if (!eval_only && !bench_steps && total_steps < 1) {
-        rc = tm_die("an epoch of %lld batch%s of %lld sample%s is shorter than one step of %lld accumulated batches: give --steps N",
-                    (long long)steps_per_epoch, steps_per_epoch == 1 ? "" : "es", (long long)batch, batch == 1 ? "" : "s", (long long)accumulate);
-        goto out;
-    }
-    /* Optimizer and schedule. */
+    if (!T->eval_only && T->ntrain < T->batch)
+        return tm_die("the training data has %lld sample%s, fewer than one batch of %lld", (long long)T->ntrain, T->ntrain == 1 ? "" : "s",
+                      (long long)T->batch);
+    int64_t steps_per_epoch = T->ntrain / T->batch;
+    T->accumulate = recipe_int("accumulate", 1);
+    if (T->accumulate < 1) T->accumulate = 1;
+    T->total_steps = recipe_int("steps", 0);
+    if (T->total_steps <= 0) T->total_steps = recipe_int("epochs", 1) * steps_per_epoch / T->accumulate;
+    if (!T->eval_only && !T->bench_steps && T->total_steps < 1)
+        return tm_die("an epoch of %lld batch%s of %lld sample%s is shorter than one step of %lld accumulated batches: give --steps N",
+                      (long long)steps_per_epoch, steps_per_epoch == 1 ? "" : "es", (long long)T->batch, T->batch == 1 ? "" : "s",
+                      (long long)T->accumulate);
+    return TRAIN_GO;
+}
+
+/* The optimizer, the schedule, clipping and loss scaling, from the recipe. */
+static int train_optimizer(Train *T)
+{
     krt_optim_config oc;
     memset(&oc, 0, sizeof oc);
-    TR.accumulate = accumulate;
+    TR.accumulate = T->accumulate;
     const char *opt = tm_recipe("optimizer", "AdamW");
     oc.kind = !strcmp(opt, "SGD")       ? KRT_SGD
               : !strcmp(opt, "Adam")    ? KRT_ADAM
@@ -936,7 +943,6 @@ static int train(int argc, char **argv)
     oc.lr_decay = recipe_num("optimizer.lr_decay", 0);
     oc.initial_accumulator_value = recipe_num("optimizer.initial_accumulator_value", 0);
     oc.weight_decay = recipe_num("optimizer.weight_decay", 0);
-    bool decay_all = !strcmp(tm_recipe("optimizer.decay", "matrices"), "all");
     krt_schedule sc;
     memset(&sc, 0, sizeof sc);
     const char *sk = tm_recipe("schedule", "constant");
@@ -964,286 +970,284 @@ static int train(int argc, char **argv)
     sc.total_iters = recipe_int("schedule.total_iters", 0);
     sc.t0 = recipe_int("schedule.T_0", 1);
     sc.t_mult = recipe_int("schedule.T_mult", 1);
-    sc.total_steps = total_steps;
+    sc.total_steps = T->total_steps;
     double clip = recipe_num("clip", 0);
     TR.oc = oc;
     TR.sc = sc;
     TR.clip = clip;
+    T->oc = oc;
+    T->opt = opt;
+    krt_error err;
     const char *scaling = tm_recipe("loss_scale", "none"); /* written by kiln build for fp16 (docs/precision.md) */
     if ((TR.scaling = strcmp(scaling, "none") != 0) &&
         krt_scaler_init(&TR.scaler, scaling, recipe_num("loss_scale_init", 65536), recipe_int("loss_scale_growth_interval", 2000), &err) !=
-            KRT_OK) {
-        rc = tm_die("%s", err.msg);
-        goto out;
-    }
-    tm_run run = {.oc = &TR.oc, .scaler = TR.scaling ? &TR.scaler : NULL}; /* what its checkpoints carry */
-    /* Memory: every buffer allocated once, here, in the device's memory when there is one
-     * (the step allocates nothing). */
-    int64_t np = M->nparam_floats;
-    if (krt_optim_init(&st, &oc, np, &err) != KRT_OK) {
-        rc = tm_die("%s", err.msg);
-        goto out;
-    }
+            KRT_OK)
+        return tm_die("%s", err.msg);
+    T->run = (tm_run){.oc = &TR.oc, .scaler = TR.scaling ? &TR.scaler : NULL}; /* what its checkpoints carry */
+    return TRAIN_GO;
+}
+
+/* Memory: every buffer allocated once, here, in the device's memory when there is one (the
+ * step allocates nothing); the parameter groups; the initial weights. */
+static int train_allocate(Train *T)
+{
+    krt_error err;
+    char derr[1024] = "";
+    const int64_t np = T->np = M->nparam_floats, accumulate = T->accumulate;
+    krt_optim_state *st = &T->st;
+    if (krt_optim_init(st, &T->oc, np, &err) != KRT_OK) return tm_die("%s", err.msg);
     int64_t arena_bytes = M->train_arena_bytes > M->eval_arena_bytes ? M->train_arena_bytes : M->eval_arena_bytes;
     const int64_t slab = (int64_t)sizeof(float) * np;
-    const int64_t planned = slab * (2 + (accumulate > 1) + (st.m != NULL) + (st.v != NULL) + (st.w != NULL)) + M->buffer_bytes + arena_bytes;
-    if (TR.dev->reserve(TR.ctx, planned, derr, sizeof derr)) {
-        rc = tm_die("%s", derr);
-        goto out;
-    }
+    const int64_t planned = slab * (2 + (accumulate > 1) + (st->m != NULL) + (st->v != NULL) + (st->w != NULL)) + M->buffer_bytes + arena_bytes;
+    if (TR.dev->reserve(TR.ctx, planned, derr, sizeof derr)) return tm_die("%s", derr);
     TR.params = TR.dev->alloc(TR.ctx, slab);
     TR.grads = TR.dev->alloc(TR.ctx, slab);
     TR.acc = accumulate > 1 ? TR.dev->alloc(TR.ctx, slab) : NULL;
     TR.buffers = TR.dev->alloc(TR.ctx, M->buffer_bytes + 8);
     TR.arena = TR.dev->alloc(TR.ctx, arena_bytes);
-    TR.state = st;
-    TR.state.m = st.m && !TR.dev->host ? TR.dev->alloc(TR.ctx, slab) : st.m;
-    TR.state.v = st.v && !TR.dev->host ? TR.dev->alloc(TR.ctx, slab) : st.v;
-    TR.state.w = st.w && !TR.dev->host ? TR.dev->alloc(TR.ctx, slab) : st.w;
-    if (!TR.params || !TR.grads || (accumulate > 1 && !TR.acc) || !TR.buffers || !TR.arena || (st.m && !TR.state.m) || (st.v && !TR.state.v) ||
-        (st.w && !TR.state.w)) {
-        rc = tm_die("out of %s memory for %lld bytes of parameters, gradients, optimizer state and activations", TR.dev->host ? "host" : "device",
-                 (long long)planned);
-        goto out;
-    }
-    params = TR.dev->host ? TR.params : calloc((size_t)np + 1, sizeof(float));
-    buffers = TR.dev->host ? TR.buffers : calloc((size_t)M->buffer_bytes + 8, 1);
+    TR.state = *st;
+    TR.state.m = st->m && !TR.dev->host ? TR.dev->alloc(TR.ctx, slab) : st->m;
+    TR.state.v = st->v && !TR.dev->host ? TR.dev->alloc(TR.ctx, slab) : st->v;
+    TR.state.w = st->w && !TR.dev->host ? TR.dev->alloc(TR.ctx, slab) : st->w;
+    if (!TR.params || !TR.grads || (accumulate > 1 && !TR.acc) || !TR.buffers || !TR.arena || (st->m && !TR.state.m) ||
+        (st->v && !TR.state.v) || (st->w && !TR.state.w))
+        return tm_die("out of %s memory for %lld bytes of parameters, gradients, optimizer state and activations",
+                      TR.dev->host ? "host" : "device", (long long)planned);
+    T->params = TR.dev->host ? TR.params : calloc((size_t)np + 1, sizeof(float));
+    T->buffers = TR.dev->host ? TR.buffers : calloc((size_t)M->buffer_bytes + 8, 1);
+    bool decay_all = !strcmp(tm_recipe("optimizer.decay", "matrices"), "all");
     TR.spans = calloc((size_t)M->nparams + 1, sizeof *TR.spans);
     for (int i = 0; TR.spans && i < M->nparams; i++)
         if (M->params[i].trainable)
             TR.spans[TR.nspans++] = (krt_param_span){.offset = M->params[i].offset, .count = M->params[i].count, .decay = decay_all || M->params[i].decay};
     TR.group_lr = calloc((size_t)M->nparams + 1, sizeof *TR.group_lr);
-    if (TR.spans && TR.group_lr && apply_groups(&oc)) {
-        rc = 2;
-        goto out;
-    }
+    if (TR.spans && TR.group_lr && apply_groups(&T->oc)) return 2;
     bool bufs_ok = true;
     for (int k = 0; k < M->ninputs; k++) {
         int64_t per = 1;
         for (int d = 1; d < M->inputs[k].rank; d++) per *= M->inputs[k].dims[d];
-        bufs[k] = calloc((size_t)(per * batch) + 1, krt_dtype_size(M->inputs[k].dtype));
-        bufs_ok = bufs_ok && bufs[k];
-        dtypes[k] = M->inputs[k].dtype;
+        T->bufs[k] = calloc((size_t)(per * T->batch) + 1, krt_dtype_size(M->inputs[k].dtype));
+        bufs_ok = bufs_ok && T->bufs[k];
+        T->dtypes[k] = M->inputs[k].dtype;
     }
     /* Language models print a generated sample at each evaluation: logits of one row. */
     bool lm = lm_data() && M->noutputs > 0 && M->inputs[0].rank == 2;
     int64_t vocab = M->inputs[0].max_value > 0 ? M->inputs[0].max_value : 256;
-    sample_logits = lm ? malloc(sizeof(float) * (size_t)(M->inputs[0].dims[1] * vocab)) : NULL;
+    T->sample_logits = lm ? malloc(sizeof(float) * (size_t)(M->inputs[0].dims[1] * vocab)) : NULL;
     if (lm && recipe_int("sample.tokens", 0) > 0) {
         /* The prompt's bytes are its tokens: each must be one the model knows. */
         const char *prompt = tm_recipe("sample.prompt", "\n");
-        if (!*prompt) {
-            rc = tm_die("the sample prompt is empty: give --prompt TEXT (the sample continues it)");
-            goto out;
-        }
+        if (!*prompt) return tm_die("the sample prompt is empty: give --prompt TEXT (the sample continues it)");
         for (const unsigned char *p = (const unsigned char *)prompt; *p; p++)
-            if (*p >= vocab) {
-                rc = tm_die("--prompt: byte %d of the prompt is not below the vocabulary size %lld", *p, (long long)vocab);
-                goto out;
-            }
+            if (*p >= vocab) return tm_die("--prompt: byte %d of the prompt is not below the vocabulary size %lld", *p, (long long)vocab);
     }
-    krt_cursor cur = {seed, 0, 0};
-    int64_t step = 0;
-    if (!params || !buffers || !TR.spans || !TR.group_lr || !bufs_ok || (lm && !sample_logits)) {
-        rc = tm_die("out of memory");
-        goto out;
-    }
-    init_params(params, buffers, seed);
-    if (resume && tm_dist_rank() == 0 && tm_ckpt_load(&run, resume, accumulate, params, buffers, &st, &cur, &step)) {
-        rc = 1;
-        goto out;
-    }
+    T->cur = (krt_cursor){T->seed, 0, 0};
+    T->step = 0;
+    if (!T->params || !T->buffers || !TR.spans || !TR.group_lr || !bufs_ok || (lm && !T->sample_logits)) return tm_die("out of memory");
+    init_params(T->params, T->buffers, T->seed);
+    return TRAIN_GO;
+}
+
+/* The state to start from: --resume's checkpoint, then rank 0's on every rank, on the
+ * device. */
+static int train_resume(Train *T)
+{
+    krt_optim_state *st = &T->st;
+    krt_cursor *cur = &T->cur;
+    if (T->resume && tm_dist_rank() == 0 && tm_ckpt_load(&T->run, T->resume, T->accumulate, T->params, T->buffers, st, cur, &T->step))
+        return 1;
     if (tm_dist_size() > 1) { /* every rank starts from rank 0's state, checkpoint or not */
         uint32_t bits;
         memcpy(&bits, &TR.scaler.scale, sizeof bits);
-        int64_t counters[9] = {step, cur.epoch, cur.position, (int64_t)cur.seed, run.batches_drawn, st.step, bits, TR.scaler.growth_tracker, TR.scaler.skipped};
-        float *const slabs[3] = {st.m, st.v, st.w};
-        tm_dist_share_state(params, np, buffers, M->buffer_bytes, slabs, 3, counters, 9);
-        step = counters[0], cur.epoch = counters[1], cur.position = counters[2], cur.seed = (uint64_t)counters[3];
-        run.batches_drawn = counters[4], st.step = counters[5], bits = (uint32_t)counters[6];
+        int64_t counters[9] = {T->step, cur->epoch, cur->position, (int64_t)cur->seed, T->run.batches_drawn, st->step, bits, TR.scaler.growth_tracker,
+                               TR.scaler.skipped};
+        float *const slabs[3] = {st->m, st->v, st->w};
+        tm_dist_share_state(T->params, T->np, T->buffers, M->buffer_bytes, slabs, 3, counters, 9);
+        T->step = counters[0], cur->epoch = counters[1], cur->position = counters[2], cur->seed = (uint64_t)counters[3];
+        T->run.batches_drawn = counters[4], st->step = counters[5], bits = (uint32_t)counters[6];
         memcpy(&TR.scaler.scale, &bits, sizeof bits);
         TR.scaler.growth_tracker = counters[7], TR.scaler.skipped = counters[8];
     }
-    state_to_device(params, buffers, &st);
-    if (resume && overridden("seed") && seed != cur.seed) {
-        rc = tm_die("--seed %llu: the run in %s has seed %llu, which a resumed run keeps (leave --seed out)", (unsigned long long)seed, resume,
-                 (unsigned long long)cur.seed);
-        goto out;
-    }
-    seed = cur.seed; /* resumed: the checkpoint's, for dropout and sampling as for shuffling */
-    if (resume && !eval_only && !bench_steps && cur.position > ntrain) {
-        rc = tm_die("--resume %s: the checkpoint stands at sample %lld of an epoch, but the training data has %lld samples (it was made with "
-                 "other data or another --limit)",
-                 resume, (long long)cur.position, (long long)ntrain);
-        goto out;
-    }
-    kiln_step_io io;
-    memset(&io, 0, sizeof io);
-    io.params = TR.params;
-    io.grads = TR.grads;
-    io.buffers = TR.buffers;
-    io.arena = TR.arena;
-    io.device = TR.dev->host ? NULL : TR.ctx;
-    io.inputs = (const void *const *)bufs;
-    io.seed = seed;
-    io.syms = io_syms;
-    io.metrics = io_metrics;
-    io.outputs = io_outputs;
-    for (int s = 0; s < M->nsyms; s++) io.syms[s] = M->syms[s].max;
-    if (bs >= 0) io.syms[bs] = batch;
+    state_to_device(T->params, T->buffers, st);
+    if (T->resume && overridden("seed") && T->seed != cur->seed)
+        return tm_die("--seed %llu: the run in %s has seed %llu, which a resumed run keeps (leave --seed out)", (unsigned long long)T->seed,
+                      T->resume, (unsigned long long)cur->seed);
+    T->seed = cur->seed; /* resumed: the checkpoint's, for dropout and sampling as for shuffling */
+    if (T->resume && !T->eval_only && !T->bench_steps && cur->position > T->ntrain)
+        return tm_die("--resume %s: the checkpoint stands at sample %lld of an epoch, but the training data has %lld samples (it was made "
+                      "with other data or another --limit)",
+                      T->resume, (long long)cur->position, (long long)T->ntrain);
+    return TRAIN_GO;
+}
+
+/* The step's inputs and outputs, and this rank's share of each batch; then --bench-steps,
+ * a run already complete, the log and TensorBoard files, and --eval end here. */
+static int train_prepare(Train *T)
+{
+    kiln_step_io *io = &T->io;
+    memset(io, 0, sizeof *io);
+    io->params = TR.params;
+    io->grads = TR.grads;
+    io->buffers = TR.buffers;
+    io->arena = TR.arena;
+    io->device = TR.dev->host ? NULL : TR.ctx;
+    io->inputs = (const void *const *)T->bufs;
+    io->seed = T->seed;
+    io->syms = T->io_syms;
+    io->metrics = T->io_metrics;
+    io->outputs = T->io_outputs;
+    for (int s = 0; s < M->nsyms; s++) io->syms[s] = M->syms[s].max;
+    if (T->bs >= 0) io->syms[T->bs] = T->batch;
     /* This rank's share of each global batch: its samples of bufs (rows are contiguous). */
-    int64_t share_first, share;
-    tm_dist_share(batch, &share_first, &share);
+    tm_dist_share(T->batch, &T->share_first, &T->share);
     for (int k = 0; k < M->ninputs; k++) {
         int64_t row = (int64_t)krt_dtype_size(M->inputs[k].dtype);
         for (int d = 1; d < M->inputs[k].rank; d++) row *= M->inputs[k].dims[d];
-        my_bufs[k] = (char *)bufs[k] + share_first * row;
+        T->my_bufs[k] = (char *)T->bufs[k] + T->share_first * row;
     }
-    tm_dist_attach(&io, batch, accumulate);
-    if (bench_steps) { /* each rank times its share */
-        if (bs >= 0) io.syms[bs] = share;
-        rc = tm_bench(&io, share, strtoll(bench_steps, NULL, 10), TR.accumulate);
-        goto out;
+    tm_dist_attach(io, T->batch, T->accumulate);
+    if (T->bench_steps) { /* each rank times its share */
+        if (T->bs >= 0) io->syms[T->bs] = T->share;
+        return tm_bench(io, T->share, strtoll(T->bench_steps, NULL, 10), TR.accumulate);
     }
-    if (!eval_only && step >= total_steps) { /* resumed at or past the end: nothing to train */
+    if (!T->eval_only && T->step >= T->total_steps) { /* resumed at or past the end: nothing to train */
         printf("%s: the run in %s is already complete (step %lld of %lld); --eval evaluates it, --steps N beyond %lld trains it further\n",
-               M->name, resume, (long long)step, (long long)total_steps, (long long)step);
-        goto out;
+               M->name, T->resume, (long long)T->step, (long long)T->total_steps, (long long)T->step);
+        return 0;
     }
     const char *logpath = tm_dist_rank() == 0 ? tm_recipe("log", "") : ""; /* rank 0 alone logs */
-    log = *logpath ? fopen(logpath, "a") : NULL;
-    if (*logpath && !log) {
-        rc = tm_die("%s: cannot open the log file: %s", logpath, strerror(errno));
-        goto out;
-    }
+    T->log = *logpath ? fopen(logpath, "a") : NULL;
+    if (*logpath && !T->log) return tm_die("%s: cannot open the log file: %s", logpath, strerror(errno));
+    krt_error err;
     const char *tbdir = tm_dist_rank() == 0 ? tm_recipe("tensorboard", "") : ""; /* rank 0 alone, as the log */
-    if (*tbdir && krt_tboard_open(tbdir, &TR.tb, &err) != KRT_OK) {
-        rc = tm_die("--tensorboard: %s", err.msg);
-        goto out;
-    }
+    if (*tbdir && krt_tboard_open(tbdir, &TR.tb, &err) != KRT_OK) return tm_die("--tensorboard: %s", err.msg);
     /* A resumed run redoes the steps after its checkpoint: TensorBoard drops those of the
      * earlier files (SummaryWriter's purge_step). */
-    if (resume && !eval_only) krt_tboard_restart(TR.tb, step + 1);
-    if (eval_only) { /* all of the evaluation data: the recipe's eval.batches is for evaluations during training */
-        rc = eval_and_report(data.eval, &io, bufs, dtypes, batch, overridden("eval.batches") ? ev_batches : 0, log, sample_logits, seed,
-                             step, false);
-        goto out;
+    if (T->resume && !T->eval_only) krt_tboard_restart(TR.tb, T->step + 1);
+    if (T->eval_only) /* all of the evaluation data: the recipe's eval.batches is for evaluations during training */
+        return eval_and_report(T->data.eval, io, T->bufs, T->dtypes, T->batch, overridden("eval.batches") ? T->ev_batches : 0, T->log,
+                               T->sample_logits, T->seed, T->step, false);
+    return TRAIN_GO;
+}
+
+/* One optimizer step: its accumulated micro-batches, the update, the progress line and the
+ * log; 0, or the exit status of a failed step. */
+static int train_step(Train *T, double t0, double *t_tb)
+{
+    kiln_step_io *io = &T->io;
+    krt_cursor *cur = &T->cur;
+    const int64_t batch = T->batch, accumulate = T->accumulate, step0 = T->step;
+    double loss_sum = 0;
+    memset(T->msum, 0, sizeof *T->msum * (size_t)M->nmetrics);
+    const int64_t epoch_before = cur->epoch;
+    int64_t batch_epoch = cur->epoch; /* the (0-based) epoch of the step's last batch */
+    krt_error err;
+    for (int64_t micro = 0; micro < accumulate; micro++) {
+        int64_t got = 0;
+        if (krt_dataset_next(T->data.train, cur, batch, true, true, T->bufs, T->dtypes, &got, &err) != KRT_OK) return tm_die("%s", err.msg);
+        /* After an epoch's last batch the cursor already reads (next epoch, 0). */
+        batch_epoch = cur->position == 0 ? cur->epoch - 1 : cur->epoch;
+        io->step = (uint64_t)(step0 * accumulate + micro);
+        T->run.batches_drawn++;
+        io->inputs = (const void *const *)T->my_bufs; /* this rank's share */
+        if (T->bs >= 0) io->syms[T->bs] = T->share;
+        io->loss_scale = tm_loss_scale();
+        M->train_step(io);
+        io->inputs = (const void *const *)T->bufs;
+        if (T->bs >= 0) io->syms[T->bs] = batch;
+        if (tm_index_failed(io, "step", step0 + 1)) return 1;
+        tm_dist_global_metrics(io, step0); /* the global batch's loss and metrics */
+        if (!isfinite(io->loss))
+            return tm_die("the loss is %g at step %lld: training diverged (lower the learning rate, or clip gradients)", io->loss,
+                          (long long)step0 + 1);
+        loss_sum += io->loss;
+        for (int k = 0; k < M->nmetrics; k++) T->msum[k] += io->metrics[k];
+        tm_accumulate_grads();
     }
-    if (earlier && tm_dist_rank() == 0)
+    double lr;
+    const float scale = tm_loss_scale();
+    double norm = tm_apply_update(step0, T->log != NULL || TR.tb != NULL, &lr);
+    const int64_t step = ++T->step;
+    char scaled[80] = ""; /* loss scaling: the step's scale and the steps skipped so far */
+    if (TR.scaling) snprintf(scaled, sizeof scaled, "  scale %g  skipped %lld", (double)scale, (long long)TR.scaler.skipped);
+    double loss = loss_sum / (double)accumulate, t = kiln_now();
+    if (T->tty || step % 50 == 0 || step == T->total_steps) {
+        double rate = (double)(step * batch * accumulate) / (t - t0);
+        double eta = (double)(T->total_steps - step) * (t - t0) / (double)step;
+        fprintf(T->tty ? stderr : stdout, "%sstep %lld/%lld  epoch %lld  loss %.4f  lr %.3g%s  %.0f samples/s  eta %.0fs%s",
+                T->tty ? "\r" : "", (long long)step, (long long)T->total_steps, (long long)batch_epoch + 1, loss, lr, scaled, rate, eta,
+                T->tty ? "   " : "\n");
+    }
+    if (T->log) {
+        char nb[32] = "null"; /* an infinite or NaN norm (a skipped step): JSON has no inf */
+        if (isfinite(norm)) snprintf(nb, sizeof nb, "%.6g", norm);
+        fprintf(T->log, "{\"step\": %lld, \"epoch\": %lld, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %s", (long long)step,
+                (long long)batch_epoch + 1, loss, lr, nb);
+        if (TR.scaling)
+            fprintf(T->log, ", \"loss_scale\": %.9g, \"skipped\": %s, \"skipped_steps\": %lld", (double)scale, isfinite(norm) ? "false" : "true",
+                    (long long)TR.scaler.skipped);
+        for (int k = 0; k < M->nmetrics; k++) fprintf(T->log, ", \"%s\": %.6g", M->metric_names[k], T->msum[k] / (double)accumulate);
+        fputs("}\n", T->log);
+    }
+    if (TR.tb) tb_step(step, batch_epoch + 1, loss, T->msum, lr, norm, scale, (double)(batch * accumulate), t - *t_tb);
+    bool epoch_end = cur->epoch > epoch_before; /* cur.epoch epochs are complete */
+    if (T->data.eval && (due(step, T->ev_steps, T->ev_epochs, epoch_end, cur->epoch) || step == T->total_steps) &&
+        eval_and_report(T->data.eval, io, T->bufs, T->dtypes, batch, T->ev_batches, T->log, T->sample_logits, T->seed, step, T->tty))
+        return 1;
+    if ((due(step, T->ck_steps, T->ck_epochs, epoch_end, cur->epoch) || step == T->total_steps) && tm_dist_rank() == 0) {
+        state_to_host(T->params, T->buffers, &T->st);
+        if (tm_ckpt_save(&T->run, T->ckdir, T->keep, T->params, T->buffers, &T->st, cur, step)) return 1;
+        T->saved = step;
+    }
+    if (TR.tb) {
+        tb_flush(false);
+        *t_tb = kiln_now(); /* the evaluation and checkpoint are no step's time */
+    }
+    return 0;
+}
+
+/* The steps, from the banner to the last one or to ^C, which saves a checkpoint first. */
+static int train_loop(Train *T)
+{
+    if (T->earlier && tm_dist_rank() == 0)
         fprintf(stderr, "%s: note: %s holds a checkpoint of an earlier run (%s); this run starts afresh and replaces it (--resume %s continues it)\n",
-                M->name, ckdir, earlier_found, ckdir);
-    tm_ckpt_new_run(&run);
+                M->name, T->ckdir, T->earlier_found, T->ckdir);
+    tm_ckpt_new_run(&T->run);
     signal(SIGINT, on_sigint);
-    const char *split = tm_dist_describe(batch); /* "2 ranks × batch 64" */
+    const char *split = tm_dist_describe(T->batch); /* "2 ranks × batch 64" */
     char scaling_is[96] = "";
     if (TR.scaling) krt_scaler_describe(&TR.scaler, scaling_is + 2, sizeof scaling_is - 2), scaling_is[0] = ',', scaling_is[1] = ' ';
-    printf("%s: %lld parameters, %lld training sample%s, %lld step%s of %lld%s%s%s (x%lld), %s lr %g%s\n", M->name, (long long)np,
-           (long long)ntrain, ntrain == 1 ? "" : "s", (long long)total_steps, total_steps == 1 ? "" : "s", (long long)batch,
-           *split ? " (" : "", split, *split ? ")" : "", (long long)accumulate, opt, oc.lr, scaling_is);
+    printf("%s: %lld parameters, %lld training sample%s, %lld step%s of %lld%s%s%s (x%lld), %s lr %g%s\n", M->name, (long long)T->np,
+           (long long)T->ntrain, T->ntrain == 1 ? "" : "s", (long long)T->total_steps, T->total_steps == 1 ? "" : "s", (long long)T->batch,
+           *split ? " (" : "", split, *split ? ")" : "", (long long)T->accumulate, T->opt, T->oc.lr, scaling_is);
     double t0 = kiln_now(), t_tb = t0; /* t_tb: the end of the previous step, for --tensorboard's throughput */
-    int64_t saved = -1; /* the step of the last checkpoint this run saved */
-    while (step < total_steps && !interrupted) {
-        double loss_sum = 0;
-        memset(msum, 0, sizeof *msum * (size_t)M->nmetrics);
-        const int64_t epoch_before = cur.epoch;
-        int64_t batch_epoch = cur.epoch; /* the (0-based) epoch of the step's last batch */
-        for (int64_t micro = 0; micro < accumulate; micro++) {
-            int64_t got = 0;
-            if (krt_dataset_next(data.train, &cur, batch, true, true, bufs, dtypes, &got, &err) != KRT_OK) {
-                rc = tm_die("%s", err.msg);
-                goto out;
-            }
-            /* After an epoch's last batch the cursor already reads (next epoch, 0). */
-            batch_epoch = cur.position == 0 ? cur.epoch - 1 : cur.epoch;
-            io.step = (uint64_t)(step * accumulate + micro);
-            run.batches_drawn++;
-            io.inputs = (const void *const *)my_bufs; /* this rank's share */
-            if (bs >= 0) io.syms[bs] = share;
-            io.loss_scale = tm_loss_scale();
-            M->train_step(&io);
-            io.inputs = (const void *const *)bufs;
-            if (bs >= 0) io.syms[bs] = batch;
-            if (tm_index_failed(&io, "step", step + 1)) {
-                rc = 1;
-                goto out;
-            }
-            tm_dist_global_metrics(&io, step); /* the global batch's loss and metrics */
-            if (!isfinite(io.loss)) {
-                rc = tm_die("the loss is %g at step %lld: training diverged (lower the learning rate, or clip gradients)", io.loss,
-                         (long long)step + 1);
-                goto out;
-            }
-            loss_sum += io.loss;
-            for (int k = 0; k < M->nmetrics; k++) msum[k] += io.metrics[k];
-            tm_accumulate_grads();
-        }
-        double lr;
-        const float scale = tm_loss_scale();
-        double norm = tm_apply_update(step, log != NULL || TR.tb != NULL, &lr);
-        step++;
-        char scaled[80] = ""; /* loss scaling: the step's scale and the steps skipped so far */
-        if (TR.scaling) snprintf(scaled, sizeof scaled, "  scale %g  skipped %lld", (double)scale, (long long)TR.scaler.skipped);
-        double loss = loss_sum / (double)accumulate, t = kiln_now();
-        if (tty || step % 50 == 0 || step == total_steps) {
-            double rate = (double)(step * batch * accumulate) / (t - t0);
-            double eta = (double)(total_steps - step) * (t - t0) / (double)step;
-            fprintf(tty ? stderr : stdout, "%sstep %lld/%lld  epoch %lld  loss %.4f  lr %.3g%s  %.0f samples/s  eta %.0fs%s",
-                    tty ? "\r" : "", (long long)step, (long long)total_steps, (long long)batch_epoch + 1, loss, lr, scaled, rate, eta,
-                    tty ? "   " : "\n");
-        }
-        if (log) {
-            char nb[32] = "null"; /* an infinite or NaN norm (a skipped step): JSON has no inf */
-            if (isfinite(norm)) snprintf(nb, sizeof nb, "%.6g", norm);
-            fprintf(log, "{\"step\": %lld, \"epoch\": %lld, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %s", (long long)step,
-                    (long long)batch_epoch + 1, loss, lr, nb);
-            if (TR.scaling)
-                fprintf(log, ", \"loss_scale\": %.9g, \"skipped\": %s, \"skipped_steps\": %lld", (double)scale,
-                        isfinite(norm) ? "false" : "true", (long long)TR.scaler.skipped);
-            for (int k = 0; k < M->nmetrics; k++) fprintf(log, ", \"%s\": %.6g", M->metric_names[k], msum[k] / (double)accumulate);
-            fputs("}\n", log);
-        }
-        if (TR.tb) tb_step(step, batch_epoch + 1, loss, msum, lr, norm, scale, (double)(batch * accumulate), t - t_tb);
-        bool epoch_end = cur.epoch > epoch_before; /* cur.epoch epochs are complete */
-        if (data.eval && (due(step, ev_steps, ev_epochs, epoch_end, cur.epoch) || step == total_steps))
-            if (eval_and_report(data.eval, &io, bufs, dtypes, batch, ev_batches, log, sample_logits, seed, step, tty)) {
-                rc = 1;
-                goto out;
-            }
-        if ((due(step, ck_steps, ck_epochs, epoch_end, cur.epoch) || step == total_steps) && tm_dist_rank() == 0) {
-            state_to_host(params, buffers, &st);
-            if (tm_ckpt_save(&run, ckdir, keep, params, buffers, &st, &cur, step)) {
-                rc = 1;
-                goto out;
-            }
-            saved = step;
-        }
-        if (TR.tb) {
-            tb_flush(false);
-            t_tb = kiln_now(); /* the evaluation and checkpoint are no step's time */
-        }
+    T->saved = -1;
+    while (T->step < T->total_steps && !interrupted) {
+        int rc = train_step(T, t0, &t_tb);
+        if (rc) return rc;
     }
-    if (interrupted) {
-        if (tty) fputc('\n', stderr);
-        if (tm_dist_rank() != 0) {
-            rc = 130; /* rank 0 saves */
-        } else if (saved == step) {
-            fprintf(stderr, "%s: interrupted at step %lld; its checkpoint is saved in %s\n", M->name, (long long)step, ckdir);
-            rc = 130;
-        } else {
-            fprintf(stderr, "%s: interrupted at step %lld; saving a checkpoint in %s\n", M->name, (long long)step, ckdir);
-            state_to_host(params, buffers, &st);
-            rc = tm_ckpt_save(&run, ckdir, keep, params, buffers, &st, &cur, step) ? 1 : 130;
-        }
+    if (!interrupted) return 0;
+    if (T->tty) fputc('\n', stderr);
+    if (tm_dist_rank() != 0) return 130; /* rank 0 saves */
+    if (T->saved == T->step) {
+        fprintf(stderr, "%s: interrupted at step %lld; its checkpoint is saved in %s\n", M->name, (long long)T->step, T->ckdir);
+        return 130;
     }
-out:
-    if (tty) fputc('\n', stderr);
-    if (log) fclose(log);
+    fprintf(stderr, "%s: interrupted at step %lld; saving a checkpoint in %s\n", M->name, (long long)T->step, T->ckdir);
+    state_to_host(T->params, T->buffers, &T->st);
+    return tm_ckpt_save(&T->run, T->ckdir, T->keep, T->params, T->buffers, &T->st, &T->cur, T->step) ? 1 : 130;
+}
+
+/* Everything the run holds, however far it got. */
+static void train_free(Train *T)
+{
+    if (T->log) fclose(T->log);
     tb_flush(true);
     krt_tboard_close(TR.tb, NULL);
     if (TR.ctx) {
         if (!TR.dev->host) {
-            free(params);
-            free(buffers);
+            free(T->params);
+            free(T->buffers);
             TR.dev->release(TR.ctx, TR.state.m);
             TR.dev->release(TR.ctx, TR.state.v);
             TR.dev->release(TR.ctx, TR.state.w);
@@ -1255,22 +1259,46 @@ out:
         TR.dev->release(TR.ctx, TR.arena);
         TR.dev->close(TR.ctx);
     }
-    krt_optim_free(&st);
+    krt_optim_free(&T->st);
     free(TR.spans);
     free(TR.group_lr);
-    free(sample_logits);
-    for (int k = 0; bufs && k < M->ninputs; k++) free(bufs[k]);
-    free(bufs);
-    free(my_bufs);
-    free(dtypes);
-    free(io_syms);
-    free(io_metrics);
-    free(msum);
-    free(io_outputs);
-    if (data.train) krt_dataset_free(data.train);
-    if (data.eval) krt_dataset_free(data.eval);
-    for (int k = 0; data.arrays && k < 2 * M->ninputs; k++) krt_array_free(&data.arrays[k]);
-    free(data.arrays);
-    krt_array_free(&data.stream);
+    free(T->sample_logits);
+    for (int k = 0; T->bufs && k < M->ninputs; k++) free(T->bufs[k]);
+    free(T->bufs);
+    free(T->my_bufs);
+    free(T->dtypes);
+    free(T->io_syms);
+    free(T->io_metrics);
+    free(T->msum);
+    free(T->io_outputs);
+    if (T->data.train) krt_dataset_free(T->data.train);
+    if (T->data.eval) krt_dataset_free(T->data.eval);
+    for (int k = 0; T->data.arrays && k < 2 * M->ninputs; k++) krt_array_free(&T->data.arrays[k]);
+    free(T->data.arrays);
+    krt_array_free(&T->data.stream);
+}
+
+/* The training program: its phases in order, each of which may end the run. */
+static int train(int argc, char **argv)
+{
+    const char *resume = NULL;
+    int parsed = parse_args(argc, argv, &resume);
+    if (parsed >= 0) return parsed;
+    /* Beyond a file-size limit (ulimit -f) a write fails with EFBIG, reported as any failed
+     * write, instead of the signal killing the program. */
+    signal(SIGXFSZ, SIG_IGN);
+    Train *T = calloc(1, sizeof *T);
+    if (!T) return tm_die("out of memory");
+    T->resume = resume;
+    T->eval_only = tm_recipe("eval.only", NULL) != NULL;
+    T->tty = isatty(2);
+    memset(&TR, 0, sizeof TR);
+    TR.dev = M->device ? M->device : &kiln_host_device;
+    int (*const phases[])(Train *) = {train_setup, train_optimizer, train_allocate, train_resume, train_prepare, train_loop};
+    int rc = TRAIN_GO;
+    for (size_t i = 0; rc == TRAIN_GO && i < sizeof phases / sizeof *phases; i++) rc = phases[i](T);
+    if (T->tty) fputc('\n', stderr);
+    train_free(T);
+    free(T);
     return rc;
 }

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kiln_half.h"
+#include "../runtime/kiln_half.h"
 #include "kemu_cublas.h"
 #include "kemu_internal.h"
 

@@ -9,7 +9,7 @@
  * to the mean over the global batch, what one process computes (but for the order of the
  * additions). The loss and metrics go to rank 0, which adds them in rank order. The
  * gradients' sum is the transport's (dist_mpi.h): MPI's in host memory (dist_grads_mpi.c)
- * or NCCL's in device memory (cuda/dist_nccl.cu); this file is everything else.
+ * or NCCL's in device memory (dist_nccl.cu); this file is everything else.
  *
  * Only the thread that calls main() calls MPI (MPI_THREAD_FUNNELED): the hooks run
  * between the step's kernels, whose OpenMP regions have joined.

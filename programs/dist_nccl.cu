@@ -41,7 +41,7 @@ extern "C" void tm_nccl_cuda_error(void);
 #include "kiln_cuda_model.h"
 #include "dist_mpi.h"
 #ifdef KILN_CUDA_EMU
-#include "emu/kemu_nccl.h"
+#include "../emu/kemu_nccl.h"
 #else
 #include <nccl.h>
 #endif

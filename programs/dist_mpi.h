@@ -1,7 +1,7 @@
 /* dist_mpi.h — what dist_mpi.c (the processes: start, handshake, shared state, metrics,
  * faults) offers the gradient transport it is linked with, and what that transport
  * provides: dist_grads_mpi.c sums the buckets in host memory with MPI (the C target),
- * cuda/dist_nccl.cu in device memory with NCCL (--target cuda, and cuda-emu's emulated
+ * dist_nccl.cu in device memory with NCCL (--target cuda, and cuda-emu's emulated
  * NCCL). One copy of the handshake, broadcast and timeout logic serves both.
  * Internal to distributed programs; C and C++ (dist_nccl.cu includes it). */
 #ifndef KILN_DIST_MPI_H
