@@ -4,6 +4,7 @@
  * one Kiln was built with) and flags are overridable, so users can build with their own
  * toolchain. The default flags (KILN_GENERATED_CFLAGS in CMakeLists.txt) are fast ones:
  * -O3 -march=native -fno-trapping-math -fopenmp; --cflags comes after them, so its flags win. */
+#define _XOPEN_SOURCE 700
 #include <dirent.h>
 #include <errno.h>
 #include <poll.h>
@@ -15,7 +16,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <limits.h>
+
 #include "build.h"
+#include "../runtime/kiln_model.h"
 
 /* ---- the scratch directory ---- */
 
@@ -410,3 +414,70 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
     sb_free(&cmd);
     return rc;
 }
+
+/* --embed-weights CKPT: checks the checkpoint's weights against the model's parameters
+ * and buffers (as the program checks --weights), then appends to the generated C the
+ * file's bytes (the assembler's .incbin, read when model.c is compiled) between the
+ * symbols kiln_embedded_weights and kiln_embedded_weights_end, which infer_main.c reads.
+ * Returns 0, or 1 after a message. */
+int build_embed_weights(const char *ckpt, const Graph *g, bool cuda, StrBuf *c)
+{
+    krt_error err;
+    struct stat st;
+    char found[4096], file[4200], real[PATH_MAX];
+    if (stat(ckpt, &st) == 0 && S_ISDIR(st.st_mode)) {
+        int64_t step;
+        bool stale;
+        if (krt_ckpt_find(ckpt, found, sizeof found, &step, &stale, &err) != KRT_OK) {
+            fprintf(stderr, "kiln: error: --embed-weights: %s\n", err.msg);
+            return 1;
+        }
+        snprintf(file, sizeof file, "%s/model.safetensors", found);
+    } else {
+        snprintf(file, sizeof file, "%s", ckpt);
+    }
+    krt_safetensors *w = NULL;
+    if (krt_safetensors_read(file, &w, &err) != KRT_OK) {
+        fprintf(stderr, "kiln: error: --embed-weights: %s\n", err.msg);
+        return 1;
+    }
+    int np = 0;
+    kiln_param *ps = xcalloc((size_t)g->nnodes + 1, sizeof *ps);
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = &g->nodes[i];
+        if (n->op != OP_PARAM) continue;
+        kiln_param *p = &ps[np++];
+        p->name = ir_node_name(g, i);
+        p->dtype = (krt_dtype)n->dtype;
+        p->rank = n->shape.rank;
+        for (int k = 0; k < n->shape.rank; k++) p->dims[k] = n->shape.d[k].k;
+        p->trainable = ir_attrs(g, i)[1] != 0;
+    }
+    krt_status s = kiln_weights_check(ps, np, w, file, &err);
+    free(ps);
+    krt_safetensors_free(w);
+    if (s != KRT_OK) {
+        fprintf(stderr, "kiln: error: --embed-weights: %s\n", err.msg);
+        return 1;
+    }
+    if (!realpath(file, real)) {
+        fprintf(stderr, "kiln: error: --embed-weights: %s: %s\n", file, strerror(errno));
+        return 1;
+    }
+    for (const char *q = real; *q; q++)
+        if (*q == '"' || *q == '\\' || (unsigned char)*q < 32) {
+            fprintf(stderr, "kiln: error: --embed-weights: %s: the path has a quote, backslash or control character, which the assembler's .incbin cannot name; copy the file elsewhere\n", real);
+            return 1;
+        }
+    /* model.cu (CUDA): the host compilation only (nvcc compiles the file once per GPU
+     * architecture too, with __CUDA_ARCH__ set), and the name with C linkage, as
+     * infer_main.c declares it */
+    sb_printf(c, "\n#if %s\n"
+                 "/* The weights, embedded by kiln build --embed-weights from %s (safetensors). */\n"
+                 "__asm__(\".section .rodata\\n.balign 64\\n.globl kiln_embedded_weights\\nkiln_embedded_weights:\\n\"\n"
+                 "        \".incbin \\\"%s\\\"\\n.globl kiln_embedded_weights_end\\nkiln_embedded_weights_end:\\n.previous\\n\");\n"
+                 "%sconst char kiln_embedded_weights_name[] = \"%s\";\n#endif\n",
+              cuda ? "!defined(__CUDA_ARCH__)" : "KILN_PART != 1", real, real, cuda ? "extern \"C\" " : "", real);
+    return 0;
+}
+

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 
+#include "../ir/ir.h"
 #include "../util/util.h"
 #include "progress.h"
 
@@ -48,5 +49,12 @@ bool build_have_nvcc(void);
  * removes the directories of processes that no longer exist. 0, or -1 with errno. */
 int build_tempdir_make(char *dir, size_t size);
 void build_tempdir_remove(const char *dir);
+
+/* --embed-weights CKPT: checks the checkpoint's weights (a safetensors file or a checkpoint
+ * directory) against graph g's parameters and buffers, as the program checks --weights,
+ * then appends to the generated code c the assembler's .incbin of the file between the
+ * symbols kiln_embedded_weights and kiln_embedded_weights_end, which infer_main.c reads.
+ * Returns 0, or 1 after a message. */
+int build_embed_weights(const char *ckpt, const Graph *g, bool cuda, StrBuf *c);
 
 #endif

@@ -16,7 +16,7 @@
 
 enum {
     O_MODE, O_AFTER, O_STATS, O_PASSES, O_DOT, O_OUTPUT, O_PRECISION, O_WEIGHT_ROUNDING, O_SEED, O_TOLERANCE, O_ATOL,
-    O_SAMPLES, O_SIZE, O_INPUTS, O_TARGET, O_CFLAGS, O_BOUND, O_REPORT, O_MEMORY_BUDGET, O_INFER, O_LIB, O_EMBED,
+    O_SAMPLES, O_SIZE, O_INPUTS, O_TARGET, O_CFLAGS, O_BOUND, O_REPORT, O_TIME_PASSES, O_MEMORY_BUDGET, O_INFER, O_LIB, O_EMBED,
     O_DISTRIBUTED, O_BUCKET_SIZE, O_EXCLUDE, O_WIDTH, O_METRIC, O_LOG_Y,
 };
 
@@ -65,6 +65,7 @@ static const CliFlag flags[] = {
      "then checkpoint blocks, until the plan fits (or the recipe's memory_budget)"},
     {"--report", NULL, NULL, CMD_EMIT | CMD_BUILD, O_REPORT, "print the memory plan: each slab (parameters, gradients, optimizer\n"
                                                             "state, buffers) and the activation arenas at the bounds"},
+    {"--time-passes", NULL, NULL, CMD_EMIT | CMD_BUILD, O_TIME_PASSES, "print each pass that ran, the graph it ran on and its time (to stderr)"},
     /* tokens */
     {"--output", "-o", "OUT", CMD_TOKENS, O_OUTPUT, "the token file to write"},
     {"--exclude", NULL, "GLOB", CMD_TOKENS, O_EXCLUDE, "leave out the files that match GLOB"},
@@ -293,6 +294,7 @@ static int apply_flag(const char *cmd, const CliFlag *f, const char *a, const ch
     case O_DOT: o->dot = true; return -1;
     case O_INPUTS: o->inputs = true; return -1;
     case O_REPORT: o->report = true; return -1;
+    case O_TIME_PASSES: o->time_passes = true; return -1;
     case O_INFER: o->infer = true; return -1;
     case O_LIB: o->lib = true; return -1;
     case O_DISTRIBUTED: o->distributed = true; return -1;

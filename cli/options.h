@@ -57,6 +57,7 @@ typedef struct {
     const char *bounds[8]; /* "T=64": lower a symbol's bound for this build */
     int nbounds;
     bool dot, stats, list_passes, inputs, report;
+    bool time_passes; /* build, emit: --time-passes */
     int64_t memory_budget; /* build, emit: --memory-budget SIZE (0: none) */
     const char *precision; /* build, emit, ir: --precision NAME (NULL: the recipe's) */
     const char *weight_rounding; /* build, emit, ir: --weight-rounding nearest|stochastic (NULL: the recipe's) */

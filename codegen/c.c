@@ -347,8 +347,8 @@ static int check_supported(const Graph *g, StrBuf *err)
 
 static void cg_free(Cg *c)
 {
-    fusion_free(&c->fp);
-    memplan_free(&c->mp);
+    memset(&c->fp, 0, sizeof c->fp); /* the caller's plan (emit_graph) */
+    memset(&c->mp, 0, sizeof c->mp);
     free(c->fused_name); /* the names belong to c->shared_name */
     c->fused_name = NULL;
 }
@@ -372,13 +372,15 @@ static void kernel_function(Cg *c, int32_t k, StrBuf *b)
 
 /* Emits the kernels and the step function of one graph. */
 /* `first`: the file's first graph, whose kernels may go into the first half (KILN_PART). */
-static int64_t emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *prefix, bool train, bool first)
+static int64_t emit_graph(Cg *c, const CodegenGraph *cgg, const Graph *ref, const char *prefix, bool train, bool first)
 {
+    const Graph *g = cgg->graph;
+    KILN_ASSERT_MSG(cgg->plan && cgg->plan->placed, "codegen needs the graph's plan (the pipeline's fusion and memplan)");
     cg_layout_for(c, g, ref);
     c->g = g;
     c->prefix = prefix;
-    fusion_plan(g, &c->fp);
-    memplan_run(g, &c->fp, &c->mp);
+    c->fp = cgg->plan->fusion; /* the pipeline's plan, read only: cg_free lets go of it */
+    c->mp = cgg->plan->mem;
     c->fused_name = xcalloc((size_t)c->fp.nkernels + 1, sizeof *c->fused_name);
     StrBuf *o = c->o;
     size_t graph_at = o->len;
@@ -403,18 +405,6 @@ static int64_t emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *p
     cg_layout_free(c);
     cg_free(c);
     return arena;
-}
-
-int64_t codegen_arena_bytes(const Graph *g)
-{
-    FusionPlan f;
-    MemPlan m;
-    fusion_plan(g, &f);
-    memplan_run(g, &f, &m);
-    int64_t a = m.arena_bytes;
-    memplan_free(&m);
-    fusion_free(&f);
-    return a;
 }
 
 /* Marks the file's two halves for KILN_PART: the first is the training graph's kernels up
@@ -493,28 +483,22 @@ static void cg_done(Cg *c)
     free(c->buckets);
 }
 
-int codegen_c(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe,
-              StrBuf *out, StrBuf *err)
+int codegen_c_train(const CodegenInput *in, StrBuf *out, StrBuf *err)
 {
-    return codegen_c_train(train, eval, NULL, source_path, recipe_kv, nrecipe, 0, out, err);
-}
-
-int codegen_c_train(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path, char *const *recipe_kv,
-                    int nrecipe, int64_t bucket_bytes, StrBuf *out, StrBuf *err)
-{
+    const Graph *train = in->train.graph, *eval = in->eval.graph, *decode = in->decode.graph;
     if (check_supported(train, err) || check_supported(eval, err) || (decode && check_supported(decode, err))) return -1;
     Cg c;
-    cg_init(&c, out, err, source_path);
-    c.bucket_bytes = bucket_bytes;
-    emit_header(&c, train, source_path);
+    cg_init(&c, out, err, in->source_path);
+    c.bucket_bytes = in->bucket_bytes;
+    emit_header(&c, train, in->source_path);
     size_t tables_at = out->len;
     CgModelCounts counts;
-    cg_emit_model_tables(&c, train, recipe_kv, nrecipe, &counts);
-    int64_t train_arena = emit_graph(&c, train, train, "train", true, true);
-    int64_t eval_arena = emit_graph(&c, eval, train, "eval", false, false);
+    cg_emit_model_tables(&c, train, in->recipe_kv, in->nrecipe, &counts);
+    int64_t train_arena = emit_graph(&c, &in->train, train, "train", true, true);
+    int64_t eval_arena = emit_graph(&c, &in->eval, train, "eval", false, false);
     if (decode) { /* the samples printed at each evaluation */
         c.decoding = c.has_decode = true;
-        c.decode_arena = emit_graph(&c, decode, train, "decode", false, false);
+        c.decode_arena = emit_graph(&c, &in->decode, train, "decode", false, false);
         c.decoding = false;
         cg_emit_decode_tables(&c, train, decode, NULL);
     }
@@ -525,40 +509,29 @@ int codegen_c_train(const Graph *train, const Graph *eval, const Graph *decode, 
     return 0;
 }
 
-int codegen_c_infer(const Graph *train, const Graph *eval, const Graph *predict, const Graph *decode, const char *decode_why,
-                    const char *source_path, char *const *recipe_kv, int nrecipe, StrBuf *out, StrBuf *err)
+int codegen_c_infer(const CodegenInput *in, StrBuf *out, StrBuf *err)
 {
+    const Graph *train = in->train.graph, *eval = in->eval.graph, *predict = in->predict.graph, *decode = in->decode.graph;
     if (check_supported(eval, err) || check_supported(predict, err) || (decode && check_supported(decode, err))) return -1;
     Cg c;
-    cg_init(&c, out, err, source_path);
+    cg_init(&c, out, err, in->source_path);
     c.infer = true;
-    emit_header(&c, train, source_path);
+    emit_header(&c, train, in->source_path);
     size_t tables_at = out->len;
     CgModelCounts counts;
-    cg_emit_model_tables(&c, train, recipe_kv, nrecipe, &counts);
-    int64_t eval_arena = emit_graph(&c, eval, train, "eval", false, true);
-    c.predict_arena = emit_graph(&c, predict, train, "predict", false, false);
+    cg_emit_model_tables(&c, train, in->recipe_kv, in->nrecipe, &counts);
+    int64_t eval_arena = emit_graph(&c, &in->eval, train, "eval", false, true);
+    c.predict_arena = emit_graph(&c, &in->predict, train, "predict", false, false);
     if (decode) {
         c.decoding = c.has_decode = true;
-        c.decode_arena = emit_graph(&c, decode, train, "decode", false, false);
+        c.decode_arena = emit_graph(&c, &in->decode, train, "decode", false, false);
         c.decoding = false;
     }
     cg_emit_infer_tables(&c, train, predict);
-    cg_emit_decode_tables(&c, train, decode, decode_why);
+    cg_emit_decode_tables(&c, train, decode, in->decode_why);
     cg_emit_model_def(&c, train, &counts, 0, eval_arena);
     split_in_halves(&c, tables_at);
     cg_prune_unused(out, tables_at, false); /* the step functions' unread symbols */
     cg_done(&c);
     return 0;
-}
-
-Graph *codegen_predict_graph(const Graph *eval)
-{
-    Graph *g = ir_graph_clone(eval);
-    int32_t n = 0;
-    for (int32_t k = 0; k < g->noutputs; k++)
-        if (g->outputs[k].kind != OUT_LOSS && g->outputs[k].kind != OUT_METRIC) g->outputs[n++] = g->outputs[k];
-    g->noutputs = n;
-    pass_simplify(g);
-    return g;
 }

@@ -1219,13 +1219,15 @@ static void emit_kernel_call(Cg *c, int32_t k)
 }
 
 /* The kernels of one graph; -1 with the error for the first one not supported yet. */
-static int emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *prefix, const char *step, bool partial, int64_t *arena)
+static int emit_graph(Cg *c, const CodegenGraph *cgg, const Graph *ref, const char *prefix, const char *step, bool partial, int64_t *arena)
 {
+    const Graph *g = cgg->graph;
+    KILN_ASSERT_MSG(cgg->plan && cgg->plan->placed, "codegen needs the graph's plan (the pipeline's fusion and memplan)");
     c->g = g;
     c->prefix = prefix;
     cg_layout_for(c, g, ref);
-    fusion_plan(g, &c->fp);
-    memplan_run(g, &c->fp, &c->mp);
+    c->fp = cgg->plan->fusion; /* the pipeline's plan, read only: let go of below */
+    c->mp = cgg->plan->mem;
     cuda_gemm_plan_bgrad(c); /* bias gradients summed by their weight gradient's product */
     int rc = 0;
     for (int32_t k = 0; k < c->fp.nkernels && !rc; k++) {
@@ -1280,8 +1282,8 @@ static int emit_graph(Cg *c, const Graph *g, const Graph *ref, const char *prefi
     *arena = c->mp.arena_bytes;
     cg_layout_free(c);
     cuda_gemm_free_bgrad(c);
-    fusion_free(&c->fp);
-    memplan_free(&c->mp);
+    memset(&c->fp, 0, sizeof c->fp);
+    memset(&c->mp, 0, sizeof c->mp);
     return rc;
 }
 
@@ -1371,24 +1373,25 @@ static int begin_file(Cg *c, const Graph *g, const Graph *train, const char *sou
     return 0;
 }
 
-int codegen_cuda(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path, char *const *recipe_kv, int nrecipe,
-                 int64_t bucket_bytes, bool partial, StrBuf *out, StrBuf *err)
+int codegen_cuda(const CodegenInput *in, StrBuf *out, StrBuf *err)
 {
+    const Graph *train = in->train.graph, *decode = in->decode.graph;
+    const bool partial = in->partial;
     Cg c;
-    if (begin_file(&c, train, train, source_path, partial, false, out, err)) return -1;
-    c.bucket_bytes = bucket_bytes;
+    if (begin_file(&c, train, train, in->source_path, partial, false, out, err)) return -1;
+    c.bucket_bytes = in->bucket_bytes;
     int64_t train_arena = 0, eval_arena = 0;
-    int rc = emit_graph(&c, train, train, "train", "training", partial, &train_arena);
-    if (!rc) rc = emit_graph(&c, eval, train, "eval", "evaluation", partial, &eval_arena);
+    int rc = emit_graph(&c, &in->train, train, "train", "training", partial, &train_arena);
+    if (!rc) rc = emit_graph(&c, &in->eval, train, "eval", "evaluation", partial, &eval_arena);
     if (!rc && decode && !partial) { /* the samples printed at each evaluation */
         c.decoding = c.has_decode = true;
-        rc = emit_graph(&c, decode, train, "decode", "decode", false, &c.decode_arena);
+        rc = emit_graph(&c, &in->decode, train, "decode", "decode", false, &c.decode_arena);
         c.decoding = false;
     }
     if (!rc && !partial) {
         /* the model's tables, as the C target writes them: the same checkpoints */
         CgModelCounts counts;
-        cg_emit_model_tables(&c, train, recipe_kv, nrecipe, &counts);
+        cg_emit_model_tables(&c, train, in->recipe_kv, in->nrecipe, &counts);
         if (decode) cg_emit_decode_tables(&c, train, decode, NULL);
         cg_emit_model_def(&c, train, &counts, train_arena, eval_arena);
     }
@@ -1404,24 +1407,24 @@ int codegen_cuda(const Graph *train, const Graph *eval, const Graph *decode, con
 /* As codegen_c_infer, in CUDA: the evaluation step, the predict step and a language
  * model's decode step, each kernel written and launched as in a training program's
  * model.cu, with the inference tables; the device (device.cu) is the training program's. */
-int codegen_cuda_infer(const Graph *train, const Graph *eval, const Graph *predict, const Graph *decode, const char *decode_why,
-                       const char *source_path, char *const *recipe_kv, int nrecipe, StrBuf *out, StrBuf *err)
+int codegen_cuda_infer(const CodegenInput *in, StrBuf *out, StrBuf *err)
 {
+    const Graph *train = in->train.graph, *eval = in->eval.graph, *predict = in->predict.graph, *decode = in->decode.graph;
     Cg c;
-    if (begin_file(&c, eval, train, source_path, false, true, out, err)) return -1;
+    if (begin_file(&c, eval, train, in->source_path, false, true, out, err)) return -1;
     int64_t eval_arena = 0;
-    int rc = emit_graph(&c, eval, train, "eval", "evaluation", false, &eval_arena);
-    if (!rc) rc = emit_graph(&c, predict, train, "predict", "predict", false, &c.predict_arena);
+    int rc = emit_graph(&c, &in->eval, train, "eval", "evaluation", false, &eval_arena);
+    if (!rc) rc = emit_graph(&c, &in->predict, train, "predict", "predict", false, &c.predict_arena);
     if (!rc && decode) { /* --generate: the caches stay in device memory (host.c) */
         c.decoding = c.has_decode = true;
-        rc = emit_graph(&c, decode, train, "decode", "decode", false, &c.decode_arena);
+        rc = emit_graph(&c, &in->decode, train, "decode", "decode", false, &c.decode_arena);
         c.decoding = false;
     }
     if (!rc) {
         CgModelCounts counts;
-        cg_emit_model_tables(&c, train, recipe_kv, nrecipe, &counts);
+        cg_emit_model_tables(&c, train, in->recipe_kv, in->nrecipe, &counts);
         cg_emit_infer_tables(&c, train, predict);
-        cg_emit_decode_tables(&c, train, decode, decode_why);
+        cg_emit_decode_tables(&c, train, decode, in->decode_why);
         cg_emit_model_def(&c, train, &counts, 0, eval_arena);
     }
     cg_free_lines(&c);

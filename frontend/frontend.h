@@ -186,11 +186,16 @@ typedef struct {
     Graph *graph;   /* forward, loss, metrics (and buffer updates) in the given mode */
     Recipe recipe;
     Ast *ast;
+    char *path;     /* the source's name, as given */
 } Model;
 
 /* Parses, checks and lowers source `path`; NULL with diagnostics on error. The text is
  * registered with d. */
 Model *frontend_compile(Diag *d, const char *path, const char *text, size_t len, GraphMode mode);
+/* The same file lowered again in another mode (the evaluation or decode graph of a
+ * training build), from the model's parsed and checked AST: the file is read and parsed
+ * once per build. NULL with diagnostics on error. */
+Graph *frontend_lower(Diag *d, const Model *m, GraphMode mode);
 /* Whether the decode graph g (frontend_compile in MODE_DECODE, before any pass) computes a
  * language model's forward exactly for tokens after cached ones: every op of the forward
  * besides the cached attention and positions treats each position alone. 0, or -1 with

@@ -1230,15 +1230,11 @@ static void warn_visible_nan(Lower *L, uint16_t file)
     }
 }
 
-Model *frontend_compile(Diag *d, const char *path, const char *text, size_t len, GraphMode mode)
+/* Lowers the parsed file `ast` (registered with d as `file`) in `mode`. With recipe, the
+ * train section is checked into it (errors of both reported in one run); without, the
+ * recipe is the caller's, already checked. NULL with diagnostics on error. */
+static Graph *lower_ast(Diag *d, Ast *ast, const char *path, GraphMode mode, Recipe *recipe)
 {
-    int errors_before = d->nerrors;
-    uint16_t file = diag_add_source(d, path, text, len);
-    Ast *ast = ast_parse(d, file);
-    if (d->nerrors > errors_before) {
-        ast_free(ast);
-        return NULL;
-    }
     Lower L;
     memset(&L, 0, sizeof L);
     L.d = d;
@@ -1247,7 +1243,7 @@ Model *frontend_compile(Diag *d, const char *path, const char *text, size_t len,
     AstId forward = AST_NONE, loss = AST_NONE, train = AST_NONE;
     const char *model_name = NULL;
     bool ok = check_declarations(&L, &forward, &loss, &train, &model_name);
-    Model *m = NULL;
+    Graph *out = NULL;
     if (ok) {
         L.g = ir_graph_new(model_name);
         L.g->mode = (uint8_t)mode;
@@ -1273,25 +1269,15 @@ Model *frontend_compile(Diag *d, const char *path, const char *text, size_t len,
             sb_free(&verr);
         }
         if (!L.failed) {
-            m = xcalloc(1, sizeof *m);
             /* the decode graph's inputs are not the data's (the recipe was checked with the eval graph) */
-            if (!recipe_check(&m->recipe, ast, train, mode == MODE_DECODE ? NULL : L.g, d)) {
-                recipe_free(&m->recipe);
-                free(m);
-                m = NULL;
-            } else {
-                m->graph = L.g;
-                m->ast = ast;
+            if (!recipe || recipe_check(recipe, ast, train, mode == MODE_DECODE ? NULL : L.g, d)) {
+                out = L.g;
                 L.g = NULL;
-                ast = NULL;
             }
-        }
-        else if (L.failed) {
+        } else if (recipe) {
             /* Report the recipe's own errors too: one run shows all of a file's problems.
              * Without a valid graph, data loaders' input names are not checked. */
-            Recipe r;
-            recipe_check(&r, ast, train, NULL, d);
-            recipe_free(&r);
+            recipe_check(recipe, ast, train, NULL, d);
         }
         ir_graph_free(L.g);
     }
@@ -1311,8 +1297,34 @@ Model *frontend_compile(Diag *d, const char *path, const char *text, size_t len,
     for (int32_t i = 0; i < L.nscopes; i++) scope_free(L.scopes[i]);
     free(L.scopes);
     sb_free(&L.err);
-    ast_free(ast);
+    return out;
+}
+
+Model *frontend_compile(Diag *d, const char *path, const char *text, size_t len, GraphMode mode)
+{
+    int errors_before = d->nerrors;
+    uint16_t file = diag_add_source(d, path, text, len);
+    Ast *ast = ast_parse(d, file);
+    if (d->nerrors > errors_before) {
+        ast_free(ast);
+        return NULL;
+    }
+    Model *m = xcalloc(1, sizeof *m);
+    m->graph = lower_ast(d, ast, path, mode, &m->recipe);
+    if (!m->graph) {
+        recipe_free(&m->recipe);
+        free(m);
+        ast_free(ast);
+        return NULL;
+    }
+    m->ast = ast;
+    m->path = xstrdup(path);
     return m;
+}
+
+Graph *frontend_lower(Diag *d, const Model *m, GraphMode mode)
+{
+    return lower_ast(d, m->ast, m->path, mode, NULL);
 }
 
 void frontend_model_free(Model *m)
@@ -1321,5 +1333,6 @@ void frontend_model_free(Model *m)
     ir_graph_free(m->graph);
     recipe_free(&m->recipe);
     ast_free(m->ast);
+    free(m->path);
     free(m);
 }

@@ -327,3 +327,15 @@ void memplan_free(MemPlan *m)
     free(m->inplace_of);
     memset(m, 0, sizeof *m);
 }
+
+int64_t memplan_arena_of(const Graph *g)
+{
+    FusionPlan f;
+    MemPlan m;
+    fusion_plan(g, &f);
+    memplan_run(g, &f, &m);
+    const int64_t bytes = m.arena_bytes;
+    fusion_free(&f);
+    memplan_free(&m);
+    return bytes;
+}

@@ -68,6 +68,7 @@ typedef struct {
     int32_t moved;                /* of them: region values only the backward pass reads, no longer computed in the forward */
     bool cheap;                   /* cheap values recomputed for the budget (before any block) */
     int64_t arena_without_blocks; /* under a budget: the activations before any block */
+    int32_t candidates;           /* graphs planned by the budget search (fusion and memplan of each) */
 } RematStats;
 /* 0, or -1 with the message in err when the budget cannot be met. */
 int pass_remat(Graph *g, RematOptions *opt, RematStats *stats, StrBuf *err);
@@ -75,27 +76,7 @@ int pass_remat(Graph *g, RematOptions *opt, RematStats *stats, StrBuf *err);
  * those of the copies the pass made (NODE_RECOMPUTED). */
 void remat_matmul_flops(const Graph *g, double *all, double *recomputed);
 
-/* pipeline.c — the passes in order. */
-typedef struct {
-    const char *name;
-    const char *doc;
-} PassInfo;
-const PassInfo *pipeline_passes(int *n);
-/* Runs the passes in order up to and including `after` ("lower" or NULL for none before
- * the first pass, or a pass name). With stats, appends one line per pass with node counts
- * before and after to *stats. Returns 0, or -1 with a message in *err (an unknown pass
- * name, a failing pass, or a verifier failure naming the pass). */
-int pipeline_run(Graph *g, const char *after, StrBuf *stats, StrBuf *err);
-/* The same with the remat pass's options (a memory budget). */
-int pipeline_run_with(Graph *g, const char *after, RematOptions *remat, StrBuf *stats, StrBuf *err);
-/* The options of the passes that take some: NULL members (or opt NULL) are the defaults
- * (no memory budget, f32). */
-typedef struct {
-    RematOptions *remat;
-    const PrecisionOptions *precision;
-} PipelineOptions;
-int pipeline_run_opts(Graph *g, const char *after, const PipelineOptions *opt, StrBuf *stats, StrBuf *err);
-bool pipeline_has_pass(const char *name);
+
 
 /* gradcheck.c — every parameter gradient of the training graph (from autodiff, run by the
  * interpreter in double precision) against central finite differences of the loss on a
@@ -263,5 +244,48 @@ void memplan_run(const Graph *g, const FusionPlan *f, MemPlan *m);
 void memplan_free(MemPlan *m);
 /* Bytes of a node's value at the symbols' bounds, rounded up to 64 (a cache line). */
 int64_t memplan_node_bytes(const Graph *g, NodeId id);
+
+/* A graph's plan: fusion's kernels and memplan's offsets, computed once by the pipeline's
+ * last two stages and read by the code generators and the reports. */
+typedef struct {
+    FusionPlan fusion;
+    MemPlan mem;
+    bool fused, placed; /* which of the two were computed */
+} GraphPlan;
+void graph_plan_free(GraphPlan *p);
+/* The training activations of a graph's plan at the symbols' bounds, for a graph that has
+ * no plan yet (the remat pass's candidates, tests): fusion and memplan, the arena's size. */
+int64_t memplan_arena_of(const Graph *g);
+
+/* pipeline.c — the passes in order. */
+typedef struct {
+    const char *name;
+    const char *doc;
+} PassInfo;
+/* Every stage, "lower" (the frontend's) first. */
+const PassInfo *pipeline_passes(int *n);
+bool pipeline_has_pass(const char *name);
+/* The options of a pipeline run; NULL members are the defaults (no memory budget, f32). */
+typedef struct {
+    RematOptions *remat;
+    const PrecisionOptions *precision;
+    const char *from;      /* start after this pass (NULL: from the first) */
+    bool forward_only;     /* an evaluation, predict or decode graph: no autodiff, precision, remat */
+    GraphPlan *plan;       /* out: fusion and memplan run into it (NULL: they run only when
+                              `after` names them) */
+    StrBuf *times;         /* --time-passes: one row per pass run (pipeline_time_row) */
+    const char *graph_name; /* the graph's name in those rows: "train", "eval", ... */
+} PipelineOptions;
+/* Runs the passes in order from opt->from up to and including `after` (NULL: all; "lower":
+ * none). With stats, appends one line per pass with node counts before and after to
+ * *stats. Returns 0, or -1 with a message in *err (an unknown pass name, a failing pass,
+ * or a verifier failure naming the pass). */
+int pipeline_run_opts(Graph *g, const char *after, const PipelineOptions *opt, StrBuf *stats, StrBuf *err);
+int pipeline_run(Graph *g, const char *after, StrBuf *stats, StrBuf *err);
+/* A monotonic clock in seconds, and one row of the --time-passes table (the header first
+ * when times is empty; nothing when times is NULL). */
+double pipeline_seconds(void);
+void pipeline_time_row(StrBuf *times, const char *pass, const char *graph, double seconds, int32_t before, int32_t after,
+                       const char *note);
 
 #endif

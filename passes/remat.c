@@ -168,9 +168,11 @@ static Graph *rematerialise(const Graph *g, const int32_t *reg, int32_t nregions
     /* Copies are made for the backward pass proper, after the last forward node: a node
      * that only the backward pass reads but that is built in the forward pass (the key
      * matrix of attention, whose transpose the forward reads) reads the originals there. */
+    /* (the values moved to the backward pass do not count: mixed precision's half copies of
+     * a region's values can come after the first backward node) */
     NodeId forward_end = -1;
     for (NodeId i = 0; i < g->nnodes; i++)
-        if (r.forward[i]) forward_end = i;
+        if (r.forward[i] && !backward_only[i]) forward_end = i;
     for (NodeId i = 0; i < g->nnodes; i++) {
         if (!r.forward[i] && i > forward_end) /* a backward node: the copies it reads first */
             for (uint32_t j = 0; j < g->nodes[i].ninputs; j++) {
@@ -241,17 +243,11 @@ static bool *cheap_values(const Graph *g, const int32_t *reg)
     return cheap;
 }
 
-/* The planned training activations of a graph (fusion, then memplan). */
-static int64_t arena_of(const Graph *g)
+/* A candidate plan's training activations, counted for --time-passes. */
+static int64_t candidate_arena(const Graph *g, int32_t *planned)
 {
-    FusionPlan f;
-    MemPlan m;
-    fusion_plan(g, &f);
-    memplan_run(g, &f, &m);
-    const int64_t bytes = m.arena_bytes;
-    fusion_free(&f);
-    memplan_free(&m);
-    return bytes;
+    (*planned)++;
+    return memplan_arena_of(g);
 }
 
 void remat_matmul_flops(const Graph *g, double *all, double *recomputed)
@@ -308,7 +304,7 @@ static void replace_graph(Graph *g, Graph *o)
 
 /* Each block alone, checkpointed beside the regions `on` already has: bytes saved per
  * matrix-product FLOP recomputed, best first (ties in model order) into order[nb]. */
-static void rank_blocks(const Graph *g, const Regions *R, bool *on, int32_t *reg, int64_t base_arena, int32_t *order)
+static void rank_blocks(const Graph *g, const Regions *R, bool *on, int32_t *reg, int64_t base_arena, int32_t *order, int32_t *planned)
 {
     const int32_t nb = R->nregions - R->nexplicit;
     double *rank = xcalloc((size_t)nb + 1, sizeof *rank);
@@ -320,7 +316,7 @@ static void rank_blocks(const Graph *g, const Regions *R, bool *on, int32_t *reg
         Graph *t = rematerialise(g, reg, R->nregions, NULL, &nc, NULL);
         double all, flops;
         remat_matmul_flops(t, &all, &flops);
-        const double saved = (double)(base_arena - arena_of(t));
+        const double saved = (double)(base_arena - candidate_arena(t, planned));
         ir_graph_free(t);
         on[c] = false;
         rank[b] = saved / (flops > 0 ? flops : 1);
@@ -351,7 +347,7 @@ typedef struct {
  * give when none fits (checkpointing a block need not lower the peak). With a budget of 1
  * byte it goes the whole way: *least is then the smallest plan any budget can reach. */
 static Plan search_budget(const Graph *g, const Regions *R, bool *on, int32_t *reg, const int32_t *order, int64_t budget,
-                          int64_t base_arena, Plan *least)
+                          int64_t base_arena, Plan *least, int32_t *planned)
 {
     const int32_t nb = R->nregions - R->nexplicit;
     Plan at = {base_arena, 0, false};
@@ -361,7 +357,7 @@ static Plan search_budget(const Graph *g, const Regions *R, bool *on, int32_t *r
         on[R->nexplicit + 1 + order[k]] = true;
         select_regions(g, R, on, reg);
         Graph *t = rematerialise(g, reg, R->nregions, NULL, &nc, NULL);
-        at.arena = arena_of(t);
+        at.arena = candidate_arena(t, planned);
         ir_graph_free(t);
         at.blocks++;
         if (at.arena < least->arena) *least = at;
@@ -370,7 +366,7 @@ static Plan search_budget(const Graph *g, const Regions *R, bool *on, int32_t *r
         select_regions(g, R, on, reg);
         bool *c = cheap_values(g, reg);
         Graph *t = rematerialise(g, reg, R->nregions, c, &nc, NULL);
-        const int64_t a = arena_of(t);
+        const int64_t a = candidate_arena(t, planned);
         ir_graph_free(t);
         free(c);
         if (a < at.arena) {
@@ -401,16 +397,16 @@ int pass_remat(Graph *g, RematOptions *opt, RematStats *stats, StrBuf *err)
         select_regions(g, &R, on, reg);
         int32_t nc;
         Graph *base = rematerialise(g, reg, R.nregions, NULL, &nc, NULL);
-        int64_t base_arena = arena_of(base);
+        int64_t base_arena = candidate_arena(base, &st.candidates);
         ir_graph_free(base);
         st.arena_without_blocks = base_arena;
         int32_t *order = xmalloc(((size_t)nb + 1) * sizeof *order);
         bool ranked = false;
         Plan least = {base_arena, 0, false};
         if (budget > 0 && base_arena > budget) {
-            rank_blocks(g, &R, on, reg, base_arena, order);
+            rank_blocks(g, &R, on, reg, base_arena, order, &st.candidates);
             ranked = true;
-            const Plan at = search_budget(g, &R, on, reg, order, budget, base_arena, &least);
+            const Plan at = search_budget(g, &R, on, reg, order, budget, base_arena, &least, &st.candidates);
             st.blocks = at.blocks;
             use_cheap = at.cheap;
             if (at.arena > budget) {
@@ -428,8 +424,8 @@ int pass_remat(Graph *g, RematOptions *opt, RematStats *stats, StrBuf *err)
             if (!rc) {
                 bool *from = xcalloc((size_t)R.nregions + 1, 1);
                 for (int32_t c = 1; c <= R.nexplicit; c++) from[c] = true;
-                if (!ranked) rank_blocks(g, &R, from, reg, base_arena, order);
-                search_budget(g, &R, from, reg, order, 1, base_arena, &least);
+                if (!ranked) rank_blocks(g, &R, from, reg, base_arena, order, &st.candidates);
+                search_budget(g, &R, from, reg, order, 1, base_arena, &least, &st.candidates);
                 free(from);
             }
             opt->floor_arena = least.arena;

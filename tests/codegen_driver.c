@@ -31,6 +31,7 @@ int main(int argc, char **argv)
     if (!in) return 2;
     kiln_step_io io;
     memset(&io, 0, sizeof io);
+    io.loss_scale = 1; /* fp16's loss scale: the interpreter's */
     int64_t nsyms;
     if (fread(&nsyms, sizeof nsyms, 1, in) != 1 || nsyms != m->nsyms) return 3;
     io.syms = calloc((size_t)nsyms + 1, sizeof *io.syms);

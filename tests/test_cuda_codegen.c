@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../driver/kiln.h"
 #include "../codegen/codegen.h"
 #include "../codegen/cuda_internal.h"
 #include "../frontend/frontend.h"
@@ -247,22 +248,22 @@ static void check_map_kernels(const char *text, bool nvcc)
     snprintf(path, sizeof path, "%s/ew.kiln", dir);
     write_file(path, text);
 
-    Diag d;
-    diag_init(&d, NULL);
-    Model *mt = frontend_compile(&d, path, text, strlen(text), MODE_TRAIN);
-    cr_assert(mt, "%s", d.out.data);
-    Model *me = frontend_compile(&d, path, text, strlen(text), MODE_EVAL);
-    cr_assert(me, "%s", d.out.data);
-    StrBuf err, c, cu;
+    /* the model through the library call, as kiln emit compiles it (driver/kiln.h); model.cu
+     * from the same plans, partial: kernels the target cannot write yet left out */
+    KilnOptions ko = {.path = path,
+                      .text = text,
+                      .len = strlen(text),
+                      .precision = kiln_precision_name(precision.half),
+                      .weight_rounding = precision.stochastic_weights ? "stochastic" : NULL};
+    KilnProgram *p;
+    StrBuf err, cu;
     sb_init(&err);
-    sb_init(&c);
     sb_init(&cu);
-    PipelineOptions opt = {.precision = &precision};
-    cr_assert_eq(pipeline_run_opts(mt->graph, NULL, &opt, NULL, &err), 0, "%s", err.data);
-    pass_simplify(me->graph);
-    const Graph *g = mt->graph;
-    cr_assert_eq(codegen_c(g, me->graph, path, NULL, 0, &c, &err), 0, "%s", err.data);
-    cr_assert_eq(codegen_cuda(g, me->graph, NULL, path, NULL, 0, 0, true, &cu, &err), 0, "%s", err.data);
+    cr_assert_eq(kiln_compile(&ko, &p, &err), KILN_OK, "%s%s", err.data ? err.data : "", p->diag.out.data ? p->diag.out.data : "");
+    const Graph *g = p->train.graph;
+    const StrBuf c = p->code;
+    CodegenInput in = {.train = {g, &p->train.plan}, .eval = {p->eval.graph, &p->eval.plan}, .source_path = path, .partial = true};
+    cr_assert_eq(codegen_cuda(&in, &cu, &err), 0, "%s", err.data);
     snprintf(path, sizeof path, "%s/model.cu", dir);
     write_file(path, cu.data);
 
@@ -271,8 +272,8 @@ static void check_map_kernels(const char *text, bool nvcc)
     memset(&cg, 0, sizeof cg);
     cg.g = g;
     cg.prefix = "train";
-    fusion_plan(g, &cg.fp);
-    memplan_run(g, &cg.fp, &cg.mp);
+    cg.fp = p->train.plan.fusion; /* the program's plan, read only */
+    cg.mp = p->train.plan.mem;
     cuda_gemm_plan_bgrad(&cg); /* as model.cu's writer pairs them */
     int64_t symvals[8] = {0};
     /* at most 50: sizes that are not multiples of the block, so that the last block is partial */
@@ -579,17 +580,12 @@ static void check_map_kernels(const char *text, bool nvcc)
     }
 
     cuda_gemm_free_bgrad(&cg);
-    fusion_free(&cg.fp);
-    memplan_free(&cg.mp);
     sb_free(&ref);
     sb_free(&harness);
     sb_free(&body);
     sb_free(&err);
-    sb_free(&c);
     sb_free(&cu);
-    frontend_model_free(mt);
-    frontend_model_free(me);
-    diag_free(&d);
+    kiln_program_free(p);
     /* KILN_TEST_KEEP=1 keeps model.cu, the harness and the C reference to read */
     if (getenv("KILN_TEST_KEEP")) printf("kept %s\n", dir);
     else support_remove_dir(dir);

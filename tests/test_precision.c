@@ -327,7 +327,7 @@ Test(decisions, gpt_arena_shrinks)
 {
     Diag da, db;
     Model *a = compiled("models/gpt.kiln", DT_F32, &da), *b = compiled("models/gpt.kiln", DT_BF16, &db);
-    int64_t full = codegen_arena_bytes(a->graph), half = codegen_arena_bytes(b->graph);
+    int64_t full = memplan_arena_of(a->graph), half = memplan_arena_of(b->graph);
     cr_expect(half < 0.75 * (double)full, "bf16 arena %lld bytes vs fp32 %lld", (long long)half, (long long)full);
     frontend_model_free(a);
     frontend_model_free(b);
