@@ -139,7 +139,7 @@ int pipeline_run_opts(Graph *g, const char *after, const PipelineOptions *opt, S
     PipelineOptions o = *opt;
     /* the plan is computed for a caller that takes it, or to stop after it (`kiln ir --after
      * memplan` without a plan: computed, then dropped) */
-    const bool plan = o.plan || stop >= NPASSES - 2;
+    const bool plan = o.plan || (after && stop >= NPASSES - 2);
     if (!o.plan) o.plan = &local;
     int rc = 0;
     StrBuf note;
