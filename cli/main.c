@@ -346,9 +346,6 @@ static int32_t g_budget_blocks, g_budget_nblocks; /* what it checkpointed, of ho
 static bool g_budget_cheap;                       /* and whether cheap values are recomputed */
 static bool g_infer; /* build --infer */
 static PrecisionOptions g_precision = {.half = DT_F32}; /* --precision, else the recipe's precision */
-/* fp16's loss scaling as the program runs it (g_precision.scale_loss): the recipe's
- * loss_scale ("dynamic" or a static number) and the dynamic scale's settings. */
-static char g_loss_scale[32], g_scale_init[32], g_scale_interval[32];
 static const char *g_precision_from = "precision"; /* or --precision */
 
 static const char *precision_name(DType t) { return t == DT_BF16 ? "bf16" : t == DT_F16 ? "fp16" : "fp32"; }
@@ -382,11 +379,7 @@ static int set_loss_scale(const char *cmd, const Model *m)
         return 2;
     }
     if (none || m->graph->mode != MODE_TRAIN || g_infer) return 0;
-    g_precision.scale_loss = true;
-    if (scale && scale->kind == RV_NUM) util_format_double(g_loss_scale, sizeof g_loss_scale, scale->num);
-    else snprintf(g_loss_scale, sizeof g_loss_scale, "dynamic");
-    util_format_double(g_scale_init, sizeof g_scale_init, init ? init->num : 65536.0);
-    snprintf(g_scale_interval, sizeof g_scale_interval, "%.0f", interval ? interval->num : 2000.0);
+    g_precision.scale_loss = true; /* as the recipe's loss_scale says, from the table's defaults (kiln_recipe.h) */
     return 0;
 }
 
@@ -408,21 +401,6 @@ static int set_weight_rounding(const char *cmd, const Options *o, const Model *m
     }
     g_precision.stochastic_weights = m->graph->mode == MODE_TRAIN && !g_infer;
     return 0;
-}
-
-/* Sets `key` of a flattened recipe to `value`, added when absent. */
-static void recipe_kv_set(char ***kv, int *n, const char *key, const char *value)
-{
-    for (int i = 0; i < *n; i++)
-        if (!strcmp((*kv)[2 * i], key)) {
-            free((*kv)[2 * i + 1]);
-            (*kv)[2 * i + 1] = xstrdup(value);
-            return;
-        }
-    *kv = xrealloc(*kv, (size_t)(*n + 1) * 2 * sizeof **kv);
-    (*kv)[2 * *n] = xstrdup(key);
-    (*kv)[2 * *n + 1] = xstrdup(value);
-    (*n)++;
 }
 
 static int run_passes(Graph *g, const char *after, RematOptions *remat, StrBuf *stats, StrBuf *err)
@@ -699,13 +677,9 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
         sb_free(&rep);
     }
     progress_stage(pg, 0, "generating %s code", g_cuda ? "CUDA" : "C");
-    int nkv;
-    char **kv = recipe_flatten(&train->recipe, &nkv);
-    if (g_precision.scale_loss && !g_infer) { /* what the program scales by: the defaults written out */
-        recipe_kv_set(&kv, &nkv, "loss_scale", g_loss_scale);
-        recipe_kv_set(&kv, &nkv, "loss_scale_init", g_scale_init);
-        recipe_kv_set(&kv, &nkv, "loss_scale_growth_interval", g_scale_interval);
-    }
+    kiln_recipe recipe;
+    recipe_typed(&train->recipe, &recipe);
+    if (!g_precision.scale_loss || g_infer) recipe.loss_scale = KILN_RECIPE_loss_scale_none; /* the step scales no loss */
     int rc;
     if (g_infer) {
         Graph *predict = codegen_predict_graph(eval->graph);
@@ -713,8 +687,8 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
         sb_init(&why);
         Graph *decode = decode_graph(file, train, d, &why, err);
         rc = err->len ? -1
-             : g_cuda ? codegen_cuda_infer(train->graph, eval->graph, predict, decode, why.data, file, kv, nkv, c, err)
-                      : codegen_c_infer(train->graph, eval->graph, predict, decode, why.data, file, kv, nkv, c, err);
+             : g_cuda ? codegen_cuda_infer(train->graph, eval->graph, predict, decode, why.data, file, &recipe, c, err)
+                      : codegen_c_infer(train->graph, eval->graph, predict, decode, why.data, file, &recipe, c, err);
         if (decode) ir_graph_free(decode);
         sb_free(&why);
         ir_graph_free(predict);
@@ -727,12 +701,12 @@ static int generate(const char *file, Model *train, Diag *d, StrBuf *c, StrBuf *
         sb_init(&why);
         Graph *decode = g_cuda ? NULL : decode_graph(file, train, d, &why, err);
         rc = err->len ? -1
-             : g_cuda ? codegen_cuda(train->graph, eval->graph, decode, file, kv, nkv, g_bucket_bytes, false, c, err)
-                      : codegen_c_train(train->graph, eval->graph, decode, file, kv, nkv, g_bucket_bytes, c, err);
+             : g_cuda ? codegen_cuda(train->graph, eval->graph, decode, file, &recipe, g_bucket_bytes, false, c, err)
+                      : codegen_c_train(train->graph, eval->graph, decode, file, &recipe, g_bucket_bytes, c, err);
         if (decode) ir_graph_free(decode);
         sb_free(&why);
     }
-    recipe_flat_free(kv, nkv);
+    recipe_typed_free(&recipe);
     frontend_model_free(eval);
     return rc;
 }

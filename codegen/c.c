@@ -493,14 +493,14 @@ static void cg_done(Cg *c)
     free(c->buckets);
 }
 
-int codegen_c(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe,
+int codegen_c(const Graph *train, const Graph *eval, const char *source_path, const struct kiln_recipe *recipe,
               StrBuf *out, StrBuf *err)
 {
-    return codegen_c_train(train, eval, NULL, source_path, recipe_kv, nrecipe, 0, out, err);
+    return codegen_c_train(train, eval, NULL, source_path, recipe, 0, out, err);
 }
 
-int codegen_c_train(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path, char *const *recipe_kv,
-                    int nrecipe, int64_t bucket_bytes, StrBuf *out, StrBuf *err)
+int codegen_c_train(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path,
+                    const struct kiln_recipe *recipe, int64_t bucket_bytes, StrBuf *out, StrBuf *err)
 {
     if (check_supported(train, err) || check_supported(eval, err) || (decode && check_supported(decode, err))) return -1;
     Cg c;
@@ -509,7 +509,7 @@ int codegen_c_train(const Graph *train, const Graph *eval, const Graph *decode, 
     emit_header(&c, train, source_path);
     size_t tables_at = out->len;
     CgModelCounts counts;
-    cg_emit_model_tables(&c, train, recipe_kv, nrecipe, &counts);
+    cg_emit_model_tables(&c, train, recipe, &counts);
     int64_t train_arena = emit_graph(&c, train, train, "train", true, true);
     int64_t eval_arena = emit_graph(&c, eval, train, "eval", false, false);
     if (decode) { /* the samples printed at each evaluation */
@@ -526,7 +526,7 @@ int codegen_c_train(const Graph *train, const Graph *eval, const Graph *decode, 
 }
 
 int codegen_c_infer(const Graph *train, const Graph *eval, const Graph *predict, const Graph *decode, const char *decode_why,
-                    const char *source_path, char *const *recipe_kv, int nrecipe, StrBuf *out, StrBuf *err)
+                    const char *source_path, const struct kiln_recipe *recipe, StrBuf *out, StrBuf *err)
 {
     if (check_supported(eval, err) || check_supported(predict, err) || (decode && check_supported(decode, err))) return -1;
     Cg c;
@@ -535,7 +535,7 @@ int codegen_c_infer(const Graph *train, const Graph *eval, const Graph *predict,
     emit_header(&c, train, source_path);
     size_t tables_at = out->len;
     CgModelCounts counts;
-    cg_emit_model_tables(&c, train, recipe_kv, nrecipe, &counts);
+    cg_emit_model_tables(&c, train, recipe, &counts);
     int64_t eval_arena = emit_graph(&c, eval, train, "eval", false, true);
     c.predict_arena = emit_graph(&c, predict, train, "predict", false, false);
     if (decode) {

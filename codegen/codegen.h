@@ -10,16 +10,18 @@
 /* Writes the C source of a model: `train` is the training graph (forward, loss, metrics,
  * buffer updates and OUT_GRAD outputs, after autodiff and simplify), `eval` the graph in
  * eval mode (forward, loss, metrics). Returns 0, or -1 with a message in *err (an op or
- * dtype the C target does not support yet, named with its model line). recipe_kv holds
- * nrecipe key/value string pairs (the flattened train section). */
+ * dtype the C target does not support yet, named with its model line). `recipe` is the
+ * checked train section as runtime/kiln_recipe.h's typed struct (frontend's recipe_typed),
+ * which model.c carries for the programs; required. */
+struct kiln_recipe;
 /* The same with a language model's decode step (frontend/decode.c; NULL: none), which the
  * training program's samples use, and, for a distributed training program (kiln build
  * --distributed), the gradient bucket hook (kiln_model.h's KILN_BUCKET_READY) called after
  * the kernel that finishes each bucket of at most bucket_bytes (codegen/buckets.c; 0:
  * none). */
-int codegen_c_train(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path, char *const *recipe_kv,
-                    int nrecipe, int64_t bucket_bytes, StrBuf *out, StrBuf *err);
-int codegen_c(const Graph *train, const Graph *eval, const char *source_path, char *const *recipe_kv, int nrecipe,
+int codegen_c_train(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path,
+                    const struct kiln_recipe *recipe, int64_t bucket_bytes, StrBuf *out, StrBuf *err);
+int codegen_c(const Graph *train, const Graph *eval, const char *source_path, const struct kiln_recipe *recipe,
               StrBuf *out, StrBuf *err);
 /* The C source of an inference program's model (kiln build --infer): the tables of
  * codegen_c, the evaluation step of `eval` (forward, loss and metrics in eval mode, as the
@@ -30,8 +32,7 @@ int codegen_c(const Graph *train, const Graph *eval, const char *source_path, ch
  * codegen_predict_graph), emitted as a decode step, or NULL; `decode_why`: NULL, or why a
  * language model has none, which the program says when it generates. */
 int codegen_c_infer(const Graph *train, const Graph *eval, const Graph *predict, const Graph *decode, const char *decode_why,
-                    const char *source_path, char *const *recipe_kv,
-                    int nrecipe, StrBuf *out, StrBuf *err);
+                    const char *source_path, const struct kiln_recipe *recipe, StrBuf *out, StrBuf *err);
 /* The forward alone: a copy of the eval graph without its loss and metric outputs,
  * simplified (what only they read is dropped; the inputs stay). Free with ir_graph_free. */
 Graph *codegen_predict_graph(const Graph *eval);
@@ -42,7 +43,7 @@ Graph *codegen_predict_graph(const Graph *eval);
  * `partial` (tests), such kernels are left out with a comment instead. `decode` and
  * `bucket_bytes` (a distributed program's gradient buckets, all-reduced by NCCL): as
  * codegen_c_train's. */
-int codegen_cuda(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path, char *const *recipe_kv, int nrecipe,
+int codegen_cuda(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path, const struct kiln_recipe *recipe,
                  int64_t bucket_bytes, bool partial, StrBuf *out, StrBuf *err);
 
 /* An inference program's model.cu (kiln build --infer --target cuda|cuda-emu): what
@@ -51,7 +52,7 @@ int codegen_cuda(const Graph *train, const Graph *eval, const Graph *decode, con
  * steps running on the GPU; the decode step reads and writes the key/value caches in
  * device memory. Errors as codegen_cuda's. */
 int codegen_cuda_infer(const Graph *train, const Graph *eval, const Graph *predict, const Graph *decode, const char *decode_why,
-                       const char *source_path, char *const *recipe_kv, int nrecipe, StrBuf *out, StrBuf *err);
+                       const char *source_path, const struct kiln_recipe *recipe, StrBuf *out, StrBuf *err);
 
 /* Bytes of activation memory each step needs at the symbols' bounds (after planning). */
 int64_t codegen_arena_bytes(const Graph *g);

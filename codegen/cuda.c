@@ -1371,7 +1371,7 @@ static int begin_file(Cg *c, const Graph *g, const Graph *train, const char *sou
     return 0;
 }
 
-int codegen_cuda(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path, char *const *recipe_kv, int nrecipe,
+int codegen_cuda(const Graph *train, const Graph *eval, const Graph *decode, const char *source_path, const struct kiln_recipe *recipe,
                  int64_t bucket_bytes, bool partial, StrBuf *out, StrBuf *err)
 {
     Cg c;
@@ -1388,7 +1388,7 @@ int codegen_cuda(const Graph *train, const Graph *eval, const Graph *decode, con
     if (!rc && !partial) {
         /* the model's tables, as the C target writes them: the same checkpoints */
         CgModelCounts counts;
-        cg_emit_model_tables(&c, train, recipe_kv, nrecipe, &counts);
+        cg_emit_model_tables(&c, train, recipe, &counts);
         if (decode) cg_emit_decode_tables(&c, train, decode, NULL);
         cg_emit_model_def(&c, train, &counts, train_arena, eval_arena);
     }
@@ -1405,7 +1405,7 @@ int codegen_cuda(const Graph *train, const Graph *eval, const Graph *decode, con
  * model's decode step, each kernel written and launched as in a training program's
  * model.cu, with the inference tables; the device (device.cu) is the training program's. */
 int codegen_cuda_infer(const Graph *train, const Graph *eval, const Graph *predict, const Graph *decode, const char *decode_why,
-                       const char *source_path, char *const *recipe_kv, int nrecipe, StrBuf *out, StrBuf *err)
+                       const char *source_path, const struct kiln_recipe *recipe, StrBuf *out, StrBuf *err)
 {
     Cg c;
     if (begin_file(&c, eval, train, source_path, false, true, out, err)) return -1;
@@ -1419,7 +1419,7 @@ int codegen_cuda_infer(const Graph *train, const Graph *eval, const Graph *predi
     }
     if (!rc) {
         CgModelCounts counts;
-        cg_emit_model_tables(&c, train, recipe_kv, nrecipe, &counts);
+        cg_emit_model_tables(&c, train, recipe, &counts);
         cg_emit_infer_tables(&c, train, predict);
         cg_emit_decode_tables(&c, train, decode, decode_why);
         cg_emit_model_def(&c, train, &counts, 0, eval_arena);

@@ -13,6 +13,7 @@
 #include "../codegen/codegen.h"
 #include "../codegen/kernel.h"
 #include "../frontend/frontend.h"
+#include "../runtime/kiln_recipe.h"
 #include "../passes/passes.h"
 #include "op_cases.h"
 #include "support.h"
@@ -70,10 +71,10 @@ static void generate_c(const Graphs *gs, const char *source, StrBuf *c)
     StrBuf err;
     sb_init(c);
     sb_init(&err);
-    int nkv;
-    char **kv = recipe_flatten(&gs->mt->recipe, &nkv);
-    cr_assert_eq(codegen_c(gs->train, gs->eval, source, kv, nkv, c, &err), 0, "%s", err.data);
-    recipe_flat_free(kv, nkv);
+    kiln_recipe recipe;
+    recipe_typed(&gs->mt->recipe, &recipe);
+    cr_assert_eq(codegen_c(gs->train, gs->eval, source, &recipe, c, &err), 0, "%s", err.data);
+    recipe_typed_free(&recipe);
     sb_free(&err);
 }
 

@@ -16,6 +16,7 @@
 #include "../codegen/codegen.h"
 #include "../codegen/cuda_internal.h"
 #include "../frontend/frontend.h"
+#include "../runtime/kiln_recipe.h"
 #include "../passes/passes.h"
 #include "support.h"
 
@@ -261,8 +262,11 @@ static void check_map_kernels(const char *text, bool nvcc)
     cr_assert_eq(pipeline_run_opts(mt->graph, NULL, &opt, NULL, &err), 0, "%s", err.data);
     pass_simplify(me->graph);
     const Graph *g = mt->graph;
-    cr_assert_eq(codegen_c(g, me->graph, path, NULL, 0, &c, &err), 0, "%s", err.data);
-    cr_assert_eq(codegen_cuda(g, me->graph, NULL, path, NULL, 0, 0, true, &cu, &err), 0, "%s", err.data);
+    kiln_recipe recipe;
+    recipe_typed(NULL, &recipe); /* every key at its default */
+    cr_assert_eq(codegen_c(g, me->graph, path, &recipe, &c, &err), 0, "%s", err.data);
+    cr_assert_eq(codegen_cuda(g, me->graph, NULL, path, &recipe, 0, true, &cu, &err), 0, "%s", err.data);
+    recipe_typed_free(&recipe);
     snprintf(path, sizeof path, "%s/model.cu", dir);
     write_file(path, cu.data);
 

@@ -410,20 +410,69 @@ static void compose(int model, const char *lines, StrBuf *body)
     }
 }
 
-/* The recipe table of a generated model.c as "key=value\n" lines. */
+/* The typed recipe of a generated model.c (kiln_recipe.h's struct, as codegen writes it)
+ * as "key=value\n" lines named as the recipe writes them: "optimizer.lr" for the field
+ * optimizer_lr, "data.x" for input x's file, "groups.0.lr" for the first group's lr. */
+static void struct_lines(const char *model_c, StrBuf *out)
+{
+    static const char *const calls[] = {"eval_data", "data", "optimizer", "schedule", "checkpoint", "eval", "sample"};
+    const char *p = strstr(model_c, "static const kiln_recipe recipe = {");
+    const char *end = p ? strstr(p, "\n};") : NULL;
+    for (p = p ? strchr(p, '\n') : NULL; p && p < end; p = strchr(p + 1, '\n')) {
+        const char *f = strstr(p, "    ."), *eq = f ? strstr(f, " = ") : NULL;
+        const char *le = strchr(p + 1, '\n');
+        if (!f || !eq || f > le || eq > le) continue;
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - f - 5), f + 5);
+        for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+            size_t cl = strlen(calls[i]);
+            if (!strncmp(name, calls[i], cl) && name[cl] == '_' && strcmp(name + cl, "_files")) {
+                name[cl] = '.';
+                break;
+            }
+        }
+        size_t vl = (size_t)(le - eq - 3);
+        if (vl && eq[3 + vl - 1] == ',') vl--;
+        sb_printf(out, "%s=%.*s\n", name, (int)vl, eq + 3);
+    }
+}
+
+/* The rows of array `name` ("static const TYPE name[] = {" ... "};") as lines: key
+ * "groups" for the groups, else a data key whose files the rows are. */
+static void array_rows(const char *model_c, const char *name, const char *key, StrBuf *out)
+{
+    char head[128];
+    snprintf(head, sizeof head, " %s[] = {\n", name);
+    const char *p = strstr(model_c, head);
+    const char *end = p ? strstr(p, "\n};") : NULL;
+    int k = 0;
+    for (p = p ? strchr(p, '\n') : NULL; p && p < end; p = strchr(p + 1, '\n'), k++) {
+        const char *b = strstr(p, "    {"), *e = b ? strstr(b, "},") : NULL;
+        if (!b || !e || b > end) break;
+        char row[1024];
+        snprintf(row, sizeof row, "%.*s", (int)(e - b - 5), b + 5);
+        if (strcmp(key, "groups")) { /* {"x", "x.npy"} */
+            char input[128] = "", path[512] = "";
+            if (sscanf(row, "\"%127[^\"]\", \"%511[^\"]\"", input, path) == 2) sb_printf(out, "%s.%s=%s\n", key, input, path);
+        } else { /* {"pattern", has_lr, has_wd, lr, wd, params, n} */
+            char pattern[256] = "", has_lr[8] = "", has_wd[8] = "", lr[64] = "", wd[64] = "";
+            if (sscanf(row, "\"%255[^\"]\", %7[^,], %7[^,], %63[^,], %63[^,],", pattern, has_lr, has_wd, lr, wd) == 5) {
+                sb_printf(out, "groups.%d.pattern=%s\n", k, pattern);
+                if (!strcmp(has_lr, "true")) sb_printf(out, "groups.%d.lr=%s\n", k, lr);
+                if (!strcmp(has_wd, "true")) sb_printf(out, "groups.%d.weight_decay=%s\n", k, wd);
+            }
+        }
+    }
+}
+
 static char *recipe_table(const char *model_c)
 {
     StrBuf out;
     sb_init(&out);
-    const char *p = strstr(model_c, "kiln_recipe_entry recipe[] = {");
-    const char *end = p ? strstr(p, "};") : NULL;
-    for (p = p ? strchr(p, '\n') : NULL; p && p < end; p = strchr(p + 1, '\n')) {
-        const char *k = strstr(p, "{\""), *v = k ? strstr(k, "\", \"") : NULL;
-        if (!k || !v || k > end) continue;
-        const char *ve = strstr(v + 4, "\"},");
-        if (!ve) continue;
-        sb_printf(&out, "%.*s=%.*s\n", (int)(v - k - 2), k + 2, (int)(ve - v - 4), v + 4);
-    }
+    struct_lines(model_c, &out);
+    array_rows(model_c, "recipe_data_files", "data", &out);
+    array_rows(model_c, "recipe_eval_data_files", "eval_data", &out);
+    array_rows(model_c, "recipe_groups", "groups", &out);
     return out.data ? sb_take(&out) : calloc(1, 1);
 }
 
