@@ -73,7 +73,7 @@ typedef struct {
     int64_t limit;           /* --limit N: the first N training samples (0: all) */
     const char *tensorboard; /* --tensorboard DIR, or "" */
     int64_t bench_steps;     /* --bench-steps N (0: none) */
-    bool bench_profile, eval_only;
+    bool bench_profile, eval_only, print_recipe;
     bool given[32];          /* by flag (flags[]): the flag was given */
     kiln_recipe_file data_files[MAX_FILES], eval_files[MAX_FILES];
 } Options;
@@ -160,6 +160,8 @@ static const Flag flags[] = {
      1e9, "timed steps", TRAIN, O_(bench_steps)},
     {"--profile", "bench.profile", "with --bench-steps: time each kernel of the training and eval steps, print a table", F_SWITCH, 0, 0,
      NULL, TRAIN, O_(bench_profile)},
+    {"--print-recipe", "print.recipe", "print the recipe as the program runs it (the model's, flags applied), one value a line, exit",
+     F_SWITCH, 0, 0, NULL, BOTH, O_(print_recipe)},
     {"--eval", "eval.only", "evaluate (the --resume checkpoint, or fresh weights) on the evaluation data, print and log it, exit",
      F_SWITCH, 0, 0, NULL, BOTH, O_(eval_only)},
     {"--data", NULL, "read model input INPUT from PATH, any format (or --data PATH for text/tokens)", F_STR, 0, 0, NULL, BOTH, 0},
@@ -191,7 +193,7 @@ static void usage(FILE *f)
                                                      : !strcmp(g->flag, "--prompt") ? " TEXT"
                                                      : g->kind == F_NUM ? " X" : g->kind == F_INT ? " N" : " DIR";
         snprintf(name, sizeof name, "%s%s", g->flag, arg);
-        if (!g->key || !strncmp(g->key, "bench.", 6) || !strcmp(g->key, "eval.only") || !strcmp(g->key, "tensorboard")) /* flags only */
+        if (!g->key || !strncmp(g->key, "bench.", 6) || !strcmp(g->key, "eval.only") || !strcmp(g->key, "print.recipe") || !strcmp(g->key, "tensorboard")) /* flags only */
             fprintf(f, "  %-22s %s\n", name, g->help);
         else
             fprintf(f, "  %-22s %s (recipe: %s)\n", name, g->help, g->key);
@@ -289,6 +291,122 @@ static void set_field(const Flag *g, const char *v)
     }
 }
 
+/* ---- --print-recipe: every key and argument of the typed recipe, by its recipe name ----
+ * Expanded from kiln_recipe.h's tables, as the checker's schema is (kiln check; test_recipe
+ * compares the two): "batch = 64", "optimizer = AdamW", "optimizer.lr = 0.001" (an
+ * argument's field, shared by the calls that take it, printed once), "data.x = PATH". */
+static void print_quoted(const char *v)
+{
+    putchar('"');
+    for (const char *p = v; *p; p++) {
+        if (*p == '\n') fputs("\\n", stdout);
+        else if (*p == '"' || *p == '\\') printf("\\%c", *p);
+        else putchar(*p);
+    }
+    putchar('"');
+}
+static void print_str(const char *name, const char *v)
+{
+    printf("%s = ", name);
+    if (v) print_quoted(v);
+    else fputs("(none)", stdout);
+    putchar('\n');
+}
+/* The shortest %g that reads back as the same double. */
+static const char *num_text(double v, char *buf, size_t n)
+{
+    if (v == floor(v) && fabs(v) < 1e15) {
+        snprintf(buf, n, "%.0f", v);
+        return buf;
+    }
+    for (int p = 1; p <= 17; p++) {
+        snprintf(buf, n, "%.*g", p, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    return buf;
+}
+static void print_files(const char *key, const kiln_recipe_files *f)
+{
+    for (int32_t i = 0; i < f->n; i++) printf("%s.%s = \"%s\"\n", key, f->v[i].input, f->v[i].path);
+}
+#define PR_INT(name, v, ch) printf("%s = %lld\n", name, (long long)(v))
+#define PR_NUM(name, v, ch) printf("%s = %s\n", name, num_text((v), nb[0], sizeof nb[0]))
+#define PR_BOOL(name, v, ch) printf("%s = %s\n", name, (v) ? "true" : "false")
+#define PR_STR(name, v, ch) print_str(name, v)
+#define PR_PAIR(name, v, ch) printf("%s = [%s, %s]\n", name, num_text((v)[0], nb[0], sizeof nb[0]), num_text((v)[1], nb[1], sizeof nb[1]))
+#define PR_NAME(name, v, ch) PR_NAME_##ch(name, v)
+#define PR_NAME_none(name, v) print_str(name, v)
+#define PR_NAME_precision(name, v) printf("%s = %s\n", name, kiln_recipe_precision_name(v))
+#define PR_NAME_weight_rounding(name, v) printf("%s = %s\n", name, kiln_recipe_weight_rounding_name(v))
+#define PR_NAME_decay(name, v) printf("%s = %s\n", name, kiln_recipe_decay_name(v))
+#define PR_NAME_anneal_strategy(name, v) printf("%s = %s\n", name, kiln_recipe_anneal_strategy_name(v))
+#define PR_CALL(name, v, ch) printf("%s = %s\n", name, (v) == KILN_RECIPE_CALL_NONE ? "(none)" : kiln_recipe_call_name(v))
+/* keys by field (f): the ones of several fields */
+#define PR_KEY_INT(name, f, ch) PR_INT(name, R->f, ch)
+#define PR_KEY_NUM(name, f, ch) PR_NUM(name, R->f, ch)
+#define PR_KEY_STR(name, f, ch) PR_STR(name, R->f, ch)
+#define PR_KEY_NAME(name, f, ch) PR_NAME(name, R->f, ch)
+#define PR_KEY_CALL(name, f, ch) PR_CALL(name, R->f, ch)
+#define PR_KEY_DATA(name, f, ch) (PR_CALL(name, R->f, ch), print_files(name, &R->f##_files))
+#define PR_KEY_SCALE(name, f, ch)                                                                                                 \
+    ((R->f) == KILN_RECIPE_LOSS_SCALE_STATIC ? printf("%s = %s\n", name, num_text(R->f##_value, nb[0], sizeof nb[0]))                                         \
+                                              : printf("%s = %s\n", name, kiln_recipe_loss_scale_name(R->f)))
+#define PR_KEY_GROUPS(name, f, ch) print_groups(&R->f)
+
+static void print_groups(const kiln_recipe_groups *gs)
+{
+    char nb[2][32];
+    printf("groups = %d\n", (int)gs->n);
+    for (int32_t k = 0; k < gs->n; k++) {
+        const kiln_recipe_group *g = &gs->v[k];
+        printf("groups.%d.pattern = \"%s\"\n", (int)k, g->pattern);
+        if (g->has_lr) printf("groups.%d.lr = %s\n", (int)k, num_text(g->lr, nb[0], sizeof nb[0]));
+        if (g->has_weight_decay) printf("groups.%d.weight_decay = %s\n", (int)k, num_text(g->weight_decay, nb[0], sizeof nb[0]));
+        for (int32_t i = 0; i < g->nparams; i++) printf("groups.%d.params = \"%s\"\n", (int)k, g->params[i]);
+    }
+}
+
+static void print_recipe(void)
+{
+    char nb[2][32];
+#define PR_KEY(key, kind, dflt, lo, hi, ch, completed, doc) PR_KEY_##kind(#key, key, ch);
+    KILN_RECIPE_KEYS(PR_KEY)
+#undef PR_KEY
+    /* each argument's field once: the first call that takes it prints it */
+    const char *done[128];
+    int ndone = 0;
+#define PR_ARG_FIELD_data(arg) R->data_##arg
+#define PR_ARG_FIELD_eval_data(arg) R->eval_data_##arg
+#define PR_ARG_FIELD_optimizer(arg) R->optimizer_##arg
+#define PR_ARG_FIELD_schedule(arg) R->schedule_##arg
+#define PR_ARG_FIELD_checkpoint(arg) R->checkpoint_##arg
+#define PR_ARG_FIELD_eval(arg) R->eval_##arg
+#define PR_ARG_FIELD_sample(arg) R->sample_##arg
+#define PR_ARG_FIELD_groups(arg) 0 /* printed with each group */
+#define PR_ARG_groups(arg, kind, ch)
+#define PR_ARG_OF(key, arg, kind, ch) PR_##kind(#key "." #arg, PR_ARG_FIELD_##key(arg), ch)
+#define PR_ARG(key, arg, kind, dflt, lo, hi, ch)                                                                                  \
+    if (strcmp(#key, "groups")) {                                                                                                 \
+        bool seen = false;                                                                                                        \
+        for (int i = 0; i < ndone; i++) seen = seen || !strcmp(done[i], #key "." #arg);                                           \
+        if (!seen && ndone < 128) {                                                                                               \
+            done[ndone++] = #key "." #arg;                                                                                        \
+            PR_ARG_##key(arg, kind, ch);                                                                                          \
+        }                                                                                                                         \
+    }
+#define PR_ARG_data(arg, kind, ch) PR_ARG_OF(data, arg, kind, ch)
+#define PR_ARG_eval_data(arg, kind, ch) PR_ARG_OF(eval_data, arg, kind, ch)
+#define PR_ARG_optimizer(arg, kind, ch) PR_ARG_OF(optimizer, arg, kind, ch)
+#define PR_ARG_schedule(arg, kind, ch) PR_ARG_OF(schedule, arg, kind, ch)
+#define PR_ARG_checkpoint(arg, kind, ch) PR_ARG_OF(checkpoint, arg, kind, ch)
+#define PR_ARG_eval(arg, kind, ch) PR_ARG_OF(eval, arg, kind, ch)
+#define PR_ARG_sample(arg, kind, ch) PR_ARG_OF(sample, arg, kind, ch)
+#define PR_CALL_ARGS(key, call, args, map, doc) KILN_RECIPE_ARGS_##args(PR_ARG)
+    KILN_RECIPE_CALLS(PR_CALL_ARGS)
+    printf("limit = %lld\n", (long long)OPT.limit); /* the flags' own */
+    print_str("tensorboard", OPT.tensorboard);
+}
+
 /* Parses argv into overrides; *resume is --resume's DIR. Returns -1 to go on, else the
  * exit status (0 after --help). */
 static int parse_args(int argc, char **argv, const char **resume)
@@ -346,6 +464,10 @@ static int parse_args(int argc, char **argv, const char **resume)
         if (!mode_given[f]) continue;
         if (eval_only && !(flags[f].modes & EVAL))
             return tm_die("%s has no effect with --eval, which only evaluates (leave it out)", flags[f].flag), 2;
+    }
+    if (OPT.print_recipe) {
+        print_recipe();
+        return 0;
     }
     if (OPT.bench_profile && !OPT.bench_steps)
         return tm_die("--profile times the steps of a benchmark: give --bench-steps N too"), 2;
