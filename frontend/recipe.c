@@ -1,8 +1,9 @@
-/* recipe.c — the `train { ... }` section: checked against one schema table and completed
- * with defaults. Every key, data loader, optimizer, schedule and argument is known here;
- * anything else is an error with its location and the nearest known name, never a silent
- * default. Data loaders must name inputs the model really has. The schema is also what
- * `kiln check` prints and what docs/language.md lists. */
+/* recipe.c — the `train { ... }` section: checked against the schema and completed with
+ * defaults. The schema (every key, data loader, optimizer, schedule and argument) is
+ * expanded from runtime/kiln_recipe.h's tables, the one declaration the generated programs
+ * read too; anything else is an error with its location and the nearest known name, never
+ * a silent default. Data loaders must name inputs the model really has. The schema is also
+ * what `kiln check` prints and what docs/language.md lists. */
 #include "internal.h"
 #include "../runtime/kiln_recipe.h"
 
