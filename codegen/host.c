@@ -377,15 +377,20 @@ void cg_emit_gemm_info(Cg *c, bool table)
 
 /* ---- the recipe: kiln_recipe (runtime/kiln_recipe.h) as a C initialiser ----
  * Every field, in declaration order (model.cu is C++, whose designated initialisers keep
- * it): numbers exactly (%.17g reads back as the same double), calls and choices by their
- * enum names, strings escaped, lists as arrays emitted before. */
+ * it): numbers exactly (the shortest text that reads back as the same double), calls and
+ * choices by their enum names, strings escaped, lists as arrays emitted before. */
 static void recipe_str(StrBuf *o, const char *s)
 {
     if (s) cg_c_string(o, s);
     else sb_puts(o, "NULL");
 }
 
-static void recipe_num(StrBuf *o, double v) { sb_printf(o, "%.17g", v); }
+static void recipe_num(StrBuf *o, double v)
+{
+    char num[64];
+    util_format_double(num, sizeof num, v); /* the shortest text that reads back as v */
+    sb_puts(o, num);
+}
 
 static void recipe_call(StrBuf *o, int32_t id)
 {
