@@ -221,7 +221,6 @@ typedef struct {
 #define KILN_RECIPE_CTYPE_NAME int32_t
 #define KILN_RECIPE_CTYPE_CALL int32_t
 #define KILN_RECIPE_CTYPE_GROUPS kiln_recipe_groups
-#define KILN_RECIPE_CTYPE_SCALE int32_t
 #define KILN_RECIPE_FIELD_PAIR_(name) double name[2];
 #define KILN_RECIPE_FIELD_DATA_(name) int32_t name; kiln_recipe_files name##_files;
 #define KILN_RECIPE_FIELD_SCALE_(name) int32_t name; double name##_value; /* KILN_RECIPE_LOSS_SCALE_STATIC: the scale */
