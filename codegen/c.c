@@ -493,7 +493,7 @@ int codegen_c_train(const CodegenInput *in, StrBuf *out, StrBuf *err)
     emit_header(&c, train, in->source_path);
     size_t tables_at = out->len;
     CgModelCounts counts;
-    cg_emit_model_tables(&c, train, in->recipe_kv, in->nrecipe, &counts);
+    cg_emit_model_tables(&c, train, in->recipe, &counts);
     int64_t train_arena = emit_graph(&c, &in->train, train, "train", true, true);
     int64_t eval_arena = emit_graph(&c, &in->eval, train, "eval", false, false);
     if (decode) { /* the samples printed at each evaluation */
@@ -519,7 +519,7 @@ int codegen_c_infer(const CodegenInput *in, StrBuf *out, StrBuf *err)
     emit_header(&c, train, in->source_path);
     size_t tables_at = out->len;
     CgModelCounts counts;
-    cg_emit_model_tables(&c, train, in->recipe_kv, in->nrecipe, &counts);
+    cg_emit_model_tables(&c, train, in->recipe, &counts);
     int64_t eval_arena = emit_graph(&c, &in->eval, train, "eval", false, true);
     c.predict_arena = emit_graph(&c, &in->predict, train, "predict", false, false);
     if (decode) {

@@ -8,6 +8,7 @@
 #include "../ir/ir.h"
 #include "../passes/passes.h"
 
+struct kiln_recipe;
 /* What a code generator reads: the graphs of a program, each with the plan the pipeline
  * computed for it (fusion's kernels, memplan's offsets), which the generators follow and
  * never recompute. */
@@ -26,8 +27,9 @@ typedef struct {
     CodegenGraph train, eval, predict, decode;
     const char *decode_why;  /* NULL, or why a language model has no decode step */
     const char *source_path; /* the model file: kernels cite its lines */
-    char *const *recipe_kv;  /* the flattened train section: nrecipe key/value string pairs */
-    int nrecipe;
+    /* the checked train section as runtime/kiln_recipe.h's typed struct (frontend's
+     * recipe_typed), which model.c carries for the programs; required */
+    const struct kiln_recipe *recipe;
     /* a distributed training program (kiln build --distributed): the gradient bucket hook
      * (kiln_model.h's KILN_BUCKET_READY) called after the kernel that finishes each bucket
      * of at most bucket_bytes (codegen/buckets.c; 0: none) */

@@ -1391,7 +1391,7 @@ int codegen_cuda(const CodegenInput *in, StrBuf *out, StrBuf *err)
     if (!rc && !partial) {
         /* the model's tables, as the C target writes them: the same checkpoints */
         CgModelCounts counts;
-        cg_emit_model_tables(&c, train, in->recipe_kv, in->nrecipe, &counts);
+        cg_emit_model_tables(&c, train, in->recipe, &counts);
         if (decode) cg_emit_decode_tables(&c, train, decode, NULL);
         cg_emit_model_def(&c, train, &counts, train_arena, eval_arena);
     }
@@ -1422,7 +1422,7 @@ int codegen_cuda_infer(const CodegenInput *in, StrBuf *out, StrBuf *err)
     }
     if (!rc) {
         CgModelCounts counts;
-        cg_emit_model_tables(&c, train, in->recipe_kv, in->nrecipe, &counts);
+        cg_emit_model_tables(&c, train, in->recipe, &counts);
         cg_emit_infer_tables(&c, train, predict);
         cg_emit_decode_tables(&c, train, decode, in->decode_why);
         cg_emit_model_def(&c, train, &counts, 0, eval_arena);

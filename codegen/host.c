@@ -13,6 +13,7 @@
  * bad indices by 0 so that no kernel reads out of bounds, and reports the first failed
  * check in step order once it has synchronised). */
 #include "kernel.h"
+#include "../runtime/kiln_recipe.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -374,11 +375,115 @@ void cg_emit_gemm_info(Cg *c, bool table)
     free(count);
 }
 
-void cg_emit_model_tables(Cg *c, const Graph *g, char *const *recipe_kv, int nrecipe, CgModelCounts *n)
+/* ---- the recipe: kiln_recipe (runtime/kiln_recipe.h) as a C initialiser ----
+ * Every field, in declaration order (model.cu is C++, whose designated initialisers keep
+ * it): numbers exactly (the shortest text that reads back as the same double), calls and
+ * choices by their enum names, strings escaped, lists as arrays emitted before. */
+static void recipe_str(StrBuf *o, const char *s)
+{
+    if (s) cg_c_string(o, s);
+    else sb_puts(o, "NULL");
+}
+
+static void recipe_num(StrBuf *o, double v)
+{
+    char num[64];
+    util_format_double(num, sizeof num, v); /* the shortest text that reads back as v */
+    sb_puts(o, num);
+}
+
+static void recipe_call(StrBuf *o, int32_t id)
+{
+#define CALL_ENUM_NAME(key, call, args, map, doc) "KILN_RECIPE_CALL_" #key "_" #call,
+    static const char *const names[] = {KILN_RECIPE_CALLS(CALL_ENUM_NAME) ""};
+#undef CALL_ENUM_NAME
+    sb_puts(o, id >= 0 && id < KILN_RECIPE_NCALLS ? names[id] : "KILN_RECIPE_CALL_NONE");
+}
+
+#define EMIT_INT(o, name, v, ch) sb_printf(o, "    ." #name " = %lld,\n", (long long)(v))
+#define EMIT_NUM(o, name, v, ch) (sb_puts(o, "    ." #name " = "), recipe_num(o, v), sb_puts(o, ",\n"))
+#define EMIT_BOOL(o, name, v, ch) sb_printf(o, "    ." #name " = %s,\n", (v) ? "true" : "false")
+#define EMIT_STR(o, name, v, ch) (sb_puts(o, "    ." #name " = "), recipe_str(o, v), sb_puts(o, ",\n"))
+#define EMIT_PAIR(o, name, v, ch)                                                                                                 \
+    (sb_puts(o, "    ." #name " = {"), recipe_num(o, (v)[0]), sb_puts(o, ", "), recipe_num(o, (v)[1]), sb_puts(o, "},\n"))
+#define EMIT_NAME(o, name, v, ch) EMIT_NAME_##ch(o, name, v)
+#define EMIT_CHOICE(o, name, list, v) sb_printf(o, "    ." #name " = KILN_RECIPE_" #list "_%s,\n", kiln_recipe_##list##_name(v))
+#define EMIT_NAME_none(o, name, v) EMIT_STR(o, name, v, none)
+#define EMIT_NAME_precision(o, name, v) EMIT_CHOICE(o, name, precision, v)
+#define EMIT_NAME_weight_rounding(o, name, v) EMIT_CHOICE(o, name, weight_rounding, v)
+#define EMIT_NAME_decay(o, name, v) EMIT_CHOICE(o, name, decay, v)
+#define EMIT_NAME_anneal_strategy(o, name, v) EMIT_CHOICE(o, name, anneal_strategy, v)
+#define EMIT_CALL(o, name, v, ch) (sb_puts(o, "    ." #name " = "), recipe_call(o, v), sb_puts(o, ",\n"))
+#define EMIT_DATA(o, name, v, ch)                                                                                                 \
+    EMIT_CALL(o, name, v, ch);                                                                                                    \
+    if (r->name##_files.n) sb_printf(o, "    ." #name "_files = {recipe_" #name "_files, %d},\n", (int)r->name##_files.n);        \
+    else sb_puts(o, "    ." #name "_files = {NULL, 0},\n")
+#define EMIT_GROUPS(o, name, v, ch)                                                                                               \
+    if (r->name.n) sb_printf(o, "    ." #name " = {recipe_groups, %d},\n", (int)r->name.n);                                       \
+    else sb_puts(o, "    ." #name " = {NULL, 0},\n")
+#define EMIT_SCALE(o, name, v, ch)                                                                                                \
+    if ((v) == KILN_RECIPE_LOSS_SCALE_STATIC) sb_puts(o, "    ." #name " = KILN_RECIPE_LOSS_SCALE_STATIC,\n");                    \
+    else sb_printf(o, "    ." #name " = KILN_RECIPE_loss_scale_%s,\n", kiln_recipe_loss_scale_name(v));                         \
+    EMIT_NUM(o, name##_value, r->name##_value, ch)
+
+static void recipe_files(StrBuf *o, const char *name, const kiln_recipe_files *f)
+{
+    if (!f->n) return;
+    sb_printf(o, "static const kiln_recipe_file recipe_%s_files[] = {\n", name);
+    for (int32_t i = 0; i < f->n; i++) {
+        sb_puts(o, "    {");
+        recipe_str(o, f->v[i].input);
+        sb_puts(o, ", ");
+        recipe_str(o, f->v[i].path);
+        sb_puts(o, "},\n");
+    }
+    sb_puts(o, "};\n");
+}
+
+static void emit_recipe(StrBuf *o, const kiln_recipe *recipe)
+{
+    const kiln_recipe *r = recipe;
+    recipe_files(o, "data", &r->data_files);
+    recipe_files(o, "eval_data", &r->eval_data_files);
+    for (int32_t k = 0; k < r->groups.n; k++) {
+        const kiln_recipe_group *g = &r->groups.v[k];
+        if (!g->nparams) continue;
+        sb_printf(o, "static const char *const recipe_group%d_params[] = {", (int)k);
+        for (int32_t i = 0; i < g->nparams; i++) {
+            if (i) sb_puts(o, ", ");
+            recipe_str(o, g->params[i]);
+        }
+        sb_puts(o, "};\n");
+    }
+    if (r->groups.n) {
+        sb_puts(o, "static const kiln_recipe_group recipe_groups[] = {\n");
+        for (int32_t k = 0; k < r->groups.n; k++) {
+            const kiln_recipe_group *g = &r->groups.v[k];
+            sb_puts(o, "    {");
+            recipe_str(o, g->pattern);
+            sb_printf(o, ", %s, %s, ", g->has_lr ? "true" : "false", g->has_weight_decay ? "true" : "false");
+            recipe_num(o, g->lr);
+            sb_puts(o, ", ");
+            recipe_num(o, g->weight_decay);
+            if (g->nparams) sb_printf(o, ", recipe_group%d_params, %d},\n", (int)k, (int)g->nparams);
+            else sb_puts(o, ", NULL, 0},\n");
+        }
+        sb_puts(o, "};\n");
+    }
+    sb_puts(o, "static const kiln_recipe recipe = {\n");
+#define EMIT_KEY(key, kind, d, lo, hi, ch, completed, doc) EMIT_##kind(o, key, r->key, ch);
+#define EMIT_FIELD(name, kind, ch, unset) EMIT_##kind(o, name, r->name, ch);
+    KILN_RECIPE_KEYS(EMIT_KEY)
+    KILN_RECIPE_FIELDS(EMIT_FIELD)
+#undef EMIT_KEY
+#undef EMIT_FIELD
+    sb_puts(o, "};\n\n");
+}
+
+void cg_emit_model_tables(Cg *c, const Graph *g, const kiln_recipe *recipe, CgModelCounts *n)
 {
     StrBuf *out = c->o;
     memset(n, 0, sizeof *n);
-    n->nrecipe = nrecipe;
     sb_puts(out, "static const kiln_param params[] = {\n");
     int64_t po = 0, bo = 0;
     for (NodeId i = 0; i < g->nnodes; i++) {
@@ -433,16 +538,7 @@ void cg_emit_model_tables(Cg *c, const Graph *g, char *const *recipe_kv, int nre
     sb_puts(out, "};\n\n");
     n->nmetrics = nm;
     n->noutputs = no;
-    sb_puts(out, "static const kiln_recipe_entry recipe[] = {\n");
-    for (int i = 0; i < nrecipe; i++) {
-        sb_puts(out, "    {");
-        cg_c_string(out, recipe_kv[2 * i]);
-        sb_puts(out, ", ");
-        cg_c_string(out, recipe_kv[2 * i + 1]);
-        sb_puts(out, "},\n");
-    }
-    if (!nrecipe) sb_puts(out, "    {\"\", \"\"},\n");
-    sb_puts(out, "};\n\n");
+    emit_recipe(out, recipe);
 }
 
 /* A tensor's shape as kiln_input's dims (at the bounds) and sym (the symbol a dim is, -1
@@ -602,7 +698,7 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
                        "    .nmetrics = %d, .metric_names = metric_names,\n"
                        "    .noutputs = %d, .output_names = output_names, .output_dtypes = output_dtypes,\n"
                        "    %s.eval_arena_bytes = %lld,\n"
-                       "    .nrecipe = %d, .recipe = recipe,\n"
+                       "    .recipe = &recipe,\n"
                        "    %s.eval_step = eval_step, %s.eval_gemm_flops = eval_gemm_flops,\n"
                        "    %s.neval_kernels = %d, %s.eval_kernels = eval_kernels,\n"
                        "%s"
@@ -611,7 +707,7 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
                        "    .forward_inputs = forward_inputs, .outputs = output_info,\n",
                   train->name, source_literal.data, hash, n->nparams, (long long)n->nparam_floats, (long long)n->buffer_bytes,
                   n->ninputs, train->nsyms, n->nmetrics, n->noutputs, cuda(c) ? ".train_arena_bytes = 0, " : "", (long long)eval_arena,
-                  n->nrecipe, cuda(c) ? ".train_step = NULL, " : "", cuda(c) ? ".train_gemm_flops = NULL, " : "",
+                  cuda(c) ? ".train_step = NULL, " : "", cuda(c) ? ".train_gemm_flops = NULL, " : "",
                   cuda(c) ? ".ntrain_gemms = 0, .train_gemms = NULL, .ntrain_kernels = 0, " : "", c->nkernels[1],
                   cuda(c) ? ".train_kernels = NULL, " : "", cuda(c) ? device.data : "", (long long)c->predict_arena, c->npredict_kernels);
         sb_free(&device);
@@ -628,12 +724,12 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
                    "    .nmetrics = %d, .metric_names = metric_names,\n"
                    "    .noutputs = %d, .output_names = output_names, .output_dtypes = output_dtypes,\n"
                    "    .train_arena_bytes = %lld, .eval_arena_bytes = %lld,\n"
-                   "    .nrecipe = %d, .recipe = recipe,\n"
+                   "    .recipe = &recipe,\n"
                    "    .train_step = train_step, .eval_step = eval_step,\n"
                    "    .train_gemm_flops = train_gemm_flops, .eval_gemm_flops = eval_gemm_flops,\n"
                    "    .ntrain_gemms = %d, .train_gemms = train_gemms,\n",
               train->name, source_literal.data, hash, n->nparams, (long long)n->nparam_floats, (long long)n->buffer_bytes, n->ninputs,
-              train->nsyms, n->nmetrics, n->noutputs, (long long)train_arena, (long long)eval_arena, n->nrecipe, c->ngemms);
+              train->nsyms, n->nmetrics, n->noutputs, (long long)train_arena, (long long)eval_arena, c->ngemms);
     StrBuf buckets; /* a distributed program's gradient buckets, after the decode fields (kiln_model.h's order) */
     sb_init(&buckets);
     if (c->bucket_bytes > 0) sb_printf(&buckets, "    .nbuckets = %d, .buckets = train_buckets,\n", c->nbuckets);

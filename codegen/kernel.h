@@ -331,7 +331,7 @@ void cg_im2col_index(Cg *c, bool pix, int in);
 /* ---- the host side of a model, for both targets (host.c) ---- */
 
 typedef struct {
-    int nparams, ninputs, nmetrics, noutputs, nrecipe;
+    int nparams, ninputs, nmetrics, noutputs;
     int64_t nparam_floats, buffer_bytes;
 } CgModelCounts;
 
@@ -347,7 +347,7 @@ void cg_emit_kernel_table(Cg *c, void (*name)(Cg *c, int32_t k, StrBuf *b));
 void cg_emit_gemm_info(Cg *c, bool table);
 /* The tables of kiln_model (parameters, inputs, symbols, metric and output names, recipe),
  * then, after both steps, kiln_model_def. */
-void cg_emit_model_tables(Cg *c, const Graph *g, char *const *recipe_kv, int nrecipe, CgModelCounts *n);
+void cg_emit_model_tables(Cg *c, const Graph *g, const struct kiln_recipe *recipe, CgModelCounts *n);
 void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_t train_arena, int64_t eval_arena);
 /* buckets.c — with c->bucket_bytes, the training step's gradient buckets (c->buckets) from
  * its plan; the hooks to call after kernel k (k = nkernels: after the copies); their table

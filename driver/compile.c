@@ -103,11 +103,7 @@ static int set_precision(Build *b)
             return -1;
         }
     } else if (!none && training) {
-        p->precision.scale_loss = true;
-        if (scale && scale->kind == RV_NUM) util_format_double(p->loss_scale, sizeof p->loss_scale, scale->num);
-        else snprintf(p->loss_scale, sizeof p->loss_scale, "dynamic");
-        util_format_double(p->loss_scale_init, sizeof p->loss_scale_init, init ? init->num : 65536.0);
-        snprintf(p->loss_scale_interval, sizeof p->loss_scale_interval, "%.0f", interval ? interval->num : 2000.0);
+        p->precision.scale_loss = true; /* as the recipe's loss_scale says, from the table's defaults (kiln_recipe.h) */
     }
     const RecipeValue *rounding = recipe_get(r, "weight_rounding");
     const char *how = b->opt->weight_rounding ? b->opt->weight_rounding : rounding && rounding->str ? rounding->str : "nearest";
@@ -280,32 +276,14 @@ static int plan_predict(Build *b)
     return run(b, p->predict.graph, "predict", NULL, NULL, true, NULL, &p->predict.plan);
 }
 
-/* Sets `key` of a flattened recipe to `value`, added when absent. */
-static void recipe_kv_set(char ***kv, int *n, const char *key, const char *value)
-{
-    for (int i = 0; i < *n; i++)
-        if (!strcmp((*kv)[2 * i], key)) {
-            free((*kv)[2 * i + 1]);
-            (*kv)[2 * i + 1] = xstrdup(value);
-            return;
-        }
-    *kv = xrealloc(*kv, (size_t)(*n + 1) * 2 * sizeof **kv);
-    (*kv)[2 * *n] = xstrdup(key);
-    (*kv)[2 * *n + 1] = xstrdup(value);
-    (*n)++;
-}
-
 static int generate_code(Build *b)
 {
     KilnProgram *p = b->p;
     const bool cuda = b->opt->target == KILN_TARGET_CUDA;
     stage(b, cuda ? "generating CUDA code" : "generating C code");
-    p->recipe_kv = recipe_flatten(&p->model->recipe, &p->nrecipe);
-    if (p->precision.scale_loss) { /* what the program scales by: the defaults written out */
-        recipe_kv_set(&p->recipe_kv, &p->nrecipe, "loss_scale", p->loss_scale);
-        recipe_kv_set(&p->recipe_kv, &p->nrecipe, "loss_scale_init", p->loss_scale_init);
-        recipe_kv_set(&p->recipe_kv, &p->nrecipe, "loss_scale_growth_interval", p->loss_scale_interval);
-    }
+    recipe_typed(&p->model->recipe, &p->recipe);
+    p->recipe_typed = true;
+    if (!p->precision.scale_loss) p->recipe.loss_scale = KILN_RECIPE_loss_scale_none; /* the step scales no loss */
     CodegenInput in = {
         .train = {p->train.graph, &p->train.plan},
         .eval = {p->eval.graph, &p->eval.plan},
@@ -313,8 +291,7 @@ static int generate_code(Build *b)
         .decode = {p->decode.graph, &p->decode.plan},
         .decode_why = p->decode_why,
         .source_path = p->model->path,
-        .recipe_kv = p->recipe_kv,
-        .nrecipe = p->nrecipe,
+        .recipe = &p->recipe,
         .bucket_bytes = b->opt->bucket_bytes,
     };
     p->code_name = cuda ? "model.cu" : "model.c";
@@ -403,7 +380,7 @@ void kiln_program_free(KilnProgram *p)
     ir_graph_free(p->lowered);
     frontend_model_free(p->model);
     free(p->decode_why);
-    if (p->recipe_kv) recipe_flat_free(p->recipe_kv, p->nrecipe);
+    if (p->recipe_typed) recipe_typed_free(&p->recipe);
     sb_free(&p->code);
     sb_free(&p->report);
     sb_free(&p->notes);

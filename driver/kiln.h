@@ -15,6 +15,7 @@
 #include "../codegen/codegen.h"
 #include "../frontend/frontend.h"
 #include "../passes/passes.h"
+#include "../runtime/kiln_recipe.h"
 
 typedef enum { KILN_TARGET_C, KILN_TARGET_CUDA } KilnTarget;
 
@@ -74,9 +75,9 @@ typedef struct {
     char *decode_why;   /* why a language model has no decode step (NULL: it has one, or is
                            not a language model) */
     PrecisionOptions precision; /* the precision the program trains in, with its loss scaling */
-    char loss_scale[32], loss_scale_init[32], loss_scale_interval[32]; /* fp16's, as the program runs it */
-    char **recipe_kv;   /* the train section flattened for the program, with the loss scale */
-    int nrecipe;
+    kiln_recipe recipe; /* the train section as the program runs it (runtime/kiln_recipe.h),
+                           loss_scale none where the step scales no loss */
+    bool recipe_typed;  /* recipe was filled (code generation) */
     int64_t memory_budget;  /* the budget the plan was made for (0: none) */
     const char *budget_from; /* "--memory-budget" or "memory_budget" */
     RematOptions remat;      /* what the budget search found (blocks, the smallest plan) */

@@ -172,11 +172,13 @@ int recipe_precision_dtype(const char *name);
 const RecipeValue *recipe_arg(const RecipeValue *call, const char *key);
 double recipe_num(const Recipe *r, const char *key, double dflt);
 void recipe_print(const Recipe *r, StrBuf *out);
-/* The recipe as flat key/value strings for generated programs: "optimizer" = "AdamW",
- * "optimizer.lr" = "0.001", "optimizer.betas" = "0.9,0.95", "data.image" = "path", ...
- * Returns 2 * *n strings (key, value, key, value...); free with recipe_flat_free. */
-char **recipe_flatten(const Recipe *r, int *n);
-void recipe_flat_free(char **kv, int n);
+/* The checked recipe as runtime/kiln_recipe.h's typed struct, what model.c carries: every
+ * key and call argument in its field, absent ones at the table's defaults. Strings point
+ * into r (which must outlive *out); free the arrays with recipe_typed_free. r NULL: every
+ * key at its default. */
+struct kiln_recipe;
+void recipe_typed(const Recipe *r, struct kiln_recipe *out);
+void recipe_typed_free(struct kiln_recipe *r);
 /* Value of `batch` written in the train section, or 0, read straight from the AST (the
  * batch bounds the batch symbol before the recipe is checked). */
 int64_t recipe_batch_hint(const Ast *a, AstId train);

@@ -1,9 +1,11 @@
-/* recipe.c — the `train { ... }` section: checked against one schema table and completed
- * with defaults. Every key, data loader, optimizer, schedule and argument is known here;
- * anything else is an error with its location and the nearest known name, never a silent
- * default. Data loaders must name inputs the model really has. The schema is also what
- * `kiln check` prints and what docs/language.md lists. */
+/* recipe.c — the `train { ... }` section: checked against the schema and completed with
+ * defaults. The schema (every key, data loader, optimizer, schedule and argument) is
+ * expanded from runtime/kiln_recipe.h's tables, the one declaration the generated programs
+ * read too; anything else is an error with its location and the nearest known name, never
+ * a silent default. Data loaders must name inputs the model really has. The schema is also
+ * what `kiln check` prints and what docs/language.md lists. */
 #include "internal.h"
+#include "../runtime/kiln_recipe.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -11,16 +13,18 @@
 
 typedef enum { A_NUM, A_INT, A_STR, A_NAME, A_BOOL, A_PAIR } ArgKind;
 
+/* The tables below are expanded from runtime/kiln_recipe.h, the one declaration of the
+ * recipe that the generated programs read too. */
 typedef struct {
     const char *name;
     uint8_t kind;       /* ArgKind */
     const char *dflt;   /* NULL = required; "" = optional with no value */
     double lo, hi;
-    const char *choices; /* A_NAME/A_STR: space-separated allowed values, or NULL */
+    const char *choices; /* A_NAME: space-separated allowed values, or "" (a model input's name) */
 } ArgSpec;
 
 typedef struct {
-    const char *name;
+    const char *key, *name; /* the key that takes it, the call's name */
     const ArgSpec *args;
     bool input_map; /* keyword arguments are model inputs mapped to file paths */
     const char *doc;
@@ -29,7 +33,6 @@ typedef struct {
 typedef struct {
     const char *key;
     uint8_t kind;        /* ArgKind, or A_CALL below */
-    const CallSpec *calls;
     const char *dflt;    /* NULL = no default (absent unless written) */
     double lo, hi;
     const char *choices;
@@ -37,139 +40,34 @@ typedef struct {
 } KeySpec;
 
 #define A_CALL 100
+#define A_DATA A_CALL  /* a call whose input-map calls name files (kiln_recipe's KEY_files) */
 #define A_GROUPS 101 /* a list of group(...) calls */
 #define A_SCALE 102  /* loss_scale: dynamic, none or a number (a static scale) */
-#define MAX_SCALE 1.7014118346046923e38 /* 2^127: a scale fp32 holds, with room to double */
-#define INF 1e300
+#define MAX_SCALE KILN_RECIPE_MAX_SCALE
+#define INF KILN_RECIPE_INF
 #define END {NULL, 0, NULL, 0, 0, NULL}
+#define CHOICE_WORD(list, name) #name " "
+#define CHOICES(list) ("" KILN_RECIPE_CHOICES_##list(CHOICE_WORD))
 
-static const ArgSpec text_args[] = {
-    {"path", A_STR, NULL, 0, 0, NULL}, {"input", A_NAME, NULL, 0, 0, NULL}, {"target", A_NAME, NULL, 0, 0, NULL},
-    {"val", A_NUM, "0.1", 0, 0.9, NULL}, {"exclude", A_STR, "", 0, 0, NULL}, END};
-static const ArgSpec tokens_args[] = {
-    {"path", A_STR, NULL, 0, 0, NULL}, {"input", A_NAME, NULL, 0, 0, NULL}, {"target", A_NAME, NULL, 0, 0, NULL},
-    {"val", A_NUM, "0.1", 0, 0.9, NULL}, END};
-static const ArgSpec map_args[] = {{"val", A_NUM, "0.0", 0, 0.9, NULL}, END};
-static const CallSpec data_calls[] = {
-    {"idx", map_args, true, "IDX files (plain or .gz), one per input: idx(image = \"...\", label = \"...\")"},
-    {"npy", map_args, true, "NumPy .npy files, one per input"},
-    {"text", text_args, false, "raw bytes of text files (a glob, minus an exclude glob, sorted by name), windows of input and next-byte target"},
-    {"tokens", tokens_args, false, "a token file (docs/formats.md), windows of input and next-token target"},
-    {NULL, NULL, false, NULL}};
-/* Evaluation files: text and tokens data evaluate on their own val split. */
-static const CallSpec eval_data_calls[] = {
-    {"idx", map_args, true, "IDX files (plain or .gz), one per input, all evaluated"},
-    {"npy", map_args, true, "NumPy .npy files, one per input, all evaluated"},
-    {NULL, NULL, false, NULL}};
+#define ARG_SPEC(key, arg, kind, dflt, lo, hi, ch) {#arg, A_##kind, dflt, lo, hi, CHOICES(ch)},
+#define CALL_ARGS(key, call, args, map, doc) static const ArgSpec args_##key##_##call[] = {KILN_RECIPE_ARGS_##args(ARG_SPEC) END};
+KILN_RECIPE_CALLS(CALL_ARGS)
+#define CALL_SPEC(key, call, args, map, doc) {#key, #call, args_##key##_##call, map, doc},
+static const CallSpec all_calls[] = {KILN_RECIPE_CALLS(CALL_SPEC){NULL, NULL, NULL, false, NULL}};
 
-/* Learning rates have no upper bound (PyTorch has none); they must be finite and, as
- * check_optimizer says, above 0. */
-static const ArgSpec sgd_args[] = {
-    {"lr", A_NUM, "0.01", 0, INF, NULL}, {"momentum", A_NUM, "0.0", 0, 1, NULL}, {"dampening", A_NUM, "0.0", 0, 1, NULL},
-    {"nesterov", A_BOOL, "false", 0, 0, NULL}, {"weight_decay", A_NUM, "0.0", 0, 10, NULL},
-    {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
-static const ArgSpec adam_args[] = {
-    {"lr", A_NUM, "0.001", 0, INF, NULL}, {"betas", A_PAIR, "0.9 0.999", 0, 1, NULL}, {"eps", A_NUM, "1e-8", 0, 1, NULL},
-    {"weight_decay", A_NUM, "0.0", 0, 10, NULL}, {"amsgrad", A_BOOL, "false", 0, 0, NULL},
-    {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
-static const ArgSpec adamw_args[] = {
-    {"lr", A_NUM, "0.001", 0, INF, NULL}, {"betas", A_PAIR, "0.9 0.999", 0, 1, NULL}, {"eps", A_NUM, "1e-8", 0, 1, NULL},
-    {"weight_decay", A_NUM, "0.01", 0, 10, NULL}, {"amsgrad", A_BOOL, "false", 0, 0, NULL},
-    {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
-static const ArgSpec rmsprop_args[] = {
-    {"lr", A_NUM, "0.01", 0, INF, NULL}, {"alpha", A_NUM, "0.99", 0, 1, NULL}, {"eps", A_NUM, "1e-8", 0, 1, NULL},
-    {"weight_decay", A_NUM, "0.0", 0, 10, NULL}, {"momentum", A_NUM, "0.0", 0, 1, NULL}, {"centered", A_BOOL, "false", 0, 0, NULL},
-    {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
-static const ArgSpec adagrad_args[] = {
-    {"lr", A_NUM, "0.01", 0, INF, NULL}, {"lr_decay", A_NUM, "0.0", 0, INF, NULL}, {"weight_decay", A_NUM, "0.0", 0, 10, NULL},
-    {"initial_accumulator_value", A_NUM, "0.0", 0, INF, NULL}, {"eps", A_NUM, "1e-10", 0, 1, NULL},
-    {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
-static const ArgSpec lion_args[] = {
-    {"lr", A_NUM, "0.0001", 0, INF, NULL}, {"betas", A_PAIR, "0.9 0.99", 0, 1, NULL}, {"weight_decay", A_NUM, "0.0", 0, 10, NULL},
-    {"decay", A_NAME, "matrices", 0, 0, "matrices all"}, END};
-static const CallSpec optim_calls[] = {
-    {"SGD", sgd_args, false, "stochastic gradient descent with optional (Nesterov) momentum"},
-    {"Adam", adam_args, false, "Adam; weight_decay is L2 added to the gradient; amsgrad keeps the largest second moments"},
-    {"AdamW", adamw_args, false, "Adam with decoupled weight decay (on >= 2-D parameters unless decay = all)"},
-    {"RMSprop", rmsprop_args, false, "RMSprop (optionally centred, with momentum); weight_decay is L2"},
-    {"Adagrad", adagrad_args, false, "Adagrad; weight_decay is L2"},
-    {"Lion", lion_args, false, "Lion (sign of the interpolated momentum) with decoupled weight decay"},
-    {NULL, NULL, false, NULL}};
+/* Keys whose default depends on other keys are not completed in the checked recipe (the
+ * typed one starts from the default: recipe_typed). */
+#define KEY_SPEC(key, kind, dflt, lo, hi, ch, completed, doc) {#key, A_##kind, (completed) ? (dflt) : NULL, lo, hi, CHOICES(ch), doc},
+static const KeySpec keys[] = {KILN_RECIPE_KEYS(KEY_SPEC)};
 
-/* Parameter groups (torch.optim's param_groups): a name pattern as init rules take it,
- * and the lr and/or weight_decay of the parameters it matches. */
-static const ArgSpec group_args[] = {
-    {"pattern", A_STR, NULL, 0, 0, NULL}, {"lr", A_NUM, "", 0, INF, NULL}, {"weight_decay", A_NUM, "", 0, 10, NULL}, END};
-static const CallSpec group_calls[] = {
-    {"group", group_args, false, "the parameters a pattern matches, with their own lr and/or weight_decay"}, {NULL, NULL, false, NULL}};
-
-static const ArgSpec const_args[] = {{"warmup", A_INT, "0", 0, INF, NULL}, END};
-static const ArgSpec step_args[] = {
-    {"step_size", A_INT, NULL, 1, INF, NULL}, {"gamma", A_NUM, "0.1", 0, 1, NULL}, {"warmup", A_INT, "0", 0, INF, NULL}, END};
-static const ArgSpec decay_args[] = {{"warmup", A_INT, "0", 0, INF, NULL}, {"min_lr", A_NUM, "0.0", 0, 10, NULL}, END};
-static const ArgSpec onecycle_args[] = {
-    {"max_lr", A_NUM, "", 0, INF, NULL}, {"pct_start", A_NUM, "0.3", 0, 1, NULL}, {"anneal_strategy", A_NAME, "cos", 0, 0, "cos linear"},
-    {"div_factor", A_NUM, "25", 1e-12, INF, NULL}, {"final_div_factor", A_NUM, "1e4", 1e-12, INF, NULL},
-    {"three_phase", A_BOOL, "false", 0, 0, NULL}, END};
-static const ArgSpec exponential_args[] = {{"gamma", A_NUM, NULL, 0, 1, NULL}, {"warmup", A_INT, "0", 0, INF, NULL}, END};
-static const ArgSpec polynomial_args[] = {
-    {"power", A_NUM, "1.0", 0, INF, NULL}, {"total_iters", A_INT, "0", 0, INF, NULL}, {"warmup", A_INT, "0", 0, INF, NULL}, END};
-static const ArgSpec restarts_args[] = {
-    {"T_0", A_INT, NULL, 1, INF, NULL}, {"T_mult", A_INT, "1", 1, 1000, NULL}, {"eta_min", A_NUM, "0.0", 0, INF, NULL},
-    {"warmup", A_INT, "0", 0, INF, NULL}, END};
-static const CallSpec sched_calls[] = {
-    {"constant", const_args, false, "constant learning rate after a linear warmup"},
-    {"step", step_args, false, "multiply by gamma every step_size steps"},
-    {"linear", decay_args, false, "linear warmup, then linear decay to min_lr"},
-    {"cosine", decay_args, false, "linear warmup, then cosine decay to min_lr"},
-    {"onecycle", onecycle_args, false, "OneCycleLR over the run's steps, peaking at max_lr (default: the optimizer's lr)"},
-    {"exponential", exponential_args, false, "ExponentialLR: multiply by gamma every step"},
-    {"polynomial", polynomial_args, false, "PolynomialLR: decay to 0 over total_iters steps (0: the run's steps)"},
-    {"cosine_restarts", restarts_args, false, "CosineAnnealingWarmRestarts, stepped every step"},
-    {NULL, NULL, false, NULL}};
-
-static const ArgSpec ckpt_args[] = {
-    {"steps", A_INT, "0", 0, INF, NULL}, {"epochs", A_INT, "1", 0, INF, NULL}, {"dir", A_STR, "checkpoints", 0, 0, NULL},
-    {"keep", A_INT, "2", 1, 1000, NULL}, END};
-static const ArgSpec eval_args[] = {
-    {"steps", A_INT, "0", 0, INF, NULL}, {"epochs", A_INT, "1", 0, INF, NULL}, {"batches", A_INT, "0", 0, INF, NULL}, END};
-static const CallSpec ckpt_calls[] = {{"every", ckpt_args, false, "save every N steps and/or epochs"}, {NULL, NULL, false, NULL}};
-static const ArgSpec sample_args[] = {
-    {"tokens", A_INT, "200", 0, 100000, NULL}, {"temperature", A_NUM, "0.8", 1e-3, 100, NULL},
-    {"top_k", A_INT, "40", 0, 1e9, NULL}, {"prompt", A_STR, "\n", 0, 0, NULL}, END};
-static const CallSpec sample_calls[] = {{"generate", sample_args, false, "language models: a sample printed at each evaluation"},
-                                        {NULL, NULL, false, NULL}};
-static const CallSpec eval_calls[] = {{"every", eval_args, false, "evaluate every N steps and/or epochs (batches = 0: all)"},
-                                      {NULL, NULL, false, NULL}};
-
-static const KeySpec keys[] = {
-    {"data", A_CALL, data_calls, NULL, 0, 0, NULL, "training data"},
-    {"eval_data", A_CALL, eval_data_calls, NULL, 0, 0, NULL, "evaluation data (default: the loader's val split)"},
-    {"optimizer", A_CALL, optim_calls, "AdamW", 0, 0, NULL, "SGD, Adam, AdamW, RMSprop, Adagrad or Lion with their hyperparameters"},
-    {"schedule", A_CALL, sched_calls, "constant", 0, 0, NULL, "learning-rate schedule"},
-    {"groups", A_GROUPS, group_calls, NULL, 0, 0, NULL, "parameter groups: [group(\"PATTERN\", lr = ..., weight_decay = ...), ...]"},
-    {"batch", A_INT, NULL, "64", 1, 1 << 24, NULL, "samples per step (bounds the batch size symbol)"},
-    {"epochs", A_INT, NULL, "1", 1, 1e9, NULL, "passes over the training data"},
-    {"steps", A_INT, NULL, "", 1, 1e12, NULL, "optimizer steps (overrides epochs)"},
-    {"clip", A_NUM, NULL, "0.0", 0, 1e12, NULL, "global gradient-norm clipping (0 = off)"},
-    {"accumulate", A_INT, NULL, "1", 1, 65536, NULL, "micro-batches per optimizer step"},
-    {"precision", A_NAME, NULL, "fp32", 0, 0, "fp32 bf16 fp16 f32 f16", "fp32, or mixed precision with bf16 / fp16 (kiln build --precision)"},
-    {"weight_rounding", A_NAME, NULL, "nearest", 0, 0, "nearest stochastic",
-     "bf16: the training step's bf16 copies of the weights rounded from the fp32 masters to nearest (autocast's) or stochastically (llm.c's; kiln build --weight-rounding)"},
-    /* No defaults written: they follow the precision, which kiln build --precision may
-     * change (fp16: dynamic from 65536, x2 every 2000 clean steps; else none). */
-    {"loss_scale", A_SCALE, NULL, NULL, 0, MAX_SCALE, "dynamic none",
-     "fp16: dynamic (GradScaler's), none, or a number (a static scale); default dynamic for fp16, none otherwise"},
-    {"loss_scale_init", A_NUM, NULL, NULL, 0, MAX_SCALE, NULL, "fp16, loss_scale = dynamic: the first scale (default 65536)"},
-    {"loss_scale_growth_interval", A_INT, NULL, NULL, 1, 1e9, NULL,
-     "fp16, loss_scale = dynamic: clean steps before the scale doubles (default 2000)"},
-    {"memory_budget", A_STR, NULL, NULL, 0, 0, NULL, "training memory to fit by recomputing blocks, e.g. \"1.5GiB\" (kiln build --memory-budget)"},
-    {"checkpoint", A_CALL, ckpt_calls, "every", 0, 0, NULL, "checkpoint policy"},
-    {"eval", A_CALL, eval_calls, "every", 0, 0, NULL, "evaluation policy"},
-    {"seed", A_INT, NULL, "0", 0, 1e18, NULL, "seed of initialisation, shuffling and dropout"},
-    {"sample", A_CALL, sample_calls, NULL, 0, 0, NULL, "text generation at each evaluation (language models)"},
-    {"log", A_STR, NULL, "", 0, 0, NULL, "JSONL metrics log file"},
-};
+/* The calls key ks takes: all_calls from its first, while the key is ks's. */
+static const CallSpec *key_calls(const KeySpec *ks)
+{
+    for (const CallSpec *c = all_calls; c->name; c++)
+        if (!strcmp(c->key, ks->key)) return c;
+    return &all_calls[KILN_RECIPE_NCALLS]; /* the terminator */
+}
+#define FOR_CALLS(c, ks) for (const CallSpec *c = key_calls(ks); c->name && !strcmp(c->key, (ks)->key); c++)
 #define NKEYS ((int)(sizeof keys / sizeof keys[0]))
 
 /* ---- helpers ---- */
@@ -328,8 +226,8 @@ static bool convert(const Ast *a, AstId e, uint8_t kind, double lo, double hi, c
             out->num = s[0] == 't';
             return true;
         }
-        if (choices && !in_choices(choices, s)) {
-            diag_error(d, n->loc, "%s: unknown value '%s'; expected one of: %s", what, s, choices);
+        if (choices && *choices && !in_choices(choices, s)) {
+            diag_error(d, n->loc, "%s: unknown value '%s'; expected one of: %.*s", what, s, (int)strlen(choices) - 1, choices);
             return false;
         }
         out->kind = RV_NAME;
@@ -451,13 +349,12 @@ static bool check_call(const Ast *a, AstId e, const KeySpec *ks, const Inputs *i
     const char *fname = ast_node(a, callee)->kind == AST_NAME ? ast_str(a, callee) : NULL;
     const char *names[16];
     int nc = 0;
-    for (const CallSpec *c = ks->calls; c->name && nc < 16; c++) names[nc++] = c->name;
+    FOR_CALLS(c, ks) if (nc < 16) names[nc++] = c->name;
     StrBuf list;
     sb_init(&list);
     for (int i = 0; i < nc; i++) sb_printf(&list, "%s%s", i ? ", " : "", names[i]);
     const CallSpec *cs = NULL;
-    for (const CallSpec *c = ks->calls; c->name; c++)
-        if (fname && !strcmp(c->name, fname)) cs = c;
+    FOR_CALLS(c, ks) if (fname && !strcmp(c->name, fname)) cs = c;
     if (!cs) {
         const char *near = fname ? nearest(fname, names, nc) : NULL;
         if (!fname) diag_error(d, n->loc, "%s: expected one of %s, e.g. %s(...)", ks->key, list.data, names[0]);
@@ -528,7 +425,7 @@ static bool check_call(const Ast *a, AstId e, const KeySpec *ks, const Inputs *i
         sb_init(&what);
         sb_printf(&what, "%s(%s)", cs->name, as->name);
         if (!convert(a, val, as->kind, as->lo, as->hi, as->choices, what.data, v, d)) ok = false;
-        else if (as->kind == A_NAME && !as->choices && input_index(in, v->str) < 0) {
+        else if (as->kind == A_NAME && !*as->choices && input_index(in, v->str) < 0) {
             diag_error(d, v->loc, "%s: '%s' is not an input of the model", what.data, v->str);
             ok = false;
         }
@@ -915,8 +812,7 @@ static bool check_recipe(Recipe *r, const Ast *a, AstId train, const Inputs *in,
         v->key = xstrdup(ks->key);
         if (ks->kind == A_CALL) {
             const CallSpec *cs = NULL;
-            for (const CallSpec *c = ks->calls; c->name; c++)
-                if (!strcmp(c->name, ks->dflt)) cs = c;
+            FOR_CALLS(c, ks) if (!strcmp(c->name, ks->dflt)) cs = c;
             v->kind = RV_CALL;
             v->is_default = true;
             v->str = xstrdup(cs->name);
@@ -985,7 +881,7 @@ void recipe_schema(StrBuf *out)
 {
     for (int i = 0; i < NKEYS; i++) {
         sb_printf(out, "%s\n", keys[i].key);
-        for (const CallSpec *c = keys[i].calls; (keys[i].kind == A_CALL || keys[i].kind == A_GROUPS) && c->name; c++) {
+        FOR_CALLS(c, &keys[i]) {
             if (c->input_map) sb_printf(out, "%s=%s.INPUT\n", keys[i].key, c->name);
             for (const ArgSpec *as = c->args; as->name; as++) sb_printf(out, "%s=%s.%s\n", keys[i].key, c->name, as->name);
         }
@@ -1060,83 +956,4 @@ void recipe_print(const Recipe *r, StrBuf *out)
         print_value(&r->entries[i], out);
         sb_puts(out, r->entries[i].is_default ? "   (default)\n" : "\n");
     }
-}
-
-static void flat_value(const RecipeValue *v, StrBuf *b)
-{
-    char num[64];
-    switch ((RecipeValueKind)v->kind) {
-    case RV_NUM:
-        if (v->is_int) snprintf(num, sizeof num, "%.0f", v->num);
-        else util_format_double(num, sizeof num, v->num); /* shortest exact form */
-        sb_puts(b, num);
-        break;
-    case RV_BOOL: sb_puts(b, v->num ? "true" : "false"); break;
-    case RV_LIST:
-        for (int32_t i = 0; i < v->nargs; i++) {
-            if (i) sb_putc(b, ',');
-            flat_value(&v->args[i], b);
-        }
-        break;
-    default: sb_puts(b, v->str ? v->str : ""); break;
-    }
-}
-
-static void flat_push(char ***kv, int *n, int *cap, const char *key, const char *value)
-{
-    if (*n + 1 > *cap) {
-        *cap = *cap ? *cap * 2 : 32;
-        *kv = xrealloc(*kv, (size_t)*cap * 2 * sizeof **kv);
-    }
-    (*kv)[2 * *n] = xstrdup(key);
-    (*kv)[2 * *n + 1] = xstrdup(value);
-    (*n)++;
-}
-
-char **recipe_flatten(const Recipe *r, int *n)
-{
-    char **kv = NULL;
-    int cap = 0;
-    *n = 0;
-    for (int32_t i = 0; i < r->n; i++) {
-        const RecipeValue *e = &r->entries[i];
-        StrBuf v;
-        sb_init(&v);
-        flat_value(e, &v);
-        flat_push(&kv, n, &cap, e->key, v.data ? v.data : "");
-        sb_free(&v);
-        for (int32_t k = 0; e->kind == RV_LIST && k < e->nargs; k++) { /* groups: KEY.K.ARG */
-            const RecipeValue *c = &e->args[k];
-            for (int32_t j = 0; c->kind == RV_CALL && j < c->nargs; j++) {
-                StrBuf key, val;
-                sb_init(&key);
-                sb_init(&val);
-                sb_printf(&key, "%s.%d.%s", e->key, (int)k, c->args[j].key);
-                flat_value(&c->args[j], &val);
-                flat_push(&kv, n, &cap, key.data, val.data ? val.data : "");
-                sb_free(&key);
-                sb_free(&val);
-            }
-        }
-        if (e->kind != RV_CALL) continue;
-        for (int32_t k = 0; k < e->nargs; k++) {
-            const RecipeValue *a = &e->args[k];
-            StrBuf key, val;
-            sb_init(&key);
-            sb_init(&val);
-            if (a->key && a->key[0]) sb_printf(&key, "%s.%s", e->key, a->key);
-            else sb_printf(&key, "%s.%d", e->key, k);
-            flat_value(a, &val);
-            flat_push(&kv, n, &cap, key.data, val.data ? val.data : "");
-            sb_free(&key);
-            sb_free(&val);
-        }
-    }
-    return kv;
-}
-
-void recipe_flat_free(char **kv, int n)
-{
-    for (int i = 0; i < 2 * n; i++) free(kv[i]);
-    free(kv);
 }

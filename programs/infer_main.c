@@ -48,20 +48,8 @@ static int die(const char *fmt, ...)
 
 /* ---- flags ---- */
 
-/* The model file's recipe entry `key`, or NULL. */
-static const char *recipe(const char *key)
-{
-    for (int i = 0; i < M->nrecipe; i++)
-        if (!strcmp(M->recipe[i].key, key)) return M->recipe[i].value;
-    return NULL;
-}
-
 /* A language model: its recipe reads a text or token stream, cut into windows. */
-static bool lm_data(void)
-{
-    const char *kind = recipe("data");
-    return kind && (!strcmp(kind, "text") || !strcmp(kind, "tokens"));
-}
+static bool lm_data(void) { return kiln_recipe_lm_data(M->recipe); }
 
 
 typedef struct {
@@ -398,7 +386,7 @@ static int load_stream(const char *given, krt_array *stream, krt_dataset **ds, v
         snprintf(path, sizeof path, "%s", given);
     }
     krt_error err;
-    krt_status s = !strcmp(recipe("data"), "text") ? krt_text_load(path, "", stream, &err) : krt_array_load(path, stream, &err);
+    krt_status s = M->recipe->data == KILN_RECIPE_CALL_data_text ? krt_text_load(path, "", stream, &err) : krt_array_load(path, stream, &err);
     if (s != KRT_OK) {
         size_t pl = strlen(path);
         return die("%s%s", !strncmp(err.msg, path, pl) ? shown : "", !strncmp(err.msg, path, pl) ? err.msg + pl : err.msg);
@@ -541,8 +529,10 @@ static int generate_text(const Opts *o, const kiln_device *dev, void *dev_ctx, f
 {
     const kiln_input *in = &M->inputs[0];
     const int64_t Tmax = in->dims[1], V = in->max_value > 0 ? in->max_value : 256;
-    const bool bytes = !strcmp(recipe("data"), "text");
-    const char *prompt = o->prompt ? o->prompt : recipe("sample.prompt");
+    const kiln_recipe *R = M->recipe;
+    const bool bytes = R->data == KILN_RECIPE_CALL_data_text;
+    const bool sample = R->sample != KILN_RECIPE_CALL_NONE; /* the recipe's sample = generate(...) gives the defaults */
+    const char *prompt = o->prompt ? o->prompt : sample ? R->sample_prompt : NULL;
     if (!prompt || !*prompt) return die("--generate needs a prompt: --prompt TEXT (the text it continues)"), 2;
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)(Tmax + 1));
     if (!tokens) return die("out of memory");
@@ -551,12 +541,11 @@ static int generate_text(const Opts *o, const kiln_device *dev, void *dev_ctx, f
     if (n == 0) return free(tokens), die("--prompt: no tokens: the text it continues is empty"), 2;
     if (n > Tmax)
         return free(tokens), die("--prompt: %lld tokens, longer than the model's context of %lld", (long long)n, (long long)Tmax), 2;
-    const char *rt = recipe("sample.tokens"), *rk = recipe("sample.top_k"), *rT = recipe("sample.temperature");
     kiln_generate_config c = {
         .prompt = tokens, .nprompt = n, .vocab = V, .seed = o->seed, .step = 0, .full = o->full,
-        .tokens = o->tokens ? o->tokens : rt && atoll(rt) > 0 ? atoll(rt) : 100,
-        .temperature = o->temperature >= 0 ? o->temperature : rT ? atof(rT) : 1.0,
-        .top_k = o->top_k_given ? o->top_k : rk ? atoll(rk) : 0,
+        .tokens = o->tokens ? o->tokens : sample && R->sample_tokens > 0 ? R->sample_tokens : 100,
+        .temperature = o->temperature >= 0 ? o->temperature : sample ? R->sample_temperature : 1.0,
+        .top_k = o->top_k_given ? o->top_k : sample ? R->sample_top_k : 0,
         .top_p = o->top_p >= 0 ? o->top_p : 1.0,
         .device = dev, .device_ctx = dev_ctx,
     };

@@ -186,7 +186,7 @@ int tm_bench(kiln_step_io *io, int64_t batch, int64_t n, int64_t accumulate_step
         printf("]}\n");
         fflush(stdout);
     }
-    if (!rc && tm_recipe("bench.profile", NULL)) rc = profile(io, batch, n, accumulate_steps);
+    if (!rc && tm_bench_profile()) rc = profile(io, batch, n, accumulate_steps);
     io->inputs = saved_inputs;
     for (int k = 0; in && k < M->ninputs; k++) free(in[k]);
     free(in);

@@ -14,8 +14,8 @@
 int tm_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* After a step: its index error, if any, reported with `when` and the step; 1 if so. */
 int tm_index_failed(const kiln_step_io *io, const char *when, int64_t step);
-/* The recipe's value of key (flags override it), or dflt. */
-const char *tm_recipe(const char *key, const char *dflt);
+/* Whether --profile was given (with --bench-steps: time each kernel). */
+bool tm_bench_profile(void);
 /* The gradients of this micro-batch added into the accumulated ones. */
 void tm_accumulate_grads(void);
 /* The optimizer step after step `step` (0-based); the gradient norm when want_norm, the

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,50 +63,59 @@ int tm_index_failed(const kiln_step_io *io, const char *when, int64_t step)
     return 1;
 }
 
-/* ---- the recipe, overridden by flags ---- */
+/* ---- the recipe, overridden by flags ----
+ * model.c's typed recipe (kiln_recipe.h) copied into the program's options, where each
+ * flag writes its field; the flags that are the program's alone beside it. */
 
-#define MAX_OVERRIDES 256
-static const char *ov_key[MAX_OVERRIDES], *ov_val[MAX_OVERRIDES];
-static int nov;
+#define MAX_FILES 256 /* --data / --eval-data INPUT=PATH flags, with the recipe's files */
+typedef struct {
+    kiln_recipe r;
+    int64_t limit;           /* --limit N: the first N training samples (0: all) */
+    const char *tensorboard; /* --tensorboard DIR, or "" */
+    int64_t bench_steps;     /* --bench-steps N (0: none) */
+    bool bench_profile, eval_only, print_recipe;
+    bool given[32];          /* by flag (flags[]): the flag was given */
+    kiln_recipe_file data_files[MAX_FILES], eval_files[MAX_FILES];
+} Options;
 
-const char *tm_recipe(const char *key, const char *dflt)
-{
-    for (int i = nov - 1; i >= 0; i--)
-        if (!strcmp(ov_key[i], key)) return ov_val[i];
-    for (int i = 0; i < M->nrecipe; i++)
-        if (!strcmp(M->recipe[i].key, key)) return M->recipe[i].value;
-    return dflt;
-}
+static Options OPT;
+static const kiln_recipe *const R = &OPT.r;
 
-static double recipe_num(const char *key, double dflt)
-{
-    const char *v = tm_recipe(key, NULL);
-    return v && *v ? strtod(v, NULL) : dflt;
-}
+bool tm_bench_profile(void) { return OPT.bench_profile; }
 
 /* Whole numbers exactly (a seed above 2^53 would lose bits through a double). */
-static int64_t recipe_int(const char *key, int64_t dflt)
+static int64_t parse_int(const char *v)
 {
-    const char *v = tm_recipe(key, NULL);
-    if (!v || !*v) return dflt;
     char *end;
     errno = 0;
     long long n = strtoll(v, &end, 10);
     return !*end && !errno ? (int64_t)n : (int64_t)strtod(v, NULL);
 }
 
-/* Whether the flag that sets `key` was given (not only the recipe's value). */
-static bool overridden(const char *key)
+/* The file of model input `input` in files, or NULL. */
+static const char *file_of(const kiln_recipe_files *files, const char *input)
 {
-    for (int i = 0; i < nov; i++)
-        if (!strcmp(ov_key[i], key)) return true;
-    return false;
+    for (int32_t i = 0; i < files->n; i++)
+        if (!strcmp(files->v[i].input, input)) return files->v[i].path;
+    return NULL;
 }
 
-static int set_override(const char *key, const char *value)
+/* INPUT=PATH into files (kept in store, at most MAX_FILES): replaces the input's file. */
+static int set_file(kiln_recipe_files *files, kiln_recipe_file *store, const char *input, size_t len, const char *path)
 {
-    if (nov == MAX_OVERRIDES) return 1;
-    ov_key[nov] = key, ov_val[nov++] = value;
+    if (files->v != store) { /* the recipe's (model.c's, read-only) first */
+        for (int32_t i = 0; i < files->n && i < MAX_FILES; i++) store[i] = files->v[i];
+        files->v = store;
+    }
+    for (int32_t i = 0; i < files->n; i++)
+        if (strlen(files->v[i].input) == len && !strncmp(files->v[i].input, input, len)) {
+            store[i].path = path;
+            return 0;
+        }
+    if (files->n == MAX_FILES) return 1;
+    for (int k = 0; k < M->ninputs; k++) /* the input's name as the model has it (input is INPUT=PATH) */
+        if (strlen(M->inputs[k].name) == len && !strncmp(M->inputs[k].name, input, len)) store[files->n].input = M->inputs[k].name;
+    store[files->n++].path = path;
     return 0;
 }
 
@@ -117,44 +127,58 @@ typedef enum { F_INT, F_NUM, F_STR, F_SWITCH } FlagKind;
 enum { TRAIN = 1, EVAL = 2, BOTH = 3 };
 
 typedef struct {
-    const char *flag, *key, *help;
+    const char *flag, *key, *help; /* key: the recipe's name of what it sets, for --help */
     FlagKind kind;
     double lo, hi;     /* F_INT, F_NUM: the allowed range */
     const char *unit;  /* F_INT: what N counts, for messages */
     int modes;
+    size_t field; /* where it writes in Options (offsetof; --data and the like: 0, handled apart) */
 } Flag;
+#define R_(f) offsetof(Options, r.f)
+#define O_(f) offsetof(Options, f)
 
 static const Flag flags[] = {
-    {"--epochs", "epochs", "passes over the training data", F_INT, 1, 1e9, "epochs", TRAIN},
-    {"--steps", "steps", "optimizer steps (overrides --epochs)", F_INT, 1, 1e12, "steps", TRAIN},
-    {"--batch", "batch", "samples per step (at most the model's bound)", F_INT, 1, 1 << 24, "samples", BOTH},
-    {"--lr", "optimizer.lr", "base learning rate", F_NUM, 0, 1e300, NULL, TRAIN},
-    {"--seed", "seed", "seed of initialisation, shuffling and dropout", F_INT, 0, 1e18, "", BOTH},
-    {"--checkpoint-dir", "checkpoint.dir", "where checkpoints are written", F_STR, 0, 0, NULL, TRAIN},
-    {"--checkpoint-every", "checkpoint.steps", "save every N steps (0: at each epoch end)", F_INT, 0, 1e12, "steps", TRAIN},
-    {"--checkpoint-keep", "checkpoint.keep", "keep the newest K checkpoints", F_INT, 1, 1000, "checkpoints", TRAIN},
-    {"--eval-every", "eval.steps", "evaluate every N steps (0: at each epoch end)", F_INT, 0, 1e12, "steps", TRAIN},
-    {"--eval-batches", "eval.batches", "batches per evaluation (0: all)", F_INT, 0, 1e12, "batches", BOTH},
-    {"--log", "log", "append JSONL metrics to FILE", F_STR, 0, 0, NULL, BOTH},
+    {"--epochs", "epochs", "passes over the training data", F_INT, 1, 1e9, "epochs", TRAIN, R_(epochs)},
+    {"--steps", "steps", "optimizer steps (overrides --epochs)", F_INT, 1, 1e12, "steps", TRAIN, R_(steps)},
+    {"--batch", "batch", "samples per step (at most the model's bound)", F_INT, 1, 1 << 24, "samples", BOTH, R_(batch)},
+    {"--lr", "optimizer.lr", "base learning rate", F_NUM, 0, 1e300, NULL, TRAIN, R_(optimizer_lr)},
+    {"--seed", "seed", "seed of initialisation, shuffling and dropout", F_INT, 0, 1e18, "", BOTH, R_(seed)},
+    {"--checkpoint-dir", "checkpoint.dir", "where checkpoints are written", F_STR, 0, 0, NULL, TRAIN, R_(checkpoint_dir)},
+    {"--checkpoint-every", "checkpoint.steps", "save every N steps (0: at each epoch end)", F_INT, 0, 1e12, "steps", TRAIN, R_(checkpoint_steps)},
+    {"--checkpoint-keep", "checkpoint.keep", "keep the newest K checkpoints", F_INT, 1, 1000, "checkpoints", TRAIN, R_(checkpoint_keep)},
+    {"--eval-every", "eval.steps", "evaluate every N steps (0: at each epoch end)", F_INT, 0, 1e12, "steps", TRAIN, R_(eval_steps)},
+    {"--eval-batches", "eval.batches", "batches per evaluation (0: all)", F_INT, 0, 1e12, "batches", BOTH, R_(eval_batches)},
+    {"--log", "log", "append JSONL metrics to FILE", F_STR, 0, 0, NULL, BOTH, R_(log)},
     {"--tensorboard", "tensorboard", "write TensorBoard event files into DIR (loss, lr, grad norm, throughput, eval metrics, samples)", F_STR, 0,
-     0, NULL, BOTH},
-    {"--limit", "limit", "use only the first N training samples (quick runs)", F_INT, 1, 1e12, "samples", TRAIN},
-    {"--sample-tokens", "sample.tokens", "language models: tokens generated at each evaluation (0: none)", F_INT, 0, 100000, "tokens", BOTH},
-    {"--temperature", "sample.temperature", "sampling temperature", F_NUM, 1e-3, 100, NULL, BOTH},
-    {"--top-k", "sample.top_k", "sample among the k most likely tokens (0: all)", F_INT, 0, 1e9, "tokens", BOTH},
-    {"--prompt", "sample.prompt", "text the generated sample continues", F_STR, 0, 0, NULL, BOTH},
+     0, NULL, BOTH, O_(tensorboard)},
+    {"--limit", "limit", "use only the first N training samples (quick runs)", F_INT, 1, 1e12, "samples", TRAIN, O_(limit)},
+    {"--sample-tokens", "sample.tokens", "language models: tokens generated at each evaluation (0: none)", F_INT, 0, 100000, "tokens", BOTH, R_(sample_tokens)},
+    {"--temperature", "sample.temperature", "sampling temperature", F_NUM, 1e-3, 100, NULL, BOTH, R_(sample_temperature)},
+    {"--top-k", "sample.top_k", "sample among the k most likely tokens (0: all)", F_INT, 0, 1e9, "tokens", BOTH, R_(sample_top_k)},
+    {"--prompt", "sample.prompt", "text the generated sample continues", F_STR, 0, 0, NULL, BOTH, R_(sample_prompt)},
     {"--bench-steps", "bench.steps", "time N training steps and the eval step on random inputs, print one bench: JSON line, exit", F_INT, 1,
-     1e9, "timed steps", TRAIN},
+     1e9, "timed steps", TRAIN, O_(bench_steps)},
     {"--profile", "bench.profile", "with --bench-steps: time each kernel of the training and eval steps, print a table", F_SWITCH, 0, 0,
-     NULL, TRAIN},
+     NULL, TRAIN, O_(bench_profile)},
+    {"--print-recipe", "print.recipe", "print the recipe as the program runs it (the model's, flags applied), one value a line, exit",
+     F_SWITCH, 0, 0, NULL, BOTH, O_(print_recipe)},
     {"--eval", "eval.only", "evaluate (the --resume checkpoint, or fresh weights) on the evaluation data, print and log it, exit",
-     F_SWITCH, 0, 0, NULL, BOTH},
-    {"--data", NULL, "read model input INPUT from PATH, any format (or --data PATH for text/tokens)", F_STR, 0, 0, NULL, BOTH},
-    {"--eval-data", NULL, "evaluate on model input INPUT from PATH instead of the recipe's eval data", F_STR, 0, 0, NULL, BOTH},
-    {"--resume", NULL, "continue from the newest checkpoint in DIR", F_STR, 0, 0, NULL, BOTH},
-    {"--threads", NULL, "threads of the generated kernels (default: all cores)", F_INT, 1, 1024, "threads", BOTH},
+     F_SWITCH, 0, 0, NULL, BOTH, O_(eval_only)},
+    {"--data", NULL, "read model input INPUT from PATH, any format (or --data PATH for text/tokens)", F_STR, 0, 0, NULL, BOTH, 0},
+    {"--eval-data", NULL, "evaluate on model input INPUT from PATH instead of the recipe's eval data", F_STR, 0, 0, NULL, BOTH, 0},
+    {"--resume", NULL, "continue from the newest checkpoint in DIR", F_STR, 0, 0, NULL, BOTH, 0},
+    {"--threads", NULL, "threads of the generated kernels (default: all cores)", F_INT, 1, 1024, "threads", BOTH, 0},
 };
 #define NFLAGS ((int)(sizeof flags / sizeof flags[0]))
+_Static_assert(NFLAGS <= 32, "Options.given holds 32 flags");
+
+/* Whether `flag` was given. */
+static bool given(const char *flag)
+{
+    for (int f = 0; f < NFLAGS; f++)
+        if (!strcmp(flags[f].flag, flag)) return OPT.given[f];
+    return false;
+}
 
 static void usage(FILE *f)
 {
@@ -169,7 +193,7 @@ static void usage(FILE *f)
                                                      : !strcmp(g->flag, "--prompt") ? " TEXT"
                                                      : g->kind == F_NUM ? " X" : g->kind == F_INT ? " N" : " DIR";
         snprintf(name, sizeof name, "%s%s", g->flag, arg);
-        if (!g->key || !strncmp(g->key, "bench.", 6) || !strcmp(g->key, "eval.only") || !strcmp(g->key, "tensorboard")) /* flags only */
+        if (!g->key || !strncmp(g->key, "bench.", 6) || !strcmp(g->key, "eval.only") || !strcmp(g->key, "print.recipe") || !strcmp(g->key, "tensorboard")) /* flags only */
             fprintf(f, "  %-22s %s\n", name, g->help);
         else
             fprintf(f, "  %-22s %s (recipe: %s)\n", name, g->help, g->key);
@@ -219,11 +243,7 @@ static int input_named(const char *s, size_t len)
     return -1;
 }
 
-static bool lm_data(void)
-{
-    const char *kind = tm_recipe("data", "");
-    return !strcmp(kind, "text") || !strcmp(kind, "tokens");
-}
+static bool lm_data(void) { return kiln_recipe_lm_data(R); }
 
 static void input_list(char *buf, size_t cap)
 {
@@ -234,35 +254,166 @@ static void input_list(char *buf, size_t cap)
 
 /* --data / --eval-data VALUE: INPUT=PATH for a model whose recipe maps inputs to files;
  * the whole value is the path (a glob for text) for a language model's one stream. */
-static int data_flag(const char *flag, const char *prefix, const char *v)
+static int data_flag(const char *flag, const char *v)
 {
-    static char keys[MAX_OVERRIDES][80];
-    static int nk;
     char inputs[512];
     input_list(inputs, sizeof inputs);
+    const bool eval = !strcmp(flag, "--eval-data");
     if (lm_data()) {
-        if (!strcmp(flag, "--eval-data"))
-            return tm_die("--eval-data: %s evaluates on the val split of its training data (data = %s(..., val = F))", M->name, tm_recipe("data", "")),
+        if (eval)
+            return tm_die("--eval-data: %s evaluates on the val split of its training data (data = %s(..., val = F))", M->name,
+                          kiln_recipe_call_name(R->data)),
                    2;
-        return set_override("data.path", v) ? (tm_die("too many options"), 2) : 0;
+        OPT.r.data_path = v;
+        return 0;
     }
     const char *eq = strchr(v, '=');
     if (!eq) return tm_die("%s %s: give INPUT=PATH, one for each input of the model (%s)", flag, v, inputs), 2;
     if (input_named(v, (size_t)(eq - v)) < 0) return tm_die("%s %s: the model has no input '%.*s' (its inputs: %s)", flag, v, (int)(eq - v), v, inputs), 2;
     if (!eq[1]) return tm_die("%s %s: the path is empty", flag, v), 2;
-    if (nk == MAX_OVERRIDES) return tm_die("too many options"), 2;
-    snprintf(keys[nk], sizeof keys[nk], "%s.%.*s", prefix, (int)(eq - v), v);
-    if (set_override(keys[nk++], eq + 1)) return tm_die("too many options"), 2;
-    /* Eval files given by flag replace a val split too: the recipe then has eval_data. */
-    if (!strcmp(prefix, "eval_data") && set_override("eval_data", "files")) return tm_die("too many options"), 2;
+    if (set_file(eval ? &OPT.r.eval_data_files : &OPT.r.data_files, eval ? OPT.eval_files : OPT.data_files, v, (size_t)(eq - v), eq + 1))
+        return tm_die("too many options"), 2;
+    /* Eval files given by flag replace a val split too: the recipe then has eval_data (read
+     * by the files' content, whatever the call). */
+    if (eval && OPT.r.eval_data == KILN_RECIPE_CALL_NONE) OPT.r.eval_data = KILN_RECIPE_CALL_eval_data_idx;
     return 0;
+}
+
+/* A flag's checked value into its field. */
+static void set_field(const Flag *g, const char *v)
+{
+    char *p = (char *)&OPT + g->field;
+    switch (g->kind) {
+    case F_INT: *(int64_t *)(void *)p = parse_int(v); break;
+    case F_NUM: *(double *)(void *)p = strtod(v, NULL); break;
+    case F_STR: *(const char **)(void *)p = v; break;
+    case F_SWITCH: *(bool *)p = true; break;
+    }
+}
+
+/* ---- --print-recipe: every key and argument of the typed recipe, by its recipe name ----
+ * Expanded from kiln_recipe.h's tables, as the checker's schema is (kiln check; test_recipe
+ * compares the two): "batch = 64", "optimizer = AdamW", "optimizer.lr = 0.001" (an
+ * argument's field, shared by the calls that take it, printed once), "data.x = PATH". */
+static void print_quoted(const char *v)
+{
+    putchar('"');
+    for (const char *p = v; *p; p++) {
+        if (*p == '\n') fputs("\\n", stdout);
+        else if (*p == '"' || *p == '\\') printf("\\%c", *p);
+        else putchar(*p);
+    }
+    putchar('"');
+}
+static void print_str(const char *name, const char *v)
+{
+    printf("%s = ", name);
+    if (v) print_quoted(v);
+    else fputs("(none)", stdout);
+    putchar('\n');
+}
+/* The shortest %g that reads back as the same double. */
+static const char *num_text(double v, char *buf, size_t n)
+{
+    if (v == floor(v) && fabs(v) < 1e15) {
+        snprintf(buf, n, "%.0f", v);
+        return buf;
+    }
+    for (int p = 1; p <= 17; p++) {
+        snprintf(buf, n, "%.*g", p, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    return buf;
+}
+static void print_files(const char *key, const kiln_recipe_files *f)
+{
+    for (int32_t i = 0; i < f->n; i++) printf("%s.%s = \"%s\"\n", key, f->v[i].input, f->v[i].path);
+}
+#define PR_INT(name, v, ch) printf("%s = %lld\n", name, (long long)(v))
+#define PR_NUM(name, v, ch) printf("%s = %s\n", name, num_text((v), nb[0], sizeof nb[0]))
+#define PR_BOOL(name, v, ch) printf("%s = %s\n", name, (v) ? "true" : "false")
+#define PR_STR(name, v, ch) print_str(name, v)
+#define PR_PAIR(name, v, ch) printf("%s = [%s, %s]\n", name, num_text((v)[0], nb[0], sizeof nb[0]), num_text((v)[1], nb[1], sizeof nb[1]))
+#define PR_NAME(name, v, ch) PR_NAME_##ch(name, v)
+#define PR_NAME_none(name, v) print_str(name, v)
+#define PR_NAME_precision(name, v) printf("%s = %s\n", name, kiln_recipe_precision_name(v))
+#define PR_NAME_weight_rounding(name, v) printf("%s = %s\n", name, kiln_recipe_weight_rounding_name(v))
+#define PR_NAME_decay(name, v) printf("%s = %s\n", name, kiln_recipe_decay_name(v))
+#define PR_NAME_anneal_strategy(name, v) printf("%s = %s\n", name, kiln_recipe_anneal_strategy_name(v))
+#define PR_CALL(name, v, ch) printf("%s = %s\n", name, (v) == KILN_RECIPE_CALL_NONE ? "(none)" : kiln_recipe_call_name(v))
+/* keys by field (f): the ones of several fields */
+#define PR_KEY_INT(name, f, ch) PR_INT(name, R->f, ch)
+#define PR_KEY_NUM(name, f, ch) PR_NUM(name, R->f, ch)
+#define PR_KEY_STR(name, f, ch) PR_STR(name, R->f, ch)
+#define PR_KEY_NAME(name, f, ch) PR_NAME(name, R->f, ch)
+#define PR_KEY_CALL(name, f, ch) PR_CALL(name, R->f, ch)
+#define PR_KEY_DATA(name, f, ch) (PR_CALL(name, R->f, ch), print_files(name, &R->f##_files))
+#define PR_KEY_SCALE(name, f, ch)                                                                                                 \
+    ((R->f) == KILN_RECIPE_LOSS_SCALE_STATIC ? printf("%s = %s\n", name, num_text(R->f##_value, nb[0], sizeof nb[0]))                                         \
+                                              : printf("%s = %s\n", name, kiln_recipe_loss_scale_name(R->f)))
+#define PR_KEY_GROUPS(name, f, ch) print_groups(&R->f)
+
+static void print_groups(const kiln_recipe_groups *gs)
+{
+    char nb[2][32];
+    printf("groups = %d\n", (int)gs->n);
+    for (int32_t k = 0; k < gs->n; k++) {
+        const kiln_recipe_group *g = &gs->v[k];
+        printf("groups.%d.pattern = \"%s\"\n", (int)k, g->pattern);
+        if (g->has_lr) printf("groups.%d.lr = %s\n", (int)k, num_text(g->lr, nb[0], sizeof nb[0]));
+        if (g->has_weight_decay) printf("groups.%d.weight_decay = %s\n", (int)k, num_text(g->weight_decay, nb[0], sizeof nb[0]));
+        for (int32_t i = 0; i < g->nparams; i++) printf("groups.%d.params = \"%s\"\n", (int)k, g->params[i]);
+    }
+}
+
+static void print_recipe(void)
+{
+    char nb[2][32];
+#define PR_KEY(key, kind, dflt, lo, hi, ch, completed, doc) PR_KEY_##kind(#key, key, ch);
+    KILN_RECIPE_KEYS(PR_KEY)
+#undef PR_KEY
+    /* each argument's field once: the first call that takes it prints it */
+    const char *done[128];
+    int ndone = 0;
+#define PR_ARG_FIELD_data(arg) R->data_##arg
+#define PR_ARG_FIELD_eval_data(arg) R->eval_data_##arg
+#define PR_ARG_FIELD_optimizer(arg) R->optimizer_##arg
+#define PR_ARG_FIELD_schedule(arg) R->schedule_##arg
+#define PR_ARG_FIELD_checkpoint(arg) R->checkpoint_##arg
+#define PR_ARG_FIELD_eval(arg) R->eval_##arg
+#define PR_ARG_FIELD_sample(arg) R->sample_##arg
+#define PR_ARG_FIELD_groups(arg) 0 /* printed with each group */
+#define PR_ARG_groups(arg, kind, ch)
+#define PR_ARG_OF(key, arg, kind, ch) PR_##kind(#key "." #arg, PR_ARG_FIELD_##key(arg), ch)
+#define PR_ARG(key, arg, kind, dflt, lo, hi, ch)                                                                                  \
+    if (strcmp(#key, "groups")) {                                                                                                 \
+        bool seen = false;                                                                                                        \
+        for (int i = 0; i < ndone; i++) seen = seen || !strcmp(done[i], #key "." #arg);                                           \
+        if (!seen && ndone < 128) {                                                                                               \
+            done[ndone++] = #key "." #arg;                                                                                        \
+            PR_ARG_##key(arg, kind, ch);                                                                                          \
+        }                                                                                                                         \
+    }
+#define PR_ARG_data(arg, kind, ch) PR_ARG_OF(data, arg, kind, ch)
+#define PR_ARG_eval_data(arg, kind, ch) PR_ARG_OF(eval_data, arg, kind, ch)
+#define PR_ARG_optimizer(arg, kind, ch) PR_ARG_OF(optimizer, arg, kind, ch)
+#define PR_ARG_schedule(arg, kind, ch) PR_ARG_OF(schedule, arg, kind, ch)
+#define PR_ARG_checkpoint(arg, kind, ch) PR_ARG_OF(checkpoint, arg, kind, ch)
+#define PR_ARG_eval(arg, kind, ch) PR_ARG_OF(eval, arg, kind, ch)
+#define PR_ARG_sample(arg, kind, ch) PR_ARG_OF(sample, arg, kind, ch)
+#define PR_CALL_ARGS(key, call, args, map, doc) KILN_RECIPE_ARGS_##args(PR_ARG)
+    KILN_RECIPE_CALLS(PR_CALL_ARGS)
+    printf("limit = %lld\n", (long long)OPT.limit); /* the flags' own */
+    print_str("tensorboard", OPT.tensorboard);
 }
 
 /* Parses argv into overrides; *resume is --resume's DIR. Returns -1 to go on, else the
  * exit status (0 after --help). */
 static int parse_args(int argc, char **argv, const char **resume)
 {
-    int mode_given[NFLAGS] = {0};
+    OPT.r = *M->recipe;
+    OPT.tensorboard = "";
+    bool *mode_given = OPT.given;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -280,15 +431,14 @@ static int parse_args(int argc, char **argv, const char **resume)
         const Flag *g = &flags[f];
         mode_given[f] = 1;
         if (g->kind == F_SWITCH) {
-            if (set_override(g->key, "1")) return tm_die("too many options"), 2;
+            set_field(g, "");
             continue;
         }
         if (i + 1 >= argc) return tm_die("%s needs a value (see --help)", a), 2;
         const char *v = argv[++i];
         int rc = check_value(g, v);
         if (rc) return rc;
-        if (!strcmp(a, "--data")) rc = data_flag(a, "data", v);
-        else if (!strcmp(a, "--eval-data")) rc = data_flag(a, "eval_data", v);
+        if (!strcmp(a, "--data") || !strcmp(a, "--eval-data")) rc = data_flag(a, v);
         else if (!strcmp(a, "--resume")) *resume = v;
         else if (!strcmp(a, "--threads")) { /* OpenMP's; BLAS runs inside the kernels' tasks */
             int n = atoi(v), cpus = krt_cpus(), most = cpus * THREADS_PER_CPU;
@@ -300,23 +450,26 @@ static int parse_args(int argc, char **argv, const char **resume)
             krt_set_threads(n);
         }
         else {
-            rc = set_override(g->key, v);
+            set_field(g, v);
             /* --eval-every / --checkpoint-every N replace the recipe's policy: every N steps,
              * or at each epoch end for 0 (the recipe's every(...) may also count epochs). */
-            if (!rc && !strcmp(g->key, "eval.steps")) rc = set_override("eval.epochs", atoll(v) > 0 ? "0" : "1");
-            if (!rc && !strcmp(g->key, "checkpoint.steps")) rc = set_override("checkpoint.epochs", atoll(v) > 0 ? "0" : "1");
-            if (rc) return tm_die("too many options"), 2;
+            if (g->field == R_(eval_steps)) OPT.r.eval_epochs = atoll(v) > 0 ? 0 : 1;
+            if (g->field == R_(checkpoint_steps)) OPT.r.checkpoint_epochs = atoll(v) > 0 ? 0 : 1;
         }
         if (rc) return rc;
     }
-    bool eval_only = tm_recipe("eval.only", NULL) != NULL;
-    if (eval_only && tm_recipe("bench.steps", NULL)) return tm_die("--eval and --bench-steps: give one of them"), 2;
+    bool eval_only = OPT.eval_only;
+    if (eval_only && OPT.bench_steps) return tm_die("--eval and --bench-steps: give one of them"), 2;
     for (int f = 0; f < NFLAGS; f++) {
         if (!mode_given[f]) continue;
         if (eval_only && !(flags[f].modes & EVAL))
             return tm_die("%s has no effect with --eval, which only evaluates (leave it out)", flags[f].flag), 2;
     }
-    if (tm_recipe("bench.profile", NULL) && !tm_recipe("bench.steps", NULL))
+    if (OPT.print_recipe) {
+        print_recipe();
+        return 0;
+    }
+    if (OPT.bench_profile && !OPT.bench_steps)
         return tm_die("--profile times the steps of a benchmark: give --bench-steps N too"), 2;
     /* Sampling flags act only for language models, which print a sample at each evaluation. */
     static const char *const sample_flags[] = {"--sample-tokens", "--temperature", "--top-k", "--prompt"};
@@ -413,31 +566,25 @@ float tm_loss_scale(void) { return TR.scaling ? TR.scaler.scale : 1.0f; }
  * for a name that is no trainable parameter, which only a hand-edited model.c can give. */
 static int apply_groups(const krt_optim_config *oc)
 {
-    for (int gi = 0;; gi++) {
-        char key[64];
-        snprintf(key, sizeof key, "groups.%d.params", gi);
-        const char *names = tm_recipe(key, NULL);
-        if (!names) return 0;
-        snprintf(key, sizeof key, "groups.%d.lr", gi);
-        const double lr = recipe_num(key, oc->lr);
-        snprintf(key, sizeof key, "groups.%d.weight_decay", gi);
-        const char *wd = tm_recipe(key, NULL);
-        for (const char *p = names; *p;) {
-            size_t len = strcspn(p, ",");
+    for (int32_t gi = 0; gi < R->groups.n; gi++) {
+        const kiln_recipe_group *grp = &R->groups.v[gi];
+        const double lr = grp->has_lr ? grp->lr : oc->lr;
+        for (int32_t n = 0; n < grp->nparams; n++) {
+            const char *name = grp->params[n];
             int k = -1, span = 0;
             for (int i = 0; i < M->nparams && k < 0; i++) {
                 if (!M->params[i].trainable) continue;
-                if (strlen(M->params[i].name) == len && !strncmp(M->params[i].name, p, len)) k = span;
+                if (!strcmp(M->params[i].name, name)) k = span;
                 else span++;
             }
-            if (k < 0 || k >= TR.nspans) return tm_die("parameter group %d names '%.*s', which is not a trainable parameter", gi, (int)len, p);
+            if (k < 0 || k >= TR.nspans) return tm_die("parameter group %d names '%s', which is not a trainable parameter", (int)gi, name);
             TR.spans[k].grouped = true;
             TR.group_lr[k] = lr;
-            TR.spans[k].weight_decay = wd ? strtod(wd, NULL) : oc->weight_decay;
-            if (wd) TR.spans[k].decay = TR.spans[k].weight_decay != 0;
-            p += len + (p[len] == ',');
+            TR.spans[k].weight_decay = grp->has_weight_decay ? grp->weight_decay : oc->weight_decay;
+            if (grp->has_weight_decay) TR.spans[k].decay = TR.spans[k].weight_decay != 0;
         }
     }
+    return 0;
 }
 
 /* The host's copies (initialised, or loaded from a checkpoint) into the device's memory,
@@ -500,12 +647,10 @@ static int check_rows(const krt_array *a, int k, const char *path)
     return 0;
 }
 
-static int load_rows(const char *prefix, krt_array *arrays, krt_error *err)
+static int load_rows(const char *prefix, const kiln_recipe_files *files, krt_array *arrays, krt_error *err)
 {
     for (int k = 0; k < M->ninputs; k++) {
-        char key[256];
-        snprintf(key, sizeof key, "%s.%s", prefix, M->inputs[k].name);
-        const char *path = tm_recipe(key, NULL);
+        const char *path = file_of(files, M->inputs[k].name);
         if (!path) return tm_die("the recipe's %s has no file for input '%s' (add %s = \"...\" or --%s %s=PATH)", prefix,
                               M->inputs[k].name, M->inputs[k].name, strcmp(prefix, "data") ? "eval-data" : "data", M->inputs[k].name);
         /* The reader is chosen by the file's content, not by the recipe's idx(...) or
@@ -519,12 +664,11 @@ static int load_rows(const char *prefix, krt_array *arrays, krt_error *err)
     return 0;
 }
 
-/* The file of model input k in the recipe's `prefix` (data or eval_data), for messages. */
-static const char *input_path(const char *prefix, int k)
+/* The file of model input k in files, for messages. */
+static const char *input_path(const kiln_recipe_files *files, int k)
 {
-    char key[256];
-    snprintf(key, sizeof key, "%s.%s", prefix, M->inputs[k].name);
-    return tm_recipe(key, "?");
+    const char *path = file_of(files, M->inputs[k].name);
+    return path ? path : "?";
 }
 
 /* A dataset's message without the runtime function's name: the caller puts the file's. */
@@ -542,16 +686,15 @@ static int load_data(Data *d, int64_t *ntrain, int64_t *neval)
     memset(d, 0, sizeof *d);
     d->arrays = calloc(2 * (size_t)M->ninputs + 1, sizeof *d->arrays);
     if (!d->arrays) return tm_die("out of memory");
-    const char *kind = tm_recipe("data", NULL);
-    if (!kind) return tm_die("the model file's train section has no `data = ...`, and no --data was given");
-    double val = recipe_num("data.val", 0);
-    int64_t limit = (int64_t)recipe_num("limit", 0);
-    if (!strcmp(kind, "text") || !strcmp(kind, "tokens")) {
-        const char *path = tm_recipe("data.path", NULL);
+    if (R->data == KILN_RECIPE_CALL_NONE) return tm_die("the model file's train section has no `data = ...`, and no --data was given");
+    double val = R->data_val;
+    int64_t limit = OPT.limit;
+    if (lm_data()) {
+        const char *path = R->data_path;
         /* The recipe's exclude pattern filters the recipe's glob, not a path given with --data. */
-        const char *exclude = overridden("data.path") ? "" : tm_recipe("data.exclude", "");
+        const char *exclude = given("--data") ? "" : R->data_exclude;
         /* A token stream may be any file of integers (by content, as for --data INPUT=PATH). */
-        krt_status s = !strcmp(kind, "text") ? krt_text_load(path, exclude, &d->stream, &err) : krt_array_load(path, &d->stream, &err);
+        krt_status s = R->data == KILN_RECIPE_CALL_data_text ? krt_text_load(path, exclude, &d->stream, &err) : krt_array_load(path, &d->stream, &err);
         if (s != KRT_OK) return tm_die("%s", err.msg);
         if (d->stream.rank != 1 || (d->stream.dtype != KRT_U8 && d->stream.dtype != KRT_I32 && d->stream.dtype != KRT_I64))
             return tm_die("%s: tokens must be one-dimensional integers; this file holds %s of rank %d", path, krt_dtype_name(d->stream.dtype),
@@ -574,13 +717,13 @@ static int load_data(Data *d, int64_t *ntrain, int64_t *neval)
         if (!d->train) return tm_die("%s: %s", path, dataset_message(err.msg));
         d->eval = nval > T ? krt_dataset_windows(&d->stream, T, n - nval, nval, &err) : NULL;
     } else {
-        if (load_rows("data", d->arrays, &err)) return 1;
+        if (load_rows("data", &R->data_files, d->arrays, &err)) return 1;
         d->narrays = M->ninputs;
         int64_t n = d->arrays[0].dims[0];
-        const char *path = input_path("data", 0), *epath = input_path("eval_data", 0);
+        const char *path = input_path(&R->data_files, 0), *epath = input_path(&R->eval_data_files, 0);
         if (n == 0) return tm_die("%s: the training data has no samples (0 rows)", path);
-        if (tm_recipe("eval_data", NULL)) {
-            if (load_rows("eval_data", d->arrays + M->ninputs, &err)) return 1;
+        if (R->eval_data != KILN_RECIPE_CALL_NONE) {
+            if (load_rows("eval_data", &R->eval_data_files, d->arrays + M->ninputs, &err)) return 1;
             int64_t ne = d->arrays[M->ninputs].dims[0];
             if (ne == 0) return tm_die("%s: the evaluation data has no samples (0 rows)", epath);
             d->eval = krt_dataset_rows(d->arrays + M->ninputs, M->ninputs, 0, ne, &err); /* --limit is the training data's */
@@ -671,10 +814,10 @@ static int sample_text(kiln_step_io *io, void **bufs, float *logits, int64_t bat
 {
     const kiln_input *in = &M->inputs[0];
     int64_t Tmax = in->dims[1], V = 0;
-    const char *prompt = tm_recipe("sample.prompt", "\n");
-    int64_t n = (int64_t)recipe_num("sample.tokens", 0);
-    double temperature = recipe_num("sample.temperature", 0.8);
-    int64_t top_k = (int64_t)recipe_num("sample.top_k", 40);
+    const char *prompt = R->sample_prompt;
+    int64_t n = R->sample_tokens;
+    double temperature = R->sample_temperature;
+    int64_t top_k = R->sample_top_k;
     int bs = tm_batch_symbol(), ts = in->sym[1];
     if (n <= 0 || ts < 0 || M->noutputs < 1 || M->output_dtypes[0] != KRT_F32) return 0;
     V = in->max_value > 0 ? in->max_value : 256;
@@ -805,7 +948,7 @@ static int eval_and_report(krt_dataset *ds, kiln_step_io *io, void **bufs, const
  * every error alike. */
 typedef struct {
     const char *resume;      /* --resume DIR, or NULL */
-    const char *bench_steps; /* --bench-steps N: random inputs, no data */
+    int64_t bench_steps; /* --bench-steps N: random inputs, no data (0: none) */
     bool eval_only, tty;
     Data data;
     /* Host copies of the parameters and buffers (the device's own on the host). */
@@ -866,24 +1009,24 @@ static int train_setup(Train *T)
     char derr[1024] = "";
     TR.ctx = TR.dev->open(M, derr, sizeof derr);
     if (!TR.ctx) return tm_die("%s", derr);
-    T->batch = recipe_int("batch", 64);
+    T->batch = R->batch;
     T->bs = tm_batch_symbol();
     int64_t bmax = T->bs >= 0 ? M->syms[T->bs].max : T->batch;
     if (T->batch < 1 || T->batch > bmax) {
         tm_die("--batch %lld: the model was built for batches of at most %lld", (long long)T->batch, (long long)bmax);
         return 2;
     }
-    T->seed = (uint64_t)recipe_int("seed", 0);
-    T->ckdir = tm_recipe("checkpoint.dir", "checkpoints");
-    T->keep = recipe_int("checkpoint.keep", 2);
-    T->ck_steps = recipe_int("checkpoint.steps", 0), T->ck_epochs = recipe_int("checkpoint.epochs", 1);
-    T->ev_steps = recipe_int("eval.steps", 0), T->ev_epochs = recipe_int("eval.epochs", 1);
-    T->ev_batches = recipe_int("eval.batches", 0);
+    T->seed = (uint64_t)R->seed;
+    T->ckdir = R->checkpoint_dir;
+    T->keep = R->checkpoint_keep;
+    T->ck_steps = R->checkpoint_steps, T->ck_epochs = R->checkpoint_epochs;
+    T->ev_steps = R->eval_steps, T->ev_epochs = R->eval_epochs;
+    T->ev_batches = R->eval_batches;
     if (T->keep < 1) {
         tm_die("checkpoint keep = %lld: keep at least 1 checkpoint", (long long)T->keep);
         return 2;
     }
-    T->bench_steps = tm_recipe("bench.steps", NULL);
+    T->bench_steps = OPT.bench_steps;
     krt_error err;
     if (!T->bench_steps && !T->eval_only && tm_dist_rank() == 0) { /* rank 0 alone writes checkpoints */
         /* Before anything long: a run must not train for hours and then find that it
@@ -896,7 +1039,7 @@ static int train_setup(Train *T)
     else if (load_data(&T->data, &T->ntrain, &T->neval))
         return 1;
     if (!T->bench_steps && !T->data.eval) {
-        const char *why = T->eval_only ? "--eval" : overridden("eval.steps") ? "--eval-every" : overridden("eval.batches") ? "--eval-batches" : NULL;
+        const char *why = T->eval_only ? "--eval" : given("--eval-every") ? "--eval-every" : given("--eval-batches") ? "--eval-batches" : NULL;
         if (why)
             return tm_die("%s: there is no evaluation data (the recipe has no eval_data and no val split%s)", why,
                           lm_data() ? "" : "; give --eval-data INPUT=PATH");
@@ -905,10 +1048,10 @@ static int train_setup(Train *T)
         return tm_die("the training data has %lld sample%s, fewer than one batch of %lld", (long long)T->ntrain, T->ntrain == 1 ? "" : "s",
                       (long long)T->batch);
     int64_t steps_per_epoch = T->ntrain / T->batch;
-    T->accumulate = recipe_int("accumulate", 1);
+    T->accumulate = R->accumulate;
     if (T->accumulate < 1) T->accumulate = 1;
-    T->total_steps = recipe_int("steps", 0);
-    if (T->total_steps <= 0) T->total_steps = recipe_int("epochs", 1) * steps_per_epoch / T->accumulate;
+    T->total_steps = R->steps;
+    if (T->total_steps <= 0) T->total_steps = R->epochs * steps_per_epoch / T->accumulate;
     if (!T->eval_only && !T->bench_steps && T->total_steps < 1)
         return tm_die("an epoch of %lld batch%s of %lld sample%s is shorter than one step of %lld accumulated batches: give --steps N",
                       (long long)steps_per_epoch, steps_per_epoch == 1 ? "" : "es", (long long)T->batch, T->batch == 1 ? "" : "s",
@@ -922,66 +1065,66 @@ static int train_optimizer(Train *T)
     krt_optim_config oc;
     memset(&oc, 0, sizeof oc);
     TR.accumulate = T->accumulate;
-    const char *opt = tm_recipe("optimizer", "AdamW");
-    oc.kind = !strcmp(opt, "SGD")       ? KRT_SGD
-              : !strcmp(opt, "Adam")    ? KRT_ADAM
-              : !strcmp(opt, "RMSprop") ? KRT_RMSPROP
-              : !strcmp(opt, "Adagrad") ? KRT_ADAGRAD
-              : !strcmp(opt, "Lion")    ? KRT_LION
-                                        : KRT_ADAMW;
-    oc.lr = recipe_num("optimizer.lr", 1e-3);
-    oc.momentum = recipe_num("optimizer.momentum", 0);
-    oc.dampening = recipe_num("optimizer.dampening", 0);
-    oc.nesterov = !strcmp(tm_recipe("optimizer.nesterov", "false"), "true");
-    const char *betas = tm_recipe("optimizer.betas", "0.9,0.999");
-    oc.beta1 = strtod(betas, NULL);
-    oc.beta2 = strchr(betas, ',') ? strtod(strchr(betas, ',') + 1, NULL) : 0.999;
-    oc.eps = recipe_num("optimizer.eps", 1e-8);
-    oc.amsgrad = !strcmp(tm_recipe("optimizer.amsgrad", "false"), "true");
-    oc.alpha = recipe_num("optimizer.alpha", 0.99);
-    oc.centered = !strcmp(tm_recipe("optimizer.centered", "false"), "true");
-    oc.lr_decay = recipe_num("optimizer.lr_decay", 0);
-    oc.initial_accumulator_value = recipe_num("optimizer.initial_accumulator_value", 0);
-    oc.weight_decay = recipe_num("optimizer.weight_decay", 0);
+    const int32_t opt = R->optimizer;
+    oc.kind = opt == KILN_RECIPE_CALL_optimizer_SGD       ? KRT_SGD
+              : opt == KILN_RECIPE_CALL_optimizer_Adam    ? KRT_ADAM
+              : opt == KILN_RECIPE_CALL_optimizer_RMSprop ? KRT_RMSPROP
+              : opt == KILN_RECIPE_CALL_optimizer_Adagrad ? KRT_ADAGRAD
+              : opt == KILN_RECIPE_CALL_optimizer_Lion    ? KRT_LION
+                                                          : KRT_ADAMW;
+    oc.lr = R->optimizer_lr;
+    oc.momentum = R->optimizer_momentum;
+    oc.dampening = R->optimizer_dampening;
+    oc.nesterov = R->optimizer_nesterov;
+    oc.beta1 = R->optimizer_betas[0];
+    oc.beta2 = R->optimizer_betas[1];
+    oc.eps = R->optimizer_eps;
+    oc.amsgrad = R->optimizer_amsgrad;
+    oc.alpha = R->optimizer_alpha;
+    oc.centered = R->optimizer_centered;
+    oc.lr_decay = R->optimizer_lr_decay;
+    oc.initial_accumulator_value = R->optimizer_initial_accumulator_value;
+    oc.weight_decay = R->optimizer_weight_decay;
     krt_schedule sc;
     memset(&sc, 0, sizeof sc);
-    const char *sk = tm_recipe("schedule", "constant");
-    sc.kind = !strcmp(sk, "step")              ? KRT_SCHED_STEP
-              : !strcmp(sk, "linear")          ? KRT_SCHED_LINEAR
-              : !strcmp(sk, "cosine")          ? KRT_SCHED_COSINE
-              : !strcmp(sk, "onecycle")        ? KRT_SCHED_ONECYCLE
-              : !strcmp(sk, "exponential")     ? KRT_SCHED_EXPONENTIAL
-              : !strcmp(sk, "polynomial")      ? KRT_SCHED_POLYNOMIAL
-              : !strcmp(sk, "cosine_restarts") ? KRT_SCHED_COSINE_RESTARTS
-                                               : KRT_SCHED_CONSTANT;
-    sc.warmup = recipe_int("schedule.warmup", 0);
-    sc.step_size = recipe_int("schedule.step_size", 1);
-    sc.gamma = recipe_num("schedule.gamma", 0.1);
-    sc.min_lr = recipe_num(sc.kind == KRT_SCHED_COSINE_RESTARTS ? "schedule.eta_min" : "schedule.min_lr", 0);
-    sc.pct_start = recipe_num("schedule.pct_start", 0.3);
-    sc.anneal_linear = !strcmp(tm_recipe("schedule.anneal_strategy", "cos"), "linear");
-    sc.div_factor = recipe_num("schedule.div_factor", 25);
-    sc.final_div_factor = recipe_num("schedule.final_div_factor", 1e4);
-    sc.three_phase = !strcmp(tm_recipe("schedule.three_phase", "false"), "true");
+    const int32_t sk = R->schedule;
+    sc.kind = sk == KILN_RECIPE_CALL_schedule_step              ? KRT_SCHED_STEP
+              : sk == KILN_RECIPE_CALL_schedule_linear          ? KRT_SCHED_LINEAR
+              : sk == KILN_RECIPE_CALL_schedule_cosine          ? KRT_SCHED_COSINE
+              : sk == KILN_RECIPE_CALL_schedule_onecycle        ? KRT_SCHED_ONECYCLE
+              : sk == KILN_RECIPE_CALL_schedule_exponential     ? KRT_SCHED_EXPONENTIAL
+              : sk == KILN_RECIPE_CALL_schedule_polynomial      ? KRT_SCHED_POLYNOMIAL
+              : sk == KILN_RECIPE_CALL_schedule_cosine_restarts ? KRT_SCHED_COSINE_RESTARTS
+                                                                : KRT_SCHED_CONSTANT;
+    sc.warmup = R->schedule_warmup;
+    sc.step_size = R->schedule_step_size;
+    sc.gamma = R->schedule_gamma;
+    sc.min_lr = sc.kind == KRT_SCHED_COSINE_RESTARTS ? R->schedule_eta_min : R->schedule_min_lr;
+    sc.pct_start = R->schedule_pct_start;
+    sc.anneal_linear = R->schedule_anneal_strategy == KILN_RECIPE_anneal_strategy_linear;
+    sc.div_factor = R->schedule_div_factor;
+    sc.final_div_factor = R->schedule_final_div_factor;
+    sc.three_phase = R->schedule_three_phase;
     /* onecycle(max_lr): the peak of every parameter (PyTorch's OneCycleLR sets each group's
      * rate from it); --lr, given, sets the peak instead */
-    sc.max_lr = overridden("optimizer.lr") ? 0 : recipe_num("schedule.max_lr", 0);
-    sc.power = recipe_num("schedule.power", 1);
-    sc.total_iters = recipe_int("schedule.total_iters", 0);
-    sc.t0 = recipe_int("schedule.T_0", 1);
-    sc.t_mult = recipe_int("schedule.T_mult", 1);
+    sc.max_lr = given("--lr") ? 0 : R->schedule_max_lr;
+    sc.power = R->schedule_power;
+    sc.total_iters = R->schedule_total_iters;
+    sc.t0 = R->schedule_T_0;
+    sc.t_mult = R->schedule_T_mult;
     sc.total_steps = T->total_steps;
-    double clip = recipe_num("clip", 0);
+    double clip = R->clip;
     TR.oc = oc;
     TR.sc = sc;
     TR.clip = clip;
     T->oc = oc;
-    T->opt = opt;
+    T->opt = kiln_recipe_call_name(opt);
     krt_error err;
-    const char *scaling = tm_recipe("loss_scale", "none"); /* written by kiln build for fp16 (docs/precision.md) */
-    if ((TR.scaling = strcmp(scaling, "none") != 0) &&
-        krt_scaler_init(&TR.scaler, scaling, recipe_num("loss_scale_init", 65536), recipe_int("loss_scale_growth_interval", 2000), &err) !=
-            KRT_OK)
+    /* none unless the model's step scales its fp16 loss (kiln build sets it; docs/precision.md) */
+    char scaling[40] = "dynamic";
+    if (R->loss_scale == KILN_RECIPE_LOSS_SCALE_STATIC) snprintf(scaling, sizeof scaling, "%.17g", R->loss_scale_value);
+    if ((TR.scaling = R->loss_scale != KILN_RECIPE_loss_scale_none) &&
+        krt_scaler_init(&TR.scaler, scaling, R->loss_scale_init, R->loss_scale_growth_interval, &err) != KRT_OK)
         return tm_die("%s", err.msg);
     T->run = (tm_run){.oc = &TR.oc, .scaler = TR.scaling ? &TR.scaler : NULL}; /* what its checkpoints carry */
     return TRAIN_GO;
@@ -1015,7 +1158,7 @@ static int train_allocate(Train *T)
                       TR.dev->host ? "host" : "device", (long long)planned);
     T->params = TR.dev->host ? TR.params : calloc((size_t)np + 1, sizeof(float));
     T->buffers = TR.dev->host ? TR.buffers : calloc((size_t)M->buffer_bytes + 8, 1);
-    bool decay_all = !strcmp(tm_recipe("optimizer.decay", "matrices"), "all");
+    bool decay_all = R->optimizer_decay == KILN_RECIPE_decay_all;
     TR.spans = calloc((size_t)M->nparams + 1, sizeof *TR.spans);
     for (int i = 0; TR.spans && i < M->nparams; i++)
         if (M->params[i].trainable)
@@ -1034,9 +1177,9 @@ static int train_allocate(Train *T)
     bool lm = lm_data() && M->noutputs > 0 && M->inputs[0].rank == 2;
     int64_t vocab = M->inputs[0].max_value > 0 ? M->inputs[0].max_value : 256;
     T->sample_logits = lm ? malloc(sizeof(float) * (size_t)(M->inputs[0].dims[1] * vocab)) : NULL;
-    if (lm && recipe_int("sample.tokens", 0) > 0) {
+    if (lm && R->sample_tokens > 0) {
         /* The prompt's bytes are its tokens: each must be one the model knows. */
-        const char *prompt = tm_recipe("sample.prompt", "\n");
+        const char *prompt = R->sample_prompt;
         if (!*prompt) return tm_die("the sample prompt is empty: give --prompt TEXT (the sample continues it)");
         for (const unsigned char *p = (const unsigned char *)prompt; *p; p++)
             if (*p >= vocab) return tm_die("--prompt: byte %d of the prompt is not below the vocabulary size %lld", *p, (long long)vocab);
@@ -1069,7 +1212,7 @@ static int train_resume(Train *T)
         TR.scaler.growth_tracker = counters[7], TR.scaler.skipped = counters[8];
     }
     state_to_device(T->params, T->buffers, st);
-    if (T->resume && overridden("seed") && T->seed != cur->seed)
+    if (T->resume && given("--seed") && T->seed != cur->seed)
         return tm_die("--seed %llu: the run in %s has seed %llu, which a resumed run keeps (leave --seed out)", (unsigned long long)T->seed,
                       T->resume, (unsigned long long)cur->seed);
     T->seed = cur->seed; /* resumed: the checkpoint's, for dropout and sampling as for shuffling */
@@ -1108,24 +1251,24 @@ static int train_prepare(Train *T)
     tm_dist_attach(io, T->batch, T->accumulate);
     if (T->bench_steps) { /* each rank times its share */
         if (T->bs >= 0) io->syms[T->bs] = T->share;
-        return tm_bench(io, T->share, strtoll(T->bench_steps, NULL, 10), TR.accumulate);
+        return tm_bench(io, T->share, T->bench_steps, TR.accumulate);
     }
     if (!T->eval_only && T->step >= T->total_steps) { /* resumed at or past the end: nothing to train */
         printf("%s: the run in %s is already complete (step %lld of %lld); --eval evaluates it, --steps N beyond %lld trains it further\n",
                M->name, T->resume, (long long)T->step, (long long)T->total_steps, (long long)T->step);
         return 0;
     }
-    const char *logpath = tm_dist_rank() == 0 ? tm_recipe("log", "") : ""; /* rank 0 alone logs */
+    const char *logpath = tm_dist_rank() == 0 && R->log ? R->log : ""; /* rank 0 alone logs */
     T->log = *logpath ? fopen(logpath, "a") : NULL;
     if (*logpath && !T->log) return tm_die("%s: cannot open the log file: %s", logpath, strerror(errno));
     krt_error err;
-    const char *tbdir = tm_dist_rank() == 0 ? tm_recipe("tensorboard", "") : ""; /* rank 0 alone, as the log */
+    const char *tbdir = tm_dist_rank() == 0 ? OPT.tensorboard : ""; /* rank 0 alone, as the log */
     if (*tbdir && krt_tboard_open(tbdir, &TR.tb, &err) != KRT_OK) return tm_die("--tensorboard: %s", err.msg);
     /* A resumed run redoes the steps after its checkpoint: TensorBoard drops those of the
      * earlier files (SummaryWriter's purge_step). */
     if (T->resume && !T->eval_only) krt_tboard_restart(TR.tb, T->step + 1);
     if (T->eval_only) /* all of the evaluation data: the recipe's eval.batches is for evaluations during training */
-        return eval_and_report(T->data.eval, io, T->bufs, T->dtypes, T->batch, overridden("eval.batches") ? T->ev_batches : 0, T->log,
+        return eval_and_report(T->data.eval, io, T->bufs, T->dtypes, T->batch, given("--eval-batches") ? T->ev_batches : 0, T->log,
                                T->sample_logits, T->seed, T->step, false);
     return TRAIN_GO;
 }
@@ -1290,7 +1433,7 @@ static int train(int argc, char **argv)
     Train *T = calloc(1, sizeof *T);
     if (!T) return tm_die("out of memory");
     T->resume = resume;
-    T->eval_only = tm_recipe("eval.only", NULL) != NULL;
+    T->eval_only = OPT.eval_only;
     T->tty = isatty(2);
     memset(&TR, 0, sizeof TR);
     TR.dev = M->device ? M->device : &kiln_host_device;

@@ -6,6 +6,7 @@
 #ifndef KILN_MODEL_H
 #define KILN_MODEL_H
 
+#include "kiln_recipe.h"
 #include "kiln_rt.h"
 
 #ifdef __cplusplus
@@ -43,12 +44,6 @@ typedef struct {
     const char *name;
     int64_t max;
 } kiln_symbol;
-
-/* The model file's train section, flattened: "optimizer" = "AdamW", "optimizer.lr" =
- * "0.001", "data.image" = "/path", ... (every key, defaults included). */
-typedef struct {
-    const char *key, *value;
-} kiln_recipe_entry;
 
 /* Buffers a step reads and writes. */
 typedef struct kiln_step_io {
@@ -205,8 +200,7 @@ typedef struct kiln_model {
     const char *const *output_names;
     const krt_dtype *output_dtypes;
     int64_t train_arena_bytes, eval_arena_bytes;
-    int nrecipe;
-    const kiln_recipe_entry *recipe;
+    const kiln_recipe *recipe; /* the model file's train section, typed (kiln_recipe.h) */
     /* Forward, loss, metrics and all gradients (grads are overwritten, not accumulated). */
     void (*train_step)(kiln_step_io *io);
     /* Forward, loss and metrics in eval mode (no dropout, running statistics). */

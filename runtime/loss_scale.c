@@ -12,12 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kiln_recipe.h"
 #include "kiln_rt.h"
 #include "rt_internal.h"
 
 #define GROWTH 2.0f
 #define BACKOFF 0.5f
-#define MAX_SCALE 1.7014118346046923e38 /* 2^127: the recipe's bound (frontend/recipe.c) */
+#define MAX_SCALE KILN_RECIPE_MAX_SCALE /* 2^127: the recipe's bound (kiln_recipe.h) */
 
 static bool scale_ok(double v) { return v > 0 && v <= MAX_SCALE; }
 

@@ -262,7 +262,8 @@ static void check_map_kernels(const char *text, bool nvcc)
     cr_assert_eq(kiln_compile(&ko, &p, &err), KILN_OK, "%s%s", err.data ? err.data : "", p->diag.out.data ? p->diag.out.data : "");
     const Graph *g = p->train.graph;
     const StrBuf c = p->code;
-    CodegenInput in = {.train = {g, &p->train.plan}, .eval = {p->eval.graph, &p->eval.plan}, .source_path = path, .partial = true};
+    CodegenInput in = {.train = {g, &p->train.plan}, .eval = {p->eval.graph, &p->eval.plan}, .source_path = path, .recipe = &p->recipe,
+                       .partial = true};
     cr_assert_eq(codegen_cuda(&in, &cu, &err), 0, "%s", err.data);
     snprintf(path, sizeof path, "%s/model.cu", dir);
     write_file(path, cu.data);

@@ -410,20 +410,69 @@ static void compose(int model, const char *lines, StrBuf *body)
     }
 }
 
-/* The recipe table of a generated model.c as "key=value\n" lines. */
+/* The typed recipe of a generated model.c (kiln_recipe.h's struct, as codegen writes it)
+ * as "key=value\n" lines named as the recipe writes them: "optimizer.lr" for the field
+ * optimizer_lr, "data.x" for input x's file, "groups.0.lr" for the first group's lr. */
+static void struct_lines(const char *model_c, StrBuf *out)
+{
+    static const char *const calls[] = {"eval_data", "data", "optimizer", "schedule", "checkpoint", "eval", "sample"};
+    const char *p = strstr(model_c, "static const kiln_recipe recipe = {");
+    const char *end = p ? strstr(p, "\n};") : NULL;
+    for (p = p ? strchr(p, '\n') : NULL; p && p < end; p = strchr(p + 1, '\n')) {
+        const char *f = strstr(p, "    ."), *eq = f ? strstr(f, " = ") : NULL;
+        const char *le = strchr(p + 1, '\n');
+        if (!f || !eq || f > le || eq > le) continue;
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - f - 5), f + 5);
+        for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+            size_t cl = strlen(calls[i]);
+            if (!strncmp(name, calls[i], cl) && name[cl] == '_' && strcmp(name + cl, "_files")) {
+                name[cl] = '.';
+                break;
+            }
+        }
+        size_t vl = (size_t)(le - eq - 3);
+        if (vl && eq[3 + vl - 1] == ',') vl--;
+        sb_printf(out, "%s=%.*s\n", name, (int)vl, eq + 3);
+    }
+}
+
+/* The rows of array `name` ("static const TYPE name[] = {" ... "};") as lines: key
+ * "groups" for the groups, else a data key whose files the rows are. */
+static void array_rows(const char *model_c, const char *name, const char *key, StrBuf *out)
+{
+    char head[128];
+    snprintf(head, sizeof head, " %s[] = {\n", name);
+    const char *p = strstr(model_c, head);
+    const char *end = p ? strstr(p, "\n};") : NULL;
+    int k = 0;
+    for (p = p ? strchr(p, '\n') : NULL; p && p < end; p = strchr(p + 1, '\n'), k++) {
+        const char *b = strstr(p, "    {"), *e = b ? strstr(b, "},") : NULL;
+        if (!b || !e || b > end) break;
+        char row[1024];
+        snprintf(row, sizeof row, "%.*s", (int)(e - b - 5), b + 5);
+        if (strcmp(key, "groups")) { /* {"x", "x.npy"} */
+            char input[128] = "", path[512] = "";
+            if (sscanf(row, "\"%127[^\"]\", \"%511[^\"]\"", input, path) == 2) sb_printf(out, "%s.%s=%s\n", key, input, path);
+        } else { /* {"pattern", has_lr, has_wd, lr, wd, params, n} */
+            char pattern[256] = "", has_lr[8] = "", has_wd[8] = "", lr[64] = "", wd[64] = "";
+            if (sscanf(row, "\"%255[^\"]\", %7[^,], %7[^,], %63[^,], %63[^,],", pattern, has_lr, has_wd, lr, wd) == 5) {
+                sb_printf(out, "groups.%d.pattern=%s\n", k, pattern);
+                if (!strcmp(has_lr, "true")) sb_printf(out, "groups.%d.lr=%s\n", k, lr);
+                if (!strcmp(has_wd, "true")) sb_printf(out, "groups.%d.weight_decay=%s\n", k, wd);
+            }
+        }
+    }
+}
+
 static char *recipe_table(const char *model_c)
 {
     StrBuf out;
     sb_init(&out);
-    const char *p = strstr(model_c, "kiln_recipe_entry recipe[] = {");
-    const char *end = p ? strstr(p, "};") : NULL;
-    for (p = p ? strchr(p, '\n') : NULL; p && p < end; p = strchr(p + 1, '\n')) {
-        const char *k = strstr(p, "{\""), *v = k ? strstr(k, "\", \"") : NULL;
-        if (!k || !v || k > end) continue;
-        const char *ve = strstr(v + 4, "\"},");
-        if (!ve) continue;
-        sb_printf(&out, "%.*s=%.*s\n", (int)(v - k - 2), k + 2, (int)(ve - v - 4), v + 4);
-    }
+    struct_lines(model_c, &out);
+    array_rows(model_c, "recipe_data_files", "data", &out);
+    array_rows(model_c, "recipe_eval_data_files", "eval_data", &out);
+    array_rows(model_c, "recipe_groups", "groups", &out);
     return out.data ? sb_take(&out) : calloc(1, 1);
 }
 
@@ -756,3 +805,125 @@ Test(warnings, precision_f32_needs_no_warning) { check_warning_file("precision_f
 Test(warnings, checkpoint_in_forward_needs_no_warning) { check_warning_file("checkpoint_in_forward"); }
 /* not a setting: NaN that the compiler can see before anything runs */
 Test(warnings, nan_the_compiler_can_see) { check_warning_file("nan_visible"); }
+
+/* ---- the typed recipe reaches the program: every schema item, every value ----
+ * The checker's schema (recipe_schema) and the program's typed recipe come from one table
+ * (runtime/kiln_recipe.h): a program built from a recipe that writes non-default values
+ * prints each item of the schema by --print-recipe, with the written value, and with the
+ * value a flag writes over it. A key known to the checker but not carried into model.c,
+ * or not read back by the program, fails here. */
+
+static const char *const roundtrip_cls =
+    "data = npy(x = \"x.npy\", y = \"y.npy\")\n"
+    "eval_data = npy(x = \"ex.npy\", y = \"ey.npy\")\n"
+    "optimizer = SGD(lr = 0.25, momentum = 0.5, dampening = 0.125, weight_decay = 0.75, decay = all)\n"
+    "schedule = onecycle(pct_start = 0.5, anneal_strategy = linear, div_factor = 5, final_div_factor = 50, three_phase = true)\n"
+    "groups = [group(\"fc1.*\", lr = 0.375, weight_decay = 0.625)]\n"
+    "batch = 8\nsteps = 6\nclip = 2.5\naccumulate = 3\nseed = 77\n"
+    "precision = fp16\nloss_scale_init = 1024\nloss_scale_growth_interval = 7\nmemory_budget = \"64MiB\"\n"
+    "checkpoint = every(steps = 3, epochs = 2, dir = \"cks\", keep = 4)\n"
+    "eval = every(steps = 2, epochs = 3, batches = 5)\n"
+    "log = \"l.jsonl\"\n";
+static const char *const roundtrip_cls_lines[] = {
+    "data = npy", "data.x = \"x.npy\"", "data.y = \"y.npy\"", "eval_data = npy", "eval_data.x = \"ex.npy\"", "optimizer = SGD",
+    "optimizer.lr = 0.25", "optimizer.momentum = 0.5", "optimizer.dampening = 0.125", "optimizer.weight_decay = 0.75",
+    "optimizer.decay = all", "schedule = onecycle", "schedule.pct_start = 0.5", "schedule.anneal_strategy = linear",
+    "schedule.div_factor = 5", "schedule.final_div_factor = 50", "schedule.three_phase = true", "groups = 1",
+    "groups.0.pattern = \"fc1.*\"", "groups.0.lr = 0.375", "groups.0.weight_decay = 0.625", "groups.0.params = \"fc1.weight\"",
+    "batch = 8", "steps = 6", "clip = 2.5", "accumulate = 3", "seed = 77", "precision = fp16", "loss_scale = dynamic",
+    "loss_scale_init = 1024", "loss_scale_growth_interval = 7", "memory_budget = \"64MiB\"", "checkpoint = every",
+    "checkpoint.steps = 3", "checkpoint.epochs = 2", "checkpoint.dir = \"cks\"", "checkpoint.keep = 4", "eval = every",
+    "eval.steps = 2", "eval.epochs = 3", "eval.batches = 5", "log = \"l.jsonl\"", NULL};
+/* Flags write over the recipe's fields. */
+static const char *const roundtrip_flags =
+    "--lr 0.5 --batch 4 --seed 9 --steps 12 --checkpoint-every 0 --checkpoint-dir ck2 --checkpoint-keep 6 --eval-every 7 "
+    "--eval-batches 2 --log l2.jsonl --limit 11 --tensorboard tb --data x=x2.npy --eval-data y=ey2.npy";
+static const char *const roundtrip_flag_lines[] = {
+    "optimizer.lr = 0.5", "batch = 4", "seed = 9", "steps = 12", "checkpoint.steps = 0", "checkpoint.epochs = 1",
+    "checkpoint.dir = \"ck2\"", "checkpoint.keep = 6", "eval.steps = 7", "eval.epochs = 0", "eval.batches = 2",
+    "log = \"l2.jsonl\"", "limit = 11", "tensorboard = \"tb\"", "data.x = \"x2.npy\"", "data.y = \"y.npy\"",
+    "eval_data.x = \"ex.npy\"", "eval_data.y = \"ey2.npy\"", NULL};
+static const char *const roundtrip_lm =
+    "data = text(\"c/*.txt\", exclude = \"*.md\", input = idx, target = targets, val = 0.25)\n"
+    "optimizer = Lion(lr = 0.003, betas = [0.5, 0.75], weight_decay = 0.5)\n"
+    "schedule = cosine_restarts(T_0 = 3, T_mult = 2, eta_min = 0.001, warmup = 1)\n"
+    "batch = 2\nsteps = 5\nprecision = bf16\nweight_rounding = stochastic\n"
+    "sample = generate(tokens = 7, temperature = 0.5, top_k = 3, prompt = \"hi\\n\")\n";
+static const char *const roundtrip_lm_lines[] = {
+    "data = text", "data.path = \"c/*.txt\"", "data.exclude = \"*.md\"", "data.input = \"idx\"", "data.target = \"targets\"",
+    "data.val = 0.25", "optimizer = Lion", "optimizer.lr = 0.003", "optimizer.betas = [0.5, 0.75]", "optimizer.weight_decay = 0.5",
+    "schedule = cosine_restarts", "schedule.T_0 = 3", "schedule.T_mult = 2", "schedule.eta_min = 0.001", "schedule.warmup = 1",
+    "precision = bf16", "weight_rounding = stochastic", "loss_scale = none", "sample = generate", "sample.tokens = 7",
+    "sample.temperature = 0.5", "sample.top_k = 3", "sample.prompt = \"hi\\n\"", NULL};
+
+/* Builds a model of `which` with `train` into dir and prints its recipe with `flags`. */
+static char *print_recipe(const char *dir, int which, const char *train, const char *flags)
+{
+    char path[512], args[1024];
+    snprintf(path, sizeof path, "%s/%s.kiln", dir, model_name[which]);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fprintf(f, model_text[which], train);
+    fclose(f);
+    StrBuf out;
+    sb_init(&out);
+    snprintf(args, sizeof args, "build %s -o %s/%s --cflags -O0", path, dir, model_name[which]);
+    cr_assert_eq(support_run_kiln(args, &out), 0, "kiln %s:\n%s", args, out.data);
+    snprintf(args, sizeof args, "./%s --print-recipe %s", model_name[which], flags);
+    cr_assert_eq(support_run_in(dir, args, &out), 0, "%s:\n%s", args, out.data);
+    return out.data ? sb_take(&out) : calloc(1, 1);
+}
+
+static bool has_line(const char *text, const char *line)
+{
+    size_t n = strlen(line);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (!strncmp(p, line, n) && (p[n] == '\n' || !p[n])) return true;
+    return false;
+}
+
+static void expect_lines(const char *text, const char *const *lines, const char *what)
+{
+    for (int i = 0; lines[i]; i++) cr_expect(has_line(text, lines[i]), "%s: --print-recipe has no line `%s`:\n%s", what, lines[i], text);
+}
+
+Test(recipe, every_schema_item_reaches_the_program)
+{
+    char dir[] = "/tmp/kiln-roundtrip-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char *cls = print_recipe(dir, CLS, roundtrip_cls, "");
+    expect_lines(cls, roundtrip_cls_lines, "the recipe's values");
+    char *flagged = print_recipe(dir, CLS, roundtrip_cls, roundtrip_flags);
+    expect_lines(flagged, roundtrip_flag_lines, "the flags' values");
+    char *lm = print_recipe(dir, LM, roundtrip_lm, "");
+    expect_lines(lm, roundtrip_lm_lines, "a language model's recipe");
+    /* Each item of the checker's schema, by the name the program prints it with. */
+    StrBuf items;
+    sb_init(&items);
+    recipe_schema(&items);
+    int n = 0;
+    for (const char *p = items.data; p && *p; n++) {
+        size_t len = strcspn(p, "\n");
+        char item[128], name[160];
+        snprintf(item, sizeof item, "%.*s", (int)len, p);
+        char *eq = strchr(item, '='), *dot = eq ? strchr(eq, '.') : NULL;
+        if (!eq) snprintf(name, sizeof name, "%s = ", item); /* a key */
+        else {
+            *eq = 0;
+            const char *arg = dot + 1;
+            if (!strcmp(arg, "INPUT")) snprintf(name, sizeof name, "%s.x = ", item); /* the model's input x */
+            else if (!strcmp(item, "groups")) snprintf(name, sizeof name, "groups.0.%s = ", arg);
+            else snprintf(name, sizeof name, "%s.%s = ", item, arg);
+        }
+        bool found = false;
+        for (const char *q = cls; q && *q && !found; q = strchr(q, '\n'), q = q ? q + 1 : NULL) found = !strncmp(q, name, strlen(name));
+        cr_expect(found, "schema item %.*s: --print-recipe prints no `%s...`:\n%s", (int)len, p, name, cls);
+        p += len + (p[len] == '\n');
+    }
+    cr_expect_gt(n, 40);
+    sb_free(&items);
+    free(cls);
+    free(flagged);
+    free(lm);
+    support_remove_dir(dir);
+}
