@@ -18,7 +18,10 @@
 
 #include <limits.h>
 
+#include <pthread.h>
+
 #include "build.h"
+#include "../driver/toolchain.h"
 #include "../runtime/kiln_model.h"
 
 /* ---- the scratch directory ---- */
@@ -72,7 +75,17 @@ static void remove_stale_dirs(const char *base)
         if (pid <= 0 || *end != '-' || pid == (long)getpid()) continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
         char dir[4096];
-        if (snprintf(dir, sizeof dir, "%s/%s", base, e->d_name) < (int)sizeof dir) remove_temp(dir);
+        if (snprintf(dir, sizeof dir, "%s/%s", base, e->d_name) >= (int)sizeof dir) continue;
+        /* whatever the process left (a compiler's temporary too), then the directory */
+        DIR *sub = opendir(dir);
+        struct dirent *f;
+        while (sub && (f = readdir(sub))) {
+            char path[4400];
+            if (strcmp(f->d_name, ".") && strcmp(f->d_name, "..") && snprintf(path, sizeof path, "%s/%s", dir, f->d_name) < (int)sizeof path)
+                unlink(path);
+        }
+        if (sub) closedir(sub);
+        remove_temp(dir);
     }
     closedir(d);
 }
@@ -242,15 +255,154 @@ static const char *tool_name(const char *cmd, char *buf, size_t n)
  * small machine; see KILN_PART in the generated file), then links them with the driver
  * (train_main.c, compiled when Kiln was built). The objects go next to model_c and are
  * removed. */
-int build_program(const char *model_c, const char *prog, const char *extra_cflags, bool infer, bool distributed, StrBuf *log, BuildProgress *pg)
+/* Splits a flag string on white space into words appended to *v (no shell quoting). */
+static void split_words(const char *s, char ***v, int *n)
+{
+    while (s && *s) {
+        while (*s == ' ' || *s == '\t' || *s == '\n') s++;
+        size_t len = strcspn(s, " \t\n");
+        if (!len) break;
+        *v = xrealloc(*v, (size_t)(*n + 1) * sizeof **v);
+        (*v)[(*n)++] = xstrndup(s, len);
+        s += len;
+    }
+}
+
+static void add_word(char ***v, int *n, const char *w)
+{
+    *v = xrealloc(*v, (size_t)(*n + 1) * sizeof **v);
+    (*v)[(*n)++] = xstrdup(w);
+}
+
+static void free_words(char **v, int n)
+{
+    for (int i = 0; i < n; i++) free(v[i]);
+    free(v);
+}
+
+const char *build_c_compiler(const char *cc_flag)
+{
+    if (cc_flag && *cc_flag) return cc_flag;
+    const char *cc = getenv("CC");
+    if (cc && *cc) return cc;
+    return KILN_IN_PROCESS_DEFAULT && toolchain_available() ? NULL : KILN_DEFAULT_CC;
+}
+
+/* One half of model.c, compiled by Clang in this process on a thread of its own. */
+typedef struct {
+    char **args;
+    int nargs;
+    char *log;
+    int rc;
+} CompileJob;
+
+static void *compile_job(void *arg)
+{
+    CompileJob *j = arg;
+    j->rc = toolchain_run((const char *const *)j->args, j->nargs, &j->log);
+    return NULL;
+}
+
+/* toolchain_run with its messages appended to log. */
+static int run_in_process(char **args, int nargs, StrBuf *log)
+{
+    char *text;
+    int rc = toolchain_run((const char *const *)args, nargs, &text);
+    if (text) sb_puts(log, text);
+    free(text);
+    return rc;
+}
+
+/* build_program with Clang and lld in this process: the halves of model.c on two
+ * threads, then the link. The flags are the external compiler's, as words, with
+ * -ffp-contract=off: GCC's rule for ISO C, under which both compilers round every product
+ * and sum alike (gpt's checkpoints after 20 steps: bit-identical). OpenMP is LLVM's libomp,
+ * which also serves the runtime's libgomp calls. */
+static int build_program_in_process(const char *model_c, const char *prog, const char *extra_cflags, bool infer, bool distributed,
+                                    StrBuf *log, BuildProgress *pg)
+{
+    char **flags = NULL;
+    int nflags = 0;
+    add_word(&flags, &nflags, "-std=c11");
+    add_word(&flags, &nflags, "-ffp-contract=off");
+    /* model1.o itself, not a temporary beside it: the signal handler removes the files it
+     * knows by name (temp_files) */
+    add_word(&flags, &nflags, "-fno-temp-file");
+    split_words(KILN_DEFAULT_CFLAGS, &flags, &nflags);
+    split_words(extra_cflags, &flags, &nflags);
+    add_word(&flags, &nflags, "-I");
+    add_word(&flags, &nflags, KILN_RUNTIME_DIR);
+    const char *slash = strrchr(model_c, '/');
+    int dirlen = slash ? (int)(slash - model_c + 1) : 0;
+    CompileJob jobs[2];
+    char obj[2][4200];
+    pthread_t threads[2];
+    bool started[2] = {false, false};
+    progress_stage(pg, 2, "compiling model.c with %s", toolchain_version());
+    for (int part = 0; part < 2; part++) {
+        CompileJob *j = &jobs[part];
+        memset(j, 0, sizeof *j);
+        snprintf(obj[part], sizeof obj[part], "%.*smodel%d.o", dirlen, model_c, part + 1);
+        for (int i = 0; i < nflags; i++) add_word(&j->args, &j->nargs, flags[i]);
+        add_word(&j->args, &j->nargs, part ? "-DKILN_PART=2" : "-DKILN_PART=1");
+        add_word(&j->args, &j->nargs, "-c");
+        add_word(&j->args, &j->nargs, model_c);
+        add_word(&j->args, &j->nargs, "-o");
+        add_word(&j->args, &j->nargs, obj[part]);
+        started[part] = pthread_create(&threads[part], NULL, compile_job, j) == 0;
+        if (!started[part]) compile_job(j);
+    }
+    int rc = 0;
+    for (int part = 0; part < 2; part++) {
+        if (started[part]) pthread_join(threads[part], NULL);
+        progress_piece_done(pg);
+        if (jobs[part].rc) rc = -1;
+        if (jobs[part].rc && jobs[part].log) sb_puts(log, jobs[part].log);
+        free(jobs[part].log);
+        free_words(jobs[part].args, jobs[part].nargs);
+    }
+    if (!rc) {
+        progress_stage(pg, 0, "linking the program");
+        char **link = NULL;
+        int nlink = 0;
+        split_words(KILN_DEFAULT_CFLAGS, &link, &nlink);
+        split_words(extra_cflags, &link, &nlink);
+        add_word(&link, &nlink, obj[0]);
+        add_word(&link, &nlink, obj[1]);
+        add_word(&link, &nlink, infer ? KILN_INFER_MAIN : KILN_TRAIN_MAIN);
+        if (!infer) {
+            add_word(&link, &nlink, KILN_TRAIN_BENCH);
+            add_word(&link, &nlink, KILN_TRAIN_CKPT);
+            add_word(&link, &nlink, distributed ? KILN_DIST_MPI : KILN_DIST_SINGLE);
+            if (distributed) add_word(&link, &nlink, KILN_DIST_GRADS_MPI);
+        }
+        add_word(&link, &nlink, "-o");
+        add_word(&link, &nlink, prog);
+        add_word(&link, &nlink, KILN_RUNTIME_LIB);
+        add_word(&link, &nlink, KILN_BLAS_LIB);
+        if (distributed) split_words(KILN_MPI_LIBS, &link, &nlink);
+        /* libomp by name too: the runtime's loops need it even when --cflags says -fno-openmp */
+        add_word(&link, &nlink, "-fopenmp");
+        split_words("-lz -lm -lpthread", &link, &nlink);
+        rc = run_in_process(link, nlink, log);
+        free_words(link, nlink);
+    }
+    for (int part = 0; part < 2; part++) unlink(obj[part]);
+    free_words(flags, nflags);
+    if (rc) sb_printf(log, "\nthe in-process C compiler (%s) failed", toolchain_version());
+    return rc;
+}
+
+int build_program(const char *model_c, const char *prog, const char *cc_flag, const char *extra_cflags, bool infer, bool distributed,
+                  StrBuf *log, BuildProgress *pg)
 {
     if (distributed && !KILN_DIST_MPI[0]) {
         sb_puts(log, "--distributed needs MPI, and Kiln was built without it: install libopenmpi-dev and openmpi-bin "
                      "(scripts/deps.sh does), then configure Kiln again (cmake finds it with find_package(MPI))");
         return -1;
     }
-    const char *cc = getenv("CC");
-    if (!cc || !*cc) cc = KILN_DEFAULT_CC;
+    const char *cc = build_c_compiler(cc_flag);
+    if (!cc) return build_program_in_process(model_c, prog, extra_cflags, infer, distributed, log, pg);
     StrBuf flags, cmd, obj[2];
     sb_init(&flags);
     sb_init(&cmd);

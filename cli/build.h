@@ -18,7 +18,12 @@ void build_fingerprint(StrBuf *key);
  * kiln build --distributed) instead of one process (dist_single.c); -1 with a message when
  * Kiln was built without MPI. */
 /* pg (may be NULL): the progress line, which the compile and link stages advance. */
-int build_program(const char *model_c, const char *prog, const char *extra_cflags, bool infer, bool distributed, StrBuf *log, BuildProgress *pg);
+/* cc: the C compiler (--cc; NULL: build_c_compiler's choice). */
+int build_program(const char *model_c, const char *prog, const char *cc, const char *extra_cflags, bool infer, bool distributed, StrBuf *log,
+                  BuildProgress *pg);
+/* The C compiler a build uses: --cc when given, else $CC, else Clang in this process
+ * (NULL) where Kiln has it (toolchain.h), else the compiler Kiln was built with. */
+const char *build_c_compiler(const char *cc_flag);
 /* Compiles model_cu (--target cuda, or cuda-emu when `emulated`) with the CUDA host runtime
  * and the driver (infer: the inference program's, infer_main.c) into prog. extra_flags go
  * to both compilations. Returns 0, or -1 with the compiler's output in *log. */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../driver/kiln.h"
+#include "../driver/toolchain.h"
 #include "build.h"
 #include "inspect.h"
 #include "options.h"
@@ -211,7 +212,7 @@ static int build_to(const Options *o, KilnProgram *p, const char *prog, BuildPro
     if (write_model_c(dir, p->code_name, &p->code, &model_c)) goto done;
     if (o->lib ? build_library(model_c, prog, p->train.graph->name, o->cflags, &log, pg)
                : o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, o->infer, o->distributed, &log, pg)
-                         : build_program(model_c, prog, o->cflags, o->infer, o->distributed, &log, pg)) {
+                         : build_program(model_c, prog, o->cc, o->cflags, o->infer, o->distributed, &log, pg)) {
         progress_clear(pg);
         fprintf(stderr, "kiln: error: building %s failed:\n%s\n", prog, log.data ? log.data : "");
         goto done;
@@ -270,10 +271,10 @@ static int cmd_train(const char *file, int argc, char **argv)
         kiln_program_free(p);
         return rc;
     }
-    const char *cc = getenv("CC");
+    const char *cc = build_c_compiler(NULL);
     StrBuf key;
     sb_init(&key);
-    sb_printf(&key, "%s|%s|%s|%s|", p->code.data, cc ? cc : "", KILN_VERSION, KILN_DEFAULT_CFLAGS);
+    sb_printf(&key, "%s|%s|%s|%s|", p->code.data, cc ? cc : toolchain_version(), KILN_VERSION, KILN_DEFAULT_CFLAGS);
     build_fingerprint(&key);
     uint64_t h = util_hash_string(key.data);
     sb_free(&key);

@@ -133,7 +133,7 @@ static inline float kiln_tanhf(float x)
     q = q * z + 1.0f;
     float y = xc * p / q;
     float one = x < 0 ? -1.0f : 1.0f;
-    return (x > 9.01f) | (x < -9.01f) ? one : y; /* NaN: y is NaN */
+    return ((x > 9.01f) | (x < -9.01f)) ? one : y; /* NaN: y is NaN */
 }
 
 #endif

@@ -169,7 +169,8 @@ Test(cli, good_outputs_are_written)
 
 /* A build interrupted while the C compiler runs leaves no scratch directory behind: the
  * signal handler removes it (SIGTERM), and the next build removes one whose process was
- * killed outright (SIGKILL). The builds use TMPDIR=DIR/tmp, so that other builds running
+ * killed outright (SIGKILL). The compiler is Clang inside kiln (model.c is in the
+ * directory: it is compiling) or a child process. The builds use TMPDIR=DIR/tmp, so that other builds running
  * at the same time do not matter; the script says whether the scratch directory was seen
  * during the build, and whether it is still there after. */
 static void interrupted_build(const char *sig, bool rebuild)
@@ -177,7 +178,7 @@ static void interrupted_build(const char *sig, bool rebuild)
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "export TMPDIR='%s/tmp'; mkdir -p \"$TMPDIR\"; '%s' build '%s' -o '%s/gpt' >/dev/null 2>&1 & pid=$!; seen=no; "
-             "for i in $(seq 200); do ls -d \"$TMPDIR\"/kiln-build-$pid-* >/dev/null 2>&1 && pgrep -P $pid >/dev/null && seen=yes && break; "
+             "for i in $(seq 200); do ls -d \"$TMPDIR\"/kiln-build-$pid-*/model.c >/dev/null 2>&1 && seen=yes && break; "
              "sleep 0.05; done; echo seen=$seen; "
              "sleep 0.3; kill -%s $pid; wait $pid; %s%s%s%s sleep 0.2; "
              "if ls -d \"$TMPDIR\"/kiln-build-* >/dev/null 2>&1; then echo left; else echo removed; fi",
