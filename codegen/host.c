@@ -70,6 +70,61 @@ void cg_layout_free(Cg *c)
 
 /* ---- the step ---- */
 
+/* The node whose module (Node.scope) names kernel k: of its members' modules, the one
+ * most of them belong to (ties: the later), the model's own forward only when no member
+ * belongs to a module; the anchor when it is in that module, else its last member there. */
+static NodeId kernel_scope_node(const Cg *c, int32_t k)
+{
+    const Kernel *K = &c->fp.kernels[k];
+    const NodeId *m = c->fp.members + K->first;
+    uint32_t best = 0;
+    int best_n = 0;
+    for (int32_t i = 0; i < K->count; i++) {
+        uint32_t sc = N(c, m[i])->scope;
+        if (!sc) continue;
+        int n = 0;
+        for (int32_t j = 0; j < K->count; j++) n += N(c, m[j])->scope == sc;
+        if (n >= best_n) best = sc, best_n = n;
+    }
+    if (N(c, K->anchor)->scope == best) return K->anchor;
+    for (int32_t i = K->count - 1; i >= 0; i--)
+        if (N(c, m[i])->scope == best) return m[i];
+    return K->anchor;
+}
+
+/* Does kernel k compute the backward pass of module scope: are most of its members of
+ * that module backward nodes (autodiff's)? */
+static bool kernel_backward(const Cg *c, int32_t k, uint32_t scope)
+{
+    const Kernel *K = &c->fp.kernels[k];
+    int back = 0, all = 0;
+    for (int32_t i = 0; i < K->count; i++) {
+        const Node *m = N(c, c->fp.members[K->first + i]);
+        if (m->scope != scope) continue;
+        all++;
+        back += (m->flags & NODE_BACKWARD) != 0;
+    }
+    return 2 * back > all;
+}
+
+/* The comment before kernel k's call: the module path (or, outside any module, the
+ * variable the anchor's value is assigned to), forward or backward, and the line of the
+ * layer: where the module is called in the model file. */
+static void emit_call_comment(Cg *c, int32_t k)
+{
+    const NodeId id = kernel_scope_node(c, k);
+    const Node *n = N(c, id);
+    const char *what = n->scope ? ir_str(c->g, n->scope) : ir_node_name(c->g, id);
+    if (!*what) what = ir_op_info[n->op].name;
+    const Loc loc = n->scope ? n->scope_loc : n->loc;
+    sb_printf(c->o, "    // %s %s", what, kernel_backward(c, k, n->scope) ? "backward" : "forward");
+    if (loc.line && loc.file < c->g->nfiles) {
+        const char *file = c->g->files[loc.file], *slash = strrchr(file, '/');
+        sb_printf(c->o, " \u2014 %s:%u", slash ? slash + 1 : file, loc.line);
+    }
+    sb_puts(c->o, "\n");
+}
+
 /* Does any node or output of the step's graph read node id? */
 static bool read_in_step(const Cg *c, NodeId id)
 {
@@ -212,6 +267,7 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
     /* a forward output is copied out as soon as its kernel has run: its memory is then
      * free for the rest of the step (memplan.c) */
     for (int32_t k = 0; k < c->fp.nkernels; k++) {
+        emit_call_comment(c, k);
         call(c, k);
         if (buckets) cg_emit_bucket_hooks(c, k);
         for (int32_t q = 0, fwd = 0; q < g->noutputs; q++) {
