@@ -14,6 +14,7 @@
  * check in step order once it has synchronised). */
 #include "kernel.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +147,122 @@ static bool device_cache(const Cg *c, const char *name, NodeId id)
     return cuda(c) && c->decoding && !strncmp(name, "decode.", 7) && N(c, id)->shape.rank > 1;
 }
 
+/* Which values the code in b names: v<id> as a whole identifier. */
+static bool *names_in(const StrBuf *b, int32_t nnodes)
+{
+    bool *named = xcalloc((size_t)nnodes + 1, 1);
+    const char *s = b->data ? b->data : "";
+    for (size_t i = 0; s[i]; i++) {
+        if (s[i] != 'v' || (i && (isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_'))) continue;
+        size_t j = i + 1;
+        long id = 0;
+        while (isdigit((unsigned char)s[j]) && id <= nnodes) id = id * 10 + (s[j++] - '0');
+        if (j > i + 1 && !isalnum((unsigned char)s[j]) && s[j] != '_' && id < nnodes) named[id] = true;
+        i = j - 1;
+    }
+    return named;
+}
+
+/* Appends s as part of a C identifier: "h.3.ln_2" -> "h3_ln_2" (a dot before a digit is
+ * dropped, other characters that cannot be in one are '_', never two in a row). */
+static void ident_part(StrBuf *b, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '.' && isdigit((unsigned char)s[1])) continue;
+        const char ch = isalnum((unsigned char)*s) ? *s : '_';
+        if (ch == '_' && (!b->len || b->data[b->len - 1] == '_')) continue;
+        sb_putn(b, &ch, 1);
+    }
+    while (b->len && b->data[b->len - 1] == '_') b->data[--b->len] = 0;
+}
+
+/* Names the step may not give a value: the step's own variables, C keywords, op names
+ * (math functions such as exp). */
+static bool reserved_name(const Cg *c, const char *s)
+{
+    static const char *const words[] = {"io", "s", "cs", "stream", "blas", "checks", "bad", "auto", "break", "case", "char",
+                                        "const", "continue", "default", "do", "double", "else", "enum", "extern", "float",
+                                        "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return",
+                                        "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union",
+                                        "unsigned", "void", "volatile", "while", "bool", "true", "false", "memcpy", "NULL"};
+    for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+        if (!strcmp(s, words[i])) return true;
+    for (int op = 0; op < OP_COUNT; op++)
+        if (!strcmp(s, ir_op_info[op].name)) return true;
+    for (int i = 0; i < c->g->nsyms; i++)
+        if (!strcmp(s, c->g->syms[i].name)) return true;
+    const size_t np = strlen(c->prefix);
+    return !strncmp(s, c->prefix, np) && s[np] == '_'; /* the step's kernels */
+}
+
+/* The step's name of each value: from what it is (an input's, a parameter's name; a
+ * gradient's parameter), else from the module it is computed in (Node.scope) and the
+ * variable it is assigned to or its op, "_bwd" for the backward pass's; "_2", "_3", ...
+ * where names would repeat. Owned by the caller (free each, then the array). */
+static char **value_names(const Cg *c)
+{
+    const Graph *g = c->g;
+    char **names = xcalloc((size_t)g->nnodes + 1, sizeof *names);
+    StrMap used = {0};
+    StrBuf b;
+    sb_init(&b);
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = N(c, i);
+        sb_free(&b);
+        if (n->op == OP_INPUT || n->op == OP_PARAM) ident_part(&b, ir_node_name(g, i));
+        else if (c->mp.kind[i] == MEM_GRAD) {
+            ident_part(&b, ir_str(g, g->outputs[c->mp.offset[i]].name));
+            sb_puts(&b, "_grad");
+        } else {
+            if (n->scope) {
+                ident_part(&b, ir_str(g, n->scope));
+                sb_puts(&b, "_");
+            }
+            const char *var = ir_node_name(g, i);
+            ident_part(&b, *var ? var : ir_op_info[n->op].name);
+            if (n->flags & NODE_BACKWARD) sb_puts(&b, "_bwd");
+        }
+        if (!b.len || isdigit((unsigned char)b.data[0]) || reserved_name(c, b.data)) {
+            StrBuf t;
+            sb_init(&t);
+            sb_printf(&t, "%s%s%s", b.len && !isdigit((unsigned char)b.data[0]) ? "" : "v", b.data ? b.data : "", b.len ? "_out" : "");
+            sb_free(&b);
+            b = t;
+        }
+        const size_t base = b.len;
+        for (int k = 2; strmap_get(&used, b.data, 0); k++) {
+            b.len = base;
+            b.data[base] = 0;
+            sb_printf(&b, "_%d", k);
+        }
+        names[i] = xstrdup(b.data);
+        strmap_put(&used, names[i], 1);
+    }
+    sb_free(&b);
+    strmap_free(&used);
+    return names;
+}
+
+/* Appends text to o with each value v<id> under its name. */
+static void put_renamed(StrBuf *o, const StrBuf *text, char *const *names, int32_t nnodes)
+{
+    const char *s = text->data ? text->data : "";
+    size_t i = 0, from = 0;
+    for (; s[i]; i++) {
+        if (s[i] != 'v' || (i && (isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_'))) continue;
+        size_t j = i + 1;
+        long id = 0;
+        while (isdigit((unsigned char)s[j]) && id <= nnodes) id = id * 10 + (s[j++] - '0');
+        if (j > i + 1 && !isalnum((unsigned char)s[j]) && s[j] != '_' && id < nnodes) {
+            sb_putn(o, s + from, i - from);
+            sb_puts(o, names[id]);
+            from = j;
+        }
+        i = j - 1;
+    }
+    sb_putn(o, s + from, i - from);
+}
+
 static void pointer_decl(Cg *c, NodeId id)
 {
     const Node *n = N(c, id);
@@ -178,14 +295,22 @@ static void pointer_decl(Cg *c, NodeId id)
                       ir_node_name(c->g, id));
         }
         break;
-    case MEM_ARENA: sb_printf(o, "    %s *v%d = (%s *)(io->arena + %lld);\n", t, id, t, (long long)c->mp.offset[id]); break;
+    case MEM_ARENA:
+        sb_printf(o, "    %s *v%d = (%s *)(io->arena + %lld); /* ", t, id, t, (long long)c->mp.offset[id]);
+        ir_shape_format(o, c->g, &n->shape);
+        sb_puts(o, " */\n");
+        break;
     case MEM_GRAD: {
         const char *name = ir_str(c->g, c->g->outputs[c->mp.offset[id]].name);
         NodeId p = ir_find_named(c->g, OP_PARAM, name);
         sb_printf(o, "    %s *v%d = io->grads + %lld; /* gradient of %s */\n", t, id, (long long)c->param_off[p], name);
         break;
     }
-    case MEM_VIEW: sb_printf(o, "    %s *v%d = (%s *)v%d; /* a view */\n", t, id, t, ir_input(c->g, id, 0)); break;
+    case MEM_VIEW:
+        sb_printf(o, "    %s *v%d = (%s *)v%d; /* a view: ", t, id, t, ir_input(c->g, id, 0));
+        ir_shape_format(o, c->g, &n->shape);
+        sb_puts(o, " */\n");
+        break;
     case MEM_NONE: break;
     }
 }
@@ -261,7 +386,11 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
     }
     for (int sy = 0; sy < g->nsyms; sy++)
         sb_printf(o, "    const int64_t %s = io->syms[%d];\n    (void)%s;\n", g->syms[sy].name, sy, g->syms[sy].name);
-    for (NodeId i = 0; i < g->nnodes; i++) pointer_decl(c, i);
+    /* the body first, into its own buffer: the step then declares only the pointers it
+     * names (a fused kernel's intermediate values have memory of their own in no step) */
+    StrBuf *const decls = o, body;
+    sb_init(&body);
+    c->o = o = &body;
     const bool buckets = train && c->bucket_bytes > 0;
     if (buckets) cg_plan_buckets(c);
     /* a forward output is copied out as soon as its kernel has run: its memory is then
@@ -328,6 +457,23 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
                 sb_printf(o, "    io->metrics[%d] = *(const %s *)kiln_cuda_scalar(io->device, %d);\n", metric, t, metric + 1), metric++;
         }
     }
+    StrBuf pointers;
+    sb_init(&pointers);
+    c->o = &pointers;
+    bool *named = names_in(&body, g->nnodes);
+    for (NodeId i = g->nnodes - 1; i >= 0; i--) /* a named view names what it views */
+        if (named[i] && c->mp.kind[i] == MEM_VIEW) named[ir_input(g, i, 0)] = true;
+    for (NodeId i = 0; i < g->nnodes; i++)
+        if (named[i] || (cuda(c) && (N(c, i)->op == OP_INPUT || N(c, i)->op == OP_LOSS_SCALE))) pointer_decl(c, i);
+    free(named);
+    c->o = o = decls;
+    char **names = value_names(c);
+    put_renamed(o, &pointers, names, g->nnodes);
+    put_renamed(o, &body, names, g->nnodes);
+    for (NodeId i = 0; i < g->nnodes; i++) free(names[i]);
+    free(names);
+    sb_free(&pointers);
+    sb_free(&body);
     sb_puts(o, "}\n\n");
     if (buckets) cg_emit_bucket_table(c);
     c->nchecks_max = nchecks > c->nchecks_max ? nchecks : c->nchecks_max;
