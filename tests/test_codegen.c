@@ -275,6 +275,39 @@ static void no_unused_variables(const char *rel)
     free(text);
 }
 
+/* The step cites, before each kernel call, the module it computes, forward or backward, and
+ * the line where the module is called (not the anchor op's: block 0's first layer norm is
+ * fused with the embeddings' add of line 33), and names values after what they hold. */
+Test(readable, gpt_step_cites_layers_and_names_values, .timeout = 120)
+{
+    size_t len;
+    char *text = support_read("models/gpt.kiln", &len);
+    cr_assert(text);
+    Graphs gs;
+    build_graphs("models/gpt.kiln", text, len, &gs);
+    StrBuf c;
+    generate_c(&gs, "models/gpt.kiln", &c);
+    const char *step = strstr(c.data, "static void train_step(");
+    cr_assert(step);
+    static const char *const want[] = {
+        "    // h.0.ln_1 forward \u2014 gpt.kiln:15\n    train_k4_rows(",
+        "    // h.3.ln_2 backward \u2014 gpt.kiln:16\n",
+        "    // h.2.attn forward \u2014 gpt.kiln:15\n",
+        "    // ln_f forward \u2014 gpt.kiln:35\n",
+        "    float *h0_ln_1_weight = io->params + ",
+        "    float *h0_ln_1_weight_grad = io->grads + ",
+        "    float *h0_ln_1_sub = (float *)(io->arena + ",
+        "); /* [B, T, 128] */\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) cr_expect(strstr(step, want[i]), "no '%s' in train_step", want[i]);
+    const char *end = strstr(step, "\n}\n");
+    for (const char *q = step; (q = strstr(q, " v")) && q < end; q++)
+        cr_expect(!(q[2] >= '0' && q[2] <= '9'), "an unnamed value: %.60s", q);
+    sb_free(&c);
+    free_graphs(&gs);
+    free(text);
+}
+
 Test(unused, llama, .timeout = 120) { no_unused_variables("models/llama.kiln"); }
 Test(unused, llama_bf16, .timeout = 120) { precision.half = DT_BF16; no_unused_variables("models/llama.kiln"); }
 
