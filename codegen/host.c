@@ -72,21 +72,29 @@ void cg_layout_free(Cg *c)
 /* ---- the step ---- */
 
 /* The node whose module (Node.scope) names kernel k: of its members' modules, the one
- * most of them belong to (ties: the later), the model's own forward only when no member
+ * most of them belong to (ties: the one interned later), the model's own forward only when no member
  * belongs to a module; the anchor when it is in that module, else its last member there. */
+static int cmp_u32(const void *a, const void *b)
+{
+    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 static NodeId kernel_scope_node(const Cg *c, int32_t k)
 {
     const Kernel *K = &c->fp.kernels[k];
     const NodeId *m = c->fp.members + K->first;
+    /* sorted, so that a kernel of many members (a chain of 50,000 ops) takes n log n */
+    uint32_t *sc = xmalloc((size_t)K->count * sizeof *sc + 1);
+    for (int32_t i = 0; i < K->count; i++) sc[i] = N(c, m[i])->scope;
+    qsort(sc, (size_t)K->count, sizeof *sc, cmp_u32);
     uint32_t best = 0;
-    int best_n = 0;
-    for (int32_t i = 0; i < K->count; i++) {
-        uint32_t sc = N(c, m[i])->scope;
-        if (!sc) continue;
-        int n = 0;
-        for (int32_t j = 0; j < K->count; j++) n += N(c, m[j])->scope == sc;
-        if (n >= best_n) best = sc, best_n = n;
+    int32_t best_n = 0;
+    for (int32_t i = 0, j; i < K->count; i = j) {
+        for (j = i; j < K->count && sc[j] == sc[i]; j++) {}
+        if (sc[i] && j - i >= best_n) best = sc[i], best_n = j - i;
     }
+    free(sc);
     if (N(c, K->anchor)->scope == best) return K->anchor;
     for (int32_t i = K->count - 1; i >= 0; i--)
         if (N(c, m[i])->scope == best) return m[i];
@@ -203,7 +211,12 @@ static char **value_names(const Cg *c)
 {
     const Graph *g = c->g;
     char **names = xcalloc((size_t)g->nnodes + 1, sizeof *names);
-    StrMap used = {0};
+    StrMap used = {0}, next = {0};
+    struct {
+        char *name;
+        int32_t k;
+    } *bases = NULL;
+    int32_t nbases = 0;
     StrBuf b;
     sb_init(&b);
     for (NodeId i = 0; i < g->nnodes; i++) {
@@ -229,17 +242,32 @@ static char **value_names(const Cg *c)
             sb_free(&b);
             b = t;
         }
-        const size_t base = b.len;
-        for (int k = 2; strmap_get(&used, b.data, 0); k++) {
-            b.len = base;
-            b.data[base] = 0;
-            sb_printf(&b, "_%d", k);
+        if (strmap_get(&used, b.data, 0)) {
+            /* the next suffix to try for this name is kept: linear in the number of values
+             * even when thousands are named x */
+            int32_t slot = strmap_get(&next, b.data, -1);
+            if (slot < 0) {
+                slot = nbases++;
+                bases = xrealloc(bases, (size_t)nbases * sizeof *bases);
+                bases[slot].name = xstrdup(b.data);
+                bases[slot].k = 2;
+                strmap_put(&next, bases[slot].name, slot);
+            }
+            const size_t base = b.len;
+            do {
+                b.len = base;
+                b.data[base] = 0;
+                sb_printf(&b, "_%d", bases[slot].k++);
+            } while (strmap_get(&used, b.data, 0));
         }
         names[i] = xstrdup(b.data);
         strmap_put(&used, names[i], 1);
     }
     sb_free(&b);
     strmap_free(&used);
+    strmap_free(&next);
+    for (int32_t i = 0; i < nbases; i++) free(bases[i].name);
+    free(bases);
     return names;
 }
 
