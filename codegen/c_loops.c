@@ -543,7 +543,7 @@ static void nested_row(CgKernel *L, const char *indent)
 
 /* A nested kernel with totals, shared between threads in chunks (open_total_chunks): of
  * the outer loops' iterations, or of the lane axis where there is no outer loop. */
-static void emit_nested_chunked(CgKernel *L, int nouter, const char *reduction)
+static void emit_nested_chunked(CgKernel *L, int nouter, const char *reduction, const char *work)
 {
     StrBuf *o = L->c->o;
     if (nouter) {
@@ -551,7 +551,7 @@ static void emit_nested_chunked(CgKernel *L, int nouter, const char *reduction)
         for (int a = 0; a < L->rank; a++)
             if (!(L->inner >> a & 1) && a != L->lane) sb_printf(o, " * S%d", a);
         sb_puts(o, ";\n");
-        open_total_chunks(L, "outer", "work");
+        open_total_chunks(L, "outer", work);
         sb_puts(o, "        for (int64_t oi = lo; oi < hi; oi++) {\n            int64_t q = oi;\n");
         for (int a = L->rank - 1; a >= 0; a--) {
             if (L->inner >> a & 1 || a == L->lane) continue;
@@ -570,7 +570,7 @@ static void emit_nested_chunked(CgKernel *L, int nouter, const char *reduction)
     } else {
         char lane[32];
         snprintf(lane, sizeof lane, "S%d", L->lane);
-        open_total_chunks(L, lane, "work");
+        open_total_chunks(L, lane, work);
         sb_printf(o, "        #pragma omp simd%s\n", reduction);
         sb_printf(o, "        for (int64_t c%d = lo; c%d < hi; c%d++) {\n", L->lane, L->lane, L->lane);
         nested_row(L, "            ");
@@ -639,16 +639,16 @@ static void emit_loop_kernel(CgKernel *L)
         cg_declare_strides(c, "S", L->rank);
         /* the outer loops: every axis but the inner ones and the lane axis */
         int nloops = L->rank - cg_popcount64(L->inner), nouter = nloops - (L->lane >= 0);
-        if (nloops) {
-            sb_puts(o, "    const int64_t work = ");
-            cg_numel(c, &L->K->shape);
-            sb_puts(o, ";\n");
-        }
+        /* the element count, for the pragmas' thresholds only: written out there, as a
+         * variable would be unused where the pragmas are ignored (without OpenMP) */
+        char work[16 * IR_MAX_RANK] = "1";
+        for (int a = 0; a < L->rank; a++)
+            snprintf(work + (a ? strlen(work) : 0), sizeof work - (a ? strlen(work) : 0), "%sS%d", a ? " * " : "", a);
         if (chunked) {
-            emit_nested_chunked(L, nouter, reduction);
+            emit_nested_chunked(L, nouter, reduction, work);
         } else {
             /* no totals here, or the loops stay on one thread: a reduction clause of `simd` alone */
-            if (nouter && parallel) sb_printf(o, "    #pragma omp parallel for collapse(%d) if (work >= %d)\n", nouter, PARALLEL_MIN);
+            if (nouter && parallel) sb_printf(o, "    #pragma omp parallel for collapse(%d) if (%s >= %d)\n", nouter, work, PARALLEL_MIN);
             int depth = 0;
             for (int a = 0; a < L->rank; a++) {
                 if (L->inner >> a & 1 || a == L->lane) continue;
@@ -657,7 +657,7 @@ static void emit_loop_kernel(CgKernel *L)
             }
             if (L->lane >= 0) {
                 if (nouter) sb_printf(o, "    %*s#pragma omp simd%s\n", 4 * depth, "", reduction);
-                else if (parallel) sb_printf(o, "    #pragma omp parallel for simd if (work >= %d)\n", PARALLEL_MIN);
+                else if (parallel) sb_printf(o, "    #pragma omp parallel for simd if (%s >= %d)\n", work, PARALLEL_MIN);
                 else sb_printf(o, "    #pragma omp simd%s\n", reduction);
                 sb_printf(o, "    %*sfor (int64_t c%d = 0; c%d < S%d; c%d++) {\n", 4 * depth, "", L->lane, L->lane, L->lane, L->lane);
             }

@@ -15,6 +15,7 @@
 #include "kernel.h"
 #include "../runtime/kiln_recipe.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,69 @@ void cg_layout_free(Cg *c)
 
 /* ---- the step ---- */
 
+/* The node whose module (Node.scope) names kernel k: of its members' modules, the one
+ * most of them belong to (ties: the one interned later), the model's own forward only when no member
+ * belongs to a module; the anchor when it is in that module, else its last member there. */
+static int cmp_u32(const void *a, const void *b)
+{
+    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static NodeId kernel_scope_node(const Cg *c, int32_t k)
+{
+    const Kernel *K = &c->fp.kernels[k];
+    const NodeId *m = c->fp.members + K->first;
+    /* sorted, so that a kernel of many members (a chain of 50,000 ops) takes n log n */
+    uint32_t *sc = xmalloc((size_t)K->count * sizeof *sc + 1);
+    for (int32_t i = 0; i < K->count; i++) sc[i] = N(c, m[i])->scope;
+    qsort(sc, (size_t)K->count, sizeof *sc, cmp_u32);
+    uint32_t best = 0;
+    int32_t best_n = 0;
+    for (int32_t i = 0, j; i < K->count; i = j) {
+        for (j = i; j < K->count && sc[j] == sc[i]; j++) {}
+        if (sc[i] && j - i >= best_n) best = sc[i], best_n = j - i;
+    }
+    free(sc);
+    if (N(c, K->anchor)->scope == best) return K->anchor;
+    for (int32_t i = K->count - 1; i >= 0; i--)
+        if (N(c, m[i])->scope == best) return m[i];
+    return K->anchor;
+}
+
+/* Does kernel k compute the backward pass of module scope: are most of its members of
+ * that module backward nodes (autodiff's)? */
+static bool kernel_backward(const Cg *c, int32_t k, uint32_t scope)
+{
+    const Kernel *K = &c->fp.kernels[k];
+    int back = 0, all = 0;
+    for (int32_t i = 0; i < K->count; i++) {
+        const Node *m = N(c, c->fp.members[K->first + i]);
+        if (m->scope != scope) continue;
+        all++;
+        back += (m->flags & NODE_BACKWARD) != 0;
+    }
+    return 2 * back > all;
+}
+
+/* The comment before kernel k's call: the module path (or, outside any module, the
+ * variable the anchor's value is assigned to), forward or backward, and the line of the
+ * layer: where the module is called in the model file. */
+static void emit_call_comment(Cg *c, int32_t k)
+{
+    const NodeId id = kernel_scope_node(c, k);
+    const Node *n = N(c, id);
+    const char *what = n->scope ? ir_str(c->g, n->scope) : ir_node_name(c->g, id);
+    if (!*what) what = ir_op_info[n->op].name;
+    const Loc loc = n->scope ? n->scope_loc : n->loc;
+    sb_printf(c->o, "    // %s %s", what, kernel_backward(c, k, n->scope) ? "backward" : "forward");
+    if (loc.line && loc.file < c->g->nfiles) {
+        const char *file = c->g->files[loc.file], *slash = strrchr(file, '/');
+        sb_printf(c->o, " \u2014 %s:%u", slash ? slash + 1 : file, loc.line);
+    }
+    sb_puts(c->o, "\n");
+}
+
 /* Does any node or output of the step's graph read node id? */
 static bool read_in_step(const Cg *c, NodeId id)
 {
@@ -90,6 +154,142 @@ static bool read_in_step(const Cg *c, NodeId id)
 static bool device_cache(const Cg *c, const char *name, NodeId id)
 {
     return cuda(c) && c->decoding && !strncmp(name, "decode.", 7) && N(c, id)->shape.rank > 1;
+}
+
+/* Which values the code in b names: v<id> as a whole identifier. */
+static bool *names_in(const StrBuf *b, int32_t nnodes)
+{
+    bool *named = xcalloc((size_t)nnodes + 1, 1);
+    const char *s = b->data ? b->data : "";
+    for (size_t i = 0; s[i]; i++) {
+        if (s[i] != 'v' || (i && (isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_'))) continue;
+        size_t j = i + 1;
+        long id = 0;
+        while (isdigit((unsigned char)s[j]) && id <= nnodes) id = id * 10 + (s[j++] - '0');
+        if (j > i + 1 && !isalnum((unsigned char)s[j]) && s[j] != '_' && id < nnodes) named[id] = true;
+        i = j - 1;
+    }
+    return named;
+}
+
+/* Appends s as part of a C identifier: "h.3.ln_2" -> "h3_ln_2" (a dot before a digit is
+ * dropped, other characters that cannot be in one are '_', never two in a row). */
+static void ident_part(StrBuf *b, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '.' && isdigit((unsigned char)s[1])) continue;
+        const char ch = isalnum((unsigned char)*s) ? *s : '_';
+        if (ch == '_' && (!b->len || b->data[b->len - 1] == '_')) continue;
+        sb_putn(b, &ch, 1);
+    }
+    while (b->len && b->data[b->len - 1] == '_') b->data[--b->len] = 0;
+}
+
+/* Names the step may not give a value: the step's own variables, C keywords, op names
+ * (math functions such as exp). */
+static bool reserved_name(const Cg *c, const char *s)
+{
+    static const char *const words[] = {"io", "s", "cs", "stream", "blas", "checks", "bad", "auto", "break", "case", "char",
+                                        "const", "continue", "default", "do", "double", "else", "enum", "extern", "float",
+                                        "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return",
+                                        "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union",
+                                        "unsigned", "void", "volatile", "while", "bool", "true", "false", "memcpy", "NULL"};
+    for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+        if (!strcmp(s, words[i])) return true;
+    for (int op = 0; op < OP_COUNT; op++)
+        if (!strcmp(s, ir_op_info[op].name)) return true;
+    for (int i = 0; i < c->g->nsyms; i++)
+        if (!strcmp(s, c->g->syms[i].name)) return true;
+    const size_t np = strlen(c->prefix);
+    return !strncmp(s, c->prefix, np) && s[np] == '_'; /* the step's kernels */
+}
+
+/* The step's name of each value: from what it is (an input's, a parameter's name; a
+ * gradient's parameter), else from the module it is computed in (Node.scope) and the
+ * variable it is assigned to or its op, "_bwd" for the backward pass's; "_2", "_3", ...
+ * where names would repeat. Owned by the caller (free each, then the array). */
+static char **value_names(const Cg *c)
+{
+    const Graph *g = c->g;
+    char **names = xcalloc((size_t)g->nnodes + 1, sizeof *names);
+    StrMap used = {0}, next = {0};
+    struct {
+        char *name;
+        int32_t k;
+    } *bases = NULL;
+    int32_t nbases = 0;
+    StrBuf b;
+    sb_init(&b);
+    for (NodeId i = 0; i < g->nnodes; i++) {
+        const Node *n = N(c, i);
+        sb_free(&b);
+        if (n->op == OP_INPUT || n->op == OP_PARAM) ident_part(&b, ir_node_name(g, i));
+        else if (c->mp.kind[i] == MEM_GRAD) {
+            ident_part(&b, ir_str(g, g->outputs[c->mp.offset[i]].name));
+            sb_puts(&b, "_grad");
+        } else {
+            if (n->scope) {
+                ident_part(&b, ir_str(g, n->scope));
+                sb_puts(&b, "_");
+            }
+            const char *var = ir_node_name(g, i);
+            ident_part(&b, *var ? var : ir_op_info[n->op].name);
+            if (n->flags & NODE_BACKWARD) sb_puts(&b, "_bwd");
+        }
+        if (!b.len || isdigit((unsigned char)b.data[0]) || reserved_name(c, b.data)) {
+            StrBuf t;
+            sb_init(&t);
+            sb_printf(&t, "%s%s%s", b.len && !isdigit((unsigned char)b.data[0]) ? "" : "v", b.data ? b.data : "", b.len ? "_out" : "");
+            sb_free(&b);
+            b = t;
+        }
+        if (strmap_get(&used, b.data, 0)) {
+            /* the next suffix to try for this name is kept: linear in the number of values
+             * even when thousands are named x */
+            int32_t slot = strmap_get(&next, b.data, -1);
+            if (slot < 0) {
+                slot = nbases++;
+                bases = xrealloc(bases, (size_t)nbases * sizeof *bases);
+                bases[slot].name = xstrdup(b.data);
+                bases[slot].k = 2;
+                strmap_put(&next, bases[slot].name, slot);
+            }
+            const size_t base = b.len;
+            do {
+                b.len = base;
+                b.data[base] = 0;
+                sb_printf(&b, "_%d", bases[slot].k++);
+            } while (strmap_get(&used, b.data, 0));
+        }
+        names[i] = xstrdup(b.data);
+        strmap_put(&used, names[i], 1);
+    }
+    sb_free(&b);
+    strmap_free(&used);
+    strmap_free(&next);
+    for (int32_t i = 0; i < nbases; i++) free(bases[i].name);
+    free(bases);
+    return names;
+}
+
+/* Appends text to o with each value v<id> under its name. */
+static void put_renamed(StrBuf *o, const StrBuf *text, char *const *names, int32_t nnodes)
+{
+    const char *s = text->data ? text->data : "";
+    size_t i = 0, from = 0;
+    for (; s[i]; i++) {
+        if (s[i] != 'v' || (i && (isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_'))) continue;
+        size_t j = i + 1;
+        long id = 0;
+        while (isdigit((unsigned char)s[j]) && id <= nnodes) id = id * 10 + (s[j++] - '0');
+        if (j > i + 1 && !isalnum((unsigned char)s[j]) && s[j] != '_' && id < nnodes) {
+            sb_putn(o, s + from, i - from);
+            sb_puts(o, names[id]);
+            from = j;
+        }
+        i = j - 1;
+    }
+    sb_putn(o, s + from, i - from);
 }
 
 static void pointer_decl(Cg *c, NodeId id)
@@ -124,14 +324,22 @@ static void pointer_decl(Cg *c, NodeId id)
                       ir_node_name(c->g, id));
         }
         break;
-    case MEM_ARENA: sb_printf(o, "    %s *v%d = (%s *)(io->arena + %lld);\n", t, id, t, (long long)c->mp.offset[id]); break;
+    case MEM_ARENA:
+        sb_printf(o, "    %s *v%d = (%s *)(io->arena + %lld); /* ", t, id, t, (long long)c->mp.offset[id]);
+        ir_shape_format(o, c->g, &n->shape);
+        sb_puts(o, " */\n");
+        break;
     case MEM_GRAD: {
         const char *name = ir_str(c->g, c->g->outputs[c->mp.offset[id]].name);
         NodeId p = ir_find_named(c->g, OP_PARAM, name);
         sb_printf(o, "    %s *v%d = io->grads + %lld; /* gradient of %s */\n", t, id, (long long)c->param_off[p], name);
         break;
     }
-    case MEM_VIEW: sb_printf(o, "    %s *v%d = (%s *)v%d; /* a view */\n", t, id, t, ir_input(c->g, id, 0)); break;
+    case MEM_VIEW:
+        sb_printf(o, "    %s *v%d = (%s *)v%d; /* a view: ", t, id, t, ir_input(c->g, id, 0));
+        ir_shape_format(o, c->g, &n->shape);
+        sb_puts(o, " */\n");
+        break;
     case MEM_NONE: break;
     }
 }
@@ -207,12 +415,17 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
     }
     for (int sy = 0; sy < g->nsyms; sy++)
         sb_printf(o, "    const int64_t %s = io->syms[%d];\n    (void)%s;\n", g->syms[sy].name, sy, g->syms[sy].name);
-    for (NodeId i = 0; i < g->nnodes; i++) pointer_decl(c, i);
+    /* the body first, into its own buffer: the step then declares only the pointers it
+     * names (a fused kernel's intermediate values have memory of their own in no step) */
+    StrBuf *const decls = o, body;
+    sb_init(&body);
+    c->o = o = &body;
     const bool buckets = train && c->bucket_bytes > 0;
     if (buckets) cg_plan_buckets(c);
     /* a forward output is copied out as soon as its kernel has run: its memory is then
      * free for the rest of the step (memplan.c) */
     for (int32_t k = 0; k < c->fp.nkernels; k++) {
+        emit_call_comment(c, k);
         call(c, k);
         if (buckets) cg_emit_bucket_hooks(c, k);
         for (int32_t q = 0, fwd = 0; q < g->noutputs; q++) {
@@ -273,6 +486,23 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
                 sb_printf(o, "    io->metrics[%d] = *(const %s *)kiln_cuda_scalar(io->device, %d);\n", metric, t, metric + 1), metric++;
         }
     }
+    StrBuf pointers;
+    sb_init(&pointers);
+    c->o = &pointers;
+    bool *named = names_in(&body, g->nnodes);
+    for (NodeId i = g->nnodes - 1; i >= 0; i--) /* a named view names what it views */
+        if (named[i] && c->mp.kind[i] == MEM_VIEW) named[ir_input(g, i, 0)] = true;
+    for (NodeId i = 0; i < g->nnodes; i++)
+        if (named[i] || (cuda(c) && (N(c, i)->op == OP_INPUT || N(c, i)->op == OP_LOSS_SCALE))) pointer_decl(c, i);
+    free(named);
+    c->o = o = decls;
+    char **names = value_names(c);
+    put_renamed(o, &pointers, names, g->nnodes);
+    put_renamed(o, &body, names, g->nnodes);
+    for (NodeId i = 0; i < g->nnodes; i++) free(names[i]);
+    free(names);
+    sb_free(&pointers);
+    sb_free(&body);
     sb_puts(o, "}\n\n");
     if (buckets) cg_emit_bucket_table(c);
     c->nchecks_max = nchecks > c->nchecks_max ? nchecks : c->nchecks_max;

@@ -612,7 +612,24 @@ static Value apply_module(Lower *L, Scope *s, int32_t inst, int32_t m, AstId e)
     return lower_apply_module_value(L, m, args, nargs, e);
 }
 
+static Value apply_module_body(Lower *L, int32_t m, const Value *args, int nargs, AstId e);
+
 Value lower_apply_module_value(Lower *L, int32_t m, const Value *args, int nargs, AstId e)
+{
+    Inst *mi = &L->insts[m];
+    /* the nodes the call builds belong to the module (Node.scope), at the call's line */
+    const uint32_t saved_scope = L->b.scope;
+    const Loc saved_scope_loc = L->b.scope_loc;
+    L->b.scope = ir_intern(L->b.g, mi->path);
+    L->b.scope_loc = ast_node(L->ast, e)->loc;
+    L->b.scope_loc.file = 0; /* the graph's own file table: index 0 is this file */
+    Value r = apply_module_body(L, m, args, nargs, e);
+    L->b.scope = saved_scope;
+    L->b.scope_loc = saved_scope_loc;
+    return r;
+}
+
+static Value apply_module_body(Lower *L, int32_t m, const Value *args, int nargs, AstId e)
 {
     Inst *mi = &L->insts[m];
     if (mi->builtin) return mi->builtin->apply(L, m, args, nargs, e);

@@ -14,6 +14,8 @@ static NodeId add(IrBuilder *b, Op op, DType t, const Shape *s, const NodeId *in
 {
     NodeId id = ir_add_node(b->g, op, t, s, in, nin, attrs, nattrs, b->loc);
     b->g->nodes[id].ckpt = b->ckpt;
+    b->g->nodes[id].scope = b->scope;
+    b->g->nodes[id].scope_loc = b->scope_loc;
     return id;
 }
 

@@ -177,6 +177,19 @@ uint32_t ir_intern(Graph *g, const char *s)
 const char *ir_node_name(const Graph *g, NodeId id) { return g->strings + g->nodes[id].name; }
 void ir_set_name(Graph *g, NodeId id, const char *name) { g->nodes[id].name = ir_intern(g, name); }
 
+void ir_copy_scope(Graph *g, NodeId dst, const Graph *from, NodeId src)
+{
+    const Node *n = &from->nodes[src];
+    uint32_t off = 0;
+    if (n->scope) {
+        char *path = xstrdup(ir_str(from, n->scope)); /* from may be g: interning moves its strings */
+        off = ir_intern(g, path);
+        free(path);
+    }
+    g->nodes[dst].scope = off;
+    g->nodes[dst].scope_loc = n->scope_loc;
+}
+
 int ir_find_symbol(const Graph *g, const char *name)
 {
     for (int i = 0; i < g->nsyms; i++)

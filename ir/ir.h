@@ -110,6 +110,10 @@ typedef struct {
     Loc loc;
     uint32_t name;      /* offset in Graph.strings; 0 = none. Input/param name, or the
                            source variable a value was assigned to (for readable dumps) */
+    uint32_t scope;     /* offset in Graph.strings of the module path of the innermost
+                           module call that built it ("h.3.ln_2"); 0 = the model's own
+                           forward. Only for readable generated code: no pass reads it */
+    Loc scope_loc;      /* where that module is called (the layer's line) */
 } Node;
 
 /* Node.ckpt from IR_CKPT_AUTO up: a call of one of the model's own modules in forward
@@ -125,7 +129,9 @@ enum {
     NODE_RECOMPUTED = 1,
     /* built by the decode graph's cached attention or positions, which the frontend's
      * check of the decode graph exempts (frontend/decode.c; cleared by the check) */
-    NODE_DECODE_CACHED = 2
+    NODE_DECODE_CACHED = 2,
+    /* built by autodiff: the backward pass of the forward node's module (Node.scope) */
+    NODE_BACKWARD = 4
 };
 
 typedef enum {
@@ -183,6 +189,9 @@ uint32_t ir_intern(Graph *g, const char *s); /* adds a string, returns its offse
 static inline const char *ir_str(const Graph *g, uint32_t off) { return g->strings + off; }
 const char *ir_node_name(const Graph *g, NodeId id); /* "" when unnamed */
 void ir_set_name(Graph *g, NodeId id, const char *name);
+/* Copies node src's module path and call location (Node.scope) from graph from to node dst
+ * of g: for passes that rebuild a graph. Files must have the same indices in both. */
+void ir_copy_scope(Graph *g, NodeId dst, const Graph *from, NodeId src);
 /* Adds (or finds) a symbol; returns its index or -1 when the table is full. */
 int ir_add_symbol(Graph *g, const char *name, int64_t max);
 int ir_find_symbol(const Graph *g, const char *name);
@@ -226,6 +235,8 @@ typedef struct {
     Graph *g;
     Loc loc;      /* stamped on every node built */
     int32_t ckpt; /* checkpoint region stamped on every node built */
+    uint32_t scope; /* module path (Node.scope) and its call's location, stamped likewise */
+    Loc scope_loc;
     StrBuf *err;
     int32_t next_stream; /* for random_uniform streams */
 } IrBuilder;

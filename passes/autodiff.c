@@ -168,6 +168,8 @@ static void backprop(Ad *a, NodeId i)
     int64_t at[2 * IR_MAX_RANK];
     memcpy(at, ir_attrs(a->g, i), (size_t)n.nattrs * sizeof *at);
     a->b.loc = n.loc;
+    a->b.scope = n.scope; /* the backward of the forward node's module */
+    a->b.scope_loc = n.scope_loc;
     switch ((Op)n.op) {
     case OP_INPUT:
     case OP_PARAM:
@@ -419,12 +421,15 @@ int pass_autodiff(Graph *g, const AutodiffOptions *opt, StrBuf *err)
         if (grad == IR_NONE) {
             /* The loss does not depend on it: an explicit zero, as an optimizer expects. */
             a.b.loc = n->loc;
+            a.b.scope = n->scope;
+            a.b.scope_loc = n->scope_loc;
             grad = full_like(&a, i, 0.0);
         }
         char *name = xstrdup(ir_node_name(g, i));
         ir_add_output(g, OUT_GRAD, name, grad);
         free(name);
     }
+    for (NodeId i = a.nfwd; i < g->nnodes; i++) g->nodes[i].flags |= NODE_BACKWARD;
     free(a.adj);
     free(a.needs);
     if (a.failed) {

@@ -111,18 +111,21 @@ static NodeId add_typed(Prec *p, NodeId i, DType t, const NodeId *in)
     m->fattr[1] = n->fattr[1];
     m->ckpt = n->ckpt;
     m->flags = n->flags;
+    ir_copy_scope(p->o, id, g, i);
     if (n->name) ir_set_name(p->o, id, ir_str(g, n->name));
     return id;
 }
 
 static NodeId add_like(Prec *p, NodeId i, const NodeId *in) { return add_typed(p, i, (DType)p->g->nodes[i].dtype, in); }
 
-static NodeId add_cast(Prec *p, NodeId x, DType t, Loc loc, int32_t ckpt)
+/* scope_of: the old graph's node whose module the cast belongs to (Node.scope) */
+static NodeId add_cast(Prec *p, NodeId x, DType t, Loc loc, int32_t ckpt, NodeId scope_of)
 {
     const Node *n = &p->o->nodes[x];
     Shape s = n->shape;
     NodeId id = ir_add_node(p->o, OP_CAST, t, &s, &x, 1, NULL, 0, loc);
     p->o->nodes[id].ckpt = ckpt;
+    ir_copy_scope(p->o, id, p->g, scope_of);
     return id;
 }
 
@@ -146,12 +149,14 @@ static NodeId narrow_of(Prec *p, NodeId x, NodeId reader)
         if (p->noise[x] == IR_NONE) {
             const int64_t stream = p->stream0 + x;
             p->noise[x] = ir_add_node(p->o, OP_RANDOM_UNIFORM, DT_F32, &n->shape, NULL, 0, &stream, 1, loc);
+            ir_copy_scope(p->o, p->noise[x], p->g, reader);
         }
         const NodeId in[2] = {p->map[x], p->noise[x]};
         *slot = ir_add_node(p->o, OP_ROUND_STOCHASTIC, DT_BF16, &n->shape, in, 2, NULL, 0, loc);
         p->o->nodes[*slot].ckpt = ckpt;
+        ir_copy_scope(p->o, *slot, p->g, reader);
     } else {
-        *slot = add_cast(p, p->map[x], p->half, loc, ckpt);
+        *slot = add_cast(p, p->map[x], p->half, loc, ckpt, reader);
     }
     p->st->narrowed++;
     return *slot;
@@ -183,7 +188,7 @@ static NodeId through_half(Prec *p, NodeId x, NodeId reader)
     }
     if (p->widen[x] != IR_NONE) return p->widen[x];
     p->st->widened++;
-    NodeId w = add_cast(p, narrow_of(p, x, reader), DT_F32, g->nodes[reader].loc, 0);
+    NodeId w = add_cast(p, narrow_of(p, x, reader), DT_F32, g->nodes[reader].loc, 0, reader);
     /* kept out of the forward kernel that computes the half copy (fusion.c): there it would
      * be stored in f32 until the backward pass reads it */
     p->o->nodes[w].flags |= NODE_RECOMPUTED;
@@ -321,6 +326,7 @@ static Graph *without_dead_nodes(const Graph *g)
         m->fattr[1] = n->fattr[1];
         m->ckpt = n->ckpt;
         m->flags = n->flags;
+        ir_copy_scope(o, map[i], g, i);
         if (n->name) ir_set_name(o, map[i], ir_str(g, n->name));
     }
     for (int32_t k = 0; k < g->noutputs; k++) ir_add_output(o, (OutputKind)g->outputs[k].kind, ir_str(g, g->outputs[k].name), map[g->outputs[k].node]);
@@ -392,7 +398,7 @@ int pass_precision(Graph *g, const PrecisionOptions *opt, PrecisionStats *stats,
             const NodeId image = narrow_of(&p, ir_input(g, i, 0), i);
             p.narrow[i] = add_typed(&p, i, half, &image);
         } else if (narrowed[i]) {
-            p.narrow[i] = add_cast(&p, p.map[i], half, n->loc, n->ckpt);
+            p.narrow[i] = add_cast(&p, p.map[i], half, n->loc, n->ckpt, i);
             st.narrowed++;
         }
     }

@@ -113,6 +113,7 @@ static NodeId emit(Remat *r, NodeId i, bool recompute)
     m->fattr[1] = n->fattr[1];
     m->ckpt = n->ckpt;
     m->flags = (uint8_t)(n->flags | (recompute ? NODE_RECOMPUTED : 0));
+    ir_copy_scope(r->o, id, g, i);
     if (n->name) ir_set_name(r->o, id, ir_str(g, n->name));
     return id;
 }

@@ -348,6 +348,7 @@ static Graph *eliminate_dead(const Graph *g)
         m->fattr[1] = n->fattr[1];
         m->ckpt = n->ckpt;
         m->flags = n->flags;
+        ir_copy_scope(o, id, g, i);
         if (n->name) ir_set_name(o, id, ir_str(g, n->name));
         map[i] = id;
     }
@@ -382,8 +383,10 @@ void pass_simplify(Graph *g)
         /* nodes a rewrite made stay in the checkpoint(...) region of the node they replace
          * (remat.c recomputes the region's nodes; a composed permute left outside would keep
          * the region's values alive for the backward pass) */
-        for (NodeId q = before; r != IR_NONE && q < s.out->nnodes; q++)
+        for (NodeId q = before; r != IR_NONE && q < s.out->nnodes; q++) {
             if (!s.out->nodes[q].ckpt) s.out->nodes[q].ckpt = n->ckpt;
+            if (!s.out->nodes[q].scope) ir_copy_scope(s.out, q, g, i);
+        }
         if (r == IR_NONE) {
             r = ir_add_node(s.out, (Op)n->op, (DType)n->dtype, &n->shape, in, (int)n->ninputs, ir_attrs(g, i), (int)n->nattrs,
                             n->loc);
@@ -392,6 +395,7 @@ void pass_simplify(Graph *g)
             m->fattr[1] = n->fattr[1];
             m->ckpt = n->ckpt;
             m->flags = n->flags;
+            ir_copy_scope(s.out, r, g, i);
             if (n->name) ir_set_name(s.out, r, ir_str(g, n->name));
             r = cse(&s, r); /* a duplicate left behind is removed with the dead nodes */
         } else if (n->name && !s.out->nodes[r].name && s.out->nodes[r].op != OP_INPUT && s.out->nodes[r].op != OP_PARAM) {

@@ -76,7 +76,7 @@ static void build_driver(const char *dir, const Graphs *gs, const char *source)
     snprintf(path, sizeof path, "%s/model.c", dir);
     write_file(path, c.data, c.len);
     snprintf(cmd, sizeof cmd,
-             "%s %s -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unused-variable -I%s/runtime %s/model.c "
+             "%s %s -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -I%s/runtime %s/model.c "
              "%s/tests/codegen_driver.c -o %s/driver %s %s -lz -lm -lpthread 2>&1",
              KILN_CC, KILN_GENERATED_CFLAGS, KILN_SOURCE_DIR, dir, KILN_SOURCE_DIR, dir, KILN_RT_LIB, KILN_OPENBLAS);
     FILE *p = popen(cmd, "r");
@@ -230,6 +230,77 @@ static void compare_file(const char *rel, int64_t symval)
     compare(rel, rel, text, len, symval);
     free(text);
 }
+
+/* The step functions declare only the pointers they name: model.c compiles with
+ * -Werror=unused-variable (as every driver above does). For llama, which no test above
+ * compiles, in f32 and bf16; -fsyntax-only keeps it to a second or two. */
+static void no_unused_variables(const char *rel)
+{
+    size_t len;
+    char *text = support_read(rel, &len);
+    cr_assert(text);
+    Graphs gs;
+    build_graphs(rel, text, len, &gs);
+    char dir[] = "/tmp/kiln-unused-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    StrBuf c;
+    generate_c(&gs, rel, &c);
+    char path[512], cmd[4096];
+    snprintf(path, sizeof path, "%s/model.c", dir);
+    write_file(path, c.data, c.len);
+    snprintf(cmd, sizeof cmd, "%s %s -std=c11 -fsyntax-only -Wall -Werror=unused-variable -I%s/runtime %s 2>&1", KILN_CC,
+             KILN_GENERATED_CFLAGS, KILN_SOURCE_DIR, path);
+    FILE *p = popen(cmd, "r");
+    StrBuf log;
+    sb_init(&log);
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0) sb_putn(&log, chunk, n);
+    int rc = pclose(p);
+    cr_assert_eq(rc, 0, "%s: the generated C has unused variables:\n%.4000s", rel, log.data ? log.data : "");
+    sb_free(&log);
+    sb_free(&c);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    (void)system(cmd);
+    free_graphs(&gs);
+    free(text);
+}
+
+/* The step cites, before each kernel call, the module it computes, forward or backward, and
+ * the line where the module is called (not the anchor op's: block 0's first layer norm is
+ * fused with the embeddings' add of line 33), and names values after what they hold. */
+Test(readable, gpt_step_cites_layers_and_names_values, .timeout = 120)
+{
+    size_t len;
+    char *text = support_read("models/gpt.kiln", &len);
+    cr_assert(text);
+    Graphs gs;
+    build_graphs("models/gpt.kiln", text, len, &gs);
+    StrBuf c;
+    generate_c(&gs, "models/gpt.kiln", &c);
+    const char *step = strstr(c.data, "static void train_step(");
+    cr_assert(step);
+    static const char *const want[] = {
+        "    // h.0.ln_1 forward \u2014 gpt.kiln:15\n    train_k4_rows(",
+        "    // h.3.ln_2 backward \u2014 gpt.kiln:16\n",
+        "    // h.2.attn forward \u2014 gpt.kiln:15\n",
+        "    // ln_f forward \u2014 gpt.kiln:35\n",
+        "    float *h0_ln_1_weight = io->params + ",
+        "    float *h0_ln_1_weight_grad = io->grads + ",
+        "    float *h0_ln_1_sub = (float *)(io->arena + ",
+        "); /* [B, T, 128] */\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) cr_expect(strstr(step, want[i]), "no '%s' in train_step", want[i]);
+    const char *end = strstr(step, "\n}\n");
+    for (const char *q = step; (q = strstr(q, " v")) && q < end; q++)
+        cr_expect(!(q[2] >= '0' && q[2] <= '9'), "an unnamed value: %.60s", q);
+    sb_free(&c);
+    free_graphs(&gs);
+    free(text);
+}
+
+Test(unused, llama, .timeout = 120) { no_unused_variables("models/llama.kiln"); }
+Test(unused, llama_bf16, .timeout = 120) { precision.half = DT_BF16; no_unused_variables("models/llama.kiln"); }
 
 Test(models, mlp, .timeout = 300) { compare_file("models/mlp.kiln", 5); }
 Test(models, cnn, .timeout = 300) { compare_file("models/cnn.kiln", 2); }
