@@ -169,3 +169,40 @@ SupportPtxas support_ptxas_summary(const char *out)
     }
     return r;
 }
+
+/* A u8 IDX file: `rank` dims, the values a linear congruential sequence (labels < 10). */
+void support_write_idx(const char *path, int rank, const uint32_t *dims, bool labels)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "cannot write %s", path);
+    unsigned char head[4] = {0, 0, 8, (unsigned char)rank};
+    fwrite(head, 1, 4, f);
+    size_t n = 1;
+    for (int i = 0; i < rank; i++) {
+        unsigned char d[4] = {(unsigned char)(dims[i] >> 24), (unsigned char)(dims[i] >> 16), (unsigned char)(dims[i] >> 8),
+                              (unsigned char)dims[i]};
+        fwrite(d, 1, 4, f);
+        n *= dims[i];
+    }
+    uint32_t r = labels ? 7u : 12345u;
+    for (size_t i = 0; i < n; i++) {
+        r = r * 1103515245u + 12345u;
+        fputc(labels ? (int)((r >> 16) % 10) : (int)((r >> 16) & 0xff), f);
+    }
+    fclose(f);
+}
+
+/* Text for the language models: words drawn from a short list. */
+void support_write_text(const char *path)
+{
+    static const char *const words[] = {"the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and",
+                                        "runs", "away", "into", "night", "Q:", "A:", "why", "not"};
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "cannot write %s", path);
+    uint32_t r = 99;
+    for (int i = 0; i < 4000; i++) {
+        r = r * 1103515245u + 12345u;
+        fprintf(f, "%s%s", words[(r >> 16) % (sizeof words / sizeof *words)], i % 12 == 11 ? ".\n" : " ");
+    }
+    fclose(f);
+}

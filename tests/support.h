@@ -61,10 +61,28 @@ SupportPtxas support_ptxas_summary(const char *out);
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
 #define SUPPORT_SANITIZED 1
+/* Test data written here, no installed dataset needed (test_threads, test_bits): a u8
+ * IDX file of `rank` dims whose values are a linear congruential sequence (labels < 10),
+ * and text for the language models, words drawn from a short list. */
+void support_write_idx(const char *path, int rank, const uint32_t *dims, bool labels);
+void support_write_text(const char *path);
+
 #endif
+/* Test data written here, no installed dataset needed (test_threads, test_bits): a u8
+ * IDX file of `rank` dims whose values are a linear congruential sequence (labels < 10),
+ * and text for the language models, words drawn from a short list. */
+void support_write_idx(const char *path, int rank, const uint32_t *dims, bool labels);
+void support_write_text(const char *path);
+
 #endif
 #ifndef SUPPORT_SANITIZED
 #define SUPPORT_SANITIZED 0
+/* Test data written here, no installed dataset needed (test_threads, test_bits): a u8
+ * IDX file of `rank` dims whose values are a linear congruential sequence (labels < 10),
+ * and text for the language models, words drawn from a short list. */
+void support_write_idx(const char *path, int rank, const uint32_t *dims, bool labels);
+void support_write_text(const char *path);
+
 #endif
 #define SUPPORT_RUN_NVCC (!SUPPORT_SANITIZED)
 
@@ -73,4 +91,10 @@ SupportPtxas support_ptxas_summary(const char *out);
 #define SUPPORT_MPIRUN                                                                                                     \
     "ASAN_OPTIONS=\"$ASAN_OPTIONS:detect_leaks=0\" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe "
 #define SUPPORT_REPEAT_RUNS (!SUPPORT_SANITIZED)
+/* Test data written here, no installed dataset needed (test_threads, test_bits): a u8
+ * IDX file of `rank` dims whose values are a linear congruential sequence (labels < 10),
+ * and text for the language models, words drawn from a short list. */
+void support_write_idx(const char *path, int rank, const uint32_t *dims, bool labels);
+void support_write_text(const char *path);
+
 #endif

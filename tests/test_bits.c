@@ -120,45 +120,6 @@ static const char *old_kiln(void)
     return kiln;
 }
 
-/* ---- data (as test_threads writes it) ---- */
-
-/* A u8 IDX file: `rank` dims, the values a linear congruential sequence (labels < 10). */
-static void write_idx(const char *path, int rank, const uint32_t *dims, bool labels)
-{
-    FILE *f = fopen(path, "wb");
-    cr_assert(f, "cannot write %s", path);
-    unsigned char head[4] = {0, 0, 8, (unsigned char)rank};
-    fwrite(head, 1, 4, f);
-    size_t n = 1;
-    for (int i = 0; i < rank; i++) {
-        unsigned char d[4] = {(unsigned char)(dims[i] >> 24), (unsigned char)(dims[i] >> 16), (unsigned char)(dims[i] >> 8),
-                              (unsigned char)dims[i]};
-        fwrite(d, 1, 4, f);
-        n *= dims[i];
-    }
-    uint32_t r = labels ? 7u : 12345u;
-    for (size_t i = 0; i < n; i++) {
-        r = r * 1103515245u + 12345u;
-        fputc(labels ? (int)((r >> 16) % 10) : (int)((r >> 16) & 0xff), f);
-    }
-    fclose(f);
-}
-
-/* Text for the language models: words drawn from a short list. */
-static void write_text(const char *path)
-{
-    static const char *const words[] = {"the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and",
-                                        "runs", "away", "into", "night", "Q:", "A:", "why", "not"};
-    FILE *f = fopen(path, "w");
-    cr_assert(f, "cannot write %s", path);
-    uint32_t r = 99;
-    for (int i = 0; i < 4000; i++) {
-        r = r * 1103515245u + 12345u;
-        fprintf(f, "%s%s", words[(r >> 16) % (sizeof words / sizeof *words)], i % 12 == 11 ? ".\n" : " ");
-    }
-    fclose(f);
-}
-
 /* ---- comparing checkpoints ---- */
 
 /* One element of a tensor, for a message: its bits, and its value where it is a float. */
@@ -301,11 +262,11 @@ Test(bits, checkpoints_are_the_bits_of_the_issue_35_starting_commit, .timeout = 
     char path[512];
     const uint32_t img[3] = {384, 28, 28}, lab[1] = {384};
     snprintf(path, sizeof path, "%s/img.idx", dir);
-    write_idx(path, 3, img, false);
+    support_write_idx(path, 3, img, false);
     snprintf(path, sizeof path, "%s/lab.idx", dir);
-    write_idx(path, 1, lab, true);
+    support_write_idx(path, 1, lab, true);
     snprintf(path, sizeof path, "%s/text.txt", dir);
-    write_text(path);
+    support_write_text(path);
 
     int compared = 0, differing = 0;
     StrBuf cmd, out;
