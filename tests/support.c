@@ -206,3 +206,15 @@ void support_write_text(const char *path)
     }
     fclose(f);
 }
+
+void support_write_training_data(const char *dir)
+{
+    char path[4200];
+    const uint32_t img[3] = {384, 28, 28}, lab[1] = {384};
+    snprintf(path, sizeof path, "%s/img.idx", dir);
+    support_write_idx(path, 3, img, false);
+    snprintf(path, sizeof path, "%s/lab.idx", dir);
+    support_write_idx(path, 1, lab, true);
+    snprintf(path, sizeof path, "%s/text.txt", dir);
+    support_write_text(path);
+}

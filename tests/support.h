@@ -66,6 +66,9 @@ SupportPtxas support_ptxas_summary(const char *out);
  * and text for the language models, words drawn from a short list. */
 void support_write_idx(const char *path, int rank, const uint32_t *dims, bool labels);
 void support_write_text(const char *path);
+/* In dir: img.idx (384 images of 28x28) and lab.idx (their labels) for the image models,
+ * text.txt for the language models. */
+void support_write_training_data(const char *dir);
 
 #endif
 /* Test data written here, no installed dataset needed (test_threads, test_bits): a u8
@@ -73,6 +76,9 @@ void support_write_text(const char *path);
  * and text for the language models, words drawn from a short list. */
 void support_write_idx(const char *path, int rank, const uint32_t *dims, bool labels);
 void support_write_text(const char *path);
+/* In dir: img.idx (384 images of 28x28) and lab.idx (their labels) for the image models,
+ * text.txt for the language models. */
+void support_write_training_data(const char *dir);
 
 #endif
 #ifndef SUPPORT_SANITIZED
@@ -82,6 +88,9 @@ void support_write_text(const char *path);
  * and text for the language models, words drawn from a short list. */
 void support_write_idx(const char *path, int rank, const uint32_t *dims, bool labels);
 void support_write_text(const char *path);
+/* In dir: img.idx (384 images of 28x28) and lab.idx (their labels) for the image models,
+ * text.txt for the language models. */
+void support_write_training_data(const char *dir);
 
 #endif
 #define SUPPORT_RUN_NVCC (!SUPPORT_SANITIZED)
@@ -96,5 +105,8 @@ void support_write_text(const char *path);
  * and text for the language models, words drawn from a short list. */
 void support_write_idx(const char *path, int rank, const uint32_t *dims, bool labels);
 void support_write_text(const char *path);
+/* In dir: img.idx (384 images of 28x28) and lab.idx (their labels) for the image models,
+ * text.txt for the language models. */
+void support_write_training_data(const char *dir);
 
 #endif

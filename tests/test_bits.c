@@ -259,14 +259,7 @@ Test(bits, checkpoints_are_the_bits_of_the_issue_35_starting_commit, .timeout = 
 
     char dir[] = "/tmp/kiln-bits-XXXXXX";
     cr_assert(mkdtemp(dir));
-    char path[512];
-    const uint32_t img[3] = {384, 28, 28}, lab[1] = {384};
-    snprintf(path, sizeof path, "%s/img.idx", dir);
-    support_write_idx(path, 3, img, false);
-    snprintf(path, sizeof path, "%s/lab.idx", dir);
-    support_write_idx(path, 1, lab, true);
-    snprintf(path, sizeof path, "%s/text.txt", dir);
-    support_write_text(path);
+    support_write_training_data(dir);
 
     int compared = 0, differing = 0;
     StrBuf cmd, out;

@@ -21,6 +21,7 @@
 typedef struct {
     Graph *train, *eval;
     KilnProgram *p;
+    char *text; /* build_file's source */
 } Graphs;
 
 /* The precision the models are compiled in (the precision pass); f32 unless a suite sets it. */
@@ -47,10 +48,25 @@ static void build_graphs(const char *path, const char *text, size_t len, Graphs 
     cr_assert_eq(s, KILN_OK, "%s%s", err.data ? err.data : "", gs->p->diag.out.data ? gs->p->diag.out.data : "");
     gs->train = gs->p->train.graph;
     gs->eval = gs->p->eval.graph;
+    gs->text = NULL;
     sb_free(&err);
 }
 
-static void free_graphs(Graphs *gs) { kiln_program_free(gs->p); }
+static void free_graphs(Graphs *gs)
+{
+    kiln_program_free(gs->p);
+    free(gs->text);
+}
+
+/* build_graphs of a model file of the source tree. */
+static void build_file(const char *rel, Graphs *gs)
+{
+    size_t len;
+    char *text = support_read(rel, &len);
+    cr_assert(text, "cannot read %s", rel);
+    build_graphs(rel, text, len, gs);
+    gs->text = text;
+}
 
 static void write_file(const char *path, const void *data, size_t n)
 {
@@ -60,35 +76,26 @@ static void write_file(const char *path, const void *data, size_t n)
     fclose(f);
 }
 
-/* The model's C program, as `kiln emit` writes it, into c (initialised here). */
-static void generate_c(const Graphs *gs, const char *source, StrBuf *c)
+/* Runs a compiler command line; fails the test with its output unless it succeeds. */
+static void compile_ok(const char *cmd, const char *what)
 {
-    (void)source; /* the program was compiled from it */
-    sb_init(c);
-    sb_putn(c, gs->p->code.data, gs->p->code.len);
-}
-
-static void build_driver(const char *dir, const Graphs *gs, const char *source)
-{
-    StrBuf c;
-    generate_c(gs, source, &c);
-    char path[512], cmd[4096];
-    snprintf(path, sizeof path, "%s/model.c", dir);
-    write_file(path, c.data, c.len);
-    snprintf(cmd, sizeof cmd,
-             "%s %s -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -I%s/runtime %s/model.c "
-             "%s/tests/codegen_driver.c -o %s/driver %s %s -lz -lm -lpthread 2>&1",
-             KILN_CC, KILN_GENERATED_CFLAGS, KILN_SOURCE_DIR, dir, KILN_SOURCE_DIR, dir, KILN_RT_LIB, KILN_OPENBLAS);
-    FILE *p = popen(cmd, "r");
     StrBuf log;
     sb_init(&log);
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0) sb_putn(&log, chunk, n);
-    int rc = pclose(p);
-    cr_assert_eq(rc, 0, "the generated C does not compile:\n%s", log.data ? log.data : "");
+    int rc = support_run(cmd, &log);
+    cr_assert_eq(rc, 0, "%s:\n%.4000s", what, log.data ? log.data : "");
     sb_free(&log);
-    sb_free(&c);
+}
+
+static void build_driver(const char *dir, const Graphs *gs)
+{
+    char path[512], cmd[4096];
+    snprintf(path, sizeof path, "%s/model.c", dir);
+    write_file(path, gs->p->code.data, gs->p->code.len);
+    snprintf(cmd, sizeof cmd,
+             "%s %s -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -I%s/runtime %s/model.c "
+             "%s/tests/codegen_driver.c -o %s/driver %s %s -lz -lm -lpthread",
+             KILN_CC, KILN_GENERATED_CFLAGS, KILN_SOURCE_DIR, dir, KILN_SOURCE_DIR, dir, KILN_RT_LIB, KILN_OPENBLAS);
+    compile_ok(cmd, "the generated C does not compile");
 }
 
 static int64_t numel_at(const Graph *g, const Shape *s, const int64_t *symvals)
@@ -116,7 +123,7 @@ static void compare(const char *name, const char *path, const char *text, size_t
     build_graphs(path, text, len, &gs);
     char dir[] = "/tmp/kiln-codegen-XXXXXX";
     cr_assert(mkdtemp(dir));
-    build_driver(dir, &gs, path);
+    build_driver(dir, &gs);
     Graph *g = gs.train;
     Interp ip;
     interp_init(&ip, g);
@@ -236,34 +243,19 @@ static void compare_file(const char *rel, int64_t symval)
  * compiles, in f32 and bf16; -fsyntax-only keeps it to a second or two. */
 static void no_unused_variables(const char *rel)
 {
-    size_t len;
-    char *text = support_read(rel, &len);
-    cr_assert(text);
     Graphs gs;
-    build_graphs(rel, text, len, &gs);
+    build_file(rel, &gs);
     char dir[] = "/tmp/kiln-unused-XXXXXX";
     cr_assert(mkdtemp(dir));
-    StrBuf c;
-    generate_c(&gs, rel, &c);
-    char path[512], cmd[4096];
+    char path[512], cmd[4096], what[600];
     snprintf(path, sizeof path, "%s/model.c", dir);
-    write_file(path, c.data, c.len);
-    snprintf(cmd, sizeof cmd, "%s %s -std=c11 -fsyntax-only -Wall -Werror=unused-variable -I%s/runtime %s 2>&1", KILN_CC,
+    write_file(path, gs.p->code.data, gs.p->code.len);
+    snprintf(cmd, sizeof cmd, "%s %s -std=c11 -fsyntax-only -Wall -Werror=unused-variable -I%s/runtime %s", KILN_CC,
              KILN_GENERATED_CFLAGS, KILN_SOURCE_DIR, path);
-    FILE *p = popen(cmd, "r");
-    StrBuf log;
-    sb_init(&log);
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0) sb_putn(&log, chunk, n);
-    int rc = pclose(p);
-    cr_assert_eq(rc, 0, "%s: the generated C has unused variables:\n%.4000s", rel, log.data ? log.data : "");
-    sb_free(&log);
-    sb_free(&c);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    (void)system(cmd);
+    snprintf(what, sizeof what, "%s: the generated C has unused variables", rel);
+    compile_ok(cmd, what);
+    support_remove_dir(dir);
     free_graphs(&gs);
-    free(text);
 }
 
 /* The step cites, before each kernel call, the module it computes, forward or backward, and
@@ -271,13 +263,9 @@ static void no_unused_variables(const char *rel)
  * fused with the embeddings' add of line 33), and names values after what they hold. */
 Test(readable, gpt_step_cites_layers_and_names_values, .timeout = 120)
 {
-    size_t len;
-    char *text = support_read("models/gpt.kiln", &len);
-    cr_assert(text);
     Graphs gs;
-    build_graphs("models/gpt.kiln", text, len, &gs);
-    StrBuf c;
-    generate_c(&gs, "models/gpt.kiln", &c);
+    build_file("models/gpt.kiln", &gs);
+    const StrBuf c = gs.p->code;
     const char *step = strstr(c.data, "static void train_step(");
     cr_assert(step);
     static const char *const want[] = {
@@ -294,9 +282,7 @@ Test(readable, gpt_step_cites_layers_and_names_values, .timeout = 120)
     const char *end = strstr(step, "\n}\n");
     for (const char *q = step; (q = strstr(q, " v")) && q < end; q++)
         cr_expect(!(q[2] >= '0' && q[2] <= '9'), "an unnamed value: %.60s", q);
-    sb_free(&c);
     free_graphs(&gs);
-    free(text);
 }
 
 Test(unused, llama, .timeout = 120) { no_unused_variables("models/llama.kiln"); }
@@ -336,13 +322,9 @@ static char *kernel_text(const char *code, const char *title)
  * large part of a small kernel's time at batch 1); one that can keeps it. */
 Test(models, small_kernels_do_not_enter_openmp, .timeout = 60)
 {
-    size_t len;
-    char *text = support_read("models/mlp.kiln", &len);
-    cr_assert(text);
     Graphs gs;
-    build_graphs("models/mlp.kiln", text, len, &gs);
-    StrBuf c;
-    generate_c(&gs, "models/mlp.kiln", &c);
+    build_file("models/mlp.kiln", &gs);
+    const StrBuf c = gs.p->code;
     char *loss = kernel_text(c.data, "row reductions over float[B, 10], rows reduced over axes 1\n");
     cr_expect_null(strstr(loss, "omp parallel"), "the [B, 10] softmax kernel (1280 elements at B = 128) has a parallel region:\n%s", loss);
     cr_expect(strstr(loss, "omp simd"), "the [B, 10] softmax kernel lost its SIMD loop:\n%s", loss);
@@ -350,9 +332,7 @@ Test(models, small_kernels_do_not_enter_openmp, .timeout = 60)
     cr_expect(strstr(input, "omp parallel"), "the [B, 28, 28] input kernel (100352 elements at B = 128) is serial:\n%s", input);
     free(loss);
     free(input);
-    sb_free(&c);
     free_graphs(&gs);
-    free(text);
 }
 
 /* A GEMM kernel has one parallel region, over its tasks: a parallel loop inside a task
@@ -362,13 +342,9 @@ Test(models, gemm_kernels_have_one_parallel_region, .timeout = 60)
 {
     const char *files[] = {"models/mlp.kiln", "models/gpt.kiln"};
     for (int f = 0; f < 2; f++) {
-        size_t len;
-        char *text = support_read(files[f], &len);
-        cr_assert(text);
         Graphs gs;
-        build_graphs(files[f], text, len, &gs);
-        StrBuf c;
-        generate_c(&gs, files[f], &c);
+        build_file(files[f], &gs);
+        const StrBuf c = gs.p->code;
         int gemms = 0;
         for (const char *at = strstr(c.data, ": matrix product over "); at; at = strstr(at + 1, ": matrix product over ")) {
             const char *end = strstr(at, "\n}\n"); /* the end of its function */
@@ -379,9 +355,7 @@ Test(models, gemm_kernels_have_one_parallel_region, .timeout = 60)
             gemms++;
         }
         cr_expect(gemms >= 8, "%s: %d GEMM kernels", files[f], gemms);
-        sb_free(&c);
         free_graphs(&gs);
-        free(text);
     }
 }
 

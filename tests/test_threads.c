@@ -40,14 +40,8 @@ Test(threads, every_model_trains_to_the_same_bits_at_1_2_and_3_threads, .timeout
 {
     char dir[] = "/tmp/kiln-threads-XXXXXX";
     cr_assert(mkdtemp(dir));
-    char path[512], args[1024];
-    const uint32_t img[3] = {384, 28, 28}, lab[1] = {384};
-    snprintf(path, sizeof path, "%s/img.idx", dir);
-    support_write_idx(path, 3, img, false);
-    snprintf(path, sizeof path, "%s/lab.idx", dir);
-    support_write_idx(path, 1, lab, true);
-    snprintf(path, sizeof path, "%s/text.txt", dir);
-    support_write_text(path);
+    char args[1024];
+    support_write_training_data(dir);
     StrBuf out;
     sb_init(&out);
     for (size_t m = 0; m < sizeof cases / sizeof *cases; m++) {
