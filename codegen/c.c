@@ -395,6 +395,14 @@ static int64_t emit_graph(Cg *c, const CodegenGraph *cgg, const Graph *ref, cons
     }
     if (first) c->step_at = o->len;
     c->kernel_bytes += o->len - graph_at;
+    StrBuf fn;
+    sb_init(&fn);
+    for (int32_t k = 0; k < c->fp.nkernels; k++) {
+        sb_free(&fn);
+        kernel_function(c, k, &fn);
+        cg_names_record(c, k, fn.data, NULL, "");
+    }
+    sb_free(&fn);
     cg_emit_step(c, train, emit_kernel_call);
     cg_emit_kernel_table(c, kernel_function);
     if (c->decoding) c->ndecode_kernels = c->fp.nkernels;
@@ -480,6 +488,7 @@ static void cg_done(Cg *c)
     cg_free_lines(c);
     free(c->kernel_at);
     cg_free_shared(c);
+    cg_names_free(&c->names);
     free(c->buckets);
 }
 
@@ -505,6 +514,7 @@ int codegen_c_train(const CodegenInput *in, StrBuf *out, StrBuf *err)
     cg_emit_model_def(&c, train, &counts, train_arena, eval_arena);
     split_in_halves(&c, tables_at);
     cg_prune_unused(out, tables_at, false); /* the step functions' unread symbols */
+    cg_names_apply(&c.names, out);
     cg_done(&c);
     return 0;
 }
@@ -532,6 +542,7 @@ int codegen_c_infer(const CodegenInput *in, StrBuf *out, StrBuf *err)
     cg_emit_model_def(&c, train, &counts, 0, eval_arena);
     split_in_halves(&c, tables_at);
     cg_prune_unused(out, tables_at, false); /* the step functions' unread symbols */
+    cg_names_apply(&c.names, out);
     cg_done(&c);
     return 0;
 }

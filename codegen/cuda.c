@@ -1230,6 +1230,7 @@ static int emit_graph(Cg *c, const CodegenGraph *cgg, const Graph *ref, const ch
     c->mp = cgg->plan->mem;
     cuda_gemm_plan_bgrad(c); /* bias gradients summed by their weight gradient's product */
     int rc = 0;
+    bool *epilogue_of = xcalloc((size_t)c->fp.nkernels + 1, 1); /* a product's kernel after cuBLAS */
     for (int32_t k = 0; k < c->fp.nkernels && !rc; k++) {
         CgKernel L;
         cg_kernel_setup(&L, c, k);
@@ -1240,6 +1241,7 @@ static int emit_graph(Cg *c, const CodegenGraph *cgg, const Graph *ref, const ch
         } else if (!kind) {
             bool epilogue = false;
             for (int i = 0; i < L.nstores && L.K->written == IR_NONE && L.K->summed == IR_NONE; i++) epilogue |= L.stores[i] != L.K->anchor;
+            epilogue_of[k] = L.mode == CG_LOOP_GEMM && epilogue;
             if (L.mode == CG_LOOP_GEMM && !epilogue) cg_kernel_comment(&L);
             else if (columns_kernel(&L)) emit_columns_kernel(&L);
             else if (L.K->axes) emit_rows_kernel(&L);
@@ -1270,6 +1272,22 @@ static int emit_graph(Cg *c, const CodegenGraph *cgg, const Graph *ref, const ch
         }
         cg_kernel_teardown(&L);
     }
+    StrBuf fn, launcher;
+    sb_init(&fn);
+    sb_init(&launcher);
+    for (int32_t k = 0; k < c->fp.nkernels && !rc; k++) {
+        sb_free(&fn);
+        sb_free(&launcher);
+        kernel_function(c, k, &fn);
+        sb_printf(&launcher, "%s_launch", fn.data);
+        cg_names_record(c, k, fn.data, launcher.data, "");
+        if (!epilogue_of[k]) continue;
+        sb_puts(&fn, "_epilogue");
+        cg_names_record(c, k, fn.data, NULL, "_epilogue");
+    }
+    free(epilogue_of);
+    sb_free(&fn);
+    sb_free(&launcher);
     if (!rc && !partial) { /* the host side: the step that launches them, its tables */
         const bool train = !strcmp(prefix, "train");
         cg_emit_step(c, train, emit_kernel_call);
@@ -1399,8 +1417,10 @@ int codegen_cuda(const CodegenInput *in, StrBuf *out, StrBuf *err)
     free(c.buckets);
     if (!rc) { /* each kernel declares what it reads; identical kernels are one */
         cg_prune_unused(out, 0, true);
-        cg_share_cuda_kernels(out);
+        cg_share_cuda_kernels(out, &c.names);
+        cg_names_apply(&c.names, out);
     }
+    cg_names_free(&c.names);
     return rc;
 }
 
@@ -1430,7 +1450,9 @@ int codegen_cuda_infer(const CodegenInput *in, StrBuf *out, StrBuf *err)
     cg_free_lines(&c);
     if (!rc) {
         cg_prune_unused(out, 0, true);
-        cg_share_cuda_kernels(out);
+        cg_share_cuda_kernels(out, &c.names);
+        cg_names_apply(&c.names, out);
     }
+    cg_names_free(&c.names);
     return rc;
 }

@@ -72,62 +72,18 @@ void cg_layout_free(Cg *c)
 
 /* ---- the step ---- */
 
-/* The node whose module (Node.scope) names kernel k: of its members' modules, the one
- * most of them belong to (ties: the one interned later), the model's own forward only when no member
- * belongs to a module; the anchor when it is in that module, else its last member there. */
-static int cmp_u32(const void *a, const void *b)
-{
-    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static NodeId kernel_scope_node(const Cg *c, int32_t k)
-{
-    const Kernel *K = &c->fp.kernels[k];
-    const NodeId *m = c->fp.members + K->first;
-    /* sorted, so that a kernel of many members (a chain of 50,000 ops) takes n log n */
-    uint32_t *sc = xmalloc((size_t)K->count * sizeof *sc + 1);
-    for (int32_t i = 0; i < K->count; i++) sc[i] = N(c, m[i])->scope;
-    qsort(sc, (size_t)K->count, sizeof *sc, cmp_u32);
-    uint32_t best = 0;
-    int32_t best_n = 0;
-    for (int32_t i = 0, j; i < K->count; i = j) {
-        for (j = i; j < K->count && sc[j] == sc[i]; j++) {}
-        if (sc[i] && j - i >= best_n) best = sc[i], best_n = j - i;
-    }
-    free(sc);
-    if (N(c, K->anchor)->scope == best) return K->anchor;
-    for (int32_t i = K->count - 1; i >= 0; i--)
-        if (N(c, m[i])->scope == best) return m[i];
-    return K->anchor;
-}
-
-/* Does kernel k compute the backward pass of module scope: are most of its members of
- * that module backward nodes (autodiff's)? */
-static bool kernel_backward(const Cg *c, int32_t k, uint32_t scope)
-{
-    const Kernel *K = &c->fp.kernels[k];
-    int back = 0, all = 0;
-    for (int32_t i = 0; i < K->count; i++) {
-        const Node *m = N(c, c->fp.members[K->first + i]);
-        if (m->scope != scope) continue;
-        all++;
-        back += (m->flags & NODE_BACKWARD) != 0;
-    }
-    return 2 * back > all;
-}
-
 /* The comment before kernel k's call: the module path (or, outside any module, the
  * variable the anchor's value is assigned to), forward or backward, and the line of the
  * layer: where the module is called in the model file. */
 static void emit_call_comment(Cg *c, int32_t k)
 {
-    const NodeId id = kernel_scope_node(c, k);
+    static const char *const role_name[] = {"forward", "backward", "recomputed"};
+    const NodeId id = cg_kernel_scope_node(c, k);
     const Node *n = N(c, id);
     const char *what = n->scope ? ir_str(c->g, n->scope) : ir_node_name(c->g, id);
     if (!*what) what = ir_op_info[n->op].name;
     const Loc loc = n->scope ? n->scope_loc : n->loc;
-    sb_printf(c->o, "    // %s %s", what, kernel_backward(c, k, n->scope) ? "backward" : "forward");
+    sb_printf(c->o, "    // %s %s", what, role_name[cg_kernel_role(c, k, n->scope)]);
     if (loc.line && loc.file < c->g->nfiles) {
         const char *file = c->g->files[loc.file], *slash = strrchr(file, '/');
         sb_printf(c->o, " \u2014 %s:%u", slash ? slash + 1 : file, loc.line);
@@ -174,7 +130,7 @@ static bool *names_in(const StrBuf *b, int32_t nnodes)
 
 /* Appends s as part of a C identifier: "h.3.ln_2" -> "h3_ln_2" (a dot before a digit is
  * dropped, other characters that cannot be in one are '_', never two in a row). */
-static void ident_part(StrBuf *b, const char *s)
+void cg_ident_part(StrBuf *b, const char *s)
 {
     for (; *s; s++) {
         if (*s == '.' && isdigit((unsigned char)s[1])) continue;
@@ -223,17 +179,17 @@ static char **value_names(const Cg *c)
     for (NodeId i = 0; i < g->nnodes; i++) {
         const Node *n = N(c, i);
         sb_free(&b);
-        if (n->op == OP_INPUT || n->op == OP_PARAM) ident_part(&b, ir_node_name(g, i));
+        if (n->op == OP_INPUT || n->op == OP_PARAM) cg_ident_part(&b, ir_node_name(g, i));
         else if (c->mp.kind[i] == MEM_GRAD) {
-            ident_part(&b, ir_str(g, g->outputs[c->mp.offset[i]].name));
+            cg_ident_part(&b, ir_str(g, g->outputs[c->mp.offset[i]].name));
             sb_puts(&b, "_grad");
         } else {
             if (n->scope) {
-                ident_part(&b, ir_str(g, n->scope));
+                cg_ident_part(&b, ir_str(g, n->scope));
                 sb_puts(&b, "_");
             }
             const char *var = ir_node_name(g, i);
-            ident_part(&b, *var ? var : ir_op_info[n->op].name);
+            cg_ident_part(&b, *var ? var : ir_op_info[n->op].name);
             if (n->flags & NODE_BACKWARD) sb_puts(&b, "_bwd");
         }
         if (!b.len || isdigit((unsigned char)b.data[0]) || reserved_name(c, b.data)) {

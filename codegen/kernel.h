@@ -17,6 +17,29 @@
 
 typedef enum { CG_TARGET_C, CG_TARGET_CUDA } CgTarget;
 
+/* What a kernel computes for its module (names.c): its forward pass, its backward pass, or
+ * a checkpointed forward computed again for the backward pass. */
+typedef enum { CG_ROLE_FORWARD, CG_ROLE_BACKWARD, CG_ROLE_RECOMPUTE } CgRole;
+
+/* One kernel's call of a function under its provisional name (names.c). */
+typedef struct {
+    char *function, *launcher; /* CUDA: the kernel's launcher; NULL in C */
+    char *prefix;              /* its graph's: "train", "eval", ... */
+    char *scope, *type;        /* its module's path and type ("" outside any module) */
+    char *word;                /* what it computes: its value's variable, else its operation */
+    char *op;                  /* its operation ("matmul" for a product) */
+    const char *suffix;        /* what of the kernel the function is: "", "_epilogue" */
+    CgRole role;
+} CgNameUse;
+
+/* The record of a file's kernel functions, named when the file is done. */
+typedef struct {
+    CgNameUse *use;
+    int32_t n, cap;
+    char **merge_from, **merge_to; /* CUDA: kernels found to have the same code as another */
+    int32_t nmerge, capmerge;
+} CgNames;
+
 /* The generator's state for one output file. The fields after `source` serve the C
  * target's file layout (function sharing, profile tables, the file's halves). */
 typedef struct {
@@ -66,6 +89,7 @@ typedef struct {
      * epilogue (a column-sum kernel and the weight gradient's product; cuda_gemm.c), -1 for
      * none; NULL: no pairs */
     int32_t *cuda_bgrad;
+    CgNames names; /* the kernel functions' users, for their names (names.c) */
 } Cg;
 
 /* A gradient bucket: `count` floats of the gradient slab from `offset`, final after
@@ -369,8 +393,25 @@ void cg_emit_decode_tables(Cg *c, const Graph *train, const Graph *decode, const
 void cg_prune_unused(StrBuf *o, size_t start, bool cxx);
 /* prune.c: keeps one of each set of __global__ kernels of model.cu with the same code, the
  * launches of the others calling it; returns how many went. */
-int cg_share_cuda_kernels(StrBuf *o);
+int cg_share_cuda_kernels(StrBuf *o, CgNames *names);
 /* c_loops.c: a kernel's code without its comments, its values' names numbered by first use. */
 void cg_canonical_code(const char *src, StrBuf *out);
+/* Copies n bytes of text to r with each identifier that renames maps to i replaced by names[i]. */
+void cg_put_renamed(StrBuf *r, const char *text, size_t n, const StrMap *renames, char *const *names);
+
+/* names.c: the node whose module names kernel k (of its members' modules, the one most
+ * belong to; the anchor when it is in it), and the kernel's role for that module. */
+NodeId cg_kernel_scope_node(const Cg *c, int32_t k);
+CgRole cg_kernel_role(const Cg *c, int32_t k, uint32_t scope);
+/* Kernel k of the graph being written calls function (and, in CUDA, its launcher); suffix
+ * (a string literal) names a function that is a part of the kernel, e.g. "_epilogue". */
+void cg_names_record(Cg *c, int32_t k, const char *function, const char *launcher, const char *suffix);
+/* CUDA: the kernel function gone has the same code as kept and is replaced by it. */
+void cg_names_merge(CgNames *r, const char *gone, const char *kept);
+/* Renames the recorded functions in the finished file o. */
+void cg_names_apply(CgNames *r, StrBuf *o);
+void cg_names_free(CgNames *r);
+/* host.c: appends s as part of a C identifier ("h.3.ln_2" -> "h3_ln_2"). */
+void cg_ident_part(StrBuf *b, const char *s);
 
 #endif

@@ -307,9 +307,9 @@ static bool kernel_signature(const char *s, StrBuf *b)
 }
 
 /* Copies text to r with the identifiers that renames maps replaced by names[]. */
-static void put_renamed(StrBuf *r, const char *text, size_t n, const StrMap *renames, char **names)
+void cg_put_renamed(StrBuf *r, const char *text, size_t n, const StrMap *renames, char *const *names)
 {
-    char tok[128];
+    char tok[256];
     for (size_t j = 0; j < n;) {
         if (!ident_char(text[j]) || (j && ident_char(text[j - 1]))) {
             sb_putc(r, text[j++]);
@@ -329,7 +329,7 @@ static void put_renamed(StrBuf *r, const char *text, size_t n, const StrMap *ren
     }
 }
 
-int cg_share_cuda_kernels(StrBuf *o)
+int cg_share_cuda_kernels(StrBuf *o, CgNames *record)
 {
     StrMap codes = {0}, renames = {0};
     char **owned = NULL, **names = NULL;
@@ -365,7 +365,7 @@ int cg_share_cuda_kernels(StrBuf *o)
             GROW(names, capnames, nnames + 1);
             names[nnames] = name.data;
             strmap_put(&codes, code.data, nnames++);
-            put_renamed(&r, copied, (size_t)(end - copied), &renames, names);
+            cg_put_renamed(&r, copied, (size_t)(end - copied), &renames, names);
         } else { /* the same code: gone, with the comment before it; its launches call the first */
             const char *from = line;
             if (from - 3 >= copied && !strncmp(from - 3, "*/\n", 3)) {
@@ -374,17 +374,18 @@ int cg_share_cuda_kernels(StrBuf *o)
                 while (c > copied && c[-1] != '\n') c--;
                 from = c;
             }
-            put_renamed(&r, copied, (size_t)(from - copied), &renames, names);
+            cg_put_renamed(&r, copied, (size_t)(from - copied), &renames, names);
             GROW(owned, capowned, nowned + 2);
             owned[nowned++] = name.data;
             strmap_put(&renames, name.data, j);
+            if (record) cg_names_merge(record, name.data, names[j]);
             sb_free(&code);
             if (*end == '\n') end++; /* the blank line after it */
             gone++;
         }
         copied = line = end;
     }
-    put_renamed(&r, copied, strlen(copied), &renames, names);
+    cg_put_renamed(&r, copied, strlen(copied), &renames, names);
     for (int i = 0; i < nowned; i++) free(owned[i]);
     for (int i = 0; i < nnames; i++) free(names[i]);
     free(owned);

@@ -620,12 +620,15 @@ Value lower_apply_module_value(Lower *L, int32_t m, const Value *args, int nargs
     /* the nodes the call builds belong to the module (Node.scope), at the call's line */
     const uint32_t saved_scope = L->b.scope;
     const Loc saved_scope_loc = L->b.scope_loc;
+    const uint32_t saved_scope_type = L->b.scope_type;
     L->b.scope = ir_intern(L->b.g, mi->path);
+    L->b.scope_type = ir_intern(L->b.g, mi->type);
     L->b.scope_loc = ast_node(L->ast, e)->loc;
     L->b.scope_loc.file = 0; /* the graph's own file table: index 0 is this file */
     Value r = apply_module_body(L, m, args, nargs, e);
     L->b.scope = saved_scope;
     L->b.scope_loc = saved_scope_loc;
+    L->b.scope_type = saved_scope_type;
     return r;
 }
 

@@ -16,6 +16,7 @@ static NodeId add(IrBuilder *b, Op op, DType t, const Shape *s, const NodeId *in
     b->g->nodes[id].ckpt = b->ckpt;
     b->g->nodes[id].scope = b->scope;
     b->g->nodes[id].scope_loc = b->scope_loc;
+    b->g->nodes[id].scope_type = b->scope_type;
     return id;
 }
 

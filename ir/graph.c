@@ -180,14 +180,18 @@ void ir_set_name(Graph *g, NodeId id, const char *name) { g->nodes[id].name = ir
 void ir_copy_scope(Graph *g, NodeId dst, const Graph *from, NodeId src)
 {
     const Node *n = &from->nodes[src];
-    uint32_t off = 0;
-    if (n->scope) {
-        char *path = xstrdup(ir_str(from, n->scope)); /* from may be g: interning moves its strings */
+    uint32_t off = 0, type = 0;
+    const Loc loc = n->scope_loc;
+    if (n->scope) { /* from may be g: interning moves its strings (and n) */
+        char *path = xstrdup(ir_str(from, n->scope)), *ty = xstrdup(ir_str(from, n->scope_type));
         off = ir_intern(g, path);
+        type = *ty ? ir_intern(g, ty) : 0;
         free(path);
+        free(ty);
     }
     g->nodes[dst].scope = off;
-    g->nodes[dst].scope_loc = n->scope_loc;
+    g->nodes[dst].scope_loc = loc;
+    g->nodes[dst].scope_type = type;
 }
 
 int ir_find_symbol(const Graph *g, const char *name)

@@ -114,6 +114,8 @@ typedef struct {
                            module call that built it ("h.3.ln_2"); 0 = the model's own
                            forward. Only for readable generated code: no pass reads it */
     Loc scope_loc;      /* where that module is called (the layer's line) */
+    uint32_t scope_type; /* offset in Graph.strings of that module's type ("LayerNorm"); 0
+                            with scope 0. Names the kernels several layers share */
 } Node;
 
 /* Node.ckpt from IR_CKPT_AUTO up: a call of one of the model's own modules in forward
@@ -235,8 +237,9 @@ typedef struct {
     Graph *g;
     Loc loc;      /* stamped on every node built */
     int32_t ckpt; /* checkpoint region stamped on every node built */
-    uint32_t scope; /* module path (Node.scope) and its call's location, stamped likewise */
+    uint32_t scope; /* module path (Node.scope), its call's location and its type, stamped likewise */
     Loc scope_loc;
+    uint32_t scope_type;
     StrBuf *err;
     int32_t next_stream; /* for random_uniform streams */
 } IrBuilder;

@@ -594,6 +594,7 @@ static void check_node(V *v, NodeId id)
     if (n->name >= (uint32_t)g->nstrings) problem(v, id, "name offset %u is out of range", n->name);
     if (n->ckpt < 0) problem(v, id, "checkpoint region %d is negative", n->ckpt);
     if (n->scope >= (uint32_t)g->nstrings) problem(v, id, "module path offset %u is out of range", n->scope);
+    if (n->scope_type >= (uint32_t)g->nstrings) problem(v, id, "module type offset %u is out of range", n->scope_type);
     else if (n->scope && n->scope_loc.file >= g->nfiles) problem(v, id, "module call's file %u is out of range", n->scope_loc.file);
     if ((uint64_t)n->inputs + n->ninputs > (uint64_t)g->noperands) {
         problem(v, id, "operand list (%u at %u) is out of range", n->ninputs, n->inputs);

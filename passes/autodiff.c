@@ -170,6 +170,7 @@ static void backprop(Ad *a, NodeId i)
     a->b.loc = n.loc;
     a->b.scope = n.scope; /* the backward of the forward node's module */
     a->b.scope_loc = n.scope_loc;
+    a->b.scope_type = n.scope_type;
     switch ((Op)n.op) {
     case OP_INPUT:
     case OP_PARAM:
@@ -423,6 +424,7 @@ int pass_autodiff(Graph *g, const AutodiffOptions *opt, StrBuf *err)
             a.b.loc = n->loc;
             a.b.scope = n->scope;
             a.b.scope_loc = n->scope_loc;
+            a.b.scope_type = n->scope_type;
             grad = full_like(&a, i, 0.0);
         }
         char *name = xstrdup(ir_node_name(g, i));

@@ -386,6 +386,7 @@ void pass_simplify(Graph *g)
         for (NodeId q = before; r != IR_NONE && q < s.out->nnodes; q++) {
             if (!s.out->nodes[q].ckpt) s.out->nodes[q].ckpt = n->ckpt;
             if (!s.out->nodes[q].scope) ir_copy_scope(s.out, q, g, i);
+            s.out->nodes[q].flags |= n->flags & NODE_BACKWARD; /* and in its pass */
         }
         if (r == IR_NONE) {
             r = ir_add_node(s.out, (Op)n->op, (DType)n->dtype, &n->shape, in, (int)n->ninputs, ir_attrs(g, i), (int)n->nattrs,

@@ -61,12 +61,15 @@ void kiln_print_profile(const char *title, const kiln_kernel_info *info, int nk,
     qsort(rows, (size_t)nrows, sizeof *rows, cmp_row);
     printf("profile: %s, %lld steps: %.3f ms per step, %.3f ms in its %d kernels\n", title, (long long)n, 1e3 * total / (double)n,
            1e3 * kernels / (double)n, nk);
-    printf("  %10s %6s %5s  %-22s %-8s %s\n", "ms/step", "%", "calls", "function", "line", "what");
+    int width = 22; /* the functions' column: as wide as their longest name */
+    for (int r = 0; r < nrows; r++)
+        if ((int)strlen(rows[r].function) > width) width = (int)strlen(rows[r].function);
+    printf("  %10s %6s %5s  %-*s %-8s %s\n", "ms/step", "%", "calls", width, "function", "line", "what");
     for (int r = 0; r < nrows; r++) {
         char line[32] = "";
         if (rows[r].line) snprintf(line, sizeof line, rows[r].lines ? "%u+%u" : "%u", rows[r].line, rows[r].lines);
-        printf("  %10.3f %6.1f %5d  %-22s %-8s %s\n", 1e3 * rows[r].seconds / (double)n, total > 0 ? 100 * rows[r].seconds / total : 0,
-               rows[r].calls, rows[r].function, line, rows[r].what);
+        printf("  %10.3f %6.1f %5d  %-*s %-8s %s\n", 1e3 * rows[r].seconds / (double)n, total > 0 ? 100 * rows[r].seconds / total : 0,
+               rows[r].calls, width, rows[r].function, line, rows[r].what);
     }
     fflush(stdout);
     free(rows);

@@ -260,7 +260,9 @@ static void no_unused_variables(const char *rel)
 
 /* The step cites, before each kernel call, the module it computes, forward or backward, and
  * the line where the module is called (not the anchor op's: block 0's first layer norm is
- * fused with the embeddings' add of line 33), and names values after what they hold. */
+ * fused with the embeddings' add of line 33), and names values after what they hold.
+ * Kernel functions are named after their module and role; one several layers share,
+ * after what the layers have in common (their module type), and none by a number. */
 Test(readable, gpt_step_cites_layers_and_names_values, .timeout = 120)
 {
     Graphs gs;
@@ -269,7 +271,7 @@ Test(readable, gpt_step_cites_layers_and_names_values, .timeout = 120)
     const char *step = strstr(c.data, "static void train_step(");
     cr_assert(step);
     static const char *const want[] = {
-        "    // h.0.ln_1 forward \u2014 gpt.kiln:15\n    train_k4_rows(",
+        "    // h.0.ln_1 forward \u2014 gpt.kiln:15\n    train_h0_ln_1_fwd(",
         "    // h.3.ln_2 backward \u2014 gpt.kiln:16\n",
         "    // h.2.attn forward \u2014 gpt.kiln:15\n",
         "    // ln_f forward \u2014 gpt.kiln:35\n",
@@ -277,8 +279,18 @@ Test(readable, gpt_step_cites_layers_and_names_values, .timeout = 120)
         "    float *h0_ln_1_weight_grad = io->grads + ",
         "    float *h0_ln_1_sub = (float *)(io->arena + ",
         "); /* [B, T, 128] */\n",
+        "    // h.1.ln_1 forward \u2014 gpt.kiln:15\n    train_LayerNorm_fwd(",
+        "    // h.3.mlp backward \u2014 gpt.kiln:16\n    train_MLP_c_proj_weight_grad(",
+        "    // h.2.attn backward \u2014 gpt.kiln:15\n    train_CausalSelfAttention_c_attn_bias_grad(",
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) cr_expect(strstr(step, want[i]), "no '%s' in train_step", want[i]);
+    cr_expect(strstr(c.data, "\nKILN_KERNEL void train_LayerNorm_fwd(const int64_t *s"));
+    cr_expect(strstr(c.data, "\nKILN_KERNEL void train_h0_ln_1_fwd(const int64_t *s"));
+    /* no provisional name is left: prefix_kN_kind (fused), prefix_ID_op (single) */
+    for (const char *q = c.data; (q = strstr(q, "_k")); q++)
+        cr_expect(!(q[2] >= '0' && q[2] <= '9' && (q[-1] == 'n' || q[-1] == 'l' || q[-1] == 't' || q[-1] == 'e')),
+                  "a numbered kernel: %.40s", q - 8);
+    for (const char *q = c.data; (q = strstr(q, "train_")); q++) cr_expect(!(q[6] >= '0' && q[6] <= '9'), "a numbered kernel: %.40s", q);
     const char *end = strstr(step, "\n}\n");
     for (const char *q = step; (q = strstr(q, " v")) && q < end; q++)
         cr_expect(!(q[2] >= '0' && q[2] <= '9'), "an unnamed value: %.60s", q);

@@ -247,9 +247,9 @@ Test(cuda_infer, emit_writes_the_two_steps_for_the_device)
     cr_expect(strstr(cu, "static void eval_step(kiln_step_io *io)"));
     cr_expect(strstr(cu, "static void predict_step(kiln_step_io *io)"));
     /* the predict step's launches; its kernels are the evaluation step's (the same code) */
-    cr_expect(strstr(cu, "void predict_k0_map_launch(") && strstr(cu, "KILN_LAUNCH_AT(") && strstr(cu, ", eval_k0_map, "),
+    cr_expect(strstr(cu, "void predict_cast_fwd_launch(") && strstr(cu, "KILN_LAUNCH_AT(") && strstr(cu, ", eval_cast_fwd, "),
               "the predict step's kernels");
-    cr_expect(!strstr(cu, "__global__ void __launch_bounds__(256) predict_k"), "a predict kernel the same as an evaluation kernel");
+    cr_expect(!strstr(cu, "__global__ void __launch_bounds__(256) predict_"), "a predict kernel the same as an evaluation kernel");
     cr_expect(!strstr(cu, "void train_step") && !strstr(cu, "io->grads"), "an inference program's model.cu has a training step");
     cr_expect(strstr(cu, ".train_step = NULL, .eval_step = eval_step,"));
     cr_expect(strstr(cu, "static const bool forward_inputs[] = {true, false};"));
