@@ -831,7 +831,7 @@ static void emit_gemm_kernel(CgKernel *L)
 
 static bool is_value_name(const char *id, size_t n)
 {
-    static const char *const prefixes[] = {"p", "y", "t", "w", "a", "b", "tot", "part", "keep", "staged", "nan"};
+    static const char *const prefixes[] = {"p", "y", "t", "w", "a", "b", "q", "r", "tot", "part", "keep", "staged", "nan"};
     for (size_t q = 0; q < sizeof prefixes / sizeof *prefixes; q++) {
         size_t l = strlen(prefixes[q]);
         if (n <= l || strncmp(id, prefixes[q], l)) continue;

@@ -906,9 +906,10 @@ Test(cuda_codegen, vectorised_loads_where_aligned, .timeout = 240)
         printf("%s: %d elementwise kernels vectorised, %d not:\n%s", models[m], yes, no, table.data ? table.data : "");
         cr_expect_gt(yes, 0, "%s", table.data);
         if (!m) {
-            /* the first layer's epilogue: the product and the activation as float4, the bias
-             * by its coordinate, the relu mask (u8) one element at a time */
-            cr_expect(strstr(table.data, "  train_fc1_fwd_epilogue: vectorised\n"), "%s", table.data);
+            /* the hidden layers' epilogue (fc1's and fc2's: one kernel): the product and the
+             * activation as float4, the bias by its coordinate, the relu mask (u8) one element
+             * at a time */
+            cr_expect(strstr(table.data, "  train_Linear_fwd_epilogue: vectorised\n"), "%s", table.data);
             cr_expect(strstr(cu, "reinterpret_cast<float4 *>(y17)[q] = r17;"));
             cr_expect(strstr(cu, "y89[i] = t89; /* not float32: one element */"));
             /* the labels' cast (u8 to i64): no float32 array */
