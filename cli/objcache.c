@@ -495,6 +495,10 @@ static int jobs(const ObjOptions *o)
 void objcache_describe(const ObjResult *r, StrBuf *out)
 {
     sb_printf(out, "compiled %d of %d piece%s (%d cached)", r->compiled, r->npieces, r->npieces == 1 ? "" : "s", r->cached);
+    if (!r->compiled) return;
+    sb_printf(out, ": %d of %d kernel pieces", r->kernels_compiled, r->kernel_pieces);
+    if (r->recipe_compiled) sb_puts(out, ", the recipe");
+    if (r->host_compiled) sb_puts(out, ", the host code");
 }
 
 void objcache_result_free(ObjResult *r)
@@ -543,6 +547,7 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
     p.order = xcalloc((size_t)n, sizeof *p.order);
     char **entry = xcalloc((size_t)n, sizeof *entry);
     int rc = 0;
+    for (int i = 0; i < n; i++) r->kernel_pieces += ps.v[i].kind == PIECE_KERNELS;
     for (int i = 0; i < n; i++) {
         const Piece *pc = &ps.v[i];
         char path[4400];
@@ -579,6 +584,8 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
         }
         p.order[p.norder++] = i;
         if (pc->kind == PIECE_KERNELS) r->kernels_compiled++;
+        else if (pc->kind == PIECE_RECIPE) r->recipe_compiled = true;
+        else r->host_compiled = true;
     }
     r->compiled = p.norder;
     p.log_out = log;

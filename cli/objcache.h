@@ -31,8 +31,9 @@ typedef struct {
     char **objs; /* the objects, in dir, to link in this order */
     int nobjs;
     int compiled, cached;  /* pieces compiled, and taken from the cache */
-    int kernels_compiled;  /* kernel pieces compiled (the rest: recipe, host) */
-    int npieces;
+    int kernels_compiled;  /* kernel pieces compiled, of kernel_pieces */
+    int kernel_pieces, npieces;
+    bool recipe_compiled, host_compiled; /* (or the whole file, when it was one piece) */
 } ObjResult;
 
 /* Compiles model_c (the generated file's text) into objects in o->dir. Returns 0, or -1
@@ -42,7 +43,7 @@ typedef struct {
 int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjResult *r, StrBuf *log);
 void objcache_result_free(ObjResult *r);
 
-/* "compiled 3 of 41 pieces (38 cached)" */
+/* "compiled 3 of 41 pieces (38 cached): 2 of 39 kernel pieces, the host code" */
 void objcache_describe(const ObjResult *r, StrBuf *out);
 
 /* The compile flags, as words: Kiln's defaults with -march=NAME for cpu (NULL: as they
