@@ -200,3 +200,41 @@ Test(cache, two_builds_at_once)
     cr_expect_eq(after.compiled, 0, "after two builds at once, a third compiled %d pieces", after.compiled);
     sb_free(&out);
 }
+
+/* --cpu NAME: -march=NAME, part of the key (a build for another CPU compiles every piece
+ * again, and runs here); a name the compiler does not know is one line of error. */
+Test(cache, cpu_names_the_target)
+{
+#if !defined(__x86_64__)
+    cr_skip_test("x86-64-v3 names an x86-64 CPU");
+#else
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) cr_skip_test("this CPU cannot run x86-64-v3 code");
+#endif
+    write_model(dir, 24, "1e-3");
+    Counts native = build(dir, "native");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "XDG_CACHE_HOME='%s/cache' '%s' build '%s/tiny.kiln' -o '%s/v3' --cpu x86-64-v3 --time-passes 2>&1 | grep -o 'compiled [0-9]* of [0-9]*'",
+             dir, KILN_BINARY, dir, dir);
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(support_run(cmd, &out), 0, "%s", out.data ? out.data : "");
+    char want[64];
+    snprintf(want, sizeof want, "compiled %d of %d\n", native.total, native.total);
+    cr_expect_str_eq(out.data, want, "--cpu x86-64-v3 after a native build: every piece compiled again");
+    char *t = train(dir, "v3");
+    cr_expect(strstr(t, "step 3/3"), "%s", t);
+    free(t);
+
+    snprintf(cmd, sizeof cmd, "XDG_CACHE_HOME='%s/cache' '%s' build '%s/tiny.kiln' -o '%s/bad' --cpu no-such-cpu", dir, KILN_BINARY, dir, dir);
+    out.len = 0;
+    cr_expect_eq(support_run(cmd, &out), 1, "%s", out.data);
+    const char *text = out.data ? out.data : "";
+    cr_expect(!strncmp(text, "kiln build: error: --cpu no-such-cpu: ", 38) && strstr(text, "does not know this CPU"), "%s", text);
+    cr_expect(strchr(text, '\n') == text + strlen(text) - 1, "one line of error, not:\n%s", text);
+
+    snprintf(cmd, sizeof cmd, "'%s' build '%s/tiny.kiln' -o '%s/bad' --cpu 'x;y' 2>&1 | head -1", KILN_BINARY, dir, dir);
+    out.len = 0;
+    support_run(cmd, &out);
+    cr_expect(out.data && strstr(out.data, "--cpu 'x;y': not a CPU name"), "%s", out.data ? out.data : "");
+    sb_free(&out);
+}
