@@ -3,7 +3,9 @@
  * OpenBLAS, OpenMP (libgomp), zlib, libm and pthreads. The compiler is $CC (default: the
  * one Kiln was built with) and flags are overridable, so users can build with their own
  * toolchain. The default flags (KILN_GENERATED_CFLAGS in CMakeLists.txt) are fast ones:
- * -O3 -march=native -fno-trapping-math -fopenmp; --cflags comes after them, so its flags win. */
+ * -O3 -march=native -fno-trapping-math -fopenmp; --cflags comes after them, so its flags win.
+ * model.c is compiled in pieces on all cores, each piece's object cached (objcache.h), by
+ * Clang inside kiln or by the external compiler, then linked here. */
 #define _XOPEN_SOURCE 700
 #include <dirent.h>
 #include <errno.h>
