@@ -588,6 +588,7 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
         else r->host_compiled = true;
     }
     r->compiled = p.norder;
+    if (!rc && !p.norder) progress_stage(o->pg, 0, "model.c's %d pieces all from the cache", n);
     p.log_out = log;
     if (!rc && p.norder && o->cpu && *o->cpu && check_cpu(o, &p)) rc = OBJCACHE_BAD_CPU;
     char pch[4400] = "";
