@@ -335,6 +335,9 @@ typedef struct {
     int next;
     pthread_mutex_t mu;
     StrBuf *log_out; /* the caller's log */
+    char **pch_flags;  /* -include-pch ...: for the pieces that use the precompiled header */
+    int npch_flags;
+    bool *with_pch;    /* per piece */
 } Pool;
 
 static void compile_one(Pool *p, int i)
@@ -343,6 +346,7 @@ static void compile_one(Pool *p, int i)
         char **args = NULL;
         int n = 0;
         for (int k = 0; k < p->nflags; k++) add_word(&args, &n, p->flags[k]);
+        for (int k = 0; p->with_pch[i] && k < p->npch_flags; k++) add_word(&args, &n, p->pch_flags[k]);
         add_word(&args, &n, "-c");
         add_word(&args, &n, p->src[i]);
         add_word(&args, &n, "-o");
@@ -532,9 +536,7 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
     char *dir = objcache_dir();
     StrBuf env;
     sb_init(&env);
-    const bool use_pch = !o->cc && ps.includes && ps.n > 1;
     if (dir) environment_key(o, p.flags, p.nflags, &env);
-    if (dir && use_pch) sb_puts(&env, "with the precompiled header\n");
     bool debug = false; /* with -g the comments' line numbers are in the object */
     for (int i = 0; i < p.nflags; i++)
         if (!strncmp(p.flags[i], "-g", 2) && strcmp(p.flags[i], "-g0")) debug = true;
@@ -545,6 +547,11 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
     p.log = xcalloc((size_t)n, sizeof *p.log);
     p.rc = xcalloc((size_t)n, sizeof *p.rc);
     p.order = xcalloc((size_t)n, sizeof *p.order);
+    /* the kernels' and the host code's pieces start from the precompiled header (Clang
+     * inside kiln); the recipe's includes kiln_model.h alone, quicker without it */
+    p.with_pch = xcalloc((size_t)n, sizeof *p.with_pch);
+    bool need_pch = false;
+    for (int i = 0; i < n; i++) p.with_pch[i] = !o->cc && ps.includes && (ps.v[i].kind == PIECE_KERNELS || ps.v[i].kind == PIECE_HOST);
     char **entry = xcalloc((size_t)n, sizeof *entry);
     int rc = 0;
     for (int i = 0; i < n; i++) r->kernel_pieces += ps.v[i].kind == PIECE_KERNELS;
@@ -558,6 +565,7 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
         if (dir && pc->cacheable) {
             uint64_t h[2] = {0, 0};
             pieces_hash128(env.data, env.len, h);
+            if (p.with_pch[i]) pieces_hash128("with the precompiled header\n", 28, h);
             if (debug) pieces_hash128(pc->text, pc->len, h);
             else {
                 size_t sl;
@@ -583,6 +591,7 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
             break;
         }
         p.order[p.norder++] = i;
+        need_pch |= p.with_pch[i];
         if (pc->kind == PIECE_KERNELS) r->kernels_compiled++;
         else if (pc->kind == PIECE_RECIPE) r->recipe_compiled = true;
         else r->host_compiled = true;
@@ -592,13 +601,13 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
     p.log_out = log;
     if (!rc && p.norder && o->cpu && *o->cpu && check_cpu(o, &p)) rc = OBJCACHE_BAD_CPU;
     char pch[4400] = "";
-    if (!rc && p.norder && use_pch) {
+    if (!rc && need_pch) {
         rc = get_pch(ps.includes, p.flags, p.nflags, dir, &env, o->dir, pch, sizeof pch, log);
-        add_word(&p.flags, &p.nflags, "-include-pch");
-        add_word(&p.flags, &p.nflags, pch);
+        add_word(&p.pch_flags, &p.npch_flags, "-include-pch");
+        add_word(&p.pch_flags, &p.npch_flags, pch);
         /* the key holds the headers' content: their times need not match */
-        add_word(&p.flags, &p.nflags, "-Xclang");
-        add_word(&p.flags, &p.nflags, "-fno-validate-pch");
+        add_word(&p.pch_flags, &p.npch_flags, "-Xclang");
+        add_word(&p.pch_flags, &p.npch_flags, "-fno-validate-pch");
     }
     if (!rc && p.norder) {
         sort_largest_first(p.order, p.norder, &ps);
@@ -666,6 +675,8 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
     free(p.log);
     free(p.rc);
     free(p.order);
+    free(p.with_pch);
+    free_words(p.pch_flags, p.npch_flags);
     free(entry);
     free_words(p.flags, p.nflags);
     sb_free(&env);

@@ -248,10 +248,11 @@ void pieces_split(const char *model_c, size_t len, int split, PieceSet *out)
     StrBuf recipe;
     sb_init(&recipe);
     take_recipe(&host, &recipe);
-    if (recipe.len) {
+    if (recipe.len) { /* data of kiln_model.h's types: that header alone */
         StrBuf r;
         sb_init(&r);
-        sb_putn(&r, header.data, header.len);
+        sb_puts(&r, piece_prelude);
+        sb_puts(&r, "#include <stddef.h>\n#include \"kiln_model.h\"\n#define KILN_KERNEL __attribute__((visibility(\"hidden\")))\n\n");
         sb_putn(&r, recipe.data, recipe.len);
         add_piece(out, PIECE_RECIPE, &r, 0);
     }
