@@ -238,3 +238,31 @@ Test(cache, cpu_names_the_target)
     cr_expect(out.data && strstr(out.data, "--cpu 'x;y': not a CPU name"), "%s", out.data ? out.data : "");
     sb_free(&out);
 }
+
+/* $KILN_CACHE_MAX_BYTES: after a build the cache holds at most that much (the oldest
+ * entries go first), and 0 turns the cache off. */
+Test(cache, the_cache_keeps_to_its_bound)
+{
+    write_model(dir, 20, "1e-3");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "export XDG_CACHE_HOME='%s/cache'; KILN_CACHE_MAX_BYTES=300K '%s' build '%s/tiny.kiln' -o '%s/small' 2>&1 && "
+             "du -sb --apparent-size \"$XDG_CACHE_HOME/kiln/obj\" | cut -f1 && ls \"$XDG_CACHE_HOME/kiln/obj\" | wc -l",
+             dir, KILN_BINARY, dir, dir);
+    StrBuf out;
+    sb_init(&out);
+    cr_assert_eq(support_run(cmd, &out), 0, "%s", out.data ? out.data : "");
+    long long bytes = -1, files = -1;
+    const char *at = out.data ? strstr(out.data, "kiln: built") : NULL;
+    cr_assert(at && sscanf(strchr(at, '\n') + 1, "%lld %lld", &bytes, &files) == 2, "%s", out.data ? out.data : "");
+    cr_expect(bytes <= 300 * 1024 + 4096 && files > 0, "a 300K cache holds %lld bytes in %lld files", bytes, files);
+
+    snprintf(cmd, sizeof cmd, "export XDG_CACHE_HOME='%s/off'; KILN_CACHE_MAX_BYTES=0 '%s' build '%s/tiny.kiln' -o '%s/off' 2>&1 && ! [ -e \"$XDG_CACHE_HOME/kiln/obj\" ]",
+             dir, KILN_BINARY, dir, dir);
+    out.len = 0;
+    cr_expect_eq(support_run(cmd, &out), 0, "KILN_CACHE_MAX_BYTES=0 made a cache: %s", out.data ? out.data : "");
+    char *t = train(dir, "off");
+    cr_expect(strstr(t, "step 3/3"), "%s", t);
+    free(t);
+    sb_free(&out);
+}
