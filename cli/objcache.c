@@ -524,6 +524,69 @@ static void sort_largest_first(int *v, int n, const PieceSet *s)
         }
 }
 
+/* The cache entry of a piece: the hash of everything its object depends on. */
+static char *entry_path(const char *dir, const StrBuf *env, const Piece *pc, bool with_pch, bool debug)
+{
+    uint64_t h[2] = {0, 0};
+    pieces_hash128(env->data, env->len, h);
+    if (with_pch) pieces_hash128("with the precompiled header\n", 28, h);
+    if (debug) pieces_hash128(pc->text, pc->len, h);
+    else {
+        size_t sl;
+        char *stripped = pieces_strip_comments(pc->text, pc->len, &sl);
+        pieces_hash128(stripped, sl, h);
+        free(stripped);
+    }
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%016llx%016llx.o", dir, (unsigned long long)h[0], (unsigned long long)h[1]);
+    return xstrdup(path);
+}
+
+/* Compiles the pool's pieces on all cores (this thread one of the workers), the progress
+ * line counting them. */
+static void compile_all(Pool *p, int n, int cached)
+{
+    const ObjOptions *o = p->o;
+    StrBuf what;
+    sb_init(&what);
+    if (o->cc) { /* the compiler's name, without its directory and arguments */
+        size_t l = strcspn(o->cc, " ");
+        const char *base = o->cc;
+        for (size_t k = 0; k < l; k++)
+            if (o->cc[k] == '/') base = o->cc + k + 1;
+        sb_printf(&what, "compiling %d of %d pieces of model.c with %.*s", p->norder, n, (int)(l - (size_t)(base - o->cc)), base);
+    } else {
+        sb_printf(&what, "compiling %d of %d pieces of model.c with %s", p->norder, n, toolchain_version());
+    }
+    if (cached) sb_printf(&what, " (%d cached)", cached);
+    progress_stage(o->pg, p->norder, "%s", what.data);
+    sb_free(&what);
+    pthread_mutex_init(&p->mu, NULL);
+    int nt = jobs(o) < p->norder ? jobs(o) : p->norder;
+    pthread_t *threads = xcalloc((size_t)nt, sizeof *threads);
+    bool *started = xcalloc((size_t)nt, sizeof *started);
+    for (int t = 1; t < nt; t++) started[t] = pthread_create(&threads[t], NULL, worker, p) == 0;
+    worker(p);
+    for (int t = 1; t < nt; t++)
+        if (started[t]) pthread_join(threads[t], NULL);
+    free(threads);
+    free(started);
+    pthread_mutex_destroy(&p->mu);
+}
+
+/* 0, or -1 with the messages of the first piece that failed (in the file's order). */
+static int first_failure(const Pool *p, int n, StrBuf *log)
+{
+    for (int k = 0; k < n; k++)
+        if (p->rc[k]) {
+            if (p->log[k]) sb_puts(log, p->log[k]);
+            if (p->o->cc) sb_printf(log, "\nthe C compiler (%s) failed on a piece of model.c", p->o->cc);
+            else sb_printf(log, "\nthe in-process C compiler (%s) failed on a piece of model.c", toolchain_version());
+            return -1;
+        }
+    return 0;
+}
+
 int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjResult *r, StrBuf *log)
 {
     memset(r, 0, sizeof *r);
@@ -563,18 +626,7 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
         snprintf(path, sizeof path, "%s/piece%04d.o", o->dir, i);
         p.obj[i] = xstrdup(path);
         if (dir && pc->cacheable) {
-            uint64_t h[2] = {0, 0};
-            pieces_hash128(env.data, env.len, h);
-            if (p.with_pch[i]) pieces_hash128("with the precompiled header\n", 28, h);
-            if (debug) pieces_hash128(pc->text, pc->len, h);
-            else {
-                size_t sl;
-                char *stripped = pieces_strip_comments(pc->text, pc->len, &sl);
-                pieces_hash128(stripped, sl, h);
-                free(stripped);
-            }
-            snprintf(path, sizeof path, "%s/%016llx%016llx.o", dir, (unsigned long long)h[0], (unsigned long long)h[1]);
-            entry[i] = xstrdup(path);
+            entry[i] = entry_path(dir, &env, pc, p.with_pch[i], debug);
             size_t olen;
             char *objbytes = read_entry(entry[i], &olen, true);
             if (objbytes && write_file(p.obj[i], objbytes, olen) == 0) {
@@ -611,39 +663,8 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
     }
     if (!rc && p.norder) {
         sort_largest_first(p.order, p.norder, &ps);
-        StrBuf what;
-        sb_init(&what);
-        if (o->cc) { /* the compiler's name, without its directory and arguments */
-            size_t l = strcspn(o->cc, " ");
-            const char *base = o->cc;
-            for (size_t k = 0; k < l; k++)
-                if (o->cc[k] == '/') base = o->cc + k + 1;
-            sb_printf(&what, "compiling %d of %d pieces of model.c with %.*s", p.norder, n, (int)(l - (size_t)(base - o->cc)), base);
-        } else {
-            sb_printf(&what, "compiling %d of %d pieces of model.c with %s", p.norder, n, toolchain_version());
-        }
-        if (r->cached) sb_printf(&what, " (%d cached)", r->cached);
-        progress_stage(o->pg, p.norder, "%s", what.data);
-        sb_free(&what);
-        pthread_mutex_init(&p.mu, NULL);
-        int nt = jobs(o) < p.norder ? jobs(o) : p.norder;
-        pthread_t *threads = xcalloc((size_t)nt, sizeof *threads);
-        bool *started = xcalloc((size_t)nt, sizeof *started);
-        for (int t = 1; t < nt; t++) started[t] = pthread_create(&threads[t], NULL, worker, &p) == 0;
-        worker(&p); /* this thread is one of the workers */
-        for (int t = 1; t < nt; t++)
-            if (started[t]) pthread_join(threads[t], NULL);
-        free(threads);
-        free(started);
-        pthread_mutex_destroy(&p.mu);
-        for (int k = 0; k < n; k++) /* the first piece that failed, in the file's order */
-            if (p.rc[k]) {
-                if (p.log[k]) sb_puts(log, p.log[k]);
-                if (o->cc) sb_printf(log, "\nthe C compiler (%s) failed on a piece of model.c", o->cc);
-                else sb_printf(log, "\nthe in-process C compiler (%s) failed on a piece of model.c", toolchain_version());
-                rc = -1;
-                break;
-            }
+        compile_all(&p, n, r->cached);
+        rc = first_failure(&p, n, log);
         bool stored = false;
         for (int k = 0; !rc && k < p.norder; k++) {
             int i = p.order[k];
