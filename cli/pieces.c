@@ -174,7 +174,17 @@ static void take_recipe(StrBuf *host, StrBuf *recipe)
     *host = h;
 }
 
+static void split_text(const char *model_c, size_t len, int split, PieceSet *out);
+
 void pieces_split(const char *model_c, size_t len, int split, PieceSet *out)
+{
+    /* the scans below (strstr) stop at a NUL: one at len */
+    char *text = xstrndup(model_c, len);
+    split_text(text, strlen(text), split, out);
+    free(text);
+}
+
+static void split_text(const char *model_c, size_t len, int split, PieceSet *out)
 {
     memset(out, 0, sizeof *out);
     const char *end = model_c + len;
