@@ -217,9 +217,10 @@ static void take_output(StrBuf *pend, StrBuf *log, BuildProgress *pg, bool at_en
         }
         i += n;
     }
+    if (!pend->data) return; /* nothing read (a compile that printed nothing) */
     memmove(pend->data, pend->data + i, pend->len - i);
     pend->len -= i;
-    if (pend->data) pend->data[pend->len] = 0;
+    pend->data[pend->len] = 0;
 }
 
 /* Runs a shell command, its output appended to log; 0 when it succeeded. While it runs,
