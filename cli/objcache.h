@@ -36,7 +36,10 @@ typedef struct {
     bool recipe_compiled, host_compiled; /* (or the whole file, when it was one piece) */
 } ObjResult;
 
-/* Compiles model_c (the generated file's text) into objects in o->dir. Returns 0, or -1
+/* Compiles model_c (the generated file's text) into objects in o->dir (piece0000.o, ...;
+ * they stay until the caller removes them: build_tempdir_remove does). The kernels are
+ * hidden symbols defined in one object and called from the host code's: a loader must put
+ * all of r->objs in one link unit (one executable, or one JITDylib). Returns 0, or -1
  * with the compiler's messages in *log (those of the first piece that failed), or
  * OBJCACHE_BAD_CPU with one line in *log when the compiler does not know o->cpu. */
 #define OBJCACHE_BAD_CPU (-2)
