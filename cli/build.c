@@ -3,7 +3,9 @@
  * OpenBLAS, OpenMP (libgomp), zlib, libm and pthreads. The compiler is $CC (default: the
  * one Kiln was built with) and flags are overridable, so users can build with their own
  * toolchain. The default flags (KILN_GENERATED_CFLAGS in CMakeLists.txt) are fast ones:
- * -O3 -march=native -fno-trapping-math -fopenmp; --cflags comes after them, so its flags win. */
+ * -O3 -march=native -fno-trapping-math -fopenmp; --cflags comes after them, so its flags win.
+ * model.c is compiled in pieces on all cores, each piece's object cached (objcache.h), by
+ * Clang inside kiln or by the external compiler, then linked here. */
 #define _XOPEN_SOURCE 700
 #include <dirent.h>
 #include <errno.h>
@@ -21,6 +23,7 @@
 #include <pthread.h>
 
 #include "build.h"
+#include "objcache.h"
 #include "../driver/toolchain.h"
 #include "../runtime/kiln_model.h"
 
@@ -29,7 +32,7 @@
 #define TEMP_PREFIX "kiln-build-"
 
 /* What a build writes in its directory (write_model_c and build_program). */
-static const char *const temp_files[] = {"model.c", "model.cu", "model1.o", "model2.o", "model3.o",
+static const char *const temp_files[] = {"model.c", "model.cu", "model1.o", "model2.o", "model3.o", "pieces.pch", "pieces_pch.h", "cpu_probe.c", "cpu_probe.o",
                                          /* and a library's (lib_build.c) */
                                          "lib_gen", "lib.h", "lib.c", "lib.syms", "lib.o", "lib_all.o", "lib_model.o", "lib.a", "lib.so"};
 
@@ -50,6 +53,17 @@ static void remove_temp(const char *dir)
         path[n] = '/';
         strcpy(path + n + 1, temp_files[i]);
         unlink(path);
+    }
+    /* the pieces' sources and objects (objcache.c): piece0000.c, piece0000.o, ... numbered
+     * from 0; every piece has its object, its source while it compiles */
+    for (int i = 0; i < 10000; i++) {
+        memcpy(path, dir, n);
+        memcpy(path + n, "/piece0000.o", 13);
+        for (int k = 0, v = i; k < 4; k++, v /= 10) path[n + 9 - k] = (char)('0' + v % 10);
+        int gone = unlink(path) != 0;
+        path[n + 11] = 'c';
+        gone &= unlink(path) != 0;
+        if (gone) break;
     }
     rmdir(dir);
 }
@@ -134,7 +148,7 @@ static void shell_word(StrBuf *b, const char *s)
 
 void build_shell_word(StrBuf *b, const char *s) { shell_word(b, s); }
 
-void build_fingerprint(StrBuf *key)
+void build_cpu_features(StrBuf *key)
 {
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (f) {
@@ -152,6 +166,11 @@ void build_fingerprint(StrBuf *key)
         }
         fclose(f);
     }
+}
+
+void build_fingerprint(StrBuf *key)
+{
+    build_cpu_features(key);
     /* the runtime and every header the generated code includes */
     const char *files[] = {KILN_RUNTIME_LIB, KILN_TRAIN_MAIN, KILN_TRAIN_BENCH, KILN_TRAIN_CKPT, KILN_INFER_MAIN, KILN_DIST_SINGLE, KILN_DIST_MPI, KILN_DIST_GRADS_MPI, KILN_RUNTIME_DIR "/kiln_model.h", KILN_RUNTIME_DIR "/kiln_recipe.h",
                            KILN_RUNTIME_DIR "/kiln_gemm.h",
@@ -198,9 +217,10 @@ static void take_output(StrBuf *pend, StrBuf *log, BuildProgress *pg, bool at_en
         }
         i += n;
     }
+    if (!pend->data) return; /* nothing read (a compile that printed nothing) */
     memmove(pend->data, pend->data + i, pend->len - i);
     pend->len -= i;
-    if (pend->data) pend->data[pend->len] = 0;
+    pend->data[pend->len] = 0;
 }
 
 /* Runs a shell command, its output appended to log; 0 when it succeeded. While it runs,
@@ -251,10 +271,6 @@ static const char *tool_name(const char *cmd, char *buf, size_t n)
     return buf;
 }
 
-/* Compiles the two halves of model.c at the same time (two compilers, one per core of a
- * small machine; see KILN_PART in the generated file), then links them with the driver
- * (train_main.c, compiled when Kiln was built). The objects go next to model_c and are
- * removed. */
 /* Splits a flag string on white space into words appended to *v (no shell quoting). */
 static void split_words(const char *s, char ***v, int *n)
 {
@@ -288,169 +304,104 @@ const char *build_c_compiler(const char *cc_flag)
     return KILN_IN_PROCESS_DEFAULT && toolchain_available() ? NULL : KILN_DEFAULT_CC;
 }
 
-/* One half of model.c, compiled by Clang in this process on a thread of its own. */
-typedef struct {
-    char **args;
-    int nargs;
-    char *log;
+/* The link's words after the flags: the driver's objects (train_main.c's, or
+ * infer_main.c's), -o prog and the libraries but OpenMP's. */
+static void link_inputs(const char *prog, bool infer, bool distributed, char ***v, int *n)
+{
+    add_word(v, n, infer ? KILN_INFER_MAIN : KILN_TRAIN_MAIN);
+    if (!infer) {
+        add_word(v, n, KILN_TRAIN_BENCH);
+        add_word(v, n, KILN_TRAIN_CKPT);
+        /* the training program's processes: MPI's (dist_mpi.c, summing the gradients with
+         * MPI: dist_grads_mpi.c), or one (dist_single.c) */
+        add_word(v, n, distributed ? KILN_DIST_MPI : KILN_DIST_SINGLE);
+        if (distributed) add_word(v, n, KILN_DIST_GRADS_MPI);
+    }
+    add_word(v, n, "-o");
+    add_word(v, n, prog);
+    add_word(v, n, KILN_RUNTIME_LIB);
+    add_word(v, n, KILN_BLAS_LIB);
+}
+
+/* Links the pieces' objects with the driver: lld in this process (OpenMP is LLVM's libomp,
+ * which also serves the runtime's libgomp calls), or the external compiler's link. */
+static int link_program(const ObjResult *objs, const char *prog, const char *cc, const BuildProgramOptions *o, StrBuf *log)
+{
+    char **link = NULL;
+    int nlink = 0;
+    split_words(KILN_DEFAULT_CFLAGS, &link, &nlink);
+    split_words(o->cflags, &link, &nlink);
+    const int nflags = nlink;
+    for (int i = 0; i < objs->nobjs; i++) add_word(&link, &nlink, objs->objs[i]);
+    link_inputs(prog, o->infer, o->distributed, &link, &nlink);
     int rc;
-} CompileJob;
-
-static void *compile_job(void *arg)
-{
-    CompileJob *j = arg;
-    j->rc = toolchain_run((const char *const *)j->args, j->nargs, &j->log);
-    return NULL;
-}
-
-/* toolchain_run with its messages appended to log. */
-static int run_in_process(char **args, int nargs, StrBuf *log)
-{
-    char *text;
-    int rc = toolchain_run((const char *const *)args, nargs, &text);
-    if (text) sb_puts(log, text);
-    free(text);
-    return rc;
-}
-
-/* build_program with Clang and lld in this process: the halves of model.c on two
- * threads, then the link. The flags are the external compiler's, as words, with
- * -ffp-contract=off: GCC's rule for ISO C, under which both compilers round every product
- * and sum alike (gpt's checkpoints after 20 steps: bit-identical). OpenMP is LLVM's libomp,
- * which also serves the runtime's libgomp calls. */
-static int build_program_in_process(const char *model_c, const char *prog, const char *extra_cflags, bool infer, bool distributed,
-                                    StrBuf *log, BuildProgress *pg)
-{
-    char **flags = NULL;
-    int nflags = 0;
-    add_word(&flags, &nflags, "-std=c11");
-    add_word(&flags, &nflags, "-ffp-contract=off");
-    /* model1.o itself, not a temporary beside it: the signal handler removes the files it
-     * knows by name (temp_files) */
-    add_word(&flags, &nflags, "-fno-temp-file");
-    split_words(KILN_DEFAULT_CFLAGS, &flags, &nflags);
-    split_words(extra_cflags, &flags, &nflags);
-    add_word(&flags, &nflags, "-I");
-    add_word(&flags, &nflags, KILN_RUNTIME_DIR);
-    const char *slash = strrchr(model_c, '/');
-    int dirlen = slash ? (int)(slash - model_c + 1) : 0;
-    CompileJob jobs[2];
-    char obj[2][4200];
-    pthread_t threads[2];
-    bool started[2] = {false, false};
-    progress_stage(pg, 2, "compiling model.c with %s", toolchain_version());
-    for (int part = 0; part < 2; part++) {
-        CompileJob *j = &jobs[part];
-        memset(j, 0, sizeof *j);
-        snprintf(obj[part], sizeof obj[part], "%.*smodel%d.o", dirlen, model_c, part + 1);
-        for (int i = 0; i < nflags; i++) add_word(&j->args, &j->nargs, flags[i]);
-        add_word(&j->args, &j->nargs, part ? "-DKILN_PART=2" : "-DKILN_PART=1");
-        add_word(&j->args, &j->nargs, "-c");
-        add_word(&j->args, &j->nargs, model_c);
-        add_word(&j->args, &j->nargs, "-o");
-        add_word(&j->args, &j->nargs, obj[part]);
-        started[part] = pthread_create(&threads[part], NULL, compile_job, j) == 0;
-        if (!started[part]) compile_job(j);
-    }
-    int rc = 0;
-    for (int part = 0; part < 2; part++) {
-        if (started[part]) pthread_join(threads[part], NULL);
-        progress_piece_done(pg);
-        if (jobs[part].rc) rc = -1;
-        if (jobs[part].rc && jobs[part].log) sb_puts(log, jobs[part].log);
-        free(jobs[part].log);
-        free_words(jobs[part].args, jobs[part].nargs);
-    }
-    if (!rc) {
-        progress_stage(pg, 0, "linking the program");
-        char **link = NULL;
-        int nlink = 0;
-        split_words(KILN_DEFAULT_CFLAGS, &link, &nlink);
-        split_words(extra_cflags, &link, &nlink);
-        add_word(&link, &nlink, obj[0]);
-        add_word(&link, &nlink, obj[1]);
-        add_word(&link, &nlink, infer ? KILN_INFER_MAIN : KILN_TRAIN_MAIN);
-        if (!infer) {
-            add_word(&link, &nlink, KILN_TRAIN_BENCH);
-            add_word(&link, &nlink, KILN_TRAIN_CKPT);
-            add_word(&link, &nlink, distributed ? KILN_DIST_MPI : KILN_DIST_SINGLE);
-            if (distributed) add_word(&link, &nlink, KILN_DIST_GRADS_MPI);
-        }
-        add_word(&link, &nlink, "-o");
-        add_word(&link, &nlink, prog);
-        add_word(&link, &nlink, KILN_RUNTIME_LIB);
-        add_word(&link, &nlink, KILN_BLAS_LIB);
-        if (distributed) split_words(KILN_MPI_LIBS, &link, &nlink);
+    if (!cc) {
+        if (o->distributed) split_words(KILN_MPI_LIBS, &link, &nlink);
         /* libomp by name too: the runtime's loops need it even when --cflags says -fno-openmp */
         add_word(&link, &nlink, "-fopenmp");
         split_words("-lz -lm -lpthread", &link, &nlink);
-        rc = run_in_process(link, nlink, log);
-        free_words(link, nlink);
+        char *text = NULL;
+        rc = toolchain_run((const char *const *)link, nlink, &text);
+        if (text) sb_puts(log, text);
+        free(text);
+        if (rc) sb_printf(log, "\nthe in-process linker (%s) failed", toolchain_version());
+    } else {
+        StrBuf cmd;
+        sb_init(&cmd);
+        sb_printf(&cmd, "%s ", cc);
+        for (int i = 0; i < nlink; i++) {
+            /* the flags as the shell splits them (as --cflags always was); paths quoted */
+            if (i < nflags) sb_printf(&cmd, "%s ", link[i]);
+            else shell_word(&cmd, link[i]);
+        }
+        if (o->distributed) sb_printf(&cmd, "%s ", KILN_MPI_LIBS);
+        /* libgomp by name too: the runtime's loops need it even when --cflags says -fno-openmp */
+        sb_printf(&cmd, "%s -lz -lm -lpthread 2>&1", KILN_OPENMP_LIBS);
+        rc = run_logged(cmd.data, log, "C compiler", NULL);
+        sb_free(&cmd);
     }
-    for (int part = 0; part < 2; part++) unlink(obj[part]);
-    free_words(flags, nflags);
-    if (rc) sb_printf(log, "\nthe in-process C compiler (%s) failed", toolchain_version());
+    free_words(link, nlink);
     return rc;
 }
 
-int build_program(const char *model_c, const char *prog, const char *cc_flag, const char *extra_cflags, bool infer, bool distributed,
-                  StrBuf *log, BuildProgress *pg)
+int build_program(const char *model_c, const char *prog, const BuildProgramOptions *o, StrBuf *log, ObjResult *stats)
 {
-    if (distributed && !KILN_DIST_MPI[0]) {
+    if (stats) memset(stats, 0, sizeof *stats);
+    if (o->distributed && !KILN_DIST_MPI[0]) {
         sb_puts(log, "--distributed needs MPI, and Kiln was built without it: install libopenmpi-dev and openmpi-bin "
                      "(scripts/deps.sh does), then configure Kiln again (cmake finds it with find_package(MPI))");
         return -1;
     }
-    const char *cc = build_c_compiler(cc_flag);
-    if (!cc) return build_program_in_process(model_c, prog, extra_cflags, infer, distributed, log, pg);
-    StrBuf flags, cmd, obj[2];
-    sb_init(&flags);
-    sb_init(&cmd);
-    sb_printf(&flags, "%s %s -std=c11 ", cc, KILN_DEFAULT_CFLAGS);
-    if (extra_cflags && *extra_cflags) sb_printf(&flags, "%s ", extra_cflags);
-    sb_puts(&flags, "-I");
-    shell_word(&flags, KILN_RUNTIME_DIR);
+    const char *cc = build_c_compiler(o->cc);
+    FILE *f = fopen(model_c, "rb");
+    if (!f) {
+        sb_printf(log, "cannot read %s: %s", model_c, strerror(errno));
+        return -1;
+    }
+    StrBuf text;
+    sb_init(&text);
+    char chunk[65536];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) sb_putn(&text, chunk, got);
+    fclose(f);
+    char dir[4200];
     const char *slash = strrchr(model_c, '/');
-    int dirlen = slash ? (int)(slash - model_c + 1) : 0;
-    /* sh: the first half in the background, the second in the foreground (each marks its
-     * end for the progress line), then the link */
-    for (int part = 0; part < 2; part++) {
-        sb_init(&obj[part]);
-        sb_printf(&obj[part], "%.*smodel%d.o", dirlen, model_c, part + 1);
-        sb_printf(&cmd, "%s%s-DKILN_PART=%d -c ", part ? "" : "( ", flags.data, part + 1);
-        shell_word(&cmd, model_c);
-        sb_puts(&cmd, "-o ");
-        shell_word(&cmd, obj[part].data);
-        sb_puts(&cmd, part ? "2>&1; second=$?; " PROGRESS_SH_DONE "; wait $!; first=$?; " : "2>&1; s=$?; " PROGRESS_SH_DONE "; exit $s ) & ");
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - model_c) : 1, slash ? model_c : ".");
+    ObjOptions oo = {.cc = cc, .cflags = o->cflags, .cpu = o->cpu, .dir = dir, .pg = o->pg};
+    ObjResult objs;
+    int rc = objcache_compile(text.data ? text.data : "", text.len, &oo, &objs, log);
+    sb_free(&text);
+    if (!rc) {
+        progress_stage(o->pg, 0, "linking the program");
+        rc = link_program(&objs, prog, cc, o, log);
     }
-    sb_printf(&cmd, "[ $first = 0 ] && [ $second = 0 ] && " PROGRESS_SH_STAGE("linking the program") " && %s", flags.data);
-    shell_word(&cmd, obj[0].data);
-    shell_word(&cmd, obj[1].data);
-    shell_word(&cmd, infer ? KILN_INFER_MAIN : KILN_TRAIN_MAIN);
-    if (!infer) {
-        shell_word(&cmd, KILN_TRAIN_BENCH);
-        shell_word(&cmd, KILN_TRAIN_CKPT);
+    for (int i = 0; i < objs.nobjs; i++) unlink(objs.objs[i]);
+    if (stats) {
+        *stats = objs;
+        stats->objs = NULL;
+        stats->nobjs = 0;
     }
-    /* The training program's processes: MPI's (dist_mpi.c, summing the gradients with MPI:
-     * dist_grads_mpi.c), or one (dist_single.c). */
-    if (!infer) shell_word(&cmd, distributed ? KILN_DIST_MPI : KILN_DIST_SINGLE);
-    if (!infer && distributed) shell_word(&cmd, KILN_DIST_GRADS_MPI);
-    sb_puts(&cmd, "-o ");
-    shell_word(&cmd, prog);
-    shell_word(&cmd, KILN_RUNTIME_LIB);
-    shell_word(&cmd, KILN_BLAS_LIB);
-    if (distributed) sb_printf(&cmd, "%s ", KILN_MPI_LIBS);
-    /* libgomp by name too: the runtime's loops need it even when --cflags says -fno-openmp. */
-    sb_printf(&cmd, "%s -lz -lm -lpthread 2>&1", KILN_OPENMP_LIBS);
-    char tool[64];
-    progress_stage(pg, 2, "compiling model.c with %s", tool_name(cc, tool, sizeof tool));
-    int rc = run_logged(cmd.data, log, "C compiler", pg);
-    for (int part = 0; part < 2; part++) {
-        unlink(obj[part].data);
-        sb_free(&obj[part]);
-    }
-    sb_free(&flags);
-    sb_free(&cmd);
+    objcache_result_free(&objs);
     return rc;
 }
 

@@ -6,21 +6,32 @@
 
 #include "../ir/ir.h"
 #include "../util/util.h"
+#include "objcache.h"
 #include "progress.h"
 
-/* Compiles model_c with the runtime's train_main.c into prog. Returns 0, or -1 with the
- * compiler's output in *log. */
 /* What else a cached program depends on: the CPU (generated code is built with
  * -march=native), and the runtime library and driver it links (their size and time). */
 void build_fingerprint(StrBuf *key);
-/* infer: link the inference program's driver (infer_main.c) instead of train_main.c.
- * distributed: a training program of MPI ranks (programs/dist_mpi.c and MPI's libraries,
- * kiln build --distributed) instead of one process (dist_single.c); -1 with a message when
- * Kiln was built without MPI. */
-/* pg (may be NULL): the progress line, which the compile and link stages advance. */
-/* cc: the C compiler (--cc; NULL: build_c_compiler's choice). */
-int build_program(const char *model_c, const char *prog, const char *cc, const char *extra_cflags, bool infer, bool distributed, StrBuf *log,
-                  BuildProgress *pg);
+/* The host CPU's model name and feature flags (/proc/cpuinfo): the target of -march=native. */
+void build_cpu_features(StrBuf *key);
+
+typedef struct {
+    const char *cc;     /* --cc (NULL: build_c_compiler's choice) */
+    const char *cflags; /* --cflags, after Kiln's flags */
+    const char *cpu;    /* --cpu NAME: -march=NAME (NULL: the host's, -march=native) */
+    /* infer: link the inference program's driver (infer_main.c) instead of train_main.c.
+     * distributed: a training program of MPI ranks (programs/dist_mpi.c and MPI's
+     * libraries, kiln build --distributed) instead of one process (dist_single.c); -1 with
+     * a message when Kiln was built without MPI. */
+    bool infer, distributed;
+    BuildProgress *pg; /* may be NULL: the progress line, which the compile and link advance */
+} BuildProgramOptions;
+
+/* Compiles model_c into prog: its pieces through the object cache (objcache.h), on all
+ * cores, then the link with the runtime's driver. Returns 0, or -1 with the compiler's
+ * output in *log. *stats (may be NULL): how many pieces were compiled and cached (its objs
+ * are not kept). */
+int build_program(const char *model_c, const char *prog, const BuildProgramOptions *o, StrBuf *log, ObjResult *stats);
 /* The C compiler a build uses: --cc when given, else $CC, else Clang in this process
  * (NULL) where Kiln has it (toolchain.h), else the compiler Kiln was built with. */
 const char *build_c_compiler(const char *cc_flag);

@@ -161,17 +161,29 @@ static int compile(const KilnOptions *ko, KilnProgram **out)
     return rc;
 }
 
-/* What a build prints on stderr besides errors: the memory report and the pass times. */
-static void print_build_info(const KilnProgram *p, double compile_seconds)
+/* What a build prints on stderr besides errors: the memory report and the pass times.
+ * pieces (may be NULL): what the C compiler compiled, and what came from its cache. */
+static void print_build_info(const KilnProgram *p, double compile_seconds, const ObjResult *pieces)
 {
+    StrBuf what;
+    sb_init(&what);
+    if (pieces && pieces->npieces) {
+        sb_puts(&what, ": ");
+        objcache_describe(pieces, &what);
+    }
     if (p->report.len) {
         fputs("kiln: ", stderr);
         fputs(p->report.data, stderr);
     }
     if (p->timing.len) {
         fputs(p->timing.data, stderr);
-        if (compile_seconds > 0) fprintf(stderr, "%-10s %-8s %9.2f  %17s  %s\n", "compile", "all", compile_seconds * 1e3, "", "the target's compiler and linker");
+        if (compile_seconds > 0)
+            fprintf(stderr, "%-10s %-8s %9.2f  %17s  %s%s\n", "compile", "all", compile_seconds * 1e3, "", "the target's compiler and linker",
+                    what.data ? what.data : "");
+    } else if (pieces && pieces->npieces && p->report.len == 0 && compile_seconds < 0) {
+        fprintf(stderr, "kiln: %s\n", what.data + 2);
     }
+    sb_free(&what);
 }
 
 /* The build's progress line follows kiln_compile's stages. */
@@ -195,9 +207,11 @@ static int write_model_c(const char *dir, const char *name, const StrBuf *c, cha
     return rc;
 }
 
-/* Builds the program of p into prog. */
-static int build_to(const Options *o, KilnProgram *p, const char *prog, BuildProgress *pg)
+/* Builds the program of p into prog. *stats (may be NULL): the pieces compiled and cached
+ * (C programs). */
+static int build_to(const Options *o, KilnProgram *p, const char *prog, BuildProgress *pg, ObjResult *stats)
 {
+    if (stats) memset(stats, 0, sizeof *stats);
     StrBuf log;
     sb_init(&log);
     int rc = 1;
@@ -210,11 +224,17 @@ static int build_to(const Options *o, KilnProgram *p, const char *prog, BuildPro
         goto done;
     }
     if (write_model_c(dir, p->code_name, &p->code, &model_c)) goto done;
-    if (o->lib ? build_library(model_c, prog, p->train.graph->name, o->cflags, &log, pg)
-               : o->cuda ? build_cuda_program(model_c, prog, o->emulated, o->cflags, o->infer, o->distributed, &log, pg)
-                         : build_program(model_c, prog, o->cc, o->cflags, o->infer, o->distributed, &log, pg)) {
+    int brc;
+    if (o->lib) brc = build_library(model_c, prog, p->train.graph->name, o->cflags, &log, pg);
+    else if (o->cuda) brc = build_cuda_program(model_c, prog, o->emulated, o->cflags, o->infer, o->distributed, &log, pg);
+    else {
+        BuildProgramOptions bo = {.cc = o->cc, .cflags = o->cflags, .cpu = o->cpu, .infer = o->infer, .distributed = o->distributed, .pg = pg};
+        brc = build_program(model_c, prog, &bo, &log, stats);
+    }
+    if (brc) {
         progress_clear(pg);
-        fprintf(stderr, "kiln: error: building %s failed:\n%s\n", prog, log.data ? log.data : "");
+        if (brc == OBJCACHE_BAD_CPU) fprintf(stderr, "kiln build: error: %s\n", log.data);
+        else fprintf(stderr, "kiln: error: building %s failed:\n%s\n", prog, log.data ? log.data : "");
         goto done;
     }
     rc = 0;
@@ -234,6 +254,10 @@ static int cmd_build(const char *cmd, const Options *o)
     BuildProgress pg;
     progress_init(&pg, 4);
     const bool emit = !strcmp(cmd, "emit");
+    if (o->cpu && (o->lib || o->cuda)) {
+        fprintf(stderr, "kiln %s: error: --cpu is for C programs: a library (--lib) or --target cuda is built for the host's CPU\n", cmd);
+        return 2;
+    }
     KilnOptions ko = build_options(cmd, o);
     if (!emit && !o->report) { /* (--report prints during the passes: its lines would mix with the progress line) */
         ko.progress = progress_at;
@@ -244,15 +268,17 @@ static int cmd_build(const char *cmd, const Options *o)
     progress_clear(&pg);
     double seconds = 0;
     if (!rc && emit) {
-        print_build_info(p, 0);
+        print_build_info(p, 0, NULL);
         rc = write_model_c(o->output, p->code_name, &p->code, NULL);
         if (!rc) fprintf(stderr, "kiln: wrote %s/%s (%zu bytes)\n", o->output, p->code_name, p->code.len);
     } else if (!rc) {
-        if (p->report.len) print_build_info(p, -1), p->report.len = 0;
+        if (p->report.len) print_build_info(p, -1, NULL), p->report.len = 0;
         const double t0 = pipeline_seconds();
-        rc = build_to(o, p, o->output, &pg);
+        ObjResult pieces;
+        rc = build_to(o, p, o->output, &pg, &pieces);
         seconds = pipeline_seconds() - t0;
-        if (p->timing.len) print_build_info(p, seconds);
+        if (p->timing.len) print_build_info(p, seconds, &pieces);
+        else if (!rc && o->report) print_build_info(p, -1, &pieces); /* (its report is out already) */
         if (!rc) fprintf(stderr, "kiln: built %s\n", o->output);
     }
     kiln_program_free(p);
@@ -306,7 +332,7 @@ static int cmd_train(const char *file, int argc, char **argv)
         memset(&o, 0, sizeof o);
         BuildProgress pg;
         progress_init(&pg, 4);
-        rc = build_to(&o, p, tmp.data, &pg);
+        rc = build_to(&o, p, tmp.data, &pg, NULL);
         if (!rc && rename(tmp.data, prog.data) != 0) rc = 1;
         if (rc) unlink(tmp.data);
         sb_free(&tmp);

@@ -16,7 +16,7 @@
 
 enum {
     O_MODE, O_AFTER, O_STATS, O_PASSES, O_DOT, O_OUTPUT, O_PRECISION, O_WEIGHT_ROUNDING, O_SEED, O_TOLERANCE, O_ATOL,
-    O_SAMPLES, O_SIZE, O_INPUTS, O_TARGET, O_CC, O_CFLAGS, O_BOUND, O_REPORT, O_TIME_PASSES, O_MEMORY_BUDGET, O_INFER, O_LIB, O_EMBED,
+    O_SAMPLES, O_SIZE, O_INPUTS, O_TARGET, O_CC, O_CPU, O_CFLAGS, O_BOUND, O_REPORT, O_TIME_PASSES, O_MEMORY_BUDGET, O_INFER, O_LIB, O_EMBED,
     O_DISTRIBUTED, O_BUCKET_SIZE, O_EXCLUDE, O_WIDTH, O_METRIC, O_LOG_Y,
 };
 
@@ -54,6 +54,7 @@ static const CliFlag flags[] = {
                                                                "(nvcc for sm_80 and sm_90, cuBLAS); cuda-emu: the same CUDA program\n"
                                                                "built by $CXX against Kiln's CUDA emulator, run on the CPU (docs/cuda.md)"},
     {"--cc", NULL, "PATH", CMD_BUILD, O_CC, "compile and link with this C compiler (default: $CC, else Clang inside\nkiln, else the compiler Kiln was built with)"},
+    {"--cpu", NULL, "NAME", CMD_BUILD, O_CPU, "the CPU the C program is for: -march=NAME (e.g. x86-64-v3, haswell)\ninstead of -march=native, for a program that runs on other machines"},
     {"--cflags", NULL, "FLAGS", CMD_BUILD, O_CFLAGS, "flags for the target's compiler, after Kiln's (so they win)"},
     /* emit and build: the memory and precision of training */
     {"--precision", NULL, "fp32|bf16|fp16", CMD_IR | CMD_EMIT | CMD_BUILD, O_PRECISION,
@@ -303,6 +304,11 @@ static int apply_flag(const char *cmd, const CliFlag *f, const char *a, const ch
     case O_OUTPUT: o->output = val; return -1;
     case O_CFLAGS: o->cflags = val; return -1;
     case O_CC: o->cc = val; return -1;
+    case O_CPU: /* a word for -march= (and the shell, for an external compiler) */
+        if (!*val || strspn(val, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-") != strlen(val) || *val == '-')
+            return cli_usage_error(cmd, "--cpu '%s': not a CPU name (e.g. x86-64-v3, haswell, native)", val);
+        o->cpu = val;
+        return -1;
     case O_EMBED: o->embed = val; return -1;
     case O_EXCLUDE: o->exclude = val; return -1;
     case O_METRIC: o->metrics[o->nmetrics++] = val; return -1;

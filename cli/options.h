@@ -55,6 +55,7 @@ typedef struct {
     const char *after;
     const char *cflags;
     const char *cc; /* build: --cc PATH (NULL: $CC, else Clang in process) */
+    const char *cpu; /* build: --cpu NAME (NULL: the host's CPU, -march=native) */
     const char *bounds[8]; /* "T=64": lower a symbol's bound for this build */
     int nbounds;
     bool dot, stats, list_passes, inputs, report;

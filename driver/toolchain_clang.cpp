@@ -18,6 +18,7 @@
 #include <clang/Driver/Tool.h>
 #include <clang/Frontend/CompilerInstance.h>
 #include <clang/Frontend/CompilerInvocation.h>
+#include <clang/Frontend/FrontendActions.h>
 #include <clang/Frontend/TextDiagnosticPrinter.h>
 #include <lld/Common/CommonLinkerContext.h>
 #include <lld/Common/Driver.h>
@@ -54,6 +55,10 @@ bool run_compile(const llvm::opt::ArgStringList &args, llvm::raw_ostream &os)
     if (!clang::CompilerInvocation::CreateFromArgs(ci->getInvocation(), args, diags)) return false;
     ci->createDiagnostics(new clang::TextDiagnosticPrinter(os, &ci->getDiagnosticOpts()), true);
     ci->setVerboseOutputStream(os); /* "N warnings generated." into the log, not on stderr */
+    if (ci->getFrontendOpts().ProgramAction == clang::frontend::GeneratePCH) { /* -x c-header: the pieces' header */
+        clang::GeneratePCHAction action;
+        return ci->ExecuteAction(action);
+    }
     clang::EmitObjAction action;
     return ci->ExecuteAction(action);
 }

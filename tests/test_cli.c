@@ -177,12 +177,13 @@ static void interrupted_build(const char *sig, bool rebuild)
 {
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "export TMPDIR='%s/tmp'; mkdir -p \"$TMPDIR\"; '%s' build '%s' -o '%s/gpt' >/dev/null 2>&1 & pid=$!; seen=no; "
+             /* an empty object cache of its own: the build compiles, and is still running */
+             "export TMPDIR='%s/tmp' XDG_CACHE_HOME='%s/cache-%s'; mkdir -p \"$TMPDIR\"; '%s' build '%s' -o '%s/gpt' >/dev/null 2>&1 & pid=$!; seen=no; "
              "for i in $(seq 200); do ls -d \"$TMPDIR\"/kiln-build-$pid-*/model.c >/dev/null 2>&1 && seen=yes && break; "
              "sleep 0.05; done; echo seen=$seen; "
              "sleep 0.3; kill -%s $pid; wait $pid; %s%s%s%s sleep 0.2; "
              "if ls -d \"$TMPDIR\"/kiln-build-* >/dev/null 2>&1; then echo left; else echo removed; fi",
-             dir, KILN_BINARY, support_path("models/gpt.kiln"), dir, sig, rebuild ? "'" : "", rebuild ? KILN_BINARY : "",
+             dir, dir, sig, KILN_BINARY, support_path("models/gpt.kiln"), dir, sig, rebuild ? "'" : "", rebuild ? KILN_BINARY : "",
              rebuild ? "' build models/mlp.kiln -o \"$TMPDIR/../mlp\" >/dev/null 2>&1;" : "", "");
     StrBuf out;
     sb_init(&out);
@@ -422,14 +423,15 @@ Test(cli, build_progress_on_a_terminal_only, .timeout = 120)
     sb_init(&out);
     if (support_run("command -v script", &out) != 0) cr_skip_test("no script(1) (util-linux) to make a terminal");
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "script -qec \"'%s' build '%s' -o '%s/tty-mlp'\" /dev/null </dev/null", KILN_BINARY, support_path("models/mlp.kiln"),
-             dir);
+    /* an empty object cache: every piece is compiled */
+    snprintf(cmd, sizeof cmd, "XDG_CACHE_HOME='%s/cache' script -qec \"'%s' build '%s' -o '%s/tty-mlp'\" /dev/null </dev/null", dir, KILN_BINARY,
+             support_path("models/mlp.kiln"), dir);
     out.len = 0;
     int rc = support_run(cmd, &out);
     const char *text = out.data ? out.data : "";
     cr_assert_eq(rc, 0, "%s\n%s", cmd, text);
     static const char *const want[] = {"\rkiln: [1/4] running the passes", "\rkiln: [2/4] generating C code",
-                                       "\rkiln: [3/4] compiling model.c with ", ": 1 of 2 parts done", ": 2 of 2 parts done",
+                                       "\rkiln: [3/4] compiling ", " pieces of model.c with ", ": 1 of ", " parts done",
                                        "\rkiln: [4/4] linking the program", "kiln: built "};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) cr_expect(strstr(text, want[i]), "no \"%s\" on the terminal:\n%s", want[i], text);
     /* the last line is the result alone: the progress line was blanked before it */

@@ -1,0 +1,707 @@
+/* objcache.c — objcache.h: model.c's pieces (pieces.c) compiled on all cores, each piece's
+ * object cached under the hash of everything that makes it (its code without comments, the
+ * compiler and its version, the flags, the target CPU, the runtime headers). Compiles run
+ * on threads: Clang in this process (toolchain.h) or one external compiler process per
+ * piece. */
+#define _XOPEN_SOURCE 700
+#include "objcache.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../driver/toolchain.h"
+#include "build.h"
+#include "pieces.h"
+
+#define DEFAULT_MAX_BYTES (2LL << 30)
+static const char footer_magic[8] = {'K', 'I', 'L', 'N', 'O', 'B', 'J', '1'};
+#define FOOTER_BYTES 24 /* magic, the object's length, its hash */
+
+/* ---- flags ---- */
+
+static void add_word(char ***v, int *n, const char *w)
+{
+    *v = xrealloc(*v, (size_t)(*n + 1) * sizeof **v);
+    (*v)[(*n)++] = xstrdup(w);
+}
+
+static void add_words(char ***v, int *n, const char *s)
+{
+    while (s && *s) {
+        while (*s == ' ' || *s == '\t' || *s == '\n') s++;
+        size_t len = strcspn(s, " \t\n");
+        if (!len) break;
+        *v = xrealloc(*v, (size_t)(*n + 1) * sizeof **v);
+        (*v)[(*n)++] = xstrndup(s, len);
+        s += len;
+    }
+}
+
+static void free_words(char **v, int n)
+{
+    for (int i = 0; i < n; i++) free(v[i]);
+    free(v);
+}
+
+void objcache_flags(const char *cpu, const char *cflags, bool in_process, char ***words, int *nwords)
+{
+    char **v = NULL;
+    int n = 0;
+    if (in_process) {
+        add_word(&v, &n, "-std=c11");
+        /* GCC's rule for ISO C, under which both compilers round every product and sum alike */
+        add_word(&v, &n, "-ffp-contract=off");
+        add_word(&v, &n, "-fno-temp-file"); /* the object itself, not a temporary beside it */
+    }
+    int at = n;
+    add_words(&v, &n, KILN_DEFAULT_CFLAGS);
+    if (cpu && *cpu) {
+        char march[200];
+        snprintf(march, sizeof march, "-march=%s", cpu);
+        bool replaced = false;
+        for (int i = at; i < n; i++)
+            if (!strncmp(v[i], "-march=", 7)) {
+                free(v[i]);
+                v[i] = xstrdup(march);
+                replaced = true;
+            }
+        if (!replaced) add_word(&v, &n, march);
+    }
+    if (!in_process) add_word(&v, &n, "-std=c11");
+    add_words(&v, &n, cflags);
+    add_word(&v, &n, "-I");
+    add_word(&v, &n, KILN_RUNTIME_DIR);
+    *words = v;
+    *nwords = n;
+}
+
+/* ---- the cache directory ---- */
+
+char *objcache_dir(void)
+{
+    if (objcache_max_bytes() <= 0) return NULL;
+    const char *cache = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    StrBuf d;
+    sb_init(&d);
+    if (cache && *cache) sb_printf(&d, "%s/kiln/obj", cache);
+    else if (home && *home) sb_printf(&d, "%s/.cache/kiln/obj", home);
+    else {
+        sb_free(&d);
+        return NULL;
+    }
+    for (char *q = d.data + 1; *q; q++)
+        if (*q == '/') {
+            *q = 0;
+            mkdir(d.data, 0755);
+            *q = '/';
+        }
+    mkdir(d.data, 0755);
+    struct stat st;
+    if (stat(d.data, &st) != 0 || !S_ISDIR(st.st_mode) || access(d.data, W_OK) != 0) {
+        sb_free(&d);
+        return NULL;
+    }
+    return d.data;
+}
+
+long long objcache_max_bytes(void)
+{
+    const char *s = getenv("KILN_CACHE_MAX_BYTES");
+    if (!s || !*s) return DEFAULT_MAX_BYTES;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || v < 0) return DEFAULT_MAX_BYTES;
+    switch (*end) {
+    case 'k': case 'K': v <<= 10; break;
+    case 'm': case 'M': v <<= 20; break;
+    case 'g': case 'G': v <<= 30; break;
+    default: break;
+    }
+    return v;
+}
+
+/* ---- reading and writing files ---- */
+
+static char *read_file(const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return NULL;
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    char *b = xmalloc(n + 1);
+    while (got < n) {
+        ssize_t r = read(fd, b + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (got != n) {
+        free(b);
+        return NULL;
+    }
+    b[n] = 0;
+    *len = n;
+    return b;
+}
+
+static int write_all(int fd, const char *data, size_t len)
+{
+    while (len) {
+        ssize_t w = write(fd, data, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        data += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+static int write_file(const char *path, const char *data, size_t len)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return -1;
+    int rc = write_all(fd, data, len);
+    if (close(fd) != 0) rc = -1;
+    return rc;
+}
+
+static uint64_t hash64(const void *data, size_t n)
+{
+    uint64_t h[2] = {0, 0};
+    pieces_hash128(data, n, h);
+    return h[0];
+}
+
+/* A cache entry's object, when its footer says it is whole; *len its length. */
+static char *read_entry(const char *path, size_t *len, bool elf)
+{
+    size_t n;
+    char *b = read_file(path, &n);
+    if (!b) return NULL;
+    uint64_t want_len, want_hash;
+    if (n < FOOTER_BYTES || memcmp(b + n - FOOTER_BYTES, footer_magic, 8)) goto bad;
+    memcpy(&want_len, b + n - 16, 8);
+    memcpy(&want_hash, b + n - 8, 8);
+    if (want_len != n - FOOTER_BYTES || hash64(b, want_len) != want_hash || want_len < 4 || (elf && memcmp(b, "\177ELF", 4))) goto bad;
+    *len = (size_t)want_len;
+    return b;
+bad:
+    free(b);
+    unlink(path); /* whole entries are renamed into place: this one will never be right */
+    return NULL;
+}
+
+/* Writes an entry under a temporary name, then renames it into place. */
+static void store_entry(const char *path, const char *obj, size_t len, int idx)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%d", path, (long)getpid(), idx);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return;
+    uint64_t n = len, h = hash64(obj, len);
+    char footer[FOOTER_BYTES];
+    memcpy(footer, footer_magic, 8);
+    memcpy(footer + 8, &n, 8);
+    memcpy(footer + 16, &h, 8);
+    int rc = write_all(fd, obj, len);
+    if (!rc) rc = write_all(fd, footer, sizeof footer);
+    if (close(fd) != 0) rc = -1;
+    if (rc || rename(tmp, path) != 0) unlink(tmp);
+}
+
+typedef struct {
+    char *name;
+    long long size;
+    time_t mtime;
+} Entry;
+
+static int by_age(const void *a, const void *b)
+{
+    const Entry *x = a, *y = b;
+    return x->mtime < y->mtime ? -1 : x->mtime > y->mtime;
+}
+
+/* Removes the oldest entries (least recently used: a hit refreshes the time) until the
+ * cache holds at most max bytes; temporary files an interrupted build left an hour ago
+ * go too. */
+static void evict(const char *dir, long long max)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    Entry *v = NULL;
+    int n = 0, cap = 0;
+    long long total = 0;
+    time_t now = time(NULL);
+    struct dirent *e;
+    char path[4400];
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (strstr(e->d_name, ".tmp.")) {
+            if (now - st.st_mtime > 3600) unlink(path);
+            continue;
+        }
+        GROW(v, cap, n + 1);
+        v[n++] = (Entry){xstrdup(e->d_name), (long long)st.st_size, st.st_mtime};
+        total += st.st_size;
+    }
+    closedir(d);
+    if (total > max) {
+        qsort(v, (size_t)n, sizeof *v, by_age);
+        for (int i = 0; i < n && total > max; i++) {
+            snprintf(path, sizeof path, "%s/%s", dir, v[i].name);
+            if (unlink(path) == 0) total -= v[i].size;
+        }
+    }
+    for (int i = 0; i < n; i++) free(v[i].name);
+    free(v);
+}
+
+/* ---- the key ---- */
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* What every piece's object depends on besides its code. */
+static void environment_key(const ObjOptions *o, char **flags, int nflags, StrBuf *key)
+{
+    sb_puts(key, "kiln-objcache-1\n");
+    if (o->cc) {
+        sb_printf(key, "cc %s\n", o->cc);
+        StrBuf cmd, out;
+        sb_init(&cmd);
+        sb_init(&out);
+        sb_printf(&cmd, "%s --version 2>&1", o->cc);
+        build_run_logged(cmd.data, &out, "C compiler", NULL);
+        if (out.len) sb_putn(key, out.data, out.len);
+        sb_free(&cmd);
+        sb_free(&out);
+    } else {
+        sb_printf(key, "%s\n", toolchain_version());
+    }
+    for (int i = 0; i < nflags; i++) sb_printf(key, "%s ", flags[i]);
+    sb_putc(key, '\n');
+    if (o->cpu && *o->cpu && strcmp(o->cpu, "native")) sb_printf(key, "cpu %s\n", o->cpu);
+    else build_cpu_features(key);
+    /* the runtime's headers, by content: the pieces include them */
+    DIR *d = opendir(KILN_RUNTIME_DIR);
+    if (d) {
+        char **names = NULL;
+        int n = 0;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            size_t l = strlen(e->d_name);
+            if (l > 2 && !strcmp(e->d_name + l - 2, ".h")) add_word(&names, &n, e->d_name);
+        }
+        closedir(d);
+        qsort(names, (size_t)n, sizeof *names, cmp_str);
+        for (int i = 0; i < n; i++) {
+            char path[4400];
+            snprintf(path, sizeof path, "%s/%s", KILN_RUNTIME_DIR, names[i]);
+            size_t len = 0;
+            char *text = read_file(path, &len);
+            sb_printf(key, "%s %016llx\n", names[i], text ? (unsigned long long)hash64(text, len) : 0ULL);
+            free(text);
+        }
+        free_words(names, n);
+    }
+}
+
+/* ---- compiling ---- */
+
+typedef struct {
+    const ObjOptions *o;
+    char **flags;
+    int nflags;
+    char **src, **obj; /* per piece */
+    char **log;        /* per piece: the compiler's messages */
+    int *rc;           /* per piece */
+    int *order, norder; /* the pieces to compile, largest first */
+    int next;
+    pthread_mutex_t mu;
+    StrBuf *log_out; /* the caller's log */
+    char **pch_flags;  /* -include-pch ...: for the pieces that use the precompiled header */
+    int npch_flags;
+    bool *with_pch;    /* per piece */
+} Pool;
+
+static void compile_one(Pool *p, int i)
+{
+    if (!p->o->cc) {
+        char **args = NULL;
+        int n = 0;
+        for (int k = 0; k < p->nflags; k++) add_word(&args, &n, p->flags[k]);
+        for (int k = 0; p->with_pch[i] && k < p->npch_flags; k++) add_word(&args, &n, p->pch_flags[k]);
+        add_word(&args, &n, "-c");
+        add_word(&args, &n, p->src[i]);
+        add_word(&args, &n, "-o");
+        add_word(&args, &n, p->obj[i]);
+        p->rc[i] = toolchain_run((const char *const *)args, n, &p->log[i]);
+        free_words(args, n);
+        return;
+    }
+    StrBuf cmd, out;
+    sb_init(&cmd);
+    sb_init(&out);
+    sb_printf(&cmd, "%s ", p->o->cc);
+    for (int k = 0; k < p->nflags; k++) {
+        if (!strcmp(p->flags[k], KILN_RUNTIME_DIR)) build_shell_word(&cmd, p->flags[k]);
+        else sb_printf(&cmd, "%s ", p->flags[k]);
+    }
+    sb_puts(&cmd, "-c ");
+    build_shell_word(&cmd, p->src[i]);
+    sb_puts(&cmd, "-o ");
+    build_shell_word(&cmd, p->obj[i]);
+    sb_puts(&cmd, "2>&1");
+    p->rc[i] = build_run_logged(cmd.data, &out, "C compiler", NULL);
+    p->log[i] = out.data;
+    sb_free(&cmd);
+}
+
+/* The precompiled header of the pieces' #include lines (in-process Clang): every piece
+ * parses the same runtime and C headers, about 30 ms of a small piece's 40. From the cache,
+ * or compiled into dir. Returns 0 with its path in pch, else -1 with the compiler's
+ * messages in log. */
+static int get_pch(const char *includes, char **flags, int nflags, const char *cache_dir, const StrBuf *env, const char *dir, char *pch,
+                   size_t pch_size, StrBuf *log)
+{
+    snprintf(pch, pch_size, "%s/pieces.pch", dir);
+    /* The header the PCH was made from must exist where it was when the PCH is read: in the
+     * cache, beside the PCH, under the same key (or in dir, without a cache). */
+    char entry[4400] = "", hdr[4400];
+    snprintf(hdr, sizeof hdr, "%s/pieces_pch.h", dir);
+    if (cache_dir) {
+        uint64_t h[2] = {0, 0};
+        pieces_hash128(env->data, env->len, h);
+        pieces_hash128("pch\n", 4, h);
+        pieces_hash128(includes, strlen(includes), h);
+        snprintf(entry, sizeof entry, "%s/%016llx%016llx.pch", cache_dir, (unsigned long long)h[0], (unsigned long long)h[1]);
+        snprintf(hdr, sizeof hdr, "%s/%016llx%016llx.h", cache_dir, (unsigned long long)h[0], (unsigned long long)h[1]);
+        size_t hl;
+        char *have = read_file(hdr, &hl);
+        if (!have || hl != strlen(includes) || memcmp(have, includes, hl)) {
+            char tmp[4500];
+            snprintf(tmp, sizeof tmp, "%s.tmp.%ld", hdr, (long)getpid());
+            if (write_file(tmp, includes, strlen(includes)) != 0 || rename(tmp, hdr) != 0) {
+                unlink(tmp);
+                snprintf(hdr, sizeof hdr, "%s/pieces_pch.h", dir);
+                entry[0] = 0; /* no cache for this one */
+            }
+        } else {
+            utimensat(AT_FDCWD, hdr, NULL, 0);
+        }
+        free(have);
+    }
+    if (entry[0]) {
+        size_t len;
+        char *bytes = read_entry(entry, &len, false);
+        int ok = bytes && write_file(pch, bytes, len) == 0;
+        free(bytes);
+        if (ok) {
+            utimensat(AT_FDCWD, entry, NULL, 0);
+            return 0;
+        }
+    }
+    if (!entry[0] && write_file(hdr, includes, strlen(includes)) != 0) {
+        sb_printf(log, "cannot write %s: %s", hdr, strerror(errno));
+        return -1;
+    }
+    char **args = NULL;
+    int n = 0;
+    for (int k = 0; k < nflags; k++) add_word(&args, &n, flags[k]);
+    add_word(&args, &n, "-x");
+    add_word(&args, &n, "c-header");
+    add_word(&args, &n, hdr);
+    add_word(&args, &n, "-o");
+    add_word(&args, &n, pch);
+    char *text = NULL;
+    int rc = toolchain_run((const char *const *)args, n, &text);
+    free_words(args, n);
+    if (rc) {
+        if (text) sb_puts(log, text);
+        sb_printf(log, "\nthe in-process C compiler (%s) failed on the pieces' precompiled header", toolchain_version());
+    } else if (entry[0]) {
+        size_t len;
+        char *bytes = read_file(pch, &len);
+        if (bytes) store_entry(entry, bytes, len, -1);
+        free(bytes);
+    }
+    free(text);
+    return rc;
+}
+
+static void *worker(void *arg)
+{
+    Pool *p = arg;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        int k = p->next < p->norder ? p->order[p->next++] : -1;
+        pthread_mutex_unlock(&p->mu);
+        if (k < 0) return NULL;
+        compile_one(p, k);
+        pthread_mutex_lock(&p->mu);
+        progress_piece_done(p->o->pg);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* --cpu NAME: compiles an empty piece with -march=NAME, so that a name the compiler does
+ * not know is one message rather than one per piece. 0, or -1 with the message in log. */
+static int check_cpu(const ObjOptions *o, Pool *p)
+{
+    char src[4400], obj[4400];
+    snprintf(src, sizeof src, "%s/cpu_probe.c", o->dir);
+    snprintf(obj, sizeof obj, "%s/cpu_probe.o", o->dir);
+    static const char probe[] = "int kiln_cpu_probe;\n";
+    if (write_file(src, probe, sizeof probe - 1) != 0) return 0; /* the pieces will say */
+    char *saved_src = p->src[0], *saved_obj = p->obj[0], *saved_log = p->log[0];
+    p->src[0] = src, p->obj[0] = obj, p->log[0] = NULL;
+    compile_one(p, 0);
+    int rc = p->rc[0];
+    char *text = p->log[0];
+    p->src[0] = saved_src, p->obj[0] = saved_obj, p->log[0] = saved_log, p->rc[0] = 0;
+    unlink(src);
+    unlink(obj);
+    if (rc) {
+        StrBuf *log = p->log_out;
+        const char *e = text ? strstr(text, "error") : NULL;
+        while (e && e > text && e[-1] != '\n') e--;
+        sb_printf(log, "--cpu %s: %s does not know this CPU", o->cpu, o->cc ? o->cc : toolchain_version());
+        if (e) sb_printf(log, ": %.*s", (int)strcspn(e, "\n"), e);
+        sb_puts(log, " (e.g. x86-64-v2, x86-64-v3, x86-64-v4, haswell, skylake-avx512, native)");
+    }
+    free(text);
+    return rc ? -1 : 0;
+}
+
+static int jobs(const ObjOptions *o)
+{
+    if (o->jobs > 0) return o->jobs;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+void objcache_describe(const ObjResult *r, StrBuf *out)
+{
+    sb_printf(out, "compiled %d of %d piece%s (%d cached)", r->compiled, r->npieces, r->npieces == 1 ? "" : "s", r->cached);
+    if (!r->compiled) return;
+    sb_printf(out, ": %d of %d kernel pieces", r->kernels_compiled, r->kernel_pieces);
+    if (r->recipe_compiled) sb_puts(out, ", the recipe");
+    if (r->host_compiled) sb_puts(out, ", the host code");
+}
+
+void objcache_result_free(ObjResult *r)
+{
+    for (int i = 0; i < r->nobjs; i++) free(r->objs[i]);
+    free(r->objs);
+    memset(r, 0, sizeof *r);
+}
+
+/* Insertion sort of piece indices, largest piece first (few pieces; qsort has no context
+ * argument in C11): the long compiles start first. */
+static void sort_largest_first(int *v, int n, const PieceSet *s)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && s->v[v[j - 1]].len < s->v[v[j]].len; j--) {
+            int t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+}
+
+/* The cache entry of a piece: the hash of everything its object depends on. */
+static char *entry_path(const char *dir, const StrBuf *env, const Piece *pc, bool with_pch, bool debug)
+{
+    uint64_t h[2] = {0, 0};
+    pieces_hash128(env->data, env->len, h);
+    if (with_pch) pieces_hash128("with the precompiled header\n", 28, h);
+    if (debug) pieces_hash128(pc->text, pc->len, h);
+    else {
+        size_t sl;
+        char *stripped = pieces_strip_comments(pc->text, pc->len, &sl);
+        pieces_hash128(stripped, sl, h);
+        free(stripped);
+    }
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%016llx%016llx.o", dir, (unsigned long long)h[0], (unsigned long long)h[1]);
+    return xstrdup(path);
+}
+
+/* Compiles the pool's pieces on all cores (this thread one of the workers), the progress
+ * line counting them. */
+static void compile_all(Pool *p, int n, int cached)
+{
+    const ObjOptions *o = p->o;
+    StrBuf what;
+    sb_init(&what);
+    if (o->cc) { /* the compiler's name, without its directory and arguments */
+        size_t l = strcspn(o->cc, " ");
+        const char *base = o->cc;
+        for (size_t k = 0; k < l; k++)
+            if (o->cc[k] == '/') base = o->cc + k + 1;
+        sb_printf(&what, "compiling %d of %d pieces of model.c with %.*s", p->norder, n, (int)(l - (size_t)(base - o->cc)), base);
+    } else {
+        sb_printf(&what, "compiling %d of %d pieces of model.c with %s", p->norder, n, toolchain_version());
+    }
+    if (cached) sb_printf(&what, " (%d cached)", cached);
+    progress_stage(o->pg, p->norder, "%s", what.data);
+    sb_free(&what);
+    pthread_mutex_init(&p->mu, NULL);
+    int nt = jobs(o) < p->norder ? jobs(o) : p->norder;
+    pthread_t *threads = xcalloc((size_t)nt, sizeof *threads);
+    bool *started = xcalloc((size_t)nt, sizeof *started);
+    for (int t = 1; t < nt; t++) started[t] = pthread_create(&threads[t], NULL, worker, p) == 0;
+    worker(p);
+    for (int t = 1; t < nt; t++)
+        if (started[t]) pthread_join(threads[t], NULL);
+    free(threads);
+    free(started);
+    pthread_mutex_destroy(&p->mu);
+}
+
+/* 0, or -1 with the messages of the first piece that failed (in the file's order). */
+static int first_failure(const Pool *p, int n, StrBuf *log)
+{
+    for (int k = 0; k < n; k++)
+        if (p->rc[k]) {
+            if (p->log[k]) sb_puts(log, p->log[k]);
+            if (p->o->cc) sb_printf(log, "\nthe C compiler (%s) failed on a piece of model.c", p->o->cc);
+            else sb_printf(log, "\nthe in-process C compiler (%s) failed on a piece of model.c", toolchain_version());
+            return -1;
+        }
+    return 0;
+}
+
+int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjResult *r, StrBuf *log)
+{
+    memset(r, 0, sizeof *r);
+    PieceSet ps;
+    pieces_split(model_c, len, o->cc ? PIECES_SPLIT_EXTERNAL : PIECES_SPLIT_IN_PROCESS, &ps);
+    Pool p;
+    memset(&p, 0, sizeof p);
+    p.o = o;
+    objcache_flags(o->cpu, o->cflags, !o->cc, &p.flags, &p.nflags);
+    char *dir = objcache_dir();
+    StrBuf env;
+    sb_init(&env);
+    if (dir) environment_key(o, p.flags, p.nflags, &env);
+    bool debug = false; /* with -g the comments' line numbers are in the object */
+    for (int i = 0; i < p.nflags; i++)
+        if (!strncmp(p.flags[i], "-g", 2) && strcmp(p.flags[i], "-g0")) debug = true;
+    const int n = ps.n;
+    r->npieces = n;
+    p.src = xcalloc((size_t)n, sizeof *p.src);
+    p.obj = xcalloc((size_t)n, sizeof *p.obj);
+    p.log = xcalloc((size_t)n, sizeof *p.log);
+    p.rc = xcalloc((size_t)n, sizeof *p.rc);
+    p.order = xcalloc((size_t)n, sizeof *p.order);
+    /* the kernels' and the host code's pieces start from the precompiled header (Clang
+     * inside kiln); the recipe's includes kiln_model.h alone, quicker without it */
+    p.with_pch = xcalloc((size_t)n, sizeof *p.with_pch);
+    bool need_pch = false;
+    for (int i = 0; i < n; i++) p.with_pch[i] = !o->cc && ps.includes && (ps.v[i].kind == PIECE_KERNELS || ps.v[i].kind == PIECE_HOST);
+    char **entry = xcalloc((size_t)n, sizeof *entry);
+    int rc = 0;
+    for (int i = 0; i < n; i++) r->kernel_pieces += ps.v[i].kind == PIECE_KERNELS;
+    for (int i = 0; i < n; i++) {
+        const Piece *pc = &ps.v[i];
+        char path[4400];
+        snprintf(path, sizeof path, "%s/piece%04d.c", o->dir, i);
+        p.src[i] = xstrdup(path);
+        snprintf(path, sizeof path, "%s/piece%04d.o", o->dir, i);
+        p.obj[i] = xstrdup(path);
+        if (dir && pc->cacheable) {
+            entry[i] = entry_path(dir, &env, pc, p.with_pch[i], debug);
+            size_t olen;
+            char *objbytes = read_entry(entry[i], &olen, true);
+            if (objbytes && write_file(p.obj[i], objbytes, olen) == 0) {
+                utimensat(AT_FDCWD, entry[i], NULL, 0); /* recently used */
+                free(objbytes);
+                r->cached++;
+                continue;
+            }
+            free(objbytes);
+        }
+        if (write_file(p.src[i], pc->text, pc->len) != 0) {
+            sb_printf(log, "cannot write %s: %s", p.src[i], strerror(errno));
+            rc = -1;
+            break;
+        }
+        p.order[p.norder++] = i;
+        need_pch |= p.with_pch[i];
+        if (pc->kind == PIECE_KERNELS) r->kernels_compiled++;
+        else if (pc->kind == PIECE_RECIPE) r->recipe_compiled = true;
+        else r->host_compiled = true;
+    }
+    r->compiled = p.norder;
+    if (!rc && !p.norder) progress_stage(o->pg, 0, "model.c's %d pieces all from the cache", n);
+    p.log_out = log;
+    if (!rc && p.norder && o->cpu && *o->cpu && check_cpu(o, &p)) rc = OBJCACHE_BAD_CPU;
+    char pch[4400] = "";
+    if (!rc && need_pch) {
+        rc = get_pch(ps.includes, p.flags, p.nflags, dir, &env, o->dir, pch, sizeof pch, log);
+        add_word(&p.pch_flags, &p.npch_flags, "-include-pch");
+        add_word(&p.pch_flags, &p.npch_flags, pch);
+        /* the key holds the headers' content: their times need not match */
+        add_word(&p.pch_flags, &p.npch_flags, "-Xclang");
+        add_word(&p.pch_flags, &p.npch_flags, "-fno-validate-pch");
+    }
+    if (!rc && p.norder) {
+        sort_largest_first(p.order, p.norder, &ps);
+        compile_all(&p, n, r->cached);
+        rc = first_failure(&p, n, log);
+        bool stored = false;
+        for (int k = 0; !rc && k < p.norder; k++) {
+            int i = p.order[k];
+            if (!entry[i]) continue;
+            size_t olen;
+            char *objbytes = read_file(p.obj[i], &olen);
+            if (objbytes) store_entry(entry[i], objbytes, olen, i), stored = true;
+            free(objbytes);
+        }
+        if (stored) evict(dir, objcache_max_bytes());
+    }
+    if (pch[0]) unlink(pch);
+    for (int i = 0; i < n; i++) {
+        if (!p.src[i]) continue; /* (not reached: a write failed) */
+        unlink(p.src[i]);
+        if (rc) unlink(p.obj[i]);
+        free(p.src[i]);
+        free(p.log[i]);
+        free(entry[i]);
+    }
+    if (!rc) {
+        r->objs = p.obj;
+        r->nobjs = n;
+    } else {
+        for (int i = 0; i < n; i++) free(p.obj[i]);
+        free(p.obj);
+    }
+    free(p.src);
+    free(p.log);
+    free(p.rc);
+    free(p.order);
+    free(p.with_pch);
+    free_words(p.pch_flags, p.npch_flags);
+    free(entry);
+    free_words(p.flags, p.nflags);
+    sb_free(&env);
+    free(dir);
+    pieces_free(&ps);
+    return rc;
+}
