@@ -99,7 +99,9 @@ static int model_objects(const KilnProgram *p, const char *base, JitObject obj[2
         obj[part].data = util_read_file(path[part], &len, &err);
         obj[part].size = len;
         sb_free(&err);
-        cached += obj[part].data != NULL && len > 0;
+        char *why = NULL;
+        cached += obj[part].data != NULL && !jit_check_object(obj[part].data, len, &why); /* a damaged file: compiled again */
+        free(why);
     }
     *compiled = cached < 2;
     if (!*compiled) return 0;
@@ -124,7 +126,15 @@ static int model_objects(const KilnProgram *p, const char *base, JitObject obj[2
         }
         free(h[part].log);
         obj[part] = h[part].obj;
-        if (!h[part].rc) cache_write(path[part], &obj[part]);
+        char *why = NULL;
+        if (!h[part].rc && jit_check_object(obj[part].data, obj[part].size, &why)) {
+            if (!rc) fprintf(stderr, "kiln: error: the JIT cannot run %s's model.c: %s; kiln train --no-jit builds a program instead\n",
+                             p->train.graph->name, why ? why : "");
+            rc = 1;
+        } else if (!h[part].rc) {
+            cache_write(path[part], &obj[part]);
+        }
+        free(why);
     }
     return rc;
 }

@@ -32,6 +32,11 @@ typedef struct {
 int jit_compile_c(const char *name, const char *code, size_t len, const char *const *flags, int nflags, JitObject *obj, char **log);
 void jit_object_free(JitObject *obj);
 
+/* Whether data[0..size) is an object the JIT can link: an ELF object for this machine
+ * without thread-local storage (which the JIT cannot give code it links). 0, or -1 and
+ * *log says why. */
+int jit_check_object(const void *data, size_t size, char **log);
+
 typedef struct KilnJit KilnJit;
 
 /* A JIT for this process's CPU (its model and features, as -march=native), whose code

@@ -22,6 +22,7 @@
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/Object/ObjectFile.h>
 #include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/Host.h>
 #include <llvm/Support/MemoryBuffer.h>
@@ -153,6 +154,31 @@ extern "C" void jit_object_free(JitObject *obj)
     free(obj->data);
     obj->data = nullptr;
     obj->size = 0;
+}
+
+extern "C" int jit_check_object(const void *data, size_t size, char **log)
+{
+    *log = nullptr;
+    llvm::MemoryBufferRef ref(llvm::StringRef(static_cast<const char *>(data), size), "object");
+    auto obj = llvm::object::ObjectFile::createObjectFile(ref);
+    if (!obj) {
+        set_log(log, "not an object file: " + error_text(obj.takeError()));
+        return -1;
+    }
+    llvm::object::ObjectFile &o = **obj;
+    if (!o.isELF() || o.getArch() != llvm::Triple(llvm::sys::getProcessTriple()).getArch()) {
+        set_log(log, "not an ELF object for this machine");
+        return -1;
+    }
+    // RuntimeDyld, LLJIT's linker here, stops the process on thread-local storage
+    for (const llvm::object::SectionRef &sec : o.sections()) {
+        auto name = sec.getName();
+        if (name && (name->startswith(".tdata") || name->startswith(".tbss"))) {
+            set_log(log, "it has thread-local storage (section " + name->str() + "), which the JIT cannot link");
+            return -1;
+        }
+    }
+    return 0;
 }
 
 extern "C" KilnJit *jit_new(char **log)

@@ -224,6 +224,9 @@ const char *krt_cpu_blas_core(void);
 /* `best` when `current` is an OpenBLAS core known to be older than `best`, else NULL
  * (never for a core name it does not know). */
 const char *krt_blas_core_upgrade(const char *current, const char *best);
+/* The calling thread's panel buffer of kiln_gemm.h's half-precision products (`floats`
+ * floats, the same at every call), made at its first call; out of memory exits. */
+float *krt_hgemm_buffer(size_t floats);
 
 /* ---- checkpoints (ckpt.c): safetensors ---- */
 
