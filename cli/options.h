@@ -59,6 +59,7 @@ typedef struct {
     int nbounds;
     bool dot, stats, list_passes, inputs, report;
     bool time_passes; /* build, emit: --time-passes */
+    bool no_jit;      /* train: --no-jit (main.c takes train's flags itself) */
     int64_t memory_budget; /* build, emit: --memory-budget SIZE (0: none) */
     const char *precision; /* build, emit, ir: --precision NAME (NULL: the recipe's) */
     const char *weight_rounding; /* build, emit, ir: --weight-rounding nearest|stochastic (NULL: the recipe's) */

@@ -1,6 +1,8 @@
-/* train_main.c — the main() of every generated training program.
+/* train_main.c — the training program: the main() of every generated one, and the
+ * entry kiln train's JIT calls in the kiln process.
  *
- * It trains the model it is linked with (kiln_model_def, from the generated model.c) by
+ * It trains the model it is given (kiln_train_main: a built program's main passes its
+ * kiln_model_def, from the generated model.c; `kiln train`'s JIT the model it linked) by
  * the recipe in the model file, which flags override: loads the data, initialises the
  * parameters (PyTorch's distributions, Kiln's counter-based stream), runs the steps with
  * the optimizer, schedule, clipping and accumulation, evaluates, logs, and saves and
