@@ -154,6 +154,10 @@ static int prepare_process(char **kiln_argv)
     char *(*corename)(void) = (char *(*)(void))dlsym(RTLD_DEFAULT, "openblas_get_corename");
     char *(*config)(void) = (char *(*)(void))dlsym(RTLD_DEFAULT, "openblas_get_config");
     const char *core = corename ? corename() : NULL, *conf = config ? config() : NULL;
+    const char *verbose = getenv("KILN_VERBOSE");
+    if (verbose && *verbose && strcmp(verbose, "0"))
+        fprintf(stderr, "kiln: the JIT loaded %s: BLAS core %s, %d thread%s\n", KILN_BLAS_LIB, core ? core : "unknown", krt_blas_threads(),
+                krt_blas_threads() == 1 ? "" : "s");
     const char *better = krt_blas_core_upgrade(core, krt_cpu_blas_core());
     const char *ready = getenv("KILN_ENV_READY"), *set = getenv("OPENBLAS_CORETYPE");
     if (better && conf && strstr(conf, "DYNAMIC_ARCH") && !(set && *set) && !(ready && *ready) && kiln_argv) {
@@ -199,7 +203,7 @@ int jit_train(KilnProgram *p, const JitTrainOptions *o)
     free(log);
     if (!rc && o->time_passes) {
         fprintf(stderr, "%-10s %-8s %9.2f  %17s  %s\n", "compile", "jit", (t1 - t0) * 1e3, "",
-                compiled ? "Clang in kiln: model.c to objects in memory (cached)" : "the cached objects read");
+                compiled ? "Clang in kiln: model.c to objects in memory, then cached" : "the cached objects read");
         fprintf(stderr, "%-10s %-8s %9.2f  %17s  %s\n", "prepare", "jit", (t2 - t1) * 1e3, "", "threads, denormals, OpenBLAS loaded");
         fprintf(stderr, "%-10s %-8s %9.2f  %17s  %s\n", "link", "jit", (t3 - t2) * 1e3, "", "ORC LLJIT: the objects linked into kiln");
     }
@@ -208,7 +212,11 @@ int jit_train(KilnProgram *p, const JitTrainOptions *o)
         args[0] = name;
         for (int i = 0; i < o->argc; i++) args[i + 1] = o->argv[i];
         fflush(stdout);
+#if KILN_HAVE_JIT /* the training program's code is linked into kiln (CMakeLists.txt) */
         rc = kiln_train_main(model, o->argc + 1, args);
+#else
+        rc = 1; /* not reached: without the JIT, jit_new fails */
+#endif
         fflush(stdout);
         free(args);
     }
