@@ -56,8 +56,8 @@ static void *compile_half(void *arg)
 }
 
 /* The compile flags of part `part`: build_program_in_process's, word for word (the same
- * flags give the same code: keep the two in step). Returns the count; words are static
- * or in store (freed by the caller). */
+ * flags give the same code: keep the two in step; test_jit compares the results).
+ * Returns the count; the words are literals or point into store. */
 static int half_flags(int part, const char **v, char *store, size_t cap)
 {
     int n = 0;
@@ -65,7 +65,8 @@ static int half_flags(int part, const char **v, char *store, size_t cap)
     v[n++] = "-ffp-contract=off";
     v[n++] = "-fno-temp-file";
     snprintf(store, cap, "%s", KILN_DEFAULT_CFLAGS);
-    for (char *s = strtok(store, " \t\n"); s && n < 60; s = strtok(NULL, " \t\n")) v[n++] = s;
+    char *save = NULL;
+    for (char *s = strtok_r(store, " \t\n", &save); s && n < 60; s = strtok_r(NULL, " \t\n", &save)) v[n++] = s;
     v[n++] = "-I";
     v[n++] = KILN_RUNTIME_DIR;
     v[n++] = part == 1 ? "-DKILN_PART=1" : "-DKILN_PART=2";
@@ -180,11 +181,7 @@ int jit_train(KilnProgram *p, const JitTrainOptions *o)
     char *name = xstrdup(p->train.graph->name);
     kiln_program_free(p); /* the compiler's memory, before the run's */
     const double t1 = now();
-    if (rc) {
-        free(name);
-        return rc;
-    }
-    rc = prepare_process(o->kiln_argv);
+    if (!rc) rc = prepare_process(o->kiln_argv);
     const double t2 = now();
     char *log = NULL;
     KilnJit *jit = rc ? NULL : jit_new(&log);
