@@ -1,10 +1,11 @@
-/* jit_train.c — `kiln train FILE` in the kiln process: the generated model.c is compiled by
- * the Clang inside kiln, in its two halves on two threads and with the flags `kiln build`
- * gives the same compiler (build_program_in_process in build.c), to objects in memory,
- * which are cached beside kiln train's programs; ORC links them into this process (jit.h);
- * then the training program's own code, linked into kiln (programs/train_main.c without
- * its main), runs on the model. No program is written or executed, and the objects are the
- * code a built program would run, so the losses are its losses, bit for bit
+/* jit_train.c — `kiln train FILE` (and `kiln run FILE`, the inference program's) in the
+ * kiln process: the generated model.c is compiled by the Clang inside kiln, in its two
+ * halves on two threads and with the flags `kiln build` gives the same compiler
+ * (build_program_in_process in build.c), to objects in memory, which are cached beside
+ * kiln train's programs; ORC links them into this process (jit.h); then the program's own
+ * code, linked into kiln (programs/train_main.c or infer_main.c without its main,
+ * programs.h), runs on the model. No program is written or executed, and the objects are
+ * the code a built program would run, so the results are its results, bit for bit
  * (tests/test_jit.c).
  *
  * The process is prepared as a program prepares itself (runtime/env.c): thread counts,
@@ -25,7 +26,7 @@
 #include <unistd.h>
 
 #include "../driver/jit.h"
-#include "../programs/train_internal.h"
+#include "../programs/programs.h"
 #include "../runtime/kiln_rt.h"
 
 #define JIT_SOURCE "/kiln-jit/model.c" /* the name model.c has in the compiler's diagnostics */
@@ -210,7 +211,7 @@ int jit_train(KilnProgram *p, const JitTrainOptions *o)
         for (int i = 0; i < o->argc; i++) args[i + 1] = o->argv[i];
         fflush(stdout);
 #if KILN_HAVE_JIT /* the training program's code is linked into kiln (CMakeLists.txt) */
-        rc = kiln_train_main(model, o->argc + 1, args);
+        rc = (o->infer ? kiln_infer_main : kiln_train_main)(model, o->argc + 1, args);
 #else
         rc = 1; /* not reached: without the JIT, jit_new fails */
 #endif

@@ -261,14 +261,14 @@ static int cmd_build(const char *cmd, const Options *o)
     return rc;
 }
 
-/* kiln train's own flags, taken out of the program's (anywhere after FILE): --no-jit,
+/* kiln train's and kiln run's own flags, taken out of the program's (anywhere after FILE): --no-jit,
  * --cc PATH (or --cc=PATH), --time-passes. -1 to go on, else the exit status. */
 typedef struct {
     bool no_jit, time_passes;
     const char *cc;
 } TrainFlags;
 
-static int take_train_flags(int *argc, char **argv, TrainFlags *t)
+static int take_train_flags(const char *cmd, int *argc, char **argv, TrainFlags *t)
 {
     int n = 0;
     for (int i = 0; i < *argc; i++) {
@@ -276,7 +276,7 @@ static int take_train_flags(int *argc, char **argv, TrainFlags *t)
         else if (!strcmp(argv[i], "--time-passes")) t->time_passes = true;
         else if (!strcmp(argv[i], "--cc") || !strncmp(argv[i], "--cc=", 5)) {
             const char *v = argv[i][4] == '=' ? argv[i] + 5 : i + 1 < *argc ? argv[++i] : "";
-            if (!*v) return cli_usage_error("train", "--cc needs a value: the C compiler to build the program with%s", "");
+            if (!*v) return cli_usage_error(cmd, "--cc needs a value: the C compiler to build the program with%s", "");
             t->cc = v;
         } else {
             argv[n++] = argv[i];
@@ -286,17 +286,19 @@ static int take_train_flags(int *argc, char **argv, TrainFlags *t)
     return -1;
 }
 
-/* kiln train: with Clang inside kiln, the model is compiled into this process and trained
- * here (jit_train.c); with --no-jit, --cc or $CC, the program is built and executed. Both
- * are cached under a name derived from the generated code and the compiler settings
- * (objects or the program), so an unchanged model starts at once. */
-static int cmd_train(const char *file, int argc, char **argv, char **kiln_argv)
+/* kiln train (and kiln run, infer: the inference program's): with Clang inside kiln, the
+ * model is compiled into this process and run here (jit_train.c); with --no-jit, --cc or
+ * $CC, the program is built and executed. Both are cached under a name derived from the
+ * generated code and the compiler settings (objects or the program), so an unchanged model
+ * starts at once. */
+static int cmd_train(const char *cmd, const char *file, int argc, char **argv, char **kiln_argv)
 {
+    const bool infer = !strcmp(cmd, "run");
     TrainFlags tf = {0};
-    int rc = take_train_flags(&argc, argv, &tf);
+    int rc = take_train_flags(cmd, &argc, argv, &tf);
     if (rc >= 0) return rc;
     /* the recipe's precision and budget: the flags after the file are the program's */
-    KilnOptions ko = {.path = file, .mode = MODE_TRAIN, .command = "train", .diagnostics = stderr, .time_passes = tf.time_passes};
+    KilnOptions ko = {.path = file, .mode = MODE_TRAIN, .infer = infer, .command = cmd, .diagnostics = stderr, .time_passes = tf.time_passes};
     KilnProgram *p;
     rc = compile(&ko, &p);
     if (rc) {
@@ -330,7 +332,7 @@ static int cmd_train(const char *file, int argc, char **argv, char **kiln_argv)
     sb_printf(&prog, "%s/%s-%016llx", dir.data, p->train.graph->name, (unsigned long long)h);
     sb_free(&dir);
     if (jit) {
-        JitTrainOptions jo = {.cache_base = prog.data, .time_passes = tf.time_passes, .argc = argc, .argv = argv, .kiln_argv = kiln_argv};
+        JitTrainOptions jo = {.cache_base = prog.data, .infer = infer, .time_passes = tf.time_passes, .argc = argc, .argv = argv, .kiln_argv = kiln_argv};
         rc = jit_train(p, &jo);
         sb_free(&prog);
         return rc;
@@ -345,6 +347,7 @@ static int cmd_train(const char *file, int argc, char **argv, char **kiln_argv)
         Options o;
         memset(&o, 0, sizeof o);
         o.cc = tf.cc;
+        o.infer = infer;
         BuildProgress pg;
         progress_init(&pg, 4);
         rc = build_to(&o, p, tmp.data, &pg);
@@ -473,15 +476,15 @@ int main(int argc, char **argv)
         cli_options_free(&o);
         return rc;
     }
-    if (!strcmp(cmd, "train")) {
+    if (!strcmp(cmd, "train") || !strcmp(cmd, "run")) {
         if (argc < 3 || argv[2][0] == '-') {
             if (argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
-                print_usage("train", stdout);
+                print_usage(cmd, stdout);
                 return 0;
             }
-            return cli_usage_error("train", "no model file given%s", "");
+            return cli_usage_error(cmd, "no model file given%s", "");
         }
-        return cmd_train(argv[2], argc - 3, argv + 3, argv);
+        return cmd_train(cmd, argv[2], argc - 3, argv + 3, argv);
     }
     int ncmds;
     const CliCommand *cmds = cli_commands(&ncmds);

@@ -54,11 +54,11 @@ static const CliFlag flags[] = {
                                                                "(nvcc for sm_80 and sm_90, cuBLAS); cuda-emu: the same CUDA program\n"
                                                                "built by $CXX against Kiln's CUDA emulator, run on the CPU (docs/cuda.md)"},
     {"--cc", NULL, "PATH", CMD_BUILD, O_CC, "compile and link with this C compiler (default: $CC, else Clang inside\nkiln, else the compiler Kiln was built with)"},
-    /* train: kiln's own flags (taken out of the program's, wherever they are after FILE) */
-    {"--no-jit", NULL, NULL, CMD_TRAIN, O_NO_JIT, "build the training program (cached) and run it, instead of\n"
-                                                 "training in kiln (the JIT)"},
-    {"--cc", NULL, "PATH", CMD_TRAIN, O_CC, "build the program with this C compiler and run it (no JIT;\nso does $CC)"},
-    {"--time-passes", NULL, NULL, CMD_TRAIN, O_TIME_PASSES, "print the time of each pass, the compile and the JIT's link\n(to stderr)"},
+    /* train and run: kiln's own flags (taken out of the program's, wherever they are after FILE) */
+    {"--no-jit", NULL, NULL, CMD_TRAIN | CMD_RUN, O_NO_JIT, "build the program (cached) and run it, instead of\n"
+                                                           "running the model in kiln (the JIT)"},
+    {"--cc", NULL, "PATH", CMD_TRAIN | CMD_RUN, O_CC, "build the program with this C compiler and run it (no JIT;\nso does $CC)"},
+    {"--time-passes", NULL, NULL, CMD_TRAIN | CMD_RUN, O_TIME_PASSES, "print the time of each pass, the compile and the JIT's link\n(to stderr)"},
     {"--cflags", NULL, "FLAGS", CMD_BUILD, O_CFLAGS, "flags for the target's compiler, after Kiln's (so they win)"},
     /* emit and build: the memory and precision of training */
     {"--precision", NULL, "fp32|bf16|fp16", CMD_IR | CMD_EMIT | CMD_BUILD, O_PRECISION,
@@ -171,6 +171,14 @@ static const CliCommand commands[] = {
      "--metric in a panel of its own. Several logs are overlaid, one colour each, named by\n"
      "file in the legend; training values are solid lines, evaluations dashed with dots.\n"
      "The format is chosen by OUT's extension: .png (960 pixels wide) or .svg.\n"},
+    {CMD_RUN, "run", "run FILE [FLAGS]    run FILE's inference program in kiln (JIT); FLAGS go to it",
+     "usage: kiln run FILE [options] [PROGRAM FLAGS...]\n"
+     "\n"
+     "Runs FILE as its inference program would (kiln build --infer's: the forward on input\n"
+     "files, or text generation; docs/inference.md), with every flag after FILE but kiln's\n"
+     "own (below) passed to it (the weights, the inputs...: see kiln run FILE --help).\n"
+     "As kiln train: compiled into the kiln process (the JIT) or, with --no-jit, --cc or\n"
+     "$CC, the program built and run; both cached.\n"},
 };
 
 const CliCommand *cli_commands(int *n)

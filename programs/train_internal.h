@@ -9,13 +9,8 @@
 #include <stdint.h>
 
 #include "kiln_model.h"
+#include "programs.h"
 
-/* The training program's entry: trains model m by argv's flags (argv[0] is not read as
- * a flag), returns the exit status. krt_fast_environment comes first, in the caller: a
- * built program's main passes it its own argv (it may re-execute the program); the kiln
- * command, which runs the model in its own process, sets the environment itself. Once per
- * process: the run's state is this file's. */
-int kiln_train_main(const kiln_model *m, int argc, char **argv);
 /* The model kiln_train_main was given. */
 const kiln_model *tm_model(void);
 /* One message "MODEL: error: ..." on stderr; returns 1 (the exit status). */

@@ -3,7 +3,9 @@
  * exactly as the program `kiln build` writes with the same compiler and flags: the same
  * JSON-lines log (every loss, metric and gradient norm) and the same checkpoint, for mlp
  * and a small GPT; a second run starts from the cached objects and gives the same again;
- * --no-jit builds and runs the program; bad input still gets one clean error. Each side
+ * --no-jit builds and runs the program; kiln run (the inference program through the JIT)
+ * predicts and generates as the built inference program; bad input still gets one clean
+ * error. Each side
  * trains a few steps of the data the test writes, on one thread. Needs Clang inside kiln:
  * skipped in a kiln without it (the sanitizer build). */
 #include <criterion/criterion.h>
@@ -72,6 +74,16 @@ static const char tiny_gpt[] = "model tinygpt\n"
                                "    clip = 1.0\n"
                                "    steps = 4\n"
                                "}\n";
+
+static void write_tiny_gpt(void)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/tinygpt.kiln", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs(tiny_gpt, f);
+    fclose(f);
+}
 
 /* cmd in dir, all of its output in out */
 static int run(const char *cmd, StrBuf *out)
@@ -144,13 +156,60 @@ Test(jit, mlp_trains_as_its_built_program)
 Test(jit, a_small_gpt_trains_as_its_built_program)
 {
     SKIP_WITHOUT_CLANG();
-    char path[128];
-    snprintf(path, sizeof path, "%s/tinygpt.kiln", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert(f);
-    fputs(tiny_gpt, f);
-    fclose(f);
+    write_tiny_gpt();
     jit_is_the_program("tinygpt.kiln", TEXT);
+}
+
+/* Reads dir/rel whole (its bytes; *len). */
+static char *read_bytes(const char *rel, size_t *len)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    StrBuf err;
+    sb_init(&err);
+    char *s = util_read_file(path, len, &err);
+    cr_assert(s, "%s", err.data);
+    sb_free(&err);
+    return s;
+}
+
+/* kiln run (the inference program through the JIT) gives the built inference program's
+ * outputs: mlp's predictions (.npy bytes, loss and accuracy) and the small GPT's generated
+ * text, from weights kiln train wrote. */
+Test(jit, run_infers_and_generates_as_the_built_program)
+{
+    SKIP_WITHOUT_CLANG();
+    write_tiny_gpt();
+    StrBuf out, built;
+    sb_init(&out);
+    sb_init(&built);
+    char cmd[2048];
+    const char *mlp = support_path("models/mlp.kiln");
+    snprintf(cmd, sizeof cmd, KILN "train '%s' " RUN IMAGES " --checkpoint-dir ck-mlp && " KILN "train tinygpt.kiln " RUN TEXT
+                              " --checkpoint-dir ck-gpt && " KILN "build --infer '%s' -o infer-mlp && " KILN "build --infer tinygpt.kiln -o infer-gpt",
+             mlp, mlp);
+    cr_assert_eq(run(cmd, &out), 0, "%s\n%s", cmd, out.data);
+#define PREDICT "--weights ck-mlp --data image=img.idx --data label=lab.idx --quiet --output "
+    cr_assert_eq(run("./infer-mlp " PREDICT "built.npy", &built), 0, "%s", built.data);
+    snprintf(cmd, sizeof cmd, KILN "run '%s' " PREDICT "jit.npy", mlp);
+    cr_assert_eq(run(cmd, &out), 0, "%s\n%s", cmd, out.data);
+    cr_expect(strstr(out.data, "accuracy"), "%s", out.data);
+    cr_expect_str_eq(out.data, built.data, "kiln run's evaluation is not the program's");
+    size_t na, nb;
+    char *a = read_bytes("jit.npy", &na), *b = read_bytes("built.npy", &nb);
+    cr_expect(na == nb && !memcmp(a, b, na), "kiln run's predictions are not the program's");
+    free(a), free(b);
+#define GENERATE "--weights ck-gpt --generate --prompt 'the ' --tokens 24 --seed 3"
+    cr_assert_eq(run("./infer-gpt " GENERATE, &built), 0, "%s", built.data);
+    cr_assert_eq(run(KILN "run tinygpt.kiln " GENERATE, &out), 0, "%s", out.data);
+    /* the text; the line after it says how fast it came */
+    char *speed_a = strstr(out.data, "\ntinygpt: "), *speed_b = strstr(built.data, "\ntinygpt: ");
+    cr_assert(speed_a && speed_b, "no generation summary:\n%s\n%s", out.data, built.data);
+    *speed_a = *speed_b = 0;
+    cr_expect(strlen(built.data) > 24, "no text generated: %s", built.data);
+    cr_expect_str_eq(out.data, built.data, "kiln run's generated text is not the program's");
+    sb_free(&out);
+    sb_free(&built);
 }
 
 /* The comparison can fail: another seed is another log. And --no-jit runs the program
