@@ -19,6 +19,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,8 @@
 #include <unistd.h>
 
 #include "../driver/jit.h"
+#include "../driver/toolchain.h"
+#include "progress.h"
 #include "../programs/programs.h"
 #include "../runtime/kiln_rt.h"
 
@@ -47,13 +50,38 @@ typedef struct {
     JitObject obj;
     char *log;
     int rc;
+    atomic_bool done; /* for the progress line, which the main thread draws */
 } Half;
 
 static void *compile_half(void *arg)
 {
     Half *h = arg;
     h->rc = jit_compile_c(JIT_SOURCE, h->code, h->len, h->flags, h->nflags, &h->obj, &h->log);
+    atomic_store(&h->done, true);
     return NULL;
+}
+
+/* Until both halves are compiled: on a terminal, kiln build's progress line (the parts
+ * done, the seconds). */
+static void wait_halves(Half h[2])
+{
+    BuildProgress pg;
+    progress_init(&pg, 1);
+    progress_stage(&pg, 2, "compiling model.c into kiln with %s", toolchain_version());
+    bool seen[2] = {false, false};
+    for (int left = 2; left > 0;) {
+        for (int part = 0; part < 2; part++)
+            if (!seen[part] && atomic_load(&h[part].done)) {
+                seen[part] = true;
+                left--;
+                progress_piece_done(&pg);
+            }
+        if (left) {
+            nanosleep(&(struct timespec){.tv_nsec = 50 * 1000 * 1000}, NULL);
+            progress_tick(&pg);
+        }
+    }
+    progress_clear(&pg);
 }
 
 /* The compile flags of part `part`: build_program_in_process's, word for word (the same
@@ -115,10 +143,12 @@ static int model_objects(const KilnProgram *p, const char *base, JitObject obj[2
     const char *flags[2][64];
     for (int part = 0; part < 2; part++) {
         h[part] = (Half){.code = p->code.data ? p->code.data : "", .len = p->code.len, .flags = flags[part]};
+        atomic_init(&h[part].done, false);
         h[part].nflags = half_flags(part + 1, flags[part], store[part], sizeof store[part]);
         started[part] = pthread_create(&threads[part], NULL, compile_half, &h[part]) == 0;
         if (!started[part]) compile_half(&h[part]);
     }
+    wait_halves(h);
     int rc = 0;
     for (int part = 0; part < 2; part++) {
         if (started[part]) pthread_join(threads[part], NULL);
