@@ -1,8 +1,9 @@
 /* main.c — the `kiln` command: parses the flags of each command (options.c), calls
  * kiln_compile (driver/kiln.h) for everything that reads a model, and prints or writes
  * what it returns: kiln check's listing and memory plan, kiln ir's graphs, the generated
- * code (emit), a program or library (build, with build.c's compilers) and kiln train's
- * cached program. Exit status: 0 success, 1 the model has errors (diagnostics on stderr),
+ * code (emit), a program or library (build, with build.c's compilers), and kiln train's
+ * and kiln run's model, run in this process (the JIT, jit_train.c) or as a cached program.
+ * Exit status: 0 success, 1 the model has errors (diagnostics on stderr),
  * 2 the command line is wrong. Output files are written atomically (a temp file, fsync,
  * rename), so an interrupted or failed run never leaves a truncated file behind. */
 #define _XOPEN_SOURCE 700
@@ -261,8 +262,8 @@ static int cmd_build(const char *cmd, const Options *o)
     return rc;
 }
 
-/* kiln train's and kiln run's own flags, taken out of the program's (anywhere after FILE): --no-jit,
- * --cc PATH (or --cc=PATH), --time-passes. -1 to go on, else the exit status. */
+/* kiln train's and kiln run's own flags, taken out of the program's (anywhere after FILE):
+ * --no-jit, --cc PATH (or --cc=PATH), --time-passes. -1 to go on, else the exit status. */
 typedef struct {
     bool no_jit, time_passes;
     const char *cc;
