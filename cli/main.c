@@ -1,8 +1,9 @@
 /* main.c — the `kiln` command: parses the flags of each command (options.c), calls
  * kiln_compile (driver/kiln.h) for everything that reads a model, and prints or writes
  * what it returns: kiln check's listing and memory plan, kiln ir's graphs, the generated
- * code (emit), a program or library (build, with build.c's compilers) and kiln train's
- * cached program. Exit status: 0 success, 1 the model has errors (diagnostics on stderr),
+ * code (emit), a program or library (build, with build.c's compilers), and kiln train's
+ * and kiln run's model, run in this process (the JIT, jit_train.c) or as a cached program.
+ * Exit status: 0 success, 1 the model has errors (diagnostics on stderr),
  * 2 the command line is wrong. Output files are written atomically (a temp file, fsync,
  * rename), so an interrupted or failed run never leaves a truncated file behind. */
 #define _XOPEN_SOURCE 700
@@ -16,9 +17,11 @@
 #include <unistd.h>
 
 #include "../driver/kiln.h"
+#include "../driver/jit.h"
 #include "../driver/toolchain.h"
 #include "build.h"
 #include "inspect.h"
+#include "jit_train.h"
 #include "options.h"
 #include "plot.h"
 
@@ -285,19 +288,53 @@ static int cmd_build(const char *cmd, const Options *o)
     return rc;
 }
 
-/* kiln train: the program is cached under a name derived from the generated code and
- * the compiler settings, so an unchanged model starts at once. */
-static int cmd_train(const char *file, int argc, char **argv)
+/* kiln train's and kiln run's own flags, taken out of the program's (anywhere after FILE):
+ * --no-jit, --cc PATH (or --cc=PATH), --time-passes. -1 to go on, else the exit status. */
+typedef struct {
+    bool no_jit, time_passes;
+    const char *cc;
+} TrainFlags;
+
+static int take_train_flags(const char *cmd, int *argc, char **argv, TrainFlags *t)
 {
+    int n = 0;
+    for (int i = 0; i < *argc; i++) {
+        if (!strcmp(argv[i], "--no-jit")) t->no_jit = true;
+        else if (!strcmp(argv[i], "--time-passes")) t->time_passes = true;
+        else if (!strcmp(argv[i], "--cc") || !strncmp(argv[i], "--cc=", 5)) {
+            const char *v = argv[i][4] == '=' ? argv[i] + 5 : i + 1 < *argc ? argv[++i] : "";
+            if (!*v) return cli_usage_error(cmd, "--cc needs a value: the C compiler to build the program with%s", "");
+            t->cc = v;
+        } else {
+            argv[n++] = argv[i];
+        }
+    }
+    *argc = n;
+    return -1;
+}
+
+/* kiln train (and kiln run, infer: the inference program's): with Clang inside kiln, the
+ * model is compiled into this process and run here (jit_train.c); with --no-jit, --cc or
+ * $CC, the program is built and executed. Both are cached under a name derived from the
+ * generated code and the compiler settings (objects or the program), so an unchanged model
+ * starts at once. */
+static int cmd_train(const char *cmd, const char *file, int argc, char **argv, char **kiln_argv)
+{
+    const bool infer = !strcmp(cmd, "run");
+    TrainFlags tf = {0};
+    int rc = take_train_flags(cmd, &argc, argv, &tf);
+    if (rc >= 0) return rc;
     /* the recipe's precision and budget: the flags after the file are the program's */
-    KilnOptions ko = {.path = file, .mode = MODE_TRAIN, .command = "train", .diagnostics = stderr};
+    KilnOptions ko = {.path = file, .mode = MODE_TRAIN, .infer = infer, .command = cmd, .diagnostics = stderr, .time_passes = tf.time_passes};
     KilnProgram *p;
-    int rc = compile(&ko, &p);
+    rc = compile(&ko, &p);
     if (rc) {
         kiln_program_free(p);
         return rc;
     }
-    const char *cc = build_c_compiler(NULL);
+    if (p->timing.len) fputs(p->timing.data, stderr);
+    const char *cc = build_c_compiler(tf.cc);
+    const bool jit = !tf.no_jit && !cc && jit_available();
     StrBuf key;
     sb_init(&key);
     sb_printf(&key, "%s|%s|%s|%s|", p->code.data, cc ? cc : toolchain_version(), KILN_VERSION, KILN_DEFAULT_CFLAGS);
@@ -321,6 +358,12 @@ static int cmd_train(const char *file, int argc, char **argv)
     sb_init(&prog);
     sb_printf(&prog, "%s/%s-%016llx", dir.data, p->train.graph->name, (unsigned long long)h);
     sb_free(&dir);
+    if (jit) {
+        JitTrainOptions jo = {.cache_base = prog.data, .infer = infer, .time_passes = tf.time_passes, .argc = argc, .argv = argv, .kiln_argv = kiln_argv};
+        rc = jit_train(p, &jo);
+        sb_free(&prog);
+        return rc;
+    }
     if (access(prog.data, X_OK) != 0) {
         fprintf(stderr, "kiln: building %s\n", prog.data);
         /* The build writes to a temporary name first: an interrupted build never leaves a
@@ -330,6 +373,8 @@ static int cmd_train(const char *file, int argc, char **argv)
         sb_printf(&tmp, "%s.tmp%ld", prog.data, (long)getpid());
         Options o;
         memset(&o, 0, sizeof o);
+        o.cc = tf.cc;
+        o.infer = infer;
         BuildProgress pg;
         progress_init(&pg, 4);
         rc = build_to(&o, p, tmp.data, &pg, NULL);
@@ -458,15 +503,15 @@ int main(int argc, char **argv)
         cli_options_free(&o);
         return rc;
     }
-    if (!strcmp(cmd, "train")) {
+    if (!strcmp(cmd, "train") || !strcmp(cmd, "run")) {
         if (argc < 3 || argv[2][0] == '-') {
             if (argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
-                print_usage("train", stdout);
+                print_usage(cmd, stdout);
                 return 0;
             }
-            return cli_usage_error("train", "no model file given%s", "");
+            return cli_usage_error(cmd, "no model file given%s", "");
         }
-        return cmd_train(argv[2], argc - 3, argv + 3);
+        return cmd_train(cmd, argv[2], argc - 3, argv + 3, argv);
     }
     int ncmds;
     const CliCommand *cmds = cli_commands(&ncmds);

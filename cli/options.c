@@ -17,7 +17,7 @@
 enum {
     O_MODE, O_AFTER, O_STATS, O_PASSES, O_DOT, O_OUTPUT, O_PRECISION, O_WEIGHT_ROUNDING, O_SEED, O_TOLERANCE, O_ATOL,
     O_SAMPLES, O_SIZE, O_INPUTS, O_TARGET, O_CC, O_CPU, O_CFLAGS, O_BOUND, O_REPORT, O_TIME_PASSES, O_MEMORY_BUDGET, O_INFER, O_LIB, O_EMBED,
-    O_DISTRIBUTED, O_BUCKET_SIZE, O_EXCLUDE, O_WIDTH, O_METRIC, O_LOG_Y,
+    O_DISTRIBUTED, O_BUCKET_SIZE, O_EXCLUDE, O_WIDTH, O_METRIC, O_LOG_Y, O_NO_JIT,
 };
 
 static const CliFlag flags[] = {
@@ -55,6 +55,11 @@ static const CliFlag flags[] = {
                                                                "built by $CXX against Kiln's CUDA emulator, run on the CPU (docs/cuda.md)"},
     {"--cc", NULL, "PATH", CMD_BUILD, O_CC, "compile and link with this C compiler (default: $CC, else Clang inside\nkiln, else the compiler Kiln was built with)"},
     {"--cpu", NULL, "NAME", CMD_BUILD, O_CPU, "the CPU the C program is for: -march=NAME (e.g. x86-64-v3, haswell)\ninstead of -march=native, for a program that runs on other machines"},
+    /* train and run: kiln's own flags (taken out of the program's, wherever they are after FILE) */
+    {"--no-jit", NULL, NULL, CMD_TRAIN | CMD_RUN, O_NO_JIT, "build the program (cached) and run it, instead of\n"
+                                                           "running the model in kiln (the JIT)"},
+    {"--cc", NULL, "PATH", CMD_TRAIN | CMD_RUN, O_CC, "build the program with this C compiler and run it (no JIT;\nso does $CC)"},
+    {"--time-passes", NULL, NULL, CMD_TRAIN | CMD_RUN, O_TIME_PASSES, "print the time of each pass, the compile and the JIT's link\n(to stderr)"},
     {"--cflags", NULL, "FLAGS", CMD_BUILD, O_CFLAGS, "flags for the target's compiler, after Kiln's (so they win)"},
     /* emit and build: the memory and precision of training */
     {"--precision", NULL, "fp32|bf16|fp16", CMD_IR | CMD_EMIT | CMD_BUILD, O_PRECISION,
@@ -145,12 +150,15 @@ static const CliCommand commands[] = {
      "half-precision matrix-product inputs and kept activations and fp32 master weights\n"
      "(docs/precision.md); --weight-rounding stochastic rounds the step's bf16 weights\n"
      "stochastically (llm.c's), not to nearest (autocast's).\n"},
-    {CMD_TRAIN, "train", "train FILE [FLAGS]  build (cached) and run the training program; FLAGS go to it",
-     "usage: kiln train FILE [PROGRAM FLAGS...]\n"
+    {CMD_TRAIN, "train", "train FILE [FLAGS]  train FILE in kiln (JIT) or by its cached program; FLAGS go to it",
+     "usage: kiln train FILE [options] [PROGRAM FLAGS...]\n"
      "\n"
-     "Builds FILE's training program (cached by the content of the generated code, in\n"
-     "$XDG_CACHE_HOME/kiln or ~/.cache/kiln) and runs it; every flag after FILE is passed\n"
-     "to the program (e.g. --steps 100, --resume DIR; see kiln train FILE --help).\n"},
+     "Trains FILE as its training program would (kiln build's), with every flag after FILE\n"
+     "but kiln's own (below) passed to it (e.g. --steps 100, --resume DIR; see kiln train\n"
+     "FILE --help). With Clang inside kiln, the model is compiled into the kiln process and\n"
+     "trained there (the JIT), bit for bit as the program; otherwise, or with --no-jit, --cc\n"
+     "or $CC, the program is built and run. Both are cached by the content of the generated\n"
+     "code, in $XDG_CACHE_HOME/kiln or ~/.cache/kiln: an unchanged model starts at once.\n"},
     {CMD_TOKENS, "tokens", "tokens GLOB -o OUT  write a token file (docs/formats.md) of the bytes of text files",
      "usage: kiln tokens GLOB -o OUT [options]\n"
      "\n"
@@ -164,6 +172,14 @@ static const CliCommand commands[] = {
      "--metric in a panel of its own. Several logs are overlaid, one colour each, named by\n"
      "file in the legend; training values are solid lines, evaluations dashed with dots.\n"
      "The format is chosen by OUT's extension: .png (960 pixels wide) or .svg.\n"},
+    {CMD_RUN, "run", "run FILE [FLAGS]    run FILE's inference program in kiln (JIT); FLAGS go to it",
+     "usage: kiln run FILE [options] [PROGRAM FLAGS...]\n"
+     "\n"
+     "Runs FILE as its inference program would (kiln build --infer's: the forward on input\n"
+     "files, or text generation; docs/inference.md), with every flag after FILE but kiln's\n"
+     "own (below) passed to it (the weights, the inputs...: see kiln run FILE --help).\n"
+     "As kiln train: compiled into the kiln process (the JIT) or, with --no-jit, --cc or\n"
+     "$CC, the program built and run; both cached.\n"},
 };
 
 const CliCommand *cli_commands(int *n)
@@ -297,6 +313,7 @@ static int apply_flag(const char *cmd, const CliFlag *f, const char *a, const ch
     case O_INPUTS: o->inputs = true; return -1;
     case O_REPORT: o->report = true; return -1;
     case O_TIME_PASSES: o->time_passes = true; return -1;
+    case O_NO_JIT: o->no_jit = true; return -1;
     case O_INFER: o->infer = true; return -1;
     case O_LIB: o->lib = true; return -1;
     case O_DISTRIBUTED: o->distributed = true; return -1;

@@ -20,6 +20,7 @@ enum {
     CMD_TRAIN = 1 << 5,
     CMD_TOKENS = 1 << 6,
     CMD_PLOT = 1 << 7,
+    CMD_RUN = 1 << 8, /* the commands table holds them in bit order */
 };
 
 typedef struct {
@@ -60,6 +61,7 @@ typedef struct {
     int nbounds;
     bool dot, stats, list_passes, inputs, report;
     bool time_passes; /* build, emit: --time-passes */
+    bool no_jit;      /* train, run: --no-jit (main.c takes their flags itself) */
     int64_t memory_budget; /* build, emit: --memory-budget SIZE (0: none) */
     const char *precision; /* build, emit, ir: --precision NAME (NULL: the recipe's) */
     const char *weight_rounding; /* build, emit, ir: --weight-rounding nearest|stochastic (NULL: the recipe's) */

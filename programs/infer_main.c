@@ -1,7 +1,8 @@
-/* infer_main.c — the main() of every inference program (kiln build --infer).
+/* infer_main.c — the main() of every inference program (kiln build --infer), and the
+ * entry `kiln run`'s JIT calls in the kiln process (programs.h).
  *
- * It runs the forward of the model it is linked with (kiln_model_def, from the model.c
- * that codegen_c_infer writes: an evaluation step and a predict step, no training step) in
+ * It runs the forward of the model it is given (a built program's kiln_model_def, from the
+ * model.c that codegen_c_infer writes: an evaluation step and a predict step, no training step) in
  * eval mode, over every sample of its input files, in batches of up to the model's bound:
  * weights from a checkpoint (--weights DIR|FILE: a Kiln checkpoint directory, whose newest
  * checkpoint it takes as --resume does, or a .safetensors file, Kiln's or PyTorch's) or
@@ -25,9 +26,11 @@
 #include <unistd.h>
 
 #include "kiln_model.h"
+#include "programs.h"
 
-extern const kiln_model kiln_model_def;
-static const kiln_model *M = &kiln_model_def;
+/* The model this process runs: kiln_infer_main's (once per process: a built program's
+ * kiln_model_def, or the model `kiln run` compiled into the kiln process). */
+static const kiln_model *M;
 
 /* Defined only in a program built with --embed-weights (kiln build appends them to
  * model.c): the bytes of the safetensors file and the path it was embedded from. */
@@ -631,9 +634,25 @@ static void device_stop(Device *d)
     d->ctx = NULL;
 }
 
+#ifndef KILN_INFER_NO_MAIN
+/* A built program's main: its own model. (The kiln command compiles this file without it,
+ * -DKILN_INFER_NO_MAIN, and calls kiln_infer_main with the model it compiled: kiln run.) */
+extern const kiln_model kiln_model_def;
+
 int main(int argc, char **argv)
 {
     krt_fast_environment(argc, argv); /* BLAS kernels, OpenMP wait policy, threads, FTZ (env.c) */
+    return kiln_infer_main(&kiln_model_def, argc, argv);
+}
+#endif
+
+int kiln_infer_main(const kiln_model *model, int argc, char **argv)
+{
+    if (M) {
+        fprintf(stderr, "%s: error: a process runs one model: kiln_infer_main was called twice\n", M->name);
+        return 1;
+    }
+    M = model;
     const int bs = batch_symbol();
     const int64_t bound = bs >= 0 ? M->syms[bs].max : 1;
     Opts o;

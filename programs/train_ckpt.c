@@ -4,7 +4,7 @@
  * published whole (ckpt_dir.c), and reading them back with every metadata field checked,
  * alone and against the other file: a resumed run continues bit for bit, and a file that
  * is not such a checkpoint is refused with the file and the field named. Part of the
- * training program, beside train_main.c (linked with kiln_model_def). */
+ * training program, beside train_main.c (with the model kiln_train_main was given). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,9 +15,6 @@
 #include "kiln_model.h"
 #include "kiln_rng.h"
 #include "train_internal.h"
-
-extern const kiln_model kiln_model_def;
-static const kiln_model *const M = &kiln_model_def;
 
 void tm_ckpt_new_run(tm_run *r)
 {
@@ -46,16 +43,16 @@ static int write_checkpoint_files(const tm_run *r, const char *dir, const float 
                                   const krt_cursor *cur, int64_t step)
 {
     krt_error err;
-    krt_st_tensor *t = calloc((size_t)M->nparams * (KRT_OPTIM_SLABS + 1) + 1, sizeof *t);
-    char **names = calloc((size_t)M->nparams * KRT_OPTIM_SLABS + 1, sizeof *names);
+    krt_st_tensor *t = calloc((size_t)tm_model()->nparams * (KRT_OPTIM_SLABS + 1) + 1, sizeof *t);
+    char **names = calloc((size_t)tm_model()->nparams * KRT_OPTIM_SLABS + 1, sizeof *names);
     if (!t || !names) {
         free(t);
         free(names);
         return tm_die("out of memory");
     }
     int n = 0;
-    for (int i = 0; i < M->nparams; i++) {
-        const kiln_param *p = &M->params[i];
+    for (int i = 0; i < tm_model()->nparams; i++) {
+        const kiln_param *p = &tm_model()->params[i];
         krt_st_tensor *x = &t[n++];
         x->name = p->name;
         x->dtype = p->dtype;
@@ -64,14 +61,14 @@ static int write_checkpoint_files(const tm_run *r, const char *dir, const float 
         x->data = p->trainable ? (const void *)(params + p->offset) : (const void *)(buffers + p->offset);
     }
     char hash[64], stepbuf[32], epoch[32], pos[32], seed[32], ostep[32], nbatches[32];
-    snprintf(hash, sizeof hash, "%s", M->hash);
+    snprintf(hash, sizeof hash, "%s", tm_model()->hash);
     snprintf(stepbuf, sizeof stepbuf, "%lld", (long long)step);
     snprintf(epoch, sizeof epoch, "%lld", (long long)cur->epoch);
     snprintf(pos, sizeof pos, "%lld", (long long)cur->position);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)cur->seed);
     snprintf(ostep, sizeof ostep, "%lld", (long long)st->step);
     snprintf(nbatches, sizeof nbatches, "%lld", (long long)r->batches_drawn);
-    krt_st_meta meta[] = {{"format", "pt"}, {"kiln_model", M->name}, {"kiln_hash", hash}, {"step", stepbuf}, {"run_id", r->run_id}};
+    krt_st_meta meta[] = {{"format", "pt"}, {"kiln_model", tm_model()->name}, {"kiln_hash", hash}, {"step", stepbuf}, {"run_id", r->run_id}};
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (krt_safetensors_write_checked(path, t, n, meta, 5, &err) != KRT_OK) {
@@ -82,8 +79,8 @@ static int write_checkpoint_files(const tm_run *r, const char *dir, const float 
     /* Optimizer moments, one tensor per parameter and moment, and the training position. */
     int m = 0;
     bool oom = false;
-    for (int i = 0; i < M->nparams && !oom; i++) {
-        const kiln_param *p = &M->params[i];
+    for (int i = 0; i < tm_model()->nparams && !oom; i++) {
+        const kiln_param *p = &tm_model()->params[i];
         if (!p->trainable) continue;
         for (int k = 0; k < KRT_OPTIM_SLABS; k++) {
             const char *prefix;
@@ -136,13 +133,13 @@ int tm_ckpt_save(const tm_run *r, const char *dir, int64_t keep, const float *pa
         int64_t at;
         if (krt_ckpt_find(dir, found, sizeof found, &at, NULL, &err) == KRT_OK)
             fprintf(stderr, "%s: the checkpoint of step %lld was not saved; the newest checkpoint is still %s (--resume %s continues from it)\n",
-                    M->name, (long long)step, found, dir);
+                    tm_model()->name, (long long)step, found, dir);
         else
-            fprintf(stderr, "%s: the checkpoint of step %lld was not saved; %s holds no checkpoint\n", M->name, (long long)step, dir);
+            fprintf(stderr, "%s: the checkpoint of step %lld was not saved; %s holds no checkpoint\n", tm_model()->name, (long long)step, dir);
         return 1;
     }
     /* The new checkpoint is in place: a failure to delete an old one is only reported. */
-    if (krt_ckpt_prune(dir, step, (int)keep, &err) != KRT_OK) fprintf(stderr, "%s: warning: %s\n", M->name, err.msg);
+    if (krt_ckpt_prune(dir, step, (int)keep, &err) != KRT_OK) fprintf(stderr, "%s: warning: %s\n", tm_model()->name, err.msg);
     return 0;
 }
 
@@ -214,14 +211,14 @@ int tm_ckpt_load(tm_run *r, const char *dir, int64_t accumulate, float *params, 
     int64_t named = -1;
     bool stale = false;
     if (krt_ckpt_find(dir, found, sizeof found, &named, &stale, &err) != KRT_OK) return tm_die("%s", err.msg);
-    if (stale) fprintf(stderr, "%s: warning: %s/latest names a checkpoint that is not there; resuming from %s\n", M->name, dir, found);
+    if (stale) fprintf(stderr, "%s: warning: %s/latest names a checkpoint that is not there; resuming from %s\n", tm_model()->name, dir, found);
     krt_safetensors *w = NULL, *s = NULL;
     snprintf(path, sizeof path, "%s/model.safetensors", found);
     snprintf(spath, sizeof spath, "%s/train_state.safetensors", found);
     if (krt_safetensors_read(path, &w, &err) != KRT_OK) return tm_die("%s", err.msg);
     const char *h = krt_safetensors_meta(w, "kiln_hash");
-    if (!h || strcmp(h, M->hash)) {
-        tm_die("%s: this checkpoint belongs to another model (hash %s, this model is %s)", path, h ? h : "none", M->hash);
+    if (!h || strcmp(h, tm_model()->hash)) {
+        tm_die("%s: this checkpoint belongs to another model (hash %s, this model is %s)", path, h ? h : "none", tm_model()->hash);
         krt_safetensors_free(w); /* after the message: h points into it */
         return 1;
     }
@@ -231,14 +228,14 @@ int tm_ckpt_load(tm_run *r, const char *dir, int64_t accumulate, float *params, 
         krt_safetensors_free(w);
         return 1;
     }
-    if (kiln_weights_load(M, w, path, params, buffers, &err) != KRT_OK) { /* by name, as inference programs (weights.c) */
+    if (kiln_weights_load(tm_model(), w, path, params, buffers, &err) != KRT_OK) { /* by name, as inference programs (weights.c) */
         krt_safetensors_free(w);
         return tm_die("%s", err.msg);
     }
     krt_safetensors_free(w);
     if (krt_safetensors_read(spath, &s, &err) != KRT_OK) return tm_die("%s", err.msg);
     const char *sh = krt_safetensors_meta(s, "kiln_hash");
-    if (!sh || strcmp(sh, M->hash)) {
+    if (!sh || strcmp(sh, tm_model()->hash)) {
         krt_safetensors_free(s);
         return tm_die("%s: this training state belongs to another model", spath);
     }
@@ -268,8 +265,8 @@ int tm_ckpt_load(tm_run *r, const char *dir, int64_t accumulate, float *params, 
               meta_count(s, spath, "position", false, 0, INT64_MAX, "", &position) ||
               meta_count(s, spath, "seed", false, 0, (int64_t)1e18, " (--seed's range)", &seed);
     }
-    for (int i = 0; !bad && i < M->nparams; i++) {
-        const kiln_param *p = &M->params[i];
+    for (int i = 0; !bad && i < tm_model()->nparams; i++) {
+        const kiln_param *p = &tm_model()->params[i];
         if (!p->trainable) continue;
         for (int k = 0; k < KRT_OPTIM_SLABS && !bad; k++) {
             const char *prefix;

@@ -1,7 +1,7 @@
 /* train_internal.h — what train_main.c (the training program's main) shares with the
  * other files of the training program (train_bench.c, train_ckpt.c): its error exit, the
  * recipe as flags override it, the step's update and the checkpoints. Not part of the runtime library: these are
- * the program's own, linked with kiln_model_def. */
+ * the program's own, linked with kiln_model_def (or into the kiln command, for its JIT). */
 #ifndef KILN_TRAIN_INTERNAL_H
 #define KILN_TRAIN_INTERNAL_H
 
@@ -9,7 +9,10 @@
 #include <stdint.h>
 
 #include "kiln_model.h"
+#include "programs.h"
 
+/* The model kiln_train_main was given. */
+const kiln_model *tm_model(void);
 /* One message "MODEL: error: ..." on stderr; returns 1 (the exit status). */
 int tm_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* After a step: its index error, if any, reported with `when` and the step; 1 if so. */

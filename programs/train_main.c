@@ -1,6 +1,8 @@
-/* train_main.c — the main() of every generated training program.
+/* train_main.c — the training program: the main() of every generated one, and the
+ * entry kiln train's JIT calls in the kiln process.
  *
- * It trains the model it is linked with (kiln_model_def, from the generated model.c) by
+ * It trains the model it is given (kiln_train_main: a built program's main passes its
+ * kiln_model_def, from the generated model.c; `kiln train`'s JIT the model it linked) by
  * the recipe in the model file, which flags override: loads the data, initialises the
  * parameters (PyTorch's distributions, Kiln's counter-based stream), runs the steps with
  * the optimizer, schedule, clipping and accumulation, evaluates, logs, and saves and
@@ -30,8 +32,11 @@
 #include "kiln_rng.h"
 #include "train_internal.h"
 
-extern const kiln_model kiln_model_def;
-static const kiln_model *M = &kiln_model_def;
+/* The model this process trains: kiln_train_main's (once per process: a built program's
+ * kiln_model_def, or the model `kiln train` compiled into the kiln process). */
+static const kiln_model *M;
+
+const kiln_model *tm_model(void) { return M; }
 
 static volatile sig_atomic_t interrupted;
 static void on_sigint(int sig)
@@ -987,12 +992,26 @@ typedef struct {
 
 static int train(int argc, char **argv);
 
-int main(int argc, char **argv)
+int kiln_train_main(const kiln_model *m, int argc, char **argv)
 {
-    krt_fast_environment(argc, argv); /* BLAS kernels, OpenMP wait policy, threads, FTZ (env.c) */
+    if (M) return tm_die("a process trains one model: kiln_train_main was called twice");
+    M = m;
     int rc = tm_dist_init(&argc, argv); /* the processes (dist.h): MPI's in a distributed program */
     return tm_dist_finish(rc >= 0 ? rc : train(argc, argv));
 }
+
+#ifndef KILN_TRAIN_NO_MAIN
+/* A built program's main: its own model. (The kiln command compiles this file without it,
+ * -DKILN_TRAIN_NO_MAIN, and calls kiln_train_main with the model it compiled: kiln train's
+ * JIT, cli/jit_train.c.) */
+extern const kiln_model kiln_model_def;
+
+int main(int argc, char **argv)
+{
+    krt_fast_environment(argc, argv); /* BLAS kernels, OpenMP wait policy, threads, FTZ (env.c) */
+    return kiln_train_main(&kiln_model_def, argc, argv);
+}
+#endif
 
 /* The device, the run's numbers from the recipe, the checkpoint directory and the data. */
 static int train_setup(Train *T)

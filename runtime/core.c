@@ -12,6 +12,21 @@
 #include "kiln_model.h"
 #include "rt_internal.h"
 
+/* kiln_gemm.h's half-precision panel buffer: one per thread, made at its first product and
+ * kept; out of memory ends the program, as the product cannot go on. */
+float *krt_hgemm_buffer(size_t floats)
+{
+    static _Thread_local float *buffer;
+    if (!buffer) {
+        buffer = (float *)malloc(sizeof(float) * floats);
+        if (!buffer) {
+            fprintf(stderr, "kiln: out of memory (the half-precision matrix products' panel buffer)\n");
+            exit(1);
+        }
+    }
+    return buffer;
+}
+
 double kiln_now(void)
 {
     struct timespec ts;

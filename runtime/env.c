@@ -11,6 +11,7 @@
  * both libraries take them at run time. KILN_VERBOSE=1 prints one line saying what was
  * chosen (docs/training.md). */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include <dlfcn.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdbool.h>
@@ -33,11 +34,15 @@
 
 #include "kiln_rt.h"
 
-/* OpenBLAS's extensions, weak: linked with another BLAS they are NULL and skipped. */
+/* OpenBLAS's extensions, weak: linked with another BLAS they are NULL and skipped. The
+ * kiln command loads OpenBLAS only when it runs a model in its own process (kiln train's
+ * JIT, after this file's environment is set), so BLAS_FN looks the names up in the process
+ * when they were not linked. */
 extern char *openblas_get_corename(void) __attribute__((weak));
 extern char *openblas_get_config(void) __attribute__((weak));
 extern int openblas_get_num_threads(void) __attribute__((weak));
 extern void openblas_set_num_threads(int n) __attribute__((weak));
+#define BLAS_FN(name) (name ? name : (__typeof__(&name))dlsym(RTLD_DEFAULT, #name))
 
 #define MARKER "KILN_ENV_READY"
 
@@ -137,7 +142,8 @@ int krt_threads(void)
 
 int krt_blas_threads(void)
 {
-    return openblas_get_num_threads ? openblas_get_num_threads() : 0;
+    int (*get)(void) = BLAS_FN(openblas_get_num_threads);
+    return get ? get() : 0;
 }
 
 /* The threads part of the report: "2 threads (BLAS single-threaded)", "1 thread" or
@@ -199,12 +205,13 @@ void krt_fast_environment(int argc, char **argv)
     }
 
     /* What needs a new image: libgomp's wait policy and OpenBLAS's kernels. */
-    const char *config = openblas_get_config ? openblas_get_config() : NULL;
-    const char *core = openblas_get_corename ? openblas_get_corename() : NULL;
+    char *(*get_config)(void) = BLAS_FN(openblas_get_config), *(*get_core)(void) = BLAS_FN(openblas_get_corename);
+    const char *config = get_config ? get_config() : NULL;
+    const char *core = get_core ? get_core() : NULL;
     const char *better = krt_blas_core_upgrade(core, krt_cpu_blas_core());
     if (set("OPENBLAS_CORETYPE") || !config || !strstr(config, "DYNAMIC_ARCH")) better = NULL;
     int exec_error = 0; /* errno of a failed exec */
-    const bool exec_wanted = !ready && (set_spin || better);
+    const bool exec_wanted = argc > 0 && !ready && (set_spin || better); /* argc 0: the caller re-executes nothing */
     const bool exec_ok = exec_wanted && argc > 0 && argv && !argv[argc] && self_exe_is_program();
     if (exec_ok) {
         char before[sizeof kiln_set];
@@ -233,7 +240,8 @@ void krt_fast_environment(int argc, char **argv)
 #ifdef _OPENMP
     if (!user_omp) omp_set_num_threads(n_omp);
 #endif
-    if (!user_blas && openblas_set_num_threads) openblas_set_num_threads(n_blas);
+    void (*set_blas)(int) = BLAS_FN(openblas_set_num_threads);
+    if (!user_blas && set_blas) set_blas(n_blas);
 
     /* Flush denormals to zero (FTZ) and read them as zero (DAZ) before any OpenMP thread
      * exists, so that every worker inherits it. KILN_FTZ=0 keeps IEEE denormals. */

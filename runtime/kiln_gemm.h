@@ -153,19 +153,15 @@ KILN_DEFINE_GEMM(kiln_dgemm, double, cblas_dgemm, cblas_dgemv)
 #define KILN_HGEMM_NC 1024 /* columns of op(B) in a panel */
 
 /* The thread's panel buffer: KC x (MC + NC) floats (1.25 MiB), made at its first product
- * and kept for the program's life (each OpenMP thread has its own). */
-static inline float *kiln_hgemm_buffer(void)
-{
-    static _Thread_local float *buffer;
-    if (!buffer) {
-        buffer = (float *)malloc(sizeof(float) * KILN_HGEMM_KC * (KILN_HGEMM_MC + KILN_HGEMM_NC));
-        if (!buffer) {
-            fprintf(stderr, "kiln: out of memory (the half-precision matrix products' panel buffer)\n");
-            exit(1);
-        }
-    }
-    return buffer;
-}
+ * and kept for the program's life (each OpenMP thread has its own). The thread-local
+ * pointer is the runtime's (core.c), not the generated code's: code that kiln train links
+ * into the kiln process (ORC's JIT) can hold no thread-local storage. */
+#ifdef __cplusplus
+extern "C" float *krt_hgemm_buffer(size_t floats);
+#else
+float *krt_hgemm_buffer(size_t floats);
+#endif
+static inline float *kiln_hgemm_buffer(void) { return krt_hgemm_buffer((size_t)KILN_HGEMM_KC * (KILN_HGEMM_MC + KILN_HGEMM_NC)); }
 
 /* rows x cols of half matrix x (row stride ld, bf16 bits if bf16, else fp16) widened into
  * dst (row stride cols). */

@@ -206,8 +206,9 @@ double krt_schedule_lr(const krt_schedule *s, double base_lr, int64_t step);
  * OpenBLAS chose kernels older than the CPU supports) and one thread count for OpenMP and
  * BLAS (every CPU the process may use); the first two are read when the libraries load,
  * so it then execs /proc/self/exe once with argv (marked by KILN_ENV_READY; when the exec
- * fails the program goes on). Then flushes denormals to zero (x86; KILN_FTZ=0 keeps
- * them). With KILN_VERBOSE=1 prints one line on stderr saying what was chosen. */
+ * fails the program goes on; argc 0: no exec, for a process that loads OpenBLAS later,
+ * as kiln train's JIT). Then flushes denormals to zero (x86; KILN_FTZ=0 keeps them).
+ * With KILN_VERBOSE=1 prints one line on stderr saying what was chosen. */
 void krt_fast_environment(int argc, char **argv);
 /* The CPUs this process may run on (its affinity mask), at least 1. */
 int krt_cpus(void);
@@ -224,6 +225,9 @@ const char *krt_cpu_blas_core(void);
 /* `best` when `current` is an OpenBLAS core known to be older than `best`, else NULL
  * (never for a core name it does not know). */
 const char *krt_blas_core_upgrade(const char *current, const char *best);
+/* The calling thread's panel buffer of kiln_gemm.h's half-precision products (`floats`
+ * floats, the same at every call), made at its first call; out of memory exits. */
+float *krt_hgemm_buffer(size_t floats);
 
 /* ---- checkpoints (ckpt.c): safetensors ---- */
 
