@@ -8,7 +8,6 @@
 #include "../driver/kiln.h"
 
 typedef struct {
-    const char *cache_base;   /* the cached objects are cache_base.jit1.o and .jit2.o */
     bool infer;               /* the inference program's model (kiln run), not training's */
     bool time_passes;         /* print where the time went (to stderr) */
     int argc;                 /* the program's flags (after FILE, kiln's own taken out) */
@@ -17,8 +16,8 @@ typedef struct {
                                * kernels set, as a program re-executes itself (env.c) */
 } JitTrainOptions;
 
-/* Compiles p's model.c with Clang in this process (or reads the objects cached under
- * o->cache_base), frees p, links the objects into this process and runs the training
+/* Compiles p's model.c with Clang in this process into kiln build's objects (or reads them
+ * from its cache, objcache.h), frees p, links the objects into this process and runs the training
  * program's kiln_train_main on them (the inference program's kiln_infer_main with
  * o->infer). Returns the exit status. */
 int jit_train(KilnProgram *p, const JitTrainOptions *o);

@@ -315,8 +315,8 @@ static int take_train_flags(const char *cmd, int *argc, char **argv, TrainFlags 
 
 /* kiln train (and kiln run, infer: the inference program's): with Clang inside kiln, the
  * model is compiled into this process and run here (jit_train.c); with --no-jit, --cc or
- * $CC, the program is built and executed. Both are cached under a name derived from the
- * generated code and the compiler settings (objects or the program), so an unchanged model
+ * $CC, the program is built and executed. The objects (objcache.h) or the program are cached
+ * by the generated code and the compiler settings, so an unchanged model
  * starts at once. */
 static int cmd_train(const char *cmd, const char *file, int argc, char **argv, char **kiln_argv)
 {
@@ -335,6 +335,10 @@ static int cmd_train(const char *cmd, const char *file, int argc, char **argv, c
     if (p->timing.len) fputs(p->timing.data, stderr);
     const char *cc = build_c_compiler(tf.cc);
     const bool jit = !tf.no_jit && !cc && jit_available();
+    if (jit) {
+        JitTrainOptions jo = {.infer = infer, .time_passes = tf.time_passes, .argc = argc, .argv = argv, .kiln_argv = kiln_argv};
+        return jit_train(p, &jo);
+    }
     StrBuf key;
     sb_init(&key);
     sb_printf(&key, "%s|%s|%s|%s|", p->code.data, cc ? cc : toolchain_version(), KILN_VERSION, KILN_DEFAULT_CFLAGS);
@@ -358,12 +362,6 @@ static int cmd_train(const char *cmd, const char *file, int argc, char **argv, c
     sb_init(&prog);
     sb_printf(&prog, "%s/%s-%016llx", dir.data, p->train.graph->name, (unsigned long long)h);
     sb_free(&dir);
-    if (jit) {
-        JitTrainOptions jo = {.cache_base = prog.data, .infer = infer, .time_passes = tf.time_passes, .argc = argc, .argv = argv, .kiln_argv = kiln_argv};
-        rc = jit_train(p, &jo);
-        sb_free(&prog);
-        return rc;
-    }
     if (access(prog.data, X_OK) != 0) {
         fprintf(stderr, "kiln: building %s\n", prog.data);
         /* The build writes to a temporary name first: an interrupted build never leaves a

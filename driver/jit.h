@@ -1,9 +1,8 @@
-/* jit.h — compiling generated C into the kiln process and running it there: `kiln train`
- * without an executable. Clang compiles the C to object code in memory (the same compiler,
- * flags and so the same code as `kiln build` links into a program), and LLVM's ORC LLJIT
- * links the objects into this process: their calls to the runtime, OpenBLAS, libm, zlib and
- * OpenMP resolve to what the kiln process has loaded. Objects come from memory, so objects
- * read from a cache load the same way as freshly compiled ones. jit_orc.cpp is this on
+/* jit.h — running generated code in the kiln process: `kiln train` without an executable.
+ * The objects `kiln build` links into a program (the same compiler, flags and so the same
+ * code: cli/objcache.h compiles and caches them) are linked by LLVM's ORC LLJIT into this
+ * process instead: their calls to the runtime, OpenBLAS, libm, zlib and OpenMP resolve to
+ * what the kiln process has loaded. Objects are given in memory. jit_orc.cpp is this on
  * LLVM 16; jit_none.c says there is none (a kiln without Clang's libraries). C++ behind a C
  * interface. */
 #ifndef KILN_JIT_H
@@ -25,11 +24,6 @@ typedef struct {
     size_t size;
 } JitObject;
 
-/* Compiles the C source code[0..len) as `clang FLAGS -c NAME` would, in this process and
- * to memory: NAME is the file name diagnostics give (it need not exist; the includes are
- * read from disk). May run on several threads at once. 0 and *obj, or -1 and *log (the
- * diagnostics; malloc'd, the caller frees; NULL when there are none). */
-int jit_compile_c(const char *name, const char *code, size_t len, const char *const *flags, int nflags, JitObject *obj, char **log);
 void jit_object_free(JitObject *obj);
 
 /* Whether data[0..size) is an object the JIT can link: an ELF object for this machine

@@ -11,15 +11,6 @@ static const char NO_JIT[] = "kiln: this kiln was built without LLVM's libraries
 
 bool jit_available(void) { return false; }
 
-int jit_compile_c(const char *name, const char *code, size_t len, const char *const *flags, int nflags, JitObject *obj, char **log)
-{
-    (void)name, (void)code, (void)len, (void)flags, (void)nflags;
-    obj->data = NULL;
-    obj->size = 0;
-    *log = xstrdup(NO_JIT);
-    return -1;
-}
-
 void jit_object_free(JitObject *obj)
 {
     free(obj->data);

@@ -1,23 +1,10 @@
-// jit_orc.cpp — jit.h on Clang 16 and LLVM 16's ORC. A compile is planned by Clang's driver
-// from a clang command line, as the clang binary (and toolchain_clang.cpp) would: the cc1
-// arguments, with -march=native turned into this CPU's model and features. It runs in a
-// CompilerInstance whose output stream is memory and whose file system has the source in
-// memory over the real one (the includes). The objects are linked by LLJIT, for the host's
+// jit_orc.cpp — jit.h on LLVM 16's ORC. The objects are linked by LLJIT, for the host's
 // target machine, into this process: undefined symbols resolve through the process's
 // global symbols (dlsym), which is why the kiln command exports the runtime's and links
 // libomp (CMakeLists.txt), and loads OpenBLAS with jit_load_library.
+
 #include "jit.h"
 
-#include <clang/Basic/Diagnostic.h>
-#include <clang/Basic/DiagnosticOptions.h>
-#include <clang/CodeGen/CodeGenAction.h>
-#include <clang/Driver/Compilation.h>
-#include <clang/Driver/Driver.h>
-#include <clang/Driver/Job.h>
-#include <clang/Driver/Tool.h>
-#include <clang/Frontend/CompilerInstance.h>
-#include <clang/Frontend/CompilerInvocation.h>
-#include <clang/Frontend/TextDiagnosticPrinter.h>
 #include <llvm/ADT/SmallVector.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
@@ -27,7 +14,6 @@
 #include <llvm/Support/Host.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
-#include <llvm/Support/VirtualFileSystem.h>
 #include <llvm/Support/raw_ostream.h>
 
 #include <cstdlib>
@@ -74,80 +60,9 @@ std::string error_text(llvm::Error e)
     return os.str();
 }
 
-// One cc1 job of the driver's plan, its object into out.
-bool run_compile_to_memory(const llvm::opt::ArgStringList &args, llvm::IntrusiveRefCntPtr<llvm::vfs::FileSystem> fs,
-                           llvm::SmallVectorImpl<char> &out, llvm::raw_ostream &os)
-{
-    auto ci = std::make_unique<clang::CompilerInstance>();
-    auto opts = llvm::makeIntrusiveRefCnt<clang::DiagnosticOptions>();
-    clang::DiagnosticsEngine diags(llvm::makeIntrusiveRefCnt<clang::DiagnosticIDs>(), opts,
-                                   new clang::TextDiagnosticPrinter(os, opts.get()));
-    if (!clang::CompilerInvocation::CreateFromArgs(ci->getInvocation(), args, diags)) return false;
-    ci->createDiagnostics(new clang::TextDiagnosticPrinter(os, &ci->getDiagnosticOpts()), true);
-    ci->setVerboseOutputStream(os);
-    ci->createFileManager(fs);
-    ci->setOutputStream(std::make_unique<llvm::raw_svector_ostream>(out));
-    clang::EmitObjAction action;
-    return ci->ExecuteAction(action);
-}
-
 } // namespace
 
 extern "C" bool jit_available(void) { return true; }
-
-extern "C" int jit_compile_c(const char *name, const char *code, size_t len, const char *const *flags, int nflags, JitObject *obj,
-                             char **log)
-{
-    std::call_once(targets_once, init_targets);
-    obj->data = nullptr;
-    obj->size = 0;
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    bool ok = false;
-    llvm::SmallVector<char, 0> out;
-    {
-        // the source in memory, over the real file system (its includes, Clang's headers)
-        auto mem = llvm::makeIntrusiveRefCnt<llvm::vfs::InMemoryFileSystem>();
-        mem->addFile(name, 0, llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(code, len), name));
-        auto fs = llvm::makeIntrusiveRefCnt<llvm::vfs::OverlayFileSystem>(llvm::vfs::getRealFileSystem());
-        fs->pushOverlay(mem);
-        auto opts = llvm::makeIntrusiveRefCnt<clang::DiagnosticOptions>();
-        clang::DiagnosticsEngine diags(llvm::makeIntrusiveRefCnt<clang::DiagnosticIDs>(), opts,
-                                       new clang::TextDiagnosticPrinter(os, opts.get()));
-        clang::driver::Driver driver(KILN_CLANG_PATH, llvm::sys::getDefaultTargetTriple(), diags, "kiln", fs);
-        std::string objname = std::string(name) + ".o";
-        std::vector<const char *> argv;
-        argv.push_back(KILN_CLANG_PATH);
-        argv.insert(argv.end(), flags, flags + nflags);
-        argv.insert(argv.end(), {"-c", name, "-o", objname.c_str()});
-        std::unique_ptr<clang::driver::Compilation> c(driver.BuildCompilation(argv));
-        if (c && !diags.hasErrorOccurred()) {
-            int jobs = 0;
-            for (const auto &job : c->getJobs()) {
-                const auto &cmd = llvm::cast<clang::driver::Command>(job);
-                if (++jobs > 1 || std::string(cmd.getCreator().getName()) != "clang") {
-                    os << "kiln: the JIT compiles one C file: clang planned a '" << cmd.getCreator().getName() << "' step\n";
-                    ok = false;
-                    break;
-                }
-                ok = run_compile_to_memory(cmd.getArguments(), fs, out, os);
-            }
-        }
-    }
-    os.flush();
-    if (ok) {
-        obj->data = static_cast<char *>(malloc(out.size() ? out.size() : 1));
-        if (!obj->data) {
-            ok = false;
-            text += "kiln: out of memory for the object code\n";
-        } else {
-            memcpy(obj->data, out.data(), out.size());
-            obj->size = out.size();
-        }
-    }
-    *log = to_log(text);
-    return ok ? 0 : -1;
-}
 
 extern "C" void jit_object_free(JitObject *obj)
 {

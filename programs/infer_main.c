@@ -692,6 +692,8 @@ int kiln_infer_main(const kiln_model *model, int argc, char **argv)
     float **all = calloc((size_t)M->noutputs + 1, sizeof *all);
     krt_safetensors *w = NULL;
     krt_dataset *ds = NULL;
+    krt_array stream; /* a language model's tokens (--data PATH) */
+    memset(&stream, 0, sizeof stream);
     krt_error err;
     if (!params || !buffers || (!arena && !device.ctx) || !arrays || !used || !bufs || !dst || !inputs || !dtypes || !syms || !sym_value ||
         !metrics || !msum || !outs || !all) {
@@ -747,8 +749,6 @@ int kiln_infer_main(const kiln_model *model, int argc, char **argv)
     int nused = 0;
     int64_t N = -1;
     int first = -1;
-    krt_array stream;
-    memset(&stream, 0, sizeof stream);
     if (o.stream) {
         if (load_stream(o.stream, &stream, &ds, bufs, dst, dtypes, inputs, batch)) goto out;
         N = krt_dataset_size(ds);
