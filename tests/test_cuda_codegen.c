@@ -586,14 +586,15 @@ static void check_map_kernels(const char *text, bool nvcc)
     snprintf(path, sizeof path, "%s/harness.cu", dir);
     write_file(path, harness.data);
 
-    /* the C reference with the C compiler, model.cu and the harness with g++ and the emulator */
+    /* the C reference with the C compiler, model.cu and the harness with g++ and the emulator
+     * (and the runtime: the reference's half-precision products take its buffer) */
     snprintf(cmd, sizeof cmd, "'%s' -std=c11 -O2 -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unused-variable -I'%s/runtime' -c '%s/ref.c' -o '%s/ref.o' 2>&1", KILN_CC,
              KILN_SOURCE_DIR, dir, dir);
     cr_assert_eq(run(cmd, "the C reference"), 0);
     snprintf(cmd, sizeof cmd,
              "'%s' %s -Wall -Wextra -Wshadow -Werror -DKILN_CUDA_EMU -I'%s/runtime/cuda' -I'%s/runtime' -x c++ '%s/harness.cu' -x none "
-             "'%s/ref.o' '%s' '%s' -lpthread -lm -o '%s/harness' 2>&1",
-             KILN_CXX, KILN_EMU_CXXFLAGS, KILN_SOURCE_DIR, KILN_SOURCE_DIR, dir, dir, KILN_CUDA_EMU_LIB, KILN_OPENBLAS, dir);
+             "'%s/ref.o' '%s' '%s' '%s' -lz -lpthread -lm -o '%s/harness' 2>&1",
+             KILN_CXX, KILN_EMU_CXXFLAGS, KILN_SOURCE_DIR, KILN_SOURCE_DIR, dir, dir, KILN_RUNTIME_LIB, KILN_CUDA_EMU_LIB, KILN_OPENBLAS, dir);
     cr_assert_eq(run(cmd, "model.cu under the emulator"), 0);
     /* every thread order gives the same elements (no kernel here shares anything); the
      * sanitizer build runs the shuffled one only (support.h, SUPPORT_REPEAT_RUNS) */
