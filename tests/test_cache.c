@@ -114,8 +114,12 @@ Test(cache, rebuilds_compile_what_changed)
     Counts cold = build(dir, "cold");
     cr_expect_eq(cold.compiled, cold.total, "a cold build compiles every piece (%d of %d)", cold.compiled, cold.total);
     cr_expect_eq(cold.cached, 0);
-    cr_expect(cold.kernel_pieces > 2 && cold.recipe && cold.host, "kernel pieces %d, recipe %d, host %d", cold.kernel_pieces, cold.recipe,
+    cr_expect(cold.kernel_pieces >= 1 && cold.recipe && cold.host, "kernel pieces %d, recipe %d, host %d", cold.kernel_pieces, cold.recipe,
               cold.host);
+    /* Clang in kiln compiles one kernel a piece; an external compiler (the sanitizer
+     * build's kiln has no Clang) about eight, so this model is two or three pieces there,
+     * too few for a one-layer change to leave any of them alone */
+    const bool one_kernel_a_piece = cold.kernel_pieces > 8;
 
     /* the same model again: nothing compiled; the program the same, to its bytes and bits */
     Counts warm = build(dir, "warm");
@@ -149,8 +153,8 @@ Test(cache, rebuilds_compile_what_changed)
     /* one layer's width: some kernels, not all */
     write_model(dir, 48, "2e-3");
     Counts width = build(dir, "width");
-    cr_expect(width.kernels > 0 && width.kernels < width.kernel_pieces, "a change of fc1's width compiled %d of %d kernel pieces",
-              width.kernels, width.kernel_pieces);
+    cr_expect(width.kernels > 0 && (width.kernels < width.kernel_pieces || !one_kernel_a_piece),
+              "a change of fc1's width compiled %d of %d kernel pieces", width.kernels, width.kernel_pieces);
     sb_free(&out);
 }
 
