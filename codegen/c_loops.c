@@ -253,10 +253,8 @@ static void emit_row_passes(CgKernel *L, const char *indent)
     for (int s = 0; s <= L->nstages; s++) {
         if (s > 0) {
             L->pass = s;
-            StrBuf red, maxes, nans;
+            StrBuf red;
             sb_init(&red);
-            sb_init(&maxes);
-            sb_init(&nans);
             cg_need_pass(L, s); /* a staged copy needs its operand, not itself (cg_need_store) */
             for (int32_t i = 0; i < L->K->count; i++) {
                 NodeId id = CG_MEMBER(L, i);
@@ -264,26 +262,17 @@ static void emit_row_passes(CgKernel *L, const char *indent)
                 if (!cg_reduced_in_pass(L, id, s)) continue;
                 const char *t = cg_ctype((DType)n->dtype);
                 if (n->op == OP_REDUCE_SUM) sb_printf(o, "%s%s a%d[KILN_SUM_LANES] = {0};\n", indent, t, id);
-                else sb_printf(o, "%s%s a%d = -INFINITY;\n", indent, t, id);
-                if (n->op == OP_REDUCE_MAX) {
-                    /* a NaN anywhere makes the maximum NaN, as in PyTorch: a flag beside
-                     * the vector maximum, whose lanes may drop NaNs */
-                    sb_printf(o, "%sint nan%d = 0;\n", indent, id);
-                    sb_printf(&maxes, "%sa%d", maxes.len ? ", " : "", id);
-                    sb_printf(&nans, "%snan%d", nans.len ? ", " : "", id);
-                } else {
-                    sb_printf(&red, "%sa%d", red.len ? ", " : "", id);
-                }
+                else sb_printf(o, "%s%s a%d[KILN_SUM_LANES] = KILN_LANES_NEG_INF;\n", indent, t, id);
+                /* a NaN anywhere makes the maximum NaN, as in PyTorch: a flag per lane
+                 * beside the maximum, which the comparison drops NaNs from */
+                if (n->op == OP_REDUCE_MAX && !cg_never_nan(g, ir_input(g, id, 0), 0))
+                    sb_printf(o, "%sint nan%d[KILN_SUM_LANES] = {0};\n", indent, id);
+                sb_printf(&red, "%sa%d", red.len ? ", " : "", id);
             }
-            StrBuf pragma;
-            sb_init(&pragma);
-            sb_puts(&pragma, "#pragma omp simd");
-            if (maxes.len) sb_printf(&pragma, " reduction(max: %s) reduction(|: %s)", maxes.data, nans.data);
-            /* sums in lanes (enum inner_layout), in SIMD blocks where the row is one loop */
+            /* sums and maxima in lanes (enum inner_layout), in SIMD blocks where the row is one loop */
             const enum inner_layout layout = !red.len ? INNER_PLAIN : L->lane >= 0 ? INNER_INDEXED : INNER_BLOCKED;
             inner_indent(L, indent, layout, in, sizeof in);
-            int braces = open_inner(L, L->lane >= 0 ? NULL : pragma.data, indent, layout);
-            sb_free(&pragma);
+            int braces = open_inner(L, L->lane >= 0 ? NULL : "#pragma omp simd", indent, layout);
             cg_emit_needed(L, in);
             for (int32_t i = 0; i < L->K->count && L->kept; i++) {
                 NodeId id = CG_MEMBER(L, i);
@@ -298,11 +287,11 @@ static void emit_row_passes(CgKernel *L, const char *indent)
                 cg_operand(L, ir_input(g, id, 0), id, false, &v);
                 if (n->op == OP_REDUCE_SUM) sb_printf(o, "%sa%d[lane] += %s;\n", in, id, v.data);
                 else if (cg_never_nan(g, ir_input(g, id, 0), 0))
-                    sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    a%d = v > a%d ? v : a%d;\n%s}\n", in, in,
+                    sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    a%d[lane] = v > a%d[lane] ? v : a%d[lane];\n%s}\n", in, in,
                               cg_ctype((DType)n->dtype), v.data, in, id, id, id, in);
                 else
-                    sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    a%d = v > a%d ? v : a%d;\n%s    nan%d |= v != v;\n%s}\n", in,
-                              in, cg_ctype((DType)n->dtype), v.data, in, id, id, id, in, id, in);
+                    sb_printf(o, "%s{\n%s    const %s v = %s;\n%s    a%d[lane] = v > a%d[lane] ? v : a%d[lane];\n%s    nan%d[lane] |= v != v;\n%s}\n",
+                              in, in, cg_ctype((DType)n->dtype), v.data, in, id, id, id, in, id, in);
                 sb_free(&v);
             }
             for (int i = 0; i < L->nstores; i++) {
@@ -314,15 +303,16 @@ static void emit_row_passes(CgKernel *L, const char *indent)
             }
             close_braces(o, braces, indent);
             sb_free(&red);
-            sb_free(&maxes);
-            sb_free(&nans);
             for (int32_t i = 0; i < L->K->count; i++) {
                 NodeId id = CG_MEMBER(L, i);
                 const Node *n = &g->nodes[id];
                 if (L->f->cls[id] != CLASS_ROW || L->avail[id] != s) continue;
                 if (n->op == OP_REDUCE_SUM) sb_printf(o, "%sconst %s w%d = KILN_LANES_SUM(a%d);\n", indent, cg_ctype((DType)n->dtype), id, id);
-                if (n->op == OP_REDUCE_MAX)
-                    sb_printf(o, "%sconst %s w%d = nan%d ? NAN : a%d;\n", indent, cg_ctype((DType)n->dtype), id, id, id);
+                if (n->op == OP_REDUCE_MAX && cg_never_nan(g, ir_input(g, id, 0), 0))
+                    sb_printf(o, "%sconst %s w%d = KILN_LANES_MAX(a%d);\n", indent, cg_ctype((DType)n->dtype), id, id);
+                else if (n->op == OP_REDUCE_MAX)
+                    sb_printf(o, "%sconst %s w%d = KILN_LANES_ANY(nan%d) ? NAN : KILN_LANES_MAX(a%d);\n", indent, cg_ctype((DType)n->dtype), id,
+                              id, id);
             }
         }
         for (int32_t i = 0; i < L->K->count; i++) {

@@ -44,6 +44,13 @@ static inline double kiln_select(int c, double a, double b)
  * (codegen/c_loops.c, enum inner_layout). Eight lanes fill an AVX2 vector of floats. */
 #define KILN_SUM_LANES 8
 #define KILN_LANES_SUM(a) ((((a)[0] + (a)[1]) + ((a)[2] + (a)[3])) + (((a)[4] + (a)[5]) + ((a)[6] + (a)[7])))
+/* Maxima in lanes as sums are (a plain `reduction(max: ...)` of a comparison is one Clang
+ * does not vectorise): the lanes' maximum, and whether any lane saw a NaN. */
+#define KILN_MAX2(x, y) ((y) > (x) ? (y) : (x))
+#define KILN_LANES_MAX(a) \
+    KILN_MAX2(KILN_MAX2(KILN_MAX2((a)[0], (a)[1]), KILN_MAX2((a)[2], (a)[3])), KILN_MAX2(KILN_MAX2((a)[4], (a)[5]), KILN_MAX2((a)[6], (a)[7])))
+#define KILN_LANES_ANY(n) ((((n)[0] | (n)[1]) | ((n)[2] | (n)[3])) | (((n)[4] | (n)[5]) | ((n)[6] | (n)[7])))
+#define KILN_LANES_NEG_INF {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY}
 /* The same for column j of lanes a[KILN_SUM_LANES][...] (sums over leading axes). */
 #define KILN_LANES_SUM_AT(a, j) \
     ((((a)[0][j] + (a)[1][j]) + ((a)[2][j] + (a)[3][j])) + (((a)[4][j] + (a)[5][j]) + ((a)[6][j] + (a)[7][j])))
