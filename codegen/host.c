@@ -680,28 +680,60 @@ void cg_emit_gemm_info(Cg *c, bool table)
     const char *prefix = c->prefix;
     StrBuf *o = c->o;
     sb_printf(o, "static double %s_gemm_flops(const int64_t *s)\n{\n    double flops = 0;\n    (void)s;\n", prefix);
+    /* one line per distinct product shape, times how many there are (every layer of a deep
+     * model has the same: one line each made a function as long as the model); the sums of
+     * whole numbers below 2^53 are exact in any order */
+    StrMap terms = {0};
+    char **text = NULL;
+    NodeId *first = NULL;
+    int32_t *times = NULL, nterms = 0, cap = 0;
+    StrBuf t;
+    sb_init(&t);
     for (NodeId i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
         if (n->op != OP_MATMUL) continue;
         int r = n->shape.rank;
         const Node *b = &g->nodes[ir_input(g, i, 1)];
-        sb_puts(o, "    flops += 2.0");
+        t.len = 0;
+        sb_puts(&t, "2.0");
         for (int k = 0; k < r; k++) {
-            sb_puts(o, " * (double)(");
+            sb_puts(&t, " * (double)(");
             Dim d = n->shape.d[k];
-            if (d.nsym == 0) sb_printf(o, "%lld", (long long)d.k);
+            if (d.nsym == 0) sb_printf(&t, "%lld", (long long)d.k);
             else {
-                if (d.k != 1) sb_printf(o, "%lld * ", (long long)d.k);
-                for (int q = 0; q < d.nsym; q++) sb_printf(o, "%ss[%d]", q ? " * " : "", d.sym[q]);
+                if (d.k != 1) sb_printf(&t, "%lld * ", (long long)d.k);
+                for (int q = 0; q < d.nsym; q++) sb_printf(&t, "%ss[%d]", q ? " * " : "", d.sym[q]);
             }
-            sb_puts(o, ")");
+            sb_puts(&t, ")");
         }
         Dim kd = b->shape.d[r - 2];
-        sb_puts(o, " * (double)(");
-        if (kd.nsym == 0 || kd.k != 1) sb_printf(o, "%lld%s", (long long)kd.k, kd.nsym ? " * " : "");
-        for (int q = 0; q < kd.nsym; q++) sb_printf(o, "%ss[%d]", q ? " * " : "", kd.sym[q]);
-        sb_printf(o, "); /* %%%d */\n", i);
+        sb_puts(&t, " * (double)(");
+        if (kd.nsym == 0 || kd.k != 1) sb_printf(&t, "%lld%s", (long long)kd.k, kd.nsym ? " * " : "");
+        for (int q = 0; q < kd.nsym; q++) sb_printf(&t, "%ss[%d]", q ? " * " : "", kd.sym[q]);
+        sb_puts(&t, ")");
+        int32_t j = strmap_get(&terms, t.data, -1);
+        if (j < 0) {
+            j = nterms++;
+            GROW(text, cap, nterms);
+            first = xrealloc(first, (size_t)cap * sizeof *first);
+            times = xrealloc(times, (size_t)cap * sizeof *times);
+            text[j] = xstrdup(t.data);
+            first[j] = i;
+            times[j] = 0;
+            strmap_put(&terms, text[j], j);
+        }
+        times[j]++;
     }
+    for (int32_t j = 0; j < nterms; j++) {
+        if (times[j] == 1) sb_printf(o, "    flops += %s; /* %%%d */\n", text[j], first[j]);
+        else sb_printf(o, "    flops += %d.0 * %s; /* %%%d and %d more of its shape */\n", times[j], text[j], first[j], times[j] - 1);
+        free(text[j]);
+    }
+    sb_free(&t);
+    strmap_free(&terms);
+    free(text);
+    free(first);
+    free(times);
     sb_puts(o, "    return flops;\n}\n\n");
     if (!table) return;
     sb_printf(o, "static const kiln_gemm_shape %s_gemms[] = {\n", prefix);
