@@ -48,7 +48,7 @@ for n in $sizes; do
     f=$work/chain$n.kiln
     write_chain "$n" "$f"
     t0=$(date +%s.%N)
-    "$kiln" emit "$f" -o "$work/emit$n" >/dev/null
+    "$kiln" emit "$f" -o "$work/emit$n" >/dev/null 2>&1
     t1=$(date +%s.%N)
     /usr/bin/time -f '%M' -o "$work/rss$n" "$kiln" build "$f" -o "$work/prog$n" --time-passes >"$work/$n.passes" 2>&1
     t2=$(date +%s.%N)
