@@ -64,7 +64,7 @@ void cg_plan_buckets(Cg *c)
     for (int32_t k = 0; k < g->noutputs; k++) {
         const Output *out = &g->outputs[k];
         if (out->kind != OUT_GRAD) continue;
-        NodeId p = ir_find_named(g, OP_PARAM, ir_str(g, out->name));
+        NodeId p = strmap_get(&c->param_named, ir_str(g, out->name), IR_NONE);
         if (p == IR_NONE) continue;
         GradSpan *s = &spans[n++];
         s->offset = c->param_off[p];

@@ -164,8 +164,8 @@ static void plan_row_keep(CgKernel *L, const char *indent)
             if (d < 1 || wmax > ROW_KEEP_MAX / d) return;
             wmax *= d;
         }
-    const size_t nn = (size_t)g->nnodes + 1;
-    uint8_t *first = xcalloc(nn, 1), *later = xcalloc(nn, 1); /* needed by the pass after its stage, by another */
+    /* needed by the pass after its stage, by another (the pool's: cleared below) */
+    uint8_t *first = cg_scratch(L, &L->c->scratch.first), *later = cg_scratch(L, &L->c->scratch.later);
     for (int pass = 1; pass <= L->nstages + 1; pass++) {
         L->pass = pass;
         cg_need_pass(L, pass);
@@ -182,13 +182,12 @@ static void plan_row_keep(CgKernel *L, const char *indent)
         const Op op = (Op)g->nodes[id].op;
         const bool costly = op == OP_EXP || op == OP_LOG || op == OP_TANH || op == OP_ERF || op == OP_SIGMOID || op == OP_POW;
         if (!costly || L->f->cls[id] != CLASS_FULL || L->f->stored[id] || !first[id] || !later[id]) continue;
-        if (!L->kept) L->kept = xcalloc(nn, 1);
+        if (!L->kept) L->kept = cg_scratch(L, &L->c->scratch.kept);
         L->kept[id] = 1;
         sb_printf(L->c->o, "%s%s keep%d[%lld]; /* kept between the passes over the row */\n", indent,
                   cg_value_ctype((DType)g->nodes[id].dtype), id, (long long)wmax);
     }
-    free(first);
-    free(later);
+    for (int32_t i = 0; i < L->K->count; i++) first[CG_MEMBER(L, i)] = later[CG_MEMBER(L, i)] = 0;
     /* A pass that sums in lanes stores its half-precision copies (a narrowing cast that no
      * member reads) in the final pass over the row, from a row buffer of the fp32 values:
      * in the lanes' loop, a 16-bit store beside the 32-bit arithmetic made GCC vectorise it
@@ -212,7 +211,7 @@ static void plan_row_keep(CgKernel *L, const char *indent)
                 for (uint32_t j = 0; j < g->nodes[CG_MEMBER(L, m)].ninputs; j++)
                     read |= fusion_root(g, L->f, ir_input(g, CG_MEMBER(L, m), (int)j)) == id;
             if (read) continue;
-            if (!L->staged) L->staged = xcalloc(nn, 1);
+            if (!L->staged) L->staged = cg_scratch(L, &L->c->scratch.staged);
             L->staged[id] = 1;
             sb_printf(L->c->o, "%sfloat staged%d[%lld]; /* stored by the final pass */\n", indent, id, (long long)wmax);
         }
@@ -233,7 +232,7 @@ static void emit_row_body(CgKernel *L, const char *indent)
     sb_init(&hoisted);
     L->c->o = &body;
     L->hoisted = &hoisted;
-    L->hoisted_done = xcalloc((size_t)L->g->nnodes + 1, 1);
+    L->hoisted_done = cg_scratch(L, &L->c->scratch.hoisted);
     emit_row_passes(L, indent);
     L->c->o = out;
     for (const char *line = hoisted.data; line && *line;) {
@@ -242,7 +241,8 @@ static void emit_row_body(CgKernel *L, const char *indent)
         line = end + 1;
     }
     if (body.data) sb_puts(out, body.data);
-    free(L->hoisted_done);
+    for (int i = 0; i < L->nhoisted; i++) L->hoisted_done[L->hoisted_ids[i]] = 0;
+    L->nhoisted = 0;
     L->hoisted_done = NULL;
     L->hoisted = NULL;
     sb_free(&body);

@@ -35,17 +35,22 @@ void cg_layout_for(Cg *c, const Graph *g, const Graph *ref)
     c->param_off = xcalloc((size_t)g->nnodes + 1, sizeof *c->param_off);
     c->buffer_off = xcalloc((size_t)g->nnodes + 1, sizeof *c->buffer_off);
     c->input_index = xcalloc((size_t)g->nnodes + 1, sizeof *c->input_index);
+    memset(&c->param_named, 0, sizeof c->param_named);
+    ir_index_named(g, OP_PARAM, &c->param_named);
+    StrMap inputs = {0}, ref_inputs = {0};
+    ir_index_named(g, OP_INPUT, &inputs);
+    ir_index_named(ref, OP_INPUT, &ref_inputs);
     int64_t po = 0, bo = 0;
     int ni = 0;
     for (NodeId i = 0; i < ref->nnodes; i++) {
         const Node *n = &ref->nodes[i];
         if (n->op == OP_INPUT) {
-            NodeId j = ir_find_named(g, OP_INPUT, ir_node_name(ref, i));
+            NodeId j = strmap_get(&inputs, ir_node_name(ref, i), IR_NONE);
             if (j != IR_NONE) c->input_index[j] = ni;
             ni++;
         }
         if (n->op != OP_PARAM) continue;
-        NodeId j = ir_find_named(g, OP_PARAM, ir_node_name(ref, i));
+        NodeId j = strmap_get(&c->param_named, ir_node_name(ref, i), IR_NONE);
         int64_t count = ir_shape_max_numel(ref, &n->shape);
         if (ir_attrs(ref, i)[1]) {
             if (j != IR_NONE) c->param_off[j] = po;
@@ -58,7 +63,9 @@ void cg_layout_for(Cg *c, const Graph *g, const Graph *ref)
     /* A decode step's own inputs (the past position, the caches) follow the model's, in
      * the graph's order. */
     for (NodeId j = 0; j < g->nnodes; j++)
-        if (g->nodes[j].op == OP_INPUT && ir_find_named(ref, OP_INPUT, ir_node_name(g, j)) == IR_NONE) c->input_index[j] = ni++;
+        if (g->nodes[j].op == OP_INPUT && strmap_get(&ref_inputs, ir_node_name(g, j), IR_NONE) == IR_NONE) c->input_index[j] = ni++;
+    strmap_free(&inputs);
+    strmap_free(&ref_inputs);
 }
 
 void cg_layout_free(Cg *c)
@@ -68,6 +75,8 @@ void cg_layout_free(Cg *c)
     free(c->input_index);
     c->param_off = c->buffer_off = NULL;
     c->input_index = NULL;
+    strmap_free(&c->param_named);
+    cg_scratch_free(c);
 }
 
 /* ---- the step ---- */
@@ -112,20 +121,23 @@ static bool device_cache(const Cg *c, const char *name, NodeId id)
     return cuda(c) && c->decoding && !strncmp(name, "decode.", 7) && N(c, id)->shape.rank > 1;
 }
 
-/* Which values the code in b names: v<id> as a whole identifier. */
-static bool *names_in(const StrBuf *b, int32_t nnodes)
+/* Appends to *ids (one each; named[] marks them, all zero before) the values the code in b
+ * names: v<id> as a whole identifier. */
+static void names_in(const StrBuf *b, int32_t nnodes, uint8_t *named, NodeId **ids, int32_t *nids, int32_t *cap)
 {
-    bool *named = xcalloc((size_t)nnodes + 1, 1);
     const char *s = b->data ? b->data : "";
     for (size_t i = 0; s[i]; i++) {
         if (s[i] != 'v' || (i && (isalnum((unsigned char)s[i - 1]) || s[i - 1] == '_'))) continue;
         size_t j = i + 1;
         long id = 0;
         while (isdigit((unsigned char)s[j]) && id <= nnodes) id = id * 10 + (s[j++] - '0');
-        if (j > i + 1 && !isalnum((unsigned char)s[j]) && s[j] != '_' && id < nnodes) named[id] = true;
+        if (j > i + 1 && !isalnum((unsigned char)s[j]) && s[j] != '_' && id < nnodes && !named[id]) {
+            named[id] = 1;
+            GROW(*ids, *cap, *nids + 1);
+            (*ids)[(*nids)++] = (NodeId)id;
+        }
         i = j - 1;
     }
-    return named;
 }
 
 /* Appends s as part of a C identifier: "h.3.ln_2" -> "h3_ln_2" (a dot before a digit is
@@ -287,7 +299,7 @@ static void pointer_decl(Cg *c, NodeId id)
         break;
     case MEM_GRAD: {
         const char *name = ir_str(c->g, c->g->outputs[c->mp.offset[id]].name);
-        NodeId p = ir_find_named(c->g, OP_PARAM, name);
+        NodeId p = strmap_get(&c->param_named, name, IR_NONE);
         sb_printf(o, "    %s *v%d = io->grads + %lld; /* gradient of %s */\n", t, id, (long long)c->param_off[p], name);
         break;
     }
@@ -344,20 +356,165 @@ static void emit_forward_copy(Cg *c, int32_t q, int fwd)
     emit_copy_out(c, c->g->outputs[q].node, dst, cache ? "cudaMemcpyDeviceToDevice" : "cudaMemcpyDeviceToHost");
 }
 
+static int cmp_node(const void *a, const void *b)
+{
+    const NodeId x = *(const NodeId *)a, y = *(const NodeId *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Appends body to o after the declarations of the pointers it names (a named view's
+ * viewed value too; with `all_inputs`, every input and the loss scale: the CUDA step copies
+ * them), each value under its name. named[] is all zero before and after. */
+static void emit_with_pointers(Cg *c, const StrBuf *body, char *const *names, uint8_t *named, bool all_inputs)
+{
+    const Graph *g = c->g;
+    NodeId *ids = NULL;
+    int32_t nids = 0, cap = 0;
+    names_in(body, g->nnodes, named, &ids, &nids, &cap);
+    for (int32_t i = 0; i < nids; i++) { /* grows: a view of a view */
+        const NodeId v = ids[i];
+        if (c->mp.kind[v] != MEM_VIEW) continue;
+        const NodeId x = ir_input(g, v, 0);
+        if (named[x]) continue;
+        named[x] = 1;
+        GROW(ids, cap, nids + 1);
+        ids[nids++] = x;
+    }
+    for (NodeId i = 0; i < g->nnodes && all_inputs; i++)
+        if (!named[i] && (N(c, i)->op == OP_INPUT || N(c, i)->op == OP_LOSS_SCALE)) {
+            named[i] = 1;
+            GROW(ids, cap, nids + 1);
+            ids[nids++] = i;
+        }
+    qsort(ids, (size_t)nids, sizeof *ids, cmp_node); /* in node order: a view after what it views */
+    StrBuf *const o = c->o;
+    StrBuf pointers;
+    sb_init(&pointers);
+    c->o = &pointers;
+    for (int32_t i = 0; i < nids; i++) {
+        pointer_decl(c, ids[i]);
+        named[ids[i]] = 0;
+    }
+    c->o = o;
+    put_renamed(o, &pointers, names, g->nnodes);
+    put_renamed(o, body, names, g->nnodes);
+    sb_free(&pointers);
+    free(ids);
+}
+
+/* The most kernel calls in one function of a C step: the step of a model of thousands of
+ * layers as one function of tens of thousands of calls took Clang and GCC time quadratic
+ * in its length (register allocation, code sinking: 24 s of a 32 s build for a chain of
+ * 2,000 Linear layers); a longer step calls parts of this many kernels, each a function of
+ * its own, in the same order. */
+#define STEP_PART_KERNELS 256
+
+/* Each kernel's forward outputs (next[q]: the kernel's next one, in output order; -1 ends),
+ * so that the step finds them without a search among all outputs (two per parameter in a
+ * training step) per kernel; fwd[q]: the output's number among the forward ones. */
+typedef struct {
+    int32_t *first, *next;
+    int *fwd;
+} ForwardOuts;
+
+static ForwardOuts forward_outs(const Cg *c)
+{
+    const Graph *g = c->g;
+    ForwardOuts f = {xmalloc(((size_t)c->fp.nkernels + 1) * sizeof *f.first), xmalloc(((size_t)g->noutputs + 1) * sizeof *f.next),
+                     xmalloc(((size_t)g->noutputs + 1) * sizeof *f.fwd)};
+    for (int32_t k = 0; k < c->fp.nkernels; k++) f.first[k] = -1;
+    for (int32_t q = 0, fwd = 0; q < g->noutputs; q++)
+        if (g->outputs[q].kind == OUT_FORWARD) f.fwd[q] = fwd++;
+    for (int32_t q = g->noutputs - 1; q >= 0; q--) {
+        if (g->outputs[q].kind != OUT_FORWARD) continue;
+        const int32_t k = c->fp.kernel_of[fusion_root(g, &c->fp, g->outputs[q].node)];
+        if (k < 0 || k >= c->fp.nkernels) continue;
+        f.next[q] = f.first[k];
+        f.first[k] = q;
+    }
+    return f;
+}
+
+/* The calls of kernels [from, to) into c->o: each kernel's comment and call, the gradient
+ * buckets it finishes, and the forward outputs it computes, copied out as soon as it has
+ * run (their memory is then free for the rest of the step: memplan.c). */
+static void emit_calls(Cg *c, int32_t from, int32_t to, void (*call)(Cg *c, int32_t k), bool buckets, const ForwardOuts *fo)
+{
+    for (int32_t k = from; k < to; k++) {
+        emit_call_comment(c, k);
+        call(c, k);
+        if (buckets) cg_emit_bucket_hooks(c, k);
+        for (int32_t q = fo->first[k]; q >= 0; q = fo->next[q]) emit_forward_copy(c, q, fo->fwd[q]);
+    }
+}
+
+static void emit_sym_decls(Cg *c)
+{
+    const Graph *g = c->g;
+    for (int sy = 0; sy < g->nsyms; sy++)
+        sb_printf(c->o, "    const int64_t %s = io->syms[%d];\n    (void)%s;\n", g->syms[sy].name, sy, g->syms[sy].name);
+}
+
+/* A C step of more than STEP_PART_KERNELS kernels: its parts, functions of their own
+ * (noinline: a static function called once is inlined back otherwise), and in body the
+ * calls of them, each followed by a return when one of its index checks failed. */
+static void emit_step_parts(Cg *c, int nparts, StrBuf *body, char *const *names, uint8_t *named, void (*call)(Cg *c, int32_t k),
+                            bool buckets, const ForwardOuts *fo)
+{
+    StrBuf *const o = c->o;
+    for (int part = 0; part < nparts; part++) {
+        const int32_t from = part * STEP_PART_KERNELS;
+        const int32_t to = from + STEP_PART_KERNELS < c->fp.nkernels ? from + STEP_PART_KERNELS : c->fp.nkernels;
+        const int checks_before = c->ncheck;
+        StrBuf calls;
+        sb_init(&calls);
+        c->o = &calls;
+        emit_calls(c, from, to, call, buckets, fo);
+        c->o = o;
+        sb_printf(o, "/* The %s step's kernels %d to %d (part %d of %d). */\n", c->prefix, from, to - 1, part + 1, nparts);
+        sb_printf(o, "__attribute__((noinline)) static void %s_step_part%d(kiln_step_io *io)\n{\n", c->prefix, part + 1);
+        if (c->ncheck > checks_before) sb_puts(o, "    int64_t bad; /* the first index out of range, or -1 */\n");
+        emit_sym_decls(c);
+        emit_with_pointers(c, &calls, names, named, false);
+        sb_puts(o, "}\n\n");
+        sb_free(&calls);
+        sb_printf(body, "    %s_step_part%d(io);\n", c->prefix, part + 1);
+        if (c->ncheck > checks_before) sb_puts(body, "    if (io->index_error) return;\n");
+    }
+}
+
 void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
 {
     const Graph *g = c->g;
     const char *prefix = c->prefix;
     StrBuf *o = c->o;
-    sb_printf(o, "/* The %s: %d kernels, %lld bytes of activations at the largest sizes. */\n",
+    const int nparts = cuda(c) || c->fp.nkernels <= STEP_PART_KERNELS ? 1 : (c->fp.nkernels + STEP_PART_KERNELS - 1) / STEP_PART_KERNELS;
+    StrBuf title;
+    sb_init(&title);
+    sb_printf(&title, "/* The %s: %d kernels, %lld bytes of activations at the largest sizes. */\n",
               train                        ? "training step"
               : c->decoding                ? "decode step (T new tokens after P cached ones, batch 1)"
               : !strcmp(prefix, "predict") ? "predict step (the forward to the outputs, without the loss)"
                                            : "evaluation step",
               c->fp.nkernels,
               (long long)c->mp.arena_bytes);
+    if (nparts == 1) sb_puts(o, title.data);
     int nchecks = emit_index_checks(c, prefix);
     c->ncheck = 0;
+    char **names = value_names(c);
+    uint8_t *named = xcalloc((size_t)g->nnodes + 1, 1);
+    const bool buckets = train && c->bucket_bytes > 0;
+    if (buckets) cg_plan_buckets(c);
+    ForwardOuts fo = forward_outs(c);
+    /* the body first, into its own buffer: the step then declares only the pointers it
+     * names (a fused kernel's intermediate values have memory of their own in no step) */
+    StrBuf body;
+    sb_init(&body);
+    if (nparts > 1) {
+        emit_step_parts(c, nparts, &body, names, named, call, buckets, &fo);
+        sb_puts(o, title.data);
+    }
+    sb_free(&title);
     sb_printf(o, "static void %s_step(kiln_step_io *io)\n{\n", prefix);
     sb_puts(o, "    io->index_error = NULL;\n");
     if (cuda(c)) {
@@ -366,30 +523,16 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
                    "    cublasHandle_t blas = cs.blas;\n"
                    "    (void)blas;\n");
         if (nchecks) sb_puts(o, "    int64_t *checks = kiln_cuda_checks(io->device); /* per check: first bad position (-1: none), value */\n");
-    } else if (nchecks) {
+    } else if (nchecks && nparts == 1) {
         sb_puts(o, "    int64_t bad; /* the first index out of range, or -1 */\n");
     }
-    for (int sy = 0; sy < g->nsyms; sy++)
-        sb_printf(o, "    const int64_t %s = io->syms[%d];\n    (void)%s;\n", g->syms[sy].name, sy, g->syms[sy].name);
-    /* the body first, into its own buffer: the step then declares only the pointers it
-     * names (a fused kernel's intermediate values have memory of their own in no step) */
-    StrBuf *const decls = o, body;
-    sb_init(&body);
+    emit_sym_decls(c);
+    StrBuf *const decls = o;
     c->o = o = &body;
-    const bool buckets = train && c->bucket_bytes > 0;
-    if (buckets) cg_plan_buckets(c);
-    /* a forward output is copied out as soon as its kernel has run: its memory is then
-     * free for the rest of the step (memplan.c) */
-    for (int32_t k = 0; k < c->fp.nkernels; k++) {
-        emit_call_comment(c, k);
-        call(c, k);
-        if (buckets) cg_emit_bucket_hooks(c, k);
-        for (int32_t q = 0, fwd = 0; q < g->noutputs; q++) {
-            if (g->outputs[q].kind != OUT_FORWARD) continue;
-            if (c->fp.kernel_of[fusion_root(g, &c->fp, g->outputs[q].node)] == k) emit_forward_copy(c, q, fwd);
-            fwd++;
-        }
-    }
+    if (nparts == 1) emit_calls(c, 0, c->fp.nkernels, call, buckets, &fo);
+    free(fo.first);
+    free(fo.next);
+    free(fo.fwd);
     int metric = 0, fwd = 0;
     for (int32_t k = 0; k < g->noutputs; k++) {
         const Output *out = &g->outputs[k];
@@ -405,7 +548,7 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
             break;
         case OUT_GRAD: {
             if (!train) break;
-            NodeId p = ir_find_named(g, OP_PARAM, ir_str(g, out->name));
+            NodeId p = strmap_get(&c->param_named, ir_str(g, out->name), IR_NONE);
             NodeId r = fusion_root(g, &c->fp, v);
             if (c->mp.kind[r] == MEM_GRAD && c->mp.offset[r] == k) break; /* written there by its kernel */
             char dst[64];
@@ -415,7 +558,7 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
             break;
         }
         case OUT_UPDATE: {
-            NodeId p = ir_find_named(g, OP_PARAM, ir_str(g, out->name));
+            NodeId p = strmap_get(&c->param_named, ir_str(g, out->name), IR_NONE);
             char dst[64];
             snprintf(dst, sizeof dst, "v%d", p);
             sb_printf(o, "    /* new value of %s */\n", ir_str(g, out->name));
@@ -442,22 +585,11 @@ void cg_emit_step(Cg *c, bool train, void (*call)(Cg *c, int32_t k))
                 sb_printf(o, "    io->metrics[%d] = *(const %s *)kiln_cuda_scalar(io->device, %d);\n", metric, t, metric + 1), metric++;
         }
     }
-    StrBuf pointers;
-    sb_init(&pointers);
-    c->o = &pointers;
-    bool *named = names_in(&body, g->nnodes);
-    for (NodeId i = g->nnodes - 1; i >= 0; i--) /* a named view names what it views */
-        if (named[i] && c->mp.kind[i] == MEM_VIEW) named[ir_input(g, i, 0)] = true;
-    for (NodeId i = 0; i < g->nnodes; i++)
-        if (named[i] || (cuda(c) && (N(c, i)->op == OP_INPUT || N(c, i)->op == OP_LOSS_SCALE))) pointer_decl(c, i);
-    free(named);
     c->o = o = decls;
-    char **names = value_names(c);
-    put_renamed(o, &pointers, names, g->nnodes);
-    put_renamed(o, &body, names, g->nnodes);
+    emit_with_pointers(c, &body, names, named, cuda(c));
     for (NodeId i = 0; i < g->nnodes; i++) free(names[i]);
     free(names);
-    sb_free(&pointers);
+    free(named);
     sb_free(&body);
     sb_puts(o, "}\n\n");
     if (buckets) cg_emit_bucket_table(c);
@@ -504,28 +636,60 @@ void cg_emit_gemm_info(Cg *c, bool table)
     const char *prefix = c->prefix;
     StrBuf *o = c->o;
     sb_printf(o, "static double %s_gemm_flops(const int64_t *s)\n{\n    double flops = 0;\n    (void)s;\n", prefix);
+    /* one line per distinct product shape, times how many there are (every layer of a deep
+     * model has the same: one line each made a function as long as the model); the sums of
+     * whole numbers below 2^53 are exact in any order */
+    StrMap terms = {0};
+    char **text = NULL;
+    NodeId *first = NULL;
+    int32_t *times = NULL, nterms = 0, cap = 0;
+    StrBuf t;
+    sb_init(&t);
     for (NodeId i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
         if (n->op != OP_MATMUL) continue;
         int r = n->shape.rank;
         const Node *b = &g->nodes[ir_input(g, i, 1)];
-        sb_puts(o, "    flops += 2.0");
+        t.len = 0;
+        sb_puts(&t, "2.0");
         for (int k = 0; k < r; k++) {
-            sb_puts(o, " * (double)(");
+            sb_puts(&t, " * (double)(");
             Dim d = n->shape.d[k];
-            if (d.nsym == 0) sb_printf(o, "%lld", (long long)d.k);
+            if (d.nsym == 0) sb_printf(&t, "%lld", (long long)d.k);
             else {
-                if (d.k != 1) sb_printf(o, "%lld * ", (long long)d.k);
-                for (int q = 0; q < d.nsym; q++) sb_printf(o, "%ss[%d]", q ? " * " : "", d.sym[q]);
+                if (d.k != 1) sb_printf(&t, "%lld * ", (long long)d.k);
+                for (int q = 0; q < d.nsym; q++) sb_printf(&t, "%ss[%d]", q ? " * " : "", d.sym[q]);
             }
-            sb_puts(o, ")");
+            sb_puts(&t, ")");
         }
         Dim kd = b->shape.d[r - 2];
-        sb_puts(o, " * (double)(");
-        if (kd.nsym == 0 || kd.k != 1) sb_printf(o, "%lld%s", (long long)kd.k, kd.nsym ? " * " : "");
-        for (int q = 0; q < kd.nsym; q++) sb_printf(o, "%ss[%d]", q ? " * " : "", kd.sym[q]);
-        sb_printf(o, "); /* %%%d */\n", i);
+        sb_puts(&t, " * (double)(");
+        if (kd.nsym == 0 || kd.k != 1) sb_printf(&t, "%lld%s", (long long)kd.k, kd.nsym ? " * " : "");
+        for (int q = 0; q < kd.nsym; q++) sb_printf(&t, "%ss[%d]", q ? " * " : "", kd.sym[q]);
+        sb_puts(&t, ")");
+        int32_t j = strmap_get(&terms, t.data, -1);
+        if (j < 0) {
+            j = nterms++;
+            GROW(text, cap, nterms);
+            first = xrealloc(first, (size_t)cap * sizeof *first);
+            times = xrealloc(times, (size_t)cap * sizeof *times);
+            text[j] = xstrdup(t.data);
+            first[j] = i;
+            times[j] = 0;
+            strmap_put(&terms, text[j], j);
+        }
+        times[j]++;
     }
+    for (int32_t j = 0; j < nterms; j++) {
+        if (times[j] == 1) sb_printf(o, "    flops += %s; /* %%%d */\n", text[j], first[j]);
+        else sb_printf(o, "    flops += %d.0 * %s; /* %%%d and %d more of its shape */\n", times[j], text[j], first[j], times[j] - 1);
+        free(text[j]);
+    }
+    sb_free(&t);
+    strmap_free(&terms);
+    free(text);
+    free(first);
+    free(times);
     sb_puts(o, "    return flops;\n}\n\n");
     if (!table) return;
     sb_printf(o, "static const kiln_gemm_shape %s_gemms[] = {\n", prefix);

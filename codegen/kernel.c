@@ -286,6 +286,8 @@ static void add_read(CgKernel *L, NodeId r)
 {
     for (int i = 0; i < L->nreads; i++)
         if (L->reads[i] == r) return;
+    /* grown: a member may read any number of operands (a concat of many) */
+    GROW(L->reads, L->capreads, L->nreads + 1);
     L->reads[L->nreads++] = r;
 }
 
@@ -376,6 +378,8 @@ void cg_operand(CgKernel *L, NodeId x, NodeId reader, bool row, StrBuf *b)
         if (L->hoisted && L->lane < 0 && !(used & L->inner)) { /* the same for the whole row */
             if (!L->hoisted_done[r]) {
                 L->hoisted_done[r] = 1;
+                GROW(L->hoisted_ids, L->caphoisted, L->nhoisted + 1);
+                L->hoisted_ids[L->nhoisted++] = r;
                 sb_printf(L->hoisted, "const %s b%d = ", cg_value_ctype((DType)g->nodes[q].dtype), r);
                 cg_load(L->hoisted, (DType)g->nodes[q].dtype, at.data);
                 sb_puts(L->hoisted, ";\n");
@@ -636,12 +640,15 @@ void cg_kernel_setup(CgKernel *L, Cg *c, int32_t k)
     L->k = k;
     L->K = &c->fp.kernels[k];
     L->rank = L->K->shape.rank;
-    size_t nn = (size_t)c->g->nnodes + 1;
-    L->avail = xcalloc(nn, sizeof *L->avail);
-    L->needed = xcalloc(nn, 1);
-    size_t cap = 2 + (size_t)L->K->count * 3;
-    L->reads = xmalloc(cap * sizeof *L->reads);
-    L->stores = xmalloc(cap * sizeof *L->stores);
+    const size_t nn = (size_t)c->g->nnodes + 1;
+    if (c->scratch.n != nn) cg_scratch_free(c); /* another graph's */
+    KILN_ASSERT_MSG(!c->scratch.lent, "two kernels set up at once share one scratch pool");
+    c->scratch.n = nn;
+    c->scratch.lent = true;
+    if (!c->scratch.avail) c->scratch.avail = xcalloc(nn, sizeof *c->scratch.avail);
+    L->avail = c->scratch.avail;
+    L->needed = cg_scratch(L, &c->scratch.needed);
+    L->stores = xmalloc(((size_t)L->K->count + 1) * sizeof *L->stores);
     const Graph *g = L->g;
     if (L->K->kind == KERNEL_GEMM) {
         NodeId mm = L->K->anchor;
@@ -684,16 +691,45 @@ void cg_kernel_setup(CgKernel *L, Cg *c, int32_t k)
     L->lane = -1; /* the C target may choose one (c_loops.c) */
 }
 
+uint8_t *cg_scratch(CgKernel *L, uint8_t **slot)
+{
+    if (!*slot) *slot = xcalloc(L->c->scratch.n, 1);
+    return *slot;
+}
+
+void cg_scratch_free(Cg *c)
+{
+    free(c->scratch.avail);
+    free(c->scratch.needed);
+    free(c->scratch.kept);
+    free(c->scratch.staged);
+    free(c->scratch.first);
+    free(c->scratch.later);
+    free(c->scratch.hoisted);
+    memset(&c->scratch, 0, sizeof c->scratch);
+}
+
+/* Zeroes node id's entries of the pool's arrays that kernel L used. */
+static void clear_scratch(CgKernel *L, NodeId id)
+{
+    L->avail[id] = 0;
+    L->needed[id] = 0;
+    if (L->kept) L->kept[id] = 0;
+    if (L->staged) L->staged[id] = 0;
+}
+
 void cg_kernel_teardown(CgKernel *L)
 {
-    free(L->avail);
-    free(L->needed);
+    for (int32_t i = 0; i < L->K->count; i++) clear_scratch(L, CG_MEMBER(L, i));
+    for (int i = 0; i < L->nremat; i++) clear_scratch(L, L->remat[i]);
+    for (int i = 0; i < L->nreads; i++) clear_scratch(L, L->reads[i]);
+    for (int i = 0; i < L->nstores; i++) clear_scratch(L, L->stores[i]);
+    L->c->scratch.lent = false;
     free(L->work);
     free(L->reads);
     free(L->stores);
     free(L->remat);
-    free(L->kept);
-    free(L->staged);
+    free(L->hoisted_ids);
 }
 
 void cg_kernel_title(Cg *c, int32_t k, StrBuf *o)

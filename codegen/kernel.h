@@ -52,6 +52,17 @@ typedef struct {
     MemPlan mp;
     int64_t *param_off, *buffer_off; /* per node: offsets in the caller's slabs */
     int *input_index;
+    StrMap param_named; /* the graph's parameters by name (cg_layout_for) */
+    /* Per-node scratch arrays that each kernel's generator borrows (CgKernel.avail, needed,
+     * kept, staged) and hands back all zero: allocated once per graph, since a fresh
+     * nnodes-sized array per kernel made code generation quadratic in the model's size.
+     * Freed by cg_layout_free. */
+    struct {
+        size_t n;  /* elements of each array: the graph's nodes + 1 */
+        bool lent; /* to the kernel being generated (one at a time) */
+        int32_t *avail;
+        uint8_t *needed, *kept, *staged, *first, *later, *hoisted;
+    } scratch;
     char **lines; /* source lines, for comments */
     int nlines;
     const char *source;
@@ -158,7 +169,7 @@ typedef struct {
     int32_t *avail;   /* per node: the stage after which a member can be computed */
     uint8_t *needed;  /* per node: scratch */
     NodeId *reads;    /* roots loaded from memory */
-    int nreads;
+    int nreads, capreads;
     NodeId *stores;   /* members written to memory */
     int nstores;
     int nstages;
@@ -199,6 +210,8 @@ typedef struct {
      * then kept it in the loop's latch, which kept the loop from vectorising. NULL otherwise. */
     StrBuf *hoisted;
     uint8_t *hoisted_done;
+    NodeId *hoisted_ids; /* the nodes hoisted_done marks, to clear them after the row */
+    int nhoisted, caphoisted;
     /* C target (c_loops.c): a stored half-precision copy of a float32 value is converted
      * from that value (cg_store_member), so the copy's own rounded float is computed only
      * where a member reads it (cg_need_store). */
@@ -239,6 +252,12 @@ void cg_coordinates(const CgKernel *L, uint64_t want, uint64_t span, const char 
 /* Analyses kernel k of c->fp: loads, stores, coordinates used, stages, the loop mode. */
 void cg_kernel_setup(CgKernel *L, Cg *c, int32_t k);
 void cg_kernel_teardown(CgKernel *L);
+/* The all-zero per-node array *slot of the pool (Cg.scratch), allocated on first use; the
+ * borrower sets entries of kernel L's members, reads, stores and recomputed values only
+ * (cg_kernel_teardown clears those), or clears its own. */
+uint8_t *cg_scratch(CgKernel *L, uint8_t **slot);
+/* Frees the pool. */
+void cg_scratch_free(Cg *c);
 /* The value of operand x of member `reader` in a full (row == false) or row context: a
  * local (t<id>, w<id>), a literal, a coordinate, a random number or a load p<id>[...],
  * indexed by i (full), row, or coordinates c<axis>. */

@@ -236,6 +236,12 @@ NodeId ir_find_named(const Graph *g, Op op, const char *name)
     return IR_NONE;
 }
 
+void ir_index_named(const Graph *g, Op op, StrMap *m)
+{
+    for (NodeId i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].op == op && strmap_get(m, ir_node_name(g, i), -1) < 0) strmap_put(m, ir_node_name(g, i), i);
+}
+
 static void *dup_array(const void *p, size_t n)
 {
     if (!n) return NULL;

@@ -202,6 +202,10 @@ void ir_add_output(Graph *g, OutputKind kind, const char *name, NodeId node);
 const char *ir_output_kind_name(OutputKind k);
 /* Node with the given name and op (INPUT/PARAM), or IR_NONE. */
 NodeId ir_find_named(const Graph *g, Op op, const char *name);
+/* Every node of op by name into m (the first of a name, as ir_find_named finds it): for
+ * looking up many names in linear time. The keys are g's strings: the map is valid while g
+ * does not change. */
+void ir_index_named(const Graph *g, Op op, StrMap *m);
 /* Deep copy. */
 Graph *ir_graph_clone(const Graph *g);
 /* Valid values of an integer input are [0, range): found from its uses (rows of a table

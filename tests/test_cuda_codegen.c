@@ -77,6 +77,22 @@ Test(cuda_codegen, every_model_is_written_whole)
     }
 }
 
+/* A kernel member that reads many operands (a concat of many values): the kernel's list of
+ * reads had room for three per member, and emitting tests/gradcheck/extremes.kiln for the
+ * GPU overran it (a crash in free). */
+Test(cuda_codegen, a_member_of_many_operands)
+{
+    char dir[] = "/tmp/kiln-cudacg-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char args[512];
+    snprintf(args, sizeof args, "emit tests/gradcheck/extremes.kiln --target cuda -o %s/out", dir);
+    StrBuf out;
+    sb_init(&out);
+    cr_expect_eq(support_run_kiln(args, &out), 0, "%s", out.data ? out.data : "");
+    sb_free(&out);
+    support_remove_dir(dir);
+}
+
 static void write_file(const char *path, const char *text)
 {
     FILE *f = fopen(path, "wb");
