@@ -271,31 +271,6 @@ static const char *tool_name(const char *cmd, char *buf, size_t n)
     return buf;
 }
 
-/* Splits a flag string on white space into words appended to *v (no shell quoting). */
-static void split_words(const char *s, char ***v, int *n)
-{
-    while (s && *s) {
-        while (*s == ' ' || *s == '\t' || *s == '\n') s++;
-        size_t len = strcspn(s, " \t\n");
-        if (!len) break;
-        *v = xrealloc(*v, (size_t)(*n + 1) * sizeof **v);
-        (*v)[(*n)++] = xstrndup(s, len);
-        s += len;
-    }
-}
-
-static void add_word(char ***v, int *n, const char *w)
-{
-    *v = xrealloc(*v, (size_t)(*n + 1) * sizeof **v);
-    (*v)[(*n)++] = xstrdup(w);
-}
-
-static void free_words(char **v, int n)
-{
-    for (int i = 0; i < n; i++) free(v[i]);
-    free(v);
-}
-
 const char *build_c_compiler(const char *cc_flag)
 {
     if (cc_flag && *cc_flag) return cc_flag;
@@ -308,19 +283,19 @@ const char *build_c_compiler(const char *cc_flag)
  * infer_main.c's), -o prog and the libraries but OpenMP's. */
 static void link_inputs(const char *prog, bool infer, bool distributed, char ***v, int *n)
 {
-    add_word(v, n, infer ? KILN_INFER_MAIN : KILN_TRAIN_MAIN);
+    util_words_add(v, n, infer ? KILN_INFER_MAIN : KILN_TRAIN_MAIN);
     if (!infer) {
-        add_word(v, n, KILN_TRAIN_BENCH);
-        add_word(v, n, KILN_TRAIN_CKPT);
+        util_words_add(v, n, KILN_TRAIN_BENCH);
+        util_words_add(v, n, KILN_TRAIN_CKPT);
         /* the training program's processes: MPI's (dist_mpi.c, summing the gradients with
          * MPI: dist_grads_mpi.c), or one (dist_single.c) */
-        add_word(v, n, distributed ? KILN_DIST_MPI : KILN_DIST_SINGLE);
-        if (distributed) add_word(v, n, KILN_DIST_GRADS_MPI);
+        util_words_add(v, n, distributed ? KILN_DIST_MPI : KILN_DIST_SINGLE);
+        if (distributed) util_words_add(v, n, KILN_DIST_GRADS_MPI);
     }
-    add_word(v, n, "-o");
-    add_word(v, n, prog);
-    add_word(v, n, KILN_RUNTIME_LIB);
-    add_word(v, n, KILN_BLAS_LIB);
+    util_words_add(v, n, "-o");
+    util_words_add(v, n, prog);
+    util_words_add(v, n, KILN_RUNTIME_LIB);
+    util_words_add(v, n, KILN_BLAS_LIB);
 }
 
 /* Links the pieces' objects with the driver: lld in this process (OpenMP is LLVM's libomp,
@@ -329,17 +304,17 @@ static int link_program(const ObjResult *objs, const char *prog, const char *cc,
 {
     char **link = NULL;
     int nlink = 0;
-    split_words(KILN_DEFAULT_CFLAGS, &link, &nlink);
-    split_words(o->cflags, &link, &nlink);
+    util_words_split(KILN_DEFAULT_CFLAGS, &link, &nlink);
+    util_words_split(o->cflags, &link, &nlink);
     const int nflags = nlink;
-    for (int i = 0; i < objs->nobjs; i++) add_word(&link, &nlink, objs->objs[i]);
+    for (int i = 0; i < objs->nobjs; i++) util_words_add(&link, &nlink, objs->objs[i]);
     link_inputs(prog, o->infer, o->distributed, &link, &nlink);
     int rc;
     if (!cc) {
-        if (o->distributed) split_words(KILN_MPI_LIBS, &link, &nlink);
+        if (o->distributed) util_words_split(KILN_MPI_LIBS, &link, &nlink);
         /* libomp by name too: the runtime's loops need it even when --cflags says -fno-openmp */
-        add_word(&link, &nlink, "-fopenmp");
-        split_words("-lz -lm -lpthread", &link, &nlink);
+        util_words_add(&link, &nlink, "-fopenmp");
+        util_words_split("-lz -lm -lpthread", &link, &nlink);
         char *text = NULL;
         rc = toolchain_run((const char *const *)link, nlink, &text);
         if (text) sb_puts(log, text);
@@ -360,7 +335,7 @@ static int link_program(const ObjResult *objs, const char *prog, const char *cc,
         rc = run_logged(cmd.data, log, "C compiler", NULL);
         sb_free(&cmd);
     }
-    free_words(link, nlink);
+    util_words_free(link, nlink);
     return rc;
 }
 

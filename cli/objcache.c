@@ -28,42 +28,18 @@ static const char footer_magic[8] = {'K', 'I', 'L', 'N', 'O', 'B', 'J', '1'};
 
 /* ---- flags ---- */
 
-static void add_word(char ***v, int *n, const char *w)
-{
-    *v = xrealloc(*v, (size_t)(*n + 1) * sizeof **v);
-    (*v)[(*n)++] = xstrdup(w);
-}
-
-static void add_words(char ***v, int *n, const char *s)
-{
-    while (s && *s) {
-        while (*s == ' ' || *s == '\t' || *s == '\n') s++;
-        size_t len = strcspn(s, " \t\n");
-        if (!len) break;
-        *v = xrealloc(*v, (size_t)(*n + 1) * sizeof **v);
-        (*v)[(*n)++] = xstrndup(s, len);
-        s += len;
-    }
-}
-
-static void free_words(char **v, int n)
-{
-    for (int i = 0; i < n; i++) free(v[i]);
-    free(v);
-}
-
 void objcache_flags(const char *cpu, const char *cflags, bool in_process, char ***words, int *nwords)
 {
     char **v = NULL;
     int n = 0;
     if (in_process) {
-        add_word(&v, &n, "-std=c11");
+        util_words_add(&v, &n, "-std=c11");
         /* GCC's rule for ISO C, under which both compilers round every product and sum alike */
-        add_word(&v, &n, "-ffp-contract=off");
-        add_word(&v, &n, "-fno-temp-file"); /* the object itself, not a temporary beside it */
+        util_words_add(&v, &n, "-ffp-contract=off");
+        util_words_add(&v, &n, "-fno-temp-file"); /* the object itself, not a temporary beside it */
     }
     int at = n;
-    add_words(&v, &n, KILN_DEFAULT_CFLAGS);
+    util_words_split(KILN_DEFAULT_CFLAGS, &v, &n);
     if (cpu && *cpu) {
         char march[200];
         snprintf(march, sizeof march, "-march=%s", cpu);
@@ -74,12 +50,12 @@ void objcache_flags(const char *cpu, const char *cflags, bool in_process, char *
                 v[i] = xstrdup(march);
                 replaced = true;
             }
-        if (!replaced) add_word(&v, &n, march);
+        if (!replaced) util_words_add(&v, &n, march);
     }
-    if (!in_process) add_word(&v, &n, "-std=c11");
-    add_words(&v, &n, cflags);
-    add_word(&v, &n, "-I");
-    add_word(&v, &n, KILN_RUNTIME_DIR);
+    if (!in_process) util_words_add(&v, &n, "-std=c11");
+    util_words_split(cflags, &v, &n);
+    util_words_add(&v, &n, "-I");
+    util_words_add(&v, &n, KILN_RUNTIME_DIR);
     *words = v;
     *nwords = n;
 }
@@ -306,7 +282,7 @@ static void environment_key(const ObjOptions *o, char **flags, int nflags, StrBu
         struct dirent *e;
         while ((e = readdir(d))) {
             size_t l = strlen(e->d_name);
-            if (l > 2 && !strcmp(e->d_name + l - 2, ".h")) add_word(&names, &n, e->d_name);
+            if (l > 2 && !strcmp(e->d_name + l - 2, ".h")) util_words_add(&names, &n, e->d_name);
         }
         closedir(d);
         qsort(names, (size_t)n, sizeof *names, cmp_str);
@@ -318,7 +294,7 @@ static void environment_key(const ObjOptions *o, char **flags, int nflags, StrBu
             sb_printf(key, "%s %016llx\n", names[i], text ? (unsigned long long)hash64(text, len) : 0ULL);
             free(text);
         }
-        free_words(names, n);
+        util_words_free(names, n);
     }
 }
 
@@ -345,14 +321,14 @@ static void compile_one(Pool *p, int i)
     if (!p->o->cc) {
         char **args = NULL;
         int n = 0;
-        for (int k = 0; k < p->nflags; k++) add_word(&args, &n, p->flags[k]);
-        for (int k = 0; p->with_pch[i] && k < p->npch_flags; k++) add_word(&args, &n, p->pch_flags[k]);
-        add_word(&args, &n, "-c");
-        add_word(&args, &n, p->src[i]);
-        add_word(&args, &n, "-o");
-        add_word(&args, &n, p->obj[i]);
+        for (int k = 0; k < p->nflags; k++) util_words_add(&args, &n, p->flags[k]);
+        for (int k = 0; p->with_pch[i] && k < p->npch_flags; k++) util_words_add(&args, &n, p->pch_flags[k]);
+        util_words_add(&args, &n, "-c");
+        util_words_add(&args, &n, p->src[i]);
+        util_words_add(&args, &n, "-o");
+        util_words_add(&args, &n, p->obj[i]);
         p->rc[i] = toolchain_run((const char *const *)args, n, &p->log[i]);
-        free_words(args, n);
+        util_words_free(args, n);
         return;
     }
     StrBuf cmd, out;
@@ -423,15 +399,15 @@ static int get_pch(const char *includes, char **flags, int nflags, const char *c
     }
     char **args = NULL;
     int n = 0;
-    for (int k = 0; k < nflags; k++) add_word(&args, &n, flags[k]);
-    add_word(&args, &n, "-x");
-    add_word(&args, &n, "c-header");
-    add_word(&args, &n, hdr);
-    add_word(&args, &n, "-o");
-    add_word(&args, &n, pch);
+    for (int k = 0; k < nflags; k++) util_words_add(&args, &n, flags[k]);
+    util_words_add(&args, &n, "-x");
+    util_words_add(&args, &n, "c-header");
+    util_words_add(&args, &n, hdr);
+    util_words_add(&args, &n, "-o");
+    util_words_add(&args, &n, pch);
     char *text = NULL;
     int rc = toolchain_run((const char *const *)args, n, &text);
-    free_words(args, n);
+    util_words_free(args, n);
     if (rc) {
         if (text) sb_puts(log, text);
         sb_printf(log, "\nthe in-process C compiler (%s) failed on the pieces' precompiled header", toolchain_version());
@@ -655,11 +631,11 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
     char pch[4400] = "";
     if (!rc && need_pch) {
         rc = get_pch(ps.includes, p.flags, p.nflags, dir, &env, o->dir, pch, sizeof pch, log);
-        add_word(&p.pch_flags, &p.npch_flags, "-include-pch");
-        add_word(&p.pch_flags, &p.npch_flags, pch);
+        util_words_add(&p.pch_flags, &p.npch_flags, "-include-pch");
+        util_words_add(&p.pch_flags, &p.npch_flags, pch);
         /* the key holds the headers' content: their times need not match */
-        add_word(&p.pch_flags, &p.npch_flags, "-Xclang");
-        add_word(&p.pch_flags, &p.npch_flags, "-fno-validate-pch");
+        util_words_add(&p.pch_flags, &p.npch_flags, "-Xclang");
+        util_words_add(&p.pch_flags, &p.npch_flags, "-fno-validate-pch");
     }
     if (!rc && p.norder) {
         sort_largest_first(p.order, p.norder, &ps);
@@ -697,9 +673,9 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
     free(p.rc);
     free(p.order);
     free(p.with_pch);
-    free_words(p.pch_flags, p.npch_flags);
+    util_words_free(p.pch_flags, p.npch_flags);
     free(entry);
-    free_words(p.flags, p.nflags);
+    util_words_free(p.flags, p.nflags);
     sb_free(&env);
     free(dir);
     pieces_free(&ps);

@@ -271,3 +271,27 @@ bool util_parse_size(const char *s, int64_t *bytes)
     }
     return false;
 }
+
+void util_words_add(char ***v, int *n, const char *w)
+{
+    *v = xrealloc(*v, (size_t)(*n + 1) * sizeof **v);
+    (*v)[(*n)++] = xstrdup(w);
+}
+
+void util_words_split(const char *s, char ***v, int *n)
+{
+    while (s && *s) {
+        while (*s == ' ' || *s == '\t' || *s == '\n') s++;
+        size_t len = strcspn(s, " \t\n");
+        if (!len) break;
+        *v = xrealloc(*v, (size_t)(*n + 1) * sizeof **v);
+        (*v)[(*n)++] = xstrndup(s, len);
+        s += len;
+    }
+}
+
+void util_words_free(char **v, int n)
+{
+    for (int i = 0; i < n; i++) free(v[i]);
+    free(v);
+}

@@ -122,6 +122,11 @@ void strmap_free(StrMap *m);
 int32_t strmap_get(const StrMap *m, const char *key, int32_t dflt);
 /* Sets key's value (replacing an existing one). */
 void strmap_put(StrMap *m, const char *key, int32_t val);
+/* Lists of words (a command line's arguments), malloc'd: append one, append each
+ * white-space separated word of s (no shell quoting), free them all. */
+void util_words_add(char ***v, int *n, const char *w);
+void util_words_split(const char *s, char ***v, int *n);
+void util_words_free(char **v, int n);
 uint64_t util_hash_string(const char *s);
 
 #endif
