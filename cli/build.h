@@ -41,9 +41,10 @@ const char *build_c_compiler(const char *cc_flag);
 int build_cuda_program(const char *model_cu, const char *prog, bool emulated, const char *extra_flags, bool infer, bool distributed, StrBuf *log,
                        BuildProgress *pg);
 /* Compiles model_c (an inference model.c) into an embeddable library in dir: dir/NAME.h,
- * dir/libNAME.a and dir/libNAME.so (lib_build.c). Returns 0, or -1 with the tools' output
- * in *log. */
-int build_library(const char *model_c, const char *dir, const char *name, const char *extra_cflags, StrBuf *log, BuildProgress *pg);
+ * dir/libNAME.a and dir/libNAME.so (lib_build.c), with build_c_compiler(cc)'s compiler
+ * (Clang, lld and LLVM's tools in this process when NULL). Returns 0, or -1 with the
+ * tools' output in *log. */
+int build_library(const char *model_c, const char *dir, const char *name, const char *cc, const char *extra_cflags, StrBuf *log, BuildProgress *pg);
 /* Appends s as one single-quoted shell word (and a space); runs a shell command with its
  * output appended to log, 0 when it succeeded (`what` names it in the log), following
  * its progress markers (progress.h) on pg. */

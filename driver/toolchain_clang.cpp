@@ -5,7 +5,8 @@
 // CompilerInstance (EmitObjAction), links in lld's ELF driver; nothing is exec'd, so no
 // compiler or linker needs to be on PATH. The driver is given the path the clang binary
 // would have (KILN_CLANG_PATH): it finds Clang's resource directory (its stddef.h, omp.h)
-// relative to it, and the binary itself need not exist.
+// relative to it, and the binary itself need not exist. A library's build (kiln build
+// --lib) also needs objcopy's and ar's work: LLVM's ObjCopy library and archive writer.
 #include "toolchain.h"
 
 #include <clang/Basic/Diagnostic.h>
@@ -20,18 +21,27 @@
 #include <clang/Frontend/CompilerInvocation.h>
 #include <clang/Frontend/FrontendActions.h>
 #include <clang/Frontend/TextDiagnosticPrinter.h>
-#include <lld/Common/CommonLinkerContext.h>
 #include <lld/Common/Driver.h>
+#include <llvm/ObjCopy/ConfigManager.h>
+#include <llvm/ObjCopy/ObjCopy.h>
+#include <llvm/Object/ArchiveWriter.h>
+#include <llvm/Object/Binary.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/Path.h>
 #include <llvm/Support/Host.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace {
 
@@ -63,16 +73,115 @@ bool run_compile(const llvm::opt::ArgStringList &args, llvm::raw_ostream &os)
     return ci->ExecuteAction(action);
 }
 
-// The link job: lld's ELF driver on the driver's link line.
+// The link job: lld's ELF driver on the driver's link line, in a child process forked
+// for it. lld 16 keeps state between links that its CommonLinkerContext does not reset
+// (an -r link after an executable's crashes in free()), so every link starts from a
+// process in which lld never ran; the child sends its messages back through a pipe and
+// leaves with _exit (the parent's stdio buffers are not flushed twice). Callers link
+// after their compiles have finished: no other thread holds a lock the child needs.
 bool run_link(const llvm::opt::ArgStringList &args, llvm::raw_ostream &os)
 {
     std::vector<const char *> argv;
     argv.push_back("ld.lld");
     argv.insert(argv.end(), args.begin(), args.end());
     std::lock_guard<std::mutex> lock(link_mutex);
-    bool ok = lld::elf::link(argv, os, os, /*exitEarly=*/false, /*disableOutput=*/false);
-    lld::CommonLinkerContext::destroy(); // what lld's own main does after each link
-    return ok;
+    int fds[2];
+    if (pipe(fds) != 0) {
+        os << "kiln: cannot start the linker: " << strerror(errno) << "\n";
+        return false;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        os << "kiln: cannot start the linker: " << strerror(errno) << "\n";
+        close(fds[0]);
+        close(fds[1]);
+        return false;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        std::string text;
+        llvm::raw_string_ostream child_os(text);
+        bool ok = lld::elf::link(argv, child_os, child_os, /*exitEarly=*/false, /*disableOutput=*/false);
+        child_os.flush();
+        for (size_t at = 0; at < text.size();) {
+            ssize_t put = write(fds[1], text.data() + at, text.size() - at);
+            if (put < 0 && errno == EINTR) continue;
+            if (put <= 0) break;
+            at += (size_t)put;
+        }
+        _exit(ok ? 0 : 1);
+    }
+    close(fds[1]);
+    char chunk[4096];
+    for (;;) {
+        ssize_t got = read(fds[0], chunk, sizeof chunk);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break;
+        os.write(chunk, (size_t)got);
+    }
+    close(fds[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFSIGNALED(status)) os << "kiln: the linker (lld) died of signal " << WTERMSIG(status) << "\n";
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// *log: the text (malloc'd), or NULL when there is none.
+void give_log(const std::string &text, char **log)
+{
+    *log = nullptr;
+    if (!text.empty()) {
+        *log = static_cast<char *>(malloc(text.size() + 1));
+        if (*log) memcpy(*log, text.c_str(), text.size() + 1);
+    }
+}
+
+// keep_globals's work; false with the reason in os.
+bool keep_globals(const char *in, const char *out, const char *syms_file, llvm::raw_ostream &os)
+{
+    // the names' text must outlive the config, whose matchers refer to it
+    auto syms = llvm::MemoryBuffer::getFile(syms_file);
+    if (!syms) {
+        os << syms_file << ": " << syms.getError().message();
+        return false;
+    }
+    llvm::objcopy::ConfigManager config;
+    config.Common.InputFilename = in;
+    config.Common.OutputFilename = out;
+    llvm::SmallVector<llvm::StringRef, 64> lines;
+    (*syms)->getBuffer().split(lines, '\n');
+    for (llvm::StringRef line : lines) { // as llvm-objcopy reads the file
+        line = line.split('#').first.trim();
+        if (line.empty()) continue;
+        auto name = llvm::objcopy::NameOrPattern::create(line, llvm::objcopy::MatchStyle::Literal, [](llvm::Error e) { return e; });
+        if (llvm::Error e = config.Common.SymbolsToKeepGlobal.addMatcher(std::move(name))) {
+            os << syms_file << ": " << llvm::toString(std::move(e));
+            return false;
+        }
+    }
+    auto binary = llvm::object::createBinary(in);
+    if (!binary) {
+        os << in << ": " << llvm::toString(binary.takeError());
+        return false;
+    }
+    std::error_code ec;
+    llvm::raw_fd_ostream file(out, ec);
+    if (ec) {
+        os << out << ": " << ec.message();
+        return false;
+    }
+    if (llvm::Error e = llvm::objcopy::executeObjcopyOnBinary(config, *binary->getBinary(), file)) {
+        os << in << ": " << llvm::toString(std::move(e));
+        return false;
+    }
+    file.close();
+    if (file.has_error()) {
+        os << out << ": " << file.error().message();
+        file.clear_error();
+        return false;
+    }
+    return true;
 }
 
 } // namespace
@@ -120,10 +229,38 @@ extern "C" int toolchain_run(const char *const *args, int nargs, char **log)
             }
     }
     os.flush();
-    *log = nullptr;
-    if (!text.empty()) {
-        *log = static_cast<char *>(malloc(text.size() + 1));
-        if (*log) memcpy(*log, text.c_str(), text.size() + 1);
-    }
+    give_log(text, log);
     return rc;
+}
+
+extern "C" int toolchain_keep_globals(const char *in, const char *out, const char *syms_file, char **log)
+{
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    bool ok = keep_globals(in, out, syms_file, os);
+    os.flush();
+    give_log(text, log);
+    return ok ? 0 : -1;
+}
+
+extern "C" int toolchain_archive(const char *out, const char *const *members, int nmembers, char **log)
+{
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    bool ok = true;
+    std::vector<llvm::NewArchiveMember> m;
+    for (int i = 0; i < nmembers && ok; i++) {
+        auto member = llvm::NewArchiveMember::getFile(members[i], /*Deterministic=*/true);
+        if (member) {
+            member->MemberName = llvm::sys::path::filename(member->MemberName); // as ar names it
+            m.push_back(std::move(*member));
+        }
+        else os << members[i] << ": " << llvm::toString(member.takeError()), ok = false;
+    }
+    if (ok)
+        if (llvm::Error e = llvm::writeArchive(out, m, /*WriteSymtab=*/true, llvm::object::Archive::K_GNU, /*Deterministic=*/true, /*Thin=*/false))
+            os << out << ": " << llvm::toString(std::move(e)), ok = false;
+    os.flush();
+    give_log(text, log);
+    return ok ? 0 : -1;
 }

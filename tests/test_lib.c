@@ -28,6 +28,12 @@
 
 #define IMAGES "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"
 
+/* What a caller links with an archive kiln built in process: LLVM's libomp, the OpenMP
+ * runtime Clang's code calls (docs/library.md); gcc's -fopenmp adds libgomp after it,
+ * which then serves nothing. An archive built with --cc gcc needs none. */
+#define LIBOMP_IN_PROCESS "-L" KILN_LLVM_LIB_DIR " -Wl,-rpath," KILN_LLVM_LIB_DIR " -lomp"
+#define LIBOMP (KILN_IN_PROCESS_DEFAULT ? LIBOMP_IN_PROCESS : "")
+
 static char dir[64];
 
 static void setup(void)
@@ -67,8 +73,9 @@ static void build(const char *model, const char *extra, const char *name)
 }
 
 /* Compiles tests/lib/driver.c against the library in dir/LIBDIR (static archive) into
- * dir/OUT, for a model of one input and one output. */
-static void compile_driver(const char *name, const char *libdir, const char *in_t, const char *in, const char *out_name, const char *out)
+ * dir/OUT, for a model of one input and one output; omp: what the archive needs linked
+ * for OpenMP (LIBOMP). */
+static void compile_driver_omp(const char *name, const char *libdir, const char *in_t, const char *in, const char *out_name, const char *out, const char *omp)
 {
     char upper[32], in_up[32], out_up[32], cmd[2048];
     for (int i = 0; i < 32; i++) {
@@ -78,10 +85,15 @@ static void compile_driver(const char *name, const char *libdir, const char *in_
     }
     snprintf(cmd, sizeof cmd,
              "%s %s -std=c11 -Wall -Wextra -Werror -I %s -DMODEL=%s -DUPPER=%s -DIN_T=%s -DOUT_T=float -DIN_ELEMS=%s_%s_SAMPLE_ELEMS "
-             "-DOUT_ELEMS=%s_%s_SAMPLE_ELEMS %s %s/lib%s.a %s -lm -lpthread -o %s",
+             "-DOUT_ELEMS=%s_%s_SAMPLE_ELEMS %s %s/lib%s.a %s %s -lm -lpthread -o %s",
              KILN_CC, KILN_GENERATED_CFLAGS, libdir, name, upper, in_t, upper, in_up, upper, out_up, support_path("tests/lib/driver.c"), libdir,
-             name, KILN_OPENBLAS, out);
+             name, KILN_OPENBLAS, omp, out);
     ok(cmd);
+}
+
+static void compile_driver(const char *name, const char *libdir, const char *in_t, const char *in, const char *out_name, const char *out)
+{
+    compile_driver_omp(name, libdir, in_t, in, out_name, out, LIBOMP);
 }
 
 /* The logits of an inference program's --output file (after the .npy header) and of the
@@ -269,8 +281,8 @@ Test(lib, mlp_matches_infer_two_instances_and_example)
     snprintf(cmd, sizeof cmd, "awk '/^```c$/{f=1;next} /^```$/{if(f)exit} f' %s > classify.c && head -c 784 images.raw > image.u8",
              support_path("docs/library.md"));
     ok(cmd);
-    snprintf(cmd, sizeof cmd, "%s %s -std=c11 -Wall -Wextra -Werror classify.c -I lib lib/libmlp.a %s -lm -o classify_static", KILN_CC,
-             KILN_GENERATED_CFLAGS, KILN_OPENBLAS);
+    snprintf(cmd, sizeof cmd, "%s %s -std=c11 -Wall -Wextra -Werror classify.c -I lib lib/libmlp.a %s %s -lm -o classify_static", KILN_CC,
+             KILN_GENERATED_CFLAGS, KILN_OPENBLAS, LIBOMP);
     ok(cmd);
     snprintf(cmd, sizeof cmd, "%s %s -std=c11 -Wall -Wextra -Werror classify.c -I lib -L lib -lmlp -o classify_shared", KILN_CC,
              KILN_GENERATED_CFLAGS);
@@ -286,6 +298,41 @@ Test(lib, mlp_matches_infer_two_instances_and_example)
 }
 
 Test(lib, cnn_matches_infer) { char core[64]; library_matches_infer("cnn", 5, 500, core, sizeof core); }
+
+/* With no compiler, linker, objcopy or ar on PATH, kiln builds the library in process
+ * (Clang, lld, LLVM's objcopy and archive writer): the same header, the same API exported
+ * from the archive and the shared library, and the logits of the library the external
+ * compiler builds (--cc), bit for bit (both compile under GCC's ISO C rounding,
+ * -ffp-contract=off); the shared library names libomp (the mlp test runs it). */
+Test(lib, in_process_matches_external_compiler)
+{
+    if (!KILN_IN_PROCESS_DEFAULT) cr_skip_test("kiln was built without Clang's libraries");
+    char cmd[1024];
+    StrBuf args, out;
+    sb_init(&args);
+    sb_init(&out);
+    sb_printf(&args, "env PATH=/nonexistent %s build %s --lib -o %s/ip", KILN_BINARY, support_path("models/mlp.kiln"), dir);
+    int rc = support_run(args.data, &out);
+    cr_assert_eq(rc, 0, "%s:\n%s", args.data, out.data ? out.data : "");
+    sb_free(&args);
+    sb_free(&out);
+    snprintf(cmd, sizeof cmd, "--lib --cc %s", KILN_CC);
+    build("models/mlp.kiln", cmd, "ex");
+    cr_expect(same_file("ip/mlp.h", "ex/mlp.h"), "the headers differ");
+    cr_expect_str_eq(ok("nm -g --defined-only ip/libmlp.a | awk 'NF == 3 {print $3}' | sort | tr '\\n' ' '"), "mlp_bind mlp_init mlp_run mlp_set_threads mlp_workspace_bytes ");
+    cr_expect_str_eq(ok("ar t ip/libmlp.a"), "lib_model.o\n");
+    cr_expect_str_eq(ok("nm -D --defined-only ip/libmlp.so | awk '$2 == \"T\" {print $3}' | sort | tr '\\n' ' '"),
+                     "mlp_bind mlp_init mlp_run mlp_set_threads mlp_workspace_bytes ");
+    cr_expect(strstr(ok("readelf -d ip/libmlp.so"), "[libomp.so.5]"));
+    cr_expect(strstr(ok("readelf -d ip/libmlp.so"), "Library soname: [libmlp.so]"));
+    write_mlp_weights("w.safetensors", NULL, NULL, NULL);
+    write_images(300);
+    compile_driver_omp("mlp", "ip", "uint8_t", "image", "logits", "driver_ip", LIBOMP_IN_PROCESS);
+    compile_driver_omp("mlp", "ex", "uint8_t", "image", "logits", "driver_ex", "");
+    ok("OPENBLAS_NUM_THREADS=1 ./driver_ip run w.safetensors images.raw 300 64 2 ip.raw && "
+       "OPENBLAS_NUM_THREADS=1 ./driver_ex run w.safetensors images.raw 300 64 2 ex.raw");
+    cr_expect(same_file("ip.raw", "ex.raw"), "the in-process library's logits differ from the external compiler's");
+}
 
 /* driver bind FILE [CUT]: its status and message */
 static void bind_fails(const char *file, long cut, int status, const char *message)
@@ -379,8 +426,8 @@ Test(lib, archive_has_no_state_allocation_or_io)
           "    printf(\"%d %d\\n\", cnn_init(&c, NULL, 0, NULL, 0, NULL, 0), mlp_init(&m, NULL, 0, NULL, 0, NULL, 0));\n    return 0;\n}\n",
           f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "%s %s -std=c11 -Wall -Wextra -Werror both.c -I lib -I mlp lib/libcnn.a mlp/libmlp.a %s -lm -o both && ./both",
-             KILN_CC, KILN_GENERATED_CFLAGS, KILN_OPENBLAS);
+    snprintf(cmd, sizeof cmd, "%s %s -std=c11 -Wall -Wextra -Werror both.c -I lib -I mlp lib/libcnn.a mlp/libmlp.a %s %s -lm -o both && ./both",
+             KILN_CC, KILN_GENERATED_CFLAGS, KILN_OPENBLAS, LIBOMP);
     cr_expect_str_eq(ok(cmd), "1 1\n");
 }
 
