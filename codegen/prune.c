@@ -68,17 +68,19 @@ static void blank(Lines *f)
 static bool used_after(const Lines *f, int li, size_t at, const char *name, size_t len)
 {
     int depth = 0;
+    const char first = name[0];
     for (int i = li; i < f->n; i++) {
         const char *s = f->code[i];
         if (!s) continue;
-        size_t j = i == li ? at : 0, end = strlen(s);
+        size_t j = i == li ? at : 0;
         const char *t = s + j;
         while (*t == ' ') t++;
         if (!strncmp(t, "(void)", 6)) continue; /* a (void) line names without reading */
-        for (; j < end; j++) {
-            if (s[j] == '{') depth++;
-            else if (s[j] == '}' && --depth < 0) return false;
-            else if ((j == 0 || !ident_char(s[j - 1])) && !strncmp(s + j, name, len) && !ident_char(s[j + len])) return true;
+        for (; s[j]; j++) {
+            const char ch = s[j];
+            if (ch == '{') depth++;
+            else if (ch == '}' && --depth < 0) return false;
+            else if (ch == first && (j == 0 || !ident_char(s[j - 1])) && !strncmp(s + j, name, len) && !ident_char(s[j + len])) return true;
         }
     }
     return false;
@@ -160,24 +162,34 @@ static bool prune_declaration(Lines *f, int li)
         changed |= !keep[d];
     }
     if (!changed) return false;
-    /* the same line with the kept declarators (the original's text, comment and all) */
-    const char *o = f->line[li];
-    StrBuf b;
-    sb_init(&b);
-    sb_putn(&b, o, head);
+    /* the same line with the kept declarators (the original's text, comment and all), and
+     * its blanked code cut the same way (the two are the same length, column for column) */
+    size_t x[16]; /* where each kept declarator's text starts: the first's after its spaces */
     bool any = false;
     for (int d = 0; d < nd; d++) {
+        x[d] = from[d];
         if (!keep[d]) continue;
-        size_t x = from[d];
-        while (any == false && o[x] == ' ') x++;
-        sb_puts(&b, any ? "," : "");
-        sb_putn(&b, o + x, to[d] - x);
+        while (!any && f->line[li][x[d]] == ' ') x[d]++;
         any = true;
     }
-    sb_puts(&b, o + semi);
-    free(f->line[li]);
-    f->line[li] = any ? b.data : NULL;
-    if (!any) sb_free(&b);
+    char **v[2] = {&f->line[li], &f->code[li]};
+    for (int k = 0; k < 2; k++) {
+        const char *o = *v[k];
+        StrBuf b;
+        sb_init(&b);
+        sb_putn(&b, o, head);
+        bool first = true;
+        for (int d = 0; d < nd; d++) {
+            if (!keep[d]) continue;
+            sb_puts(&b, first ? "" : ",");
+            sb_putn(&b, o + x[d], to[d] - x[d]);
+            first = false;
+        }
+        sb_puts(&b, o + semi);
+        if (!any) sb_free(&b);
+        free(*v[k]);
+        *v[k] = any ? b.data : NULL;
+    }
     return true;
 }
 
@@ -230,21 +242,16 @@ static void prune_function(Lines *f, bool cxx)
     for (int i = 2; i < f->n; i++)
         if (f->code[i] && void_line(f->code[i])) {
             free(f->line[i]);
-            f->line[i] = NULL;
+            free(f->code[i]);
+            f->line[i] = f->code[i] = NULL;
         }
+    /* prune_declaration keeps code[] in step with line[]: no blanking again */
     for (bool changed = true; changed;) {
         changed = false;
-        blank(f);
         for (int i = 2; i < f->n; i++)
-            if (f->code[i] && prune_declaration(f, i)) {
-                changed = true;
-                blank(f);
-            }
+            if (f->code[i] && prune_declaration(f, i)) changed = true;
     }
-    if (cxx) {
-        blank(f);
-        unname_parameters(f, 0);
-    }
+    if (cxx) unname_parameters(f, 0);
 }
 
 void cg_prune_unused(StrBuf *o, size_t start, bool cxx)
