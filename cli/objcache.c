@@ -207,13 +207,15 @@ static int store_entry(const char *path, const char *obj, size_t len, int idx)
 typedef struct {
     char *name;
     long long size;
-    time_t mtime;
+    struct timespec mtime;
 } Entry;
 
+/* oldest first, to the nanosecond: a build's entries are all of the same second */
 static int by_age(const void *a, const void *b)
 {
     const Entry *x = a, *y = b;
-    return x->mtime < y->mtime ? -1 : x->mtime > y->mtime;
+    if (x->mtime.tv_sec != y->mtime.tv_sec) return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
+    return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : x->mtime.tv_nsec > y->mtime.tv_nsec;
 }
 
 /* Removes the oldest entries (least recently used: a hit refreshes the time) until the
@@ -239,7 +241,7 @@ static long long evict(const char *dir, long long keep)
             continue;
         }
         GROW(v, cap, n + 1);
-        v[n++] = (Entry){xstrdup(e->d_name), (long long)st.st_size, st.st_mtime};
+        v[n++] = (Entry){xstrdup(e->d_name), (long long)st.st_size, st.st_mtim};
         total += st.st_size;
     }
     closedir(d);
@@ -395,7 +397,7 @@ static void compile_one(Pool *p, int i)
  * or compiled into dir. Returns 0 with its path in pch, else -1 with the compiler's
  * messages in log. */
 static int get_pch(const char *includes, char **flags, int nflags, const char *cache_dir, const StrBuf *env, const char *dir, char *pch,
-                   size_t pch_size, StrBuf *log)
+                   size_t pch_size, long long *stored, StrBuf *log)
 {
     snprintf(pch, pch_size, "%s/pieces.pch", dir);
     /* The header the PCH was made from must exist where it was when the PCH is read: in the
@@ -455,7 +457,7 @@ static int get_pch(const char *includes, char **flags, int nflags, const char *c
     } else if (entry[0]) {
         size_t len;
         char *bytes = read_file(pch, &len);
-        if (bytes && !store_entry(entry, bytes, len, -1)) account(cache_dir, (long long)(len + FOOTER_BYTES), objcache_max_bytes());
+        if (bytes && !store_entry(entry, bytes, len, -1)) *stored += (long long)(len + FOOTER_BYTES);
         free(bytes);
     }
     free(text);
@@ -670,8 +672,11 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
     p.log_out = log;
     if (!rc && p.norder && o->cpu && *o->cpu && check_cpu(o, &p)) rc = OBJCACHE_BAD_CPU;
     char pch[4400] = "";
+    /* bytes this build put into the cache: counted once the pieces are compiled, since an
+     * eviction before would take the header the precompiled header refers to */
+    long long stored = 0;
     if (!rc && need_pch) {
-        rc = get_pch(ps.includes, p.flags, p.nflags, dir, &env, o->dir, pch, sizeof pch, log);
+        rc = get_pch(ps.includes, p.flags, p.nflags, dir, &env, o->dir, pch, sizeof pch, &stored, log);
         util_words_add(&p.pch_flags, &p.npch_flags, "-include-pch");
         util_words_add(&p.pch_flags, &p.npch_flags, pch);
         /* the key holds the headers' content: their times need not match */
@@ -682,7 +687,6 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
         sort_largest_first(p.order, p.norder, &ps);
         compile_all(&p, n, r->cached);
         rc = first_failure(&p, n, log);
-        long long stored = 0;
         for (int k = 0; !rc && k < p.norder; k++) {
             int i = p.order[k];
             if (!entry[i]) continue;
