@@ -6,6 +6,7 @@
  * computes its matrix product with cblas_sgemm in blocks of rows, and runs its epilogue
  * over each block while it is in cache. Outer loops are shared between threads with
  * OpenMP when the kernel is large enough to pay for it; inner loops are marked for SIMD. */
+#include "../runtime/kiln_math.h" /* KILN_SUM_LANES */
 #include "c_internal.h"
 
 #include <stdio.h>
@@ -58,6 +59,64 @@ enum inner_layout {
  * 8 in its scalar remainder loop; GCC ignores the pragma. */
 #define LANES_PRAGMA "#pragma clang loop vectorize_width(8) interleave_count(1)"
 
+/* The element loop of a row in blocks of lanes (INNER_BLOCKED). Whole blocks run a loop of
+ * exactly KILN_SUM_LANES iterations: one vector, the lanes' accumulators in a register. With
+ * one loop of `lanes` iterations for every block, Clang kept the accumulators in memory and
+ * ran each block through a vector loop's checks: gpt's attention softmax took 1.3x GCC's
+ * time. A row whose width is a multiple of KILN_SUM_LANES has only whole blocks; one that
+ * may end in a shorter block runs that block in a loop of `lanes` iterations with its own
+ * copy of the body (close_lane_block); one narrower than a block, only that loop. The
+ * lanes add in the same order in every form. Writes the lines up to the body (which starts
+ * with `var`'s definition); L->lane_body: where the body starts when it is to be copied,
+ * else (size_t)-1. */
+static void open_lane_block(CgKernel *L, const char *pragma, const char *indent, const char *extent, const char *var)
+{
+    StrBuf *o = L->c->o;
+    bool fixed = true;
+    int64_t wmax = 1;
+    for (int a = 0; a < L->rank; a++)
+        if (L->inner >> a & 1) {
+            const Dim d = L->K->shape.d[a];
+            fixed &= ir_dim_is_const(d);
+            const int64_t m = ir_dim_max(L->g, d);
+            wmax = m < 1 || wmax > INT64_MAX / m ? INT64_MAX : wmax * m;
+        }
+    const bool whole = wmax >= KILN_SUM_LANES, last = !fixed || wmax % KILN_SUM_LANES;
+    L->lane_body = (size_t)-1;
+    sb_printf(o, "%sfor (int64_t j0 = 0; j0 < %s; j0 += KILN_SUM_LANES) {\n", indent, extent);
+    if (whole && last) {
+        sb_printf(o, "%s    const int64_t lanes = %s - j0 < KILN_SUM_LANES ? %s - j0 : KILN_SUM_LANES;\n", indent, extent, extent);
+        sb_printf(o, "%s    if (lanes == KILN_SUM_LANES) {\n", indent);
+    } else {
+        sb_printf(o, "%s    { /* %s */\n", indent, whole ? "whole blocks only: the width is a multiple of KILN_SUM_LANES" : "one block, narrower");
+        if (last) sb_printf(o, "%s        const int64_t lanes = %s - j0;\n", indent, extent);
+    }
+    if (pragma) sb_printf(o, "%s        %s\n%s        " LANES_PRAGMA "\n", indent, pragma, indent);
+    sb_printf(o, "%s        for (int lane = 0; lane < %s; lane++) {\n", indent, whole ? "KILN_SUM_LANES" : "lanes");
+    if (whole && last) L->lane_body = o->len;
+    sb_printf(o, "%s            const int64_t %s = j0 + lane;\n", indent, var);
+}
+
+/* Closes open_lane_block's loops; where the last block may be shorter, its loop follows
+ * with the same body again (scalar: at most KILN_SUM_LANES - 1 elements a row). */
+static void close_lane_block(CgKernel *L, const char *indent)
+{
+    StrBuf *o = L->c->o;
+    StrBuf body;
+    sb_init(&body);
+    if (L->lane_body != (size_t)-1) sb_putn(&body, o->data + L->lane_body, o->len - L->lane_body);
+    sb_printf(o, "%s        }\n", indent);
+    if (L->lane_body != (size_t)-1) {
+        sb_printf(o, "%s    } else { /* the row's last block, shorter */\n", indent);
+        sb_printf(o, "%s        #pragma clang loop vectorize(disable) interleave(disable)\n", indent);
+        sb_printf(o, "%s        for (int lane = 0; lane < lanes; lane++) {\n", indent);
+        sb_putn(o, body.data ? body.data : "", body.len);
+        sb_printf(o, "%s        }\n", indent);
+    }
+    sb_printf(o, "%s    }\n%s}\n", indent, indent);
+    sb_free(&body);
+}
+
 static int open_inner(CgKernel *L, const char *pragma, const char *indent, enum inner_layout layout)
 {
     StrBuf *o = L->c->o;
@@ -66,13 +125,9 @@ static int open_inner(CgKernel *L, const char *pragma, const char *indent, enum 
         if (L->coords >> (L->rank - 1) & 1) snprintf(var, sizeof var, "c%d", L->rank - 1);
         else snprintf(var, sizeof var, "j");
         if (layout != INNER_PLAIN) {
-            sb_printf(o, "%sfor (int64_t j0 = 0; j0 < W; j0 += KILN_SUM_LANES) {\n", indent);
-            sb_printf(o, "%s    const int64_t lanes = W - j0 < KILN_SUM_LANES ? W - j0 : KILN_SUM_LANES;\n", indent);
-            if (pragma) sb_printf(o, "%s    %s\n%s    " LANES_PRAGMA "\n", indent, pragma, indent);
-            sb_printf(o, "%s    for (int lane = 0; lane < lanes; lane++) {\n", indent);
-            sb_printf(o, "%s        const int64_t %s = j0 + lane;\n", indent, var);
-            sb_printf(o, "%s        const int64_t i = row * W + %s;\n", indent, var);
-            return 2;
+            open_lane_block(L, pragma, indent, "W", var);
+            sb_printf(o, "%s            const int64_t i = row * W + %s;\n", indent, var);
+            return 3;
         }
         if (pragma) sb_printf(o, "%s%s\n", indent, pragma);
         sb_printf(o, "%sfor (int64_t %s = 0; %s < W; %s++) {\n", indent, var, var, var);
@@ -108,12 +163,8 @@ static int open_inner(CgKernel *L, const char *pragma, const char *indent, enum 
         }
         const bool last = ++seen == nloops;
         if (blocked) {
-            sb_printf(o, "%sfor (int64_t j0 = 0; j0 < %s; j0 += KILN_SUM_LANES) {\n", indent, extent);
-            sb_printf(o, "%s    const int64_t lanes = %s - j0 < KILN_SUM_LANES ? %s - j0 : KILN_SUM_LANES;\n", indent, extent, extent);
-            if (pragma) sb_printf(o, "%s    %s\n%s    " LANES_PRAGMA "\n", indent, pragma, indent);
-            sb_printf(o, "%s    for (int lane = 0; lane < lanes; lane++) {\n", indent);
-            sb_printf(o, "%s        const int64_t %s = j0 + lane;\n", indent, var);
-            depth = 2;
+            open_lane_block(L, pragma, indent, extent, var);
+            depth = 3;
         } else {
             /* an indexed row's loop carries its lanes from one element to the next: not SIMD */
             if (last && pragma && layout == INNER_PLAIN) sb_printf(o, "%s%*s%s\n", indent, 4 * depth, "", pragma);
@@ -140,7 +191,7 @@ static void close_braces(StrBuf *o, int n, const char *indent)
 static void inner_indent(CgKernel *L, const char *indent, enum inner_layout layout, char *buf, size_t n)
 {
     int depth = L->mode == CG_LOOP_ROWS ? 1 : nested_loops(L);
-    if (layout == INNER_BLOCKED && depth == 1) depth = 2;
+    if (layout == INNER_BLOCKED && depth == 1) depth = 3; /* open_lane_block's loop, if and loop */
     snprintf(buf, n, "%s%*s", indent, 4 * depth, "");
 }
 
@@ -306,7 +357,8 @@ static void emit_row_passes(CgKernel *L, const char *indent)
                     sb_printf(o, "%sstaged%d[%s] = t%d;\n", in, id, L->kept_index, fusion_root(g, L->f, ir_input(g, id, 0)));
                 else cg_store_member(L, in, id);
             }
-            close_braces(o, braces, indent);
+            if (layout == INNER_BLOCKED && (L->mode == CG_LOOP_ROWS || nested_loops(L) == 1)) close_lane_block(L, indent);
+            else close_braces(o, braces, indent);
             sb_free(&red);
             for (int32_t i = 0; i < L->K->count; i++) {
                 NodeId id = CG_MEMBER(L, i);

@@ -181,6 +181,9 @@ typedef struct {
      * iterations are SIMD lanes, each running the whole row body; -1 when the innermost
      * loop is (set by c_loops.c). */
     int lane;
+    /* C target: where the body of the open block of lanes starts in the output (c_loops.c's
+     * open_lane_block), to write it again for the row's last block. */
+    size_t lane_body;
     /* Values of other kernels that this one computes again instead of loading (fusion.c's
      * recomputed members and the unstored values they need), in node order. */
     NodeId *remat;
