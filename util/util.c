@@ -101,13 +101,22 @@ void sb_puts(StrBuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
 
 void sb_vprintf(StrBuf *b, const char *fmt, va_list ap)
 {
+    /* one formatting where the text fits the room left (most lines do, with 128 bytes
+     * kept free), a second one after growing where it does not */
+    sb_reserve(b, 128);
     va_list ap2;
     va_copy(ap2, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap2);
+    const size_t room = b->cap - b->len;
+    int n = vsnprintf(b->data + b->len, room, fmt, ap2);
     va_end(ap2);
-    if (n < 0) return;
-    sb_reserve(b, (size_t)n);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    if (n < 0) {
+        b->data[b->len] = 0;
+        return;
+    }
+    if ((size_t)n >= room) {
+        sb_reserve(b, (size_t)n);
+        vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    }
     b->len += (size_t)n;
 }
 
