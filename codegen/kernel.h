@@ -72,6 +72,11 @@ typedef struct {
     StrMap shared;        /* canonical code -> index in shared_code */
     char **shared_code, **shared_name;
     int nshared, capshared;
+    /* the canonical code of a kernel's text before pruning -> index in shared_code: a
+     * kernel equal to an earlier one before pruning is equal after, so it skips pruning */
+    StrMap shared_raw;
+    char **shared_raw_code;
+    int nshared_raw, capshared_raw;
     char **fused_name;    /* per kernel of the current graph: the function it calls */
     /* Where each kernel of the training graph starts in the output, and where its step
      * function starts: the points at which the file may be cut in two halves. */
