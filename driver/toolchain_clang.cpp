@@ -83,6 +83,10 @@ bool run_link(const llvm::opt::ArgStringList &args, llvm::raw_ostream &os)
 {
     std::vector<const char *> argv;
     argv.push_back("ld.lld");
+    // One thread: lld's thread pool, started in the fresh child for every link, made a
+    // rebuild's link of gpt2-124m (130 objects, a 1.3 MB program) 40-50 ms on 2 cores
+    // against 15 ms alone.
+    argv.push_back("--threads=1");
     argv.insert(argv.end(), args.begin(), args.end());
     std::lock_guard<std::mutex> lock(link_mutex);
     int fds[2];
