@@ -105,6 +105,12 @@ typedef struct {
     z_stream zs;
     bool zinit, zend; /* zend: the current gzip member is complete */
     bool cut;         /* the gzip stream ended in the middle */
+    /* a gzip file's inflated copy (data_cache.c): read in its place, up to `left` bytes
+     * (the footer after them is the cache's); or, once the file loaded, written */
+    bool copy, store;
+    size_t left;
+    char entry[4200];
+    uint64_t key;
 } Src;
 
 static void src_close(Src *s)
@@ -123,6 +129,17 @@ static krt_status src_open(Src *s, const char *path, size_t *size, krt_error *er
     if (st) return st;
     unsigned char magic[2];
     if (pread(s->fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+        if (krt_data_cache_entry(path, s->fd, s->entry, sizeof s->entry, &s->key)) {
+            int cfd = krt_data_cache_open(s->entry, s->key, &s->left);
+            if (cfd >= 0) {
+                close(s->fd);
+                s->fd = cfd;
+                s->copy = true;
+                *size = s->left;
+                return KRT_OK;
+            }
+            s->store = true;
+        }
         s->gz = true;
         s->zlen = *size;
         s->zraw = malloc(s->zlen ? s->zlen : 1);
@@ -141,9 +158,11 @@ static krt_status src_read(Src *s, void *dst, size_t n, size_t *got, krt_error *
 {
     *got = 0;
     if (!s->gz) {
+        if (s->copy && n > s->left) n = s->left;
         ssize_t r = read_full(s->fd, dst, n);
         if (r < 0) return krt_fail(err, KRT_EIO, "%s: read error: %s", s->path, strerror(errno));
         *got = (size_t)r;
+        if (s->copy) s->left -= *got;
         return KRT_OK;
     }
     unsigned char *out = dst;
@@ -283,6 +302,7 @@ krt_status krt_idx_load(const char *path, krt_array *out, krt_error *err)
         st = krt_fail(err, KRT_EFORMAT, "%s: truncated: the gzip stream is cut off after the data (its check is missing)", path);
         goto done;
     }
+    if (s.store) krt_data_cache_store(s.entry, s.key, hdr, hlen, raw, (size_t)nbytes); /* the next load reads this */
     /* IDX is big-endian; convert to host order (and widen i8/i16). */
     if (esize == 1 && dt == KRT_U8) {
         out->data = raw, raw = NULL;

@@ -2,6 +2,10 @@
 #ifndef KILN_RT_INTERNAL_H
 #define KILN_RT_INTERNAL_H
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
 #include "kiln_rt.h"
 
 /* Fills err (when not NULL) with code and a formatted message; returns code. */
@@ -11,5 +15,13 @@ krt_status krt_fail(krt_error *err, krt_status code, const char *fmt, ...) __att
 krt_status krt_fail_errno(krt_error *err, int e, const char *path, const char *what);
 /* Clears err; returns KRT_OK. */
 krt_status krt_ok(krt_error *err);
+
+/* Inflated copies of gzip data files (data_cache.c). The entry's path for the source at
+ * path, open as fd, and its key: false when there is no cache (no $HOME, the bound 0).
+ * An entry's content opened for reading (its length in *len), -1 when it is missing or
+ * damaged (then removed). A new entry of head then body, written whole or not at all. */
+bool krt_data_cache_entry(const char *path, int fd, char *entry, size_t cap, uint64_t *key);
+int krt_data_cache_open(const char *entry, uint64_t key, size_t *len);
+void krt_data_cache_store(const char *entry, uint64_t key, const void *head, size_t head_len, const void *body, size_t body_len);
 
 #endif

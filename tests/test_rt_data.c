@@ -23,12 +23,17 @@
 
 /* ---- a temporary directory per test ---- */
 
-static char tdir[64];
+static char tdir[64], cdir[64];
 
+/* the runtime's cache of inflated gzip files (data_cache.c) in a directory of the test's */
 static void setup(void)
 {
     strcpy(tdir, "/tmp/kiln_rt_data_XXXXXX");
     cr_assert_not_null(mkdtemp(tdir));
+    strcpy(cdir, "/tmp/kiln_rt_cache_XXXXXX");
+    cr_assert_not_null(mkdtemp(cdir));
+    setenv("XDG_CACHE_HOME", cdir, 1);
+    unsetenv("KILN_CACHE_MAX_BYTES");
 }
 
 static void rm_tree(const char *dir)
@@ -48,7 +53,11 @@ static void rm_tree(const char *dir)
     rmdir(dir);
 }
 
-static void teardown(void) { rm_tree(tdir); }
+static void teardown(void)
+{
+    rm_tree(tdir);
+    rm_tree(cdir);
+}
 
 TestSuite(rt_data, .init = setup, .fini = teardown, .timeout = 60);
 
@@ -234,6 +243,109 @@ Test(rt_data, idx_gz_stream_cut_or_corrupt)
     memcpy(cat + n1 + n2, "junk", 4);
     LOAD_ERR(krt_idx_load, put("junk.gz", cat, n1 + n2 + 4), KRT_EFORMAT, "garbage");
     free(buf), free(data), free(gz), free(g1), free(g2), free(cat);
+}
+
+/* The entries of the cache of inflated gzip files, in name order: their count, and each
+ * one's size in sizes[] (at most 4). */
+static int cache_entries(long long *sizes)
+{
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/kiln/data", cdir);
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        cr_assert_eq(stat(p, &st), 0);
+        if (n < 4) sizes[n] = (long long)st.st_size;
+        n++;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+/* The only entry's path (there must be one). */
+static const char *cache_entry(void)
+{
+    static char p[512];
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/kiln/data", cdir);
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d);
+    struct dirent *e;
+    p[0] = 0;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    closedir(d);
+    cr_assert(p[0]);
+    return p;
+}
+
+/* A gzip IDX file's first load writes its inflated copy (the IDX bytes and a 24-byte
+ * footer); the next loads read it and give the same array; a damaged copy is replaced; a
+ * changed source is another entry; a file that does not load leaves none; the bound 0
+ * keeps none. */
+Test(rt_data, gzip_files_inflated_once)
+{
+    enum { N = 5000 };
+    unsigned char *buf = malloc(N + 16), *data = malloc(N);
+    for (int i = 0; i < N; i++) data[i] = (unsigned char)(i * 7 + i / 13);
+    size_t n = idx_bytes(buf, 0x08, 2, (uint32_t[]){50, 100}, data, N);
+    const char *path = put_gz("c.gz", buf, n);
+    long long sizes[4];
+    krt_array a;
+    krt_error err;
+    for (int round = 0; round < 3; round++) {
+        cr_assert_eq(krt_idx_load(path, &a, &err), KRT_OK, "%s", err.msg);
+        CHECK_SHAPE(a, KRT_U8, 2, 50, 100);
+        cr_assert_arr_eq(a.data, data, N, "load %d", round);
+        krt_array_free(&a);
+        cr_assert_eq(cache_entries(sizes), 1);
+        cr_assert_eq(sizes[0], (long long)n + 24, "the copy holds %lld bytes", sizes[0]);
+        if (round == 1) cr_assert_eq(truncate(cache_entry(), (off_t)n), 0); /* damaged: the footer gone */
+    }
+    /* the copy is what is read: a copy with other data (and a right footer) gives it */
+    char entry[512];
+    snprintf(entry, sizeof entry, "%s", cache_entry());
+    FILE *f = fopen(entry, "r+b");
+    cr_assert_not_null(f);
+    fseek(f, (long)(n - 1), SEEK_SET);
+    fputc(0xAB, f);
+    fclose(f);
+    cr_assert_eq(krt_idx_load(path, &a, &err), KRT_OK, "%s", err.msg);
+    cr_expect_eq(((unsigned char *)a.data)[N - 1], 0xAB, "the second load did not read the copy");
+    krt_array_free(&a);
+    /* a new source at the same path: its own entry, its own data */
+    data[0] ^= 1;
+    n = idx_bytes(buf, 0x08, 2, (uint32_t[]){50, 100}, data, N);
+    path = put_gz("c.gz", buf, n);
+    cr_assert_eq(krt_idx_load(path, &a, &err), KRT_OK, "%s", err.msg);
+    cr_expect_arr_eq(a.data, data, N);
+    krt_array_free(&a);
+    cr_assert_eq(cache_entries(sizes), 2);
+    /* a file that fails (cut in the middle) writes nothing */
+    size_t gzn;
+    unsigned char *gz = slurp(path, &gzn);
+    LOAD_ERR(krt_idx_load, put("cut.gz", gz, gzn / 2), KRT_EFORMAT, "truncated");
+    cr_assert_eq(cache_entries(sizes), 2);
+    /* a bound below one copy keeps none; 0 makes no directory */
+    setenv("KILN_CACHE_MAX_BYTES", "1K", 1);
+    path = put_gz("d.gz", buf, n);
+    cr_assert_eq(krt_idx_load(path, &a, &err), KRT_OK, "%s", err.msg);
+    krt_array_free(&a);
+    cr_assert_eq(cache_entries(sizes), 0, "a 1K cache holds %lld bytes", sizes[0]);
+    char off[128];
+    snprintf(off, sizeof off, "%s/off", cdir);
+    setenv("XDG_CACHE_HOME", off, 1);
+    setenv("KILN_CACHE_MAX_BYTES", "0", 1);
+    cr_assert_eq(krt_idx_load(path, &a, &err), KRT_OK, "%s", err.msg);
+    krt_array_free(&a);
+    struct stat st;
+    cr_expect_neq(stat(off, &st), 0, "KILN_CACHE_MAX_BYTES=0 made a cache directory");
+    free(buf), free(data), free(gz);
 }
 
 Test(rt_data, idx_bad_headers)
