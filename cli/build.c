@@ -348,24 +348,16 @@ int build_program(const char *model_c, const char *prog, const BuildProgramOptio
         return -1;
     }
     const char *cc = build_c_compiler(o->cc);
-    FILE *f = fopen(model_c, "rb");
-    if (!f) {
-        sb_printf(log, "cannot read %s: %s", model_c, strerror(errno));
-        return -1;
-    }
-    StrBuf text;
-    sb_init(&text);
-    char chunk[65536];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) sb_putn(&text, chunk, got);
-    fclose(f);
+    size_t text_len;
+    char *text = util_read_file(model_c, &text_len, log);
+    if (!text) return -1;
     char dir[4200];
     const char *slash = strrchr(model_c, '/');
     snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - model_c) : 1, slash ? model_c : ".");
     ObjOptions oo = {.cc = cc, .cflags = o->cflags, .cpu = o->cpu, .dir = dir, .pg = o->pg};
     ObjResult objs;
-    int rc = objcache_compile(text.data ? text.data : "", text.len, &oo, &objs, log);
-    sb_free(&text);
+    int rc = objcache_compile(text, text_len, &oo, &objs, log);
+    free(text);
     if (!rc) {
         progress_stage(o->pg, 0, "linking the program");
         rc = link_program(&objs, prog, cc, o, log);

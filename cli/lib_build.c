@@ -197,17 +197,9 @@ static int move_outputs(const char *scratch, const char *abs_dir, const char *na
 static int build_library_in_process(const char *model_c, const char *abs_dir, const char *name, const char *extra_cflags, StrBuf *log,
                                     BuildProgress *pg)
 {
-    FILE *f = fopen(model_c, "rb");
-    if (!f) {
-        sb_printf(log, "cannot read %s: %s", model_c, strerror(errno));
-        return -1;
-    }
-    StrBuf text;
-    sb_init(&text);
-    char chunk[65536];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) sb_putn(&text, chunk, got);
-    fclose(f);
+    size_t text_len;
+    char *text = util_read_file(model_c, &text_len, log);
+    if (!text) return -1;
     char scratch[PATH_MAX + 64];
     const char *slash = strrchr(model_c, '/');
     snprintf(scratch, sizeof scratch, "%.*s", slash ? (int)(slash - model_c) : 1, slash ? model_c : ".");
@@ -217,8 +209,8 @@ static int build_library_in_process(const char *model_c, const char *abs_dir, co
     /* the pieces as a program's, with the library's flags in their cache key */
     ObjOptions oo = {.cc = NULL, .cflags = cflags.data, .dir = scratch, .pg = pg};
     ObjResult objs;
-    int rc = objcache_compile(text.data ? text.data : "", text.len, &oo, &objs, log);
-    sb_free(&text);
+    int rc = objcache_compile(text, text_len, &oo, &objs, log);
+    free(text);
     char lib_gen[PATH_MAX + 80], lib_c[PATH_MAX + 80], lib_o[PATH_MAX + 80], all_o[PATH_MAX + 80], model_o[PATH_MAX + 80], syms[PATH_MAX + 80],
         lib_a[PATH_MAX + 80], lib_so[PATH_MAX + 80];
     snprintf(lib_gen, sizeof lib_gen, "%s/lib_gen", scratch);
