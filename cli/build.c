@@ -380,8 +380,8 @@ bool build_have_nvcc(void) { return KILN_NVCC[0] != 0; }
  * without FMA contraction, so that the optimizer rounds as the host's does. A distributed
  * program adds the NCCL gradient transport (programs/dist_nccl.cu, against the
  * emulator's NCCL for cuda-emu), dist_mpi.c and MPI. */
-int build_cuda_program(const char *model_cu, const char *prog, bool emulated, const char *extra_flags, bool infer, bool distributed, StrBuf *log,
-                       BuildProgress *pg)
+int build_cuda_program(const char *model_cu, const char *prog, bool emulated, const char *cc, const char *extra_flags, bool infer, bool distributed,
+                       StrBuf *log, BuildProgress *pg)
 {
     if (distributed && !KILN_DIST_MPI[0]) {
         sb_puts(log, "--distributed needs MPI, and Kiln was built without it: install libopenmpi-dev and openmpi-bin "
@@ -394,6 +394,7 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
         return -1;
     }
     const char *cxx = getenv("CXX");
+    if (emulated && (!cxx || !*cxx) && !build_c_compiler(cc)) return build_cuda_emu_in_process(model_cu, prog, extra_flags, infer, distributed, log, pg);
     if (!cxx || !*cxx) cxx = KILN_CXX;
     if (!emulated && !build_have_nvcc()) {
         sb_puts(log, "--target cuda needs nvcc, and Kiln was built without a CUDA toolkit (cmake finds one with find_package(CUDAToolkit)); "

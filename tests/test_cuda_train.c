@@ -302,6 +302,34 @@ Test(cuda_train, mlp_adamw_amsgrad_as_the_c_program, .timeout = 600) { mlp_with_
 Test(cuda_train, mlp_lion_as_the_c_program, .timeout = 600) { mlp_with_optimizer("Lion(lr = 1e-4, weight_decay = 0.1)"); }
 
 /* --target cuda: nvcc builds the program (sm_80 and sm_90); without a GPU it says so. */
+/* With no compiler or linker on PATH, kiln builds an emulated program in its own process
+ * (cli/emu_build.c: Clang as C++17, lld); it trains to the same bits as the program the
+ * external C++ compiler builds (--cc: the external compilers, g++ for model.cu). */
+Test(cuda_train, emulated_program_built_in_process_as_with_gxx, .timeout = 600)
+{
+    if (!KILN_IN_PROCESS_DEFAULT) cr_skip_test("kiln was built without Clang's libraries");
+    char dir[128], cmd[2048];
+    snprintf(dir, sizeof dir, "/tmp/kiln-cudatrain-ip-XXXXXX");
+    cr_assert(mkdtemp(dir));
+    StrBuf out;
+    sb_init(&out);
+    snprintf(cmd, sizeof cmd, "env PATH=/nonexistent %s build %s/models/mlp.kiln --target cuda-emu -o %s/prog-ip", KILN_BINARY, KILN_SOURCE_DIR,
+             dir);
+    cr_assert_eq(support_run(cmd, &out), 0, "%s:\n%s", cmd, out.data ? out.data : "");
+    out.len = 0;
+    snprintf(cmd, sizeof cmd, "build %s/models/mlp.kiln --target cuda-emu --cc %s -o %s/prog-ex", KILN_SOURCE_DIR, KILN_CC, dir);
+    cr_assert_eq(support_run_kiln(cmd, &out), 0, "kiln %s:\n%s", cmd, out.data ? out.data : "");
+    sb_free(&out);
+    run(dir, "", "prog-ip", &mlp_case, "--steps 6 --checkpoint-dir ck-ip");
+    run(dir, "", "prog-ex", &mlp_case, "--steps 6 --checkpoint-dir ck-ex");
+    char a[512], b[512];
+    newest(a, sizeof a, dir, "ck-ip", "model.safetensors");
+    newest(b, sizeof b, dir, "ck-ex", "model.safetensors");
+    const char *why = ckpt_tensor_difference(a, b);
+    cr_expect(!why, "the in-process emulated build trains otherwise than g++'s: %s", why);
+    support_remove_dir(dir);
+}
+
 Test(cuda_train, gpu_program_without_a_gpu_says_so, .timeout = 600)
 {
     if (!*KILN_NVCC) {
