@@ -156,8 +156,17 @@ static void print_threads(void)
     else if (b > 1) fprintf(stderr, ", BLAS %d", b);
 }
 
+void krt_omp_clear_stale_registration(void)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/dev/shm/__KMP_REGISTERED_LIB_%ld_%ld", (long)getpid(), (long)getuid());
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0) unlink(path);
+}
+
 void krt_fast_environment(int argc, char **argv)
 {
+    krt_omp_clear_stale_registration(); /* before the first parallel region */
     /* What the libraries saw when this image loaded, before anything below changes it. */
     const bool ready = set(MARKER);
     const bool had_policy = set("OMP_WAIT_POLICY"), had_spin = set("GOMP_SPINCOUNT");

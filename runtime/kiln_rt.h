@@ -210,6 +210,14 @@ double krt_schedule_lr(const krt_schedule *s, double base_lr, int64_t step);
  * as kiln train's JIT). Then flushes denormals to zero (x86; KILN_FTZ=0 keeps them).
  * With KILN_VERBOSE=1 prints one line on stderr saying what was chosen. */
 void krt_fast_environment(int argc, char **argv);
+/* LLVM's OpenMP runtime (libomp, which programs built by the compiler inside kiln use)
+ * registers each process in /dev/shm/__KMP_REGISTERED_LIB_<pid>_<uid> at its first parallel
+ * region. A process killed while creating that file leaves it empty, and libomp 16 maps
+ * and reads an existing file without checking its size: the next process given that pid
+ * dies of SIGBUS (a flaky "Bus error" in the tests). The file named by this process's own
+ * pid can only be such a leftover; an empty one is removed. Called by
+ * krt_fast_environment, before any parallel region. */
+void krt_omp_clear_stale_registration(void);
 /* The CPUs this process may run on (its affinity mask), at least 1. */
 int krt_cpus(void);
 /* The OpenMP threads the generated kernels share their work between (1 without OpenMP). */

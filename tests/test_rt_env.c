@@ -29,6 +29,27 @@ Test(env, core_upgrade_only_from_known_older_cores)
     cr_expect_null(krt_blas_core_upgrade("Prescott", NULL));          /* a CPU without AVX2 */
 }
 
+/* libomp's registration file of this process's pid: an empty one is a leftover that would
+ * crash libomp with SIGBUS (krt_omp_clear_stale_registration removes it); one with content
+ * is left to libomp. */
+Test(env, empty_libomp_registration_of_this_pid_is_removed)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/dev/shm/__KMP_REGISTERED_LIB_%ld_%ld", (long)getpid(), (long)getuid());
+    FILE *f = fopen(path, "w");
+    if (!f) cr_skip_test("no /dev/shm");
+    fclose(f);
+    krt_omp_clear_stale_registration();
+    cr_expect_neq(access(path, F_OK), 0, "the empty %s is still there", path);
+    f = fopen(path, "w");
+    cr_assert(f);
+    fputs("0x1234-cafe-libomp.so", f);
+    fclose(f);
+    krt_omp_clear_stale_registration();
+    cr_expect_eq(access(path, F_OK), 0, "a registration with content was removed");
+    unlink(path);
+}
+
 Test(env, cpu_core_follows_the_cpu_features)
 {
     const char *best = krt_cpu_blas_core();
