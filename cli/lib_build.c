@@ -103,19 +103,13 @@ static int build_library_external(const char *cc, const char *model_c, const cha
 
 /* ---- in this process: Clang, lld and LLVM's objcopy and archive writer ---- */
 
+/* A command line's words (util_words_*). */
 typedef struct {
     char **v;
     int n;
 } Words;
 
 static void words_add(Words *w, const char *s) { util_words_add(&w->v, &w->n, s); }
-
-static void words_free(Words *w)
-{
-    util_words_free(w->v, w->n);
-    w->v = NULL;
-    w->n = 0;
-}
 
 /* Appends the tool's messages to log; on a failure, and what failed. Returns rc. */
 static int take_log(int rc, char *text, const char *what, StrBuf *log)
@@ -126,11 +120,13 @@ static int take_log(int rc, char *text, const char *what, StrBuf *log)
     return rc;
 }
 
-/* `clang WORDS` in this process. */
-static int run_clang(const Words *w, const char *what, StrBuf *log)
+/* `clang WORDS` in this process; the words are used up (w is empty again). */
+static int run_clang(Words *w, const char *what, StrBuf *log)
 {
     char *text = NULL;
     int rc = toolchain_run((const char *const *)w->v, w->n, &text);
+    util_words_free(w->v, w->n);
+    *w = (Words){0};
     return take_log(rc, text, what, log);
 }
 
@@ -231,7 +227,6 @@ static int build_library_in_process(const char *model_c, const char *abs_dir, co
         const char *rest[] = {KILN_LIB_RUN, KILN_LIB_GEN, "-o", lib_gen, KILN_RUNTIME_LIB, KILN_BLAS_LIB, "-fopenmp", "-lz", "-lm", "-lpthread"};
         for (size_t i = 0; i < sizeof rest / sizeof *rest; i++) words_add(&w, rest[i]);
         rc = run_clang(&w, "linking lib_gen", log);
-        words_free(&w);
     }
     if (!rc) {
         StrBuf cmd;
@@ -247,7 +242,6 @@ static int build_library_in_process(const char *model_c, const char *abs_dir, co
         const char *rest[] = {"-c", lib_c, "-o", lib_o};
         for (size_t i = 0; i < sizeof rest / sizeof *rest; i++) words_add(&w, rest[i]);
         rc = run_clang(&w, "compiling the library's glue (lib.c)", log);
-        words_free(&w);
     }
     if (!rc) { /* one object (ld -r), then only the API global */
         words_add(&w, "-r");
@@ -258,7 +252,6 @@ static int build_library_in_process(const char *model_c, const char *abs_dir, co
         words_add(&w, KILN_LIB_RUN);
         words_add(&w, KILN_LIB_WEIGHTS);
         rc = run_clang(&w, "linking the library's object (-r)", log);
-        words_free(&w);
     }
     char *tool_log = NULL;
     if (!rc) rc = take_log(toolchain_keep_globals(all_o, model_o, syms, &tool_log), tool_log, "keeping only the API global (objcopy)", log);
@@ -270,10 +263,9 @@ static int build_library_in_process(const char *model_c, const char *abs_dir, co
         const char *all[] = {"-shared", soname, "-o", lib_so, model_o, KILN_BLAS_LIB, "-fopenmp", "-lm"};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) words_add(&w, all[i]);
         rc = run_clang(&w, "linking the shared library", log);
-        words_free(&w);
     }
     if (!rc) rc = move_outputs(scratch, abs_dir, name, log);
-    words_free(&flags);
+    util_words_free(flags.v, flags.n);
     for (int i = 0; i < objs.nobjs; i++) unlink(objs.objs[i]);
     objcache_result_free(&objs);
     return rc;

@@ -20,10 +20,10 @@
 #include <unistd.h>
 
 #include "../driver/toolchain.h"
+#include "../runtime/rt_internal.h" /* the caches' bound and eviction, shared with the runtime's */
 #include "build.h"
 #include "pieces.h"
 
-#define DEFAULT_MAX_BYTES (2LL << 30)
 static const char footer_magic[8] = {'K', 'I', 'L', 'N', 'O', 'B', 'J', '1'};
 #define FOOTER_BYTES 24 /* magic, the object's length, its hash */
 
@@ -90,21 +90,7 @@ char *objcache_dir(void)
     return d.data;
 }
 
-long long objcache_max_bytes(void)
-{
-    const char *s = getenv("KILN_CACHE_MAX_BYTES");
-    if (!s || !*s) return DEFAULT_MAX_BYTES;
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || v < 0) return DEFAULT_MAX_BYTES;
-    switch (*end) {
-    case 'k': case 'K': v <<= 10; break;
-    case 'm': case 'M': v <<= 20; break;
-    case 'g': case 'G': v <<= 30; break;
-    default: break;
-    }
-    return v;
-}
+long long objcache_max_bytes(void) { return krt_cache_max_bytes(); }
 
 /* ---- reading and writing files ---- */
 
@@ -204,59 +190,6 @@ static int store_entry(const char *path, const char *obj, size_t len, int idx)
     return 0;
 }
 
-typedef struct {
-    char *name;
-    long long size;
-    struct timespec mtime;
-} Entry;
-
-/* oldest first, to the nanosecond: a build's entries are all of the same second */
-static int by_age(const void *a, const void *b)
-{
-    const Entry *x = a, *y = b;
-    if (x->mtime.tv_sec != y->mtime.tv_sec) return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
-    return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : x->mtime.tv_nsec > y->mtime.tv_nsec;
-}
-
-/* Removes the oldest entries (least recently used: a hit refreshes the time) until the
- * cache holds at most `keep` bytes; temporary files an interrupted build left an hour ago
- * go too. Returns the bytes the cache then holds. */
-static long long evict(const char *dir, long long keep)
-{
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    Entry *v = NULL;
-    int n = 0, cap = 0;
-    long long total = 0;
-    time_t now = time(NULL);
-    struct dirent *e;
-    char path[4400];
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
-        if (strstr(e->d_name, ".tmp.")) {
-            if (now - st.st_mtime > 3600) unlink(path);
-            continue;
-        }
-        GROW(v, cap, n + 1);
-        v[n++] = (Entry){xstrdup(e->d_name), (long long)st.st_size, st.st_mtim};
-        total += st.st_size;
-    }
-    closedir(d);
-    if (total > keep) {
-        qsort(v, (size_t)n, sizeof *v, by_age);
-        for (int i = 0; i < n && total > keep; i++) {
-            snprintf(path, sizeof path, "%s/%s", dir, v[i].name);
-            if (unlink(path) == 0) total -= v[i].size;
-        }
-    }
-    for (int i = 0; i < n; i++) free(v[i].name);
-    free(v);
-    return total;
-}
-
 /* Counts `added` bytes stored into the cache and keeps it within max. A scan of the whole
  * directory (a stat per entry: 30 ms at 13,000 entries, most of a rebuild after a change
  * of lr) runs only when the running total in dir/.size (bytes, and stores since the last
@@ -270,7 +203,7 @@ static void account(const char *dir, long long added, long long max)
     snprintf(path, sizeof path, "%s/.size", dir);
     int fd = open(path, O_RDWR | O_CREAT, 0644);
     if (fd < 0) {
-        evict(dir, max);
+        krt_cache_evict(dir, max);
         return;
     }
     while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
@@ -282,7 +215,7 @@ static void account(const char *dir, long long added, long long max)
     if (sscanf(text, "%lld %lld", &total, &stores) != 2 || total < 0 || stores < 0) total = -1;
     long long now_total = total + added;
     if (total < 0 || now_total > max || stores + 1 >= 256) {
-        now_total = evict(dir, max - max / 10);
+        now_total = krt_cache_evict(dir, max - max / 10);
         stores = 0;
     } else {
         stores++;

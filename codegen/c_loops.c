@@ -117,6 +117,13 @@ static void close_lane_block(CgKernel *L, const char *indent)
     sb_free(&body);
 }
 
+/* Whether the element loop is open_lane_block's: blocks of lanes over one loop (rows mode,
+ * or a nest whose inner axes are one run). */
+static bool lane_blocked(CgKernel *L, enum inner_layout layout)
+{
+    return layout == INNER_BLOCKED && (L->mode == CG_LOOP_ROWS || nested_loops(L) == 1);
+}
+
 static int open_inner(CgKernel *L, const char *pragma, const char *indent, enum inner_layout layout)
 {
     StrBuf *o = L->c->o;
@@ -137,7 +144,7 @@ static int open_inner(CgKernel *L, const char *pragma, const char *indent, enum 
     /* nested: one loop per run of adjacent inner axes whose coordinates no member uses
      * (memory-contiguous, so one loop), one per other inner axis */
     int depth = 0, nloops = nested_loops(L), seen = 0;
-    const bool blocked = layout == INNER_BLOCKED && nloops == 1;
+    const bool blocked = lane_blocked(L, layout);
     StrBuf idx, k;
     sb_init(&idx);
     sb_init(&k);
@@ -190,8 +197,7 @@ static void close_braces(StrBuf *o, int n, const char *indent)
 /* The inner indentation after open_inner. */
 static void inner_indent(CgKernel *L, const char *indent, enum inner_layout layout, char *buf, size_t n)
 {
-    int depth = L->mode == CG_LOOP_ROWS ? 1 : nested_loops(L);
-    if (layout == INNER_BLOCKED && depth == 1) depth = 3; /* open_lane_block's loop, if and loop */
+    int depth = lane_blocked(L, layout) ? 3 /* open_lane_block's loop, if and loop */ : L->mode == CG_LOOP_ROWS ? 1 : nested_loops(L);
     snprintf(buf, n, "%s%*s", indent, 4 * depth, "");
 }
 
@@ -357,7 +363,7 @@ static void emit_row_passes(CgKernel *L, const char *indent)
                     sb_printf(o, "%sstaged%d[%s] = t%d;\n", in, id, L->kept_index, fusion_root(g, L->f, ir_input(g, id, 0)));
                 else cg_store_member(L, in, id);
             }
-            if (layout == INNER_BLOCKED && (L->mode == CG_LOOP_ROWS || nested_loops(L) == 1)) close_lane_block(L, indent);
+            if (lane_blocked(L, layout)) close_lane_block(L, indent);
             else close_braces(o, braces, indent);
             sb_free(&red);
             for (int32_t i = 0; i < L->K->count; i++) {
@@ -923,12 +929,7 @@ void cg_canonical_code(const char *src, StrBuf *out)
                 } else if (k != key) {
                     free(k);
                 }
-                char num[16];
-                int at = (int)sizeof num;
-                unsigned u = (unsigned)v;
-                do num[--at] = (char)('0' + u % 10); while ((u /= 10) > 0);
-                num[--at] = '$';
-                sb_putn(out, num + at, sizeof num - (size_t)at);
+                sb_printf(out, "$%d", v);
             } else {
                 sb_putn(out, b, n);
             }

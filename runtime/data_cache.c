@@ -1,4 +1,6 @@
-/* data_cache.c — inflated copies of gzip data files, so that a second run starts at once.
+/* data_cache.c — kiln's caches on disk: their bound and eviction (krt_cache_*, which kiln's
+ * object cache uses too), and inflated copies of gzip data files, so that a second run
+ * starts at once.
  *
  * Inflating Fashion-MNIST's 26 MB of gzip (70,000 images) takes zlib 0.3 s, which was all
  * of a warm `kiln train models/mlp.kiln`'s time to its first step. The first load of a
@@ -31,7 +33,7 @@
 static const char footer_magic[8] = {'K', 'I', 'L', 'N', 'I', 'D', 'X', '1'};
 #define FOOTER_BYTES 24
 
-static long long max_bytes(void)
+long long krt_cache_max_bytes(void)
 {
     const char *s = getenv("KILN_CACHE_MAX_BYTES");
     long long v = 2LL << 30;
@@ -59,7 +61,7 @@ static uint64_t fnv(uint64_t h, const void *data, size_t n)
 /* The directory, created when missing; false when there is none (no $HOME, the bound 0). */
 static bool cache_dir(char *dir, size_t cap)
 {
-    if (max_bytes() <= 0) return false;
+    if (krt_cache_max_bytes() <= 0) return false;
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     int n;
     if (xdg && *xdg) n = snprintf(dir, cap, "%s/kiln/data", xdg);
@@ -129,12 +131,10 @@ static int by_age(const void *a, const void *b)
     return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : x->mtime.tv_nsec > y->mtime.tv_nsec;
 }
 
-/* The least recently used entries go until the directory holds at most max bytes; a crashed
- * run's temporary files go after an hour. */
-static void evict(const char *dir, long long max)
+long long krt_cache_evict(const char *dir, long long max)
 {
     DIR *d = opendir(dir);
-    if (!d) return;
+    if (!d) return 0;
     Entry *v = NULL;
     size_t n = 0, cap = 0;
     long long total = 0;
@@ -171,6 +171,7 @@ static void evict(const char *dir, long long max)
     }
     for (size_t i = 0; i < n; i++) free(v[i].name);
     free(v);
+    return total;
 }
 
 static bool write_all(int fd, const void *data, size_t n)
@@ -208,6 +209,6 @@ void krt_data_cache_store(const char *entry, uint64_t key, const void *head, siz
     char *slash = len > 0 && (size_t)len < sizeof dir ? strrchr(dir, '/') : NULL;
     if (slash) {
         *slash = 0;
-        evict(dir, max_bytes());
+        krt_cache_evict(dir, krt_cache_max_bytes());
     }
 }

@@ -16,6 +16,13 @@ krt_status krt_fail_errno(krt_error *err, int e, const char *path, const char *w
 /* Clears err; returns KRT_OK. */
 krt_status krt_ok(krt_error *err);
 
+/* Kiln's caches on disk (data_cache.c; kiln's object cache, cli/objcache.c, uses them too):
+ * their bound, $KILN_CACHE_MAX_BYTES (default 2G; suffixes K, M, G; 0: no cache), and the
+ * eviction of a cache directory's least recently used entries (by modification time, to
+ * the nanosecond; names starting '.' are not entries) until it holds at most keep bytes,
+ * with temporary files (".tmp." in the name) an hour old. Returns the bytes it then holds. */
+long long krt_cache_max_bytes(void);
+long long krt_cache_evict(const char *dir, long long keep);
 /* Inflated copies of gzip data files (data_cache.c). The entry's path for the source at
  * path, open as fd, and its key: false when there is no cache (no $HOME, the bound 0).
  * An entry's content opened for reading (its length in *len), -1 when it is missing or
