@@ -13,6 +13,7 @@ packages=(
   openmpi-bin libopenmpi-dev         # kiln build --distributed (MPI) and tests/test_dist.c (mpirun)
   llvm-16-dev libclang-16-dev libclang-cpp16-dev liblld-16-dev libomp-16-dev libzstd-dev
                                      # Clang and lld as libraries: kiln build compiles in process
+  libpolly-16-dev                    # (static: Debian's libclangCodeGen.a calls Polly)
   python3-torch                      # tests/test_parity.c: PyTorch 1.13 for parity checks
                                      # (174 packages, 146 MB download, 606 MB installed; 29 s here)
 )
