@@ -1,8 +1,11 @@
-/* test_util.c — the base layer's failure paths: KILN_ASSERT / KILN_UNREACHABLE report an
+/* test_util.c — the base layer: sb_printf writes what snprintf writes, through its own
+ * formatter or glibc's; the failure paths: KILN_ASSERT / KILN_UNREACHABLE report an
  * internal error with the file and line of the check (relative to the repository) and
  * abort; running out of memory exits with a message that is not an internal error. Each
- * case runs in a child process, whose stderr and end the test reads. */
+ * failure case runs in a child process, whose stderr and end the test reads. */
 #include <criterion/criterion.h>
+
+#include <limits.h>
 
 #include <signal.h>
 #include <stdint.h>
@@ -121,3 +124,37 @@ Test(util_internal_error, out_of_memory_is_not_an_internal_error)
     cr_expect(!strstr(c.err, "internal error"), "%s", c.err);
 }
 #endif
+
+/* sb_printf against snprintf, formats of its own formatter's set (util.c) and beyond it */
+#define SAME_AS_SNPRINTF(...)                                                                                                \
+    do {                                                                                                                     \
+        StrBuf b;                                                                                                            \
+        sb_init(&b);                                                                                                         \
+        sb_puts(&b, "<");                                                                                                    \
+        sb_printf(&b, __VA_ARGS__);                                                                                          \
+        char want[512] = "<";                                                                                                \
+        snprintf(want + 1, sizeof want - 1, __VA_ARGS__);                                                                   \
+        cr_expect_str_eq(b.data, want);                                                                                      \
+        cr_expect_eq(b.len, strlen(want));                                                                                   \
+        sb_free(&b);                                                                                                         \
+    } while (0)
+
+Test(util_strbuf, sb_printf_writes_what_snprintf_writes)
+{
+    SAME_AS_SNPRINTF("plain text");
+    SAME_AS_SNPRINTF("%s", "");
+    SAME_AS_SNPRINTF("%d %i %u", -5, INT_MIN, 4000000000u);
+    SAME_AS_SNPRINTF("%5d|%-5d|%05d|%3d", -42, -42, -42, 12345);
+    SAME_AS_SNPRINTF("%ld %lld %zu %lu %lli %zd", LONG_MIN, LLONG_MIN, (size_t)-1, ULONG_MAX, -99LL, (size_t)12345);
+    SAME_AS_SNPRINTF("%x %X %08x %hhx %hx %hd %hhd %hhu", 255, 255, 0xabc, -1, -1, 70000, 200, 300);
+    SAME_AS_SNPRINTF("%lx %llx %zx %lX", 0xfffffffffUL, 0x123456789abcULL, (size_t)77, 0xbeefUL);
+    SAME_AS_SNPRINTF("%s|%10s|%-10s|%.*s|%.*s|%.*s", "ab", "ab", "ab", 3, "abcdef", 10, "ab", 0, "abc");
+    SAME_AS_SNPRINTF("%c%c%5c%-3c|", 'a', 'b', 'c', 'd');
+    SAME_AS_SNPRINTF("100%% %d%%", 5);
+    /* beyond the set: glibc's */
+    SAME_AS_SNPRINTF("%g %.17g %+d % d %*d %e %.3f", 1.5, 0.1, 5, 5, 4, 3, 1e-7, 2.0 / 3);
+    char long_text[300];
+    memset(long_text, 'x', sizeof long_text - 1);
+    long_text[sizeof long_text - 1] = 0;
+    SAME_AS_SNPRINTF("[%s] %d", long_text, 7); /* longer than the room kept free */
+}
