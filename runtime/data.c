@@ -105,6 +105,8 @@ typedef struct {
     z_stream zs;
     bool zinit, zend; /* zend: the current gzip member is complete */
     bool cut;         /* the gzip stream ended in the middle */
+    unsigned char *whole; /* or the data, inflated whole (inflate_whole.c) */
+    size_t whole_len, whole_pos;
     /* a gzip file's inflated copy (data_cache.c): read in its place, up to `left` bytes
      * (the footer after them is the cache's); or, once the file loaded, written */
     bool copy, store;
@@ -117,6 +119,7 @@ static void src_close(Src *s)
 {
     if (s->zinit) inflateEnd(&s->zs);
     free(s->zraw);
+    free(s->whole);
     if (s->fd >= 0) close(s->fd);
 }
 
@@ -146,6 +149,11 @@ static krt_status src_open(Src *s, const char *path, size_t *size, krt_error *er
         if (!s->zraw) return krt_fail(err, KRT_ENOMEM, "%s: out of memory for %zu compressed bytes", path, s->zlen);
         ssize_t r = read_full(s->fd, s->zraw, s->zlen);
         if (r < 0 || (size_t)r != s->zlen) return krt_fail(err, KRT_EIO, "%s: read error: %s", path, r < 0 ? strerror(errno) : "file shrank");
+        if (krt_inflate_whole(s->zraw, s->zlen, &s->whole, &s->whole_len)) {
+            free(s->zraw);
+            s->zraw = NULL;
+            return KRT_OK;
+        }
         if (inflateInit2(&s->zs, 15 + 16) != Z_OK) return krt_fail(err, KRT_ENOMEM, "%s: cannot start zlib", path);
         s->zinit = true;
     }
@@ -163,6 +171,12 @@ static krt_status src_read(Src *s, void *dst, size_t n, size_t *got, krt_error *
         if (r < 0) return krt_fail(err, KRT_EIO, "%s: read error: %s", s->path, strerror(errno));
         *got = (size_t)r;
         if (s->copy) s->left -= *got;
+        return KRT_OK;
+    }
+    if (s->whole) { /* a complete stream: its end is the clean end */
+        *got = n < s->whole_len - s->whole_pos ? n : s->whole_len - s->whole_pos;
+        memcpy(dst, s->whole + s->whole_pos, *got);
+        s->whole_pos += *got;
         return KRT_OK;
     }
     unsigned char *out = dst;

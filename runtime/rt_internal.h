@@ -30,5 +30,9 @@ long long krt_cache_evict(const char *dir, long long keep);
 bool krt_data_cache_entry(const char *path, int fd, char *entry, size_t cap, uint64_t *key);
 int krt_data_cache_open(const char *entry, uint64_t key, size_t *len);
 void krt_data_cache_store(const char *entry, uint64_t key, const void *head, size_t head_len, const void *body, size_t body_len);
+/* A gzip file of n bytes inflated whole by libdeflate (inflate_whole.c): true with the data
+ * in *out (malloc'd) when it is one well-formed member of at most 1 GiB and libdeflate is
+ * there; false otherwise, for zlib's streaming inflate to read it and tell what is wrong. */
+bool krt_inflate_whole(const unsigned char *in, size_t n, unsigned char **out, size_t *out_len);
 
 #endif
