@@ -11,12 +11,17 @@
  * denormals flushed, OpenBLAS single-threaded, which this file loads only now, so that the
  * other kiln commands do not start its threads. Its kernels: where OpenBLAS would choose
  * an older core than the CPU's, kiln re-executes itself with OPENBLAS_CORETYPE set, as a
- * program does. (The programs' GOMP_SPINCOUNT is libgomp's; kiln runs on LLVM's libomp.) */
+ * program does. (The programs' GOMP_SPINCOUNT is libgomp's; kiln runs on LLVM's libomp.)
+ *
+ * While the model compiles, a thread inflates the recipe's gzip data files into the data
+ * cache (runtime/data_cache.c) that the run then reads: a first run's two slowest parts,
+ * Clang and zlib, overlap. */
 #define _XOPEN_SOURCE 700
 #include "jit_train.h"
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -32,6 +37,7 @@
 #include "progress.h"
 #include "../programs/programs.h"
 #include "../runtime/kiln_rt.h"
+#include "../runtime/rt_internal.h" /* the data cache's entries */
 
 static double now(void)
 {
@@ -87,6 +93,68 @@ static int model_objects(const KilnProgram *p, JitObject **objs, int *nobjs, Obj
     return rc;
 }
 
+/* ---- the recipe's gzip data, inflated while the model compiles ---- */
+
+typedef struct {
+    char *paths[2 * 16];
+    int n;
+    pthread_t thread;
+    bool started;
+} DataPrefetch;
+
+static void *prefetch_run(void *arg)
+{
+    DataPrefetch *d = arg;
+    for (int i = 0; i < d->n; i++) {
+        krt_array a;
+        krt_error err;
+        if (krt_idx_load(d->paths[i], &a, &err) == KRT_OK) krt_array_free(&a); /* what matters is the cache's copy */
+    }
+    return NULL;
+}
+
+/* Adds the files whose data cache entry is missing: gzip files (the run reads a gzip file
+ * as IDX) that the cache can hold. */
+static void prefetch_add(DataPrefetch *d, const kiln_recipe_files *files)
+{
+    for (int32_t i = 0; i < files->n && d->n < (int)(sizeof d->paths / sizeof *d->paths); i++) {
+        const char *path = files->v[i].path;
+        int fd = path ? open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC) : -1;
+        if (fd < 0) continue; /* the run will say why */
+        unsigned char magic[2];
+        char entry[4200];
+        uint64_t key;
+        if (pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b && krt_data_cache_entry(path, fd, entry, sizeof entry, &key) &&
+            access(entry, F_OK) != 0)
+            d->paths[d->n++] = xstrdup(path);
+        close(fd);
+    }
+}
+
+/* Starts the thread, for the recipe's data and eval_data files that the program's flags do
+ * not replace (--data, --eval-data); nothing to do, no thread. */
+static void prefetch_start(DataPrefetch *d, const KilnProgram *p, const JitTrainOptions *o)
+{
+    memset(d, 0, sizeof *d);
+    if (o->infer || !p->recipe_typed) return;
+    bool own_data = false, own_eval = false;
+    for (int i = 0; i < o->argc; i++) {
+        own_data |= !strncmp(o->argv[i], "--data", 6);
+        own_eval |= !strncmp(o->argv[i], "--eval-data", 11);
+    }
+    if (!own_data) prefetch_add(d, &p->recipe.data_files);
+    if (!own_eval) prefetch_add(d, &p->recipe.eval_data_files);
+    if (d->n) d->started = pthread_create(&d->thread, NULL, prefetch_run, d) == 0;
+}
+
+static void prefetch_finish(DataPrefetch *d)
+{
+    if (d->started) pthread_join(d->thread, NULL);
+    for (int i = 0; i < d->n; i++) free(d->paths[i]);
+    d->n = 0;
+    d->started = false;
+}
+
 /* The environment a training program gives itself (krt_fast_environment), before
  * OpenBLAS is loaded; then OpenBLAS. Returns 0, or 1 after a message. Re-executes kiln
  * (does not return) when OpenBLAS's kernels should be another core's. */
@@ -122,6 +190,8 @@ static int prepare_process(char **kiln_argv)
 int jit_train(KilnProgram *p, const JitTrainOptions *o)
 {
     const double t0 = now();
+    DataPrefetch prefetch;
+    prefetch_start(&prefetch, p, o);
     JitObject *obj;
     int nobj;
     ObjResult made;
@@ -158,6 +228,7 @@ int jit_train(KilnProgram *p, const JitTrainOptions *o)
         fprintf(stderr, "%-10s %-8s %9.2f  %17s  %s\n", "prepare", "jit", (t2 - t1) * 1e3, "", "threads, denormals, OpenBLAS loaded");
         fprintf(stderr, "%-10s %-8s %9.2f  %17s  %s\n", "link", "jit", (t3 - t2) * 1e3, "", "ORC LLJIT: the objects linked into kiln");
     }
+    prefetch_finish(&prefetch); /* the run reads its files from the cache */
     if (!rc) {
         char **args = xcalloc((size_t)o->argc + 2, sizeof *args);
         args[0] = name;
