@@ -494,9 +494,16 @@ static char *entry_path(const char *dir, const StrBuf *env, const Piece *pc, boo
     return xstrdup(path);
 }
 
-/* Compiles the pool's pieces on all cores (this thread one of the workers), the progress
- * line counting them. */
-static void compile_all(Pool *p, int n, int cached)
+/* Starts compiling the pool's pieces on all cores, on threads of their own (this thread
+ * reads the cached objects meanwhile), the progress line counting them; compile_join
+ * waits for them. */
+typedef struct {
+    pthread_t *threads;
+    bool *started;
+    int n;
+} Workers;
+
+static void compile_start(Pool *p, int from, int n, int cached, Workers *w)
 {
     const ObjOptions *o = p->o;
     StrBuf what;
@@ -506,23 +513,31 @@ static void compile_all(Pool *p, int n, int cached)
         const char *base = o->cc;
         for (size_t k = 0; k < l; k++)
             if (o->cc[k] == '/') base = o->cc + k + 1;
-        sb_printf(&what, "compiling %d of %d pieces of model.c with %.*s", p->norder, n, (int)(l - (size_t)(base - o->cc)), base);
+        sb_printf(&what, "compiling %d of %d pieces of model.c with %.*s", p->norder - from, n, (int)(l - (size_t)(base - o->cc)), base);
     } else {
-        sb_printf(&what, "compiling %d of %d pieces of model.c with %s", p->norder, n, toolchain_version());
+        sb_printf(&what, "compiling %d of %d pieces of model.c with %s", p->norder - from, n, toolchain_version());
     }
     if (cached) sb_printf(&what, " (%d cached)", cached);
-    progress_stage(o->pg, p->norder, "%s", what.data);
+    progress_stage(o->pg, p->norder - from, "%s", what.data);
     sb_free(&what);
     pthread_mutex_init(&p->mu, NULL);
-    int nt = jobs(o) < p->norder ? jobs(o) : p->norder;
-    pthread_t *threads = xcalloc((size_t)nt, sizeof *threads);
-    bool *started = xcalloc((size_t)nt, sizeof *started);
-    for (int t = 1; t < nt; t++) started[t] = pthread_create(&threads[t], NULL, worker, p) == 0;
-    worker(p);
-    for (int t = 1; t < nt; t++)
-        if (started[t]) pthread_join(threads[t], NULL);
-    free(threads);
-    free(started);
+    p->next = from;
+    w->n = jobs(o) < p->norder - from ? jobs(o) : p->norder - from;
+    w->threads = xcalloc((size_t)w->n, sizeof *w->threads);
+    w->started = xcalloc((size_t)w->n, sizeof *w->started);
+    for (int t = 0; t < w->n; t++) w->started[t] = pthread_create(&w->threads[t], NULL, worker, p) == 0;
+    bool any = false;
+    for (int t = 0; t < w->n; t++) any |= w->started[t];
+    if (!any) worker(p); /* no thread: this one compiles them all */
+}
+
+static void compile_join(Pool *p, Workers *w)
+{
+    for (int t = 0; t < w->n; t++)
+        if (w->started[t]) pthread_join(w->threads[t], NULL);
+    free(w->threads);
+    free(w->started);
+    memset(w, 0, sizeof *w);
     pthread_mutex_destroy(&p->mu);
 }
 
@@ -537,6 +552,35 @@ static int first_failure(const Pool *p, int n, StrBuf *log)
             return -1;
         }
     return 0;
+}
+
+/* Writes piece i's source and puts it on the pool's list to compile; counts it in r.
+ * 0, or -1 with the reason in log. */
+static int queue_piece(Pool *p, const PieceSet *ps, int i, ObjResult *r, StrBuf *log)
+{
+    const Piece *pc = &ps->v[i];
+    if (write_file(p->src[i], pc->text, pc->len) != 0) {
+        sb_printf(log, "cannot write %s: %s", p->src[i], strerror(errno));
+        return -1;
+    }
+    p->order[p->norder++] = i;
+    if (pc->kind == PIECE_KERNELS) r->kernels_compiled++;
+    else if (pc->kind == PIECE_RECIPE) r->recipe_compiled = true;
+    else r->host_compiled = true;
+    return 0;
+}
+
+/* The precompiled header (get_pch) and the flags that use it, into the pool. */
+static int pch_flags(Pool *p, const PieceSet *ps, const char *cache_dir, const StrBuf *env, const char *dir, char *pch, size_t pch_size,
+                     long long *stored, StrBuf *log)
+{
+    int rc = get_pch(ps->includes, p->flags, p->nflags, cache_dir, env, dir, pch, pch_size, stored, log);
+    util_words_add(&p->pch_flags, &p->npch_flags, "-include-pch");
+    util_words_add(&p->pch_flags, &p->npch_flags, pch);
+    /* the key holds the headers' content: their times need not match */
+    util_words_add(&p->pch_flags, &p->npch_flags, "-Xclang");
+    util_words_add(&p->pch_flags, &p->npch_flags, "-fno-validate-pch");
+    return rc;
 }
 
 int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjResult *r, StrBuf *log)
@@ -565,11 +609,15 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
     /* the kernels' and the host code's pieces start from the precompiled header (Clang
      * inside kiln); the recipe's includes kiln_model.h alone, quicker without it */
     p.with_pch = xcalloc((size_t)n, sizeof *p.with_pch);
-    bool need_pch = false;
     for (int i = 0; i < n; i++) p.with_pch[i] = !o->cc && ps.includes && (ps.v[i].kind == PIECE_KERNELS || ps.v[i].kind == PIECE_HOST);
     char **entry = xcalloc((size_t)n, sizeof *entry);
     int rc = 0;
     for (int i = 0; i < n; i++) r->kernel_pieces += ps.v[i].kind == PIECE_KERNELS;
+    /* Which pieces are in the cache: those are read while the others compile. An entry
+     * that turns out unreadable (damaged, or evicted by another build meanwhile) is
+     * compiled after them. */
+    enum { COMPILE, CACHED, UNREADABLE };
+    unsigned char *cached = xcalloc((size_t)n, sizeof *cached);
     for (int i = 0; i < n; i++) {
         const Piece *pc = &ps.v[i];
         char path[4400];
@@ -579,28 +627,14 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
         p.obj[i] = xstrdup(path);
         if (dir && pc->cacheable) {
             entry[i] = entry_path(dir, &env, pc, p.with_pch[i], debug);
-            size_t olen;
-            char *objbytes = read_entry(entry[i], &olen, true);
-            if (objbytes && write_file(p.obj[i], objbytes, olen) == 0) {
-                utimensat(AT_FDCWD, entry[i], NULL, 0); /* recently used */
-                free(objbytes);
-                r->cached++;
+            if (access(entry[i], F_OK) == 0) {
+                cached[i] = CACHED;
                 continue;
             }
-            free(objbytes);
         }
-        if (write_file(p.src[i], pc->text, pc->len) != 0) {
-            sb_printf(log, "cannot write %s: %s", p.src[i], strerror(errno));
-            rc = -1;
-            break;
-        }
-        p.order[p.norder++] = i;
-        need_pch |= p.with_pch[i];
-        if (pc->kind == PIECE_KERNELS) r->kernels_compiled++;
-        else if (pc->kind == PIECE_RECIPE) r->recipe_compiled = true;
-        else r->host_compiled = true;
+        if (!rc) rc = queue_piece(&p, &ps, i, r, log);
     }
-    r->compiled = p.norder;
+    const int ncached = n - p.norder;
     if (!rc && !p.norder) progress_stage(o->pg, 0, "model.c's %d pieces all from the cache", n);
     p.log_out = log;
     if (!rc && p.norder && o->cpu && *o->cpu && check_cpu(o, &p)) rc = OBJCACHE_BAD_CPU;
@@ -608,17 +642,44 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
     /* bytes this build put into the cache: counted once the pieces are compiled, since an
      * eviction before would take the header the precompiled header refers to */
     long long stored = 0;
-    if (!rc && need_pch) {
-        rc = get_pch(ps.includes, p.flags, p.nflags, dir, &env, o->dir, pch, sizeof pch, &stored, log);
-        util_words_add(&p.pch_flags, &p.npch_flags, "-include-pch");
-        util_words_add(&p.pch_flags, &p.npch_flags, pch);
-        /* the key holds the headers' content: their times need not match */
-        util_words_add(&p.pch_flags, &p.npch_flags, "-Xclang");
-        util_words_add(&p.pch_flags, &p.npch_flags, "-fno-validate-pch");
-    }
+    bool need_pch = false;
+    for (int k = 0; k < p.norder; k++) need_pch |= p.with_pch[p.order[k]];
+    if (!rc && need_pch) rc = pch_flags(&p, &ps, dir, &env, o->dir, pch, sizeof pch, &stored, log);
+    Workers w = {0};
+    int first = 0; /* p.order[first..]: the pieces of this round */
     if (!rc && p.norder) {
         sort_largest_first(p.order, p.norder, &ps);
-        compile_all(&p, n, r->cached);
+        compile_start(&p, 0, n, ncached, &w);
+    }
+    for (int i = 0; i < n; i++) {
+        if (cached[i] != CACHED) continue;
+        size_t olen;
+        char *objbytes = read_entry(entry[i], &olen, true);
+        if (objbytes && write_file(p.obj[i], objbytes, olen) == 0) {
+            utimensat(AT_FDCWD, entry[i], NULL, 0); /* recently used */
+            r->cached++;
+        } else {
+            cached[i] = UNREADABLE;
+        }
+        free(objbytes);
+    }
+    if (w.n) compile_join(&p, &w);
+    if (!rc && r->cached < ncached) { /* the entries that could not be read: compiled now */
+        first = p.norder;
+        for (int i = 0; i < n && !rc; i++)
+            if (cached[i] == UNREADABLE) rc = queue_piece(&p, &ps, i, r, log);
+        bool late_pch = false;
+        for (int k = first; k < p.norder; k++) late_pch |= p.with_pch[p.order[k]];
+        if (!rc && late_pch && !pch[0]) rc = pch_flags(&p, &ps, dir, &env, o->dir, pch, sizeof pch, &stored, log);
+        if (!rc && p.norder > first) {
+            sort_largest_first(p.order + first, p.norder - first, &ps);
+            compile_start(&p, first, n, r->cached, &w);
+            compile_join(&p, &w);
+        }
+    }
+    r->compiled = p.norder;
+    free(cached);
+    if (!rc && p.norder) {
         rc = first_failure(&p, n, log);
         for (int k = 0; !rc && k < p.norder; k++) {
             int i = p.order[k];
