@@ -286,6 +286,8 @@ typedef struct {
     int *order, norder; /* the pieces to compile, largest first */
     int next;
     pthread_mutex_t mu;
+    pthread_cond_t finished; /* a worker has finished (running went down) */
+    int running;             /* workers not finished */
     StrBuf *log_out; /* the caller's log */
     char **pch_flags;  /* -include-pch ...: for the pieces that use the precompiled header */
     int npch_flags;
@@ -403,6 +405,10 @@ static void *worker(void *arg)
     for (;;) {
         pthread_mutex_lock(&p->mu);
         int k = p->next < p->norder ? p->order[p->next++] : -1;
+        if (k < 0) {
+            p->running--;
+            pthread_cond_signal(&p->finished);
+        }
         pthread_mutex_unlock(&p->mu);
         if (k < 0) return NULL;
         compile_one(p, k);
@@ -521,23 +527,47 @@ static void compile_start(Pool *p, int from, int n, int cached, Workers *w)
     progress_stage(o->pg, p->norder - from, "%s", what.data);
     sb_free(&what);
     pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->finished, NULL);
     p->next = from;
     w->n = jobs(o) < p->norder - from ? jobs(o) : p->norder - from;
     w->threads = xcalloc((size_t)w->n, sizeof *w->threads);
     w->started = xcalloc((size_t)w->n, sizeof *w->started);
-    for (int t = 0; t < w->n; t++) w->started[t] = pthread_create(&w->threads[t], NULL, worker, p) == 0;
+    p->running = w->n;
+    for (int t = 0; t < w->n; t++) {
+        w->started[t] = pthread_create(&w->threads[t], NULL, worker, p) == 0;
+        if (!w->started[t]) {
+            pthread_mutex_lock(&p->mu);
+            p->running--;
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
     bool any = false;
     for (int t = 0; t < w->n; t++) any |= w->started[t];
-    if (!any) worker(p); /* no thread: this one compiles them all */
+    if (!any) { /* no thread: this one compiles them all */
+        p->running = 1;
+        worker(p);
+    }
 }
 
 static void compile_join(Pool *p, Workers *w)
 {
+    /* the seconds on the progress line go on while one long piece compiles */
+    pthread_mutex_lock(&p->mu);
+    while (p->running > 0) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 250 * 1000 * 1000;
+        if (until.tv_nsec >= 1000 * 1000 * 1000) until.tv_sec++, until.tv_nsec -= 1000 * 1000 * 1000;
+        pthread_cond_timedwait(&p->finished, &p->mu, &until);
+        progress_tick(p->o->pg);
+    }
+    pthread_mutex_unlock(&p->mu);
     for (int t = 0; t < w->n; t++)
         if (w->started[t]) pthread_join(w->threads[t], NULL);
     free(w->threads);
     free(w->started);
     memset(w, 0, sizeof *w);
+    pthread_cond_destroy(&p->finished);
     pthread_mutex_destroy(&p->mu);
 }
 

@@ -20,14 +20,21 @@ static double now(void)
 static void draw(BuildProgress *p)
 {
     if (!p || !p->on) return;
-    char line[400];
     long s = (long)(now() - p->t0);
-    int n = snprintf(line, sizeof line, "kiln: [%d/%d] %s", p->stage, p->nstages, p->what);
-    if (p->pieces > 1 && n < (int)sizeof line) n += snprintf(line + n, sizeof line - (size_t)n, ": %d of %d parts done", p->done, p->pieces);
-    if (s >= 1 && n < (int)sizeof line) n += snprintf(line + n, sizeof line - (size_t)n, ", %ld s", s);
-    if (n >= (int)sizeof line) n = (int)sizeof line - 1;
-    /* never wider than the terminal: a wrapped line cannot be rewritten */
+    char head[32], tail[96] = "";
+    int nh = snprintf(head, sizeof head, "kiln: [%d/%d] ", p->stage, p->nstages), nt = 0;
+    if (p->pieces > 1) nt += snprintf(tail + nt, sizeof tail - (size_t)nt, ": %d of %d parts done", p->done, p->pieces);
+    if (s >= 1) nt += snprintf(tail + nt, sizeof tail - (size_t)nt, ", %ld s", s);
+    /* never wider than the terminal (a wrapped line cannot be rewritten): what the stage
+     * does is shortened, so that the parts done and the seconds stay in sight */
+    int room = 399 - nh - nt, nw = (int)strlen(p->what);
     struct winsize ws;
+    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 8) room = ws.ws_col - 1 - nh - nt;
+    if (room < 0) room = 0;
+    if (nw > room) nw = room;
+    char line[400];
+    int n = snprintf(line, sizeof line, "%s%.*s%s", head, nw, p->what, tail);
+    if (n >= (int)sizeof line) n = (int)sizeof line - 1;
     if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 8 && n >= ws.ws_col) n = ws.ws_col - 1;
     line[n] = 0;
     fprintf(stderr, "\r%s", line);

@@ -438,6 +438,21 @@ Test(cli, build_progress_on_a_terminal_only, .timeout = 120)
     const char *built = strstr(text, "kiln: built ");
     cr_expect(built && built > text && built[-1] == '\r', "the result does not start a clean line:\n%s", text);
 
+    /* a narrow terminal: the line fits it, what the stage does shortened rather than the
+     * parts done (a fresh cache, so that the pieces compile again) */
+    snprintf(cmd, sizeof cmd, "XDG_CACHE_HOME='%s/cache-narrow' script -qec \"stty cols 60; '%s' build '%s' -o '%s/tty-mlp'\" /dev/null </dev/null",
+             dir, KILN_BINARY, support_path("models/mlp.kiln"), dir);
+    out.len = 0;
+    cr_assert_eq(support_run(cmd, &out), 0, "%s\n%s", cmd, out.data);
+    text = out.data ? out.data : "";
+    cr_expect(strstr(text, " parts done"), "no parts done on a 60-column terminal:\n%s", text);
+    for (const char *line = text; *line;) {
+        size_t n = strcspn(line, "\r\n");
+        cr_expect_lt(n, 60, "a line of %zu characters on a 60-column terminal: %.*s", n, (int)n, line);
+        line += n;
+        while (*line == '\r' || *line == '\n') line++;
+    }
+
     snprintf(cmd, sizeof cmd, "'%s' build '%s' -o '%s/pipe-mlp' 2>&1 >/dev/null | cat", KILN_BINARY, support_path("models/mlp.kiln"), dir);
     out.len = 0;
     cr_assert_eq(support_run(cmd, &out), 0, "%s", out.data);
