@@ -20,6 +20,7 @@
 #include "../driver/jit.h"
 #include "../driver/toolchain.h"
 #include "build.h"
+#include "cuda_report.h"
 #include "inspect.h"
 #include "jit_train.h"
 #include "options.h"
@@ -189,6 +190,28 @@ static void print_build_info(const KilnProgram *p, double compile_seconds, const
     sb_free(&what);
 }
 
+/* --report --target cuda: the kernels as NVRTC compiles them for the GPUs (cuda_report.h).
+ * 0, or 1 after a message. */
+static int print_device_report(const KilnProgram *p)
+{
+    CudaReport r;
+    StrBuf err, out;
+    sb_init(&err);
+    sb_init(&out);
+    int rc = 0;
+    if (cuda_report_compile(p->code.data ? p->code.data : "", p->code.len, p->code_name, &r, &err)) {
+        fprintf(stderr, "kiln: error: %s\n", err.data ? err.data : "");
+        rc = 1;
+    } else {
+        cuda_report_format(&r, &out);
+        fprintf(stderr, "kiln: %s", out.data);
+        cuda_report_free(&r);
+    }
+    sb_free(&err);
+    sb_free(&out);
+    return rc;
+}
+
 /* The build's progress line follows kiln_compile's stages. */
 static void progress_at(void *ctx, const char *stage)
 {
@@ -276,9 +299,11 @@ static int cmd_build(const char *cmd, const Options *o)
         if (!rc) fprintf(stderr, "kiln: wrote %s/%s (%zu bytes)\n", o->output, p->code_name, p->code.len);
     } else if (!rc) {
         if (p->report.len) print_build_info(p, -1, NULL), p->report.len = 0;
+        if (o->report && o->cuda && !o->emulated) rc = print_device_report(p);
         const double t0 = pipeline_seconds();
         ObjResult pieces;
-        rc = build_to(o, p, o->output, &pg, &pieces);
+        memset(&pieces, 0, sizeof pieces);
+        if (!rc) rc = build_to(o, p, o->output, &pg, &pieces);
         seconds = pipeline_seconds() - t0;
         if (p->timing.len) print_build_info(p, seconds, &pieces);
         else if (!rc && o->report) print_build_info(p, -1, &pieces); /* (its report is out already) */

@@ -71,7 +71,9 @@ static const CliFlag flags[] = {
      "make training memory fit SIZE (e.g. 1.5GiB): recompute cheap values,\n"
      "then checkpoint blocks, until the plan fits (or the recipe's memory_budget)"},
     {"--report", NULL, NULL, CMD_EMIT | CMD_BUILD, O_REPORT, "print the memory plan: each slab (parameters, gradients, optimizer\n"
-                                                            "state, buffers) and the activation arenas at the bounds"},
+                                                            "state, buffers) and the activation arenas at the bounds; with build\n"
+                                                            "--target cuda, each kernel's registers, spills, stack and shared\n"
+                                                            "memory for sm_80 and sm_90 (NVRTC's ptxas report)"},
     {"--time-passes", NULL, NULL, CMD_EMIT | CMD_BUILD, O_TIME_PASSES, "print each pass that ran, the graph it ran on and its time (to stderr)"},
     /* tokens */
     {"--output", "-o", "OUT", CMD_TOKENS, O_OUTPUT, "the token file to write"},

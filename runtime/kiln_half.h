@@ -11,8 +11,10 @@
 #ifndef KILN_HALF_H
 #define KILN_HALF_H
 
+#ifndef __CUDACC_RTC__ /* NVRTC: kiln_cuda.h defines the integers */
 #include <stdint.h>
 #include <string.h>
+#endif
 
 /* The CUDA target's kernels call them on the device (model.cu includes kiln_cuda.h first):
  * the same integer code, so that the GPU rounds as the C target and the interpreter do. On

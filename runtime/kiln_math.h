@@ -11,8 +11,10 @@
 #ifndef KILN_MATH_H
 #define KILN_MATH_H
 
+#ifndef __CUDACC_RTC__ /* NVRTC: kiln_cuda.h defines the integers */
 #include <stdint.h>
 #include <string.h>
+#endif
 
 /* c ? a : b with no jump. Where the compiler cannot vectorise a loop (the nests over
  * 2x2 pooling windows), GCC compiles a float ternary into a jump around the arithmetic

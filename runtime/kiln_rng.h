@@ -6,8 +6,10 @@
 #ifndef KILN_RNG_H
 #define KILN_RNG_H
 
+#ifndef __CUDACC_RTC__ /* NVRTC: kiln_cuda.h defines the integers */
 #include <math.h>
 #include <stdint.h>
+#endif
 
 /* The CUDA target's kernels call it on the device (model.cu includes kiln_cuda.h first). */
 #if defined(__CUDACC__) || defined(KILN_CUDA_EMU)
@@ -52,6 +54,7 @@ KILN_RNG_FN double kiln_rng_normal(uint64_t seed, uint64_t a, uint64_t b, uint64
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+#ifndef __CUDACC_RTC__ /* the host's (NVRTC compiles device functions alone) */
 /* The stream key of a parameter: FNV-1a 64 of its state_dict name, so initialisation does
  * not depend on the order parameters are declared or stored in. */
 static inline uint64_t kiln_rng_name_key(const char *name)
@@ -60,5 +63,6 @@ static inline uint64_t kiln_rng_name_key(const char *name)
     for (; *name; name++) h = (h ^ (unsigned char)*name) * UINT64_C(0x100000001b3);
     return h;
 }
+#endif
 
 #endif

@@ -19,10 +19,30 @@
 #ifndef KILN_CUDA_H
 #define KILN_CUDA_H
 
+#if defined(__CUDACC_RTC__)
+/* NVRTC (kiln build --target cuda): the kernels alone, without the C library's headers;
+ * the fixed-width integers as the host's LP64 C library defines them */
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long int64_t;
+typedef unsigned long uint64_t;
+typedef unsigned long uintptr_t;
+#define INT64_C(c) c##L
+#define UINT64_C(c) c##UL
+#define INFINITY __int_as_float(0x7f800000)
+#define NAN __int_as_float(0x7fc00000) /* the bits of glibc's NAN */
+#define KILN_CUDA_EMULATED 0
+#else
 #include <stdio.h>
 #include <stdlib.h>
+#endif
 
-#if defined(KILN_CUDA_EMU)
+#if defined(__CUDACC_RTC__)
+#elif defined(KILN_CUDA_EMU)
 #include "../../emu/kemu_cublas.h"
 #include "../../emu/kemu_device.h"
 #include "../../emu/kemu_runtime.h"
@@ -75,6 +95,8 @@
 #define KILN_NO_UNROLL _Pragma("unroll 1")
 
 #endif /* else: host-only C++ against the real runtime (error helpers below only) */
+
+#if !defined(__CUDACC_RTC__) /* the host side: launches and error checks */
 
 /* KILN_LAUNCH(kernel, grid, block, shmem_bytes, stream, args...): launches and checks the
  * launch; on failure prints the kernel's name and this file:line and runs
@@ -159,5 +181,7 @@ static inline void kiln_cuda_after_launch(const char *kernel, const char *site, 
             site ? site : "", site ? ")" : "", cudaGetErrorString(err), cudaGetErrorName(err));
     KILN_CUDA_ON_ERROR();
 }
+
+#endif /* the host side */
 
 #endif

@@ -22,6 +22,12 @@
 #define KILN_CUDA_MODEL_H
 
 #include "kiln_cuda.h"
+
+/* Room for 16 totals of 512 blocks' double-precision parts. */
+#define KILN_CUDA_PARTIALS_BYTES 65536
+#define KILN_CUDA_TOTAL_BLOCKS 512
+
+#if !defined(__CUDACC_RTC__) /* the host side (NVRTC compiles the kernels alone) */
 #include "kiln_cuda_lt.h"
 #include "kiln_model.h"
 
@@ -36,10 +42,6 @@ typedef struct {
      * block order, the same bits every run */
     void *partials;
 } kiln_cuda_step;
-
-/* Room for 16 totals of 512 blocks' double-precision parts. */
-#define KILN_CUDA_PARTIALS_BYTES 65536
-#define KILN_CUDA_TOTAL_BLOCKS 512
 
 kiln_cuda_step kiln_cuda_begin(void *ctx);
 /* The step's stream, without starting a step: the gradient transport of a distributed
@@ -67,5 +69,7 @@ const void *kiln_cuda_scalar(void *ctx, int slot);
             kiln_profile_mark((io)->profile, (k));          \
         }                                                   \
     } while (0)
+
+#endif /* the host side */
 
 #endif

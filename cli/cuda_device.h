@@ -1,0 +1,29 @@
+/* cuda_device.h — the device code of a generated model.cu, for NVRTC (cuda_device.c).
+ * model.cu stays one readable file, kernels beside their launchers; NVRTC compiles the
+ * kernels alone: the file's own #include lines (the C library's left out: kiln_cuda.h
+ * gives NVRTC what the kernels use of it), then every __global__ and __device__ function
+ * in the file's order, each after a #line of model.cu, so that NVRTC's and ptxas's
+ * messages name model.cu's lines. A kernel template is compiled for the arguments the
+ * host launches it with: those are NVRTC's name expressions ("kiln_sum_parts<float>"). */
+#ifndef KILN_CLI_CUDA_DEVICE_H
+#define KILN_CLI_CUDA_DEVICE_H
+
+#include <stddef.h>
+
+#include "../util/util.h"
+
+typedef struct {
+    StrBuf text;   /* the device source */
+    char **names;  /* the template kernels' instances the host launches */
+    int nnames;
+    int nkernels;   /* __global__ definitions (a template counts once) */
+    int ntemplates; /* of which templates */
+} CudaDeviceSource;
+
+/* Cuts the device source out of model.cu's text (as codegen/cuda.c writes it: every
+ * definition starts at column 0). 0, or -1 with the reason in err (text it does not
+ * recognise: an unbalanced brace). */
+int cuda_device_source(const char *model_cu, size_t len, const char *file_name, CudaDeviceSource *out, StrBuf *err);
+void cuda_device_source_free(CudaDeviceSource *s);
+
+#endif

@@ -1,0 +1,38 @@
+/* cuda_report.h — `kiln build --target cuda --report`'s device part (cuda_report.c): model.cu's
+ * kernels compiled by NVRTC (driver/nvrtc.h) for every GPU the program is built for, on
+ * all cores, and what ptxas says of each kernel: registers, spilled bytes, stack frame and
+ * shared memory. A kernel that spills or has a stack frame runs from local memory, slow on
+ * a GPU; the tests require none (tests/test_cuda_nvrtc.c). */
+#ifndef KILN_CLI_CUDA_REPORT_H
+#define KILN_CLI_CUDA_REPORT_H
+
+#include <stddef.h>
+
+#include "../driver/nvrtc.h"
+#include "../util/util.h"
+
+/* The CUBIN architectures of --target cuda (build.h's BUILD_NVCC_ARCH: the A100, the
+ * H100/H200). */
+#define CUDA_REPORT_NARCH 2
+extern const char *const cuda_report_arch[CUDA_REPORT_NARCH];
+
+typedef struct {
+    NvrtcKernelReport *kernels; /* every architecture's, in turn */
+    int nkernels;
+    int kernels_per_arch[CUDA_REPORT_NARCH];
+    int nglobal;       /* __global__ definitions in model.cu (a template once) */
+    int ntemplates;    /* of which templates */
+    int ninstances;    /* template kernels' instances launched */
+    int spilling;      /* kernel reports (one an architecture) with register spills */
+    int stack;         /* kernel reports with a stack frame */
+    double seconds;    /* NVRTC's wall time, the architectures in parallel */
+} CudaReport;
+
+/* Compiles model.cu's device code (cuda_device.h) for cuda_report_arch. 0, or -1 with
+ * NVRTC's messages in err. */
+int cuda_report_compile(const char *model_cu, size_t len, const char *file_name, CudaReport *r, StrBuf *err);
+/* The table, a line per kernel, and a last line on spills. */
+void cuda_report_format(const CudaReport *r, StrBuf *out);
+void cuda_report_free(CudaReport *r);
+
+#endif
