@@ -91,6 +91,7 @@ int cuda_device_source(const char *s, size_t len, const char *file_name, CudaDev
 {
     memset(out, 0, sizeof *out);
     sb_init(&out->text);
+    sb_init(&out->common);
     StrBuf host;
     sb_init(&host);
     char **templates = NULL;
@@ -101,10 +102,12 @@ int cuda_device_source(const char *s, size_t len, const char *file_name, CudaDev
         const char *nl = memchr(l, '\n', len - i);
         const size_t next = nl ? (size_t)(nl - s) + 1 : len;
         if (l[0] == '#') { /* the file's includes, but the C library's (kiln_cuda.h stands in) */
-            if (strncmp(l, "#include <", 10)) {
-                sb_printf(&out->text, "#line %d \"%s\"\n", line, file_name);
-                sb_putn(&out->text, l, next - i);
-            }
+            if (strncmp(l, "#include <", 10))
+                for (int k = 0; k < 2; k++) {
+                    StrBuf *b = k ? &out->common : &out->text;
+                    sb_printf(b, "#line %d \"%s\"\n", line, file_name);
+                    sb_putn(b, l, next - i);
+                }
             line++;
             i = next;
             continue;
@@ -136,7 +139,19 @@ int cuda_device_source(const char *s, size_t len, const char *file_name, CudaDev
             sb_printf(&out->text, "#line %d \"%s\"\n", line, file_name);
             sb_putn(&out->text, l, end - i);
             if (global) out->nkernels++;
-            char *name = global && !strncmp(sig, "template", 8) ? function_name(sig) : NULL;
+            const bool is_template = !strncmp(sig, "template", 8);
+            StrBuf piece;
+            sb_init(&piece);
+            sb_printf(&piece, "#line %d \"%s\"\n", line, file_name);
+            sb_putn(&piece, l, end - i);
+            if (global && !is_template) {
+                out->kernels = xrealloc(out->kernels, (size_t)(out->nkernel_texts + 1) * sizeof *out->kernels);
+                out->kernels[out->nkernel_texts++] = sb_take(&piece);
+            } else {
+                sb_putn(&out->common, piece.data, piece.len);
+            }
+            sb_free(&piece);
+            char *name = global && is_template ? function_name(sig) : NULL;
             if (name) {
                 out->ntemplates++;
                 templates = xrealloc(templates, (size_t)(ntemplates + 1) * sizeof *templates);
@@ -162,6 +177,9 @@ int cuda_device_source(const char *s, size_t len, const char *file_name, CudaDev
 void cuda_device_source_free(CudaDeviceSource *s)
 {
     sb_free(&s->text);
+    sb_free(&s->common);
+    for (int i = 0; i < s->nkernel_texts; i++) free(s->kernels[i]);
+    free(s->kernels);
     for (int i = 0; i < s->nnames; i++) free(s->names[i]);
     free(s->names);
     memset(s, 0, sizeof *s);

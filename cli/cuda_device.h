@@ -14,6 +14,11 @@
 
 typedef struct {
     StrBuf text;   /* the device source */
+    /* the same, in pieces that compile on their own: what every piece needs first (the
+     * includes, the __device__ functions, the kernel templates), then each kernel */
+    StrBuf common;
+    char **kernels;
+    int nkernel_texts;
     char **names;  /* the template kernels' instances the host launches */
     int nnames;
     int nkernels;   /* __global__ definitions (a template counts once) */

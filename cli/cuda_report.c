@@ -2,29 +2,123 @@
  * architecture, and ptxas's report of them as a table. */
 #include "cuda_report.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "../runtime/rt_internal.h" /* the caches' bound */
+#include "cache_entry.h"
 #include "cuda_device.h"
+#include "pieces.h"
 
 const char *const cuda_report_arch[CUDA_REPORT_NARCH] = {"sm_80", "sm_90"};
 
-typedef struct {
-    const CudaDeviceSource *src;
-    const char *file_name, *arch;
-    NvrtcOutput out;
-    int rc;
-} ArchCompile;
+/* The kernels go to NVRTC in pieces, each the common part (includes, __device__ functions,
+ * templates) and a group of kernels, compiled on all cores and cached by their text (the
+ * #line directives left out: a kernel that only moved compiles to the same CUBIN), the
+ * NVRTC version, the architecture and the options. A group ends after a kernel whose text
+ * hashes to 0 mod SPLIT, or at MAX kernels: the boundaries depend on the kernels' own code,
+ * so that a changed kernel changes its piece alone. NVRTC's own cost is 30-50 ms a program;
+ * gpt's kernels take about 50 ms each. */
+#define CUDA_PIECE_SPLIT 8
+#define CUDA_PIECE_MAX 12
 
-static void *compile_arch(void *arg)
+typedef struct {
+    const char *text;          /* the piece's source */
+    const char *const *names;  /* name expressions: the template instances, in piece 0 */
+    int nnames;
+    const char *arch;
+    char *entry;               /* its cache entry, NULL without a cache */
+    char *log;                 /* ptxas's report (or NVRTC's errors) */
+    int rc;
+    bool cached;
+} Task;
+
+typedef struct {
+    Task *tasks;
+    int ntasks, next;
+    const char *file_name;
+    pthread_mutex_t mu;
+} Queue;
+
+static const char *const nvrtc_options[] = {"-I" KILN_RUNTIME_DIR "/cuda", "-I" KILN_RUNTIME_DIR};
+#define NVRTC_NOPTIONS 2
+
+/* A cache entry of a compiled piece: "KNVRTC1\n", the log's length (8 bytes), the log,
+ * the CUBIN. */
+static const char entry_magic[8] = {'K', 'N', 'V', 'R', 'T', 'C', '1', '\n'};
+
+static char *task_entry(const char *dir, const Task *t)
 {
-    ArchCompile *a = arg;
-    const char *const options[] = {"-I" KILN_RUNTIME_DIR "/cuda", "-I" KILN_RUNTIME_DIR};
-    a->rc = nvrtc_compile(a->src->text.data ? a->src->text.data : "", a->file_name, a->arch, options, 2, (const char *const *)a->src->names,
-                          a->src->nnames, &a->out);
-    return NULL;
+    StrBuf key;
+    sb_init(&key);
+    sb_printf(&key, "kiln-nvrtc-1\n%s\n%s\n", nvrtc_version(), t->arch);
+    for (int i = 0; i < NVRTC_NOPTIONS; i++) sb_printf(&key, "%s\n", nvrtc_options[i]);
+    for (int i = 0; i < t->nnames; i++) sb_printf(&key, "name %s\n", t->names[i]);
+    for (const char *l = t->text; *l;) { /* the text without its #line directives */
+        size_t n = strcspn(l, "\n");
+        if (strncmp(l, "#line ", 6)) sb_putn(&key, l, n + (l[n] == '\n'));
+        l += n + (l[n] == '\n');
+    }
+    uint64_t h[2] = {0, 0};
+    pieces_hash128(key.data, key.len, h);
+    sb_free(&key);
+    StrBuf path;
+    sb_init(&path);
+    sb_printf(&path, "%s/%016llx%016llx.nvrtc", dir, (unsigned long long)h[0], (unsigned long long)h[1]);
+    return sb_take(&path);
+}
+
+static void run_task(Task *t, const char *file_name)
+{
+    if (t->entry) {
+        size_t len;
+        char *bytes = cache_entry_read(t->entry, &len, false);
+        uint64_t loglen;
+        if (bytes && len >= 16 && !memcmp(bytes, entry_magic, 8) && (memcpy(&loglen, bytes + 8, 8), loglen <= len - 16)) {
+            t->log = xstrndup(bytes + 16, (size_t)loglen);
+            t->cached = true;
+            free(bytes);
+            utimensat(AT_FDCWD, t->entry, NULL, 0); /* recently used */
+            return;
+        }
+        free(bytes);
+    }
+    NvrtcOutput out;
+    t->rc = nvrtc_compile(t->text, file_name, t->arch, nvrtc_options, NVRTC_NOPTIONS, t->names, t->nnames, &out);
+    t->log = out.log ? xstrdup(out.log) : xstrdup("");
+    if (!t->rc && t->entry) {
+        StrBuf e;
+        sb_init(&e);
+        const uint64_t loglen = strlen(t->log);
+        sb_putn(&e, entry_magic, 8);
+        sb_putn(&e, (const char *)&loglen, 8);
+        sb_putn(&e, t->log, (size_t)loglen);
+        sb_putn(&e, out.image, out.size);
+        if (cache_entry_store(t->entry, e.data, e.len, (int)(t - (Task *)0) & 0xffff) != 0) {
+            free(t->entry);
+            t->entry = NULL; /* not stored: not counted */
+        }
+        sb_free(&e);
+    }
+    nvrtc_output_free(&out);
+}
+
+static void *worker(void *arg)
+{
+    Queue *q = arg;
+    for (;;) {
+        pthread_mutex_lock(&q->mu);
+        int k = q->next < q->ntasks ? q->next++ : -1;
+        pthread_mutex_unlock(&q->mu);
+        if (k < 0) return NULL;
+        run_task(&q->tasks[k], q->file_name);
+    }
 }
 
 static double now(void)
@@ -67,43 +161,109 @@ int cuda_report_compile(const char *model_cu, size_t len, const char *file_name,
     r->ninstances = src.nnames;
     r->ntemplates = src.ntemplates;
     const double t0 = now();
-    ArchCompile a[CUDA_REPORT_NARCH];
-    pthread_t threads[CUDA_REPORT_NARCH];
-    bool started[CUDA_REPORT_NARCH];
-    for (int k = 0; k < CUDA_REPORT_NARCH; k++) {
-        a[k] = (ArchCompile){.src = &src, .file_name = file_name, .arch = cuda_report_arch[k]};
-        started[k] = k > 0 && pthread_create(&threads[k], NULL, compile_arch, &a[k]) == 0;
-    }
-    for (int k = 0; k < CUDA_REPORT_NARCH; k++)
-        if (!started[k]) compile_arch(&a[k]);
-    for (int k = 0; k < CUDA_REPORT_NARCH; k++)
-        if (started[k]) pthread_join(threads[k], NULL);
-    r->seconds = now() - t0;
-    int rc = 0;
-    for (int k = 0; k < CUDA_REPORT_NARCH; k++) {
-        if (a[k].rc && !rc) {
-            sb_printf(err, "%s failed on %s's kernels for %s:\n%s", nvrtc_version()[0] ? nvrtc_version() : "NVRTC", file_name, a[k].arch, a[k].out.log ? a[k].out.log : "");
-            rc = -1;
+    /* the pieces' texts */
+    char **pieces = NULL;
+    int npieces = 0;
+    StrBuf cur;
+    sb_init(&cur);
+    int in_cur = 0;
+    for (int i = 0; i <= src.nkernel_texts; i++) {
+        const bool last = i == src.nkernel_texts;
+        if (!last) {
+            if (!in_cur) sb_putn(&cur, src.common.data ? src.common.data : "", src.common.len);
+            sb_puts(&cur, src.kernels[i]);
+            in_cur++;
+            const char *body = strchr(src.kernels[i], '\n'); /* after its #line */
+            uint64_t h[2] = {0, 0};
+            pieces_hash128(body ? body : "", body ? strlen(body) : 0, h);
+            if (h[0] % CUDA_PIECE_SPLIT != 0 && in_cur < CUDA_PIECE_MAX) continue;
+        } else if (!in_cur && npieces) {
+            break;
+        } else if (!in_cur) { /* no kernel but templates: the common part alone */
+            sb_putn(&cur, src.common.data ? src.common.data : "", src.common.len);
         }
-        if (!a[k].rc) {
+        pieces = xrealloc(pieces, (size_t)(npieces + 1) * sizeof *pieces);
+        pieces[npieces++] = sb_take(&cur);
+        in_cur = 0;
+    }
+    sb_free(&cur);
+    /* a task for every piece and architecture */
+    char *dir = cache_dir("cuda");
+    Queue q = {.ntasks = npieces * CUDA_REPORT_NARCH, .file_name = file_name};
+    q.tasks = xcalloc((size_t)q.ntasks + 1, sizeof *q.tasks);
+    for (int k = 0; k < CUDA_REPORT_NARCH; k++)
+        for (int i = 0; i < npieces; i++) {
+            Task *t = &q.tasks[k * npieces + i];
+            t->text = pieces[i];
+            t->arch = cuda_report_arch[k];
+            if (i == 0) t->names = (const char *const *)src.names, t->nnames = src.nnames;
+            t->entry = dir ? task_entry(dir, t) : NULL;
+        }
+    pthread_mutex_init(&q.mu, NULL);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = ncpu > 0 ? (int)ncpu : 1;
+    if (nt > q.ntasks) nt = q.ntasks;
+    pthread_t *threads = xcalloc((size_t)nt + 1, sizeof *threads);
+    bool *started = xcalloc((size_t)nt + 1, sizeof *started);
+    for (int t = 1; t < nt; t++) started[t] = pthread_create(&threads[t], NULL, worker, &q) == 0;
+    worker(&q);
+    for (int t = 1; t < nt; t++)
+        if (started[t]) pthread_join(threads[t], NULL);
+    pthread_mutex_destroy(&q.mu);
+    free(threads);
+    free(started);
+    r->seconds = now() - t0;
+    r->npieces = npieces;
+    int rc = 0;
+    long long stored = 0;
+    for (int k = 0; k < CUDA_REPORT_NARCH && !rc; k++) {
+        StrBuf log; /* the architecture's pieces' reports, in order */
+        sb_init(&log);
+        for (int i = 0; i < npieces; i++) {
+            const Task *t = &q.tasks[k * npieces + i];
+            if (t->rc) {
+                sb_printf(err, "%s failed on %s's kernels for %s:\n%s", nvrtc_version()[0] ? nvrtc_version() : "NVRTC", file_name, t->arch,
+                          t->log ? t->log : "");
+                rc = -1;
+                break;
+            }
+            sb_puts(&log, t->log);
+            sb_putc(&log, '\n');
+        }
+        if (!rc) {
             NvrtcKernelReport *v;
-            int n = nvrtc_report(a[k].out.log, &v);
+            int n = nvrtc_report(log.data ? log.data : "", &v);
             r->kernels = xrealloc(r->kernels, (size_t)(r->nkernels + n + 1) * sizeof *r->kernels);
             memcpy(r->kernels + r->nkernels, v, (size_t)n * sizeof *v);
             free(v);
             r->nkernels += n;
             r->kernels_per_arch[k] = n;
         }
-        nvrtc_output_free(&a[k].out);
+        sb_free(&log);
     }
-    /* each architecture's kernels in model.cu's order (ptxas reports them backwards) */
-    for (int k = 0, at = 0; k < CUDA_REPORT_NARCH; at += r->kernels_per_arch[k++])
-        sort_by_definition(r->kernels + at, r->kernels_per_arch[k], src.text.data ? src.text.data : "");
+    for (int i = 0; i < q.ntasks; i++) {
+        Task *t = &q.tasks[i];
+        r->cached += t->cached;
+        if (t->entry && !t->cached && !t->rc) {
+            struct stat st;
+            if (stat(t->entry, &st) == 0) stored += (long long)st.st_size;
+        }
+        free(t->entry);
+        free(t->log);
+    }
+    if (dir && stored) cache_account(dir, stored, krt_cache_max_bytes());
+    free(dir);
+    free(q.tasks);
+    if (!rc) /* each architecture's kernels in model.cu's order (ptxas reports them backwards) */
+        for (int k = 0, at = 0; k < CUDA_REPORT_NARCH; at += r->kernels_per_arch[k++])
+            sort_by_definition(r->kernels + at, r->kernels_per_arch[k], src.text.data ? src.text.data : "");
     for (int i = 0; i < r->nkernels; i++) {
-        const NvrtcKernelReport *q = &r->kernels[i];
-        r->spilling += q->spill_stores > 0 || q->spill_loads > 0;
-        r->stack += q->stack > 0;
+        const NvrtcKernelReport *t = &r->kernels[i];
+        r->spilling += t->spill_stores > 0 || t->spill_loads > 0;
+        r->stack += t->stack > 0;
     }
+    for (int i = 0; i < npieces; i++) free(pieces[i]);
+    free(pieces);
     cuda_device_source_free(&src);
     if (rc) cuda_report_free(r);
     return rc;
@@ -114,7 +274,8 @@ void cuda_report_format(const CudaReport *r, StrBuf *out)
     const int n0 = r->kernels_per_arch[0];
     sb_printf(out, "device code: %d kernel%s compiled by %s for", n0, n0 == 1 ? "" : "s", nvrtc_version());
     for (int k = 0; k < CUDA_REPORT_NARCH; k++) sb_printf(out, "%s %s", k ? (k == CUDA_REPORT_NARCH - 1 ? " and" : ",") : "", cuda_report_arch[k]);
-    sb_printf(out, " in %.2f s (registers; bytes spilled, of stack frame, of shared memory)\n", r->seconds);
+    sb_printf(out, " in %.2f s, %d piece%s of %d from the cache (registers; bytes spilled, of stack frame, of shared memory)\n", r->seconds,
+              r->cached, r->cached == 1 ? "" : "s", r->npieces * CUDA_REPORT_NARCH);
     sb_printf(out, "  %-44s", "kernel");
     for (int k = 0; k < CUDA_REPORT_NARCH; k++) sb_printf(out, "  %5s: regs spill stack  smem", cuda_report_arch[k]);
     sb_putc(out, '\n');

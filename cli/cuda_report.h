@@ -25,11 +25,14 @@ typedef struct {
     int ninstances;    /* template kernels' instances launched */
     int spilling;      /* kernel reports (one an architecture) with register spills */
     int stack;         /* kernel reports with a stack frame */
-    double seconds;    /* NVRTC's wall time, the architectures in parallel */
+    double seconds;    /* NVRTC's wall time, the pieces on all cores */
+    int npieces;       /* NVRTC programs per architecture */
+    int cached;        /* (piece, architecture) pairs read from the cache */
 } CudaReport;
 
-/* Compiles model.cu's device code (cuda_device.h) for cuda_report_arch. 0, or -1 with
- * NVRTC's messages in err. */
+/* Compiles model.cu's device code (cuda_device.h) for cuda_report_arch: in pieces, on all
+ * cores, each piece's CUBIN and report cached ($XDG_CACHE_HOME/kiln/cuda, as the C
+ * pieces' objects are). 0, or -1 with NVRTC's messages in err. */
 int cuda_report_compile(const char *model_cu, size_t len, const char *file_name, CudaReport *r, StrBuf *err);
 /* The table, a line per kernel, and a last line on spills. */
 void cuda_report_format(const CudaReport *r, StrBuf *out);

@@ -20,12 +20,10 @@
 #include <unistd.h>
 
 #include "../driver/toolchain.h"
-#include "../runtime/rt_internal.h" /* the caches' bound and eviction, shared with the runtime's */
 #include "build.h"
+#include "cache_entry.h"
+#include "../runtime/rt_internal.h" /* the caches' bound */
 #include "pieces.h"
-
-static const char footer_magic[8] = {'K', 'I', 'L', 'N', 'O', 'B', 'J', '1'};
-#define FOOTER_BYTES 24 /* magic, the object's length, its hash */
 
 /* ---- flags ---- */
 
@@ -59,170 +57,6 @@ void objcache_flags(const char *cpu, const char *cflags, bool in_process, char *
     util_words_add(&v, &n, KILN_RUNTIME_DIR);
     *words = v;
     *nwords = n;
-}
-
-/* ---- the cache directory ---- */
-
-char *objcache_dir(void)
-{
-    if (objcache_max_bytes() <= 0) return NULL;
-    const char *cache = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    StrBuf d;
-    sb_init(&d);
-    if (cache && *cache) sb_printf(&d, "%s/kiln/obj", cache);
-    else if (home && *home) sb_printf(&d, "%s/.cache/kiln/obj", home);
-    else {
-        sb_free(&d);
-        return NULL;
-    }
-    for (char *q = d.data + 1; *q; q++)
-        if (*q == '/') {
-            *q = 0;
-            mkdir(d.data, 0755);
-            *q = '/';
-        }
-    mkdir(d.data, 0755);
-    struct stat st;
-    if (stat(d.data, &st) != 0 || !S_ISDIR(st.st_mode) || access(d.data, W_OK) != 0) {
-        sb_free(&d);
-        return NULL;
-    }
-    return d.data;
-}
-
-long long objcache_max_bytes(void) { return krt_cache_max_bytes(); }
-
-/* ---- reading and writing files ---- */
-
-static char *read_file(const char *path, size_t *len)
-{
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return NULL;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return NULL;
-    }
-    size_t n = (size_t)st.st_size, got = 0;
-    char *b = xmalloc(n + 1);
-    while (got < n) {
-        ssize_t r = read(fd, b + got, n - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
-    close(fd);
-    if (got != n) {
-        free(b);
-        return NULL;
-    }
-    b[n] = 0;
-    *len = n;
-    return b;
-}
-
-static int write_all(int fd, const char *data, size_t len)
-{
-    while (len) {
-        ssize_t w = write(fd, data, len);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        data += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-static int write_file(const char *path, const char *data, size_t len)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return -1;
-    int rc = write_all(fd, data, len);
-    if (close(fd) != 0) rc = -1;
-    return rc;
-}
-
-static uint64_t hash64(const void *data, size_t n)
-{
-    uint64_t h[2] = {0, 0};
-    pieces_hash128(data, n, h);
-    return h[0];
-}
-
-/* A cache entry's object, when its footer says it is whole; *len its length. */
-static char *read_entry(const char *path, size_t *len, bool elf)
-{
-    size_t n;
-    char *b = read_file(path, &n);
-    if (!b) return NULL;
-    uint64_t want_len, want_hash;
-    if (n < FOOTER_BYTES || memcmp(b + n - FOOTER_BYTES, footer_magic, 8)) goto bad;
-    memcpy(&want_len, b + n - 16, 8);
-    memcpy(&want_hash, b + n - 8, 8);
-    if (want_len != n - FOOTER_BYTES || hash64(b, want_len) != want_hash || want_len < 4 || (elf && memcmp(b, "\177ELF", 4))) goto bad;
-    *len = (size_t)want_len;
-    return b;
-bad:
-    free(b);
-    unlink(path); /* whole entries are renamed into place: this one will never be right */
-    return NULL;
-}
-
-/* Writes an entry under a temporary name, then renames it into place. 0 when it did. */
-static int store_entry(const char *path, const char *obj, size_t len, int idx)
-{
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%d", path, (long)getpid(), idx);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) return -1;
-    uint64_t n = len, h = hash64(obj, len);
-    char footer[FOOTER_BYTES];
-    memcpy(footer, footer_magic, 8);
-    memcpy(footer + 8, &n, 8);
-    memcpy(footer + 16, &h, 8);
-    int rc = write_all(fd, obj, len);
-    if (!rc) rc = write_all(fd, footer, sizeof footer);
-    if (close(fd) != 0) rc = -1;
-    if (rc || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
-}
-
-/* Counts `added` bytes stored into the cache and keeps it within max. A scan of the whole
- * directory (a stat per entry: 30 ms at 13,000 entries, most of a rebuild after a change
- * of lr) runs only when the running total in dir/.size (bytes, and stores since the last
- * scan) says the bound is passed, every 256 stores (what an estimate misses: entries
- * dropped as damaged, a crashed build's files), or when there is no total yet; it then
- * evicts to 90% of max, so that the next builds need no scan. The total is read and written
- * under an exclusive lock: concurrent builds add up. */
-static void account(const char *dir, long long added, long long max)
-{
-    char path[4400];
-    snprintf(path, sizeof path, "%s/.size", dir);
-    int fd = open(path, O_RDWR | O_CREAT, 0644);
-    if (fd < 0) {
-        krt_cache_evict(dir, max);
-        return;
-    }
-    while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
-    }
-    char text[64] = "";
-    ssize_t got = pread(fd, text, sizeof text - 1, 0);
-    text[got > 0 ? got : 0] = 0;
-    long long total = -1, stores = 0;
-    if (sscanf(text, "%lld %lld", &total, &stores) != 2 || total < 0 || stores < 0) total = -1;
-    long long now_total = total + added;
-    if (total < 0 || now_total > max || stores + 1 >= 256) {
-        now_total = krt_cache_evict(dir, max - max / 10);
-        stores = 0;
-    } else {
-        stores++;
-    }
-    int len = snprintf(text, sizeof text, "%lld %lld\n", now_total, stores);
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)len, 0) != len) unlink(path); /* no total: the next build scans */
-    close(fd); /* (and the lock) */
 }
 
 /* ---- the key ---- */
@@ -266,8 +100,8 @@ static void environment_key(const ObjOptions *o, char **flags, int nflags, StrBu
             char path[4400];
             snprintf(path, sizeof path, "%s/%s", KILN_RUNTIME_DIR, names[i]);
             size_t len = 0;
-            char *text = read_file(path, &len);
-            sb_printf(key, "%s %016llx\n", names[i], text ? (unsigned long long)hash64(text, len) : 0ULL);
+            char *text = cache_read_file(path, &len);
+            sb_printf(key, "%s %016llx\n", names[i], text ? (unsigned long long)cache_hash64(text, len) : 0ULL);
             free(text);
         }
         util_words_free(names, n);
@@ -347,11 +181,11 @@ static int get_pch(const char *includes, char **flags, int nflags, const char *c
         snprintf(entry, sizeof entry, "%s/%016llx%016llx.pch", cache_dir, (unsigned long long)h[0], (unsigned long long)h[1]);
         snprintf(hdr, sizeof hdr, "%s/%016llx%016llx.h", cache_dir, (unsigned long long)h[0], (unsigned long long)h[1]);
         size_t hl;
-        char *have = read_file(hdr, &hl);
+        char *have = cache_read_file(hdr, &hl);
         if (!have || hl != strlen(includes) || memcmp(have, includes, hl)) {
             char tmp[4500];
             snprintf(tmp, sizeof tmp, "%s.tmp.%ld", hdr, (long)getpid());
-            if (write_file(tmp, includes, strlen(includes)) != 0 || rename(tmp, hdr) != 0) {
+            if (cache_write_file(tmp, includes, strlen(includes)) != 0 || rename(tmp, hdr) != 0) {
                 unlink(tmp);
                 snprintf(hdr, sizeof hdr, "%s/pieces_pch.h", dir);
                 entry[0] = 0; /* no cache for this one */
@@ -363,15 +197,15 @@ static int get_pch(const char *includes, char **flags, int nflags, const char *c
     }
     if (entry[0]) {
         size_t len;
-        char *bytes = read_entry(entry, &len, false);
-        int ok = bytes && write_file(pch, bytes, len) == 0;
+        char *bytes = cache_entry_read(entry, &len, false);
+        int ok = bytes && cache_write_file(pch, bytes, len) == 0;
         free(bytes);
         if (ok) {
             utimensat(AT_FDCWD, entry, NULL, 0);
             return 0;
         }
     }
-    if (!entry[0] && write_file(hdr, includes, strlen(includes)) != 0) {
+    if (!entry[0] && cache_write_file(hdr, includes, strlen(includes)) != 0) {
         sb_printf(log, "cannot write %s: %s", hdr, strerror(errno));
         return -1;
     }
@@ -391,8 +225,8 @@ static int get_pch(const char *includes, char **flags, int nflags, const char *c
         sb_printf(log, "\nthe in-process C compiler (%s) failed on the pieces' precompiled header", toolchain_version());
     } else if (entry[0]) {
         size_t len;
-        char *bytes = read_file(pch, &len);
-        if (bytes && !store_entry(entry, bytes, len, -1)) *stored += (long long)(len + FOOTER_BYTES);
+        char *bytes = cache_read_file(pch, &len);
+        if (bytes && !cache_entry_store(entry, bytes, len, -1)) *stored += (long long)(len + CACHE_ENTRY_FOOTER_BYTES);
         free(bytes);
     }
     free(text);
@@ -426,7 +260,7 @@ static int check_cpu(const ObjOptions *o, Pool *p)
     snprintf(src, sizeof src, "%s/cpu_probe.c", o->dir);
     snprintf(obj, sizeof obj, "%s/cpu_probe.o", o->dir);
     static const char probe[] = "int kiln_cpu_probe;\n";
-    if (write_file(src, probe, sizeof probe - 1) != 0) return 0; /* the pieces will say */
+    if (cache_write_file(src, probe, sizeof probe - 1) != 0) return 0; /* the pieces will say */
     char *saved_src = p->src[0], *saved_obj = p->obj[0], *saved_log = p->log[0];
     p->src[0] = src, p->obj[0] = obj, p->log[0] = NULL;
     compile_one(p, 0);
@@ -589,7 +423,7 @@ static int first_failure(const Pool *p, int n, StrBuf *log)
 static int queue_piece(Pool *p, const PieceSet *ps, int i, ObjResult *r, StrBuf *log)
 {
     const Piece *pc = &ps->v[i];
-    if (write_file(p->src[i], pc->text, pc->len) != 0) {
+    if (cache_write_file(p->src[i], pc->text, pc->len) != 0) {
         sb_printf(log, "cannot write %s: %s", p->src[i], strerror(errno));
         return -1;
     }
@@ -622,7 +456,7 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
     memset(&p, 0, sizeof p);
     p.o = o;
     objcache_flags(o->cpu, o->cflags, !o->cc, &p.flags, &p.nflags);
-    char *dir = objcache_dir();
+    char *dir = cache_dir("obj");
     StrBuf env;
     sb_init(&env);
     if (dir) environment_key(o, p.flags, p.nflags, &env);
@@ -684,8 +518,8 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
     for (int i = 0; i < n; i++) {
         if (cached[i] != CACHED) continue;
         size_t olen;
-        char *objbytes = read_entry(entry[i], &olen, true);
-        if (objbytes && write_file(p.obj[i], objbytes, olen) == 0) {
+        char *objbytes = cache_entry_read(entry[i], &olen, true);
+        if (objbytes && cache_write_file(p.obj[i], objbytes, olen) == 0) {
             utimensat(AT_FDCWD, entry[i], NULL, 0); /* recently used */
             r->cached++;
         } else {
@@ -715,11 +549,11 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
             int i = p.order[k];
             if (!entry[i]) continue;
             size_t olen;
-            char *objbytes = read_file(p.obj[i], &olen);
-            if (objbytes && !store_entry(entry[i], objbytes, olen, i)) stored += (long long)(olen + FOOTER_BYTES);
+            char *objbytes = cache_read_file(p.obj[i], &olen);
+            if (objbytes && !cache_entry_store(entry[i], objbytes, olen, i)) stored += (long long)(olen + CACHE_ENTRY_FOOTER_BYTES);
             free(objbytes);
         }
-        if (stored) account(dir, stored, objcache_max_bytes());
+        if (stored) cache_account(dir, stored, krt_cache_max_bytes());
     }
     if (pch[0]) unlink(pch);
     for (int i = 0; i < n; i++) {

@@ -53,9 +53,4 @@ void objcache_describe(const ObjResult *r, StrBuf *out);
  * are), then cflags. The in-process compiler adds -ffp-contract=off (build.c). */
 void objcache_flags(const char *cpu, const char *cflags, bool in_process, char ***words, int *nwords);
 
-/* The cache directory (malloc'd), created if needed; NULL when there is none. */
-char *objcache_dir(void);
-/* $KILN_CACHE_MAX_BYTES, or the default. */
-long long objcache_max_bytes(void);
-
 #endif

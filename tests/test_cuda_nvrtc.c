@@ -6,6 +6,8 @@
  *     and none has a stack frame but llama's sinf/cosf kernels (their exact argument
  *     reduction keeps a small array in local memory);
  *   - kiln build --target cuda --report prints the table, a line per kernel;
+ *   - the pieces' CUBINs and reports are cached: a second compile reads them all, a
+ *     changed kernel recompiles its piece (and the next, when its boundary moved);
  *   - the device source keeps model.cu's line numbers (NVRTC's errors name model.cu's
  *     lines), and a file it cannot cut is an error, not a crash;
  *   - ptxas's report is read as ptxas writes it.
@@ -24,6 +26,16 @@ static bool have_nvrtc(void)
 {
     const char *why;
     return nvrtc_available(&why);
+}
+
+/* A cache of this test's own (XDG_CACHE_HOME), so that NVRTC compiles what it is asked to;
+ * removed by the caller with support_remove_dir. */
+static char *own_cache(void)
+{
+    char *dir = xstrdup("/tmp/kiln-nvrtcc-XXXXXX");
+    cr_assert(mkdtemp(dir));
+    setenv("XDG_CACHE_HOME", dir, 1);
+    return dir;
 }
 
 /* model.cu of `kiln emit FILE --target cuda FLAGS` (malloc'd). */
@@ -83,6 +95,7 @@ static void check_model(const char *model, const char *flags)
 Test(cuda_nvrtc, every_model_compiles_for_sm80_and_sm90_without_spills, .timeout = 900)
 {
     if (!have_nvrtc()) cr_skip_test("no NVRTC: Kiln was built without a CUDA toolkit");
+    char *cache = own_cache();
     static const char *const models[] = {"mlp", "cnn", "gpt", "gpt2-124m", "llama"};
     for (size_t m = 0; m < sizeof models / sizeof *models; m++) {
         if (SUPPORT_SANITIZED && m > 0) break;
@@ -93,6 +106,53 @@ Test(cuda_nvrtc, every_model_compiles_for_sm80_and_sm90_without_spills, .timeout
         check_model(models[m], "--precision fp16");
     }
     if (!SUPPORT_SANITIZED) check_model("gpt", "--distributed");
+    support_remove_dir(cache);
+    free(cache);
+}
+
+Test(cuda_nvrtc, pieces_are_cached_and_a_changed_kernel_compiles_alone, .timeout = 300)
+{
+    if (!have_nvrtc()) cr_skip_test("no NVRTC: Kiln was built without a CUDA toolkit");
+    char *cache = own_cache();
+    size_t len;
+    char *text = emit_cuda("gpt", "", &len);
+    CudaReport r[3];
+    StrBuf err;
+    sb_init(&err);
+    cr_assert_eq(cuda_report_compile(text, len, "model.cu", &r[0], &err), 0, "%s", err.data);
+    cr_assert_eq(cuda_report_compile(text, len, "model.cu", &r[1], &err), 0, "%s", err.data);
+    const int tasks = r[0].npieces * CUDA_REPORT_NARCH;
+    cr_expect_gt(r[0].npieces, 1, "gpt's kernels in one piece");
+    cr_expect_eq(r[0].cached, 0);
+    cr_expect_eq(r[1].cached, tasks, "%d of %d from the cache", r[1].cached, tasks);
+    cr_assert_eq(r[1].nkernels, r[0].nkernels);
+    for (int i = 0; i < r[0].nkernels; i++) {
+        cr_expect_str_eq(r[1].kernels[i].name, r[0].kernels[i].name);
+        cr_expect_eq(r[1].kernels[i].registers, r[0].kernels[i].registers, "%s", r[0].kernels[i].name);
+    }
+    /* one kernel changed (a statement more): its piece is compiled again for each
+     * architecture; lines added above the others (their #line) change nothing */
+    const char *k = strstr(text, "train_wpe_fwd(");
+    cr_assert(k, "no train_wpe_fwd in gpt's model.cu");
+    const char *body = strstr(k, "\n{\n");
+    cr_assert(body);
+    StrBuf changed;
+    sb_init(&changed);
+    sb_puts(&changed, "/* a comment\n   of two lines */\n");
+    sb_putn(&changed, text, (size_t)(body + 3 - text));
+    sb_puts(&changed, "    if (blockDim.x == 0) return;\n");
+    sb_puts(&changed, body + 3);
+    cr_assert_eq(cuda_report_compile(changed.data, changed.len, "model.cu", &r[2], &err), 0, "%s", err.data);
+    /* its piece, and the next when the kernel's hash made it a boundary before or after */
+    const int compiled = tasks - r[2].cached;
+    cr_expect(compiled == CUDA_REPORT_NARCH || compiled == 2 * CUDA_REPORT_NARCH, "%d of %d from the cache after one kernel changed", r[2].cached,
+              tasks);
+    for (int i = 0; i < 3; i++) cuda_report_free(&r[i]);
+    sb_free(&changed);
+    sb_free(&err);
+    free(text);
+    support_remove_dir(cache);
+    free(cache);
 }
 
 Test(cuda_nvrtc, build_report_has_a_line_per_kernel, .timeout = 300)
@@ -101,6 +161,7 @@ Test(cuda_nvrtc, build_report_has_a_line_per_kernel, .timeout = 300)
     if (!SUPPORT_RUN_NVCC) cr_skip_test("the sanitizer build: kiln build --target cuda runs nvcc");
     char dir[] = "/tmp/kiln-nvrtcb-XXXXXX";
     cr_assert(mkdtemp(dir));
+    char *cache = own_cache();
     char args[1024];
     snprintf(args, sizeof args, "build %s/models/mlp.kiln --target cuda --report -o %s/prog", KILN_SOURCE_DIR, dir);
     StrBuf out;
@@ -113,8 +174,11 @@ Test(cuda_nvrtc, build_report_has_a_line_per_kernel, .timeout = 300)
     cr_expect(strstr(text, "\n  train_Linear_fwd_epilogue "), "%s", text);
     cr_expect(strstr(text, "\n  kiln_sum_parts<float> "), "%s", text);
     cr_expect(strstr(text, "no kernel spills registers or has a stack frame\n"), "%s", text);
+    cr_expect(strstr(text, ", 0 pieces of "), "%s", text);
     sb_free(&out);
     support_remove_dir(dir);
+    support_remove_dir(cache);
+    free(cache);
 }
 
 Test(cuda_nvrtc, device_source_keeps_model_lines_and_refuses_what_it_cannot_cut)
