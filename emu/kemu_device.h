@@ -19,11 +19,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <array>
 #include <cstddef>
+#include <cstring>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 
+#include "kemu_driver.h"
 #include "kemu_runtime.h"
 #include "kemu_thread.h"
 
@@ -114,6 +117,64 @@ inline void launch(void (*kernel)(P...), const char *name, const char *file, int
     }
     kemu_launch(reinterpret_cast<const void *>(kernel), name, file, line, grid, block, shared_bytes, stream,
                 &run_closure<P...>, &c);
+}
+
+/* ---- the driver API's launches (kemu_driver.h) ---- */
+
+/* A kernel's parameters as CUDA lays them out in a launch's buffer: each at the next
+ * multiple of its alignment. */
+template <typename... P> struct ParamLayout {
+    static constexpr std::size_t n = sizeof...(P);
+    static constexpr std::array<std::size_t, n> sizes{{sizeof(typename std::decay<P>::type)...}};
+    static constexpr std::array<std::size_t, n> aligns{{alignof(typename std::decay<P>::type)...}};
+    static constexpr std::array<std::size_t, n> offsets_()
+    {
+        std::array<std::size_t, n> o{};
+        std::size_t at = 0;
+        for (std::size_t i = 0; i < n; i++) {
+            at = (at + aligns[i] - 1) / aligns[i] * aligns[i];
+            o[i] = at;
+            at += sizes[i];
+        }
+        return o;
+    }
+    static constexpr std::array<std::size_t, n> offsets = offsets_();
+    static constexpr std::size_t bytes = n ? offsets[n ? n - 1 : 0] + sizes[n ? n - 1 : 0] : 0;
+};
+
+/* The values params[i] point at, as the kernel's parameter types (copied: a buffer's
+ * values need not be aligned). */
+template <typename... P, std::size_t... I> inline std::tuple<typename std::decay<P>::type...> read_params(void *const *params, std::index_sequence<I...>)
+{
+    std::tuple<typename std::decay<P>::type...> t;
+    (void)params;
+    ((void)std::memcpy(&std::get<I>(t), params[I], sizeof(std::get<I>(t))), ...);
+    return t;
+}
+
+/* kemu_kernel's launcher for a kernel of parameters P...: the launch path of launch()
+ * above, from an array of pointers to the values. */
+template <typename... P>
+cudaError_t launch_params(const void *kernel, const char *name, void *const *params, dim3 grid, dim3 block, size_t shared_bytes,
+                          cudaStream_t stream)
+{
+    Closure<P...> c{reinterpret_cast<void (*)(P...)>(const_cast<void *>(kernel)), read_params<P...>(params, std::index_sequence_for<P...>{})};
+    int bad = first_bad_pointer(c.args, std::index_sequence_for<P...>{});
+    if (bad) {
+        char what[160];
+        snprintf(what, sizeof what, "argument %d is a pointer to memory from neither cudaMalloc nor cudaMallocHost (a GPU cannot read it)", bad);
+        kemu_report_launch_error(cudaErrorIllegalAddress, name, "cuLaunchKernel", 0, what);
+        return cudaErrorIllegalAddress;
+    }
+    return kemu_launch(kernel, name, "cuLaunchKernel", 0, grid, block, shared_bytes, stream, &run_closure<P...>, &c);
+}
+
+/* A module's entry for kernel, found by cuModuleGetFunction under name (for a template's
+ * instance, as NVRTC's name expression spells it: "sum<float>"). */
+template <typename... P> inline kemu_kernel kernel_entry(void (*kernel)(P...), const char *name)
+{
+    using L = ParamLayout<P...>;
+    return kemu_kernel{name, reinterpret_cast<const void *>(kernel), (int)L::n, L::sizes.data(), L::offsets.data(), L::bytes, &launch_params<P...>};
 }
 
 } // namespace kemu

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../emu/kemu_driver.h"
 #include "../emu/kemu_runtime.h"
 #include "cuda/kernels.h"
 #include "support.h"
@@ -521,4 +522,80 @@ Test(cuda_emu_program, example_builds_and_runs_in_every_order)
                                          "launch failure");
     sb_free(&out);
     support_remove_dir(dir);
+}
+
+/* ---- the driver API: modules, functions by name, launches (kemu_driver.h) ------------- */
+
+Test(cuda_emu_misuse, driver_api_modules_functions_and_launches)
+{
+    CUmodule m;
+    cr_assert_eq(cuModuleLoadData(&m, kt_driver_image()), CUDA_SUCCESS);
+    CUfunction axpy, fill, none;
+    cr_assert_eq(cuModuleGetFunction(&axpy, m, "kt_drv_axpy"), CUDA_SUCCESS);
+    cr_assert_eq(cuModuleGetFunction(&fill, m, "kt_drv_fill<double>"), CUDA_SUCCESS);
+    cr_expect_eq(cuModuleGetFunction(&none, m, "kt_drv_nothing"), CUDA_ERROR_NOT_FOUND);
+    expect_has(kemu_last_error_message(), "no kernel 'kt_drv_nothing' in the module");
+    cr_expect_eq(cudaGetLastError(), cudaSuccess, "a driver call's failure is not the runtime's last error");
+
+    enum { N = 1000 };
+    float hx[N], hy[N];
+    for (int i = 0; i < N; i++) hx[i] = (float)i, hy[i] = 1;
+    float *x, *y;
+    cr_assert_eq(cudaMalloc((void **)&x, sizeof hx), cudaSuccess);
+    cr_assert_eq(cudaMalloc((void **)&y, sizeof hy), cudaSuccess);
+    cudaMemcpy(x, hx, sizeof hx, cudaMemcpyHostToDevice);
+    cudaMemcpy(y, hy, sizeof hy, cudaMemcpyHostToDevice);
+    /* an array of pointers to the arguments */
+    int n = N;
+    float a = 2;
+    void *params[] = {&n, &a, &x, &y};
+    cr_expect_eq(cuLaunchKernel(axpy, 3, 1, 1, 128, 1, 1, 0, NULL, params, NULL), CUDA_SUCCESS);
+    /* one buffer: int at 0, float at 4, the pointers at 8 and 16 */
+    char buf[24];
+    memcpy(buf, &n, 4), memcpy(buf + 4, &a, 4), memcpy(buf + 8, &x, 8), memcpy(buf + 16, &y, 8);
+    size_t size = sizeof buf;
+    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+    cr_expect_eq(cuLaunchKernel(axpy, 2, 1, 1, 256, 1, 1, 0, NULL, NULL, extra), CUDA_SUCCESS);
+    cudaMemcpy(hy, y, sizeof hy, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < N; i++) cr_expect_eq(hy[i], 1.0f + 4.0f * (float)i, "y[%d] = %g", i, hy[i]);
+    /* a template's instance */
+    double *d, hd[N], v = 0.25;
+    cr_assert_eq(cudaMalloc((void **)&d, sizeof hd), cudaSuccess);
+    void *fparams[] = {&d, &v, &n};
+    cr_expect_eq(cuLaunchKernel(fill, 4, 1, 1, 64, 1, 1, 0, NULL, fparams, NULL), CUDA_SUCCESS);
+    cudaMemcpy(hd, d, sizeof hd, cudaMemcpyDeviceToHost);
+    cr_expect(hd[0] == 0.25 && hd[N - 1] == 0.25);
+
+    /* what the launch checks, each with the kernel's name */
+    size = 20; /* a buffer of another size: another kernel, or another build of it */
+    cr_expect_eq(cuLaunchKernel(axpy, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, extra), CUDA_ERROR_INVALID_VALUE);
+    expect_has(kemu_last_error_message(), "cuLaunchKernel('kt_drv_axpy'): the parameter buffer has 20 bytes, the kernel's 4 parameters take 24");
+    cr_expect_eq(cuLaunchKernel(axpy, 1, 1, 1, 32, 1, 1, 0, NULL, params, extra), CUDA_ERROR_INVALID_VALUE);
+    cr_expect_eq(cuLaunchKernel(axpy, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_INVALID_VALUE);
+    cr_expect_eq(cuLaunchKernel(axpy, 1, 1, 1, 2048, 1, 1, 0, NULL, params, NULL), CUDA_ERROR_INVALID_VALUE); /* over 1024 threads */
+    expect_has(kemu_last_error_message(), "kernel 'kt_drv_axpy'");
+    void *nparams[] = {&n, NULL, &x, &y};
+    cr_expect_eq(cuLaunchKernel(axpy, 1, 1, 1, 32, 1, 1, 0, NULL, nparams, NULL), CUDA_ERROR_INVALID_VALUE);
+    expect_has(kemu_last_error_message(), "kernelParams[1] is NULL");
+    cr_expect_eq(cudaGetLastError(), cudaSuccess);
+
+    /* a GPU's image is not the emulator's module; a module's functions and its unloading */
+    static const char cubin[64] = "\177ELF";
+    CUmodule bad;
+    cr_expect_eq(cuModuleLoadData(&bad, cubin), CUDA_ERROR_INVALID_IMAGE);
+    expect_has(kemu_last_error_message(), "not an emulator module");
+    const char *name;
+    cr_expect_eq(cuGetErrorName(CUDA_ERROR_NOT_FOUND, &name), CUDA_SUCCESS);
+    cr_expect_str_eq(name, "CUDA_ERROR_NOT_FOUND");
+    /* a host pointer for a kernel: an illegal address, sticky as a GPU's fault is */
+    float host[4];
+    float *hp = host;
+    void *hparams[] = {&n, &a, &hp, &y};
+    cr_expect_eq(cuLaunchKernel(axpy, 1, 1, 1, 32, 1, 1, 0, NULL, hparams, NULL), CUDA_ERROR_ILLEGAL_ADDRESS);
+    expect_has(kemu_last_error_message(), "kernel 'kt_drv_axpy'");
+    expect_has(kemu_last_error_message(), "argument 3 is a pointer to memory from neither cudaMalloc nor cudaMallocHost");
+    cr_expect_eq(cudaGetLastError(), cudaErrorIllegalAddress);
+    cr_expect_eq(cuModuleUnload(m), CUDA_SUCCESS);
+    cr_expect_eq(cuModuleUnload(m), CUDA_ERROR_INVALID_HANDLE, "a module unloaded twice");
+    cr_expect_eq(cudaDeviceReset(), cudaSuccess);
 }

@@ -45,6 +45,7 @@ typedef unsigned long uintptr_t;
 #elif defined(KILN_CUDA_EMU)
 #include "../../emu/kemu_cublas.h"
 #include "../../emu/kemu_device.h"
+#include "../../emu/kemu_driver.h"
 #include "../../emu/kemu_runtime.h"
 #define KILN_CUDA_EMULATED 1
 #else

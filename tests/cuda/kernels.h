@@ -10,6 +10,11 @@
 extern "C" {
 #endif
 
+/* The emulator's module image of driver_api.cu's kernels (kemu_driver.h): kt_drv_axpy
+ * (int n, float a, const float *x, float *y: y = a x + y) and kt_drv_fill<double> (double *y,
+ * double v, int n). */
+const void *kt_driver_image(void);
+
 /* Sum of x[0..n) by kt_block_sum: grid blocks of block threads (a multiple of 32), then one
  * block over the partial sums. */
 int kt_sum(const float *x, int n, int grid, int block, float *sum);
