@@ -13,7 +13,7 @@
 
 #include "../runtime/rt_internal.h" /* the caches' bound */
 #include "cache_entry.h"
-#include "cuda_device.h"
+#include "../codegen/cuda_device.h"
 #include "pieces.h"
 
 const char *const cuda_report_arch[CUDA_REPORT_NARCH] = {"sm_80", "sm_90"};

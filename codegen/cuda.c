@@ -34,6 +34,7 @@
  * model line: never code that computes something else. Random numbers (dropout) are
  * kiln_rng.h's counter-based ones, drawn by element index as the C target draws them, in
  * every kind of kernel: the same masks. */
+#include "cuda_device.h"
 #include "cuda_internal.h"
 
 #include <stdio.h>
@@ -1334,6 +1335,10 @@ static int begin_file(Cg *c, const Graph *g, const Graph *train, const char *sou
               c->infer ? "\n *\n * An inference program's model (kiln build --infer): the evaluation step and the\n"
                          " * forward alone (the predict step), no training step" : "");
     if (partial) sb_puts(out, "/* Partial: kernels that --target cuda cannot write yet are left out (tests only). */\n");
+    else /* the module table at the end lists them */
+        sb_puts(out, "/* The kernels are launched by name, from the table at the end of this file: a program loads\n"
+                     " * them as a module and launches them through the driver API (docs/cuda.md). */\n"
+                     "#define KILN_CUDA_BY_NAME 1\n");
     sb_puts(out, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n#include \"kiln_cuda_model.h\"\n#include \"kiln_half.h\"\n"
                  "#include \"kiln_rng.h\"\n\n");
     sb_puts(out, "/* The leading dimension cuBLAS needs (runtime/kiln_gemm.h's, for the host). */\n"
@@ -1391,6 +1396,26 @@ static int begin_file(Cg *c, const Graph *g, const Graph *train, const char *sou
     return 0;
 }
 
+/* The end of a whole model.cu: its kernels by name (every __global__ function, a
+ * template's for each instance the host launches), the module a program loads them from
+ * (kiln_cuda.h's KILN_CUDA_MODULE). */
+static void emit_module_table(StrBuf *out)
+{
+    CudaDeviceSource s;
+    StrBuf err;
+    sb_init(&err);
+    const int rc = cuda_device_source(out->data ? out->data : "", out->len, "model.cu", &s, &err);
+    KILN_ASSERT_MSG(rc == 0, "codegen's own model.cu does not cut into device code: %s", err.data ? err.data : "");
+    sb_free(&err);
+    sb_puts(out, "\n/* The kernels by the names a program finds them under in its module: NVRTC's CUBIN on a\n"
+                 " * GPU, the table of the kernels compiled into a cuda-emu program. */\n"
+                 "#define KILN_MODEL_KERNELS(X) \\\n");
+    for (int i = 0; i < s.nkernel_names; i++) sb_printf(out, "    X(%s) \\\n", s.kernel_names[i]);
+    for (int i = 0; i < s.nnames; i++) sb_printf(out, "    X(%s) \\\n", s.names[i]);
+    sb_puts(out, "    /* end */\nKILN_CUDA_MODULE(KILN_MODEL_KERNELS);\n");
+    cuda_device_source_free(&s);
+}
+
 int codegen_cuda(const CodegenInput *in, StrBuf *out, StrBuf *err)
 {
     const Graph *train = in->train.graph, *decode = in->decode.graph;
@@ -1419,6 +1444,7 @@ int codegen_cuda(const CodegenInput *in, StrBuf *out, StrBuf *err)
         cg_prune_unused(out, 0, true);
         cg_share_cuda_kernels(out, &c.names);
         cg_names_apply(&c.names, out);
+        if (!partial) emit_module_table(out);
     }
     cg_names_free(&c.names);
     return rc;
@@ -1452,6 +1478,7 @@ int codegen_cuda_infer(const CodegenInput *in, StrBuf *out, StrBuf *err)
         cg_prune_unused(out, 0, true);
         cg_share_cuda_kernels(out, &c.names);
         cg_names_apply(&c.names, out);
+        emit_module_table(out);
     }
     cg_names_free(&c.names);
     return rc;

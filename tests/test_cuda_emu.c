@@ -599,3 +599,23 @@ Test(cuda_emu_misuse, driver_api_modules_functions_and_launches)
     cr_expect_eq(cuModuleUnload(m), CUDA_ERROR_INVALID_HANDLE, "a module unloaded twice");
     cr_expect_eq(cudaDeviceReset(), cudaSuccess);
 }
+
+/* A generated model.cu's launches (KILN_CUDA_BY_NAME): by name from the file's module table,
+ * through the driver API; a kernel the table lacks, or a launch out of range, is reported
+ * with the kernel's name and the model line. */
+Test(cuda_emu_misuse, launches_by_name_as_model_cu_does)
+{
+    enum { N = 300 };
+    float x[N], y[N];
+    for (int i = 0; i < N; i++) x[i] = (float)i;
+    cr_expect_eq(kt_by_name(x, N, 0.5f, 128, y), 0);
+    for (int i = 0; i < N; i++) cr_expect_eq(y[i], 0.5f * (float)i, "y[%d] = %g", i, y[i]);
+    cr_expect_eq(kt_by_name_missing(), 1);
+    char *err = captured_stderr();
+    expect_has(err, "error: kernel 'kt_bn_missing' (by_name.cu: missing) failed: named symbol not found (CUDA_ERROR_NOT_FOUND)");
+    cr_expect_eq(cudaGetLastError(), cudaSuccess);
+    cr_expect_eq(kt_by_name(x, N, 0.5f, 2048, y), 1); /* over 1024 threads a block */
+    expect_has(kemu_last_error_message(), "kernel 'kt_bn_scale'");
+    err = captured_stderr(); /* (what was written since the last read) */
+    expect_has(err, "error: kernel 'kt_bn_scale' (by_name.cu: scale) failed: invalid argument (CUDA_ERROR_INVALID_VALUE)");
+}

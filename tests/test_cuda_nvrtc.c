@@ -1,5 +1,5 @@
 /* test_cuda_nvrtc.c — the CUDA target's kernels through NVRTC in the kiln process
- * (driver/nvrtc.h, cli/cuda_device.h, cli/cuda_report.h), no GPU needed:
+ * (driver/nvrtc.h, codegen/cuda_device.h, cli/cuda_report.h), no GPU needed:
  *   - every model of models/ (training in fp32, bf16 and fp16, inference, a distributed
  *     program) has its device code cut out of model.cu and compiled by NVRTC for sm_80 and
  *     sm_90; every kernel of model.cu is in ptxas's report for both, none spills registers,
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cli/cuda_device.h"
+#include "../codegen/cuda_device.h"
 #include "../cli/cuda_report.h"
 #include "support.h"
 

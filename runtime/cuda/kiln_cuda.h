@@ -109,6 +109,21 @@ typedef unsigned long uintptr_t;
  * faults surface at the next synchronisation; the emulator runs kernels at launch). */
 #define KILN_LAUNCH(kernel, grid, block, shmem, stream, ...) \
     KILN_LAUNCH_AT(nullptr, kernel, grid, block, shmem, stream, __VA_ARGS__)
+#if defined(KILN_CUDA_EMU) && defined(KILN_CUDA_BY_NAME)
+/* A generated model.cu (KILN_CUDA_BY_NAME) under the emulator: the kernel is found by its
+ * name in the module of the file's kernels (KILN_CUDA_MODULE at its end), once per launch
+ * site, and launched through the driver API with its arguments in one buffer, converted to
+ * the parameters' types, as a GPU program launches NVRTC's kernels. */
+#define KILN_LAUNCH_AT(site, kernel, grid, block, shmem, stream, ...)                                                      \
+    do {                                                                                                                  \
+        kiln_cuda_last_kernel = #kernel;                                                                                  \
+        kiln_cuda_last_site = (site);                                                                                     \
+        static CUfunction kiln_cuda_fn_ = nullptr;                                                                        \
+        kiln_cuda_launch_by_name(&kiln_cuda_fn_, #kernel, (decltype(&kernel))nullptr, (site), __FILE__, __LINE__, (grid), \
+                                 (block), (shmem), (stream), __VA_ARGS__);                                                \
+        kiln_cuda_after_launch(#kernel, (site), __FILE__, __LINE__, (stream));                                            \
+    } while (0)
+#else
 #define KILN_LAUNCH_AT(site, kernel, grid, block, shmem, stream, ...)                 \
     do {                                                                             \
         kiln_cuda_last_kernel = #kernel;                                             \
@@ -116,6 +131,7 @@ typedef unsigned long uintptr_t;
         KILN_LAUNCH_RAW_(kernel, grid, block, shmem, stream, __VA_ARGS__);           \
         kiln_cuda_after_launch(#kernel, (site), __FILE__, __LINE__, (stream));       \
     } while (0)
+#endif
 
 /* ---- error checks ------------------------------------------------------------------ */
 
@@ -182,6 +198,77 @@ static inline void kiln_cuda_after_launch(const char *kernel, const char *site, 
             site ? site : "", site ? ")" : "", cudaGetErrorString(err), cudaGetErrorName(err));
     KILN_CUDA_ON_ERROR();
 }
+
+/* ---- model.cu's kernels as a module, launched by name -------------------------------- */
+
+/* KILN_CUDA_MODULE(LIST);  at the end of a generated model.cu, LIST(X) naming each kernel
+ * X(name): under the emulator, the module image a launch finds its kernel in (the table of
+ * the kernels compiled into the program, kemu_driver.h); for nvcc, nothing yet (its
+ * launches are <<<>>>'s until the GPU program loads NVRTC's CUBINs). */
+#if defined(KILN_CUDA_EMU) && defined(KILN_CUDA_BY_NAME)
+#include <cstring>
+#include <tuple>
+#include <utility>
+
+#define KILN_CUDA_MODULE_ENTRY_(kernel) kemu::kernel_entry(kernel, #kernel),
+#define KILN_CUDA_MODULE(list)                                                                                       \
+    static const kemu_kernel kiln_cuda_module_kernels_[] = {list(KILN_CUDA_MODULE_ENTRY_)};                           \
+    extern "C" const kemu_module_image kiln_cuda_model_module = {                                                     \
+        {'K', 'E', 'M', 'U', 'M', 'O', 'D', '1'}, (int)(sizeof kiln_cuda_module_kernels_ / sizeof *kiln_cuda_module_kernels_), \
+        kiln_cuda_module_kernels_}
+
+extern "C" const kemu_module_image kiln_cuda_model_module;
+
+/* The module of model.cu's kernels, loaded at the first launch. */
+static inline CUmodule kiln_cuda_module(void)
+{
+    static CUmodule module = nullptr;
+    if (!module && cuModuleLoadData(&module, &kiln_cuda_model_module) != CUDA_SUCCESS) module = nullptr;
+    return module;
+}
+
+template <typename Tuple, typename L, std::size_t... I> static inline void kiln_cuda_pack_(unsigned char *buf, const Tuple &t, std::index_sequence<I...>)
+{
+    (void)buf, (void)t;
+    ((void)std::memcpy(buf + L::offsets[I], &std::get<I>(t), L::sizes[I]), ...);
+}
+
+/* Finds the kernel (once: *fn caches it), packs the arguments as its parameters' types
+ * into one buffer and launches it; a failure names the kernel and the model line. */
+template <typename... P, typename... A>
+static inline void kiln_cuda_launch_by_name(CUfunction *fn, const char *name, void (*)(P...), const char *site, const char *file, int line, dim3 grid,
+                                            dim3 block, size_t shmem, cudaStream_t stream, A &&...args)
+{
+    static_assert(sizeof...(P) == sizeof...(A), "KILN_LAUNCH: wrong number of kernel arguments");
+    CUresult r = CUDA_SUCCESS;
+    if (!*fn) { /* the name as the module lists it: a template's without the parentheses around it */
+        char bare[256];
+        size_t n = strlen(name);
+        if (n >= 2 && name[0] == '(' && name[n - 1] == ')') name++, n -= 2;
+        snprintf(bare, sizeof bare, "%.*s", (int)n, name);
+        CUmodule module = kiln_cuda_module();
+        r = module ? cuModuleGetFunction(fn, module, bare) : CUDA_ERROR_INVALID_IMAGE;
+    }
+    if (r == CUDA_SUCCESS) {
+        using L = kemu::ParamLayout<P...>;
+        const std::tuple<typename std::decay<P>::type...> values(std::forward<A>(args)...);
+        alignas(16) unsigned char buf[L::bytes ? L::bytes : 1];
+        kiln_cuda_pack_<decltype(values), L>(buf, values, std::index_sequence_for<P...>{});
+        size_t size = L::bytes;
+        void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+        r = cuLaunchKernel(*fn, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, (CUstream)stream, nullptr, extra);
+    }
+    if (r == CUDA_SUCCESS) return;
+    const char *text = "", *code = "";
+    cuGetErrorString(r, &text);
+    cuGetErrorName(r, &code);
+    fprintf(stderr, "%s:%d: error: kernel '%s'%s%s%s failed: %s (%s)\n", file, line, name, site ? " (" : "", site ? site : "", site ? ")" : "",
+            text ? text : "", code ? code : "");
+    KILN_CUDA_ON_ERROR();
+}
+#else
+#define KILN_CUDA_MODULE(list) static_assert(true, "model.cu's kernels: launched directly")
+#endif
 
 #endif /* the host side */
 

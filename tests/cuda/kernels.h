@@ -14,6 +14,12 @@ extern "C" {
  * (int n, float a, const float *x, float *y: y = a x + y) and kt_drv_fill<double> (double *y,
  * double v, int n). */
 const void *kt_driver_image(void);
+/* by_name.cu, as a generated model.cu launches under the emulator (found by name in its
+ * module table): y = x * scale with blocks of `block` threads (a block over 1024 threads
+ * fails the launch); a kernel missing from the table. Each returns how many launch errors
+ * it reported. */
+int kt_by_name(const float *x, int n, float scale, int block, float *y);
+int kt_by_name_missing(void);
 
 /* Sum of x[0..n) by kt_block_sum: grid blocks of block threads (a multiple of 32), then one
  * block over the partial sums. */

@@ -101,15 +101,21 @@ int cuda_device_source(const char *s, size_t len, const char *file_name, CudaDev
         const char *l = s + i;
         const char *nl = memchr(l, '\n', len - i);
         const size_t next = nl ? (size_t)(nl - s) + 1 : len;
-        if (l[0] == '#') { /* the file's includes, but the C library's (kiln_cuda.h stands in) */
-            if (strncmp(l, "#include <", 10))
+        if (l[0] == '#') { /* the file's own includes (kiln_cuda.h stands in for the C library's); the other directives are the host's */
+            if (!strncmp(l, "#include \"", 10))
                 for (int k = 0; k < 2; k++) {
                     StrBuf *b = k ? &out->common : &out->text;
                     sb_printf(b, "#line %d \"%s\"\n", line, file_name);
                     sb_putn(b, l, next - i);
                 }
+            size_t end = next; /* and its continuation lines */
+            while (end >= 2 && end < len && s[end - 1] == '\n' && s[end - 2] == '\\') {
+                const char *n2 = memchr(s + end, '\n', len - end);
+                end = n2 ? (size_t)(n2 - s) + 1 : len;
+                line++;
+            }
             line++;
-            i = next;
+            i = end;
             continue;
         }
         if (!strncmp(l, "/*", 2)) { /* a comment between definitions */
@@ -147,6 +153,11 @@ int cuda_device_source(const char *s, size_t len, const char *file_name, CudaDev
             if (global && !is_template) {
                 out->kernels = xrealloc(out->kernels, (size_t)(out->nkernel_texts + 1) * sizeof *out->kernels);
                 out->kernels[out->nkernel_texts++] = sb_take(&piece);
+                char *kname = function_name(sig);
+                if (kname) {
+                    out->kernel_names = xrealloc(out->kernel_names, (size_t)(out->nkernel_names + 1) * sizeof *out->kernel_names);
+                    out->kernel_names[out->nkernel_names++] = kname;
+                }
             } else {
                 sb_putn(&out->common, piece.data, piece.len);
             }
@@ -180,6 +191,8 @@ void cuda_device_source_free(CudaDeviceSource *s)
     sb_free(&s->common);
     for (int i = 0; i < s->nkernel_texts; i++) free(s->kernels[i]);
     free(s->kernels);
+    for (int i = 0; i < s->nkernel_names; i++) free(s->kernel_names[i]);
+    free(s->kernel_names);
     for (int i = 0; i < s->nnames; i++) free(s->names[i]);
     free(s->names);
     memset(s, 0, sizeof *s);
