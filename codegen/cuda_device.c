@@ -92,6 +92,7 @@ int cuda_device_source(const char *s, size_t len, const char *file_name, CudaDev
     memset(out, 0, sizeof *out);
     sb_init(&out->text);
     sb_init(&out->common);
+    sb_init(&out->host);
     StrBuf host;
     sb_init(&host);
     char **templates = NULL;
@@ -112,9 +113,10 @@ int cuda_device_source(const char *s, size_t len, const char *file_name, CudaDev
             while (end >= 2 && end < len && s[end - 1] == '\n' && s[end - 2] == '\\') {
                 const char *n2 = memchr(s + end, '\n', len - end);
                 end = n2 ? (size_t)(n2 - s) + 1 : len;
-                line++;
             }
-            line++;
+            sb_printf(&out->host, "#line %d \"%s\"\n", line, file_name);
+            sb_putn(&out->host, l, end - i);
+            for (size_t k = i; k < end; k++) line += s[k] == '\n';
             i = end;
             continue;
         }
@@ -162,6 +164,12 @@ int cuda_device_source(const char *s, size_t len, const char *file_name, CudaDev
                 sb_putn(&out->common, piece.data, piece.len);
             }
             sb_free(&piece);
+            if (global) { /* the host declares it: its type gives a launch's parameters */
+                sb_printf(&out->host, "#line %d \"%s\"\n", line, file_name);
+                sb_puts(&out->host, sig);
+                while (out->host.len && (out->host.data[out->host.len - 1] == '\n' || out->host.data[out->host.len - 1] == ' ')) out->host.len--;
+                sb_puts(&out->host, ";\n");
+            }
             char *name = global && is_template ? function_name(sig) : NULL;
             if (name) {
                 out->ntemplates++;
@@ -170,6 +178,8 @@ int cuda_device_source(const char *s, size_t len, const char *file_name, CudaDev
             }
         } else {
             sb_putn(&host, l, end - i);
+            sb_printf(&out->host, "#line %d \"%s\"\n", line, file_name);
+            sb_putn(&out->host, l, end - i);
         }
         free(sig);
         for (size_t k = i; k < end; k++) line += s[k] == '\n';
@@ -189,6 +199,7 @@ void cuda_device_source_free(CudaDeviceSource *s)
 {
     sb_free(&s->text);
     sb_free(&s->common);
+    sb_free(&s->host);
     for (int i = 0; i < s->nkernel_texts; i++) free(s->kernels[i]);
     free(s->kernels);
     for (int i = 0; i < s->nkernel_names; i++) free(s->kernel_names[i]);

@@ -23,6 +23,9 @@ typedef struct {
     char **names;  /* the template kernels' instances the host launches */
     char **kernel_names; /* the other kernels', in the file's order */
     int nkernel_names;
+    /* the host source: the file without its __device__ functions, each kernel declared
+     * rather than defined, for a C++ compiler (kiln_cuda.h's KILN_CUDA_DRIVER) */
+    StrBuf host;
     int nnames;
     int nkernels;   /* __global__ definitions (a template counts once) */
     int ntemplates; /* of which templates */

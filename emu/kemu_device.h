@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "../runtime/cuda/kiln_cuda_params.h"
 #include "kemu_driver.h"
 #include "kemu_runtime.h"
 #include "kemu_thread.h"
@@ -121,27 +122,6 @@ inline void launch(void (*kernel)(P...), const char *name, const char *file, int
 
 /* ---- the driver API's launches (kemu_driver.h) ---- */
 
-/* A kernel's parameters as CUDA lays them out in a launch's buffer: each at the next
- * multiple of its alignment. */
-template <typename... P> struct ParamLayout {
-    static constexpr std::size_t n = sizeof...(P);
-    static constexpr std::array<std::size_t, n> sizes{{sizeof(typename std::decay<P>::type)...}};
-    static constexpr std::array<std::size_t, n> aligns{{alignof(typename std::decay<P>::type)...}};
-    static constexpr std::array<std::size_t, n> offsets_()
-    {
-        std::array<std::size_t, n> o{};
-        std::size_t at = 0;
-        for (std::size_t i = 0; i < n; i++) {
-            at = (at + aligns[i] - 1) / aligns[i] * aligns[i];
-            o[i] = at;
-            at += sizes[i];
-        }
-        return o;
-    }
-    static constexpr std::array<std::size_t, n> offsets = offsets_();
-    static constexpr std::size_t bytes = n ? offsets[n ? n - 1 : 0] + sizes[n ? n - 1 : 0] : 0;
-};
-
 /* The values params[i] point at, as the kernel's parameter types (copied: a buffer's
  * values need not be aligned). */
 template <typename... P, std::size_t... I> inline std::tuple<typename std::decay<P>::type...> read_params(void *const *params, std::index_sequence<I...>)
@@ -173,7 +153,7 @@ cudaError_t launch_params(const void *kernel, const char *name, void *const *par
  * instance, as NVRTC's name expression spells it: "sum<float>"). */
 template <typename... P> inline kemu_kernel kernel_entry(void (*kernel)(P...), const char *name)
 {
-    using L = ParamLayout<P...>;
+    using L = kiln_cuda_params<P...>;
     return kemu_kernel{name, reinterpret_cast<const void *>(kernel), (int)L::n, L::sizes.data(), L::offsets.data(), L::bytes, &launch_params<P...>};
 }
 

@@ -10,7 +10,9 @@
  *     changed kernel recompiles its piece (and the next, when its boundary moved);
  *   - the device source keeps model.cu's line numbers (NVRTC's errors name model.cu's
  *     lines), and a file it cannot cut is an error, not a crash;
- *   - ptxas's report is read as ptxas writes it.
+ *   - ptxas's report is read as ptxas writes it;
+ *   - model.cu's host source (its kernels declared, launched by name through the driver
+ *     API: kiln_cuda.h's KILN_CUDA_DRIVER) compiles as C++ against the toolkit's headers.
  * The sanitizer build compiles mlp alone: NVRTC's verdict is not the sanitizers' business. */
 #include <criterion/criterion.h>
 
@@ -271,4 +273,50 @@ Test(cuda_nvrtc, ptxas_report_is_read_as_ptxas_writes_it)
     nvrtc_report_free(v, n);
     cr_expect_eq(nvrtc_report("", &v), 0);
     nvrtc_report_free(v, 0);
+}
+
+/* The host half of a GPU program whose kernels NVRTC compiles: model.cu without its device
+ * functions, the kernels declared, compiled by the host C++ compiler against the toolkit's
+ * headers with KILN_CUDA_DRIVER (kiln_cuda.h: launches by name through cuLaunchKernel). */
+Test(cuda_nvrtc, host_source_compiles_against_the_driver_api, .timeout = 600)
+{
+    if (!have_nvrtc()) cr_skip_test("no CUDA toolkit");
+    if (!SUPPORT_RUN_NVCC) cr_skip_test("the sanitizer build: the host compiler's verdict is the plain build's");
+    static const struct {
+        const char *model, *flags;
+    } cases[] = {{"mlp", ""}, {"cnn", "--precision bf16"}, {"gpt", ""}, {"gpt", "--infer"}, {"llama", "--precision fp16"}};
+    char dir[] = "/tmp/kiln-nvrtch-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    StrBuf inc;
+    sb_init(&inc);
+    for (const char *p = KILN_CUDA_INCLUDE_DIRS; *p;) { /* CMake's list: ';' between */
+        size_t n = strcspn(p, ";");
+        if (n) sb_printf(&inc, "-I'%.*s' ", (int)n, p);
+        p += n + (p[n] == ';');
+    }
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        size_t len;
+        char *text = emit_cuda(cases[c].model, cases[c].flags, &len);
+        CudaDeviceSource s;
+        StrBuf err, out;
+        sb_init(&err);
+        sb_init(&out);
+        cr_assert_eq(cuda_device_source(text, len, "model.cu", &s, &err), 0, "%s", err.data);
+        cr_expect(!strstr(s.host.data, "__device__"), "%s %s: a device function in the host source", cases[c].model, cases[c].flags);
+        char path[256], cmd[2048];
+        snprintf(path, sizeof path, "%s/host%zu.cpp", dir, c);
+        FILE *f = fopen(path, "w");
+        cr_assert(f);
+        fwrite(s.host.data, 1, s.host.len, f);
+        fclose(f);
+        snprintf(cmd, sizeof cmd, "'%s' -std=c++17 -fsyntax-only -Wall -Werror -DKILN_CUDA_DRIVER -I'%s/runtime/cuda' -I'%s/runtime' %s '%s' 2>&1", KILN_CXX,
+                 KILN_SOURCE_DIR, KILN_SOURCE_DIR, inc.data ? inc.data : "", path);
+        cr_expect_eq(support_run(cmd, &out), 0, "%s %s: the host source does not compile:\n%s", cases[c].model, cases[c].flags, out.data ? out.data : "");
+        cuda_device_source_free(&s);
+        sb_free(&err);
+        sb_free(&out);
+        free(text);
+    }
+    sb_free(&inc);
+    support_remove_dir(dir);
 }

@@ -53,6 +53,18 @@ typedef unsigned long uintptr_t;
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #define KILN_CUDA_EMULATED 0
+#if defined(KILN_CUDA_DRIVER) && !defined(__CUDACC__)
+/* The host half of a program whose kernels NVRTC compiled: model.cu's host source
+ * (codegen/cuda_device.h), compiled as C++, declares the kernels and launches them by name
+ * through the driver API. */
+#include <cuda.h>
+#undef __global__
+#define __global__
+#undef __device__
+#define __device__
+#undef __launch_bounds__
+#define __launch_bounds__(...)
+#endif
 #endif
 
 #define KILN_WARP_SIZE 32
@@ -109,8 +121,12 @@ typedef unsigned long uintptr_t;
  * faults surface at the next synchronisation; the emulator runs kernels at launch). */
 #define KILN_LAUNCH(kernel, grid, block, shmem, stream, ...) \
     KILN_LAUNCH_AT(nullptr, kernel, grid, block, shmem, stream, __VA_ARGS__)
-#if defined(KILN_CUDA_EMU) && defined(KILN_CUDA_BY_NAME)
-/* A generated model.cu (KILN_CUDA_BY_NAME) under the emulator: the kernel is found by its
+#if (defined(KILN_CUDA_EMU) && defined(KILN_CUDA_BY_NAME)) || (defined(KILN_CUDA_DRIVER) && !defined(__CUDACC__))
+#define KILN_CUDA_LAUNCH_BY_NAME_ 1
+#endif
+#if defined(KILN_CUDA_LAUNCH_BY_NAME_)
+/* A generated model.cu (KILN_CUDA_BY_NAME) under the emulator, or its host source in a GPU
+ * program whose kernels NVRTC compiled (KILN_CUDA_DRIVER): the kernel is found by its
  * name in the module of the file's kernels (KILN_CUDA_MODULE at its end), once per launch
  * site, and launched through the driver API with its arguments in one buffer, converted to
  * the parameters' types, as a GPU program launches NVRTC's kernels. */
@@ -203,13 +219,18 @@ static inline void kiln_cuda_after_launch(const char *kernel, const char *site, 
 
 /* KILN_CUDA_MODULE(LIST);  at the end of a generated model.cu, LIST(X) naming each kernel
  * X(name): under the emulator, the module image a launch finds its kernel in (the table of
- * the kernels compiled into the program, kemu_driver.h); for nvcc, nothing yet (its
- * launches are <<<>>>'s until the GPU program loads NVRTC's CUBINs). */
-#if defined(KILN_CUDA_EMU) && defined(KILN_CUDA_BY_NAME)
+ * the kernels compiled into the program, kemu_driver.h); in a GPU program's host source
+ * (KILN_CUDA_DRIVER), nothing: its module is NVRTC's CUBIN (kiln_cuda_module); for nvcc,
+ * nothing either (its launches are <<<>>>'s). */
+#if defined(KILN_CUDA_LAUNCH_BY_NAME_)
 #include <cstring>
 #include <tuple>
 #include <utility>
 
+#include "kiln_cuda_params.h"
+#endif
+
+#if defined(KILN_CUDA_EMU) && defined(KILN_CUDA_BY_NAME)
 #define KILN_CUDA_MODULE_ENTRY_(kernel) kemu::kernel_entry(kernel, #kernel),
 #define KILN_CUDA_MODULE(list)                                                                                       \
     static const kemu_kernel kiln_cuda_module_kernels_[] = {list(KILN_CUDA_MODULE_ENTRY_)};                           \
@@ -226,7 +247,14 @@ static inline CUmodule kiln_cuda_module(void)
     if (!module && cuModuleLoadData(&module, &kiln_cuda_model_module) != CUDA_SUCCESS) module = nullptr;
     return module;
 }
+#elif defined(KILN_CUDA_LAUNCH_BY_NAME_)
+#define KILN_CUDA_MODULE(list) static_assert(true, "model.cu's kernels: NVRTC's CUBIN")
+/* The GPU program's module: the CUBIN NVRTC made for the device's compute capability
+ * (defined beside the embedded CUBINs by the build), loaded at the first launch. */
+extern "C" CUmodule kiln_cuda_module(void);
+#endif
 
+#if defined(KILN_CUDA_LAUNCH_BY_NAME_)
 template <typename Tuple, typename L, std::size_t... I> static inline void kiln_cuda_pack_(unsigned char *buf, const Tuple &t, std::index_sequence<I...>)
 {
     (void)buf, (void)t;
@@ -250,7 +278,7 @@ static inline void kiln_cuda_launch_by_name(CUfunction *fn, const char *name, vo
         r = module ? cuModuleGetFunction(fn, module, bare) : CUDA_ERROR_INVALID_IMAGE;
     }
     if (r == CUDA_SUCCESS) {
-        using L = kemu::ParamLayout<P...>;
+        using L = kiln_cuda_params<P...>;
         const std::tuple<typename std::decay<P>::type...> values(std::forward<A>(args)...);
         alignas(16) unsigned char buf[L::bytes ? L::bytes : 1];
         kiln_cuda_pack_<decltype(values), L>(buf, values, std::index_sequence_for<P...>{});
@@ -266,7 +294,7 @@ static inline void kiln_cuda_launch_by_name(CUfunction *fn, const char *name, vo
             text ? text : "", code ? code : "");
     KILN_CUDA_ON_ERROR();
 }
-#else
+#elif !defined(KILN_CUDA_MODULE)
 #define KILN_CUDA_MODULE(list) static_assert(true, "model.cu's kernels: launched directly")
 #endif
 
