@@ -279,8 +279,10 @@ static int data_flag(const char *flag, const char *v)
     if (set_file(eval ? &OPT.r.eval_data_files : &OPT.r.data_files, eval ? OPT.eval_files : OPT.data_files, v, (size_t)(eq - v), eq + 1))
         return tm_die("too many options"), 2;
     /* Eval files given by flag replace a val split too: the recipe then has eval_data (read
-     * by the files' content, whatever the call). */
+     * by the files' content, whatever the call); training files given to a model whose
+     * recipe names no data are its data likewise. */
     if (eval && OPT.r.eval_data == KILN_RECIPE_CALL_NONE) OPT.r.eval_data = KILN_RECIPE_CALL_eval_data_idx;
+    if (!eval && OPT.r.data == KILN_RECIPE_CALL_NONE) OPT.r.data = KILN_RECIPE_CALL_data_idx;
     return 0;
 }
 

@@ -879,3 +879,35 @@ Test(run, padding_idx_row_starts_at_zero_and_stays)
     krt_safetensors_free(st);
     sb_free(&out);
 }
+
+/* ---- data given by flag ---- */
+
+/* A model whose train section names no data trains on the files --data gives (as a model
+ * whose recipe names some trains on others); without them it says what is missing. */
+Test(run, a_recipe_without_data_trains_on_the_data_flags)
+{
+    write_data();
+    static const char text[] = "model nodata\n"
+                               "fc = Linear(4, 3)\n"
+                               "forward(x: u8[B, 4]) -> logits {\n"
+                               "    logits = fc(f32(x) / 255)\n"
+                               "}\n"
+                               "loss(logits, y: u8[B]) = cross_entropy(logits, y)\n"
+                               "train {\n"
+                               "    optimizer = AdamW(lr = 0.01)\n"
+                               "    batch = 4\n"
+                               "}\n";
+    put("nodata.kiln", text, sizeof text - 1);
+    StrBuf out;
+    sb_init(&out);
+    char args[512];
+    snprintf(args, sizeof args, "build %s -o %s", at("nodata.kiln"), at("nodata"));
+    cr_assert_eq(support_run_kiln(args, &out), 0, "kiln build failed:\n%s", out.data);
+    expect_error("./nodata --steps 2 --checkpoint-dir ck", "the model file's train section has no `data = ...`, and no --data was given");
+    out.len = 0;
+    int rc = run("./nodata --data x=x.idx --data y=y.idx --steps 2 --checkpoint-dir ck", &out);
+    cr_expect_eq(rc, 0, "%s", out.data);
+    cr_expect(out.data && strstr(out.data, "step 2/2"), "%s", out.data);
+    cr_expect(exists("ck/latest"), "no checkpoint:\n%s", out.data);
+    sb_free(&out);
+}
