@@ -11,7 +11,9 @@
 #   bench/chain.sh --write N FILE           only write the model file for N layers
 #
 # Prints one line per N (wall seconds, `/usr/bin/time`-style max RSS of the build) and the
-# per-pass times of `kiln build --time-passes` to out/bench-chain/N.passes.
+# per-pass times of `kiln build --time-passes` to out/bench-chain/N.passes. Every build is
+# cold: its object cache is a fresh directory (a second run would otherwise read every
+# piece from the cache).
 set -euo pipefail
 
 write_chain() { # N FILE
@@ -50,7 +52,8 @@ for n in $sizes; do
     t0=$(date +%s.%N)
     "$kiln" emit "$f" -o "$work/emit$n" >/dev/null 2>&1
     t1=$(date +%s.%N)
-    /usr/bin/time -f '%M' -o "$work/rss$n" "$kiln" build "$f" -o "$work/prog$n" --time-passes >"$work/$n.passes" 2>&1
+    rm -rf "$work/cache"
+    XDG_CACHE_HOME="$PWD/$work/cache" /usr/bin/time -f '%M' -o "$work/rss$n" "$kiln" build "$f" -o "$work/prog$n" --time-passes >"$work/$n.passes" 2>&1
     t2=$(date +%s.%N)
     printf '%8d %10.2f %10.2f %12.0f\n' "$n" "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)" "$(echo "$(tail -1 "$work/rss$n") / 1024" | bc)"
 done

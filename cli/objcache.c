@@ -293,6 +293,7 @@ void objcache_describe(const ObjResult *r, StrBuf *out)
     sb_printf(out, "compiled %d of %d piece%s (%d cached)", r->compiled, r->npieces, r->npieces == 1 ? "" : "s", r->cached);
     if (!r->compiled) return;
     sb_printf(out, ": %d of %d kernel pieces", r->kernels_compiled, r->kernel_pieces);
+    if (r->step_pieces) sb_printf(out, ", %d of %d pieces of the steps' parts", r->step_compiled, r->step_pieces);
     if (r->recipe_compiled) sb_puts(out, ", the recipe");
     if (r->host_compiled) sb_puts(out, ", the host code");
 }
@@ -429,6 +430,7 @@ static int queue_piece(Pool *p, const PieceSet *ps, int i, ObjResult *r, StrBuf 
     }
     p->order[p->norder++] = i;
     if (pc->kind == PIECE_KERNELS) r->kernels_compiled++;
+    else if (pc->kind == PIECE_STEP) r->step_compiled++;
     else if (pc->kind == PIECE_RECIPE) r->recipe_compiled = true;
     else r->host_compiled = true;
     return 0;
@@ -473,10 +475,13 @@ int objcache_compile(const char *model_c, size_t len, const ObjOptions *o, ObjRe
     /* the kernels' and the host code's pieces start from the precompiled header (Clang
      * inside kiln); the recipe's includes kiln_model.h alone, quicker without it */
     p.with_pch = xcalloc((size_t)n, sizeof *p.with_pch);
-    for (int i = 0; i < n; i++) p.with_pch[i] = !o->cc && ps.includes && (ps.v[i].kind == PIECE_KERNELS || ps.v[i].kind == PIECE_HOST);
+    for (int i = 0; i < n; i++) p.with_pch[i] = !o->cc && ps.includes && (ps.v[i].kind == PIECE_KERNELS || ps.v[i].kind == PIECE_STEP || ps.v[i].kind == PIECE_HOST);
     char **entry = xcalloc((size_t)n, sizeof *entry);
     int rc = 0;
-    for (int i = 0; i < n; i++) r->kernel_pieces += ps.v[i].kind == PIECE_KERNELS;
+    for (int i = 0; i < n; i++) {
+        r->kernel_pieces += ps.v[i].kind == PIECE_KERNELS;
+        r->step_pieces += ps.v[i].kind == PIECE_STEP;
+    }
     /* Which pieces are in the cache: those are read while the others compile. An entry
      * that turns out unreadable (damaged, or evicted by another build meanwhile) is
      * compiled after them. */

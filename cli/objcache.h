@@ -33,6 +33,7 @@ typedef struct {
     int compiled, cached;  /* pieces compiled, and taken from the cache */
     int kernels_compiled;  /* kernel pieces compiled, of kernel_pieces */
     int kernel_pieces, npieces;
+    int step_compiled, step_pieces; /* pieces of a step's parts (a step of over 256 kernels) */
     bool recipe_compiled, host_compiled; /* (or the whole file, when it was one piece) */
 } ObjResult;
 

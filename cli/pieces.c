@@ -139,6 +139,64 @@ static void whole(const char *model_c, size_t len, PieceSet *out)
     add_piece(out, PIECE_WHOLE, &b, 0);
 }
 
+/* The step's parts in the host text (codegen/host.c splits a step of over 256 kernels into
+ * noinline functions `static void <step>_step_partN(kiln_step_io *io)`): a 10,000-layer
+ * chain's host code was one piece of 200 parts, 25 s of one core. Moves each part, with
+ * its leading comment, to *parts (made visible to the host piece), and puts its declaration
+ * among the host's prototypes (*protos). */
+static const char part_sig[] = "__attribute__((noinline)) static void ";
+
+static void take_step_parts(StrBuf *host, StrBuf *protos, PieceSet *out, const StrBuf *header, int split)
+{
+    if (!host->data || !strstr(host->data, "_step_part")) return;
+    StrBuf h, cur;
+    sb_init(&h);
+    sb_init(&cur);
+    int ncur = 0;
+    const char *copied = host->data, *end = host->data + host->len;
+    for (const char *p = host->data; p < end;) {
+        const char *open = NULL;
+        if (!strncmp(p, part_sig, sizeof part_sig - 1)) {
+            const char *paren = strstr(p, "(kiln_step_io *io)\n{\n"), *nl = strchr(p, '\n');
+            const char *name = p + sizeof part_sig - 1;
+            if (paren && paren < nl && strstr(name, "_step_part") && strstr(name, "_step_part") < paren) open = paren;
+        }
+        if (!open) {
+            p = next_line(p, end);
+            continue;
+        }
+        const char *close = strstr(open, "\n}\n");
+        if (!close) break;
+        const char *start = comment_start(copied, p), *stop = close + 3;
+        const char *name = p + sizeof part_sig - 1;
+        sb_putn(&h, copied, (size_t)(start - copied));
+        copied = stop;
+        sb_printf(protos, "KILN_KERNEL void %.*s(kiln_step_io *io);\n", (int)(open - name), name);
+        if (!cur.len) sb_putn(&cur, header->data, header->len);
+        sb_putn(&cur, start, (size_t)(p - start));
+        sb_puts(&cur, "__attribute__((noinline)) KILN_KERNEL void ");
+        sb_putn(&cur, name, (size_t)(stop - name));
+        sb_putc(&cur, '\n');
+        ncur++;
+        /* the boundary, as the kernels' (a group's end chosen by its own code) */
+        size_t n;
+        char *code = pieces_strip_comments(p, (size_t)(stop - p), &n);
+        uint64_t hh[2] = {0, 0};
+        pieces_hash128(code, n, hh);
+        free(code);
+        if (split <= 1 || hh[0] % (uint64_t)split == 0 || ncur >= PIECES_MAX_STEP_PARTS) {
+            add_piece(out, PIECE_STEP, &cur, 0);
+            ncur = 0;
+        }
+        p = stop;
+    }
+    if (ncur) add_piece(out, PIECE_STEP, &cur, 0);
+    sb_putn(&h, copied, (size_t)(end - copied));
+    sb_free(host);
+    sb_free(&cur);
+    *host = h;
+}
+
 /* The recipe's definitions in the host text: `static const ... recipe...` at the start of
  * a line, each up to its "\n};\n". Moves them to *recipe (the struct made visible to the
  * host piece) and puts the struct's declaration in the host in their place. */
@@ -255,6 +313,16 @@ static void split_text(const char *model_c, size_t len, int split, PieceSet *out
     }
     if (ncur) add_piece(out, PIECE_KERNELS, &cur, ncur);
     sb_putn(&host, copied, (size_t)(end - copied));
+    /* the step's parts, after the kernels: they call them (their prototypes come first) */
+    StrBuf part_header;
+    sb_init(&part_header);
+    sb_putn(&part_header, header.data, header.len);
+    if (protos.len) {
+        sb_puts(&part_header, "/* the kernels, compiled in the other pieces */\n");
+        sb_putn(&part_header, protos.data, protos.len);
+    }
+    take_step_parts(&host, &protos, out, &part_header, PIECES_SPLIT_STEP_PARTS);
+    sb_free(&part_header);
     StrBuf recipe;
     sb_init(&recipe);
     take_recipe(&host, &recipe);
@@ -271,7 +339,7 @@ static void split_text(const char *model_c, size_t len, int split, PieceSet *out
     sb_init(&h);
     sb_putn(&h, header.data, header.len);
     if (protos.len) {
-        sb_puts(&h, "/* the kernels, compiled in the other pieces */\n");
+        sb_puts(&h, "/* the kernels and the step's parts, compiled in the other pieces */\n");
         sb_putn(&h, protos.data, protos.len);
     }
     sb_putn(&h, host.data, host.len);

@@ -40,8 +40,9 @@ typedef struct {
     int32_t *ndeps, *capdeps;
     bool *has_rows; /* has row or total members: its axes are fixed */
     Users users;
-    /* DFS marks */
-    int32_t *mark;
+    /* DFS marks, and the walk's stack (one per kernel at most; kept between walks: a
+     * 40,000-layer chain asks hundreds of thousands of times) */
+    int32_t *mark, *stack;
     int32_t stamp;
 } Fuser;
 
@@ -130,6 +131,7 @@ static int32_t new_kernel(Fuser *f, KernelKind kind, NodeId anchor, const Shape 
         f->capdeps = xrealloc(f->capdeps, n * sizeof *f->capdeps);
         f->has_rows = xrealloc(f->has_rows, n * sizeof *f->has_rows);
         f->mark = xrealloc(f->mark, n * sizeof *f->mark);
+        f->stack = xrealloc(f->stack, n * sizeof *f->stack);
     }
     int32_t k = p->nkernels++;
     p->kernels[k] = (Kernel){.kind = (uint8_t)kind, .anchor = anchor, .shape = *shape, .axes = axes, .written = IR_NONE, .summed = IR_NONE};
@@ -166,7 +168,7 @@ static bool reaches(Fuser *f, int32_t from, int32_t to)
 {
     if (from < 0) return false;
     f->stamp++;
-    int32_t *stack = xmalloc((size_t)f->p->nkernels * sizeof *stack);
+    int32_t *stack = f->stack;
     int32_t top = 0;
     stack[top++] = from;
     f->mark[from] = f->stamp;
@@ -182,7 +184,6 @@ static bool reaches(Fuser *f, int32_t from, int32_t to)
             }
         }
     }
-    free(stack);
     return found;
 }
 
@@ -926,6 +927,7 @@ void fusion_plan(const Graph *g, FusionPlan *p)
     free(f.capdeps);
     free(f.has_rows);
     free(f.mark);
+    free(f.stack);
     users_free(&f.users);
 }
 

@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "ckpt_compare.h"
 #include "support.h"
 
 static char dir[64];
@@ -153,4 +154,39 @@ Test(scale, no_generated_function_grows_with_the_model)
     /* 256 calls of a few lines each, and their pointers: about 2,000 lines (the whole step
      * was 34,000 lines before) */
     cr_expect(longest > 0 && longest < 4000, "the longest function of model.c has %d lines (ending at line %d)", longest, longest_at);
+}
+
+/* A step of over 256 kernels is split into parts (codegen/host.c), which kiln build
+ * compiles in pieces of their own on all cores (cli/pieces.c): a 100-layer stack (its
+ * training step a few hundred kernels) builds so, and its program trains to the same bits
+ * as the external compiler's build of the same pieces. */
+Test(scale, step_parts_compile_in_pieces_of_their_own, .timeout = 300)
+{
+    if (!KILN_IN_PROCESS_DEFAULT) cr_skip_test("kiln was built without Clang's libraries");
+    const char *model = write_stack(100);
+    char args[1024], cmd[1024], npy[256];
+    double x[16];
+    for (int i = 0; i < 16; i++) x[i] = 0.1 * (i % 5) - 0.2;
+    snprintf(npy, sizeof npy, "%s/x.npy", dir);
+    cr_assert(support_write_npy(npy, "<f4", 8, 2, x));
+    StrBuf out;
+    sb_init(&out);
+    snprintf(args, sizeof args, "build %s -o %s/in --time-passes", model, dir);
+    cr_assert_eq(support_run_kiln(args, &out), 0, "kiln %s:\n%s", args, out.data);
+    cr_expect(out.data && strstr(out.data, " pieces of the steps' parts"), "no step part compiled in a piece of its own:\n%s", out.data);
+    out.len = 0;
+    snprintf(args, sizeof args, "build %s -o %s/ex --cc %s", model, dir, KILN_CC);
+    cr_assert_eq(support_run_kiln(args, &out), 0, "kiln %s:\n%s", args, out.data);
+    const char *progs[] = {"in", "ex"};
+    for (int i = 0; i < 2; i++) {
+        out.len = 0;
+        snprintf(cmd, sizeof cmd, "cd %s && ./%s --data x=x.npy --steps 2 --checkpoint-dir ck-%s 2>&1", dir, progs[i], progs[i]);
+        cr_assert_eq(support_run(cmd, &out), 0, "%s:\n%s", progs[i], out.data);
+    }
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s/ck-in/step-00000002/model.safetensors", dir);
+    snprintf(b, sizeof b, "%s/ck-ex/step-00000002/model.safetensors", dir);
+    const char *why = ckpt_tensor_difference(a, b);
+    cr_expect(!why, "the step parts' pieces train otherwise than the external compiler's: %s", why);
+    sb_free(&out);
 }
