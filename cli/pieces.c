@@ -139,6 +139,18 @@ static void whole(const char *model_c, size_t len, PieceSet *out)
     add_piece(out, PIECE_WHOLE, &b, 0);
 }
 
+/* Whether a group of n functions ends after the one at [p, stop): by its code alone (without
+ * comments), hashing to 0 mod split, or at max functions. */
+static bool group_ends(const char *p, const char *stop, int split, int n, int max)
+{
+    size_t len;
+    char *code = pieces_strip_comments(p, (size_t)(stop - p), &len);
+    uint64_t h[2] = {0, 0};
+    pieces_hash128(code, len, h);
+    free(code);
+    return split <= 1 || h[0] % (uint64_t)split == 0 || n >= max;
+}
+
 /* The step's parts in the host text (codegen/host.c splits a step of over 256 kernels into
  * noinline functions `static void <step>_step_partN(kiln_step_io *io)`): a 10,000-layer
  * chain's host code was one piece of 200 parts, 25 s of one core. Moves each part, with
@@ -178,13 +190,7 @@ static void take_step_parts(StrBuf *host, StrBuf *protos, PieceSet *out, const S
         sb_putn(&cur, name, (size_t)(stop - name));
         sb_putc(&cur, '\n');
         ncur++;
-        /* the boundary, as the kernels' (a group's end chosen by its own code) */
-        size_t n;
-        char *code = pieces_strip_comments(p, (size_t)(stop - p), &n);
-        uint64_t hh[2] = {0, 0};
-        pieces_hash128(code, n, hh);
-        free(code);
-        if (split <= 1 || hh[0] % (uint64_t)split == 0 || ncur >= PIECES_MAX_STEP_PARTS) {
+        if (group_ends(p, stop, split, ncur, PIECES_MAX_STEP_PARTS)) {
             add_piece(out, PIECE_STEP, &cur, 0);
             ncur = 0;
         }
@@ -299,13 +305,7 @@ static void split_text(const char *model_c, size_t len, int split, PieceSet *out
         sb_putn(&cur, start, (size_t)(stop - start));
         sb_putc(&cur, '\n');
         ncur++;
-        /* the boundary: by the kernel's code alone */
-        size_t n;
-        char *code = pieces_strip_comments(p, (size_t)(stop - p), &n);
-        uint64_t h[2] = {0, 0};
-        pieces_hash128(code, n, h);
-        free(code);
-        if (split <= 1 || h[0] % (uint64_t)split == 0 || ncur >= PIECES_MAX_KERNELS) {
+        if (group_ends(p, stop, split, ncur, PIECES_MAX_KERNELS)) {
             add_piece(out, PIECE_KERNELS, &cur, ncur);
             ncur = 0;
         }
