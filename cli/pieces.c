@@ -158,9 +158,37 @@ static bool group_ends(const char *p, const char *stop, int split, int n, int ma
  * among the host's prototypes (*protos). */
 static const char part_sig[] = "__attribute__((noinline)) static void ";
 
-static void take_step_parts(StrBuf *host, StrBuf *protos, PieceSet *out, const StrBuf *header, int split)
+/* The host's tables that a step's parts read (its index checks: where a bad index is
+ * reported), made visible to the parts' pieces: defined hidden rather than static in the
+ * host piece, declared in the parts' header. */
+static void share_step_tables(StrBuf *host, StrBuf *header)
+{
+    static const char def[] = "static const kiln_index_check ";
+    StrBuf h;
+    sb_init(&h);
+    const char *copied = host->data;
+    for (const char *p = strstr(host->data, def); p; p = strstr(p + 1, def)) {
+        if (p != host->data && p[-1] != '\n') continue;
+        const char *name = p + sizeof def - 1;
+        const size_t n = strcspn(name, "[ ");
+        sb_printf(header, "extern KILN_KERNEL const kiln_index_check %.*s[]; /* the host piece's */\n", (int)n, name);
+        sb_putn(&h, copied, (size_t)(p - copied));
+        sb_puts(&h, "KILN_KERNEL const kiln_index_check ");
+        copied = name;
+    }
+    if (copied == host->data) {
+        sb_free(&h);
+        return;
+    }
+    sb_puts(&h, copied);
+    sb_free(host);
+    *host = h;
+}
+
+static void take_step_parts(StrBuf *host, StrBuf *protos, PieceSet *out, StrBuf *header, int split)
 {
     if (!host->data || !strstr(host->data, "_step_part")) return;
+    share_step_tables(host, header);
     StrBuf h, cur;
     sb_init(&h);
     sb_init(&cur);
