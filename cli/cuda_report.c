@@ -1,5 +1,5 @@
-/* cuda_report.c — cuda_report.h: model.cu's kernels through NVRTC, one thread an
- * architecture, and ptxas's report of them as a table. */
+/* cuda_report.c — cuda_report.h: model.cu's kernels through NVRTC in cached pieces on all
+ * cores, and ptxas's report of them as a table. */
 #include "cuda_report.h"
 
 #include <fcntl.h>
@@ -74,7 +74,7 @@ static char *task_entry(const char *dir, const Task *t)
     return sb_take(&path);
 }
 
-static void run_task(Task *t, const char *file_name)
+static void run_task(Task *t, int index, const char *file_name)
 {
     if (t->entry) {
         size_t len;
@@ -100,7 +100,7 @@ static void run_task(Task *t, const char *file_name)
         sb_putn(&e, (const char *)&loglen, 8);
         sb_putn(&e, t->log, (size_t)loglen);
         sb_putn(&e, out.image, out.size);
-        if (cache_entry_store(t->entry, e.data, e.len, (int)(t - (Task *)0) & 0xffff) != 0) {
+        if (cache_entry_store(t->entry, e.data, e.len, index) != 0) {
             free(t->entry);
             t->entry = NULL; /* not stored: not counted */
         }
@@ -117,7 +117,7 @@ static void *worker(void *arg)
         int k = q->next < q->ntasks ? q->next++ : -1;
         pthread_mutex_unlock(&q->mu);
         if (k < 0) return NULL;
-        run_task(&q->tasks[k], q->file_name);
+        run_task(&q->tasks[k], k, q->file_name);
     }
 }
 
@@ -174,9 +174,8 @@ int cuda_report_compile(const char *model_cu, size_t len, const char *file_name,
             sb_puts(&cur, src.kernels[i]);
             in_cur++;
             const char *body = strchr(src.kernels[i], '\n'); /* after its #line */
-            uint64_t h[2] = {0, 0};
-            pieces_hash128(body ? body : "", body ? strlen(body) : 0, h);
-            if (h[0] % CUDA_PIECE_SPLIT != 0 && in_cur < CUDA_PIECE_MAX) continue;
+            body = body ? body : "";
+            if (!pieces_group_ends(body, body + strlen(body), CUDA_PIECE_SPLIT, in_cur, CUDA_PIECE_MAX)) continue;
         } else if (!in_cur && npieces) {
             break;
         } else if (!in_cur) { /* no kernel but templates: the common part alone */

@@ -139,9 +139,7 @@ static void whole(const char *model_c, size_t len, PieceSet *out)
     add_piece(out, PIECE_WHOLE, &b, 0);
 }
 
-/* Whether a group of n functions ends after the one at [p, stop): by its code alone (without
- * comments), hashing to 0 mod split, or at max functions. */
-static bool group_ends(const char *p, const char *stop, int split, int n, int max)
+bool pieces_group_ends(const char *p, const char *stop, int split, int n, int max)
 {
     size_t len;
     char *code = pieces_strip_comments(p, (size_t)(stop - p), &len);
@@ -218,7 +216,7 @@ static void take_step_parts(StrBuf *host, StrBuf *protos, PieceSet *out, StrBuf 
         sb_putn(&cur, name, (size_t)(stop - name));
         sb_putc(&cur, '\n');
         ncur++;
-        if (group_ends(p, stop, split, ncur, PIECES_MAX_STEP_PARTS)) {
+        if (pieces_group_ends(p, stop, split, ncur, PIECES_MAX_STEP_PARTS)) {
             add_piece(out, PIECE_STEP, &cur, 0);
             ncur = 0;
         }
@@ -333,7 +331,7 @@ static void split_text(const char *model_c, size_t len, int split, PieceSet *out
         sb_putn(&cur, start, (size_t)(stop - start));
         sb_putc(&cur, '\n');
         ncur++;
-        if (group_ends(p, stop, split, ncur, PIECES_MAX_KERNELS)) {
+        if (pieces_group_ends(p, stop, split, ncur, PIECES_MAX_KERNELS)) {
             add_piece(out, PIECE_KERNELS, &cur, ncur);
             ncur = 0;
         }

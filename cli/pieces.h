@@ -45,6 +45,11 @@ void pieces_free(PieceSet *s);
  * which do not change the object (built without -g). malloc'd, its length in *out_len. */
 char *pieces_strip_comments(const char *s, size_t len, size_t *out_len);
 
+/* Whether a group of n functions ends after the one at [p, stop): by its code alone (without
+ * comments), hashing to 0 mod split, or at max functions. The C pieces' kernels and step
+ * parts, and the CUDA kernels' NVRTC pieces (cuda_report.c), are grouped so. */
+bool pieces_group_ends(const char *p, const char *stop, int split, int n, int max);
+
 /* A 128-bit hash (not cryptographic) of n bytes, continuing from h (zeroed to start). */
 void pieces_hash128(const void *data, size_t n, uint64_t h[2]);
 

@@ -29,13 +29,14 @@ static void draw(BuildProgress *p)
      * does is shortened, so that the parts done and the seconds stay in sight */
     int room = 399 - nh - nt, nw = (int)strlen(p->what);
     struct winsize ws;
-    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 8) room = ws.ws_col - 1 - nh - nt;
+    const int cols = ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 8 ? ws.ws_col : 0;
+    if (cols) room = cols - 1 - nh - nt;
     if (room < 0) room = 0;
     if (nw > room) nw = room;
     char line[400];
     int n = snprintf(line, sizeof line, "%s%.*s%s", head, nw, p->what, tail);
     if (n >= (int)sizeof line) n = (int)sizeof line - 1;
-    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 8 && n >= ws.ws_col) n = ws.ws_col - 1;
+    if (cols && n >= cols) n = cols - 1;
     line[n] = 0;
     fprintf(stderr, "\r%s", line);
     for (size_t i = (size_t)n; i < p->shown; i++) fputc(' ', stderr);

@@ -21,6 +21,14 @@ struct CUmod_st {
 static struct CUmod_st *loaded;
 static pthread_mutex_t loaded_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The runtime's last error back to what it was before a driver call reported one (kemu_fail
+ * records its message that way); a sticky error stays whatever it was. */
+static void restore_last_error(cudaError_t pending)
+{
+    cudaGetLastError();
+    if (pending != cudaSuccess) kemu_set_error(pending);
+}
+
 /* A failed driver call: the message recorded and printed as the emulator's others are
  * (kemu_last_error_message), but not left as the runtime's last error (cudaGetLastError),
  * which the driver API does not set; a sticky error stays. Returns code. */
@@ -32,8 +40,9 @@ static CUresult fail(CUresult code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    const cudaError_t pending = cudaPeekAtLastError();
     kemu_fail(cudaErrorInvalidValue, 0, "%s", text);
-    cudaGetLastError();
+    restore_last_error(pending);
     return code;
 }
 
@@ -165,8 +174,9 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
                                              k->name, i, k->nparams);
     }
     dim3 grid = {gridDimX, gridDimY, gridDimZ}, block = {blockDimX, blockDimY, blockDimZ};
+    const cudaError_t pending = cudaPeekAtLastError();
     const cudaError_t e = k->launch(k->kernel, k->name, params, grid, block, sharedMemBytes, (cudaStream_t)hStream);
-    if (e != cudaSuccess) cudaGetLastError(); /* the driver's error, not the runtime's (a sticky one stays) */
+    if (e != cudaSuccess) restore_last_error(pending); /* the driver's error, not the runtime's (a sticky one stays) */
     return driver_code(e);
 }
 
