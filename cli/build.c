@@ -23,6 +23,7 @@
 #include <pthread.h>
 
 #include "build.h"
+#include "cuda_build.h"
 #include "objcache.h"
 #include "../driver/toolchain.h"
 #include "../runtime/kiln_model.h"
@@ -374,13 +375,14 @@ int build_program(const char *model_c, const char *prog, const BuildProgramOptio
 
 bool build_have_nvcc(void) { return KILN_NVCC[0] != 0; }
 
-/* model.cu and the CUDA host runtime (runtime/cuda/device.cu) compiled at the same time,
+/* --target cuda: NVRTC and Clang (cuda_build.h), or with --nvcc this. model.cu and the
+ * CUDA host runtime (runtime/cuda/device.cu) compiled at the same time,
  * then linked with the driver, the runtime and the CUDA libraries (or the emulator's) by
- * the host C++ compiler. The GPU build targets sm_80 and sm_90 (BUILD_NVCC_ARCH); device.cu
+ * the host C++ compiler. nvcc's build targets sm_80 and sm_90 (BUILD_NVCC_ARCH); device.cu
  * without FMA contraction, so that the optimizer rounds as the host's does. A distributed
  * program adds the NCCL gradient transport (programs/dist_nccl.cu, against the
  * emulator's NCCL for cuda-emu), dist_mpi.c and MPI. */
-int build_cuda_program(const char *model_cu, const char *prog, bool emulated, const char *cc, const char *extra_flags, bool infer, bool distributed,
+int build_cuda_program(const char *model_cu, const char *prog, bool emulated, bool nvcc, const char *cc, const char *extra_flags, bool infer, bool distributed,
                        StrBuf *log, BuildProgress *pg)
 {
     if (distributed && !KILN_DIST_MPI[0]) {
@@ -394,12 +396,28 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
         return -1;
     }
     const char *cxx = getenv("CXX");
-    if (emulated && (!cxx || !*cxx) && !build_c_compiler(cc)) return build_cuda_emu_in_process(model_cu, prog, extra_flags, infer, distributed, log, pg);
+    const bool in_process = (!cxx || !*cxx) && !build_c_compiler(cc);
+    if (emulated && in_process) return build_cuda_emu_in_process(model_cu, prog, extra_flags, infer, distributed, log, pg);
+    if (!emulated && !nvcc) return build_cuda_nvrtc(model_cu, prog, in_process ? NULL : cxx && *cxx ? cxx : KILN_CXX, extra_flags, infer, distributed, log, pg);
     if (!cxx || !*cxx) cxx = KILN_CXX;
     if (!emulated && !build_have_nvcc()) {
         sb_puts(log, "--target cuda needs nvcc, and Kiln was built without a CUDA toolkit (cmake finds one with find_package(CUDAToolkit)); "
                      "--target cuda-emu needs none");
         return -1;
+    }
+    const char *slash = strrchr(model_cu, '/');
+    int dirlen = slash ? (int)(slash - model_cu + 1) : 0;
+    StrBuf table; /* a cuda-emu program's table of its kernels (cuda_build.h), compiled in the link */
+    sb_init(&table);
+    if (emulated) {
+        char *dir = dirlen ? xstrndup(model_cu, (size_t)dirlen - 1) : xstrdup(".");
+        const int trc = cuda_embed_emulated(model_cu, distributed, dir, log);
+        sb_printf(&table, "%s/embedded.cpp", dir);
+        free(dir);
+        if (trc) {
+            sb_free(&table);
+            return -1;
+        }
     }
     StrBuf compile, cmd, obj[2];
     sb_init(&compile);
@@ -412,8 +430,6 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
     shell_word(&compile, KILN_RUNTIME_DIR "/cuda");
     sb_puts(&compile, "-I");
     shell_word(&compile, KILN_RUNTIME_DIR);
-    const char *slash = strrchr(model_cu, '/');
-    int dirlen = slash ? (int)(slash - model_cu + 1) : 0;
     const char *sources[2] = {model_cu, KILN_RUNTIME_DIR "/cuda/device.cu"};
     StrBuf obj3; /* dist_nccl.cu's object (--distributed) */
     sb_init(&obj3);
@@ -442,6 +458,11 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
     shell_word(&cmd, obj[0].data);
     shell_word(&cmd, obj[1].data);
     if (distributed) shell_word(&cmd, obj3.data);
+    if (emulated) {
+        sb_puts(&cmd, "-I");
+        shell_word(&cmd, KILN_RUNTIME_DIR "/cuda");
+        shell_word(&cmd, table.data);
+    }
     shell_word(&cmd, infer ? KILN_INFER_MAIN : KILN_TRAIN_MAIN);
     if (!infer) {
         shell_word(&cmd, KILN_TRAIN_BENCH);
@@ -454,6 +475,7 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
     shell_word(&cmd, KILN_RUNTIME_LIB);
     if (emulated) {
         if (distributed) shell_word(&cmd, KILN_CUDA_EMU_NCCL_LIB);
+        shell_word(&cmd, KILN_CUDA_EMU_MODULES_LIB);
         shell_word(&cmd, KILN_CUDA_EMU_LIB);
     } else {
         if (distributed) {
@@ -482,6 +504,8 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, co
     }
     unlink(obj3.data);
     sb_free(&obj3);
+    if (table.len) unlink(table.data);
+    sb_free(&table);
     sb_free(&compile);
     sb_free(&cmd);
     return rc;

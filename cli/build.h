@@ -38,7 +38,7 @@ const char *build_c_compiler(const char *cc_flag);
 /* Compiles model_cu (--target cuda, or cuda-emu when `emulated`) with the CUDA host runtime
  * and the driver (infer: the inference program's, infer_main.c) into prog. extra_flags go
  * to both compilations. Returns 0, or -1 with the compiler's output in *log. */
-int build_cuda_program(const char *model_cu, const char *prog, bool emulated, const char *cc, const char *extra_flags, bool infer, bool distributed,
+int build_cuda_program(const char *model_cu, const char *prog, bool emulated, bool nvcc, const char *cc, const char *extra_flags, bool infer, bool distributed,
                        StrBuf *log, BuildProgress *pg);
 /* --target cuda-emu with Clang and lld in this process (emu_build.c): build_cuda_program's
  * choice when no compiler is named ($CXX, or --cc/$CC: build_c_compiler) and kiln has Clang. */

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+#include "../codegen/cuda_device.h"
 #include "../driver/nvrtc.h"
 #include "../util/util.h"
 
@@ -29,6 +30,37 @@ typedef struct {
     int npieces;       /* NVRTC programs per architecture */
     int cached;        /* (piece, architecture) pairs read from the cache */
 } CudaReport;
+
+/* A CUDA file whose kernels NVRTC compiles: model.cu, the runtime's device.cu, ... */
+typedef struct {
+    const char *file;    /* its name in messages: "model.cu" */
+    const char *options; /* its own NVRTC options, space-separated ("--fmad=false"), or "" */
+    CudaDeviceSource src;
+} CudaUnit;
+
+/* One piece of a file's kernels compiled for one architecture. */
+typedef struct {
+    int unit, piece;
+    const char *arch;  /* cuda_report_arch's */
+    char *image;       /* the CUBIN */
+    size_t size;
+    char *ptx;         /* the PTX of the same compile (compute_80 for sm_80) */
+    size_t ptx_size;
+    char **names;      /* its kernels as the host launches them */
+    char **lowered;    /* and as the CUBIN names them */
+    int nnames;
+} CudaPieceImage;
+
+typedef struct {
+    CudaPieceImage *pieces; /* by architecture, then file, then piece */
+    int npieces;
+    CudaReport report;      /* of every file's kernels */
+} CudaCompiled;
+
+/* Compiles the files' kernels for cuda_report_arch, in pieces on all cores, each cached.
+ * 0, or -1 with NVRTC's messages in err. */
+int cuda_units_compile(const CudaUnit *units, int nunits, CudaCompiled *c, StrBuf *err);
+void cuda_compiled_free(CudaCompiled *c);
 
 /* Compiles model.cu's device code (cuda_device.h) for cuda_report_arch: in pieces, on all
  * cores, each piece's CUBIN and report cached ($XDG_CACHE_HOME/kiln/cuda, as the C

@@ -13,6 +13,7 @@
 
 #include "../driver/toolchain.h"
 #include "build.h"
+#include "cuda_build.h"
 
 typedef struct {
     char **args;
@@ -52,18 +53,26 @@ int build_cuda_emu_in_process(const char *model_cu, const char *prog, const char
 {
     const char *slash = strrchr(model_cu, '/');
     const int dirlen = slash ? (int)(slash - model_cu + 1) : 0;
-    const char *sources[3] = {model_cu, KILN_RUNTIME_DIR "/cuda/device.cu", KILN_PROGRAMS_DIR "/dist_nccl.cu"};
-    const int njobs = distributed ? 3 : 2;
-    char objs[3][4300];
-    Job jobs[3];
+    /* the table of the program's kernels (cuda_build.h), compiled last */
+    char table[4300];
+    snprintf(table, sizeof table, "%.*sembedded.cpp", dirlen, model_cu);
+    char *dir = dirlen ? xstrndup(model_cu, (size_t)dirlen - 1) : xstrdup(".");
+    const int trc = cuda_embed_emulated(model_cu, distributed, dir, log);
+    free(dir);
+    if (trc) return -1;
+    const char *sources[4] = {model_cu, KILN_RUNTIME_DIR "/cuda/device.cu", KILN_PROGRAMS_DIR "/dist_nccl.cu", table};
+    const int njobs = distributed ? 4 : 3;
+    char objs[4][4300];
+    Job jobs[4];
     memset(jobs, 0, sizeof jobs);
     for (int i = 0; i < njobs; i++) {
+        const int src = !distributed && i == 2 ? 3 : i;
         snprintf(objs[i], sizeof objs[i], "%.*smodel%d.o", dirlen, model_cu, i + 1);
-        compile_words(&jobs[i], sources[i], objs[i], extra_flags, i == 2 ? KILN_MPI_INCLUDES : "");
+        compile_words(&jobs[i], sources[src], objs[i], extra_flags, src == 2 ? KILN_MPI_INCLUDES : "");
     }
     progress_stage(pg, njobs, "compiling model.cu for the CUDA emulator with %s", toolchain_version());
-    pthread_t threads[3];
-    bool started[3] = {false, false, false};
+    pthread_t threads[4];
+    bool started[4] = {false, false, false, false};
     for (int i = 1; i < njobs; i++) started[i] = pthread_create(&threads[i], NULL, run_job, &jobs[i]) == 0;
     run_job(&jobs[0]); /* model.cu, the longest, on this thread */
     progress_piece_done(pg);
@@ -76,7 +85,7 @@ int build_cuda_emu_in_process(const char *model_cu, const char *prog, const char
     for (int i = 0; i < njobs; i++) {
         if (jobs[i].log) sb_puts(log, jobs[i].log);
         if (jobs[i].rc && !rc) {
-            sb_printf(log, "\nthe in-process C++ compiler (%s) failed on %s", toolchain_version(), sources[i]);
+            sb_printf(log, "\nthe in-process C++ compiler (%s) failed on %s", toolchain_version(), sources[!distributed && i == 2 ? 3 : i]);
             rc = -1;
         }
     }
@@ -95,6 +104,7 @@ int build_cuda_emu_in_process(const char *model_cu, const char *prog, const char
         util_words_add(&link.args, &link.nargs, prog);
         util_words_add(&link.args, &link.nargs, KILN_RUNTIME_LIB);
         if (distributed) util_words_add(&link.args, &link.nargs, KILN_CUDA_EMU_NCCL_LIB);
+        util_words_add(&link.args, &link.nargs, KILN_CUDA_EMU_MODULES_LIB);
         util_words_add(&link.args, &link.nargs, KILN_CUDA_EMU_LIB);
         util_words_add(&link.args, &link.nargs, KILN_BLAS_LIB); /* the emulator's cuBLAS */
         if (distributed) util_words_split(KILN_MPI_LIBS, &link.args, &link.nargs);

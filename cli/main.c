@@ -252,7 +252,7 @@ static int build_to(const Options *o, KilnProgram *p, const char *prog, BuildPro
     if (write_model_c(dir, p->code_name, &p->code, &model_c)) goto done;
     int brc;
     if (o->lib) brc = build_library(model_c, prog, p->train.graph->name, o->cc, o->cflags, &log, pg);
-    else if (o->cuda) brc = build_cuda_program(model_c, prog, o->emulated, o->cc, o->cflags, o->infer, o->distributed, &log, pg);
+    else if (o->cuda) brc = build_cuda_program(model_c, prog, o->emulated, o->nvcc, o->cc, o->cflags, o->infer, o->distributed, &log, pg);
     else {
         BuildProgramOptions bo = {.cc = o->cc, .cflags = o->cflags, .cpu = o->cpu, .infer = o->infer, .distributed = o->distributed, .pg = pg};
         brc = build_program(model_c, prog, &bo, &log, stats);

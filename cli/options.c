@@ -16,7 +16,7 @@
 
 enum {
     O_MODE, O_AFTER, O_STATS, O_PASSES, O_DOT, O_OUTPUT, O_PRECISION, O_WEIGHT_ROUNDING, O_SEED, O_TOLERANCE, O_ATOL,
-    O_SAMPLES, O_SIZE, O_INPUTS, O_TARGET, O_CC, O_CPU, O_CFLAGS, O_BOUND, O_REPORT, O_TIME_PASSES, O_MEMORY_BUDGET, O_INFER, O_LIB, O_EMBED,
+    O_SAMPLES, O_SIZE, O_INPUTS, O_TARGET, O_NVCC, O_CC, O_CPU, O_CFLAGS, O_BOUND, O_REPORT, O_TIME_PASSES, O_MEMORY_BUDGET, O_INFER, O_LIB, O_EMBED,
     O_DISTRIBUTED, O_BUCKET_SIZE, O_EXCLUDE, O_WIDTH, O_METRIC, O_LOG_Y, O_NO_JIT,
 };
 
@@ -51,8 +51,10 @@ static const CliFlag flags[] = {
     {"--target", NULL, "c|cuda|cuda-emu", CMD_EMIT, O_TARGET, "c (default): DIR/model.c; cuda or cuda-emu: DIR/model.cu, in Kiln's\n"
                                                               "CUDA dialect (docs/cuda.md)"},
     {"--target", NULL, "c|cuda|cuda-emu", CMD_BUILD, O_TARGET, "c (default): the CPU (C, OpenMP, OpenBLAS); cuda: an NVIDIA GPU\n"
-                                                               "(nvcc for sm_80 and sm_90, cuBLAS); cuda-emu: the same CUDA program\n"
+                                                               "(NVRTC for sm_80 and sm_90, cuBLAS); cuda-emu: the same CUDA program\n"
                                                                "built by $CXX against Kiln's CUDA emulator, run on the CPU (docs/cuda.md)"},
+    {"--nvcc", NULL, NULL, CMD_BUILD, O_NVCC, "with --target cuda: compile model.cu whole with nvcc instead of its\n"
+                                             "kernels with NVRTC and its host code with Clang (a cross-check)"},
     {"--cc", NULL, "PATH", CMD_BUILD, O_CC, "compile and link with this C compiler (default: $CC, else Clang inside\nkiln, else the compiler Kiln was built with)"},
     {"--cpu", NULL, "NAME", CMD_BUILD, O_CPU, "the CPU the C program is for: -march=NAME (e.g. x86-64-v3, haswell)\ninstead of -march=native, for a program that runs on other machines"},
     /* train and run: kiln's own flags (taken out of the program's, wherever they are after FILE) */
@@ -323,6 +325,7 @@ static int apply_flag(const char *cmd, const CliFlag *f, const char *a, const ch
     case O_OUTPUT: o->output = val; return -1;
     case O_CFLAGS: o->cflags = val; return -1;
     case O_CC: o->cc = val; return -1;
+    case O_NVCC: o->nvcc = true; return -1;
     case O_CPU: /* a word for -march= (and the shell, for an external compiler) */
         if (!*val || strspn(val, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-") != strlen(val) || *val == '-')
             return cli_usage_error(cmd, "--cpu '%s': not a CPU name (e.g. x86-64-v3, haswell, native)", val);

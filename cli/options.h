@@ -67,6 +67,7 @@ typedef struct {
     const char *weight_rounding; /* build, emit, ir: --weight-rounding nearest|stochastic (NULL: the recipe's) */
     bool cuda;     /* emit, build: --target cuda or cuda-emu */
     bool emulated; /* build: --target cuda-emu */
+    bool nvcc;     /* build: --nvcc (--target cuda by nvcc) */
     bool infer;    /* build: --infer */
     bool lib;      /* build: --lib */
     const char *embed; /* build: --embed-weights CKPT */

@@ -102,18 +102,18 @@ int cuda_device_source(const char *s, size_t len, const char *file_name, CudaDev
         const char *l = s + i;
         const char *nl = memchr(l, '\n', len - i);
         const size_t next = nl ? (size_t)(nl - s) + 1 : len;
-        if (l[0] == '#') { /* the file's own includes (kiln_cuda.h stands in for the C library's); the other directives are the host's */
-            if (!strncmp(l, "#include \"", 10))
-                for (int k = 0; k < 2; k++) {
-                    StrBuf *b = k ? &out->common : &out->text;
-                    sb_printf(b, "#line %d \"%s\"\n", line, file_name);
-                    sb_putn(b, l, next - i);
-                }
-            size_t end = next; /* and its continuation lines */
+        if (l[0] == '#') { /* a directive, and its continuation lines: the host's, and but for the C library's includes (kiln_cuda.h stands in for them) the device's too */
+            size_t end = next;
             while (end >= 2 && end < len && s[end - 1] == '\n' && s[end - 2] == '\\') {
                 const char *n2 = memchr(s + end, '\n', len - end);
                 end = n2 ? (size_t)(n2 - s) + 1 : len;
             }
+            if (strncmp(l, "#include <", 10))
+                for (int k = 0; k < 2; k++) {
+                    StrBuf *b = k ? &out->common : &out->text;
+                    sb_printf(b, "#line %d \"%s\"\n", line, file_name);
+                    sb_putn(b, l, end - i);
+                }
             sb_printf(&out->host, "#line %d \"%s\"\n", line, file_name);
             sb_putn(&out->host, l, end - i);
             for (size_t k = i; k < end; k++) line += s[k] == '\n';

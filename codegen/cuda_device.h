@@ -1,10 +1,11 @@
 /* cuda_device.h — the device code of a generated model.cu, for NVRTC (cuda_device.c), and
  * the names of its kernels, which model.cu's module table lists (cuda.c).
  * model.cu stays one readable file, kernels beside their launchers; NVRTC compiles the
- * kernels alone: the file's own #include lines (the C library's left out: kiln_cuda.h
- * gives NVRTC what the kernels use of it), then every __global__ and __device__ function
- * in the file's order, each after a #line of model.cu, so that NVRTC's and ptxas's
- * messages name model.cu's lines. A kernel template is compiled for the arguments the
+ * kernels alone: the file's preprocessor directives (the C library's #include lines left
+ * out: kiln_cuda.h gives NVRTC what the kernels use of it), then every __global__ and
+ * __device__ function in the file's order, each after a #line of model.cu, so that
+ * NVRTC's and ptxas's messages name model.cu's lines. The runtime's own CUDA files
+ * (device.cu, dist_nccl.cu) are cut the same way. A kernel template is compiled for the arguments the
  * host launches it with: those are NVRTC's name expressions ("kiln_sum_parts<float>"). */
 #ifndef KILN_CODEGEN_CUDA_DEVICE_H
 #define KILN_CODEGEN_CUDA_DEVICE_H

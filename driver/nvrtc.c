@@ -129,6 +129,15 @@ int nvrtc_compile(const char *source, const char *file_name, const char *arch, c
         out->image = xmalloc(n ? n : 1);
         out->size = n;
         if (r == NVRTC_SUCCESS) r = cubin ? lib.cubin(prog, out->image) : lib.ptx(prog, out->image);
+        if (r == NVRTC_SUCCESS && cubin && lib.ptx_size(prog, &n) == NVRTC_SUCCESS && n) {
+            out->ptx = xmalloc(n);
+            out->ptx_size = n;
+            if (lib.ptx(prog, out->ptx) != NVRTC_SUCCESS) {
+                free(out->ptx);
+                out->ptx = NULL;
+                out->ptx_size = 0;
+            }
+        }
         if (r == NVRTC_SUCCESS && nnames) {
             out->lowered = xcalloc((size_t)nnames, sizeof *out->lowered);
             for (int i = 0; i < nnames && r == NVRTC_SUCCESS; i++) {
@@ -174,6 +183,7 @@ int nvrtc_compile(const char *source, const char *file_name, const char *arch, c
 void nvrtc_output_free(NvrtcOutput *o)
 {
     free(o->image);
+    free(o->ptx);
     free(o->log);
     for (int i = 0; i < o->nlowered; i++) free(o->lowered[i]);
     free(o->lowered);

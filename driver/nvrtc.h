@@ -18,6 +18,8 @@ extern "C" {
 typedef struct {
     char *image;    /* the CUBIN, or the PTX (NUL-terminated) */
     size_t size;
+    char *ptx;      /* a CUBIN compile's PTX too, for the virtual architecture of the same number (compute_80 for sm_80) */
+    size_t ptx_size;
     char *log;      /* NVRTC's messages and ptxas's report (NULL when there are none) */
     char **lowered; /* the name expressions' mangled names, in their order */
     int nlowered;

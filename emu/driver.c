@@ -1,7 +1,12 @@
 /* driver.c — kemu_driver.h: modules, their functions and launches through the driver API.
  * A module is a copy of the image's table (the image may go away after the load), on a
  * list of the loaded ones that handles are checked against; a function is a pointer to one
- * of its module's kernels. */
+ * of its module's kernels. The kernels a program launches by name are registered at its
+ * start; the module of them all (KEMU_ALL_MODULE_MAGIC) and a CUBIN's module are made from
+ * that registry. */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
+#include <dlfcn.h>
+#include <elf.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -15,6 +20,7 @@
 struct CUmod_st {
     int count;
     kemu_kernel *kernels;
+    int owns_names; /* a CUBIN's: the names are copies */
     struct CUmod_st *next; /* the loaded modules, a list: a handle is checked against it */
 };
 
@@ -63,14 +69,136 @@ static CUresult driver_code(cudaError_t e)
     }
 }
 
+static struct {
+    kemu_kernel *kernels;
+    int count;
+} registry;
+
+int kemu_register_kernels(const kemu_kernel *kernels, int count)
+{
+    pthread_mutex_lock(&loaded_lock);
+    kemu_kernel *grown = realloc(registry.kernels, (size_t)(registry.count + count + 1) * sizeof *grown);
+    if (grown) {
+        memcpy(grown + registry.count, kernels, (size_t)count * sizeof *kernels);
+        registry.kernels = grown;
+        registry.count += count;
+    }
+    pthread_mutex_unlock(&loaded_lock);
+    return count;
+}
+
+/* a equals b but for white space */
+static int same_name(const char *a, const char *b)
+{
+    for (;;) {
+        while (*a == ' ') a++;
+        while (*b == ' ') b++;
+        if (*a != *b) return 0;
+        if (!*a) return 1;
+        a++, b++;
+    }
+}
+
+/* The registered kernel a mangled name demangles to: "void sum<float>(float const*, ...)"
+ * names "sum<float>". */
+static const kemu_kernel *registered_by_mangled(const char *mangled)
+{
+    typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
+    demangle_fn demangle = (demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle"); /* the C++ runtime's, which programs that launch by name link */
+    int status = -1;
+    char *d = demangle ? demangle(mangled, NULL, NULL, &status) : NULL;
+    if (!d || status != 0) {
+        free(d);
+        return NULL;
+    }
+    int depth = 0;
+    char *open = NULL, *start = d;
+    for (char *p = d; *p && !open; p++) {
+        if (*p == '<') depth++;
+        else if (*p == '>') depth--;
+        else if (*p == '(' && depth == 0) open = p;
+        else if (*p == ' ' && depth == 0) start = p + 1; /* after a template's return type */
+    }
+    const kemu_kernel *k = NULL;
+    if (open) {
+        *open = 0;
+        for (int i = 0; i < registry.count && !k; i++)
+            if (same_name(registry.kernels[i].name, start)) k = &registry.kernels[i];
+    }
+    free(d);
+    return k;
+}
+
+/* A CUBIN's function symbols that are registered kernels, as a module's table (under
+ * loaded_lock). 0, or a message in why. */
+static int cubin_kernels(const unsigned char *im, kemu_kernel **out, int *count, char *why, size_t cap)
+{
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)im;
+    if (eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_machine != 190 /* EM_CUDA */ || eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shnum == 0 ||
+        eh->e_shoff == 0 || eh->e_shnum > 65000) {
+        snprintf(why, cap, "an ELF image that is not a 64-bit CUBIN");
+        return -1;
+    }
+    const Elf64_Shdr *sh = (const Elf64_Shdr *)(im + eh->e_shoff);
+    *out = calloc((size_t)registry.count + 1, sizeof **out);
+    *count = 0;
+    for (int s = 0; s < eh->e_shnum; s++) {
+        if (sh[s].sh_type != SHT_SYMTAB || sh[s].sh_entsize != sizeof(Elf64_Sym) || sh[s].sh_link >= eh->e_shnum) continue;
+        const Elf64_Sym *sym = (const Elf64_Sym *)(im + sh[s].sh_offset);
+        const char *names = (const char *)(im + sh[sh[s].sh_link].sh_offset);
+        const size_t names_len = sh[sh[s].sh_link].sh_size;
+        for (size_t i = 0; i < sh[s].sh_size / sizeof *sym; i++) {
+            if (ELF64_ST_TYPE(sym[i].st_info) != STT_FUNC || sym[i].st_name >= names_len) continue;
+            const char *name = names + sym[i].st_name;
+            if (!memchr(name, 0, names_len - sym[i].st_name)) continue;
+            const kemu_kernel *k = registered_by_mangled(name);
+            if (!k || !*out) continue;
+            int dup = 0;
+            for (int j = 0; j < *count; j++) dup |= !strcmp((*out)[j].name, name);
+            if (dup || *count >= registry.count) continue;
+            (*out)[*count] = *k;
+            (*out)[*count].name = strdup(name);
+            ++*count;
+        }
+    }
+    return 0;
+}
+
 CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
     if (!module) return fail(CUDA_ERROR_INVALID_VALUE, "cuModuleLoadData: NULL module");
     *module = NULL;
+    if (image && (!memcmp(image, KEMU_ALL_MODULE_MAGIC, 8) || !memcmp(image, ELFMAG, SELFMAG))) {
+        struct CUmod_st *m = calloc(1, sizeof *m);
+        char why[128] = "";
+        int rc = -1;
+        pthread_mutex_lock(&loaded_lock);
+        if (!m) {
+        } else if (image && !memcmp(image, ELFMAG, SELFMAG)) {
+            rc = cubin_kernels(image, &m->kernels, &m->count, why, sizeof why);
+            m->owns_names = 1;
+        } else if ((m->kernels = calloc((size_t)registry.count + 1, sizeof *m->kernels))) {
+            memcpy(m->kernels, registry.kernels, (size_t)registry.count * sizeof *m->kernels);
+            m->count = registry.count;
+            rc = 0;
+        }
+        if (!rc) {
+            m->next = loaded;
+            loaded = m;
+        }
+        pthread_mutex_unlock(&loaded_lock);
+        if (rc) {
+            if (m) free(m->kernels);
+            free(m);
+            return fail(why[0] ? CUDA_ERROR_INVALID_IMAGE : CUDA_ERROR_OUT_OF_MEMORY, "cuModuleLoadData: %s", why[0] ? why : "out of host memory");
+        }
+        *module = m;
+        return CUDA_SUCCESS;
+    }
     const kemu_module_image *im = image;
     if (!im || memcmp(im->magic, KEMU_MODULE_MAGIC, 8) || im->count < 0 || (im->count && !im->kernels)) {
-        return fail(CUDA_ERROR_INVALID_IMAGE, "cuModuleLoadData: the image is not an emulator module (a cuda-emu program loads the table "
-                                             "of the kernels compiled into it; a CUBIN is for a GPU)");
+        return fail(CUDA_ERROR_INVALID_IMAGE, "cuModuleLoadData: the image is neither an emulator module (the table of "
+                                             "the kernels compiled into a cuda-emu program) nor a CUBIN");
     }
     for (int i = 0; i < im->count; i++) {
         const kemu_kernel *k = &im->kernels[i];
@@ -115,6 +243,8 @@ CUresult cuModuleUnload(CUmodule module)
     if (found) *p = module->next;
     pthread_mutex_unlock(&loaded_lock);
     if (!found) return fail(CUDA_ERROR_INVALID_HANDLE, "cuModuleUnload: not a loaded module (unloaded already?)");
+    if (module->owns_names)
+        for (int i = 0; i < module->count; i++) free((char *)module->kernels[i].name);
     free(module->kernels);
     free(module);
     return CUDA_SUCCESS;

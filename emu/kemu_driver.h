@@ -77,6 +77,17 @@ typedef struct {
     const kemu_kernel *kernels;
 } kemu_module_image;
 
+/* A file's kernels launched by name (kiln_cuda.h's KILN_CUDA_MODULE, at the program's
+ * start): registered, so that the program's modules can hold them. Returns count. */
+int kemu_register_kernels(const kemu_kernel *kernels, int count);
+
+/* The image of a module of every registered kernel: what a cuda-emu program loads for
+ * its CUBINs. A real CUBIN (an ELF image, as NVRTC makes for a GPU the program has no
+ * CUBIN for) loads too: a module of the registered kernels among its functions, by the
+ * names the CUBIN gives them (mangled; a template's arguments must demangle as its name
+ * spells them). */
+#define KEMU_ALL_MODULE_MAGIC "KEMUALL1"
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -329,6 +329,11 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device)
     p->totalConstMem = 65536;
     p->major = 8;
     p->minor = 0;
+    /* KILN_CUDA_EMU_ARCH=sm_86: the emulator plays a GPU of that compute capability (one a
+     * program has no CUBIN for, to run its NVRTC path) */
+    const char *arch = getenv("KILN_CUDA_EMU_ARCH");
+    int sm = 0;
+    if (arch && sscanf(arch, "sm_%d", &sm) == 1 && sm >= 30 && sm < 1000) p->major = sm / 10, p->minor = sm % 10;
     p->multiProcessorCount = 8;
     p->integrated = 0;
     p->canMapHostMemory = 1;

@@ -38,12 +38,15 @@
 extern "C" void tm_nccl_cuda_error(void);
 #define KILN_CUDA_ON_ERROR() tm_nccl_cuda_error()
 
+#define KILN_CUDA_BY_NAME 1 /* under the emulator too: the launches a GPU program makes */
 #include "kiln_cuda_model.h"
+#ifndef __CUDACC_RTC__ /* the host's: NVRTC compiles the kernels alone */
 #include "dist_mpi.h"
 #ifdef KILN_CUDA_EMU
 #include "../emu/kemu_nccl.h"
 #else
 #include <nccl.h>
+#endif
 #endif
 
 #define BLOCK 256
@@ -264,3 +267,7 @@ void tm_grads_free(void)
     if (done) cudaEventDestroy(done);
     if (comm_stream) cudaStreamDestroy(comm_stream);
 }
+
+/* The kernels by name (kiln_cuda.h's KILN_CUDA_MODULE). */
+#define KILN_DIST_KERNELS(X) X(kiln_dist_share) X(kiln_dist_sum_ranks)
+KILN_CUDA_MODULE(KILN_DIST_KERNELS);

@@ -10,14 +10,19 @@
 #ifndef KILN_OPTIM_ELEM_H
 #define KILN_OPTIM_ELEM_H
 
+#ifndef __CUDACC_RTC__ /* NVRTC (device.cu's kernels): kiln_cuda.h gives what they use */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "kiln_rt.h"
+#endif
 
 #if defined(__CUDACC__) || defined(KILN_CUDA_EMU)
 #define KRT_ELEM static __host__ __device__ __forceinline__
+#define KRT_RESTRICT __restrict__
+#elif defined(__cplusplus) /* device.cu's host code in a GPU program whose kernels NVRTC compiled */
+#define KRT_ELEM static inline __attribute__((always_inline))
 #define KRT_RESTRICT __restrict__
 #else
 #define KRT_ELEM static inline __attribute__((always_inline))
@@ -62,6 +67,7 @@ enum { KRT_ADAM_DECOUPLED = 1, KRT_ADAM_L2 = 2, KRT_ADAM_SMALL_W = 4, KRT_ADAM_A
 enum { KRT_RMSPROP_L2 = 1, KRT_RMSPROP_MOMENTUM = 2, KRT_RMSPROP_CENTERED = 4 };
 enum { KRT_DECAY = 1 };
 
+#ifndef __CUDACC_RTC__ /* the host sets the scalars up */
 /* The configuration and rate of one span: a parameter group's (torch.optim's param_groups)
  * lr and weight_decay replace the step's rate and the config's weight_decay. */
 static inline double krt_span_config(const krt_optim_config *c, const krt_param_span *sp, double lr, krt_optim_config *out)
@@ -142,6 +148,8 @@ static inline int krt_lion_setup(const krt_optim_config *c, double lr, bool deca
     k->neg_lr = (float)(-lr); /* p.add_(update, alpha=-lr) */
     return decay && c->weight_decay != 0 ? KRT_DECAY : 0;
 }
+
+#endif
 
 /* torch.optim.SGD for element i. */
 KRT_ELEM void krt_sgd_elem(const krt_sgd_k *k, bool l2, bool use_mom, bool first, bool nesterov, float *KRT_RESTRICT p,
@@ -304,6 +312,8 @@ KRT_ELEM void krt_lion_elem(const krt_lion_k *k, bool decay, float *KRT_RESTRICT
 
 /* The clipping factor: torch.nn.utils.clip_grad_norm_'s max_norm / (norm + 1e-6), in
  * double; the gradients are multiplied by it, rounded to float32, only when it is below 1. */
+#ifndef __CUDACC_RTC__
 static inline double krt_clip_coef(double norm, double max_norm) { return max_norm / (norm + 1e-6); }
+#endif
 
 #endif

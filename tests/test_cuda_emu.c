@@ -579,11 +579,16 @@ Test(cuda_emu_misuse, driver_api_modules_functions_and_launches)
     expect_has(kemu_last_error_message(), "kernelParams[1] is NULL");
     cr_expect_eq(cudaGetLastError(), cudaSuccess);
 
-    /* a GPU's image is not the emulator's module; a module's functions and its unloading */
+    /* an ELF image that is no CUBIN, and an image that is nothing (a CUBIN's kernels load
+     * by their mangled names: test_cuda_train's NVRTC run); a module's functions and its
+     * unloading */
     static const char cubin[64] = "\177ELF";
     CUmodule bad;
     cr_expect_eq(cuModuleLoadData(&bad, cubin), CUDA_ERROR_INVALID_IMAGE);
-    expect_has(kemu_last_error_message(), "not an emulator module");
+    expect_has(kemu_last_error_message(), "an ELF image that is not a 64-bit CUBIN");
+    static const char junk[64] = "not a module";
+    cr_expect_eq(cuModuleLoadData(&bad, junk), CUDA_ERROR_INVALID_IMAGE);
+    expect_has(kemu_last_error_message(), "neither an emulator module");
     const char *name;
     cr_expect_eq(cuGetErrorName(CUDA_ERROR_NOT_FOUND, &name), CUDA_SUCCESS);
     cr_expect_str_eq(name, "CUDA_ERROR_NOT_FOUND");

@@ -10,7 +10,7 @@
  *   - --deterministic (an all-gather, then a kernel adding the ranks' copies in rank order)
  *     gives the bits of the emulated all-reduce, which adds in rank order too;
  *   - the GPU program compiles and links with nvcc against NCCL and MPI, and without a GPU
- *     says so and exits 1 (not in the sanitizer build: nvcc, as SUPPORT_RUN_NVCC).
+ *     says so and exits 1 (not in the sanitizer build, as SUPPORT_RUN_NVCC).
  * Tiny runs (the emulator is slow), and one emulated build: its 1-rank runs (without
  * mpirun) are the one-process oracle, to keep this file's time down. mpirun as root and
  * beyond the cores: test_dist.c's flags. */
@@ -153,7 +153,7 @@ Test(dist_cuda, emulated_checkpoint_of_two_ranks_resumes_on_one)
 
 Test(dist_cuda, gpu_program_links_nccl_and_mpi_and_needs_a_gpu)
 {
-    if (!SUPPORT_RUN_NVCC) cr_skip_test("nvcc is not run in the sanitizer build (tests/support.h)");
+    if (!SUPPORT_RUN_NVCC) cr_skip_test("the GPU program is built and run in the optimised build (tests/support.h)");
     if (!KILN_NVCC[0]) cr_skip_test("no CUDA toolkit: --target cuda is not available");
     build("mlp_gd", "--target cuda --distributed");
     StrBuf out;

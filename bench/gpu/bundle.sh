@@ -4,7 +4,8 @@
 # CUDA toolkit and PyTorch but not OpenBLAS, Criterion or the datasets; a session gets one
 # rarely and for minutes, so the work is done here and the machine only runs and measures).
 #
-#   bench/gpu/bundle.sh            (about 5 minutes on 2 cores; needs nvcc here)
+#   bench/gpu/bundle.sh            (about 3 minutes on 2 cores; needs the CUDA toolkit's
+#                                  NVRTC and libraries here, not nvcc)
 #
 # out/gpu/ holds (about 85 MB), packed at the end into out/gpu.tar.gz (about 45 MB: the device
 # tool carries 64 MiB with the working tree; name "out/gpu.tar.gz" in `carry`, and run.sh
@@ -19,12 +20,11 @@
 #   data/      Fashion-MNIST's test set (the training data of these short runs, 4.4 MB)
 #              and the fortunes text gpt trains on
 #   lib/       libgomp (the runtime's OpenMP), in case the machine's image lacks it
-#   ptxas.txt  nvcc -Xptxas -v's summary for every model
+#   ptxas.txt  ptxas's summary for every model (kiln build --target cuda --report: NVRTC's)
 # BUNDLE_TARGET=cuda-emu builds the programs for the CUDA emulator instead, to try
 # bench/gpu/run.sh here (GPU_RUNS="mlp cnn gpt" bench/gpu/run.sh check) before a GPU session.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { echo "bench/gpu/bundle.sh: nvcc is needed" >&2; exit 1; }
 scripts/deps.sh
 cmake -S . -B out/build-gpu -DCMAKE_BUILD_TYPE=Release -DKILN_TESTS=OFF >/dev/null
 cmake --build out/build-gpu -j"$(nproc)" --target kiln kiln_rt >/dev/null
@@ -84,16 +84,13 @@ grep -q 'batch *= *16$' "$B/models/gpt2-124m-b16.kiln" || { echo "bench/gpu/bund
 $kiln build "$B/models/gpt2-124m-b16.kiln" --target "${BUNDLE_TARGET:-cuda}" -o "$B/bin/bench-gpt2" >/dev/null
 $kiln build "$B/models/gpt2-124m-b16.kiln" --precision bf16 --target "${BUNDLE_TARGET:-cuda}" -o "$B/bin/bench-gpt2-bf16" >/dev/null
 
-# ptxas's register and spill report for every model
-mkdir -p out/gpu-emit
+# ptxas's register and spill report for every model (NVRTC's, for sm_90)
 for m in mlp cnn gpt gpt2-124m; do
-    $kiln emit "models/$m.kiln" --target cuda -o "out/gpu-emit/$m" 2>/dev/null
-    nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-    "$nvcc" -std=c++17 -O3 -arch=sm_90 -Xptxas -v -Iruntime/cuda -Iruntime -c "out/gpu-emit/$m/model.cu" -o /dev/null 2>&1 |
-        awk -v m="$m" '/Used [0-9]+ registers/ { n++; r = $0; sub(/.*Used /, "", r); sub(/ registers.*/, "", r); if (r + 0 > max) max = r + 0 }
-                        /bytes spill stores/ { s = $0; sub(/ bytes spill stores.*/, "", s); sub(/.*, /, "", s); if (s + 0 > 0) spill++ }
-                        END { printf "%s: %d kernels, at most %d registers, %d spilling\n", m, n, max, spill }'
+    $kiln build "models/$m.kiln" --target cuda --report -o out/gpu-report-prog 2>&1 |
+        awk -v m="$m" '/^  [A-Za-z_]/ && NF == 9 && $1 != "kernel" { n++; r = $(NF - 3); if (r + 0 > max) max = r + 0; if ($(NF - 2) + 0 > 0) spill++ }
+                       END { printf "%s: %d kernels, at most %d registers (sm_90), %d spilling\n", m, n, max, spill }'
 done >"$B/ptxas.txt"
+rm -f out/gpu-report-prog
 cat "$B/ptxas.txt"
 git rev-parse --short HEAD >"$B/commit.txt"
 du -sh "$B"

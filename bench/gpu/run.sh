@@ -71,6 +71,21 @@ check() {
         "$PY" bench/gpu/check.py losses "$B/ref/$name/c.log" "$dir/from-c.log" loss "$tol" $((half + 1)) | tee -a "$O/check.txt" || fails=$((fails + 1))
         grep -h "samples/s\|tokens/s" "$dir/run.txt" | tail -1 | tee -a "$O/check.txt"
     done <"$B/runs.txt"
+    # the kernels compiled at run time for this GPU (KILN_CUDA_JIT=1: NVRTC, or without it
+    # the driver from the embedded PTX), then read from the cache: mlp's losses again
+    if [ -z "${GPU_RUNS:-}" ] || [[ " $GPU_RUNS " == *" mlp-jit "* ]]; then
+        IFS='|' read -r name model bflags rflags steps tol < <(grep '^mlp|' "$B/runs.txt")
+        flags=${rflags//\$D/$D}
+        dir="$O/mlp-jit"
+        rm -rf "$dir" && mkdir -p "$dir"
+        echo "== mlp-jit (KILN_CUDA_JIT=1, twice)" | tee -a "$O/check.txt"
+        for log in jit.log jit2.log; do
+            (cd "$dir" && eval "KILN_CUDA_JIT=1 XDG_CACHE_HOME='$(pwd)/$dir/cache' '$(pwd)/$B/bin/mlp' $flags --steps $steps --checkpoint-dir ck-$log --log $log" >>run.txt 2>&1) ||
+                { echo "FAILED to run: $(tail -3 "$dir/run.txt")" | tee -a "$O/check.txt"; fails=$((fails + 1)); }
+            "$PY" bench/gpu/check.py losses "$B/ref/mlp/c.log" "$dir/$log" loss 1e-4 | tee -a "$O/check.txt" || fails=$((fails + 1))
+        done
+        grep -h "the kernels compiled" "$dir/run.txt" | tee -a "$O/check.txt"
+    fi
     echo "check: $fails failed" | tee -a "$O/check.txt"
     return $((fails > 0))
 }

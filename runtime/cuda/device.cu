@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#define KILN_CUDA_BY_NAME 1 /* under the emulator too: the launches a GPU program makes */
 #include "kiln_cuda_model.h"
 #include "optim_elem.h"
 
@@ -86,6 +87,16 @@ static void *device_open(const struct kiln_model *m, char *err, size_t cap)
         cudaGetLastError(); /* not sticky: clear it */
         return NULL;
     }
+#if defined(KILN_CUDA_LAUNCH_BY_NAME_)
+    /* the kernels for this GPU (modules.cpp): the program's CUBINs, or NVRTC's for a GPU it
+     * has none for, which the line before the run says */
+    const char *note = NULL, *unloadable = kiln_cuda_modules_load(&note);
+    if (unloadable) {
+        say(err, cap, "%s", unloadable);
+        return NULL;
+    }
+    if (note) fprintf(stderr, "%s: %s\n", m->name, note);
+#endif
     kiln_cuda_context *c = (kiln_cuda_context *)calloc(1, sizeof *c);
     if (!c) {
         say(err, cap, "out of host memory");
@@ -529,3 +540,8 @@ extern "C" const kiln_device kiln_cuda_device = {
     device_optim_step,
     device_close,
 };
+
+/* The kernels by name (kiln_cuda.h's KILN_CUDA_MODULE). */
+#define KILN_DEVICE_KERNELS(X) \
+    X(kiln_accumulate) X(kiln_scale) X(kiln_norm_blocks) X(kiln_norm_total) X(kiln_sgd) X(kiln_adam) X(kiln_rmsprop) X(kiln_adagrad) X(kiln_lion)
+KILN_CUDA_MODULE(KILN_DEVICE_KERNELS);

@@ -217,16 +217,19 @@ static inline void kiln_cuda_after_launch(const char *kernel, const char *site, 
 
 /* ---- model.cu's kernels as a module, launched by name -------------------------------- */
 
-/* KILN_CUDA_MODULE(LIST);  at the end of a generated model.cu, LIST(X) naming each kernel
- * X(name): under the emulator, the module image a launch finds its kernel in (the table of
- * the kernels compiled into the program, kemu_driver.h); in a GPU program's host source
- * (KILN_CUDA_DRIVER), nothing: its module is NVRTC's CUBIN (kiln_cuda_module); for nvcc,
- * nothing either (its launches are <<<>>>'s). */
+/* KILN_CUDA_MODULE(LIST);  at the end of a file whose kernels are launched by name, LIST(X)
+ * naming each kernel X(name): under the emulator, the file's kernels registered with it
+ * (kemu_driver.h), which a cuda-emu program's modules find them among; in a GPU
+ * program's host source (KILN_CUDA_DRIVER), nothing: the kernels are NVRTC's, in the
+ * program's CUBINs (kiln_cuda_embedded.h); for nvcc, nothing either (its launches are
+ * <<<>>>'s). Either way a launch finds its kernel through kiln_cuda_function
+ * (modules.cpp), which loads the modules for the GPU that is there. */
 #if defined(KILN_CUDA_LAUNCH_BY_NAME_)
 #include <cstring>
 #include <tuple>
 #include <utility>
 
+#include "kiln_cuda_embedded.h"
 #include "kiln_cuda_params.h"
 #endif
 
@@ -234,24 +237,10 @@ static inline void kiln_cuda_after_launch(const char *kernel, const char *site, 
 #define KILN_CUDA_MODULE_ENTRY_(kernel) kemu::kernel_entry(kernel, #kernel),
 #define KILN_CUDA_MODULE(list)                                                                                       \
     static const kemu_kernel kiln_cuda_module_kernels_[] = {list(KILN_CUDA_MODULE_ENTRY_)};                           \
-    extern "C" const kemu_module_image kiln_cuda_model_module = {                                                     \
-        {'K', 'E', 'M', 'U', 'M', 'O', 'D', '1'}, (int)(sizeof kiln_cuda_module_kernels_ / sizeof *kiln_cuda_module_kernels_), \
-        kiln_cuda_module_kernels_}
-
-extern "C" const kemu_module_image kiln_cuda_model_module;
-
-/* The module of model.cu's kernels, loaded at the first launch. */
-static inline CUmodule kiln_cuda_module(void)
-{
-    static CUmodule module = nullptr;
-    if (!module && cuModuleLoadData(&module, &kiln_cuda_model_module) != CUDA_SUCCESS) module = nullptr;
-    return module;
-}
+    [[maybe_unused]] static const int kiln_cuda_module_registered_ =                                                 \
+        kemu_register_kernels(kiln_cuda_module_kernels_, (int)(sizeof kiln_cuda_module_kernels_ / sizeof *kiln_cuda_module_kernels_))
 #elif defined(KILN_CUDA_LAUNCH_BY_NAME_)
-#define KILN_CUDA_MODULE(list) static_assert(true, "model.cu's kernels: NVRTC's CUBIN")
-/* The GPU program's module: the CUBIN NVRTC made for the device's compute capability
- * (defined beside the embedded CUBINs by the build), loaded at the first launch. */
-extern "C" CUmodule kiln_cuda_module(void);
+#define KILN_CUDA_MODULE(list) static_assert(true, "the kernels: NVRTC's, in the program's CUBINs")
 #endif
 
 #if defined(KILN_CUDA_LAUNCH_BY_NAME_)
@@ -274,8 +263,9 @@ static inline void kiln_cuda_launch_by_name(CUfunction *fn, const char *name, vo
         size_t n = strlen(name);
         if (n >= 2 && name[0] == '(' && name[n - 1] == ')') name++, n -= 2;
         snprintf(bare, sizeof bare, "%.*s", (int)n, name);
-        CUmodule module = kiln_cuda_module();
-        r = module ? cuModuleGetFunction(fn, module, bare) : CUDA_ERROR_INVALID_IMAGE;
+        void *f = nullptr;
+        r = (CUresult)kiln_cuda_function(&f, bare);
+        *fn = (CUfunction)f;
     }
     if (r == CUDA_SUCCESS) {
         using L = kiln_cuda_params<P...>;
@@ -284,14 +274,15 @@ static inline void kiln_cuda_launch_by_name(CUfunction *fn, const char *name, vo
         kiln_cuda_pack_<decltype(values), L>(buf, values, std::index_sequence_for<P...>{});
         size_t size = L::bytes;
         void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
-        r = cuLaunchKernel(*fn, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, (CUstream)stream, nullptr, extra);
+        const unsigned g[3] = {grid.x, grid.y, grid.z}, b[3] = {block.x, block.y, block.z};
+        r = (CUresult)kiln_cuda_launch((void *)*fn, g, b, (unsigned)shmem, (void *)stream, extra);
     }
     if (r == CUDA_SUCCESS) return;
     const char *text = "", *code = "";
-    cuGetErrorString(r, &text);
-    cuGetErrorName(r, &code);
+    kiln_cuda_error_text(r, &code, &text);
+    const char *unloaded = kiln_cuda_modules_load(nullptr); /* the reason no module is there */
     fprintf(stderr, "%s:%d: error: kernel '%s'%s%s%s failed: %s (%s)\n", file, line, name, site ? " (" : "", site ? site : "", site ? ")" : "",
-            text ? text : "", code ? code : "");
+            unloaded ? unloaded : text ? text : "", code ? code : "");
     KILN_CUDA_ON_ERROR();
 }
 #elif !defined(KILN_CUDA_MODULE)
