@@ -238,7 +238,16 @@ static int write_table(const char *dir, const CudaUnit *units, int nunits, const
         sb_puts(&c, "    {");
         c_string(&c, units[u].file);
         sb_puts(&c, ", ");
-        c_string(&c, units[u].options);
+        char **w = NULL; /* the options but -I: the source is whole */
+        int nw = 0;
+        util_words_split(units[u].options, &w, &nw);
+        StrBuf kept;
+        sb_init(&kept);
+        for (int i = 0; i < nw; i++)
+            if (strncmp(w[i], "-I", 2)) sb_printf(&kept, "%s%s", kept.len ? " " : "", w[i]);
+        util_words_free(w, nw);
+        c_string(&c, kept.data ? kept.data : "");
+        sb_free(&kept);
         sb_printf(&c, ", (const char *)kiln_cuda_source_%d},\n", u);
     }
     sb_printf(&c, "};\n\nextern \"C\" const kiln_cuda_embedded kiln_cuda_embedded_code = {%d, units, %d, images, %d, kernels, ", nunits,

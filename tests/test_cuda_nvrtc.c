@@ -215,6 +215,21 @@ Test(cuda_nvrtc, build_report_has_a_line_per_kernel, .timeout = 300)
     cr_expect(strstr(text, "\n  kiln_sum_parts<float> "), "%s", text);
     cr_expect(strstr(text, "no kernel spills registers or has a stack frame\n"), "%s", text);
     cr_expect(strstr(text, ", 0 pieces of "), "%s", text);
+    /* the recipe changed, not the model: no kernel compiled again */
+    char model[256], cmd[2400];
+    snprintf(model, sizeof model, "%s/mlp-lr.kiln", dir);
+    snprintf(cmd, sizeof cmd, "sed 's/lr = 1e-3/lr = 2e-3/' '%s/models/mlp.kiln' > '%s' && grep -q 'lr = 2e-3' '%s'", KILN_SOURCE_DIR, model, model);
+    cr_assert_eq(support_run(cmd, &out), 0, "%s", out.data);
+    out.len = 0;
+    snprintf(args, sizeof args, "build %s --target cuda --report -o %s/prog", model, dir);
+    rc = support_run_kiln(args, &out);
+    text = out.data ? out.data : "";
+    cr_assert_eq(rc, 0, "%s", text);
+    const char *p = strstr(text, " pieces of ");
+    cr_assert(p, "%s", text);
+    const char *q = p;
+    while (q > text && q[-1] >= '0' && q[-1] <= '9') q--;
+    cr_expect_eq(atoi(q), atoi(p + strlen(" pieces of ")), "a recipe-only change compiled kernels again:\n%s", text);
     sb_free(&out);
     support_remove_dir(dir);
     support_remove_dir(cache);

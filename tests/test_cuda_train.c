@@ -387,6 +387,12 @@ Test(cuda_train, nvrtc_compiles_the_kernels_for_a_gpu_without_cubins, .timeout =
         run_logged(dir, env, "jit5.jsonl", &out);
         cr_expect(strstr(out.data, "(sm_75) by NVRTC") && strstr(out.data, "not cached (no cache directory)"), "%s", out.data);
     }
+    /* an architecture NVRTC does not know: the program stops before training, saying why */
+    char cmd2[1024];
+    snprintf(cmd2, sizeof cmd2, "KILN_CACHE_MAX_BYTES=0 KILN_CUDA_EMU_ARCH=sm_990 ./prog-emu %s --steps 1 --checkpoint-dir ck", mlp_case.run_flags);
+    out.len = 0;
+    cr_expect_eq(support_run_in(dir, cmd2, &out), 1, "%s", out.data);
+    cr_expect(strstr(out.data, "failed on model.cu's kernels for sm_990") && !strstr(out.data, "step 1/1"), "%s", out.data);
     sb_free(&out);
     support_remove_dir(dir);
 }
