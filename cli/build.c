@@ -24,6 +24,7 @@
 
 #include "build.h"
 #include "cuda_build.h"
+#include "cuda_embed.h"
 #include "objcache.h"
 #include "../driver/toolchain.h"
 #include "../runtime/kiln_model.h"
@@ -407,12 +408,12 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, bo
     }
     const char *slash = strrchr(model_cu, '/');
     int dirlen = slash ? (int)(slash - model_cu + 1) : 0;
-    StrBuf table; /* a cuda-emu program's table of its kernels (cuda_build.h), compiled in the link */
+    StrBuf table; /* a cuda-emu program's table of its kernels (cuda_embed.h), compiled in the link */
     sb_init(&table);
     if (emulated) {
         char *dir = dirlen ? xstrndup(model_cu, (size_t)dirlen - 1) : xstrdup(".");
         const int trc = cuda_embed_emulated(model_cu, distributed, dir, log);
-        sb_printf(&table, "%s/embedded.cpp", dir);
+        sb_printf(&table, "%s/" CUDA_EMBED_MODEL_TABLE ".cpp", dir);
         free(dir);
         if (trc) {
             sb_free(&table);

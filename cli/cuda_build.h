@@ -1,5 +1,4 @@
-/* cuda_build.h — kiln build --target cuda through NVRTC and Clang (cuda_build.c), and the
- * table of kernels a cuda-emu program carries. */
+/* cuda_build.h — kiln build --target cuda through NVRTC and Clang (cuda_build.c). */
 #ifndef KILN_CLI_CUDA_BUILD_H
 #define KILN_CLI_CUDA_BUILD_H
 
@@ -15,8 +14,4 @@
  * of what failed in *log. */
 int build_cuda_nvrtc(const char *model_cu, const char *prog, const char *cxx, const char *extra_flags, bool infer, bool distributed, StrBuf *log,
                      BuildProgress *pg);
-/* Writes dir/embedded.cpp for a cuda-emu program of model_cu: the table of its kernels
- * (kiln_cuda_embedded.h), whose images are the emulator's. 0, or -1 with a message. */
-int cuda_embed_emulated(const char *model_cu, bool distributed, const char *dir, StrBuf *log);
-
 #endif

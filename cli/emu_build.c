@@ -13,7 +13,7 @@
 
 #include "../driver/toolchain.h"
 #include "build.h"
-#include "cuda_build.h"
+#include "cuda_embed.h"
 
 typedef struct {
     char **args;
@@ -53,9 +53,9 @@ int build_cuda_emu_in_process(const char *model_cu, const char *prog, const char
 {
     const char *slash = strrchr(model_cu, '/');
     const int dirlen = slash ? (int)(slash - model_cu + 1) : 0;
-    /* the table of the program's kernels (cuda_build.h), compiled last */
+    /* the table of the program's kernels (cuda_embed.h), compiled last */
     char table[4300];
-    snprintf(table, sizeof table, "%.*sembedded.cpp", dirlen, model_cu);
+    snprintf(table, sizeof table, "%.*s" CUDA_EMBED_MODEL_TABLE ".cpp", dirlen, model_cu);
     char *dir = dirlen ? xstrndup(model_cu, (size_t)dirlen - 1) : xstrdup(".");
     const int trc = cuda_embed_emulated(model_cu, distributed, dir, log);
     free(dir);

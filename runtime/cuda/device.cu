@@ -398,7 +398,7 @@ static void device_optim_step(void *vctx, const krt_optim_config *oc, krt_optim_
         if (krt_optim_slab_name(oc, k) && !*krt_optim_slab(s, k)) return;
     const bool first = s->step == 0;
     s->step++;
-    krt_param_span whole = {.offset = 0, .count = s->n, .decay = true};
+    krt_param_span whole = {.offset = 0, .count = s->n, .decay = true, .grouped = false, .lr = 0, .weight_decay = 0};
     if (!spans) {
         spans = &whole;
         nspans = 1;

@@ -226,7 +226,6 @@ static inline void kiln_cuda_after_launch(const char *kernel, const char *site, 
  * (modules.cpp), which loads the modules for the GPU that is there. */
 #if defined(KILN_CUDA_LAUNCH_BY_NAME_)
 #include <cstring>
-#include <tuple>
 #include <utility>
 
 #include "kiln_cuda_embedded.h"
@@ -244,46 +243,62 @@ static inline void kiln_cuda_after_launch(const char *kernel, const char *site, 
 #endif
 
 #if defined(KILN_CUDA_LAUNCH_BY_NAME_)
-template <typename Tuple, typename L, std::size_t... I> static inline void kiln_cuda_pack_(unsigned char *buf, const Tuple &t, std::index_sequence<I...>)
+/* One argument converted to its parameter's type, at its offset in the buffer. */
+template <typename P, typename A> __attribute__((always_inline)) static inline void kiln_cuda_put_(unsigned char *at, A &&a)
 {
-    (void)buf, (void)t;
-    ((void)std::memcpy(buf + L::offsets[I], &std::get<I>(t), L::sizes[I]), ...);
+    const typename std::decay<P>::type v(std::forward<A>(a));
+    std::memcpy(at, &v, sizeof v);
 }
 
-/* Finds the kernel (once: *fn caches it), packs the arguments as its parameters' types
- * into one buffer and launches it; a failure names the kernel and the model line. */
-template <typename... P, typename... A>
-static inline void kiln_cuda_launch_by_name(CUfunction *fn, const char *name, void (*)(P...), const char *site, const char *file, int line, dim3 grid,
-                                            dim3 block, size_t shmem, cudaStream_t stream, A &&...args)
+/* The kernel launched as `name` (a template's in parentheses): found once (*fn caches it). */
+__attribute__((noinline)) static CUresult kiln_cuda_find_(CUfunction *fn, const char *name)
 {
-    static_assert(sizeof...(P) == sizeof...(A), "KILN_LAUNCH: wrong number of kernel arguments");
-    CUresult r = CUDA_SUCCESS;
-    if (!*fn) { /* the name as the module lists it: a template's without the parentheses around it */
-        char bare[256];
-        size_t n = strlen(name);
-        if (n >= 2 && name[0] == '(' && name[n - 1] == ')') name++, n -= 2;
-        snprintf(bare, sizeof bare, "%.*s", (int)n, name);
-        void *f = nullptr;
-        r = (CUresult)kiln_cuda_function(&f, bare);
-        *fn = (CUfunction)f;
-    }
-    if (r == CUDA_SUCCESS) {
-        using L = kiln_cuda_params<P...>;
-        const std::tuple<typename std::decay<P>::type...> values(std::forward<A>(args)...);
-        alignas(16) unsigned char buf[L::bytes ? L::bytes : 1];
-        kiln_cuda_pack_<decltype(values), L>(buf, values, std::index_sequence_for<P...>{});
-        size_t size = L::bytes;
-        void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
-        const unsigned g[3] = {grid.x, grid.y, grid.z}, b[3] = {block.x, block.y, block.z};
-        r = (CUresult)kiln_cuda_launch((void *)*fn, g, b, (unsigned)shmem, (void *)stream, extra);
-    }
-    if (r == CUDA_SUCCESS) return;
+    if (*fn) return CUDA_SUCCESS;
+    char bare[256]; /* the name as the module lists it: a template's without the parentheses around it */
+    size_t n = strlen(name);
+    if (n >= 2 && name[0] == '(' && name[n - 1] == ')') name++, n -= 2;
+    snprintf(bare, sizeof bare, "%.*s", (int)n, name);
+    void *f = nullptr;
+    const CUresult r = (CUresult)kiln_cuda_function(&f, bare);
+    *fn = (CUfunction)f;
+    return r;
+}
+
+__attribute__((noinline)) static CUresult kiln_cuda_launch_buffer_(CUfunction fn, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream, void *buf, size_t size)
+{
+    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+    const unsigned g[3] = {grid.x, grid.y, grid.z}, b[3] = {block.x, block.y, block.z};
+    return (CUresult)kiln_cuda_launch((void *)fn, g, b, (unsigned)shmem, (void *)stream, extra);
+}
+
+__attribute__((noinline, cold)) static void kiln_cuda_launch_failed_(CUresult r, const char *name, const char *site, const char *file, int line)
+{
     const char *text = "", *code = "";
     kiln_cuda_error_text(r, &code, &text);
     const char *unloaded = kiln_cuda_modules_load(nullptr); /* the reason no module is there */
     fprintf(stderr, "%s:%d: error: kernel '%s'%s%s%s failed: %s (%s)\n", file, line, name, site ? " (" : "", site ? site : "", site ? ")" : "",
             unloaded ? unloaded : text ? text : "", code ? code : "");
     KILN_CUDA_ON_ERROR();
+}
+
+/* Finds the kernel (once: *fn caches it), packs the arguments as its parameters' types
+ * into one buffer and launches it; a failure names the kernel and the model line. All but
+ * the packing is out of the template: a model.cu launches a few hundred kernels. */
+template <typename... P, typename... A>
+static inline void kiln_cuda_launch_by_name(CUfunction *fn, const char *name, void (*)(P...), const char *site, const char *file, int line, dim3 grid,
+                                            dim3 block, size_t shmem, cudaStream_t stream, A &&...args)
+{
+    static_assert(sizeof...(P) == sizeof...(A), "KILN_LAUNCH: wrong number of kernel arguments");
+    CUresult r = kiln_cuda_find_(fn, name);
+    if (r == CUDA_SUCCESS) {
+        using L = kiln_cuda_params<P...>;
+        alignas(16) unsigned char buf[L::bytes ? L::bytes : 1];
+        std::size_t i = 0;
+        (void)i;
+        (kiln_cuda_put_<P>(buf + L::offsets[i++], std::forward<A>(args)), ...);
+        r = kiln_cuda_launch_buffer_(*fn, grid, block, shmem, stream, buf, L::bytes);
+    }
+    if (r != CUDA_SUCCESS) kiln_cuda_launch_failed_(r, name, site, file, line);
 }
 #elif !defined(KILN_CUDA_MODULE)
 #define KILN_CUDA_MODULE(list) static_assert(true, "model.cu's kernels: launched directly")

@@ -29,9 +29,12 @@
 #include "kiln_cuda.h"
 #include "kiln_cuda_embedded.h"
 
-/* A program with no table (a test's own .cu under the emulator) finds its kernels among
- * those the emulator has registered. */
+/* A program's tables: model.cu's (or, under the emulator, all its files'), and in a GPU
+ * program the runtime's own, compiled when Kiln was built. A program with none (a test's
+ * own .cu under the emulator) finds its kernels among those the emulator has registered. */
 extern "C" const kiln_cuda_embedded kiln_cuda_embedded_code __attribute__((weak));
+extern "C" const kiln_cuda_embedded kiln_cuda_device_code __attribute__((weak));
+extern "C" const kiln_cuda_embedded kiln_cuda_dist_code __attribute__((weak));
 
 namespace {
 
@@ -76,19 +79,26 @@ bool driver_open(char *why, size_t cap)
 #endif
 }
 
-struct Loaded {
-    bool done;
-    const char *error; /* static text or from `message` */
-    const char *note;
-    char message[1024];
+/* One table's modules. */
+struct Table {
+    const kiln_cuda_embedded *e;
     bool jit;            /* one module per file, names from `lowered` */
     CUmodule *modules;   /* by image (CUBIN, PTX), or by file (JIT) */
-    int nmodules;
     int *image_of;       /* kernel -> its module's index (CUBIN, PTX) */
     char **lowered;      /* kernel -> its name in the JIT's module */
 };
 
+struct Loaded {
+    bool done;
+    const char *error; /* NULL, or `message` */
+    const char *note;
+    char message[1024];
+    Table tables[3];
+    int ntables;
+};
+
 Loaded loaded;
+Table *table; /* the one being loaded */
 pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- NVRTC, opened at run time ---- */
@@ -314,7 +324,7 @@ bool jit_unit(Nvrtc *nv, const kiln_cuda_embedded *e, int unit, int sm, CUmodule
     }
     free(cubin);
     for (int k = 0, j = 0; k < e->nkernels; k++)
-        if (e->kernels[k].unit == unit) loaded.lowered[k] = ok ? low[j] : nullptr, j++;
+        if (e->kernels[k].unit == unit) table->lowered[k] = ok ? low[j] : nullptr, j++;
     if (!ok)
         for (int j = 0; j < nnames; j++) free(low[j]);
     free(low);
@@ -328,12 +338,11 @@ bool load_images(const kiln_cuda_embedded *e, int sm, bool *failed)
     int n = 0;
     for (int i = 0; i < e->nimages; i++) n += e->images[i].sm == sm;
     if (!n) return false;
-    loaded.modules = (CUmodule *)calloc((size_t)e->nimages, sizeof *loaded.modules);
-    loaded.nmodules = e->nimages;
+    table->modules = (CUmodule *)calloc((size_t)e->nimages, sizeof *table->modules);
     for (int i = 0; i < e->nimages; i++) {
         const kiln_cuda_image *im = &e->images[i];
         if (im->sm != sm) continue;
-        CUresult r = cu.load(&loaded.modules[i], im->begin);
+        CUresult r = cu.load(&table->modules[i], im->begin);
         if (r != CUDA_SUCCESS) {
             const char *text = "";
             cu.error_string(r, &text);
@@ -343,26 +352,53 @@ bool load_images(const kiln_cuda_embedded *e, int sm, bool *failed)
             return true;
         }
     }
-    loaded.image_of = (int *)calloc((size_t)e->nkernels + 1, sizeof *loaded.image_of);
+    table->image_of = (int *)calloc((size_t)e->nkernels + 1, sizeof *table->image_of);
     for (int k = 0; k < e->nkernels; k++) {
-        loaded.image_of[k] = -1;
+        table->image_of[k] = -1;
         for (int i = 0; i < e->nimages; i++)
             if (e->images[i].sm == sm && (e->images[i].unit < 0 || e->images[i].unit == e->kernels[k].unit) &&
                 (e->images[i].piece < 0 || e->images[i].piece == e->kernels[k].piece))
-                loaded.image_of[k] = i;
+                table->image_of[k] = i;
     }
     return true;
 }
 
+/* How one table's kernels came (1 CUBIN, 2 NVRTC, 3 NVRTC from the cache, 4 PTX), or 0
+ * with the reason in loaded.message. */
+int load_table(const kiln_cuda_embedded *e, int sm, bool forced, Nvrtc *nv, bool nvrtc_ok)
+{
+    bool failed = false;
+    /* 1. the CUBINs for this GPU (the emulator's tables, for the emulator) */
+    if (!forced && (load_images(e, sm, &failed) || load_images(e, 0, &failed))) return failed ? 0 : 1;
+    /* 2. NVRTC, for exactly this GPU */
+    if (e->nunits && nvrtc_ok) {
+        table->jit = true;
+        table->modules = (CUmodule *)calloc((size_t)e->nunits, sizeof *table->modules);
+        table->lowered = (char **)calloc((size_t)e->nkernels + 1, sizeof *table->lowered);
+        int from_cache = 0;
+        for (int u = 0; u < e->nunits; u++) {
+            bool c = false;
+            if (!jit_unit(nv, e, u, sm, &table->modules[u], &c)) return 0;
+            from_cache += c;
+        }
+        return from_cache == e->nunits ? 3 : 2;
+    }
+    /* 3. the PTX, compiled by the driver */
+    if (sm >= 80 && load_images(e, -80, &failed)) return failed ? 0 : 4;
+    return -1;
+}
+
 void load(void)
 {
-    const kiln_cuda_embedded *e = &kiln_cuda_embedded_code;
+    const kiln_cuda_embedded *found[3] = {&kiln_cuda_embedded_code, &kiln_cuda_device_code, &kiln_cuda_dist_code};
+    for (const kiln_cuda_embedded *e : found)
+        if (e) loaded.tables[loaded.ntables++].e = e;
 #if defined(KILN_CUDA_EMU)
-    static kiln_cuda_image all = {0, 0, 0, (const unsigned char *)KEMU_ALL_MODULE_MAGIC, nullptr};
+    static kiln_cuda_image all = {-1, -1, 0, (const unsigned char *)KEMU_ALL_MODULE_MAGIC, nullptr};
     static const kiln_cuda_embedded none = {0, nullptr, 1, &all, 0, nullptr, "the emulator"};
-    if (!e) e = &none;
+    if (!loaded.ntables) loaded.tables[loaded.ntables++].e = &none;
 #else
-    if (!e) {
+    if (!loaded.ntables) {
         loaded.error = "this program carries no kernels (kiln_cuda_embedded_code)";
         return;
     }
@@ -384,51 +420,45 @@ void load(void)
     const int sm = major * 10 + minor;
     const char *force = getenv("KILN_CUDA_JIT");
     const bool forced = force && *force && strcmp(force, "0");
-    bool failed = false;
-    /* 1. the CUBINs for this GPU (the emulator's tables, for the emulator) */
-    if (!forced && (load_images(e, sm, &failed) || load_images(e, 0, &failed))) {
-        if (failed) loaded.error = loaded.message;
-        return;
-    }
-    /* 2. NVRTC, for exactly this GPU */
     Nvrtc nv;
     memset(&nv, 0, sizeof nv);
     char why[256] = "";
-    if (e->nunits && nvrtc_open(&nv, why, sizeof why)) {
-        loaded.jit = true;
-        loaded.modules = (CUmodule *)calloc((size_t)e->nunits, sizeof *loaded.modules);
-        loaded.nmodules = e->nunits;
-        loaded.lowered = (char **)calloc((size_t)e->nkernels + 1, sizeof *loaded.lowered);
-        int from_cache = 0;
-        for (int u = 0; u < e->nunits; u++) {
-            bool c = false;
-            if (!jit_unit(&nv, e, u, sm, &loaded.modules[u], &c)) {
-                loaded.error = loaded.message;
-                return;
-            }
-            from_cache += c;
+    bool nvrtc_tried = false, nvrtc_ok = false;
+    int how[3] = {0, 0, 0}, worst = 1;
+    for (int t = 0; t < loaded.ntables; t++) {
+        table = &loaded.tables[t];
+        const bool want_nvrtc = forced || !(table->e->nimages && [&] {
+            for (int i = 0; i < table->e->nimages; i++)
+                if (table->e->images[i].sm == sm || table->e->images[i].sm == 0) return true;
+            return false;
+        }());
+        if (want_nvrtc && !nvrtc_tried) nvrtc_tried = true, nvrtc_ok = nvrtc_open(&nv, why, sizeof why);
+        how[t] = load_table(table->e, sm, forced, &nv, nvrtc_ok);
+        if (how[t] == 0) {
+            loaded.error = loaded.message;
+            return;
         }
-        char dir[4096];
-        const bool cached = cache_dir(dir, sizeof dir);
-        snprintf(loaded.message, sizeof loaded.message, "the kernels %s for this GPU (sm_%d) by %s%s%s%.400s%s", from_cache == e->nunits ? "compiled earlier" : "compiled",
-                 sm, nv.version_text, forced ? " (KILN_CUDA_JIT=1)" : ", the program carrying no CUBIN for it", cached ? (from_cache == e->nunits ? "; read from " : "; cached in ") : "",
-                 cached ? dir : "", cached ? "" : "; not cached (no cache directory)");
-        loaded.note = loaded.message;
-        return;
-    }
-    /* 3. the PTX, compiled by the driver */
-    if (sm >= 80 && load_images(e, -80, &failed)) {
-        if (failed) loaded.error = loaded.message;
-        else {
-            snprintf(loaded.message, sizeof loaded.message, "the kernels compiled for this GPU (sm_%d) by the driver from the program's compute_80 PTX%s%s%s", sm,
-                     forced ? " (KILN_CUDA_JIT=1, but " : " (", why[0] ? why : "no NVRTC", ")");
-            loaded.note = loaded.message;
+        if (how[t] < 0) {
+            snprintf(loaded.message, sizeof loaded.message, "this program has kernels for sm_80 and sm_90 (and PTX for compute_80), none for this GPU (sm_%d), and %s",
+                     sm, why[0] ? why : "NVRTC cannot be used");
+            loaded.error = loaded.message;
+            return;
         }
-        return;
+        if (how[t] > worst) worst = how[t];
     }
-    snprintf(loaded.message, sizeof loaded.message, "this program has kernels for sm_80 and sm_90 (and PTX for compute_80), none for this GPU (sm_%d), and %s",
-             sm, why[0] ? why : "NVRTC cannot be used");
-    loaded.error = loaded.message;
+    if (worst == 1) return;
+    char dir[4096];
+    const bool cached = cache_dir(dir, sizeof dir);
+    bool all_cached = true;
+    for (int t = 0; t < loaded.ntables; t++) all_cached &= how[t] != 2;
+    if (worst == 4)
+        snprintf(loaded.message, sizeof loaded.message, "the kernels compiled for this GPU (sm_%d) by the driver from the program's compute_80 PTX%s%s%s", sm,
+                 forced ? " (KILN_CUDA_JIT=1, but " : " (", why[0] ? why : "no NVRTC", ")");
+    else
+        snprintf(loaded.message, sizeof loaded.message, "the kernels %s for this GPU (sm_%d) by %s%s%s%.400s%s", all_cached ? "compiled earlier" : "compiled", sm,
+                 nv.version_text, forced ? " (KILN_CUDA_JIT=1)" : ", the program carrying no CUBIN for it",
+                 cached ? (all_cached ? "; read from " : "; cached in ") : "", cached ? dir : "", cached ? "" : "; not cached (no cache directory)");
+    loaded.note = loaded.message;
 }
 
 } // namespace
@@ -449,17 +479,20 @@ extern "C" int kiln_cuda_function(void **function, const char *name)
 {
     *function = nullptr;
     if (kiln_cuda_modules_load(nullptr)) return CUDA_ERROR_INVALID_IMAGE;
-    const kiln_cuda_embedded *e = &kiln_cuda_embedded_code;
     CUfunction f = nullptr;
     CUresult r = CUDA_ERROR_NOT_FOUND;
-    if (!e) { /* the emulator's registered kernels */
-        r = cu.get_function(&f, loaded.modules[0], name);
-    } else {
+    for (int t = 0; t < loaded.ntables && r == CUDA_ERROR_NOT_FOUND && !f; t++) {
+        const Table *tb = &loaded.tables[t];
+        const kiln_cuda_embedded *e = tb->e;
+        if (!e->nkernels && !tb->jit) { /* the emulator's registered kernels */
+            r = cu.get_function(&f, tb->modules[0], name);
+            continue;
+        }
         for (int k = 0; k < e->nkernels; k++) {
             if (strcmp(e->kernels[k].name, name)) continue;
-            if (loaded.jit) r = cu.get_function(&f, loaded.modules[e->kernels[k].unit], loaded.lowered[k]);
-            else if (loaded.image_of[k] >= 0)
-                r = cu.get_function(&f, loaded.modules[loaded.image_of[k]], e->kernels[k].lowered ? e->kernels[k].lowered : name);
+            if (tb->jit) r = cu.get_function(&f, tb->modules[e->kernels[k].unit], tb->lowered[k]);
+            else if (tb->image_of[k] >= 0)
+                r = cu.get_function(&f, tb->modules[tb->image_of[k]], e->kernels[k].lowered ? e->kernels[k].lowered : name);
             break;
         }
     }
