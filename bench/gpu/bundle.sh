@@ -19,7 +19,7 @@
 #              cross-target check)
 #   data/      Fashion-MNIST's test set (the training data of these short runs, 4.4 MB)
 #              and the fortunes text gpt trains on
-#   lib/       libgomp (the runtime's OpenMP), in case the machine's image lacks it
+#   lib/       libgomp and libomp (the runtime's OpenMP), in case the machine's image lacks them
 #   ptxas.txt  ptxas's summary for every model (kiln build --target cuda --report: NVRTC's)
 # BUNDLE_TARGET=cuda-emu builds the programs for the CUDA emulator instead, to try
 # bench/gpu/run.sh here (GPU_RUNS="mlp cnn gpt" bench/gpu/run.sh check) before a GPU session.
@@ -76,6 +76,11 @@ while IFS='|' read -r name model bflags rflags steps tol; do
     rm -f "$B/bin/$name-c"
     echo "bundled $name: $(wc -l <"$B/ref/$name/c.log") log lines"
 done <"$B/runs.txt"
+
+# the OpenMP runtime the programs link (libomp, from the Clang inside kiln), in case the
+# machine's image lacks it
+omp=$(ldd "$B/bin/mlp" | awk '/libomp|libgomp/ { print $3 }' | head -1)
+[ -z "$omp" ] || cp "$omp" "$B/lib/"
 
 # The benchmark programs (--bench-steps: random inputs, no data)
 $kiln build models/gpt.kiln --target "${BUNDLE_TARGET:-cuda}" -o "$B/bin/bench-gpt" >/dev/null

@@ -79,8 +79,10 @@ check() {
         dir="$O/mlp-jit"
         rm -rf "$dir" && mkdir -p "$dir"
         echo "== mlp-jit (KILN_CUDA_JIT=1, twice)" | tee -a "$O/check.txt"
+        prog="$(pwd)/$B/bin/mlp"
+        cache="$(pwd)/$dir/cache"
         for log in jit.log jit2.log; do
-            (cd "$dir" && eval "KILN_CUDA_JIT=1 XDG_CACHE_HOME='$(pwd)/$dir/cache' '$(pwd)/$B/bin/mlp' $flags --steps $steps --checkpoint-dir ck-$log --log $log" >>run.txt 2>&1) ||
+            (cd "$dir" && eval "KILN_CUDA_JIT=1 XDG_CACHE_HOME='$cache' '$prog' $flags --steps $steps --checkpoint-dir ck-$log --log $log" >>run.txt 2>&1) ||
                 { echo "FAILED to run: $(tail -3 "$dir/run.txt")" | tee -a "$O/check.txt"; fails=$((fails + 1)); }
             "$PY" bench/gpu/check.py losses "$B/ref/mlp/c.log" "$dir/$log" loss 1e-4 | tee -a "$O/check.txt" || fails=$((fails + 1))
         done
