@@ -3,7 +3,11 @@
  * kiln_compile computed; nothing is planned again. */
 #include "kiln.h"
 
+#include <stdlib.h>
+
 #include <string.h>
+
+#include "../passes/attention.h"
 
 const char *kiln_precision_name(DType t) { return t == DT_BF16 ? "bf16" : t == DT_F16 ? "fp16" : "fp32"; }
 
@@ -62,6 +66,40 @@ static void infer_report(const KilnProgram *p, StrBuf *out)
     }
 }
 
+/* The attentions of the training graph (passes/attention.h), a line per source line: how
+ * many, their mask and heads, and the T×T probabilities each computes. Not yet fused: the
+ * line says so, and what fusing would stop storing. */
+static void attention_report(const Graph *g, StrBuf *out)
+{
+    AttentionMatch *m;
+    const int n = attention_find(g, &m);
+    if (!n) return;
+    int64_t bytes = 0;
+    for (int i = 0; i < n; i++) bytes += ir_shape_max_numel(g, &g->nodes[m[i].probs].shape) * ir_dtype_size((DType)g->nodes[m[i].probs].dtype);
+    sb_printf(out, "  attention         %14lld  (%d found, computed unfused: the bytes of their probabilities)\n", (long long)bytes, n);
+    bool *done = xcalloc((size_t)n + 1, sizeof *done);
+    static const char *const masks[] = {"no mask", "causal", "bool mask", "bool mask (masked_fill)", "added mask"};
+    for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
+        const Loc at = g->nodes[m[i].out].loc;
+        int same = 0;
+        for (int j = i; j < n; j++)
+            if (!done[j] && !memcmp(&g->nodes[m[j].out].loc, &at, sizeof at)) done[j] = true, same++;
+        StrBuf sh;
+        sb_init(&sh);
+        ir_shape_format(&sh, g, &g->nodes[m[i].probs].shape);
+        sb_printf(out, "    %s:%u", at.line && g->nfiles ? g->files[at.file < (uint32_t)g->nfiles ? at.file : 0] : "?", (unsigned)at.line);
+        if (same > 1) sb_printf(out, " (x%d)", same);
+        sb_printf(out, ": %s, %lld heads", masks[m[i].mask], (long long)m[i].heads);
+        if (m[i].kv_heads != m[i].heads) sb_printf(out, " over %lld key/value heads", (long long)m[i].kv_heads);
+        if (m[i].dropout > 0) sb_printf(out, ", dropout %g", m[i].dropout);
+        sb_printf(out, ", probabilities %s %s\n", ir_dtype_name((DType)g->nodes[m[i].probs].dtype), sh.data ? sh.data : "");
+        sb_free(&sh);
+    }
+    free(done);
+    free(m);
+}
+
 void kiln_memory_report(const KilnProgram *p, bool infer, StrBuf *out)
 {
     if (infer) {
@@ -108,6 +146,7 @@ void kiln_memory_report(const KilnProgram *p, bool infer, StrBuf *out)
                   (long long)(params * (2 + moments) + buffers + plan->floor_arena + eval_arena), blocks.data);
     }
     sb_free(&blocks);
+    attention_report(g, out);
     sb_printf(out, "  activations eval  %14lld\n", (long long)eval_arena);
     sb_printf(out, "  total             %14lld\n", (long long)(params * (2 + moments) + buffers + train_arena + eval_arena));
 }
