@@ -1,0 +1,230 @@
+/* kiln_attention.h — fused attention for the C target: out = dropout(softmax(q kᵀ · scale +
+ * mask)) v without the [T, S] probabilities in memory, forward and backward, in float32.
+ * Header-only, so that the generated model.c compiles it with its own flags
+ * (-march=native), as kiln_gemm.h is. Not yet called by generated code: issue 38's fusion
+ * will (passes/attention.h finds the attentions).
+ *
+ * The forward is FlashAttention's (Dao 2022, 2023): per (batch, head, tile of 64 queries)
+ * the keys are visited in tiles of 64, each tile's scores computed by BLAS (q kᵀ · scale),
+ * masked and folded into the rows' running maximum, sum and output (the online softmax),
+ * the output's update by BLAS too (P v); it writes the output and each row's log-sum-exp.
+ * The backward recomputes each tile of probabilities from that log-sum-exp: first
+ * D_t = dO_t · O_t, then dK and dV per (batch, key/value head, tile of keys), looping over
+ * the query heads that share them (grouped-query attention) and their tiles of queries,
+ * then dQ per (batch, head, tile of queries). Every element has one writer and each sum runs
+ * in a fixed order, so the results do not depend on the number of threads. BLAS is called
+ * from inside the OpenMP loops: a program runs it single-threaded (runtime/env.c).
+ *
+ * Dropout draws the unfused graph's numbers (kiln_rng.h: element ((b·H + h)·T + t)·S + s
+ * of the probabilities' stream), so recomputation draws the same and fused and unfused
+ * training drop the same positions. A row whose keys are all masked gives NaN, as
+ * PyTorch's softmax of a row of -inf does.
+ *
+ * Layouts: each tensor by strides in elements over (batch, head, row, column), the column
+ * stride 1 (BLAS's rows), so q, k and v are read where the projections wrote them (gpt's
+ * [B, T, 3C]); a mask's strides may be 0 to broadcast. k and v have kv_heads heads; query
+ * head h reads head h / (H / kv_heads). A causal mask keeps key s <= query t (T = S, both
+ * from position 0). */
+#ifndef KILN_ATTENTION_H
+#define KILN_ATTENTION_H
+
+#include <cblas.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln_rng.h"
+
+enum { KILN_ATTN_NONE, KILN_ATTN_CAUSAL, KILN_ATTN_KEEP, KILN_ATTN_DROP, KILN_ATTN_ADD };
+
+typedef struct {
+    int64_t B, H, kv_heads, T, S, D, DV;
+    int64_t q_st[4], k_st[4], v_st[4], o_st[4]; /* strides: batch, head, row, column (1) */
+    float scale;
+    int mask;                 /* KILN_ATTN_*: causal keeps key s <= query t */
+    const uint8_t *mask_bool; /* KEEP: nonzero keeps; DROP: nonzero drops */
+    const float *mask_add;    /* ADD: added to the scaled scores */
+    int64_t mask_st[4];       /* the mask's strides over (batch, head, t, s), 0 to broadcast */
+    float dropout;            /* the probabilities' dropout rate (0: none) */
+    uint64_t seed, step, stream;
+} kiln_attention;
+
+#define KILN_ATTN_QTILE 64
+#define KILN_ATTN_KTILE 64
+
+/* Dropout's factor for probability (b, h, t, s): 0, or 1 / (1 - p). */
+static inline float kiln_attn_keep(const kiln_attention *a, int64_t b, int64_t h, int64_t t, int64_t s)
+{
+    if (a->dropout <= 0) return 1.0f;
+    const uint64_t e = (uint64_t)(((b * a->H + h) * a->T + t) * a->S + s);
+    return kiln_rng_uniform24(a->seed, a->step, a->stream, e) >= a->dropout ? 1.0f / (1.0f - a->dropout) : 0.0f;
+}
+
+/* The mask and dropout of a tile of scores (rows t0.., keys s0..) already scaled: -inf
+ * where masked, the additive mask added. */
+static inline void kiln_attn_mask_tile(const kiln_attention *a, float *x, int64_t ld, int64_t b, int64_t h, int64_t t0, int64_t nt, int64_t s0, int64_t ns)
+{
+    if (a->mask == KILN_ATTN_NONE) return;
+    for (int64_t i = 0; i < nt; i++)
+        for (int64_t j = 0; j < ns; j++) {
+            const int64_t t = t0 + i, s = s0 + j;
+            float *e = &x[i * ld + j];
+            if (a->mask == KILN_ATTN_CAUSAL) {
+                if (s > t) *e = -INFINITY;
+                continue;
+            }
+            const int64_t m = b * a->mask_st[0] + h * a->mask_st[1] + t * a->mask_st[2] + s * a->mask_st[3];
+            if (a->mask == KILN_ATTN_KEEP && !a->mask_bool[m]) *e = -INFINITY;
+            else if (a->mask == KILN_ATTN_DROP && a->mask_bool[m]) *e = -INFINITY;
+            else if (a->mask == KILN_ATTN_ADD) *e += a->mask_add[m];
+        }
+}
+
+/* out [B, H, T, DV] and lse [B, H, T] (contiguous). */
+static void kiln_attention_fwd(const kiln_attention *a, const float *q, const float *k, const float *v, float *out, float *lse)
+{
+    const int64_t G = a->H / a->kv_heads, ntiles = (a->T + KILN_ATTN_QTILE - 1) / KILN_ATTN_QTILE;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+    for (int64_t job = 0; job < a->B * a->H * ntiles; job++) {
+        const int64_t b = job / (a->H * ntiles), h = job / ntiles % a->H, t0 = job % ntiles * KILN_ATTN_QTILE;
+        const int64_t t1 = t0 + KILN_ATTN_QTILE < a->T ? t0 + KILN_ATTN_QTILE : a->T, kvh = h / G;
+        float *acc = (float *)calloc((size_t)(KILN_ATTN_QTILE * a->DV + 2 * KILN_ATTN_QTILE + KILN_ATTN_QTILE * KILN_ATTN_KTILE), sizeof *acc);
+        if (!acc) abort();
+        float *mx = acc + KILN_ATTN_QTILE * a->DV, *sum = mx + KILN_ATTN_QTILE, *p = sum + KILN_ATTN_QTILE;
+        for (int64_t i = 0; i < t1 - t0; i++) mx[i] = -INFINITY;
+        const int64_t s_end = a->mask == KILN_ATTN_CAUSAL && t1 < a->S ? t1 : a->S; /* keys past the last query: all masked */
+        const int64_t nt = t1 - t0;
+        for (int64_t s0 = 0; s0 < s_end; s0 += KILN_ATTN_KTILE) {
+            const int64_t s1 = s0 + KILN_ATTN_KTILE < s_end ? s0 + KILN_ATTN_KTILE : s_end, ns = s1 - s0;
+            /* the tile's scores, q kᵀ · scale, by BLAS (rows of q and k with unit column strides) */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nt, (int)ns, (int)a->D, a->scale, q + b * a->q_st[0] + h * a->q_st[1] + t0 * a->q_st[2],
+                        (int)a->q_st[2], k + b * a->k_st[0] + kvh * a->k_st[1] + s0 * a->k_st[2], (int)a->k_st[2], 0.0f, p, KILN_ATTN_KTILE);
+            kiln_attn_mask_tile(a, p, KILN_ATTN_KTILE, b, h, t0, nt, s0, ns);
+            for (int64_t i = 0; i < nt; i++) { /* the online softmax: the rows' maxima, sums and outputs rescaled */
+                float *x = p + i * KILN_ATTN_KTILE, tile_max = -INFINITY;
+                for (int64_t j = 0; j < ns; j++) tile_max = x[j] > tile_max ? x[j] : tile_max;
+                const float m_new = tile_max > mx[i] ? tile_max : mx[i];
+                if (m_new == -INFINITY) { /* nothing kept yet */
+                    for (int64_t j = 0; j < ns; j++) x[j] = 0;
+                    continue;
+                }
+                const float rescale = expf(mx[i] - m_new);
+                sum[i] *= rescale;
+                float *o = acc + i * a->DV;
+                for (int64_t d = 0; d < a->DV; d++) o[d] *= rescale;
+                for (int64_t j = 0; j < ns; j++) {
+                    const float e = expf(x[j] - m_new);
+                    sum[i] += e;
+                    x[j] = e * kiln_attn_keep(a, b, h, t0 + i, s0 + j);
+                }
+                mx[i] = m_new;
+            }
+            /* acc += P v */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nt, (int)a->DV, (int)ns, 1.0f, p, KILN_ATTN_KTILE,
+                        v + b * a->v_st[0] + kvh * a->v_st[1] + s0 * a->v_st[2], (int)a->v_st[2], 1.0f, acc, (int)a->DV);
+        }
+        for (int64_t t = t0; t < t1; t++) {
+            const int64_t i = t - t0;
+            float *orow = out + b * a->o_st[0] + h * a->o_st[1] + t * a->o_st[2];
+            const float inv = 1.0f / sum[i]; /* 0 keys kept: 1/0, and 0 * inf is NaN below */
+            for (int64_t d = 0; d < a->DV; d++) orow[d * a->o_st[3]] = sum[i] > 0 ? acc[i * a->DV + d] * inv : NAN;
+            lse[(b * a->H + h) * a->T + t] = sum[i] > 0 ? mx[i] + logf(sum[i]) : NAN;
+        }
+        free(acc);
+    }
+}
+
+/* The tile of dS = P ∘ (dP ∘ keep − D) · scale for rows t0.. and keys s0.., recomputing P
+ * from the rows' log-sum-exp: into ds (and P ∘ keep into pk), both [nt, KTILE]. */
+static inline void kiln_attn_ds_tile(const kiln_attention *a, const float *q, const float *k, const float *v, const float *lse, const float *dout,
+                                     const float *delta, int64_t b, int64_t h, int64_t t0, int64_t nt, int64_t s0, int64_t ns, float *ds, float *pk)
+{
+    const int64_t kvh = h / (a->H / a->kv_heads), L = KILN_ATTN_KTILE;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nt, (int)ns, (int)a->D, a->scale, q + b * a->q_st[0] + h * a->q_st[1] + t0 * a->q_st[2],
+                (int)a->q_st[2], k + b * a->k_st[0] + kvh * a->k_st[1] + s0 * a->k_st[2], (int)a->k_st[2], 0.0f, pk, (int)L);
+    kiln_attn_mask_tile(a, pk, L, b, h, t0, nt, s0, ns);
+    /* dP = dO vᵀ */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nt, (int)ns, (int)a->DV, 1.0f, dout + b * a->o_st[0] + h * a->o_st[1] + t0 * a->o_st[2],
+                (int)a->o_st[2], v + b * a->v_st[0] + kvh * a->v_st[1] + s0 * a->v_st[2], (int)a->v_st[2], 0.0f, ds, (int)L);
+    for (int64_t i = 0; i < nt; i++) {
+        const int64_t r = (b * a->H + h) * a->T + t0 + i;
+        for (int64_t j = 0; j < ns; j++) {
+            const float x = pk[i * L + j];
+            const float pr = x == -INFINITY ? 0.0f : expf(x - lse[r]);
+            const float keep = kiln_attn_keep(a, b, h, t0 + i, s0 + j);
+            ds[i * L + j] = pr * (ds[i * L + j] * keep - delta[r]) * a->scale;
+            pk[i * L + j] = pr * keep;
+        }
+    }
+}
+
+/* dq, dk, dv (the layouts of q, k, v) from dout (out's layout), with out and lse from the
+ * forward. delta: scratch of B·H·T floats. */
+static void kiln_attention_bwd(const kiln_attention *a, const float *q, const float *k, const float *v, const float *out, const float *lse,
+                               const float *dout, float *dq, float *dk, float *dv, float *delta)
+{
+    const int64_t G = a->H / a->kv_heads, L = KILN_ATTN_KTILE;
+    /* D_t = dO_t · O_t */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (int64_t r = 0; r < a->B * a->H * a->T; r++) {
+        const int64_t b = r / (a->H * a->T), h = r / a->T % a->H, t = r % a->T;
+        const float *o = out + b * a->o_st[0] + h * a->o_st[1] + t * a->o_st[2], *g = dout + b * a->o_st[0] + h * a->o_st[1] + t * a->o_st[2];
+        float d = 0;
+        for (int64_t c = 0; c < a->DV; c++) d += g[c] * o[c];
+        delta[r] = d;
+    }
+    /* dK and dV: each tile of keys over every query of every head that reads it */
+    const int64_t ktiles = (a->S + L - 1) / L, qtiles = (a->T + KILN_ATTN_QTILE - 1) / KILN_ATTN_QTILE;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+    for (int64_t job = 0; job < a->B * a->kv_heads * ktiles; job++) {
+        const int64_t b = job / (a->kv_heads * ktiles), kvh = job / ktiles % a->kv_heads, s0 = job % ktiles * L;
+        const int64_t ns = s0 + L < a->S ? L : a->S - s0;
+        float *ds = (float *)malloc(sizeof(float) * 2 * KILN_ATTN_QTILE * L), *pk = ds + KILN_ATTN_QTILE * L;
+        if (!ds) abort();
+        float *dkt = dk + b * a->k_st[0] + kvh * a->k_st[1] + s0 * a->k_st[2], *dvt = dv + b * a->v_st[0] + kvh * a->v_st[1] + s0 * a->v_st[2];
+        for (int64_t j = 0; j < ns; j++) {
+            memset(dkt + j * a->k_st[2], 0, sizeof(float) * (size_t)a->D);
+            memset(dvt + j * a->v_st[2], 0, sizeof(float) * (size_t)a->DV);
+        }
+        for (int64_t h = kvh * G; h < (kvh + 1) * G; h++)
+            for (int64_t qt = a->mask == KILN_ATTN_CAUSAL ? s0 / KILN_ATTN_QTILE : 0; qt < qtiles; qt++) { /* causal: queries before s0 see none of these keys */
+                const int64_t t0 = qt * KILN_ATTN_QTILE, nt = t0 + KILN_ATTN_QTILE < a->T ? KILN_ATTN_QTILE : a->T - t0;
+                kiln_attn_ds_tile(a, q, k, v, lse, dout, delta, b, h, t0, nt, s0, ns, ds, pk);
+                /* dV += (P ∘ keep)ᵀ dO, dK += dSᵀ q */
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ns, (int)a->DV, (int)nt, 1.0f, pk, (int)L,
+                            dout + b * a->o_st[0] + h * a->o_st[1] + t0 * a->o_st[2], (int)a->o_st[2], 1.0f, dvt, (int)a->v_st[2]);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ns, (int)a->D, (int)nt, 1.0f, ds, (int)L,
+                            q + b * a->q_st[0] + h * a->q_st[1] + t0 * a->q_st[2], (int)a->q_st[2], 1.0f, dkt, (int)a->k_st[2]);
+            }
+        free(ds);
+    }
+    /* dQ: each tile of queries over its keys */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1)
+#endif
+    for (int64_t job = 0; job < a->B * a->H * qtiles; job++) {
+        const int64_t b = job / (a->H * qtiles), h = job / qtiles % a->H, t0 = job % qtiles * KILN_ATTN_QTILE, kvh = h / G;
+        const int64_t nt = t0 + KILN_ATTN_QTILE < a->T ? KILN_ATTN_QTILE : a->T - t0;
+        float *ds = (float *)malloc(sizeof(float) * 2 * KILN_ATTN_QTILE * L), *pk = ds + KILN_ATTN_QTILE * L;
+        if (!ds) abort();
+        float *dqt = dq + b * a->q_st[0] + h * a->q_st[1] + t0 * a->q_st[2];
+        for (int64_t i = 0; i < nt; i++) memset(dqt + i * a->q_st[2], 0, sizeof(float) * (size_t)a->D);
+        const int64_t s_end = a->mask == KILN_ATTN_CAUSAL && t0 + nt < a->S ? t0 + nt : a->S;
+        for (int64_t s0 = 0; s0 < s_end; s0 += L) {
+            const int64_t ns = s0 + L < s_end ? L : s_end - s0;
+            kiln_attn_ds_tile(a, q, k, v, lse, dout, delta, b, h, t0, nt, s0, ns, ds, pk);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nt, (int)a->D, (int)ns, 1.0f, ds, (int)L,
+                        k + b * a->k_st[0] + kvh * a->k_st[1] + s0 * a->k_st[2], (int)a->k_st[2], 1.0f, dqt, (int)a->q_st[2]);
+        }
+        free(ds);
+    }
+}
+
+#endif
