@@ -9,10 +9,11 @@
  * masked and folded into the rows' running maximum, sum and output (the online softmax),
  * the output's update by BLAS too (P v); it writes the output and each row's log-sum-exp.
  * The backward recomputes each tile of probabilities from that log-sum-exp: first
- * D_t = dO_t · O_t, then dK and dV per (batch, key/value head, tile of keys), looping over
- * the query heads that share them (grouped-query attention) and their tiles of queries,
- * then dQ per (batch, head, tile of queries). Every element has one writer and each sum runs
- * in a fixed order, so the results do not depend on the number of threads. BLAS is called
+ * D_t = dO_t · O_t, then per (batch, key/value head) the key tiles in order, each against
+ * every tile of queries of the heads that share them (grouped-query attention): dV, dK and
+ * dQ from one recomputation (FlashAttention-2's five products), dQ accumulated in that one
+ * job. Every element has one writer and each sum runs in a fixed order, so the results do
+ * not depend on the number of threads; the parallelism is batch × key/value heads. BLAS is called
  * from inside the OpenMP loops: a program runs it single-threaded (runtime/env.c).
  *
  * Dropout draws the unfused graph's numbers (kiln_rng.h: element ((b·H + h)·T + t)·S + s
@@ -178,50 +179,39 @@ static void kiln_attention_bwd(const kiln_attention *a, const float *q, const fl
         for (int64_t c = 0; c < a->DV; c++) d += g[c] * o[c];
         delta[r] = d;
     }
-    /* dK and dV: each tile of keys over every query of every head that reads it */
+    /* dK, dV and dQ per (batch, key/value head): its keys' tiles in order, each over every
+     * tile of queries of the heads that read them; dQ of those heads accumulates across the
+     * key tiles in this one job, so that no element has two writers */
     const int64_t ktiles = (a->S + L - 1) / L, qtiles = (a->T + KILN_ATTN_QTILE - 1) / KILN_ATTN_QTILE;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1)
 #endif
-    for (int64_t job = 0; job < a->B * a->kv_heads * ktiles; job++) {
-        const int64_t b = job / (a->kv_heads * ktiles), kvh = job / ktiles % a->kv_heads, s0 = job % ktiles * L;
-        const int64_t ns = s0 + L < a->S ? L : a->S - s0;
+    for (int64_t job = 0; job < a->B * a->kv_heads; job++) {
+        const int64_t b = job / a->kv_heads, kvh = job % a->kv_heads;
         float *ds = (float *)malloc(sizeof(float) * 2 * KILN_ATTN_QTILE * L), *pk = ds + KILN_ATTN_QTILE * L;
         if (!ds) abort();
-        float *dkt = dk + b * a->k_st[0] + kvh * a->k_st[1] + s0 * a->k_st[2], *dvt = dv + b * a->v_st[0] + kvh * a->v_st[1] + s0 * a->v_st[2];
-        for (int64_t j = 0; j < ns; j++) {
-            memset(dkt + j * a->k_st[2], 0, sizeof(float) * (size_t)a->D);
-            memset(dvt + j * a->v_st[2], 0, sizeof(float) * (size_t)a->DV);
-        }
         for (int64_t h = kvh * G; h < (kvh + 1) * G; h++)
-            for (int64_t qt = a->mask == KILN_ATTN_CAUSAL ? s0 / KILN_ATTN_QTILE : 0; qt < qtiles; qt++) { /* causal: queries before s0 see none of these keys */
-                const int64_t t0 = qt * KILN_ATTN_QTILE, nt = t0 + KILN_ATTN_QTILE < a->T ? KILN_ATTN_QTILE : a->T - t0;
-                kiln_attn_ds_tile(a, q, k, v, lse, dout, delta, b, h, t0, nt, s0, ns, ds, pk);
-                /* dV += (P ∘ keep)ᵀ dO, dK += dSᵀ q */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ns, (int)a->DV, (int)nt, 1.0f, pk, (int)L,
-                            dout + b * a->o_st[0] + h * a->o_st[1] + t0 * a->o_st[2], (int)a->o_st[2], 1.0f, dvt, (int)a->v_st[2]);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ns, (int)a->D, (int)nt, 1.0f, ds, (int)L,
-                            q + b * a->q_st[0] + h * a->q_st[1] + t0 * a->q_st[2], (int)a->q_st[2], 1.0f, dkt, (int)a->k_st[2]);
+            for (int64_t t = 0; t < a->T; t++) memset(dq + b * a->q_st[0] + h * a->q_st[1] + t * a->q_st[2], 0, sizeof(float) * (size_t)a->D);
+        for (int64_t kt = 0; kt < ktiles; kt++) {
+            const int64_t s0 = kt * L, ns = s0 + L < a->S ? L : a->S - s0;
+            float *dkt = dk + b * a->k_st[0] + kvh * a->k_st[1] + s0 * a->k_st[2], *dvt = dv + b * a->v_st[0] + kvh * a->v_st[1] + s0 * a->v_st[2];
+            const float *kt_rows = k + b * a->k_st[0] + kvh * a->k_st[1] + s0 * a->k_st[2];
+            for (int64_t j = 0; j < ns; j++) {
+                memset(dkt + j * a->k_st[2], 0, sizeof(float) * (size_t)a->D);
+                memset(dvt + j * a->v_st[2], 0, sizeof(float) * (size_t)a->DV);
             }
-        free(ds);
-    }
-    /* dQ: each tile of queries over its keys */
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1)
-#endif
-    for (int64_t job = 0; job < a->B * a->H * qtiles; job++) {
-        const int64_t b = job / (a->H * qtiles), h = job / qtiles % a->H, t0 = job % qtiles * KILN_ATTN_QTILE, kvh = h / G;
-        const int64_t nt = t0 + KILN_ATTN_QTILE < a->T ? KILN_ATTN_QTILE : a->T - t0;
-        float *ds = (float *)malloc(sizeof(float) * 2 * KILN_ATTN_QTILE * L), *pk = ds + KILN_ATTN_QTILE * L;
-        if (!ds) abort();
-        float *dqt = dq + b * a->q_st[0] + h * a->q_st[1] + t0 * a->q_st[2];
-        for (int64_t i = 0; i < nt; i++) memset(dqt + i * a->q_st[2], 0, sizeof(float) * (size_t)a->D);
-        const int64_t s_end = a->mask == KILN_ATTN_CAUSAL && t0 + nt < a->S ? t0 + nt : a->S;
-        for (int64_t s0 = 0; s0 < s_end; s0 += L) {
-            const int64_t ns = s0 + L < s_end ? L : s_end - s0;
-            kiln_attn_ds_tile(a, q, k, v, lse, dout, delta, b, h, t0, nt, s0, ns, ds, pk);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nt, (int)a->D, (int)ns, 1.0f, ds, (int)L,
-                        k + b * a->k_st[0] + kvh * a->k_st[1] + s0 * a->k_st[2], (int)a->k_st[2], 1.0f, dqt, (int)a->q_st[2]);
+            for (int64_t h = kvh * G; h < (kvh + 1) * G; h++)
+                for (int64_t qt = a->mask == KILN_ATTN_CAUSAL ? s0 / KILN_ATTN_QTILE : 0; qt < qtiles; qt++) { /* causal: queries before s0 see none of these keys */
+                    const int64_t t0 = qt * KILN_ATTN_QTILE, nt = t0 + KILN_ATTN_QTILE < a->T ? KILN_ATTN_QTILE : a->T - t0;
+                    kiln_attn_ds_tile(a, q, k, v, lse, dout, delta, b, h, t0, nt, s0, ns, ds, pk);
+                    /* dV += (P ∘ keep)ᵀ dO, dK += dSᵀ q, dQ += dS k */
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ns, (int)a->DV, (int)nt, 1.0f, pk, (int)L,
+                                dout + b * a->o_st[0] + h * a->o_st[1] + t0 * a->o_st[2], (int)a->o_st[2], 1.0f, dvt, (int)a->v_st[2]);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ns, (int)a->D, (int)nt, 1.0f, ds, (int)L,
+                                q + b * a->q_st[0] + h * a->q_st[1] + t0 * a->q_st[2], (int)a->q_st[2], 1.0f, dkt, (int)a->k_st[2]);
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nt, (int)a->D, (int)ns, 1.0f, ds, (int)L, kt_rows, (int)a->k_st[2], 1.0f,
+                                dq + b * a->q_st[0] + h * a->q_st[1] + t0 * a->q_st[2], (int)a->q_st[2]);
+                }
         }
         free(ds);
     }
