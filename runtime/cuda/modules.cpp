@@ -363,6 +363,14 @@ bool load_images(const kiln_cuda_embedded *e, int sm, bool *failed)
     return true;
 }
 
+/* Whether the table has images for sm (or the emulator's, for any). */
+bool has_images(const kiln_cuda_embedded *e, int sm)
+{
+    for (int i = 0; i < e->nimages; i++)
+        if (e->images[i].sm == sm || e->images[i].sm == 0) return true;
+    return false;
+}
+
 /* How one table's kernels came (1 CUBIN, 2 NVRTC, 3 NVRTC from the cache, 4 PTX), or 0
  * with the reason in loaded.message. */
 int load_table(const kiln_cuda_embedded *e, int sm, bool forced, Nvrtc *nv, bool nvrtc_ok)
@@ -427,11 +435,7 @@ void load(void)
     int how[3] = {0, 0, 0}, worst = 1;
     for (int t = 0; t < loaded.ntables; t++) {
         table = &loaded.tables[t];
-        const bool want_nvrtc = forced || !(table->e->nimages && [&] {
-            for (int i = 0; i < table->e->nimages; i++)
-                if (table->e->images[i].sm == sm || table->e->images[i].sm == 0) return true;
-            return false;
-        }());
+        const bool want_nvrtc = forced || !has_images(table->e, sm);
         if (want_nvrtc && !nvrtc_tried) nvrtc_tried = true, nvrtc_ok = nvrtc_open(&nv, why, sizeof why);
         how[t] = load_table(table->e, sm, forced, &nv, nvrtc_ok);
         if (how[t] == 0) {
