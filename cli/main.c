@@ -467,7 +467,7 @@ static int cmd_model(const char *cmd, int argc, char **argv)
         rc = cmd_check(&o, &out);
     } else { /* ir, gradcheck: the graph after a pass (ir --after), or as lowered */
         KilnOptions ko = build_options(cmd, &o);
-        ko.stop_after = !ir ? "lower" : o.after ? o.after : o.stats ? "memplan" : "lower";
+        ko.stop_after = !ir ? "attention" : o.after ? o.after : o.stats ? "memplan" : "lower"; /* gradcheck: the fused attention too */
         ko.stats = o.stats;
         KilnProgram *p;
         rc = compile(&ko, &p);

@@ -523,6 +523,25 @@ NodeId ir_b_scatter_add(IrBuilder *b, NodeId idx, NodeId src, Dim rows)
     return add(b, OP_SCATTER_ADD, nd(b, src)->dtype, &s, in, 2, NULL, 0);
 }
 
+NodeId ir_b_attention(IrBuilder *b, Op op, const NodeId *operands, int n, AttnMask mask, double scale, double dropout,
+                      int64_t stream, int which)
+{
+    const bool grad = op == OP_ATTENTION_GRAD, has_mask = mask == ATTN_MASK_KEEP || mask == ATTN_MASK_DROP || mask == ATTN_MASK_ADD;
+    if ((op != OP_ATTENTION && op != OP_ATTENTION_LSE && !grad) || n != (has_mask ? 4 : 3) + (grad ? 3 : 0) || (grad && (which < 0 || which > 2)))
+        return fail(b, "attention: %d operands do not fit op %s with mask %s", n, op < OP_COUNT ? ir_op_info[op].name : "?", ir_attn_mask_name(mask));
+    const Node *q = nd(b, operands[0]), *v = nd(b, operands[2]);
+    const int r = q->shape.rank;
+    if (r < 3 || v->shape.rank != r) return fail(b, "attention: q %s and v %s must have one rank >= 3", shp(b, &q->shape), shp(b, &v->shape));
+    Shape s = grad ? nd(b, operands[which])->shape : q->shape;
+    if (op == OP_ATTENTION) s.d[r - 1] = v->shape.d[r - 1];
+    if (op == OP_ATTENTION_LSE) s.d[r - 1] = ir_dim_const(1);
+    const int64_t attrs[3] = {mask, stream, which};
+    const NodeId id = add(b, op, (DType)q->dtype, &s, operands, n, attrs, grad ? 3 : 2);
+    b->g->nodes[id].fattr[0] = scale;
+    b->g->nodes[id].fattr[1] = dropout;
+    return id;
+}
+
 NodeId ir_b_matmul(IrBuilder *b, NodeId x, NodeId y)
 {
     Shape xs0 = nd(b, x)->shape, ys0 = nd(b, y)->shape;

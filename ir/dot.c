@@ -92,6 +92,18 @@ static void put_attrs(StrBuf *b, const Graph *g, const Node *n)
             put_double(&t, n->fattr[0]);
         }
         break;
+    case ATTRS_ATTENTION:
+    case ATTRS_ATTENTION_GRAD:
+        if (n->nattrs >= 2) {
+            sb_printf(&t, "mask=%s scale=", ir_attn_mask_name(a[0]));
+            put_double(&t, n->fattr[0]);
+            if (n->fattr[1] != 0) {
+                sb_puts(&t, " dropout=");
+                put_double(&t, n->fattr[1]);
+            }
+            if (n->nattrs == 3) sb_printf(&t, " grad=%s", ir_attn_grad_name(a[2]));
+        }
+        break;
     case ATTRS_WINDOW:
         if (n->nattrs == 6)
             sb_printf(&t, "kernel=%lldx%lld stride=%lldx%lld dilation=%lldx%lld", (long long)a[0], (long long)a[1],

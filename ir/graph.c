@@ -21,6 +21,17 @@ static const struct {
 #undef DT_ROW
 };
 
+static const char *const attn_mask_names[ATTN_MASK_COUNT] = {"none", "causal", "keep", "drop", "add"};
+const char *ir_attn_mask_name(int64_t m) { return m >= 0 && m < ATTN_MASK_COUNT ? attn_mask_names[m] : "?"; }
+int ir_attn_mask_from_name(const char *s, size_t n)
+{
+    for (int m = 0; m < ATTN_MASK_COUNT; m++)
+        if (strlen(attn_mask_names[m]) == n && !memcmp(attn_mask_names[m], s, n)) return m;
+    return -1;
+}
+static const char *const attn_grad_names[3] = {"q", "k", "v"};
+const char *ir_attn_grad_name(int64_t which) { return which >= 0 && which < 3 ? attn_grad_names[which] : "?"; }
+
 const char *ir_dtype_name(DType t) { return t < DT_COUNT ? dtype_info[t].name : "?"; }
 int ir_dtype_size(DType t) { return t < DT_COUNT ? dtype_info[t].size : 0; }
 bool ir_dtype_is_float(DType t) { return t < DT_COUNT && dtype_info[t].is_float; }

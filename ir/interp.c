@@ -528,6 +528,8 @@ static int64_t attrs_needed(const Node *nd)
     case ATTRS_SLICE: return 4;
     case ATTRS_PAD: return 2 * (int64_t)nd->shape.rank;
     case ATTRS_WINDOW: return 6;
+    case ATTRS_ATTENTION: return 2;
+    case ATTRS_ATTENTION_GRAD: return 3;
     default: return 0;
     }
 }
@@ -670,6 +672,17 @@ static int eval_node(Interp *ip, NodeId id)
     case OP_MATMUL: rc = run_matmul(ip, id, in[0], in[1], o); break;
     case OP_UNFOLD: rc = run_window(ip, id, (ITensor *)in[0], o, a, false); break;
     case OP_FOLD: rc = run_window(ip, id, o, (ITensor *)in[0], a, true); break;
+    case OP_ATTENTION: case OP_ATTENTION_LSE: case OP_ATTENTION_GRAD: {
+        const ITensor *xs[7];
+        if (nd->ninputs > 7) return fail(ip, id, "too many operands (%u)", nd->ninputs);
+        for (uint32_t k = 0; k < nd->ninputs; k++) xs[k] = &ip->vals[ir_input(g, id, (int)k)];
+        StrBuf why;
+        sb_init(&why);
+        rc = interp_attention(g, id, xs, (int)nd->ninputs, o, ip->seed, ip->step, &why);
+        if (rc < 0) fail(ip, id, "%s", why.data);
+        sb_free(&why);
+        break;
+    }
     case OP_COUNT: break;
     }
     if (rc < 0) return rc;

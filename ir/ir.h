@@ -56,6 +56,12 @@ bool ir_dtype_is_int(DType t); /* integer, not bool */
 /* Returns the dtype named s (length n), or -1. */
 int ir_dtype_from_name(const char *s, size_t n);
 
+/* An attention's mask kind by name ("none", "causal", "keep", "drop", "add"; "?" out of
+ * range), the kind of a name (-1: none), and attention_grad's `which` ("q", "k", "v"). */
+const char *ir_attn_mask_name(int64_t m);
+int ir_attn_mask_from_name(const char *s, size_t n);
+const char *ir_attn_grad_name(int64_t which);
+
 /* ---- parameter initialisation (PyTorch's default distributions) ---- */
 #define KILN_INITS(IN)           \
     IN(ZEROS, "zeros", 0)        \
@@ -294,6 +300,11 @@ NodeId ir_b_gather(IrBuilder *b, NodeId table, NodeId idx);
 NodeId ir_b_scatter_add(IrBuilder *b, NodeId idx, NodeId src, Dim rows);
 /* Matmul with broadcasting of batch dims; a 1-D operand is treated as PyTorch does. */
 NodeId ir_b_matmul(IrBuilder *b, NodeId x, NodeId y);
+/* An attention op (ops.h): attention, attention_lse (operands q, k, v [, mask]) or
+ * attention_grad (q, k, v [, mask], lse, dout, delta; `which` 0 q, 1 k, 2 v, else ignored);
+ * the result's shape and dtype from the operands. The verifier checks the rest. */
+NodeId ir_b_attention(IrBuilder *b, Op op, const NodeId *operands, int n, AttnMask mask, double scale, double dropout,
+                      int64_t stream, int which);
 NodeId ir_b_unfold(IrBuilder *b, NodeId x, int kh, int kw, int sh, int sw, int dh, int dw);
 NodeId ir_b_fold(IrBuilder *b, NodeId x, const Shape *out, int kh, int kw, int sh, int sw, int dh, int dw);
 /* Dtype both operands are converted to by a binary op (PyTorch-like promotion). */
@@ -356,5 +367,8 @@ double interp_binary(Op op, double x, double y);
 /* x rounded to bf16 stochastically by u in [0, 1): round_stochastic's value. */
 double interp_round_stochastic(double x, double u);
 void interp_normalise(DType t, double *v, int64_t n);
+/* The attention ops' evaluation (interp_attention.c): in[] its operands, o zeroed with the
+ * node's dims; 0, or -1 with the reason in err. */
+int interp_attention(const Graph *g, NodeId id, const ITensor *const *in, int nin, ITensor *o, uint64_t seed, uint64_t step, StrBuf *err);
 
 #endif

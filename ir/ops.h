@@ -5,9 +5,11 @@
  * and codegen all switch over this table, so adding an op starts here and the compiler
  * warns (-Wswitch) wherever it is not yet handled.
  *
- * All ops are primitive: composite layers (softmax, layer norm, cross-entropy, GELU,
- * attention, dropout, batch norm, convolution) are expansions into these, so autodiff and
- * fusion see through them. Elementwise ops take operands of identical shape and dtype;
+ * Composite layers (softmax, layer norm, cross-entropy, GELU, attention, dropout, batch
+ * norm, convolution) are expansions into primitive ops, so autodiff and fusion see through
+ * them. The one exception is attention, which the attention pass (passes/fuse_attention.c)
+ * replaces by the fused attention ops below once the frontend's expansion is recognised,
+ * so that no [T, S] tensor of scores or probabilities is planned. Elementwise ops take operands of identical shape and dtype;
  * broadcasting is explicit (reshape + expand), inserted by the builder (ir/build.c).
  *
  * Semantics, per op (x, y, c: operands; out: the node; shapes are the node's shape):
@@ -65,6 +67,21 @@
  *                    no padding (pad first); OH = (H - DH*(KH-1) - 1) / SH + 1
  *   fold             the adjoint of unfold: x[N, C*KH*KW, OH*OW] -> out[N, C, H, W] (the
  *                    node's shape), overlapping windows summed; same attrs
+ *   attention        q[..., H, T, D], k[..., KV, S, D], v[..., KV, S, DV] [, mask[..., H, T, S]]
+ *                    -> out[..., H, T, DV] = dropout(softmax(q kᵀ · scale + mask)) v, query
+ *                    head h reading key/value head h / (H / KV); attrs [mask kind (AttnMask),
+ *                    dropout stream], fattr [scale, dropout rate]. Masks: causal keeps key
+ *                    s <= query t (no operand), keep/drop a bool (true keeps/drops: -inf),
+ *                    add a float added to the scaled scores. Dropout as the unfused graph's:
+ *                    element ((b·H + h)·T + t)·S + s of random_uniform(stream) >= rate keeps
+ *                    the probability, times 1 / (1 - rate). A row with every key masked is NaN
+ *   attention_lse    the same operands and attrs -> [..., H, T, 1]: each row's log-sum-exp
+ *                    of its masked, scaled scores (what the backward recomputes P from)
+ *   attention_grad   q, k, v [, mask], lse, dout, delta -> the gradient of the attention's
+ *                    loss with respect to q, k or v (attrs [mask kind, stream, which: 0 q,
+ *                    1 k, 2 v], fattr as attention), its shape that operand's; delta
+ *                    [..., H, T, 1] = sum(dout ∘ out) over the last axis. The three of one
+ *                    attention are computed by one kernel
  */
 #ifndef KILN_IR_OPS_H
 #define KILN_IR_OPS_H
@@ -94,7 +111,19 @@ typedef enum {
     ATTRS_WINDOW,  /* [KH, KW, SH, SW, DH, DW] */
     ATTRS_STREAM,  /* [stream] */
     ATTRS_LIMIT,   /* [limit] */
+    ATTRS_ATTENTION, /* [mask kind, stream], fattr = [scale, dropout] */
+    ATTRS_ATTENTION_GRAD, /* [mask kind, stream, which], fattr = [scale, dropout] */
 } OpAttrs;
+
+/* An attention's mask (attention ops' attrs[0]; runtime/kiln_attention.h's KILN_ATTN_*). */
+typedef enum {
+    ATTN_MASK_NONE,
+    ATTN_MASK_CAUSAL, /* key s <= query t, no operand */
+    ATTN_MASK_KEEP,   /* a bool operand: true keeps the position */
+    ATTN_MASK_DROP,   /* a bool operand: true drops it (masked_fill) */
+    ATTN_MASK_ADD,    /* a float operand added to the scaled scores */
+    ATTN_MASK_COUNT
+} AttnMask;
 
 #define KILN_OPS(OP)                                                            \
     OP(INPUT, "input", 0, OPF_LEAF, ATTRS_INPUT)                                \
@@ -150,7 +179,10 @@ typedef enum {
     OP(SCATTER_ADD, "scatter_add", 2, 0, ATTRS_NONE)                            \
     OP(MATMUL, "matmul", 2, OPF_FLOAT, ATTRS_NONE)                              \
     OP(UNFOLD, "unfold", 1, OPF_SHAPE, ATTRS_WINDOW)                            \
-    OP(FOLD, "fold", 1, 0, ATTRS_WINDOW)
+    OP(FOLD, "fold", 1, 0, ATTRS_WINDOW)                                        \
+    OP(ATTENTION, "attention", -1, OPF_FLOAT | OPF_RANDOM, ATTRS_ATTENTION)     \
+    OP(ATTENTION_LSE, "attention_lse", -1, OPF_FLOAT, ATTRS_ATTENTION)          \
+    OP(ATTENTION_GRAD, "attention_grad", -1, OPF_FLOAT | OPF_RANDOM, ATTRS_ATTENTION_GRAD)
 
 typedef enum {
 #define OP_ENUM(e, name, arity, flags, attrs) OP_##e,

@@ -115,6 +115,8 @@ static bool attrs_fit(OpAttrs layout, uint32_t nattrs)
     case ATTRS_WINDOW: return nattrs == 6;
     case ATTRS_PERM: return true;
     case ATTRS_PAD: return nattrs % 2 == 0;
+    case ATTRS_ATTENTION: return nattrs == 2;
+    case ATTRS_ATTENTION_GRAD: return nattrs == 3;
     }
     return false;
 }
@@ -195,6 +197,20 @@ static void put_attrs(StrBuf *b, const Graph *g, const Node *n, const int64_t *a
     case ATTRS_WINDOW:
         sb_printf(b, " kernel=[%lld, %lld] stride=[%lld, %lld] dilation=[%lld, %lld]", (long long)a[0],
                   (long long)a[1], (long long)a[2], (long long)a[3], (long long)a[4], (long long)a[5]);
+        break;
+    case ATTRS_ATTENTION:
+    case ATTRS_ATTENTION_GRAD:
+        if (a[0] >= 0 && a[0] < ATTN_MASK_COUNT) sb_printf(b, " mask=%s", ir_attn_mask_name(a[0]));
+        else sb_printf(b, " mask=%lld", (long long)a[0]);
+        sb_puts(b, " scale=");
+        put_double(b, n->fattr[0]);
+        sb_puts(b, " dropout=");
+        put_double(b, n->fattr[1]);
+        sb_printf(b, " stream=%lld", (long long)a[1]);
+        if (layout == ATTRS_ATTENTION_GRAD) {
+            if (a[2] >= 0 && a[2] < 3) sb_printf(b, " grad=%s", ir_attn_grad_name(a[2]));
+            else sb_printf(b, " grad=%lld", (long long)a[2]);
+        }
         break;
     }
 }

@@ -656,6 +656,37 @@ static bool node_attrs(Parser *P, Op op, double *fattr)
         if (!expect(P, "value=", "'value='")) return false;
         return number(P, &fattr[0], "the padding value");
     }
+    case ATTRS_ATTENTION:
+    case ATTRS_ATTENTION_GRAD: {
+        if (!expect(P, "mask=", "'mask='")) return false;
+        const char *at = P->p;
+        int m = -1;
+        for (int k = 0; k < ATTN_MASK_COUNT && m < 0; k++)
+            if (keyword(P, ir_attn_mask_name(k))) m = k;
+        if (m < 0) {
+            error_at(P, at, "expected a mask kind (none, causal, keep, drop or add)");
+            return false;
+        }
+        push_attr(P, m);
+        skip_ws(P);
+        if (!expect(P, "scale=", "'scale='") || !number(P, &fattr[0], "the scale")) return false;
+        skip_ws(P);
+        if (!expect(P, "dropout=", "'dropout='") || !number(P, &fattr[1], "the dropout rate")) return false;
+        if (!keyed_int(P, "stream=", &v)) return false;
+        push_attr(P, v);
+        if (info->attrs == ATTRS_ATTENTION_GRAD) {
+            skip_ws(P);
+            if (!expect(P, "grad=", "'grad='")) return false;
+            at = P->p;
+            int w = keyword(P, "q") ? 0 : keyword(P, "k") ? 1 : keyword(P, "v") ? 2 : -1;
+            if (w < 0) {
+                error_at(P, at, "expected the operand the gradient is of (q, k or v)");
+                return false;
+            }
+            push_attr(P, w);
+        }
+        return true;
+    }
     case ATTRS_WINDOW: {
         static const char *const keys[3] = {"kernel=", "stride=", "dilation="};
         for (int k = 0; k < 3; k++) {

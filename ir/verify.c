@@ -9,6 +9,7 @@
  * op and what is wrong, with both shapes where shapes disagree. */
 #include "ir.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,6 +135,8 @@ static int want_attrs(OpAttrs layout, int rank)
     case ATTRS_WINDOW: return 6;
     case ATTRS_PERM: return rank <= IR_MAX_RANK ? rank : -1;
     case ATTRS_PAD: return rank <= IR_MAX_RANK ? 2 * rank : -1;
+    case ATTRS_ATTENTION: return 2;
+    case ATTRS_ATTENTION_GRAD: return 3;
     }
     return -1;
 }
@@ -510,6 +513,77 @@ static void check_matmul(V *v, NodeId id)
     expect_shape(v, id, &want);
 }
 
+/* The attention ops (ops.h): q [..., H, T, D], k [..., KV, S, D], v [..., KV, S, DV], the
+ * mask [..., H, T, S] when its kind has one; attention_grad's lse, dout and delta after them. */
+static void check_attention(V *v, NodeId id, const int64_t *a)
+{
+    const Node *n = &v->g->nodes[id];
+    const bool grad = n->op == OP_ATTENTION_GRAD;
+    if (a[0] < 0 || a[0] >= ATTN_MASK_COUNT) {
+        problem(v, id, "mask kind %lld is not one of none, causal, keep, drop, add", (long long)a[0]);
+        return;
+    }
+    const bool has_mask = a[0] == ATTN_MASK_KEEP || a[0] == ATTN_MASK_DROP || a[0] == ATTN_MASK_ADD;
+    const uint32_t want = (has_mask ? 4u : 3u) + (grad ? 3u : 0u);
+    if (n->ninputs != want) {
+        problem(v, id, "expects %u operands with mask=%s, got %u", want, ir_attn_mask_name(a[0]), n->ninputs);
+        return;
+    }
+    if (a[1] < 0) problem(v, id, "stream is %lld, expected 0 or more", (long long)a[1]);
+    if (!isfinite(n->fattr[0])) problem(v, id, "scale is not finite");
+    if (!(n->fattr[1] >= 0 && n->fattr[1] < 1)) problem(v, id, "dropout rate is not in [0, 1)");
+    if (grad && (a[2] < 0 || a[2] > 2)) problem(v, id, "grad is %lld, expected 0 (q), 1 (k) or 2 (v)", (long long)a[2]);
+    const Node *q = operand(v, id, 0), *k = operand(v, id, 1), *val = operand(v, id, 2);
+    need_float(v, id, q->dtype, "q");
+    if (k->dtype != q->dtype || val->dtype != q->dtype) {
+        problem(v, id, "q, k and v dtypes differ: %s, %s, %s", dt(q->dtype), dt(k->dtype), dt(val->dtype));
+        return;
+    }
+    const int r = q->shape.rank;
+    if (r < 3 || k->shape.rank != r || val->shape.rank != r) {
+        problem(v, id, "q, k and v must have one rank >= 3: %s, %s, %s", shp(v, &q->shape), shp(v, &k->shape), shp(v, &val->shape));
+        return;
+    }
+    const Dim *qd = q->shape.d, *kd = k->shape.d, *vd = val->shape.d;
+    bool ok = true;
+    for (int i = 0; i < r - 3; i++) ok &= ir_dim_eq(qd[i], kd[i]) && ir_dim_eq(qd[i], vd[i]);
+    ok &= ir_dim_eq(kd[r - 3], vd[r - 3]) && ir_dim_eq(kd[r - 2], vd[r - 2]) && ir_dim_eq(qd[r - 1], kd[r - 1]);
+    /* the query heads: the key/value heads' count, or a constant multiple of it */
+    ok &= ir_dim_eq(qd[r - 3], kd[r - 3]) || (ir_dim_is_const(qd[r - 3]) && ir_dim_is_const(kd[r - 3]) && kd[r - 3].k > 0 &&
+                                              qd[r - 3].k % kd[r - 3].k == 0);
+    if (!ok) {
+        problem(v, id, "q %s, k %s, v %s are not [..., H, T, D], [..., KV, S, D], [..., KV, S, DV] with KV dividing H",
+                shp(v, &q->shape), shp(v, &k->shape), shp(v, &val->shape));
+        return;
+    }
+    Shape rows = q->shape; /* [..., H, T, 1] */
+    rows.d[r - 1] = ir_dim_const(1);
+    Shape out = q->shape; /* [..., H, T, DV] */
+    out.d[r - 1] = vd[r - 1];
+    if (has_mask) {
+        const Node *m = operand(v, id, 3);
+        Shape ms = q->shape;
+        ms.d[r - 1] = kd[r - 2];
+        if (!ir_shape_eq(&m->shape, &ms)) problem(v, id, "mask shape is %s, expected %s", shp(v, &m->shape), shp(v, &ms));
+        if (a[0] == ATTN_MASK_ADD ? m->dtype != q->dtype : m->dtype != DT_BOOL)
+            problem(v, id, "mask dtype is %s, expected %s", dt(m->dtype), a[0] == ATTN_MASK_ADD ? dt(q->dtype) : "bool");
+    }
+    if (grad) {
+        const int at = has_mask ? 4 : 3;
+        const Node *lse = operand(v, id, at), *dout = operand(v, id, at + 1), *delta = operand(v, id, at + 2);
+        if (!ir_shape_eq(&lse->shape, &rows) || !ir_shape_eq(&delta->shape, &rows) || !ir_shape_eq(&dout->shape, &out))
+            problem(v, id, "lse %s, dout %s, delta %s: expected %s, %s, %s", shp(v, &lse->shape), shp(v, &dout->shape),
+                    shp(v, &delta->shape), shp(v, &rows), shp(v, &out), shp(v, &rows));
+        if (lse->dtype != q->dtype || dout->dtype != q->dtype || delta->dtype != q->dtype)
+            problem(v, id, "lse, dout and delta must be %s, got %s, %s, %s", dt(q->dtype), dt(lse->dtype), dt(dout->dtype), dt(delta->dtype));
+        expect_dtype(v, id, q->dtype);
+        if (a[2] >= 0 && a[2] <= 2) expect_shape(v, id, &operand(v, id, (int)a[2])->shape);
+        return;
+    }
+    expect_dtype(v, id, q->dtype);
+    expect_shape(v, id, n->op == OP_ATTENTION_LSE ? &rows : &out);
+}
+
 /* Unfold and fold share the window arithmetic; img is the 4-D side, cols the 3-D one. */
 static void check_window(V *v, NodeId id, const int64_t *a)
 {
@@ -572,6 +646,7 @@ static void check_op(V *v, NodeId id, const int64_t *a)
     case OP_SCATTER_ADD: check_scatter_add(v, id); break;
     case OP_MATMUL: check_matmul(v, id); break;
     case OP_UNFOLD: case OP_FOLD: check_window(v, id, a); break;
+    case OP_ATTENTION: case OP_ATTENTION_LSE: case OP_ATTENTION_GRAD: check_attention(v, id, a); break;
     default: break;
     }
 }

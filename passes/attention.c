@@ -67,7 +67,7 @@ static NodeId softmax_input(const Graph *g, NodeId p)
 }
 
 /* dropout(x, p) as comp_dropout writes it: x with *rate set, else p itself. */
-static NodeId undropout(const Graph *g, NodeId p, double *rate)
+static NodeId undropout(const Graph *g, NodeId p, double *rate, NodeId *random)
 {
     double f, zero, at;
     if (op(g, p) != OP_MUL || !constant(g, in(g, p, 1), &f)) return p;
@@ -77,6 +77,7 @@ static NodeId undropout(const Graph *g, NodeId p, double *rate)
     if (op(g, keep) != OP_GE || op(g, in(g, keep, 0)) != OP_RANDOM_UNIFORM || !constant(g, in(g, keep, 1), &at)) return p;
     if (at <= 0 || at >= 1 || fabs(f * (1 - at) - 1) > 1e-6) return p;
     *rate = at;
+    *random = in(g, keep, 0);
     return in(g, w, 1);
 }
 
@@ -184,7 +185,8 @@ static bool match(const Graph *g, NodeId out, AttentionMatch *m)
     if (op(g, out) != OP_MATMUL || node(g, out)->shape.rank < 2) return false;
     m->out = out;
     m->v = in(g, out, 1);
-    NodeId p = undropout(g, uncast(g, in(g, out, 0)), &m->dropout);
+    m->random = IR_NONE;
+    NodeId p = undropout(g, uncast(g, in(g, out, 0)), &m->dropout, &m->random);
     const NodeId x = softmax_input(g, p);
     if (x == IR_NONE) return false;
     m->probs = in(g, out, 0);

@@ -9,14 +9,6 @@
 
 #include "../ir/ir.h"
 
-typedef enum {
-    ATTN_MASK_NONE,
-    ATTN_MASK_CAUSAL,   /* key j <= query i, from iotas (is_causal, a tril mask) */
-    ATTN_MASK_KEEP,     /* a bool tensor: true keeps the position (where(keep, s, -inf)) */
-    ATTN_MASK_DROP,     /* a bool tensor: true drops it (masked_fill(s, drop, -inf)) */
-    ATTN_MASK_ADD,      /* a float tensor added to the scores */
-} AttnMask;
-
 typedef struct {
     NodeId out;    /* probs @ v: [..., T, Dv] */
     NodeId q;      /* [..., H, T, D] as it enters the product (before a scale folded into it) */
@@ -26,10 +18,11 @@ typedef struct {
     NodeId k_heads, v_heads; /* the k and v of fewer heads a GQA expansion repeats, else k and v */
     NodeId scores; /* the q kᵀ product, [..., T, S] */
     NodeId probs;  /* the softmax's (or its dropout's) output, [..., T, S]: what fusion removes */
-    AttnMask mask;
+    AttnMask mask;    /* ops.h */
     NodeId mask_node; /* ATTN_MASK_KEEP's or _DROP's bool, ATTN_MASK_ADD's float (else IR_NONE) */
     double scale;     /* the scores' factor (the product of every constant factor found) */
     double dropout;   /* the probabilities' dropout rate, 0 when none */
+    NodeId random;    /* with dropout: the random_uniform [..., T, S] it compares (its stream) */
     int64_t heads, kv_heads; /* kv_heads < heads: grouped-query attention */
 } AttentionMatch;
 

@@ -159,6 +159,51 @@ static NodeId first_maximum(Ad *a, NodeId x, NodeId m, uint64_t axes)
 }
 
 /* Applies the vector-Jacobian rule of node i with output adjoint g. */
+/* The attention_lse of attention node i: its sibling in the forward graph (the attention
+ * pass builds one beside every attention), else built here. */
+static NodeId attention_lse_of(Ad *a, NodeId i)
+{
+    const Graph *g = a->g;
+    const Node *n = &g->nodes[i];
+    for (NodeId j = 0; j < a->nfwd; j++) {
+        const Node *s = &g->nodes[j];
+        if (s->op != OP_ATTENTION_LSE || s->ninputs != n->ninputs || s->nattrs != n->nattrs || s->fattr[0] != n->fattr[0] ||
+            s->fattr[1] != n->fattr[1] || memcmp(ir_attrs(g, j), ir_attrs(g, i), n->nattrs * sizeof(int64_t)))
+            continue;
+        bool same = true;
+        for (uint32_t k = 0; k < n->ninputs && same; k++) same = ir_input(g, j, (int)k) == ir_input(g, i, (int)k);
+        if (same) return j;
+    }
+    NodeId ops[4];
+    for (uint32_t k = 0; k < n->ninputs && k < 4; k++) ops[k] = ir_input(g, i, (int)k);
+    const int64_t *at = ir_attrs(g, i);
+    return ok(a, ir_b_attention(&a->b, OP_ATTENTION_LSE, ops, (int)n->ninputs, (AttnMask)at[0], n->fattr[0], n->fattr[1], at[1], 0));
+}
+
+/* attention's rule: dq, dk, dv by attention_grad from the forward's log-sum-exp and
+ * delta = sum(dout ∘ out) over each row; a mask has no gradient (the pass fuses only masks
+ * that need none). */
+static void attention_rule(Ad *a, NodeId i, NodeId dout)
+{
+    const Node n = a->g->nodes[i];
+    const int64_t mask = ir_attrs(a->g, i)[0], stream = ir_attrs(a->g, i)[1];
+    NodeId ops[7];
+    for (uint32_t k = 0; k < n.ninputs && k < 4; k++) ops[k] = ir_input(a->g, i, (int)k);
+    if (n.ninputs == 4 && a->needs[ops[3]]) {
+        if (a->err && !a->err->len) sb_printf(a->err, "internal error: fused attention %%%d has a mask that needs a gradient", i);
+        a->failed = true;
+        return;
+    }
+    const int r = n.shape.rank, nin = (int)n.ninputs;
+    ops[nin] = attention_lse_of(a, i);
+    ops[nin + 1] = dout;
+    ops[nin + 2] = ok(a, ir_b_reduce(&a->b, OP_REDUCE_SUM, bin(a, OP_MUL, dout, i), UINT64_C(1) << (r - 1), true));
+    if (a->failed) return;
+    for (int w = 0; w < 3; w++)
+        if (a->needs[ops[w]])
+            accumulate(a, ops[w], ok(a, ir_b_attention(&a->b, OP_ATTENTION_GRAD, ops, nin + 3, (AttnMask)mask, n.fattr[0], n.fattr[1], stream, w)));
+}
+
 static void backprop(Ad *a, NodeId i)
 {
     Node n = a->g->nodes[i]; /* a copy: building nodes may move the array */
@@ -357,6 +402,15 @@ static void backprop(Ad *a, NodeId i)
     }
     case OP_FOLD:
         accumulate(a, x, ok(a, ir_b_unfold(&a->b, g, (int)at[0], (int)at[1], (int)at[2], (int)at[3], (int)at[4], (int)at[5])));
+        break;
+    case OP_ATTENTION: attention_rule(a, i, g); break;
+    case OP_ATTENTION_LSE:
+    case OP_ATTENTION_GRAD:
+        /* read only by the backward pass the attention rule builds: no second derivatives */
+        if (a->err && !a->err->len)
+            sb_printf(a->err, "%s:%u:%u: error: no gradient rule for op '%s' (a value only the backward pass reads)",
+                      a->g->nfiles ? a->g->files[0] : "?", n.loc.line, n.loc.col, ir_op_info[n.op].name);
+        a->failed = true;
         break;
     case OP_COUNT:
         /* No default: -Wswitch flags a new op without a rule at compile time, and a bad

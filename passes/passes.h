@@ -8,6 +8,13 @@
 
 #include "../ir/ir.h"
 
+/* fuse_attention.c — the attention pass: every attention attention_find recognises (the
+ * built-ins and attention written out of primitives) replaced by the fused `attention` op
+ * and its `attention_lse` (ops.h), whose backward recomputes the probabilities instead of
+ * storing them. Runs first, on the lowered graph. *nfused: how many were replaced. Renumbers
+ * nodes; the unfused ones are left for simplify to drop. 0, or -1 with a message. */
+int pass_fuse_attention(Graph *g, int *nfused, StrBuf *err);
+
 /* autodiff.c — reverse-mode differentiation of the scalar loss output with respect to
  * every trainable parameter (and, with wrt_inputs, every float input). Appends the
  * backward nodes to the graph and one OUT_GRAD output per parameter (named like it).
@@ -271,6 +278,8 @@ typedef struct {
     const PrecisionOptions *precision;
     const char *from;      /* start after this pass (NULL: from the first) */
     bool forward_only;     /* an evaluation, predict or decode graph: no autodiff, precision, remat */
+    bool unfused_attention; /* skip the attention pass: attention computed as written (the
+                               target has no fused kernel, or --attention unfused) */
     GraphPlan *plan;       /* out: fusion and memplan run into it (NULL: they run only when
                               `after` names them) */
     StrBuf *times;         /* --time-passes: one row per pass run (pipeline_time_row) */

@@ -13,6 +13,18 @@
 typedef int (*PassFn)(Graph *g, const PipelineOptions *opt, StrBuf *note, StrBuf *err);
 static int pass_index(const char *name);
 
+static int run_attention(Graph *g, const PipelineOptions *opt, StrBuf *note, StrBuf *err)
+{
+    if (opt->unfused_attention) {
+        sb_puts(note, "skipped: attention computed unfused");
+        return 0;
+    }
+    int fused = 0;
+    if (pass_fuse_attention(g, &fused, err)) return -1;
+    if (fused) sb_printf(note, "%d fused", fused);
+    return 0;
+}
+
 static int run_autodiff(Graph *g, const PipelineOptions *opt, StrBuf *note, StrBuf *err)
 {
     (void)note;
@@ -70,6 +82,7 @@ enum { TRAINING = 1, PLANNING = 2 };
 /* The stages in order: row 0 is the frontend's lowering, which the pipeline does not run. */
 static const PassInfo pass_infos[] = {
     {"lower", "the model file as lowered by the frontend (forward, loss, metrics)"},
+    {"attention", "attention recognised and replaced by the fused attention op (no T x T tensor)"},
     {"autodiff", "reverse-mode gradients of the loss for every trainable parameter"},
     {"simplify", "constant folding, algebraic identities, CSE, dead-node elimination"},
     {"precision", "mixed precision (precision = bf16|fp16): half-precision matmul inputs and kept activations, explicit casts"},
@@ -82,7 +95,7 @@ static const struct {
     PassFn run;
     int kind; /* TRAINING: training graphs only; PLANNING: computes the plan, graph unchanged */
 } passes[] = {
-    {run_autodiff, TRAINING}, {run_simplify, 0}, {run_precision, TRAINING}, {run_remat, TRAINING},
+    {run_attention, 0}, {run_autodiff, TRAINING}, {run_simplify, 0}, {run_precision, TRAINING}, {run_remat, TRAINING},
     {run_fusion, PLANNING},   {run_memplan, PLANNING},
 };
 #define NPASSES ((int)(sizeof passes / sizeof passes[0]))
