@@ -35,7 +35,8 @@ int main(int argc, char **argv)
         double t0 = now();
         kiln_attention_fwd(&a, q, k, v, o, lse);
         double t1 = now();
-        kiln_attention_bwd(&a, q, k, v, o, lse, g, dq, dk, dv, delta);
+        kiln_attention_delta(&a, o, g, delta);
+        kiln_attention_bwd(&a, q, k, v, lse, g, delta, dq, dk, dv);
         double t2 = now();
 #pragma omp parallel for schedule(dynamic, 1)
         for (int bh = 0; bh < B * H; bh++) { /* unfused forward: P stored */

@@ -134,6 +134,7 @@ static KilnOptions build_options(const char *cmd, const Options *o)
         .target = o->cuda ? KILN_TARGET_CUDA : KILN_TARGET_C,
         .infer = o->infer || o->lib, /* a library runs the inference program's predict step */
         .precision = o->precision,
+        .unfused_attention = o->unfused_attention,
         .weight_rounding = o->weight_rounding,
         .memory_budget = o->memory_budget,
         .bucket_bytes = o->distributed ? o->bucket_bytes : 0,

@@ -15,7 +15,7 @@
 #define MODEL_CMDS (CMD_CHECK | CMD_IR | CMD_GRADCHECK | CMD_EMIT | CMD_BUILD)
 
 enum {
-    O_MODE, O_AFTER, O_STATS, O_PASSES, O_DOT, O_OUTPUT, O_PRECISION, O_WEIGHT_ROUNDING, O_SEED, O_TOLERANCE, O_ATOL,
+    O_MODE, O_ATTENTION, O_AFTER, O_STATS, O_PASSES, O_DOT, O_OUTPUT, O_PRECISION, O_WEIGHT_ROUNDING, O_SEED, O_TOLERANCE, O_ATOL,
     O_SAMPLES, O_SIZE, O_INPUTS, O_TARGET, O_NVCC, O_CC, O_CPU, O_CFLAGS, O_BOUND, O_REPORT, O_TIME_PASSES, O_MEMORY_BUDGET, O_INFER, O_LIB, O_EMBED,
     O_DISTRIBUTED, O_BUCKET_SIZE, O_EXCLUDE, O_WIDTH, O_METRIC, O_LOG_Y, O_NO_JIT,
 };
@@ -64,6 +64,8 @@ static const CliFlag flags[] = {
     {"--time-passes", NULL, NULL, CMD_TRAIN | CMD_RUN, O_TIME_PASSES, "print the time of each pass, the compile and the JIT's link\n(to stderr)"},
     {"--cflags", NULL, "FLAGS", CMD_BUILD, O_CFLAGS, "flags for the target's compiler, after Kiln's (so they win)"},
     /* emit and build: the memory and precision of training */
+    {"--attention", NULL, "fused|unfused", MODEL_CMDS, O_ATTENTION,
+     "fused (default, the C target): attention computed by one kernel that keeps\nno T x T tensor; unfused: as the model writes it (a comparison)"},
     {"--precision", NULL, "fp32|bf16|fp16", CMD_IR | CMD_EMIT | CMD_BUILD, O_PRECISION,
      "overrides the recipe's precision: bf16 or fp16 train in mixed precision\n(fp32 master weights; docs/precision.md)"},
     {"--weight-rounding", NULL, "nearest|stochastic", CMD_IR | CMD_EMIT | CMD_BUILD, O_WEIGHT_ROUNDING,
@@ -286,6 +288,7 @@ static int missing_value(const char *cmd, const CliFlag *f, const char *given)
     case O_MEMORY_BUDGET: return cli_usage_error(cmd, "--memory-budget needs a size, e.g. 1.5GiB%s", "");
     case O_BUCKET_SIZE: return cli_usage_error(cmd, "--bucket-size needs a size, e.g. 25MiB%s", "");
     case O_PRECISION: return cli_usage_error(cmd, "--precision needs a value: fp32, bf16 or fp16%s", "");
+    case O_ATTENTION: return cli_usage_error(cmd, "--attention needs a value: fused or unfused%s", "");
     case O_WEIGHT_ROUNDING: return cli_usage_error(cmd, "--weight-rounding needs a value: nearest or stochastic%s", "");
     case O_EMBED: return cli_usage_error(cmd, "--embed-weights needs a checkpoint: a directory or a .safetensors file%s", "");
     case O_OUTPUT: return cli_usage_error(cmd, "%s needs a file name", given);
@@ -362,6 +365,10 @@ static int apply_flag(const char *cmd, const CliFlag *f, const char *a, const ch
     case O_BUCKET_SIZE:
         if (!util_parse_size(val, &o->bucket_bytes) || o->bucket_bytes < 4 || o->bucket_bytes > ((int64_t)1 << 32))
             return cli_usage_error(cmd, "--bucket-size: '%s' is not a size from 4 bytes to 4GiB (e.g. 25MiB, 1MB, 65536)", val);
+        return -1;
+    case O_ATTENTION:
+        if (strcmp(val, "fused") && strcmp(val, "unfused")) return cli_usage_error(cmd, "--attention must be fused or unfused, not '%s'", val);
+        o->unfused_attention = !strcmp(val, "unfused");
         return -1;
     case O_PRECISION:
         o->precision = val;

@@ -64,6 +64,7 @@ typedef struct {
     bool no_jit;      /* train, run: --no-jit (main.c takes their flags itself) */
     int64_t memory_budget; /* build, emit: --memory-budget SIZE (0: none) */
     const char *precision; /* build, emit, ir: --precision NAME (NULL: the recipe's) */
+    bool unfused_attention; /* check, ir, gradcheck, emit, build: --attention unfused */
     const char *weight_rounding; /* build, emit, ir: --weight-rounding nearest|stochastic (NULL: the recipe's) */
     bool cuda;     /* emit, build: --target cuda or cuda-emu */
     bool emulated; /* build: --target cuda-emu */

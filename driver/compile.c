@@ -57,6 +57,10 @@ static int apply_bounds(const Build *b, Graph *g)
     return 0;
 }
 
+/* Whether attention stays as written: asked for, or the CUDA target (no fused kernels yet).
+ * A decode graph's attention reads the key/value cache and is not fused either. */
+static bool unfused_attention(const KilnOptions *opt) { return opt->unfused_attention || opt->target == KILN_TARGET_CUDA; }
+
 /* Runs the pipeline on one graph of the program (from the pass after `from` to the end,
  * or up to `after`), timed as that graph's. */
 static int run(const Build *b, Graph *g, const char *graph_name, const char *from, const char *after, bool forward_only,
@@ -64,6 +68,7 @@ static int run(const Build *b, Graph *g, const char *graph_name, const char *fro
 {
     PipelineOptions po = {.remat = remat,
                           .precision = forward_only ? NULL : &b->p->precision,
+                          .unfused_attention = unfused_attention(b->opt) || !strcmp(graph_name, "decode"),
                           .from = from,
                           .forward_only = forward_only,
                           .plan = plan,
@@ -347,6 +352,7 @@ KilnStatus kiln_compile(const KilnOptions *opt, KilnProgram **out, StrBuf *err)
     if (set_precision(&b)) return KILN_ERR_USAGE;
     if (opt->stop_after) { /* kiln ir, gradcheck: the training graph after a pass */
         PipelineOptions po = {.precision = &p->precision,
+                              .unfused_attention = unfused_attention(opt),
                               .plan = !strcmp(opt->stop_after, "fusion") || !strcmp(opt->stop_after, "memplan") ? &p->train.plan : NULL,
                               .times = opt->time_passes ? &p->timing : NULL,
                               .graph_name = "train"};

@@ -42,6 +42,8 @@ typedef struct {
     bool stats;        /* with stop_after: node counts around each pass (KilnProgram.stats) */
     bool keep_lowered; /* keep a copy of the model's graph as lowered (KilnProgram.lowered) */
     const char *precision;       /* fp32, bf16, fp16; NULL: the recipe's precision */
+    bool unfused_attention;      /* attention computed as written, not by the fused kernels
+                                    (--attention unfused; the CUDA target's, until it has them) */
     const char *weight_rounding; /* nearest, stochastic; NULL: the recipe's */
     int64_t memory_budget;       /* bytes of training memory; 0: the recipe's memory_budget, if any */
     int64_t bucket_bytes;        /* a distributed program's gradient buckets; 0: not distributed */

@@ -445,6 +445,33 @@ static void start_single(Fuser *f, NodeId id, KernelKind kind)
     add_member(f, k, id, CLASS_FULL);
 }
 
+/* The attention ops of one attention share a kernel: its output and log-sum-exp (one
+ * forward pass computes both), its three gradients (one backward pass). Joins id to the
+ * kernel of a sibling (same operands and attributes) when there is one. */
+static bool join_attention(Fuser *f, NodeId id)
+{
+    const Graph *g = f->g;
+    const Node *n = &g->nodes[id];
+    const bool grad = n->op == OP_ATTENTION_GRAD;
+    for (int32_t k = f->p->nkernels - 1; k >= 0; k--) {
+        const NodeId a = f->p->kernels[k].anchor;
+        const Node *s = &g->nodes[a];
+        if (f->p->kernels[k].kind != KERNEL_SINGLE || (s->op == OP_ATTENTION_GRAD) != grad ||
+            (s->op != OP_ATTENTION && s->op != OP_ATTENTION_LSE && !grad) || s->ninputs != n->ninputs ||
+            s->fattr[0] != n->fattr[0] || s->fattr[1] != n->fattr[1] || ir_attrs(g, a)[0] != ir_attrs(g, id)[0] ||
+            ir_attrs(g, a)[1] != ir_attrs(g, id)[1])
+            continue;
+        bool same = true;
+        for (uint32_t j = 0; j < n->ninputs && same; j++) same = ir_input(g, a, (int)j) == ir_input(g, id, (int)j);
+        for (int32_t m = 0; m < f->nmem[k] && same; m++) /* one member per output */
+            same = g->nodes[f->mem[k][m]].op != n->op || (grad && ir_attrs(g, f->mem[k][m])[2] != ir_attrs(g, id)[2]);
+        if (!same) continue;
+        add_member(f, k, id, CLASS_FULL);
+        return true;
+    }
+    return false;
+}
+
 static int cmp_node(const void *a, const void *b)
 {
     NodeId x = *(const NodeId *)a, y = *(const NodeId *)b;
@@ -874,6 +901,11 @@ void fusion_plan(const Graph *g, FusionPlan *p)
             if (!try_join_expand(&f, id)) p->role[id] = ROLE_INLINE;
             continue;
         case OP_MATMUL: start_single(&f, id, KERNEL_GEMM); continue;
+        case OP_ATTENTION:
+        case OP_ATTENTION_LSE:
+        case OP_ATTENTION_GRAD:
+            if (!join_attention(&f, id)) start_single(&f, id, KERNEL_SINGLE);
+            continue;
         case OP_PERMUTE:
             if (try_join_written(&f, id)) continue;
             break;

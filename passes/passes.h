@@ -143,7 +143,9 @@ void gradcheck_free(GradcheckResult *results, int n);
  *     cheap elementwise ops rather than storing them);
  *   - a GEMM kernel: a matrix product through BLAS followed by its elementwise consumers
  *     (bias, activation, residual add), applied to each block of rows while it is in cache;
- *   - a single-node kernel for everything else (gathers, concat, convolution windows, ...).
+ *   - a single-node kernel for everything else (gathers, concat, convolution windows, ...),
+ *     except that the ops of one fused attention share one: its output and log-sum-exp,
+ *     or its three gradients (members in node order, the anchor the first).
  * Reshapes and detaches are views of their operand's memory; constants, iotas, random
  * numbers and broadcasts of stored tensors are recomputed inside every kernel that reads
  * them. A node's value is stored to memory only when another kernel or a graph output reads

@@ -20,7 +20,7 @@
  *     optimizer, the gradients and the checkpoints see only f32), inputs, constants,
  *     scalars, and row statistics (reductions and the elementwise values computed from them
  *     alone: the mean, variance, reciprocal standard deviation of a norm, a softmax's max
- *     and sum), which are small and precision-critical;
+ *     and sum, a fused attention's log-sum-exp), which are small and precision-critical;
  *   - everything else (softmax, norms, losses, exp/log, reductions, the backward's
  *     elementwise arithmetic, the optimizer) computes in fp32 as before.
  * One cast<half> per value, right after it (a weight's: one per pass); one cast<f32> of it
@@ -83,7 +83,7 @@ static void mark_stats(Prec *p)
     for (NodeId i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
         const OpInfo *info = &ir_op_info[n->op];
-        if (n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX) {
+        if (n->op == OP_REDUCE_SUM || n->op == OP_REDUCE_MAX || n->op == OP_ATTENTION_LSE) { /* a fused attention's log-sum-exp too */
             p->stat[i] = true;
             continue;
         }

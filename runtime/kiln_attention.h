@@ -1,15 +1,15 @@
 /* kiln_attention.h — fused attention for the C target: out = dropout(softmax(q kᵀ · scale +
  * mask)) v without the [T, S] probabilities in memory, forward and backward, in float32.
  * Header-only, so that the generated model.c compiles it with its own flags
- * (-march=native), as kiln_gemm.h is. Not yet called by generated code: issue 38's fusion
- * will (passes/attention.h finds the attentions).
+ * (-march=native), as kiln_gemm.h is. The generated code calls it for the attention ops
+ * (ir/ops.h) that the attention pass (passes/fuse_attention.c) puts in the graph.
  *
  * The forward is FlashAttention's (Dao 2022, 2023): per (batch, head, tile of 64 queries)
  * the keys are visited in tiles of 64, each tile's scores computed by BLAS (q kᵀ · scale),
  * masked and folded into the rows' running maximum, sum and output (the online softmax),
  * the output's update by BLAS too (P v); it writes the output and each row's log-sum-exp.
- * The backward recomputes each tile of probabilities from that log-sum-exp: first
- * D_t = dO_t · O_t, then per (batch, key/value head) the key tiles in order, each against
+ * The backward recomputes each tile of probabilities from that log-sum-exp and reads
+ * D_t = dO_t · O_t (kiln_attention_delta; the graph's own reduction), per (batch, key/value head) the key tiles in order, each against
  * every tile of queries of the heads that share them (grouped-query attention): dV, dK and
  * dQ from one recomputation (FlashAttention-2's five products), dQ accumulated in that one
  * job. Every element has one writer and each sum runs in a fixed order, so the results do
@@ -82,7 +82,7 @@ static inline void kiln_attn_mask_tile(const kiln_attention *a, float *x, int64_
         }
 }
 
-/* out [B, H, T, DV] and lse [B, H, T] (contiguous). */
+/* out [B, H, T, DV] and lse [B, H, T] (contiguous); either may be NULL when not wanted. */
 static void kiln_attention_fwd(const kiln_attention *a, const float *q, const float *k, const float *v, float *out, float *lse)
 {
     const int64_t G = a->H / a->kv_heads, ntiles = (a->T + KILN_ATTN_QTILE - 1) / KILN_ATTN_QTILE;
@@ -124,15 +124,18 @@ static void kiln_attention_fwd(const kiln_attention *a, const float *q, const fl
                 mx[i] = m_new;
             }
             /* acc += P v */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nt, (int)a->DV, (int)ns, 1.0f, p, KILN_ATTN_KTILE,
-                        v + b * a->v_st[0] + kvh * a->v_st[1] + s0 * a->v_st[2], (int)a->v_st[2], 1.0f, acc, (int)a->DV);
+            if (out)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nt, (int)a->DV, (int)ns, 1.0f, p, KILN_ATTN_KTILE,
+                            v + b * a->v_st[0] + kvh * a->v_st[1] + s0 * a->v_st[2], (int)a->v_st[2], 1.0f, acc, (int)a->DV);
         }
         for (int64_t t = t0; t < t1; t++) {
             const int64_t i = t - t0;
-            float *orow = out + b * a->o_st[0] + h * a->o_st[1] + t * a->o_st[2];
             const float inv = 1.0f / sum[i]; /* 0 keys kept: 1/0, and 0 * inf is NaN below */
-            for (int64_t d = 0; d < a->DV; d++) orow[d * a->o_st[3]] = sum[i] > 0 ? acc[i * a->DV + d] * inv : NAN;
-            lse[(b * a->H + h) * a->T + t] = sum[i] > 0 ? mx[i] + logf(sum[i]) : NAN;
+            if (out) {
+                float *orow = out + b * a->o_st[0] + h * a->o_st[1] + t * a->o_st[2];
+                for (int64_t d = 0; d < a->DV; d++) orow[d * a->o_st[3]] = sum[i] > 0 ? acc[i * a->DV + d] * inv : NAN;
+            }
+            if (lse) lse[(b * a->H + h) * a->T + t] = sum[i] > 0 ? mx[i] + logf(sum[i]) : NAN;
         }
         free(acc);
     }
@@ -162,13 +165,10 @@ static inline void kiln_attn_ds_tile(const kiln_attention *a, const float *q, co
     }
 }
 
-/* dq, dk, dv (the layouts of q, k, v) from dout (out's layout), with out and lse from the
- * forward. delta: scratch of B·H·T floats. */
-static void kiln_attention_bwd(const kiln_attention *a, const float *q, const float *k, const float *v, const float *out, const float *lse,
-                               const float *dout, float *dq, float *dk, float *dv, float *delta)
+/* delta [B, H, T] = the rows of dout ∘ out summed (what the backward reads; the graph
+ * computes it as its own reduction, tests and benches call this). */
+static void kiln_attention_delta(const kiln_attention *a, const float *out, const float *dout, float *delta)
 {
-    const int64_t G = a->H / a->kv_heads, L = KILN_ATTN_KTILE;
-    /* D_t = dO_t · O_t */
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
@@ -179,6 +179,14 @@ static void kiln_attention_bwd(const kiln_attention *a, const float *q, const fl
         for (int64_t c = 0; c < a->DV; c++) d += g[c] * o[c];
         delta[r] = d;
     }
+}
+
+/* dq, dk, dv (the layouts of q, k, v; any may be NULL when not wanted) from dout (out's
+ * layout), lse from the forward and delta (kiln_attention_delta), both [B, H, T]. */
+static void kiln_attention_bwd(const kiln_attention *a, const float *q, const float *k, const float *v, const float *lse, const float *dout,
+                               const float *delta, float *dq, float *dk, float *dv)
+{
+    const int64_t G = a->H / a->kv_heads, L = KILN_ATTN_KTILE;
     /* dK, dV and dQ per (batch, key/value head): its keys' tiles in order, each over every
      * tile of queries of the heads that read them; dQ of those heads accumulates across the
      * key tiles in this one job, so that no element has two writers */
@@ -188,29 +196,37 @@ static void kiln_attention_bwd(const kiln_attention *a, const float *q, const fl
 #endif
     for (int64_t job = 0; job < a->B * a->kv_heads; job++) {
         const int64_t b = job / a->kv_heads, kvh = job % a->kv_heads;
-        float *ds = (float *)malloc(sizeof(float) * 2 * KILN_ATTN_QTILE * L), *pk = ds + KILN_ATTN_QTILE * L;
+        /* a gradient not wanted goes to a tile of scratch */
+        const size_t scratch = (size_t)(2 * KILN_ATTN_QTILE * L) + (dk ? 0 : (size_t)(L * a->D)) + (dv ? 0 : (size_t)(L * a->DV));
+        float *ds = (float *)malloc(sizeof(float) * scratch), *pk = ds + KILN_ATTN_QTILE * L, *spare = pk + KILN_ATTN_QTILE * L;
         if (!ds) abort();
-        for (int64_t h = kvh * G; h < (kvh + 1) * G; h++)
-            for (int64_t t = 0; t < a->T; t++) memset(dq + b * a->q_st[0] + h * a->q_st[1] + t * a->q_st[2], 0, sizeof(float) * (size_t)a->D);
+        if (dq)
+            for (int64_t h = kvh * G; h < (kvh + 1) * G; h++)
+                for (int64_t t = 0; t < a->T; t++) memset(dq + b * a->q_st[0] + h * a->q_st[1] + t * a->q_st[2], 0, sizeof(float) * (size_t)a->D);
         for (int64_t kt = 0; kt < ktiles; kt++) {
             const int64_t s0 = kt * L, ns = s0 + L < a->S ? L : a->S - s0;
-            float *dkt = dk + b * a->k_st[0] + kvh * a->k_st[1] + s0 * a->k_st[2], *dvt = dv + b * a->v_st[0] + kvh * a->v_st[1] + s0 * a->v_st[2];
+            float *dkt = dk ? dk + b * a->k_st[0] + kvh * a->k_st[1] + s0 * a->k_st[2] : spare;
+            float *dvt = dv ? dv + b * a->v_st[0] + kvh * a->v_st[1] + s0 * a->v_st[2] : spare + (dk ? 0 : L * a->D);
+            const int64_t ldk = dk ? a->k_st[2] : a->D, ldv = dv ? a->v_st[2] : a->DV;
             const float *kt_rows = k + b * a->k_st[0] + kvh * a->k_st[1] + s0 * a->k_st[2];
             for (int64_t j = 0; j < ns; j++) {
-                memset(dkt + j * a->k_st[2], 0, sizeof(float) * (size_t)a->D);
-                memset(dvt + j * a->v_st[2], 0, sizeof(float) * (size_t)a->DV);
+                memset(dkt + j * ldk, 0, sizeof(float) * (size_t)a->D);
+                memset(dvt + j * ldv, 0, sizeof(float) * (size_t)a->DV);
             }
             for (int64_t h = kvh * G; h < (kvh + 1) * G; h++)
                 for (int64_t qt = a->mask == KILN_ATTN_CAUSAL ? s0 / KILN_ATTN_QTILE : 0; qt < qtiles; qt++) { /* causal: queries before s0 see none of these keys */
                     const int64_t t0 = qt * KILN_ATTN_QTILE, nt = t0 + KILN_ATTN_QTILE < a->T ? KILN_ATTN_QTILE : a->T - t0;
                     kiln_attn_ds_tile(a, q, k, v, lse, dout, delta, b, h, t0, nt, s0, ns, ds, pk);
                     /* dV += (P ∘ keep)ᵀ dO, dK += dSᵀ q, dQ += dS k */
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ns, (int)a->DV, (int)nt, 1.0f, pk, (int)L,
-                                dout + b * a->o_st[0] + h * a->o_st[1] + t0 * a->o_st[2], (int)a->o_st[2], 1.0f, dvt, (int)a->v_st[2]);
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ns, (int)a->D, (int)nt, 1.0f, ds, (int)L,
-                                q + b * a->q_st[0] + h * a->q_st[1] + t0 * a->q_st[2], (int)a->q_st[2], 1.0f, dkt, (int)a->k_st[2]);
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nt, (int)a->D, (int)ns, 1.0f, ds, (int)L, kt_rows, (int)a->k_st[2], 1.0f,
-                                dq + b * a->q_st[0] + h * a->q_st[1] + t0 * a->q_st[2], (int)a->q_st[2]);
+                    if (dv)
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ns, (int)a->DV, (int)nt, 1.0f, pk, (int)L,
+                                    dout + b * a->o_st[0] + h * a->o_st[1] + t0 * a->o_st[2], (int)a->o_st[2], 1.0f, dvt, (int)ldv);
+                    if (dk)
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ns, (int)a->D, (int)nt, 1.0f, ds, (int)L,
+                                    q + b * a->q_st[0] + h * a->q_st[1] + t0 * a->q_st[2], (int)a->q_st[2], 1.0f, dkt, (int)ldk);
+                    if (dq)
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nt, (int)a->D, (int)ns, 1.0f, ds, (int)L, kt_rows, (int)a->k_st[2], 1.0f,
+                                    dq + b * a->q_st[0] + h * a->q_st[1] + t0 * a->q_st[2], (int)a->q_st[2]);
                 }
         }
         free(ds);
