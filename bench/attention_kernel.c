@@ -27,16 +27,15 @@ int main(int argc, char **argv)
     for (int i = 0; i < 4; i++) a.q_st[i] = a.k_st[i] = a.v_st[i] = a.o_st[i] = st[i];
     const size_t n = (size_t)B * H * T * D, rows = (size_t)B * H * T;
     float *q = malloc(n * 4), *k = malloc(n * 4), *v = malloc(n * 4), *o = malloc(n * 4), *g = malloc(n * 4), *dq = malloc(n * 4), *dk = malloc(n * 4),
-          *dv = malloc(n * 4), *lse = malloc(rows * 4), *delta = malloc(rows * 4), *P = malloc((size_t)B * H * T * T * 4);
-    if (!q || !k || !v || !o || !g || !dq || !dk || !dv || !lse || !delta || !P) return 1;
+          *dv = malloc(n * 4), *lse = malloc(rows * 4), *P = malloc((size_t)B * H * T * T * 4);
+    if (!q || !k || !v || !o || !g || !dq || !dk || !dv || !lse || !P) return 1;
     for (size_t i = 0; i < n; i++) q[i] = (float)(i % 7) * 0.1f, k[i] = (float)(i % 5) * 0.1f, v[i] = (float)(i % 3) * 0.1f, g[i] = 0.01f;
     double best[4] = {1e30, 1e30, 1e30, 1e30};
     for (int r = 0; r < repeat; r++) {
         double t0 = now();
         kiln_attention_fwd(&a, q, k, v, o, lse);
         double t1 = now();
-        kiln_attention_delta(&a, o, g, delta);
-        kiln_attention_bwd(&a, q, k, v, lse, g, delta, dq, dk, dv);
+        kiln_attention_bwd(&a, q, k, v, o, lse, g, dq, dk, dv);
         double t2 = now();
 #pragma omp parallel for schedule(dynamic, 1)
         for (int bh = 0; bh < B * H; bh++) { /* unfused forward: P stored */

@@ -522,6 +522,7 @@ int codegen_c_train(const CodegenInput *in, StrBuf *out, StrBuf *err)
         c.decoding = false;
         cg_emit_decode_tables(&c, train, decode, NULL);
     }
+    c.model_hash = in->model_hash;
     cg_emit_model_def(&c, train, &counts, train_arena, eval_arena);
     split_in_halves(&c, tables_at);
     cg_prune_unused(out, tables_at, false); /* the step functions' unread symbols */
@@ -550,6 +551,7 @@ int codegen_c_infer(const CodegenInput *in, StrBuf *out, StrBuf *err)
     }
     cg_emit_infer_tables(&c, train, predict);
     cg_emit_decode_tables(&c, train, decode, in->decode_why);
+    c.model_hash = in->model_hash;
     cg_emit_model_def(&c, train, &counts, 0, eval_arena);
     split_in_halves(&c, tables_at);
     cg_prune_unused(out, tables_at, false); /* the step functions' unread symbols */

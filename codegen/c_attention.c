@@ -10,23 +10,58 @@
 
 bool cg_is_attention(Op op) { return op == OP_ATTENTION || op == OP_ATTENTION_LSE || op == OP_ATTENTION_GRAD; }
 
-/* Strides in elements over (batch, head, row, column) of a contiguous [..., heads, rows,
- * cols] tensor: "{heads * rows * cols, rows * cols, cols, 1}". */
-static void put_strides(StrBuf *o, const Graph *g, Dim heads, Dim rows, Dim cols)
+/* Where operand j of attention op id lies: its layout (base, offset) and its strides over
+ * (batch, head, row, column). Fusion let the kernel read q, k, v, the mask and dout by
+ * strides (fusion_attention_operand); the rest are contiguous stored values. */
+/* The memory an attention's output is written to: the permute its kernel writes
+ * (Kernel.written) by strides, else its own, contiguous. */
+static void output_layout(const Cg *c, NodeId o, FusionLayout *L, Dim *st)
+{
+    const Graph *g = c->g;
+    const NodeId wr = c->fp.kernel_of[o] >= 0 ? c->fp.kernels[c->fp.kernel_of[o]].written : IR_NONE;
+    bool swapped;
+    memset(L, 0, sizeof *L);
+    L->base = wr;
+    L->rank = g->nodes[o].shape.rank;
+    if (wr != IR_NONE && fusion_gemm_output(g, o, wr, L->stride, &swapped) && fusion_attention_operand(g, L, o, false, st)) return;
+    L->base = o;
+    const Shape *s = &g->nodes[o].shape;
+    const int r = s->rank;
+    st[3] = ir_dim_const(1);
+    for (int a = 2; a >= 0; a--) st[a] = ir_dim_mul(st[a + 1], s->d[r - 3 + a], &st[a]) ? st[a] : ir_dim_const(0);
+    if (r == 3) st[0] = ir_dim_const(0);
+}
+
+static void operand_layout(const Cg *c, NodeId id, int j, FusionLayout *L, Dim *st)
+{
+    const Graph *g = c->g;
+    const NodeId x = ir_input(g, id, j);
+    if (g->nodes[x].op == OP_ATTENTION && c->fp.role[x] == ROLE_KERNEL) { /* the backward's out */
+        output_layout(c, x, L, st);
+        return;
+    }
+    bool mask;
+    if (fusion_layout(g, &c->fp, x, L) && fusion_attention_strided_operand(g, id, j, &mask) && fusion_attention_operand(g, L, x, mask, st))
+        return;
+    if (!fusion_layout(g, &c->fp, x, L)) { /* a stored value (fusion made it one) */
+        memset(L, 0, sizeof *L);
+        L->base = x;
+    }
+    const Shape *s = &g->nodes[x].shape;
+    const int r = s->rank;
+    st[3] = ir_dim_const(1);
+    for (int a = 2; a >= 0; a--) st[a] = ir_dim_mul(st[a + 1], s->d[r - 3 + a], &st[a]) ? st[a] : ir_dim_const(0);
+    if (r == 3) st[0] = ir_dim_const(0);
+}
+
+static void put_strides(StrBuf *o, const Graph *g, const Dim *st)
 {
     sb_puts(o, "{");
-    cg_dim(o, g, heads);
-    sb_puts(o, " * ");
-    cg_dim(o, g, rows);
-    sb_puts(o, " * ");
-    cg_dim(o, g, cols);
-    sb_puts(o, ", ");
-    cg_dim(o, g, rows);
-    sb_puts(o, " * ");
-    cg_dim(o, g, cols);
-    sb_puts(o, ", ");
-    cg_dim(o, g, cols);
-    sb_puts(o, ", 1}");
+    for (int a = 0; a < 4; a++) {
+        if (a) sb_puts(o, ", ");
+        cg_dim(o, g, st[a]);
+    }
+    sb_puts(o, "}");
 }
 
 void cg_attention_struct(Cg *c, NodeId id, const char *mask_var)
@@ -37,8 +72,7 @@ void cg_attention_struct(Cg *c, NodeId id, const char *mask_var)
     const int64_t *at = ir_attrs(g, id);
     const Node *q = N(c, ir_input(g, id, 0)), *k = N(c, ir_input(g, id, 1)), *v = N(c, ir_input(g, id, 2));
     const int r = q->shape.rank;
-    const Dim H = q->shape.d[r - 3], KV = k->shape.d[r - 3], T = q->shape.d[r - 2], S = k->shape.d[r - 2], D = q->shape.d[r - 1],
-              DV = v->shape.d[r - 1];
+    const bool grad = n->op == OP_ATTENTION_GRAD, has_mask = at[0] == ATTN_MASK_KEEP || at[0] == ATTN_MASK_DROP || at[0] == ATTN_MASK_ADD;
     static const char *const masks[ATTN_MASK_COUNT] = {"KILN_ATTN_NONE", "KILN_ATTN_CAUSAL", "KILN_ATTN_KEEP", "KILN_ATTN_DROP", "KILN_ATTN_ADD"};
     sb_puts(o, "    const kiln_attention a = {.B = ");
     for (int i = 0; i < r - 3; i++) {
@@ -46,34 +80,50 @@ void cg_attention_struct(Cg *c, NodeId id, const char *mask_var)
         cg_dim(o, g, q->shape.d[i]);
     }
     if (r == 3) sb_puts(o, "1");
-    sb_puts(o, ", .H = ");
-    cg_dim(o, g, H);
-    sb_puts(o, ", .kv_heads = ");
-    cg_dim(o, g, KV);
-    sb_puts(o, ", .T = ");
-    cg_dim(o, g, T);
-    sb_puts(o, ", .S = ");
-    cg_dim(o, g, S);
-    sb_puts(o, ", .D = ");
-    cg_dim(o, g, D);
+    static const char *const fields[] = {".H", ".T", ".D", ".kv_heads", ".S"};
+    const Dim dims[] = {q->shape.d[r - 3], q->shape.d[r - 2], q->shape.d[r - 1], k->shape.d[r - 3], k->shape.d[r - 2]};
+    for (int i = 0; i < 5; i++) {
+        sb_printf(o, ", %s = ", fields[i]);
+        cg_dim(o, g, dims[i]);
+    }
     sb_puts(o, ", .DV = ");
-    cg_dim(o, g, DV);
-    sb_puts(o, ",\n                              .q_st = ");
-    put_strides(o, g, H, T, D);
-    sb_puts(o, ", .k_st = ");
-    put_strides(o, g, KV, S, D);
-    sb_puts(o, ", .v_st = ");
-    put_strides(o, g, KV, S, DV);
+    cg_dim(o, g, v->shape.d[r - 1]);
+    /* the strides of q, k, v and (forward) out or (backward) dout */
+    static const char *const st_names[] = {".q_st", ".k_st", ".v_st"};
+    FusionLayout L;
+    Dim st[4];
+    for (int j = 0; j < 3; j++) {
+        operand_layout(c, id, j, &L, st);
+        sb_printf(o, ",\n                              %s = ", st_names[j]);
+        put_strides(o, g, st);
+    }
+    if (grad) operand_layout(c, id, (int)n->ninputs - 3, &L, st); /* out, as the forward wrote it */
+    else output_layout(c, id, &L, st);
     sb_puts(o, ", .o_st = ");
-    put_strides(o, g, H, T, DV);
+    put_strides(o, g, st);
+    if (grad) {
+        operand_layout(c, id, (int)n->ninputs - 1, &L, st);
+        sb_puts(o, ", .do_st = ");
+        put_strides(o, g, st);
+    }
+    if (grad) { /* dq, dk, dv: the kernel's own, contiguous in q's, k's, v's shapes */
+        static const char *const d_names[] = {".dq_st", ".dk_st", ".dv_st"};
+        for (int j = 0; j < 3; j++) {
+            const Shape *s = &N(c, ir_input(g, id, j))->shape;
+            Dim ds[4] = {ir_dim_const(0), ir_dim_const(0), s->d[r - 1], ir_dim_const(1)};
+            if (!ir_dim_mul(ds[2], s->d[r - 2], &ds[1]) || !ir_dim_mul(ds[1], s->d[r - 3], &ds[0])) ds[0] = ir_dim_const(0);
+            sb_printf(o, ",\n                              %s = ", d_names[j]);
+            put_strides(o, g, ds);
+        }
+    }
     sb_puts(o, ",\n                              .scale = ");
     cg_literal(o, n->fattr[0], DT_F32);
     sb_printf(o, ", .mask = %s", at[0] >= 0 && at[0] < ATTN_MASK_COUNT ? masks[at[0]] : "KILN_ATTN_NONE");
-    if (at[0] == ATTN_MASK_KEEP || at[0] == ATTN_MASK_DROP) sb_printf(o, ", .mask_bool = %s", mask_var);
-    if (at[0] == ATTN_MASK_ADD) sb_printf(o, ", .mask_add = %s", mask_var);
-    if (at[0] == ATTN_MASK_KEEP || at[0] == ATTN_MASK_DROP || at[0] == ATTN_MASK_ADD) {
+    if (has_mask) {
+        operand_layout(c, id, 3, &L, st);
+        sb_printf(o, ", %s = %s", at[0] == ATTN_MASK_ADD ? ".mask_add" : ".mask_bool", mask_var);
         sb_puts(o, ", .mask_st = ");
-        put_strides(o, g, H, T, S);
+        put_strides(o, g, st);
     }
     if (n->fattr[1] > 0) {
         sb_puts(o, ",\n                              .dropout = ");
@@ -81,6 +131,20 @@ void cg_attention_struct(Cg *c, NodeId id, const char *mask_var)
         sb_printf(o, ", .seed = seed, .step = step, .stream = %lld", (long long)at[1]);
     }
     sb_puts(o, "};\n");
+}
+
+/* The pointer to operand j's first element: its base's parameter plus the layout's offset. */
+static void operand_pointer(Cg *c, NodeId id, int j, const char *name)
+{
+    FusionLayout L;
+    Dim st[4];
+    operand_layout(c, id, j, &L, st);
+    sb_puts(c->o, name);
+    for (int t = 0; t < L.nterms; t++) {
+        sb_puts(c->o, t ? " + " : " + (");
+        cg_dim(c->o, c->g, L.offset[t]);
+    }
+    if (L.nterms) sb_puts(c->o, ")");
 }
 
 /* The member of kernel k that is op (attention_grad: of operand `which`), or IR_NONE. */
@@ -94,7 +158,7 @@ static NodeId member(const Cg *c, int32_t k, Op op, int which)
     return IR_NONE;
 }
 
-static const char *const operand_names[7] = {"q", "k", "v", "mask", "lse", "dout", "delta"};
+static const char *const operand_names[7] = {"q", "k", "v", "mask", "out", "lse", "dout"};
 
 /* The name of operand j of an attention op with or without a mask operand. */
 static const char *operand_name(bool has_mask, uint32_t j) { return operand_names[!has_mask && j >= 3 ? j + 1 : j]; }
@@ -118,12 +182,19 @@ void cg_emit_attention_kernel(Cg *c, int32_t k, void (*name)(Cg *c, NodeId id, S
     else sb_puts(o, ", float *restrict out, float *restrict lse");
     sb_puts(o, ")\n{\n");
     cg_declare_syms(c, id);
-    cg_attention_struct(c, id, "mask");
-    if (grad) {
-        sb_puts(o, "    kiln_attention_bwd(&a, q, k, v, lse, dout, delta, dq, dk, dv);\n");
-    } else {
-        sb_puts(o, "    kiln_attention_fwd(&a, q, k, v, out, lse);\n");
+    if (has_mask) {
+        sb_printf(o, "    const %s *mask_at = ", cg_ctype((DType)N(c, ir_input(g, id, 3))->dtype));
+        operand_pointer(c, id, 3, "mask");
+        sb_puts(o, ";\n");
     }
+    cg_attention_struct(c, id, "mask_at");
+    sb_printf(o, "    kiln_attention_%s(&a", grad ? "bwd" : "fwd");
+    for (uint32_t j = 0; j < n->ninputs; j++) {
+        if (has_mask && j == 3) continue; /* in the struct */
+        sb_puts(o, ", ");
+        operand_pointer(c, id, (int)j, operand_name(has_mask, j));
+    }
+    sb_puts(o, grad ? ", dq, dk, dv);\n" : ", out, lse);\n");
     sb_puts(o, "}\n\n");
     cg_prune_unused(o, start, false);
 }
@@ -136,12 +207,19 @@ void cg_emit_attention_call(Cg *c, int32_t k, void (*name)(Cg *c, NodeId id, Str
     sb_puts(o, "    ");
     name(c, id, o);
     sb_puts(o, "(io->syms");
-    for (uint32_t j = 0; j < n->ninputs; j++) sb_printf(o, ", v%d", ir_input(c->g, id, (int)j));
+    for (uint32_t j = 0; j < n->ninputs; j++) { /* the memory each operand's layout reads */
+        FusionLayout L;
+        Dim st[4];
+        operand_layout(c, id, (int)j, &L, st);
+        sb_printf(o, ", v%d", L.base);
+    }
     if (n->fattr[1] > 0) sb_puts(o, ", io->seed, io->step");
     const bool grad = n->op == OP_ATTENTION_GRAD;
     for (int w = 0; w < (grad ? 3 : 2); w++) {
         const NodeId m = member(c, k, grad ? OP_ATTENTION_GRAD : w ? OP_ATTENTION_LSE : OP_ATTENTION, w);
-        if (m == IR_NONE || !c->fp.stored[m]) sb_puts(o, ", NULL");
+        const NodeId wr = c->fp.kernels[k].written;
+        if (!grad && !w && wr != IR_NONE) sb_printf(o, ", v%d", wr); /* the output, permuted */
+        else if (m == IR_NONE || !c->fp.stored[m]) sb_puts(o, ", NULL");
         else sb_printf(o, ", v%d", m);
     }
     sb_printf(o, "); KILN_MARK(io, %d);", k);

@@ -34,6 +34,11 @@ typedef struct {
      * (kiln_model.h's KILN_BUCKET_READY) called after the kernel that finishes each bucket
      * of at most bucket_bytes (codegen/buckets.c; 0: none) */
     int64_t bucket_bytes;
+    /* identifies the model for checkpoints and distributed ranks (kiln_model.hash): the
+     * driver hashes the graph as lowered with its precision (kiln_model_hash), so that the
+     * passes (fused attention or not, a memory budget) and the target do not change it;
+     * 0: a hash of the training graph here (tests) */
+    uint64_t model_hash;
     bool partial; /* CUDA, tests: kernels the target cannot write yet are left out with a comment */
 } CodegenInput;
 

@@ -1436,6 +1436,7 @@ int codegen_cuda(const CodegenInput *in, StrBuf *out, StrBuf *err)
         CgModelCounts counts;
         cg_emit_model_tables(&c, train, in->recipe, &counts);
         if (decode) cg_emit_decode_tables(&c, train, decode, NULL);
+        c.model_hash = in->model_hash;
         cg_emit_model_def(&c, train, &counts, train_arena, eval_arena);
     }
     cg_free_lines(&c);
@@ -1471,6 +1472,7 @@ int codegen_cuda_infer(const CodegenInput *in, StrBuf *out, StrBuf *err)
         cg_emit_model_tables(&c, train, in->recipe, &counts);
         cg_emit_infer_tables(&c, train, predict);
         cg_emit_decode_tables(&c, train, decode, in->decode_why);
+        c.model_hash = in->model_hash;
         cg_emit_model_def(&c, train, &counts, 0, eval_arena);
     }
     cg_free_lines(&c);

@@ -982,9 +982,8 @@ void cg_emit_decode_tables(Cg *c, const Graph *train, const Graph *decode, const
     if (why && *why) c->decode_why = xstrdup(why);
 }
 
-/* Identifies the model's computation for checkpoints: the graph without source locations,
- * so editing comments or building from another directory keeps checkpoints usable. Both
- * targets give the same hash: a checkpoint of one resumes in the other. */
+/* The hash of a training graph when the driver gives none (CodegenInput.model_hash): the
+ * graph without source locations. */
 static uint64_t graph_hash(const Graph *g0)
 {
     Graph *g = ir_graph_clone(g0);
@@ -1006,7 +1005,7 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
     StrBuf source_literal;
     sb_init(&source_literal);
     cg_c_string(&source_literal, c->source);
-    const unsigned long long hash = (unsigned long long)graph_hash(train);
+    const unsigned long long hash = (unsigned long long)(c->model_hash ? c->model_hash : graph_hash(train));
     if (cuda(c))
         sb_printf(out, "/* The model, as the %s program sees it: its steps run on the GPU (device.cu). */\n"
                        "extern \"C\" ",

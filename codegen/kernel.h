@@ -99,6 +99,7 @@ typedef struct {
     /* A distributed program's gradient buckets (buckets.c): their largest size in bytes
      * (0: not distributed, no buckets) and the plan of the training step. */
     int64_t bucket_bytes;
+    uint64_t model_hash; /* CodegenInput.model_hash */
     struct CgBucket *buckets;
     int nbuckets, capbuckets;
     /* CUDA, per kernel of the graph being written: the kernel paired with it by a BGRADB

@@ -15,6 +15,7 @@ typedef struct {
     StrBuf *err;
     const char *cmd;
     const char *precision_from; /* "precision =" or "--precision" */
+    bool unfused;               /* this run: attention as written (the report's comparison) */
 } Build;
 
 static void stage(const Build *b, const char *what)
@@ -68,7 +69,7 @@ static int run(const Build *b, Graph *g, const char *graph_name, const char *fro
 {
     PipelineOptions po = {.remat = remat,
                           .precision = forward_only ? NULL : &b->p->precision,
-                          .unfused_attention = unfused_attention(b->opt) || !strcmp(graph_name, "decode"),
+                          .unfused_attention = b->unfused || unfused_attention(b->opt) || !strcmp(graph_name, "decode"),
                           .from = from,
                           .forward_only = forward_only,
                           .plan = plan,
@@ -123,6 +124,28 @@ static int set_precision(Build *b)
         p->precision.stochastic_weights = training;
     }
     return 0;
+}
+
+/* Identifies the model's computation for checkpoints and distributed ranks: the training
+ * graph as lowered (its bounds applied), without source locations, and the precision it
+ * trains in. Editing comments, building from another directory, for the other target, with
+ * or without fused attention or a memory budget keeps checkpoints usable: the passes do not
+ * change what is computed. */
+static uint64_t model_hash(const Graph *g0, const PrecisionOptions *prec)
+{
+    Graph *g = ir_graph_clone(g0);
+    for (NodeId i = 0; i < g->nnodes; i++) memset(&g->nodes[i].loc, 0, sizeof g->nodes[i].loc);
+    for (int i = 0; i < g->nfiles; i++) free(g->files[i]);
+    g->nfiles = 0;
+    StrBuf t;
+    sb_init(&t);
+    ir_print(g, &t);
+    ir_graph_free(g);
+    sb_printf(&t, "precision %s%s%s\n", ir_dtype_name(prec->half), prec->scale_loss ? " loss_scale" : "",
+              prec->stochastic_weights ? " stochastic" : "");
+    const uint64_t h = util_hash_string(t.data);
+    sb_free(&t);
+    return h;
 }
 
 /* Keeps a graph's forward outputs and buffer updates: the predict step of an evaluation
@@ -191,8 +214,13 @@ static int plan_training(Build *b, bool plan)
     KilnProgram *p = b->p;
     const char *file = p->model->path;
     Graph *g = p->train.graph;
-    if (run(b, g, "train", NULL, "precision", false, NULL, NULL)) return -1;
     const bool report = b->opt->report && !b->opt->infer;
+    Graph *unfused = report && !unfused_attention(b->opt) ? ir_graph_clone(g) : NULL;
+    p->unfused_arena = -1;
+    if (run(b, g, "train", NULL, "precision", false, NULL, NULL)) {
+        ir_graph_free(unfused);
+        return -1;
+    }
     Graph *before_remat = report ? ir_graph_clone(g) : NULL;
     RematOptions remat = {.want_floor = b->opt->smallest_plan && report};
     p->memory_budget = b->opt->memory_budget;
@@ -234,6 +262,16 @@ static int plan_training(Build *b, bool plan)
         rc = run(b, p->plain.graph, "plain", "remat", NULL, false, NULL, &p->plain.plan);
     }
     ir_graph_free(before_remat);
+    if (!rc && unfused && !p->memory_budget && kiln_fused_attentions(g)) { /* what fusing saved, for the report */
+        Build as_written = *b;
+        as_written.unfused = true;
+        GraphPlan plan_unfused;
+        memset(&plan_unfused, 0, sizeof plan_unfused);
+        rc = run(&as_written, unfused, "unfused", NULL, NULL, false, NULL, &plan_unfused);
+        p->unfused_arena = plan_unfused.mem.arena_bytes;
+        graph_plan_free(&plan_unfused);
+    }
+    ir_graph_free(unfused);
     return rc;
 }
 
@@ -298,6 +336,7 @@ static int generate_code(Build *b)
         .source_path = p->model->path,
         .recipe = &p->recipe,
         .bucket_bytes = b->opt->bucket_bytes,
+        .model_hash = p->model_hash,
     };
     p->code_name = cuda ? "model.cu" : "model.c";
     const double t0 = pipeline_seconds();
@@ -344,6 +383,7 @@ KilnStatus kiln_compile(const KilnOptions *opt, KilnProgram **out, StrBuf *err)
 {
     *out = NULL;
     KilnProgram *p = xcalloc(1, sizeof *p);
+    p->unfused_arena = -1;
     diag_init(&p->diag, opt->diagnostics);
     Build b = {.opt = opt, .p = p, .err = err, .cmd = opt->command ? opt->command : "build"};
     *out = p;
@@ -359,7 +399,9 @@ KilnStatus kiln_compile(const KilnOptions *opt, KilnProgram **out, StrBuf *err)
         return pipeline_run_opts(p->train.graph, opt->stop_after, &po, opt->stats ? &p->stats : NULL, err) ? KILN_ERR_MODEL : KILN_OK;
     }
     if (!opt->report) stage(&b, "running the passes (autodiff, simplify, remat, fusion, memplan)");
-    if (apply_bounds(&b, p->train.graph) || plan_eval(&b) || plan_training(&b, !opt->infer)) return KILN_ERR_MODEL;
+    if (apply_bounds(&b, p->train.graph)) return KILN_ERR_MODEL;
+    p->model_hash = model_hash(p->train.graph, &p->precision);
+    if (plan_eval(&b) || plan_training(&b, !opt->infer)) return KILN_ERR_MODEL;
     if (opt->infer && (plan_predict(&b) || plan_decode(&b))) return KILN_ERR_MODEL;
     /* the C target's training program samples through the decode step too; the CUDA
      * program's through its evaluation step (codegen.h says why) */

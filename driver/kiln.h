@@ -74,6 +74,10 @@ typedef struct {
     KilnGraph decode;   /* a language model's decode step against a key/value cache */
     KilnGraph plain;    /* with report, when the plan recomputes values: the training graph
                            without rematerialisation, for the report's comparison */
+    uint64_t model_hash; /* kiln_model.hash: the graph as lowered and its precision (compile.c) */
+    int64_t unfused_arena; /* with report, when attention was fused and there is no memory
+                              budget: the training activations of the plan with
+                              --attention unfused (-1: not planned) */
     char *decode_why;   /* why a language model has no decode step (NULL: it has one, or is
                            not a language model) */
     PrecisionOptions precision; /* the precision the program trains in, with its loss scaling */
@@ -103,6 +107,8 @@ void kiln_program_free(KilnProgram *p);
 /* report.c — the memory at the bounds of a training program (kiln build --report, kiln
  * check) or of an inference program, from the program's plans. */
 void kiln_memory_report(const KilnProgram *p, bool infer, StrBuf *out);
+/* The fused attentions of a graph: its attention ops, recomputed copies not counted. */
+int kiln_fused_attentions(const Graph *g);
 /* `kiln ir --after fusion|memplan`: the graph, then its kernels (and their memory). */
 void kiln_print_plan(const Graph *g, const GraphPlan *plan, bool memory, StrBuf *out);
 /* "fp32", "bf16", "fp16" */

@@ -66,37 +66,92 @@ static void infer_report(const KilnProgram *p, StrBuf *out)
     }
 }
 
-/* The attentions of the training graph (passes/attention.h), a line per source line: how
- * many, their mask and heads, and the T×T probabilities each computes. Not yet fused: the
- * line says so, and what fusing would stop storing. */
-static void attention_report(const Graph *g, StrBuf *out)
+int kiln_fused_attentions(const Graph *g)
 {
-    AttentionMatch *m;
-    const int n = attention_find(g, &m);
-    if (!n) return;
-    int64_t bytes = 0;
-    for (int i = 0; i < n; i++) bytes += ir_shape_max_numel(g, &g->nodes[m[i].probs].shape) * ir_dtype_size((DType)g->nodes[m[i].probs].dtype);
-    sb_printf(out, "  attention         %14lld  (%d found, computed unfused: the bytes of their probabilities)\n", (long long)bytes, n);
+    int n = 0;
+    for (NodeId i = 0; i < g->nnodes; i++) n += g->nodes[i].op == OP_ATTENTION && !(g->nodes[i].flags & NODE_RECOMPUTED);
+    return n;
+}
+
+/* One attention of the report: what it computes, its probabilities' shape. */
+typedef struct {
+    Loc at;
+    AttnMask mask;
+    int64_t heads, kv_heads;
+    double dropout;
+    DType dtype;
+    Shape probs; /* [..., H, T, S] */
+} AttnLine;
+
+/* Lines for the attentions, one per source line ("(x12)" for a block's twelve). */
+static void attention_lines(const Graph *g, const AttnLine *a, int n, bool fused, StrBuf *out)
+{
     bool *done = xcalloc((size_t)n + 1, sizeof *done);
     static const char *const masks[] = {"no mask", "causal", "bool mask", "bool mask (masked_fill)", "added mask"};
     for (int i = 0; i < n; i++) {
         if (done[i]) continue;
-        const Loc at = g->nodes[m[i].out].loc;
         int same = 0;
         for (int j = i; j < n; j++)
-            if (!done[j] && !memcmp(&g->nodes[m[j].out].loc, &at, sizeof at)) done[j] = true, same++;
+            if (!done[j] && !memcmp(&a[j].at, &a[i].at, sizeof a[i].at)) done[j] = true, same++;
         StrBuf sh;
         sb_init(&sh);
-        ir_shape_format(&sh, g, &g->nodes[m[i].probs].shape);
-        sb_printf(out, "    %s:%u", at.line && g->nfiles ? g->files[at.file < (uint32_t)g->nfiles ? at.file : 0] : "?", (unsigned)at.line);
+        ir_shape_format(&sh, g, &a[i].probs);
+        sb_printf(out, "    %s:%u", a[i].at.line && g->nfiles ? g->files[a[i].at.file < (uint32_t)g->nfiles ? a[i].at.file : 0] : "?",
+                  (unsigned)a[i].at.line);
         if (same > 1) sb_printf(out, " (x%d)", same);
-        sb_printf(out, ": %s, %lld heads", masks[m[i].mask], (long long)m[i].heads);
-        if (m[i].kv_heads != m[i].heads) sb_printf(out, " over %lld key/value heads", (long long)m[i].kv_heads);
-        if (m[i].dropout > 0) sb_printf(out, ", dropout %g", m[i].dropout);
-        sb_printf(out, ", probabilities %s %s\n", ir_dtype_name((DType)g->nodes[m[i].probs].dtype), sh.data ? sh.data : "");
+        sb_printf(out, ": %s, %lld heads", masks[a[i].mask < ATTN_MASK_COUNT ? a[i].mask : 0], (long long)a[i].heads);
+        if (a[i].kv_heads != a[i].heads) sb_printf(out, " over %lld key/value heads", (long long)a[i].kv_heads);
+        if (a[i].dropout > 0) sb_printf(out, ", dropout %g", a[i].dropout);
+        if (fused) sb_printf(out, ", fused: no %s %s probabilities stored\n", ir_dtype_name(a[i].dtype), sh.data ? sh.data : "");
+        else sb_printf(out, ", probabilities %s %s\n", ir_dtype_name(a[i].dtype), sh.data ? sh.data : "");
         sb_free(&sh);
     }
     free(done);
+}
+
+/* The attentions of the training graph, a line per source line: those fused (the attention
+ * pass) and what that saved, those found but computed as written (--attention unfused, or
+ * a form the pass declines) and the bytes of their T×T probabilities. */
+static void attention_report(const KilnProgram *p, const Graph *g, StrBuf *out)
+{
+    const int nf = kiln_fused_attentions(g);
+    if (nf) {
+        AttnLine *a = xcalloc((size_t)nf, sizeof *a);
+        int k = 0;
+        int64_t probs = 0;
+        for (NodeId i = 0; i < g->nnodes; i++) {
+            const Node *n = &g->nodes[i];
+            if (n->op != OP_ATTENTION || (n->flags & NODE_RECOMPUTED)) continue;
+            const Shape *q = &g->nodes[ir_input(g, i, 0)].shape, *kk = &g->nodes[ir_input(g, i, 1)].shape;
+            const int r = q->rank;
+            a[k] = (AttnLine){.at = n->loc, .mask = (AttnMask)ir_attrs(g, i)[0], .heads = ir_dim_max(g, q->d[r - 3]),
+                              .kv_heads = ir_dim_max(g, kk->d[r - 3]), .dropout = n->fattr[1], .dtype = DT_F32, .probs = *q};
+            a[k].probs.d[r - 1] = kk->d[r - 2];
+            probs += ir_shape_max_numel(g, &a[k].probs) * 4;
+            k++;
+        }
+        if (p->unfused_arena >= 0)
+            sb_printf(out, "  attention         %14lld  (%d fused: the training activations saved; %lld planned with --attention unfused)\n",
+                      (long long)(p->unfused_arena - p->train.plan.mem.arena_bytes), nf, (long long)p->unfused_arena);
+        else
+            sb_printf(out, "  attention         %14lld  (%d fused: the bytes of the probabilities not stored)\n", (long long)probs, nf);
+        attention_lines(g, a, nf, true, out);
+        free(a);
+    }
+    AttentionMatch *m;
+    const int n = attention_find(g, &m);
+    if (!n) return;
+    AttnLine *a = xcalloc((size_t)n, sizeof *a);
+    int64_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        const Node *pr = &g->nodes[m[i].probs];
+        bytes += ir_shape_max_numel(g, &pr->shape) * ir_dtype_size((DType)pr->dtype);
+        a[i] = (AttnLine){.at = g->nodes[m[i].out].loc, .mask = m[i].mask, .heads = m[i].heads, .kv_heads = m[i].kv_heads,
+                          .dropout = m[i].dropout, .dtype = (DType)pr->dtype, .probs = pr->shape};
+    }
+    sb_printf(out, "  attention         %14lld  (%d found, computed unfused: the bytes of their probabilities)\n", (long long)bytes, n);
+    attention_lines(g, a, n, false, out);
+    free(a);
     free(m);
 }
 
@@ -146,7 +201,7 @@ void kiln_memory_report(const KilnProgram *p, bool infer, StrBuf *out)
                   (long long)(params * (2 + moments) + buffers + plan->floor_arena + eval_arena), blocks.data);
     }
     sb_free(&blocks);
-    attention_report(g, out);
+    attention_report(p, g, out);
     sb_printf(out, "  activations eval  %14lld\n", (long long)eval_arena);
     sb_printf(out, "  total             %14lld\n", (long long)(params * (2 + moments) + buffers + train_arena + eval_arena));
 }

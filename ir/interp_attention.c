@@ -114,22 +114,25 @@ int interp_attention(const Graph *g, NodeId id, const ITensor *const *in, int ni
         free(s);
         return 0;
     }
-    /* attention_grad: dS = P ∘ (keep ∘ (dO vᵀ) - delta); dq = scale dS k, dk = scale dSᵀ q,
-     * dv = (P ∘ keep)ᵀ dO, summed over the query heads that share a key/value head */
+    /* attention_grad: dS = P ∘ (keep ∘ (dO vᵀ) - delta), delta = dO · O per row; dq = scale
+     * dS k, dk = scale dSᵀ q, dv = (P ∘ keep)ᵀ dO, summed over the query heads that share a
+     * key/value head */
     const int base = has_mask ? 4 : 3, which = (int)at[2];
     const int64_t rows = a.N * a.H * a.T;
-    if (in[base]->n != rows || in[base + 2]->n != rows || in[base + 1]->n != rows * a.DV || o->n != in[which]->n) {
+    if (in[base]->n != rows * a.DV || in[base + 1]->n != rows || in[base + 2]->n != rows * a.DV || o->n != in[which]->n) {
         free(s);
-        sb_puts(err, "lse, dout, delta or the result do not fit the attention's shapes");
+        sb_puts(err, "out, lse, dout or the result do not fit the attention's shapes");
         return -1;
     }
-    const double *lse = in[base]->data, *dout = in[base + 1]->data, *delta = in[base + 2]->data;
+    const double *out = in[base]->data, *lse = in[base + 1]->data, *dout = in[base + 2]->data;
     for (int64_t n = 0; n < a.N; n++)
         for (int64_t h = 0; h < a.H; h++)
             for (int64_t t = 0; t < a.T; t++) {
                 row_scores(&a, n, h, t, s);
                 const int64_t row = (n * a.H + h) * a.T + t, kvh = h / (a.H / a.KV);
-                const double *go = dout + row * a.DV, *qr = a.q + row * a.D;
+                const double *go = dout + row * a.DV, *qr = a.q + row * a.D, *orow = out + row * a.DV;
+                double delta = 0;
+                for (int64_t c = 0; c < a.DV; c++) delta += go[c] * orow[c];
                 for (int64_t j = 0; j < a.S; j++) {
                     const double p = exp(s[j] - lse[row]), kf = keep(&a, n, h, t, j);
                     const int64_t kv_row = (n * a.KV + kvh) * a.S + j;
@@ -141,7 +144,7 @@ int interp_attention(const Graph *g, NodeId id, const ITensor *const *in, int ni
                     }
                     double dp = 0;
                     for (int64_t c = 0; c < a.DV; c++) dp += go[c] * vr[c];
-                    const double ds = p * (kf * dp - delta[row]) * a.scale;
+                    const double ds = p * (kf * dp - delta) * a.scale;
                     if (which == 0) {
                         double *dq = o->data + row * a.D;
                         for (int64_t d = 0; d < a.D; d++) dq[d] += ds * kr[d];

@@ -301,7 +301,7 @@ NodeId ir_b_scatter_add(IrBuilder *b, NodeId idx, NodeId src, Dim rows);
 /* Matmul with broadcasting of batch dims; a 1-D operand is treated as PyTorch does. */
 NodeId ir_b_matmul(IrBuilder *b, NodeId x, NodeId y);
 /* An attention op (ops.h): attention, attention_lse (operands q, k, v [, mask]) or
- * attention_grad (q, k, v [, mask], lse, dout, delta; `which` 0 q, 1 k, 2 v, else ignored);
+ * attention_grad (q, k, v [, mask], out, lse, dout; `which` 0 q, 1 k, 2 v, else ignored);
  * the result's shape and dtype from the operands. The verifier checks the rest. */
 NodeId ir_b_attention(IrBuilder *b, Op op, const NodeId *operands, int n, AttnMask mask, double scale, double dropout,
                       int64_t stream, int which);

@@ -77,11 +77,11 @@
  *                    the probability, times 1 / (1 - rate). A row with every key masked is NaN
  *   attention_lse    the same operands and attrs -> [..., H, T, 1]: each row's log-sum-exp
  *                    of its masked, scaled scores (what the backward recomputes P from)
- *   attention_grad   q, k, v [, mask], lse, dout, delta -> the gradient of the attention's
+ *   attention_grad   q, k, v [, mask], out, lse, dout -> the gradient of the attention's
  *                    loss with respect to q, k or v (attrs [mask kind, stream, which: 0 q,
- *                    1 k, 2 v], fattr as attention), its shape that operand's; delta
- *                    [..., H, T, 1] = sum(dout ∘ out) over the last axis. The three of one
- *                    attention are computed by one kernel
+ *                    1 k, 2 v], fattr as attention), its shape that operand's; out and lse
+ *                    the attention's and its attention_lse's values, dout out's gradient.
+ *                    The three of one attention are computed by one kernel
  */
 #ifndef KILN_IR_OPS_H
 #define KILN_IR_OPS_H

@@ -514,7 +514,7 @@ static void check_matmul(V *v, NodeId id)
 }
 
 /* The attention ops (ops.h): q [..., H, T, D], k [..., KV, S, D], v [..., KV, S, DV], the
- * mask [..., H, T, S] when its kind has one; attention_grad's lse, dout and delta after them. */
+ * mask [..., H, T, S] when its kind has one; attention_grad's out, lse and dout after them. */
 static void check_attention(V *v, NodeId id, const int64_t *a)
 {
     const Node *n = &v->g->nodes[id];
@@ -570,12 +570,12 @@ static void check_attention(V *v, NodeId id, const int64_t *a)
     }
     if (grad) {
         const int at = has_mask ? 4 : 3;
-        const Node *lse = operand(v, id, at), *dout = operand(v, id, at + 1), *delta = operand(v, id, at + 2);
-        if (!ir_shape_eq(&lse->shape, &rows) || !ir_shape_eq(&delta->shape, &rows) || !ir_shape_eq(&dout->shape, &out))
-            problem(v, id, "lse %s, dout %s, delta %s: expected %s, %s, %s", shp(v, &lse->shape), shp(v, &dout->shape),
-                    shp(v, &delta->shape), shp(v, &rows), shp(v, &out), shp(v, &rows));
-        if (lse->dtype != q->dtype || dout->dtype != q->dtype || delta->dtype != q->dtype)
-            problem(v, id, "lse, dout and delta must be %s, got %s, %s, %s", dt(q->dtype), dt(lse->dtype), dt(dout->dtype), dt(delta->dtype));
+        const Node *o = operand(v, id, at), *lse = operand(v, id, at + 1), *dout = operand(v, id, at + 2);
+        if (!ir_shape_eq(&o->shape, &out) || !ir_shape_eq(&lse->shape, &rows) || !ir_shape_eq(&dout->shape, &out))
+            problem(v, id, "out %s, lse %s, dout %s: expected %s, %s, %s", shp(v, &o->shape), shp(v, &lse->shape),
+                    shp(v, &dout->shape), shp(v, &out), shp(v, &rows), shp(v, &out));
+        if (o->dtype != q->dtype || lse->dtype != q->dtype || dout->dtype != q->dtype)
+            problem(v, id, "out, lse and dout must be %s, got %s, %s, %s", dt(q->dtype), dt(o->dtype), dt(lse->dtype), dt(dout->dtype));
         expect_dtype(v, id, q->dtype);
         if (a[2] >= 0 && a[2] <= 2) expect_shape(v, id, &operand(v, id, (int)a[2])->shape);
         return;

@@ -180,9 +180,8 @@ static NodeId attention_lse_of(Ad *a, NodeId i)
     return ok(a, ir_b_attention(&a->b, OP_ATTENTION_LSE, ops, (int)n->ninputs, (AttnMask)at[0], n->fattr[0], n->fattr[1], at[1], 0));
 }
 
-/* attention's rule: dq, dk, dv by attention_grad from the forward's log-sum-exp and
- * delta = sum(dout ∘ out) over each row; a mask has no gradient (the pass fuses only masks
- * that need none). */
+/* attention's rule: dq, dk, dv by attention_grad from the forward's output and log-sum-exp;
+ * a mask has no gradient (the pass fuses only masks that need none). */
 static void attention_rule(Ad *a, NodeId i, NodeId dout)
 {
     const Node n = a->g->nodes[i];
@@ -194,10 +193,10 @@ static void attention_rule(Ad *a, NodeId i, NodeId dout)
         a->failed = true;
         return;
     }
-    const int r = n.shape.rank, nin = (int)n.ninputs;
-    ops[nin] = attention_lse_of(a, i);
-    ops[nin + 1] = dout;
-    ops[nin + 2] = ok(a, ir_b_reduce(&a->b, OP_REDUCE_SUM, bin(a, OP_MUL, dout, i), UINT64_C(1) << (r - 1), true));
+    const int nin = (int)n.ninputs;
+    ops[nin] = i;
+    ops[nin + 1] = attention_lse_of(a, i);
+    ops[nin + 2] = dout;
     if (a->failed) return;
     for (int w = 0; w < 3; w++)
         if (a->needs[ops[w]])

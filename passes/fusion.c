@@ -93,6 +93,8 @@ static bool is_elementwise(const Graph *g, NodeId id)
 NodeId fusion_root(const Graph *g, const FusionPlan *p, NodeId id)
 {
     while (p->role[id] == ROLE_VIEW || p->role[id] == ROLE_STRIDED) id = ir_input(g, id, 0);
+    if (g->nodes[id].op == OP_ATTENTION && p->role[id] == ROLE_KERNEL && p->kernel_of[id] >= 0 && p->kernels[p->kernel_of[id]].written != IR_NONE)
+        return p->kernels[p->kernel_of[id]].written; /* its output lives in the permute's memory */
     return id;
 }
 
@@ -407,6 +409,33 @@ static bool try_join_written(Fuser *f, NodeId id)
     if (K->kind != KERNEL_GEMM || f->nmem[k] != 1 || K->written != IR_NONE || !same_pass(f, k, id) ||
         !fusion_gemm_output(g, mm, id, stride, &swapped))
         return false;
+    add_member(f, k, id, CLASS_FULL);
+    p->kernels[k].written = id;
+    return true;
+}
+
+/* A permute of a fused attention's output (its heads back to [B, T, H, DV]) that the
+ * attention kernel writes instead of the output itself, when the output's other readers are
+ * its backward kernels, which read it there by strides: one tensor kept, not two. */
+static bool try_join_attention_written(Fuser *f, NodeId id)
+{
+    const Graph *g = f->g;
+    FusionPlan *p = f->p;
+    const NodeId o = ir_input(g, id, 0);
+    if (g->nodes[o].op != OP_ATTENTION || p->role[o] != ROLE_KERNEL || f->users.output[o]) return false;
+    const int32_t k = p->kernel_of[o];
+    if (p->kernels[k].kind != KERNEL_SINGLE || p->kernels[k].written != IR_NONE || !same_pass(f, k, id)) return false;
+    for (int32_t i = f->users.first[o]; i < f->users.first[o + 1]; i++) {
+        const NodeId u = f->users.list[i];
+        if (u == id) continue;
+        if (g->nodes[u].op != OP_ATTENTION_GRAD) return false;
+        for (uint32_t j = 0; j < g->nodes[u].ninputs; j++)
+            if (ir_input(g, u, (int)j) == o && j != g->nodes[u].ninputs - 3) return false; /* read as anything but its out */
+    }
+    FusionLayout L = {.base = id, .rank = g->nodes[o].shape.rank};
+    bool swapped;
+    Dim st[4];
+    if (!fusion_gemm_output(g, o, id, L.stride, &swapped) || swapped || !fusion_attention_operand(g, &L, o, false, st)) return false;
     add_member(f, k, id, CLASS_FULL);
     p->kernels[k].written = id;
     return true;
@@ -785,7 +814,17 @@ static void drop_unstored_kernels(FusionPlan *p)
 /* ---- strided views ---- */
 
 /* Do all readers of v, through reshapes, detaches and other strided views, take it as a
- * matrix-product operand that BLAS can read in place? */
+ * matrix-product operand that BLAS can read in place, or as an operand the fused attention
+ * kernel reads by strides? */
+bool fusion_attention_strided_operand(const Graph *g, NodeId op, int j, bool *mask)
+{
+    const Node *n = &g->nodes[op];
+    const int64_t kind = ir_attrs(g, op)[0];
+    const bool has_mask = kind == ATTN_MASK_KEEP || kind == ATTN_MASK_DROP || kind == ATTN_MASK_ADD;
+    *mask = has_mask && j == 3;
+    return j < 3 || *mask || (n->op == OP_ATTENTION_GRAD && (j == (int)n->ninputs - 3 || j == (int)n->ninputs - 1)); /* out, dout */
+}
+
 static bool read_in_place(const Graph *g, const FusionPlan *p, const Users *U, NodeId v)
 {
     if (U->output[v]) return false;
@@ -798,6 +837,14 @@ static bool read_in_place(const Graph *g, const FusionPlan *p, const Users *U, N
             FusionLayout L;
             bool trans;
             if (!fusion_layout(g, p, v, &L) || !fusion_gemm_operand(g, &L, v, &trans)) return false;
+        } else if (op == OP_ATTENTION || op == OP_ATTENTION_LSE || op == OP_ATTENTION_GRAD) {
+            FusionLayout L;
+            Dim st[4];
+            bool mask;
+            for (uint32_t j = 0; j < g->nodes[u].ninputs; j++)
+                if (ir_input(g, u, (int)j) == v && (!fusion_attention_strided_operand(g, u, (int)j, &mask) || !fusion_layout(g, p, v, &L) ||
+                                                    !fusion_attention_operand(g, &L, v, mask, st)))
+                    return false;
         } else if (!((op == OP_PERMUTE || op == OP_SLICE || op == OP_EXPAND) && p->role[u] == ROLE_STRIDED)) {
             return false;
         }
@@ -907,7 +954,7 @@ void fusion_plan(const Graph *g, FusionPlan *p)
             if (!join_attention(&f, id)) start_single(&f, id, KERNEL_SINGLE);
             continue;
         case OP_PERMUTE:
-            if (try_join_written(&f, id)) continue;
+            if (try_join_written(&f, id) || try_join_attention_written(&f, id)) continue;
             break;
         case OP_REDUCE_SUM:
             if (try_join_summed(&f, id)) continue;

@@ -166,6 +166,23 @@ bool fusion_gemm_output(const Graph *g, NodeId mm, NodeId pm, Dim *stride, bool 
     return false;
 }
 
+bool fusion_attention_operand(const Graph *g, const FusionLayout *L, NodeId x, bool mask, Dim *st)
+{
+    const Shape *s = &g->nodes[x].shape;
+    const int r = s->rank;
+    if (r < 3 || L->rank != r) return false;
+    /* the batch axes as one: each axis's stride its inner neighbour's times its size */
+    for (int a = 0; a + 1 < r - 3; a++) {
+        Dim want;
+        if (!is_one(s->d[a]) && (!ir_dim_mul(L->stride[a + 1], s->d[a + 1], &want) || !ir_dim_eq(want, L->stride[a]))) return false;
+    }
+    st[0] = r > 3 ? L->stride[r - 4] : ir_dim_const(0);
+    for (int a = 0; a < 3; a++) st[a + 1] = L->stride[r - 3 + a];
+    if (mask) return true;
+    /* BLAS rows: unit column stride, a row stride that is not 0 */
+    return (is_one(s->d[r - 1]) || ir_dim_eq(st[3], ir_dim_const(1))) && (is_one(s->d[r - 2]) || !ir_dim_eq(st[2], ir_dim_const(0)));
+}
+
 bool fusion_is_contiguous(const Graph *g, const FusionLayout *L, NodeId x)
 {
     if (L->nterms) return false;

@@ -171,7 +171,9 @@ typedef struct {
     uint64_t axes;     /* LOOP: the reduced axes of `shape` (0: elementwise only) */
     int32_t first, count; /* members: FusionPlan.members[first .. first + count), ascending */
     NodeId written;    /* GEMM: a permute of the product that BLAS writes instead of the
-                          product itself (fusion_gemm_output), or IR_NONE */
+                          product itself (fusion_gemm_output); SINGLE: a permute of a fused
+                          attention's output that its kernel writes instead (fusion_root of
+                          the output is then the permute); or IR_NONE */
     NodeId summed;     /* GEMM: the sum of the products over all batch axes (a convolution's
                           weight gradient), which BLAS accumulates (beta 1) instead of
                           storing each product, or IR_NONE */
@@ -222,6 +224,13 @@ bool fusion_gemm_operand(const Graph *g, const FusionLayout *layout, NodeId x, b
  * product; *swapped when the rows, not the columns, have unit stride (BLAS then computes
  * the transposed product, b^T a^T). */
 bool fusion_gemm_output(const Graph *g, NodeId mm, NodeId pm, Dim *stride, bool *swapped);
+/* Can the fused attention kernel (runtime/kiln_attention.h) read operand x of an attention
+ * op with this layout: strides over (batch, head, row, column) into st[4], the batch axes
+ * mergeable into one, BLAS rows (unit column stride) unless it is the mask? */
+bool fusion_attention_operand(const Graph *g, const FusionLayout *layout, NodeId x, bool mask, Dim *st);
+/* Which operand positions of an attention op the kernel reads by strides (q, k, v, the
+ * mask, the backward's out and dout), and whether position j is the mask. */
+bool fusion_attention_strided_operand(const Graph *g, NodeId op, int j, bool *mask);
 /* Is the layout plain row-major memory of x's shape? */
 bool fusion_is_contiguous(const Graph *g, const FusionLayout *layout, NodeId x);
 /* "%85, strides [384*T, 32, 384, 1], offset 128" */

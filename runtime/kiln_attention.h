@@ -8,8 +8,8 @@
  * the keys are visited in tiles of 64, each tile's scores computed by BLAS (q kᵀ · scale),
  * masked and folded into the rows' running maximum, sum and output (the online softmax),
  * the output's update by BLAS too (P v); it writes the output and each row's log-sum-exp.
- * The backward recomputes each tile of probabilities from that log-sum-exp and reads
- * D_t = dO_t · O_t (kiln_attention_delta; the graph's own reduction), per (batch, key/value head) the key tiles in order, each against
+ * The backward recomputes each tile of probabilities from that log-sum-exp: first
+ * D_t = dO_t · O_t, then per (batch, key/value head) the key tiles in order, each against
  * every tile of queries of the heads that share them (grouped-query attention): dV, dK and
  * dQ from one recomputation (FlashAttention-2's five products), dQ accumulated in that one
  * job. Every element has one writer and each sum runs in a fixed order, so the results do
@@ -41,7 +41,11 @@ enum { KILN_ATTN_NONE, KILN_ATTN_CAUSAL, KILN_ATTN_KEEP, KILN_ATTN_DROP, KILN_AT
 
 typedef struct {
     int64_t B, H, kv_heads, T, S, D, DV;
-    int64_t q_st[4], k_st[4], v_st[4], o_st[4]; /* strides: batch, head, row, column (1) */
+    int64_t q_st[4], k_st[4], v_st[4], o_st[4]; /* strides: batch, head, row, column (1) of q,
+                                                   k, v and out (the output written, or read
+                                                   by the backward) */
+    int64_t do_st[4];                           /* the backward's dout (all 0: out's) */
+    int64_t dq_st[4], dk_st[4], dv_st[4];       /* the backward's dq, dk, dv (all 0: q's, k's, v's) */
     float scale;
     int mask;                 /* KILN_ATTN_*: causal keeps key s <= query t */
     const uint8_t *mask_bool; /* KEEP: nonzero keeps; DROP: nonzero drops */
@@ -142,51 +146,38 @@ static void kiln_attention_fwd(const kiln_attention *a, const float *q, const fl
 }
 
 /* The tile of dS = P ∘ (dP ∘ keep − D) · scale for rows t0.. and keys s0.., recomputing P
- * from the rows' log-sum-exp: into ds (and P ∘ keep into pk), both [nt, KTILE]. */
+ * from the rows' log-sum-exp: into ds (and P ∘ keep into pk), both [nt, KTILE]. delta_h:
+ * D of head h's rows. */
 static inline void kiln_attn_ds_tile(const kiln_attention *a, const float *q, const float *k, const float *v, const float *lse, const float *dout,
-                                     const float *delta, int64_t b, int64_t h, int64_t t0, int64_t nt, int64_t s0, int64_t ns, float *ds, float *pk)
+                                     const float *delta_h, int64_t b, int64_t h, int64_t t0, int64_t nt, int64_t s0, int64_t ns, float *ds, float *pk)
 {
     const int64_t kvh = h / (a->H / a->kv_heads), L = KILN_ATTN_KTILE;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nt, (int)ns, (int)a->D, a->scale, q + b * a->q_st[0] + h * a->q_st[1] + t0 * a->q_st[2],
                 (int)a->q_st[2], k + b * a->k_st[0] + kvh * a->k_st[1] + s0 * a->k_st[2], (int)a->k_st[2], 0.0f, pk, (int)L);
     kiln_attn_mask_tile(a, pk, L, b, h, t0, nt, s0, ns);
     /* dP = dO vᵀ */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nt, (int)ns, (int)a->DV, 1.0f, dout + b * a->o_st[0] + h * a->o_st[1] + t0 * a->o_st[2],
-                (int)a->o_st[2], v + b * a->v_st[0] + kvh * a->v_st[1] + s0 * a->v_st[2], (int)a->v_st[2], 0.0f, ds, (int)L);
+    const int64_t *do_st = a->do_st[2] ? a->do_st : a->o_st;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nt, (int)ns, (int)a->DV, 1.0f, dout + b * do_st[0] + h * do_st[1] + t0 * do_st[2],
+                (int)do_st[2], v + b * a->v_st[0] + kvh * a->v_st[1] + s0 * a->v_st[2], (int)a->v_st[2], 0.0f, ds, (int)L);
     for (int64_t i = 0; i < nt; i++) {
         const int64_t r = (b * a->H + h) * a->T + t0 + i;
         for (int64_t j = 0; j < ns; j++) {
             const float x = pk[i * L + j];
             const float pr = x == -INFINITY ? 0.0f : expf(x - lse[r]);
             const float keep = kiln_attn_keep(a, b, h, t0 + i, s0 + j);
-            ds[i * L + j] = pr * (ds[i * L + j] * keep - delta[r]) * a->scale;
+            ds[i * L + j] = pr * (ds[i * L + j] * keep - delta_h[t0 + i]) * a->scale;
             pk[i * L + j] = pr * keep;
         }
     }
 }
 
-/* delta [B, H, T] = the rows of dout ∘ out summed (what the backward reads; the graph
- * computes it as its own reduction, tests and benches call this). */
-static void kiln_attention_delta(const kiln_attention *a, const float *out, const float *dout, float *delta)
-{
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-    for (int64_t r = 0; r < a->B * a->H * a->T; r++) {
-        const int64_t b = r / (a->H * a->T), h = r / a->T % a->H, t = r % a->T;
-        const float *o = out + b * a->o_st[0] + h * a->o_st[1] + t * a->o_st[2], *g = dout + b * a->o_st[0] + h * a->o_st[1] + t * a->o_st[2];
-        float d = 0;
-        for (int64_t c = 0; c < a->DV; c++) d += g[c] * o[c];
-        delta[r] = d;
-    }
-}
-
-/* dq, dk, dv (the layouts of q, k, v; any may be NULL when not wanted) from dout (out's
- * layout), lse from the forward and delta (kiln_attention_delta), both [B, H, T]. */
-static void kiln_attention_bwd(const kiln_attention *a, const float *q, const float *k, const float *v, const float *lse, const float *dout,
-                               const float *delta, float *dq, float *dk, float *dv)
+/* dq, dk, dv (dq_st, dk_st, dv_st; any may be NULL when not wanted) from dout (do_st), with
+ * out and lse [B, H, T] from the forward. */
+static void kiln_attention_bwd(const kiln_attention *a, const float *q, const float *k, const float *v, const float *out, const float *lse,
+                               const float *dout, float *dq, float *dk, float *dv)
 {
     const int64_t G = a->H / a->kv_heads, L = KILN_ATTN_KTILE;
+    const int64_t *dq_st = a->dq_st[2] ? a->dq_st : a->q_st, *dk_st = a->dk_st[2] ? a->dk_st : a->k_st, *dv_st = a->dv_st[2] ? a->dv_st : a->v_st;
     /* dK, dV and dQ per (batch, key/value head): its keys' tiles in order, each over every
      * tile of queries of the heads that read them; dQ of those heads accumulates across the
      * key tiles in this one job, so that no element has two writers */
@@ -197,17 +188,26 @@ static void kiln_attention_bwd(const kiln_attention *a, const float *q, const fl
     for (int64_t job = 0; job < a->B * a->kv_heads; job++) {
         const int64_t b = job / a->kv_heads, kvh = job % a->kv_heads;
         /* a gradient not wanted goes to a tile of scratch */
-        const size_t scratch = (size_t)(2 * KILN_ATTN_QTILE * L) + (dk ? 0 : (size_t)(L * a->D)) + (dv ? 0 : (size_t)(L * a->DV));
-        float *ds = (float *)malloc(sizeof(float) * scratch), *pk = ds + KILN_ATTN_QTILE * L, *spare = pk + KILN_ATTN_QTILE * L;
+        const size_t scratch = (size_t)(2 * KILN_ATTN_QTILE * L + G * a->T) + (dk ? 0 : (size_t)(L * a->D)) + (dv ? 0 : (size_t)(L * a->DV));
+        float *ds = (float *)malloc(sizeof(float) * scratch), *pk = ds + KILN_ATTN_QTILE * L, *delta = pk + KILN_ATTN_QTILE * L, *spare = delta + G * a->T;
         if (!ds) abort();
+        /* D_t = dO_t · O_t of the rows of the heads that read this key/value head */
+        const int64_t *do_st = a->do_st[2] ? a->do_st : a->o_st;
+        for (int64_t h = kvh * G; h < (kvh + 1) * G; h++)
+            for (int64_t t = 0; t < a->T; t++) {
+                const float *o = out + b * a->o_st[0] + h * a->o_st[1] + t * a->o_st[2], *g = dout + b * do_st[0] + h * do_st[1] + t * do_st[2];
+                float d = 0;
+                for (int64_t c = 0; c < a->DV; c++) d += g[c * do_st[3]] * o[c * a->o_st[3]];
+                delta[(h - kvh * G) * a->T + t] = d;
+            }
         if (dq)
             for (int64_t h = kvh * G; h < (kvh + 1) * G; h++)
-                for (int64_t t = 0; t < a->T; t++) memset(dq + b * a->q_st[0] + h * a->q_st[1] + t * a->q_st[2], 0, sizeof(float) * (size_t)a->D);
+                for (int64_t t = 0; t < a->T; t++) memset(dq + b * dq_st[0] + h * dq_st[1] + t * dq_st[2], 0, sizeof(float) * (size_t)a->D);
         for (int64_t kt = 0; kt < ktiles; kt++) {
             const int64_t s0 = kt * L, ns = s0 + L < a->S ? L : a->S - s0;
-            float *dkt = dk ? dk + b * a->k_st[0] + kvh * a->k_st[1] + s0 * a->k_st[2] : spare;
-            float *dvt = dv ? dv + b * a->v_st[0] + kvh * a->v_st[1] + s0 * a->v_st[2] : spare + (dk ? 0 : L * a->D);
-            const int64_t ldk = dk ? a->k_st[2] : a->D, ldv = dv ? a->v_st[2] : a->DV;
+            float *dkt = dk ? dk + b * dk_st[0] + kvh * dk_st[1] + s0 * dk_st[2] : spare;
+            float *dvt = dv ? dv + b * dv_st[0] + kvh * dv_st[1] + s0 * dv_st[2] : spare + (dk ? 0 : L * a->D);
+            const int64_t ldk = dk ? dk_st[2] : a->D, ldv = dv ? dv_st[2] : a->DV;
             const float *kt_rows = k + b * a->k_st[0] + kvh * a->k_st[1] + s0 * a->k_st[2];
             for (int64_t j = 0; j < ns; j++) {
                 memset(dkt + j * ldk, 0, sizeof(float) * (size_t)a->D);
@@ -216,17 +216,17 @@ static void kiln_attention_bwd(const kiln_attention *a, const float *q, const fl
             for (int64_t h = kvh * G; h < (kvh + 1) * G; h++)
                 for (int64_t qt = a->mask == KILN_ATTN_CAUSAL ? s0 / KILN_ATTN_QTILE : 0; qt < qtiles; qt++) { /* causal: queries before s0 see none of these keys */
                     const int64_t t0 = qt * KILN_ATTN_QTILE, nt = t0 + KILN_ATTN_QTILE < a->T ? KILN_ATTN_QTILE : a->T - t0;
-                    kiln_attn_ds_tile(a, q, k, v, lse, dout, delta, b, h, t0, nt, s0, ns, ds, pk);
+                    kiln_attn_ds_tile(a, q, k, v, lse, dout, delta + (h - kvh * G) * a->T, b, h, t0, nt, s0, ns, ds, pk);
                     /* dV += (P ∘ keep)ᵀ dO, dK += dSᵀ q, dQ += dS k */
                     if (dv)
                         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ns, (int)a->DV, (int)nt, 1.0f, pk, (int)L,
-                                    dout + b * a->o_st[0] + h * a->o_st[1] + t0 * a->o_st[2], (int)a->o_st[2], 1.0f, dvt, (int)ldv);
+                                    dout + b * do_st[0] + h * do_st[1] + t0 * do_st[2], (int)do_st[2], 1.0f, dvt, (int)ldv);
                     if (dk)
                         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ns, (int)a->D, (int)nt, 1.0f, ds, (int)L,
                                     q + b * a->q_st[0] + h * a->q_st[1] + t0 * a->q_st[2], (int)a->q_st[2], 1.0f, dkt, (int)ldk);
                     if (dq)
                         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nt, (int)a->D, (int)ns, 1.0f, ds, (int)L, kt_rows, (int)a->k_st[2], 1.0f,
-                                    dq + b * a->q_st[0] + h * a->q_st[1] + t0 * a->q_st[2], (int)a->q_st[2]);
+                                    dq + b * dq_st[0] + h * dq_st[1] + t0 * dq_st[2], (int)dq_st[2]);
                 }
         }
         free(ds);

@@ -19,7 +19,7 @@ enum { B = 2, H = 4, T = 70, D = 8, DV = 12 };
 
 typedef struct {
     kiln_attention a;
-    float *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv, *delta, *madd;
+    float *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv, *madd;
     uint8_t *mbool;
 } Case;
 
@@ -47,7 +47,6 @@ static void set_up(Case *c, int kv_heads, int mask, float dropout)
     c->q = malloc(nq * sizeof(float)), c->k = malloc(nk * sizeof(float)), c->v = malloc(nv * sizeof(float));
     c->out = malloc(no * sizeof(float)), c->dout = malloc(no * sizeof(float)), c->lse = malloc(B * H * T * sizeof(float));
     c->dq = malloc(nq * sizeof(float)), c->dk = malloc(nk * sizeof(float)), c->dv = malloc(nv * sizeof(float));
-    c->delta = malloc(B * H * T * sizeof(float));
     for (size_t i = 0; i < nq; i++) c->q[i] = rnd(&s) * 2;
     for (size_t i = 0; i < nk; i++) c->k[i] = rnd(&s) * 2;
     for (size_t i = 0; i < nv; i++) c->v[i] = rnd(&s);
@@ -67,7 +66,7 @@ static void set_up(Case *c, int kv_heads, int mask, float dropout)
 
 static void tear_down(Case *c)
 {
-    free(c->q), free(c->k), free(c->v), free(c->out), free(c->lse), free(c->dout), free(c->dq), free(c->dk), free(c->dv), free(c->delta);
+    free(c->q), free(c->k), free(c->v), free(c->out), free(c->lse), free(c->dout), free(c->dq), free(c->dk), free(c->dv);
     free(c->mbool), free(c->madd);
 }
 
@@ -131,8 +130,7 @@ static void check(int kv_heads, int mask, float dropout)
     Case c;
     set_up(&c, kv_heads, mask, dropout);
     kiln_attention_fwd(&c.a, c.q, c.k, c.v, c.out, c.lse);
-    kiln_attention_delta(&c.a, c.out, c.dout, c.delta);
-    kiln_attention_bwd(&c.a, c.q, c.k, c.v, c.lse, c.dout, c.delta, c.dq, c.dk, c.dv);
+    kiln_attention_bwd(&c.a, c.q, c.k, c.v, c.out, c.lse, c.dout, c.dq, c.dk, c.dv);
     double *out = malloc(sizeof(double) * B * H * T * DV), *lse = malloc(sizeof(double) * B * H * T);
     double *dq = malloc(sizeof(double) * B * H * T * D), *dk = malloc(sizeof(double) * B * kv_heads * T * D),
            *dv = malloc(sizeof(double) * B * kv_heads * T * DV);
@@ -183,8 +181,7 @@ Test(rt_attention, backward_is_the_gradient_of_the_forward)
     Case c;
     set_up(&c, 2, KILN_ATTN_CAUSAL, 0.25f);
     kiln_attention_fwd(&c.a, c.q, c.k, c.v, c.out, c.lse);
-    kiln_attention_delta(&c.a, c.out, c.dout, c.delta);
-    kiln_attention_bwd(&c.a, c.q, c.k, c.v, c.lse, c.dout, c.delta, c.dq, c.dk, c.dv);
+    kiln_attention_bwd(&c.a, c.q, c.k, c.v, c.out, c.lse, c.dout, c.dq, c.dk, c.dv);
     float *o2 = malloc(sizeof(float) * B * H * T * DV), *l2 = malloc(sizeof(float) * B * H * T);
     float *const tensors[3] = {c.q, c.k, c.v}, *const grads[3] = {c.dq, c.dk, c.dv};
     const size_t probe[3][3] = {{5, 777, 3001}, {2, 333, 2000}, {7, 555, 3300}};
@@ -219,8 +216,7 @@ Test(rt_attention, the_same_bits_on_any_number_of_threads)
         set_up(&c[r], 2, KILN_ATTN_ADD, 0.25f);
         omp_set_num_threads(r ? 3 : 1);
         kiln_attention_fwd(&c[r].a, c[r].q, c[r].k, c[r].v, c[r].out, c[r].lse);
-        kiln_attention_delta(&c[r].a, c[r].out, c[r].dout, c[r].delta);
-        kiln_attention_bwd(&c[r].a, c[r].q, c[r].k, c[r].v, c[r].lse, c[r].dout, c[r].delta, c[r].dq, c[r].dk, c[r].dv);
+        kiln_attention_bwd(&c[r].a, c[r].q, c[r].k, c[r].v, c[r].out, c[r].lse, c[r].dout, c[r].dq, c[r].dk, c[r].dv);
     }
     cr_expect(!memcmp(c[0].out, c[1].out, sizeof(float) * B * H * T * DV));
     cr_expect(!memcmp(c[0].lse, c[1].lse, sizeof(float) * B * H * T));
