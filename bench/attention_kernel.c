@@ -35,7 +35,7 @@ int main(int argc, char **argv)
         double t0 = now();
         kiln_attention_fwd(&a, q, k, v, o, lse);
         double t1 = now();
-        kiln_attention_bwd(&a, q, k, v, o, lse, g, dq, dk, dv);
+        kiln_attention_bwd(&a, q, k, v, o, lse, g, dq, dk, dv, NULL);
         double t2 = now();
 #pragma omp parallel for schedule(dynamic, 1)
         for (int bh = 0; bh < B * H; bh++) { /* unfused forward: P stored */

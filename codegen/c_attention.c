@@ -178,7 +178,8 @@ void cg_emit_attention_kernel(Cg *c, int32_t k, void (*name)(Cg *c, NodeId id, S
     for (uint32_t j = 0; j < n->ninputs; j++)
         sb_printf(o, ", const %s *restrict %s", cg_ctype((DType)N(c, ir_input(g, id, (int)j))->dtype), operand_name(has_mask, j));
     if (n->fattr[1] > 0) sb_puts(o, ", uint64_t seed, uint64_t step");
-    if (grad) sb_puts(o, ", float *restrict dq, float *restrict dk, float *restrict dv");
+    const bool added = ir_attrs(g, id)[0] == ATTN_MASK_ADD;
+    if (grad) sb_printf(o, ", float *restrict dq, float *restrict dk, float *restrict dv%s", added ? ", float *restrict dmask" : "");
     else sb_puts(o, ", float *restrict out, float *restrict lse");
     sb_puts(o, ")\n{\n");
     cg_declare_syms(c, id);
@@ -194,7 +195,7 @@ void cg_emit_attention_kernel(Cg *c, int32_t k, void (*name)(Cg *c, NodeId id, S
         sb_puts(o, ", ");
         operand_pointer(c, id, (int)j, operand_name(has_mask, j));
     }
-    sb_puts(o, grad ? ", dq, dk, dv);\n" : ", out, lse);\n");
+    sb_puts(o, grad ? (added ? ", dq, dk, dv, dmask);\n" : ", dq, dk, dv, NULL);\n") : ", out, lse);\n");
     sb_puts(o, "}\n\n");
     cg_prune_unused(o, start, false);
 }
@@ -215,7 +216,8 @@ void cg_emit_attention_call(Cg *c, int32_t k, void (*name)(Cg *c, NodeId id, Str
     }
     if (n->fattr[1] > 0) sb_puts(o, ", io->seed, io->step");
     const bool grad = n->op == OP_ATTENTION_GRAD;
-    for (int w = 0; w < (grad ? 3 : 2); w++) {
+    const int outputs = grad ? (ir_attrs(c->g, id)[0] == ATTN_MASK_ADD ? 4 : 3) : 2;
+    for (int w = 0; w < outputs; w++) {
         const NodeId m = member(c, k, grad ? OP_ATTENTION_GRAD : w ? OP_ATTENTION_LSE : OP_ATTENTION, w);
         const NodeId wr = c->fp.kernels[k].written;
         if (!grad && !w && wr != IR_NONE) sb_printf(o, ", v%d", wr); /* the output, permuted */

@@ -527,7 +527,8 @@ NodeId ir_b_attention(IrBuilder *b, Op op, const NodeId *operands, int n, AttnMa
                       int64_t stream, int which)
 {
     const bool grad = op == OP_ATTENTION_GRAD, has_mask = mask == ATTN_MASK_KEEP || mask == ATTN_MASK_DROP || mask == ATTN_MASK_ADD;
-    if ((op != OP_ATTENTION && op != OP_ATTENTION_LSE && !grad) || n != (has_mask ? 4 : 3) + (grad ? 3 : 0) || (grad && (which < 0 || which > 2)))
+    if ((op != OP_ATTENTION && op != OP_ATTENTION_LSE && !grad) || n != (has_mask ? 4 : 3) + (grad ? 3 : 0) ||
+        (grad && (which < 0 || which > 3 || (which == 3 && mask != ATTN_MASK_ADD))))
         return fail(b, "attention: %d operands do not fit op %s with mask %s", n, op < OP_COUNT ? ir_op_info[op].name : "?", ir_attn_mask_name(mask));
     const Node *q = nd(b, operands[0]), *v = nd(b, operands[2]);
     const int r = q->shape.rank;

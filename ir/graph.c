@@ -29,8 +29,8 @@ int ir_attn_mask_from_name(const char *s, size_t n)
         if (strlen(attn_mask_names[m]) == n && !memcmp(attn_mask_names[m], s, n)) return m;
     return -1;
 }
-static const char *const attn_grad_names[3] = {"q", "k", "v"};
-const char *ir_attn_grad_name(int64_t which) { return which >= 0 && which < 3 ? attn_grad_names[which] : "?"; }
+static const char *const attn_grad_names[4] = {"q", "k", "v", "mask"};
+const char *ir_attn_grad_name(int64_t which) { return which >= 0 && which < 4 ? attn_grad_names[which] : "?"; }
 
 const char *ir_dtype_name(DType t) { return t < DT_COUNT ? dtype_info[t].name : "?"; }
 int ir_dtype_size(DType t) { return t < DT_COUNT ? dtype_info[t].size : 0; }

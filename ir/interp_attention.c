@@ -67,7 +67,7 @@ int interp_attention(const Graph *g, NodeId id, const ITensor *const *in, int ni
     const int64_t *at = ir_attrs(g, id);
     const bool has_mask = at[0] == ATTN_MASK_KEEP || at[0] == ATTN_MASK_DROP || at[0] == ATTN_MASK_ADD;
     if (at[0] < 0 || at[0] >= ATTN_MASK_COUNT || nin != (has_mask ? 4 : 3) + (nd->op == OP_ATTENTION_GRAD ? 3 : 0) ||
-        (nd->op == OP_ATTENTION_GRAD && (at[2] < 0 || at[2] > 2))) {
+        (nd->op == OP_ATTENTION_GRAD && (at[2] < 0 || at[2] > 3 || (at[2] == 3 && at[0] != ATTN_MASK_ADD)))) {
         sb_puts(err, "operands or attributes do not fit the mask kind");
         return -1;
     }
@@ -116,7 +116,7 @@ int interp_attention(const Graph *g, NodeId id, const ITensor *const *in, int ni
     }
     /* attention_grad: dS = P ∘ (keep ∘ (dO vᵀ) - delta), delta = dO · O per row; dq = scale
      * dS k, dk = scale dSᵀ q, dv = (P ∘ keep)ᵀ dO, summed over the query heads that share a
-     * key/value head */
+     * key/value head; an added mask's gradient dS */
     const int base = has_mask ? 4 : 3, which = (int)at[2];
     const int64_t rows = a.N * a.H * a.T;
     if (in[base]->n != rows * a.DV || in[base + 1]->n != rows || in[base + 2]->n != rows * a.DV || o->n != in[which]->n) {
@@ -145,7 +145,9 @@ int interp_attention(const Graph *g, NodeId id, const ITensor *const *in, int ni
                     double dp = 0;
                     for (int64_t c = 0; c < a.DV; c++) dp += go[c] * vr[c];
                     const double ds = p * (kf * dp - delta) * a.scale;
-                    if (which == 0) {
+                    if (which == 3) { /* the added mask's: dS before the scale */
+                        o->data[row * a.S + j] += p * (kf * dp - delta);
+                    } else if (which == 0) {
                         double *dq = o->data + row * a.D;
                         for (int64_t d = 0; d < a.D; d++) dq[d] += ds * kr[d];
                     } else {

@@ -57,7 +57,8 @@ bool ir_dtype_is_int(DType t); /* integer, not bool */
 int ir_dtype_from_name(const char *s, size_t n);
 
 /* An attention's mask kind by name ("none", "causal", "keep", "drop", "add"; "?" out of
- * range), the kind of a name (-1: none), and attention_grad's `which` ("q", "k", "v"). */
+ * range), the kind of a name (-1: none), and attention_grad's `which` ("q", "k", "v",
+ * "mask"). */
 const char *ir_attn_mask_name(int64_t m);
 int ir_attn_mask_from_name(const char *s, size_t n);
 const char *ir_attn_grad_name(int64_t which);
@@ -301,7 +302,8 @@ NodeId ir_b_scatter_add(IrBuilder *b, NodeId idx, NodeId src, Dim rows);
 /* Matmul with broadcasting of batch dims; a 1-D operand is treated as PyTorch does. */
 NodeId ir_b_matmul(IrBuilder *b, NodeId x, NodeId y);
 /* An attention op (ops.h): attention, attention_lse (operands q, k, v [, mask]) or
- * attention_grad (q, k, v [, mask], out, lse, dout; `which` 0 q, 1 k, 2 v, else ignored);
+ * attention_grad (q, k, v [, mask], out, lse, dout; `which` 0 q, 1 k, 2 v, 3 an added mask,
+ * else ignored);
  * the result's shape and dtype from the operands. The verifier checks the rest. */
 NodeId ir_b_attention(IrBuilder *b, Op op, const NodeId *operands, int n, AttnMask mask, double scale, double dropout,
                       int64_t stream, int which);

@@ -78,8 +78,9 @@
  *   attention_lse    the same operands and attrs -> [..., H, T, 1]: each row's log-sum-exp
  *                    of its masked, scaled scores (what the backward recomputes P from)
  *   attention_grad   q, k, v [, mask], out, lse, dout -> the gradient of the attention's
- *                    loss with respect to q, k or v (attrs [mask kind, stream, which: 0 q,
- *                    1 k, 2 v], fattr as attention), its shape that operand's; out and lse
+ *                    loss with respect to q, k, v or an added mask (attrs [mask kind, stream,
+ *                    which: 0 q, 1 k, 2 v, 3 the mask], fattr as attention), its shape that
+ *                    operand's; out and lse
  *                    the attention's and its attention_lse's values, dout out's gradient.
  *                    The three of one attention are computed by one kernel
  */

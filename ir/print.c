@@ -208,7 +208,7 @@ static void put_attrs(StrBuf *b, const Graph *g, const Node *n, const int64_t *a
         put_double(b, n->fattr[1]);
         sb_printf(b, " stream=%lld", (long long)a[1]);
         if (layout == ATTRS_ATTENTION_GRAD) {
-            if (a[2] >= 0 && a[2] < 3) sb_printf(b, " grad=%s", ir_attn_grad_name(a[2]));
+            if (a[2] >= 0 && a[2] < 4) sb_printf(b, " grad=%s", ir_attn_grad_name(a[2]));
             else sb_printf(b, " grad=%lld", (long long)a[2]);
         }
         break;

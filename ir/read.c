@@ -678,9 +678,9 @@ static bool node_attrs(Parser *P, Op op, double *fattr)
             skip_ws(P);
             if (!expect(P, "grad=", "'grad='")) return false;
             at = P->p;
-            int w = keyword(P, "q") ? 0 : keyword(P, "k") ? 1 : keyword(P, "v") ? 2 : -1;
+            int w = keyword(P, "q") ? 0 : keyword(P, "k") ? 1 : keyword(P, "v") ? 2 : keyword(P, "mask") ? 3 : -1;
             if (w < 0) {
-                error_at(P, at, "expected the operand the gradient is of (q, k or v)");
+                error_at(P, at, "expected the operand the gradient is of (q, k, v or mask)");
                 return false;
             }
             push_attr(P, w);

@@ -532,7 +532,8 @@ static void check_attention(V *v, NodeId id, const int64_t *a)
     if (a[1] < 0) problem(v, id, "stream is %lld, expected 0 or more", (long long)a[1]);
     if (!isfinite(n->fattr[0])) problem(v, id, "scale is not finite");
     if (!(n->fattr[1] >= 0 && n->fattr[1] < 1)) problem(v, id, "dropout rate is not in [0, 1)");
-    if (grad && (a[2] < 0 || a[2] > 2)) problem(v, id, "grad is %lld, expected 0 (q), 1 (k) or 2 (v)", (long long)a[2]);
+    if (grad && (a[2] < 0 || a[2] > 3 || (a[2] == 3 && a[0] != ATTN_MASK_ADD)))
+        problem(v, id, "grad is %lld, expected 0 (q), 1 (k), 2 (v) or, with mask=add, 3 (the mask)", (long long)a[2]);
     const Node *q = operand(v, id, 0), *k = operand(v, id, 1), *val = operand(v, id, 2);
     need_float(v, id, q->dtype, "q");
     if (k->dtype != q->dtype || val->dtype != q->dtype) {
@@ -577,7 +578,7 @@ static void check_attention(V *v, NodeId id, const int64_t *a)
         if (o->dtype != q->dtype || lse->dtype != q->dtype || dout->dtype != q->dtype)
             problem(v, id, "out, lse and dout must be %s, got %s, %s, %s", dt(q->dtype), dt(o->dtype), dt(lse->dtype), dt(dout->dtype));
         expect_dtype(v, id, q->dtype);
-        if (a[2] >= 0 && a[2] <= 2) expect_shape(v, id, &operand(v, id, (int)a[2])->shape);
+        if (a[2] >= 0 && a[2] <= 2 + has_mask) expect_shape(v, id, &operand(v, id, (int)a[2])->shape);
         return;
     }
     expect_dtype(v, id, q->dtype);

@@ -180,25 +180,20 @@ static NodeId attention_lse_of(Ad *a, NodeId i)
     return ok(a, ir_b_attention(&a->b, OP_ATTENTION_LSE, ops, (int)n->ninputs, (AttnMask)at[0], n->fattr[0], n->fattr[1], at[1], 0));
 }
 
-/* attention's rule: dq, dk, dv by attention_grad from the forward's output and log-sum-exp;
- * a mask has no gradient (the pass fuses only masks that need none). */
+/* attention's rule: dq, dk, dv (and an added mask's gradient, when it needs one) by
+ * attention_grad from the forward's output and log-sum-exp. */
 static void attention_rule(Ad *a, NodeId i, NodeId dout)
 {
     const Node n = a->g->nodes[i];
     const int64_t mask = ir_attrs(a->g, i)[0], stream = ir_attrs(a->g, i)[1];
     NodeId ops[7];
     for (uint32_t k = 0; k < n.ninputs && k < 4; k++) ops[k] = ir_input(a->g, i, (int)k);
-    if (n.ninputs == 4 && a->needs[ops[3]]) {
-        if (a->err && !a->err->len) sb_printf(a->err, "internal error: fused attention %%%d has a mask that needs a gradient", i);
-        a->failed = true;
-        return;
-    }
     const int nin = (int)n.ninputs;
     ops[nin] = i;
     ops[nin + 1] = attention_lse_of(a, i);
     ops[nin + 2] = dout;
     if (a->failed) return;
-    for (int w = 0; w < 3; w++)
+    for (int w = 0; w < (mask == ATTN_MASK_ADD ? 4 : 3); w++) /* a bool mask has no gradient */
         if (a->needs[ops[w]])
             accumulate(a, ops[w], ok(a, ir_b_attention(&a->b, OP_ATTENTION_GRAD, ops, nin + 3, (AttnMask)mask, n.fattr[0], n.fattr[1], stream, w)));
 }

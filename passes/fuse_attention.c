@@ -10,8 +10,8 @@
  * attention weights) keeps them, and computes them unfused as before.
  *
  * A match is fused when its operands fit the op (ops.h): q [..., H, T, D], k and v with
- * the same batch axes and key/value heads dividing H, all f32; a mask that needs no
- * gradient. k enters the op as [..., KV, S, D]: kᵀ's operand permuted back (a view the
+ * the same batch axes and key/value heads dividing H, all f32; a bool mask or a float one
+ * added (which may need a gradient: a learned bias). k enters the op as [..., KV, S, D]: kᵀ's operand permuted back (a view the
  * kernel reads in place where the layout allows). Anything else stays unfused. */
 #include "passes.h"
 
@@ -24,7 +24,6 @@ typedef struct {
     const Graph *g;
     Graph *o;
     NodeId *map;
-    bool *trainable; /* per node of g: depends on a trainable parameter */
 } Fuse;
 
 static NodeId copy_node(Fuse *f, NodeId i)
@@ -107,7 +106,7 @@ static NodeId fuse(Fuse *f, const AttentionMatch *m, StrBuf *err)
     NodeId mask = IR_NONE;
     if (m->mask == ATTN_MASK_KEEP || m->mask == ATTN_MASK_DROP || m->mask == ATTN_MASK_ADD) {
         mask = mask_operand(g, m, softmax_input_of(g, m));
-        if (mask == IR_NONE || f->trainable[mask] || g->nodes[mask].dtype != (m->mask == ATTN_MASK_ADD ? DT_F32 : DT_BOOL)) return IR_NONE;
+        if (mask == IR_NONE || g->nodes[mask].dtype != (m->mask == ATTN_MASK_ADD ? DT_F32 : DT_BOOL)) return IR_NONE;
     }
     IrBuilder b = {.g = f->o, .loc = out->loc, .ckpt = out->ckpt, .err = err};
     b.scope = out->scope ? ir_intern(f->o, ir_str(g, out->scope)) : 0;
@@ -146,12 +145,6 @@ int pass_fuse_attention(Graph *g, int *nfused, StrBuf *err)
     const int nm = attention_find(g, &matches);
     if (!nm) return 0;
     Fuse f = {.g = g};
-    f.trainable = xcalloc((size_t)g->nnodes, sizeof *f.trainable);
-    for (NodeId i = 0; i < g->nnodes; i++) {
-        const Node *n = &g->nodes[i];
-        if (n->op == OP_PARAM) f.trainable[i] = ir_attrs(g, i)[1] != 0;
-        for (uint32_t k = 0; k < n->ninputs && !f.trainable[i]; k++) f.trainable[i] = f.trainable[ir_input(g, i, (int)k)];
-    }
     int32_t *match_of = xmalloc((size_t)g->nnodes * sizeof *match_of);
     for (NodeId i = 0; i < g->nnodes; i++) match_of[i] = -1;
     for (int k = 0; k < nm; k++) match_of[matches[k].out] = k;
@@ -181,7 +174,6 @@ int pass_fuse_attention(Graph *g, int *nfused, StrBuf *err)
     ir_graph_free(f.o);
     free(f.map);
     free(match_of);
-    free(f.trainable);
     free(matches);
     return rc;
 }

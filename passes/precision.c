@@ -66,14 +66,41 @@ static NodeId view_root(const Graph *g, NodeId x)
     return x;
 }
 
+/* The attention whose log-sum-exp attention_lse i is (same operands, attributes), or
+ * IR_NONE: fusion computes both in one kernel. */
+static NodeId lse_sibling(const Graph *g, NodeId i)
+{
+    const Node *n = &g->nodes[i];
+    NodeId first = 0;
+    for (uint32_t j = 0; j < n->ninputs; j++) first = ir_input(g, i, (int)j) > first ? ir_input(g, i, (int)j) : first;
+    for (NodeId s = i - 1; s > first; s--) {
+        const Node *a = &g->nodes[s];
+        if (a->op != OP_ATTENTION || a->ninputs != n->ninputs || a->fattr[0] != n->fattr[0] || a->fattr[1] != n->fattr[1] ||
+            memcmp(ir_attrs(g, s), ir_attrs(g, i), 2 * sizeof(int64_t)))
+            continue;
+        bool same = true;
+        for (uint32_t j = 0; j < n->ninputs && same; j++) same = ir_input(g, s, (int)j) == ir_input(g, i, (int)j);
+        if (same) return s;
+    }
+    return IR_NONE;
+}
+
+/* What the forward outputs, the loss and the metrics depend on; and a fused attention's
+ * log-sum-exp with its attention (one kernel computes both, from the same q, k, v: the
+ * backward's half copies are for the backward's own reads). */
 static void mark_forward(Prec *p)
 {
     const Graph *g = p->g;
     for (int32_t k = 0; k < g->noutputs; k++)
         if (g->outputs[k].kind != OUT_GRAD) p->forward[g->outputs[k].node] = true;
-    for (NodeId i = g->nnodes - 1; i >= 0; i--)
+    for (NodeId i = g->nnodes - 1; i >= 0; i--) {
+        if (!p->forward[i] && g->nodes[i].op == OP_ATTENTION_LSE && !(g->nodes[i].flags & NODE_BACKWARD)) {
+            const NodeId s = lse_sibling(g, i);
+            p->forward[i] = s != IR_NONE && p->forward[s];
+        }
         if (p->forward[i])
             for (uint32_t j = 0; j < g->nodes[i].ninputs; j++) p->forward[ir_input(g, i, (int)j)] = true;
+    }
 }
 
 /* Reductions, and elementwise values of reductions and constants only. */

@@ -87,7 +87,7 @@ static inline void kiln_attn_mask_tile(const kiln_attention *a, float *x, int64_
 }
 
 /* out [B, H, T, DV] and lse [B, H, T] (contiguous); either may be NULL when not wanted. */
-static void kiln_attention_fwd(const kiln_attention *a, const float *q, const float *k, const float *v, float *out, float *lse)
+static inline void kiln_attention_fwd(const kiln_attention *a, const float *q, const float *k, const float *v, float *out, float *lse)
 {
     const int64_t G = a->H / a->kv_heads, ntiles = (a->T + KILN_ATTN_QTILE - 1) / KILN_ATTN_QTILE;
 #ifdef _OPENMP
@@ -145,7 +145,7 @@ static void kiln_attention_fwd(const kiln_attention *a, const float *q, const fl
     }
 }
 
-/* The tile of dS = P ∘ (dP ∘ keep − D) · scale for rows t0.. and keys s0.., recomputing P
+/* The tile of dS = P ∘ (dP ∘ keep − D) (not yet times the scale) for rows t0.. and keys s0.., recomputing P
  * from the rows' log-sum-exp: into ds (and P ∘ keep into pk), both [nt, KTILE]. delta_h:
  * D of head h's rows. */
 static inline void kiln_attn_ds_tile(const kiln_attention *a, const float *q, const float *k, const float *v, const float *lse, const float *dout,
@@ -165,16 +165,17 @@ static inline void kiln_attn_ds_tile(const kiln_attention *a, const float *q, co
             const float x = pk[i * L + j];
             const float pr = x == -INFINITY ? 0.0f : expf(x - lse[r]);
             const float keep = kiln_attn_keep(a, b, h, t0 + i, s0 + j);
-            ds[i * L + j] = pr * (ds[i * L + j] * keep - delta_h[t0 + i]) * a->scale;
+            ds[i * L + j] = pr * (ds[i * L + j] * keep - delta_h[t0 + i]);
             pk[i * L + j] = pr * keep;
         }
     }
 }
 
 /* dq, dk, dv (dq_st, dk_st, dv_st; any may be NULL when not wanted) from dout (do_st), with
- * out and lse [B, H, T] from the forward. */
-static void kiln_attention_bwd(const kiln_attention *a, const float *q, const float *k, const float *v, const float *out, const float *lse,
-                               const float *dout, float *dq, float *dk, float *dv)
+ * out and lse [B, H, T] from the forward; dmask (KILN_ATTN_ADD, contiguous [B, H, T, S], NULL
+ * when the mask needs no gradient): the added mask's gradient, dS before the scale. */
+static inline void kiln_attention_bwd(const kiln_attention *a, const float *q, const float *k, const float *v, const float *out, const float *lse,
+                                      const float *dout, float *dq, float *dk, float *dv, float *dmask)
 {
     const int64_t G = a->H / a->kv_heads, L = KILN_ATTN_KTILE;
     const int64_t *dq_st = a->dq_st[2] ? a->dq_st : a->q_st, *dk_st = a->dk_st[2] ? a->dk_st : a->k_st, *dv_st = a->dv_st[2] ? a->dv_st : a->v_st;
@@ -217,6 +218,11 @@ static void kiln_attention_bwd(const kiln_attention *a, const float *q, const fl
                 for (int64_t qt = a->mask == KILN_ATTN_CAUSAL ? s0 / KILN_ATTN_QTILE : 0; qt < qtiles; qt++) { /* causal: queries before s0 see none of these keys */
                     const int64_t t0 = qt * KILN_ATTN_QTILE, nt = t0 + KILN_ATTN_QTILE < a->T ? KILN_ATTN_QTILE : a->T - t0;
                     kiln_attn_ds_tile(a, q, k, v, lse, dout, delta + (h - kvh * G) * a->T, b, h, t0, nt, s0, ns, ds, pk);
+                    for (int64_t i = 0; i < nt; i++) { /* the added mask's gradient is dS; q's and k's, dS · scale */
+                        float *row = ds + i * L;
+                        if (dmask) memcpy(dmask + ((b * a->H + h) * a->T + t0 + i) * a->S + s0, row, sizeof(float) * (size_t)ns);
+                        for (int64_t j = 0; j < ns; j++) row[j] *= a->scale;
+                    }
                     /* dV += (P ∘ keep)ᵀ dO, dK += dSᵀ q, dQ += dS k */
                     if (dv)
                         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ns, (int)a->DV, (int)nt, 1.0f, pk, (int)L,

@@ -9,7 +9,8 @@
  *   - and what is not attention declined: a softmax over another axis, something between
  *     the softmax and the product with v, a function of the scores (tanh), a product with
  *     a Linear (a parameter) instead of kᵀ.
- * kiln build --report names them with the bytes of their probabilities. */
+ * kiln build --report names them with the bytes of their probabilities (--attention
+ * unfused; test_fuse_attention.c tests the pass that fuses them). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -42,7 +43,7 @@ static int find(const char *forward_body, AttentionMatch **m, Graph **graph)
     cr_assert(model, "%s\n%s", text.data, d.out.data ? d.out.data : "");
     StrBuf err;
     sb_init(&err);
-    PipelineOptions opt = {0};
+    PipelineOptions opt = {.unfused_attention = true}; /* the recogniser on the graph as written */
     cr_assert_eq(pipeline_run_opts(model->graph, NULL, &opt, NULL, &err), 0, "%s", err.data);
     *graph = ir_graph_clone(model->graph);
     frontend_model_free(model);
@@ -129,7 +130,7 @@ Test(attention, in_the_models)
         StrBuf err;
         sb_init(&err);
         PrecisionOptions prec = {.half = want[w].half};
-        PipelineOptions opt = {.precision = &prec};
+        PipelineOptions opt = {.precision = &prec, .unfused_attention = true};
         cr_assert_eq(pipeline_run_opts(model->graph, NULL, &opt, NULL, &err), 0, "%s", err.data);
         AttentionMatch *m;
         const int n = attention_find(model->graph, &m);
@@ -150,7 +151,7 @@ Test(attention, in_the_models)
 Test(attention, the_report_names_them)
 {
     char args[1024];
-    snprintf(args, sizeof args, "check %s/models/gpt.kiln", KILN_SOURCE_DIR);
+    snprintf(args, sizeof args, "check --attention unfused %s/models/gpt.kiln", KILN_SOURCE_DIR);
     StrBuf out;
     sb_init(&out);
     cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);

@@ -151,6 +151,14 @@ static Graph *everything(void)
     NodeId cols = nd(g, OP_UNFOLD, DT_F32, SH(SY(B), D(27), D(36)), IN(im), AT(3, 3, 1, 1, 1, 1));
     nd(g, OP_FOLD, DT_F32, SH(SY(B), D(3), D(8), D(8)), IN(cols), AT(3, 3, 1, 1, 1, 1));
     nd(g, OP_DETACH, DT_F32, SH(SY(B), D(3), D(8), D(8)), IN(im), NO_AT);
+    /* fused attention: 4 query heads over 2 key/value heads, a bool mask, dropout */
+    NodeId aq = input(g, "aq", DT_F32, SH(SY(B), D(4), SY(T), D(8))), ak = input(g, "ak", DT_F32, SH(SY(B), D(2), SY(T), D(8)));
+    NodeId amask = input(g, "am", DT_BOOL, SH(SY(B), D(4), SY(T), SY(T)));
+    NodeId ao = nd(g, OP_ATTENTION, DT_F32, SH(SY(B), D(4), SY(T), D(8)), IN(aq, ak, ak, amask), AT(ATTN_MASK_KEEP, 3));
+    NodeId al = nd(g, OP_ATTENTION_LSE, DT_F32, SH(SY(B), D(4), SY(T), D(1)), IN(aq, ak, ak, amask), AT(ATTN_MASK_KEEP, 3));
+    NodeId ag = nd(g, OP_ATTENTION_GRAD, DT_F32, SH(SY(B), D(2), SY(T), D(8)), IN(aq, ak, ak, amask, ao, al, ao), AT(ATTN_MASK_KEEP, 3, 1));
+    const NodeId attn[3] = {ao, al, ag};
+    for (int i = 0; i < 3; i++) g->nodes[attn[i]].fattr[0] = 0.125, g->nodes[attn[i]].fattr[1] = 0.25;
     ir_add_output(g, OUT_FORWARD, "logits", logits);
     ir_add_output(g, OUT_LOSS, "loss", loss);
     ir_add_output(g, OUT_METRIC, "accuracy", acc);

@@ -130,7 +130,7 @@ static void check(int kv_heads, int mask, float dropout)
     Case c;
     set_up(&c, kv_heads, mask, dropout);
     kiln_attention_fwd(&c.a, c.q, c.k, c.v, c.out, c.lse);
-    kiln_attention_bwd(&c.a, c.q, c.k, c.v, c.out, c.lse, c.dout, c.dq, c.dk, c.dv);
+    kiln_attention_bwd(&c.a, c.q, c.k, c.v, c.out, c.lse, c.dout, c.dq, c.dk, c.dv, NULL);
     double *out = malloc(sizeof(double) * B * H * T * DV), *lse = malloc(sizeof(double) * B * H * T);
     double *dq = malloc(sizeof(double) * B * H * T * D), *dk = malloc(sizeof(double) * B * kv_heads * T * D),
            *dv = malloc(sizeof(double) * B * kv_heads * T * DV);
@@ -181,7 +181,7 @@ Test(rt_attention, backward_is_the_gradient_of_the_forward)
     Case c;
     set_up(&c, 2, KILN_ATTN_CAUSAL, 0.25f);
     kiln_attention_fwd(&c.a, c.q, c.k, c.v, c.out, c.lse);
-    kiln_attention_bwd(&c.a, c.q, c.k, c.v, c.out, c.lse, c.dout, c.dq, c.dk, c.dv);
+    kiln_attention_bwd(&c.a, c.q, c.k, c.v, c.out, c.lse, c.dout, c.dq, c.dk, c.dv, NULL);
     float *o2 = malloc(sizeof(float) * B * H * T * DV), *l2 = malloc(sizeof(float) * B * H * T);
     float *const tensors[3] = {c.q, c.k, c.v}, *const grads[3] = {c.dq, c.dk, c.dv};
     const size_t probe[3][3] = {{5, 777, 3001}, {2, 333, 2000}, {7, 555, 3300}};
@@ -216,7 +216,7 @@ Test(rt_attention, the_same_bits_on_any_number_of_threads)
         set_up(&c[r], 2, KILN_ATTN_ADD, 0.25f);
         omp_set_num_threads(r ? 3 : 1);
         kiln_attention_fwd(&c[r].a, c[r].q, c[r].k, c[r].v, c[r].out, c[r].lse);
-        kiln_attention_bwd(&c[r].a, c[r].q, c[r].k, c[r].v, c[r].out, c[r].lse, c[r].dout, c[r].dq, c[r].dk, c[r].dv);
+        kiln_attention_bwd(&c[r].a, c[r].q, c[r].k, c[r].v, c[r].out, c[r].lse, c[r].dout, c[r].dq, c[r].dk, c[r].dv, NULL);
     }
     cr_expect(!memcmp(c[0].out, c[1].out, sizeof(float) * B * H * T * DV));
     cr_expect(!memcmp(c[0].lse, c[1].lse, sizeof(float) * B * H * T));
