@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kiln_math.h"
 #include "kiln_rng.h"
 
 enum { KILN_ATTN_NONE, KILN_ATTN_CAUSAL, KILN_ATTN_KEEP, KILN_ATTN_DROP, KILN_ATTN_ADD };
@@ -55,8 +56,10 @@ typedef struct {
     uint64_t seed, step, stream;
 } kiln_attention;
 
-#define KILN_ATTN_QTILE 64
-#define KILN_ATTN_KTILE 64
+/* Rows (queries) or keys per tile: a sequence of up to 256 is one tile (a few large BLAS
+ * calls instead of many small ones: at gpt's T = 128 the 64-wide tiles took 1.4x the
+ * unfused time), a longer one tiles of 64, whose scores stay in cache. */
+static inline int64_t kiln_attn_tile(int64_t n) { return n <= 256 ? (n > 0 ? n : 1) : 64; }
 
 /* Dropout's factor for probability (b, h, t, s): 0, or 1 / (1 - p). */
 static inline float kiln_attn_keep(const kiln_attention *a, int64_t b, int64_t h, int64_t t, int64_t s)
@@ -89,47 +92,52 @@ static inline void kiln_attn_mask_tile(const kiln_attention *a, float *x, int64_
 /* out [B, H, T, DV] and lse [B, H, T] (contiguous); either may be NULL when not wanted. */
 static inline void kiln_attention_fwd(const kiln_attention *a, const float *q, const float *k, const float *v, float *out, float *lse)
 {
-    const int64_t G = a->H / a->kv_heads, ntiles = (a->T + KILN_ATTN_QTILE - 1) / KILN_ATTN_QTILE;
+    const int64_t G = a->H / a->kv_heads, QT = kiln_attn_tile(a->T), KT = kiln_attn_tile(a->S), ntiles = (a->T + QT - 1) / QT;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1)
 #endif
     for (int64_t job = 0; job < a->B * a->H * ntiles; job++) {
-        const int64_t b = job / (a->H * ntiles), h = job / ntiles % a->H, t0 = job % ntiles * KILN_ATTN_QTILE;
-        const int64_t t1 = t0 + KILN_ATTN_QTILE < a->T ? t0 + KILN_ATTN_QTILE : a->T, kvh = h / G;
-        float *acc = (float *)calloc((size_t)(KILN_ATTN_QTILE * a->DV + 2 * KILN_ATTN_QTILE + KILN_ATTN_QTILE * KILN_ATTN_KTILE), sizeof *acc);
+        const int64_t b = job / (a->H * ntiles), h = job / ntiles % a->H, t0 = job % ntiles * QT;
+        const int64_t t1 = t0 + QT < a->T ? t0 + QT : a->T, kvh = h / G;
+        float *acc = (float *)calloc((size_t)(QT * a->DV + 2 * QT + QT * KT), sizeof *acc);
         if (!acc) abort();
-        float *mx = acc + KILN_ATTN_QTILE * a->DV, *sum = mx + KILN_ATTN_QTILE, *p = sum + KILN_ATTN_QTILE;
+        float *mx = acc + QT * a->DV, *sum = mx + QT, *p = sum + QT;
         for (int64_t i = 0; i < t1 - t0; i++) mx[i] = -INFINITY;
         const int64_t s_end = a->mask == KILN_ATTN_CAUSAL && t1 < a->S ? t1 : a->S; /* keys past the last query: all masked */
         const int64_t nt = t1 - t0;
-        for (int64_t s0 = 0; s0 < s_end; s0 += KILN_ATTN_KTILE) {
-            const int64_t s1 = s0 + KILN_ATTN_KTILE < s_end ? s0 + KILN_ATTN_KTILE : s_end, ns = s1 - s0;
+        for (int64_t s0 = 0; s0 < s_end; s0 += KT) {
+            const int64_t s1 = s0 + KT < s_end ? s0 + KT : s_end, ns = s1 - s0;
             /* the tile's scores, q kᵀ · scale, by BLAS (rows of q and k with unit column strides) */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nt, (int)ns, (int)a->D, a->scale, q + b * a->q_st[0] + h * a->q_st[1] + t0 * a->q_st[2],
-                        (int)a->q_st[2], k + b * a->k_st[0] + kvh * a->k_st[1] + s0 * a->k_st[2], (int)a->k_st[2], 0.0f, p, KILN_ATTN_KTILE);
-            kiln_attn_mask_tile(a, p, KILN_ATTN_KTILE, b, h, t0, nt, s0, ns);
+                        (int)a->q_st[2], k + b * a->k_st[0] + kvh * a->k_st[1] + s0 * a->k_st[2], (int)a->k_st[2], 0.0f, p, (int)KT);
+            kiln_attn_mask_tile(a, p, KT, b, h, t0, nt, s0, ns);
             for (int64_t i = 0; i < nt; i++) { /* the online softmax: the rows' maxima, sums and outputs rescaled */
-                float *x = p + i * KILN_ATTN_KTILE, tile_max = -INFINITY;
+                float *x = p + i * KT, tile_max = -INFINITY;
                 for (int64_t j = 0; j < ns; j++) tile_max = x[j] > tile_max ? x[j] : tile_max;
                 const float m_new = tile_max > mx[i] ? tile_max : mx[i];
                 if (m_new == -INFINITY) { /* nothing kept yet */
                     for (int64_t j = 0; j < ns; j++) x[j] = 0;
                     continue;
                 }
-                const float rescale = expf(mx[i] - m_new);
-                sum[i] *= rescale;
-                float *o = acc + i * a->DV;
+                const float rescale = mx[i] == -INFINITY ? 0.0f : kiln_expf(mx[i] - m_new);
+                float *o = acc + i * a->DV, tile_sum = 0;
                 for (int64_t d = 0; d < a->DV; d++) o[d] *= rescale;
-                for (int64_t j = 0; j < ns; j++) {
-                    const float e = expf(x[j] - m_new);
-                    sum[i] += e;
-                    x[j] = e * kiln_attn_keep(a, b, h, t0 + i, s0 + j);
+#ifdef _OPENMP
+#pragma omp simd reduction(+ : tile_sum)
+#endif
+                for (int64_t j = 0; j < ns; j++) { /* exp vectorised (kiln_math.h); a masked key is exactly 0 */
+                    const float e = kiln_selectf(x[j] == -INFINITY, 0.0f, kiln_expf(x[j] - m_new));
+                    tile_sum += e;
+                    x[j] = e;
                 }
+                sum[i] = sum[i] * rescale + tile_sum;
+                if (a->dropout > 0)
+                    for (int64_t j = 0; j < ns; j++) x[j] *= kiln_attn_keep(a, b, h, t0 + i, s0 + j);
                 mx[i] = m_new;
             }
             /* acc += P v */
             if (out)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nt, (int)a->DV, (int)ns, 1.0f, p, KILN_ATTN_KTILE,
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nt, (int)a->DV, (int)ns, 1.0f, p, (int)KT,
                             v + b * a->v_st[0] + kvh * a->v_st[1] + s0 * a->v_st[2], (int)a->v_st[2], 1.0f, acc, (int)a->DV);
         }
         for (int64_t t = t0; t < t1; t++) {
@@ -149,9 +157,10 @@ static inline void kiln_attention_fwd(const kiln_attention *a, const float *q, c
  * from the rows' log-sum-exp: into ds (and P ∘ keep into pk), both [nt, KTILE]. delta_h:
  * D of head h's rows. */
 static inline void kiln_attn_ds_tile(const kiln_attention *a, const float *q, const float *k, const float *v, const float *lse, const float *dout,
-                                     const float *delta_h, int64_t b, int64_t h, int64_t t0, int64_t nt, int64_t s0, int64_t ns, float *ds, float *pk)
+                                     const float *delta_h, int64_t b, int64_t h, int64_t t0, int64_t nt, int64_t s0, int64_t ns, float *ds, float *pk,
+                                     int64_t L)
 {
-    const int64_t kvh = h / (a->H / a->kv_heads), L = KILN_ATTN_KTILE;
+    const int64_t kvh = h / (a->H / a->kv_heads);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nt, (int)ns, (int)a->D, a->scale, q + b * a->q_st[0] + h * a->q_st[1] + t0 * a->q_st[2],
                 (int)a->q_st[2], k + b * a->k_st[0] + kvh * a->k_st[1] + s0 * a->k_st[2], (int)a->k_st[2], 0.0f, pk, (int)L);
     kiln_attn_mask_tile(a, pk, L, b, h, t0, nt, s0, ns);
@@ -160,13 +169,23 @@ static inline void kiln_attn_ds_tile(const kiln_attention *a, const float *q, co
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nt, (int)ns, (int)a->DV, 1.0f, dout + b * do_st[0] + h * do_st[1] + t0 * do_st[2],
                 (int)do_st[2], v + b * a->v_st[0] + kvh * a->v_st[1] + s0 * a->v_st[2], (int)a->v_st[2], 0.0f, ds, (int)L);
     for (int64_t i = 0; i < nt; i++) {
-        const int64_t r = (b * a->H + h) * a->T + t0 + i;
+        const float l = lse[(b * a->H + h) * a->T + t0 + i], d = delta_h[t0 + i];
+        float *x = pk + i * L, *g = ds + i * L;
+        if (a->dropout <= 0) {
+#ifdef _OPENMP
+#pragma omp simd
+#endif
+            for (int64_t j = 0; j < ns; j++) { /* exp vectorised (kiln_math.h); a masked key is exactly 0 */
+                const float pr = kiln_selectf(x[j] == -INFINITY, 0.0f, kiln_expf(x[j] - l));
+                g[j] = pr * (g[j] - d);
+                x[j] = pr;
+            }
+            continue;
+        }
         for (int64_t j = 0; j < ns; j++) {
-            const float x = pk[i * L + j];
-            const float pr = x == -INFINITY ? 0.0f : expf(x - lse[r]);
-            const float keep = kiln_attn_keep(a, b, h, t0 + i, s0 + j);
-            ds[i * L + j] = pr * (ds[i * L + j] * keep - delta_h[t0 + i]);
-            pk[i * L + j] = pr * keep;
+            const float pr = x[j] == -INFINITY ? 0.0f : kiln_expf(x[j] - l), keep = kiln_attn_keep(a, b, h, t0 + i, s0 + j);
+            g[j] = pr * (g[j] * keep - d);
+            x[j] = pr * keep;
         }
     }
 }
@@ -177,20 +196,20 @@ static inline void kiln_attn_ds_tile(const kiln_attention *a, const float *q, co
 static inline void kiln_attention_bwd(const kiln_attention *a, const float *q, const float *k, const float *v, const float *out, const float *lse,
                                       const float *dout, float *dq, float *dk, float *dv, float *dmask)
 {
-    const int64_t G = a->H / a->kv_heads, L = KILN_ATTN_KTILE;
+    const int64_t G = a->H / a->kv_heads, L = kiln_attn_tile(a->S), QT = kiln_attn_tile(a->T);
     const int64_t *dq_st = a->dq_st[2] ? a->dq_st : a->q_st, *dk_st = a->dk_st[2] ? a->dk_st : a->k_st, *dv_st = a->dv_st[2] ? a->dv_st : a->v_st;
     /* dK, dV and dQ per (batch, key/value head): its keys' tiles in order, each over every
      * tile of queries of the heads that read them; dQ of those heads accumulates across the
      * key tiles in this one job, so that no element has two writers */
-    const int64_t ktiles = (a->S + L - 1) / L, qtiles = (a->T + KILN_ATTN_QTILE - 1) / KILN_ATTN_QTILE;
+    const int64_t ktiles = (a->S + L - 1) / L, qtiles = (a->T + QT - 1) / QT;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1)
 #endif
     for (int64_t job = 0; job < a->B * a->kv_heads; job++) {
         const int64_t b = job / a->kv_heads, kvh = job % a->kv_heads;
         /* a gradient not wanted goes to a tile of scratch */
-        const size_t scratch = (size_t)(2 * KILN_ATTN_QTILE * L + G * a->T) + (dk ? 0 : (size_t)(L * a->D)) + (dv ? 0 : (size_t)(L * a->DV));
-        float *ds = (float *)malloc(sizeof(float) * scratch), *pk = ds + KILN_ATTN_QTILE * L, *delta = pk + KILN_ATTN_QTILE * L, *spare = delta + G * a->T;
+        const size_t scratch = (size_t)(2 * QT * L + G * a->T) + (dk ? 0 : (size_t)(L * a->D)) + (dv ? 0 : (size_t)(L * a->DV));
+        float *ds = (float *)malloc(sizeof(float) * scratch), *pk = ds + QT * L, *delta = pk + QT * L, *spare = delta + G * a->T;
         if (!ds) abort();
         /* D_t = dO_t · O_t of the rows of the heads that read this key/value head */
         const int64_t *do_st = a->do_st[2] ? a->do_st : a->o_st;
@@ -215,9 +234,9 @@ static inline void kiln_attention_bwd(const kiln_attention *a, const float *q, c
                 memset(dvt + j * ldv, 0, sizeof(float) * (size_t)a->DV);
             }
             for (int64_t h = kvh * G; h < (kvh + 1) * G; h++)
-                for (int64_t qt = a->mask == KILN_ATTN_CAUSAL ? s0 / KILN_ATTN_QTILE : 0; qt < qtiles; qt++) { /* causal: queries before s0 see none of these keys */
-                    const int64_t t0 = qt * KILN_ATTN_QTILE, nt = t0 + KILN_ATTN_QTILE < a->T ? KILN_ATTN_QTILE : a->T - t0;
-                    kiln_attn_ds_tile(a, q, k, v, lse, dout, delta + (h - kvh * G) * a->T, b, h, t0, nt, s0, ns, ds, pk);
+                for (int64_t qt = a->mask == KILN_ATTN_CAUSAL ? s0 / QT : 0; qt < qtiles; qt++) { /* causal: queries before s0 see none of these keys */
+                    const int64_t t0 = qt * QT, nt = t0 + QT < a->T ? QT : a->T - t0;
+                    kiln_attn_ds_tile(a, q, k, v, lse, dout, delta + (h - kvh * G) * a->T, b, h, t0, nt, s0, ns, ds, pk, L);
                     for (int64_t i = 0; i < nt; i++) { /* the added mask's gradient is dS; q's and k's, dS · scale */
                         float *row = ds + i * L;
                         if (dmask) memcpy(dmask + ((b * a->H + h) * a->T + t0 + i) * a->S + s0, row, sizeof(float) * (size_t)ns);
