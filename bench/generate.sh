@@ -16,6 +16,9 @@
 # Kiln's from the line its program prints on stderr, PyTorch's timed the same way.
 # Sampling: temperature 0.8, top-k 40 on both sides. Greedy decoding is also run on both:
 # the texts must be the same bytes (a check that the two compute the same model).
+# Then llama (models/llama.kiln, which writes its own attention: rotary embeddings, grouped-
+# query heads) trained the same way, its cache against its own full recomputation (issue 38:
+# recognised attention gives it the cache; the target is >= 3x).
 # Results: bench/results/generate-YYYY-MM-DD-COMMIT.txt; work files in out/bench-generate/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,13 +44,17 @@ head -c 40000 /usr/share/games/fortunes/computers > "$work/corpus.txt"
 "${kiln_env[@]}" "$work/gpt" --data "$work/corpus.txt" --steps 20 --checkpoint-dir "$work/ck" --sample-tokens 0 >/dev/null
 weights=$(ls -d "$work"/ck/step-* | tail -1)/model.safetensors
 prompt=$(head -c 16 "$work/corpus.txt")
+out/build-bench/kiln build models/llama.kiln -o "$work/llama" 2>/dev/null
+out/build-bench/kiln build models/llama.kiln --infer -o "$work/llama-infer" 2>/dev/null
+"${kiln_env[@]}" "$work/llama" --data "$work/corpus.txt" --steps 20 --checkpoint-dir "$work/ck-llama" --sample-tokens 0 >/dev/null
+llama_weights=$(ls -d "$work"/ck-llama/step-* | tail -1)/model.safetensors
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # tokens/s of Kiln's program: the figure before "tokens/s" on its stderr line
 kiln_rate() {
-  local flag=$1 n=$2 threads=$3
+  local flag=$1 n=$2 threads=$3 program=${4:-$work/gpt-infer} w=${5:-$weights}
   for r in $(seq "$rounds"); do
-    "${kiln_env[@]}" "$work/gpt-infer" --weights "$weights" "$flag" --prompt "$prompt" --tokens "$n" --seed "$r" \
+    "${kiln_env[@]}" "$program" --weights "$w" "$flag" --prompt "$prompt" --tokens "$n" --seed "$r" \
       --temperature 0.8 --top-k 40 --threads "$threads" 2>&1 >/dev/null | sed -n 's/.*then \([0-9.]*\) tokens\/s.*/\1/p'
   done | median
 }
@@ -75,6 +82,17 @@ report=$(mktemp)
   "${torch_env[@]}" $PY bench/generate_torch.py "$weights" "$prompt" 200 --greedy > "$work/torch-greedy.txt"
   if cmp -s "$work/kiln-greedy.txt" "$work/torch-greedy.txt"; then echo "greedy, 200 tokens: Kiln's text is PyTorch's, byte for byte"
   else echo "greedy, 200 tokens: Kiln's text DIFFERS from PyTorch's ($work/kiln-greedy.txt, $work/torch-greedy.txt)"; fi
+  echo
+  echo "llama (models/llama.kiln: 4 layers, width 128, 4 query heads over 2 key/value heads, context 128), the same prompt"
+  printf "%-8s %-8s %12s %12s %9s\n" tokens threads "kiln cache" "kiln full" "cache/full"
+  for n in 112 200; do
+    for threads in 2 1; do
+      echo "== llama $n tokens, $threads threads" >&2
+      kc=$(kiln_rate --generate "$n" "$threads" "$work/llama-infer" "$llama_weights")
+      kf=$(kiln_rate --generate-full "$n" "$threads" "$work/llama-infer" "$llama_weights")
+      printf "%-8s %-8s %12s %12s %8.2fx\n" "$n" "$threads" "$kc" "$kf" "$(echo "$kc / $kf" | bc -l)"
+    done
+  done
   echo "load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$report"
 out=bench/results/generate-$(date -u +%F)-$(git rev-parse --short HEAD)${dirty:+-dirty}.txt

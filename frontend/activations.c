@@ -203,8 +203,9 @@ NodeId comp_cumsum(IrBuilder *b, NodeId x, int axis)
 /* Rotary position embeddings as LLaMA applies them (Hugging Face's rotate_half form) to
  * x[..., T, D]: with theta_i = base^(-2i/D) for i < D/2 and angle = t * theta_i,
  * x * cos + rotate_half(x) * sin, where rotate_half(x) = concat(-x2, x1) of its halves and
- * cos, sin repeat the D/2 angles twice. Positions t count along axis -2 from 0. */
-NodeId comp_rotary(IrBuilder *b, NodeId x, double base)
+ * cos, sin repeat the D/2 angles twice. Positions t count along axis -2 from 0, or are
+ * `positions` ([T] integers; a decode graph's P + arange(T)) when it is not IR_NONE. */
+NodeId comp_rotary(IrBuilder *b, NodeId x, double base, NodeId positions)
 {
     if (!ir_dtype_is_float(dtype_of(b, x))) x = ir_b_cast(b, x, DT_F32);
     TRY(x);
@@ -218,8 +219,20 @@ NodeId comp_rotary(IrBuilder *b, NodeId x, double base)
     Shape ts = ir_shape_make(2, td);
     DType t = dtype_of(b, x);
     /* angle[t, i] = t * base^(-2i / D), then [angle, angle] along the last axis */
-    NodeId pos = ir_b_iota(b, &ts, 0, t);
-    NodeId col = pos == IR_NONE ? IR_NONE : ir_b_iota(b, &ts, 1, t);
+    NodeId pos = IR_NONE;
+    if (positions == IR_NONE) {
+        pos = ir_b_iota(b, &ts, 0, t);
+    } else {
+        Dim cd[2] = {td[0], ir_dim_const(1)};
+        Shape column = ir_shape_make(2, cd);
+        pos = ir_b_reshape(b, ir_b_cast(b, positions, t), &column);
+        pos = pos == IR_NONE ? IR_NONE : ir_b_expand(b, pos, &ts);
+    }
+    /* the frequencies' index: over [1, D/2] for given positions, so that no iota spans the
+     * sequence (a decode graph's check: frontend/decode.c) */
+    Dim rd[2] = {ir_dim_const(1), ir_dim_const(h)};
+    Shape row = ir_shape_make(2, rd);
+    NodeId col = pos == IR_NONE ? IR_NONE : ir_b_iota(b, positions == IR_NONE ? &ts : &row, 1, t);
     NodeId inv = un(b, OP_EXP, sc(b, OP_MUL, col, -2.0 * log(base) / (double)dm));
     NodeId ang = bin(b, OP_MUL, pos, inv);
     TRY(ang);

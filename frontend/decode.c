@@ -7,8 +7,11 @@
  * lowering they are anonymous matmuls and iotas. Two things lower differently:
  *   - arange(T), T the sequence symbol, becomes the absolute positions P + arange(T), P the
  *     graph input `decode.past` (i64[1]);
- *   - each built-in CausalSelfAttention reads its cache, the inputs `decode.PATH.k` and
- *     `decode.PATH.v` (f32[KV, B, H, hd], time-major, KV = P + S the keys in view), whose
+ *   - each built-in CausalSelfAttention, and each causal scaled_dot_product_attention over
+ *     the sequence (attention a model writes itself, rotary embeddings before it: rotary
+ *     takes the absolute positions too; grouped-query heads cached once, not repeated),
+ *     reads its cache, the inputs `decode.PATH.k` and `decode.PATH.v` (f32[KV, B, KVH,
+ *     hd], time-major, KV = P + S the keys in view), whose
  *     rows [P, P + S) it replaces by the new keys and values (a select, so the graph stays
  *     functional), and outputs the new rows as `decode.PATH.k` and `.v` ([S, B, H, hd]),
  *     which the program writes into the cache at row P. Time-major makes the prefix [0, KV)
@@ -130,26 +133,67 @@ static NodeId cached(Lower *L, const char *path, const char *which, NodeId fresh
     return all == IR_NONE ? IR_NONE : ir_b_permute(b, all, hm);
 }
 
-bool decode_attention(Lower *L, const char *path, const NodeId heads[3], int64_t hd, NodeId *out)
+/* x [B, H, S, D] repeating the heads of [B, KVH, S, D] (repeat_kv: reshape(expand(reshape(
+ * x, [B, KVH, 1, S, D]), [B, KVH, G, S, D]), [B, H, S, D])): the fewer heads into *fewer
+ * and G, else x and 1. */
+static NodeId unrepeat(const Graph *g, NodeId x, int64_t *groups)
+{
+    *groups = 1;
+    const Node *r = &g->nodes[x];
+    if (r->op != OP_RESHAPE || r->shape.rank != 4) return x;
+    const NodeId e = ir_input(g, x, 0), i = ir_input(g, e, 0);
+    if (g->nodes[e].op != OP_EXPAND || g->nodes[i].op != OP_RESHAPE || g->nodes[e].shape.rank != 5) return x;
+    const NodeId fewer = ir_input(g, i, 0);
+    const Shape *es = &g->nodes[e].shape, *fs = &g->nodes[fewer].shape;
+    if (fs->rank != 4 || !ir_dim_eq(fs->d[0], es->d[0]) || !ir_dim_eq(fs->d[1], es->d[1]) || !ir_dim_eq(fs->d[2], es->d[3]) ||
+        !ir_dim_eq(fs->d[3], es->d[4]) || !ir_dim_is_const(es->d[2]) || !ir_dim_eq(g->nodes[i].shape.d[2], ir_dim_const(1)))
+        return x;
+    *groups = es->d[2].k;
+    return fewer;
+}
+
+/* x [B, KVH, KV, D] with each head repeated g times: [B, KVH * g, KV, D]. */
+static NodeId repeat_heads(IrBuilder *b, NodeId x, int64_t g)
+{
+    if (g == 1) return x;
+    const Shape xs = b->g->nodes[x].shape;
+    Dim d5[5] = {xs.d[0], xs.d[1], ir_dim_const(1), xs.d[2], xs.d[3]}, heads;
+    Shape s5 = ir_shape_make(5, d5);
+    NodeId r = ir_b_reshape(b, x, &s5);
+    s5.d[2] = ir_dim_const(g);
+    r = r == IR_NONE ? IR_NONE : ir_b_expand(b, r, &s5);
+    if (r == IR_NONE || !ir_dim_mul(xs.d[1], ir_dim_const(g), &heads)) return IR_NONE;
+    Dim d4[4] = {xs.d[0], heads, xs.d[2], xs.d[3]};
+    Shape s4 = ir_shape_make(4, d4);
+    return ir_b_reshape(b, r, &s4);
+}
+
+/* Causal attention of q [B, H, S, hd] over the cache of `path`: keys and values [B, KVH,
+ * S, hd] (the new rows; KVH dividing H, each read by H / KVH query heads) with the cached
+ * ones before position P; false when q is not over the sequence. */
+static bool cached_attention(Lower *L, const char *path, NodeId q, NodeId k, NodeId v, int64_t groups, double scale, NodeId *out)
 {
     Graph *g = L->g;
     IrBuilder *b = &L->b;
     *out = IR_NONE;
     int t = seq_sym(g);
-    const Shape qsv = g->nodes[heads[0]].shape, *qs = &qsv; /* [B, H, S, hd]; a copy, as nodes are added */
+    const Shape qsv = g->nodes[q].shape, *qs = &qsv; /* a copy, as nodes are added */
+    if (qs->rank != 4) return false;
     Dim S = qs->d[2];
     if (t < 0 || S.nsym != 1 || S.k != 1 || S.sym[0] != t) return false; /* not over the sequence: the check says so */
-    int k = kv_sym(g, t);
-    if (k < 0) return false;
+    int ks = kv_sym(g, t);
+    if (ks < 0) return false;
     NodeId first = g->nnodes;
-    Dim kv = ir_dim_sym(k);
+    Dim kv = ir_dim_sym(ks);
     NodeId past = past_input(L);
-    NodeId keys = past == IR_NONE ? IR_NONE : cached(L, path, "k", heads[1], kv, past);
-    NodeId vals = keys == IR_NONE ? IR_NONE : cached(L, path, "v", heads[2], kv, past);
+    NodeId keys = past == IR_NONE ? IR_NONE : cached(L, path, "k", k, kv, past);
+    NodeId vals = keys == IR_NONE ? IR_NONE : cached(L, path, "v", v, kv, past);
+    keys = keys == IR_NONE ? IR_NONE : repeat_heads(b, keys, groups);
+    vals = vals == IR_NONE ? IR_NONE : repeat_heads(b, vals, groups);
     NodeId kt = vals == IR_NONE ? IR_NONE : ir_b_transpose(b, keys, 2, 3);
-    NodeId att = kt == IR_NONE ? IR_NONE : ir_b_matmul(b, heads[0], kt); /* [B, H, S, KV] */
+    NodeId att = kt == IR_NONE ? IR_NONE : ir_b_matmul(b, q, kt); /* [B, H, S, KV] */
     if (att == IR_NONE) return true;
-    att = comp_scalar_op(b, OP_MUL, att, 1.0 / sqrt((double)hd), false);
+    att = comp_scalar_op(b, OP_MUL, att, scale, false);
     /* Causal mask: query i, at position P + i, attends to keys j <= P + i. */
     Dim md[2] = {S, kv};
     Shape ms = ir_shape_make(2, md);
@@ -163,6 +207,34 @@ bool decode_attention(Lower *L, const char *path, const NodeId heads[3], int64_t
     *out = att == IR_NONE ? IR_NONE : ir_b_matmul(b, att, vals); /* [B, H, S, hd] */
     if (*out != IR_NONE) mark_from(g, first);
     return true;
+}
+
+bool decode_attention(Lower *L, const char *path, const NodeId heads[3], int64_t hd, NodeId *out)
+{
+    return cached_attention(L, path, heads[0], heads[1], heads[2], 1, 1.0 / sqrt((double)hd), out);
+}
+
+bool decode_sdpa(Lower *L, NodeId q, NodeId k, NodeId v, double scale, NodeId *out)
+{
+    const Graph *g = L->g;
+    *out = IR_NONE;
+    if (g->nodes[q].shape.rank != 4 || g->nodes[k].shape.rank != 4 || g->nodes[v].shape.rank != 4 || g->nodes[q].dtype != DT_F32 ||
+        g->nodes[k].dtype != DT_F32 || g->nodes[v].dtype != DT_F32)
+        return false;
+    int64_t gk, gv;
+    NodeId kh = unrepeat(g, k, &gk), vh = unrepeat(g, v, &gv);
+    if (gk != gv) kh = k, vh = v, gk = 1; /* repeated differently: cache them as they are */
+    /* the cache's name: the module that calls it ("layers.0.attention"), numbered when it
+     * calls attention more than once */
+    const char *scope = L->b.scope ? ir_str(g, L->b.scope) : "sdpa";
+    char path[400], name[440];
+    snprintf(path, sizeof path, "%s", scope);
+    for (int n = 2; ; n++) {
+        snprintf(name, sizeof name, "decode.%s.k", path);
+        if (ir_find_named(g, OP_INPUT, name) == IR_NONE) break;
+        snprintf(path, sizeof path, "%s.%d", scope, n);
+    }
+    return cached_attention(L, path, q, kh, vh, gk, scale, out);
 }
 
 /* ---- the check ---- */

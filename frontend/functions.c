@@ -995,6 +995,9 @@ static Value fn_sdpa(Lower *L, const BoundArgs *a, AstId call, int v)
     }
     scale = 1.0 / sqrt((double)qs->d[qs->rank - 1].k);
     if (a->v[6].kind != V_NONE && !value_number(L, a->v[6], a->at[6], fn, &scale)) return value_error();
+    NodeId y;
+    if (L->g->mode == MODE_DECODE && causal && decode_sdpa(L, q, k, val, scale, &y)) /* frontend/decode.c: over the cache */
+        return y == IR_NONE ? lower_builder_error(L, call) : done(L, y, call);
     return done(L, comp_attention(&L->b, q, k, val, mask, causal, scale, p, L->g->mode == MODE_TRAIN), call);
 }
 
@@ -1015,7 +1018,10 @@ static Value fn_rotary(Lower *L, const BoundArgs *a, AstId call, int v)
         lower_error(L, a->at[1], "rotary: base must be a number above 1, found %g", base);
         return value_error();
     }
-    return done(L, comp_rotary(&L->b, x, base), call);
+    const Shape *xs = &L->g->nodes[x].shape;
+    /* a decode graph's absolute positions P + arange(T) (frontend/decode.c) */
+    const NodeId pos = L->g->mode == MODE_DECODE && xs->rank >= 2 ? decode_positions(L, xs->d[xs->rank - 2]) : IR_NONE;
+    return done(L, comp_rotary(&L->b, x, base, pos), call);
 }
 
 /* torch.gather(x, dim, index): out[..., j, ...] = x[..., index[..., j, ...], ...] along dim,

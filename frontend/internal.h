@@ -145,6 +145,10 @@ Value builtin_sequential(Lower *L, int32_t parent, const char *name, AstId e);
  * result [B, H, S, hd] in *out (IR_NONE on a builder error). */
 NodeId decode_positions(Lower *L, Dim d);
 bool decode_attention(Lower *L, const char *path, const NodeId heads[3], int64_t hd, NodeId *out);
+/* The same for scaled_dot_product_attention(q, k, v, is_causal = true) with q, k, v [B, H, S,
+ * hd] (k and v possibly repeating fewer heads, which the cache holds once), the cache named
+ * after the calling module. */
+bool decode_sdpa(Lower *L, NodeId q, NodeId k, NodeId v, double scale, NodeId *out);
 /* Evaluates an expression in scope s inside module instance inst. */
 Value lower_expr(Lower *L, Scope *s, int32_t inst, AstId e);
 
@@ -219,7 +223,7 @@ NodeId comp_tri(IrBuilder *b, NodeId x, int64_t diagonal, bool upper);
 NodeId comp_flip(IrBuilder *b, NodeId x, int axis);
 NodeId comp_attention(IrBuilder *b, NodeId q, NodeId k, NodeId v, NodeId mask, bool causal, double scale, double dropout_p, bool train);
 NodeId comp_cumsum(IrBuilder *b, NodeId x, int axis);
-NodeId comp_rotary(IrBuilder *b, NodeId x, double base);
+NodeId comp_rotary(IrBuilder *b, NodeId x, double base, NodeId positions);
 /* tensorops.c */
 NodeId comp_einsum(IrBuilder *b, const char *eq, const NodeId *xs, int n);
 NodeId comp_interpolate(IrBuilder *b, NodeId x, int64_t oh, int64_t ow, bool bilinear, bool align);
