@@ -15,9 +15,9 @@ V, T, C, L, H = 256, 128, 128, 4, 4
 
 
 class Block(nn.Module):
-    def __init__(self, C=C, H=H):
+    def __init__(self, C=C, H=H, sdpa=False):
         super().__init__()
-        self.C, self.H = C, H
+        self.C, self.H, self.sdpa = C, H, sdpa
         self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
         self.c_attn, self.attn_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
         self.c_fc, self.mlp_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
@@ -27,19 +27,22 @@ class Block(nn.Module):
         C, H = self.C, self.H
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
         q, k, v = [z.view(B, t, H, C // H).transpose(1, 2) for z in (q, k, v)]
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // H)
-        att = att.masked_fill(torch.ones(t, t, dtype=torch.bool).tril().logical_not(), float("-inf"))
-        y = (F.softmax(att, dim=-1) @ v).transpose(1, 2).reshape(B, t, C)
+        if self.sdpa:  # PyTorch's fused attention (flash or memory-efficient kernels on the CPU)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, t, C)
+        else:
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(C // H)
+            att = att.masked_fill(torch.ones(t, t, dtype=torch.bool).tril().logical_not(), float("-inf"))
+            y = (F.softmax(att, dim=-1) @ v).transpose(1, 2).reshape(B, t, C)
         x = x + self.attn_proj(y)
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
 class GPT(nn.Module):
     """models/gpt.kiln by default; other sizes (bench/torch_bench.py's GPT-2 small) by keyword."""
-    def __init__(self, V=V, T=T, C=C, L=L, H=H):
+    def __init__(self, V=V, T=T, C=C, L=L, H=H, sdpa=False):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
-        self.h = nn.ModuleList(Block(C, H) for _ in range(L))
+        self.h = nn.ModuleList(Block(C, H, sdpa) for _ in range(L))
         self.ln_f = nn.LayerNorm(C)
         for name, p in self.named_parameters():
             if name.endswith("bias"):

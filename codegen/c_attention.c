@@ -1,18 +1,26 @@
 /* c_attention.c — the C target's fused attention kernels: one function per kernel of the
  * attention ops (ir/ops.h; fusion puts an attention's output and log-sum-exp in one kernel,
  * its three gradients in another), calling runtime/kiln_attention.h with the attention's
- * sizes and contiguous strides. An output no kernel reads is passed as NULL: the runtime
- * skips it (the log-sum-exp of an evaluation step, the gradient of an operand that needs
- * none). */
+ * sizes and each operand's strides where it lies (q, k and v in the qkv projection's
+ * memory; the output in the permute back to [B, T, H, D]). An output no kernel reads is
+ * passed as NULL: the runtime skips it (the log-sum-exp of an evaluation step, the
+ * gradient of an operand that needs none). */
 #include <string.h>
 
 #include "c_internal.h"
 
 bool cg_is_attention(Op op) { return op == OP_ATTENTION || op == OP_ATTENTION_LSE || op == OP_ATTENTION_GRAD; }
 
-/* Where operand j of attention op id lies: its layout (base, offset) and its strides over
- * (batch, head, row, column). Fusion let the kernel read q, k, v, the mask and dout by
- * strides (fusion_attention_operand); the rest are contiguous stored values. */
+/* Row-major strides over (batch, head, row, column) of a [..., heads, rows, cols] tensor. */
+static void contiguous_strides(const Shape *s, Dim *st)
+{
+    const int r = s->rank;
+    st[3] = ir_dim_const(1);
+    for (int a = 2; a >= 0; a--)
+        if (!ir_dim_mul(st[a + 1], s->d[r - 3 + a], &st[a])) st[a] = ir_dim_const(0);
+    if (r == 3) st[0] = ir_dim_const(0);
+}
+
 /* The memory an attention's output is written to: the permute its kernel writes
  * (Kernel.written) by strides, else its own, contiguous. */
 static void output_layout(const Cg *c, NodeId o, FusionLayout *L, Dim *st)
@@ -25,13 +33,12 @@ static void output_layout(const Cg *c, NodeId o, FusionLayout *L, Dim *st)
     L->rank = g->nodes[o].shape.rank;
     if (wr != IR_NONE && fusion_gemm_output(g, o, wr, L->stride, &swapped) && fusion_attention_operand(g, L, o, false, st)) return;
     L->base = o;
-    const Shape *s = &g->nodes[o].shape;
-    const int r = s->rank;
-    st[3] = ir_dim_const(1);
-    for (int a = 2; a >= 0; a--) st[a] = ir_dim_mul(st[a + 1], s->d[r - 3 + a], &st[a]) ? st[a] : ir_dim_const(0);
-    if (r == 3) st[0] = ir_dim_const(0);
+    contiguous_strides(&g->nodes[o].shape, st);
 }
 
+/* Where operand j of attention op id lies: its layout (base, offset) and its strides over
+ * (batch, head, row, column). Fusion let the kernel read q, k, v, the mask, out and dout by
+ * strides (fusion_attention_operand); the rest are stored contiguous. */
 static void operand_layout(const Cg *c, NodeId id, int j, FusionLayout *L, Dim *st)
 {
     const Graph *g = c->g;
@@ -47,11 +54,7 @@ static void operand_layout(const Cg *c, NodeId id, int j, FusionLayout *L, Dim *
         memset(L, 0, sizeof *L);
         L->base = x;
     }
-    const Shape *s = &g->nodes[x].shape;
-    const int r = s->rank;
-    st[3] = ir_dim_const(1);
-    for (int a = 2; a >= 0; a--) st[a] = ir_dim_mul(st[a + 1], s->d[r - 3 + a], &st[a]) ? st[a] : ir_dim_const(0);
-    if (r == 3) st[0] = ir_dim_const(0);
+    contiguous_strides(&g->nodes[x].shape, st);
 }
 
 static void put_strides(StrBuf *o, const Graph *g, const Dim *st)
@@ -109,9 +112,8 @@ void cg_attention_struct(Cg *c, NodeId id, const char *mask_var)
     if (grad) { /* dq, dk, dv: the kernel's own, contiguous in q's, k's, v's shapes */
         static const char *const d_names[] = {".dq_st", ".dk_st", ".dv_st"};
         for (int j = 0; j < 3; j++) {
-            const Shape *s = &N(c, ir_input(g, id, j))->shape;
-            Dim ds[4] = {ir_dim_const(0), ir_dim_const(0), s->d[r - 1], ir_dim_const(1)};
-            if (!ir_dim_mul(ds[2], s->d[r - 2], &ds[1]) || !ir_dim_mul(ds[1], s->d[r - 3], &ds[0])) ds[0] = ir_dim_const(0);
+            Dim ds[4];
+            contiguous_strides(&N(c, ir_input(g, id, j))->shape, ds);
             sb_printf(o, ",\n                              %s = ", d_names[j]);
             put_strides(o, g, ds);
         }

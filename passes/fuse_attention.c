@@ -10,9 +10,10 @@
  * attention weights) keeps them, and computes them unfused as before.
  *
  * A match is fused when its operands fit the op (ops.h): q [..., H, T, D], k and v with
- * the same batch axes and key/value heads dividing H, all f32; a bool mask or a float one
- * added (which may need a gradient: a learned bias). k enters the op as [..., KV, S, D]: kᵀ's operand permuted back (a view the
- * kernel reads in place where the layout allows). Anything else stays unfused. */
+ * the same batch axes and key/value heads dividing H, all f32; a bool mask or an added
+ * float one (which may need a gradient: a learned bias). k enters the op as [..., KV, S, D],
+ * kᵀ's operand permuted back (a view the kernel reads in place where the layout allows).
+ * Anything else stays unfused. */
 #include "passes.h"
 
 #include <stdlib.h>

@@ -120,19 +120,29 @@ static inline void kiln_attention_fwd(const kiln_attention *a, const float *q, c
                     continue;
                 }
                 const float rescale = mx[i] == -INFINITY ? 0.0f : kiln_expf(mx[i] - m_new);
-                float *o = acc + i * a->DV, tile_sum = 0;
+                float *o = acc + i * a->DV, lanes[KILN_SUM_LANES] = {0};
                 for (int64_t d = 0; d < a->DV; d++) o[d] *= rescale;
+                /* exp vectorised (kiln_math.h), a masked key exactly 0; the sum in lanes, key
+                 * j in lane j % KILN_SUM_LANES, so that its order (its bits) is the same
+                 * whichever compiler vectorises it */
+                int64_t j = 0;
+                for (; j + KILN_SUM_LANES <= ns; j += KILN_SUM_LANES)
 #ifdef _OPENMP
-#pragma omp simd reduction(+ : tile_sum)
+#pragma omp simd
 #endif
-                for (int64_t j = 0; j < ns; j++) { /* exp vectorised (kiln_math.h); a masked key is exactly 0 */
+                    for (int l = 0; l < KILN_SUM_LANES; l++) {
+                        const float e = kiln_selectf(x[j + l] == -INFINITY, 0.0f, kiln_expf(x[j + l] - m_new));
+                        lanes[l] += e;
+                        x[j + l] = e;
+                    }
+                for (; j < ns; j++) {
                     const float e = kiln_selectf(x[j] == -INFINITY, 0.0f, kiln_expf(x[j] - m_new));
-                    tile_sum += e;
+                    lanes[j % KILN_SUM_LANES] += e;
                     x[j] = e;
                 }
-                sum[i] = sum[i] * rescale + tile_sum;
+                sum[i] = sum[i] * rescale + KILN_LANES_SUM(lanes);
                 if (a->dropout > 0)
-                    for (int64_t j = 0; j < ns; j++) x[j] *= kiln_attn_keep(a, b, h, t0 + i, s0 + j);
+                    for (int64_t s = 0; s < ns; s++) x[s] *= kiln_attn_keep(a, b, h, t0 + i, s0 + s);
                 mx[i] = m_new;
             }
             /* acc += P v */

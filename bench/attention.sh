@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# bench/attention.sh — fused attention in a whole training step (issue 38): gpt with a
+# 1024-token context (models/gpt.kiln with block = 1024; bench only) at batch 4, Kiln's
+# program with attention fused (the default) and with --attention unfused, beside PyTorch
+# eager with the attention written out and with F.scaled_dot_product_attention
+# (bench/torch_bench.py gpt1024, gpt1024-sdpa), in this one run, 2 threads each: the median
+# training step and the peak RSS; then gpt itself (T = 128) fused and unfused. Kiln's
+# programs are built for batch 4 (--bound B=4), so that their arenas are planned for the
+# batch they run.
+#
+#   bench/attention.sh            (a few minutes on 2 cores; STEPS=N timed steps, default 10)
+#
+# Targets (issue 38): the 1024-context step <= 0.6x PyTorch's SDPA eager step, and a peak
+# RSS below PyTorch's. Results: bench/results/attention-YYYY-MM-DD-COMMIT.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3)
+$PY -c "import torch" 2>/dev/null || { echo "bench/attention.sh: needs PyTorch (apt-get install python3-torch)" >&2; exit 1; }
+steps=${STEPS:-10}
+[[ $steps =~ ^[1-9][0-9]*$ ]] || { echo "bench/attention.sh: STEPS=$steps: give a whole number of steps, at least 1" >&2; exit 2; }
+cmake -S . -B out/build-bench -DCMAKE_BUILD_TYPE=Release -DKILN_TESTS=OFF >/dev/null
+cmake --build out/build-bench -j"$(nproc)" --target kiln kiln_rt kiln_infer_main kiln_train_main kiln_train_bench >/dev/null
+work=out/bench-attention
+rm -rf "$work"
+mkdir -p "$work" bench/results
+dirty=$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with uncommitted changes)')
+torch_env=(env OMP_WAIT_POLICY=passive)
+kiln_env=(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OPENBLAS_CORETYPE -u OPENBLAS_NUM_THREADS)
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+sed 's/^const block = 128 /const block = 1024/' models/gpt.kiln > "$work/gpt1024.kiln"
+grep -q '^const block = 1024' "$work/gpt1024.kiln" || { echo "bench/attention.sh: models/gpt.kiln has no 'const block = 128' line to change" >&2; exit 1; }
+
+field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p"; }
+# Kiln: "step_ms rss_mb" of model file $1 built with flags $2 at T = $3
+kiln_bench() {
+  local model=$1 flags=$2 t=$3 name
+  name=$work/$(basename "$model" .kiln)$(echo "$flags" | tr -c 'a-z0-9' '-')
+  # shellcheck disable=SC2086
+  out/build-bench/kiln build "$model" --bound B=4 $flags -o "$name" >/dev/null 2>&1
+  local line
+  line=$("${kiln_env[@]}" "$name" --bench-steps "$steps" --batch 4 --threads 2 2>/dev/null | grep '^bench:')
+  echo "$(echo "$line" | field train_step_ms_median) $(echo "$line" | field train_rss_mb) $t"
+}
+torch_bench() {
+  local line
+  line=$("${torch_env[@]}" $PY bench/torch_bench.py "$1" --steps "$steps" --batch 4 --threads 2 --infer-batch 4 | grep '^bench:')
+  echo "$(echo "$line" | field train_step_ms_median) $(echo "$line" | field train_rss_mb)"
+}
+
+report=$(mktemp)
+{
+  echo "bench/attention.sh — $(date -u +%F) $(git rev-parse --short HEAD)$dirty"
+  echo "training step (median of $steps after 2 warm-up) and peak RSS after the steps, batch 4, 2 threads each"
+  echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; load average at the start $load_start"
+  echo
+  printf "%-36s %10s %10s %12s\n" "" "step ms" "RSS MB" "step vs SDPA"
+  echo "== gpt, T 1024" >&2
+  read -r ts tr < <(torch_bench gpt1024-sdpa)
+  read -r tm tmr < <(torch_bench gpt1024)
+  read -r kf kfr _ < <(kiln_bench "$work/gpt1024.kiln" "" 1024)
+  read -r ku kur _ < <(kiln_bench "$work/gpt1024.kiln" "--attention unfused" 1024)
+  printf "%-36s %10s %10s %11.2fx\n" "gpt T 1024: PyTorch eager, SDPA" "$ts" "$tr" 1
+  printf "%-36s %10s %10s %11.2fx\n" "gpt T 1024: PyTorch eager, written out" "$tm" "$tmr" "$(echo "$tm / $ts" | bc -l)"
+  printf "%-36s %10s %10s %11.2fx\n" "gpt T 1024: Kiln, attention fused" "$kf" "$kfr" "$(echo "$kf / $ts" | bc -l)"
+  printf "%-36s %10s %10s %11.2fx\n" "gpt T 1024: Kiln, --attention unfused" "$ku" "$kur" "$(echo "$ku / $ts" | bc -l)"
+  echo "== gpt, T 128" >&2
+  read -r g1 g1r _ < <(kiln_bench models/gpt.kiln "" 128)
+  read -r g2 g2r _ < <(kiln_bench models/gpt.kiln "--attention unfused" 128)
+  printf "%-36s %10s %10s\n" "gpt T 128: Kiln, attention fused" "$g1" "$g1r"
+  printf "%-36s %10s %10s\n" "gpt T 128: Kiln, --attention unfused" "$g2" "$g2r"
+  echo "load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
+} > "$report"
+out=bench/results/attention-$(date -u +%F)-$(git rev-parse --short HEAD)${dirty:+-dirty}.txt
+cp "$report" "$out"
+rm -f "$report"
+cat "$out"
+echo "written to $out" >&2
