@@ -982,22 +982,6 @@ void cg_emit_decode_tables(Cg *c, const Graph *train, const Graph *decode, const
     if (why && *why) c->decode_why = xstrdup(why);
 }
 
-/* The hash of a training graph when the driver gives none (CodegenInput.model_hash): the
- * graph without source locations. */
-static uint64_t graph_hash(const Graph *g0)
-{
-    Graph *g = ir_graph_clone(g0);
-    for (NodeId i = 0; i < g->nnodes; i++) memset(&g->nodes[i].loc, 0, sizeof g->nodes[i].loc);
-    for (int i = 0; i < g->nfiles; i++) free(g->files[i]);
-    g->nfiles = 0;
-    StrBuf t;
-    sb_init(&t);
-    ir_print(g, &t);
-    ir_graph_free(g);
-    uint64_t h = util_hash_string(t.data ? t.data : "");
-    sb_free(&t);
-    return h;
-}
 
 void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_t train_arena, int64_t eval_arena)
 {
@@ -1005,7 +989,7 @@ void cg_emit_model_def(Cg *c, const Graph *train, const CgModelCounts *n, int64_
     StrBuf source_literal;
     sb_init(&source_literal);
     cg_c_string(&source_literal, c->source);
-    const unsigned long long hash = (unsigned long long)(c->model_hash ? c->model_hash : graph_hash(train));
+    const unsigned long long hash = (unsigned long long)(c->model_hash ? c->model_hash : ir_hash(train, NULL)) /* the driver's, or (tests) the graph's */;
     if (cuda(c))
         sb_printf(out, "/* The model, as the %s program sees it: its steps run on the GPU (device.cu). */\n"
                        "extern \"C\" ",

@@ -131,21 +131,12 @@ static int set_precision(Build *b)
  * trains in. Editing comments, building from another directory, for the other target, with
  * or without fused attention or a memory budget keeps checkpoints usable: the passes do not
  * change what is computed. */
-static uint64_t model_hash(const Graph *g0, const PrecisionOptions *prec)
+static uint64_t model_hash(const Graph *g, const PrecisionOptions *prec)
 {
-    Graph *g = ir_graph_clone(g0);
-    for (NodeId i = 0; i < g->nnodes; i++) memset(&g->nodes[i].loc, 0, sizeof g->nodes[i].loc);
-    for (int i = 0; i < g->nfiles; i++) free(g->files[i]);
-    g->nfiles = 0;
-    StrBuf t;
-    sb_init(&t);
-    ir_print(g, &t);
-    ir_graph_free(g);
-    sb_printf(&t, "precision %s%s%s\n", ir_dtype_name(prec->half), prec->scale_loss ? " loss_scale" : "",
-              prec->stochastic_weights ? " stochastic" : "");
-    const uint64_t h = util_hash_string(t.data);
-    sb_free(&t);
-    return h;
+    char extra[96];
+    snprintf(extra, sizeof extra, "precision %s%s%s\n", ir_dtype_name(prec->half), prec->scale_loss ? " loss_scale" : "",
+             prec->stochastic_weights ? " stochastic" : "");
+    return ir_hash(g, extra);
 }
 
 /* Keeps a graph's forward outputs and buffer updates: the predict step of an evaluation

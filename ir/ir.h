@@ -317,6 +317,9 @@ int ir_b_axis(IrBuilder *b, const char *what, int64_t axis, int rank);
 /* ---- text form, DOT and verification ---- */
 /* Deterministic text form: see docs/ir.md. ir_read(ir_print(g)) == g. */
 void ir_print(const Graph *g, StrBuf *out);
+/* A hash of the graph's text form without source locations and file names, and `extra`
+ * (NULL: nothing): the same computation hashes the same wherever its file is. */
+uint64_t ir_hash(const Graph *g, const char *extra);
 /* Parses the text form; NULL with diagnostics (file = path given) on error. */
 Graph *ir_read(const char *text, size_t len, const char *path, Diag *d);
 void ir_print_dot(const Graph *g, StrBuf *out);

@@ -7,6 +7,7 @@
  * of range is printed in a visibly invalid form instead of being read. */
 #include "ir.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* A word printed without quotes: an identifier that may also contain dots (PyTorch keys
@@ -282,4 +283,20 @@ void ir_print(const Graph *g, StrBuf *out)
         put_word(out, safe_str(g, o->name));
         sb_printf(out, " = %%%d\n", o->node);
     }
+}
+
+uint64_t ir_hash(const Graph *g0, const char *extra)
+{
+    Graph *g = ir_graph_clone(g0);
+    for (NodeId i = 0; i < g->nnodes; i++) memset(&g->nodes[i].loc, 0, sizeof g->nodes[i].loc);
+    for (int i = 0; i < g->nfiles; i++) free(g->files[i]);
+    g->nfiles = 0;
+    StrBuf t;
+    sb_init(&t);
+    ir_print(g, &t);
+    ir_graph_free(g);
+    if (extra) sb_puts(&t, extra);
+    const uint64_t h = util_hash_string(t.data ? t.data : "");
+    sb_free(&t);
+    return h;
 }

@@ -1102,6 +1102,16 @@ void fusion_print(const Graph *g, const FusionPlan *p, StrBuf *o)
                 fusion_layout_format(o, g, &L);
                 if (fusion_gemm_operand(g, &L, x, &trans) && trans) sb_puts(o, " transposed");
             }
+        } else if (a->op == OP_ATTENTION || a->op == OP_ATTENTION_LSE || a->op == OP_ATTENTION_GRAD) {
+            sb_printf(o, "%s: fused, %s", ir_op_info[a->op].name, a->op == OP_ATTENTION_GRAD ? "the probabilities recomputed" : "no [T, S] tensor");
+            if (K->written != IR_NONE) sb_printf(o, "; written permuted as %%%d", K->written);
+            for (uint32_t j = 0; j < a->ninputs; j++) { /* the operands read in place by strides */
+                const NodeId x = ir_input(g, K->anchor, (int)j);
+                FusionLayout L;
+                if (p->role[x] != ROLE_STRIDED || !fusion_layout(g, p, x, &L)) continue;
+                sb_printf(o, "; %%%d in place from ", x);
+                fusion_layout_format(o, g, &L);
+            }
         } else {
             sb_printf(o, "%s", ir_op_info[a->op].name);
         }

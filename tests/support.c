@@ -218,3 +218,17 @@ void support_write_training_data(const char *dir)
     snprintf(path, sizeof path, "%s/text.txt", dir);
     support_write_text(path);
 }
+
+int support_log_losses(const char *path, double *v, int cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[4096];
+    int n = 0;
+    while (n < cap && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "\"loss\": ");
+        if (p) v[n++] = strtod(p + 8, NULL);
+    }
+    fclose(f);
+    return n;
+}

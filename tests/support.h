@@ -30,6 +30,9 @@ void support_remove_dir(const char *dir);
 /* Runs a shell command in directory dir, out emptied first (stdout and stderr); the exit
  * status as support_run. */
 int support_run_in(const char *dir, const char *cmd, StrBuf *out);
+/* The "loss" values of a program's JSON-lines log, at most cap of them into v: how many
+ * (-1 when the file cannot be read). */
+int support_log_losses(const char *path, double *v, int cap);
 /* The names in directory dir (hidden ones too, at most 64), sorted, joined by '|' (static
  * buffer, valid until the next call); fails the test when dir cannot be read. */
 const char *support_listing(const char *dir);

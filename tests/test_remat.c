@@ -137,20 +137,6 @@ Test(remat, backward_reads_of_region_values_read_recomputed_copies)
 static const char *const plain_from[] = {"for block in h { x = block(x) }"};
 static const char *const plain_to[] = {"for block in h { x = checkpoint(block(x)) }"};
 
-/* The losses of a JSON-lines log. */
-static int log_losses(const char *path, double *v, int cap)
-{
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "no log %s", path);
-    char line[4096];
-    int n = 0;
-    while (n < cap && fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, "\"loss\": ");
-        if (p) v[n++] = strtod(p + 8, NULL);
-    }
-    fclose(f);
-    return n;
-}
 
 /* Trains `a` and `b` (model texts) 6 steps each in dir: their planned training activations
  * and whether the final checkpoints hold the same bits; the logs' losses agree within tol. */
@@ -177,7 +163,7 @@ static bool train_pair(const char *dir, const char *a, const char *b, long long 
     double x[16], y[16];
     snprintf(path[0], sizeof path[0], "%s/log0", dir);
     snprintf(path[1], sizeof path[1], "%s/log1", dir);
-    int n = log_losses(path[0], x, 16), m = log_losses(path[1], y, 16);
+    int n = support_log_losses(path[0], x, 16), m = support_log_losses(path[1], y, 16);
     cr_expect_eq(n, 6);
     cr_expect_eq(m, 6);
     for (int i = 0; i < n && i < m; i++)
@@ -320,9 +306,10 @@ Test(remat, a_memory_budget_is_met_by_checkpointing_blocks, .timeout = 600)
     cr_assert_eq(support_run_in(dir, args, &out), 0, "%s", out.data);
     double x[8], y[8];
     snprintf(path, sizeof path, "%s/log0", dir);
-    int n = log_losses(path, x, 8);
+    int n = support_log_losses(path, x, 8);
+    cr_assert_gt(n, 0, "no losses in %s", path);
     snprintf(path, sizeof path, "%s/log1", dir);
-    cr_assert_eq(log_losses(path, y, 8), n);
+    cr_assert_eq(support_log_losses(path, y, 8), n);
     for (int i = 0; i < n; i++) cr_expect_eq(x[i], y[i], "step %d: %.9g, %.9g under the budget", i + 1, x[i], y[i]);
     for (int v = 0; v < 2; v++) {
         char ck[2][400], f[2][1100];
