@@ -53,22 +53,23 @@ report=$(mktemp)
   echo "bench/attention.sh — $(date -u +%F) $(git rev-parse --short HEAD)$dirty"
   echo "training step (median of $steps after 2 warm-up) and peak RSS after the steps, batch 4, 2 threads each"
   echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; load average at the start $load_start"
+  echo "PyTorch $($PY -c 'import torch; print(torch.__version__)')$($PY -c 'import torch.nn.functional as F; print("" if hasattr(F, "scaled_dot_product_attention") else ": no F.scaled_dot_product_attention (2.0 on), SDPA is its private _scaled_dot_product_attention")')"
   echo
-  printf "%-36s %10s %10s %12s\n" "" "step ms" "RSS MB" "step vs SDPA"
+  printf "%-40s %10s %10s %12s\n" "" "step ms" "RSS MB" "step vs SDPA"
   echo "== gpt, T 1024" >&2
   read -r ts tr < <(torch_bench gpt1024-sdpa)
   read -r tm tmr < <(torch_bench gpt1024)
   read -r kf kfr _ < <(kiln_bench "$work/gpt1024.kiln" "" 1024)
   read -r ku kur _ < <(kiln_bench "$work/gpt1024.kiln" "--attention unfused" 1024)
-  printf "%-36s %10s %10s %11.2fx\n" "gpt T 1024: PyTorch eager, SDPA" "$ts" "$tr" 1
-  printf "%-36s %10s %10s %11.2fx\n" "gpt T 1024: PyTorch eager, written out" "$tm" "$tmr" "$(echo "$tm / $ts" | bc -l)"
-  printf "%-36s %10s %10s %11.2fx\n" "gpt T 1024: Kiln, attention fused" "$kf" "$kfr" "$(echo "$kf / $ts" | bc -l)"
-  printf "%-36s %10s %10s %11.2fx\n" "gpt T 1024: Kiln, --attention unfused" "$ku" "$kur" "$(echo "$ku / $ts" | bc -l)"
+  printf "%-40s %10s %10s %11.2fx\n" "gpt T 1024: PyTorch eager, SDPA" "$ts" "$tr" 1
+  printf "%-40s %10s %10s %11.2fx\n" "gpt T 1024: PyTorch eager, written out" "$tm" "$tmr" "$(echo "$tm / $ts" | bc -l)"
+  printf "%-40s %10s %10s %11.2fx\n" "gpt T 1024: Kiln, attention fused" "$kf" "$kfr" "$(echo "$kf / $ts" | bc -l)"
+  printf "%-40s %10s %10s %11.2fx\n" "gpt T 1024: Kiln, --attention unfused" "$ku" "$kur" "$(echo "$ku / $ts" | bc -l)"
   echo "== gpt, T 128" >&2
   read -r g1 g1r _ < <(kiln_bench models/gpt.kiln "" 128)
   read -r g2 g2r _ < <(kiln_bench models/gpt.kiln "--attention unfused" 128)
-  printf "%-36s %10s %10s\n" "gpt T 128: Kiln, attention fused" "$g1" "$g1r"
-  printf "%-36s %10s %10s\n" "gpt T 128: Kiln, --attention unfused" "$g2" "$g2r"
+  printf "%-40s %10s %10s\n" "gpt T 128: Kiln, attention fused" "$g1" "$g1r"
+  printf "%-40s %10s %10s\n" "gpt T 128: Kiln, --attention unfused" "$g2" "$g2r"
   echo "load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$report"
 out=bench/results/attention-$(date -u +%F)-$(git rev-parse --short HEAD)${dirty:+-dirty}.txt

@@ -27,8 +27,12 @@ class Block(nn.Module):
         C, H = self.C, self.H
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
         q, k, v = [z.view(B, t, H, C // H).transpose(1, 2) for z in (q, k, v)]
-        if self.sdpa:  # PyTorch's fused attention (flash or memory-efficient kernels on the CPU)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, t, C)
+        if self.sdpa:  # PyTorch's scaled_dot_product_attention (2.0 on); 1.13's is the private one
+            if hasattr(F, "scaled_dot_product_attention"):
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:  # query, key, value, attn_mask, dropout_p, need_attn_weights, is_causal
+                y = F._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
+            y = y.transpose(1, 2).reshape(B, t, C)
         else:
             att = (q @ k.transpose(-2, -1)) / math.sqrt(C // H)
             att = att.masked_fill(torch.ones(t, t, dtype=torch.bool).tril().logical_not(), float("-inf"))
