@@ -59,7 +59,8 @@ static int apply_bounds(const Build *b, Graph *g)
 }
 
 /* Whether attention stays as written: asked for, or the CUDA target (no fused kernels yet).
- * A decode graph's attention reads the key/value cache and is not fused either. */
+ * A decode graph's attention over the key/value cache is fused too: the kernel reads the
+ * time-major cache in place, and the causal mask relative to the past as a broadcast. */
 static bool unfused_attention(const KilnOptions *opt) { return opt->unfused_attention || opt->target == KILN_TARGET_CUDA; }
 
 /* Runs the pipeline on one graph of the program (from the pass after `from` to the end,
@@ -69,7 +70,7 @@ static int run(const Build *b, Graph *g, const char *graph_name, const char *fro
 {
     PipelineOptions po = {.remat = remat,
                           .precision = forward_only ? NULL : &b->p->precision,
-                          .unfused_attention = b->unfused || unfused_attention(b->opt) || !strcmp(graph_name, "decode"),
+                          .unfused_attention = b->unfused || unfused_attention(b->opt),
                           .from = from,
                           .forward_only = forward_only,
                           .plan = plan,
