@@ -62,6 +62,11 @@ typedef struct {
  * ms forward / backward against 1.4 / 1.6-1.7 in tiles of 64 (bench/attention_kernel.sh). */
 static inline int64_t kiln_attn_tile(int64_t n) { return n < 64 ? (n > 0 ? n : 1) : 64; }
 
+/* Whether an attention is worth the threads: a decode step's (one query against the cache)
+ * is not; the team's start cost more than its work (gpt's decode at 2 threads: 2778
+ * against 4561 tokens/s on one). */
+static inline int kiln_attn_parallel(const kiln_attention *a) { return a->B * a->H * a->T * a->S * (a->D + a->DV) >= ((int64_t)1 << 18); }
+
 /* Dropout's factor for probability (b, h, t, s): 0, or 1 / (1 - p). */
 static inline float kiln_attn_keep(const kiln_attention *a, int64_t b, int64_t h, int64_t t, int64_t s)
 {
@@ -95,7 +100,7 @@ static inline void kiln_attention_fwd(const kiln_attention *a, const float *q, c
 {
     const int64_t G = a->H / a->kv_heads, QT = kiln_attn_tile(a->T), KT = kiln_attn_tile(a->S), ntiles = (a->T + QT - 1) / QT;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (kiln_attn_parallel(a))
 #endif
     for (int64_t job = 0; job < a->B * a->H * ntiles; job++) {
         const int64_t b = job / (a->H * ntiles), h = job / ntiles % a->H, t0 = job % ntiles * QT;
@@ -214,7 +219,7 @@ static inline void kiln_attention_bwd(const kiln_attention *a, const float *q, c
      * key tiles in this one job, so that no element has two writers */
     const int64_t ktiles = (a->S + L - 1) / L, qtiles = (a->T + QT - 1) / QT;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (kiln_attn_parallel(a))
 #endif
     for (int64_t job = 0; job < a->B * a->kv_heads; job++) {
         const int64_t b = job / a->kv_heads, kvh = job % a->kv_heads;
