@@ -630,6 +630,37 @@ void cg_emit_kernel_table(Cg *c, void (*name)(Cg *c, int32_t k, StrBuf *b))
 
 /* The FLOP count of a graph's matrix products at the current symbols, and (train graph)
  * the distinct product shapes at the bounds, for benchmarks. */
+/* " * (double)(dim)", the dim in terms of the symbols' values s[]. */
+static void put_dim_factor(StrBuf *t, Dim d)
+{
+    sb_puts(t, " * (double)(");
+    if (d.nsym == 0 || d.k != 1) sb_printf(t, "%lld%s", (long long)d.k, d.nsym ? " * " : "");
+    for (int q = 0; q < d.nsym; q++) sb_printf(t, "%ss[%d]", q ? " * " : "", d.sym[q]);
+    sb_puts(t, ")");
+}
+
+/* The products a fused attention kernel stands for, as the unfused graph would count them
+ * (its recomputation of q kᵀ in the backward not counted): forward q kᵀ and P v, 2 T S (D +
+ * DV) per head; backward dP, dV, dQ and dK, twice that. False for other nodes and for the
+ * kernel's members after its first. */
+static bool attention_flops(const Cg *c, NodeId i, StrBuf *t)
+{
+    const Graph *g = c->g;
+    const Node *n = &g->nodes[i];
+    if ((n->op != OP_ATTENTION && n->op != OP_ATTENTION_LSE && n->op != OP_ATTENTION_GRAD) || c->fp.kernel_of[i] < 0 ||
+        c->fp.kernels[c->fp.kernel_of[i]].anchor != i)
+        return false;
+    const Shape *q = &g->nodes[ir_input(g, i, 0)].shape, *k = &g->nodes[ir_input(g, i, 1)].shape, *v = &g->nodes[ir_input(g, i, 2)].shape;
+    const int r = q->rank;
+    sb_puts(t, n->op == OP_ATTENTION_GRAD ? "4.0" : "2.0");
+    for (int a = 0; a < r - 1; a++) put_dim_factor(t, q->d[a]);
+    put_dim_factor(t, k->d[r - 2]);
+    Dim width = ir_dim_const(q->d[r - 1].k + v->d[r - 1].k);
+    if (q->d[r - 1].nsym || v->d[r - 1].nsym) return false; /* head sizes are fixed (the frontend's) */
+    put_dim_factor(t, width);
+    return true;
+}
+
 void cg_emit_gemm_info(Cg *c, bool table)
 {
     const Graph *g = c->g;
@@ -647,26 +678,15 @@ void cg_emit_gemm_info(Cg *c, bool table)
     sb_init(&t);
     for (NodeId i = 0; i < g->nnodes; i++) {
         const Node *n = &g->nodes[i];
-        if (n->op != OP_MATMUL) continue;
-        int r = n->shape.rank;
-        const Node *b = &g->nodes[ir_input(g, i, 1)];
         t.len = 0;
-        sb_puts(&t, "2.0");
-        for (int k = 0; k < r; k++) {
-            sb_puts(&t, " * (double)(");
-            Dim d = n->shape.d[k];
-            if (d.nsym == 0) sb_printf(&t, "%lld", (long long)d.k);
-            else {
-                if (d.k != 1) sb_printf(&t, "%lld * ", (long long)d.k);
-                for (int q = 0; q < d.nsym; q++) sb_printf(&t, "%ss[%d]", q ? " * " : "", d.sym[q]);
-            }
-            sb_puts(&t, ")");
+        if (n->op == OP_MATMUL) {
+            int r = n->shape.rank;
+            sb_puts(&t, "2.0");
+            for (int k = 0; k < r; k++) put_dim_factor(&t, n->shape.d[k]);
+            put_dim_factor(&t, g->nodes[ir_input(g, i, 1)].shape.d[r - 2]);
+        } else if (!attention_flops(c, i, &t)) {
+            continue;
         }
-        Dim kd = b->shape.d[r - 2];
-        sb_puts(&t, " * (double)(");
-        if (kd.nsym == 0 || kd.k != 1) sb_printf(&t, "%lld%s", (long long)kd.k, kd.nsym ? " * " : "");
-        for (int q = 0; q < kd.nsym; q++) sb_printf(&t, "%ss[%d]", q ? " * " : "", kd.sym[q]);
-        sb_puts(&t, ")");
         int32_t j = strmap_get(&terms, t.data, -1);
         if (j < 0) {
             j = nterms++;

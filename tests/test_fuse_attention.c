@@ -412,6 +412,17 @@ Test(fuse_attention, training_agrees_with_the_unfused_program, .timeout = 600)
             cr_expect(fabs(x[i] - y[i]) < 5e-5, "%s step %d: fused %.6f, unfused %.6f", models[m], i + 1, x[i], y[i]);
         }
         printf("%s: %d steps fused and unfused, worst loss difference %.2g\n", models[m], n, worst);
+        if (m == 0) { /* the bench's FLOPs count the fused kernels' products as the unfused graph's */
+            char flops[2][64];
+            for (int u = 0; u < 2; u++) {
+                snprintf(args, sizeof args, "./%s-%d --bench-steps 1 --batch 4", models[m], u);
+                cr_assert_eq(support_run_in(dir, args, &out), 0, "%s", out.data);
+                const char *got = strstr(out.data, "\"gemm_flops_per_step\": ");
+                cr_assert(got, "%s", out.data);
+                snprintf(flops[u], sizeof flops[u], "%.*s", (int)strcspn(got, ","), got);
+            }
+            cr_expect_str_eq(flops[0], flops[1]);
+        }
         sb_free(&out);
     }
     support_remove_dir(dir);
