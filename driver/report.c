@@ -42,6 +42,8 @@ void kiln_checkpointed_blocks(int32_t blocks, int32_t nblocks, bool cheap, const
 }
 
 /* An inference program has no training step: its weights and the steps' arenas. */
+static void attention_report(const KilnProgram *p, const Graph *g, int width, StrBuf *out);
+
 static void infer_report(const KilnProgram *p, StrBuf *out)
 {
     int64_t params, buffers;
@@ -53,6 +55,7 @@ static void infer_report(const KilnProgram *p, StrBuf *out)
                    "  activations predict %14lld  (the forward alone; one arena of the larger size serves both)\n"
                    "  total               %14lld\n",
               (long long)params, (long long)buffers, (long long)ea, (long long)pa, (long long)(params + buffers + (ea > pa ? ea : pa)));
+    attention_report(p, p->predict.graph ? p->predict.graph : p->eval.graph, 20, out); /* fused or found in the forward */
     const Graph *decode = p->decode.graph;
     if (decode) { /* what --generate adds: its own arena and the caches, batch 1 */
         int64_t cache = 0;
@@ -112,7 +115,7 @@ static void attention_lines(const Graph *g, const AttnLine *a, int n, bool fused
 /* The attentions of the training graph, a line per source line: those fused (the attention
  * pass) and what that saved, those found but computed as written (--attention unfused, or
  * a form the pass declines) and the bytes of their T×T probabilities. */
-static void attention_report(const KilnProgram *p, const Graph *g, StrBuf *out)
+static void attention_report(const KilnProgram *p, const Graph *g, int width, StrBuf *out)
 {
     const int nf = kiln_fused_attentions(g);
     if (nf) {
@@ -131,10 +134,10 @@ static void attention_report(const KilnProgram *p, const Graph *g, StrBuf *out)
             k++;
         }
         if (p->unfused_arena >= 0)
-            sb_printf(out, "  attention         %14lld  (%d fused: the training activations saved; %lld planned with --attention unfused)\n",
+            sb_printf(out, "  %-*s%14lld  (%d fused: the training activations saved; %lld planned with --attention unfused)\n", width, "attention",
                       (long long)(p->unfused_arena - p->train.plan.mem.arena_bytes), nf, (long long)p->unfused_arena);
         else
-            sb_printf(out, "  attention         %14lld  (%d fused: the bytes of the probabilities not stored)\n", (long long)probs, nf);
+            sb_printf(out, "  %-*s%14lld  (%d fused: the bytes of the probabilities not stored)\n", width, "attention", (long long)probs, nf);
         attention_lines(g, a, nf, true, out);
         free(a);
     }
@@ -149,7 +152,7 @@ static void attention_report(const KilnProgram *p, const Graph *g, StrBuf *out)
         a[i] = (AttnLine){.at = g->nodes[m[i].out].loc, .mask = m[i].mask, .heads = m[i].heads, .kv_heads = m[i].kv_heads,
                           .dropout = m[i].dropout, .dtype = (DType)pr->dtype, .probs = pr->shape};
     }
-    sb_printf(out, "  attention         %14lld  (%d found, computed unfused: the bytes of their probabilities)\n", (long long)bytes, n);
+    sb_printf(out, "  %-*s%14lld  (%d found, computed unfused: the bytes of their probabilities)\n", width, "attention", (long long)bytes, n);
     attention_lines(g, a, n, false, out);
     free(a);
     free(m);
@@ -201,7 +204,7 @@ void kiln_memory_report(const KilnProgram *p, bool infer, StrBuf *out)
                   (long long)(params * (2 + moments) + buffers + plan->floor_arena + eval_arena), blocks.data);
     }
     sb_free(&blocks);
-    attention_report(p, g, out);
+    attention_report(p, g, 18, out);
     sb_printf(out, "  activations eval  %14lld\n", (long long)eval_arena);
     sb_printf(out, "  total             %14lld\n", (long long)(params * (2 + moments) + buffers + train_arena + eval_arena));
 }

@@ -346,6 +346,15 @@ Test(fuse_attention, kiln_report_and_flag)
     cr_expect(strstr(out.data, "(4 fused: the training activations saved;") && strstr(out.data, "planned with --attention unfused)"), "%s",
               out.data);
     cr_expect(strstr(out.data, "models/gpt.kiln:15 (x4): causal, 4 heads, fused: no f32 [B, 4, T, T] probabilities stored"), "%s", out.data);
+    /* an inference program's report names them too */
+    char dir[] = "/tmp/kiln-fuse-report-XXXXXX"; /* a mkdtemp template */
+    cr_assert(mkdtemp(dir));
+    snprintf(args, sizeof args, "emit --infer --report %s/models/gpt2-124m.kiln -o %s/out", KILN_SOURCE_DIR, dir);
+    cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "(12 fused: the bytes of the probabilities not stored)") &&
+                  strstr(out.data, "models/gpt2-124m.kiln:16 (x12): causal, 12 heads, fused: no f32 [B, 12, T, T] probabilities stored"),
+              "%s", out.data);
+    support_remove_dir(dir);
     snprintf(args, sizeof args, "check --attention unfused %s/models/gpt.kiln", KILN_SOURCE_DIR);
     cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
     cr_expect(strstr(out.data, "(4 found, computed unfused"), "%s", out.data);
