@@ -322,3 +322,13 @@ int64_t ir_index_range(const Graph *g, NodeId in)
     return best != INT64_MAX ? best : 0;
 }
 
+bool ir_same_attention(const Graph *g, NodeId a, NodeId b)
+{
+    const Node *x = &g->nodes[a], *y = &g->nodes[b];
+    if (x->ninputs != y->ninputs || x->nattrs < 2 || y->nattrs < 2 || x->fattr[0] != y->fattr[0] || x->fattr[1] != y->fattr[1] ||
+        ir_attrs(g, a)[0] != ir_attrs(g, b)[0] || ir_attrs(g, a)[1] != ir_attrs(g, b)[1])
+        return false;
+    for (uint32_t k = 0; k < x->ninputs; k++)
+        if (ir_input(g, a, (int)k) != ir_input(g, b, (int)k)) return false;
+    return true;
+}

@@ -207,6 +207,10 @@ int ir_find_symbol(const Graph *g, const char *name);
 uint16_t ir_add_file(Graph *g, const char *path); /* finds or adds */
 void ir_add_output(Graph *g, OutputKind kind, const char *name, NodeId node);
 const char *ir_output_kind_name(OutputKind k);
+/* Are attention ops a and b (attention, attention_lse, attention_grad) of one attention:
+ * the same operands, scale, dropout, mask kind and stream? (Fusion computes such siblings
+ * in one kernel.) */
+bool ir_same_attention(const Graph *g, NodeId a, NodeId b);
 /* Node with the given name and op (INPUT/PARAM), or IR_NONE. */
 NodeId ir_find_named(const Graph *g, Op op, const char *name);
 /* Every node of op by name into m (the first of a name, as ir_find_named finds it): for

@@ -165,15 +165,8 @@ static NodeId attention_lse_of(Ad *a, NodeId i)
 {
     const Graph *g = a->g;
     const Node *n = &g->nodes[i];
-    for (NodeId j = 0; j < a->nfwd; j++) {
-        const Node *s = &g->nodes[j];
-        if (s->op != OP_ATTENTION_LSE || s->ninputs != n->ninputs || s->nattrs != n->nattrs || s->fattr[0] != n->fattr[0] ||
-            s->fattr[1] != n->fattr[1] || memcmp(ir_attrs(g, j), ir_attrs(g, i), n->nattrs * sizeof(int64_t)))
-            continue;
-        bool same = true;
-        for (uint32_t k = 0; k < n->ninputs && same; k++) same = ir_input(g, j, (int)k) == ir_input(g, i, (int)k);
-        if (same) return j;
-    }
+    for (NodeId j = 0; j < a->nfwd; j++)
+        if (g->nodes[j].op == OP_ATTENTION_LSE && ir_same_attention(g, j, i)) return j;
     NodeId ops[4];
     for (uint32_t k = 0; k < n->ninputs && k < 4; k++) ops[k] = ir_input(g, i, (int)k);
     const int64_t *at = ir_attrs(g, i);

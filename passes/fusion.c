@@ -486,12 +486,9 @@ static bool join_attention(Fuser *f, NodeId id)
         const NodeId a = f->p->kernels[k].anchor;
         const Node *s = &g->nodes[a];
         if (f->p->kernels[k].kind != KERNEL_SINGLE || (s->op == OP_ATTENTION_GRAD) != grad ||
-            (s->op != OP_ATTENTION && s->op != OP_ATTENTION_LSE && !grad) || s->ninputs != n->ninputs ||
-            s->fattr[0] != n->fattr[0] || s->fattr[1] != n->fattr[1] || ir_attrs(g, a)[0] != ir_attrs(g, id)[0] ||
-            ir_attrs(g, a)[1] != ir_attrs(g, id)[1])
+            (s->op != OP_ATTENTION && s->op != OP_ATTENTION_LSE && !grad) || !ir_same_attention(g, a, id))
             continue;
         bool same = true;
-        for (uint32_t j = 0; j < n->ninputs && same; j++) same = ir_input(g, a, (int)j) == ir_input(g, id, (int)j);
         for (int32_t m = 0; m < f->nmem[k] && same; m++) /* one member per output */
             same = g->nodes[f->mem[k][m]].op != n->op || (grad && ir_attrs(g, f->mem[k][m])[2] != ir_attrs(g, id)[2]);
         if (!same) continue;

@@ -66,22 +66,15 @@ static NodeId view_root(const Graph *g, NodeId x)
     return x;
 }
 
-/* The attention whose log-sum-exp attention_lse i is (same operands, attributes), or
- * IR_NONE: fusion computes both in one kernel. */
+/* The attention whose log-sum-exp attention_lse i is (ir_same_attention), or IR_NONE:
+ * fusion computes both in one kernel. */
 static NodeId lse_sibling(const Graph *g, NodeId i)
 {
     const Node *n = &g->nodes[i];
     NodeId first = 0;
     for (uint32_t j = 0; j < n->ninputs; j++) first = ir_input(g, i, (int)j) > first ? ir_input(g, i, (int)j) : first;
-    for (NodeId s = i - 1; s > first; s--) {
-        const Node *a = &g->nodes[s];
-        if (a->op != OP_ATTENTION || a->ninputs != n->ninputs || a->fattr[0] != n->fattr[0] || a->fattr[1] != n->fattr[1] ||
-            memcmp(ir_attrs(g, s), ir_attrs(g, i), 2 * sizeof(int64_t)))
-            continue;
-        bool same = true;
-        for (uint32_t j = 0; j < n->ninputs && same; j++) same = ir_input(g, s, (int)j) == ir_input(g, i, (int)j);
-        if (same) return s;
-    }
+    for (NodeId s = i - 1; s > first; s--)
+        if (g->nodes[s].op == OP_ATTENTION && ir_same_attention(g, s, i)) return s;
     return IR_NONE;
 }
 
