@@ -175,9 +175,9 @@ void build_fingerprint(StrBuf *key)
     build_cpu_features(key);
     /* the runtime and every header the generated code includes */
     const char *files[] = {KILN_RUNTIME_LIB, KILN_TRAIN_MAIN, KILN_TRAIN_BENCH, KILN_TRAIN_CKPT, KILN_INFER_MAIN, KILN_DIST_SINGLE, KILN_DIST_MPI, KILN_DIST_GRADS_MPI, KILN_RUNTIME_DIR "/kiln_model.h", KILN_RUNTIME_DIR "/kiln_recipe.h",
-                           KILN_RUNTIME_DIR "/kiln_gemm.h", KILN_RUNTIME_DIR "/kiln_attention.h",
+                           KILN_RUNTIME_DIR "/kiln_gemm.h", KILN_RUNTIME_DIR "/kiln_attention.h", KILN_RUNTIME_DIR "/kiln_attention_desc.h",
                            KILN_RUNTIME_DIR "/kiln_math.h", KILN_RUNTIME_DIR "/kiln_half.h", KILN_RUNTIME_DIR "/kiln_rng.h", KILN_RUNTIME_DIR "/optim_elem.h",
-                           KILN_RUNTIME_DIR "/cuda/kiln_cuda.h", KILN_RUNTIME_DIR "/cuda/kiln_cuda_model.h", KILN_RUNTIME_DIR "/cuda/device.cu",
+                           KILN_RUNTIME_DIR "/cuda/kiln_cuda.h", KILN_RUNTIME_DIR "/cuda/kiln_cuda_model.h", KILN_RUNTIME_DIR "/cuda/kiln_cuda_attention.h", KILN_RUNTIME_DIR "/cuda/device.cu",
                            KILN_PROGRAMS_DIR "/dist_nccl.cu", KILN_PROGRAMS_DIR "/dist_mpi.h", KILN_CUDA_EMU_LIB, KILN_CUDA_EMU_NCCL_LIB};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         struct stat st;

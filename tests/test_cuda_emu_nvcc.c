@@ -78,9 +78,9 @@ static Ptxas run_nvcc(const char *file, const char *arch, const char *flags, Str
     cr_assert(mkdtemp(dir));
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "'%s' -std=c++17 -O3 -arch=%s %s -Xptxas -v -I'%s/runtime/cuda' -I'%s/tests/cuda' -c "
+             "'%s' -std=c++17 -O3 -arch=%s %s -Xptxas -v -I'%s/runtime/cuda' -I'%s/runtime' -I'%s/tests/cuda' -c "
              "'%s/tests/cuda/%s' -o '%s/out.o'",
-             KILN_NVCC, arch, flags, KILN_SOURCE_DIR, KILN_SOURCE_DIR, KILN_SOURCE_DIR, file, dir);
+             KILN_NVCC, arch, flags, KILN_SOURCE_DIR, KILN_SOURCE_DIR, KILN_SOURCE_DIR, KILN_SOURCE_DIR, file, dir);
     sb_init(out);
     int rc = support_run(cmd, out);
     support_remove_dir(dir);
@@ -112,6 +112,8 @@ Test(cuda_nvcc, kernels_sm90) { compile("kernels.cu", "sm_90"); }
 Test(cuda_nvcc, misuse_sm80) { compile("misuse.cu", "sm_80"); }
 Test(cuda_nvcc, misuse_sm90) { compile("misuse.cu", "sm_90"); }
 Test(cuda_nvcc, api_compat_sm90) { compile("api_compat.cu", "sm_90"); }
+Test(cuda_nvcc, attention_sm80) { compile("attention.cu", "sm_80"); }
+Test(cuda_nvcc, attention_sm90) { compile("attention.cu", "sm_90"); }
 Test(cuda_nvcc, example_sm80) { compile("example.cu", "sm_80"); }
 Test(cuda_nvcc, example_sm90) { compile("example.cu", "sm_90"); }
 

@@ -92,6 +92,10 @@ typedef unsigned long uintptr_t;
  * lanes: unrolled, four lanes' values live at once made ptxas spill around the calls of
  * expf and of float division's slow path). */
 #define KILN_NO_UNROLL _Pragma("GCC unroll 1")
+/* KILN_UNROLL before a loop of a constant count over an array: unrolled, so that the array
+ * lives in registers (the fused attention's accumulators; kept in local memory, ptxas
+ * spilled them). */
+#define KILN_UNROLL _Pragma("GCC unroll 32")
 
 #elif defined(__CUDACC__)
 
@@ -106,6 +110,7 @@ typedef unsigned long uintptr_t;
 #define KILN_LAUNCH_RAW_(kernel, grid, block, shmem, stream, ...) \
     kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
 #define KILN_NO_UNROLL _Pragma("unroll 1")
+#define KILN_UNROLL _Pragma("unroll")
 
 #endif /* else: host-only C++ against the real runtime (error helpers below only) */
 

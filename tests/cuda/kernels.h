@@ -6,6 +6,10 @@
 #ifndef KILN_TESTS_CUDA_KERNELS_H
 #define KILN_TESTS_CUDA_KERNELS_H
 
+#include <stddef.h>
+
+#include "../../runtime/kiln_attention_desc.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -54,6 +58,21 @@ int kt_misuse_host_pointer(void);      /* a malloc'd pointer as a kernel argumen
 int kt_opt_in_shared(void);            /* 64 KiB dynamic after cudaFuncSetAttribute: fine */
 /* How many times KILN_LAUNCH reported a failure (KILN_CUDA_ON_ERROR in misuse.cu). */
 int kt_misuse_reports(void);
+
+/* attention.cu: the CUDA target's fused attention (kiln_cuda_attention.h) on host arrays
+ * of n floats each (mask_bytes bytes of mask; a's mask pointers are set to its copy).
+ * Without dout the forward: out (if want_out; else left as it was) and lse, both read in
+ * first so that what the kernel does not write stays. With dout the backward, reading out
+ * and lse: dq, dk, dv, dmask where not NULL (read in first too). q, k and v may be views
+ * into one array (passed as each of them): k_at and v_at elements into it. */
+typedef struct {
+    const float *q, *k, *v, *dout;
+    const void *mask;
+    size_t nq, nk, nv, nout, nlse, ndmask, mask_bytes, k_at, v_at;
+    float *out, *lse, *dq, *dk, *dv, *dmask;
+    int want_out;
+} KtAttentionArrays;
+int kt_attention(const kiln_attention *a, const KtAttentionArrays *x);
 
 /* api_compat.cu: a tour of the runtime subset (memory, copies, streams, events, device
  * queries, errors); returns 0 or the line of the first check that failed. */
