@@ -65,7 +65,7 @@ static const CliFlag flags[] = {
     {"--cflags", NULL, "FLAGS", CMD_BUILD, O_CFLAGS, "flags for the target's compiler, after Kiln's (so they win)"},
     /* emit and build: the memory and precision of training */
     {"--attention", NULL, "fused|unfused", MODEL_CMDS, O_ATTENTION,
-     "fused (default, the C target): attention computed by one kernel that keeps\nno T x T tensor; unfused: as the model writes it (a comparison)"},
+     "fused (default): attention computed by one kernel that keeps no T x T tensor\n(on the CUDA target head sizes up to 128); unfused: as the model writes it\n(a comparison)"},
     {"--precision", NULL, "fp32|bf16|fp16", CMD_IR | CMD_EMIT | CMD_BUILD, O_PRECISION,
      "overrides the recipe's precision: bf16 or fp16 train in mixed precision\n(fp32 master weights; docs/precision.md)"},
     {"--weight-rounding", NULL, "nearest|stochastic", CMD_IR | CMD_EMIT | CMD_BUILD, O_WEIGHT_ROUNDING,

@@ -1,10 +1,13 @@
-/* c_attention.c — the C target's fused attention kernels: one function per kernel of the
- * attention ops (ir/ops.h; fusion puts an attention's output and log-sum-exp in one kernel,
- * its three gradients in another), calling runtime/kiln_attention.h with the attention's
- * sizes and each operand's strides where it lies (q, k and v in the qkv projection's
- * memory; the output in the permute back to [B, T, H, D]). An output no kernel reads is
- * passed as NULL: the runtime skips it (the log-sum-exp of an evaluation step, the
- * gradient of an operand that needs none). */
+/* c_attention.c — the fused attention kernels' arguments, for both targets, and the C
+ * target's kernels. Fusion puts an attention's output and log-sum-exp in one kernel, its
+ * gradients in another; each is described to the runtime by a kiln_attention
+ * (runtime/kiln_attention_desc.h): the attention's sizes and each operand's strides where
+ * it lies (q, k and v in the qkv projection's memory; the output in the permute back to
+ * [B, T, H, D]). The C target calls runtime/kiln_attention.h with it; the CUDA target
+ * (cuda_attention.c) launches runtime/cuda/kiln_cuda_attention.h's kernels. An output no
+ * kernel reads is passed as NULL: the runtime skips it (the log-sum-exp of an evaluation
+ * step, the gradient of an operand that needs none). */
+#include <stdio.h>
 #include <string.h>
 
 #include "c_internal.h"
@@ -57,17 +60,36 @@ static void operand_layout(const Cg *c, NodeId id, int j, FusionLayout *L, Dim *
     contiguous_strides(&g->nodes[x].shape, st);
 }
 
-static void put_strides(StrBuf *o, const Graph *g, const Dim *st)
+/* The next field of the struct: a designated initializer (C) or an assignment (C++, whose
+ * designators must follow the declaration's order). `wrap`: the C form starts a line. */
+static void field(StrBuf *o, bool cxx, bool *first, bool wrap, const char *name)
 {
-    sb_puts(o, "{");
-    for (int a = 0; a < 4; a++) {
-        if (a) sb_puts(o, ", ");
-        cg_dim(o, g, st[a]);
-    }
-    sb_puts(o, "}");
+    if (cxx) sb_printf(o, "%s    a.%s = ", *first ? "    kiln_attention a = {};\n" : ";\n", name);
+    else sb_printf(o, "%s.%s = ", *first ? "    const kiln_attention a = {" : wrap ? ",\n                              " : ", ", name);
+    *first = false;
 }
 
-void cg_attention_struct(Cg *c, NodeId id, const char *mask_var)
+/* A stride field: `{s0, s1, s2, s3}` (C), or its four assignments (C++). */
+static void put_strides(StrBuf *o, const Graph *g, bool cxx, bool *first, bool wrap, const char *name, const Dim *st)
+{
+    if (!cxx) {
+        field(o, cxx, first, wrap, name);
+        sb_puts(o, "{");
+    }
+    for (int a = 0; a < 4; a++) {
+        if (cxx) {
+            char f[16];
+            snprintf(f, sizeof f, "%s[%d]", name, a);
+            field(o, cxx, first, false, f);
+        } else if (a) {
+            sb_puts(o, ", ");
+        }
+        cg_dim(o, g, st[a]);
+    }
+    if (!cxx) sb_puts(o, "}");
+}
+
+void cg_attention_struct(Cg *c, NodeId id, const char *mask_var, bool cxx)
 {
     const Graph *g = c->g;
     StrBuf *o = c->o;
@@ -77,66 +99,77 @@ void cg_attention_struct(Cg *c, NodeId id, const char *mask_var)
     const int r = q->shape.rank;
     const bool grad = n->op == OP_ATTENTION_GRAD, has_mask = at[0] == ATTN_MASK_KEEP || at[0] == ATTN_MASK_DROP || at[0] == ATTN_MASK_ADD;
     static const char *const masks[ATTN_MASK_COUNT] = {"KILN_ATTN_NONE", "KILN_ATTN_CAUSAL", "KILN_ATTN_KEEP", "KILN_ATTN_DROP", "KILN_ATTN_ADD"};
-    sb_puts(o, "    const kiln_attention a = {.B = ");
+    bool first = true;
+    field(o, cxx, &first, false, "B");
     for (int i = 0; i < r - 3; i++) {
         if (i) sb_puts(o, " * ");
         cg_dim(o, g, q->shape.d[i]);
     }
     if (r == 3) sb_puts(o, "1");
-    static const char *const fields[] = {".H", ".T", ".D", ".kv_heads", ".S"};
+    static const char *const fields[] = {"H", "T", "D", "kv_heads", "S"};
     const Dim dims[] = {q->shape.d[r - 3], q->shape.d[r - 2], q->shape.d[r - 1], k->shape.d[r - 3], k->shape.d[r - 2]};
     for (int i = 0; i < 5; i++) {
-        sb_printf(o, ", %s = ", fields[i]);
+        field(o, cxx, &first, false, fields[i]);
         cg_dim(o, g, dims[i]);
     }
-    sb_puts(o, ", .DV = ");
+    field(o, cxx, &first, false, "DV");
     cg_dim(o, g, v->shape.d[r - 1]);
     /* the strides of q, k, v and (forward) out or (backward) dout */
-    static const char *const st_names[] = {".q_st", ".k_st", ".v_st"};
+    static const char *const st_names[] = {"q_st", "k_st", "v_st"};
     FusionLayout L;
     Dim st[4];
     for (int j = 0; j < 3; j++) {
         operand_layout(c, id, j, &L, st);
-        sb_printf(o, ",\n                              %s = ", st_names[j]);
-        put_strides(o, g, st);
+        put_strides(o, g, cxx, &first, true, st_names[j], st);
     }
     if (grad) operand_layout(c, id, (int)n->ninputs - 3, &L, st); /* out, as the forward wrote it */
     else output_layout(c, id, &L, st);
-    sb_puts(o, ", .o_st = ");
-    put_strides(o, g, st);
+    put_strides(o, g, cxx, &first, false, "o_st", st);
     if (grad) {
         operand_layout(c, id, (int)n->ninputs - 1, &L, st);
-        sb_puts(o, ", .do_st = ");
-        put_strides(o, g, st);
+        put_strides(o, g, cxx, &first, false, "do_st", st);
     }
     if (grad) { /* dq, dk, dv: the kernel's own, contiguous in q's, k's, v's shapes */
-        static const char *const d_names[] = {".dq_st", ".dk_st", ".dv_st"};
+        static const char *const d_names[] = {"dq_st", "dk_st", "dv_st"};
         for (int j = 0; j < 3; j++) {
             Dim ds[4];
             contiguous_strides(&N(c, ir_input(g, id, j))->shape, ds);
-            sb_printf(o, ",\n                              %s = ", d_names[j]);
-            put_strides(o, g, ds);
+            put_strides(o, g, cxx, &first, true, d_names[j], ds);
         }
     }
-    sb_puts(o, ",\n                              .scale = ");
+    field(o, cxx, &first, true, "scale");
     cg_literal(o, n->fattr[0], DT_F32);
-    sb_printf(o, ", .mask = %s", at[0] >= 0 && at[0] < ATTN_MASK_COUNT ? masks[at[0]] : "KILN_ATTN_NONE");
+    field(o, cxx, &first, false, "mask");
+    sb_puts(o, at[0] >= 0 && at[0] < ATTN_MASK_COUNT ? masks[at[0]] : "KILN_ATTN_NONE");
     if (has_mask) {
         operand_layout(c, id, 3, &L, st);
-        sb_printf(o, ", %s = %s", at[0] == ATTN_MASK_ADD ? ".mask_add" : ".mask_bool", mask_var);
-        sb_puts(o, ", .mask_st = ");
-        put_strides(o, g, st);
+        field(o, cxx, &first, false, at[0] == ATTN_MASK_ADD ? "mask_add" : "mask_bool");
+        sb_puts(o, mask_var);
+        put_strides(o, g, cxx, &first, false, "mask_st", st);
     }
     if (n->fattr[1] > 0) {
-        sb_puts(o, ",\n                              .dropout = ");
+        field(o, cxx, &first, true, "dropout");
         cg_literal(o, n->fattr[1], DT_F32);
-        sb_printf(o, ", .seed = seed, .step = step, .stream = %lld", (long long)at[1]);
+        field(o, cxx, &first, false, "seed");
+        sb_puts(o, "seed");
+        field(o, cxx, &first, false, "step");
+        sb_puts(o, "step");
+        field(o, cxx, &first, false, "stream");
+        sb_printf(o, "%lld", (long long)at[1]);
     }
-    sb_puts(o, "};\n");
+    sb_puts(o, cxx ? ";\n" : "};\n");
+}
+
+NodeId cg_attention_operand_base(const Cg *c, NodeId id, int j)
+{
+    FusionLayout L;
+    Dim st[4];
+    operand_layout(c, id, j, &L, st);
+    return L.base;
 }
 
 /* The pointer to operand j's first element: its base's parameter plus the layout's offset. */
-static void operand_pointer(Cg *c, NodeId id, int j, const char *name)
+void cg_attention_operand_pointer(Cg *c, NodeId id, int j, const char *name)
 {
     FusionLayout L;
     Dim st[4];
@@ -150,7 +183,7 @@ static void operand_pointer(Cg *c, NodeId id, int j, const char *name)
 }
 
 /* The member of kernel k that is op (attention_grad: of operand `which`), or IR_NONE. */
-static NodeId member(const Cg *c, int32_t k, Op op, int which)
+NodeId cg_attention_member(const Cg *c, int32_t k, Op op, int which)
 {
     const Kernel *K = &c->fp.kernels[k];
     for (int32_t i = 0; i < K->count; i++) {
@@ -163,7 +196,7 @@ static NodeId member(const Cg *c, int32_t k, Op op, int which)
 static const char *const operand_names[7] = {"q", "k", "v", "mask", "out", "lse", "dout"};
 
 /* The name of operand j of an attention op with or without a mask operand. */
-static const char *operand_name(bool has_mask, uint32_t j) { return operand_names[!has_mask && j >= 3 ? j + 1 : j]; }
+const char *cg_attention_operand_name(bool has_mask, uint32_t j) { return operand_names[!has_mask && j >= 3 ? j + 1 : j]; }
 
 void cg_emit_attention_kernel(Cg *c, int32_t k, void (*name)(Cg *c, NodeId id, StrBuf *b))
 {
@@ -178,7 +211,7 @@ void cg_emit_attention_kernel(Cg *c, int32_t k, void (*name)(Cg *c, NodeId id, S
     name(c, id, o);
     sb_puts(o, "(const int64_t *s");
     for (uint32_t j = 0; j < n->ninputs; j++)
-        sb_printf(o, ", const %s *restrict %s", cg_ctype((DType)N(c, ir_input(g, id, (int)j))->dtype), operand_name(has_mask, j));
+        sb_printf(o, ", const %s *restrict %s", cg_ctype((DType)N(c, ir_input(g, id, (int)j))->dtype), cg_attention_operand_name(has_mask, j));
     if (n->fattr[1] > 0) sb_puts(o, ", uint64_t seed, uint64_t step");
     const bool added = ir_attrs(g, id)[0] == ATTN_MASK_ADD;
     if (grad) sb_printf(o, ", float *restrict dq, float *restrict dk, float *restrict dv%s", added ? ", float *restrict dmask" : "");
@@ -187,15 +220,15 @@ void cg_emit_attention_kernel(Cg *c, int32_t k, void (*name)(Cg *c, NodeId id, S
     cg_declare_syms(c, id);
     if (has_mask) {
         sb_printf(o, "    const %s *mask_at = ", cg_ctype((DType)N(c, ir_input(g, id, 3))->dtype));
-        operand_pointer(c, id, 3, "mask");
+        cg_attention_operand_pointer(c, id, 3, "mask");
         sb_puts(o, ";\n");
     }
-    cg_attention_struct(c, id, "mask_at");
+    cg_attention_struct(c, id, "mask_at", false);
     sb_printf(o, "    kiln_attention_%s(&a", grad ? "bwd" : "fwd");
     for (uint32_t j = 0; j < n->ninputs; j++) {
         if (has_mask && j == 3) continue; /* in the struct */
         sb_puts(o, ", ");
-        operand_pointer(c, id, (int)j, operand_name(has_mask, j));
+        cg_attention_operand_pointer(c, id, (int)j, cg_attention_operand_name(has_mask, j));
     }
     sb_puts(o, grad ? (added ? ", dq, dk, dv, dmask);\n" : ", dq, dk, dv, NULL);\n") : ", out, lse);\n");
     sb_puts(o, "}\n\n");
@@ -210,17 +243,12 @@ void cg_emit_attention_call(Cg *c, int32_t k, void (*name)(Cg *c, NodeId id, Str
     sb_puts(o, "    ");
     name(c, id, o);
     sb_puts(o, "(io->syms");
-    for (uint32_t j = 0; j < n->ninputs; j++) { /* the memory each operand's layout reads */
-        FusionLayout L;
-        Dim st[4];
-        operand_layout(c, id, (int)j, &L, st);
-        sb_printf(o, ", v%d", L.base);
-    }
+    for (uint32_t j = 0; j < n->ninputs; j++) sb_printf(o, ", v%d", cg_attention_operand_base(c, id, (int)j)); /* the memory each operand's layout reads */
     if (n->fattr[1] > 0) sb_puts(o, ", io->seed, io->step");
     const bool grad = n->op == OP_ATTENTION_GRAD;
     const int outputs = grad ? (ir_attrs(c->g, id)[0] == ATTN_MASK_ADD ? 4 : 3) : 2;
     for (int w = 0; w < outputs; w++) {
-        const NodeId m = member(c, k, grad ? OP_ATTENTION_GRAD : w ? OP_ATTENTION_LSE : OP_ATTENTION, w);
+        const NodeId m = cg_attention_member(c, k, grad ? OP_ATTENTION_GRAD : w ? OP_ATTENTION_LSE : OP_ATTENTION, w);
         const NodeId wr = c->fp.kernels[k].written;
         if (!grad && !w && wr != IR_NONE) sb_printf(o, ", v%d", wr); /* the output, permuted */
         else if (m == IR_NONE || !c->fp.stored[m]) sb_puts(o, ", NULL");

@@ -23,11 +23,7 @@ void cg_emit_fused_call(Cg *c, int32_t k);
 void cg_free_shared(Cg *c);
 /* c_attention.c: the fused attention kernels (a kernel of attention ops, named by `name`
  * after its anchor) and their calls in the step. */
-bool cg_is_attention(Op op);
 void cg_emit_attention_kernel(Cg *c, int32_t k, void (*name)(Cg *c, NodeId id, StrBuf *b));
 void cg_emit_attention_call(Cg *c, int32_t k, void (*name)(Cg *c, NodeId id, StrBuf *b));
-/* `const kiln_attention a = {...};` for attention op id (runtime/kiln_attention.h), the
- * mask read from mask_var. */
-void cg_attention_struct(Cg *c, NodeId id, const char *mask_var);
 
 #endif

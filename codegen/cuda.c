@@ -63,6 +63,7 @@ static const char *unsupported_kind(const CgKernel *L)
     }
     if (K->kind == KERNEL_SINGLE) {
         const Op op = (Op)L->g->nodes[K->anchor].op;
+        if (cg_is_attention(op)) return cuda_attention_unsupported(L->c, K->anchor);
         return single_supported(op) ? NULL : ir_op_info[op].name;
     }
     return NULL;
@@ -1181,7 +1182,15 @@ static void emit_kernel_call(Cg *c, int32_t k)
     StrBuf *o = c->o;
     const Node *n = N(c, L.K->anchor);
     sb_puts(o, "    ");
-    if (L.K->kind == KERNEL_SINGLE) {
+    if (L.K->kind == KERNEL_SINGLE && cg_is_attention((Op)n->op)) {
+        StrBuf fn;
+        sb_init(&fn);
+        single_name(c, k, L.K->anchor, &fn);
+        o->len -= 4; /* cuda_emit_attention_call indents */
+        o->data[o->len] = 0;
+        cuda_emit_attention_call(c, k, fn.data);
+        sb_free(&fn);
+    } else if (L.K->kind == KERNEL_SINGLE) {
         single_name(c, k, L.K->anchor, o);
         sb_puts(o, "_launch(io->syms");
         for (uint32_t j = 0; j < n->ninputs; j++) sb_printf(o, ", v%d", ir_input(c->g, L.K->anchor, (int)j));
@@ -1236,7 +1245,16 @@ static int emit_graph(Cg *c, const CodegenGraph *cgg, const Graph *ref, const ch
         CgKernel L;
         cg_kernel_setup(&L, c, k);
         const char *kind = unsupported_kind(&L);
-        if (!kind && L.K->kind == KERNEL_SINGLE) {
+        if (!kind && L.K->kind == KERNEL_SINGLE && cg_is_attention((Op)N(c, L.K->anchor)->op)) {
+            StrBuf fn, site;
+            sb_init(&fn);
+            sb_init(&site);
+            single_name(c, k, L.K->anchor, &fn);
+            model_line(c, L.K->anchor, &site);
+            cuda_emit_attention_kernel(c, k, fn.data, site.data);
+            sb_free(&fn);
+            sb_free(&site);
+        } else if (!kind && L.K->kind == KERNEL_SINGLE) {
             emit_single_kernel(c, k, L.K->anchor);
             emit_single_launcher(c, k, L.K->anchor);
         } else if (!kind) {
@@ -1282,6 +1300,10 @@ static int emit_graph(Cg *c, const CodegenGraph *cgg, const Graph *ref, const ch
         kernel_function(c, k, &fn);
         sb_printf(&launcher, "%s_launch", fn.data);
         cg_names_record(c, k, fn.data, launcher.data, "");
+        if (c->fp.kernels[k].kind == KERNEL_SINGLE && N(c, c->fp.kernels[k].anchor)->op == OP_ATTENTION_GRAD) { /* its dQ kernel */
+            sb_puts(&fn, "_dq");
+            cg_names_record(c, k, fn.data, NULL, "_dq");
+        }
         if (!epilogue_of[k]) continue;
         sb_puts(&fn, "_epilogue");
         cg_names_record(c, k, fn.data, NULL, "_epilogue");
@@ -1309,8 +1331,8 @@ static int emit_graph(Cg *c, const CodegenGraph *cgg, const Graph *ref, const ch
 /* Starts model.cu: checks that the target supports every dtype of g (the graph whose
  * steps the file holds), then the file's comment, includes and the block-wide helpers
  * every kind of kernel uses. -1 with the error in err. */
-static int begin_file(Cg *c, const Graph *g, const Graph *train, const char *source_path, bool partial, bool infer, StrBuf *out,
-                      StrBuf *err)
+static int begin_file(Cg *c, const Graph *g, const Graph *train, const char *source_path, bool partial, bool infer, bool attention,
+                      StrBuf *out, StrBuf *err)
 {
     memset(c, 0, sizeof *c);
     c->infer = infer;
@@ -1341,6 +1363,7 @@ static int begin_file(Cg *c, const Graph *g, const Graph *train, const char *sou
                      "#define KILN_CUDA_BY_NAME 1\n");
     sb_puts(out, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n\n#include \"kiln_cuda_model.h\"\n#include \"kiln_half.h\"\n"
                  "#include \"kiln_rng.h\"\n\n");
+    if (attention) sb_puts(out, "#include \"kiln_cuda_attention.h\"\n\n");
     sb_puts(out, "/* The leading dimension cuBLAS needs (runtime/kiln_gemm.h's, for the host). */\n"
                  "static inline int64_t kiln_blas_ld(int64_t stride, int64_t cols) { return stride >= cols && stride > 0 ? stride : cols > 1 ? cols : 1; }\n\n");
     sb_puts(out, "/* The sum and the maximum of v over the block, returned to every thread: each warp\n"
@@ -1416,12 +1439,22 @@ static void emit_module_table(StrBuf *out)
     cuda_device_source_free(&s);
 }
 
+/* Has any of the graphs fused attention kernels (kiln_cuda_attention.h)? */
+static bool has_attention(const Graph *const *gs, int n)
+{
+    for (int i = 0; i < n; i++)
+        for (NodeId id = 0; gs[i] && id < gs[i]->nnodes; id++)
+            if (cg_is_attention((Op)gs[i]->nodes[id].op)) return true;
+    return false;
+}
+
 int codegen_cuda(const CodegenInput *in, StrBuf *out, StrBuf *err)
 {
     const Graph *train = in->train.graph, *decode = in->decode.graph;
     const bool partial = in->partial;
     Cg c;
-    if (begin_file(&c, train, train, in->source_path, partial, false, out, err)) return -1;
+    const Graph *graphs[] = {train, in->eval.graph, decode};
+    if (begin_file(&c, train, train, in->source_path, partial, false, has_attention(graphs, 3), out, err)) return -1;
     c.bucket_bytes = in->bucket_bytes;
     int64_t train_arena = 0, eval_arena = 0;
     int rc = emit_graph(&c, &in->train, train, "train", "training", partial, &train_arena);
@@ -1458,7 +1491,8 @@ int codegen_cuda_infer(const CodegenInput *in, StrBuf *out, StrBuf *err)
 {
     const Graph *train = in->train.graph, *eval = in->eval.graph, *predict = in->predict.graph, *decode = in->decode.graph;
     Cg c;
-    if (begin_file(&c, eval, train, in->source_path, false, true, out, err)) return -1;
+    const Graph *graphs[] = {eval, predict, decode};
+    if (begin_file(&c, eval, train, in->source_path, false, true, has_attention(graphs, 3), out, err)) return -1;
     int64_t eval_arena = 0;
     int rc = emit_graph(&c, &in->eval, train, "eval", "evaluation", false, &eval_arena);
     if (!rc) rc = emit_graph(&c, &in->predict, train, "predict", "predict", false, &c.predict_arena);

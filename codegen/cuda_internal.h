@@ -62,4 +62,12 @@ NodeId cuda_gemm_bgrad_summed(const Cg *c, NodeId sum);
 bool cuda_gemm_emit_bgrad(CgKernel *L, const CgOperand *A, const CgOperand *B);
 void cuda_gemm_emit_bgrad_fallback(CgKernel *L);
 
+/* cuda_attention.c: a kernel of attention ops. Why the target cannot write attention op
+ * id's (NULL: it can); its __global__ wrappers and launcher, under the provisional name
+ * `name` (the backward's dQ kernel: name_dq), `site` the model line its launches name;
+ * its launch in the step. */
+const char *cuda_attention_unsupported(const Cg *c, NodeId id);
+void cuda_emit_attention_kernel(Cg *c, int32_t k, const char *name, const char *site);
+void cuda_emit_attention_call(Cg *c, int32_t k, const char *name);
+
 #endif

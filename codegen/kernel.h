@@ -339,6 +339,19 @@ void cg_gemm_output(CgKernel *L, CgOperand *C);
  * operands x0, x1, ... and the output y. The C target loops over the coordinates; the
  * CUDA target derives them from its thread's flat index. */
 
+/* The fused attention kernels' arguments (c_attention.c), for both targets: is op one of
+ * the attention ops; `const kiln_attention a = {...};` (C) or `kiln_attention a = {};` and
+ * its fields assigned (cxx) for attention op id (runtime/kiln_attention_desc.h), the mask
+ * read from mask_var; the pointer to operand j's first element, `name` plus its offset;
+ * the node whose memory operand j reads; the member of kernel k that is op (attention_grad:
+ * of operand `which`), or IR_NONE; the name of operand j (q, k, v, mask, out, lse, dout). */
+bool cg_is_attention(Op op);
+void cg_attention_struct(Cg *c, NodeId id, const char *mask_var, bool cxx);
+void cg_attention_operand_pointer(Cg *c, NodeId id, int j, const char *name);
+NodeId cg_attention_operand_base(const Cg *c, NodeId id, int j);
+NodeId cg_attention_member(const Cg *c, int32_t k, Op op, int which);
+const char *cg_attention_operand_name(bool has_mask, uint32_t j);
+
 /* The comment above a single-node kernel: its op, shapes and model line. */
 void cg_single_comment(Cg *c, NodeId id);
 /* The number of elements of s, as an expression. */

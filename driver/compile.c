@@ -58,10 +58,14 @@ static int apply_bounds(const Build *b, Graph *g)
     return 0;
 }
 
-/* Whether attention stays as written: asked for, or the CUDA target (no fused kernels yet).
- * A decode graph's attention over the key/value cache is fused too: the kernel reads the
- * time-major cache in place, and the causal mask relative to the past as a broadcast. */
-static bool unfused_attention(const KilnOptions *opt) { return opt->unfused_attention || opt->target == KILN_TARGET_CUDA; }
+/* Whether attention stays as written (--attention unfused). A decode graph's attention over
+ * the key/value cache is fused too: the kernel reads the time-major cache in place, and the
+ * causal mask relative to the past as a broadcast. */
+static bool unfused_attention(const KilnOptions *opt) { return opt->unfused_attention; }
+
+/* The largest head size the target's fused kernels take (0: any): the CUDA target's keep
+ * a tile of 32 keys by 128 columns in shared memory (runtime/cuda/kiln_cuda_attention.h). */
+static int64_t attention_max_head(const KilnOptions *opt) { return opt->target == KILN_TARGET_CUDA ? 128 : 0; }
 
 /* Runs the pipeline on one graph of the program (from the pass after `from` to the end,
  * or up to `after`), timed as that graph's. */
@@ -71,6 +75,7 @@ static int run(const Build *b, Graph *g, const char *graph_name, const char *fro
     PipelineOptions po = {.remat = remat,
                           .precision = forward_only ? NULL : &b->p->precision,
                           .unfused_attention = b->unfused || unfused_attention(b->opt),
+                          .attention_max_head = attention_max_head(b->opt),
                           .from = from,
                           .forward_only = forward_only,
                           .plan = plan,
@@ -376,6 +381,7 @@ KilnStatus kiln_compile(const KilnOptions *opt, KilnProgram **out, StrBuf *err)
     *out = NULL;
     KilnProgram *p = xcalloc(1, sizeof *p);
     p->unfused_arena = -1;
+    p->attention_max_head = attention_max_head(opt);
     diag_init(&p->diag, opt->diagnostics);
     Build b = {.opt = opt, .p = p, .err = err, .cmd = opt->command ? opt->command : "build"};
     *out = p;
@@ -385,6 +391,7 @@ KilnStatus kiln_compile(const KilnOptions *opt, KilnProgram **out, StrBuf *err)
     if (opt->stop_after) { /* kiln ir, gradcheck: the training graph after a pass */
         PipelineOptions po = {.precision = &p->precision,
                               .unfused_attention = unfused_attention(opt),
+                              .attention_max_head = attention_max_head(opt),
                               .plan = !strcmp(opt->stop_after, "fusion") || !strcmp(opt->stop_after, "memplan") ? &p->train.plan : NULL,
                               .times = opt->time_passes ? &p->timing : NULL,
                               .graph_name = "train"};

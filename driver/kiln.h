@@ -78,6 +78,7 @@ typedef struct {
     int64_t unfused_arena; /* with report, when attention was fused and there is no memory
                               budget: the training activations of the plan with
                               --attention unfused (-1: not planned) */
+    int64_t attention_max_head; /* the target's fused kernels' largest head size (0: any) */
     char *decode_why;   /* why a language model has no decode step (NULL: it has one, or is
                            not a language model) */
     PrecisionOptions precision; /* the precision the program trains in, with its loss scaling */

@@ -152,7 +152,18 @@ static void attention_report(const KilnProgram *p, const Graph *g, int width, St
         a[i] = (AttnLine){.at = g->nodes[m[i].out].loc, .mask = m[i].mask, .heads = m[i].heads, .kv_heads = m[i].kv_heads,
                           .dropout = m[i].dropout, .dtype = (DType)pr->dtype, .probs = pr->shape};
     }
-    sb_printf(out, "  %-*s%14lld  (%d found, computed unfused: the bytes of their probabilities)\n", width, "attention", (long long)bytes, n);
+    int large = 0; /* over the target's kernels' head size */
+    for (int i = 0; i < n && p->attention_max_head; i++) {
+        const Shape *q = &g->nodes[m[i].q].shape, *v = &g->nodes[m[i].v].shape;
+        large += ir_dim_max(g, q->d[q->rank - 1]) > p->attention_max_head || ir_dim_max(g, v->d[v->rank - 1]) > p->attention_max_head;
+    }
+    StrBuf why;
+    sb_init(&why);
+    if (large)
+        sb_printf(&why, " (%d with a head size over %lld, the CUDA kernels' largest)", large, (long long)p->attention_max_head);
+    sb_printf(out, "  %-*s%14lld  (%d found, computed unfused%s: the bytes of their probabilities)\n", width, "attention", (long long)bytes, n,
+              why.data ? why.data : "");
+    sb_free(&why);
     attention_lines(g, a, n, false, out);
     free(a);
     free(m);

@@ -13,7 +13,9 @@
  * the same batch axes and key/value heads dividing H, all f32; a bool mask or an added
  * float one (which may need a gradient: a learned bias). k enters the op as [..., KV, S, D],
  * kᵀ's operand permuted back (a view the kernel reads in place where the layout allows).
- * Anything else stays unfused. */
+ * On a target whose kernels take head sizes up to a limit (CUDA's: 128), a larger or
+ * symbolic one stays unfused, and the pass's note says how many. Anything else stays
+ * unfused. */
 #include "passes.h"
 
 #include <stdlib.h>
@@ -25,6 +27,8 @@ typedef struct {
     const Graph *g;
     Graph *o;
     NodeId *map;
+    int64_t max_head; /* the target's largest head size (0: any) */
+    int nlarge;       /* attentions left unfused for a larger (or symbolic) one */
 } Fuse;
 
 static NodeId copy_node(Fuse *f, NodeId i)
@@ -96,6 +100,9 @@ static bool same_dims(const Shape *a, const Shape *b, int from, int to)
 }
 
 /* The fused attention of match m in the new graph, or IR_NONE when it does not fit. */
+/* Is head size d a constant the target's kernels take? */
+static bool head_fits(Dim d, int64_t max_head) { return ir_dim_is_const(d) && d.k >= 1 && d.k <= max_head; }
+
 static NodeId fuse(Fuse *f, const AttentionMatch *m, StrBuf *err)
 {
     const Graph *g = f->g;
@@ -124,6 +131,10 @@ static NodeId fuse(Fuse *f, const AttentionMatch *m, StrBuf *err)
     if (ks->rank != r || vs->rank != r || !same_dims(qs, ks, 0, r - 3) || !same_dims(qs, vs, 0, r - 3) || !ir_dim_eq(ks->d[r - 3], vs->d[r - 3]) ||
         !ir_dim_eq(ks->d[r - 2], vs->d[r - 2]) || !ir_dim_eq(qs->d[r - 1], ks->d[r - 1]))
         return IR_NONE;
+    if (f->max_head && !(head_fits(qs->d[r - 1], f->max_head) && head_fits(vs->d[r - 1], f->max_head))) {
+        f->nlarge++;
+        return IR_NONE;
+    }
     if (!ir_dim_eq(qs->d[r - 3], ks->d[r - 3]) &&
         !(ir_dim_is_const(qs->d[r - 3]) && ir_dim_is_const(ks->d[r - 3]) && ks->d[r - 3].k > 0 && qs->d[r - 3].k % ks->d[r - 3].k == 0))
         return IR_NONE;
@@ -139,13 +150,13 @@ static NodeId fuse(Fuse *f, const AttentionMatch *m, StrBuf *err)
     return a;
 }
 
-int pass_fuse_attention(Graph *g, int *nfused, StrBuf *err)
+int pass_fuse_attention(Graph *g, int64_t max_head, int *nfused, int *nlarge, StrBuf *err)
 {
-    *nfused = 0;
+    *nfused = *nlarge = 0;
     AttentionMatch *matches = NULL;
     const int nm = attention_find(g, &matches);
     if (!nm) return 0;
-    Fuse f = {.g = g};
+    Fuse f = {.g = g, .max_head = max_head};
     int32_t *match_of = xmalloc((size_t)g->nnodes * sizeof *match_of);
     for (NodeId i = 0; i < g->nnodes; i++) match_of[i] = -1;
     for (int k = 0; k < nm; k++) match_of[matches[k].out] = k;
@@ -161,6 +172,7 @@ int pass_fuse_attention(Graph *g, int *nfused, StrBuf *err)
         if (r != IR_NONE) ++*nfused;
         f.map[i] = r != IR_NONE ? r : copy_node(&f, i);
     }
+    *nlarge = f.nlarge;
     for (int32_t k = 0; k < g->noutputs; k++)
         ir_add_output(f.o, (OutputKind)g->outputs[k].kind, ir_str(g, g->outputs[k].name), f.map[g->outputs[k].node]);
     int rc = 0;

@@ -13,7 +13,7 @@
  * and its `attention_lse` (ops.h), whose backward recomputes the probabilities instead of
  * storing them. Runs first, on the lowered graph. *nfused: how many were replaced. Renumbers
  * nodes; the unfused ones are left for simplify to drop. 0, or -1 with a message. */
-int pass_fuse_attention(Graph *g, int *nfused, StrBuf *err);
+int pass_fuse_attention(Graph *g, int64_t max_head, int *nfused, int *nlarge, StrBuf *err);
 
 /* autodiff.c — reverse-mode differentiation of the scalar loss output with respect to
  * every trainable parameter (and, with wrt_inputs, every float input). Appends the
@@ -289,8 +289,10 @@ typedef struct {
     const PrecisionOptions *precision;
     const char *from;      /* start after this pass (NULL: from the first) */
     bool forward_only;     /* an evaluation, predict or decode graph: no autodiff, precision, remat */
-    bool unfused_attention; /* skip the attention pass: attention computed as written (the
-                               target has no fused kernel, or --attention unfused) */
+    bool unfused_attention; /* skip the attention pass: attention computed as written
+                               (--attention unfused) */
+    int64_t attention_max_head; /* the largest head size the target's fused kernels take
+                                   (0: any); larger ones stay unfused */
     GraphPlan *plan;       /* out: fusion and memplan run into it (NULL: they run only when
                               `after` names them) */
     StrBuf *times;         /* --time-passes: one row per pass run (pipeline_time_row) */

@@ -19,9 +19,10 @@ static int run_attention(Graph *g, const PipelineOptions *opt, StrBuf *note, Str
         sb_puts(note, "skipped: attention computed unfused");
         return 0;
     }
-    int fused = 0;
-    if (pass_fuse_attention(g, &fused, err)) return -1;
+    int fused = 0, large = 0;
+    if (pass_fuse_attention(g, opt->attention_max_head, &fused, &large, err)) return -1;
     if (fused) sb_printf(note, "%d fused", fused);
+    if (large) sb_printf(note, "%s%d unfused: a head size over %lld, the target's kernels' largest", fused ? "; " : "", large, (long long)opt->attention_max_head);
     return 0;
 }
 

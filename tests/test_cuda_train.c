@@ -1,7 +1,8 @@
 /* test_cuda_train.c — the CUDA target's training programs against the C target's, without a
  * GPU: `kiln build --target cuda-emu` compiles the same model.cu and the same CUDA host
  * runtime (runtime/cuda/device.cu) that --target cuda compiles with nvcc, against Kiln's
- * CUDA emulator. For mlp, cnn and gpt:
+ * CUDA emulator. For mlp, cnn and gpt (its attention fused, as both targets compute it by
+ * default, and as written):
  *   - N steps give the C program's losses within 1e-4 relative, step by step, and its
  *     evaluation loss;
  *   - a run resumed from its own checkpoint halfway ends with the same checkpoint, bit for
@@ -48,14 +49,10 @@ static void build(const char *dir, const Case *t, const char *target, const char
     char args[1024];
     StrBuf out;
     sb_init(&out);
-    /* the CUDA target computes attention unfused (no fused kernels there yet): the C program
-     * as it does, so that the two agree bit for bit */
-    const char *attention = strcmp(target, "c") ? "" : "--attention unfused";
     if (t->model[0] == '/') /* a model file the test wrote */
-        snprintf(args, sizeof args, "build %s %s %s --target %s -o %s/%s", t->model, t->build_flags, attention, target, dir, name);
+        snprintf(args, sizeof args, "build %s %s --target %s -o %s/%s", t->model, t->build_flags, target, dir, name);
     else
-        snprintf(args, sizeof args, "build %s/models/%s.kiln %s %s --target %s -o %s/%s", KILN_SOURCE_DIR, t->model, t->build_flags, attention,
-                 target, dir, name);
+        snprintf(args, sizeof args, "build %s/models/%s.kiln %s --target %s -o %s/%s", KILN_SOURCE_DIR, t->model, t->build_flags, target, dir, name);
     int rc = support_run_kiln(args, &out);
     cr_assert_eq(rc, 0, "kiln %s:\n%s", args, out.data ? out.data : "");
     sb_free(&out);
@@ -202,6 +199,26 @@ Test(cuda_train, gpt_trains_as_the_c_program, .timeout = 600)
 {
     if (!SUPPORT_REPEAT_RUNS) cr_skip_test("sanitizer build: gpt_with_dropout_trains_as_the_c_program covers this program (support.h)");
     train_against_c(&gpt_case);
+}
+
+/* llama: attention written out of rotary and scaled_dot_product_attention, grouped-query
+ * heads (4 over 2): the fused kernels read the fewer key/value heads on both targets. */
+Test(cuda_train, llama_trains_as_the_c_program, .timeout = 600)
+{
+    if (!SUPPORT_REPEAT_RUNS) cr_skip_test("sanitizer build: gpt_with_dropout covers the fused attention's kernels (support.h)");
+    Case t = gpt_case;
+    t.model = "llama";
+    train_against_c(&t);
+}
+
+/* Attention as written (--attention unfused) on both targets: the CUDA program's batched
+ * products and softmax kernels, which the fused kernels replace by default. */
+Test(cuda_train, gpt_unfused_attention_trains_as_the_c_program, .timeout = 600)
+{
+    if (!SUPPORT_REPEAT_RUNS) cr_skip_test("sanitizer build: test_cuda_codegen's gpt_kernels covers these kernels (support.h)");
+    Case t = gpt_case;
+    t.build_flags = "--bound T=32 --attention unfused";
+    train_against_c(&t);
 }
 
 /* gpt with dropout in attention and MLP (0.1): the CUDA kernels draw the C program's

@@ -370,6 +370,61 @@ Test(fuse_attention, kiln_report_and_flag)
     sb_free(&out);
 }
 
+/* The CUDA target fuses as the C target does, with the kernels of
+ * runtime/cuda/kiln_cuda_attention.h (their numbers: test_cuda_attention.c, test_cuda_train.c),
+ * up to their head size of 128: a larger head stays unfused there, and the report says why. */
+Test(fuse_attention, cuda_target_fuses_heads_up_to_128)
+{
+    char dir[] = "/tmp/kiln-fuse-cuda-XXXXXX"; /* a mkdtemp template */
+    cr_assert(mkdtemp(dir));
+    char args[1024], path[600];
+    StrBuf out;
+    sb_init(&out);
+    snprintf(args, sizeof args, "emit --target cuda --report %s/models/gpt.kiln -o %s/gpt", KILN_SOURCE_DIR, dir);
+    cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "(4 fused: the training activations saved;"), "%s", out.data);
+    snprintf(path, sizeof path, "%s/gpt/model.cu", dir);
+    size_t len;
+    StrBuf err;
+    sb_init(&err);
+    char *cu = util_read_file(path, &len, &err);
+    cr_assert(cu, "%s", err.data);
+    cr_expect(strstr(cu, "#include \"kiln_cuda_attention.h\"") && strstr(cu, "kiln_attention_fwd_block(a, q, k, v, out, lse)") &&
+                  strstr(cu, "kiln_attention_dkv_block<8>(") && strstr(cu, "kiln_attention_dq_block("),
+              "gpt's model.cu does not launch the fused kernels");
+    free(cu);
+    /* heads of 256 */
+    snprintf(path, sizeof path, "%s/big.kiln", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs("model big\n"
+          "dim T <= 16\n"
+          "attn = MultiheadAttention(512, 2)\n"
+          "head = Linear(512, 4)\n"
+          "forward(x: f32[B, T, 512]) -> y {\n"
+          "    a, w = attn(x, x, x)\n"
+          "    y = head(a)\n"
+          "}\n"
+          "loss(y, t: i32[B, T]) = cross_entropy(y, t)\n",
+          f);
+    fclose(f);
+    snprintf(args, sizeof args, "emit --target cuda --report %s -o %s/big-cuda", path, dir);
+    cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "(1 found, computed unfused (1 with a head size over 128, the CUDA kernels' largest)"), "%s", out.data);
+    snprintf(path, sizeof path, "%s/big-cuda/model.cu", dir);
+    cu = util_read_file(path, &len, &err);
+    cr_assert(cu, "%s", err.data);
+    cr_expect(!strstr(cu, "kiln_cuda_attention.h"), "heads of 256 fused on the CUDA target");
+    free(cu);
+    snprintf(path, sizeof path, "%s/big.kiln", dir);
+    snprintf(args, sizeof args, "emit --report %s -o %s/big-c", path, dir);
+    cr_assert_eq(support_run_kiln(args, &out), 0, "%s", out.data);
+    cr_expect(strstr(out.data, "(1 fused:"), "the C target takes any head size:\n%s", out.data);
+    sb_free(&out);
+    sb_free(&err);
+    support_remove_dir(dir);
+}
+
 
 /* gpt, gpt with dropout 0.1 on its attention probabilities and llama trained 20 steps
  * fused and unfused (the same seed and data): the same losses to the digits the program
