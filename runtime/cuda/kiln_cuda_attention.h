@@ -40,8 +40,16 @@
 #define KILN_ATTN_PAIRS 8      /* (row, column) pairs of the output (or dQ) per thread */
 #define KILN_ATTN_MAX_HEAD 128 /* the largest D and DV */
 
+/* The launch shapes' helpers run on both sides (the host of a GPU program whose kernels
+ * NVRTC compiled is plain C++: no __host__ there). */
+#if defined(__CUDACC__) || defined(KILN_CUDA_EMU)
+#define KILN_ATTN_HD static __host__ __device__ inline
+#else
+#define KILN_ATTN_HD static inline
+#endif
+
 /* Queries per block: R · max(D, DV) <= KILN_ATTN_THREADS · KILN_ATTN_PAIRS. */
-static __host__ __device__ inline int kiln_attn_rows(const kiln_attention *a)
+KILN_ATTN_HD int kiln_attn_rows(const kiln_attention *a)
 {
     const int64_t m = a->D > a->DV ? a->D : a->DV;
     int64_t r = KILN_ATTN_THREADS * KILN_ATTN_PAIRS / (m > 0 ? m : 1);
@@ -51,7 +59,7 @@ static __host__ __device__ inline int kiln_attn_rows(const kiln_attention *a)
 
 /* The backward's dK, dV pairs per thread: a tile of 32 keys times max(D, DV) over the
  * block's threads, 8, 16 or 32 (the kernel's template argument). */
-static __host__ __device__ inline int kiln_attn_kv_pairs(const kiln_attention *a)
+KILN_ATTN_HD int kiln_attn_kv_pairs(const kiln_attention *a)
 {
     const int64_t m = a->D > a->DV ? a->D : a->DV;
     return m <= 32 ? 8 : m <= 64 ? 16 : 32;
