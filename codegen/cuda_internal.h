@@ -70,4 +70,21 @@ const char *cuda_attention_unsupported(const Cg *c, NodeId id);
 void cuda_emit_attention_kernel(Cg *c, int32_t k, const char *name, const char *site);
 void cuda_emit_attention_call(Cg *c, int32_t k, const char *name);
 
+/* Threads per block of an elementwise kernel: a multiple of the warp, enough to hide
+ * memory latency with a few blocks per SM, few enough registers per thread to spare. */
+#define CUDA_MAP_BLOCK 256
+/* Blocks of a grid-stride loop at most: beyond this the threads loop instead (about 120
+ * resident blocks of 256 threads on an H100's 132 SMs times 8 is far below it). */
+#define CUDA_MAP_GRID_MAX 65535
+
+/* cuda.c: "models/mlp.kiln:12: x = relu(fc1(x))", the model line of node id, for launch
+ * sites and errors. */
+void cuda_model_line(Cg *c, NodeId id, StrBuf *b);
+/* cuda_single.c: the single-node kernels. Whether the target writes op's; kernel k's
+ * provisional name; the kernel; its launcher. */
+bool cuda_single_supported(Op op);
+void cuda_single_name(Cg *c, int32_t k, NodeId id, StrBuf *b);
+void cuda_emit_single_kernel(Cg *c, int32_t k, NodeId id);
+void cuda_emit_single_launcher(Cg *c, int32_t k, NodeId id);
+
 #endif
