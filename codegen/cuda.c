@@ -1023,9 +1023,12 @@ static int emit_graph(Cg *c, const CodegenGraph *cgg, const Graph *ref, const ch
         kernel_function(c, k, &fn);
         sb_printf(&launcher, "%s_launch", fn.data);
         cg_names_record(c, k, fn.data, launcher.data, "");
-        if (c->fp.kernels[k].kind == KERNEL_SINGLE && N(c, c->fp.kernels[k].anchor)->op == OP_ATTENTION_GRAD) { /* its dQ kernel */
-            sb_puts(&fn, "_dq");
-            cg_names_record(c, k, fn.data, NULL, "_dq");
+        const NodeId anchor = c->fp.kernels[k].anchor;
+        if (c->fp.kernels[k].kind == KERNEL_SINGLE && cg_is_attention((Op)N(c, anchor)->op) &&
+            (N(c, anchor)->op == OP_ATTENTION_GRAD || ir_attrs(c->g, anchor)[0] != ATTN_MASK_CAUSAL)) { /* its second kernel */
+            const char *second = N(c, anchor)->op == OP_ATTENTION_GRAD ? "_dq" : "_combine";
+            sb_puts(&fn, second);
+            cg_names_record(c, k, fn.data, NULL, second);
         }
         if (!epilogue_of[k]) continue;
         sb_puts(&fn, "_epilogue");

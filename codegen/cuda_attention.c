@@ -5,8 +5,10 @@
  * name and the emulator runs them as it runs every kernel; and a launcher that describes
  * the attention (c_attention.c's kiln_attention, the same the C target passes: q, k and v
  * read in place where the qkv projection wrote them, the output written permuted) and
- * launches them. The backward is two kernels: dK and dV per tile of keys, dQ per tile of
- * queries (no atomics: the same bits every run). */
+ * launches them. The forward splits a long cache's keys in ranges when its rows are few (a
+ * decode step), their parts in the step's partials, combined by a second kernel; the
+ * backward is two kernels: dK and dV per tile of keys, dQ per tile of queries (no atomics:
+ * the same bits every run). */
 #include "cuda_internal.h"
 
 #include <stdio.h>
@@ -69,15 +71,20 @@ void cuda_emit_attention_kernel(Cg *c, int32_t k, const char *name, const char *
     int64_t D, DV;
     head_sizes(c, id, &D, &DV);
     const int pairs = (D > DV ? D : DV) <= 32 ? 8 : (D > DV ? D : DV) <= 64 ? 16 : 32; /* kiln_attn_kv_pairs */
+    /* a causal forward has as many query tiles as key tiles: never split (kiln_attention_fwd_splits) */
+    const bool splittable = !grad && ir_attrs(c->g, id)[0] != ATTN_MASK_CAUSAL;
     cg_single_comment(c, id);
     const char *in = "const float *q, const float *k, const float *v";
     char params[512], call[512];
     if (!grad) {
-        sb_puts(o, "/* Launch: one block of KILN_ATTN_THREADS per (batch, head, tile of queries), the keys and\n"
+        sb_printf(o, "/* Launch: one block of KILN_ATTN_THREADS per (batch, head, tile of queries), the keys and\n"
                    " * values in tiles of 32 in shared memory (runtime/cuda/kiln_cuda_attention.h): the\n"
-                   " * output and each row's log-sum-exp, no [T, S] tensor. */\n");
-        snprintf(params, sizeof params, "%s, float *out, float *lse", in);
-        wrapper(c, name, "", params, "kiln_attention_fwd_block(a, q, k, v, out, lse)");
+                   " * output and each row's log-sum-exp, no [T, S] tensor.%s */\n",
+                  splittable ? " Few rows against many keys (a\n * decode step over its cache): a block per range of keys too, their parts in the step's\n"
+                               " * partials, then _combine adds them in order." : "");
+        snprintf(params, sizeof params, "%s, float *out, float *lse, float *part, int splits", in);
+        wrapper(c, name, "", params, "kiln_attention_fwd_block(a, q, k, v, out, lse, part, splits)");
+        if (splittable) wrapper(c, name, "_combine", "const float *part, int splits, float *out, float *lse", "kiln_attention_combine_block(a, part, splits, out, lse)");
     } else {
         sb_puts(o, "/* Launch: dK and dV, one block of KILN_ATTN_THREADS per (batch, key/value head, tile of\n"
                    " * 32 keys), over the queries of the heads sharing them; then dQ, one block per (batch,\n"
@@ -96,7 +103,8 @@ void cuda_emit_attention_kernel(Cg *c, int32_t k, const char *name, const char *
               k, name);
     operand_parameters(c, id);
     if (n->fattr[1] > 0) sb_puts(o, ", uint64_t seed, uint64_t step");
-    sb_puts(o, grad ? (added ? ", float *dq, float *dk, float *dv, float *dmask" : ", float *dq, float *dk, float *dv") : ", float *out, float *lse");
+    sb_puts(o, grad ? (added ? ", float *dq, float *dk, float *dv, float *dmask" : ", float *dq, float *dk, float *dv")
+                    : splittable ? ", float *out, float *lse, void *partials" : ", float *out, float *lse");
     sb_puts(o, ", cudaStream_t stream)\n{\n");
     for (int sy = 0; sy < c->g->nsyms; sy++) sb_printf(o, "    const int64_t %s = s[%d];\n", c->g->syms[sy].name, sy);
     if (mask) {
@@ -117,9 +125,23 @@ void cuda_emit_attention_kernel(Cg *c, int32_t k, const char *name, const char *
     }
     c->o = saved;
     if (!grad) {
-        sb_puts(o, "    const unsigned blocks = kiln_attention_fwd_blocks(&a);\n    if (blocks == 0) return;\n    KILN_LAUNCH_AT(");
-        cg_c_string(o, site);
-        sb_printf(o, ", %s, blocks, KILN_ATTN_THREADS, kiln_attention_fwd_smem(&a), stream, a%s, out, lse);\n}\n\n", name, args.data);
+        sb_puts(o, "    const unsigned blocks = kiln_attention_fwd_blocks(&a);\n    if (blocks == 0) return;\n");
+        if (!splittable) {
+            sb_puts(o, "    KILN_LAUNCH_AT(");
+            cg_c_string(o, site);
+            sb_printf(o, ", %s, blocks, KILN_ATTN_THREADS, kiln_attention_fwd_smem(&a), stream, a%s, out, lse, nullptr, 1);\n}\n\n", name, args.data);
+        } else {
+            sb_puts(o, "    const int splits = kiln_attention_fwd_splits(&a, KILN_CUDA_PARTIALS_BYTES); /* key ranges: 1 but for a long cache */\n"
+                       "    KILN_LAUNCH_AT(");
+            cg_c_string(o, site);
+            sb_printf(o, ", %s, blocks * splits, KILN_ATTN_THREADS, kiln_attention_fwd_smem(&a), stream, a%s, out, lse, (float *)partials, splits);\n",
+                      name, args.data);
+            sb_puts(o, "    if (splits > 1) {\n        KILN_LAUNCH_AT(");
+            cg_c_string(o, site);
+            sb_printf(o, ", %s_combine, kiln_attention_combine_blocks(&a), KILN_ATTN_THREADS, 0, stream, a, (const float *)partials, splits, out, "
+                         "lse);\n    }\n}\n\n",
+                      name);
+        }
     } else {
         sb_printf(o, "    const unsigned kv_blocks = kiln_attention_dkv_blocks(&a), q_blocks = kiln_attention_fwd_blocks(&a);\n"
                      "    if (kv_blocks && (dk || dv%s)) {\n        KILN_LAUNCH_AT(",
@@ -151,5 +173,5 @@ void cuda_emit_attention_call(Cg *c, int32_t k, const char *name)
         else if (m == IR_NONE || !c->fp.stored[m]) sb_puts(o, ", nullptr");
         else sb_printf(o, ", v%d", m);
     }
-    sb_puts(o, ", stream);");
+    sb_puts(o, !grad && ir_attrs(c->g, id)[0] != ATTN_MASK_CAUSAL ? ", cs.partials, stream);" : ", stream);");
 }

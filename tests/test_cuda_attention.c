@@ -190,6 +190,18 @@ Test(cuda_attention, added_mask_and_its_gradient) { check(&(Case){.B = 2, .H = 2
 Test(cuda_attention, dropout) { check(&(Case){.B = 2, .H = 2, .KV = 2, .T = 45, .S = 45, .D = 32, .DV = 32, .mask = KILN_ATTN_CAUSAL, .dropout = 0.2f}); }
 Test(cuda_attention, head_sizes_differ_and_not_powers_of_two) { check(&(Case){.B = 1, .H = 2, .KV = 2, .T = 37, .S = 50, .D = 100, .DV = 64}); }
 Test(cuda_attention, decode_step_one_query) { check(&(Case){.B = 2, .H = 4, .KV = 2, .T = 1, .S = 77, .D = 32, .DV = 32, .mask = KILN_ATTN_KEEP}); }
+/* A decode step against a long cache: the keys split in ranges, combined by a second kernel. */
+Test(cuda_attention, decode_step_long_cache_split)
+{
+    const Case c = {.B = 1, .H = 4, .KV = 2, .T = 1, .S = 1000, .D = 64, .DV = 64, .mask = KILN_ATTN_KEEP};
+    Problem p = make(&c, 3);
+    cr_expect_gt(kt_attention_splits(&p.a), 1, "not split");
+    release(&p);
+    check(&c);
+    check(&(Case){.B = 2, .H = 2, .KV = 2, .T = 3, .S = 777, .D = 32, .DV = 16, .mask = KILN_ATTN_ADD});
+    check(&(Case){.B = 1, .H = 2, .KV = 2, .T = 2, .S = 600, .D = 16, .DV = 16, .dropout = 0.1f});
+}
+
 Test(cuda_attention, read_in_place_and_written_permuted) {
     check(&(Case){.B = 2, .H = 4, .KV = 4, .T = 50, .S = 50, .D = 32, .DV = 32, .mask = KILN_ATTN_CAUSAL, .packed = 1});
 }

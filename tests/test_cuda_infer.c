@@ -234,6 +234,44 @@ Test(cuda_infer, gpt_text_loss_matches_the_c_program)
     }
 }
 
+/* A cache longer than 256 keys: the decode step's fused attention splits the keys in
+ * ranges, a block each, and combines them (runtime/cuda/kiln_cuda_attention.h). gpt with a
+ * context of 320, greedy for 300 tokens: the C program's text. */
+Test(cuda_infer, gpt_long_cache_split_matches_the_c_program)
+{
+    if (!SUPPORT_REPEAT_RUNS) cr_skip_test("sanitizer build: test_cuda_attention's decode_step_long_cache_split covers the kernels (support.h)");
+    size_t len;
+    char *text = support_read("models/gpt.kiln", &len);
+    cr_assert(text);
+    char *at = strstr(text, "const block = 128");
+    cr_assert(at, "models/gpt.kiln changed");
+    memcpy(at, "const block = 320", 17);
+    char path[128];
+    snprintf(path, sizeof path, "%s/long.kiln", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fwrite(text, 1, len, f);
+    fclose(f);
+    free(text);
+    char args[1024];
+    StrBuf out;
+    sb_init(&out);
+    static const char *const builds[][2] = {{"", "train"}, {"--infer", "infer-c"}, {"--infer --target cuda-emu", "infer-cuda"}};
+    for (int b = 0; b < 3; b++) {
+        snprintf(args, sizeof args, "build %s %s -o %s/%s", path, builds[b][0], dir, builds[b][1]);
+        cr_assert_eq(support_run_kiln(args, &out), 0, "kiln %s:\n%s", args, out.data ? out.data : "");
+    }
+    sb_free(&out);
+    ok("head -c 20000 /usr/share/games/fortunes/computers > corpus.txt");
+    ok("./train --data corpus.txt --steps 2 --batch 1 --checkpoint-dir ck --sample-tokens 0 --eval-batches 1");
+    char c_text[4096];
+    snprintf(c_text, sizeof c_text, "%s", ok("(./infer-c --weights ck --generate --prompt 'Computers' --tokens 300 --temperature 0 2>gen.err)"));
+    cr_expect_gt(strlen(c_text), 250, "%s", c_text);
+    cr_expect_str_eq(ok("(./infer-cuda --weights ck --generate --prompt 'Computers' --tokens 300 --temperature 0 2>gen.err)"), c_text,
+                     "the CUDA program's text is not the C program's");
+    cr_expect(strstr(ok("cat gen.err"), "(key/value cache)"), "%s", ok("cat gen.err"));
+}
+
 /* kiln emit --infer --target cuda: what model.cu holds. */
 Test(cuda_infer, emit_writes_the_two_steps_for_the_device)
 {

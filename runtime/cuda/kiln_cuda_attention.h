@@ -21,6 +21,12 @@
  *             of the heads that share them (grouped-query attention), accumulated in
  *             registers; dQ per (batch, head, query tile), over the key tiles, as the
  *             forward. D = dO · O is computed per query tile by each (one thread per row).
+ *   decode    a few rows (one query per sequence) against a long cache leave most of the
+ *             GPU idle at a block per (batch, head): the forward then splits the keys in
+ *             ranges of at least 128, one block each, writing each range's running sum,
+ *             maximum and output to the step's room for partial results, and a second
+ *             kernel combines the ranges in order (FlashDecoding's split; still one writer
+ *             per element, the same bits every run).
  * R = 1024 / max(D, DV) rows, at most 64 and a multiple of 4, so that the output's pairs
  * are 8 per thread and the shared memory stays below 48 KiB; head sizes up to
  * KILN_ATTN_MAX_HEAD (128: the attention pass leaves larger heads unfused on this target).
@@ -73,6 +79,25 @@ static inline unsigned kiln_attention_fwd_blocks(const kiln_attention *a) { retu
 static inline unsigned kiln_attention_dkv_blocks(const kiln_attention *a)
 {
     return (unsigned)(a->B * a->kv_heads * ((a->S + KILN_ATTN_KEYS - 1) / KILN_ATTN_KEYS));
+}
+/* The forward's key ranges: 1, or for few blocks (below 64) against at least 256 keys
+ * (a decode step over its cache) enough ranges of at least 128 keys for some 128 blocks,
+ * as many as the partial results fit in `room` bytes (the step's partials). */
+static inline int kiln_attention_fwd_splits(const kiln_attention *a, size_t room)
+{
+    const int64_t blocks = a->B * a->H * kiln_attn_query_tiles(a);
+    if (blocks <= 0 || blocks >= 64 || a->S < 256 || a->mask == KILN_ATTN_CAUSAL) return 1;
+    int64_t splits = (a->S + 127) / 128, want = (128 + blocks - 1) / blocks;
+    const int64_t fits = (int64_t)room / ((int64_t)sizeof(float) * a->B * a->H * a->T * (a->DV + 2));
+    splits = splits < want ? splits : want;
+    splits = splits < fits ? splits : fits;
+    return splits < 2 ? 1 : (int)splits;
+}
+/* The combining kernel's blocks: one thread per element of the output. */
+static inline unsigned kiln_attention_combine_blocks(const kiln_attention *a)
+{
+    const int64_t n = a->B * a->H * a->T * a->DV, blocks = (n + KILN_ATTN_THREADS - 1) / KILN_ATTN_THREADS;
+    return (unsigned)(blocks < 65535 ? blocks : 65535);
 }
 /* Dynamic shared memory of each kernel, in bytes (the carving at the top of each). */
 static inline size_t kiln_attention_fwd_smem(const kiln_attention *a)
@@ -166,14 +191,17 @@ static __device__ inline void kiln_attn_ds_tile(const kiln_attention &a, int64_t
 }
 
 /* The forward: out [B, H, T, DV] by o_st and lse [B, H, T] contiguous (either NULL when
- * not wanted). One block of KILN_ATTN_THREADS per (batch, head, query tile),
- * kiln_attention_fwd_smem(&a) bytes of dynamic shared memory. */
-static __device__ void kiln_attention_fwd_block(const kiln_attention &a, const float *q, const float *k, const float *v, float *out, float *lse)
+ * not wanted). One block of KILN_ATTN_THREADS per (batch, head, query tile) and key range
+ * (splits of them, kiln_attention_fwd_splits; 1: the whole), kiln_attention_fwd_smem(&a)
+ * bytes of dynamic shared memory. With splits > 1 each block writes its range's output
+ * (not yet divided by the sum), maximum and sum to part, for kiln_attention_combine_block. */
+static __device__ void kiln_attention_fwd_block(const kiln_attention &a, const float *q, const float *k, const float *v, float *out, float *lse,
+                                                float *part, int splits)
 {
     KILN_SHARED_DYNAMIC(float, smem);
     const int R = kiln_attn_rows(&a), D = (int)a.D, DV = (int)a.DV, KP = D + 1;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int64_t ntiles = (a.T + R - 1) / R, job = blockIdx.x;
+    const int64_t ntiles = (a.T + R - 1) / R, job = blockIdx.x / splits, split = blockIdx.x % splits;
     const int64_t b = job / (a.H * ntiles), h = job / ntiles % a.H, t0 = job % ntiles * R, kvh = h / (a.H / a.kv_heads);
     const int nt = (int)(a.T - t0 < R ? a.T - t0 : R);
     /* q's tile, a tile of keys (rows padded: lane j reads row j), of values, the tile's
@@ -186,9 +214,12 @@ static __device__ void kiln_attention_fwd_block(const kiln_attention &a, const f
     float acc[KILN_ATTN_PAIRS];
     KILN_UNROLL
     for (int i = 0; i < KILN_ATTN_PAIRS; i++) acc[i] = 0;
-    const int64_t s_end = a.mask == KILN_ATTN_CAUSAL && t0 + nt < a.S ? t0 + nt : a.S; /* keys past the last query: all masked */
+    int64_t s_end = a.mask == KILN_ATTN_CAUSAL && t0 + nt < a.S ? t0 + nt : a.S; /* keys past the last query: all masked */
+    /* this block's range of keys: tiles of 32 in the split's share */
+    const int64_t share = ((a.S + splits - 1) / splits + KILN_ATTN_KEYS - 1) / KILN_ATTN_KEYS * KILN_ATTN_KEYS, s_begin = split * share;
+    s_end = s_begin + share < s_end ? s_begin + share : s_end;
     int cur = 0;
-    for (int64_t s0 = 0; s0 < s_end; s0 += KILN_ATTN_KEYS, cur ^= 1) {
+    for (int64_t s0 = s_begin; s0 < s_end; s0 += KILN_ATTN_KEYS, cur ^= 1) {
         const int ns = (int)(s_end - s0 < KILN_ATTN_KEYS ? s_end - s0 : KILN_ATTN_KEYS);
         __syncthreads(); /* the last tile's readers are done */
         kiln_attn_load(k_s, KP, k + b * a.k_st[0] + kvh * a.k_st[1] + s0 * a.k_st[2], a.k_st[2], a.k_st[3], ns, D);
@@ -230,6 +261,19 @@ static __device__ void kiln_attention_fwd_block(const kiln_attention &a, const f
         }
     }
     __syncthreads(); /* the rows' last sums (or, with no keys, their start) */
+    if (splits > 1) { /* this range's part: [B, H, T, splits] rows of DV outputs, then the maxima and sums */
+        const int64_t rows = a.B * a.H * a.T * splits, first = ((b * a.H + h) * a.T + t0) * splits + split;
+        KILN_UNROLL
+        for (int i = 0; i < KILN_ATTN_PAIRS; i++) {
+            const int idx = tid + i * KILN_ATTN_THREADS, row = idx / DV, d = idx % DV;
+            if (row < nt) part[(first + (int64_t)row * splits) * DV + d] = acc[i];
+        }
+        for (int r = tid; r < nt; r += KILN_ATTN_THREADS) {
+            part[rows * DV + first + (int64_t)r * splits] = m_s[cur * R + r];
+            part[rows * (DV + 1) + first + (int64_t)r * splits] = l_s[cur * R + r];
+        }
+        return;
+    }
     KILN_UNROLL
     for (int i = 0; i < KILN_ATTN_PAIRS && out; i++) {
         const int idx = tid + i * KILN_ATTN_THREADS, row = idx / DV, d = idx % DV;
@@ -240,6 +284,27 @@ static __device__ void kiln_attention_fwd_block(const kiln_attention &a, const f
     for (int r = tid; r < nt && lse; r += KILN_ATTN_THREADS) {
         const float l = l_s[cur * R + r];
         lse[(b * a.H + h) * a.T + t0 + r] = l > 0 ? m_s[cur * R + r] + logf(l) : NAN;
+    }
+}
+
+/* The forward's key ranges combined (splits > 1): each element of out (and lse, where
+ * not NULL) by one thread, the ranges in order, grid-stride over B·H·T·DV. */
+static __device__ void kiln_attention_combine_block(const kiln_attention &a, const float *part, int splits, float *out, float *lse)
+{
+    const int64_t DV = a.DV, n = a.B * a.H * a.T * DV, rows = a.B * a.H * a.T * splits;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = i / DV, d = i % DV, t = row % a.T, h = row / a.T % a.H, b = row / (a.T * a.H);
+        const float *m = part + rows * DV + row * splits, *l = part + rows * (DV + 1) + row * splits;
+        float M = -INFINITY;
+        for (int j = 0; j < splits; j++) M = fmaxf(M, m[j]);
+        float L = 0, o = 0;
+        for (int j = 0; j < splits && M != -INFINITY; j++) {
+            const float w = m[j] == -INFINITY ? 0.0f : expf(m[j] - M);
+            L += l[j] * w;
+            o += part[(row * splits + j) * DV + d] * w;
+        }
+        if (out) out[b * a.o_st[0] + h * a.o_st[1] + t * a.o_st[2] + d * a.o_st[3]] = L > 0 ? o * (1.0f / L) : NAN;
+        if (lse && d == 0) lse[row] = L > 0 ? M + logf(L) : NAN;
     }
 }
 

@@ -9,9 +9,15 @@
 
 #include <string.h>
 
-__global__ void __launch_bounds__(KILN_ATTN_THREADS) kt_attention_fwd_kernel(kiln_attention a, const float *q, const float *k, const float *v, float *out, float *lse)
+__global__ void __launch_bounds__(KILN_ATTN_THREADS) kt_attention_fwd_kernel(kiln_attention a, const float *q, const float *k, const float *v, float *out, float *lse,
+                                                                             float *part, int splits)
 {
-    kiln_attention_fwd_block(a, q, k, v, out, lse);
+    kiln_attention_fwd_block(a, q, k, v, out, lse, part, splits);
+}
+
+__global__ void __launch_bounds__(KILN_ATTN_THREADS) kt_attention_combine_kernel(kiln_attention a, const float *part, int splits, float *out, float *lse)
+{
+    kiln_attention_combine_block(a, part, splits, out, lse);
 }
 
 template <int PK>
@@ -43,6 +49,8 @@ static void kt_dev_back(void *host, void *dev, size_t bytes)
     cudaFree(dev);
 }
 
+extern "C" int kt_attention_splits(const kiln_attention *a) { return kiln_attention_fwd_splits(a, 65536); }
+
 extern "C" int kt_attention(const kiln_attention *desc, const KtAttentionArrays *x)
 {
     kiln_attention a = *desc;
@@ -56,10 +64,17 @@ extern "C" int kt_attention(const kiln_attention *desc, const KtAttentionArrays 
     float *dmask = (float *)kt_dev(x->dmask, x->ndmask * 4);
     a.mask_bool = a.mask == KILN_ATTN_KEEP || a.mask == KILN_ATTN_DROP ? (const uint8_t *)mask : nullptr;
     a.mask_add = a.mask == KILN_ATTN_ADD ? (const float *)mask : nullptr;
-    if (!x->dout) { /* the forward */
+    if (!x->dout) { /* the forward, its keys split as a model.cu's step splits them (its partials' room) */
+        const int splits = kiln_attention_fwd_splits(&a, 65536);
+        float *part = nullptr;
+        if (splits > 1 && cudaMalloc((void **)&part, 65536) != cudaSuccess) return -1;
         if (kiln_attention_fwd_blocks(&a))
-            KILN_LAUNCH(kt_attention_fwd_kernel, kiln_attention_fwd_blocks(&a), KILN_ATTN_THREADS, kiln_attention_fwd_smem(&a), 0, a, q, k, v,
+            KILN_LAUNCH(kt_attention_fwd_kernel, kiln_attention_fwd_blocks(&a) * splits, KILN_ATTN_THREADS, kiln_attention_fwd_smem(&a), 0, a, q, k,
+                        v, x->want_out ? out : nullptr, lse, part, splits);
+        if (kiln_attention_fwd_blocks(&a) && splits > 1)
+            KILN_LAUNCH(kt_attention_combine_kernel, kiln_attention_combine_blocks(&a), KILN_ATTN_THREADS, 0, 0, a, part, splits,
                         x->want_out ? out : nullptr, lse);
+        cudaFree(part);
     } else {
         if (kiln_attention_dkv_blocks(&a) && (dk || dv || dmask)) {
             const unsigned blocks = kiln_attention_dkv_blocks(&a);

@@ -73,6 +73,9 @@ typedef struct {
     int want_out;
 } KtAttentionArrays;
 int kt_attention(const kiln_attention *a, const KtAttentionArrays *x);
+/* The key ranges kt_attention's forward splits a's keys into (a model.cu step's 64 KiB of
+ * partials). */
+int kt_attention_splits(const kiln_attention *a);
 
 /* api_compat.cu: a tour of the runtime subset (memory, copies, streams, events, device
  * queries, errors); returns 0 or the line of the first check that failed. */
