@@ -2,7 +2,7 @@
 """PyTorch side of bench/run.sh: the same measurements as a Kiln program's --bench-steps,
 for the same model and recipe, printed as the same one-line `bench: {...}` JSON.
 
-    torch_bench.py mlp|cnn|gpt|gpt2|gpt1024|gpt1024-sdpa [--steps N] [--batch B] [--infer-batch NB] [--seq T]
+    torch_bench.py mlp|cnn|gpt|gpt-sdpa|gpt2|gpt1024|gpt1024-sdpa [--steps N] [--batch B] [--infer-batch NB] [--seq T]
                    [--device cpu|cuda] [--compile] [--precision fp32|bf16]
 
 Models are bench/reference.py's MLP and CNN and bench/reference_gpt.py's GPT (gpt: 4 layers,
@@ -46,6 +46,7 @@ MODELS = {
     "mlp": (MLP, 128, None, 10, dict(lr=1e-3, weight_decay=0.01), 0.0),
     "cnn": (CNN, 128, None, 10, dict(lr=1e-3, weight_decay=0.01), 0.0),
     "gpt": (lambda: GPT(), 16, 128, 256, dict(lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1), 1.0),
+    "gpt-sdpa": (lambda: GPT(sdpa=True), 16, 128, 256, dict(lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1), 1.0),
     "gpt2": (lambda: GPT(V=50257, T=1024, C=768, L=12, H=12), 4, 64, 50257,
              dict(lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1), 1.0),
     # gpt with a 1024-token context (bench/attention.sh): attention written out, and
