@@ -65,7 +65,7 @@ jax_bench() {
   line=$($jax_py bench/jax_bench.py --seq "$1" --batch "$2" --steps "$steps" $3 | grep '^bench:')
   echo "$(echo "$line" | field train_step_ms_median) $(echo "$line" | field train_rss_mb)"
 }
-row() { printf "%-40s %10s %10s %11.2fx\n" "$1" "$2" "$3" "$(echo "$2 / $4" | bc -l)"; }
+row() { printf "%-44s %10s %10s %11.2fx\n" "$1" "$2" "$3" "$(echo "$2 / $4" | bc -l)"; }
 
 report=$(mktemp)
 {
@@ -76,7 +76,7 @@ report=$(mktemp)
   echo
   [ -n "$jax_py" ] && echo "JAX $($jax_py -c 'import jax; print(jax.__version__)') (jaxlib, XLA's CPU backend), the whole step one jax.jit"
   echo
-  printf "%-40s %10s %10s %12s\n" "" "step ms" "RSS MB" "step vs SDPA"
+  printf "%-44s %10s %10s %12s\n" "" "step ms" "RSS MB" "step vs SDPA"
   echo "== gpt, T 1024" >&2
   read -r ts tr < <(torch_bench gpt1024-sdpa 4)
   read -r tm tmr < <(torch_bench gpt1024 4)
@@ -93,7 +93,7 @@ report=$(mktemp)
   row "gpt T 1024: Kiln, attention fused" "$kf" "$kfr" "$ts"
   row "gpt T 1024: Kiln, --attention unfused" "$ku" "$kur" "$ts"
   echo
-  printf "%-40s %10s %10s %12s\n" "batch 16 (the recipe's)" "step ms" "RSS MB" "vs fastest"
+  printf "%-44s %10s %10s %12s\n" "batch 16 (the recipe's)" "step ms" "RSS MB" "vs fastest"
   echo "== gpt, T 128" >&2
   read -r s1 s1r < <(torch_bench gpt-sdpa 16)
   read -r s2 s2r < <(torch_bench gpt 16)
