@@ -389,7 +389,7 @@ Test(fuse_attention, cuda_target_fuses_heads_up_to_128)
     sb_init(&err);
     char *cu = util_read_file(path, &len, &err);
     cr_assert(cu, "%s", err.data);
-    cr_expect(strstr(cu, "#include \"kiln_cuda_attention.h\"") && strstr(cu, "kiln_attention_fwd_block(a, q, k, v, out, lse)") &&
+    cr_expect(strstr(cu, "#include \"kiln_cuda_attention.h\"") && strstr(cu, "kiln_attention_fwd_block(a, q, k, v, out, lse, ") &&
                   strstr(cu, "kiln_attention_dkv_block<8>(") && strstr(cu, "kiln_attention_dq_block("),
               "gpt's model.cu does not launch the fused kernels");
     free(cu);
