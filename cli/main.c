@@ -24,6 +24,7 @@
 #include "inspect.h"
 #include "jit_train.h"
 #include "options.h"
+#include "import.h"
 #include "plot.h"
 
 /* 0 when a file can be created in dir (tried, with a probe file that is removed: the
@@ -88,8 +89,7 @@ static int check_output(const char *cmd, const char *path, bool is_dir)
     return rc;
 }
 
-/* Writes data to path via a temp file in the same directory, fsync and rename. */
-static int write_atomic(const char *path, const char *data, size_t len)
+int cli_write_atomic(const char *path, const char *data, size_t len)
 {
     size_t pl = strlen(path);
     char *tmp = xmalloc(pl + 32);
@@ -228,7 +228,7 @@ static int write_model_c(const char *dir, const char *name, const StrBuf *c, cha
     size_t pl = strlen(dir) + strlen(name) + 2;
     char *path = xmalloc(pl);
     snprintf(path, pl, "%s/%s", dir, name);
-    int rc = write_atomic(path, c->data ? c->data : "", c->len);
+    int rc = cli_write_atomic(path, c->data ? c->data : "", c->len);
     if (path_out && !rc) *path_out = path;
     else free(path);
     return rc;
@@ -482,7 +482,7 @@ static int cmd_model(const char *cmd, int argc, char **argv)
         else ir_print(g, &out);
         kiln_program_free(p);
     }
-    if (!rc && o.output) rc = write_atomic(o.output, out.data ? out.data : "", out.len);
+    if (!rc && o.output) rc = cli_write_atomic(o.output, out.data ? out.data : "", out.len);
     else if (!rc && out.len && fwrite(out.data, 1, out.len, stdout) != out.len) rc = 1;
     sb_free(&out);
     return rc;
@@ -516,6 +516,13 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "check") || !strcmp(cmd, "ir") || !strcmp(cmd, "gradcheck") || !strcmp(cmd, "emit") || !strcmp(cmd, "build"))
         return cmd_model(cmd, argc - 2, argv + 2);
     if (!strcmp(cmd, "tokens")) return cli_tokens(argc - 2, argv + 2);
+    if (!strcmp(cmd, "import")) {
+        Options o;
+        int rc = cli_parse_options(cmd, argc - 2, argv + 2, &o);
+        if (rc < 0) rc = cli_import(o.file, o.output);
+        cli_options_free(&o);
+        return rc;
+    }
     if (!strcmp(cmd, "plot")) {
         Options o;
         int rc = cli_parse_options(cmd, argc - 2, argv + 2, &o);

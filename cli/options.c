@@ -85,6 +85,7 @@ static const CliFlag flags[] = {
     {"--width", NULL, "2|4", CMD_TOKENS, O_WIDTH, "bytes per token (default 2)"},
     /* plot */
     {"--output", "-o", "OUT", CMD_PLOT, O_OUTPUT, "the image to write: OUT.png or OUT.svg"},
+    {"--output", "-o", "NAME.kiln", CMD_IMPORT, O_OUTPUT, "the model file to write; its weights go beside it, NAME.safetensors"},
     {"--metric", NULL, "NAME", CMD_PLOT, O_METRIC, "also draw this metric (training and eval_ values) in a panel of its own;\n"
                                                   "repeat it or give a comma list (--metric accuracy,f1)"},
     {"--log-y", NULL, NULL, CMD_PLOT, O_LOG_Y, "draw the loss on a logarithmic scale"},
@@ -186,6 +187,13 @@ static const CliCommand commands[] = {
      "own (below) passed to it (the weights, the inputs...: see kiln run FILE --help).\n"
      "As kiln train: compiled into the kiln process (the JIT) or, with --no-jit, --cc or\n"
      "$CC, the program built and run; both cached.\n"},
+    {CMD_IMPORT, "import", "import FILE.onnx -o NAME.kiln  an ONNX model as a Kiln model file and its weights",
+     "usage: kiln import FILE.onnx -o NAME.kiln\n"
+     "\n"
+     "Writes the ONNX model FILE.onnx as an ordinary Kiln model file, NAME.kiln, one statement\n"
+     "per ONNX node with the node's name in a comment, and its initializers as the model's\n"
+     "parameters in NAME.safetensors beside it (docs/onnx.md). An operator, attribute or shape\n"
+     "Kiln cannot express is one error naming the node.\n"},
 };
 
 const CliCommand *cli_commands(int *n)
@@ -454,6 +462,8 @@ int cli_parse_options(const char *cmd, int argc, char **argv, Options *o)
             if (rc >= 0) return rc;
         } else if (bit == CMD_PLOT) {
             o->files[o->nfiles++] = a;
+        } else if (bit == CMD_IMPORT && o->file) {
+            return cli_usage_error(cmd, "more than one ONNX file given ('%s')", a);
         } else if (o->file) {
             return cli_usage_error(cmd, bit == CMD_TOKENS ? "more than one input pattern given ('%s')" : "more than one model file given ('%s')", a);
         } else {
@@ -462,6 +472,11 @@ int cli_parse_options(const char *cmd, int argc, char **argv, Options *o)
     }
     if (bit == CMD_TOKENS) {
         if (!o->file || !o->output) return cli_usage_error(cmd, "needs an input pattern and -o OUT%s", "");
+        return -1;
+    }
+    if (bit == CMD_IMPORT) {
+        if (!o->file) return cli_usage_error(cmd, "no ONNX file given%s", "");
+        if (!o->output) return cli_usage_error(cmd, "import needs the model file to write: -o NAME.kiln%s", "");
         return -1;
     }
     if (bit == CMD_PLOT) {

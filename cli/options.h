@@ -20,7 +20,8 @@ enum {
     CMD_TRAIN = 1 << 5,
     CMD_TOKENS = 1 << 6,
     CMD_PLOT = 1 << 7,
-    CMD_RUN = 1 << 8, /* the commands table holds them in bit order */
+    CMD_RUN = 1 << 8,
+    CMD_IMPORT = 1 << 9, /* the commands table holds them in bit order */
 };
 
 typedef struct {

