@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../onnx/onnx.h"
 #include "../runtime/kiln_rt.h"
@@ -229,4 +230,118 @@ Test(onnx, conformance_cases, .timeout = 1200)
     cr_expect_geq(passed, PASSING_FLOOR, "%d cases pass, fewer than the %d that passed before", passed, PASSING_FLOOR);
     sb_free(&report);
     support_remove_dir(work);
+}
+
+/* ---- malformed files ---- */
+
+/* test_Linear's model (Gemm of an input and two initializers), unpacked for a change. */
+static Onnx__ModelProto *good_model(void)
+{
+    size_t len;
+    StrBuf err;
+    sb_init(&err);
+    char *bytes = util_read_file(CONFORMANCE "/pytorch-converted/test_Linear/model.onnx", &len, &err);
+    cr_assert(bytes, "%s", err.data);
+    sb_free(&err);
+    Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, (const uint8_t *)bytes);
+    free(bytes);
+    cr_assert(m);
+    return m;
+}
+
+static void write_bytes(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    cr_assert_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+}
+
+static void write_model(const char *path, Onnx__ModelProto *m)
+{
+    const size_t n = onnx__model_proto__get_packed_size(m);
+    uint8_t *buf = xmalloc(n + 1);
+    onnx__model_proto__pack(m, buf);
+    write_bytes(path, buf, n);
+    free(buf);
+}
+
+/* kiln import of path: exit status 1, one line saying `what`, no model file written. */
+static void refused(const char *dir, const char *path, const char *what)
+{
+    char cmd[2048], out_path[1100];
+    snprintf(out_path, sizeof out_path, "%s/out.kiln", dir);
+    snprintf(cmd, sizeof cmd, "import %s -o %s", path, out_path);
+    StrBuf out;
+    sb_init(&out);
+    const int rc = support_run_kiln(cmd, &out);
+    const char *o = out.data ? out.data : "";
+    cr_expect_eq(rc, 1, "%s: exit status %d:\n%s", path, rc, o);
+    cr_expect(strstr(o, ": error: ") && strstr(o, what), "%s: expected '%s' in:\n%s", path, what, o);
+    cr_expect(strchr(o, '\n') == strrchr(o, '\n'), "%s: more than one line:\n%s", path, o);
+    cr_expect(!strstr(o, "Sanitizer") && !strstr(o, "runtime error"), "%s:\n%s", path, o);
+    cr_expect(access(out_path, F_OK) != 0, "%s: a model file was written", path);
+    sb_free(&out);
+}
+
+Test(onnx, malformed_files_are_one_error_each)
+{
+    char dir[] = "/tmp/kiln-onnx-bad-XXXXXX"; /* a mkdtemp template */
+    cr_assert(mkdtemp(dir));
+    char path[1100];
+    /* bytes that are not a model */
+    size_t len;
+    StrBuf err;
+    sb_init(&err);
+    char *bytes = util_read_file(CONFORMANCE "/pytorch-converted/test_Linear/model.onnx", &len, &err);
+    cr_assert(bytes);
+    snprintf(path, sizeof path, "%s/truncated.onnx", dir);
+    write_bytes(path, bytes, len / 2);
+    refused(dir, path, "does not parse as an onnx.ModelProto");
+    snprintf(path, sizeof path, "%s/text.onnx", dir);
+    write_bytes(path, "model mlp\nforward(x) -> y { y = x }\n", 36);
+    refused(dir, path, "does not parse");
+    snprintf(path, sizeof path, "%s/empty.onnx", dir);
+    write_bytes(path, "", 0);
+    refused(dir, path, "the model has no graph");
+    snprintf(path, sizeof path, "%s/missing.onnx", dir);
+    refused(dir, path, "missing.onnx");
+    free(bytes);
+    sb_free(&err);
+    /* models changed one way each */
+    /* a missing initializer, a cycle, huge dims, bytes short of the shape, a type, the
+     * opset, an undefined output, a name defined twice, a negative dim */
+    static const char *const said[] = {"reads 'nowhere', which no input, initializer or node defines",
+                                       "the graph has a cycle",
+                                       "more than 2^31 elements",
+                                       "its raw data is 320 bytes, not the 360 its shape and type make",
+                                       "its type is STRING",
+                                       "opset 99: Kiln reads opsets 6 to 21",
+                                       "graph output 'gone' is not defined",
+                                       "is defined twice",
+                                       "dimension 0 is -8"};
+    for (size_t c = 0; c < sizeof said / sizeof *said; c++) {
+        Onnx__ModelProto *m = good_model();
+        Onnx__GraphProto *g = m->graph;
+        Onnx__NodeProto *gemm = g->node[0];
+        Onnx__TensorProto *w = g->initializer[0]; /* '1', [8, 10] */
+        char *saved = NULL, **slot = NULL; /* a string of the model's, put back before protobuf-c frees it */
+        switch (c) {
+        case 0: slot = &gemm->input[1], saved = *slot, *slot = (char *)"nowhere"; break;
+        case 1: slot = &gemm->input[0], saved = *slot, *slot = gemm->output[0]; break; /* Gemm reads its own output */
+        case 2: w->dims[0] = (int64_t)1 << 40; break;
+        case 3: w->dims[0] = 9; break;
+        case 4: w->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__STRING; break;
+        case 5: m->opset_import[0]->version = 99; break;
+        case 6: slot = &g->output[0]->name, saved = *slot, *slot = (char *)"gone"; break;
+        case 7: slot = &g->initializer[1]->name, saved = *slot, *slot = w->name; break;
+        case 8: w->dims[0] = -8; break;
+        }
+        snprintf(path, sizeof path, "%s/bad%zu.onnx", dir, c);
+        write_model(path, m);
+        refused(dir, path, said[c]);
+        if (slot) *slot = saved;
+        onnx__model_proto__free_unpacked(m, NULL);
+    }
+    support_remove_dir(dir);
 }
