@@ -764,6 +764,25 @@ static int op_global_pool(Imp *im, const char *fn)
     return 0;
 }
 
+/* A layer member's weight and bias (NULL: none) in the weights file, under its names. */
+static void member_weights(Imp *im, const char *member, Val *wt, Val *b)
+{
+    for (int k = 0; k < (b ? 2 : 1); k++) {
+        Val *p = k ? b : wt;
+        GROW(im->w->t, im->w->cap, im->w->n + 1);
+        OnnxWeight *t = &im->w->t[im->w->n++];
+        StrBuf nm;
+        sb_init(&nm);
+        sb_printf(&nm, "%s.%s", member, k ? "bias" : "weight");
+        t->name = sb_take(&nm);
+        t->rank = p->rank;
+        memcpy(t->dims, p->dims, sizeof t->dims);
+        t->values = p->values;
+        t->n = p->nvalues;
+        p->declared = true;
+    }
+}
+
 /* Conv, 1-D and 2-D: a Conv1d/Conv2d member whose weight and bias are the initializers. */
 static int op_conv(Imp *im)
 {
@@ -794,21 +813,7 @@ static int op_conv(Imp *im)
                    (long long)w.d[1]);
     sb_printf(&im->members, ", groups = %lld, bias = %s)  # weight '%s'%s%s%s\n", (long long)groups, b ? "true" : "false", wt->init->name,
               b ? ", bias '" : "", b ? b->init->name : "", b ? "'" : "");
-    /* the weights under the member's names */
-    for (int k = 0; k < (b ? 2 : 1); k++) {
-        Val *p = k ? b : wt;
-        GROW(im->w->t, im->w->cap, im->w->n + 1);
-        OnnxWeight *t = &im->w->t[im->w->n++];
-        StrBuf nm;
-        sb_init(&nm);
-        sb_printf(&nm, "%s.%s", member, k ? "bias" : "weight");
-        t->name = sb_take(&nm);
-        t->rank = p->rank;
-        memcpy(t->dims, p->dims, sizeof t->dims);
-        t->values = p->values;
-        t->n = p->nvalues;
-        p->declared = true;
-    }
+    member_weights(im, member, wt, b);
     const char *xe = use(im, 0);
     Val *y = result(im, 0, x->rank, dims);
     statement_start(im, y);
@@ -841,6 +846,297 @@ static int op_selu(Imp *im)
     util_format_double(g, sizeof g, attr_float(im->node, "gamma", 1.05070102214813232421875));
     snprintf(fmt, sizeof fmt, "%s * where(%%s > 0, %%s, %s * (exp(%%s) - 1))", g, a);
     return unary(im, fmt);
+}
+
+/* Pad: constant, reflect or edge, by concatenating pieces along each padded axis. */
+static int op_pad(Imp *im)
+{
+    Val *x = operand(im, 0);
+    if (!x) return refuse(im, "no input");
+    int64_t pads[2 * MAX_RANK];
+    const int np = im->m->opset < 11 ? attr_ints(im->node, "pads", pads, 2 * MAX_RANK) : const_ints(im, 1, pads, 2 * MAX_RANK);
+    if (np != 2 * x->rank) return refuse(im, "its pads are not constants with two per axis");
+    double value = attr_float(im->node, "value", 0.0);
+    if (im->m->opset >= 11 && operand(im, 2)) {
+        Val *c = operand(im, 2);
+        if (!c->values || c->nvalues != 1) return refuse(im, "its constant value is not a constant");
+        value = c->values[0];
+    }
+    const Onnx__AttributeProto *ma = attr(im->node, "mode");
+    char mode[16] = "constant";
+    if (ma && ma->has_s) snprintf(mode, sizeof mode, "%.*s", (int)ma->s.len, (const char *)ma->s.data);
+    const bool reflect = !strcmp(mode, "reflect"), edge = !strcmp(mode, "edge");
+    if (!reflect && !edge && strcmp(mode, "constant")) return refuse(im, "mode '%s' is not supported", mode);
+    char num[64];
+    util_format_double(num, sizeof num, value);
+    int64_t dims[MAX_RANK];
+    memcpy(dims, x->dims, sizeof dims);
+    StrBuf e;
+    sb_init(&e);
+    sb_puts(&e, use(im, 0));
+    for (int a = 0; a < x->rank; a++) {
+        const int64_t before = pads[a], after = pads[a + x->rank], n = dims[a];
+        if (!before && !after) continue;
+        if (before < 0 || after < 0) return sb_free(&e), refuse(im, "negative pads (cropping) are not supported yet");
+        if (n == BATCH) return sb_free(&e), refuse(im, "it pads the batch axis");
+        if (reflect && (before >= n || after >= n)) return sb_free(&e), refuse(im, "reflect pads of %lld on an axis of %lld", (long long)(before > after ? before : after), (long long)n);
+        char *cur = sb_take(&e);
+        sb_puts(&e, "concat(");
+        for (int side = 0; side < 2; side++) { /* the piece before, the input, the piece after */
+            const int64_t p = side ? after : before;
+            if (side) sb_puts(&e, cur);
+            if (!p) continue;
+            if (side) sb_puts(&e, ", ");
+            int64_t pd[MAX_RANK];
+            memcpy(pd, dims, sizeof pd);
+            pd[a] = p;
+            if (reflect) sb_printf(&e, "flip(slice(%s, %d, start = %lld, end = %lld), [%d])", cur, a, (long long)(side ? n - 1 - p : 1),
+                                   (long long)(side ? n - 1 : p + 1), a);
+            else if (edge) {
+                sb_printf(&e, "expand(slice(%s, %d, start = %lld, end = %lld), ", cur, a, (long long)(side ? n - 1 : 0), (long long)(side ? n : 1));
+                dims_text(&e, pd, x->rank);
+                sb_puts(&e, ")");
+            } else {
+                sb_puts(&e, "full([");
+                dims_text(&e, pd, x->rank);
+                sb_printf(&e, "], %s%s)", num, strchr(num, '.') || strchr(num, 'e') || strchr(num, 'n') ? "" : ".0");
+            }
+            if (!side) sb_puts(&e, ", ");
+        }
+        sb_printf(&e, ", axis = %d)", a);
+        free(cur);
+        dims[a] = n + before + after;
+    }
+    Val *y = result(im, 0, x->rank, dims);
+    statement_start(im, y);
+    sb_puts(&im->body, e.data);
+    statement_end(im);
+    sb_free(&e);
+    return 0;
+}
+
+/* Split: the pieces, by `split` (attribute, input) or equal. */
+static int op_split(Imp *im)
+{
+    Val *x = operand(im, 0);
+    if (!x) return refuse(im, "no input");
+    const int axis = norm_axis(attr_int(im->node, "axis", 0), x->rank);
+    if (axis < 0 || axis >= x->rank) return refuse(im, "axis out of range");
+    if (x->dims[axis] == BATCH) return refuse(im, "it splits the batch axis");
+    const int n = (int)im->node->n_output;
+    if (n < 1 || n > 16) return refuse(im, "%d outputs (at most 16)", n);
+    int64_t sizes[16];
+    int k = attr_ints(im->node, "split", sizes, 16);
+    if (k < 0 && im->node->n_input > 1) k = const_ints(im, 1, sizes, 16);
+    if (k < 0) {
+        if (x->dims[axis] % n) return refuse(im, "axis %d's %lld does not split in %d", axis, (long long)x->dims[axis], n);
+        for (int i = 0; i < n; i++) sizes[i] = x->dims[axis] / n;
+        k = n;
+    }
+    int64_t total = 0;
+    for (int i = 0; i < k; i++) total += sizes[i];
+    if (k != n || total != x->dims[axis]) return refuse(im, "its sizes do not add up to the axis");
+    const char *xe = use(im, 0);
+    sb_puts(&im->body, "    ");
+    for (int i = 0; i < n; i++) {
+        int64_t dims[MAX_RANK];
+        memcpy(dims, x->dims, sizeof dims);
+        dims[axis] = sizes[i];
+        Val *y = result(im, (size_t)i, x->rank, dims);
+        sb_printf(&im->body, "%s%s", i ? ", " : "", y->expr);
+    }
+    sb_printf(&im->body, " = split(%s, [", xe);
+    for (int i = 0; i < n; i++) sb_printf(&im->body, "%s%lld", i ? ", " : "", (long long)sizes[i]);
+    sb_printf(&im->body, "], axis = %d)", axis);
+    statement_end(im);
+    return 0;
+}
+
+/* Slice: positive steps, each axis a slice. */
+static int op_slice(Imp *im)
+{
+    Val *x = operand(im, 0);
+    if (!x) return refuse(im, "no input");
+    int64_t starts[MAX_RANK], ends[MAX_RANK], axes[MAX_RANK], steps[MAX_RANK];
+    int n, na, ns;
+    if (im->m->opset < 10) {
+        n = attr_ints(im->node, "starts", starts, MAX_RANK);
+        if (attr_ints(im->node, "ends", ends, MAX_RANK) != n) return refuse(im, "starts and ends differ in length");
+        na = attr_ints(im->node, "axes", axes, MAX_RANK);
+        ns = -1;
+    } else {
+        n = const_ints(im, 1, starts, MAX_RANK);
+        if (const_ints(im, 2, ends, MAX_RANK) != n) return refuse(im, "its starts and ends are not constants of one length");
+        na = operand(im, 3) ? const_ints(im, 3, axes, MAX_RANK) : -1;
+        ns = operand(im, 4) ? const_ints(im, 4, steps, MAX_RANK) : -1;
+        if ((operand(im, 3) && na < 0) || (operand(im, 4) && ns < 0)) return refuse(im, "its axes or steps are not constants");
+    }
+    if (n < 0) return refuse(im, "its starts are not constants");
+    if (na < 0)
+        for (int i = 0; i < n; i++) axes[i] = i;
+    else if (na != n) return refuse(im, "axes and starts differ in length");
+    int64_t dims[MAX_RANK];
+    memcpy(dims, x->dims, sizeof dims);
+    StrBuf e;
+    sb_init(&e);
+    sb_puts(&e, use(im, 0));
+    for (int i = 0; i < n; i++) {
+        const int a = norm_axis(axes[i], x->rank);
+        const int64_t step = ns < 0 ? 1 : steps[i];
+        if (a < 0 || a >= x->rank) return sb_free(&e), refuse(im, "axis out of range");
+        if (step <= 0) return sb_free(&e), refuse(im, "a step of %lld (Kiln slices forward)", (long long)step);
+        const int64_t size = dims[a];
+        if (size == BATCH) return sb_free(&e), refuse(im, "it slices the batch axis");
+        int64_t s = starts[i] < 0 ? starts[i] + size : starts[i], t = ends[i] < 0 ? ends[i] + size : ends[i];
+        s = s < 0 ? 0 : s > size ? size : s;
+        t = t < 0 ? 0 : t > size ? size : t;
+        if (t <= s) return sb_free(&e), refuse(im, "an empty slice of axis %d", a);
+        char *cur = sb_take(&e);
+        sb_printf(&e, "slice(%s, %d, start = %lld, end = %lld, step = %lld)", cur, a, (long long)s, (long long)t, (long long)step);
+        free(cur);
+        dims[a] = (t - s + step - 1) / step;
+    }
+    Val *y = result(im, 0, x->rank, dims);
+    statement_start(im, y);
+    sb_puts(&im->body, e.data);
+    statement_end(im);
+    sb_free(&e);
+    return 0;
+}
+
+/* Tile: each repeated axis a concatenation of copies. */
+static int op_tile(Imp *im)
+{
+    Val *x = operand(im, 0);
+    int64_t reps[MAX_RANK];
+    if (!x || const_ints(im, 1, reps, MAX_RANK) != x->rank) return refuse(im, "its repeats are not constants, one per axis");
+    int64_t dims[MAX_RANK];
+    memcpy(dims, x->dims, sizeof dims);
+    StrBuf e;
+    sb_init(&e);
+    sb_puts(&e, use(im, 0));
+    for (int a = 0; a < x->rank; a++) {
+        if (reps[a] == 1) continue;
+        if (reps[a] < 1 || reps[a] > 16) return sb_free(&e), refuse(im, "a repeat of %lld (1 to 16)", (long long)reps[a]);
+        if (dims[a] == BATCH) return sb_free(&e), refuse(im, "it repeats the batch axis");
+        char *cur = sb_take(&e);
+        sb_puts(&e, "concat(");
+        for (int64_t r = 0; r < reps[a]; r++) sb_printf(&e, "%s%s", r ? ", " : "", cur);
+        sb_printf(&e, ", axis = %d)", a);
+        free(cur);
+        dims[a] *= reps[a];
+    }
+    Val *y = result(im, 0, x->rank, dims);
+    statement_start(im, y);
+    sb_puts(&im->body, e.data);
+    statement_end(im);
+    sb_free(&e);
+    return 0;
+}
+
+/* Gather: rows of a matrix by an index tensor (an embedding), or one constant index. */
+static int op_gather(Imp *im)
+{
+    Val *x = operand(im, 0), *idx = operand(im, 1);
+    if (!x || !idx) return refuse(im, "needs two inputs");
+    const int axis = norm_axis(attr_int(im->node, "axis", 0), x->rank);
+    if (axis < 0 || axis >= x->rank) return refuse(im, "axis out of range");
+    int64_t dims[MAX_RANK];
+    if (idx->values && idx->rank == 0) { /* one index: a slice, the axis dropped */
+        if (x->dims[axis] == BATCH) return refuse(im, "it indexes the batch axis");
+        int64_t k = (int64_t)idx->values[0];
+        k = k < 0 ? k + x->dims[axis] : k;
+        if (k < 0 || k >= x->dims[axis]) return refuse(im, "index %lld out of range", (long long)k);
+        int r = 0;
+        for (int a = 0; a < x->rank; a++)
+            if (a != axis) dims[r++] = x->dims[a];
+        const char *xe = use(im, 0);
+        Val *y = result(im, 0, r, dims);
+        statement_start(im, y);
+        sb_printf(&im->body, "reshape(slice(%s, %d, start = %lld, end = %lld), ", xe, axis, (long long)k, (long long)k + 1);
+        dims_text(&im->body, dims, r);
+        sb_puts(&im->body, ")");
+        statement_end(im);
+        return 0;
+    }
+    if (x->rank != 2 || axis != 0 || idx->values || idx->rank + 1 > MAX_RANK)
+        return refuse(im, "only rows of a matrix by an index tensor (an embedding) or one constant index are supported");
+    for (int a = 0; a < idx->rank; a++) dims[a] = idx->dims[a];
+    dims[idx->rank] = x->dims[1];
+    const char *xe = use(im, 0);
+    char *ie = xstrdup(use(im, 1));
+    Val *y = result(im, 0, idx->rank + 1, dims);
+    statement_start(im, y);
+    sb_printf(&im->body, "reshape(gather(%s, 0, expand(reshape(i64(%s), -1, 1), -1, %lld)), ", xe, ie, (long long)x->dims[1]);
+    dims_text(&im->body, dims, idx->rank + 1);
+    sb_puts(&im->body, ")");
+    statement_end(im);
+    free(ie);
+    return 0;
+}
+
+static int op_instance_norm(Imp *im)
+{
+    Val *x = operand(im, 0);
+    if (!x || x->rank < 3 || !operand(im, 1) || !operand(im, 2)) return refuse(im, "needs an input with spatial axes, a scale and a bias");
+    char eps[64];
+    util_format_double(eps, sizeof eps, attr_float(im->node, "epsilon", 1e-5));
+    StrBuf axes, cd;
+    sb_init(&axes);
+    sb_init(&cd);
+    for (int a = 2; a < x->rank; a++) sb_printf(&axes, "%s%d", a > 2 ? ", " : "", a);
+    sb_printf(&cd, "%lld", (long long)x->dims[1]);
+    for (int a = 2; a < x->rank; a++) sb_puts(&cd, ", 1");
+    const char *xe = use(im, 0);
+    char *s = xstrdup(use(im, 1)), *b = xstrdup(use(im, 2));
+    Val *y = result(im, 0, x->rank, x->dims);
+    statement_start(im, y);
+    sb_printf(&im->body, "(%s - mean(%s, axis = [%s], keepdim = true)) / sqrt(var(%s, axis = [%s], keepdim = true, unbiased = false) + %s) * reshape(%s, %s) + reshape(%s, %s)",
+              xe, xe, axes.data, xe, axes.data, eps, s, cd.data, b, cd.data);
+    statement_end(im);
+    free(s), free(b);
+    sb_free(&axes);
+    sb_free(&cd);
+    return 0;
+}
+
+/* ConvTranspose, 2-D, one group: a ConvTranspose2d member whose weight and bias are the
+ * initializers. */
+static int op_conv_transpose(Imp *im)
+{
+    Val *x = operand(im, 0), *wt = operand(im, 1), *b = operand(im, 2);
+    if (!x || x->rank != 4) return refuse(im, "only 2-D transposed convolutions are supported");
+    if (!wt || !wt->init || wt->rank != 4) return refuse(im, "its weight is not an initializer of the input's rank");
+    if (b && !b->init) return refuse(im, "its bias is not an initializer");
+    if (attr_int(im->node, "group", 1) != 1) return refuse(im, "groups other than 1 are not supported");
+    if (attr(im->node, "output_shape")) return refuse(im, "output_shape is not supported (pads and output_padding are)");
+    Window w;
+    if (window(im, x, wt->dims + 2, &w)) return -1;
+    int64_t op[2] = {0, 0};
+    attr_ints(im->node, "output_padding", op, 2);
+    if (x->dims[1] != wt->dims[0]) return refuse(im, "the weight expects %lld channels, the input has %lld", (long long)wt->dims[0], (long long)x->dims[1]);
+    int64_t dims[MAX_RANK];
+    memcpy(dims, x->dims, sizeof dims);
+    dims[1] = wt->dims[1];
+    for (int i = 0; i < 2; i++) {
+        dims[2 + i] = (x->dims[2 + i] - 1) * w.s[i] - 2 * w.p[i] + w.d[i] * (w.k[i] - 1) + op[i] + 1;
+        if (dims[2 + i] < 1) return refuse(im, "the output would be empty");
+    }
+    char *member = identifier(im, "deconv_", im->node->name && im->node->name[0] ? im->node->name : im->node->output[0]);
+    sb_printf(&im->members,
+              "%s = ConvTranspose2d(%lld, %lld, [%lld, %lld], stride = [%lld, %lld], padding = [%lld, %lld], output_padding = [%lld, %lld], "
+              "dilation = [%lld, %lld], bias = %s)  # weight '%s'%s%s%s\n",
+              member, (long long)wt->dims[0], (long long)wt->dims[1], (long long)w.k[0], (long long)w.k[1], (long long)w.s[0], (long long)w.s[1],
+              (long long)w.p[0], (long long)w.p[1], (long long)op[0], (long long)op[1], (long long)w.d[0], (long long)w.d[1], b ? "true" : "false",
+              wt->init->name, b ? ", bias '" : "", b ? b->init->name : "", b ? "'" : "");
+    member_weights(im, member, wt, b);
+    const char *xe = use(im, 0);
+    Val *y = result(im, 0, x->rank, dims);
+    statement_start(im, y);
+    sb_printf(&im->body, "%s(%s)", member, xe);
+    statement_end(im);
+    free(member);
+    return 0;
 }
 
 /* One node: its operator's writer, or the error that Kiln has none. */
@@ -892,6 +1188,13 @@ static int import_node(Imp *im)
     if (!strcmp(op, "GlobalAveragePool")) return op_global_pool(im, "mean");
     if (!strcmp(op, "GlobalMaxPool")) return op_global_pool(im, "amax");
     if (!strcmp(op, "Conv")) return op_conv(im);
+    if (!strcmp(op, "ConvTranspose")) return op_conv_transpose(im);
+    if (!strcmp(op, "Pad")) return op_pad(im);
+    if (!strcmp(op, "Split")) return op_split(im);
+    if (!strcmp(op, "Slice")) return op_slice(im);
+    if (!strcmp(op, "Tile")) return op_tile(im);
+    if (!strcmp(op, "Gather")) return op_gather(im);
+    if (!strcmp(op, "InstanceNormalization")) return op_instance_norm(im);
     return refuse(im, "operator %s is not supported by kiln import yet", op);
 }
 
