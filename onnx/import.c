@@ -417,29 +417,36 @@ static int op_reshape(Imp *im)
     const bool allowzero = attr_int(im->node, "allowzero", 0);
     int infer = -1;
     int64_t known = 1;
+    bool batch_kept = false; /* a 0 that copies the input's batch axis */
+    bool is_batch[MAX_RANK] = {0};
     for (int a = 0; a < n; a++) {
         if (shape[a] == 0 && !allowzero) {
             if (a >= x->rank) return refuse(im, "a 0 in its shape past the input's rank");
-            shape[a] = x->dims[a];
+            is_batch[a] = x->dims[a] == BATCH;
+            batch_kept |= is_batch[a];
+            shape[a] = is_batch[a] ? 1 : x->dims[a];
         }
         if (shape[a] == -1) {
             if (infer >= 0) return refuse(im, "two -1 in its shape");
             infer = a;
-        } else if (shape[a] < 0 && shape[a] != BATCH) {
+        } else if (shape[a] < 0) {
             return refuse(im, "a negative size in its shape");
         } else {
-            known *= shape[a] == BATCH ? 1 : shape[a];
+            known *= shape[a];
         }
     }
-    /* the batch: kept where it was, else folded in a -1 */
+    /* the batch: kept where it was (a 0), else held alone by a -1 at axis 0 */
     const int64_t total = numel(x->dims, x->rank, 1);
     if (infer >= 0) {
         if (!known || total % known) return refuse(im, "its shape does not divide the input's elements");
-        bool batch_kept = false;
-        for (int a = 0; a < n; a++) batch_kept |= shape[a] == BATCH;
-        if (x->rank && x->dims[0] == BATCH && !batch_kept) return refuse(im, "it folds the batch into another axis");
         shape[infer] = total / known;
     }
+    if (x->rank && x->dims[0] == BATCH && !batch_kept) {
+        if (infer != 0 || shape[0] != 1) return refuse(im, "it folds the batch into another axis");
+        shape[0] = BATCH;
+    }
+    for (int a = 0; a < n; a++)
+        if (is_batch[a]) shape[a] = BATCH;
     return reshape_to(im, n, shape);
 }
 
@@ -1139,6 +1146,22 @@ static int op_conv_transpose(Imp *im)
     return 0;
 }
 
+/* Cast to the types Kiln has. */
+static int op_cast(Imp *im)
+{
+    static const struct {
+        int32_t type;
+        const char *fmt;
+    } casts[] = {{ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, "f32(%s)"}, {ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE, "f64(%s)"},
+                 {ONNX__TENSOR_PROTO__DATA_TYPE__INT64, "i64(%s)"}, {ONNX__TENSOR_PROTO__DATA_TYPE__INT32, "i32(%s)"},
+                 {ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, "u8(%s)"},  {ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, "bool(%s)"},
+                 {ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, "f16(%s)"}, {ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16, "bf16(%s)"}};
+    const int64_t to = attr_int(im->node, "to", -1);
+    for (size_t i = 0; i < sizeof casts / sizeof *casts; i++)
+        if (casts[i].type == to) return unary(im, casts[i].fmt);
+    return refuse(im, "a cast to %s", onnx_type_name((int32_t)to));
+}
+
 /* One node: its operator's writer, or the error that Kiln has none. */
 static int import_node(Imp *im)
 {
@@ -1163,6 +1186,7 @@ static int import_node(Imp *im)
     if (!strcmp(op, "Max")) return variadic(im, "maximum");
     if (!strcmp(op, "Min")) return variadic(im, "minimum");
     if (!strcmp(op, "Clip")) return op_clip(im);
+    if (!strcmp(op, "Cast")) return op_cast(im);
     if (!strcmp(op, "LeakyRelu")) return op_leaky(im);
     if (!strcmp(op, "Elu")) return op_elu(im);
     if (!strcmp(op, "Selu")) return op_selu(im);

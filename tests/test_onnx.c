@@ -345,3 +345,57 @@ Test(onnx, malformed_files_are_one_error_each)
     }
     support_remove_dir(dir);
 }
+
+/* ---- PyTorch's exports ---- */
+
+/* bench/reference.py's twins of mlp and cnn, exported by the installed PyTorch
+ * (torch.onnx.export, opset 13, a dynamic batch): imported, built and run, PyTorch's
+ * outputs within 1e-5. */
+Test(onnx, pytorch_twins_give_pytorchs_outputs, .timeout = 300)
+{
+    char dir[] = "/tmp/kiln-onnx-twins-XXXXXX"; /* a mkdtemp template */
+    cr_assert(mkdtemp(dir));
+    char cmd[4096];
+    StrBuf out;
+    sb_init(&out);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s' '%s'", support_path("tests/onnx/export_twins.py"), KILN_SOURCE_DIR "/bench", dir);
+    const int rc = support_run(cmd, &out);
+    if (rc == 77 || rc == 127) {
+        support_remove_dir(dir);
+        cr_skip_test("PyTorch (Debian's python3-torch) is not installed: the twins are not exported");
+    }
+    cr_assert_eq(rc, 0, "%s:\n%s", cmd, out.data ? out.data : "");
+    static const char *const models[] = {"mlp", "cnn"};
+    for (int i = 0; i < 2; i++) {
+        const char *m = models[i];
+        snprintf(cmd, sizeof cmd, "import %s/%s.onnx -o %s/%s.kiln", dir, m, dir, m);
+        out.len = 0;
+        cr_assert_eq(support_run_kiln(cmd, &out), 0, "%s", out.data);
+        snprintf(cmd, sizeof cmd, "build %s/%s.kiln --infer -o %s/%s", dir, m, dir, m);
+        out.len = 0;
+        cr_assert_eq(support_run_kiln(cmd, &out), 0, "%s", out.data);
+        snprintf(cmd, sizeof cmd, "%s/%s --weights %s/%s.safetensors --data image=%s/%s_in.npy --output %s/%s_got.npy --quiet", dir, m, dir, m, dir, m,
+                 dir, m);
+        out.len = 0;
+        cr_assert_eq(support_run(cmd, &out), 0, "%s:\n%s", cmd, out.data ? out.data : "");
+        char a[1100], b[1100];
+        snprintf(a, sizeof a, "%s/%s_got.npy", dir, m);
+        snprintf(b, sizeof b, "%s/%s_out.npy", dir, m);
+        krt_array got, want;
+        krt_error e;
+        cr_assert_eq(krt_npy_load(a, &got, &e), KRT_OK, "%s", e.msg);
+        cr_assert_eq(krt_npy_load(b, &want, &e), KRT_OK, "%s", e.msg);
+        cr_assert_eq(krt_array_count(&got), krt_array_count(&want));
+        double worst = 0;
+        for (int64_t k = 0; k < krt_array_count(&got); k++) {
+            const double d = fabs((double)((float *)got.data)[k] - ((float *)want.data)[k]);
+            worst = d > worst ? d : worst;
+        }
+        printf("onnx: PyTorch's %s exported and imported: outputs within %.3g\n", m, worst);
+        cr_expect(worst <= 1e-5, "%s: Kiln's outputs differ from PyTorch's by %g", m, worst);
+        krt_array_free(&got);
+        krt_array_free(&want);
+    }
+    sb_free(&out);
+    support_remove_dir(dir);
+}
