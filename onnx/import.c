@@ -30,6 +30,7 @@ typedef struct {
     int64_t nvalues;
     const Onnx__TensorProto *init; /* the initializer it is, or NULL */
     bool declared;           /* a parameter already declared for it */
+    const char *source;      /* an initializer's name, or "Constant NAME" of a Constant's output */
 } Val;
 
 typedef struct {
@@ -41,6 +42,13 @@ typedef struct {
     StrMap vals;  /* ONNX name -> index in v */
     Val *v;
     int32_t nv, cap;
+    /* parameters kept under their state_dict names (fc1.weight): a holder module per
+     * prefix, as PyTorch's modules are */
+    struct {
+        char *path, *decl;
+    } *held;
+    int32_t nheld, capheld;
+    StrMap holder; /* first segments the holders claimed */
     const Onnx__NodeProto *node; /* the node being written */
     char *node_label;            /* "node 'NAME' (OP)" */
 } Imp;
@@ -153,6 +161,93 @@ static int const_ints(Imp *im, size_t j, int64_t *out, int cap)
     return (int)x->nvalues;
 }
 
+/* Can initializer `name` keep its name, a state_dict path of identifiers (fc1.weight,
+ * layer1.conv1.weight), in holder modules? Claims it if so: its first segment is not a
+ * name the file uses otherwise, and it is neither a prefix of a path held nor one of them
+ * a prefix of it. */
+static bool claim_path(Imp *im, const char *name)
+{
+    int segs = 0;
+    for (const char *p = name; *p; segs++) {
+        const char *e = strchr(p, '.');
+        const size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (!n || !(isalpha((unsigned char)p[0]) || p[0] == '_')) return false;
+        for (size_t i = 0; i < n; i++)
+            if (!isalnum((unsigned char)p[i]) && p[i] != '_') return false;
+        for (int k = 0; keywords[k]; k++)
+            if (strlen(keywords[k]) == n && !strncmp(p, keywords[k], n)) return false;
+        p = e ? e + 1 : p + n;
+        if (e && !*p) return false;
+    }
+    if (segs < 2) return false;
+    const size_t first = strcspn(name, ".");
+    char top[256];
+    if (first >= sizeof top) return false;
+    snprintf(top, sizeof top, "%.*s", (int)first, name);
+    if (strmap_get(&im->names, top, 0) && !strmap_get(&im->holder, top, 0)) return false;
+    const size_t len = strlen(name);
+    for (int32_t i = 0; i < im->nheld; i++) {
+        const char *h = im->held[i].path;
+        const size_t hl = strlen(h);
+        if ((hl < len && !strncmp(name, h, hl) && name[hl] == '.') || (len < hl && !strncmp(h, name, len) && h[len] == '.')) return false;
+    }
+    strmap_put(&im->names, top, 1);
+    strmap_put(&im->holder, top, 1);
+    return true;
+}
+
+/* The holder module of prefix (a held path's dotted prefix) and the ones inside it, each
+ * before its user: `module P_layer1_conv1() { weight = Parameter(...) ... }`. */
+static void emit_holder(Imp *im, StrBuf *out, const char *prefix)
+{
+    const size_t pl = strlen(prefix);
+    StrBuf body;
+    sb_init(&body);
+    StrMap seen;
+    memset(&seen, 0, sizeof seen);
+    for (int32_t i = 0; i < im->nheld; i++) {
+        const char *h = im->held[i].path;
+        if (strncmp(h, prefix, pl) || h[pl] != '.') continue;
+        const char *child = h + pl + 1, *dot = strchr(child, '.');
+        char seg[256];
+        snprintf(seg, sizeof seg, "%.*s", (int)(dot ? (size_t)(dot - child) : strlen(child)), child);
+        if (strmap_get(&seen, seg, 0)) continue;
+        strmap_put(&seen, seg, 1);
+        if (!dot) {
+            sb_printf(&body, "    %s = %s\n", seg, im->held[i].decl);
+            continue;
+        }
+        char sub[600];
+        snprintf(sub, sizeof sub, "%s.%s", prefix, seg);
+        emit_holder(im, out, sub);
+        sb_printf(&body, "    %s = P_", seg);
+        for (const char *c = sub; *c; c++) sb_putc(&body, *c == '.' ? '_' : *c);
+        sb_puts(&body, "()\n");
+    }
+    sb_puts(out, "module P_");
+    for (const char *c = prefix; *c; c++) sb_putc(out, *c == '.' ? '_' : *c);
+    sb_printf(out, "() {\n%s    forward(x) { return x }\n}\n", body.data ? body.data : "");
+    strmap_free(&seen);
+    sb_free(&body);
+}
+
+/* The holders, and a member for each top one: `fc1 = P_fc1()`. */
+static void emit_holders(Imp *im, StrBuf *out)
+{
+    StrMap seen;
+    memset(&seen, 0, sizeof seen);
+    for (int32_t i = 0; i < im->nheld; i++) {
+        char top[256];
+        snprintf(top, sizeof top, "%.*s", (int)strcspn(im->held[i].path, "."), im->held[i].path);
+        if (strmap_get(&seen, top, 0)) continue;
+        strmap_put(&seen, top, 1);
+        emit_holder(im, out, top);
+        sb_printf(out, "%s = P_%s()\n", top, top);
+    }
+    if (im->nheld) sb_putc(out, '\n');
+    strmap_free(&seen);
+}
+
 /* The Kiln expression of operand j: a parameter declared on first use, or a number. */
 static const char *use(Imp *im, size_t j)
 {
@@ -167,9 +262,21 @@ static const char *use(Imp *im, size_t j)
             x->expr = xstrdup(num);
             return x->expr;
         }
-        sb_printf(&im->members, "%s = Parameter(", x->expr);
-        for (int a = 0; a < x->rank; a++) sb_printf(&im->members, "%s%lld", a ? ", " : "", (long long)x->dims[a]);
-        sb_printf(&im->members, ")  # initializer '%s'\n", x->init->name);
+        StrBuf decl;
+        sb_init(&decl);
+        sb_puts(&decl, "Parameter(");
+        for (int a = 0; a < x->rank; a++) sb_printf(&decl, "%s%lld", a ? ", " : "", (long long)x->dims[a]);
+        sb_puts(&decl, ")");
+        if (x->source == x->init->name && claim_path(im, x->init->name)) { /* in a holder module, under its own name */
+            free(x->expr);
+            x->expr = xstrdup(x->init->name);
+            GROW(im->held, im->capheld, im->nheld + 1);
+            im->held[im->nheld].path = xstrdup(x->expr);
+            im->held[im->nheld++].decl = sb_take(&decl);
+        } else {
+            sb_printf(&im->members, "%s = %s  # %s'%s'\n", x->expr, decl.data, x->source == x->init->name ? "initializer " : "", x->source);
+        }
+        sb_free(&decl);
         GROW(im->w->t, im->w->cap, im->w->n + 1);
         OnnxWeight *wt = &im->w->t[im->w->n++];
         wt->name = xstrdup(x->expr);
@@ -678,6 +785,7 @@ static int op_constant(Imp *im)
     if (t->n_dims > MAX_RANK || onnx_numel(t->dims, t->n_dims) < 0) return refuse(im, "its shape is too large");
     Val *v = add_val(im, im->node->output[0]);
     v->init = t;
+    v->source = im->node->output[0]; /* a Constant's value: not a state_dict entry */
     v->expr = identifier(im, "p_", im->node->output[0]);
     v->rank = (int)t->n_dims;
     for (int k = 0; k < v->rank; k++) v->dims[k] = t->dims[k];
@@ -771,6 +879,32 @@ static int op_global_pool(Imp *im, const char *fn)
     return 0;
 }
 
+/* The member name of a layer whose weight (and bias) are initializers X.weight (X.bias),
+ * X an identifier the file does not use otherwise: X, so that the weights file keeps
+ * PyTorch's state_dict names; else a name from the node's. */
+static char *layer_member(Imp *im, const Val *wt, const Val *b, const char *prefix)
+{
+    const char *w = wt->source;
+    const size_t n = w && wt->source == wt->init->name ? strlen(w) : 0;
+    if (n > 7 && !strcmp(w + n - 7, ".weight")) {
+        char x[256];
+        snprintf(x, sizeof x, "%.*s", (int)(n - 7), w);
+        bool ok = n - 7 < sizeof x && (isalpha((unsigned char)x[0]) || x[0] == '_') && !strmap_get(&im->names, x, 0);
+        for (const char *c = x; ok && *c; c++) ok = isalnum((unsigned char)*c) || *c == '_';
+        for (int k = 0; ok && keywords[k]; k++) ok = strcmp(x, keywords[k]) != 0;
+        if (ok && b) {
+            char bn[300];
+            snprintf(bn, sizeof bn, "%s.bias", x);
+            ok = b->source == b->init->name && !strcmp(b->source, bn);
+        }
+        if (ok) {
+            strmap_put(&im->names, x, 1);
+            return xstrdup(x);
+        }
+    }
+    return identifier(im, prefix, im->node->name && im->node->name[0] ? im->node->name : im->node->output[0]);
+}
+
 /* A layer member's weight and bias (NULL: none) in the weights file, under its names. */
 static void member_weights(Imp *im, const char *member, Val *wt, Val *b)
 {
@@ -810,7 +944,7 @@ static int op_conv(Imp *im)
         dims[2 + i] = (x->dims[2 + i] + 2 * w.p[j] - w.d[j] * (w.k[j] - 1) - 1) / w.s[j] + 1;
         if (dims[2 + i] < 1) return refuse(im, "the kernel is larger than the padded input");
     }
-    char *member = identifier(im, "conv_", im->node->name && im->node->name[0] ? im->node->name : im->node->output[0]);
+    char *member = layer_member(im, wt, b, "conv_");
     const bool two = x->rank == 4;
     sb_printf(&im->members, "%s = Conv%dd(%lld, %lld, ", member, two ? 2 : 1, (long long)cin, (long long)cout);
     if (two) sb_printf(&im->members, "[%lld, %lld], stride = [%lld, %lld], padding = [%lld, %lld], dilation = [%lld, %lld]", (long long)w.k[0],
@@ -818,8 +952,8 @@ static int op_conv(Imp *im)
                        (long long)w.d[1]);
     else sb_printf(&im->members, "%lld, stride = %lld, padding = %lld, dilation = %lld", (long long)w.k[1], (long long)w.s[1], (long long)w.p[1],
                    (long long)w.d[1]);
-    sb_printf(&im->members, ", groups = %lld, bias = %s)  # weight '%s'%s%s%s\n", (long long)groups, b ? "true" : "false", wt->init->name,
-              b ? ", bias '" : "", b ? b->init->name : "", b ? "'" : "");
+    sb_printf(&im->members, ", groups = %lld, bias = %s)  # weight '%s'%s%s%s\n", (long long)groups, b ? "true" : "false", wt->source,
+              b ? ", bias '" : "", b ? b->source : "", b ? "'" : "");
     member_weights(im, member, wt, b);
     const char *xe = use(im, 0);
     Val *y = result(im, 0, x->rank, dims);
@@ -1129,13 +1263,13 @@ static int op_conv_transpose(Imp *im)
         dims[2 + i] = (x->dims[2 + i] - 1) * w.s[i] - 2 * w.p[i] + w.d[i] * (w.k[i] - 1) + op[i] + 1;
         if (dims[2 + i] < 1) return refuse(im, "the output would be empty");
     }
-    char *member = identifier(im, "deconv_", im->node->name && im->node->name[0] ? im->node->name : im->node->output[0]);
+    char *member = layer_member(im, wt, b, "deconv_");
     sb_printf(&im->members,
               "%s = ConvTranspose2d(%lld, %lld, [%lld, %lld], stride = [%lld, %lld], padding = [%lld, %lld], output_padding = [%lld, %lld], "
               "dilation = [%lld, %lld], bias = %s)  # weight '%s'%s%s%s\n",
               member, (long long)wt->dims[0], (long long)wt->dims[1], (long long)w.k[0], (long long)w.k[1], (long long)w.s[0], (long long)w.s[1],
               (long long)w.p[0], (long long)w.p[1], (long long)op[0], (long long)op[1], (long long)w.d[0], (long long)w.d[1], b ? "true" : "false",
-              wt->init->name, b ? ", bias '" : "", b ? b->init->name : "", b ? "'" : "");
+              wt->source, b ? ", bias '" : "", b ? b->source : "", b ? "'" : "");
     member_weights(im, member, wt, b);
     const char *xe = use(im, 0);
     Val *y = result(im, 0, x->rank, dims);
@@ -1276,6 +1410,7 @@ static void declare_initializers(Imp *im)
         const Onnx__TensorProto *t = g->initializer[i];
         Val *v = add_val(im, t->name);
         v->init = t;
+        v->source = t->name;
         v->expr = identifier(im, "p_", t->name);
         v->rank = (int)t->n_dims;
         for (size_t a = 0; a < t->n_dims && a < MAX_RANK; a++) v->dims[a] = t->dims[a];
@@ -1340,6 +1475,7 @@ int onnx_import(const OnnxModel *m, const OnnxImportOptions *o, StrBuf *out, Onn
                   "model %s\n\n",
                   o->name, o->source, (long long)m->proto->ir_version, (long long)m->opset, m->proto->producer_name && m->proto->producer_name[0] ? ", from " : "",
                   m->proto->producer_name ? m->proto->producer_name : "", o->name);
+        emit_holders(&im, out);
         if (im.members.len) sb_printf(out, "%s\n", im.members.data);
         sb_printf(out, "forward(%s) -> %s {\n%s}\n\n", sig.data, outs.data, im.body.data ? im.body.data : "");
         const Val *first = val(&im, m->graph->output[0]->name);
@@ -1356,6 +1492,9 @@ int onnx_import(const OnnxModel *m, const OnnxImportOptions *o, StrBuf *out, Onn
         if (!kept) free(im.v[i].values);
     }
     free(im.v);
+    for (int32_t i = 0; i < im.nheld; i++) free(im.held[i].path), free(im.held[i].decl);
+    free(im.held);
+    strmap_free(&im.holder);
     free(im.node_label);
     strmap_free(&im.names);
     strmap_free(&im.vals);

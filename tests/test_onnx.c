@@ -371,6 +371,19 @@ Test(onnx, pytorch_twins_give_pytorchs_outputs, .timeout = 300)
         snprintf(cmd, sizeof cmd, "import %s/%s.onnx -o %s/%s.kiln", dir, m, dir, m);
         out.len = 0;
         cr_assert_eq(support_run_kiln(cmd, &out), 0, "%s", out.data);
+        /* the weights keep PyTorch's state_dict names: holder modules, the layers' members */
+        char path[1100];
+        snprintf(path, sizeof path, "%s/%s.kiln", dir, m);
+        size_t len;
+        StrBuf err;
+        sb_init(&err);
+        char *text = util_read_file(path, &len, &err);
+        cr_assert(text, "%s", err.data);
+        cr_expect(strstr(text, "fc1 = P_fc1()") && strstr(text, "    weight = Parameter(") && strstr(text, "@ transpose(fc2.weight)) + fc2.bias"),
+                  "%s", text);
+        if (i == 1) cr_expect(strstr(text, "\nconv1 = Conv2d(1, 32, [3, 3]") && strstr(text, "\nconv2 = Conv2d(32, 64,"), "%s", text);
+        free(text);
+        sb_free(&err);
         snprintf(cmd, sizeof cmd, "build %s/%s.kiln --infer -o %s/%s", dir, m, dir, m);
         out.len = 0;
         cr_assert_eq(support_run_kiln(cmd, &out), 0, "%s", out.data);
