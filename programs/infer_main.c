@@ -53,6 +53,8 @@ static int die(const char *fmt, ...)
 
 /* A language model: its recipe reads a text or token stream, cut into windows. */
 static bool lm_data(void) { return kiln_recipe_lm_data(M->recipe); }
+static int forward_input_count(void);
+static int only_forward_input(void);
 
 
 typedef struct {
@@ -98,6 +100,8 @@ static void usage(FILE *f)
     if (lm_data())
         fprintf(f, "\n  --data PATH            a text (a glob, as the recipe's) or token file, cut into windows of\n"
                    "                         the model's length: inputs and targets, as the training program's");
+    else if (forward_input_count() == 1)
+        fprintf(f, "\n  --data PATH            the samples of input %s (the forward's one input)", M->inputs[only_forward_input()].name);
     fprintf(f, "\n"
                "  --weights DIR|FILE     a checkpoint directory (its newest checkpoint) or a .safetensors\n"
                "                         file (Kiln's or PyTorch's state_dict)%s\n"
@@ -124,6 +128,21 @@ static int64_t whole(const char *flag, const char *v, int64_t lo, int64_t hi)
         return -1;
     }
     return n;
+}
+
+/* The forward's inputs: how many, and the one when there is one. */
+static int forward_input_count(void)
+{
+    int n = 0;
+    for (int k = 0; k < M->ninputs; k++) n += M->forward_inputs[k] != 0;
+    return n;
+}
+
+static int only_forward_input(void)
+{
+    for (int k = 0; k < M->ninputs; k++)
+        if (M->forward_inputs[k]) return k;
+    return 0;
 }
 
 static int input_named(const char *s, size_t len)
@@ -166,6 +185,7 @@ static int parse_args(int argc, char **argv, Opts *o, int64_t bound)
     char inputs[512];
     input_list(inputs, sizeof inputs);
     bool stdin_taken = false;
+    int k_only;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -219,6 +239,13 @@ static int parse_args(int argc, char **argv, Opts *o, int64_t bound)
                 /* a language model's stream, as the training program's --data PATH */
                 if (o->stream) return die("--data %s: the text is already read from %s", v, o->stream), 2;
                 o->stream = v;
+                continue;
+            }
+            if (!eq && forward_input_count() == 1) { /* one input: its samples, without its name */
+                k_only = only_forward_input();
+                if (o->data[k_only]) return die("--data %s: input '%s' is already read from %s", v, M->inputs[k_only].name, o->data[k_only]), 2;
+                if (!strcmp(v, "-")) stdin_taken = true;
+                o->data[k_only] = v;
                 continue;
             }
             if (!eq) return die("--data %s: give INPUT=PATH (the model's inputs: %s)", v, inputs), 2;

@@ -387,8 +387,9 @@ Test(onnx, pytorch_twins_give_pytorchs_outputs, .timeout = 300)
         snprintf(cmd, sizeof cmd, "build %s/%s.kiln --infer -o %s/%s", dir, m, dir, m);
         out.len = 0;
         cr_assert_eq(support_run_kiln(cmd, &out), 0, "%s", out.data);
-        snprintf(cmd, sizeof cmd, "%s/%s --weights %s/%s.safetensors --data image=%s/%s_in.npy --output %s/%s_got.npy --quiet", dir, m, dir, m, dir, m,
-                 dir, m);
+        /* one input: --data PATH without its name (mlp), or with it (cnn) */
+        snprintf(cmd, sizeof cmd, "%s/%s --weights %s/%s.safetensors --data %s%s/%s_in.npy --output %s/%s_got.npy --quiet", dir, m, dir, m,
+                 i ? "image=" : "", dir, m, dir, m);
         out.len = 0;
         cr_assert_eq(support_run(cmd, &out), 0, "%s:\n%s", cmd, out.data ? out.data : "");
         char a[1100], b[1100];
