@@ -947,6 +947,154 @@ static int op_conv_transpose(Imp *im)
     return 0;
 }
 
+/* Where(cond, x, y): the three broadcast. */
+static int op_where(Imp *im)
+{
+    Val *c = imp_operand(im, 0), *x = imp_operand(im, 1), *y = imp_operand(im, 2);
+    if (!c || !x || !y) return imp_refuse(im, "needs three inputs");
+    Val xy = *x;
+    if (!imp_broadcast(x, y, &xy.rank, xy.dims) || !imp_broadcast(&xy, c, &xy.rank, xy.dims)) return imp_refuse(im, "its inputs do not broadcast");
+    char *ce = xstrdup(imp_use(im, 0)), *xe = xstrdup(imp_use(im, 1));
+    const char *ye = imp_use(im, 2);
+    Val *r = imp_result(im, 0, xy.rank, xy.dims);
+    imp_statement_start(im, r);
+    sb_printf(&im->body, "where(%s, %s, %s)", ce, xe, ye);
+    imp_statement_end(im);
+    free(ce), free(xe);
+    return 0;
+}
+
+/* Expand(x, shape): x broadcast to the shape (a constant). */
+static int op_expand(Imp *im)
+{
+    Val *x = imp_operand(im, 0);
+    int64_t shape[MAX_RANK];
+    const int n = imp_const_ints(im, 1, shape, MAX_RANK);
+    if (!x || n < 0) return imp_refuse(im, "its shape is not a constant");
+    Val s = {.rank = n};
+    memcpy(s.dims, shape, sizeof shape);
+    int rank;
+    int64_t dims[MAX_RANK];
+    if (!imp_broadcast(x, &s, &rank, dims)) return imp_refuse(im, "the input does not broadcast to the shape");
+    const char *xe = imp_use(im, 0);
+    Val *y = imp_result(im, 0, rank, dims);
+    imp_statement_start(im, y);
+    sb_printf(&im->body, "expand(%s, ", xe);
+    imp_dims_text(&im->body, dims, rank);
+    sb_puts(&im->body, ")");
+    imp_statement_end(im);
+    return 0;
+}
+
+/* Shape(x) of a static shape: a constant, folded where it is read. */
+static int op_shape(Imp *im)
+{
+    Val *x = imp_operand(im, 0);
+    if (!x) return imp_refuse(im, "no input");
+    for (int a = 0; a < x->rank; a++)
+        if (x->dims[a] == BATCH) return imp_refuse(im, "the shape holds the batch, whose size is not known when importing (export with a fixed batch)");
+    if (imp_attr(im->node, "start") || imp_attr(im->node, "end")) return imp_refuse(im, "start and end are not supported");
+    Val *v = imp_add_val(im, im->node->output[0]);
+    v->expr = imp_identifier(im, "v_", im->node->output[0]);
+    v->rank = 1;
+    v->dims[0] = x->rank;
+    v->nvalues = x->rank;
+    v->values = xcalloc((size_t)x->rank + 1, sizeof *v->values);
+    for (int a = 0; a < x->rank; a++) v->values[a] = (double)x->dims[a];
+    return 0;
+}
+
+/* ConstantOfShape(shape): full(shape, value), the shape a constant. */
+static int op_constant_of_shape(Imp *im)
+{
+    int64_t shape[MAX_RANK];
+    const int n = imp_const_ints(im, 0, shape, MAX_RANK);
+    if (n < 0) return imp_refuse(im, "its shape is not a constant");
+    double value = 0;
+    const Onnx__AttributeProto *a = imp_attr(im->node, "value");
+    if (a && a->t) {
+        double *v = onnx_tensor_values(a->t);
+        if (!v || onnx_numel(a->t->dims, a->t->n_dims) != 1) {
+            free(v);
+            return imp_refuse(im, "its value is not one number");
+        }
+        value = v[0];
+        free(v);
+    }
+    for (int i = 0; i < n; i++)
+        if (shape[i] < 1) return imp_refuse(im, "an empty or negative size in its shape");
+    char num[64];
+    util_format_double(num, sizeof num, value);
+    Val *y = imp_result(im, 0, n, shape);
+    imp_statement_start(im, y);
+    sb_puts(&im->body, "full([");
+    imp_dims_text(&im->body, shape, n);
+    sb_printf(&im->body, "], %s%s)", num, strchr(num, '.') || strchr(num, 'e') || strchr(num, 'n') ? "" : ".0");
+    imp_statement_end(im);
+    return 0;
+}
+
+/* LayerNormalization (opset 17) over the axes from `axis` on, scale and bias read. */
+static int op_layer_norm(Imp *im)
+{
+    Val *x = imp_operand(im, 0);
+    if (!x || !imp_operand(im, 1)) return imp_refuse(im, "needs an input and a scale");
+    if (im->node->n_output > 1 && (im->node->output[1][0] || (im->node->n_output > 2 && im->node->output[2][0])))
+        return imp_refuse(im, "its mean and inverse deviation outputs are not supported");
+    const int axis = imp_norm_axis(imp_attr_int(im->node, "axis", -1), x->rank);
+    if (axis < 1 || axis >= x->rank) return imp_refuse(im, "axis out of range (the batch axis cannot be normalised over)");
+    char eps[64];
+    util_format_double(eps, sizeof eps, imp_attr_float(im->node, "epsilon", 1e-5));
+    const char *xe = imp_use(im, 0);
+    char *se = xstrdup(imp_use(im, 1)), *be = imp_operand(im, 2) ? xstrdup(imp_use(im, 2)) : NULL;
+    Val *y = imp_result(im, 0, x->rank, x->dims);
+    imp_statement_start(im, y);
+    sb_printf(&im->body, "layer_norm(%s, [", xe);
+    imp_dims_text(&im->body, x->dims + axis, x->rank - axis);
+    sb_printf(&im->body, "], weight = %s%s%s, eps = %s)", se, be ? ", bias = " : "", be ? be : "", eps);
+    imp_statement_end(im);
+    free(se), free(be);
+    return 0;
+}
+
+static int op_hard_sigmoid(Imp *im)
+{
+    char fmt[200], a[64], b[64];
+    util_format_double(a, sizeof a, imp_attr_float(im->node, "alpha", 0.2));
+    util_format_double(b, sizeof b, imp_attr_float(im->node, "beta", 0.5));
+    snprintf(fmt, sizeof fmt, "clamp(%s * %%s + %s, min = 0.0, max = 1.0)", a, b);
+    return unary(im, fmt);
+}
+
+static int op_gelu(Imp *im)
+{
+    const Onnx__AttributeProto *a = imp_attr(im->node, "approximate");
+    const bool tanh_ = a && a->has_s && a->s.len == 4 && !memcmp(a->s.data, "tanh", 4);
+    return unary(im, tanh_ ? "gelu(%s, approximate = \"tanh\")" : "gelu(%s)");
+}
+
+/* ArgMax and ArgMin: the first extreme (select_last_index 0). */
+static int op_argmax(Imp *im, bool min)
+{
+    Val *x = imp_operand(im, 0);
+    if (!x) return imp_refuse(im, "no input");
+    if (imp_attr_int(im->node, "select_last_index", 0)) return imp_refuse(im, "select_last_index is not supported");
+    const int axis = imp_norm_axis(imp_attr_int(im->node, "axis", 0), x->rank);
+    const bool keep = imp_attr_int(im->node, "keepdims", 1);
+    if (axis < 0 || axis >= x->rank) return imp_refuse(im, "axis out of range");
+    int64_t dims[MAX_RANK];
+    int r = 0;
+    for (int a = 0; a < x->rank; a++)
+        if (a != axis) dims[r++] = x->dims[a];
+        else if (keep) dims[r++] = 1;
+    const char *xe = imp_use(im, 0);
+    Val *y = imp_result(im, 0, r, dims);
+    imp_statement_start(im, y);
+    sb_printf(&im->body, "argmax(%s%s, axis = %d, keepdim = %s)", min ? "-" : "", xe, axis, keep ? "true" : "false");
+    imp_statement_end(im);
+    return 0;
+}
+
 /* Cast to the types Kiln has. */
 static int op_cast(Imp *im)
 {
@@ -971,12 +1119,15 @@ int imp_node(Imp *im)
         const char *op, *fmt;
     } unaries[] = {{"Relu", "relu(%s)"}, {"Sigmoid", "sigmoid(%s)"}, {"Tanh", "tanh(%s)"}, {"Exp", "exp(%s)"}, {"Log", "log(%s)"},
                    {"Sqrt", "sqrt(%s)"}, {"Abs", "abs(%s)"}, {"Neg", "-%s"}, {"Erf", "erf(%s)"}, {"Reciprocal", "1.0 / %s"},
-                   {"Softsign", "%s / (1.0 + abs(%s))"}, {"Softplus", "softplus(%s)"}, {"Identity", "%s"}, {"Floor", "%s // 1.0"}};
+                   {"Softsign", "%s / (1.0 + abs(%s))"}, {"Softplus", "softplus(%s)"}, {"Identity", "%s"}, {"Floor", "%s // 1.0"},
+                   {"Sin", "sin(%s)"}, {"Cos", "cos(%s)"}, {"Not", "not %s"}, {"HardSwish", "hardswish(%s)"}};
     for (size_t i = 0; i < sizeof unaries / sizeof *unaries; i++)
         if (!strcmp(op, unaries[i].op)) return unary(im, unaries[i].fmt);
     static const struct {
         const char *op, *sym;
-    } binaries[] = {{"Add", "+"}, {"Sub", "-"}, {"Mul", "*"}, {"Div", "/"}, {"Pow", "(pow(%s, %s))"}};
+    } binaries[] = {{"Add", "+"},     {"Sub", "-"},        {"Mul", "*"},  {"Div", "/"},  {"Pow", "(pow(%s, %s))"},     {"Equal", "=="},
+                    {"Less", "<"},     {"Greater", ">"},    {"LessOrEqual", "<="},         {"GreaterOrEqual", ">="},
+                    {"And", "and"},    {"Or", "or"}};
     for (size_t i = 0; i < sizeof binaries / sizeof *binaries; i++)
         if (!strcmp(op, binaries[i].op)) return binary(im, binaries[i].sym);
     if (!strcmp(op, "Dropout")) {
@@ -988,6 +1139,15 @@ int imp_node(Imp *im)
     if (!strcmp(op, "Min")) return variadic(im, "minimum");
     if (!strcmp(op, "Clip")) return op_clip(im);
     if (!strcmp(op, "Cast")) return op_cast(im);
+    if (!strcmp(op, "Where")) return op_where(im);
+    if (!strcmp(op, "Expand")) return op_expand(im);
+    if (!strcmp(op, "Shape")) return op_shape(im);
+    if (!strcmp(op, "ConstantOfShape")) return op_constant_of_shape(im);
+    if (!strcmp(op, "LayerNormalization")) return op_layer_norm(im);
+    if (!strcmp(op, "HardSigmoid")) return op_hard_sigmoid(im);
+    if (!strcmp(op, "Gelu")) return op_gelu(im);
+    if (!strcmp(op, "ArgMax")) return op_argmax(im, false);
+    if (!strcmp(op, "ArgMin")) return op_argmax(im, true);
     if (!strcmp(op, "LeakyRelu")) return op_leaky(im);
     if (!strcmp(op, "Elu")) return op_elu(im);
     if (!strcmp(op, "Selu")) return op_selu(im);

@@ -12,6 +12,7 @@ packages=(
   libcairo2-dev                      # `kiln plot` draws training curves to PNG and SVG with cairo
   libprotobuf-c-dev protobuf-c-compiler
                                      # `kiln import`: ONNX files through C generated from onnx.proto
+  python3-onnx                       # tests/test_onnx.c: small ONNX models written with ONNX's helper
   dataset-fashion-mnist fortunes     # the reference models' training data
   openmpi-bin libopenmpi-dev         # kiln build --distributed (MPI) and tests/test_dist.c (mpirun)
   llvm-16-dev libclang-16-dev libclang-cpp16-dev liblld-16-dev libomp-16-dev libzstd-dev

@@ -232,6 +232,50 @@ Test(onnx, conformance_cases, .timeout = 1200)
     support_remove_dir(work);
 }
 
+/* ---- single operators ---- */
+
+/* Operators the conformance cases do not have (Where, comparisons, logic, Expand, Shape,
+ * ConstantOfShape, LayerNormalization, HardSigmoid, Gelu, ArgMax/Min, Sin, Cos,
+ * HardSwish), one small model each written by tests/onnx/op_models.py with ONNX's own
+ * helper and NumPy's results: each imported, built, run and compared as a conformance
+ * case is. */
+Test(onnx, single_operators, .timeout = 300)
+{
+    char dir[] = "/tmp/kiln-onnx-ops-XXXXXX"; /* a mkdtemp template */
+    cr_assert(mkdtemp(dir));
+    char cmd[2048];
+    StrBuf out;
+    sb_init(&out);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s/cases'", support_path("tests/onnx/op_models.py"), dir);
+    const int rc = support_run(cmd, &out);
+    if (rc == 77 || rc == 127) {
+        support_remove_dir(dir);
+        cr_skip_test("Debian's python3-onnx is not installed: the operator models are not written");
+    }
+    cr_assert_eq(rc, 0, "%s:\n%s", cmd, out.data ? out.data : "");
+    char cases[1100];
+    snprintf(cases, sizeof cases, "%s/cases", dir);
+    DIR *d = opendir(cases);
+    cr_assert(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        char cdir[2300], scratch[2300];
+        snprintf(cdir, sizeof cdir, "%s/%s", cases, e->d_name);
+        snprintf(scratch, sizeof scratch, "%s/run-%s", dir, e->d_name);
+        cr_assert_eq(mkdir(scratch, 0755), 0);
+        StrBuf why;
+        sb_init(&why);
+        cr_expect_eq(run_case(cdir, scratch, &why), CASE_PASSED, "%s: %s", e->d_name, why.data ? why.data : "");
+        sb_free(&why);
+        n++;
+    }
+    closedir(d);
+    cr_expect_geq(n, 16, "only %d operator models", n);
+    sb_free(&out);
+    support_remove_dir(dir);
+}
+
 /* ---- malformed files ---- */
 
 /* test_Linear's model (Gemm of an input and two initializers), unpacked for a change. */
