@@ -1095,6 +1095,18 @@ static int op_argmax(Imp *im, bool min)
     return 0;
 }
 
+/* Trilu: tril or triu of the last two axes, the diagonal a constant. */
+static int op_trilu(Imp *im)
+{
+    Val *x = imp_operand(im, 0);
+    if (!x || x->rank < 2) return imp_refuse(im, "needs a matrix or a batch of them");
+    int64_t k = 0;
+    if (imp_operand(im, 1) && imp_const_ints(im, 1, &k, 1) != 1) return imp_refuse(im, "its diagonal k is not a constant");
+    char fmt[80];
+    snprintf(fmt, sizeof fmt, "%s(%%s, diagonal = %lld)", imp_attr_int(im->node, "upper", 1) ? "triu" : "tril", (long long)k);
+    return unary(im, fmt);
+}
+
 /* Cast to the types Kiln has. */
 static int op_cast(Imp *im)
 {
@@ -1140,6 +1152,7 @@ int imp_node(Imp *im)
     if (!strcmp(op, "Clip")) return op_clip(im);
     if (!strcmp(op, "Cast")) return op_cast(im);
     if (!strcmp(op, "Where")) return op_where(im);
+    if (!strcmp(op, "Trilu")) return op_trilu(im);
     if (!strcmp(op, "Expand")) return op_expand(im);
     if (!strcmp(op, "Shape")) return op_shape(im);
     if (!strcmp(op, "ConstantOfShape")) return op_constant_of_shape(im);

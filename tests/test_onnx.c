@@ -392,9 +392,9 @@ Test(onnx, malformed_files_are_one_error_each)
 
 /* ---- PyTorch's exports ---- */
 
-/* bench/reference.py's twins of mlp and cnn, exported by the installed PyTorch
- * (torch.onnx.export, opset 13, a dynamic batch): imported, built and run, PyTorch's
- * outputs within 1e-5. */
+/* bench/'s twins of mlp, cnn (reference.py) and gpt (reference_gpt.py), exported by the
+ * installed PyTorch (tests/onnx/export_twins.py): imported, built and run, PyTorch's
+ * outputs within 1e-5, the weights under PyTorch's state_dict names. */
 Test(onnx, pytorch_twins_give_pytorchs_outputs, .timeout = 300)
 {
     char dir[] = "/tmp/kiln-onnx-twins-XXXXXX"; /* a mkdtemp template */
@@ -409,8 +409,9 @@ Test(onnx, pytorch_twins_give_pytorchs_outputs, .timeout = 300)
         cr_skip_test("PyTorch (Debian's python3-torch) is not installed: the twins are not exported");
     }
     cr_assert_eq(rc, 0, "%s:\n%s", cmd, out.data ? out.data : "");
-    static const char *const models[] = {"mlp", "cnn"};
-    for (int i = 0; i < 2; i++) {
+    static const char *const models[] = {"mlp", "cnn", "gpt"};
+    static const char *const input[] = {"image=", "image=", ""};
+    for (int i = 0; i < 3; i++) {
         const char *m = models[i];
         snprintf(cmd, sizeof cmd, "import %s/%s.onnx -o %s/%s.kiln", dir, m, dir, m);
         out.len = 0;
@@ -423,17 +424,19 @@ Test(onnx, pytorch_twins_give_pytorchs_outputs, .timeout = 300)
         sb_init(&err);
         char *text = util_read_file(path, &len, &err);
         cr_assert(text, "%s", err.data);
-        cr_expect(strstr(text, "fc1 = P_fc1()") && strstr(text, "    weight = Parameter(") && strstr(text, "@ transpose(fc2.weight)) + fc2.bias"),
-                  "%s", text);
+        if (i < 2)
+            cr_expect(strstr(text, "fc1 = P_fc1()") && strstr(text, "    weight = Parameter(") && strstr(text, "@ transpose(fc2.weight)) + fc2.bias"),
+                      "%s", text);
+        else cr_expect(strstr(text, "wte = P_wte()"), "%s", text); /* (h.0.ln_1.weight: a number in the path, p_h_0_ln_1_weight) */
         if (i == 1) cr_expect(strstr(text, "\nconv1 = Conv2d(1, 32, [3, 3]") && strstr(text, "\nconv2 = Conv2d(32, 64,"), "%s", text);
         free(text);
         sb_free(&err);
         snprintf(cmd, sizeof cmd, "build %s/%s.kiln --infer -o %s/%s", dir, m, dir, m);
         out.len = 0;
         cr_assert_eq(support_run_kiln(cmd, &out), 0, "%s", out.data);
-        /* one input: --data PATH without its name (mlp), or with it (cnn) */
+        /* one input: --data PATH without its name (mlp, gpt), or with it (cnn) */
         snprintf(cmd, sizeof cmd, "%s/%s --weights %s/%s.safetensors --data %s%s/%s_in.npy --output %s/%s_got.npy --quiet", dir, m, dir, m,
-                 i ? "image=" : "", dir, m, dir, m);
+                 i == 1 ? input[i] : "", dir, m, dir, m);
         out.len = 0;
         cr_assert_eq(support_run(cmd, &out), 0, "%s:\n%s", cmd, out.data ? out.data : "");
         char a[1100], b[1100];

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""Exports bench/reference.py's PyTorch twins of models/mlp.kiln and cnn.kiln with
-torch.onnx.export (opset 13, the batch a dynamic axis), seeded, with an input of 4 images and
-the model's output, for tests/test_onnx.c:  export_twins.py BENCH_DIR OUT_DIR
+"""Exports the PyTorch twins in bench/ with torch.onnx.export, seeded, each with an input
+and the model's output, for tests/test_onnx.c:  export_twins.py BENCH_DIR OUT_DIR
+  mlp, cnn (bench/reference.py): opset 13, the batch a dynamic axis, 4 images;
+  gpt (bench/reference_gpt.py): opset 17, batch 2 of 128 tokens, fixed (the exporter folds
+    the shapes). PyTorch 1.13's exporter has no logical_not, so the attention's causal
+    mask is written `tril() == 0` here: the same mask.
 Exit status 77 when PyTorch is not installed."""
-import os, sys
+import math, os, sys
 
 try:
     import numpy as np
@@ -23,3 +26,26 @@ for name, cls in [("mlp", reference.MLP), ("cnn", reference.CNN)]:
                       dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}}, opset_version=13)
     np.save(os.path.join(out, name + "_in.npy"), x.numpy())
     np.save(os.path.join(out, name + "_out.npy"), m(x).detach().numpy())
+
+import torch.nn.functional as F  # noqa: E402
+import reference_gpt  # noqa: E402
+
+
+def block_forward(self, x):
+    B, t, _ = x.shape
+    C, H = self.C, self.H
+    q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+    q, k, v = [z.view(B, t, H, C // H).transpose(1, 2) for z in (q, k, v)]
+    att = (q @ k.transpose(-2, -1)) / math.sqrt(C // H)
+    att = att.masked_fill(torch.ones(t, t).tril() == 0, float("-inf"))
+    y = (F.softmax(att, dim=-1) @ v).transpose(1, 2).reshape(B, t, C)
+    x = x + self.attn_proj(y)
+    return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+reference_gpt.Block.forward = block_forward
+m = reference_gpt.GPT().eval()
+x = torch.randint(0, 256, (2, 128))
+torch.onnx.export(m, (x,), os.path.join(out, "gpt.onnx"), input_names=["idx"], output_names=["logits"], opset_version=17)
+np.save(os.path.join(out, "gpt_in.npy"), x.numpy())
+np.save(os.path.join(out, "gpt_out.npy"), m(x).detach().numpy())
