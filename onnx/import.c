@@ -125,7 +125,10 @@ int imp_const_ints(Imp *im, size_t j, int64_t *out, int cap)
 {
     Val *x = imp_operand(im, j);
     if (!x || !x->values || x->nvalues > cap) return -1;
-    for (int64_t i = 0; i < x->nvalues; i++) out[i] = (int64_t)x->values[i];
+    for (int64_t i = 0; i < x->nvalues; i++) { /* INT64_MAX/MIN (a slice to the end) held as doubles of 2^63: clamped */
+        const double v = x->values[i];
+        out[i] = v >= 9.2e18 ? INT64_MAX : v <= -9.2e18 ? INT64_MIN : (int64_t)v;
+    }
     return (int)x->nvalues;
 }
 
@@ -221,7 +224,7 @@ const char *imp_use(Imp *im, size_t j)
 {
     Val *x = imp_operand(im, j);
     if (!x) return "";
-    if (x->init && !x->declared) {
+    if ((x->init || x->values) && !x->declared) { /* a constant read as a tensor: a parameter */
         x->declared = true;
         if (x->nvalues == 1 && x->rank == 0) { /* a scalar: a number */
             char num[64];
@@ -235,14 +238,15 @@ const char *imp_use(Imp *im, size_t j)
         sb_puts(&decl, "Parameter(");
         for (int a = 0; a < x->rank; a++) sb_printf(&decl, "%s%lld", a ? ", " : "", (long long)x->dims[a]);
         sb_puts(&decl, ")");
-        if (x->source == x->init->name && claim_path(im, x->init->name)) { /* in a holder module, under its own name */
+        const bool named = x->init && x->source == x->init->name;
+        if (named && claim_path(im, x->init->name)) { /* in a holder module, under its own name */
             free(x->expr);
             x->expr = xstrdup(x->init->name);
             GROW(im->held, im->capheld, im->nheld + 1);
             im->held[im->nheld].path = xstrdup(x->expr);
             im->held[im->nheld++].decl = sb_take(&decl);
         } else {
-            sb_printf(&im->members, "%s = %s  # %s'%s'\n", x->expr, decl.data, x->source == x->init->name ? "initializer " : "", x->source);
+            sb_printf(&im->members, "%s = %s  # %s'%s'\n", x->expr, decl.data, named ? "initializer " : "", x->source);
         }
         sb_free(&decl);
         GROW(im->w->t, im->w->cap, im->w->n + 1);
@@ -252,6 +256,18 @@ const char *imp_use(Imp *im, size_t j)
         memcpy(wt->dims, x->dims, sizeof wt->dims);
         wt->values = x->values;
         wt->n = x->nvalues;
+        /* parameters are float32: an integer or bool constant is cast back where read */
+        const char *cast = x->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL    ? "bool"
+                           : x->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ? "i64"
+                           : x->dtype == ONNX__TENSOR_PROTO__DATA_TYPE__INT32 ? "i32"
+                                                                              : NULL;
+        if (cast) {
+            StrBuf c;
+            sb_init(&c);
+            sb_printf(&c, "%s(%s)", cast, x->expr);
+            free(x->expr);
+            x->expr = sb_take(&c);
+        }
     }
     return x->expr;
 }
@@ -365,6 +381,7 @@ static void declare_initializers(Imp *im)
         Val *v = imp_add_val(im, t->name);
         v->init = t;
         v->source = t->name;
+        v->dtype = t->data_type;
         v->expr = imp_identifier(im, "p_", t->name);
         v->rank = (int)t->n_dims;
         for (size_t a = 0; a < t->n_dims && a < MAX_RANK; a++) v->dims[a] = t->dims[a];

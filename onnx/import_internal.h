@@ -16,7 +16,8 @@ typedef struct {
     int64_t nvalues;
     const Onnx__TensorProto *init; /* the initializer it is, or NULL */
     bool declared;           /* a parameter already declared for it */
-    const char *source;      /* an initializer's name, or "Constant NAME" of a Constant's output */
+    const char *source;      /* an initializer's name, or the output name of a Constant (or a fold) */
+    int32_t dtype;           /* a constant's ONNX type (TensorProto.DataType) */
 } Val;
 
 typedef struct {
@@ -75,5 +76,8 @@ int imp_norm_axis(int64_t axis, int rank);
 
 /* import_ops.c: the node's statement(s) by its operator, or the error that Kiln has none. */
 int imp_node(Imp *im);
+/* import_fold.c: the node computed at import, its output a constant, when its inputs are
+ * constants and its operator shape arithmetic's: 1, else 0 (the node is written). */
+int imp_fold(Imp *im);
 
 #endif

@@ -453,6 +453,7 @@ static int op_constant(Imp *im)
     Val *v = imp_add_val(im, im->node->output[0]);
     v->init = t;
     v->source = im->node->output[0]; /* a Constant's value: not a state_dict entry */
+    v->dtype = t->data_type;
     v->expr = imp_identifier(im, "p_", im->node->output[0]);
     v->rank = (int)t->n_dims;
     for (int k = 0; k < v->rank; k++) v->dims[k] = t->dims[k];
@@ -999,6 +1000,8 @@ static int op_shape(Imp *im)
     v->rank = 1;
     v->dims[0] = x->rank;
     v->nvalues = x->rank;
+    v->dtype = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+    v->source = im->node->output[0];
     v->values = xcalloc((size_t)x->rank + 1, sizeof *v->values);
     for (int a = 0; a < x->rank; a++) v->values[a] = (double)x->dims[a];
     return 0;
@@ -1126,6 +1129,7 @@ static int op_cast(Imp *im)
 /* One node: its operator's writer, or the error that Kiln has none. */
 int imp_node(Imp *im)
 {
+    if (imp_fold(im)) return 0; /* shape arithmetic on constants, done here */
     const char *op = im->node->op_type;
     static const struct {
         const char *op, *fmt;

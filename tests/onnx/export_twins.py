@@ -4,7 +4,9 @@ and the model's output, for tests/test_onnx.c:  export_twins.py BENCH_DIR OUT_DI
   mlp, cnn (bench/reference.py): opset 13, the batch a dynamic axis, 4 images;
   gpt (bench/reference_gpt.py): opset 17, batch 2 of 128 tokens, fixed (the exporter folds
     the shapes). PyTorch 1.13's exporter has no logical_not, so the attention's causal
-    mask is written `tril() == 0` here: the same mask.
+    mask is written `tril() == 0` here: the same mask;
+  llama (bench/reference_llama.py): the same, batch 2 of 64 tokens (its repeat_interleave
+    exports as shape arithmetic that kiln import folds).
 Exit status 77 when PyTorch is not installed."""
 import math, os, sys
 
@@ -49,3 +51,28 @@ x = torch.randint(0, 256, (2, 128))
 torch.onnx.export(m, (x,), os.path.join(out, "gpt.onnx"), input_names=["idx"], output_names=["logits"], opset_version=17)
 np.save(os.path.join(out, "gpt_in.npy"), x.numpy())
 np.save(os.path.join(out, "gpt_out.npy"), m(x).detach().numpy())
+
+
+import reference_llama  # noqa: E402
+
+
+def attention_forward(self, x):
+    b, t, _ = x.shape
+    H, KVH, D = self.H, self.KVH, self.D
+    q = reference_llama.rotary(self.wq(x).view(b, t, H, D).transpose(1, 2))
+    k = reference_llama.rotary(self.wk(x).view(b, t, KVH, D).transpose(1, 2))
+    v = self.wv(x).view(b, t, KVH, D).transpose(1, 2)
+    k = k.repeat_interleave(H // KVH, dim=1)
+    v = v.repeat_interleave(H // KVH, dim=1)
+    att = (q @ k.transpose(-2, -1)) / math.sqrt(D)
+    att = att.masked_fill(torch.ones(t, t).tril() == 0, float("-inf"))
+    y = F.softmax(att, dim=-1) @ v
+    return self.wo(y.transpose(1, 2).reshape(b, t, H * D))
+
+
+reference_llama.Attention.forward = attention_forward
+m = reference_llama.Llama().eval()
+x = torch.randint(0, 256, (2, 64))
+torch.onnx.export(m, (x,), os.path.join(out, "llama.onnx"), input_names=["idx"], output_names=["logits"], opset_version=17)
+np.save(os.path.join(out, "llama_in.npy"), x.numpy())
+np.save(os.path.join(out, "llama_out.npy"), m(x).detach().numpy())
