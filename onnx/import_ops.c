@@ -12,6 +12,17 @@
 /* ---- the operators ----
  * Each writes its node's statement(s) and records its outputs' shapes; -1 with imp_refuse(). */
 
+/* Output 0, of shape dims, assigned the expression built in e (freed). */
+static int assign(Imp *im, int rank, const int64_t *dims, StrBuf *e)
+{
+    Val *y = imp_result(im, 0, rank, dims);
+    imp_statement_start(im, y);
+    sb_puts(&im->body, e->data ? e->data : "");
+    imp_statement_end(im);
+    sb_free(e);
+    return 0;
+}
+
 /* y = expr_prefix(x) suffix: an elementwise function of operand 0. */
 static int unary(Imp *im, const char *fmt)
 {
@@ -87,12 +98,7 @@ static int variadic(Imp *im, const char *fn)
         else sb_printf(&e, "%s + %s", prev, imp_use(im, j));
         free(prev);
     }
-    Val *y = imp_result(im, 0, acc.rank, acc.dims);
-    imp_statement_start(im, y);
-    sb_puts(&im->body, e.data);
-    imp_statement_end(im);
-    sb_free(&e);
-    return 0;
+    return assign(im, acc.rank, acc.dims, &e);
 }
 
 static int op_clip(Imp *im)
@@ -164,19 +170,25 @@ static int op_gemm(Imp *im)
     return 0;
 }
 
+/* `fn(x, dims)` of operand 0, its output of shape dims (reshape, expand). */
+static int to_shape(Imp *im, const char *fn, int rank, const int64_t *dims)
+{
+    const char *xe = imp_use(im, 0);
+    Val *y = imp_result(im, 0, rank, dims);
+    imp_statement_start(im, y);
+    sb_printf(&im->body, "%s(%s, ", fn, xe);
+    imp_dims_text(&im->body, dims, rank);
+    sb_puts(&im->body, ")");
+    imp_statement_end(im);
+    return 0;
+}
+
 /* reshape(x, dims) of operand 0 to the shape dims (the output's). */
 static int reshape_to(Imp *im, int rank, const int64_t *dims)
 {
     Val *x = imp_operand(im, 0);
     if (imp_numel(dims, rank, 7) != imp_numel(x->dims, x->rank, 7)) return imp_refuse(im, "the new shape has another number of elements");
-    const char *xe = imp_use(im, 0);
-    Val *y = imp_result(im, 0, rank, dims);
-    imp_statement_start(im, y);
-    sb_printf(&im->body, "reshape(%s, ", xe);
-    imp_dims_text(&im->body, dims, rank);
-    sb_puts(&im->body, ")");
-    imp_statement_end(im);
-    return 0;
+    return to_shape(im, "reshape", rank, dims);
 }
 
 static int op_reshape(Imp *im)
@@ -716,12 +728,7 @@ static int op_pad(Imp *im)
         free(cur);
         dims[a] = n + before + after;
     }
-    Val *y = imp_result(im, 0, x->rank, dims);
-    imp_statement_start(im, y);
-    sb_puts(&im->body, e.data);
-    imp_statement_end(im);
-    sb_free(&e);
-    return 0;
+    return assign(im, x->rank, dims, &e);
 }
 
 /* Split: the pieces, by `split` (attribute, input) or equal. */
@@ -805,12 +812,7 @@ static int op_slice(Imp *im)
         free(cur);
         dims[a] = (t - s + step - 1) / step;
     }
-    Val *y = imp_result(im, 0, x->rank, dims);
-    imp_statement_start(im, y);
-    sb_puts(&im->body, e.data);
-    imp_statement_end(im);
-    sb_free(&e);
-    return 0;
+    return assign(im, x->rank, dims, &e);
 }
 
 /* Tile: each repeated axis a concatenation of copies. */
@@ -835,12 +837,7 @@ static int op_tile(Imp *im)
         free(cur);
         dims[a] *= reps[a];
     }
-    Val *y = imp_result(im, 0, x->rank, dims);
-    imp_statement_start(im, y);
-    sb_puts(&im->body, e.data);
-    imp_statement_end(im);
-    sb_free(&e);
-    return 0;
+    return assign(im, x->rank, dims, &e);
 }
 
 /* Gather: rows of a matrix by an index tensor (an embedding), or one constant index. */
@@ -977,14 +974,7 @@ static int op_expand(Imp *im)
     int rank;
     int64_t dims[MAX_RANK];
     if (!imp_broadcast(x, &s, &rank, dims)) return imp_refuse(im, "the input does not broadcast to the shape");
-    const char *xe = imp_use(im, 0);
-    Val *y = imp_result(im, 0, rank, dims);
-    imp_statement_start(im, y);
-    sb_printf(&im->body, "expand(%s, ", xe);
-    imp_dims_text(&im->body, dims, rank);
-    sb_puts(&im->body, ")");
-    imp_statement_end(im);
-    return 0;
+    return to_shape(im, "expand", rank, dims);
 }
 
 /* Shape(x) of a static shape: a constant, folded where it is read. */

@@ -232,6 +232,20 @@ Test(onnx, conformance_cases, .timeout = 1200)
     support_remove_dir(work);
 }
 
+/* Runs tests/onnx/SCRIPT with its arguments (Debian's python3): false when it exits 77 or
+ * there is no python3 (what it needs is not installed); fails the test on another error. */
+static bool run_python(const char *script, const char *args)
+{
+    char cmd[4096];
+    StrBuf out;
+    sb_init(&out);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/tests/onnx/%s' %s", KILN_SOURCE_DIR, script, args);
+    const int rc = support_run(cmd, &out);
+    if (rc != 77 && rc != 127) cr_assert_eq(rc, 0, "%s:\n%s", cmd, out.data ? out.data : "");
+    sb_free(&out);
+    return rc == 0;
+}
+
 /* ---- single operators ---- */
 
 /* Operators the conformance cases do not have (Where, comparisons, logic, Expand, Shape,
@@ -243,16 +257,12 @@ Test(onnx, single_operators, .timeout = 300)
 {
     char dir[] = "/tmp/kiln-onnx-ops-XXXXXX"; /* a mkdtemp template */
     cr_assert(mkdtemp(dir));
-    char cmd[2048];
-    StrBuf out;
-    sb_init(&out);
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s/cases'", support_path("tests/onnx/op_models.py"), dir);
-    const int rc = support_run(cmd, &out);
-    if (rc == 77 || rc == 127) {
+    char args[1100];
+    snprintf(args, sizeof args, "'%s/cases'", dir);
+    if (!run_python("op_models.py", args)) {
         support_remove_dir(dir);
         cr_skip_test("Debian's python3-onnx is not installed: the operator models are not written");
     }
-    cr_assert_eq(rc, 0, "%s:\n%s", cmd, out.data ? out.data : "");
     char cases[1100];
     snprintf(cases, sizeof cases, "%s/cases", dir);
     DIR *d = opendir(cases);
@@ -272,7 +282,6 @@ Test(onnx, single_operators, .timeout = 300)
     }
     closedir(d);
     cr_expect_geq(n, 16, "only %d operator models", n);
-    sb_free(&out);
     support_remove_dir(dir);
 }
 
@@ -401,15 +410,13 @@ Test(onnx, pytorch_twins_give_pytorchs_outputs, .timeout = 300)
     char dir[] = "/tmp/kiln-onnx-twins-XXXXXX"; /* a mkdtemp template */
     cr_assert(mkdtemp(dir));
     char cmd[4096];
-    StrBuf out;
-    sb_init(&out);
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s' '%s'", support_path("tests/onnx/export_twins.py"), KILN_SOURCE_DIR "/bench", dir);
-    const int rc = support_run(cmd, &out);
-    if (rc == 77 || rc == 127) {
+    snprintf(cmd, sizeof cmd, "'%s/bench' '%s'", KILN_SOURCE_DIR, dir);
+    if (!run_python("export_twins.py", cmd)) {
         support_remove_dir(dir);
         cr_skip_test("PyTorch (Debian's python3-torch) is not installed: the twins are not exported");
     }
-    cr_assert_eq(rc, 0, "%s:\n%s", cmd, out.data ? out.data : "");
+    StrBuf out;
+    sb_init(&out);
     static const char *const models[] = {"mlp", "cnn", "gpt", "llama"};
     static const char *const input[] = {"image=", "image=", "", ""};
     for (int i = 0; i < 4; i++) {
