@@ -143,12 +143,79 @@ static int op_matmul(Imp *im)
     return 0;
 }
 
+/* The member name of a layer whose weight (and bias) are initializers X.weight (X.bias),
+ * X an identifier the file does not use otherwise: X, so that the weights file keeps
+ * PyTorch's state_dict names; else a name from the node's. */
+static char *layer_member(Imp *im, const Val *wt, const Val *b, const char *prefix)
+{
+    const char *w = wt->source;
+    const size_t n = w && wt->source == wt->init->name ? strlen(w) : 0;
+    if (n > 7 && !strcmp(w + n - 7, ".weight")) {
+        char x[256];
+        snprintf(x, sizeof x, "%.*s", (int)(n - 7), w);
+        bool ok = n - 7 < sizeof x && (isalpha((unsigned char)x[0]) || x[0] == '_') && !strmap_get(&im->names, x, 0);
+        for (const char *c = x; ok && *c; c++) ok = isalnum((unsigned char)*c) || *c == '_';
+        for (int k = 0; ok && imp_keywords[k]; k++) ok = strcmp(x, imp_keywords[k]) != 0;
+        if (ok && b) {
+            char bn[300];
+            snprintf(bn, sizeof bn, "%s.bias", x);
+            ok = b->source == b->init->name && !strcmp(b->source, bn);
+        }
+        if (ok) {
+            strmap_put(&im->names, x, 1);
+            return xstrdup(x);
+        }
+    }
+    return imp_identifier(im, prefix, im->node->name && im->node->name[0] ? im->node->name : im->node->output[0]);
+}
+
+/* A layer member's weight and bias (NULL: none) in the weights file, under its names. */
+static void member_weights(Imp *im, const char *member, Val *wt, Val *b)
+{
+    for (int k = 0; k < (b ? 2 : 1); k++) {
+        Val *p = k ? b : wt;
+        GROW(im->w->t, im->w->cap, im->w->n + 1);
+        OnnxWeight *t = &im->w->t[im->w->n++];
+        StrBuf nm;
+        sb_init(&nm);
+        sb_printf(&nm, "%s.%s", member, k ? "bias" : "weight");
+        t->name = sb_take(&nm);
+        t->rank = p->rank;
+        memcpy(t->dims, p->dims, sizeof t->dims);
+        t->values = p->values;
+        t->n = p->nvalues;
+        p->declared = true;
+    }
+}
+
+/* A Gemm that is a Linear layer (B its weight [out, in], an initializer read transposed;
+ * C its bias [out] or none; alpha and beta 1): a Linear member, named as the weights
+ * are (fc1.weight: fc1), so that the imported model initialises and trains as one. */
+static int linear_layer(Imp *im, Val *a, Val *w, Val *c)
+{
+    char *member = layer_member(im, w, c, "fc_");
+    sb_printf(&im->members, "%s = Linear(%lld, %lld%s)  # weight '%s'%s%s%s\n", member, (long long)w->dims[1], (long long)w->dims[0],
+              c ? "" : ", bias = false", w->source, c ? ", bias '" : "", c ? c->source : "", c ? "'" : "");
+    member_weights(im, member, w, c);
+    const char *ae = imp_use(im, 0);
+    const int64_t dims[2] = {a->dims[0], w->dims[0]};
+    Val *y = imp_result(im, 0, 2, dims);
+    imp_statement_start(im, y);
+    sb_printf(&im->body, "%s(%s)", member, ae);
+    imp_statement_end(im);
+    free(member);
+    return 0;
+}
+
 static int op_gemm(Imp *im)
 {
     Val *a = imp_operand(im, 0), *b = imp_operand(im, 1), *c = imp_operand(im, 2);
     if (!a || !b || a->rank != 2 || b->rank != 2) return imp_refuse(im, "A and B must be matrices");
     const bool ta = imp_attr_int(im->node, "transA", 0), tb = imp_attr_int(im->node, "transB", 0);
     const double alpha = imp_attr_float(im->node, "alpha", 1.0), beta = imp_attr_float(im->node, "beta", 1.0);
+    if (!ta && tb && alpha == 1.0 && (!c || beta == 1.0) && b->init && !b->declared && a->dims[1] == b->dims[1] &&
+        (!c || (c->init && !c->declared && c->rank == 1 && c->dims[0] == b->dims[0])))
+        return linear_layer(im, a, b, c);
     const char *ae = imp_use(im, 0), *be = imp_use(im, 1);
     const int64_t dims[2] = {a->dims[ta ? 1 : 0], b->dims[tb ? 0 : 1]};
     if (a->dims[ta ? 0 : 1] != b->dims[tb ? 1 : 0]) return imp_refuse(im, "inner sizes differ");
@@ -557,51 +624,6 @@ static int op_global_pool(Imp *im, const char *fn)
     sb_puts(&im->body, "], keepdim = true)");
     imp_statement_end(im);
     return 0;
-}
-
-/* The member name of a layer whose weight (and bias) are initializers X.weight (X.bias),
- * X an identifier the file does not use otherwise: X, so that the weights file keeps
- * PyTorch's state_dict names; else a name from the node's. */
-static char *layer_member(Imp *im, const Val *wt, const Val *b, const char *prefix)
-{
-    const char *w = wt->source;
-    const size_t n = w && wt->source == wt->init->name ? strlen(w) : 0;
-    if (n > 7 && !strcmp(w + n - 7, ".weight")) {
-        char x[256];
-        snprintf(x, sizeof x, "%.*s", (int)(n - 7), w);
-        bool ok = n - 7 < sizeof x && (isalpha((unsigned char)x[0]) || x[0] == '_') && !strmap_get(&im->names, x, 0);
-        for (const char *c = x; ok && *c; c++) ok = isalnum((unsigned char)*c) || *c == '_';
-        for (int k = 0; ok && imp_keywords[k]; k++) ok = strcmp(x, imp_keywords[k]) != 0;
-        if (ok && b) {
-            char bn[300];
-            snprintf(bn, sizeof bn, "%s.bias", x);
-            ok = b->source == b->init->name && !strcmp(b->source, bn);
-        }
-        if (ok) {
-            strmap_put(&im->names, x, 1);
-            return xstrdup(x);
-        }
-    }
-    return imp_identifier(im, prefix, im->node->name && im->node->name[0] ? im->node->name : im->node->output[0]);
-}
-
-/* A layer member's weight and bias (NULL: none) in the weights file, under its names. */
-static void member_weights(Imp *im, const char *member, Val *wt, Val *b)
-{
-    for (int k = 0; k < (b ? 2 : 1); k++) {
-        Val *p = k ? b : wt;
-        GROW(im->w->t, im->w->cap, im->w->n + 1);
-        OnnxWeight *t = &im->w->t[im->w->n++];
-        StrBuf nm;
-        sb_init(&nm);
-        sb_printf(&nm, "%s.%s", member, k ? "bias" : "weight");
-        t->name = sb_take(&nm);
-        t->rank = p->rank;
-        memcpy(t->dims, p->dims, sizeof t->dims);
-        t->values = p->values;
-        t->n = p->nvalues;
-        p->declared = true;
-    }
 }
 
 /* Conv, 1-D and 2-D: a Conv1d/Conv2d member whose weight and bias are the initializers. */
