@@ -316,7 +316,7 @@ static int link_program(const ObjResult *objs, const char *prog, const char *cc,
         if (o->distributed) util_words_split(KILN_MPI_LIBS, &link, &nlink);
         /* libomp by name too: the runtime's loops need it even when --cflags says -fno-openmp */
         util_words_add(&link, &nlink, "-fopenmp");
-        util_words_split("-lz -lm -lpthread", &link, &nlink);
+        util_words_split("-lprotobuf-c -lz -lm -lpthread", &link, &nlink);
         char *text = NULL;
         rc = toolchain_run((const char *const *)link, nlink, &text);
         if (text) sb_puts(log, text);
@@ -333,7 +333,7 @@ static int link_program(const ObjResult *objs, const char *prog, const char *cc,
         }
         if (o->distributed) sb_printf(&cmd, "%s ", KILN_MPI_LIBS);
         /* libgomp by name too: the runtime's loops need it even when --cflags says -fno-openmp */
-        sb_printf(&cmd, "%s -lz -lm -lpthread 2>&1", KILN_OPENMP_LIBS);
+        sb_printf(&cmd, "%s -lprotobuf-c -lz -lm -lpthread 2>&1", KILN_OPENMP_LIBS);
         rc = run_logged(cmd.data, log, "C compiler", NULL);
         sb_free(&cmd);
     }
@@ -494,7 +494,7 @@ int build_cuda_program(const char *model_cu, const char *prog, bool emulated, bo
     }
     if (emulated) shell_word(&cmd, KILN_BLAS_LIB); /* the emulator's cuBLAS; the GPU program needs no OpenBLAS */
     if (distributed) sb_printf(&cmd, "%s ", KILN_MPI_LIBS);
-    sb_printf(&cmd, "%s %s -lz -lm -lpthread 2>&1", KILN_DEFAULT_LDFLAGS, KILN_OPENMP_LIBS);
+    sb_printf(&cmd, "%s %s -lprotobuf-c -lz -lm -lpthread 2>&1", KILN_DEFAULT_LDFLAGS, KILN_OPENMP_LIBS);
     char tool[64];
     progress_stage(pg, distributed ? 3 : 2, "compiling model.cu%s with %s", emulated ? " for the CUDA emulator" : "",
                    tool_name(emulated ? cxx : KILN_NVCC, tool, sizeof tool));

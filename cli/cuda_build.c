@@ -184,7 +184,7 @@ int build_cuda_nvrtc(const char *model_cu, const char *prog, const char *cxx, co
         add_split(&link, "-lcublasLt -lcublas -lcudart"); /* not libcuda: modules.cpp finds the driver through cudart */
         if (distributed) add_split(&link, KILN_MPI_LIBS);
         add_split(&link, KILN_DEFAULT_LDFLAGS);
-        add_split(&link, "-lstdc++ -fopenmp -lz -lm -lpthread -ldl");
+        add_split(&link, "-lstdc++ -fopenmp -lprotobuf-c -lz -lm -lpthread -ldl");
         run_job(&link);
         if (link.log) sb_puts(log, link.log);
         if (link.rc) {

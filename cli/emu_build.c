@@ -110,7 +110,7 @@ int build_cuda_emu_in_process(const char *model_cu, const char *prog, const char
         if (distributed) util_words_split(KILN_MPI_LIBS, &link.args, &link.nargs);
         util_words_split(KILN_DEFAULT_LDFLAGS, &link.args, &link.nargs);
         /* the emulator's C++ runtime; OpenMP is LLVM's libomp, which serves libgomp's calls */
-        util_words_split("-lstdc++ -fopenmp -lz -lm -lpthread", &link.args, &link.nargs);
+        util_words_split("-lstdc++ -fopenmp -lprotobuf-c -lz -lm -lpthread", &link.args, &link.nargs);
         run_job(&link);
         if (link.log) sb_puts(log, link.log);
         if (link.rc) {

@@ -70,7 +70,7 @@ static int build_library_external(const char *cc, const char *model_c, const cha
     sb_puts(&cmd, "-o lib_gen ");
     build_shell_word(&cmd, KILN_RUNTIME_LIB);
     build_shell_word(&cmd, KILN_BLAS_LIB);
-    sb_printf(&cmd, "%s %s -lz -lm -lpthread 2>&1 && ", KILN_DEFAULT_LDFLAGS, KILN_OPENMP_LIBS);
+    sb_printf(&cmd, "%s %s -lprotobuf-c -lz -lm -lpthread 2>&1 && ", KILN_DEFAULT_LDFLAGS, KILN_OPENMP_LIBS);
     sb_printf(&cmd, "./lib_gen '%s' lib.h lib.c lib.syms && %s-c lib.c -o lib.o 2>&1 && ", KILN_VERSION, flags.data);
     /* one object, only the API global */
     sb_printf(&cmd, "%s -r -o lib_all.o model1.o model2.o lib.o ", KILN_LD);
@@ -224,7 +224,7 @@ static int build_library_in_process(const char *model_c, const char *abs_dir, co
         progress_stage(pg, 0, "making the library");
         for (int i = 0; i < flags.n; i++) words_add(&w, flags.v[i]);
         for (int i = 0; i < objs.nobjs; i++) words_add(&w, objs.objs[i]);
-        const char *rest[] = {KILN_LIB_RUN, KILN_LIB_GEN, "-o", lib_gen, KILN_RUNTIME_LIB, KILN_BLAS_LIB, "-fopenmp", "-lz", "-lm", "-lpthread"};
+        const char *rest[] = {KILN_LIB_RUN, KILN_LIB_GEN, "-o", lib_gen, KILN_RUNTIME_LIB, KILN_BLAS_LIB, "-fopenmp", "-lprotobuf-c", "-lz", "-lm", "-lpthread"};
         for (size_t i = 0; i < sizeof rest / sizeof *rest; i++) words_add(&w, rest[i]);
         rc = run_clang(&w, "linking lib_gen", log);
     }

@@ -689,6 +689,29 @@ done:
 
 /* ---- any format, by content ---- */
 
+krt_status krt_read_whole(const char *path, void **bytes, size_t *len, krt_error *err)
+{
+    int fd;
+    size_t size;
+    *bytes = NULL, *len = 0;
+    krt_status st = open_regular(path, &fd, &size, err);
+    if (st) return st;
+    unsigned char *b = malloc(size + 1);
+    if (!b) {
+        close(fd);
+        return krt_fail(err, KRT_ENOMEM, "%s: out of memory for %zu bytes", path, size);
+    }
+    const ssize_t r = read_full(fd, b, size);
+    const int e = errno;
+    close(fd);
+    if (r < 0 || (size_t)r != size) {
+        free(b);
+        return krt_fail(err, KRT_EIO, "%s: read error: %s", path, r < 0 ? strerror(e) : "the file changed size");
+    }
+    *bytes = b, *len = size;
+    return KRT_OK;
+}
+
 krt_status krt_array_load(const char *path, krt_array *out, krt_error *err)
 {
     if (!path || !out) return krt_fail(err, KRT_EINVAL, "krt_array_load: NULL %s", path ? "output" : "path");
@@ -705,11 +728,13 @@ krt_status krt_array_load(const char *path, krt_array *out, krt_error *err)
     if (r >= 6 && !memcmp(m, "\x93NUMPY", 6)) return krt_npy_load(path, out, err);
     if (r >= 8 && !memcmp(m, TOK_MAGIC, 8)) return krt_tokens_load(path, out, err);
     if (r >= 2 && ((m[0] == 0x1f && m[1] == 0x8b) || (r >= 4 && !m[0] && !m[1]))) return krt_idx_load(path, out, err);
+    const size_t pl = strlen(path);
+    if (pl > 3 && !strcmp(path + pl - 3, ".pb")) return krt_tensorproto_load(path, out, err); /* protobuf has no magic: by name */
     char first[40] = "";
     for (ssize_t i = 0, o = 0; i < r && i < 4; i++) o += snprintf(first + o, sizeof first - (size_t)o, "%s%02x", i ? " " : "", m[i]);
     return krt_fail(err, KRT_EFORMAT,
                     "%s: not a data file of a format Kiln reads (tried IDX: 00 00 type rank; gzip-compressed IDX: 1f 8b; NumPy .npy: "
-                    "\\x93NUMPY; Kiln token file: KILNTOK1); %s%s",
+                    "\\x93NUMPY; Kiln token file: KILNTOK1; ONNX TensorProto: a name ending .pb); %s%s",
                     path, r ? "it starts with " : "", r ? first : "the file is empty");
 }
 

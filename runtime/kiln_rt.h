@@ -65,6 +65,10 @@ krt_status krt_npy_write(const char *path, krt_dtype dtype, int rank, const int6
  * type rank), gzip-compressed IDX (1f 8b), .npy (\x93NUMPY), token file (KILNTOK1). A
  * file of none of them is KRT_EFORMAT naming the file and the formats tried. */
 krt_status krt_array_load(const char *path, krt_array *out, krt_error *err);
+/* An ONNX TensorProto file (.pb: one tensor, as the ONNX test suites write them; float,
+ * double, int64, int32, uint8 or bool), which krt_array_load reads for a name ending .pb
+ * (tensor_pb.c). A scalar is one element of rank 1. */
+krt_status krt_tensorproto_load(const char *path, krt_array *out, krt_error *err);
 /* The bytes of every file matching the glob `pattern`, minus those whose base name
  * matches the glob `exclude` (NULL or "" for none), sorted by name, concatenated: a u8
  * array of one dimension. An empty result is an error. */

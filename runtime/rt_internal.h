@@ -8,6 +8,8 @@
 
 #include "kiln_rt.h"
 
+/* The whole regular file at path in *bytes (malloc'd, *len bytes) (data.c). */
+krt_status krt_read_whole(const char *path, void **bytes, size_t *len, krt_error *err);
 /* Fills err (when not NULL) with code and a formatted message; returns code. */
 krt_status krt_fail(krt_error *err, krt_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* A failed system call on path: "PATH: WHAT: strerror(e)", KRT_ENOSPC with "(disk full)"

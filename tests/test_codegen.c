@@ -93,7 +93,7 @@ static void build_driver(const char *dir, const Graphs *gs)
     write_file(path, gs->p->code.data, gs->p->code.len);
     snprintf(cmd, sizeof cmd,
              "%s %s -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter -I%s/runtime %s/model.c "
-             "%s/tests/codegen_driver.c -o %s/driver %s %s -lz -lm -lpthread",
+             "%s/tests/codegen_driver.c -o %s/driver %s %s -lprotobuf-c -lz -lm -lpthread",
              KILN_CC, KILN_GENERATED_CFLAGS, KILN_SOURCE_DIR, dir, KILN_SOURCE_DIR, dir, KILN_RT_LIB, KILN_OPENBLAS);
     compile_ok(cmd, "the generated C does not compile");
 }

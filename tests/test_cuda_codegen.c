@@ -610,7 +610,7 @@ static void check_map_kernels(const char *text, bool nvcc)
     cr_assert_eq(run(cmd, "the C reference"), 0);
     snprintf(cmd, sizeof cmd,
              "'%s' %s -Wall -Wextra -Wshadow -Werror -DKILN_CUDA_EMU -I'%s/runtime/cuda' -I'%s/runtime' -x c++ '%s/harness.cu' -x none "
-             "'%s/ref.o' '%s' '%s' '%s' '%s' -lz -lpthread -lm -o '%s/harness' 2>&1",
+             "'%s/ref.o' '%s' '%s' '%s' '%s' -lprotobuf-c -lz -lpthread -lm -o '%s/harness' 2>&1",
              KILN_CXX, KILN_EMU_CXXFLAGS, KILN_SOURCE_DIR, KILN_SOURCE_DIR, dir, dir, KILN_RUNTIME_LIB, KILN_CUDA_EMU_MODULES_LIB, KILN_CUDA_EMU_LIB,
              KILN_OPENBLAS, dir);
     cr_assert_eq(run(cmd, "model.cu under the emulator"), 0);
@@ -1004,7 +1004,7 @@ Test(cuda_codegen, vectorised_loads_where_aligned, .timeout = 240)
     snprintf(cmd, sizeof cmd,
              "'%s' %s -DKILN_CUDA_EMU -I'%s/runtime/cuda' -I'%s/runtime' -x c++ -c '%s/runtime/cuda/device.cu' -o '%s/t/device.o' 2>&1 && "
              "'%s' %s -ffp-contract=off -Wall -Wextra -Wshadow -Werror -Wno-unused-variable -DKILN_CUDA_EMU -I'%s/runtime/cuda' "
-             "-I'%s/runtime' -x c++ '%s/t/harness.cu' -x none '%s/t/device.o' '%s' '%s' '%s' '%s' -fopenmp -lz -lpthread -lm -o '%s/t/harness' 2>&1 && "
+             "-I'%s/runtime' -x c++ '%s/t/harness.cu' -x none '%s/t/device.o' '%s' '%s' '%s' '%s' -fopenmp -lprotobuf-c -lz -lpthread -lm -o '%s/t/harness' 2>&1 && "
              "'%s/t/harness'",
              KILN_CXX, KILN_EMU_CXXFLAGS, KILN_SOURCE_DIR, KILN_SOURCE_DIR, KILN_SOURCE_DIR, dir, KILN_CXX, KILN_EMU_CXXFLAGS,
              KILN_SOURCE_DIR, KILN_SOURCE_DIR, dir, dir, KILN_RT_LIB, KILN_CUDA_EMU_MODULES_LIB, KILN_CUDA_EMU_LIB, KILN_OPENBLAS, dir, dir);
