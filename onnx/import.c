@@ -24,6 +24,14 @@
 const char *const imp_keywords[] = {"model", "module", "const", "dim", "forward", "loss", "metric", "init", "train", "return", "for",
                                     "in",    "and",    "or",    "not", "if",      "else", "B",      "inf",  "pi",    NULL};
 
+void imp_take(Imp *im, StrMap *m, const char *name)
+{
+    GROW(im->owned, im->capowned, im->nowned + 1);
+    char *c = xstrdup(name);
+    im->owned[im->nowned++] = c;
+    strmap_put(m, c, 1);
+}
+
 /* A fresh Kiln identifier from an ONNX name: prefix, then its letters, digits and _. */
 char *imp_identifier(Imp *im, const char *prefix, const char *name)
 {
@@ -50,7 +58,7 @@ char *imp_identifier(Imp *im, const char *prefix, const char *name)
         b.len = 0;
     }
     sb_free(&b);
-    strmap_put(&im->names, s, 1);
+    imp_take(im, &im->names, s);
     return s;
 }
 
@@ -68,8 +76,7 @@ int imp_refuse(Imp *im, const char *fmt, ...)
 Val *imp_add_val(Imp *im, const char *onnx_name)
 {
     GROW(im->v, im->cap, im->nv + 1);
-    Val *v = &im->v[im->nv];
-    memset(v, 0, sizeof *v);
+    Val *v = im->v[im->nv] = xcalloc(1, sizeof *v);
     strmap_put(&im->vals, onnx_name, im->nv++);
     return v;
 }
@@ -77,7 +84,7 @@ Val *imp_add_val(Imp *im, const char *onnx_name)
 Val *imp_val(Imp *im, const char *onnx_name)
 {
     const int32_t i = strmap_get(&im->vals, onnx_name, -1);
-    return i < 0 ? NULL : &im->v[i];
+    return i < 0 ? NULL : im->v[i];
 }
 
 /* ---- attributes ---- */
@@ -162,8 +169,8 @@ static bool claim_path(Imp *im, const char *name)
         const size_t hl = strlen(h);
         if ((hl < len && !strncmp(name, h, hl) && name[hl] == '.') || (len < hl && !strncmp(h, name, len) && h[len] == '.')) return false;
     }
-    strmap_put(&im->names, top, 1);
-    strmap_put(&im->holder, top, 1);
+    imp_take(im, &im->names, top);
+    imp_take(im, &im->holder, top);
     return true;
 }
 
@@ -183,7 +190,7 @@ static void emit_holder(Imp *im, StrBuf *out, const char *prefix)
         char seg[256];
         snprintf(seg, sizeof seg, "%.*s", (int)(dot ? (size_t)(dot - child) : strlen(child)), child);
         if (strmap_get(&seen, seg, 0)) continue;
-        strmap_put(&seen, seg, 1);
+        imp_take(im, &seen, seg);
         if (!dot) {
             sb_printf(&body, "    %s = %s\n", seg, im->held[i].decl);
             continue;
@@ -211,7 +218,7 @@ static void emit_holders(Imp *im, StrBuf *out)
         char top[256];
         snprintf(top, sizeof top, "%.*s", (int)strcspn(im->held[i].path, "."), im->held[i].path);
         if (strmap_get(&seen, top, 0)) continue;
-        strmap_put(&seen, top, 1);
+        imp_take(im, &seen, top);
         emit_holder(im, out, top);
         sb_printf(out, "%s = P_%s()\n", top, top);
     }
@@ -360,7 +367,7 @@ static int declare_inputs(Imp *im, StrBuf *sig)
             else return imp_refuse(im, "graph input '%s': axis %d's size is symbolic (only axis 0, the batch, may be)", in->name, a);
         }
         /* every input sample by sample: axis 0 the first input's */
-        const Val *first = &im->v[0];
+        const Val *first = im->v[0];
         if (!v->rank || (any && v->dims[0] != first->dims[0]))
             return imp_refuse(im, "graph input '%s' does not have axis 0 of the first input (%lld) as its axis 0: Kiln's inference programs read every input sample by sample",
                           in->name, (long long)(first->dims[0] == BATCH ? -1 : first->dims[0]));
@@ -430,7 +437,7 @@ int onnx_import(const OnnxModel *m, const OnnxImportOptions *o, StrBuf *out, Onn
             rc = imp_refuse(&im, "graph output '%s' is a constant (Kiln's outputs are computed from the inputs)", m->graph->output[i]->name);
             break;
         }
-        if (!v->rank || v->dims[0] != im.v[0].dims[0]) {
+        if (!v->rank || v->dims[0] != im.v[0]->dims[0]) {
             rc = imp_refuse(&im, "graph output '%s' does not have the batch (axis 0 of the inputs) as its axis 0: Kiln's inference programs write "
                              "outputs sample by sample",
                         m->graph->output[i]->name);
@@ -457,10 +464,11 @@ int onnx_import(const OnnxModel *m, const OnnxImportOptions *o, StrBuf *out, Onn
     }
     /* the weights keep the values; the table lets go of the rest */
     for (int32_t i = 0; i < im.nv; i++) {
-        free(im.v[i].expr);
+        free(im.v[i]->expr);
         bool kept = false;
-        for (int32_t k = 0; k < w->n; k++) kept |= w->t[k].values == im.v[i].values;
-        if (!kept) free(im.v[i].values);
+        for (int32_t k = 0; k < w->n; k++) kept |= w->t[k].values == im.v[i]->values;
+        if (!kept) free(im.v[i]->values);
+        free(im.v[i]);
     }
     free(im.v);
     for (int32_t i = 0; i < im.nheld; i++) free(im.held[i].path), free(im.held[i].decl);
@@ -468,6 +476,8 @@ int onnx_import(const OnnxModel *m, const OnnxImportOptions *o, StrBuf *out, Onn
     strmap_free(&im.holder);
     free(im.node_label);
     strmap_free(&im.names);
+    for (int32_t i = 0; i < im.nowned; i++) free(im.owned[i]);
+    free(im.owned);
     strmap_free(&im.vals);
     sb_free(&im.members);
     sb_free(&im.body);

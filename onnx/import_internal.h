@@ -27,7 +27,7 @@ typedef struct {
     OnnxWeights *w;
     StrMap names; /* Kiln identifiers taken */
     StrMap vals;  /* ONNX name -> index in v */
-    Val *v;
+    Val **v;      /* each allocated alone: a Val * stays valid as more are added */
     int32_t nv, cap;
     /* parameters kept under their state_dict names (fc1.weight): a holder module per
      * prefix, as PyTorch's modules are */
@@ -36,6 +36,8 @@ typedef struct {
     } *held;
     int32_t nheld, capheld;
     StrMap holder; /* first segments the holders claimed */
+    char **owned;  /* the maps' keys (a StrMap keeps pointers): freed at the end */
+    int32_t nowned, capowned;
     const Onnx__NodeProto *node; /* the node being written */
     char *node_label;            /* "node 'NAME' (OP)" */
 } Imp;
@@ -44,6 +46,8 @@ typedef struct {
 /* Kiln's keywords, which no name in the file may be (import.c). */
 extern const char *const imp_keywords[];
 
+/* Puts a copy of name in map m (kept until the import ends: a StrMap keeps pointers). */
+void imp_take(Imp *im, StrMap *m, const char *name);
 /* A fresh Kiln identifier from an ONNX name: prefix, then its letters, digits and _. */
 char *imp_identifier(Imp *im, const char *prefix, const char *name);
 /* The error "FILE: error: node 'NAME' (OP): ..." (-1). */

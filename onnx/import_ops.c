@@ -162,7 +162,7 @@ static char *layer_member(Imp *im, const Val *wt, const Val *b, const char *pref
             ok = b->source == b->init->name && !strcmp(b->source, bn);
         }
         if (ok) {
-            strmap_put(&im->names, x, 1);
+            imp_take(im, &im->names, x);
             return xstrdup(x);
         }
     }
