@@ -1,7 +1,8 @@
 /* import.c — `kiln import FILE.onnx -o NAME.kiln` (issue 39): the ONNX model read and
  * translated by onnx/ (onnx.h), the Kiln model file written, and its weights beside it as
- * NAME.safetensors (float32, under the parameters' names in the file). Both are written
- * atomically; on an error neither is. */
+ * NAME.safetensors (float32, under the parameters' names in the file). Each is written
+ * atomically (a temporary file renamed), the weights first: a model file written always
+ * has its weights beside it, and an error in reading or translating writes neither. */
 #include "import.h"
 
 #include <libgen.h>
