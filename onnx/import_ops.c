@@ -1110,6 +1110,95 @@ static int op_argmax(Imp *im, bool min)
     return 0;
 }
 
+/* Resize of the last two axes (4-D): nearest with PyTorch's interpolate's coordinates
+ * (asymmetric, floor), or linear (half_pixel, pytorch_half_pixel, align_corners); the
+ * output size from `sizes` or `scales`, constants. */
+static int op_resize(Imp *im)
+{
+    Val *x = imp_operand(im, 0);
+    if (!x || x->rank != 4) return imp_refuse(im, "only 4-D inputs ([N, C, H, W]) are supported");
+    char mode[32] = "nearest", coords[40] = "half_pixel", nearest[32] = "round_prefer_floor";
+    const struct {
+        const char *name;
+        char *out;
+    } strs[] = {{"mode", mode}, {"coordinate_transformation_mode", coords}, {"nearest_mode", nearest}};
+    for (int i = 0; i < 3; i++) {
+        const Onnx__AttributeProto *a = imp_attr(im->node, strs[i].name);
+        if (a && a->has_s) snprintf(strs[i].out, 32, "%.*s", (int)(a->s.len < 31 ? a->s.len : 31), (const char *)a->s.data);
+    }
+    if (im->m->opset < 11) snprintf(coords, sizeof coords, "asymmetric");
+    int64_t dims[4];
+    memcpy(dims, x->dims, sizeof dims);
+    double scales[4];
+    int64_t sizes[4];
+    Val *sc = imp_operand(im, im->m->opset < 11 ? 1 : 2), *sz = im->m->opset < 11 ? NULL : imp_operand(im, 3);
+    if (sz && sz->nvalues) {
+        if (imp_const_ints(im, 3, sizes, 4) != 4) return imp_refuse(im, "its sizes are not 4 constants");
+        dims[2] = sizes[2], dims[3] = sizes[3];
+        if (sizes[0] != x->dims[0] || sizes[1] != x->dims[1]) return imp_refuse(im, "it resizes the batch or channel axis");
+    } else if (sc && sc->values && sc->nvalues == 4) {
+        for (int i = 0; i < 4; i++) scales[i] = sc->values[i];
+        if (scales[0] != 1 || scales[1] != 1) return imp_refuse(im, "it scales the batch or channel axis");
+        dims[2] = (int64_t)floor((double)x->dims[2] * scales[2]), dims[3] = (int64_t)floor((double)x->dims[3] * scales[3]);
+    } else {
+        return imp_refuse(im, "neither its scales nor its sizes are 4 constants");
+    }
+    if (dims[2] < 1 || dims[3] < 1 || x->dims[2] == BATCH) return imp_refuse(im, "an empty output");
+    const char *how;
+    if (!strcmp(mode, "nearest")) {
+        if (strcmp(coords, "asymmetric") || (im->m->opset >= 11 && strcmp(nearest, "floor")))
+            return imp_refuse(im, "nearest with %s coordinates and %s rounding (Kiln's is PyTorch's: asymmetric, floor)", coords, nearest);
+        how = "mode = \"nearest\"";
+    } else if (!strcmp(mode, "linear")) {
+        if (!strcmp(coords, "align_corners")) how = "mode = \"bilinear\", align_corners = true";
+        else if (!strcmp(coords, "half_pixel") || !strcmp(coords, "pytorch_half_pixel")) how = "mode = \"bilinear\", align_corners = false";
+        else return imp_refuse(im, "linear with %s coordinates", coords);
+    } else {
+        return imp_refuse(im, "mode %s (nearest and linear are supported)", mode);
+    }
+    const char *xe = imp_use(im, 0);
+    Val *y = imp_result(im, 0, 4, dims);
+    imp_statement_start(im, y);
+    sb_printf(&im->body, "interpolate(%s, size = [%lld, %lld], %s)", xe, (long long)dims[2], (long long)dims[3], how);
+    imp_statement_end(im);
+    return 0;
+}
+
+/* LRN across channels (odd sizes): x / (bias + alpha · mean of x² over the window)^beta, the
+ * window's sum an average pool over the channel axis (the spatial axes flattened). */
+static int op_lrn(Imp *im)
+{
+    Val *x = imp_operand(im, 0);
+    if (!x || x->rank < 3) return imp_refuse(im, "needs an input with channels and spatial axes");
+    const int64_t size = imp_attr_int(im->node, "size", 0);
+    if (size < 1 || size % 2 == 0) return imp_refuse(im, "a window of %lld channels (odd sizes are supported)", (long long)size);
+    int64_t spatial = 1;
+    for (int a = 2; a < x->rank; a++) {
+        if (x->dims[a] == BATCH) return imp_refuse(im, "a symbolic spatial axis");
+        spatial *= x->dims[a];
+    }
+    char alpha[64], beta[64], bias[64];
+    util_format_double(alpha, sizeof alpha, imp_attr_float(im->node, "alpha", 1e-4));
+    util_format_double(beta, sizeof beta, imp_attr_float(im->node, "beta", 0.75));
+    util_format_double(bias, sizeof bias, imp_attr_float(im->node, "bias", 1.0));
+    const char *xe = imp_use(im, 0);
+    Val *y = imp_result(im, 0, x->rank, x->dims);
+    imp_statement_start(im, y);
+    StrBuf d;
+    sb_init(&d);
+    imp_dims_text(&d, x->dims, x->rank);
+    char d0[32];
+    if (x->dims[0] == BATCH) snprintf(d0, sizeof d0, "B");
+    else snprintf(d0, sizeof d0, "%lld", (long long)x->dims[0]);
+    sb_printf(&im->body, "%s / pow(%s + %s * reshape(avg_pool2d(reshape(%s * %s, %s, 1, %lld, %lld), [%lld, 1], stride = [1, 1], padding = [%lld, 0], "
+                         "count_include_pad = true), %s), %s)",
+              xe, bias, alpha, xe, xe, d0, (long long)x->dims[1], (long long)spatial, (long long)size,
+              (long long)(size - 1) / 2, d.data, beta);
+    imp_statement_end(im);
+    sb_free(&d);
+    return 0;
+}
+
 /* Trilu: tril or triu of the last two axes, the diagonal a constant. */
 static int op_trilu(Imp *im)
 {
@@ -1169,6 +1258,8 @@ int imp_node(Imp *im)
     if (!strcmp(op, "Cast")) return op_cast(im);
     if (!strcmp(op, "Where")) return op_where(im);
     if (!strcmp(op, "Trilu")) return op_trilu(im);
+    if (!strcmp(op, "Resize") || (!strcmp(op, "Upsample") && im->m->opset < 10)) return op_resize(im);
+    if (!strcmp(op, "LRN")) return op_lrn(im);
     if (!strcmp(op, "Expand")) return op_expand(im);
     if (!strcmp(op, "Shape")) return op_shape(im);
     if (!strcmp(op, "ConstantOfShape")) return op_constant_of_shape(im);

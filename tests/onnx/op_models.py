@@ -63,3 +63,29 @@ case("argmax", [N("ArgMax", ["x"], ["o"], axis=2, keepdims=0)], [("x", x)], [("o
 case("argmin_keep", [N("ArgMin", ["x"], ["o"], axis=1, keepdims=1)], [("x", x)], [("o", np.argmin(x, 1)[:, None, :].astype(np.int64))])
 case("sin_cos_hardswish", [N("Sin", ["x"], ["s"]), N("Cos", ["s"], ["c"]), N("HardSwish", ["c"], ["o"])], [("x", x)],
      [("o", (np.cos(np.sin(x)) * np.clip(np.cos(np.sin(x)) / 6 + 0.5, 0, 1)).astype(np.float32))], opset=14)
+
+# LRN across 5 channels: x / (bias + alpha / size * sum of x^2 over the window)^beta
+im = rng.standard_normal((2, 7, 3, 4)).astype(np.float32)
+sq = np.pad(im * im, ((0, 0), (2, 2), (0, 0), (0, 0)))
+win = sum(sq[:, c:c + 7] for c in range(5))
+case("lrn", [N("LRN", ["x"], ["o"], size=5, alpha=1e-3, beta=0.75, bias=2.0)], [("x", im)],
+     [("o", (im / (2.0 + 1e-3 / 5 * win) ** 0.75).astype(np.float32))])
+# Resize: nearest as PyTorch's interpolate (asymmetric, floor), x2; linear, half_pixel, to 5 x 7
+sc = np.array([1, 1, 2, 2], np.float32)
+near = im[:, :, np.floor(np.arange(6) / 2).astype(int)][:, :, :, np.floor(np.arange(8) / 2).astype(int)]
+case("resize_nearest", [N("Resize", ["x", "", "scales"], ["o"], mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")],
+     [("x", im)], [("o", near)], [("scales", sc)], opset=13)
+
+
+def linear_axis(n_in, n_out):
+    src = np.clip((np.arange(n_out) + 0.5) * n_in / n_out - 0.5, 0, n_in - 1)
+    i0 = np.floor(src).astype(int)
+    return i0, np.minimum(i0 + 1, n_in - 1), (src - i0).astype(np.float32)
+
+
+h0, h1, hw = linear_axis(3, 5)
+w0, w1, ww = linear_axis(4, 7)
+rows = im[:, :, h0] * (1 - hw)[:, None] + im[:, :, h1] * hw[:, None]
+lin = rows[:, :, :, w0] * (1 - ww) + rows[:, :, :, w1] * ww
+case("resize_linear", [N("Resize", ["x", "", "", "sizes"], ["o"], mode="linear", coordinate_transformation_mode="half_pixel")], [("x", im)],
+     [("o", lin.astype(np.float32))], [("sizes", np.array([2, 7, 5, 7], np.int64))], opset=13)
