@@ -12,6 +12,17 @@
 /* ---- the operators ----
  * Each writes its node's statement(s) and records its outputs' shapes; -1 with imp_refuse(). */
 
+/* `reshape(expr, dims)`, malloc'd. */
+static char *reshaped(const char *expr, const int64_t *dims, int rank)
+{
+    StrBuf r;
+    sb_init(&r);
+    sb_printf(&r, "reshape(%s, ", expr);
+    imp_dims_text(&r, dims, rank);
+    sb_puts(&r, ")");
+    return sb_take(&r);
+}
+
 /* Output 0, of shape dims, assigned the expression built in e (freed). */
 static int assign(Imp *im, int rank, const int64_t *dims, StrBuf *e)
 {
@@ -55,13 +66,8 @@ static int binary(Imp *im, const char *op)
         bb.rank = a->rank - at;
         for (int i = 0; i < bb.rank; i++) bb.dims[i] = i < b->rank ? b->dims[i] : 1;
         if (bb.rank != b->rank) {
-            StrBuf r;
-            sb_init(&r);
-            sb_printf(&r, "reshape(%s, ", be);
-            imp_dims_text(&r, bb.dims, bb.rank);
-            sb_puts(&r, ")");
             free(bexpr);
-            bexpr = sb_take(&r);
+            bexpr = reshaped(be, bb.dims, bb.rank);
         }
     }
     int rank;
@@ -499,13 +505,9 @@ static int op_prelu(Imp *im)
     if (im->m->opset < 7 && s->rank == 1 && x->rank >= 2 && s->dims[0] == x->dims[1] && x->rank > 2) { /* one slope per channel */
         sb.rank = x->rank - 1;
         for (int a = 1; a < sb.rank; a++) sb.dims[a] = 1;
-        StrBuf r;
-        sb_init(&r);
-        sb_printf(&r, "reshape(%s, ", se);
-        imp_dims_text(&r, sb.dims, sb.rank);
-        sb_puts(&r, ")");
+        char *r = reshaped(se, sb.dims, sb.rank);
         free(se);
-        se = sb_take(&r);
+        se = r;
     }
     int rank;
     int64_t dims[MAX_RANK];

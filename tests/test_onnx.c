@@ -221,6 +221,15 @@ static bool run_python(const char *script, const char *args)
     return rc == 0;
 }
 
+/* bench/'s PyTorch twins exported into dir (export_twins.py); false (the test then skips)
+ * without PyTorch. */
+static bool export_twins(const char *dir)
+{
+    char args[1200];
+    snprintf(args, sizeof args, "'%s/bench' '%s'", KILN_SOURCE_DIR, dir);
+    return run_python("export_twins.py", args);
+}
+
 /* ---- single operators ---- */
 
 /* Operators the conformance cases do not have (Where, comparisons, logic, Expand, Shape,
@@ -269,9 +278,7 @@ Test(onnx, imported_mlp_trains_as_models_mlp, .timeout = 300)
     if (!SUPPORT_REPEAT_RUNS) cr_skip_test("sanitizer build: a numerical comparison of two trainings (support.h)");
     char dir[] = "/tmp/kiln-onnx-train-XXXXXX"; /* a mkdtemp template */
     cr_assert(mkdtemp(dir));
-    char args[1100];
-    snprintf(args, sizeof args, "'%s/bench' '%s'", KILN_SOURCE_DIR, dir);
-    if (!run_python("export_twins.py", args)) {
+    if (!export_twins(dir)) {
         support_remove_dir(dir);
         cr_skip_test("PyTorch (Debian's python3-torch) is not installed: the twins are not exported");
     }
@@ -442,8 +449,7 @@ Test(onnx, pytorch_twins_give_pytorchs_outputs, .timeout = 300)
     char dir[] = "/tmp/kiln-onnx-twins-XXXXXX"; /* a mkdtemp template */
     cr_assert(mkdtemp(dir));
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "'%s/bench' '%s'", KILN_SOURCE_DIR, dir);
-    if (!run_python("export_twins.py", cmd)) {
+    if (!export_twins(dir)) {
         support_remove_dir(dir);
         cr_skip_test("PyTorch (Debian's python3-torch) is not installed: the twins are not exported");
     }
