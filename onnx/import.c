@@ -335,6 +335,35 @@ int imp_norm_axis(int64_t axis, int rank) { return (int)(axis < 0 ? axis + rank 
 
 /* ---- the graph ---- */
 
+/* Do the graph's inputs or declared outputs not share axis 0, all sizes fixed? Then the
+ * model takes each input whole, as one sample ([1, ...] in the file, a leading axis the
+ * program reads samples along), and writes each output so: a fixed model's A [2, 3] + B [3]. */
+static bool whole_tensors(const Imp *im)
+{
+    const Onnx__GraphProto *g = im->m->graph;
+    int64_t first = -1;
+    bool differ = false;
+    for (size_t pass = 0; pass < 2; pass++) {
+        const size_t n = pass ? g->n_output : g->n_input;
+        for (size_t i = 0; i < n; i++) {
+            const Onnx__ValueInfoProto *v = pass ? g->output[i] : g->input[i];
+            if (!pass && strmap_get(&im->m->initializer, v->name, -1) >= 0) continue;
+            const Onnx__TypeProto *t = v->type;
+            if (!t || !t->tensor_type || !t->tensor_type->shape) {
+                if (pass) continue; /* an output of undeclared shape: what the import infers */
+                return false;
+            }
+            const Onnx__TensorShapeProto *sh = t->tensor_type->shape;
+            for (size_t a = 0; a < sh->n_dim; a++)
+                if (sh->dim[a]->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE || sh->dim[a]->dim_value < 1) return false;
+            const int64_t d0 = sh->n_dim ? sh->dim[0]->dim_value : -2;
+            if (first == -1) first = d0;
+            else differ |= d0 != first;
+        }
+    }
+    return differ;
+}
+
 static int declare_inputs(Imp *im, StrBuf *sig)
 {
     const Onnx__GraphProto *g = im->m->graph;
@@ -365,6 +394,20 @@ static int declare_inputs(Imp *im, StrBuf *sig)
             if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE && d->dim_value > 0) v->dims[a] = d->dim_value;
             else if (a == 0) v->dims[a] = BATCH;
             else return imp_refuse(im, "graph input '%s': axis %d's size is symbolic (only axis 0, the batch, may be)", in->name, a);
+        }
+        if (im->whole) { /* `NAME: T[1, dims]` read, `v_NAME = reshape(NAME, dims)` used */
+            sb_printf(sig, "%s%s: %s[1%s", any ? ", " : "", v->expr, kt, v->rank ? ", " : "");
+            imp_dims_text(sig, v->dims, v->rank);
+            sb_puts(sig, "]");
+            char *inner = imp_identifier(im, "v_", in->name);
+            sb_printf(&im->body, "    %s = reshape(%s%s", inner, v->expr, v->rank ? ", " : ", 1");
+            imp_dims_text(&im->body, v->dims, v->rank);
+            sb_puts(&im->body, ")  # the input whole\n");
+            free(v->expr);
+            v->expr = inner;
+            if (!v->rank) v->rank = 1, v->dims[0] = 1;
+            any = true;
+            continue;
         }
         /* every input sample by sample: axis 0 the first input's */
         const Val *first = im->v[0];
@@ -411,6 +454,7 @@ int onnx_import(const OnnxModel *m, const OnnxImportOptions *o, StrBuf *out, Onn
     sb_init(&im.body);
     StrBuf sig;
     sb_init(&sig);
+    im.whole = whole_tensors(&im);
     int rc = declare_inputs(&im, &sig);
     if (!rc) declare_initializers(&im);
     for (size_t k = 0; !rc && k < m->graph->n_node; k++) {
@@ -437,6 +481,15 @@ int onnx_import(const OnnxModel *m, const OnnxImportOptions *o, StrBuf *out, Onn
             rc = imp_refuse(&im, "graph output '%s' is a constant (Kiln's outputs are computed from the inputs)", m->graph->output[i]->name);
             break;
         }
+        if (im.whole) { /* the output whole: a leading axis of one sample */
+            char *o1 = imp_identifier(&im, "out_", m->graph->output[i]->name);
+            sb_printf(&im.body, "    %s = reshape(%s, 1%s", o1, v->expr, v->rank ? ", " : "");
+            imp_dims_text(&im.body, v->dims, v->rank);
+            sb_puts(&im.body, ")  # the output whole\n");
+            sb_printf(&outs, "%s%s", i ? ", " : "", o1);
+            free(o1);
+            continue;
+        }
         if (!v->rank || v->dims[0] != im.v[0]->dims[0]) {
             rc = imp_refuse(&im, "graph output '%s' does not have the batch (axis 0 of the inputs) as its axis 0: Kiln's inference programs write "
                              "outputs sample by sample",
@@ -456,11 +509,11 @@ int onnx_import(const OnnxModel *m, const OnnxImportOptions *o, StrBuf *out, Onn
         emit_holders(&im, out);
         if (im.members.len) sb_printf(out, "%s\n", im.members.data);
         sb_printf(out, "forward(%s) -> %s {\n%s}\n\n", sig.data, outs.data, im.body.data ? im.body.data : "");
-        const Val *first = imp_val(&im, m->graph->output[0]->name);
+        const int first = (int)strcspn(outs.data, ","); /* the first output's name */
         sb_printf(out, "# kiln build needs a loss: this one only lets an inference program build; replace it\n"
                        "# (and add a train section) to train the model.\n"
-                       "loss(%s) = mean(f32(%s))\n",
-                  first->expr, first->expr);
+                       "loss(%.*s) = mean(f32(%.*s))\n",
+                  first, outs.data, first, outs.data);
     }
     /* the weights keep the values; the table lets go of the rest */
     for (int32_t i = 0; i < im.nv; i++) {

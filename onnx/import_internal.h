@@ -24,6 +24,7 @@ typedef struct {
     const OnnxModel *m;
     const char *path;
     StrBuf *out, members, body, *err;
+    bool whole; /* the inputs or outputs do not share axis 0: each a whole tensor, one sample */
     OnnxWeights *w;
     StrMap names; /* Kiln identifiers taken */
     StrMap vals;  /* ONNX name -> index in v */

@@ -225,7 +225,7 @@ static int op_gemm(Imp *im)
     const char *ae = imp_use(im, 0), *be = imp_use(im, 1);
     const int64_t dims[2] = {a->dims[ta ? 1 : 0], b->dims[tb ? 0 : 1]};
     if (a->dims[ta ? 0 : 1] != b->dims[tb ? 1 : 0]) return imp_refuse(im, "inner sizes differ");
-    char *ce = c ? xstrdup(imp_use(im, 2)) : NULL;
+    char *ce = c && beta != 0.0 ? xstrdup(imp_use(im, 2)) : NULL; /* beta 0: C not read */
     Val *y = imp_result(im, 0, 2, dims);
     imp_statement_start(im, y);
     char num[64];

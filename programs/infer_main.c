@@ -377,6 +377,11 @@ static int load_input(int k, const char *given, krt_array *a, int64_t *sym_value
         if (!strncmp(msg, path, pl)) return die("%s%s (input '%s' takes %s)", shown, msg + pl, in->name, want);
         return die("%s (input '%s' takes %s)", msg, in->name, want);
     }
+    if (a->rank == in->rank - 1 && in->sym[0] < 0 && in->dims[0] == 1) { /* one sample, its axis left out: a whole tensor */
+        for (int d = a->rank; d > 0; d--) a->dims[d] = a->dims[d - 1];
+        a->dims[0] = 1;
+        a->rank++;
+    }
     array_shape(a, got, sizeof got);
     bool ok = a->rank == in->rank;
     for (int d = 1; ok && d < in->rank; d++) ok = in->sym[d] >= 0 ? a->dims[d] >= 1 && a->dims[d] <= in->dims[d] : a->dims[d] == in->dims[d];
