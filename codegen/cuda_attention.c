@@ -15,7 +15,7 @@
 #include <string.h>
 
 /* Dim d as a constant, or -1. */
-static int64_t constant(Dim d) { return d.nsym == 0 ? d.k : -1; }
+static int64_t constant(Dim d) { return ir_dim_is_const(d) ? d.k : -1; }
 
 /* The head sizes D and DV of attention op id. */
 static void head_sizes(const Cg *c, NodeId id, int64_t *D, int64_t *DV)

@@ -194,6 +194,20 @@ static void member_weights(Imp *im, const char *member, Val *wt, Val *b)
     }
 }
 
+/* A layer member's weights (member_weights), then `y = member(x)` of operand 0, y of
+ * shape dims; member freed. */
+static int call_member(Imp *im, char *member, Val *wt, Val *b, int rank, const int64_t *dims)
+{
+    member_weights(im, member, wt, b);
+    const char *xe = imp_use(im, 0);
+    Val *y = imp_result(im, 0, rank, dims);
+    imp_statement_start(im, y);
+    sb_printf(&im->body, "%s(%s)", member, xe);
+    imp_statement_end(im);
+    free(member);
+    return 0;
+}
+
 /* A Gemm that is a Linear layer (B its weight [out, in], an initializer read transposed;
  * C its bias [out] or none; alpha and beta 1): a Linear member, named as the weights
  * are (fc1.weight: fc1), so that the imported model initialises and trains as one. */
@@ -202,15 +216,8 @@ static int linear_layer(Imp *im, Val *a, Val *w, Val *c)
     char *member = layer_member(im, w, c, "fc_");
     sb_printf(&im->members, "%s = Linear(%lld, %lld%s)  # weight '%s'%s%s%s\n", member, (long long)w->dims[1], (long long)w->dims[0],
               c ? "" : ", bias = false", w->source, c ? ", bias '" : "", c ? c->source : "", c ? "'" : "");
-    member_weights(im, member, w, c);
-    const char *ae = imp_use(im, 0);
     const int64_t dims[2] = {a->dims[0], w->dims[0]};
-    Val *y = imp_result(im, 0, 2, dims);
-    imp_statement_start(im, y);
-    sb_printf(&im->body, "%s(%s)", member, ae);
-    imp_statement_end(im);
-    free(member);
-    return 0;
+    return call_member(im, member, w, c, 2, dims);
 }
 
 static int op_gemm(Imp *im)
@@ -658,14 +665,7 @@ static int op_conv(Imp *im)
                    (long long)w.d[1]);
     sb_printf(&im->members, ", groups = %lld, bias = %s)  # weight '%s'%s%s%s\n", (long long)groups, b ? "true" : "false", wt->source,
               b ? ", bias '" : "", b ? b->source : "", b ? "'" : "");
-    member_weights(im, member, wt, b);
-    const char *xe = imp_use(im, 0);
-    Val *y = imp_result(im, 0, x->rank, dims);
-    imp_statement_start(im, y);
-    sb_printf(&im->body, "%s(%s)", member, xe);
-    imp_statement_end(im);
-    free(member);
-    return 0;
+    return call_member(im, member, wt, b, x->rank, dims);
 }
 
 static int op_leaky(Imp *im)
@@ -959,14 +959,7 @@ static int op_conv_transpose(Imp *im)
               member, (long long)wt->dims[0], (long long)wt->dims[1], (long long)w.k[0], (long long)w.k[1], (long long)w.s[0], (long long)w.s[1],
               (long long)w.p[0], (long long)w.p[1], (long long)op[0], (long long)op[1], (long long)w.d[0], (long long)w.d[1], b ? "true" : "false",
               wt->source, b ? ", bias '" : "", b ? b->source : "", b ? "'" : "");
-    member_weights(im, member, wt, b);
-    const char *xe = imp_use(im, 0);
-    Val *y = imp_result(im, 0, x->rank, dims);
-    imp_statement_start(im, y);
-    sb_printf(&im->body, "%s(%s)", member, xe);
-    imp_statement_end(im);
-    free(member);
-    return 0;
+    return call_member(im, member, wt, b, x->rank, dims);
 }
 
 /* Where(cond, x, y): the three broadcast. */

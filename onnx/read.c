@@ -151,14 +151,8 @@ static int order_nodes(OnnxModel *m, const char *path, StrBuf *err)
 {
     const Onnx__GraphProto *g = m->graph;
     const size_t n = g->n_node;
-    int32_t *waiting = xcalloc(n + 1, sizeof *waiting); /* inputs not yet produced */
     bool *done = xcalloc(n + 1, 1);
     m->order = xmalloc((n + 1) * sizeof *m->order);
-    for (size_t i = 0; i < n; i++) {
-        const Onnx__NodeProto *nd = g->node[i];
-        for (size_t j = 0; j < nd->n_input; j++)
-            if (nd->input[j][0] && strmap_get(&m->produced, nd->input[j], -1) >= 0) waiting[i]++;
-    }
     size_t placed = 0;
     StrMap ready_names; /* outputs produced so far */
     memset(&ready_names, 0, sizeof ready_names);
@@ -186,7 +180,6 @@ static int order_nodes(OnnxModel *m, const char *path, StrBuf *err)
                   nd->op_type);
     }
     strmap_free(&ready_names);
-    free(waiting);
     free(done);
     return rc;
 }

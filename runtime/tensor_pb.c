@@ -25,21 +25,21 @@ static int dtype_of(int32_t t)
     }
 }
 
-/* The typed field's values into out (n of them, as dtype). */
-static size_t typed_values(const Onnx__TensorProto *t, krt_dtype d, void *out, size_t n)
+/* How many values the typed field of dtype d holds. */
+static size_t typed_count(const Onnx__TensorProto *t, krt_dtype d)
 {
-    size_t have = 0;
-    for (size_t i = 0; i < n; i++) {
-        switch (d) {
-        case KRT_F32: have = t->n_float_data; if (i < have) ((float *)out)[i] = t->float_data[i]; break;
-        case KRT_F64: have = t->n_double_data; if (i < have) ((double *)out)[i] = t->double_data[i]; break;
-        case KRT_I64: have = t->n_int64_data; if (i < have) ((int64_t *)out)[i] = t->int64_data[i]; break;
-        case KRT_I32: have = t->n_int32_data; if (i < have) ((int32_t *)out)[i] = t->int32_data[i]; break;
-        default: have = t->n_int32_data; if (i < have) ((uint8_t *)out)[i] = (uint8_t)t->int32_data[i]; break; /* u8, bool */
-        }
-    }
-    if (!n) have = d == KRT_F32 ? t->n_float_data : d == KRT_F64 ? t->n_double_data : d == KRT_I64 ? t->n_int64_data : t->n_int32_data;
-    return have;
+    return d == KRT_F32 ? t->n_float_data : d == KRT_F64 ? t->n_double_data : d == KRT_I64 ? t->n_int64_data : t->n_int32_data;
+}
+
+/* The typed field's n values into out, as dtype d (u8 and bool live in int32_data). */
+static void typed_values(const Onnx__TensorProto *t, krt_dtype d, void *out, size_t n)
+{
+    if (d == KRT_F32) memcpy(out, t->float_data, n * sizeof(float));
+    else if (d == KRT_F64) memcpy(out, t->double_data, n * sizeof(double));
+    else if (d == KRT_I64) memcpy(out, t->int64_data, n * sizeof(int64_t));
+    else if (d == KRT_I32) memcpy(out, t->int32_data, n * sizeof(int32_t));
+    else
+        for (size_t i = 0; i < n; i++) ((uint8_t *)out)[i] = (uint8_t)t->int32_data[i];
 }
 
 krt_status krt_tensorproto_load(const char *path, krt_array *out, krt_error *err)
@@ -78,8 +78,9 @@ krt_status krt_tensorproto_load(const char *path, krt_array *out, krt_error *err
                 st = krt_fail(err, KRT_EFORMAT, "%s: the TensorProto's raw data is %zu bytes, not the %zu of its shape and type", path, t->raw_data.len, out->nbytes);
             else memcpy(out->data, t->raw_data.data, out->nbytes);
         } else {
-            const size_t have = typed_values(t, out->dtype, out->data, (size_t)n);
+            const size_t have = typed_count(t, out->dtype);
             if (have != (size_t)n) st = krt_fail(err, KRT_EFORMAT, "%s: the TensorProto holds %zu values, not the %lld of its shape", path, have, (long long)n);
+            else typed_values(t, out->dtype, out->data, have);
         }
         if (st) krt_array_free(out);
     }
